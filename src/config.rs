@@ -1,0 +1,707 @@
+//! The TOML configuration file: parsing with unknown-key rejection, then validation.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::endpoint::ProxyUrl;
+use crate::health::{Policy, PolicyError, Reason, ReasonPolicy};
+
+/// The name of the pool used when none is given.
+pub const DEFAULT_POOL: &str = "default";
+
+/// Errors loading or validating the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// File.
+        path: PathBuf,
+        /// OS error.
+        source: std::io::Error,
+    },
+    /// TOML syntax, unknown key, or wrong type (toml's message names key and line).
+    #[error("invalid config {path}: {message}")]
+    Parse {
+        /// File.
+        path: String,
+        /// toml's message.
+        message: String,
+    },
+    /// A value that parses but makes no sense.
+    #[error("invalid config {path}: {key}: {message}")]
+    Invalid {
+        /// File.
+        path: String,
+        /// Dotted key.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// How a pool recovers endpoints and where new ones start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// The next lease after a deadline is the single trial.
+    #[default]
+    StaticNoPing,
+    /// The prober's transaction is the single trial.
+    Static,
+    /// As `static`, plus sources discover endpoints.
+    Sniffing,
+}
+
+impl Mode {
+    /// Config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::StaticNoPing => "static-no-ping",
+            Mode::Static => "static",
+            Mode::Sniffing => "sniffing",
+        }
+    }
+
+    /// True when the prober, not a lease, takes the recovery claim.
+    pub fn prober_recovers(self) -> bool {
+        !matches!(self, Mode::StaticNoPing)
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Accepted HTTP statuses, e.g. `200-399` or `200,204,300-302`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusSet(pub Vec<(u16, u16)>);
+
+impl StatusSet {
+    /// True when `status` is accepted.
+    pub fn contains(&self, status: u16) -> bool {
+        self.0.iter().any(|(lo, hi)| (*lo..=*hi).contains(&status))
+    }
+}
+
+impl Default for StatusSet {
+    fn default() -> Self {
+        StatusSet(vec![(200, 399)])
+    }
+}
+
+impl FromStr for StatusSet {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut out = Vec::new();
+        for part in s.split(',').map(str::trim) {
+            let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+            let p = |x: &str| -> Result<u16, String> {
+                x.trim()
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|v| (100..=599).contains(v))
+                    .ok_or_else(|| format!("{x:?} is not an HTTP status (100-599) in {s:?}"))
+            };
+            let (lo, hi) = (p(lo)?, p(hi)?);
+            if lo > hi {
+                return Err(format!("range {part:?} is reversed"));
+            }
+            out.push((lo, hi));
+        }
+        Ok(StatusSet(out))
+    }
+}
+
+impl fmt::Display for StatusSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self
+            .0
+            .iter()
+            .map(|(lo, hi)| {
+                if lo == hi {
+                    lo.to_string()
+                } else {
+                    format!("{lo}-{hi}")
+                }
+            })
+            .collect();
+        f.write_str(&parts.join(","))
+    }
+}
+
+/// What a probe fetches and how it judges the answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeConfig {
+    /// Destination URL (http or https).
+    pub url: String,
+    /// HTTP method.
+    pub method: String,
+    /// Accepted statuses.
+    pub expect_status: StatusSet,
+    /// Required substring of the body.
+    pub expect_body: Option<String>,
+    /// Whole-transaction deadline.
+    pub timeout: Duration,
+    /// Body bytes read at most.
+    pub max_body: usize,
+    /// Periodic check of available endpoints; zero = off.
+    pub interval: Duration,
+    /// Parallel probes per pool.
+    pub concurrency: usize,
+    /// Extra request headers.
+    pub headers: BTreeMap<String, String>,
+    /// Extra root CAs (PEM) for the destination.
+    pub ca_file: Option<PathBuf>,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        ProbeConfig {
+            url: "https://example.com/".into(),
+            method: "GET".into(),
+            expect_status: StatusSet::default(),
+            expect_body: None,
+            timeout: Duration::from_secs(10),
+            max_body: 65536,
+            interval: Duration::from_secs(300),
+            concurrency: 64,
+            headers: BTreeMap::new(),
+            ca_file: None,
+        }
+    }
+}
+
+/// Where a sniffing pool learns endpoints.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SourceKind {
+    /// A local file, one URL a line.
+    File(PathBuf),
+    /// HTTP(S) GET of a list or JSON array.
+    Url(String),
+    /// A program's stdout.
+    Command(Vec<String>),
+}
+
+/// One source of a sniffing pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceConfig {
+    /// Kind and location.
+    pub kind: SourceKind,
+    /// Tried before non-preferred sources.
+    pub preferred: bool,
+    /// Re-sniff interval; zero = only at startup and on exhaustion.
+    pub refresh: Duration,
+    /// Deadline for one fetch.
+    pub timeout: Duration,
+    /// Largest accepted output.
+    pub max_bytes: usize,
+}
+
+impl SourceConfig {
+    /// A stable, password-free name for events and `proxypool sources`.
+    pub fn name(&self) -> String {
+        match &self.kind {
+            SourceKind::File(p) => format!("file:{}", p.display()),
+            SourceKind::Url(u) => format!("url:{}", crate::endpoint::redact_raw(u)),
+            SourceKind::Command(c) => format!("command:{}", c.join(" ")),
+        }
+    }
+}
+
+/// A validated pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolConfig {
+    /// Pool name.
+    pub name: String,
+    /// Recovery mode.
+    pub mode: Mode,
+    /// 0 = no cap.
+    pub max_leases_per_endpoint: u32,
+    /// Probe target.
+    pub probe: ProbeConfig,
+    /// Health policy.
+    pub policy: Policy,
+    /// Sources (sniffing only), preferred first then config order.
+    pub sources: Vec<SourceConfig>,
+}
+
+impl PoolConfig {
+    /// The built-in pool used when a name is not configured.
+    pub fn builtin(name: &str) -> Self {
+        PoolConfig {
+            name: name.to_string(),
+            mode: Mode::StaticNoPing,
+            max_leases_per_endpoint: 0,
+            probe: ProbeConfig::default(),
+            policy: Policy::default(),
+            sources: Vec::new(),
+        }
+    }
+}
+
+/// An endpoint declared in the config file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointDecl {
+    /// Parsed URL.
+    pub url: ProxyUrl,
+    /// Pool name.
+    pub pool: String,
+    /// Optional label.
+    pub label: Option<String>,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// File it came from, if any.
+    pub path: Option<PathBuf>,
+    /// `[store] path`, resolved.
+    pub store_path: Option<PathBuf>,
+    /// `[server] socket`, resolved.
+    pub socket: Option<PathBuf>,
+    /// Pools by name; `default` always exists.
+    pub pools: BTreeMap<String, PoolConfig>,
+    /// Declared endpoints.
+    pub endpoints: Vec<EndpointDecl>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let mut pools = BTreeMap::new();
+        pools.insert(DEFAULT_POOL.to_string(), PoolConfig::builtin(DEFAULT_POOL));
+        Config {
+            path: None,
+            store_path: None,
+            socket: None,
+            pools,
+            endpoints: Vec::new(),
+        }
+    }
+}
+
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let s = String::deserialize(d)?;
+    humantime::parse_duration(&s)
+        .map(Some)
+        .map_err(|e| serde::de::Error::custom(format!("invalid duration {s:?}: {e} (write e.g. \"90s\", \"5m\", \"1h 30m\")")))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    store: Option<RawStore>,
+    server: Option<RawServer>,
+    #[serde(default, rename = "pool")]
+    pools: Vec<RawPool>,
+    #[serde(default, rename = "endpoint")]
+    endpoints: Vec<RawEndpoint>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    path: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    socket: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPool {
+    name: String,
+    #[serde(default)]
+    mode: Mode,
+    #[serde(default)]
+    max_leases_per_endpoint: u32,
+    probe: Option<RawProbe>,
+    cooldown: Option<RawCooldown>,
+    #[serde(default, rename = "source")]
+    sources: Vec<RawSource>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProbe {
+    url: Option<String>,
+    method: Option<String>,
+    expect_status: Option<String>,
+    expect_body: Option<String>,
+    #[serde(default, deserialize_with = "de_duration")]
+    timeout: Option<Duration>,
+    max_body: Option<usize>,
+    #[serde(default, deserialize_with = "de_duration")]
+    interval: Option<Duration>,
+    concurrency: Option<usize>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    ca_file: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCooldown {
+    #[serde(default, deserialize_with = "de_duration")]
+    base: Option<Duration>,
+    factor: Option<f64>,
+    #[serde(default, deserialize_with = "de_duration")]
+    max: Option<Duration>,
+    jitter: Option<f64>,
+    #[serde(default)]
+    reasons: BTreeMap<Reason, RawReason>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReason {
+    #[serde(default, deserialize_with = "de_duration")]
+    base: Option<Duration>,
+    factor: Option<f64>,
+    #[serde(default, deserialize_with = "de_duration")]
+    max: Option<Duration>,
+    jitter: Option<f64>,
+    disable_after: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+enum RawSourceKind {
+    File,
+    Url,
+    Command,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    kind: RawSourceKind,
+    path: Option<PathBuf>,
+    url: Option<String>,
+    command: Option<Vec<String>>,
+    #[serde(default)]
+    preferred: bool,
+    #[serde(default, deserialize_with = "de_duration")]
+    refresh: Option<Duration>,
+    #[serde(default, deserialize_with = "de_duration")]
+    timeout: Option<Duration>,
+    max_bytes: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEndpoint {
+    url: String,
+    pool: Option<String>,
+    label: Option<String>,
+}
+
+impl Config {
+    /// Read and validate a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut cfg = Config::parse(&text, &path.display().to_string(), path.parent())?;
+        cfg.path = Some(path.to_path_buf());
+        Ok(cfg)
+    }
+
+    /// Parse and validate TOML text; relative paths resolve against `base`.
+    pub fn parse(text: &str, name: &str, base: Option<&Path>) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: name.to_string(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        let invalid = |key: String, message: String| ConfigError::Invalid {
+            path: name.to_string(),
+            key,
+            message,
+        };
+        let resolve = |p: PathBuf| match base {
+            Some(b) if p.is_relative() => b.join(p),
+            _ => p,
+        };
+        let mut cfg = Config {
+            store_path: raw.store.and_then(|s| s.path).map(resolve),
+            socket: raw.server.and_then(|s| s.socket).map(resolve),
+            ..Config::default()
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, rp) in raw.pools.into_iter().enumerate() {
+            let key = format!("pool[{i}]");
+            if rp.name.trim().is_empty() {
+                return Err(invalid(format!("{key}.name"), "must not be empty".into()));
+            }
+            if !seen.insert(rp.name.clone()) {
+                return Err(invalid(
+                    format!("{key}.name"),
+                    format!("pool {:?} is declared twice", rp.name),
+                ));
+            }
+            let key = format!("pool.{}", rp.name);
+            let mut pool = PoolConfig::builtin(&rp.name);
+            pool.mode = rp.mode;
+            pool.max_leases_per_endpoint = rp.max_leases_per_endpoint;
+            if let Some(p) = rp.probe {
+                let pr = &mut pool.probe;
+                if let Some(u) = p.url {
+                    validate_probe_url(&u).map_err(|m| invalid(format!("{key}.probe.url"), m))?;
+                    pr.url = u;
+                }
+                if let Some(m) = p.method {
+                    if m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()) {
+                        return Err(invalid(
+                            format!("{key}.probe.method"),
+                            format!("{m:?} is not an HTTP method (e.g. GET, HEAD)"),
+                        ));
+                    }
+                    pr.method = m;
+                }
+                if let Some(s) = p.expect_status {
+                    pr.expect_status = s
+                        .parse()
+                        .map_err(|m| invalid(format!("{key}.probe.expect_status"), m))?;
+                }
+                pr.expect_body = p.expect_body;
+                if let Some(t) = p.timeout {
+                    if t.is_zero() {
+                        return Err(invalid(format!("{key}.probe.timeout"), "must be > 0".into()));
+                    }
+                    pr.timeout = t;
+                }
+                if let Some(m) = p.max_body {
+                    pr.max_body = m;
+                }
+                if let Some(i) = p.interval {
+                    pr.interval = i;
+                }
+                if let Some(c) = p.concurrency {
+                    if c == 0 {
+                        return Err(invalid(
+                            format!("{key}.probe.concurrency"),
+                            "must be >= 1".into(),
+                        ));
+                    }
+                    pr.concurrency = c;
+                }
+                for (h, v) in &p.headers {
+                    if hyper::header::HeaderName::from_bytes(h.as_bytes()).is_err()
+                        || hyper::header::HeaderValue::from_str(v).is_err()
+                    {
+                        return Err(invalid(
+                            format!("{key}.probe.headers.{h}"),
+                            "not a valid HTTP header".into(),
+                        ));
+                    }
+                }
+                pr.headers = p.headers;
+                pr.ca_file = p.ca_file.map(resolve);
+            }
+            if let Some(c) = rp.cooldown {
+                let d = &mut pool.policy.cooldown;
+                d.base = c.base.unwrap_or(d.base);
+                d.factor = c.factor.unwrap_or(d.factor);
+                d.max = c.max.unwrap_or(d.max);
+                d.jitter = c.jitter.unwrap_or(d.jitter);
+                for (reason, r) in c.reasons {
+                    let entry = pool.policy.reasons.entry(reason).or_default();
+                    *entry = ReasonPolicy {
+                        base: r.base,
+                        factor: r.factor,
+                        max: r.max,
+                        jitter: r.jitter,
+                        disable_after: r.disable_after.or(entry.disable_after),
+                    };
+                }
+            }
+            pool.policy
+                .validate(&format!("{key}.cooldown"))
+                .map_err(|e: PolicyError| invalid(key.clone(), e.to_string()))?;
+            let mut sources = Vec::new();
+            for (j, s) in rp.sources.into_iter().enumerate() {
+                let skey = format!("{key}.source[{j}]");
+                let kind = match s.kind {
+                    RawSourceKind::File => SourceKind::File(resolve(s.path.ok_or_else(|| {
+                        invalid(format!("{skey}.path"), "kind = \"file\" needs path".into())
+                    })?)),
+                    RawSourceKind::Url => {
+                        let u = s.url.ok_or_else(|| {
+                            invalid(format!("{skey}.url"), "kind = \"url\" needs url".into())
+                        })?;
+                        validate_probe_url(&u).map_err(|m| invalid(format!("{skey}.url"), m))?;
+                        SourceKind::Url(u)
+                    }
+                    RawSourceKind::Command => {
+                        let c = s.command.filter(|c| !c.is_empty()).ok_or_else(|| {
+                            invalid(
+                                format!("{skey}.command"),
+                                "kind = \"command\" needs command = [\"prog\", \"arg\", ...]"
+                                    .into(),
+                            )
+                        })?;
+                        SourceKind::Command(c)
+                    }
+                };
+                sources.push(SourceConfig {
+                    kind,
+                    preferred: s.preferred,
+                    refresh: s.refresh.unwrap_or(Duration::from_secs(600)),
+                    timeout: s.timeout.unwrap_or(Duration::from_secs(30)),
+                    max_bytes: s.max_bytes.unwrap_or(4 << 20),
+                });
+            }
+            if !sources.is_empty() && pool.mode != Mode::Sniffing {
+                return Err(invalid(
+                    format!("{key}.source"),
+                    format!("sources need mode = \"sniffing\" (pool is {})", pool.mode),
+                ));
+            }
+            if pool.mode == Mode::Sniffing && sources.is_empty() {
+                return Err(invalid(
+                    format!("{key}.source"),
+                    "mode = \"sniffing\" needs at least one [[pool.source]]".into(),
+                ));
+            }
+            // Stable sort: preferred first, then config order.
+            sources.sort_by_key(|s| !s.preferred);
+            pool.sources = sources;
+            cfg.pools.insert(pool.name.clone(), pool);
+        }
+        for (i, e) in raw.endpoints.into_iter().enumerate() {
+            let key = format!("endpoint[{i}]");
+            let url = ProxyUrl::parse(&e.url).map_err(|err| invalid(format!("{key}.url"), err.to_string()))?;
+            let pool = e.pool.unwrap_or_else(|| DEFAULT_POOL.to_string());
+            if !cfg.pools.contains_key(&pool) {
+                return Err(invalid(
+                    format!("{key}.pool"),
+                    format!("unknown pool {pool:?} (declare it with [[pool]])"),
+                ));
+            }
+            cfg.endpoints.push(EndpointDecl {
+                url,
+                pool,
+                label: e.label,
+            });
+        }
+        Ok(cfg)
+    }
+
+    /// The pool config for `name`, if configured (or `default`).
+    pub fn pool(&self, name: &str) -> Option<&PoolConfig> {
+        self.pools.get(name)
+    }
+}
+
+fn validate_probe_url(u: &str) -> Result<(), String> {
+    let uri: hyper::Uri = u.parse().map_err(|e| format!("{u:?} is not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http") | Some("https") => {}
+        _ => return Err(format!("{u:?} must be an http:// or https:// URL")),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("{u:?} has no host"));
+    }
+    Ok(())
+}
+
+/// `$XDG_DATA_HOME/proxypool/proxypool.db` (or `~/.local/share/...`).
+pub fn default_db_path() -> PathBuf {
+    xdg_dir("XDG_DATA_HOME", ".local/share").join("proxypool/proxypool.db")
+}
+
+/// `$XDG_CONFIG_HOME/proxypool/proxies.toml` (or `~/.config/...`).
+pub fn default_config_path() -> PathBuf {
+    xdg_dir("XDG_CONFIG_HOME", ".config").join("proxypool/proxies.toml")
+}
+
+/// `$XDG_RUNTIME_DIR/proxypool.sock`, else beside the database.
+pub fn default_socket_path(db: &Path) -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir).join("proxypool.sock"),
+        None => db.with_extension("sock"),
+    }
+}
+
+fn xdg_dir(var: &str, fallback: &str) -> PathBuf {
+    match std::env::var_os(var).filter(|v| !v.is_empty()) {
+        Some(v) => PathBuf::from(v),
+        None => std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("."))
+            .join(fallback),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_config_parses() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("proxies.example.toml");
+        let cfg = Config::load(&path).unwrap();
+        assert!(cfg.pools.contains_key("default"));
+        assert!(cfg.pools.values().any(|p| p.mode == Mode::Sniffing));
+        assert!(!cfg.endpoints.is_empty());
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let err = Config::parse("[[pool]]\nname = \"a\"\nbogus = 1\n", "t.toml", None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("bogus"), "{err}");
+        assert!(err.contains("line 3"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let cases = [
+            ("[[pool]]\nname=\"p\"\n[pool.cooldown]\nfactor = 0.5\n", "pool.p.cooldown.factor"),
+            ("[[pool]]\nname=\"p\"\n[pool.cooldown]\njitter = 1.0\n", "pool.p.cooldown.jitter"),
+            ("[[pool]]\nname=\"p\"\n[pool.cooldown]\nbase = \"2h\"\n", "pool.p.cooldown.base"),
+            ("[[pool]]\nname=\"p\"\n[pool.cooldown]\nbase = \"soon\"\n", "soon"),
+            ("[[pool]]\nname=\"p\"\n[pool.cooldown.reasons.proxy_auth_rejected]\ndisable_after = 0\n", "disable_after"),
+            ("[[pool]]\nname=\"p\"\n[pool.cooldown.reasons.nope]\nbase = \"1s\"\n", "nope"),
+            ("[[pool]]\nname=\"p\"\n[pool.probe]\nurl = \"ftp://x/\"\n", "pool.p.probe.url"),
+            ("[[pool]]\nname=\"p\"\n[pool.probe]\nexpect_status = \"299-200\"\n", "expect_status"),
+            ("[[pool]]\nname=\"p\"\nmode = \"sniffing\"\n", "pool.p.source"),
+            ("[[endpoint]]\nurl = \"socks5://u:pw@h\"\n", "endpoint[0].url"),
+            ("[[endpoint]]\nurl = \"socks5://h:1\"\npool = \"zz\"\n", "endpoint[0].pool"),
+            ("[[pool]]\nname=\"a\"\n[[pool]]\nname=\"a\"\n", "twice"),
+        ];
+        for (text, want) in cases {
+            let err = Config::parse(text, "t.toml", None).unwrap_err().to_string();
+            assert!(err.contains(want), "{text:?}: {err}");
+            assert!(!err.contains(":pw@"), "{err}");
+        }
+    }
+
+    #[test]
+    fn overrides_keep_default_disable_after() {
+        let cfg = Config::parse(
+            "[[pool]]\nname=\"p\"\n[pool.cooldown.reasons.proxy_auth_rejected]\nbase = \"10m\"\n",
+            "t.toml",
+            None,
+        )
+        .unwrap();
+        let p = &cfg.pools["p"].policy;
+        assert_eq!(p.disable_after(Some(Reason::ProxyAuthRejected)), Some(3));
+        assert_eq!(
+            p.cooldown_for(Some(Reason::ProxyAuthRejected)).base,
+            Duration::from_secs(600)
+        );
+    }
+}

@@ -1,0 +1,459 @@
+//! Proxy endpoint URLs: parsing, identity and password-redacting display.
+
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
+
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTROLS};
+
+/// Database id of an endpoint.
+pub type EndpointId = i64;
+
+/// Characters that must be escaped in the userinfo part of a URL.
+const USERINFO: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'/')
+    .add(b':')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'@')
+    .add(b'[')
+    .add(b'\\')
+    .add(b']')
+    .add(b'^')
+    .add(b'`')
+    .add(b'{')
+    .add(b'|')
+    .add(b'}');
+
+/// The proxy protocol of an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scheme {
+    /// Plain HTTP proxy (absolute-form requests, CONNECT).
+    Http,
+    /// HTTP proxy reached over TLS.
+    Https,
+    /// SOCKS4, the client resolves names.
+    Socks4,
+    /// SOCKS4a, the proxy resolves names.
+    Socks4a,
+    /// SOCKS5, the client resolves names.
+    Socks5,
+    /// SOCKS5, the proxy resolves names.
+    Socks5h,
+}
+
+impl Scheme {
+    /// All schemes, in display order.
+    pub const ALL: [Scheme; 6] = [
+        Scheme::Http,
+        Scheme::Https,
+        Scheme::Socks4,
+        Scheme::Socks4a,
+        Scheme::Socks5,
+        Scheme::Socks5h,
+    ];
+
+    /// The URL scheme string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+            Scheme::Socks4 => "socks4",
+            Scheme::Socks4a => "socks4a",
+            Scheme::Socks5 => "socks5",
+            Scheme::Socks5h => "socks5h",
+        }
+    }
+
+    /// True for the SOCKS family.
+    pub fn is_socks(self) -> bool {
+        !matches!(self, Scheme::Http | Scheme::Https)
+    }
+}
+
+impl fmt::Display for Scheme {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Scheme {
+    type Err = EndpointError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let lower = s.to_ascii_lowercase();
+        Scheme::ALL
+            .into_iter()
+            .find(|sc| sc.as_str() == lower)
+            .ok_or_else(|| EndpointError::UnknownScheme(s.to_string()))
+    }
+}
+
+/// Why a proxy URL was rejected. Messages never contain a password.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    /// The input was empty.
+    #[error("empty proxy URL")]
+    Empty,
+    /// No `scheme://` prefix.
+    #[error("missing scheme in {0:?}: expected scheme://[user[:password]@]host:port with scheme one of http, https, socks4, socks4a, socks5, socks5h")]
+    MissingScheme(String),
+    /// The scheme is not a proxy protocol we speak.
+    #[error("unknown scheme {0:?}: expected one of http, https, socks4, socks4a, socks5, socks5h")]
+    UnknownScheme(String),
+    /// No host after the scheme / userinfo.
+    #[error("missing host in {0:?}")]
+    MissingHost(String),
+    /// The host is not a valid hostname or IP literal.
+    #[error("invalid host {host:?} in {url:?}")]
+    InvalidHost {
+        /// The offending host text.
+        host: String,
+        /// The redacted URL.
+        url: String,
+    },
+    /// No `:port`.
+    #[error("missing port in {0:?}: proxies have no default port, write host:port")]
+    MissingPort(String),
+    /// The port is not 1..=65535.
+    #[error("invalid port {port:?} in {url:?}: expected 1-65535")]
+    InvalidPort {
+        /// The offending port text.
+        port: String,
+        /// The redacted URL.
+        url: String,
+    },
+    /// A path, query or fragment follows the authority.
+    #[error("unexpected path, query or fragment in {0:?}: a proxy URL is scheme://[user[:password]@]host:port")]
+    UnexpectedPath(String),
+    /// Percent-encoding in the user or password is not valid UTF-8.
+    #[error("invalid percent-encoding in the user or password of {0:?}")]
+    BadEncoding(String),
+    /// An empty user name before `@`.
+    #[error("empty user name in {0:?}")]
+    EmptyUser(String),
+}
+
+/// A parsed proxy URL. `Display` and `Debug` redact the password as `***`.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ProxyUrl {
+    /// Proxy protocol.
+    pub scheme: Scheme,
+    /// Host name (lower-cased) or IP literal (IPv6 without brackets).
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// Decoded user name, if any.
+    pub user: Option<String>,
+    /// Decoded password, if any.
+    pub password: Option<String>,
+}
+
+/// Redact the password of a URL-looking string for error messages, without parsing it fully.
+pub fn redact_raw(input: &str) -> String {
+    let Some(scheme_end) = input.find("://") else {
+        return redact_userinfo(input);
+    };
+    let (head, rest) = input.split_at(scheme_end + 3);
+    format!("{head}{}", redact_userinfo(rest))
+}
+
+fn redact_userinfo(rest: &str) -> String {
+    // The authority ends at the first '/', '?' or '#'; userinfo ends at its last '@'.
+    let auth_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (auth, tail) = rest.split_at(auth_end);
+    match auth.rfind('@') {
+        Some(at) => {
+            let userinfo = &auth[..at];
+            let host = &auth[at..];
+            match userinfo.find(':') {
+                Some(colon) => format!("{}:***{host}{tail}", &userinfo[..colon]),
+                None => format!("{userinfo}{host}{tail}"),
+            }
+        }
+        None => rest.to_string(),
+    }
+}
+
+impl ProxyUrl {
+    /// Parse `scheme://[user[:password]@]host:port`.
+    pub fn parse(input: &str) -> Result<Self, EndpointError> {
+        let input = input.trim();
+        if input.is_empty() {
+            return Err(EndpointError::Empty);
+        }
+        let red = redact_raw(input);
+        let (scheme, rest) = input
+            .split_once("://")
+            .ok_or_else(|| EndpointError::MissingScheme(red.clone()))?;
+        let scheme: Scheme = scheme.parse()?;
+        // A single trailing slash is what many lists carry; anything more is a mistake.
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        if rest.contains(['/', '?', '#']) {
+            return Err(EndpointError::UnexpectedPath(red));
+        }
+        let (userinfo, hostport) = match rest.rfind('@') {
+            Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+            None => (None, rest),
+        };
+        let (user, password) = match userinfo {
+            None => (None, None),
+            Some(ui) => {
+                let (u, p) = match ui.split_once(':') {
+                    Some((u, p)) => (u, Some(p)),
+                    None => (ui, None),
+                };
+                let dec = |s: &str| {
+                    percent_decode_str(s)
+                        .decode_utf8()
+                        .map(|c| c.into_owned())
+                        .map_err(|_| EndpointError::BadEncoding(red.clone()))
+                };
+                let u = dec(u)?;
+                if u.is_empty() {
+                    return Err(EndpointError::EmptyUser(red));
+                }
+                let p = p.map(dec).transpose()?;
+                (Some(u), p)
+            }
+        };
+        if hostport.is_empty() {
+            return Err(EndpointError::MissingHost(red));
+        }
+        let (host, port) = if let Some(after) = hostport.strip_prefix('[') {
+            let close = after.find(']').ok_or_else(|| EndpointError::InvalidHost {
+                host: hostport.to_string(),
+                url: red.clone(),
+            })?;
+            let lit = &after[..close];
+            let v6: Ipv6Addr = lit.parse().map_err(|_| EndpointError::InvalidHost {
+                host: lit.to_string(),
+                url: red.clone(),
+            })?;
+            let tail = &after[close + 1..];
+            let port = tail
+                .strip_prefix(':')
+                .ok_or_else(|| EndpointError::MissingPort(red.clone()))?;
+            (v6.to_string(), port)
+        } else {
+            let (h, p) = hostport
+                .rsplit_once(':')
+                .ok_or_else(|| EndpointError::MissingPort(red.clone()))?;
+            if h.contains(':') {
+                // Bare IPv6 without brackets is ambiguous with the port separator.
+                return Err(EndpointError::InvalidHost {
+                    host: h.to_string(),
+                    url: red.clone(),
+                });
+            }
+            if h.is_empty() {
+                return Err(EndpointError::MissingHost(red.clone()));
+            }
+            (validate_host(h, &red)?, p)
+        };
+        if port.is_empty() {
+            return Err(EndpointError::MissingPort(red));
+        }
+        let port: u16 = match port.parse() {
+            Ok(p) if p > 0 && port.bytes().all(|b| b.is_ascii_digit()) => p,
+            _ => {
+                return Err(EndpointError::InvalidPort {
+                    port: port.to_string(),
+                    url: red,
+                })
+            }
+        };
+        Ok(ProxyUrl {
+            scheme,
+            host,
+            port,
+            user,
+            password,
+        })
+    }
+
+    /// The full URL including the password (only for leases and `--show-secrets`).
+    pub fn to_secret_string(&self) -> String {
+        self.render(true)
+    }
+
+    /// The URL with the password shown as `***`.
+    pub fn to_redacted_string(&self) -> String {
+        self.render(false)
+    }
+
+    /// `host:port` with brackets around IPv6 literals.
+    pub fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// The user as stored in the identity key (empty when none).
+    pub fn user_key(&self) -> &str {
+        self.user.as_deref().unwrap_or("")
+    }
+
+    fn render(&self, secret: bool) -> String {
+        let mut s = format!("{}://", self.scheme);
+        if let Some(u) = &self.user {
+            s.push_str(&utf8_percent_encode(u, USERINFO).to_string());
+            if let Some(p) = &self.password {
+                s.push(':');
+                if secret {
+                    s.push_str(&utf8_percent_encode(p, USERINFO).to_string());
+                } else {
+                    s.push_str("***");
+                }
+            }
+            s.push('@');
+        }
+        s.push_str(&self.authority());
+        s
+    }
+}
+
+fn validate_host(h: &str, red: &str) -> Result<String, EndpointError> {
+    if h.parse::<Ipv4Addr>().is_ok() {
+        return Ok(h.to_string());
+    }
+    let lower = h.to_ascii_lowercase();
+    let ok_label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    let trimmed = lower.strip_suffix('.').unwrap_or(&lower);
+    if trimmed.len() <= 253 && trimmed.split('.').all(ok_label) {
+        // All-numeric dotted names that are not valid IPv4 (e.g. 1.2.3.999) are typos.
+        if trimmed.split('.').all(|l| l.bytes().all(|b| b.is_ascii_digit())) {
+            return Err(EndpointError::InvalidHost {
+                host: h.to_string(),
+                url: red.to_string(),
+            });
+        }
+        Ok(trimmed.to_string())
+    } else {
+        Err(EndpointError::InvalidHost {
+            host: h.to_string(),
+            url: red.to_string(),
+        })
+    }
+}
+
+impl FromStr for ProxyUrl {
+    type Err = EndpointError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ProxyUrl::parse(s)
+    }
+}
+
+impl fmt::Display for ProxyUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_redacted_string())
+    }
+}
+
+impl fmt::Debug for ProxyUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ProxyUrl({})", self.to_redacted_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_scheme_and_host_kind() {
+        let cases = [
+            ("http://1.2.3.4:8080", Scheme::Http, "1.2.3.4", 8080, None, None),
+            (
+                "https://Proxy.Example.com:443/",
+                Scheme::Https,
+                "proxy.example.com",
+                443,
+                None,
+                None,
+            ),
+            ("socks4://h:1080", Scheme::Socks4, "h", 1080, None, None),
+            ("socks4a://u@h:1080", Scheme::Socks4a, "h", 1080, Some("u"), None),
+            (
+                "socks5://u:p%40ss@[::1]:1080",
+                Scheme::Socks5,
+                "::1",
+                1080,
+                Some("u"),
+                Some("p@ss"),
+            ),
+            (
+                "SOCKS5H://us%3Aer:pa:ss@host-1.local:9",
+                Scheme::Socks5h,
+                "host-1.local",
+                9,
+                Some("us:er"),
+                Some("pa:ss"),
+            ),
+        ];
+        for (input, scheme, host, port, user, pass) in cases {
+            let u = ProxyUrl::parse(input).unwrap_or_else(|e| panic!("{input}: {e}"));
+            assert_eq!(u.scheme, scheme, "{input}");
+            assert_eq!(u.host, host, "{input}");
+            assert_eq!(u.port, port, "{input}");
+            assert_eq!(u.user.as_deref(), user, "{input}");
+            assert_eq!(u.password.as_deref(), pass, "{input}");
+            // Round trip through the secret form.
+            assert_eq!(ProxyUrl::parse(&u.to_secret_string()).unwrap(), u);
+        }
+    }
+
+    #[test]
+    fn redacts_passwords_everywhere() {
+        let u = ProxyUrl::parse("socks5://alice:s3cr%2Ft@h:1").unwrap();
+        assert_eq!(u.to_string(), "socks5://alice:***@h:1");
+        assert!(!format!("{u:?}").contains("s3cr"));
+        assert_eq!(u.to_secret_string(), "socks5://alice:s3cr%2Ft@h:1");
+        assert_eq!(
+            ProxyUrl::parse("[::1]:80").unwrap_err(),
+            EndpointError::MissingScheme("[::1]:80".into())
+        );
+    }
+
+    #[test]
+    fn rejects_every_bad_class_without_leaking() {
+        let bad = [
+            ("", "empty"),
+            ("1.2.3.4:80", "missing scheme"),
+            ("ftp://u:hunter2@h:21", "unknown scheme"),
+            ("http://u:hunter2@:80", "missing host"),
+            ("http://u:hunter2@h", "missing port"),
+            ("http://u:hunter2@h:", "missing port"),
+            ("http://u:hunter2@h:0", "invalid port"),
+            ("http://u:hunter2@h:65536", "invalid port"),
+            ("http://u:hunter2@h:+80", "invalid port"),
+            ("http://u:hunter2@h:80/path", "unexpected path"),
+            ("http://u:hunter2@h:80?x", "unexpected path"),
+            ("http://u:hunter2@ho st:80", "invalid host"),
+            ("http://u:hunter2@1.2.3.999:80", "invalid host"),
+            ("http://u:hunter2@::1:80", "invalid host"),
+            ("http://u:hunter2@[zz::1]:80", "invalid host"),
+            ("http://u:hunter2@[::1]80", "missing port"),
+            ("http://:hunter2@h:80", "empty user"),
+            ("http://u:hunter2%ff@h:80", "invalid percent-encoding"),
+        ];
+        for (input, want) in bad {
+            let err = ProxyUrl::parse(input).expect_err(input).to_string();
+            assert!(err.contains(want), "{input}: {err}");
+            assert!(!err.contains("hunter2"), "{input} leaked: {err}");
+        }
+    }
+}

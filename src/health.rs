@@ -1,0 +1,635 @@
+//! The health state machine and cooldown policy. Pure logic: no I/O, no clock reads.
+//!
+//! The caller passes `now` and a jitter sample in, so every transition is reproducible
+//! and testable with tables of state × event.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+macro_rules! string_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident => $s:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name { $($(#[$vm])* $variant),+ }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            /// The name used in storage, config and the protocol.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $s),+ }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = UnknownName;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($s => Ok($name::$variant),)+
+                    _ => Err(UnknownName {
+                        kind: stringify!($name),
+                        value: s.to_string(),
+                        expected: [$($s),+].join(", "),
+                    }),
+                }
+            }
+        }
+    };
+}
+
+/// A name that is not one of the known values of a closed set.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {kind} {value:?}; expected one of: {expected}")]
+pub struct UnknownName {
+    /// Which set (State, Reason, Phase).
+    pub kind: &'static str,
+    /// The rejected text.
+    pub value: String,
+    /// The accepted names.
+    pub expected: String,
+}
+
+string_enum! {
+    /// Persisted health state of an endpoint.
+    State {
+        /// Usable for ordinary work.
+        Available => "available",
+        /// Withheld until a deadline.
+        Cooling => "cooling",
+        /// Deadline passed; one controlled attempt decides recovery.
+        ProbeAllowed => "probe_allowed",
+        /// Out of service until an operator (or its source) brings it back.
+        Disabled => "disabled",
+    }
+}
+
+string_enum! {
+    /// Why an endpoint failed or was taken out of service.
+    Reason {
+        /// TCP connection to the proxy refused.
+        ConnectRefused => "connect_refused",
+        /// TCP connection to the proxy timed out.
+        ConnectTimeout => "connect_timeout",
+        /// The proxy (or destination, client-side) name did not resolve.
+        DnsFailed => "dns_failed",
+        /// TLS handshake failed (proxy or destination).
+        TlsFailed => "tls_failed",
+        /// The proxy rejected our credentials (407, 401, SOCKS auth failure).
+        ProxyAuthRejected => "proxy_auth_rejected",
+        /// The proxy spoke something we could not understand.
+        ProxyProtocolError => "proxy_protocol_error",
+        /// The proxy refused the tunnel.
+        ProxyRejected => "proxy_rejected",
+        /// The proxy could not reach the destination.
+        UpstreamUnreachable => "upstream_unreachable",
+        /// The destination answered with an unexpected status.
+        DestinationStatus => "destination_status",
+        /// The body did not contain what was expected.
+        BodyMismatch => "body_mismatch",
+        /// A deadline passed after the TCP connection was up.
+        SlowResponse => "slow_response",
+        /// The connection was reset or closed early.
+        ConnectionReset => "connection_reset",
+        /// An operator disabled it.
+        Operator => "operator",
+        /// The source that added it no longer lists it.
+        SourceRemoved => "source_removed",
+    }
+}
+
+string_enum! {
+    /// Where in the transaction a failure happened.
+    Phase {
+        /// TCP to the proxy.
+        Connect => "connect",
+        /// TLS to an https proxy.
+        ProxyTls => "proxy_tls",
+        /// SOCKS greeting/auth or CONNECT request/response.
+        ProxyHandshake => "proxy_handshake",
+        /// TLS to the destination.
+        DestinationTls => "destination_tls",
+        /// Sending the request.
+        Request => "request",
+        /// Status line and headers.
+        ResponseHead => "response_head",
+        /// The body.
+        ResponseBody => "response_body",
+    }
+}
+
+/// A failed attempt, as reported by a probe or a scraper.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Failure {
+    /// Why it failed; decides the policy.
+    pub reason: Option<Reason>,
+    /// Where it failed.
+    pub phase: Option<Phase>,
+    /// HTTP status, when one was seen.
+    pub status: Option<u16>,
+    /// `Retry-After` the destination sent, honoured on 429/503.
+    pub retry_after: Option<Duration>,
+    /// Free text for operators (never contains a password).
+    pub detail: Option<String>,
+}
+
+impl Failure {
+    /// A failure with a reason and phase.
+    pub fn new(reason: Reason, phase: Option<Phase>) -> Self {
+        Failure {
+            reason: Some(reason),
+            phase,
+            ..Default::default()
+        }
+    }
+}
+
+/// Cooldown settings for one reason (or the pool default).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cooldown {
+    /// First cooldown.
+    pub base: Duration,
+    /// Growth per consecutive failure (≥ 1).
+    pub factor: f64,
+    /// Upper bound.
+    pub max: Duration,
+    /// Relative jitter in [0, 1).
+    pub jitter: f64,
+}
+
+impl Default for Cooldown {
+    fn default() -> Self {
+        Cooldown {
+            base: Duration::from_secs(60),
+            factor: 2.0,
+            max: Duration::from_secs(30 * 60),
+            jitter: 0.1,
+        }
+    }
+}
+
+/// Per-reason override of the pool cooldown.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ReasonPolicy {
+    /// Overrides `base`.
+    pub base: Option<Duration>,
+    /// Overrides `factor`.
+    pub factor: Option<f64>,
+    /// Overrides `max`.
+    pub max: Option<Duration>,
+    /// Overrides `jitter`.
+    pub jitter: Option<f64>,
+    /// N consecutive failures of this reason disable the endpoint.
+    pub disable_after: Option<u32>,
+}
+
+/// Per-pool health policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// Pool-wide cooldown.
+    pub cooldown: Cooldown,
+    /// Per-reason overrides.
+    pub reasons: BTreeMap<Reason, ReasonPolicy>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        let mut reasons = BTreeMap::new();
+        reasons.insert(
+            Reason::ProxyAuthRejected,
+            ReasonPolicy {
+                disable_after: Some(3),
+                ..Default::default()
+            },
+        );
+        Policy {
+            cooldown: Cooldown::default(),
+            reasons,
+        }
+    }
+}
+
+/// A policy value that does not make sense.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PolicyError {
+    /// factor < 1 or not finite.
+    #[error("{key}: factor must be >= 1, got {value}")]
+    Factor {
+        /// Config key.
+        key: String,
+        /// Value given.
+        value: f64,
+    },
+    /// jitter outside [0, 1).
+    #[error("{key}: jitter must be >= 0 and < 1, got {value}")]
+    Jitter {
+        /// Config key.
+        key: String,
+        /// Value given.
+        value: f64,
+    },
+    /// base > max.
+    #[error("{key}: base ({base}) must not exceed max ({max})")]
+    BaseAboveMax {
+        /// Config key.
+        key: String,
+        /// base, humantime.
+        base: String,
+        /// max, humantime.
+        max: String,
+    },
+    /// base of zero.
+    #[error("{key}: base must be greater than 0")]
+    ZeroBase {
+        /// Config key.
+        key: String,
+    },
+    /// disable_after of zero.
+    #[error("{key}: disable_after must be >= 1")]
+    ZeroDisableAfter {
+        /// Config key.
+        key: String,
+    },
+}
+
+impl Policy {
+    /// The effective cooldown for a reason (pool default with overrides applied).
+    pub fn cooldown_for(&self, reason: Option<Reason>) -> Cooldown {
+        let mut c = self.cooldown.clone();
+        if let Some(o) = reason.and_then(|r| self.reasons.get(&r)) {
+            c.base = o.base.unwrap_or(c.base);
+            c.factor = o.factor.unwrap_or(c.factor);
+            c.max = o.max.unwrap_or(c.max);
+            c.jitter = o.jitter.unwrap_or(c.jitter);
+        }
+        c
+    }
+
+    /// `disable_after` for a reason.
+    pub fn disable_after(&self, reason: Option<Reason>) -> Option<u32> {
+        reason
+            .and_then(|r| self.reasons.get(&r))
+            .and_then(|o| o.disable_after)
+    }
+
+    /// Check every value; `prefix` names the config table in errors.
+    pub fn validate(&self, prefix: &str) -> Result<(), PolicyError> {
+        validate_cooldown(&self.cooldown, prefix)?;
+        for (reason, o) in &self.reasons {
+            let key = format!("{prefix}.reasons.{reason}");
+            validate_cooldown(&self.cooldown_for(Some(*reason)), &key)?;
+            if o.disable_after == Some(0) {
+                return Err(PolicyError::ZeroDisableAfter {
+                    key: format!("{key}.disable_after"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Cooldown for the `streak`-th consecutive failure (streak ≥ 1).
+    ///
+    /// `jitter_sample` is in [-1, 1]; the result never exceeds `max` and, for 429/503
+    /// with `Retry-After`, is at least `min(retry_after, max)`.
+    pub fn cooldown(&self, failure: &Failure, streak: u32, jitter_sample: f64) -> Duration {
+        let c = self.cooldown_for(failure.reason);
+        let exp = streak.saturating_sub(1).min(1024) as i32;
+        let raw = c.base.as_secs_f64() * c.factor.powi(exp);
+        let bounded = raw.min(c.max.as_secs_f64());
+        let jittered = bounded * (1.0 + c.jitter * jitter_sample.clamp(-1.0, 1.0));
+        let mut d = Duration::from_secs_f64(jittered.clamp(0.0, c.max.as_secs_f64()));
+        if matches!(failure.status, Some(429) | Some(503)) {
+            if let Some(ra) = failure.retry_after {
+                d = d.max(ra.min(c.max));
+            }
+        }
+        // Millisecond resolution: what is stored is what is enforced after a restart.
+        Duration::from_millis(d.as_millis() as u64)
+    }
+}
+
+fn validate_cooldown(c: &Cooldown, key: &str) -> Result<(), PolicyError> {
+    if !(c.factor.is_finite() && c.factor >= 1.0) {
+        return Err(PolicyError::Factor {
+            key: format!("{key}.factor"),
+            value: c.factor,
+        });
+    }
+    if !(c.jitter.is_finite() && (0.0..1.0).contains(&c.jitter)) {
+        return Err(PolicyError::Jitter {
+            key: format!("{key}.jitter"),
+            value: c.jitter,
+        });
+    }
+    if c.base.is_zero() {
+        return Err(PolicyError::ZeroBase {
+            key: format!("{key}.base"),
+        });
+    }
+    if c.base > c.max {
+        return Err(PolicyError::BaseAboveMax {
+            key: format!("{key}.base"),
+            base: humantime::format_duration(c.base).to_string(),
+            max: humantime::format_duration(c.max).to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// The in-memory health of one endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Health {
+    /// Persisted state.
+    pub state: State,
+    /// In memory only: the single recovery attempt is in flight.
+    pub claimed: bool,
+    /// Consecutive failures (any reason).
+    pub streak: u32,
+    /// Consecutive failures with the current `reason`.
+    pub reason_streak: u32,
+    /// Last failure / disable reason.
+    pub reason: Option<Reason>,
+    /// Last failure phase.
+    pub phase: Option<Phase>,
+    /// Last failure detail.
+    pub detail: Option<String>,
+    /// Length of the current (or last) cooldown.
+    pub cooldown: Option<Duration>,
+    /// When the current cooldown ends.
+    pub deadline: Option<Instant>,
+}
+
+impl Health {
+    /// A fresh endpoint in `state`.
+    pub fn new(state: State) -> Self {
+        Health {
+            state,
+            claimed: false,
+            streak: 0,
+            reason_streak: 0,
+            reason: None,
+            phase: None,
+            detail: None,
+            cooldown: None,
+            deadline: None,
+        }
+    }
+
+    /// True when the endpoint was disabled by an operator (sticky).
+    pub fn operator_disabled(&self) -> bool {
+        self.state == State::Disabled && self.reason == Some(Reason::Operator)
+    }
+}
+
+/// Something that happens to an endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// An attempt failed. `trial` says whether it was the single recovery attempt.
+    Failure {
+        /// The failure.
+        failure: Failure,
+        /// It was the claimed recovery attempt.
+        trial: bool,
+    },
+    /// An attempt succeeded.
+    Success {
+        /// It was the claimed recovery attempt.
+        trial: bool,
+    },
+    /// The monotonic clock reached the cooldown deadline.
+    DeadlinePassed,
+    /// Someone wants the single recovery attempt.
+    Claim,
+    /// The claimed attempt ended without an outcome.
+    Abandon,
+    /// Operator disable.
+    Disable {
+        /// Operator's text.
+        detail: Option<String>,
+    },
+    /// Operator enable; `now` skips the recovery probe.
+    Enable {
+        /// Straight to `available`.
+        now: bool,
+    },
+    /// The endpoint's source stopped listing it.
+    SourceRemoved,
+    /// The endpoint's source lists it again.
+    SourceReturned,
+}
+
+/// What an input did to the health.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// The persisted state changed (write it and a `state_changed` event).
+    Changed {
+        /// State before.
+        from: State,
+        /// State after.
+        to: State,
+    },
+    /// A result that does not change the persisted state but should be recorded
+    /// (`report`/`probe_*` event): success while available, or a late result.
+    Recorded {
+        /// It arrived for an endpoint that was not in a position to take it.
+        late: bool,
+    },
+    /// The single attempt was granted.
+    Claimed,
+    /// The single attempt was handed back.
+    Abandoned,
+    /// The input does not apply in this state; nothing changed.
+    Refused,
+}
+
+impl Health {
+    /// Apply an input. `now` is the monotonic time, `jitter_sample` in [-1, 1].
+    pub fn apply(&mut self, input: Input, policy: &Policy, now: Instant, jitter_sample: f64) -> Step {
+        use State::*;
+        let from = self.state;
+        match input {
+            Input::Failure { failure, trial } => match (self.state, self.claimed, trial) {
+                (Available, _, false) => self.fail(failure, policy, now, jitter_sample),
+                (ProbeAllowed, true, true) => {
+                    self.claimed = false;
+                    self.fail(failure, policy, now, jitter_sample)
+                }
+                _ => Step::Recorded { late: true },
+            },
+            Input::Success { trial } => match (self.state, self.claimed, trial) {
+                (Available, _, false) => {
+                    self.streak = 0;
+                    self.reason_streak = 0;
+                    Step::Recorded { late: false }
+                }
+                (ProbeAllowed, true, true) => {
+                    self.claimed = false;
+                    self.recover();
+                    Step::Changed {
+                        from,
+                        to: Available,
+                    }
+                }
+                _ => Step::Recorded { late: true },
+            },
+            Input::DeadlinePassed => match self.state {
+                Cooling if self.deadline.is_none_or(|d| d <= now) => {
+                    self.state = ProbeAllowed;
+                    self.claimed = false;
+                    self.deadline = None;
+                    Step::Changed {
+                        from,
+                        to: ProbeAllowed,
+                    }
+                }
+                _ => Step::Refused,
+            },
+            Input::Claim => {
+                if self.state == ProbeAllowed && !self.claimed {
+                    self.claimed = true;
+                    Step::Claimed
+                } else {
+                    Step::Refused
+                }
+            }
+            Input::Abandon => {
+                if self.state == ProbeAllowed && self.claimed {
+                    self.claimed = false;
+                    Step::Abandoned
+                } else {
+                    Step::Refused
+                }
+            }
+            Input::Disable { detail } => {
+                if self.operator_disabled() {
+                    return Step::Refused;
+                }
+                self.state = Disabled;
+                self.claimed = false;
+                self.deadline = None;
+                self.reason = Some(Reason::Operator);
+                self.phase = None;
+                self.detail = detail;
+                Step::Changed { from, to: Disabled }
+            }
+            Input::Enable { now: immediate } => match (self.state, immediate) {
+                (Available, _) | (ProbeAllowed, false) => Step::Refused,
+                (_, true) => {
+                    self.claimed = false;
+                    self.recover();
+                    Step::Changed {
+                        from,
+                        to: Available,
+                    }
+                }
+                (_, false) => {
+                    self.state = ProbeAllowed;
+                    self.claimed = false;
+                    self.deadline = None;
+                    self.reason = None;
+                    self.phase = None;
+                    self.detail = None;
+                    Step::Changed {
+                        from,
+                        to: ProbeAllowed,
+                    }
+                }
+            },
+            Input::SourceRemoved => {
+                if self.state == Disabled {
+                    return Step::Refused;
+                }
+                self.state = Disabled;
+                self.claimed = false;
+                self.deadline = None;
+                self.reason = Some(Reason::SourceRemoved);
+                self.phase = None;
+                self.detail = None;
+                Step::Changed { from, to: Disabled }
+            }
+            Input::SourceReturned => {
+                if self.state == Disabled && self.reason == Some(Reason::SourceRemoved) {
+                    self.state = ProbeAllowed;
+                    self.reason = None;
+                    self.detail = None;
+                    Step::Changed {
+                        from,
+                        to: ProbeAllowed,
+                    }
+                } else {
+                    Step::Refused
+                }
+            }
+        }
+    }
+
+    fn recover(&mut self) {
+        self.state = State::Available;
+        self.streak = 0;
+        self.reason_streak = 0;
+        self.reason = None;
+        self.phase = None;
+        self.detail = None;
+        self.cooldown = None;
+        self.deadline = None;
+    }
+
+    fn fail(&mut self, failure: Failure, policy: &Policy, now: Instant, jitter: f64) -> Step {
+        let from = self.state;
+        self.streak = self.streak.saturating_add(1);
+        self.reason_streak = if self.reason == failure.reason && self.reason_streak > 0 {
+            self.reason_streak.saturating_add(1)
+        } else {
+            1
+        };
+        self.reason = failure.reason;
+        self.phase = failure.phase;
+        self.detail = failure.detail.clone();
+        if let Some(n) = policy.disable_after(failure.reason) {
+            if self.reason_streak >= n {
+                self.state = State::Disabled;
+                self.deadline = None;
+                self.cooldown = None;
+                return Step::Changed {
+                    from,
+                    to: State::Disabled,
+                };
+            }
+        }
+        let d = policy.cooldown(&failure, self.streak, jitter);
+        self.state = State::Cooling;
+        self.cooldown = Some(d);
+        self.deadline = Some(now + d);
+        Step::Changed {
+            from,
+            to: State::Cooling,
+        }
+    }
+}
+
+/// The monotonic deadline to restore after a restart:
+/// `clamp(cooldown_until − now_wall, 0, cooldown_ms)`.
+pub fn restored_remaining(
+    cooldown_until: std::time::SystemTime,
+    now_wall: std::time::SystemTime,
+    cooldown: Duration,
+) -> Duration {
+    cooldown_until
+        .duration_since(now_wall)
+        .unwrap_or(Duration::ZERO)
+        .min(cooldown)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,11 @@
+//! proxypool: a forward-proxy pool manager.
+//!
+//! Endpoints live in SQLite with an explicit health state; cooldowns run on the monotonic
+//! clock; exactly one recovery attempt is admitted when a cooldown ends; scrapers lease
+//! endpoints over a local socket and report how each use went.
+
+pub mod config;
+pub mod endpoint;
+pub mod health;
+pub mod store;
+pub mod probe;

@@ -1,0 +1,1 @@
+//! Probes: one full transaction through a proxy to the pool's destination.

@@ -1,0 +1,840 @@
+//! SQLite storage: the only module that writes SQL.
+
+use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
+use std::time::{Duration, SystemTime};
+
+use include_dir::{include_dir, Dir};
+use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
+use rusqlite_migration::Migrations;
+use serde::Serialize;
+
+use crate::endpoint::{EndpointId, ProxyUrl, Scheme};
+use crate::health::{Phase, Reason, State};
+
+static MIGRATIONS_DIR: Dir = include_dir!("$CARGO_MANIFEST_DIR/migrations");
+static MIGRATIONS: LazyLock<Migrations<'static>> =
+    LazyLock::new(|| Migrations::from_directory(&MIGRATIONS_DIR).expect("migrations/ is valid"));
+
+/// Errors from the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite failed.
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// Applying migrations failed.
+    #[error("cannot migrate database {path}: {message}")]
+    Migration {
+        /// Database file.
+        path: PathBuf,
+        /// What failed.
+        message: String,
+    },
+    /// The database folder could not be created.
+    #[error("cannot create database folder {path}: {source}")]
+    CreateDir {
+        /// Folder.
+        path: PathBuf,
+        /// OS error.
+        source: std::io::Error,
+    },
+    /// An endpoint with the same identity exists.
+    #[error("endpoint {url} already exists in pool {pool:?} (id {id})")]
+    Duplicate {
+        /// Redacted URL.
+        url: String,
+        /// Pool.
+        pool: String,
+        /// Existing id.
+        id: EndpointId,
+    },
+    /// The same endpoint appears twice in one batch.
+    #[error("endpoint {url} is listed twice for pool {pool:?}")]
+    DuplicateInBatch {
+        /// Redacted URL.
+        url: String,
+        /// Pool.
+        pool: String,
+    },
+    /// No endpoint matched.
+    #[error("no endpoint {0}")]
+    NotFound(String),
+    /// A URL matched endpoints in several pools.
+    #[error("{url} matches endpoints in several pools ({ids}); use the id")]
+    Ambiguous {
+        /// Redacted URL.
+        url: String,
+        /// Matching ids.
+        ids: String,
+    },
+    /// A row holds a value this version does not understand.
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+}
+
+/// A stored endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointRow {
+    /// Id.
+    pub id: EndpointId,
+    /// URL with credentials.
+    pub url: ProxyUrl,
+    /// Pool.
+    pub pool: String,
+    /// Operator label.
+    pub label: Option<String>,
+    /// Who added it: `cli`, `config`, `source:NAME`.
+    pub source: Option<String>,
+    /// Health state.
+    pub state: State,
+    /// Last reason.
+    pub reason: Option<Reason>,
+    /// Last phase.
+    pub phase: Option<Phase>,
+    /// Last detail.
+    pub detail: Option<String>,
+    /// Consecutive failures.
+    pub streak: u32,
+    /// Consecutive failures of `reason`.
+    pub reason_streak: u32,
+    /// Length of the current/last cooldown.
+    pub cooldown_ms: Option<u64>,
+    /// Wall-clock end of the cooldown.
+    pub cooldown_until: Option<SystemTime>,
+    /// RFC 3339.
+    pub state_changed_at: String,
+    /// RFC 3339.
+    pub created_at: String,
+}
+
+/// The JSON shape of an endpoint in `list --json`, `show --json` and the socket.
+#[derive(Debug, Clone, Serialize)]
+pub struct EndpointView {
+    /// Id.
+    pub id: EndpointId,
+    /// URL, password redacted unless secrets were asked for.
+    pub url: String,
+    /// Pool.
+    pub pool: String,
+    /// Label.
+    pub label: Option<String>,
+    /// Source.
+    pub source: Option<String>,
+    /// State.
+    pub state: State,
+    /// Reason.
+    pub reason: Option<Reason>,
+    /// Phase.
+    pub phase: Option<Phase>,
+    /// Detail.
+    pub detail: Option<String>,
+    /// Streak.
+    pub streak: u32,
+    /// RFC 3339 UTC or null.
+    pub cooldown_until: Option<String>,
+    /// Cooldown length.
+    pub cooldown_ms: Option<u64>,
+    /// RFC 3339 UTC.
+    pub state_changed_at: String,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+}
+
+impl EndpointRow {
+    /// JSON view; `secrets` keeps the password.
+    pub fn view(&self, secrets: bool) -> EndpointView {
+        EndpointView {
+            id: self.id,
+            url: if secrets {
+                self.url.to_secret_string()
+            } else {
+                self.url.to_redacted_string()
+            },
+            pool: self.pool.clone(),
+            label: self.label.clone(),
+            source: self.source.clone(),
+            state: self.state,
+            reason: self.reason,
+            phase: self.phase,
+            detail: self.detail.clone(),
+            streak: self.streak,
+            cooldown_until: self.cooldown_until.map(fmt_time),
+            cooldown_ms: self.cooldown_ms,
+            state_changed_at: self.state_changed_at.clone(),
+            created_at: self.created_at.clone(),
+        }
+    }
+}
+
+/// An endpoint to insert.
+#[derive(Debug, Clone)]
+pub struct NewEndpoint {
+    /// URL.
+    pub url: ProxyUrl,
+    /// Pool.
+    pub pool: String,
+    /// Label.
+    pub label: Option<String>,
+    /// Who adds it.
+    pub source: Option<String>,
+    /// Initial state (depends on the pool mode).
+    pub state: State,
+}
+
+/// An event row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventRow {
+    /// Id (the order things happened).
+    pub id: i64,
+    /// RFC 3339 UTC.
+    pub at: String,
+    /// Kind, e.g. `state_changed`.
+    pub kind: String,
+    /// Endpoint id.
+    pub endpoint: Option<EndpointId>,
+    /// State before.
+    pub from: Option<String>,
+    /// State after.
+    pub to: Option<String>,
+    /// Reason.
+    pub reason: Option<String>,
+    /// Phase.
+    pub phase: Option<String>,
+    /// Detail.
+    pub detail: Option<String>,
+    /// Lease id.
+    pub lease: Option<String>,
+}
+
+/// An event to append.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NewEvent {
+    /// Endpoint id.
+    pub endpoint: Option<EndpointId>,
+    /// Kind.
+    pub kind: &'static str,
+    /// State before.
+    pub from: Option<State>,
+    /// State after.
+    pub to: Option<State>,
+    /// Reason.
+    pub reason: Option<Reason>,
+    /// Phase.
+    pub phase: Option<Phase>,
+    /// Detail (never a password).
+    pub detail: Option<String>,
+    /// Lease id.
+    pub lease: Option<String>,
+}
+
+/// The persisted health of an endpoint after a transition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthRecord {
+    /// Endpoint.
+    pub id: EndpointId,
+    /// State.
+    pub state: State,
+    /// Reason.
+    pub reason: Option<Reason>,
+    /// Phase.
+    pub phase: Option<Phase>,
+    /// Detail.
+    pub detail: Option<String>,
+    /// Streak.
+    pub streak: u32,
+    /// Same-reason streak.
+    pub reason_streak: u32,
+    /// Cooldown length.
+    pub cooldown_ms: Option<u64>,
+    /// Wall-clock deadline.
+    pub cooldown_until: Option<SystemTime>,
+}
+
+/// One durable write; a batch of them commits atomically.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// Update an endpoint's health and append its event.
+    Transition(HealthRecord, NewEvent),
+    /// Append an event only.
+    Event(NewEvent),
+    /// Record a source's last sniff.
+    SourceResult {
+        /// Pool.
+        pool: String,
+        /// Source name.
+        name: String,
+        /// Succeeded.
+        ok: bool,
+        /// Why / what.
+        detail: Option<String>,
+        /// Endpoints returned.
+        count: Option<usize>,
+    },
+}
+
+/// The last sniff of a source.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SourceRow {
+    /// Pool.
+    pub pool: String,
+    /// Source name.
+    pub name: String,
+    /// RFC 3339 of the last sniff.
+    pub last_at: Option<String>,
+    /// Whether it succeeded.
+    pub last_ok: Option<bool>,
+    /// Why it failed, or a summary.
+    pub last_detail: Option<String>,
+    /// How many endpoints it returned.
+    pub last_count: Option<i64>,
+}
+
+/// Format a wall-clock time as RFC 3339 UTC with milliseconds.
+pub fn fmt_time(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// Parse what `fmt_time` wrote.
+pub fn parse_time(s: &str) -> Option<SystemTime> {
+    humantime::parse_rfc3339_weak(s.trim_end_matches('Z'))
+        .ok()
+        .or_else(|| humantime::parse_rfc3339(s).ok())
+}
+
+/// The SQLite store.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+const ENDPOINT_COLS: &str = "id, pool, scheme, host, port, user, password, label, source, state, \
+     reason, phase, detail, streak, reason_streak, cooldown_ms, cooldown_until, \
+     state_changed_at, created_at";
+
+impl Store {
+    /// Open (creating and migrating) the database at `path`.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let mut conn = Connection::open(path)?;
+        // Another process (CLI vs daemon) may hold the write lock briefly.
+        conn.busy_timeout(Duration::from_secs(10))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        // FULL: a commit is on disk before we acknowledge it, also across power loss.
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        MIGRATIONS
+            .to_latest(&mut conn)
+            .map_err(|e| StoreError::Migration {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
+        Ok(Store {
+            conn,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The schema version (number of applied migrations).
+    pub fn schema_version(&self) -> Result<i64, StoreError> {
+        Ok(self
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))?)
+    }
+
+    /// Insert endpoints, all or nothing; returns their ids in order.
+    pub fn add_endpoints(&mut self, eps: &[NewEndpoint]) -> Result<Vec<EndpointId>, StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut ids = Vec::with_capacity(eps.len());
+        {
+            let mut seen = std::collections::HashSet::new();
+            let mut find = tx.prepare_cached(
+                "SELECT id FROM endpoints WHERE pool=?1 AND scheme=?2 AND host=?3 AND port=?4 AND user=?5",
+            )?;
+            let mut ins = tx.prepare_cached(
+                "INSERT INTO endpoints (pool, scheme, host, port, user, password, label, source, state, \
+                 streak, state_changed_at, created_at) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,0,?10,?10)",
+            )?;
+            let now = fmt_time(SystemTime::now());
+            for e in eps {
+                let u = &e.url;
+                let key = (e.pool.clone(), u.scheme, u.host.clone(), u.port, u.user_key().to_string());
+                if !seen.insert(key) {
+                    return Err(StoreError::DuplicateInBatch {
+                        url: u.to_redacted_string(),
+                        pool: e.pool.clone(),
+                    });
+                }
+                let existing: Option<i64> = find
+                    .query_row(
+                        params![e.pool, u.scheme.as_str(), u.host, u.port, u.user_key()],
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                if let Some(id) = existing {
+                    return Err(StoreError::Duplicate {
+                        url: u.to_redacted_string(),
+                        pool: e.pool.clone(),
+                        id,
+                    });
+                }
+                ins.execute(params![
+                    e.pool,
+                    u.scheme.as_str(),
+                    u.host,
+                    u.port,
+                    u.user_key(),
+                    u.password,
+                    e.label,
+                    e.source,
+                    e.state.as_str(),
+                    now
+                ])?;
+                let id = tx.last_insert_rowid();
+                insert_event(
+                    &tx,
+                    &NewEvent {
+                        endpoint: Some(id),
+                        kind: "added",
+                        to: Some(e.state),
+                        detail: e.source.clone(),
+                        ..Default::default()
+                    },
+                )?;
+                ids.push(id);
+            }
+        }
+        tx.commit()?;
+        Ok(ids)
+    }
+
+    /// Insert the endpoints that do not exist yet (config sync, sources); existing ones
+    /// get their password and label refreshed. Returns (id, newly added) per input.
+    pub fn ensure_endpoints(
+        &mut self,
+        eps: &[NewEndpoint],
+    ) -> Result<Vec<(EndpointId, bool)>, StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut out = Vec::with_capacity(eps.len());
+        {
+            let mut find = tx.prepare_cached(
+                "SELECT id, password, label FROM endpoints WHERE pool=?1 AND scheme=?2 AND host=?3 AND port=?4 AND user=?5",
+            )?;
+            let mut upd =
+                tx.prepare_cached("UPDATE endpoints SET password=?2, label=?3 WHERE id=?1")?;
+            let mut ins = tx.prepare_cached(
+                "INSERT INTO endpoints (pool, scheme, host, port, user, password, label, source, state, \
+                 streak, state_changed_at, created_at) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,0,?10,?10)",
+            )?;
+            let now = fmt_time(SystemTime::now());
+            for e in eps {
+                let u = &e.url;
+                let existing: Option<(i64, Option<String>, Option<String>)> = find
+                    .query_row(
+                        params![e.pool, u.scheme.as_str(), u.host, u.port, u.user_key()],
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                    )
+                    .optional()?;
+                match existing {
+                    Some((id, pw, label)) => {
+                        let label = e.label.clone().or(label);
+                        if pw != u.password || label != e.label {
+                            upd.execute(params![id, u.password, label])?;
+                        }
+                        out.push((id, false));
+                    }
+                    None => {
+                        ins.execute(params![
+                            e.pool,
+                            u.scheme.as_str(),
+                            u.host,
+                            u.port,
+                            u.user_key(),
+                            u.password,
+                            e.label,
+                            e.source,
+                            e.state.as_str(),
+                            now
+                        ])?;
+                        let id = tx.last_insert_rowid();
+                        insert_event(
+                            &tx,
+                            &NewEvent {
+                                endpoint: Some(id),
+                                kind: "added",
+                                to: Some(e.state),
+                                detail: e.source.clone(),
+                                ..Default::default()
+                            },
+                        )?;
+                        out.push((id, true));
+                    }
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// One endpoint by id.
+    pub fn get(&self, id: EndpointId) -> Result<Option<EndpointRow>, StoreError> {
+        let sql = format!("SELECT {ENDPOINT_COLS} FROM endpoints WHERE id=?1");
+        let mut st = self.conn.prepare_cached(&sql)?;
+        let row = st.query_row([id], read_endpoint).optional()?;
+        row.transpose()
+    }
+
+    /// Endpoints with this URL's identity, in any pool (or in `pool`).
+    pub fn find(&self, url: &ProxyUrl, pool: Option<&str>) -> Result<Vec<EndpointRow>, StoreError> {
+        let sql = format!(
+            "SELECT {ENDPOINT_COLS} FROM endpoints WHERE scheme=?1 AND host=?2 AND port=?3 AND user=?4 \
+             AND (?5 IS NULL OR pool=?5) ORDER BY id"
+        );
+        let mut st = self.conn.prepare_cached(&sql)?;
+        let rows = st.query_map(
+            params![url.scheme.as_str(), url.host, url.port, url.user_key(), pool],
+            read_endpoint,
+        )?;
+        rows.map(|r| r?).collect()
+    }
+
+    /// Resolve an operator's `ID|URL` argument to one endpoint.
+    pub fn resolve(&self, arg: &str) -> Result<EndpointRow, ResolveError> {
+        if let Ok(id) = arg.trim().parse::<EndpointId>() {
+            return self
+                .get(id)?
+                .ok_or_else(|| ResolveError::NotFound(format!("with id {id}")));
+        }
+        let url = ProxyUrl::parse(arg).map_err(ResolveError::BadUrl)?;
+        let mut found = self.find(&url, None)?;
+        match found.len() {
+            0 => Err(ResolveError::NotFound(url.to_redacted_string())),
+            1 => Ok(found.remove(0)),
+            _ => Err(ResolveError::Store(StoreError::Ambiguous {
+                url: url.to_redacted_string(),
+                ids: found
+                    .iter()
+                    .map(|r| r.id.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })),
+        }
+    }
+
+    /// Endpoints filtered by pool and state, by id.
+    pub fn list(&self, pool: Option<&str>, state: Option<State>) -> Result<Vec<EndpointRow>, StoreError> {
+        let sql = format!(
+            "SELECT {ENDPOINT_COLS} FROM endpoints WHERE (?1 IS NULL OR pool=?1) AND (?2 IS NULL OR state=?2) ORDER BY id"
+        );
+        let mut st = self.conn.prepare_cached(&sql)?;
+        let rows = st.query_map(params![pool, state.map(State::as_str)], read_endpoint)?;
+        rows.map(|r| r?).collect()
+    }
+
+    /// Delete endpoints (and only here), writing a `removed` event each; all or nothing.
+    pub fn remove(&mut self, ids: &[EndpointId]) -> Result<(), StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for &id in ids {
+            let n = tx.execute("DELETE FROM endpoints WHERE id=?1", [id])?;
+            if n == 0 {
+                return Err(StoreError::NotFound(format!("with id {id}")));
+            }
+            insert_event(
+                &tx,
+                &NewEvent {
+                    endpoint: Some(id),
+                    kind: "removed",
+                    ..Default::default()
+                },
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Apply a batch of writes in one transaction.
+    pub fn write(&mut self, writes: &[Write]) -> Result<(), StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for w in writes {
+            apply_write(&tx, w)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Apply a batch where each write succeeds or fails on its own (group commit):
+    /// one savepoint per write, one commit for all.
+    pub fn write_each(&mut self, writes: &[Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let mut tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut out = Vec::with_capacity(writes.len());
+        for w in writes {
+            let sp = tx.savepoint()?;
+            match apply_write(&sp, w) {
+                Ok(()) => {
+                    sp.commit()?;
+                    out.push(Ok(()));
+                }
+                Err(e) => {
+                    drop(sp);
+                    out.push(Err(e));
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// Events in order, optionally for one endpoint, with id > `after`.
+    pub fn events(
+        &self,
+        endpoint: Option<EndpointId>,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        let mut st = self.conn.prepare_cached(
+            "SELECT id, at, kind, endpoint, from_state, to_state, reason, phase, detail, lease FROM events \
+             WHERE id > ?1 AND (?2 IS NULL OR endpoint=?2) ORDER BY id LIMIT ?3",
+        )?;
+        let rows = st.query_map(params![after, endpoint, limit as i64], read_event)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The most recent events of an endpoint, newest first.
+    pub fn recent_events(&self, endpoint: EndpointId, limit: usize) -> Result<Vec<EventRow>, StoreError> {
+        let mut st = self.conn.prepare_cached(
+            "SELECT id, at, kind, endpoint, from_state, to_state, reason, phase, detail, lease FROM events \
+             WHERE endpoint=?1 ORDER BY id DESC LIMIT ?2",
+        )?;
+        let rows = st.query_map(params![endpoint, limit as i64], read_event)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The last sniff of each source.
+    pub fn sources(&self, pool: Option<&str>) -> Result<Vec<SourceRow>, StoreError> {
+        let mut st = self.conn.prepare_cached(
+            "SELECT pool, name, last_at, last_ok, last_detail, last_count FROM sources \
+             WHERE (?1 IS NULL OR pool=?1) ORDER BY pool, name",
+        )?;
+        let rows = st.query_map(params![pool], |r| {
+            Ok(SourceRow {
+                pool: r.get(0)?,
+                name: r.get(1)?,
+                last_at: r.get(2)?,
+                last_ok: r.get::<_, Option<i64>>(3)?.map(|v| v != 0),
+                last_detail: r.get(4)?,
+                last_count: r.get(5)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+/// Why an operator's `ID|URL` did not name one endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// Neither an id nor a valid URL.
+    #[error("{0}")]
+    BadUrl(crate::endpoint::EndpointError),
+    /// Nothing matched.
+    #[error("no endpoint {0}")]
+    NotFound(String),
+    /// Store failure or ambiguity.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn apply_write(tx: &Connection, w: &Write) -> Result<(), StoreError> {
+    match w {
+        Write::Transition(h, ev) => {
+            let mut st = tx.prepare_cached(
+                "UPDATE endpoints SET state=?2, reason=?3, phase=?4, detail=?5, streak=?6, reason_streak=?7, \
+                 cooldown_ms=?8, cooldown_until=?9, state_changed_at=?10 WHERE id=?1",
+            )?;
+            let n = st.execute(params![
+                h.id,
+                h.state.as_str(),
+                h.reason.map(Reason::as_str),
+                h.phase.map(Phase::as_str),
+                h.detail,
+                h.streak,
+                h.reason_streak,
+                h.cooldown_ms.map(|v| v as i64),
+                h.cooldown_until.map(fmt_time),
+                fmt_time(SystemTime::now()),
+            ])?;
+            if n == 0 {
+                return Err(StoreError::NotFound(format!("with id {}", h.id)));
+            }
+            insert_event(tx, ev)
+        }
+        Write::Event(ev) => insert_event(tx, ev),
+        Write::SourceResult {
+            pool,
+            name,
+            ok,
+            detail,
+            count,
+        } => {
+            tx.prepare_cached(
+                "INSERT INTO sources (pool, name, last_at, last_ok, last_detail, last_count) VALUES (?1,?2,?3,?4,?5,?6) \
+                 ON CONFLICT(pool, name) DO UPDATE SET last_at=excluded.last_at, last_ok=excluded.last_ok, \
+                 last_detail=excluded.last_detail, last_count=excluded.last_count",
+            )?
+            .execute(params![
+                pool,
+                name,
+                fmt_time(SystemTime::now()),
+                *ok as i64,
+                detail,
+                count.map(|c| c as i64)
+            ])?;
+            Ok(())
+        }
+    }
+}
+
+fn insert_event(tx: &Connection, ev: &NewEvent) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO events (at, endpoint, kind, from_state, to_state, reason, phase, detail, lease) \
+         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
+    )?
+    .execute(params![
+        fmt_time(SystemTime::now()),
+        ev.endpoint,
+        ev.kind,
+        ev.from.map(State::as_str),
+        ev.to.map(State::as_str),
+        ev.reason.map(Reason::as_str),
+        ev.phase.map(Phase::as_str),
+        ev.detail,
+        ev.lease
+    ])?;
+    Ok(())
+}
+
+fn read_event(r: &Row<'_>) -> rusqlite::Result<EventRow> {
+    Ok(EventRow {
+        id: r.get(0)?,
+        at: r.get(1)?,
+        kind: r.get(2)?,
+        endpoint: r.get(3)?,
+        from: r.get(4)?,
+        to: r.get(5)?,
+        reason: r.get(6)?,
+        phase: r.get(7)?,
+        detail: r.get(8)?,
+        lease: r.get(9)?,
+    })
+}
+
+fn read_endpoint(r: &Row<'_>) -> rusqlite::Result<Result<EndpointRow, StoreError>> {
+    let id: i64 = r.get(0)?;
+    let scheme: String = r.get(2)?;
+    let user: String = r.get(5)?;
+    let state: String = r.get(9)?;
+    let reason: Option<String> = r.get(10)?;
+    let phase: Option<String> = r.get(11)?;
+    let until: Option<String> = r.get(16)?;
+    let corrupt = |what: &str| StoreError::Corrupt(format!("endpoint {id}: {what}"));
+    let build = || -> Result<EndpointRow, StoreError> {
+        let scheme: Scheme = scheme.parse().map_err(|_| corrupt("scheme"))?;
+        Ok(EndpointRow {
+            id,
+            url: ProxyUrl {
+                scheme,
+                host: r.get(3)?,
+                port: r.get(4)?,
+                user: (!user.is_empty()).then(|| user.clone()),
+                password: r.get(6)?,
+            },
+            pool: r.get(1)?,
+            label: r.get(7)?,
+            source: r.get(8)?,
+            state: state.parse().map_err(|_| corrupt("state"))?,
+            reason: reason
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(|_| corrupt("reason"))?,
+            phase: phase
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(|_| corrupt("phase"))?,
+            detail: r.get(12)?,
+            streak: r.get(13)?,
+            reason_streak: r.get(14)?,
+            cooldown_ms: r.get::<_, Option<i64>>(15)?.map(|v| v.max(0) as u64),
+            cooldown_until: until.as_deref().and_then(parse_time),
+            state_changed_at: r.get(17)?,
+            created_at: r.get(18)?,
+        })
+    };
+    Ok(build())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn new_ep(url: &str, pool: &str) -> NewEndpoint {
+        NewEndpoint {
+            url: ProxyUrl::parse(url).unwrap(),
+            pool: pool.into(),
+            label: None,
+            source: Some("cli".into()),
+            state: State::Available,
+        }
+    }
+
+    #[test]
+    fn identity_includes_user_and_pool() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("t.db")).unwrap();
+        let ids = s
+            .add_endpoints(&[
+                new_ep("socks5://a:x@h:1", "default"),
+                new_ep("socks5://b:x@h:1", "default"),
+                new_ep("socks5://h:1", "default"),
+                new_ep("socks5://a:x@h:1", "other"),
+            ])
+            .unwrap();
+        assert_eq!(ids.len(), 4);
+        // Same identity with another password is a duplicate; the batch changes nothing.
+        let err = s
+            .add_endpoints(&[new_ep("http://h:2", "default"), new_ep("socks5://a:y@h:1", "default")])
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Duplicate { .. }), "{err}");
+        assert!(!err.to_string().contains(":y@"));
+        assert_eq!(s.list(None, None).unwrap().len(), 4);
+        assert!(matches!(
+            s.resolve("socks5://a@h:1").unwrap_err(),
+            ResolveError::Store(StoreError::Ambiguous { .. })
+        ));
+    }
+
+    #[test]
+    fn times_round_trip() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_790_000_000_123);
+        assert_eq!(parse_time(&fmt_time(t)), Some(t));
+    }
+}
