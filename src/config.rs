@@ -289,9 +289,11 @@ impl Default for Config {
 
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     let s = String::deserialize(d)?;
-    humantime::parse_duration(&s)
-        .map(Some)
-        .map_err(|e| serde::de::Error::custom(format!("invalid duration {s:?}: {e} (write e.g. \"90s\", \"5m\", \"1h 30m\")")))
+    humantime::parse_duration(&s).map(Some).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "invalid duration {s:?}: {e} (write e.g. \"90s\", \"5m\", \"1h 30m\")"
+        ))
+    })
 }
 
 #[derive(Deserialize)]
@@ -477,7 +479,10 @@ impl Config {
                 pr.expect_body = p.expect_body;
                 if let Some(t) = p.timeout {
                     if t.is_zero() {
-                        return Err(invalid(format!("{key}.probe.timeout"), "must be > 0".into()));
+                        return Err(invalid(
+                            format!("{key}.probe.timeout"),
+                            "must be > 0".into(),
+                        ));
                     }
                     pr.timeout = t;
                 }
@@ -581,7 +586,8 @@ impl Config {
         }
         for (i, e) in raw.endpoints.into_iter().enumerate() {
             let key = format!("endpoint[{i}]");
-            let url = ProxyUrl::parse(&e.url).map_err(|err| invalid(format!("{key}.url"), err.to_string()))?;
+            let url = ProxyUrl::parse(&e.url)
+                .map_err(|err| invalid(format!("{key}.url"), err.to_string()))?;
             let pool = e.pool.unwrap_or_else(|| DEFAULT_POOL.to_string());
             if !cfg.pools.contains_key(&pool) {
                 return Err(invalid(

@@ -335,7 +335,10 @@ fn validate_host(h: &str, red: &str) -> Result<String, EndpointError> {
     let trimmed = lower.strip_suffix('.').unwrap_or(&lower);
     if trimmed.len() <= 253 && trimmed.split('.').all(ok_label) {
         // All-numeric dotted names that are not valid IPv4 (e.g. 1.2.3.999) are typos.
-        if trimmed.split('.').all(|l| l.bytes().all(|b| b.is_ascii_digit())) {
+        if trimmed
+            .split('.')
+            .all(|l| l.bytes().all(|b| b.is_ascii_digit()))
+        {
             return Err(EndpointError::InvalidHost {
                 host: h.to_string(),
                 url: red.to_string(),
@@ -376,7 +379,14 @@ mod tests {
     #[test]
     fn parses_every_scheme_and_host_kind() {
         let cases = [
-            ("http://1.2.3.4:8080", Scheme::Http, "1.2.3.4", 8080, None, None),
+            (
+                "http://1.2.3.4:8080",
+                Scheme::Http,
+                "1.2.3.4",
+                8080,
+                None,
+                None,
+            ),
             (
                 "https://Proxy.Example.com:443/",
                 Scheme::Https,
@@ -386,7 +396,14 @@ mod tests {
                 None,
             ),
             ("socks4://h:1080", Scheme::Socks4, "h", 1080, None, None),
-            ("socks4a://u@h:1080", Scheme::Socks4a, "h", 1080, Some("u"), None),
+            (
+                "socks4a://u@h:1080",
+                Scheme::Socks4a,
+                "h",
+                1080,
+                Some("u"),
+                None,
+            ),
             (
                 "socks5://u:p%40ss@[::1]:1080",
                 Scheme::Socks5,

@@ -455,7 +455,13 @@ pub enum Step {
 
 impl Health {
     /// Apply an input. `now` is the monotonic time, `jitter_sample` in [-1, 1].
-    pub fn apply(&mut self, input: Input, policy: &Policy, now: Instant, jitter_sample: f64) -> Step {
+    pub fn apply(
+        &mut self,
+        input: Input,
+        policy: &Policy,
+        now: Instant,
+        jitter_sample: f64,
+    ) -> Step {
         use State::*;
         let from = self.state;
         match input {

@@ -4,8 +4,15 @@
 //! clock; exactly one recovery attempt is admitted when a cooldown ends; scrapers lease
 //! endpoints over a local socket and report how each use went.
 
+pub mod cli;
+pub mod client;
 pub mod config;
+pub mod daemon;
 pub mod endpoint;
 pub mod health;
-pub mod store;
+pub mod pool;
 pub mod probe;
+pub mod protocol;
+pub mod server;
+pub mod sources;
+pub mod store;

@@ -108,7 +108,7 @@ pub struct EndpointRow {
 }
 
 /// The JSON shape of an endpoint in `list --json`, `show --json` and the socket.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EndpointView {
     /// Id.
     pub id: EndpointId,
@@ -369,7 +369,13 @@ impl Store {
             let now = fmt_time(SystemTime::now());
             for e in eps {
                 let u = &e.url;
-                let key = (e.pool.clone(), u.scheme, u.host.clone(), u.port, u.user_key().to_string());
+                let key = (
+                    e.pool.clone(),
+                    u.scheme,
+                    u.host.clone(),
+                    u.port,
+                    u.user_key().to_string(),
+                );
                 if !seen.insert(key) {
                     return Err(StoreError::DuplicateInBatch {
                         url: u.to_redacted_string(),
@@ -505,7 +511,13 @@ impl Store {
         );
         let mut st = self.conn.prepare_cached(&sql)?;
         let rows = st.query_map(
-            params![url.scheme.as_str(), url.host, url.port, url.user_key(), pool],
+            params![
+                url.scheme.as_str(),
+                url.host,
+                url.port,
+                url.user_key(),
+                pool
+            ],
             read_endpoint,
         )?;
         rows.map(|r| r?).collect()
@@ -535,7 +547,11 @@ impl Store {
     }
 
     /// Endpoints filtered by pool and state, by id.
-    pub fn list(&self, pool: Option<&str>, state: Option<State>) -> Result<Vec<EndpointRow>, StoreError> {
+    pub fn list(
+        &self,
+        pool: Option<&str>,
+        state: Option<State>,
+    ) -> Result<Vec<EndpointRow>, StoreError> {
         let sql = format!(
             "SELECT {ENDPOINT_COLS} FROM endpoints WHERE (?1 IS NULL OR pool=?1) AND (?2 IS NULL OR state=?2) ORDER BY id"
         );
@@ -579,16 +595,19 @@ impl Store {
         Ok(())
     }
 
-    /// Apply a batch where each write succeeds or fails on its own (group commit):
-    /// one savepoint per write, one commit for all.
-    pub fn write_each(&mut self, writes: &[Write]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    /// Group commit: apply several independent batches in one transaction, each batch
+    /// atomic on its own (a savepoint), so one bad batch fails alone.
+    pub fn write_groups(
+        &mut self,
+        groups: &[Vec<Write>],
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let mut tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut out = Vec::with_capacity(writes.len());
-        for w in writes {
+        let mut out = Vec::with_capacity(groups.len());
+        for g in groups {
             let sp = tx.savepoint()?;
-            match apply_write(&sp, w) {
+            match g.iter().try_for_each(|w| apply_write(&sp, w)) {
                 Ok(()) => {
                     sp.commit()?;
                     out.push(Ok(()));
@@ -619,7 +638,11 @@ impl Store {
     }
 
     /// The most recent events of an endpoint, newest first.
-    pub fn recent_events(&self, endpoint: EndpointId, limit: usize) -> Result<Vec<EventRow>, StoreError> {
+    pub fn recent_events(
+        &self,
+        endpoint: EndpointId,
+        limit: usize,
+    ) -> Result<Vec<EventRow>, StoreError> {
         let mut st = self.conn.prepare_cached(
             "SELECT id, at, kind, endpoint, from_state, to_state, reason, phase, detail, lease FROM events \
              WHERE endpoint=?1 ORDER BY id DESC LIMIT ?2",
@@ -821,7 +844,10 @@ mod tests {
         assert_eq!(ids.len(), 4);
         // Same identity with another password is a duplicate; the batch changes nothing.
         let err = s
-            .add_endpoints(&[new_ep("http://h:2", "default"), new_ep("socks5://a:y@h:1", "default")])
+            .add_endpoints(&[
+                new_ep("http://h:2", "default"),
+                new_ep("socks5://a:y@h:1", "default"),
+            ])
             .unwrap_err();
         assert!(matches!(err, StoreError::Duplicate { .. }), "{err}");
         assert!(!err.to_string().contains(":y@"));

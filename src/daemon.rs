@@ -1,0 +1,284 @@
+//! `proxypool serve`: the engine, its timer, the prober loops, sources and the socket.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+use crate::config::{Config, PoolConfig};
+use crate::endpoint::EndpointId;
+use crate::health::{Phase, Reason, State};
+use crate::pool::engine::{Engine, EngineError};
+use crate::pool::Outcome;
+use crate::probe::{ProbeError, ProbeResult, Prober};
+use crate::server::{self, Handler, ServerError};
+
+/// Errors starting or running the daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// Socket setup.
+    #[error(transparent)]
+    Server(#[from] ServerError),
+    /// Engine / store.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// Probe configuration.
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+}
+
+/// How `serve` listens.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Unix socket path.
+    pub socket: PathBuf,
+    /// Optional TCP listener.
+    pub listen_tcp: Option<SocketAddr>,
+    /// Token required on TCP.
+    pub token: Option<String>,
+}
+
+/// One probe's outcome, as `probe` prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbeReport {
+    /// Endpoint id.
+    pub id: EndpointId,
+    /// Redacted URL.
+    pub url: String,
+    /// Pool.
+    pub pool: String,
+    /// Passed.
+    pub ok: bool,
+    /// Not run (e.g. its single attempt is already claimed).
+    pub skipped: Option<String>,
+    /// Failure reason.
+    pub reason: Option<Reason>,
+    /// Failure phase.
+    pub phase: Option<Phase>,
+    /// HTTP status seen.
+    pub status: Option<u16>,
+    /// Failure detail.
+    pub detail: Option<String>,
+    /// Milliseconds per phase.
+    pub phases_ms: Vec<(Phase, f64)>,
+    /// Total milliseconds.
+    pub total_ms: f64,
+    /// State after the result was applied.
+    pub state: Option<State>,
+    /// This probe was the endpoint's single recovery attempt.
+    pub trial: bool,
+}
+
+/// Probers for every configured pool.
+pub fn probers(cfg: &Config) -> Result<HashMap<String, Prober>, ProbeError> {
+    cfg.pools
+        .values()
+        .map(|p| Ok((p.name.clone(), Prober::new(&p.probe)?)))
+        .collect()
+}
+
+/// Probe one endpoint and feed the result to the engine. A `probe_allowed` endpoint is
+/// probed only if this call wins its single claim.
+pub async fn probe_one(
+    engine: &Engine,
+    prober: &Prober,
+    id: EndpointId,
+) -> Result<ProbeReport, EngineError> {
+    let (url, pool, state) = {
+        let p = engine.pools();
+        match (p.url(id), p.pool_of(id), p.health(id)) {
+            (Some(u), Some(pool), Some(h)) => (u.clone(), pool.to_string(), h.state),
+            _ => return Err(crate::pool::PoolError::UnknownEndpoint(id).into()),
+        }
+    };
+    let mut report = ProbeReport {
+        id,
+        url: url.to_redacted_string(),
+        pool,
+        ok: false,
+        skipped: None,
+        reason: None,
+        phase: None,
+        status: None,
+        detail: None,
+        phases_ms: Vec::new(),
+        total_ms: 0.0,
+        state: Some(state),
+        trial: false,
+    };
+    if state == State::ProbeAllowed {
+        if !engine.try_claim(id).await? {
+            report.skipped = Some("its single recovery attempt is already in flight".into());
+            return Ok(report);
+        }
+        report.trial = true;
+    }
+    let r: ProbeResult = prober.probe(&url).await;
+    report.ok = r.ok;
+    report.status = r.status;
+    report.phases_ms = r
+        .phases
+        .iter()
+        .map(|(p, d)| (*p, d.as_secs_f64() * 1000.0))
+        .collect();
+    report.total_ms = r.total.as_secs_f64() * 1000.0;
+    let outcome = match r.failure {
+        None if r.ok => Outcome::Success,
+        Some(f) => {
+            report.reason = f.reason;
+            report.phase = f.phase;
+            report.detail = f.detail.clone();
+            Outcome::Failure(f)
+        }
+        None => Outcome::Failure(crate::health::Failure::new(
+            Reason::ProxyProtocolError,
+            None,
+        )),
+    };
+    let detail = report.status.map(|s| format!("status {s}"));
+    report.state = Some(
+        engine
+            .probe_result(id, outcome, report.trial, detail)
+            .await?,
+    );
+    Ok(report)
+}
+
+/// Recovery probes and periodic checks of one pool, until `shutdown`.
+async fn prober_loop(
+    engine: Arc<Engine>,
+    pool: PoolConfig,
+    prober: Prober,
+    shutdown: CancellationToken,
+) {
+    let sem = Arc::new(Semaphore::new(pool.probe.concurrency));
+    let tracker = TaskTracker::new();
+    let interval = pool.probe.interval;
+    let jittered = |d: Duration| d.mul_f64(0.9 + fastrand::f64() * 0.2);
+    let mut next_check =
+        (!interval.is_zero()).then(|| tokio::time::Instant::now() + jittered(interval));
+    loop {
+        // Recovery attempts: claim as many as the concurrency cap allows.
+        while let Ok(permit) = sem.clone().try_acquire_owned() {
+            match engine.claim_next(&pool.name).await {
+                Ok(Some((id, url))) => {
+                    let (engine, prober) = (engine.clone(), prober.clone());
+                    tracker.spawn(async move {
+                        let r = prober.probe(&url).await;
+                        let outcome = match r.failure {
+                            Some(f) => Outcome::Failure(f),
+                            None => Outcome::Success,
+                        };
+                        let detail = r.status.map(|s| format!("status {s}"));
+                        if let Err(e) = engine.probe_result(id, outcome, true, detail).await {
+                            warn!(endpoint = id, error = %e, "could not record probe result");
+                        }
+                        drop(permit);
+                    });
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    warn!(pool = %pool.name, error = %e, "claim failed");
+                    break;
+                }
+            }
+        }
+        if let Some(at) = next_check {
+            if tokio::time::Instant::now() >= at {
+                let ids = engine.pools().available_ids(&pool.name);
+                debug!(pool = %pool.name, n = ids.len(), "periodic check");
+                for id in ids {
+                    let permit = tokio::select! {
+                        p = sem.clone().acquire_owned() => p,
+                        _ = shutdown.cancelled() => break,
+                    };
+                    let Ok(permit) = permit else { break };
+                    let (engine, prober) = (engine.clone(), prober.clone());
+                    tracker.spawn(async move {
+                        if let Err(e) = probe_one(&engine, &prober, id).await {
+                            debug!(endpoint = id, error = %e, "periodic probe not recorded");
+                        }
+                        drop(permit);
+                    });
+                }
+                next_check = Some(tokio::time::Instant::now() + jittered(interval));
+            }
+        }
+        let wake =
+            next_check.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = engine.changed() => {}
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            _ = tokio::time::sleep_until(wake) => {}
+        }
+    }
+    tracker.close();
+    // In-flight probes are dropped: claims are never persisted, so a restart simply
+    // admits the attempt again.
+}
+
+/// Run the daemon until `shutdown` is cancelled.
+pub async fn serve(
+    config: Arc<Config>,
+    engine: Arc<Engine>,
+    opts: ServeOptions,
+    shutdown: CancellationToken,
+) -> Result<(), DaemonError> {
+    let listener = server::bind_unix(&opts.socket).await?;
+    let tcp = match opts.listen_tcp {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServerError::Bind {
+                    path: addr.to_string(),
+                    source,
+                })?,
+        ),
+        None => None,
+    };
+    let probers = probers(&config)?;
+    let tracker = TaskTracker::new();
+    tracker.spawn(engine.clone().run_timer(shutdown.clone().cancelled_owned()));
+    for pool in config.pools.values() {
+        if pool.mode.prober_recovers() {
+            tracker.spawn(prober_loop(
+                engine.clone(),
+                pool.clone(),
+                probers[&pool.name].clone(),
+                shutdown.clone(),
+            ));
+        }
+        if !pool.sources.is_empty() {
+            tracker.spawn(crate::sources::run(
+                engine.clone(),
+                pool.clone(),
+                shutdown.clone(),
+            ));
+        }
+    }
+    let handler = Arc::new(Handler::new(
+        engine.clone(),
+        config.clone(),
+        opts.token.clone(),
+    ));
+    if let Some(l) = tcp {
+        info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "listening on TCP (token required)");
+        tracker.spawn(server::run_tcp(l, handler.clone(), shutdown.clone()));
+    }
+    info!(socket = %opts.socket.display(), endpoints = engine.pools().len(), "serving");
+    server::run(listener, handler, shutdown.clone()).await;
+    tracker.close();
+    tracker.wait().await;
+    engine.flush().await?;
+    let _ = std::fs::remove_file(&opts.socket);
+    info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,451 @@
+//! The running pool: `Pools` behind a mutex, with a group-committing store writer.
+//!
+//! Writes are queued while the pool lock is held, so the event log keeps the order in
+//! which things happened; callers are answered only after their writes committed.
+
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+use tracing::{debug, error, warn};
+
+use super::{Grant, Outcome, PoolError, PoolStatus, Pools};
+use crate::config::{Config, PoolConfig};
+use crate::endpoint::{EndpointId, ProxyUrl};
+use crate::health::{Input, State, Step};
+use crate::store::{EndpointRow, NewEndpoint, Store, StoreError, Write};
+
+/// Errors of engine operations.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// A pool-level refusal (maps to a protocol error code).
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    /// The store failed; the operation was not acknowledged.
+    #[error("store: {0}")]
+    Store(String),
+}
+
+impl From<StoreError> for EngineError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(m) => EngineError::Store(format!("no endpoint {m}")),
+            other => EngineError::Store(other.to_string()),
+        }
+    }
+}
+
+type Call = Box<dyn FnOnce(&mut Store) + Send>;
+
+enum Job {
+    Writes(Vec<Write>, oneshot::Sender<Result<(), String>>),
+    Call(Call),
+}
+
+/// Handle to the store thread. Batches writes of concurrent callers into one commit.
+#[derive(Clone)]
+pub struct Writer {
+    tx: mpsc::Sender<Job>,
+}
+
+/// Most writes folded into one commit.
+const MAX_BATCH: usize = 4096;
+
+impl Writer {
+    /// Move `store` to its own thread.
+    pub fn spawn(mut store: Store) -> Writer {
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("proxypool-store".into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    let mut groups = Vec::new();
+                    let mut acks = Vec::new();
+                    let mut calls = Vec::new();
+                    let mut n = 0;
+                    let mut next = Some(first);
+                    while let Some(job) = next.take() {
+                        match job {
+                            Job::Writes(w, ack) => {
+                                n += w.len();
+                                groups.push(w);
+                                acks.push(ack);
+                            }
+                            Job::Call(c) => {
+                                calls.push(c);
+                                break;
+                            }
+                        }
+                        if n < MAX_BATCH {
+                            next = rx.try_recv().ok();
+                        }
+                    }
+                    if !groups.is_empty() {
+                        match store.write_groups(&groups) {
+                            Ok(results) => {
+                                for (ack, r) in acks.into_iter().zip(results) {
+                                    let _ = ack.send(r.map_err(|e| e.to_string()));
+                                }
+                            }
+                            Err(e) => {
+                                error!(error = %e, "store commit failed");
+                                for ack in acks {
+                                    let _ = ack.send(Err(e.to_string()));
+                                }
+                            }
+                        }
+                    }
+                    // Calls run after the writes queued before them, keeping order.
+                    for c in calls {
+                        c(&mut store);
+                    }
+                }
+                debug!("store thread stopped");
+            })
+            .expect("spawn store thread");
+        Writer { tx }
+    }
+
+    /// Queue writes; the receiver resolves once they are committed.
+    pub fn queue(&self, writes: Vec<Write>) -> oneshot::Receiver<Result<(), String>> {
+        let (ack, rx) = oneshot::channel();
+        if writes.is_empty() {
+            let _ = ack.send(Ok(()));
+        } else if self.tx.send(Job::Writes(writes, ack)).is_err() {
+            // The receiver sees a closed channel and reports it.
+        }
+        rx
+    }
+
+    /// Run `f` on the store thread, in order with queued writes.
+    pub async fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Store) -> T + Send + 'static,
+    ) -> Result<T, EngineError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Job::Call(Box::new(move |s| {
+                let _ = tx.send(f(s));
+            })))
+            .map_err(|_| EngineError::Store("store thread stopped".into()))?;
+        rx.await
+            .map_err(|_| EngineError::Store("store thread stopped".into()))
+    }
+}
+
+async fn committed(rx: oneshot::Receiver<Result<(), String>>) -> Result<(), EngineError> {
+    match rx.await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(EngineError::Store(e)),
+        Err(_) => Err(EngineError::Store("store thread stopped".into())),
+    }
+}
+
+/// Shared, running pool state.
+pub struct Engine {
+    pools: Mutex<Pools>,
+    writer: Writer,
+    /// Something may have become leasable (wakes `wait`ing leases).
+    freed: Notify,
+    /// Deadlines changed (wakes the timer).
+    rescheduled: Notify,
+}
+
+impl Engine {
+    /// Load every stored endpoint into memory and start the store thread.
+    pub fn open(
+        store: Store,
+        pools: impl IntoIterator<Item = PoolConfig>,
+    ) -> Result<Arc<Engine>, EngineError> {
+        let rows = store.list(None, None)?;
+        let mut p = Pools::new(pools);
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        for r in &rows {
+            p.insert_row(r, now, wall);
+        }
+        Ok(Arc::new(Engine {
+            pools: Mutex::new(p),
+            writer: Writer::spawn(store),
+            freed: Notify::new(),
+            rescheduled: Notify::new(),
+        }))
+    }
+
+    /// The store writer.
+    pub fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Pools> {
+        // A panic while holding the lock leaves consistent-enough state for a pool
+        // manager; refusing every later request would be worse.
+        self.pools.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Run `f` on the pools and queue its writes under the lock, then wait for the commit.
+    async fn with<T>(
+        &self,
+        f: impl FnOnce(&mut Pools, Instant, SystemTime) -> (T, Vec<Write>),
+    ) -> Result<T, EngineError> {
+        let rx;
+        let out;
+        {
+            let mut p = self.lock();
+            let before = p.next_due();
+            let (o, writes) = f(&mut p, Instant::now(), SystemTime::now());
+            if p.next_due() != before {
+                self.rescheduled.notify_one();
+            }
+            rx = self.writer.queue(writes);
+            out = o;
+        }
+        committed(rx).await?;
+        Ok(out)
+    }
+
+    /// Lease an endpoint, waiting up to `wait` for one to become available.
+    pub async fn lease(
+        &self,
+        pool: &str,
+        ttl: Duration,
+        session: Option<&str>,
+        wait: Duration,
+    ) -> Result<Grant, EngineError> {
+        let give_up = Instant::now() + wait;
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            let r = self
+                .with(|p, now, wall| p.lease(pool, ttl, session, now, wall))
+                .await?;
+            match r {
+                Ok(g) => return Ok(g),
+                Err(PoolError::Exhausted { retry_after, .. }) if Instant::now() < give_up => {
+                    let mut until = give_up;
+                    if let Some(d) = retry_after {
+                        until = until.min(Instant::now() + d);
+                    }
+                    tokio::select! {
+                        _ = &mut freed => {}
+                        _ = tokio::time::sleep_until(until) => {}
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Release a lease.
+    pub async fn release(&self, lease: &str) -> Result<(), EngineError> {
+        let r = self
+            .with(|p, now, wall| p.release(lease, now, wall))
+            .await?;
+        self.freed.notify_waiters();
+        Ok(r?)
+    }
+
+    /// Report a lease's outcome; returns the endpoint's state.
+    pub async fn report(&self, lease: &str, outcome: Outcome) -> Result<State, EngineError> {
+        let r = self
+            .with(|p, now, wall| p.report(lease, outcome, now, wall))
+            .await?;
+        self.freed.notify_waiters();
+        Ok(r?)
+    }
+
+    /// Apply an operator or source input to an endpoint.
+    pub async fn input(
+        &self,
+        id: EndpointId,
+        input: Input,
+        kind: &'static str,
+        detail: Option<String>,
+    ) -> Result<(Step, State), EngineError> {
+        let r = self
+            .with(|p, now, wall| p.input(id, input, kind, detail, now, wall))
+            .await?;
+        self.freed.notify_waiters();
+        Ok(r?)
+    }
+
+    /// Claim the next recovery attempt of a pool (prober).
+    pub async fn claim_next(
+        &self,
+        pool: &str,
+    ) -> Result<Option<(EndpointId, ProxyUrl)>, EngineError> {
+        self.with(|p, now, wall| p.claim_next(pool, now, wall))
+            .await
+    }
+
+    /// Try to take one endpoint's single recovery attempt.
+    pub async fn try_claim(&self, id: EndpointId) -> Result<bool, EngineError> {
+        self.with(|p, now, wall| p.try_claim(id, now, wall)).await
+    }
+
+    /// Resolves on the next change that may make an endpoint leasable or probeable.
+    pub fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.freed.notified()
+    }
+
+    /// Record a probe result.
+    pub async fn probe_result(
+        &self,
+        id: EndpointId,
+        outcome: Outcome,
+        trial: bool,
+        detail: Option<String>,
+    ) -> Result<State, EngineError> {
+        let r = self
+            .with(|p, now, wall| p.probe_result(id, outcome, trial, detail, now, wall))
+            .await?;
+        self.freed.notify_waiters();
+        Ok(r?)
+    }
+
+    /// Hand a claimed probe attempt back without an outcome.
+    pub async fn abandon(&self, id: EndpointId, why: &str) -> Result<(), EngineError> {
+        self.input(id, Input::Abandon, "trial_abandoned", Some(why.to_string()))
+            .await
+            .map(|_| ())
+    }
+
+    /// Add endpoints (all or nothing) to the store and the pools.
+    pub async fn add(&self, eps: Vec<NewEndpoint>) -> Result<Vec<EndpointId>, EngineError> {
+        let rows = self
+            .writer
+            .call(move |s| -> Result<Vec<EndpointRow>, StoreError> {
+                let ids = s.add_endpoints(&eps)?;
+                ids.into_iter()
+                    .map(|id| s.get(id)?.ok_or(StoreError::NotFound(id.to_string())))
+                    .collect()
+            })
+            .await??;
+        self.load_rows(&rows);
+        Ok(rows.iter().map(|r| r.id).collect())
+    }
+
+    /// Insert missing endpoints (config sync, sources); returns (id, added).
+    pub async fn ensure(
+        &self,
+        eps: Vec<NewEndpoint>,
+    ) -> Result<Vec<(EndpointId, bool)>, EngineError> {
+        let (res, rows) = self
+            .writer
+            .call(move |s| -> Result<_, StoreError> {
+                let res = s.ensure_endpoints(&eps)?;
+                let mut rows = Vec::new();
+                for (id, _) in &res {
+                    rows.extend(s.get(*id)?);
+                }
+                Ok((res, rows))
+            })
+            .await??;
+        {
+            let mut p = self.lock();
+            let (now, wall) = (Instant::now(), SystemTime::now());
+            for (r, (_, added)) in rows.iter().zip(&res) {
+                if *added || p.health(r.id).is_none() {
+                    p.insert_row(r, now, wall);
+                } else {
+                    p.update_url(r.id, r.url.clone());
+                }
+            }
+        }
+        self.freed.notify_waiters();
+        Ok(res)
+    }
+
+    fn load_rows(&self, rows: &[EndpointRow]) {
+        {
+            let mut p = self.lock();
+            let (now, wall) = (Instant::now(), SystemTime::now());
+            for r in rows {
+                p.insert_row(r, now, wall);
+            }
+        }
+        self.freed.notify_waiters();
+        self.rescheduled.notify_one();
+    }
+
+    /// Delete endpoints (all or nothing).
+    pub async fn remove(&self, ids: Vec<EndpointId>) -> Result<(), EngineError> {
+        let ids2 = ids.clone();
+        self.writer.call(move |s| s.remove(&ids2)).await??;
+        let mut p = self.lock();
+        for id in ids {
+            p.remove_entry(id);
+        }
+        Ok(())
+    }
+
+    /// Counts by state.
+    pub fn status(&self, pool: Option<&str>) -> Result<Vec<PoolStatus>, EngineError> {
+        Ok(self.lock().status(pool, Instant::now())?)
+    }
+
+    /// Read access to the pools.
+    pub fn pools(&self) -> MutexGuard<'_, Pools> {
+        self.lock()
+    }
+
+    /// Expire leases and end cooldowns on time, whether or not anyone calls.
+    pub async fn run_timer(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        loop {
+            let due = self.lock().next_due();
+            let sleep = async {
+                match due {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = &mut shutdown => return,
+                _ = self.rescheduled.notified() => continue,
+                _ = sleep => {}
+            }
+            match self.with(|p, now, wall| ((), p.advance(now, wall))).await {
+                Ok(()) => self.freed.notify_waiters(),
+                Err(e) => {
+                    warn!(error = %e, "could not persist deadline transitions; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+
+    /// Wait until every queued write is committed.
+    pub async fn flush(&self) -> Result<(), EngineError> {
+        self.writer.call(|_| ()).await
+    }
+}
+
+/// Make the endpoints declared in the config exist in the store (never removes any).
+pub fn sync_config_endpoints(store: &mut Store, cfg: &Config) -> Result<usize, StoreError> {
+    let eps: Vec<NewEndpoint> = cfg
+        .endpoints
+        .iter()
+        .map(|d| NewEndpoint {
+            url: d.url.clone(),
+            pool: d.pool.clone(),
+            label: d.label.clone(),
+            source: Some("config".into()),
+            state: initial_state(cfg.pool(&d.pool)),
+        })
+        .collect();
+    Ok(store
+        .ensure_endpoints(&eps)?
+        .iter()
+        .filter(|(_, added)| *added)
+        .count())
+}
+
+/// The state a new endpoint starts in, by pool mode (SPEC §5).
+pub fn initial_state(pool: Option<&PoolConfig>) -> State {
+    match pool.map(|p| p.mode.prober_recovers()) {
+        Some(true) => State::ProbeAllowed,
+        _ => State::Available,
+    }
+}

@@ -1,0 +1,405 @@
+//! The lease socket protocol: one JSON object per line (SPEC §7).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use crate::endpoint::EndpointId;
+use crate::health::State;
+use crate::pool::{Grant, PoolStatus};
+use crate::store::EndpointView;
+
+/// Longest accepted request line, newline excluded.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// Every op the server knows.
+pub const OPS: &[&str] = &[
+    "lease",
+    "report",
+    "release",
+    "status",
+    "endpoints",
+    "disable",
+    "enable",
+    "add",
+    "remove",
+    "ping",
+];
+
+/// A duration given as a humantime string (`"90s"`) or a number of seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Dur(pub Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match Value::deserialize(d)? {
+            Value::String(s) => humantime::parse_duration(&s)
+                .map(Dur)
+                .map_err(|e| serde::de::Error::custom(format!("invalid duration {s:?}: {e}"))),
+            Value::Number(n) => match n.as_f64() {
+                Some(f) if f.is_finite() && f >= 0.0 && f < 1e12 => {
+                    Ok(Dur(Duration::from_secs_f64(f)))
+                }
+                _ => Err(serde::de::Error::custom(format!(
+                    "invalid duration {n}: expected seconds >= 0"
+                ))),
+            },
+            other => Err(serde::de::Error::custom(format!(
+                "invalid duration {other}: expected a string like \"60s\" or a number of seconds"
+            ))),
+        }
+    }
+}
+
+/// An endpoint named by id or URL.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum EndpointRef {
+    /// Database id.
+    Id(EndpointId),
+    /// Proxy URL (credentials optional; identity includes the user).
+    Url(String),
+}
+
+impl EndpointRef {
+    /// As an operator would type it.
+    pub fn as_arg(&self) -> String {
+        match self {
+            EndpointRef::Id(i) => i.to_string(),
+            EndpointRef::Url(u) => u.clone(),
+        }
+    }
+}
+
+/// Outcome of a leased use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportOutcome {
+    /// It worked.
+    Success,
+    /// It failed.
+    Failure,
+}
+
+/// A request, tagged by `op`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Take an endpoint.
+    Lease {
+        /// Pool (default `default`).
+        pool: Option<String>,
+        /// Lease lifetime (default 60s).
+        ttl: Option<Dur>,
+        /// How long to wait for an endpoint (default 0).
+        wait: Option<Dur>,
+        /// Sticky key.
+        session: Option<String>,
+    },
+    /// Say how a lease went.
+    Report {
+        /// Lease id.
+        lease: String,
+        /// success | failure.
+        outcome: ReportOutcome,
+        /// Required for failures.
+        reason: Option<String>,
+        /// Optional phase.
+        phase: Option<String>,
+        /// HTTP status seen.
+        status: Option<u16>,
+        /// Retry-After seen (seconds or humantime).
+        retry_after: Option<Dur>,
+        /// Free text.
+        detail: Option<String>,
+    },
+    /// Give a lease back without an outcome.
+    Release {
+        /// Lease id.
+        lease: String,
+    },
+    /// Counts by state.
+    Status {
+        /// One pool.
+        pool: Option<String>,
+    },
+    /// List endpoints (passwords redacted).
+    Endpoints {
+        /// Pool filter.
+        pool: Option<String>,
+        /// State filter.
+        state: Option<String>,
+    },
+    /// Operator disable.
+    Disable {
+        /// Endpoint.
+        endpoint: EndpointRef,
+        /// Operator's text.
+        reason: Option<String>,
+    },
+    /// Operator enable.
+    Enable {
+        /// Endpoint.
+        endpoint: EndpointRef,
+        /// Straight to available.
+        now: Option<bool>,
+    },
+    /// Operator add (used by the CLI while a daemon runs).
+    Add {
+        /// URLs.
+        urls: Vec<String>,
+        /// Pool.
+        pool: Option<String>,
+        /// Label.
+        label: Option<String>,
+        /// Who adds them.
+        source: Option<String>,
+    },
+    /// Operator remove (used by the CLI while a daemon runs).
+    Remove {
+        /// Endpoints.
+        endpoints: Vec<EndpointRef>,
+    },
+    /// Liveness.
+    Ping,
+}
+
+/// Protocol error codes (SPEC §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// Malformed or invalid request.
+    BadRequest,
+    /// `op` not known.
+    UnknownOp,
+    /// Pool not known.
+    UnknownPool,
+    /// Lease not known.
+    UnknownLease,
+    /// Lease expired.
+    LeaseExpired,
+    /// Nothing to lease.
+    PoolExhausted,
+    /// Line over 64 KiB.
+    TooLarge,
+    /// Server-side failure (nothing was acknowledged).
+    Internal,
+}
+
+/// The error object of a failed response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Code.
+    pub code: ErrorCode,
+    /// Human message (never a password).
+    pub message: String,
+    /// For `pool_exhausted`: ms until the soonest cooldown ends, or null.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<Option<u64>>,
+}
+
+/// The payload of a successful response.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Body {
+    /// `lease`.
+    Lease(Grant),
+    /// `report`, `disable`, `enable`.
+    State {
+        /// Endpoint id, for operator ops.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        endpoint: Option<EndpointId>,
+        /// New state.
+        state: State,
+    },
+    /// `status`.
+    Status {
+        /// Per pool.
+        pools: Vec<PoolStatus>,
+    },
+    /// `endpoints`.
+    Endpoints {
+        /// Endpoints.
+        endpoints: Vec<EndpointView>,
+    },
+    /// `add`.
+    Added {
+        /// New ids.
+        ids: Vec<EndpointId>,
+    },
+    /// `ping`.
+    Ping {
+        /// Server version.
+        version: &'static str,
+    },
+    /// `release`, `remove`.
+    Empty {},
+}
+
+/// A response line.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Response {
+    /// Success flag.
+    pub ok: bool,
+    /// Echo of the request's `id`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<Value>,
+    /// Error, when `ok` is false.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+    /// For `pool_exhausted`, also at top level for convenience.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<Option<u64>>,
+    /// Payload fields, flattened.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub body: Option<Body>,
+}
+
+impl Response {
+    /// A success.
+    pub fn ok(id: Option<Value>, body: Body) -> Self {
+        Response {
+            ok: true,
+            id,
+            error: None,
+            retry_after_ms: None,
+            body: Some(body),
+        }
+    }
+
+    /// A failure.
+    pub fn err(id: Option<Value>, code: ErrorCode, message: impl Into<String>) -> Self {
+        Response {
+            ok: false,
+            id,
+            error: Some(ErrorBody {
+                code,
+                message: message.into(),
+                retry_after_ms: None,
+            }),
+            retry_after_ms: None,
+            body: None,
+        }
+    }
+
+    /// The serialized line, newline included.
+    pub fn to_line(&self) -> String {
+        let mut s = serde_json::to_string(self).unwrap_or_else(|_| {
+            r#"{"ok":false,"error":{"code":"internal","message":"unserializable response"}}"#
+                .to_string()
+        });
+        s.push('\n');
+        s
+    }
+}
+
+/// Parse one line: the request and its `id`, or an error response.
+pub fn parse_line(line: &str) -> Result<(Option<Value>, Request, Option<String>), Box<Response>> {
+    let mut v: Value = serde_json::from_str(line).map_err(|e| {
+        Box::new(Response::err(
+            None,
+            ErrorCode::BadRequest,
+            format!("invalid JSON: {e}"),
+        ))
+    })?;
+    let Some(obj) = v.as_object_mut() else {
+        return Err(Box::new(Response::err(
+            None,
+            ErrorCode::BadRequest,
+            "a request is a JSON object",
+        )));
+    };
+    let id = obj.remove("id");
+    let token = obj.remove("token");
+    let token = match token {
+        None => None,
+        Some(Value::String(s)) => Some(s),
+        Some(_) => {
+            return Err(Box::new(Response::err(
+                id,
+                ErrorCode::BadRequest,
+                "token must be a string",
+            )))
+        }
+    };
+    match obj.get("op") {
+        None => {
+            return Err(Box::new(Response::err(
+                id,
+                ErrorCode::BadRequest,
+                "missing \"op\"",
+            )))
+        }
+        Some(Value::String(op)) if !OPS.contains(&op.as_str()) => {
+            return Err(Box::new(Response::err(
+                id,
+                ErrorCode::UnknownOp,
+                format!("unknown op {op:?}; known: {}", OPS.join(", ")),
+            )))
+        }
+        Some(Value::String(_)) => {}
+        Some(_) => {
+            return Err(Box::new(Response::err(
+                id,
+                ErrorCode::BadRequest,
+                "\"op\" must be a string",
+            )))
+        }
+    }
+    let req: Request = serde_json::from_value(v).map_err(|e| {
+        Box::new(Response::err(
+            id.clone(),
+            ErrorCode::BadRequest,
+            e.to_string(),
+        ))
+    })?;
+    Ok((id, req, token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_classifies() {
+        let (id, req, _) = parse_line(r#"{"op":"lease","id":7,"ttl":"30s","wait":1.5}"#).unwrap();
+        assert_eq!(id, Some(Value::from(7)));
+        assert_eq!(
+            req,
+            Request::Lease {
+                pool: None,
+                ttl: Some(Dur(Duration::from_secs(30))),
+                wait: Some(Dur(Duration::from_millis(1500))),
+                session: None
+            }
+        );
+        let cases = [
+            ("nope", ErrorCode::BadRequest),
+            ("[1]", ErrorCode::BadRequest),
+            (r#"{"id":1}"#, ErrorCode::BadRequest),
+            (r#"{"op":"fly"}"#, ErrorCode::UnknownOp),
+            (r#"{"op":"lease","ttl":"soon"}"#, ErrorCode::BadRequest),
+            (r#"{"op":"lease","bogus":1}"#, ErrorCode::BadRequest),
+            (
+                r#"{"op":"report","outcome":"success"}"#,
+                ErrorCode::BadRequest,
+            ),
+        ];
+        for (line, code) in cases {
+            let err = parse_line(line).unwrap_err();
+            assert_eq!(err.error.as_ref().unwrap().code, code, "{line}");
+        }
+    }
+
+    #[test]
+    fn response_shapes() {
+        let r = Response::ok(Some(Value::from("a")), Body::Ping { version: "1" });
+        assert_eq!(
+            r.to_line(),
+            "{\"ok\":true,\"id\":\"a\",\"version\":\"1\"}\n"
+        );
+        let r = Response::ok(None, Body::Empty {});
+        assert_eq!(r.to_line(), "{\"ok\":true}\n");
+    }
+}

@@ -1,0 +1,425 @@
+//! The lease socket: accepts connections and answers JSON-lines requests in order.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener, UnixStream};
+use tokio_util::codec::{Framed, LinesCodec, LinesCodecError};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+use crate::config::{Config, DEFAULT_POOL};
+use crate::endpoint::{EndpointId, ProxyUrl};
+use crate::health::{Failure, Input, Phase, Reason, State};
+use crate::pool::engine::{initial_state, Engine, EngineError};
+use crate::pool::{Outcome, PoolError};
+use crate::protocol::{
+    parse_line, Body, EndpointRef, ErrorCode, ReportOutcome, Request, Response, MAX_LINE,
+};
+use crate::store::{NewEndpoint, ResolveError};
+
+/// Errors setting up the socket.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// Another daemon answers on the socket.
+    #[error("another proxypool daemon is already serving on {0}")]
+    AlreadyRunning(PathBuf),
+    /// Binding or preparing the socket failed.
+    #[error("cannot listen on {path}: {source}")]
+    Bind {
+        /// Socket path or address.
+        path: String,
+        /// OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Default lease lifetime.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
+
+/// Answers requests; shared by every connection.
+pub struct Handler {
+    engine: Arc<Engine>,
+    config: Arc<Config>,
+    token: Option<String>,
+}
+
+impl Handler {
+    /// A handler over a running engine.
+    pub fn new(engine: Arc<Engine>, config: Arc<Config>, token: Option<String>) -> Self {
+        Handler {
+            engine,
+            config,
+            token,
+        }
+    }
+
+    /// Answer one request line.
+    pub async fn handle_line(&self, line: &str, tcp: bool) -> Response {
+        let (id, req, token) = match parse_line(line) {
+            Ok(v) => v,
+            Err(resp) => return *resp,
+        };
+        if tcp {
+            let ok = match (&self.token, &token) {
+                (Some(want), Some(got)) => constant_time_eq(want.as_bytes(), got.as_bytes()),
+                _ => false,
+            };
+            if !ok {
+                return Response::err(id, ErrorCode::BadRequest, "missing or wrong token");
+            }
+        }
+        match self.dispatch(req).await {
+            Ok(body) => Response::ok(id, body),
+            Err(e) => {
+                let mut r = Response::err(id, e.code, e.message);
+                if e.code == ErrorCode::PoolExhausted {
+                    r.retry_after_ms = Some(e.retry_after_ms);
+                    if let Some(err) = r.error.as_mut() {
+                        err.retry_after_ms = Some(e.retry_after_ms);
+                    }
+                }
+                r
+            }
+        }
+    }
+
+    /// The one place each verb is handled.
+    async fn dispatch(&self, req: Request) -> Result<Body, OpError> {
+        match req {
+            Request::Ping => Ok(Body::Ping {
+                version: env!("CARGO_PKG_VERSION"),
+            }),
+            Request::Lease {
+                pool,
+                ttl,
+                wait,
+                session,
+            } => {
+                let pool = pool.unwrap_or_else(|| DEFAULT_POOL.to_string());
+                let ttl = ttl.map(|d| d.0).unwrap_or(DEFAULT_TTL);
+                if ttl.is_zero() {
+                    return Err(OpError::bad("ttl must be greater than 0"));
+                }
+                let wait = wait.map(|d| d.0).unwrap_or(Duration::ZERO);
+                let g = self
+                    .engine
+                    .lease(&pool, ttl, session.as_deref(), wait)
+                    .await?;
+                Ok(Body::Lease(g))
+            }
+            Request::Report {
+                lease,
+                outcome,
+                reason,
+                phase,
+                status,
+                retry_after,
+                detail,
+            } => {
+                let outcome = match outcome {
+                    ReportOutcome::Success => Outcome::Success,
+                    ReportOutcome::Failure => {
+                        let reason: Reason = reason
+                            .ok_or_else(|| OpError::from(PoolError::MissingReason))?
+                            .parse()
+                            .map_err(|e: crate::health::UnknownName| OpError::bad(e.to_string()))?;
+                        // An unknown phase is stored as null rather than refused (SPEC §7).
+                        let phase = phase.and_then(|p| p.parse::<Phase>().ok());
+                        Outcome::Failure(Failure {
+                            reason: Some(reason),
+                            phase,
+                            status,
+                            retry_after: retry_after.map(|d| d.0),
+                            detail: detail.map(|d| truncate(&d, 1000)),
+                        })
+                    }
+                };
+                let state = self.engine.report(&lease, outcome).await?;
+                Ok(Body::State {
+                    endpoint: None,
+                    state,
+                })
+            }
+            Request::Release { lease } => {
+                self.engine.release(&lease).await?;
+                Ok(Body::Empty {})
+            }
+            Request::Status { pool } => Ok(Body::Status {
+                pools: self.engine.status(pool.as_deref())?,
+            }),
+            Request::Endpoints { pool, state } => {
+                let state = state
+                    .map(|s| s.parse::<State>())
+                    .transpose()
+                    .map_err(|e| OpError::bad(e.to_string()))?;
+                if let Some(p) = &pool {
+                    if self.engine.pools().pool_config(p).is_none() {
+                        return Err(PoolError::UnknownPool(p.clone()).into());
+                    }
+                }
+                let rows = self
+                    .engine
+                    .writer()
+                    .call(move |s| s.list(pool.as_deref(), state))
+                    .await?
+                    .map_err(EngineError::from)?;
+                Ok(Body::Endpoints {
+                    endpoints: rows.iter().map(|r| r.view(false)).collect(),
+                })
+            }
+            Request::Disable { endpoint, reason } => {
+                let id = self.resolve(&endpoint).await?;
+                let (_, state) = self
+                    .engine
+                    .input(id, Input::Disable { detail: reason }, "", None)
+                    .await?;
+                Ok(Body::State {
+                    endpoint: Some(id),
+                    state,
+                })
+            }
+            Request::Enable { endpoint, now } => {
+                let id = self.resolve(&endpoint).await?;
+                let (_, state) = self
+                    .engine
+                    .input(
+                        id,
+                        Input::Enable {
+                            now: now.unwrap_or(false),
+                        },
+                        "",
+                        Some("enabled by operator".into()),
+                    )
+                    .await?;
+                Ok(Body::State {
+                    endpoint: Some(id),
+                    state,
+                })
+            }
+            Request::Add {
+                urls,
+                pool,
+                label,
+                source,
+            } => {
+                let pool = pool.unwrap_or_else(|| DEFAULT_POOL.to_string());
+                let cfg = self.config.pool(&pool);
+                let mut eps = Vec::with_capacity(urls.len());
+                for u in &urls {
+                    let url = ProxyUrl::parse(u).map_err(|e| OpError::bad(e.to_string()))?;
+                    eps.push(NewEndpoint {
+                        url,
+                        pool: pool.clone(),
+                        label: label.clone(),
+                        source: Some(source.clone().unwrap_or_else(|| "cli".into())),
+                        state: initial_state(cfg),
+                    });
+                }
+                let ids = self.engine.add(eps).await.map_err(|e| match e {
+                    EngineError::Store(m) => OpError::bad(m),
+                    other => other.into(),
+                })?;
+                Ok(Body::Added { ids })
+            }
+            Request::Remove { endpoints } => {
+                let mut ids = Vec::new();
+                for e in &endpoints {
+                    ids.push(self.resolve(e).await?);
+                }
+                self.engine.remove(ids).await?;
+                Ok(Body::Empty {})
+            }
+        }
+    }
+
+    async fn resolve(&self, r: &EndpointRef) -> Result<EndpointId, OpError> {
+        let arg = r.as_arg();
+        self.engine
+            .writer()
+            .call(move |s| s.resolve(&arg).map(|row| row.id))
+            .await?
+            .map_err(|e: ResolveError| OpError::bad(e.to_string()))
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => s[..i].to_string(),
+        None => s.to_string(),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+struct OpError {
+    code: ErrorCode,
+    message: String,
+    retry_after_ms: Option<u64>,
+}
+
+impl OpError {
+    fn bad(m: impl Into<String>) -> Self {
+        OpError {
+            code: ErrorCode::BadRequest,
+            message: m.into(),
+            retry_after_ms: None,
+        }
+    }
+}
+
+impl From<PoolError> for OpError {
+    fn from(e: PoolError) -> Self {
+        let code = match &e {
+            PoolError::UnknownPool(_) => ErrorCode::UnknownPool,
+            PoolError::Exhausted { .. } => ErrorCode::PoolExhausted,
+            PoolError::UnknownLease(_) => ErrorCode::UnknownLease,
+            PoolError::LeaseExpired(_) => ErrorCode::LeaseExpired,
+            PoolError::UnknownEndpoint(_) | PoolError::MissingReason => ErrorCode::BadRequest,
+        };
+        let retry_after_ms = match &e {
+            PoolError::Exhausted { retry_after, .. } => retry_after.map(|d| d.as_millis() as u64),
+            _ => None,
+        };
+        OpError {
+            code,
+            message: e.to_string(),
+            retry_after_ms,
+        }
+    }
+}
+
+impl From<EngineError> for OpError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Pool(p) => p.into(),
+            EngineError::Store(m) => OpError {
+                code: ErrorCode::Internal,
+                message: m,
+                retry_after_ms: None,
+            },
+        }
+    }
+}
+
+/// Serve one connection until it closes or the server shuts down.
+pub async fn serve_conn<S>(stream: S, handler: Arc<Handler>, tcp: bool, shutdown: CancellationToken)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut framed = Framed::new(stream, LinesCodec::new_with_max_length(MAX_LINE));
+    loop {
+        let next = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            n = framed.next() => n,
+        };
+        let resp = match next {
+            None => break,
+            Some(Ok(line)) => {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                handler.handle_line(&line, tcp).await
+            }
+            Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
+                let r = Response::err(
+                    None,
+                    ErrorCode::TooLarge,
+                    format!("request line longer than {MAX_LINE} bytes; closing"),
+                );
+                let _ = framed.send(r.to_line().trim_end()).await;
+                break;
+            }
+            Some(Err(LinesCodecError::Io(e))) => {
+                debug!(error = %e, "connection error");
+                break;
+            }
+        };
+        if framed.send(resp.to_line().trim_end()).await.is_err() {
+            break;
+        }
+    }
+}
+
+/// Bind the Unix socket at `path` with mode 0600, replacing a stale file from a crashed
+/// daemon and refusing when a live daemon answers there.
+pub async fn bind_unix(path: &Path) -> Result<UnixListener, ServerError> {
+    let bind_err = |source| ServerError::Bind {
+        path: path.display().to_string(),
+        source,
+    };
+    if path.exists() {
+        match tokio::time::timeout(Duration::from_secs(1), UnixStream::connect(path)).await {
+            Ok(Ok(_)) => return Err(ServerError::AlreadyRunning(path.to_path_buf())),
+            _ => {
+                info!(socket = %path.display(), "removing stale socket file");
+                std::fs::remove_file(path).map_err(bind_err)?;
+            }
+        }
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(bind_err)?;
+    }
+    // Created under a restrictive umask so no other user can connect, even briefly.
+    let old = unsafe_umask(0o177);
+    let l = UnixListener::bind(path);
+    unsafe_umask(old);
+    let l = l.map_err(bind_err)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(bind_err)?;
+    Ok(l)
+}
+
+fn unsafe_umask(mask: libc::mode_t) -> libc::mode_t {
+    // SAFETY: umask only swaps the process file-mode mask; no memory is touched.
+    unsafe { libc::umask(mask) }
+}
+
+/// Accept on a Unix socket until `shutdown`, then wait for connections to finish.
+pub async fn run(listener: UnixListener, handler: Arc<Handler>, shutdown: CancellationToken) {
+    let tracker = TaskTracker::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            a = listener.accept() => match a {
+                Ok((stream, _)) => {
+                    tracker.spawn(serve_conn(stream, handler.clone(), false, shutdown.clone()));
+                }
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+    tracker.close();
+    tracker.wait().await;
+}
+
+/// Accept on a TCP listener (token required) until `shutdown`.
+pub async fn run_tcp(listener: TcpListener, handler: Arc<Handler>, shutdown: CancellationToken) {
+    let tracker = TaskTracker::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            a = listener.accept() => match a {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    tracker.spawn(serve_conn(stream, handler.clone(), true, shutdown.clone()));
+                }
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+    tracker.close();
+    tracker.wait().await;
+}
