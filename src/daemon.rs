@@ -19,6 +19,7 @@ use crate::pool::engine::{Engine, EngineError};
 use crate::pool::Outcome;
 use crate::probe::{ProbeError, ProbeResult, Prober};
 use crate::server::{self, Handler, ServerError};
+use crate::sources;
 
 /// Errors starting or running the daemon.
 #[derive(Debug, thiserror::Error)]
@@ -257,7 +258,12 @@ pub async fn serve(
             ));
         }
         if !pool.sources.is_empty() {
-            tracker.spawn(crate::sources::run(
+            // Sniff on startup before the first lease is answered, so that the first
+            // lease already sees the sniffed list.
+            if let Err(e) = sources::sniff(&engine, pool, sources::Trigger::Startup).await {
+                warn!(pool = %pool.name, error = %e, "startup sniff could not be recorded");
+            }
+            tracker.spawn(sources::run_after_startup(
                 engine.clone(),
                 pool.clone(),
                 shutdown.clone(),

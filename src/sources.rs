@@ -1,13 +1,468 @@
-//! Sources of sniffing pools.
+//! Sources of sniffing pools: fetch endpoint lists, sniff with fallback, reconcile.
 
+use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_util::rt::TokioIo;
+use tokio::io::AsyncReadExt;
 use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
 
-use crate::config::PoolConfig;
-use crate::pool::engine::Engine;
+use crate::config::{PoolConfig, SourceConfig, SourceKind};
+use crate::endpoint::ProxyUrl;
+use crate::health::{Input, Reason, State};
+use crate::pool::engine::{initial_state, Engine, EngineError};
+use crate::store::{NewEndpoint, NewEvent, Write};
 
-/// Sniff on startup, then refresh, until `shutdown`.
-pub async fn run(_engine: Arc<Engine>, _pool: PoolConfig, shutdown: CancellationToken) {
-    shutdown.cancelled().await;
+/// Least time between two sniffs triggered by exhaustion, so a dead provider is not hammered.
+pub const EXHAUSTION_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Why a source gave no usable list.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// Reading a file failed.
+    #[error("cannot read {path}: {source}")]
+    File {
+        /// File.
+        path: String,
+        /// OS error.
+        source: std::io::Error,
+    },
+    /// The fetch or command took too long.
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    /// HTTP failure.
+    #[error("HTTP: {0}")]
+    Http(String),
+    /// The command failed.
+    #[error("command: {0}")]
+    Command(String),
+    /// The output exceeded `max_bytes`.
+    #[error("output larger than {0} bytes")]
+    TooLarge(usize),
+    /// A line is not a proxy URL.
+    #[error("line {line}: {message}")]
+    BadLine {
+        /// Line number (or array index + 1).
+        line: usize,
+        /// Why.
+        message: String,
+    },
+    /// No endpoints at all.
+    #[error("the list is empty")]
+    Empty,
+}
+
+/// Parse a list: a JSON array of URL strings, or one URL a line with `#` comments.
+/// One bad entry rejects the whole list: a garbled provider answer must change nothing.
+pub fn parse_list(text: &str) -> Result<Vec<ProxyUrl>, SourceError> {
+    let trimmed = text.trim_start();
+    let mut out = Vec::new();
+    if trimmed.starts_with('[') {
+        let items: Vec<serde_json::Value> =
+            serde_json::from_str(trimmed).map_err(|e| SourceError::BadLine {
+                line: e.line(),
+                message: format!("invalid JSON array: {e}"),
+            })?;
+        for (i, v) in items.iter().enumerate() {
+            let s = v.as_str().ok_or_else(|| SourceError::BadLine {
+                line: i + 1,
+                message: "array items must be URL strings".into(),
+            })?;
+            out.push(ProxyUrl::parse(s).map_err(|e| SourceError::BadLine {
+                line: i + 1,
+                message: e.to_string(),
+            })?);
+        }
+    } else {
+        for (i, line) in text.lines().enumerate() {
+            let l = line.trim();
+            if l.is_empty() || l.starts_with('#') {
+                continue;
+            }
+            out.push(ProxyUrl::parse(l).map_err(|e| SourceError::BadLine {
+                line: i + 1,
+                message: e.to_string(),
+            })?);
+        }
+    }
+    if out.is_empty() {
+        return Err(SourceError::Empty);
+    }
+    Ok(out)
+}
+
+/// Fetch and parse one source.
+pub async fn fetch(src: &SourceConfig) -> Result<Vec<ProxyUrl>, SourceError> {
+    let text = tokio::time::timeout(src.timeout, fetch_text(src))
+        .await
+        .map_err(|_| SourceError::Timeout(src.timeout))??;
+    parse_list(&text)
+}
+
+async fn fetch_text(src: &SourceConfig) -> Result<String, SourceError> {
+    let bytes = match &src.kind {
+        SourceKind::File(p) => {
+            let f = tokio::fs::File::open(p).await.map_err(|source| SourceError::File {
+                path: p.display().to_string(),
+                source,
+            })?;
+            let mut buf = Vec::new();
+            f.take(src.max_bytes as u64 + 1)
+                .read_to_end(&mut buf)
+                .await
+                .map_err(|source| SourceError::File {
+                    path: p.display().to_string(),
+                    source,
+                })?;
+            buf
+        }
+        SourceKind::Url(u) => http_get(u, src.max_bytes).await?,
+        SourceKind::Command(argv) => run_command(argv, src.max_bytes).await?,
+    };
+    if bytes.len() > src.max_bytes {
+        return Err(SourceError::TooLarge(src.max_bytes));
+    }
+    String::from_utf8(bytes).map_err(|_| SourceError::BadLine {
+        line: 0,
+        message: "output is not UTF-8".into(),
+    })
+}
+
+async fn run_command(argv: &[String], max: usize) -> Result<Vec<u8>, SourceError> {
+    let (prog, args) = argv
+        .split_first()
+        .ok_or_else(|| SourceError::Command("empty command".into()))?;
+    let mut child = tokio::process::Command::new(prog)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        // Dropped on timeout: the child must not outlive the sniff.
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| SourceError::Command(format!("cannot run {prog:?}: {e}")))?;
+    let mut out = Vec::new();
+    if let Some(stdout) = child.stdout.take() {
+        stdout
+            .take(max as u64 + 1)
+            .read_to_end(&mut out)
+            .await
+            .map_err(|e| SourceError::Command(e.to_string()))?;
+    }
+    if out.len() > max {
+        return Err(SourceError::TooLarge(max));
+    }
+    let status = child
+        .wait()
+        .await
+        .map_err(|e| SourceError::Command(e.to_string()))?;
+    if !status.success() {
+        return Err(SourceError::Command(format!("{prog:?} exited with {status}")));
+    }
+    Ok(out)
+}
+
+async fn http_get(url: &str, max: usize) -> Result<Vec<u8>, SourceError> {
+    let herr = |e: &dyn std::fmt::Display| SourceError::Http(e.to_string());
+    let uri: hyper::Uri = url.parse().map_err(|e| herr(&e))?;
+    let host = uri.host().ok_or_else(|| SourceError::Http("no host".into()))?.to_string();
+    let https = uri.scheme_str() == Some("https");
+    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+    let bare = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    let tcp = tokio::net::TcpStream::connect((bare.as_str(), port))
+        .await
+        .map_err(|e| herr(&e))?;
+    let req = hyper::Request::get(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
+        .header(hyper::header::HOST, uri.authority().map(|a| a.as_str()).unwrap_or(&host))
+        .header(hyper::header::USER_AGENT, concat!("proxypool/", env!("CARGO_PKG_VERSION")))
+        .header(hyper::header::CONNECTION, "close")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| herr(&e))?;
+    let resp = if https {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| herr(&e))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from(bare.clone()).map_err(|e| herr(&e))?;
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+            .connect(name, tcp)
+            .await
+            .map_err(|e| herr(&e))?;
+        send(TokioIo::new(tls), req).await?
+    } else {
+        send(TokioIo::new(tcp), req).await?
+    };
+    if !resp.status().is_success() {
+        return Err(SourceError::Http(format!("status {}", resp.status())));
+    }
+    let body = Limited::new(resp.into_body(), max)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                SourceError::TooLarge(max)
+            } else {
+                SourceError::Http(e.to_string())
+            }
+        })?;
+    Ok(body.to_bytes().to_vec())
+}
+
+async fn send<T>(
+    io: T,
+    req: hyper::Request<Empty<Bytes>>,
+) -> Result<hyper::Response<hyper::body::Incoming>, SourceError>
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| SourceError::Http(e.to_string()))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    sender
+        .send_request(req)
+        .await
+        .map_err(|e| SourceError::Http(e.to_string()))
+}
+
+/// What started a sniff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// Daemon start.
+    Startup,
+    /// `refresh` elapsed.
+    Refresh,
+    /// Every endpoint of the pool is cooling or disabled.
+    Exhaustion,
+}
+
+impl Trigger {
+    fn kind(self) -> &'static str {
+        match self {
+            Trigger::Startup => "sniff_on_startup",
+            Trigger::Refresh => "sniff_refresh",
+            Trigger::Exhaustion => "sniff_on_exhaustion",
+        }
+    }
+}
+
+/// Result of a successful sniff.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sniffed {
+    /// Source that answered.
+    pub source: String,
+    /// Endpoints it listed.
+    pub listed: usize,
+    /// Newly added.
+    pub added: usize,
+    /// Disabled because they vanished.
+    pub removed: usize,
+    /// Back from `source_removed`.
+    pub returned: usize,
+}
+
+fn pool_event(kind: &'static str, detail: String) -> Write {
+    Write::Event(NewEvent {
+        kind,
+        detail: Some(detail),
+        ..Default::default()
+    })
+}
+
+/// Sniff a pool: sources in order (preferred first), first success wins and is reconciled.
+/// `None` when every source failed (then nothing changed).
+pub async fn sniff(engine: &Engine, pool: &PoolConfig, trigger: Trigger) -> Result<Option<Sniffed>, EngineError> {
+    engine
+        .record(vec![pool_event(trigger.kind(), format!("pool {}", pool.name))])
+        .await?;
+    for src in &pool.sources {
+        let name = src.name();
+        match fetch(src).await {
+            Err(e) => {
+                warn!(pool = %pool.name, source = %name, error = %e, "sniff failed");
+                engine
+                    .record(vec![
+                        pool_event("sniff_failure", format!("pool {} source {name}: {e}", pool.name)),
+                        Write::SourceResult {
+                            pool: pool.name.clone(),
+                            name: name.clone(),
+                            ok: false,
+                            detail: Some(e.to_string()),
+                            count: None,
+                        },
+                    ])
+                    .await?;
+            }
+            Ok(urls) => {
+                let s = reconcile(engine, pool, &name, urls).await?;
+                info!(pool = %pool.name, source = %name, listed = s.listed, added = s.added,
+                      removed = s.removed, returned = s.returned, "sniff succeeded");
+                engine
+                    .record(vec![
+                        pool_event(
+                            "sniff_success",
+                            format!(
+                                "pool {} source {name}: {} endpoints ({} new, {} removed, {} returned)",
+                                pool.name, s.listed, s.added, s.removed, s.returned
+                            ),
+                        ),
+                        Write::SourceResult {
+                            pool: pool.name.clone(),
+                            name: name.clone(),
+                            ok: true,
+                            detail: None,
+                            count: Some(s.listed),
+                        },
+                    ])
+                    .await?;
+                return Ok(Some(s));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Apply a source's list to the pool: add new URLs, disable vanished ones
+/// (`source_removed`, rows kept), bring returning ones back to `probe_allowed`.
+pub async fn reconcile(
+    engine: &Engine,
+    pool: &PoolConfig,
+    source_name: &str,
+    urls: Vec<ProxyUrl>,
+) -> Result<Sniffed, EngineError> {
+    let tag = format!("source:{source_name}");
+    let mut seen = HashSet::new();
+    let eps: Vec<NewEndpoint> = urls
+        .into_iter()
+        .filter(|u| seen.insert((u.scheme, u.host.clone(), u.port, u.user_key().to_string())))
+        .map(|url| NewEndpoint {
+            url,
+            pool: pool.name.clone(),
+            label: None,
+            source: Some(tag.clone()),
+            state: initial_state(Some(pool)),
+        })
+        .collect();
+    let listed = eps.len();
+    let res = engine.ensure(eps).await?;
+    let added = res.iter().filter(|(_, a)| *a).count();
+    let listed_ids: HashSet<_> = res.iter().map(|(id, _)| *id).collect();
+    let pool_name = pool.name.clone();
+    let tag2 = tag.clone();
+    let mine = engine
+        .writer()
+        .call(move |s| s.list(Some(&pool_name), None))
+        .await?
+        .map_err(EngineError::from)?
+        .into_iter()
+        .filter(|r| r.source.as_deref() == Some(tag2.as_str()))
+        .collect::<Vec<_>>();
+    let (mut removed, mut returned) = (0, 0);
+    for row in &mine {
+        let here = listed_ids.contains(&row.id);
+        let h = engine.pools().health(row.id).cloned();
+        let Some(h) = h else { continue };
+        if !here && !(h.state == State::Disabled) {
+            engine
+                .input(row.id, Input::SourceRemoved, "", Some(format!("no longer listed by {source_name}")))
+                .await?;
+            removed += 1;
+        } else if here && h.state == State::Disabled && h.reason == Some(Reason::SourceRemoved) {
+            engine
+                .input(row.id, Input::SourceReturned, "", Some(format!("listed again by {source_name}")))
+                .await?;
+            returned += 1;
+        }
+    }
+    Ok(Sniffed {
+        source: source_name.to_string(),
+        listed,
+        added,
+        removed,
+        returned,
+    })
+}
+
+/// The refresh interval of a pool: the shortest non-zero `refresh` of its sources.
+pub fn refresh_interval(pool: &PoolConfig) -> Option<Duration> {
+    pool.sources
+        .iter()
+        .map(|s| s.refresh)
+        .filter(|d| !d.is_zero())
+        .min()
+}
+
+/// Sniff on startup (once), then on refresh and on exhaustion, until `shutdown`.
+pub async fn run(engine: Arc<Engine>, pool: PoolConfig, shutdown: CancellationToken) {
+    let log = |r: Result<Option<Sniffed>, EngineError>| {
+        if let Err(e) = r {
+            warn!(pool = %pool.name, error = %e, "sniff could not be recorded");
+        }
+    };
+    log(sniff(&engine, &pool, Trigger::Startup).await);
+    run_after_startup(engine, pool.clone(), shutdown).await;
+}
+
+/// The refresh / exhaustion loop (startup sniff already done).
+pub async fn run_after_startup(engine: Arc<Engine>, pool: PoolConfig, shutdown: CancellationToken) {
+    let refresh = refresh_interval(&pool);
+    let mut next_refresh = refresh.map(|r| tokio::time::Instant::now() + r);
+    let mut last_exhaustion: Option<tokio::time::Instant> = None;
+    loop {
+        let wake = next_refresh.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep_until(wake) => {}
+            _ = engine.changed() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        let now = tokio::time::Instant::now();
+        let trigger = if next_refresh.is_some_and(|t| now >= t) {
+            next_refresh = refresh.map(|r| now + r);
+            Some(Trigger::Refresh)
+        } else if engine.pools().exhausted(&pool.name)
+            && last_exhaustion.is_none_or(|t| now.duration_since(t) >= EXHAUSTION_BACKOFF)
+        {
+            last_exhaustion = Some(now);
+            Some(Trigger::Exhaustion)
+        } else {
+            None
+        };
+        if let Some(t) = trigger {
+            if let Err(e) = sniff(&engine, &pool, t).await {
+                warn!(pool = %pool.name, error = %e, "sniff could not be recorded");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_lists_and_rejects_garbage_whole() {
+        assert_eq!(parse_list("# c\n\nhttp://a:1\nsocks5://u:p@b:2\n").unwrap().len(), 2);
+        assert_eq!(parse_list(r#"["http://a:1", "socks5h://b:2"]"#).unwrap().len(), 2);
+        assert!(matches!(parse_list("# only comments\n"), Err(SourceError::Empty)));
+        assert!(matches!(parse_list("[]"), Err(SourceError::Empty)));
+        match parse_list("http://a:1\n<html>oops</html>\n") {
+            Err(SourceError::BadLine { line: 2, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(parse_list(r#"["http://a:1", 3]"#).is_err());
+        let err = parse_list("socks5://u:sekrit@h\n").unwrap_err().to_string();
+        assert!(!err.contains("sekrit"), "{err}");
+    }
 }

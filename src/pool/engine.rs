@@ -279,6 +279,11 @@ impl Engine {
             .await
     }
 
+    /// Persist writes that are not transitions (pool-level events), in order.
+    pub async fn record(&self, writes: Vec<Write>) -> Result<(), EngineError> {
+        self.with(|_, _, _| ((), writes)).await
+    }
+
     /// Try to take one endpoint's single recovery attempt.
     pub async fn try_claim(&self, id: EndpointId) -> Result<bool, EngineError> {
         self.with(|p, now, wall| p.try_claim(id, now, wall)).await
