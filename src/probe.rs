@@ -537,12 +537,11 @@ impl Inner {
         };
         let status = resp.status().as_u16();
         run.status = Some(status);
-        if absolute_form && status == 407 {
-            // Only a proxy sends 407: its credentials were refused, whatever the phase clock says.
+        if absolute_form && proxy_auth_answer(status, resp.headers()) {
             let mut f = fail(
                 Reason::ProxyAuthRejected,
                 Phase::ProxyHandshake,
-                "proxy answered 407 Proxy Authentication Required",
+                format!("proxy refused the credentials with {status}"),
             );
             f.status = Some(status);
             return Err(f);
@@ -836,6 +835,15 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     find(hay, needle).is_some()
+}
+
+/// True when an answer to an absolute-form request is the proxy refusing our credentials.
+///
+/// 407 only ever comes from a proxy. Some proxies (tinyproxy) answer 401 instead; a 401
+/// the proxy merely forwarded from the destination carries the `Via` header that RFC 9110
+/// requires of forwarded messages, so a 401 without one is taken as the proxy's own.
+pub fn proxy_auth_answer(status: u16, headers: &hyper::HeaderMap) -> bool {
+    status == 407 || (status == 401 && !headers.contains_key(hyper::header::VIA))
 }
 
 /// The reason for a non-2xx answer to CONNECT; `None` when the tunnel is up.
@@ -1210,6 +1218,20 @@ mod tests {
         assert_eq!(connect_status_reason(503), Some(Reason::ProxyRejected));
         assert_eq!(connect_status_reason(403), Some(Reason::ProxyRejected));
         assert_eq!(connect_status_reason(301), Some(Reason::ProxyRejected));
+    }
+
+    #[test]
+    fn absolute_form_auth_answers() {
+        let mut h = hyper::HeaderMap::new();
+        assert!(proxy_auth_answer(407, &h));
+        assert!(proxy_auth_answer(401, &h));
+        assert!(!proxy_auth_answer(403, &h));
+        h.insert(hyper::header::VIA, HeaderValue::from_static("1.1 proxy"));
+        assert!(proxy_auth_answer(407, &h));
+        assert!(
+            !proxy_auth_answer(401, &h),
+            "a forwarded 401 is the destination's"
+        );
     }
 
     #[test]

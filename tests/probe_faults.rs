@@ -771,3 +771,45 @@ async fn phase_times_add_up() {
     let sum: Duration = r.phases.iter().map(|p| p.1).sum();
     assert!(sum <= r.total, "{r:?}");
 }
+
+#[tokio::test]
+async fn proxy_own_401_to_absolute_form_is_auth_rejected() {
+    let fake = scripted(vec![
+        Act::Read,
+        Act::Write(b"HTTP/1.0 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"p\"\r\nConnection: close\r\n\r\n".to_vec()),
+    ])
+    .await;
+    let r = probe(
+        &cfg("http://127.0.0.1:9/"),
+        &format!("http://alice:{SECRET}@127.0.0.1:{}", fake.port()),
+    )
+    .await;
+    let f = r.failure.unwrap();
+    assert_eq!(
+        (f.reason, f.phase, f.status),
+        (
+            Some(Reason::ProxyAuthRejected),
+            Some(Phase::ProxyHandshake),
+            Some(401)
+        )
+    );
+}
+
+#[tokio::test]
+async fn forwarded_401_is_destination_status() {
+    let fake = scripted(vec![
+        Act::Read,
+        Act::Write(
+            b"HTTP/1.1 401 Unauthorized\r\nVia: 1.1 fakeproxy\r\nContent-Length: 0\r\n\r\n"
+                .to_vec(),
+        ),
+    ])
+    .await;
+    let r = probe(
+        &cfg("http://127.0.0.1:9/"),
+        &format!("http://127.0.0.1:{}", fake.port()),
+    )
+    .await;
+    assert_failed(&r, Reason::DestinationStatus, Phase::ResponseHead);
+    assert_eq!(r.status, Some(401));
+}
