@@ -268,14 +268,13 @@ impl Prober {
                 phases: run.phases,
                 total,
             },
-            Err(mut f) => {
-                if f.status.is_none() {
-                    f.status = run.status;
-                }
+            Err(f) => {
                 tracing::debug!(proxy = %proxy, reason = ?f.reason, phase = ?f.phase, detail = ?f.detail, "probe failed");
                 ProbeResult {
                     ok: false,
-                    status: f.status,
+                    // A failure's own status is the one that explains it; otherwise keep
+                    // the last one seen (e.g. the 200 to CONNECT before a TLS failure).
+                    status: f.status.or(run.status),
                     failure: Some(f),
                     phases: run.phases,
                     total,

@@ -373,6 +373,7 @@ async fn destination_with_untrusted_ca_is_tls_failed() {
     let r = probe(&c, &format!("http://127.0.0.1:{}", proxy.port())).await;
     assert_failed(&r, Reason::TlsFailed, Phase::DestinationTls);
     assert_eq!(r.status, Some(200), "the CONNECT status is kept");
+    assert_eq!(r.failure.unwrap().status, None);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -812,4 +813,23 @@ async fn forwarded_401_is_destination_status() {
     .await;
     assert_failed(&r, Reason::DestinationStatus, Phase::ResponseHead);
     assert_eq!(r.status, Some(401));
+}
+
+#[tokio::test]
+async fn silent_https_proxy_is_slow_proxy_tls() {
+    let fake = scripted(vec![Act::Read, Act::Hang]).await;
+    let mut c = cfg("http://127.0.0.1:9/");
+    c.timeout = Duration::from_millis(300);
+    let r = probe(&c, &format!("https://localhost:{}", fake.port())).await;
+    assert_failed(&r, Reason::SlowResponse, Phase::ProxyTls);
+}
+
+#[tokio::test]
+async fn silent_tls_destination_is_slow_destination_tls() {
+    let d = scripted(vec![Act::Read, Act::Hang]).await;
+    let proxy = http_proxy(HttpProxyCfg::default()).await;
+    let mut c = cfg(https_url(&d));
+    c.timeout = Duration::from_millis(300);
+    let r = probe(&c, &format!("http://127.0.0.1:{}", proxy.port())).await;
+    assert_failed(&r, Reason::SlowResponse, Phase::DestinationTls);
 }
