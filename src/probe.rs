@@ -1278,6 +1278,44 @@ mod tests {
         assert_eq!(basic_auth(&p), None);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn phases_run_on_tokio_time() {
+        let timeout = Duration::from_secs(10);
+        let mut run = Run {
+            deadline: Instant::now() + timeout,
+            timeout,
+            phases: Vec::new(),
+            status: None,
+        };
+        let quick = run
+            .timed(Phase::Connect, async {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                Ok(())
+            })
+            .await;
+        assert!(quick.is_ok());
+        let stuck = run
+            .timed(
+                Phase::ResponseBody,
+                std::future::pending::<Result<(), Failure>>(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(stuck.reason, Some(Reason::SlowResponse));
+        assert_eq!(stuck.phase, Some(Phase::ResponseBody));
+        assert_eq!(
+            run.phases,
+            [
+                (Phase::Connect, Duration::from_secs(3)),
+                (Phase::ResponseBody, Duration::from_secs(7))
+            ]
+        );
+        assert_eq!(
+            run.deadline_failure(Phase::Connect).reason,
+            Some(Reason::ConnectTimeout)
+        );
+    }
+
     #[test]
     fn probe_future_is_send() {
         // The daemon spawns probes on the multi-threaded runtime.
