@@ -208,6 +208,18 @@ impl ProxyUrl {
                     None => (ui, None),
                 };
                 let dec = |s: &str| {
+                    // percent_decode_str passes a '%' without two hex digits through
+                    // unchanged; a URL with one is malformed (RFC 3986), and guessing what
+                    // the operator meant would silently store a different password.
+                    let b = s.as_bytes();
+                    let well_formed = b.iter().enumerate().all(|(i, &c)| {
+                        c != b'%'
+                            || (b.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                                && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+                    });
+                    if !well_formed {
+                        return Err(EndpointError::BadEncoding(red.clone()));
+                    }
                     percent_decode_str(s)
                         .decode_utf8()
                         .map(|c| c.into_owned())
@@ -466,6 +478,9 @@ mod tests {
             ("http://u:hunter2@[::1]80", "missing port"),
             ("http://:hunter2@h:80", "empty user"),
             ("http://u:hunter2%ff@h:80", "invalid percent-encoding"),
+            ("http://u:hunter2%zz@h:80", "invalid percent-encoding"),
+            ("http://u:hunter2%4@h:80", "invalid percent-encoding"),
+            ("http://u%:hunter2@h:80", "invalid percent-encoding"),
         ];
         for (input, want) in bad {
             let err = ProxyUrl::parse(input).expect_err(input).to_string();

@@ -307,6 +307,18 @@ pub struct Store {
     path: PathBuf,
 }
 
+/// Insert an endpoint with an id never used before. Events outlive their endpoint (no
+/// foreign key), so a plain `INTEGER PRIMARY KEY` would hand the id of a removed endpoint
+/// (the highest one) to the next insert, and that endpoint would inherit the removed
+/// one's event history. Every endpoint has an `added` event, so the largest id ever used
+/// is the larger of the live maximum and the maximum in `events`.
+const INSERT_ENDPOINT: &str =
+    "INSERT INTO endpoints (id, pool, scheme, host, port, user, password, label, \
+     source, state, streak, state_changed_at, created_at) VALUES (\
+     (SELECT MAX(m) + 1 FROM (SELECT COALESCE(MAX(id), 0) AS m FROM endpoints \
+      UNION ALL SELECT COALESCE(MAX(endpoint), 0) FROM events)), \
+     ?1,?2,?3,?4,?5,?6,?7,?8,?9,0,?10,?10)";
+
 const ENDPOINT_COLS: &str = "id, pool, scheme, host, port, user, password, label, source, state, \
      reason, phase, detail, streak, reason_streak, cooldown_ms, cooldown_until, \
      state_changed_at, created_at";
@@ -362,10 +374,7 @@ impl Store {
             let mut find = tx.prepare_cached(
                 "SELECT id FROM endpoints WHERE pool=?1 AND scheme=?2 AND host=?3 AND port=?4 AND user=?5",
             )?;
-            let mut ins = tx.prepare_cached(
-                "INSERT INTO endpoints (pool, scheme, host, port, user, password, label, source, state, \
-                 streak, state_changed_at, created_at) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,0,?10,?10)",
-            )?;
+            let mut ins = tx.prepare_cached(INSERT_ENDPOINT)?;
             let now = fmt_time(SystemTime::now());
             for e in eps {
                 let u = &e.url;
@@ -441,10 +450,7 @@ impl Store {
             )?;
             let mut upd =
                 tx.prepare_cached("UPDATE endpoints SET password=?2, label=?3 WHERE id=?1")?;
-            let mut ins = tx.prepare_cached(
-                "INSERT INTO endpoints (pool, scheme, host, port, user, password, label, source, state, \
-                 streak, state_changed_at, created_at) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,0,?10,?10)",
-            )?;
+            let mut ins = tx.prepare_cached(INSERT_ENDPOINT)?;
             let now = fmt_time(SystemTime::now());
             for e in eps {
                 let u = &e.url;
@@ -856,6 +862,25 @@ mod tests {
             s.resolve("socks5://a@h:1").unwrap_err(),
             ResolveError::Store(StoreError::Ambiguous { .. })
         ));
+    }
+
+    #[test]
+    fn ids_are_never_reused_after_remove() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("t.db")).unwrap();
+        let a = s.add_endpoints(&[new_ep("http://a:1", "default")]).unwrap()[0];
+        s.remove(&[a]).unwrap();
+        let b = s.add_endpoints(&[new_ep("http://b:1", "default")]).unwrap()[0];
+        assert!(b > a, "id {a} reused as {b}");
+        let c = s
+            .ensure_endpoints(&[new_ep("http://c:1", "default")])
+            .unwrap()[0]
+            .0;
+        assert!(c > b);
+        // The new endpoint has only its own history.
+        let evs = s.recent_events(b, 10).unwrap();
+        assert_eq!(evs.len(), 1, "{evs:?}");
+        assert_eq!(evs[0].kind, "added");
     }
 
     #[test]
