@@ -145,13 +145,19 @@ async fn cooling_until_the_deadline_then_exactly_one_trial_lease() {
     assert_eq!(g.endpoint, 1);
     assert!(g.trial, "the first lease at the deadline is the trial");
     let h = health(&p, 1);
-    assert_eq!((h.state, h.claimed, h.streak), (State::ProbeAllowed, true, 1));
+    assert_eq!(
+        (h.state, h.claimed, h.streak),
+        (State::ProbeAllowed, true, 1)
+    );
     // The claim is taken: the next lease does not get it (nothing else to lease).
     match lease(&mut p, clock) {
         Err(PoolError::Exhausted { retry_after, .. }) => assert_eq!(retry_after, None),
         other => panic!("the trial is taken, got {other:?}"),
     }
-    assert_eq!(report(&mut p, &g, Outcome::Success, clock), State::Available);
+    assert_eq!(
+        report(&mut p, &g, Outcome::Success, clock),
+        State::Available
+    );
     let again = lease(&mut p, clock).unwrap();
     assert!(!again.trial);
 }
@@ -294,7 +300,10 @@ async fn cooldown_sequence_grows_to_max_and_resets_on_success() {
         if streak < 12 {
             report(&mut p, &g, refused(), clock);
         } else {
-            assert_eq!(report(&mut p, &g, Outcome::Success, clock), State::Available);
+            assert_eq!(
+                report(&mut p, &g, Outcome::Success, clock),
+                State::Available
+            );
         }
     }
     let expected: Vec<u64> = (1..=12u32)
@@ -385,7 +394,10 @@ async fn trial_lease_expiry_is_seen_by_any_operation() {
     let (now, wall) = clock.now();
     let (g, writes) = p.lease("p", TTL, None, now, wall);
     let g = g.unwrap();
-    assert_eq!(event_kinds(&writes), vec!["trial_abandoned", "trial_admitted"]);
+    assert_eq!(
+        event_kinds(&writes),
+        vec!["trial_abandoned", "trial_admitted"]
+    );
     assert_eq!((g.endpoint, g.trial), (1, true));
     assert_eq!(health(&p, 1).streak, 1);
 }
@@ -433,7 +445,11 @@ async fn late_report_does_not_extend_the_cooldown() {
     let (now, wall) = clock.now();
     let (st, writes) = p.report(&b.lease, refused(), now, wall);
     assert_eq!(st, Ok(State::Cooling));
-    assert_eq!(event_kinds(&writes), vec!["report"], "logged, no transition");
+    assert_eq!(
+        event_kinds(&writes),
+        vec!["report"],
+        "logged, no transition"
+    );
     assert_eq!(health(&p, 1), h, "deadline and streak unchanged");
 }
 

@@ -807,9 +807,7 @@ fn state_by_event_table() {
                 }
             }
             Some(a) => {
-                let deadline_ms = hl
-                    .deadline
-                    .map(|d| d.duration_since(t0).as_millis() as u64);
+                let deadline_ms = hl.deadline.map(|d| d.duration_since(t0).as_millis() as u64);
                 let got = (hl.state, hl.claimed, hl.streak, hl.reason, deadline_ms);
                 let want = (a.state, a.claimed, a.streak, a.reason, a.deadline_ms);
                 if got != want {
@@ -1109,8 +1107,14 @@ fn per_reason_overrides() {
         vec![5 * S, 15 * S, 20 * S, 20 * S]
     );
     // Only base overridden: factor and max from the pool.
-    assert_eq!(cd(Reason::DestinationStatus, 1), Duration::from_millis(1_500));
-    assert_eq!(cd(Reason::DestinationStatus, 3), Duration::from_millis(6_000));
+    assert_eq!(
+        cd(Reason::DestinationStatus, 1),
+        Duration::from_millis(1_500)
+    );
+    assert_eq!(
+        cd(Reason::DestinationStatus, 3),
+        Duration::from_millis(6_000)
+    );
     assert_eq!(cd(Reason::DestinationStatus, 20), 30 * 60 * S);
     // Others: the pool default.
     assert_eq!(cd(Reason::ConnectRefused, 2), 120 * S);
@@ -1157,8 +1161,14 @@ fn retry_after_on_429_and_503_only() {
             1800 * S
         );
         // A shorter Retry-After never shortens the cooldown.
-        assert_eq!(p.cooldown(&with(Some(status), Some(10 * S)), 1, 0.0), 60 * S);
-        assert_eq!(p.cooldown(&with(Some(status), Some(10 * S)), 3, 0.0), 240 * S);
+        assert_eq!(
+            p.cooldown(&with(Some(status), Some(10 * S)), 1, 0.0),
+            60 * S
+        );
+        assert_eq!(
+            p.cooldown(&with(Some(status), Some(10 * S)), 3, 0.0),
+            240 * S
+        );
         // Without Retry-After: the plain cooldown.
         assert_eq!(p.cooldown(&with(Some(status), None), 1, 0.0), 60 * S);
         // Jitter cannot take it below Retry-After.
@@ -1302,7 +1312,10 @@ fn restored_remaining_clamps() {
         Duration::ZERO
     );
     // A zero-length cooldown never waits.
-    assert_eq!(restored_remaining(now + S, now, Duration::ZERO), Duration::ZERO);
+    assert_eq!(
+        restored_remaining(now + S, now, Duration::ZERO),
+        Duration::ZERO
+    );
 }
 
 #[test]
@@ -1318,5 +1331,8 @@ fn names_round_trip() {
     }
     assert_eq!(State::ALL.len(), 4);
     let err = "cool".parse::<State>().unwrap_err().to_string();
-    assert!(err.contains("available, cooling, probe_allowed, disabled"), "{err}");
+    assert!(
+        err.contains("available, cooling, probe_allowed, disabled"),
+        "{err}"
+    );
 }
