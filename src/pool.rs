@@ -372,8 +372,9 @@ impl Pools {
         let step = e.health.apply(input, &policy, now, jitter);
         let h = &e.health;
         let mut writes = Vec::new();
-        // The act itself (report, probe, trial admission) is one row...
-        if !event.kind.is_empty() {
+        // The act itself (report, probe, trial admission) is one row... unless it was
+        // refused: a claim or abandon that did not happen is not an event.
+        if !event.kind.is_empty() && step != Step::Refused {
             writes.push(Write::Event(NewEvent {
                 endpoint: Some(id),
                 from: Some(from),

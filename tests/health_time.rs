@@ -1,0 +1,524 @@
+//! Cooldowns, trials and lease expiry against a paused tokio clock, on `Pools` directly
+//! (synchronous, no I/O). Time only moves through `tokio::time::advance`.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use proxypool::config::{Mode, PoolConfig};
+use proxypool::endpoint::{EndpointId, ProxyUrl};
+use proxypool::health::{Cooldown, Failure, Health, Input, Phase, Policy, Reason, State, Step};
+use proxypool::pool::{Grant, Outcome, PoolError, Pools};
+use proxypool::store::{EndpointRow, Write};
+use tokio::time::{advance, Instant};
+
+const MS: Duration = Duration::from_millis(1);
+const S: Duration = Duration::from_secs(1);
+const BASE: Duration = Duration::from_secs(60);
+const MAX: Duration = Duration::from_secs(30 * 60);
+const TTL: Duration = Duration::from_secs(30);
+
+/// Wall clock that moves with the paused tokio clock.
+#[derive(Clone, Copy)]
+struct Clock {
+    t0: Instant,
+    w0: SystemTime,
+}
+
+impl Clock {
+    fn new() -> Clock {
+        Clock {
+            t0: Instant::now(),
+            w0: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+        }
+    }
+    fn now(&self) -> (Instant, SystemTime) {
+        let now = Instant::now();
+        (now, self.w0 + (now - self.t0))
+    }
+}
+
+fn pool_cfg(name: &str, mode: Mode) -> PoolConfig {
+    PoolConfig {
+        mode,
+        policy: Policy {
+            cooldown: Cooldown {
+                base: BASE,
+                factor: 2.0,
+                max: MAX,
+                jitter: 0.0,
+            },
+            ..Policy::default()
+        },
+        ..PoolConfig::builtin(name)
+    }
+}
+
+fn row(id: EndpointId, pool: &str, state: State) -> EndpointRow {
+    EndpointRow {
+        id,
+        url: ProxyUrl::parse(&format!("socks5://u{id}:pw@10.0.0.{id}:1080")).unwrap(),
+        pool: pool.into(),
+        label: None,
+        source: Some("test".into()),
+        state,
+        reason: None,
+        phase: None,
+        detail: None,
+        streak: 0,
+        reason_streak: 0,
+        cooldown_ms: None,
+        cooldown_until: None,
+        state_changed_at: "2027-01-15T08:00:00.000Z".into(),
+        created_at: "2027-01-15T08:00:00.000Z".into(),
+    }
+}
+
+/// A single pool `p` of `mode` with endpoints 1..=n in `state`.
+fn pools(mode: Mode, n: i64, state: State, clock: Clock) -> Pools {
+    let mut p = Pools::new([pool_cfg("p", mode)]);
+    p.seed(7);
+    let (now, wall) = clock.now();
+    for id in 1..=n {
+        p.insert_row(&row(id, "p", state), now, wall);
+    }
+    p
+}
+
+fn refused() -> Outcome {
+    Outcome::Failure(Failure::new(Reason::ConnectRefused, Some(Phase::Connect)))
+}
+
+fn lease(p: &mut Pools, clock: Clock) -> Result<Grant, PoolError> {
+    let (now, wall) = clock.now();
+    p.lease("p", TTL, None, now, wall).0
+}
+
+fn report(p: &mut Pools, g: &Grant, o: Outcome, clock: Clock) -> State {
+    let (now, wall) = clock.now();
+    p.report(&g.lease, o, now, wall).0.unwrap()
+}
+
+fn health(p: &Pools, id: EndpointId) -> Health {
+    p.health(id).unwrap().clone()
+}
+
+/// Cool endpoint 1 of a one-endpoint static-no-ping pool at `clock` time; returns its
+/// deadline.
+fn cool_first(p: &mut Pools, clock: Clock) -> Instant {
+    let g = lease(p, clock).unwrap();
+    assert!(!g.trial);
+    assert_eq!(report(p, &g, refused(), clock), State::Cooling);
+    health(p, g.endpoint).deadline.unwrap()
+}
+
+fn event_kinds(writes: &[Write]) -> Vec<&'static str> {
+    writes
+        .iter()
+        .map(|w| match w {
+            Write::Transition(_, ev) | Write::Event(ev) => ev.kind,
+            Write::SourceResult { .. } => "source_result",
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn cooling_until_the_deadline_then_exactly_one_trial_lease() {
+    let clock = Clock::new();
+    let mut p = pools(Mode::StaticNoPing, 1, State::Available, clock);
+    let t_fail = Instant::now();
+    let deadline = cool_first(&mut p, clock);
+    assert_eq!(deadline, t_fail + BASE);
+
+    advance(BASE - MS).await;
+    assert_eq!(Instant::now(), deadline - MS);
+    match lease(&mut p, clock) {
+        Err(PoolError::Exhausted { pool, retry_after }) => {
+            assert_eq!(pool, "p");
+            assert_eq!(retry_after, Some(MS));
+        }
+        other => panic!("still cooling, got {other:?}"),
+    }
+    assert_eq!(health(&p, 1).state, State::Cooling);
+
+    advance(MS).await;
+    let g = lease(&mut p, clock).unwrap();
+    assert_eq!(g.endpoint, 1);
+    assert!(g.trial, "the first lease at the deadline is the trial");
+    let h = health(&p, 1);
+    assert_eq!(
+        (h.state, h.claimed, h.streak),
+        (State::ProbeAllowed, true, 1)
+    );
+    // The claim is taken: the next lease does not get it (nothing else to lease).
+    match lease(&mut p, clock) {
+        Err(PoolError::Exhausted { retry_after, .. }) => assert_eq!(retry_after, None),
+        other => panic!("the trial is taken, got {other:?}"),
+    }
+    assert_eq!(
+        report(&mut p, &g, Outcome::Success, clock),
+        State::Available
+    );
+    let again = lease(&mut p, clock).unwrap();
+    assert!(!again.trial);
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_the_deadline_the_trial_goes_first_and_only_once() {
+    let clock = Clock::new();
+    let mut p = pools(Mode::StaticNoPing, 2, State::Available, clock);
+    let g = lease(&mut p, clock).unwrap();
+    assert_eq!(g.endpoint, 1);
+    report(&mut p, &g, refused(), clock);
+
+    advance(BASE - MS).await;
+    for _ in 0..3 {
+        let g = lease(&mut p, clock).unwrap();
+        assert_eq!((g.endpoint, g.trial), (2, false), "1 is cooling");
+        report(&mut p, &g, Outcome::Success, clock);
+    }
+    advance(MS).await;
+    let first = lease(&mut p, clock).unwrap();
+    assert_eq!((first.endpoint, first.trial), (1, true));
+    for _ in 0..5 {
+        let g = lease(&mut p, clock).unwrap();
+        assert_eq!((g.endpoint, g.trial), (2, false), "only one trial");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn thousand_concurrent_claimers_one_winner_repeated() {
+    let clock = Clock::new();
+    let p = Arc::new(Mutex::new(pools(
+        Mode::StaticNoPing,
+        1,
+        State::Available,
+        clock,
+    )));
+    let mut deadline = cool_first(&mut p.lock().unwrap(), clock);
+    for round in 0..100u32 {
+        tokio::time::advance(deadline - Instant::now()).await;
+        let mut tasks = Vec::with_capacity(1000);
+        for _ in 0..1000 {
+            let p = p.clone();
+            tasks.push(tokio::spawn(async move {
+                tokio::task::yield_now().await;
+                let (now, wall) = clock.now();
+                p.lock().unwrap().try_claim(1, now, wall)
+            }));
+        }
+        let mut wins = 0;
+        let mut writes = Vec::new();
+        for t in tasks {
+            let (won, w) = t.await.unwrap();
+            wins += won as usize;
+            writes.extend(w);
+        }
+        assert_eq!(wins, 1, "round {round}: exactly one claimant");
+        // One deadline transition and one admission recorded, nothing for the losers.
+        let kinds = event_kinds(&writes);
+        let admitted = kinds.iter().filter(|k| **k == "trial_admitted").count();
+        assert_eq!(admitted, 1, "round {round}: trial_admitted events");
+        let first = &kinds[..kinds.len().min(3)];
+        assert_eq!(kinds.len(), 2, "round {round}: {first:?}...");
+        let h = health(&p.lock().unwrap(), 1);
+        assert_eq!((h.state, h.claimed), (State::ProbeAllowed, true));
+        assert_eq!(h.streak, round + 1);
+        // The trial fails: cool again (a longer cooldown, bounded by max).
+        let (now, wall) = clock.now();
+        let (st, _) = p
+            .lock()
+            .unwrap()
+            .probe_result(1, refused(), true, None, now, wall);
+        assert_eq!(st.unwrap(), State::Cooling);
+        let h = health(&p.lock().unwrap(), 1);
+        let want = BASE
+            .checked_mul(1 << (round + 1).min(20))
+            .unwrap_or(MAX)
+            .min(MAX);
+        assert_eq!(h.cooldown, Some(want), "round {round}");
+        deadline = h.deadline.unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn thousand_concurrent_leases_one_trial() {
+    let clock = Clock::new();
+    for _round in 0..10 {
+        let p = Arc::new(Mutex::new(pools(
+            Mode::StaticNoPing,
+            1,
+            State::Available,
+            clock,
+        )));
+        let deadline = cool_first(&mut p.lock().unwrap(), clock);
+        advance(deadline - Instant::now()).await;
+        let mut tasks = Vec::new();
+        for _ in 0..1000 {
+            let p = p.clone();
+            tasks.push(tokio::spawn(async move {
+                tokio::task::yield_now().await;
+                let (now, wall) = clock.now();
+                p.lock().unwrap().lease("p", TTL, None, now, wall).0
+            }));
+        }
+        let mut trials = 0;
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(g) => {
+                    assert!(g.trial);
+                    trials += 1;
+                }
+                Err(PoolError::Exhausted { .. }) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(trials, 1);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn cooldown_sequence_grows_to_max_and_resets_on_success() {
+    let clock = Clock::new();
+    let mut p = pools(Mode::StaticNoPing, 1, State::Available, clock);
+    let g = lease(&mut p, clock).unwrap();
+    report(&mut p, &g, refused(), clock);
+    let mut seen = Vec::new();
+    for streak in 1..=12u32 {
+        let h = health(&p, 1);
+        assert_eq!((h.state, h.streak), (State::Cooling, streak));
+        let len = h.cooldown.unwrap();
+        assert_eq!(h.deadline.unwrap() - Instant::now(), len);
+        let (now, _) = clock.now();
+        assert_eq!(
+            p.status(Some("p"), now).unwrap()[0].next_deadline_ms,
+            Some(len.as_millis() as u64)
+        );
+        seen.push(len.as_secs());
+        advance(len).await;
+        let g = lease(&mut p, clock).unwrap();
+        assert!(g.trial, "streak {streak}");
+        if streak < 12 {
+            report(&mut p, &g, refused(), clock);
+        } else {
+            assert_eq!(
+                report(&mut p, &g, Outcome::Success, clock),
+                State::Available
+            );
+        }
+    }
+    let expected: Vec<u64> = (1..=12u32)
+        .map(|s| (60u64 << (s - 1)).min(MAX.as_secs()))
+        .collect();
+    assert_eq!(seen, expected);
+    assert_eq!(
+        &seen[..7],
+        &[60, 120, 240, 480, 960, 1800, 1800],
+        "stops at max"
+    );
+    let h = health(&p, 1);
+    assert_eq!((h.state, h.streak, h.claimed), (State::Available, 0, false));
+    assert_eq!(h.cooldown, None);
+    // The next failure starts again at base.
+    let g = lease(&mut p, clock).unwrap();
+    assert!(!g.trial);
+    report(&mut p, &g, refused(), clock);
+    let h = health(&p, 1);
+    assert_eq!((h.streak, h.cooldown), (1, Some(BASE)));
+}
+
+/// Cool, reach the deadline and take the trial lease.
+async fn trial_lease(p: &mut Pools, clock: Clock) -> Grant {
+    let deadline = cool_first(p, clock);
+    advance(deadline - Instant::now()).await;
+    let g = lease(p, clock).unwrap();
+    assert!(g.trial);
+    g
+}
+
+#[tokio::test(start_paused = true)]
+async fn trial_lease_ttl_expiry_gives_the_claim_back() {
+    let clock = Clock::new();
+    let mut p = pools(Mode::StaticNoPing, 1, State::Available, clock);
+    let g = trial_lease(&mut p, clock).await;
+    let before = health(&p, 1);
+    assert_eq!(before.streak, 1);
+
+    advance(TTL - MS).await;
+    let (now, wall) = clock.now();
+    assert!(p.advance(now, wall).is_empty(), "not expired yet");
+    assert!(health(&p, 1).claimed);
+
+    advance(MS).await;
+    let (now, wall) = clock.now();
+    let writes = p.advance(now, wall);
+    assert_eq!(event_kinds(&writes), vec!["trial_abandoned"]);
+    match &writes[0] {
+        Write::Event(ev) => {
+            assert_eq!(ev.endpoint, Some(1));
+            assert_eq!(ev.from, Some(State::ProbeAllowed));
+            assert_eq!(ev.to, Some(State::ProbeAllowed));
+            assert_eq!(ev.lease.as_deref(), Some(g.lease.as_str()));
+            assert_eq!(ev.detail.as_deref(), Some("lease expired"));
+        }
+        w => panic!("{w:?}"),
+    }
+    let h = health(&p, 1);
+    assert_eq!(
+        (h.state, h.claimed, h.streak, h.reason),
+        (State::ProbeAllowed, false, 1, before.reason)
+    );
+    // A report on the expired lease changes nothing.
+    let (now, wall) = clock.now();
+    let (r, w) = p.report(&g.lease, refused(), now, wall);
+    assert_eq!(r, Err(PoolError::LeaseExpired(g.lease.clone())));
+    assert!(w.is_empty());
+    assert_eq!(health(&p, 1), h);
+    // The claim is free again: the next lease is the trial.
+    let again = lease(&mut p, clock).unwrap();
+    assert!(again.trial);
+}
+
+#[tokio::test(start_paused = true)]
+async fn trial_lease_expiry_is_seen_by_any_operation() {
+    let clock = Clock::new();
+    let mut p = pools(Mode::StaticNoPing, 2, State::Available, clock);
+    // Endpoint 1 fails, 2 stays available.
+    let g = lease(&mut p, clock).unwrap();
+    assert_eq!(g.endpoint, 1);
+    report(&mut p, &g, refused(), clock);
+    advance(BASE).await;
+    let t = lease(&mut p, clock).unwrap();
+    assert_eq!((t.endpoint, t.trial), (1, true));
+    advance(TTL + S).await;
+    // An ordinary lease runs the expiry first and gets the trial back.
+    let (now, wall) = clock.now();
+    let (g, writes) = p.lease("p", TTL, None, now, wall);
+    let g = g.unwrap();
+    assert_eq!(
+        event_kinds(&writes),
+        vec!["trial_abandoned", "trial_admitted"]
+    );
+    assert_eq!((g.endpoint, g.trial), (1, true));
+    assert_eq!(health(&p, 1).streak, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn releasing_a_trial_lease_abandons_it() {
+    let clock = Clock::new();
+    let mut p = pools(Mode::StaticNoPing, 1, State::Available, clock);
+    let g = trial_lease(&mut p, clock).await;
+    advance(S).await;
+    let (now, wall) = clock.now();
+    let (r, writes) = p.release(&g.lease, now, wall);
+    r.unwrap();
+    assert_eq!(event_kinds(&writes), vec!["trial_abandoned"]);
+    let h = health(&p, 1);
+    assert_eq!(
+        (h.state, h.claimed, h.streak),
+        (State::ProbeAllowed, false, 1)
+    );
+    // Released twice: unknown; nothing changes.
+    let (r, w) = p.release(&g.lease, now, wall);
+    assert_eq!(r, Err(PoolError::UnknownLease(g.lease.clone())));
+    assert!(w.is_empty());
+    // Releasing an ordinary lease writes nothing.
+    let t = lease(&mut p, clock).unwrap();
+    report(&mut p, &t, Outcome::Success, clock);
+    let o = lease(&mut p, clock).unwrap();
+    assert!(!o.trial);
+    let (r, w) = p.release(&o.lease, now, wall);
+    r.unwrap();
+    assert!(w.is_empty());
+    assert_eq!(health(&p, 1).state, State::Available);
+}
+
+#[tokio::test(start_paused = true)]
+async fn late_report_does_not_extend_the_cooldown() {
+    let clock = Clock::new();
+    let mut p = pools(Mode::StaticNoPing, 1, State::Available, clock);
+    let a = lease(&mut p, clock).unwrap();
+    let b = lease(&mut p, clock).unwrap();
+    assert_eq!(a.endpoint, b.endpoint);
+    report(&mut p, &a, refused(), clock);
+    let h = health(&p, 1);
+    advance(20 * S).await;
+    let (now, wall) = clock.now();
+    let (st, writes) = p.report(&b.lease, refused(), now, wall);
+    assert_eq!(st, Ok(State::Cooling));
+    assert_eq!(
+        event_kinds(&writes),
+        vec!["report"],
+        "logged, no transition"
+    );
+    assert_eq!(health(&p, 1), h, "deadline and streak unchanged");
+}
+
+#[tokio::test(start_paused = true)]
+async fn static_and_sniffing_leases_never_get_a_trial() {
+    for mode in [Mode::Static, Mode::Sniffing] {
+        let clock = Clock::new();
+        // New endpoints of prober pools start probe_allowed.
+        let mut p = pools(mode, 2, State::ProbeAllowed, clock);
+        for _ in 0..3 {
+            assert!(
+                matches!(
+                    lease(&mut p, clock),
+                    Err(PoolError::Exhausted {
+                        retry_after: None,
+                        ..
+                    })
+                ),
+                "{mode}: no lease on probe_allowed"
+            );
+        }
+        let (now, wall) = clock.now();
+        let (c1, w) = p.claim_next("p", now, wall);
+        let (id1, _) = c1.expect("the prober claims");
+        assert_eq!(event_kinds(&w), vec!["trial_admitted"]);
+        assert!(health(&p, id1).claimed);
+        let (c2, _) = p.claim_next("p", now, wall);
+        let (id2, _) = c2.expect("the other one");
+        assert_ne!(id1, id2);
+        let (c3, w) = p.claim_next("p", now, wall);
+        assert!(c3.is_none(), "{mode}: both claimed");
+        assert!(w.is_empty());
+        // A probe success makes it leasable, never as a trial.
+        let (st, _) = p.probe_result(id1, Outcome::Success, true, None, now, wall);
+        assert_eq!(st, Ok(State::Available));
+        let g = lease(&mut p, clock).unwrap();
+        assert_eq!((g.endpoint, g.trial), (id1, false));
+        // It fails, cools; at the deadline a lease still does not get it.
+        report(&mut p, &g, refused(), clock);
+        let (st, _) = p.probe_result(id2, refused(), true, None, now, wall);
+        assert_eq!(st, Ok(State::Cooling));
+        advance(BASE).await;
+        assert!(matches!(
+            lease(&mut p, clock),
+            Err(PoolError::Exhausted { .. })
+        ));
+        let h = health(&p, id1);
+        assert_eq!((h.state, h.claimed), (State::ProbeAllowed, false));
+        // claim_next does, once per endpoint, oldest probe_allowed first.
+        let (now, wall) = clock.now();
+        let (c, _) = p.claim_next("p", now, wall);
+        assert_eq!(c.map(|c| c.0), Some(id1));
+        let (c, _) = p.claim_next("p", now, wall);
+        assert_eq!(c.map(|c| c.0), Some(id2));
+        let (c, _) = p.claim_next("p", now, wall);
+        assert!(c.is_none());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn refused_claims_and_abandons_write_nothing() {
+    let clock = Clock::new();
+    let mut p = pools(Mode::Static, 1, State::Available, clock);
+    let (now, wall) = clock.now();
+    // Not probe_allowed: refused, and no admission is recorded.
+    let (won, w) = p.try_claim(1, now, wall);
+    assert!(!won);
+    assert!(w.is_empty(), "{w:?}");
+    let (r, w) = p.input(1, Input::Abandon, "trial_abandoned", None, now, wall);
+    assert_eq!(r.unwrap().0, Step::Refused);
+    assert!(w.is_empty(), "{w:?}");
+}
