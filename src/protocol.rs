@@ -38,7 +38,7 @@ impl<'de> Deserialize<'de> for Dur {
                 .map(Dur)
                 .map_err(|e| serde::de::Error::custom(format!("invalid duration {s:?}: {e}"))),
             Value::Number(n) => match n.as_f64() {
-                Some(f) if f.is_finite() && f >= 0.0 && f < 1e12 => {
+                Some(f) if f.is_finite() && (0.0..1e12).contains(&f) => {
                     Ok(Dur(Duration::from_secs_f64(f)))
                 }
                 _ => Err(serde::de::Error::custom(format!(
