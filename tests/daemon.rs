@@ -1235,3 +1235,27 @@ jitter = 0.0
         .collect();
     assert!(kinds.contains(&good.to_string()), "{kinds:?}");
 }
+
+#[test]
+fn removing_a_config_declared_endpoint_while_serving_keeps_list_and_daemon_consistent() {
+    let h = Home::new(Some(
+        r#"
+[[endpoint]]
+url = "http://10.6.0.1:3128"
+"#,
+    ));
+    let d = h.serve();
+    let list = h.list();
+    assert_eq!(list.len(), 1, "{list:?}");
+    let id = list[0]["id"].as_i64().unwrap();
+    let g = ok(d.req(json!({"op": "lease"})));
+    assert_eq!(g["endpoint"], json!(id));
+    let out = h.ok(&["remove", &id.to_string()]);
+    assert_eq!(out.trim(), format!("{id}\tremoved"));
+    // Every later command agrees with the daemon: the endpoint is gone.
+    assert_eq!(h.list(), Vec::<Value>::new());
+    let s = ok(d.req(json!({"op": "status"})));
+    assert_eq!(s["pools"][0]["available"], json!(0));
+    assert_eq!(err_code(&d.req(json!({"op": "lease"}))), "pool_exhausted");
+    assert_eq!(h.list(), Vec::<Value>::new());
+}
