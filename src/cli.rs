@@ -316,7 +316,12 @@ impl Context {
 
     fn store(&self) -> Result<Store, CliError> {
         let mut s = Store::open(&self.db).map_err(|e| CliError::failed(e.to_string()))?;
-        sync_config_endpoints(&mut s, &self.config)?;
+        // A running daemon synced the config when it started and owns the pool state:
+        // inserting rows behind its back (e.g. re-adding a config endpoint just removed)
+        // would make `list` show endpoints that the daemon never leases.
+        if std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
+            sync_config_endpoints(&mut s, &self.config)?;
+        }
         Ok(s)
     }
 

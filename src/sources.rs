@@ -106,10 +106,12 @@ pub async fn fetch(src: &SourceConfig) -> Result<Vec<ProxyUrl>, SourceError> {
 async fn fetch_text(src: &SourceConfig) -> Result<String, SourceError> {
     let bytes = match &src.kind {
         SourceKind::File(p) => {
-            let f = tokio::fs::File::open(p).await.map_err(|source| SourceError::File {
-                path: p.display().to_string(),
-                source,
-            })?;
+            let f = tokio::fs::File::open(p)
+                .await
+                .map_err(|source| SourceError::File {
+                    path: p.display().to_string(),
+                    source,
+                })?;
             let mut buf = Vec::new();
             f.take(src.max_bytes as u64 + 1)
                 .read_to_end(&mut buf)
@@ -161,7 +163,9 @@ async fn run_command(argv: &[String], max: usize) -> Result<Vec<u8>, SourceError
         .await
         .map_err(|e| SourceError::Command(e.to_string()))?;
     if !status.success() {
-        return Err(SourceError::Command(format!("{prog:?} exited with {status}")));
+        return Err(SourceError::Command(format!(
+            "{prog:?} exited with {status}"
+        )));
     }
     Ok(out)
 }
@@ -169,16 +173,28 @@ async fn run_command(argv: &[String], max: usize) -> Result<Vec<u8>, SourceError
 async fn http_get(url: &str, max: usize) -> Result<Vec<u8>, SourceError> {
     let herr = |e: &dyn std::fmt::Display| SourceError::Http(e.to_string());
     let uri: hyper::Uri = url.parse().map_err(|e| herr(&e))?;
-    let host = uri.host().ok_or_else(|| SourceError::Http("no host".into()))?.to_string();
+    let host = uri
+        .host()
+        .ok_or_else(|| SourceError::Http("no host".into()))?
+        .to_string();
     let https = uri.scheme_str() == Some("https");
     let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-    let bare = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    let bare = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
     let tcp = tokio::net::TcpStream::connect((bare.as_str(), port))
         .await
         .map_err(|e| herr(&e))?;
     let req = hyper::Request::get(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
-        .header(hyper::header::HOST, uri.authority().map(|a| a.as_str()).unwrap_or(&host))
-        .header(hyper::header::USER_AGENT, concat!("proxypool/", env!("CARGO_PKG_VERSION")))
+        .header(
+            hyper::header::HOST,
+            uri.authority().map(|a| a.as_str()).unwrap_or(&host),
+        )
+        .header(
+            hyper::header::USER_AGENT,
+            concat!("proxypool/", env!("CARGO_PKG_VERSION")),
+        )
         .header(hyper::header::CONNECTION, "close")
         .body(Empty::<Bytes>::new())
         .map_err(|e| herr(&e))?;
@@ -282,9 +298,16 @@ fn pool_event(kind: &'static str, detail: String) -> Write {
 
 /// Sniff a pool: sources in order (preferred first), first success wins and is reconciled.
 /// `None` when every source failed (then nothing changed).
-pub async fn sniff(engine: &Engine, pool: &PoolConfig, trigger: Trigger) -> Result<Option<Sniffed>, EngineError> {
+pub async fn sniff(
+    engine: &Engine,
+    pool: &PoolConfig,
+    trigger: Trigger,
+) -> Result<Option<Sniffed>, EngineError> {
     engine
-        .record(vec![pool_event(trigger.kind(), format!("pool {}", pool.name))])
+        .record(vec![pool_event(
+            trigger.kind(),
+            format!("pool {}", pool.name),
+        )])
         .await?;
     for src in &pool.sources {
         let name = src.name();
@@ -293,7 +316,10 @@ pub async fn sniff(engine: &Engine, pool: &PoolConfig, trigger: Trigger) -> Resu
                 warn!(pool = %pool.name, source = %name, error = %e, "sniff failed");
                 engine
                     .record(vec![
-                        pool_event("sniff_failure", format!("pool {} source {name}: {e}", pool.name)),
+                        pool_event(
+                            "sniff_failure",
+                            format!("pool {} source {name}: {e}", pool.name),
+                        ),
                         Write::SourceResult {
                             pool: pool.name.clone(),
                             name: name.clone(),
@@ -373,14 +399,24 @@ pub async fn reconcile(
         let here = listed_ids.contains(&row.id);
         let h = engine.pools().health(row.id).cloned();
         let Some(h) = h else { continue };
-        if !here && !(h.state == State::Disabled) {
+        if !here && h.state != State::Disabled {
             engine
-                .input(row.id, Input::SourceRemoved, "", Some(format!("no longer listed by {source_name}")))
+                .input(
+                    row.id,
+                    Input::SourceRemoved,
+                    "",
+                    Some(format!("no longer listed by {source_name}")),
+                )
                 .await?;
             removed += 1;
         } else if here && h.state == State::Disabled && h.reason == Some(Reason::SourceRemoved) {
             engine
-                .input(row.id, Input::SourceReturned, "", Some(format!("listed again by {source_name}")))
+                .input(
+                    row.id,
+                    Input::SourceReturned,
+                    "",
+                    Some(format!("listed again by {source_name}")),
+                )
                 .await?;
             returned += 1;
         }
@@ -420,7 +456,8 @@ pub async fn run_after_startup(engine: Arc<Engine>, pool: PoolConfig, shutdown: 
     let mut next_refresh = refresh.map(|r| tokio::time::Instant::now() + r);
     let mut last_exhaustion: Option<tokio::time::Instant> = None;
     loop {
-        let wake = next_refresh.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
+        let wake =
+            next_refresh.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep_until(wake) => {}
@@ -453,9 +490,22 @@ mod tests {
 
     #[test]
     fn parses_lists_and_rejects_garbage_whole() {
-        assert_eq!(parse_list("# c\n\nhttp://a:1\nsocks5://u:p@b:2\n").unwrap().len(), 2);
-        assert_eq!(parse_list(r#"["http://a:1", "socks5h://b:2"]"#).unwrap().len(), 2);
-        assert!(matches!(parse_list("# only comments\n"), Err(SourceError::Empty)));
+        assert_eq!(
+            parse_list("# c\n\nhttp://a:1\nsocks5://u:p@b:2\n")
+                .unwrap()
+                .len(),
+            2
+        );
+        assert_eq!(
+            parse_list(r#"["http://a:1", "socks5h://b:2"]"#)
+                .unwrap()
+                .len(),
+            2
+        );
+        assert!(matches!(
+            parse_list("# only comments\n"),
+            Err(SourceError::Empty)
+        ));
         assert!(matches!(parse_list("[]"), Err(SourceError::Empty)));
         match parse_list("http://a:1\n<html>oops</html>\n") {
             Err(SourceError::BadLine { line: 2, .. }) => {}

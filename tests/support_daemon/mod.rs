@@ -1,0 +1,458 @@
+//! Harness for end-to-end tests through the real `proxypool` binary: a temporary home
+//! (database, socket, XDG dirs), a daemon spawned with `proxypool serve` and killed on
+//! drop, CLI runs with the same environment, and a tiny JSON-lines socket client.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_proxypool");
+
+/// A config whose default pool cools for exactly one second (no jitter, no growth).
+pub const ONE_SECOND_COOLDOWN: &str = r#"
+[[pool]]
+name = "default"
+mode = "static-no-ping"
+
+[pool.cooldown]
+base = "1s"
+factor = 1.0
+max = "1s"
+jitter = 0.0
+"#;
+
+/// A temporary proxypool home: database, socket, XDG dirs, optional config file.
+pub struct Home {
+    pub dir: TempDir,
+    pub db: PathBuf,
+    pub socket: PathBuf,
+    pub config: Option<PathBuf>,
+}
+
+impl Home {
+    /// A fresh home; `config` is written to a file and passed as `PROXYPOOL_CONFIG`.
+    pub fn new(config: Option<&str>) -> Home {
+        let dir = tempfile::Builder::new()
+            .prefix("pp-e2e")
+            .tempdir()
+            .expect("tempdir");
+        for sub in ["home", "data", "config", "run"] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        let config = config.map(|text| {
+            let p = dir.path().join("proxies.toml");
+            std::fs::write(&p, text).unwrap();
+            p
+        });
+        Home {
+            db: dir.path().join("data/proxypool.db"),
+            socket: dir.path().join("run/pp.sock"),
+            config,
+            dir,
+        }
+    }
+
+    /// The environment every process of this home gets (besides removed variables).
+    pub fn envs(&self) -> Vec<(String, PathBuf)> {
+        let d = self.dir.path();
+        let mut v = vec![
+            ("HOME".to_string(), d.join("home")),
+            ("XDG_DATA_HOME".to_string(), d.join("data")),
+            ("XDG_CONFIG_HOME".to_string(), d.join("config")),
+            ("XDG_RUNTIME_DIR".to_string(), d.join("run")),
+            ("PROXYPOOL_DB".to_string(), self.db.clone()),
+            ("PROXYPOOL_SOCKET".to_string(), self.socket.clone()),
+        ];
+        if let Some(cfg) = &self.config {
+            v.push(("PROXYPOOL_CONFIG".to_string(), cfg.clone()));
+        }
+        v
+    }
+
+    /// `program` with this home's environment (and no proxypool settings of the caller's).
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new(program);
+        c.env_remove("PROXYPOOL_TOKEN")
+            .env_remove("PROXYPOOL_CONFIG")
+            .env_remove("RUST_LOG")
+            .envs(self.envs())
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// `proxypool` with this home's environment.
+    pub fn cmd(&self) -> Command {
+        self.command(BIN)
+    }
+
+    /// Run a CLI command to completion (10 s at most).
+    pub fn run(&self, args: &[&str]) -> Out {
+        let mut c = self.cmd();
+        c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let child = c.spawn().expect("spawn proxypool");
+        let out = wait_output(child, Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("`proxypool {}` did not finish in 10 s", args.join(" ")));
+        Out::from(out, args)
+    }
+
+    /// Run a CLI command that must succeed; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert_eq!(
+            o.code,
+            Some(0),
+            "`proxypool {}` failed: {}\n{}",
+            args.join(" "),
+            o.stdout,
+            o.stderr
+        );
+        o.stdout
+    }
+
+    /// `list --json` as an array.
+    pub fn list(&self) -> Vec<Value> {
+        let out = self.ok(&["list", "--json"]);
+        serde_json::from_str::<Value>(&out)
+            .unwrap_or_else(|e| panic!("list --json is not JSON ({e}): {out}"))
+            .as_array()
+            .expect("list --json prints an array")
+            .clone()
+    }
+
+    /// One endpoint of `list --json`.
+    pub fn listed(&self, id: i64) -> Value {
+        self.list()
+            .into_iter()
+            .find(|e| e["id"] == json!(id))
+            .unwrap_or_else(|| panic!("endpoint {id} not in list --json"))
+    }
+
+    /// `events --json`, one object a line.
+    pub fn events(&self) -> Vec<Value> {
+        self.ok(&["events", "--json"])
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("event line {l:?}: {e}")))
+            .collect()
+    }
+
+    /// `add URL...` (daemon running or not); returns the new ids.
+    pub fn add(&self, urls: &[&str]) -> Vec<i64> {
+        let mut args = vec!["add"];
+        args.extend_from_slice(urls);
+        let out = self.ok(&args);
+        let ids: Vec<i64> = out
+            .lines()
+            .map(|l| {
+                l.trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("add printed {l:?}"))
+            })
+            .collect();
+        assert_eq!(ids.len(), urls.len(), "add printed {out:?}");
+        ids
+    }
+
+    /// Start `proxypool serve` here and wait until it answers a ping.
+    pub fn serve(&self) -> Daemon {
+        self.serve_with(&[], &[])
+    }
+
+    /// `serve` with extra arguments and environment.
+    pub fn serve_with(&self, args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let log = self.dir.path().join(format!(
+            "daemon-{}.log",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        let mut c = self.cmd();
+        c.arg("serve").args(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let child = c.spawn().expect("spawn proxypool serve");
+        let mut d = Daemon {
+            child: Some(child),
+            socket: self.socket.clone(),
+            log,
+        };
+        d.wait_ready();
+        d
+    }
+}
+
+/// A finished CLI run.
+#[derive(Debug)]
+pub struct Out {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Out {
+    fn from(o: Output, args: &[&str]) -> Out {
+        let out = Out {
+            code: o.status.code(),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        };
+        for text in [&out.stdout, &out.stderr] {
+            assert!(
+                !text.contains("database is locked"),
+                "`proxypool {}` printed \"database is locked\": {text}",
+                args.join(" ")
+            );
+        }
+        out
+    }
+}
+
+/// Wait for a child with a deadline; kills it and returns None on timeout.
+pub fn wait_output(mut child: Child, limit: Duration) -> Option<Output> {
+    let start = Instant::now();
+    loop {
+        match child.try_wait().expect("try_wait") {
+            Some(_) => return Some(child.wait_with_output().expect("output")),
+            None if start.elapsed() > limit => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            None => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+/// A running daemon, killed on drop.
+pub struct Daemon {
+    pub child: Option<Child>,
+    pub socket: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    fn wait_ready(&mut self) {
+        let start = Instant::now();
+        loop {
+            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("daemon exited early ({st}): {}", self.log_text());
+            }
+            if let Ok(mut c) = Conn::try_connect(&self.socket) {
+                if let Ok(v) = c.try_req(&json!({"op": "ping"})) {
+                    if v["ok"] == json!(true) {
+                        return;
+                    }
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "daemon did not answer a ping within 10 s: {}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The daemon's stderr so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// A new connection.
+    pub fn conn(&self) -> Conn {
+        Conn::connect(&self.socket)
+    }
+
+    /// One request on a fresh connection.
+    pub fn req(&self, v: Value) -> Value {
+        self.conn().req(&v)
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().expect("kill -9");
+            c.wait().unwrap();
+        }
+    }
+
+    /// Send a signal and wait (up to `limit`) for the exit status.
+    pub fn signal_and_wait(&mut self, sig: i32, limit: Duration) -> ExitStatus {
+        let mut c = self.child.take().expect("running");
+        // SAFETY: kill(2) on our own child's pid.
+        let rc = unsafe { libc::kill(c.id() as libc::pid_t, sig) };
+        assert_eq!(rc, 0, "kill failed");
+        let start = Instant::now();
+        loop {
+            if let Some(st) = c.try_wait().unwrap() {
+                return st;
+            }
+            if start.elapsed() > limit {
+                let _ = c.kill();
+                let _ = c.wait();
+                panic!("daemon did not exit within {limit:?} after signal {sig}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A JSON-lines connection to the lease socket.
+pub struct Conn {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Conn {
+    /// Connect or panic.
+    pub fn connect(path: &Path) -> Conn {
+        Conn::try_connect(path).unwrap_or_else(|e| panic!("connect {}: {e}", path.display()))
+    }
+
+    /// Connect.
+    pub fn try_connect(path: &Path) -> std::io::Result<Conn> {
+        let s = UnixStream::connect(path)?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        s.set_write_timeout(Some(Duration::from_secs(10)))?;
+        Ok(Conn {
+            writer: s.try_clone()?,
+            reader: BufReader::new(s),
+        })
+    }
+
+    /// Write raw bytes.
+    pub fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.writer.write_all(bytes)?;
+        self.writer.flush()
+    }
+
+    /// Read one line; `Ok(None)` on end of stream.
+    pub fn read_line(&mut self) -> std::io::Result<Option<String>> {
+        let mut s = String::new();
+        let n = self.reader.read_line(&mut s)?;
+        Ok((n > 0).then_some(s))
+    }
+
+    /// Read one response.
+    pub fn read_json(&mut self) -> Value {
+        let line = self
+            .read_line()
+            .expect("read response")
+            .expect("connection closed before a response");
+        assert!(
+            line.ends_with('\n'),
+            "response not newline-terminated: {line:?}"
+        );
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("response {line:?}: {e}"))
+    }
+
+    /// Send a request and read its response.
+    pub fn try_req(&mut self, v: &Value) -> std::io::Result<Value> {
+        let mut line = serde_json::to_string(v).unwrap();
+        line.push('\n');
+        self.send_raw(line.as_bytes())?;
+        let l = self
+            .read_line()?
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "closed"))?;
+        serde_json::from_str(&l)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    }
+
+    /// Send a request and read its response, or panic.
+    pub fn req(&mut self, v: &Value) -> Value {
+        self.try_req(v)
+            .unwrap_or_else(|e| panic!("request {v}: {e}"))
+    }
+
+    /// Read until the peer closes; returns whether it closed (EOF or reset) in time.
+    pub fn closed_by_peer(&mut self) -> bool {
+        let mut buf = [0u8; 4096];
+        loop {
+            match self.reader.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+/// The error code of a failed response, asserting its shape.
+pub fn err_code(v: &Value) -> String {
+    assert_eq!(v["ok"], json!(false), "expected an error response: {v}");
+    let e = &v["error"];
+    assert!(e["message"].is_string(), "error without a message: {v}");
+    e["code"]
+        .as_str()
+        .unwrap_or_else(|| panic!("error without a code: {v}"))
+        .to_string()
+}
+
+/// Assert a success response and return it.
+pub fn ok(v: Value) -> Value {
+    assert_eq!(v["ok"], json!(true), "expected success: {v}");
+    v
+}
+
+/// Lease id of a grant.
+pub fn lease_id(v: &Value) -> String {
+    v["lease"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no lease id in {v}"))
+        .to_string()
+}
+
+/// Raise the soft fd limit to at least `want` (bounded by the hard limit); returns it.
+// `rlim_t` is u64 on Linux but not everywhere.
+#[allow(clippy::unnecessary_cast)]
+pub fn raise_nofile(want: u64) -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain syscalls on a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return 0;
+        }
+        if (r.rlim_cur as u64) < want {
+            let new = std::cmp::min(want as libc::rlim_t, r.rlim_max);
+            let nr = libc::rlimit {
+                rlim_cur: new,
+                rlim_max: r.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &nr) == 0 {
+                r.rlim_cur = new;
+            }
+        }
+    }
+    r.rlim_cur as u64
+}
