@@ -181,7 +181,10 @@ fn main() {
                 set.spawn(async move {
                     for i in 0..per_task {
                         let id = 1 + ((k * per_task + i) % 1000) as i64;
-                        w.queue(vec![transition(id, i as u32)]).await.unwrap().unwrap();
+                        w.queue(vec![transition(id, i as u32)])
+                            .await
+                            .unwrap()
+                            .unwrap();
                     }
                 });
             }

@@ -1153,7 +1153,7 @@ fn spawn_silent_server() -> u16 {
 }
 
 #[test]
-#[ignore = "needs the real prober: src/probe.rs is still a placeholder (unimplemented!) in this branch"]
+
 fn static_mode_prober_recovers_through_a_real_proxy_and_leases_are_never_trials() {
     let dest = spawn_destination();
     let (pport, plog) = spawn_forward_proxy("pr", "obe");
