@@ -11,7 +11,9 @@ use proxypool::endpoint::ProxyUrl;
 use proxypool::health::{Phase, Reason, State};
 use proxypool::pool::engine::Writer;
 use proxypool::pool::Pools;
-use proxypool::store::{EndpointRow, HealthRecord, NewEndpoint, NewEvent, Store, Write};
+use proxypool::store::{
+    Durability, EndpointRow, HealthRecord, NewEndpoint, NewEvent, Store, Write,
+};
 
 fn row(i: i64) -> EndpointRow {
     EndpointRow {
@@ -103,8 +105,8 @@ fn transition(id: i64, n: u32) -> Write {
     )
 }
 
-fn store_with(dir: &std::path::Path, n: i64) -> Store {
-    let mut s = Store::open(&dir.join("bench.db")).unwrap();
+fn store_with(dir: &std::path::Path, n: i64, d: Durability) -> Store {
+    let mut s = Store::open_with(&dir.join("bench.db"), d).unwrap();
     let eps: Vec<NewEndpoint> = (1..=n)
         .map(|i| NewEndpoint {
             url: row(i).url,
@@ -157,43 +159,53 @@ fn main() {
     drop(p);
     drop(rows);
 
-    println!("\n== persisted transitions per second (SQLite WAL, synchronous=FULL)");
-    let dir = tempfile::tempdir().unwrap();
-    let mut s = store_with(dir.path(), 1000);
-    let n = 300;
-    let t = Instant::now();
-    for i in 0..n {
-        s.write(&[transition(1 + (i % 1000), i as u32)]).unwrap();
-    }
-    let single = n as f64 / t.elapsed().as_secs_f64();
-    println!("single (one commit per transition): {single:>9.0} transitions/s");
-    drop(s);
-
-    let dir2 = tempfile::tempdir().unwrap();
-    let writer = Writer::spawn(store_with(dir2.path(), 1000));
-    for tasks in [8usize, 64] {
-        let per_task = 4000 / tasks;
+    for durability in [Durability::Normal, Durability::Full] {
+        println!("\n== persisted transitions per second (SQLite WAL, synchronous={durability:?})");
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = store_with(dir.path(), 1000, durability);
+        let n = if durability == Durability::Full {
+            300
+        } else {
+            3000
+        };
         let t = Instant::now();
-        rt.block_on(async {
-            let mut set = tokio::task::JoinSet::new();
-            for k in 0..tasks {
-                let w = writer.clone();
-                set.spawn(async move {
-                    for i in 0..per_task {
-                        let id = 1 + ((k * per_task + i) % 1000) as i64;
-                        w.queue(vec![transition(id, i as u32)])
-                            .await
-                            .unwrap()
-                            .unwrap();
-                    }
-                });
-            }
-            while set.join_next().await.is_some() {}
-        });
-        let rate = (tasks * per_task) as f64 / t.elapsed().as_secs_f64();
-        println!(
-            "group commit, {tasks:>2} concurrent writers: {rate:>9.0} transitions/s ({:.1}x single)",
-            rate / single
-        );
+        for i in 0..n {
+            s.write(&[transition(1 + (i % 1000), i as u32)]).unwrap();
+        }
+        let single = n as f64 / t.elapsed().as_secs_f64();
+        println!("single (one commit per transition):      {single:>9.0} transitions/s");
+        drop(s);
+        let dir2 = tempfile::tempdir().unwrap();
+        let writer = Writer::spawn(store_with(dir2.path(), 1000, durability));
+        for tasks in [8usize, 64] {
+            let total = if durability == Durability::Full {
+                4000
+            } else {
+                40_000
+            };
+            let per_task = total / tasks;
+            let t = Instant::now();
+            rt.block_on(async {
+                let mut set = tokio::task::JoinSet::new();
+                for k in 0..tasks {
+                    let w = writer.clone();
+                    set.spawn(async move {
+                        for i in 0..per_task {
+                            let id = 1 + ((k * per_task + i) % 1000) as i64;
+                            w.queue(vec![transition(id, i as u32)])
+                                .await
+                                .unwrap()
+                                .unwrap();
+                        }
+                    });
+                }
+                while set.join_next().await.is_some() {}
+            });
+            let rate = (tasks * per_task) as f64 / t.elapsed().as_secs_f64();
+            println!(
+                "group commit, {tasks:>2} concurrent writers:   {rate:>9.0} transitions/s ({:.1}x single)",
+                rate / single
+            );
+        }
     }
 }

@@ -315,7 +315,8 @@ impl Context {
     }
 
     fn store(&self) -> Result<Store, CliError> {
-        let mut s = Store::open(&self.db).map_err(|e| CliError::failed(e.to_string()))?;
+        let mut s = Store::open_with(&self.db, self.config.durability)
+            .map_err(|e| CliError::failed(e.to_string()))?;
         // A running daemon synced the config when it started and owns the pool state:
         // inserting rows behind its back (e.g. re-adding a config endpoint just removed)
         // would make `list` show endpoints that the daemon never leases.
@@ -698,7 +699,8 @@ async fn operator(
 ) -> Result<(), CliError> {
     if let Some(mut c) = ctx.daemon().await? {
         // Resolve every argument first so that one bad argument changes nothing.
-        let store = Store::open(&ctx.db).map_err(|e| CliError::failed(e.to_string()))?;
+        let store = Store::open_with(&ctx.db, ctx.config.durability)
+            .map_err(|e| CliError::failed(e.to_string()))?;
         let ids: Vec<EndpointId> = targets
             .iter()
             .map(|t| store.resolve(t).map(|r| r.id))
@@ -715,7 +717,8 @@ async fn operator(
     }
     let engine = ctx.engine()?;
     let ids: Vec<EndpointId> = {
-        let store = Store::open(&ctx.db).map_err(|e| CliError::failed(e.to_string()))?;
+        let store = Store::open_with(&ctx.db, ctx.config.durability)
+            .map_err(|e| CliError::failed(e.to_string()))?;
         targets
             .iter()
             .map(|t| store.resolve(t).map(|r| r.id))
@@ -786,7 +789,8 @@ async fn probe(
     let ids: Vec<EndpointId> = if targets.is_empty() {
         engine.pools().ids(pool.as_deref())
     } else {
-        let store = Store::open(&ctx.db).map_err(|e| CliError::failed(e.to_string()))?;
+        let store = Store::open_with(&ctx.db, ctx.config.durability)
+            .map_err(|e| CliError::failed(e.to_string()))?;
         targets
             .iter()
             .map(|t| store.resolve(t).map(|r| r.id))

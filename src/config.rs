@@ -10,6 +10,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::endpoint::ProxyUrl;
 use crate::health::{Policy, PolicyError, Reason, ReasonPolicy};
+use crate::store::Durability;
 
 /// The name of the pool used when none is given.
 pub const DEFAULT_POOL: &str = "default";
@@ -265,6 +266,8 @@ pub struct Config {
     pub path: Option<PathBuf>,
     /// `[store] path`, resolved.
     pub store_path: Option<PathBuf>,
+    /// `[store] synchronous`.
+    pub durability: Durability,
     /// `[server] socket`, resolved.
     pub socket: Option<PathBuf>,
     /// Pools by name; `default` always exists.
@@ -280,6 +283,7 @@ impl Default for Config {
         Config {
             path: None,
             store_path: None,
+            durability: Durability::default(),
             socket: None,
             pools,
             endpoints: Vec::new(),
@@ -311,6 +315,7 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawStore {
     path: Option<PathBuf>,
+    synchronous: Option<Durability>,
 }
 
 #[derive(Deserialize)]
@@ -435,8 +440,13 @@ impl Config {
             Some(b) if p.is_relative() => b.join(p),
             _ => p,
         };
+        let (store_path, durability) = match raw.store {
+            Some(s) => (s.path.map(resolve), s.synchronous.unwrap_or_default()),
+            None => (None, Durability::default()),
+        };
         let mut cfg = Config {
-            store_path: raw.store.and_then(|s| s.path).map(resolve),
+            store_path,
+            durability,
             socket: raw.server.and_then(|s| s.socket).map(resolve),
             ..Config::default()
         };

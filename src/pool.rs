@@ -7,6 +7,7 @@
 pub mod engine;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
@@ -52,7 +53,7 @@ pub struct Grant {
     /// Lease id.
     pub lease: String,
     /// Full proxy URL with credentials.
-    pub proxy: String,
+    pub proxy: Arc<str>,
     /// Endpoint id.
     pub endpoint: EndpointId,
     /// This lease is the single recovery attempt.
@@ -93,6 +94,8 @@ pub enum Outcome {
 
 struct Entry {
     url: ProxyUrl,
+    /// The URL with credentials, rendered once: leases hand it out on every call.
+    secret: Arc<str>,
     pool: usize,
     health: Health,
     leases: u32,
@@ -242,6 +245,7 @@ impl Pools {
             row.id,
             Entry {
                 url: row.url.clone(),
+                secret: row.url.to_secret_string().into(),
                 pool,
                 health,
                 leases: 0,
@@ -279,6 +283,7 @@ impl Pools {
     /// Update the URL (password, label changes) of a held endpoint.
     pub fn update_url(&mut self, id: EndpointId, url: ProxyUrl) {
         if let Some(e) = self.entries.get_mut(&id) {
+            e.secret = url.to_secret_string().into();
             e.url = url;
         }
     }
@@ -598,7 +603,7 @@ impl Pools {
         self.set_leases(id, 1);
         let grant = Grant {
             lease: self.lease_name(lid),
-            proxy: self.entries[&id].url.to_secret_string(),
+            proxy: self.entries[&id].secret.clone(),
             endpoint: id,
             trial,
             expires_in_ms: ttl.as_millis() as u64,

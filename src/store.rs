@@ -301,6 +301,18 @@ pub fn parse_time(s: &str) -> Option<SystemTime> {
         .or_else(|| humantime::parse_rfc3339(s).ok())
 }
 
+/// How hard a commit is pushed to disk before it is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// WAL + `synchronous=NORMAL`: a commit survives a crash or `kill -9` of the process;
+    /// only an OS crash or power loss may roll back the last commits.
+    #[default]
+    Normal,
+    /// WAL + `synchronous=FULL`: every commit is fsynced, surviving power loss too.
+    Full,
+}
+
 /// The SQLite store.
 pub struct Store {
     conn: Connection,
@@ -324,8 +336,13 @@ const ENDPOINT_COLS: &str = "id, pool, scheme, host, port, user, password, label
      state_changed_at, created_at";
 
 impl Store {
-    /// Open (creating and migrating) the database at `path`.
+    /// Open (creating and migrating) the database at `path` with default durability.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        Store::open_with(path, Durability::default())
+    }
+
+    /// Open (creating and migrating) the database at `path`.
+    pub fn open_with(path: &Path, durability: Durability) -> Result<Store, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
                 path: dir.to_path_buf(),
@@ -336,8 +353,14 @@ impl Store {
         // Another process (CLI vs daemon) may hold the write lock briefly.
         conn.busy_timeout(Duration::from_secs(10))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
-        // FULL: a commit is on disk before we acknowledge it, also across power loss.
-        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(
+            None,
+            "synchronous",
+            match durability {
+                Durability::Normal => "NORMAL",
+                Durability::Full => "FULL",
+            },
+        )?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         MIGRATIONS
             .to_latest(&mut conn)
