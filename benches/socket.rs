@@ -238,7 +238,8 @@ fn main() {
         }
         {
             let name = "pool of 10,000";
-            let (rate, us, errs) = client.block_on(drive(large.clone(), conns, Load::LeaseFailure));
+            let (rate, us, errs) =
+                client.block_on(drive(failing.clone(), conns, Load::LeaseFailure));
             println!(
                 "{:<36} {conns:>5} {rate:>12.0} {us:>10.1} {errs:>7}",
                 format!("lease+failure report, {name}")
