@@ -4,7 +4,6 @@
 //!
 //! Run: `cargo bench --bench probe_sweep` (needs curl and /usr/bin/time).
 
-#[allow(dead_code)]
 #[path = "../tests/support/mod.rs"]
 mod support;
 
