@@ -129,6 +129,16 @@ fn main() {
     let _guard = rt.enter();
 
     println!("== selection cost (lease+release pair, in memory, best of 5)");
+    let only: Option<i64> = std::env::var("BENCH_SELECT_ONLY")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    if let Some(n) = only {
+        println!(
+            "endpoints={n:>7}  {:>8.1} ns/pair",
+            choose_cost(n, 2_000_000)
+        );
+        return;
+    }
     let sizes = [100i64, 10_000, 100_000];
     let mut costs = Vec::new();
     for &n in &sizes {

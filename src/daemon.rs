@@ -121,7 +121,16 @@ pub async fn probe_one(
         }
         report.trial = true;
     }
-    let r: ProbeResult = prober.probe(&url).await;
+    let r: ProbeResult = match run_probe(prober, &url).await {
+        Some(r) => r,
+        None => {
+            if report.trial {
+                engine.abandon(id, "probe task failed").await?;
+            }
+            report.skipped = Some("the probe task failed".into());
+            return Ok(report);
+        }
+    };
     report.ok = r.ok;
     report.status = r.status;
     report.phases_ms = r
@@ -152,6 +161,51 @@ pub async fn probe_one(
     Ok(report)
 }
 
+/// Run a probe in its own task, so that a panic in it cannot leave a claim taken.
+async fn run_probe(prober: &Prober, url: &crate::endpoint::ProxyUrl) -> Option<ProbeResult> {
+    let (prober, url) = (prober.clone(), url.clone());
+    match tokio::spawn(async move { prober.probe(&url).await }).await {
+        Ok(r) => Some(r),
+        Err(e) => {
+            warn!(error = %join_error(&e), "probe task failed");
+            None
+        }
+    }
+}
+
+fn join_error(e: &tokio::task::JoinError) -> String {
+    if e.is_panic() {
+        "panicked".into()
+    } else {
+        "cancelled".into()
+    }
+}
+
+/// A claimed recovery probe: its outcome, or `None` after giving the claim back.
+async fn guarded_probe(
+    engine: &Engine,
+    prober: &Prober,
+    id: EndpointId,
+    url: &crate::endpoint::ProxyUrl,
+) -> Option<(Outcome, Option<String>)> {
+    match run_probe(prober, url).await {
+        Some(r) => {
+            let detail = r.status.map(|s| format!("status {s}"));
+            let outcome = match r.failure {
+                Some(f) => Outcome::Failure(f),
+                None => Outcome::Success,
+            };
+            Some((outcome, detail))
+        }
+        None => {
+            if let Err(e) = engine.abandon(id, "probe task failed").await {
+                warn!(endpoint = id, error = %e, "could not give the claim back");
+            }
+            None
+        }
+    }
+}
+
 /// Recovery probes and periodic checks of one pool, until `shutdown`.
 async fn prober_loop(
     engine: Arc<Engine>,
@@ -172,14 +226,11 @@ async fn prober_loop(
                 Ok(Some((id, url))) => {
                     let (engine, prober) = (engine.clone(), prober.clone());
                     tracker.spawn(async move {
-                        let r = prober.probe(&url).await;
-                        let outcome = match r.failure {
-                            Some(f) => Outcome::Failure(f),
-                            None => Outcome::Success,
-                        };
-                        let detail = r.status.map(|s| format!("status {s}"));
-                        if let Err(e) = engine.probe_result(id, outcome, true, detail).await {
-                            warn!(endpoint = id, error = %e, "could not record probe result");
+                        let outcome = guarded_probe(&engine, &prober, id, &url).await;
+                        if let Some((outcome, detail)) = outcome {
+                            if let Err(e) = engine.probe_result(id, outcome, true, detail).await {
+                                warn!(endpoint = id, error = %e, "could not record probe result");
+                            }
                         }
                         drop(permit);
                     });

@@ -8,6 +8,8 @@ pub mod engine;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
@@ -128,10 +130,10 @@ struct Lease {
 pub struct Pools {
     pools: Vec<PoolState>,
     by_name: HashMap<String, usize>,
-    entries: HashMap<EndpointId, Entry>,
-    leases: HashMap<u64, Lease>,
+    entries: EntryMap,
+    leases: FxHashMap<u64, Lease>,
     lease_expiry: BTreeSet<(Instant, u64)>,
-    expired: HashMap<u64, ()>,
+    expired: FxHashMap<u64, ()>,
     expired_order: VecDeque<u64>,
     sessions: HashMap<(usize, String), EndpointId>,
     next_lease: u64,
@@ -141,6 +143,77 @@ pub struct Pools {
 }
 
 const EXPIRED_MEMORY: usize = 65_536;
+
+/// Endpoints stored densely in load order, found by id through a small index.
+///
+/// Round robin walks endpoints roughly in load order, so a dense `Vec` turns the walk
+/// into mostly sequential memory access; a `HashMap<EndpointId, Entry>` scattered every
+/// entry and cost a cache and TLB miss per pick in large pools.
+#[derive(Default)]
+struct EntryMap {
+    index: FxHashMap<EndpointId, u32>,
+    slots: Vec<Option<(EndpointId, Entry)>>,
+    free: Vec<u32>,
+}
+
+impl EntryMap {
+    fn get(&self, id: &EndpointId) -> Option<&Entry> {
+        let &i = self.index.get(id)?;
+        self.slots[i as usize].as_ref().map(|(_, e)| e)
+    }
+
+    fn get_mut(&mut self, id: &EndpointId) -> Option<&mut Entry> {
+        let &i = self.index.get(id)?;
+        self.slots[i as usize].as_mut().map(|(_, e)| e)
+    }
+
+    fn contains_key(&self, id: &EndpointId) -> bool {
+        self.index.contains_key(id)
+    }
+
+    fn insert(&mut self, id: EndpointId, e: Entry) {
+        if let Some(&i) = self.index.get(&id) {
+            self.slots[i as usize] = Some((id, e));
+            return;
+        }
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some((id, e));
+                i
+            }
+            None => {
+                self.slots.push(Some((id, e)));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.index.insert(id, i);
+    }
+
+    fn remove(&mut self, id: &EndpointId) -> Option<Entry> {
+        let i = self.index.remove(id)?;
+        self.free.push(i);
+        self.slots[i as usize].take().map(|(_, e)| e)
+    }
+
+    fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&EndpointId, &Entry)> {
+        self.slots.iter().flatten().map(|(id, e)| (id, e))
+    }
+}
+
+impl std::ops::Index<&EndpointId> for EntryMap {
+    type Output = Entry;
+    fn index(&self, id: &EndpointId) -> &Entry {
+        self.get(id).expect("endpoint is held")
+    }
+}
 
 fn state_idx(s: State) -> usize {
     match s {
@@ -157,10 +230,10 @@ impl Pools {
         let mut p = Pools {
             pools: Vec::new(),
             by_name: HashMap::new(),
-            entries: HashMap::new(),
-            leases: HashMap::new(),
+            entries: EntryMap::default(),
+            leases: FxHashMap::default(),
             lease_expiry: BTreeSet::new(),
-            expired: HashMap::new(),
+            expired: FxHashMap::default(),
             expired_order: VecDeque::new(),
             sessions: HashMap::new(),
             next_lease: 0,
