@@ -778,73 +778,57 @@ async fn probe(
     if let Some(p) = &pool {
         ctx.check_pool(p)?;
     }
-    if ctx.daemon().await?.is_some() {
-        return Err(CliError::failed(format!(
-            "a daemon is serving on {}: it already probes its static and sniffing pools; \
-             stop it to probe from the CLI",
-            ctx.socket.display()
-        )));
-    }
-    let engine = ctx.engine()?;
-    let ids: Vec<EndpointId> = if targets.is_empty() {
-        engine.pools().ids(pool.as_deref())
-    } else {
-        let store = Store::open_with(&ctx.db, ctx.config.durability)
-            .map_err(|e| CliError::failed(e.to_string()))?;
-        targets
-            .iter()
-            .map(|t| store.resolve(t).map(|r| r.id))
-            .collect::<Result<_, _>>()?
-    };
-    let probers = daemon::probers(&ctx.config).map_err(|e| CliError::usage(e.to_string()))?;
-    let fallback = crate::probe::Prober::new(&crate::config::ProbeConfig::default())
-        .map_err(|e| CliError::usage(e.to_string()))?;
-    let bar = if std::io::stderr().is_terminal() && !json_out {
-        let b = ProgressBar::new(ids.len() as u64);
-        b.set_style(
-            ProgressStyle::with_template("{spinner} probing [{bar:30}] {pos}/{len} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        b
-    } else {
-        ProgressBar::hidden()
-    };
-    let sem = Arc::new(tokio::sync::Semaphore::new(concurrency));
-    let mut set = tokio::task::JoinSet::new();
-    for id in ids {
-        let pool = engine
-            .pools()
-            .pool_of(id)
-            .map(str::to_string)
-            .unwrap_or_default();
-        let prober = probers
-            .get(&pool)
-            .cloned()
-            .unwrap_or_else(|| fallback.clone());
-        let engine = engine.clone();
-        let sem = sem.clone();
-        set.spawn(async move {
-            let _permit = sem.acquire_owned().await;
-            daemon::probe_one(&engine, &prober, id).await
-        });
-    }
-    let mut reports: Vec<ProbeReport> = Vec::new();
-    while let Some(r) = set.join_next().await {
-        match r {
-            Ok(Ok(rep)) => {
-                if json_out {
-                    println!("{}", serde_json::to_string(&rep).unwrap_or_default());
-                }
-                bar.inc(1);
-                reports.push(rep);
-            }
-            Ok(Err(e)) => return Err(e.into()),
-            Err(e) => return Err(CliError::failed(format!("probe task failed: {e}"))),
+    let reports: Vec<ProbeReport> = if let Some(mut c) = ctx.daemon().await? {
+        // The daemon owns the pool state: let it run the probes and apply the results.
+        let resp = c
+            .request(&json!({"op": "probe", "endpoints": targets, "pool": pool,
+                "all": all, "concurrency": concurrency}))
+            .await?;
+        if resp["ok"] != Value::Bool(true) {
+            return Err(daemon_error(&resp));
         }
-    }
-    bar.finish_and_clear();
-    engine.flush().await?;
-    reports.sort_by_key(|r| r.id);
+        let reports: Vec<ProbeReport> = serde_json::from_value(resp["results"].clone())
+            .map_err(|e| CliError::failed(format!("bad probe results from daemon: {e}")))?;
+        if json_out {
+            for r in &reports {
+                println!("{}", serde_json::to_string(r).unwrap_or_default());
+            }
+        }
+        reports
+    } else {
+        let engine = ctx.engine()?;
+        let ids: Vec<EndpointId> = if targets.is_empty() {
+            engine.pools().ids(pool.as_deref())
+        } else {
+            let store = Store::open_with(&ctx.db, ctx.config.durability)
+                .map_err(|e| CliError::failed(e.to_string()))?;
+            targets
+                .iter()
+                .map(|t| store.resolve(t).map(|r| r.id))
+                .collect::<Result<_, _>>()?
+        };
+        let probers = daemon::probers(&ctx.config).map_err(|e| CliError::usage(e.to_string()))?;
+        let bar = if std::io::stderr().is_terminal() && !json_out {
+            let b = ProgressBar::new(ids.len() as u64);
+            b.set_style(
+                ProgressStyle::with_template("{spinner} probing [{bar:30}] {pos}/{len} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            b
+        } else {
+            ProgressBar::hidden()
+        };
+        let reports = daemon::probe_many(&engine, &probers, ids, concurrency, |rep| {
+            if json_out {
+                println!("{}", serde_json::to_string(rep).unwrap_or_default());
+            }
+            bar.inc(1);
+        })
+        .await?;
+        bar.finish_and_clear();
+        engine.flush().await?;
+        reports
+    };
     if !json_out {
         let mut t = Table::new();
         t.load_preset(UTF8_BORDERS_ONLY);

@@ -47,7 +47,7 @@ pub struct ServeOptions {
 }
 
 /// One probe's outcome, as `probe` prints it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct ProbeReport {
     /// Endpoint id.
     pub id: EndpointId,
@@ -159,6 +159,47 @@ pub async fn probe_one(
             .await?,
     );
     Ok(report)
+}
+
+/// Probe many endpoints, at most `concurrency` at a time; `on_done` sees each result as
+/// it arrives. Results come back sorted by id.
+pub async fn probe_many(
+    engine: &Arc<Engine>,
+    probers: &HashMap<String, Prober>,
+    ids: Vec<EndpointId>,
+    concurrency: usize,
+    mut on_done: impl FnMut(&ProbeReport),
+) -> Result<Vec<ProbeReport>, EngineError> {
+    let fallback = Prober::new(&crate::config::ProbeConfig::default()).ok();
+    let sem = Arc::new(Semaphore::new(concurrency.max(1)));
+    let mut set = tokio::task::JoinSet::new();
+    for id in ids {
+        let pool = engine.pools().pool_of(id).map(str::to_string);
+        let Some(prober) = pool
+            .and_then(|p| probers.get(&p).cloned())
+            .or_else(|| fallback.clone())
+        else {
+            continue;
+        };
+        let (engine, sem) = (engine.clone(), sem.clone());
+        set.spawn(async move {
+            let _permit = sem.acquire_owned().await;
+            probe_one(&engine, &prober, id).await
+        });
+    }
+    let mut out = Vec::new();
+    while let Some(r) = set.join_next().await {
+        match r {
+            Ok(Ok(rep)) => {
+                on_done(&rep);
+                out.push(rep);
+            }
+            Ok(Err(e)) => return Err(e),
+            Err(e) => warn!(error = %join_error(&e), "probe task failed"),
+        }
+    }
+    out.sort_by_key(|r| r.id);
+    Ok(out)
 }
 
 /// Run a probe in its own task, so that a panic in it cannot leave a claim taken.
@@ -321,11 +362,10 @@ pub async fn serve(
             ));
         }
     }
-    let handler = Arc::new(Handler::new(
-        engine.clone(),
-        config.clone(),
-        opts.token.clone(),
-    ));
+    let handler = Arc::new(
+        Handler::new(engine.clone(), config.clone(), opts.token.clone())
+            .with_probers(probers.clone()),
+    );
     if let Some(l) = tcp {
         info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "listening on TCP (token required)");
         tracker.spawn(server::run_tcp(l, handler.clone(), shutdown.clone()));

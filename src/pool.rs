@@ -801,6 +801,12 @@ impl Pools {
             return (Err(PoolError::UnknownEndpoint(id)), writes);
         }
         let was_claimed = self.entries[&id].health.claimed;
+        let operator = match &input {
+            Input::Disable { .. } => Some("disable"),
+            Input::Enable { now: false } => Some("enable"),
+            Input::Enable { now: true } => Some("enable --now"),
+            _ => None,
+        };
         let ev = NewEvent {
             kind,
             detail,
@@ -808,6 +814,22 @@ impl Pools {
         };
         let (step, w) = self.apply(id, input, now, wall, ev);
         writes.extend(w);
+        if let (Step::Refused, Some(action)) = (&step, operator) {
+            // Every operator action leaves a row, also one that found nothing to change.
+            let h = &self.entries[&id].health;
+            writes.push(Write::Event(NewEvent {
+                endpoint: Some(id),
+                kind: "operator",
+                from: Some(h.state),
+                to: Some(h.state),
+                reason: h.reason,
+                detail: Some(format!(
+                    "{action}: nothing to change, endpoint is {}",
+                    h.state
+                )),
+                ..Default::default()
+            }));
+        }
         if was_claimed && !self.entries[&id].health.claimed {
             // An operator action ended an in-flight trial: its lease no longer is one.
             for l in self.leases.values_mut().filter(|l| l.endpoint == id) {

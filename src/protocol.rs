@@ -20,6 +20,7 @@ pub const OPS: &[&str] = &[
     "release",
     "status",
     "endpoints",
+    "probe",
     "disable",
     "enable",
     "add",
@@ -161,6 +162,19 @@ pub enum Request {
         /// Endpoints.
         endpoints: Vec<EndpointRef>,
     },
+    /// Probe endpoints now (used by the CLI while a daemon runs).
+    Probe {
+        /// Endpoints; empty with `all` or `pool` = every endpoint (of the pool).
+        #[serde(default)]
+        endpoints: Vec<EndpointRef>,
+        /// Only this pool.
+        pool: Option<String>,
+        /// Every endpoint.
+        #[serde(default)]
+        all: bool,
+        /// Parallel probes.
+        concurrency: Option<usize>,
+    },
     /// Liveness.
     Ping,
 }
@@ -227,6 +241,11 @@ pub enum Body {
     Added {
         /// New ids.
         ids: Vec<EndpointId>,
+    },
+    /// `probe`.
+    Probes {
+        /// One result per endpoint, by id.
+        results: Vec<crate::daemon::ProbeReport>,
     },
     /// `ping`.
     Ping {

@@ -12,11 +12,15 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
+use std::collections::HashMap;
+
 use crate::config::{Config, DEFAULT_POOL};
+use crate::daemon;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::{Failure, Input, Phase, Reason, State};
 use crate::pool::engine::{initial_state, Engine, EngineError};
 use crate::pool::{Outcome, PoolError};
+use crate::probe::Prober;
 use crate::protocol::{
     parse_line, Body, EndpointRef, ErrorCode, ReportOutcome, Request, Response, MAX_LINE,
 };
@@ -46,6 +50,7 @@ pub struct Handler {
     engine: Arc<Engine>,
     config: Arc<Config>,
     token: Option<String>,
+    probers: HashMap<String, Prober>,
 }
 
 impl Handler {
@@ -55,7 +60,14 @@ impl Handler {
             engine,
             config,
             token,
+            probers: HashMap::new(),
         }
+    }
+
+    /// Probers per pool, for the `probe` op.
+    pub fn with_probers(mut self, probers: HashMap<String, Prober>) -> Self {
+        self.probers = probers;
+        self
     }
 
     /// Answer one request line.
@@ -225,6 +237,35 @@ impl Handler {
                     other => other.into(),
                 })?;
                 Ok(Body::Added { ids })
+            }
+            Request::Probe {
+                endpoints,
+                pool,
+                all,
+                concurrency,
+            } => {
+                if let Some(p) = &pool {
+                    if self.engine.pools().pool_config(p).is_none() {
+                        return Err(PoolError::UnknownPool(p.clone()).into());
+                    }
+                }
+                let ids = if endpoints.is_empty() {
+                    if !all && pool.is_none() {
+                        return Err(OpError::bad("name endpoints, or set all or pool"));
+                    }
+                    self.engine.pools().ids(pool.as_deref())
+                } else {
+                    let mut ids = Vec::new();
+                    for e in &endpoints {
+                        ids.push(self.resolve(e).await?);
+                    }
+                    ids
+                };
+                let concurrency = concurrency.unwrap_or(64).max(1);
+                let results =
+                    daemon::probe_many(&self.engine, &self.probers, ids, concurrency, |_| {})
+                        .await?;
+                Ok(Body::Probes { results })
             }
             Request::Remove { endpoints } => {
                 let mut ids = Vec::new();

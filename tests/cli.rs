@@ -1291,3 +1291,33 @@ fn a_first_migration_database_is_migrated_on_open() {
     e.ok(&["list"]);
     assert_eq!(e.count("endpoints"), 2);
 }
+
+#[test]
+fn operator_actions_that_change_nothing_still_leave_an_event() {
+    let e = Env::new();
+    let a = e.add(&["http://a.example:1"])[0];
+    e.ok(&["disable", &a.to_string(), "--reason", "first"]);
+    let before = e.count("events");
+    // Already operator-disabled: exit 0, state unchanged, one `operator` row.
+    let out = e.ok(&["disable", &a.to_string(), "--reason", "second"]);
+    assert_eq!(out.trim(), format!("{a}\tdisabled"));
+    // The first reason stays: a second disable does not rewrite history.
+    assert_eq!(find(&e.list(&[]), a)["detail"], "first");
+    e.ok(&["enable", "--now", &a.to_string()]);
+    // Already available: nothing to change, one `operator` row.
+    e.ok(&["enable", &a.to_string()]);
+    assert_eq!(e.count("events"), before + 3);
+    let evs = e.events(&["--endpoint", &a.to_string()]);
+    let ops: Vec<&Value> = evs.iter().filter(|v| v["kind"] == "operator").collect();
+    assert_eq!(ops.len(), 2, "{evs:?}");
+    assert_eq!(ops[0]["to"], "disabled");
+    assert!(ops[0]["detail"]
+        .as_str()
+        .unwrap()
+        .starts_with("disable: nothing to change"));
+    assert_eq!(ops[1]["to"], "available");
+    assert!(ops[1]["detail"]
+        .as_str()
+        .unwrap()
+        .starts_with("enable: nothing to change"));
+}

@@ -1259,3 +1259,49 @@ url = "http://10.6.0.1:3128"
     assert_eq!(err_code(&d.req(json!({"op": "lease"}))), "pool_exhausted");
     assert_eq!(h.list(), Vec::<Value>::new());
 }
+
+#[test]
+fn cli_probe_while_serving_runs_in_the_daemon_and_applies_results() {
+    let dest = spawn_destination();
+    let (pport, _plog) = spawn_forward_proxy("alice", "s3cret");
+    let dead = spawn_silent_server();
+    let cfg = format!(
+        "[[pool]]\nname = \"default\"\n[pool.probe]\nurl = \"http://127.0.0.1:{dest}/\"\n\
+         expect_body = \"hello\"\ntimeout = \"500ms\"\n"
+    );
+    let h = Home::new(Some(&cfg));
+    let d = h.serve();
+    let good = h.add(&[&format!("http://alice:s3cret@127.0.0.1:{pport}")])[0];
+    let bad = h.add(&[&format!("http://127.0.0.1:{dead}")])[0];
+
+    // One good endpoint: exit 0, the result table names it ok.
+    let out = h.run(&["probe", &good.to_string()]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("ok"), "{}", out.stdout);
+
+    // --all with a silent proxy: exit 1, JSON lines carry reason and phase, and the
+    // daemon (the only writer) applied the failure at once.
+    let out = h.run(&["probe", "--all", "--json"]);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    let lines: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    let failed = lines.iter().find(|r| r["id"] == json!(bad)).unwrap();
+    assert_eq!(failed["ok"], json!(false));
+    assert_eq!(failed["reason"], json!("slow_response"));
+    assert_eq!(failed["phase"], json!("response_head"));
+    assert_eq!(failed["state"], json!("cooling"));
+    assert_eq!(h.listed(bad)["state"], json!("cooling"));
+    assert_eq!(h.listed(good)["state"], json!("available"));
+    // The running daemon knows: the next leases never hand out the cooling endpoint.
+    let mut c = d.conn();
+    for _ in 0..3 {
+        let g = ok(c.req(&json!({"op": "lease"})));
+        assert_eq!(g["endpoint"], json!(good));
+        ok(c.req(&json!({"op": "release", "lease": lease_id(&g)})));
+    }
+    assert!(!out.stderr.contains("database is locked"));
+}
