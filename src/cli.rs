@@ -391,7 +391,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         } => {
             let store = ctx.store()?;
             let row = store.resolve(&endpoint)?;
-            let evs = store.recent_events(row.id, events)?;
+            let evs = store.recent_events(Some(row.id), events)?;
             if json {
                 let mut v = serde_json::to_value(row.view(false)).unwrap_or_default();
                 v["events"] = serde_json::to_value(&evs).unwrap_or_default();
@@ -936,13 +936,7 @@ async fn events(
     let store = ctx.store()?;
     let mut after = 0;
     if let Some(n) = limit {
-        let recent = match endpoint {
-            Some(id) => store.recent_events(id, n)?,
-            None => {
-                let last = store.events(None, 0, usize::MAX >> 1)?;
-                last.into_iter().rev().take(n).collect()
-            }
-        };
+        let recent = store.recent_events(endpoint, n)?;
         after = recent.last().map(|e| e.id - 1).unwrap_or(0);
     }
     let mut out = std::io::stdout().lock();

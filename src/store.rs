@@ -669,12 +669,12 @@ impl Store {
     /// The most recent events of an endpoint, newest first.
     pub fn recent_events(
         &self,
-        endpoint: EndpointId,
+        endpoint: Option<EndpointId>,
         limit: usize,
     ) -> Result<Vec<EventRow>, StoreError> {
         let mut st = self.conn.prepare_cached(
             "SELECT id, at, kind, endpoint, from_state, to_state, reason, phase, detail, lease FROM events \
-             WHERE endpoint=?1 ORDER BY id DESC LIMIT ?2",
+             WHERE (?1 IS NULL OR endpoint=?1) ORDER BY id DESC LIMIT ?2",
         )?;
         let rows = st.query_map(params![endpoint, limit as i64], read_event)?;
         Ok(rows.collect::<Result<_, _>>()?)
