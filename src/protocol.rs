@@ -35,9 +35,16 @@ pub struct Dur(pub Duration);
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         match Value::deserialize(d)? {
+            // Also what a `Retry-After` header holds: "120" or an HTTP date, passed on as is.
             Value::String(s) => humantime::parse_duration(&s)
+                .ok()
+                .or_else(|| crate::probe::parse_retry_after(&s, std::time::SystemTime::now()))
                 .map(Dur)
-                .map_err(|e| serde::de::Error::custom(format!("invalid duration {s:?}: {e}"))),
+                .ok_or_else(|| {
+                    serde::de::Error::custom(format!(
+                        "invalid duration {s:?}: write e.g. \"90s\", a number of seconds, or an HTTP date"
+                    ))
+                }),
             Value::Number(n) => match n.as_f64() {
                 Some(f) if f.is_finite() && (0.0..1e12).contains(&f) => {
                     Ok(Dur(Duration::from_secs_f64(f)))
@@ -393,6 +400,15 @@ mod tests {
                 session: None
             }
         );
+        let (_, req, _) =
+            parse_line(r#"{"op":"report","lease":"x","outcome":"failure","retry_after":"120"}"#)
+                .unwrap();
+        match req {
+            Request::Report { retry_after, .. } => {
+                assert_eq!(retry_after, Some(Dur(Duration::from_secs(120))))
+            }
+            other => panic!("{other:?}"),
+        }
         let cases = [
             ("nope", ErrorCode::BadRequest),
             ("[1]", ErrorCode::BadRequest),

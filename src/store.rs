@@ -901,7 +901,7 @@ mod tests {
             .0;
         assert!(c > b);
         // The new endpoint has only its own history.
-        let evs = s.recent_events(b, 10).unwrap();
+        let evs = s.recent_events(Some(b), 10).unwrap();
         assert_eq!(evs.len(), 1, "{evs:?}");
         assert_eq!(evs[0].kind, "added");
     }
