@@ -14,7 +14,7 @@ use std::time::Instant;
 const ENDPOINTS: usize = 2000;
 const PROXIES: usize = 20;
 const CONCURRENCY: usize = 64;
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 
 /// (wall seconds, peak RSS KiB, stdout)
 fn timed(cmd: &mut Command) -> (f64, u64, String) {
