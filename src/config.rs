@@ -204,6 +204,9 @@ pub struct SourceConfig {
     pub timeout: Duration,
     /// Largest accepted output.
     pub max_bytes: usize,
+    /// Working directory of a `command` source: the config file's folder, so that
+    /// relative paths in its arguments mean the same as `path` does.
+    pub dir: Option<PathBuf>,
 }
 
 impl SourceConfig {
@@ -575,6 +578,7 @@ impl Config {
                     refresh: s.refresh.unwrap_or(Duration::from_secs(600)),
                     timeout: s.timeout.unwrap_or(Duration::from_secs(30)),
                     max_bytes: s.max_bytes.unwrap_or(4 << 20),
+                    dir: base.map(Path::to_path_buf),
                 });
             }
             if !sources.is_empty() && pool.mode != Mode::Sniffing {

@@ -341,23 +341,27 @@ pub async fn serve(
     let tracker = TaskTracker::new();
     tracker.spawn(engine.clone().run_timer(shutdown.clone().cancelled_owned()));
     for pool in config.pools.values() {
-        if pool.mode.prober_recovers() {
-            tracker.spawn(prober_loop(
-                engine.clone(),
-                pool.clone(),
-                probers[&pool.name].clone(),
-                shutdown.clone(),
-            ));
-        }
         if !pool.sources.is_empty() {
             // Sniff on startup before the first lease is answered, so that the first
-            // lease already sees the sniffed list.
+            // lease already sees the sniffed list; and before the prober starts, so the
+            // startup sniff's events (`sniff_on_startup` ... `sniff_success`) are one
+            // uninterrupted run in the event log.
             if let Err(e) = sources::sniff(&engine, pool, sources::Trigger::Startup).await {
                 warn!(pool = %pool.name, error = %e, "startup sniff could not be recorded");
             }
             tracker.spawn(sources::run_after_startup(
                 engine.clone(),
                 pool.clone(),
+                shutdown.clone(),
+            ));
+        }
+    }
+    for pool in config.pools.values() {
+        if pool.mode.prober_recovers() {
+            tracker.spawn(prober_loop(
+                engine.clone(),
+                pool.clone(),
+                probers[&pool.name].clone(),
                 shutdown.clone(),
             ));
         }

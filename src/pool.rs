@@ -1046,13 +1046,15 @@ impl Pools {
         }
     }
 
-    /// Whether every endpoint of a pool is cooling or disabled (and it has some).
+    /// Whether every endpoint of a pool is cooling or disabled: nothing is available and
+    /// nothing awaits its recovery attempt. A configured pool with no endpoint at all
+    /// (e.g. a sniffing pool whose startup sniff failed) is exhausted too.
     pub fn exhausted(&self, pool: &str) -> bool {
         let Some(&p) = self.by_name.get(pool) else {
             return false;
         };
         let c = &self.pools[p].counts;
-        c[0] == 0 && c[2] == 0 && (c[1] + c[3]) > 0
+        c[0] == 0 && c[2] == 0
     }
 
     /// Counts by state for one or every pool.

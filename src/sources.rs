@@ -59,6 +59,8 @@ pub enum SourceError {
 /// Parse a list: a JSON array of URL strings, or one URL a line with `#` comments.
 /// One bad entry rejects the whole list: a garbled provider answer must change nothing.
 pub fn parse_list(text: &str) -> Result<Vec<ProxyUrl>, SourceError> {
+    // A byte-order mark (lists saved by Windows editors) is not part of the first URL.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let trimmed = text.trim_start();
     let mut out = Vec::new();
     if trimmed.starts_with('[') {
@@ -123,7 +125,7 @@ async fn fetch_text(src: &SourceConfig) -> Result<String, SourceError> {
             buf
         }
         SourceKind::Url(u) => http_get(u, src.max_bytes).await?,
-        SourceKind::Command(argv) => run_command(argv, src.max_bytes).await?,
+        SourceKind::Command(argv) => run_command(argv, src.dir.as_deref(), src.max_bytes).await?,
     };
     if bytes.len() > src.max_bytes {
         return Err(SourceError::TooLarge(src.max_bytes));
@@ -134,11 +136,19 @@ async fn fetch_text(src: &SourceConfig) -> Result<String, SourceError> {
     })
 }
 
-async fn run_command(argv: &[String], max: usize) -> Result<Vec<u8>, SourceError> {
+async fn run_command(
+    argv: &[String],
+    dir: Option<&std::path::Path>,
+    max: usize,
+) -> Result<Vec<u8>, SourceError> {
     let (prog, args) = argv
         .split_first()
         .ok_or_else(|| SourceError::Command("empty command".into()))?;
-    let mut child = tokio::process::Command::new(prog)
+    let mut cmd = tokio::process::Command::new(prog);
+    if let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) {
+        cmd.current_dir(d);
+    }
+    let mut child = cmd
         .args(args)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -514,5 +524,65 @@ mod tests {
         assert!(parse_list(r#"["http://a:1", 3]"#).is_err());
         let err = parse_list("socks5://u:sekrit@h\n").unwrap_err().to_string();
         assert!(!err.contains("sekrit"), "{err}");
+    }
+
+    fn urls(text: &str) -> Vec<String> {
+        parse_list(text)
+            .unwrap()
+            .iter()
+            .map(|u| u.to_redacted_string())
+            .collect()
+    }
+
+    #[test]
+    fn parses_crlf_indented_comments_blank_lines_and_a_bom() {
+        let want = vec!["http://a:1".to_string(), "socks5h://b:2".to_string()];
+        assert_eq!(urls("http://a:1\r\nsocks5h://b:2\r\n"), want);
+        assert_eq!(urls("http://a:1\r\n\r\n   # note\r\nsocks5h://b:2"), want);
+        assert_eq!(urls("  \t http://a:1 \n\t# x\nsocks5h://b:2/\n\n"), want);
+        assert_eq!(urls("\u{feff}http://a:1\nsocks5h://b:2\n"), want);
+        assert_eq!(urls("\u{feff}[\"http://a:1\", \"socks5h://b:2\"]"), want);
+        // A bad line is reported with its 1-based number, CRLF or not.
+        match parse_list("http://a:1\r\n# c\r\nftp://x:1\r\n") {
+            Err(SourceError::BadLine { line: 3, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_json_arrays_across_lines_and_rejects_non_arrays() {
+        assert_eq!(
+            urls("\n  [\n  \"http://u:p@a:1\",\r\n  \"socks4a://b:2\"\n]\n"),
+            vec!["http://u:***@a:1".to_string(), "socks4a://b:2".to_string()]
+        );
+        // Not an array of strings, not JSON at all, or a trailing mess: the whole answer
+        // is rejected.
+        for bad in [
+            r#"[{"url": "http://a:1"}]"#,
+            r#"["http://a:1",]"#,
+            r#"["http://a:1"] trailing"#,
+            r#"["http://a:1""#,
+            r#"[null]"#,
+            r#"["not a url"]"#,
+            r#"{"proxies": ["http://a:1"]}"#,
+        ] {
+            assert!(parse_list(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn keeps_duplicates_for_reconcile_to_fold_and_rejects_inline_junk() {
+        // Duplicates within a list are kept here; `reconcile` folds them by identity.
+        assert_eq!(urls("http://a:1\nhttp://a:1\n").len(), 2);
+        assert_eq!(urls(r#"["http://a:1", "http://a:1"]"#).len(), 2);
+        // No inline comments, no bare host:port, no HTML: one such line rejects the list.
+        for bad in [
+            "http://a:1 # eu-west\n",
+            "10.0.0.1:8080\n",
+            "http://a:1\n<html><body>Service Unavailable</body></html>\n",
+            "<!DOCTYPE html>\n<html>\n",
+        ] {
+            assert!(parse_list(bad).is_err(), "{bad:?}");
+        }
     }
 }
