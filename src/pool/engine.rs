@@ -197,10 +197,13 @@ impl Engine {
             if p.next_due() != before {
                 self.rescheduled.notify_one();
             }
-            rx = self.writer.queue(writes);
+            // Nothing to persist (most leases and releases): no round trip to the store.
+            rx = (!writes.is_empty()).then(|| self.writer.queue(writes));
             out = o;
         }
-        committed(rx).await?;
+        if let Some(rx) = rx {
+            committed(rx).await?;
+        }
         Ok(out)
     }
 
@@ -212,14 +215,19 @@ impl Engine {
         session: Option<&str>,
         wait: Duration,
     ) -> Result<Grant, EngineError> {
+        let attempt = || self.with(|p, now, wall| p.lease(pool, ttl, session, now, wall));
+        // The common case answers at once, without registering as a waiter.
+        match attempt().await? {
+            Err(PoolError::Exhausted { .. }) if !wait.is_zero() => {}
+            r => return Ok(r?),
+        }
         let give_up = Instant::now() + wait;
         loop {
+            // Registered before the attempt, so a release in between is not missed.
             let freed = self.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            let r = self
-                .with(|p, now, wall| p.lease(pool, ttl, session, now, wall))
-                .await?;
+            let r = attempt().await?;
             match r {
                 Ok(g) => return Ok(g),
                 Err(PoolError::Exhausted { retry_after, .. }) if Instant::now() < give_up => {
