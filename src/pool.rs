@@ -180,6 +180,9 @@ pub struct Pools {
 
 const EXPIRED_MEMORY: usize = 65_536;
 
+/// Sticky session keys remembered at most.
+const MAX_SESSIONS: usize = 65_536;
+
 /// Endpoints stored densely in load order, found by id through a small index.
 ///
 /// Round robin walks endpoints roughly in load order, so a dense `Vec` turns the walk
@@ -748,6 +751,19 @@ impl Pools {
             );
         };
         if let Some(key) = session {
+            if self.sessions.len() >= MAX_SESSIONS {
+                // Scrapers that mint a key per request must not grow memory forever:
+                // forget sessions whose endpoint left service, then all if still full.
+                let entries = &self.entries;
+                self.sessions.retain(|_, id| {
+                    entries
+                        .get(id)
+                        .is_some_and(|e| e.health.state == State::Available)
+                });
+                if self.sessions.len() >= MAX_SESSIONS {
+                    self.sessions.clear();
+                }
+            }
             self.sessions.insert((p, key.to_string()), id);
         }
         let Some(slot) = chosen_slot.or_else(|| self.entries.slot(&id)) else {
