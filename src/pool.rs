@@ -103,7 +103,7 @@ struct Entry {
     leases: u32,
     /// Bumped whenever the entry leaves or moves in the ready queues; queue items with an
     /// older value are stale.
-    gen: u32,
+    gen: u64,
     /// Sequence in the probe_allowed queue.
     pa_seq: u64,
 }
@@ -128,12 +128,12 @@ struct PoolState {
 /// memory in order: a pool of 100,000 costs about what a pool of 100 does.
 #[derive(Default)]
 struct Ready {
-    levels: Vec<VecDeque<(u32, u32)>>,
+    levels: Vec<VecDeque<(u32, u64)>>,
     live: Vec<usize>,
 }
 
 impl Ready {
-    fn push(&mut self, level: u32, slot: u32, gen: u32) {
+    fn push(&mut self, level: u32, slot: u32, gen: u64) {
         let l = level as usize;
         if self.levels.len() <= l {
             self.levels.resize_with(l + 1, VecDeque::new);
@@ -173,6 +173,8 @@ pub struct Pools {
     expired_order: VecDeque<u64>,
     sessions: HashMap<(usize, String), EndpointId>,
     next_lease: u64,
+    /// Source of ready-queue generations, unique for the life of the process.
+    gen: u64,
     lease_prefix: String,
     seq: u64,
     rng: fastrand::Rng,
@@ -266,6 +268,15 @@ impl std::ops::Index<&EndpointId> for EntryMap {
     }
 }
 
+/// Whether a ready-queue item still stands for an available endpoint of `pool` with
+/// `level` live leases. Generations are unique for the life of the process (never reset
+/// when a slot is reused), so an item left by a removed endpoint can never match.
+fn live_at(entries: &EntryMap, slot: u32, gen: u64, pool: usize, level: u32) -> bool {
+    entries.at(slot).is_some_and(|(_, e)| {
+        e.gen == gen && e.pool == pool && e.leases == level && e.health.state == State::Available
+    })
+}
+
 fn state_idx(s: State) -> usize {
     match s {
         State::Available => 0,
@@ -288,6 +299,7 @@ impl Pools {
             expired_order: VecDeque::new(),
             sessions: HashMap::new(),
             next_lease: 0,
+            gen: 0,
             lease_prefix: format!("{:08x}", fastrand::u32(..)),
             seq: 0,
             rng: fastrand::Rng::new(),
@@ -437,7 +449,8 @@ impl Pools {
         match e.health.state {
             State::Available => {
                 p.ready.forget(e.leases);
-                e.gen = e.gen.wrapping_add(1);
+                self.gen += 1;
+                e.gen = self.gen;
             }
             State::Cooling => {
                 if let Some(d) = e.health.deadline {
@@ -464,7 +477,8 @@ impl Pools {
         p.counts[state_idx(e.health.state)] += 1;
         match e.health.state {
             State::Available => {
-                e.gen = e.gen.wrapping_add(1);
+                self.gen += 1;
+                e.gen = self.gen;
                 p.ready.push(e.leases, slot, e.gen);
                 let (pool, level) = (e.pool, e.leases);
                 self.compact_ready(pool, level);
@@ -635,7 +649,8 @@ impl Pools {
             // Round robin: the one just moved goes behind its equals.
             p.ready.forget(e.leases);
             e.leases = e.leases.saturating_add_signed(delta);
-            e.gen = e.gen.wrapping_add(1);
+            self.gen += 1;
+            e.gen = self.gen;
             p.ready.push(e.leases, slot, e.gen);
             let (pool, level) = (e.pool, e.leases);
             self.compact_ready(pool, level);
@@ -651,7 +666,7 @@ impl Pools {
         }
         let entries = &self.entries;
         self.pools[pool].ready.levels[level as usize]
-            .retain(|&(slot, gen)| entries.at(slot).is_some_and(|(_, e)| e.gen == gen));
+            .retain(|&(slot, gen)| live_at(entries, slot, gen, pool, level));
     }
 
     /// The least-leased available endpoint of pool `p`: (slot, live leases).
@@ -664,7 +679,7 @@ impl Pools {
             }
             let q = &mut ready.levels[level];
             while let Some(&(slot, gen)) = q.front() {
-                if entries.at(slot).is_some_and(|(_, e)| e.gen == gen) {
+                if live_at(entries, slot, gen, p, level as u32) {
                     return Some((slot, level as u32));
                 }
                 q.pop_front();

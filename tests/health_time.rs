@@ -522,3 +522,51 @@ async fn refused_claims_and_abandons_write_nothing() {
     assert_eq!(r.unwrap().0, Step::Refused);
     assert!(w.is_empty(), "{w:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_reused_slot_never_revives_a_removed_endpoints_queue_items() {
+    // Same pool: remove, add, cool the newcomer; it must never be leased while cooling.
+    let clock = Clock::new();
+    let mut p = pools(Mode::StaticNoPing, 3, State::Available, clock);
+    let (now, wall) = clock.now();
+    let g = lease(&mut p, clock).unwrap();
+    assert_eq!(g.endpoint, 1);
+    p.release(&g.lease, now, wall).0.unwrap();
+    assert!(p.remove_entry(3));
+    assert!(p.remove_entry(1));
+    p.insert_row(&row(4, "p", State::Available), now, wall);
+    let g4 = lease(&mut p, clock).unwrap();
+    let g4 = if g4.endpoint == 4 {
+        g4
+    } else {
+        p.release(&g4.lease, now, wall).0.unwrap();
+        lease(&mut p, clock).unwrap()
+    };
+    assert_eq!(g4.endpoint, 4);
+    assert_eq!(report(&mut p, &g4, refused(), clock), State::Cooling);
+    for _ in 0..10 {
+        let g = lease(&mut p, clock).unwrap();
+        assert_eq!(g.endpoint, 2, "only endpoint 2 is available");
+        p.release(&g.lease, now, wall).0.unwrap();
+    }
+
+    // Two pools: a slot freed in pool a and reused by pool b is never leased from a.
+    let mut p = Pools::new([
+        pool_cfg("a", Mode::StaticNoPing),
+        pool_cfg("b", Mode::StaticNoPing),
+    ]);
+    for id in [1, 2, 4] {
+        p.insert_row(&row(id, "a", State::Available), now, wall);
+    }
+    assert!(p.remove_entry(2));
+    p.insert_row(&row(3, "b", State::Available), now, wall);
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        let g = p.lease("a", TTL, None, now, wall).0.unwrap();
+        seen.push(g.endpoint);
+        p.release(&g.lease, now, wall).0.unwrap();
+    }
+    assert!(seen.iter().all(|id| [1, 4].contains(id)), "{seen:?}");
+    let st = p.status(None, now).unwrap();
+    assert!(st.iter().all(|s| s.leases == 0), "{st:?}");
+}
