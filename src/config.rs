@@ -296,11 +296,17 @@ impl Default for Config {
 
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     let s = String::deserialize(d)?;
-    humantime::parse_duration(&s).map(Some).map_err(|e| {
+    let v = humantime::parse_duration(&s).map_err(|e| {
         serde::de::Error::custom(format!(
             "invalid duration {s:?}: {e} (write e.g. \"90s\", \"5m\", \"1h 30m\")"
         ))
-    })
+    })?;
+    if v > crate::protocol::MAX_DURATION {
+        return Err(serde::de::Error::custom(format!(
+            "duration {s:?} is too long (at most 365 days)"
+        )));
+    }
+    Ok(Some(v))
 }
 
 #[derive(Deserialize)]
@@ -693,6 +699,7 @@ mod tests {
             ("[[pool]]\nname=\"p\"\n[pool.cooldown]\njitter = 1.0\n", "pool.p.cooldown.jitter"),
             ("[[pool]]\nname=\"p\"\n[pool.cooldown]\nbase = \"2h\"\n", "pool.p.cooldown.base"),
             ("[[pool]]\nname=\"p\"\n[pool.cooldown]\nbase = \"soon\"\n", "soon"),
+            ("[[pool]]\nname=\"p\"\n[pool.cooldown]\nmax = \"400000y\"\n", "too long"),
             ("[[pool]]\nname=\"p\"\n[pool.cooldown.reasons.proxy_auth_rejected]\ndisable_after = 0\n", "disable_after"),
             ("[[pool]]\nname=\"p\"\n[pool.cooldown.reasons.nope]\nbase = \"1s\"\n", "nope"),
             ("[[pool]]\nname=\"p\"\n[pool.probe]\nurl = \"ftp://x/\"\n", "pool.p.probe.url"),

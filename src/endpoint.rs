@@ -163,16 +163,13 @@ pub fn redact_raw(input: &str) -> String {
 }
 
 fn redact_userinfo(rest: &str) -> String {
-    // The authority ends at the first '/', '?' or '#'; userinfo ends at its last '@'.
-    let auth_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (auth, tail) = rest.split_at(auth_end);
-    match auth.rfind('@') {
+    // Userinfo ends at the LAST '@': a raw password may hold '/', '?', '#' or '@'.
+    match rest.rfind('@') {
         Some(at) => {
-            let userinfo = &auth[..at];
-            let host = &auth[at..];
+            let (userinfo, tail) = rest.split_at(at);
             match userinfo.find(':') {
-                Some(colon) => format!("{}:***{host}{tail}", &userinfo[..colon]),
-                None => format!("{userinfo}{host}{tail}"),
+                Some(colon) => format!("{}:***{tail}", &userinfo[..colon]),
+                None => rest.to_string(),
             }
         }
         None => rest.to_string(),
@@ -191,15 +188,16 @@ impl ProxyUrl {
             .split_once("://")
             .ok_or_else(|| EndpointError::MissingScheme(red.clone()))?;
         let scheme: Scheme = scheme.parse()?;
-        // A single trailing slash is what many lists carry; anything more is a mistake.
-        let rest = rest.strip_suffix('/').unwrap_or(rest);
-        if rest.contains(['/', '?', '#']) {
-            return Err(EndpointError::UnexpectedPath(red));
-        }
+        // Userinfo ends at the last '@', so raw passwords may hold '/', '?' or '#'.
         let (userinfo, hostport) = match rest.rfind('@') {
             Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
             None => (None, rest),
         };
+        // A single trailing slash is what many lists carry; anything more is a mistake.
+        let hostport = hostport.strip_suffix('/').unwrap_or(hostport);
+        if hostport.contains(['/', '?', '#']) {
+            return Err(EndpointError::UnexpectedPath(red));
+        }
         let (user, password) = match userinfo {
             None => (None, None),
             Some(ui) => {
@@ -443,6 +441,32 @@ mod tests {
             // Round trip through the secret form.
             assert_eq!(ProxyUrl::parse(&u.to_secret_string()).unwrap(), u);
         }
+    }
+
+    #[test]
+    fn raw_special_characters_in_passwords_parse_and_never_leak() {
+        for (input, pass) in [
+            ("http://bob:s3cr#t@1.2.3.4:8080", "s3cr#t"),
+            ("http://bob:a/b?c@h:1/", "a/b?c"),
+            ("socks5://bob:p@ss@h:1", "p@ss"),
+        ] {
+            let u = ProxyUrl::parse(input).unwrap_or_else(|e| panic!("{input}: {e}"));
+            assert_eq!(u.password.as_deref(), Some(pass));
+            assert!(!u.to_string().contains(pass));
+            assert_eq!(ProxyUrl::parse(&u.to_secret_string()).unwrap(), u);
+        }
+        for bad in [
+            "http://bob:s3cr#t@1.2.3.4",
+            "http://bob:s3cr#t@h:1/x",
+            "ftp://bob:s3cr#t@h:1",
+        ] {
+            let err = ProxyUrl::parse(bad).unwrap_err().to_string();
+            assert!(!err.contains("s3cr"), "{bad}: {err}");
+        }
+        assert_eq!(
+            redact_raw("http://bob:s3cr#t@1.2.3.4:8080"),
+            "http://bob:***@1.2.3.4:8080"
+        );
     }
 
     #[test]

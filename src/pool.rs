@@ -44,6 +44,9 @@ pub enum PoolError {
     /// No such endpoint.
     #[error("no endpoint with id {0}")]
     UnknownEndpoint(EndpointId),
+    /// A lease lifetime the clock cannot represent.
+    #[error("ttl {0:?} is too long")]
+    InvalidTtl(Duration),
     /// A failure report without a reason.
     #[error("a failure report needs a reason (one of: {})", crate::health::Reason::ALL.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", "))]
     MissingReason,
@@ -713,6 +716,10 @@ impl Pools {
         let Some(&p) = self.by_name.get(pool) else {
             return (Err(PoolError::UnknownPool(pool.to_string())), writes);
         };
+        // Checked before anything is claimed, so a refused lease changes nothing.
+        let Some(expires) = now.checked_add(ttl) else {
+            return (Err(PoolError::InvalidTtl(ttl)), writes);
+        };
         let cap = self.pools[p].cfg.max_leases_per_endpoint;
         let under_cap = |leases: u32| cap == 0 || leases < cap;
         // Trials first, so that recovery cannot starve behind ordinary leases.
@@ -786,7 +793,6 @@ impl Pools {
         };
         self.next_lease += 1;
         let lid = self.next_lease;
-        let expires = now + ttl;
         self.leases.insert(
             lid,
             Lease {

@@ -32,31 +32,44 @@ pub const OPS: &[&str] = &[
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Dur(pub Duration);
 
+/// Longest duration accepted anywhere (ttl, wait, retry_after; config durations too).
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match Value::deserialize(d)? {
+        let d = match Value::deserialize(d)? {
             // Also what a `Retry-After` header holds: "120" or an HTTP date, passed on as is.
             Value::String(s) => humantime::parse_duration(&s)
                 .ok()
                 .or_else(|| crate::probe::parse_retry_after(&s, std::time::SystemTime::now()))
-                .map(Dur)
                 .ok_or_else(|| {
                     serde::de::Error::custom(format!(
                         "invalid duration {s:?}: write e.g. \"90s\", a number of seconds, or an HTTP date"
                     ))
-                }),
+                })?,
             Value::Number(n) => match n.as_f64() {
-                Some(f) if f.is_finite() && (0.0..1e12).contains(&f) => {
-                    Ok(Dur(Duration::from_secs_f64(f)))
+                Some(f) if f.is_finite() && f >= 0.0 && f <= MAX_DURATION.as_secs_f64() => {
+                    Duration::from_secs_f64(f)
                 }
-                _ => Err(serde::de::Error::custom(format!(
-                    "invalid duration {n}: expected seconds >= 0"
-                ))),
+                _ => {
+                    return Err(serde::de::Error::custom(format!(
+                        "invalid duration {n}: expected seconds >= 0"
+                    )))
+                }
             },
-            other => Err(serde::de::Error::custom(format!(
-                "invalid duration {other}: expected a string like \"60s\" or a number of seconds"
-            ))),
+            other => {
+                return Err(serde::de::Error::custom(format!(
+                    "invalid duration {other}: expected a string like \"60s\" or a number of seconds"
+                )))
+            }
+        };
+        if d > MAX_DURATION {
+            return Err(serde::de::Error::custom(format!(
+                "duration {} is too long (at most 365 days)",
+                humantime::format_duration(d)
+            )));
         }
+        Ok(Dur(d))
     }
 }
 

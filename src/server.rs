@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener, UnixStream};
-use tokio_util::codec::{Framed, LinesCodec, LinesCodecError};
+use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, Framed};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
@@ -322,7 +322,9 @@ impl From<PoolError> for OpError {
             PoolError::Exhausted { .. } => ErrorCode::PoolExhausted,
             PoolError::UnknownLease(_) => ErrorCode::UnknownLease,
             PoolError::LeaseExpired(_) => ErrorCode::LeaseExpired,
-            PoolError::UnknownEndpoint(_) | PoolError::MissingReason => ErrorCode::BadRequest,
+            PoolError::UnknownEndpoint(_) | PoolError::MissingReason | PoolError::InvalidTtl(_) => {
+                ErrorCode::BadRequest
+            }
         };
         let retry_after_ms = match &e {
             PoolError::Exhausted { retry_after, .. } => retry_after.map(|d| d.as_millis() as u64),
@@ -354,7 +356,10 @@ pub async fn serve_conn<S>(stream: S, handler: Arc<Handler>, tcp: bool, shutdown
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut framed = Framed::new(stream, LinesCodec::new_with_max_length(MAX_LINE));
+    // Framed on bytes, not `LinesCodec`: a line that is not UTF-8 must get `bad_request`
+    // and leave the connection usable, not end it.
+    let codec = AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), b"\n".to_vec(), MAX_LINE);
+    let mut framed = Framed::new(stream, codec);
     loop {
         let next = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -362,13 +367,21 @@ where
         };
         let resp = match next {
             None => break,
-            Some(Ok(line)) => {
-                if line.trim().is_empty() {
-                    continue;
+            Some(Ok(bytes)) => match std::str::from_utf8(&bytes) {
+                Ok(line) => {
+                    let line = line.strip_suffix('\r').unwrap_or(line);
+                    if line.trim().is_empty() {
+                        continue;
+                    }
+                    handler.handle_line(line, tcp).await
                 }
-                handler.handle_line(&line, tcp).await
-            }
-            Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
+                Err(e) => Response::err(
+                    None,
+                    ErrorCode::BadRequest,
+                    format!("request line is not UTF-8: {e}"),
+                ),
+            },
+            Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
                 let r = Response::err(
                     None,
                     ErrorCode::TooLarge,
@@ -377,7 +390,7 @@ where
                 let _ = framed.send(r.to_line().trim_end()).await;
                 break;
             }
-            Some(Err(LinesCodecError::Io(e))) => {
+            Some(Err(AnyDelimiterCodecError::Io(e))) => {
                 debug!(error = %e, "connection error");
                 break;
             }

@@ -1305,3 +1305,18 @@ fn cli_probe_while_serving_runs_in_the_daemon_and_applies_results() {
     }
     assert!(!out.stderr.contains("database is locked"));
 }
+
+#[test]
+fn a_line_that_is_not_utf8_gets_bad_request_and_the_connection_stays_usable() {
+    let h = Home::new(None);
+    let d = h.serve();
+    let mut c = d.conn();
+    c.send_raw(b"{\"op\":\"ping\",\"id\":\"\xff\"}\n{\"op\":\"ping\",\"id\":2}\r\n")
+        .unwrap();
+    let first = c.read_json();
+    assert_eq!(first["ok"], json!(false), "{first}");
+    assert_eq!(first["error"]["code"], json!("bad_request"), "{first}");
+    let second = c.read_json();
+    assert_eq!(second["ok"], json!(true), "{second}");
+    assert_eq!(second["id"], json!(2));
+}

@@ -221,7 +221,9 @@ impl Engine {
             Err(PoolError::Exhausted { .. }) if !wait.is_zero() => {}
             r => return Ok(r?),
         }
-        let give_up = Instant::now() + wait;
+        let give_up = Instant::now()
+            .checked_add(wait)
+            .unwrap_or_else(|| Instant::now() + crate::protocol::MAX_DURATION);
         loop {
             // Registered before the attempt, so a release in between is not missed.
             let freed = self.freed.notified();
