@@ -254,14 +254,24 @@ async fn prober_loop(
     prober: Prober,
     shutdown: CancellationToken,
 ) {
-    let sem = Arc::new(Semaphore::new(pool.probe.concurrency));
+    // Recovery probes are never queued behind a periodic sweep of a large pool: a quarter
+    // of the pool's concurrency (at least one) is theirs alone.
+    let total = pool.probe.concurrency.max(1);
+    let recovery_cap = (total / 4).max(1);
+    let sweep_cap = total.saturating_sub(recovery_cap).max(1);
+    let sem = Arc::new(Semaphore::new(recovery_cap));
     let tracker = TaskTracker::new();
-    let interval = pool.probe.interval;
-    let jittered = |d: Duration| d.mul_f64(0.9 + fastrand::f64() * 0.2);
-    let mut next_check =
-        (!interval.is_zero()).then(|| tokio::time::Instant::now() + jittered(interval));
+    if !pool.probe.interval.is_zero() {
+        tracker.spawn(sweep_loop(
+            engine.clone(),
+            pool.clone(),
+            prober.clone(),
+            sweep_cap,
+            shutdown.clone(),
+        ));
+    }
     loop {
-        // Recovery attempts: claim as many as the concurrency cap allows.
+        // Recovery attempts: claim as many as the cap allows.
         while let Ok(permit) = sem.clone().try_acquire_owned() {
             match engine.claim_next(&pool.name).await {
                 Ok(Some((id, url))) => {
@@ -283,39 +293,51 @@ async fn prober_loop(
                 }
             }
         }
-        if let Some(at) = next_check {
-            if tokio::time::Instant::now() >= at {
-                let ids = engine.pools().available_ids(&pool.name);
-                debug!(pool = %pool.name, n = ids.len(), "periodic check");
-                for id in ids {
-                    let permit = tokio::select! {
-                        p = sem.clone().acquire_owned() => p,
-                        _ = shutdown.cancelled() => break,
-                    };
-                    let Ok(permit) = permit else { break };
-                    let (engine, prober) = (engine.clone(), prober.clone());
-                    tracker.spawn(async move {
-                        if let Err(e) = probe_one(&engine, &prober, id).await {
-                            debug!(endpoint = id, error = %e, "periodic probe not recorded");
-                        }
-                        drop(permit);
-                    });
-                }
-                next_check = Some(tokio::time::Instant::now() + jittered(interval));
-            }
-        }
-        let wake =
-            next_check.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = engine.changed() => {}
             _ = tokio::time::sleep(Duration::from_millis(250)) => {}
-            _ = tokio::time::sleep_until(wake) => {}
         }
     }
     tracker.close();
     // In-flight probes are dropped: claims are never persisted, so a restart simply
     // admits the attempt again.
+}
+
+/// Periodic checks of a pool's available endpoints every `probe.interval` (jittered).
+async fn sweep_loop(
+    engine: Arc<Engine>,
+    pool: PoolConfig,
+    prober: Prober,
+    cap: usize,
+    shutdown: CancellationToken,
+) {
+    let sem = Arc::new(Semaphore::new(cap));
+    let tracker = TaskTracker::new();
+    let jittered = |d: Duration| d.mul_f64(0.9 + fastrand::f64() * 0.2);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(jittered(pool.probe.interval)) => {}
+        }
+        let ids = engine.pools().available_ids(&pool.name);
+        debug!(pool = %pool.name, n = ids.len(), "periodic check");
+        for id in ids {
+            let permit = tokio::select! {
+                p = sem.clone().acquire_owned() => p,
+                _ = shutdown.cancelled() => break,
+            };
+            let Ok(permit) = permit else { break };
+            let (engine, prober) = (engine.clone(), prober.clone());
+            tracker.spawn(async move {
+                if let Err(e) = probe_one(&engine, &prober, id).await {
+                    debug!(endpoint = id, error = %e, "periodic probe not recorded");
+                }
+                drop(permit);
+            });
+        }
+    }
+    tracker.close();
 }
 
 /// Run the daemon until `shutdown` is cancelled.

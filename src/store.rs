@@ -257,6 +257,8 @@ pub enum Write {
     Transition(HealthRecord, NewEvent),
     /// Append an event only.
     Event(NewEvent),
+    /// Delete endpoints (the only deletion), with a `removed` event each.
+    Remove(Vec<EndpointId>),
     /// Record a source's last sniff.
     SourceResult {
         /// Pool.
@@ -594,20 +596,7 @@ impl Store {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        for &id in ids {
-            let n = tx.execute("DELETE FROM endpoints WHERE id=?1", [id])?;
-            if n == 0 {
-                return Err(StoreError::NotFound(format!("with id {id}")));
-            }
-            insert_event(
-                &tx,
-                &NewEvent {
-                    endpoint: Some(id),
-                    kind: "removed",
-                    ..Default::default()
-                },
-            )?;
-        }
+        remove_rows(&tx, ids)?;
         tx.commit()?;
         Ok(())
     }
@@ -739,6 +728,7 @@ fn apply_write(tx: &Connection, w: &Write) -> Result<(), StoreError> {
             insert_event(tx, ev)
         }
         Write::Event(ev) => insert_event(tx, ev),
+        Write::Remove(ids) => remove_rows(tx, ids),
         Write::SourceResult {
             pool,
             name,
@@ -762,6 +752,24 @@ fn apply_write(tx: &Connection, w: &Write) -> Result<(), StoreError> {
             Ok(())
         }
     }
+}
+
+fn remove_rows(tx: &Connection, ids: &[EndpointId]) -> Result<(), StoreError> {
+    for &id in ids {
+        let n = tx.execute("DELETE FROM endpoints WHERE id=?1", [id])?;
+        if n == 0 {
+            return Err(StoreError::NotFound(format!("with id {id}")));
+        }
+        insert_event(
+            tx,
+            &NewEvent {
+                endpoint: Some(id),
+                kind: "removed",
+                ..Default::default()
+            },
+        )?;
+    }
+    Ok(())
 }
 
 fn insert_event(tx: &Connection, ev: &NewEvent) -> Result<(), StoreError> {

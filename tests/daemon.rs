@@ -1320,3 +1320,54 @@ fn a_line_that_is_not_utf8_gets_bad_request_and_the_connection_stays_usable() {
     assert_eq!(second["ok"], json!(true), "{second}");
     assert_eq!(second["id"], json!(2));
 }
+
+#[test]
+fn periodic_checks_probe_available_endpoints_every_interval() {
+    // A destination that answers 200 once, then 403: the first probe (recovery) passes,
+    // a later periodic check fails and cools the endpoint.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dest = l.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for (n, s) in l.incoming().enumerate() {
+            let Ok(mut s) = s else { continue };
+            let _ = read_head(&mut s);
+            let status = if n == 0 { "200 OK" } else { "403 Forbidden" };
+            let _ = write!(
+                s,
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{DEST_BODY}",
+                DEST_BODY.len()
+            );
+        }
+    });
+    let (pport, _plog) = spawn_forward_proxy("alice", "s3cret");
+    let cfg = format!(
+        "[[pool]]\nname = \"default\"\nmode = \"static\"\n[pool.probe]\n\
+         url = \"http://127.0.0.1:{dest}/\"\ntimeout = \"2s\"\ninterval = \"400ms\"\n"
+    );
+    let h = Home::new(Some(&cfg));
+    let _d = h.serve();
+    let id = h.add(&[&format!("http://alice:s3cret@127.0.0.1:{pport}")])[0];
+    let deadline = Instant::now() + Duration::from_secs(8);
+    loop {
+        let kinds: Vec<String> = h
+            .events()
+            .iter()
+            .filter(|e| e["endpoint"] == json!(id))
+            .map(|e| e["kind"].as_str().unwrap_or("").to_string())
+            .collect();
+        if kinds.iter().any(|k| k == "probe_failure") {
+            let first_ok = kinds.iter().position(|k| k == "probe_success").unwrap();
+            let failed = kinds.iter().position(|k| k == "probe_failure").unwrap();
+            assert!(first_ok < failed, "{kinds:?}");
+            let e = h.listed(id);
+            assert_eq!(e["state"], json!("cooling"));
+            assert_eq!(e["reason"], json!("destination_status"));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no periodic check happened: {kinds:?}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+}

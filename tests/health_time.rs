@@ -117,6 +117,7 @@ fn event_kinds(writes: &[Write]) -> Vec<&'static str> {
         .map(|w| match w {
             Write::Transition(_, ev) | Write::Event(ev) => ev.kind,
             Write::SourceResult { .. } => "source_result",
+            Write::Remove(_) => "removed",
         })
         .collect()
 }

@@ -384,15 +384,16 @@ impl Engine {
         self.rescheduled.notify_one();
     }
 
-    /// Delete endpoints (all or nothing).
+    /// Delete endpoints (all or nothing). Memory and the queued delete change under one
+    /// lock, so no transition of a removed endpoint can be queued after its delete.
     pub async fn remove(&self, ids: Vec<EndpointId>) -> Result<(), EngineError> {
-        let ids2 = ids.clone();
-        self.writer.call(move |s| s.remove(&ids2)).await??;
-        let mut p = self.lock();
-        for id in ids {
-            p.remove_entry(id);
-        }
-        Ok(())
+        self.with(|p, _, _| {
+            for id in &ids {
+                p.remove_entry(*id);
+            }
+            ((), vec![Write::Remove(ids.clone())])
+        })
+        .await
     }
 
     /// Counts by state.
