@@ -631,13 +631,17 @@ impl Config {
 }
 
 fn validate_probe_url(u: &str) -> Result<(), String> {
-    let uri: hyper::Uri = u.parse().map_err(|e| format!("{u:?} is not a URL: {e}"))?;
+    // Provider URLs may carry credentials: errors show them redacted.
+    let shown = crate::endpoint::redact_raw(u);
+    let uri: hyper::Uri = u
+        .parse()
+        .map_err(|e| format!("{shown:?} is not a URL: {e}"))?;
     match uri.scheme_str() {
         Some("http") | Some("https") => {}
-        _ => return Err(format!("{u:?} must be an http:// or https:// URL")),
+        _ => return Err(format!("{shown:?} must be an http:// or https:// URL")),
     }
     if uri.host().is_none_or(str::is_empty) {
-        return Err(format!("{u:?} has no host"));
+        return Err(format!("{shown:?} has no host"));
     }
     Ok(())
 }
@@ -703,6 +707,10 @@ mod tests {
             ("[[pool]]\nname=\"p\"\n[pool.cooldown.reasons.proxy_auth_rejected]\ndisable_after = 0\n", "disable_after"),
             ("[[pool]]\nname=\"p\"\n[pool.cooldown.reasons.nope]\nbase = \"1s\"\n", "nope"),
             ("[[pool]]\nname=\"p\"\n[pool.probe]\nurl = \"ftp://x/\"\n", "pool.p.probe.url"),
+            (
+                "[[pool]]\nname=\"p\"\nmode=\"sniffing\"\n[[pool.source]]\nkind=\"url\"\nurl=\"ftp://u:pw@x/\"\n",
+                "pool.p.source[0].url",
+            ),
             ("[[pool]]\nname=\"p\"\n[pool.probe]\nexpect_status = \"299-200\"\n", "expect_status"),
             ("[[pool]]\nname=\"p\"\nmode = \"sniffing\"\n", "pool.p.source"),
             ("[[endpoint]]\nurl = \"socks5://u:pw@h\"\n", "endpoint[0].url"),
