@@ -1321,3 +1321,35 @@ fn operator_actions_that_change_nothing_still_leave_an_event() {
         .unwrap()
         .starts_with("enable: nothing to change"));
 }
+
+#[test]
+fn events_follow_prints_new_events_as_they_happen() {
+    use std::io::{BufRead, BufReader};
+    let e = Env::new();
+    e.add(&["http://a.example:1"]);
+    let d = e.dir.path();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_proxypool"))
+        .args(["events", "--follow", "--json"])
+        .env_remove("PROXYPOOL_CONFIG")
+        .env_remove("RUST_LOG")
+        .env("PROXYPOOL_DB", &e.db)
+        .env("HOME", d.join("home"))
+        .env("XDG_RUNTIME_DIR", d.join("run"))
+        .env("XDG_CONFIG_HOME", d.join("config"))
+        .env("XDG_DATA_HOME", d.join("data"))
+        .env("PROXYPOOL_SOCKET", d.join("no-daemon.sock"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["kind"], "added");
+    // A change made while following shows up without restarting the command.
+    e.ok(&["disable", "1", "--reason", "live"]);
+    let next: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(next["kind"], "state_changed");
+    assert_eq!(next["to"], "disabled");
+    assert_eq!(next["detail"], "live");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
