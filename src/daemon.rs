@@ -194,7 +194,9 @@ pub async fn probe_many(
                 on_done(&rep);
                 out.push(rep);
             }
-            Ok(Err(e)) => return Err(e),
+            // One endpoint's error (e.g. removed mid-probe) must not abort the others:
+            // dropping the set would cancel probes that hold a claim.
+            Ok(Err(e)) => warn!(error = %e, "probe result not recorded"),
             Err(e) => warn!(error = %join_error(&e), "probe task failed"),
         }
     }
@@ -368,8 +370,14 @@ pub async fn serve(
             // lease already sees the sniffed list; and before the prober starts, so the
             // startup sniff's events (`sniff_on_startup` ... `sniff_success`) are one
             // uninterrupted run in the event log.
-            if let Err(e) = sources::sniff(&engine, pool, sources::Trigger::Startup).await {
-                warn!(pool = %pool.name, error = %e, "startup sniff could not be recorded");
+            tokio::select! {
+                // A signal during a slow provider fetch stops the start-up at once.
+                _ = shutdown.cancelled() => break,
+                r = sources::sniff(&engine, pool, sources::Trigger::Startup) => {
+                    if let Err(e) = r {
+                        warn!(pool = %pool.name, error = %e, "startup sniff could not be recorded");
+                    }
+                }
             }
             tracker.spawn(sources::run_after_startup(
                 engine.clone(),

@@ -175,6 +175,9 @@ pub struct Pools {
     expired: FxHashMap<u64, ()>,
     expired_order: VecDeque<u64>,
     sessions: HashMap<(usize, String), EndpointId>,
+    /// Ids removed in this process. Ids are never reused, so a row that arrives after its
+    /// removal (an `add` racing a `remove`) is stale and must not come back to life.
+    removed: std::collections::HashSet<EndpointId>,
     next_lease: u64,
     /// Source of ready-queue generations, unique for the life of the process.
     gen: u64,
@@ -301,6 +304,7 @@ impl Pools {
             expired: FxHashMap::default(),
             expired_order: VecDeque::new(),
             sessions: HashMap::new(),
+            removed: std::collections::HashSet::new(),
             next_lease: 0,
             gen: 0,
             lease_prefix: format!("{:08x}", fastrand::u32(..)),
@@ -359,6 +363,9 @@ impl Pools {
     /// Load a stored endpoint. Cooling deadlines are rebuilt as
     /// `clamp(cooldown_until − now_wall, 0, cooldown_ms)` from `now`.
     pub fn insert_row(&mut self, row: &EndpointRow, now: Instant, wall: SystemTime) {
+        if self.removed.contains(&row.id) {
+            return;
+        }
         let pool = match self.by_name.get(&row.pool) {
             Some(&i) => i,
             None => self.ensure_pool(PoolConfig::builtin(&row.pool)),
@@ -392,6 +399,12 @@ impl Pools {
             },
         );
         self.index(row.id);
+    }
+
+    /// Forget a deleted endpoint and refuse any later row with its id.
+    pub fn remove_for_good(&mut self, id: EndpointId) -> bool {
+        self.removed.insert(id);
+        self.remove_entry(id)
     }
 
     /// Forget an endpoint (after `remove`), with its leases.
@@ -722,10 +735,21 @@ impl Pools {
         };
         let cap = self.pools[p].cfg.max_leases_per_endpoint;
         let under_cap = |leases: u32| cap == 0 || leases < cap;
-        // Trials first, so that recovery cannot starve behind ordinary leases.
         let mut chosen: Option<(EndpointId, bool)> = None;
         let mut chosen_slot: Option<u32> = None;
-        if self.pools[p].cfg.mode == Mode::StaticNoPing {
+        // A sticky session whose endpoint is still in service keeps it: a scraper's
+        // cookies or login must not move to an unproven endpoint.
+        if let Some(key) = session {
+            if let Some(&id) = self.sessions.get(&(p, key.to_string())) {
+                if let Some(e) = self.entries.get(&id) {
+                    if e.health.state == State::Available && under_cap(e.leases) {
+                        chosen = Some((id, false));
+                    }
+                }
+            }
+        }
+        // Then trials, so that recovery cannot starve behind ordinary leases.
+        if chosen.is_none() && self.pools[p].cfg.mode == Mode::StaticNoPing {
             if let Some(&(_, id)) = self.pools[p].trials.first() {
                 let lid = self.next_lease + 1;
                 let ev = NewEvent {
@@ -737,17 +761,6 @@ impl Pools {
                 writes.extend(w);
                 if step == Step::Claimed {
                     chosen = Some((id, true));
-                }
-            }
-        }
-        if chosen.is_none() {
-            if let Some(key) = session {
-                if let Some(&id) = self.sessions.get(&(p, key.to_string())) {
-                    if let Some(e) = self.entries.get(&id) {
-                        if e.health.state == State::Available && under_cap(e.leases) {
-                            chosen = Some((id, false));
-                        }
-                    }
                 }
             }
         }

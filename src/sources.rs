@@ -196,18 +196,39 @@ async fn http_get(url: &str, max: usize) -> Result<Vec<u8>, SourceError> {
     let tcp = tokio::net::TcpStream::connect((bare.as_str(), port))
         .await
         .map_err(|e| herr(&e))?;
-    let req = hyper::Request::get(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
-        .header(
-            hyper::header::HOST,
-            uri.authority().map(|a| a.as_str()).unwrap_or(&host),
-        )
+    // Credentials in the URL become Basic auth; they never go into `Host`.
+    let default_port = uri.port_u16().is_none();
+    let host_header = if default_port {
+        host.clone()
+    } else {
+        format!("{host}:{port}")
+    };
+    let auth = uri
+        .authority()
+        .and_then(|a| a.as_str().rsplit_once('@'))
+        .map(|(ui, _)| {
+            let decode = |s: &str| {
+                percent_encoding::percent_decode_str(s)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            };
+            let (u, p) = ui.split_once(':').unwrap_or((ui, ""));
+            format!(
+                "Basic {}",
+                crate::probe::base64(format!("{}:{}", decode(u), decode(p)).as_bytes())
+            )
+        });
+    let mut req = hyper::Request::get(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
+        .header(hyper::header::HOST, host_header)
         .header(
             hyper::header::USER_AGENT,
             concat!("proxypool/", env!("CARGO_PKG_VERSION")),
         )
-        .header(hyper::header::CONNECTION, "close")
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| herr(&e))?;
+        .header(hyper::header::CONNECTION, "close");
+    if let Some(a) = auth {
+        req = req.header(hyper::header::AUTHORIZATION, a);
+    }
+    let req = req.body(Empty::<Bytes>::new()).map_err(|e| herr(&e))?;
     let resp = if https {
         let mut roots = rustls::RootCertStore::empty();
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -487,8 +508,13 @@ pub async fn run_after_startup(engine: Arc<Engine>, pool: PoolConfig, shutdown: 
             None
         };
         if let Some(t) = trigger {
-            if let Err(e) = sniff(&engine, &pool, t).await {
-                warn!(pool = %pool.name, error = %e, "sniff could not be recorded");
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                r = sniff(&engine, &pool, t) => {
+                    if let Err(e) = r {
+                        warn!(pool = %pool.name, error = %e, "sniff could not be recorded");
+                    }
+                }
             }
         }
     }

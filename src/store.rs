@@ -755,7 +755,8 @@ fn apply_write(tx: &Connection, w: &Write) -> Result<(), StoreError> {
 }
 
 fn remove_rows(tx: &Connection, ids: &[EndpointId]) -> Result<(), StoreError> {
-    for &id in ids {
+    let mut seen = std::collections::HashSet::new();
+    for &id in ids.iter().filter(|id| seen.insert(**id)) {
         let n = tx.execute("DELETE FROM endpoints WHERE id=?1", [id])?;
         if n == 0 {
             return Err(StoreError::NotFound(format!("with id {id}")));

@@ -571,3 +571,29 @@ async fn a_reused_slot_never_revives_a_removed_endpoints_queue_items() {
     let st = p.status(None, now).unwrap();
     assert!(st.iter().all(|s| s.leases == 0), "{st:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_sticky_session_keeps_its_endpoint_ahead_of_a_trial() {
+    let clock = Clock::new();
+    let mut p = pools(Mode::StaticNoPing, 2, State::Available, clock);
+    let (now, wall) = clock.now();
+    let g = p.lease("p", TTL, Some("s"), now, wall).0.unwrap();
+    assert_eq!(g.endpoint, 1);
+    p.release(&g.lease, now, wall).0.unwrap();
+    // Endpoint 2 waits for its single trial.
+    p.input(2, Input::Disable { detail: None }, "", None, now, wall)
+        .0
+        .unwrap();
+    p.input(2, Input::Enable { now: false }, "", None, now, wall)
+        .0
+        .unwrap();
+    let g = p.lease("p", TTL, Some("s"), now, wall).0.unwrap();
+    assert_eq!(
+        (g.endpoint, g.trial),
+        (1, false),
+        "the session stays on its endpoint"
+    );
+    // A lease without a session takes the trial.
+    let t = p.lease("p", TTL, None, now, wall).0.unwrap();
+    assert_eq!((t.endpoint, t.trial), (2, true));
+}

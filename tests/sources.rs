@@ -1176,3 +1176,50 @@ async fn a_command_source_runs_in_the_config_folder() {
         strs(&["sniff_on_startup", "added", "sniff_success"])
     );
 }
+
+#[tokio::test]
+async fn a_url_source_sends_its_credentials_as_basic_auth_never_in_host() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let head = Arc::new(Mutex::new(String::new()));
+    let h = head.clone();
+    std::thread::spawn(move || {
+        let Ok((mut s, _)) = l.accept() else { return };
+        let mut buf = Vec::new();
+        let mut b = [0u8; 1024];
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut b) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => buf.extend_from_slice(&b[..n]),
+            }
+        }
+        *h.lock().unwrap() = String::from_utf8_lossy(&buf).into_owned();
+        let body = "http://10.1.1.1:3128\n";
+        let _ = write!(
+            s,
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    });
+    let src = proxypool::config::SourceConfig {
+        kind: proxypool::config::SourceKind::Url(format!(
+            "http://lister:t%40k3n@127.0.0.1:{port}/list"
+        )),
+        preferred: false,
+        refresh: Duration::ZERO,
+        timeout: Duration::from_secs(5),
+        max_bytes: 1 << 20,
+        dir: None,
+    };
+    let urls = sources::fetch(&src).await.unwrap();
+    assert_eq!(urls.len(), 1);
+    let raw = head.lock().unwrap().clone();
+    let head = raw.to_ascii_lowercase();
+    assert!(
+        head.contains(&format!("host: 127.0.0.1:{port}\r\n")),
+        "{raw}"
+    );
+    // base64("lister:t@k3n"), percent-decoded first.
+    assert!(raw.contains("Basic bGlzdGVyOnRAazNu\r\n"), "{raw}");
+    assert!(!head.contains("k3n@"), "{head}");
+}

@@ -389,7 +389,7 @@ impl Engine {
     pub async fn remove(&self, ids: Vec<EndpointId>) -> Result<(), EngineError> {
         self.with(|p, _, _| {
             for id in &ids {
-                p.remove_entry(*id);
+                p.remove_for_good(*id);
             }
             ((), vec![Write::Remove(ids.clone())])
         })
