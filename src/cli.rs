@@ -18,6 +18,7 @@ use crate::config::{self, Config, ConfigError, DEFAULT_POOL};
 use crate::daemon::{self, ProbeReport, ServeOptions};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::{Input, State};
+use crate::lock::{self, Owner};
 use crate::pool::engine::{initial_state, sync_config_endpoints, Engine, EngineError};
 use crate::store::{EndpointRow, EventRow, NewEndpoint, ResolveError, Store, StoreError};
 
@@ -282,6 +283,8 @@ pub struct Context {
     pub db: PathBuf,
     /// Socket path.
     pub socket: PathBuf,
+    /// The database's shared lock while this command writes without a daemon.
+    held: std::sync::Mutex<Option<lock::Held>>,
 }
 
 impl Context {
@@ -311,6 +314,7 @@ impl Context {
             config: Arc::new(config),
             db,
             socket,
+            held: std::sync::Mutex::new(None),
         })
     }
 
@@ -320,14 +324,31 @@ impl Context {
         // A running daemon synced the config when it started and owns the pool state:
         // inserting rows behind its back (e.g. re-adding a config endpoint just removed)
         // would make `list` show endpoints that the daemon never leases.
-        if std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
+        let owner = lock::owner(&self.db).map_err(|e| CliError::failed(e.to_string()))?;
+        if let Owner::Free(_held) = owner {
             sync_config_endpoints(&mut s, &self.config)?;
         }
         Ok(s)
     }
 
+    /// The daemon serving this database, found through its lock file; `None` when no
+    /// daemon serves it, and then this command holds the database's shared lock until it
+    /// ends, so that a daemon starting meanwhile cannot miss its writes.
     async fn daemon(&self) -> Result<Option<Client>, CliError> {
-        Ok(Client::connect(&self.socket).await?)
+        match lock::owner(&self.db).map_err(|e| CliError::failed(e.to_string()))? {
+            Owner::Daemon(sock) => match Client::connect(&sock).await? {
+                Some(c) => Ok(Some(c)),
+                None => Err(CliError::failed(format!(
+                    "a daemon holds {} but does not answer on {:?}; is it stuck?",
+                    lock::lock_path(&self.db).display(),
+                    sock
+                ))),
+            },
+            Owner::Free(held) => {
+                *self.held.lock().unwrap_or_else(|p| p.into_inner()) = Some(held);
+                Ok(None)
+            }
+        }
     }
 
     fn engine(&self) -> Result<Arc<Engine>, CliError> {
@@ -437,7 +458,13 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             session,
             json,
         } => {
-            let Some(mut c) = ctx.daemon().await? else {
+            // This database's daemon, else whatever serves the configured socket: a
+            // lease changes nothing in the database.
+            let c = match ctx.daemon().await? {
+                Some(c) => Some(c),
+                None => Client::connect(&ctx.socket).await?,
+            };
+            let Some(mut c) = c else {
                 return Err(CliError::failed(format!(
                     "no daemon is serving on {}; start one with `proxypool serve`",
                     ctx.socket.display()
@@ -882,14 +909,15 @@ async fn serve(ctx: &Context, listen_tcp: Option<SocketAddr>) -> Result<(), CliE
             "--listen-tcp needs a token: set PROXYPOOL_TOKEN (clients send it as \"token\")",
         ));
     }
-    // Refuse early, before touching the store, when another daemon is live.
-    if ctx.daemon().await?.is_some() {
-        return Err(CliError::failed(format!(
-            "another proxypool daemon is already serving on {}",
-            ctx.socket.display()
-        )));
-    }
-    let engine = ctx.engine()?;
+    // Own the database before reading it: a second daemon is refused, and CLI commands
+    // writing right now finish first (their writes are then in what we load).
+    let socket = std::path::absolute(&ctx.socket).unwrap_or_else(|_| ctx.socket.clone());
+    let held = lock::daemon_lock(&ctx.db, &socket, Duration::from_secs(10))
+        .map_err(|e| CliError::failed(e.to_string()))?;
+    let mut store = Store::open_with(&ctx.db, ctx.config.durability)
+        .map_err(|e| CliError::failed(e.to_string()))?;
+    sync_config_endpoints(&mut store, &ctx.config)?;
+    let engine = Engine::open(store, ctx.config.pools.values().cloned())?;
     let shutdown = CancellationToken::new();
     let sd = shutdown.clone();
     tokio::spawn(async move {
@@ -897,18 +925,20 @@ async fn serve(ctx: &Context, listen_tcp: Option<SocketAddr>) -> Result<(), CliE
         tracing::info!("shutting down");
         sd.cancel();
     });
-    daemon::serve(
+    let r = daemon::serve(
         ctx.config.clone(),
         engine,
         ServeOptions {
-            socket: ctx.socket.clone(),
+            socket,
             listen_tcp,
             token,
         },
         shutdown,
     )
     .await
-    .map_err(|e| CliError::failed(e.to_string()))
+    .map_err(|e| CliError::failed(e.to_string()));
+    lock::clear(&held);
+    r
 }
 
 async fn wait_for_signal() {

@@ -12,6 +12,7 @@ pub mod config;
 pub mod daemon;
 pub mod endpoint;
 pub mod health;
+pub mod lock;
 pub mod pool;
 pub mod probe;
 pub mod protocol;

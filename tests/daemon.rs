@@ -1371,3 +1371,76 @@ fn periodic_checks_probe_available_endpoints_every_interval() {
         thread::sleep(Duration::from_millis(100));
     }
 }
+
+fn run_with(
+    h: &Home,
+    args: &[&str],
+    env: &[(&str, &std::path::Path)],
+) -> (Option<i32>, String, String) {
+    let mut c = h.cmd();
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.args(args).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn operator_commands_reach_the_daemon_of_their_own_database_only() {
+    let h = Home::new(None);
+    let d = h.serve();
+    let ids = h.add(&[
+        "http://a1.example:1",
+        "http://a2.example:2",
+        "http://a3.example:3",
+    ]);
+    // Another database, same socket setting: its commands must not touch the daemon's pool.
+    let other_db = h.dir.path().join("other.db");
+    let other = [("PROXYPOOL_DB", other_db.as_path())];
+    let (code, _, err) = run_with(
+        &h,
+        &[
+            "add",
+            "http://b1.example:1",
+            "http://b2.example:2",
+            "http://b3.example:3",
+        ],
+        &other,
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = run_with(&h, &["remove", &ids[2].to_string()], &other);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(h.list().len(), 3, "the daemon's database lost nothing");
+    let (_, out, _) = run_with(&h, &["list", "--json"], &other);
+    let rest: Vec<Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        rest.len(),
+        2,
+        "the other database lost its own endpoint {}",
+        ids[2]
+    );
+
+    // Same database, a CLI whose socket setting differs from the daemon's (no
+    // PROXYPOOL_SOCKET, another runtime dir): the lock file leads it to the daemon.
+    let elsewhere = h.dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let mut c = h.cmd();
+    c.env_remove("PROXYPOOL_SOCKET")
+        .env("XDG_RUNTIME_DIR", &elsewhere);
+    let out = c.args(["disable", &ids[0].to_string()]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut conn = d.conn();
+    for _ in 0..4 {
+        let g = ok(conn.req(&json!({"op": "lease"})));
+        assert_ne!(g["endpoint"], json!(ids[0]), "the daemon saw the disable");
+        ok(conn.req(&json!({"op": "release", "lease": lease_id(&g)})));
+    }
+}
