@@ -656,9 +656,19 @@ async fn add(
         let pool = eps.first().map(|e| e.pool.clone());
         let label = eps.first().and_then(|e| e.label.clone());
         let urls: Vec<String> = eps.iter().map(|e| e.url.to_secret_string()).collect();
-        let resp = c
-            .request(&json!({"op": "add", "urls": urls, "pool": pool, "label": label}))
-            .await?;
+        let req = json!({"op": "add", "urls": urls, "pool": pool, "label": label});
+        let resp = if req.to_string().len() < crate::protocol::MAX_LINE - 1024 {
+            c.request(&req).await?
+        } else {
+            // Too big for one request line: hand the daemon a private file instead,
+            // so a large import stays one all-or-nothing batch.
+            let path = spill(&ctx.db, &urls)?;
+            let r = c
+                .request(&json!({"op": "import", "path": path, "pool": pool, "label": label}))
+                .await;
+            let _ = std::fs::remove_file(&path);
+            r?
+        };
         if resp["ok"] != Value::Bool(true) {
             return Err(daemon_error(&resp));
         }
@@ -670,6 +680,29 @@ async fn add(
             .collect());
     }
     Ok(ctx.store()?.add_endpoints(&eps)?)
+}
+
+/// Write URLs (with their passwords) to a new file only this user can read.
+fn spill(db: &std::path::Path, urls: &[String]) -> Result<PathBuf, CliError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut name = db.as_os_str().to_owned();
+    name.push(format!(
+        ".import-{}-{:x}",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
+    let path = PathBuf::from(name);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| CliError::failed(format!("cannot write {}: {e}", path.display())))?;
+    let mut text = urls.join("\n");
+    text.push('\n');
+    f.write_all(text.as_bytes())
+        .map_err(|e| CliError::failed(format!("cannot write {}: {e}", path.display())))?;
+    Ok(std::path::absolute(&path).unwrap_or(path))
 }
 
 async fn import(

@@ -21,6 +21,7 @@ pub const OPS: &[&str] = &[
     "status",
     "endpoints",
     "probe",
+    "import",
     "disable",
     "enable",
     "add",
@@ -176,6 +177,15 @@ pub enum Request {
         label: Option<String>,
         /// Who adds them.
         source: Option<String>,
+    },
+    /// Operator add of a large batch from a file the CLI wrote (one URL a line).
+    Import {
+        /// Absolute path of the file.
+        path: String,
+        /// Pool.
+        pool: Option<String>,
+        /// Label.
+        label: Option<String>,
     },
     /// Operator remove (used by the CLI while a daemon runs).
     Remove {

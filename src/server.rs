@@ -219,24 +219,18 @@ impl Handler {
                 label,
                 source,
             } => {
-                let pool = pool.unwrap_or_else(|| DEFAULT_POOL.to_string());
-                let cfg = self.config.pool(&pool);
-                let mut eps = Vec::with_capacity(urls.len());
-                for u in &urls {
-                    let url = ProxyUrl::parse(u).map_err(|e| OpError::bad(e.to_string()))?;
-                    eps.push(NewEndpoint {
-                        url,
-                        pool: pool.clone(),
-                        label: label.clone(),
-                        source: Some(source.clone().unwrap_or_else(|| "cli".into())),
-                        state: initial_state(cfg),
-                    });
-                }
-                let ids = self.engine.add(eps).await.map_err(|e| match e {
-                    EngineError::Store(m) => OpError::bad(m),
-                    other => other.into(),
-                })?;
-                Ok(Body::Added { ids })
+                self.add_urls(urls.iter().map(String::as_str), pool, label, source)
+                    .await
+            }
+            Request::Import { path, pool, label } => {
+                let text = tokio::fs::read_to_string(&path)
+                    .await
+                    .map_err(|e| OpError::bad(format!("cannot read {path}: {e}")))?;
+                let urls = text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'));
+                self.add_urls(urls, pool, label, None).await
             }
             Request::Probe {
                 endpoints,
@@ -276,6 +270,35 @@ impl Handler {
                 Ok(Body::Empty {})
             }
         }
+    }
+
+    /// Add endpoints, all or nothing.
+    async fn add_urls<'a>(
+        &self,
+        urls: impl Iterator<Item = &'a str>,
+        pool: Option<String>,
+        label: Option<String>,
+        source: Option<String>,
+    ) -> Result<Body, OpError> {
+        let pool = pool.unwrap_or_else(|| DEFAULT_POOL.to_string());
+        let cfg = self.config.pool(&pool);
+        let mut eps = Vec::new();
+        for (i, u) in urls.enumerate() {
+            let url = ProxyUrl::parse(u)
+                .map_err(|e| OpError::bad(format!("entry {}: {e}; nothing was added", i + 1)))?;
+            eps.push(NewEndpoint {
+                url,
+                pool: pool.clone(),
+                label: label.clone(),
+                source: Some(source.clone().unwrap_or_else(|| "cli".into())),
+                state: initial_state(cfg),
+            });
+        }
+        let ids = self.engine.add(eps).await.map_err(|e| match e {
+            EngineError::Store(m) => OpError::bad(m),
+            other => other.into(),
+        })?;
+        Ok(Body::Added { ids })
     }
 
     async fn resolve(&self, r: &EndpointRef) -> Result<EndpointId, OpError> {

@@ -1444,3 +1444,39 @@ fn operator_commands_reach_the_daemon_of_their_own_database_only() {
         ok(conn.req(&json!({"op": "release", "lease": lease_id(&g)})));
     }
 }
+
+#[test]
+fn a_large_import_while_serving_is_one_batch_and_leasable_at_once() {
+    let h = Home::new(None);
+    let d = h.serve();
+    let mut text = String::from("# provider list\n");
+    for i in 0..3000 {
+        text.push_str(&format!(
+            "socks5h://user{i}:secretpw{i}@10.{}.{}.1:1080\n",
+            i / 250,
+            i % 250
+        ));
+    }
+    let file = h.dir.path().join("big.txt");
+    std::fs::write(&file, &text).unwrap();
+    let out = h.run(&["import", file.to_str().unwrap()]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(h.list().len(), 3000);
+    let s = ok(d.conn().req(&json!({"op": "status"})));
+    assert_eq!(
+        s["pools"][0]["available"],
+        json!(3000),
+        "the daemon holds them all"
+    );
+    // The spilled file is gone, and a re-import (all duplicates) changes nothing.
+    let leftovers: Vec<_> = std::fs::read_dir(h.db.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".import-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let again = h.run(&["import", file.to_str().unwrap()]);
+    assert_eq!(again.code, Some(2), "{}", again.stderr);
+    assert!(!again.stderr.contains("secretpw"), "{}", again.stderr);
+    assert_eq!(h.list().len(), 3000);
+}

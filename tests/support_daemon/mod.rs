@@ -220,18 +220,22 @@ impl Out {
     }
 }
 
-/// Wait for a child with a deadline; kills it and returns None on timeout.
-pub fn wait_output(mut child: Child, limit: Duration) -> Option<Output> {
-    let start = Instant::now();
-    loop {
-        match child.try_wait().expect("try_wait") {
-            Some(_) => return Some(child.wait_with_output().expect("output")),
-            None if start.elapsed() > limit => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
+/// Wait for a child with a deadline; kills it and returns None on timeout. Output is
+/// drained while waiting, so a child writing more than a pipe holds cannot block.
+pub fn wait_output(child: Child, limit: Duration) -> Option<Output> {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => Some(out.expect("output")),
+        Err(_) => {
+            // SAFETY: signalling a child we spawned; at worst it has already exited.
+            unsafe {
+                libc::kill(pid as i32, libc::SIGKILL);
             }
-            None => std::thread::sleep(Duration::from_millis(10)),
+            None
         }
     }
 }

@@ -1,0 +1,212 @@
+//! Which process owns a database.
+//!
+//! A running daemon holds an exclusive `flock` on `<db>.lock` and writes its socket path
+//! into it. CLI commands look there, not at a socket path of their own, so an operator
+//! action always reaches the daemon that serves *this* database (whatever its socket
+//! setting), never a daemon of another database. A CLI command that writes without a
+//! daemon holds a shared lock meanwhile, so a daemon cannot start in the middle and miss
+//! the write. The kernel drops the locks when a process dies, `kill -9` included.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Errors taking or reading the lock.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// The lock file could not be opened or written.
+    #[error("lock file {path}: {source}")]
+    Io {
+        /// Lock file.
+        path: PathBuf,
+        /// OS error.
+        source: std::io::Error,
+    },
+    /// Another daemon serves this database.
+    #[error("another proxypool daemon is already serving {db} (socket: {socket})")]
+    Busy {
+        /// Database.
+        db: PathBuf,
+        /// Its socket, as written in the lock file.
+        socket: String,
+    },
+}
+
+/// A held lock, released when dropped.
+#[derive(Debug)]
+pub struct Held {
+    _file: File,
+}
+
+/// Who owns a database right now.
+#[derive(Debug)]
+pub enum Owner {
+    /// A daemon serves it on this socket.
+    Daemon(PathBuf),
+    /// No daemon: the caller now holds a shared lock and may write directly.
+    Free(Held),
+}
+
+/// `<db>.lock`.
+pub fn lock_path(db: &Path) -> PathBuf {
+    let mut s = db.as_os_str().to_owned();
+    s.push(".lock");
+    PathBuf::from(s)
+}
+
+fn open(db: &Path) -> Result<(File, PathBuf), LockError> {
+    let path = lock_path(db);
+    let io = |source| LockError::Io {
+        path: path.clone(),
+        source,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io)?;
+    Ok((f, path))
+}
+
+fn try_flock(f: &File, op: libc::c_int) -> std::io::Result<bool> {
+    // SAFETY: flock on a file descriptor we own; no memory is involved.
+    let r = unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
+fn unlock(f: &File) {
+    // SAFETY: as in `try_flock`.
+    unsafe {
+        libc::flock(f.as_raw_fd(), libc::LOCK_UN);
+    }
+}
+
+fn read_socket(f: &mut File) -> String {
+    let mut s = String::new();
+    let _ = f.rewind();
+    let _ = f.read_to_string(&mut s);
+    s.trim().to_string()
+}
+
+/// Take the daemon's exclusive lock and record its socket. Waits up to `wait` for CLI
+/// commands that are writing right now; refuses when another daemon holds it.
+pub fn daemon_lock(db: &Path, socket: &Path, wait: Duration) -> Result<Held, LockError> {
+    let (mut f, path) = open(db)?;
+    let io = |source| LockError::Io {
+        path: path.clone(),
+        source,
+    };
+    let give_up = Instant::now() + wait;
+    loop {
+        if try_flock(&f, libc::LOCK_EX).map_err(io)? {
+            break;
+        }
+        // Held: by a daemon (exclusive) or by CLI commands writing (shared)?
+        if try_flock(&f, libc::LOCK_SH).map_err(io)? {
+            unlock(&f);
+            if Instant::now() < give_up {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            return Err(LockError::Busy {
+                db: db.to_path_buf(),
+                socket: "none: CLI commands kept writing".into(),
+            });
+        }
+        let holder = read_socket(&mut f);
+        return Err(LockError::Busy {
+            db: db.to_path_buf(),
+            socket: if holder.is_empty() {
+                "not written yet".into()
+            } else {
+                holder
+            },
+        });
+    }
+    f.set_len(0).map_err(io)?;
+    f.rewind().map_err(io)?;
+    f.write_all(socket.to_string_lossy().as_bytes())
+        .map_err(io)?;
+    f.flush().map_err(io)?;
+    Ok(Held { _file: f })
+}
+
+/// Clear the socket path on a clean shutdown (the lock itself goes with the `Held`).
+pub fn clear(held: &Held) {
+    let _ = held._file.set_len(0);
+}
+
+/// Find out who owns `db`: a daemon (with its socket), or nobody (then hold a shared lock).
+pub fn owner(db: &Path) -> Result<Owner, LockError> {
+    let (mut f, path) = open(db)?;
+    let io = |source| LockError::Io {
+        path: path.clone(),
+        source,
+    };
+    let give_up = Instant::now() + Duration::from_secs(2);
+    loop {
+        if try_flock(&f, libc::LOCK_SH).map_err(io)? {
+            return Ok(Owner::Free(Held { _file: f }));
+        }
+        let socket = read_socket(&mut f);
+        if !socket.is_empty() {
+            return Ok(Owner::Daemon(PathBuf::from(socket)));
+        }
+        // A daemon that has the lock but has not written its socket yet.
+        if Instant::now() >= give_up {
+            return Ok(Owner::Daemon(PathBuf::new()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn daemon_excludes_daemon_and_cli_finds_its_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("a.db");
+        let held = daemon_lock(&db, Path::new("/run/a.sock"), Duration::ZERO).unwrap();
+        match owner(&db).unwrap() {
+            Owner::Daemon(s) => assert_eq!(s, PathBuf::from("/run/a.sock")),
+            Owner::Free(_) => panic!("daemon not seen"),
+        }
+        let err = daemon_lock(&db, Path::new("/run/b.sock"), Duration::ZERO).unwrap_err();
+        assert!(err.to_string().contains("/run/a.sock"), "{err}");
+        // Another database is independent.
+        assert!(matches!(
+            owner(&dir.path().join("b.db")).unwrap(),
+            Owner::Free(_)
+        ));
+        clear(&held);
+        drop(held);
+        let cli = match owner(&db).unwrap() {
+            Owner::Free(h) => h,
+            Owner::Daemon(s) => panic!("stale daemon {s:?}"),
+        };
+        // A CLI write in progress makes a starting daemon wait, then give up.
+        assert!(matches!(
+            daemon_lock(&db, Path::new("/run/c.sock"), Duration::from_millis(60)),
+            Err(LockError::Busy { .. })
+        ));
+        drop(cli);
+        daemon_lock(&db, Path::new("/run/c.sock"), Duration::ZERO).unwrap();
+    }
+}
