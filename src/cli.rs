@@ -700,8 +700,13 @@ fn spill(db: &std::path::Path, urls: &[String]) -> Result<PathBuf, CliError> {
         .map_err(|e| CliError::failed(format!("cannot write {}: {e}", path.display())))?;
     let mut text = urls.join("\n");
     text.push('\n');
-    f.write_all(text.as_bytes())
-        .map_err(|e| CliError::failed(format!("cannot write {}: {e}", path.display())))?;
+    if let Err(e) = f.write_all(text.as_bytes()) {
+        let _ = std::fs::remove_file(&path);
+        return Err(CliError::failed(format!(
+            "cannot write {}: {e}",
+            path.display()
+        )));
+    }
     Ok(std::path::absolute(&path).unwrap_or(path))
 }
 
@@ -945,8 +950,10 @@ async fn serve(ctx: &Context, listen_tcp: Option<SocketAddr>) -> Result<(), CliE
     // Own the database before reading it: a second daemon is refused, and CLI commands
     // writing right now finish first (their writes are then in what we load).
     let socket = std::path::absolute(&ctx.socket).unwrap_or_else(|_| ctx.socket.clone());
-    let held = lock::daemon_lock(&ctx.db, &socket, Duration::from_secs(10))
-        .map_err(|e| CliError::failed(e.to_string()))?;
+    let held = Arc::new(
+        lock::daemon_lock(&ctx.db, Duration::from_secs(10))
+            .map_err(|e| CliError::failed(e.to_string()))?,
+    );
     let mut store = Store::open_with(&ctx.db, ctx.config.durability)
         .map_err(|e| CliError::failed(e.to_string()))?;
     sync_config_endpoints(&mut store, &ctx.config)?;
@@ -957,6 +964,10 @@ async fn serve(ctx: &Context, listen_tcp: Option<SocketAddr>) -> Result<(), CliE
         wait_for_signal().await;
         tracing::info!("shutting down");
         sd.cancel();
+        // A second signal means "now": do not wait for the orderly stop.
+        wait_for_signal().await;
+        eprintln!("proxypool: second signal, exiting at once");
+        std::process::exit(1);
     });
     let r = daemon::serve(
         ctx.config.clone(),
@@ -965,6 +976,7 @@ async fn serve(ctx: &Context, listen_tcp: Option<SocketAddr>) -> Result<(), CliE
             socket,
             listen_tcp,
             token,
+            lock: Some(held.clone()),
         },
         shutdown,
     )

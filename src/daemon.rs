@@ -44,6 +44,8 @@ pub struct ServeOptions {
     pub listen_tcp: Option<SocketAddr>,
     /// Token required on TCP.
     pub token: Option<String>,
+    /// The database lock this daemon holds: its socket is published there once bound.
+    pub lock: Option<Arc<crate::lock::Held>>,
 }
 
 /// One probe's outcome, as `probe` prints it.
@@ -350,6 +352,12 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> Result<(), DaemonError> {
     let listener = server::bind_unix(&opts.socket).await?;
+    if let Some(held) = &opts.lock {
+        crate::lock::publish(held, &opts.socket).map_err(|source| ServerError::Bind {
+            path: "the database lock file".into(),
+            source,
+        })?;
+    }
     let tcp = match opts.listen_tcp {
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr)

@@ -56,23 +56,50 @@ pub fn lock_path(db: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// Hold `<db>.migrate` exclusively while the schema is brought up to date.
+pub fn migration(db: &Path) -> Result<Held, LockError> {
+    let mut s = db.as_os_str().to_owned();
+    s.push(".migrate");
+    let path = PathBuf::from(s);
+    let f = open_file(&path)?;
+    // SAFETY: flock on a descriptor we own; blocks until other openers are done.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(LockError::Io {
+            path,
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(Held { _file: f })
+}
+
 fn open(db: &Path) -> Result<(File, PathBuf), LockError> {
     let path = lock_path(db);
+    let f = open_file(&path)?;
+    Ok((f, path))
+}
+
+fn open_file(path: &Path) -> Result<File, LockError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let io = |source| LockError::Io {
-        path: path.clone(),
+        path: path.to_path_buf(),
         source,
     };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(io)?;
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(io)?;
     }
-    let f = OpenOptions::new()
+    OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .open(&path)
-        .map_err(io)?;
-    Ok((f, path))
+        .mode(0o600)
+        .open(path)
+        .map_err(io)
 }
 
 fn try_flock(f: &File, op: libc::c_int) -> std::io::Result<bool> {
@@ -103,9 +130,10 @@ fn read_socket(f: &mut File) -> String {
     s.trim().to_string()
 }
 
-/// Take the daemon's exclusive lock and record its socket. Waits up to `wait` for CLI
-/// commands that are writing right now; refuses when another daemon holds it.
-pub fn daemon_lock(db: &Path, socket: &Path, wait: Duration) -> Result<Held, LockError> {
+/// Take the daemon's exclusive lock. Waits up to `wait` for CLI commands that are writing
+/// right now; refuses when another daemon holds it. The socket is recorded by `publish`
+/// once it accepts connections; until then CLI commands wait for it.
+pub fn daemon_lock(db: &Path, wait: Duration) -> Result<Held, LockError> {
     let (mut f, path) = open(db)?;
     let io = |source| LockError::Io {
         path: path.clone(),
@@ -138,12 +166,18 @@ pub fn daemon_lock(db: &Path, socket: &Path, wait: Duration) -> Result<Held, Loc
             },
         });
     }
+    // Stale content from a daemon that died: empty until this one can answer.
     f.set_len(0).map_err(io)?;
-    f.rewind().map_err(io)?;
-    f.write_all(socket.to_string_lossy().as_bytes())
-        .map_err(io)?;
-    f.flush().map_err(io)?;
     Ok(Held { _file: f })
+}
+
+/// Record the socket of the daemon holding `held`: it now accepts connections.
+pub fn publish(held: &Held, socket: &Path) -> std::io::Result<()> {
+    let mut f = &held._file;
+    f.set_len(0)?;
+    f.rewind()?;
+    f.write_all(socket.to_string_lossy().as_bytes())?;
+    f.flush()
 }
 
 /// Clear the socket path on a clean shutdown (the lock itself goes with the `Held`).
@@ -158,7 +192,8 @@ pub fn owner(db: &Path) -> Result<Owner, LockError> {
         path: path.clone(),
         source,
     };
-    let give_up = Instant::now() + Duration::from_secs(2);
+    // A daemon loading a large pool publishes its socket only when it can answer.
+    let give_up = Instant::now() + Duration::from_secs(30);
     loop {
         if try_flock(&f, libc::LOCK_SH).map_err(io)? {
             return Ok(Owner::Free(Held { _file: f }));
@@ -183,12 +218,13 @@ mod tests {
     fn daemon_excludes_daemon_and_cli_finds_its_socket() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("a.db");
-        let held = daemon_lock(&db, Path::new("/run/a.sock"), Duration::ZERO).unwrap();
+        let held = daemon_lock(&db, Duration::ZERO).unwrap();
+        publish(&held, Path::new("/run/a.sock")).unwrap();
         match owner(&db).unwrap() {
             Owner::Daemon(s) => assert_eq!(s, PathBuf::from("/run/a.sock")),
             Owner::Free(_) => panic!("daemon not seen"),
         }
-        let err = daemon_lock(&db, Path::new("/run/b.sock"), Duration::ZERO).unwrap_err();
+        let err = daemon_lock(&db, Duration::ZERO).unwrap_err();
         assert!(err.to_string().contains("/run/a.sock"), "{err}");
         // Another database is independent.
         assert!(matches!(
@@ -203,10 +239,10 @@ mod tests {
         };
         // A CLI write in progress makes a starting daemon wait, then give up.
         assert!(matches!(
-            daemon_lock(&db, Path::new("/run/c.sock"), Duration::from_millis(60)),
+            daemon_lock(&db, Duration::from_millis(60)),
             Err(LockError::Busy { .. })
         ));
         drop(cli);
-        daemon_lock(&db, Path::new("/run/c.sock"), Duration::ZERO).unwrap();
+        daemon_lock(&db, Duration::ZERO).unwrap();
     }
 }

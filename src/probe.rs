@@ -536,7 +536,9 @@ impl Inner {
         };
         let status = resp.status().as_u16();
         run.status = Some(status);
-        if absolute_form && proxy_auth_answer(status, resp.headers()) {
+        // A 401 the probe target is expected to send is the destination's, not the proxy's.
+        let expected_401 = status == 401 && self.expect_status.contains(401);
+        if absolute_form && !expected_401 && proxy_auth_answer(status, resp.headers()) {
             let mut f = fail(
                 Reason::ProxyAuthRejected,
                 Phase::ProxyHandshake,

@@ -42,6 +42,9 @@ pub enum ServerError {
     },
 }
 
+/// How long requests in flight may still run once shutdown begins.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
 /// Default lease lifetime.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
 
@@ -84,6 +87,14 @@ impl Handler {
             if !ok {
                 return Response::err(id, ErrorCode::BadRequest, "missing or wrong token");
             }
+        }
+        if tcp && matches!(req, Request::Import { .. }) {
+            // It reads a file of the daemon's: only for local clients.
+            return Response::err(
+                id,
+                ErrorCode::BadRequest,
+                "import is only accepted on the Unix socket",
+            );
         }
         match self.dispatch(req).await {
             Ok(body) => Response::ok(id, body),
@@ -219,18 +230,16 @@ impl Handler {
                 label,
                 source,
             } => {
-                self.add_urls(urls.iter().map(String::as_str), pool, label, source)
+                self.add_urls(urls.iter().map(String::as_str), pool, label, source, true)
                     .await
             }
             Request::Import { path, pool, label } => {
-                let text = tokio::fs::read_to_string(&path)
-                    .await
-                    .map_err(|e| OpError::bad(format!("cannot read {path}: {e}")))?;
+                let text = read_spill(&path).await?;
                 let urls = text
                     .lines()
                     .map(str::trim)
                     .filter(|l| !l.is_empty() && !l.starts_with('#'));
-                self.add_urls(urls, pool, label, None).await
+                self.add_urls(urls, pool, label, None, false).await
             }
             Request::Probe {
                 endpoints,
@@ -279,13 +288,23 @@ impl Handler {
         pool: Option<String>,
         label: Option<String>,
         source: Option<String>,
+        echo: bool,
     ) -> Result<Body, OpError> {
         let pool = pool.unwrap_or_else(|| DEFAULT_POOL.to_string());
         let cfg = self.config.pool(&pool);
         let mut eps = Vec::new();
         for (i, u) in urls.enumerate() {
-            let url = ProxyUrl::parse(u)
-                .map_err(|e| OpError::bad(format!("entry {}: {e}; nothing was added", i + 1)))?;
+            let url = ProxyUrl::parse(u).map_err(|e| {
+                // Text read from a file is not repeated back: it could be anything.
+                if echo {
+                    OpError::bad(format!("entry {}: {e}; nothing was added", i + 1))
+                } else {
+                    OpError::bad(format!(
+                        "entry {} is not a proxy URL; nothing was added",
+                        i + 1
+                    ))
+                }
+            })?;
             eps.push(NewEndpoint {
                 url,
                 pool: pool.clone(),
@@ -309,6 +328,35 @@ impl Handler {
             .await?
             .map_err(|e: ResolveError| OpError::bad(e.to_string()))
     }
+}
+
+/// Largest import file accepted.
+const MAX_IMPORT: u64 = 256 << 20;
+
+/// Read (and delete) a file the CLI wrote for `import`: a regular file of ours that
+/// nobody else can read, of bounded size.
+async fn read_spill(path: &str) -> Result<String, OpError> {
+    use std::os::unix::fs::MetadataExt;
+    let bad = |m: &str| OpError::bad(format!("import file {path}: {m}"));
+    let meta = tokio::fs::symlink_metadata(path)
+        .await
+        .map_err(|e| bad(&e.to_string()))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if !meta.is_file() || meta.uid() != me || meta.mode() & 0o077 != 0 {
+        return Err(bad("must be a regular file of this user with mode 0600"));
+    }
+    if meta.len() > MAX_IMPORT {
+        return Err(bad("too large"));
+    }
+    let text = tokio::fs::read_to_string(path)
+        .await
+        .map_err(|e| bad(&e.to_string()))?;
+    if path.contains(".import-") {
+        // It holds passwords: gone as soon as it is read.
+        let _ = tokio::fs::remove_file(path).await;
+    }
+    Ok(text)
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -396,7 +444,15 @@ where
                     if line.trim().is_empty() {
                         continue;
                     }
-                    handler.handle_line(line, tcp).await
+                    // Requests in flight finish on shutdown, but one that could wait long
+                    // (a `lease` with `wait`) is cut short after a grace period.
+                    tokio::select! {
+                        r = handler.handle_line(line, tcp) => r,
+                        _ = async {
+                            shutdown.cancelled().await;
+                            tokio::time::sleep(SHUTDOWN_GRACE).await;
+                        } => Response::err(None, ErrorCode::Internal, "the daemon is shutting down"),
+                    }
                 }
                 Err(e) => Response::err(
                     None,

@@ -346,11 +346,22 @@ impl Store {
     /// Open (creating and migrating) the database at `path`.
     pub fn open_with(path: &Path, durability: Durability) -> Result<Store, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
-                path: dir.to_path_buf(),
-                source,
-            })?;
+            // The database holds proxy passwords: a folder we create is ours alone.
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|source| StoreError::CreateDir {
+                    path: dir.to_path_buf(),
+                    source,
+                })?;
         }
+        // Two processes opening a new database at once must not both run the migrations.
+        let _migrating = crate::lock::migration(path).map_err(|e| StoreError::Migration {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
         let mut conn = Connection::open(path)?;
         // Another process (CLI vs daemon) may hold the write lock briefly.
         conn.busy_timeout(Duration::from_secs(10))?;
@@ -368,8 +379,10 @@ impl Store {
             .to_latest(&mut conn)
             .map_err(|e| StoreError::Migration {
                 path: path.to_path_buf(),
-                message: e.to_string(),
+                // The first line says what failed; the rest would be the SQL text.
+                message: e.to_string().lines().next().unwrap_or_default().to_string(),
             })?;
+        restrict(path);
         Ok(Store {
             conn,
             path: path.to_path_buf(),
@@ -689,6 +702,21 @@ impl Store {
     }
 }
 
+/// Make the database files readable by their owner only: they hold proxy passwords.
+fn restrict(db: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = db.as_os_str().to_owned();
+        p.push(suffix);
+        let p = PathBuf::from(p);
+        if let Ok(m) = std::fs::metadata(&p) {
+            if m.permissions().mode() & 0o077 != 0 {
+                let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600));
+            }
+        }
+    }
+}
+
 /// Why an operator's `ID|URL` did not name one endpoint.
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
@@ -919,5 +947,30 @@ mod tests {
     fn times_round_trip() {
         let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_790_000_000_123);
         assert_eq!(parse_time(&fmt_time(t)), Some(t));
+    }
+
+    #[test]
+    fn concurrent_first_opens_migrate_once_and_files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        for round in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let db = dir.path().join(format!("sub/new{round}.db"));
+            let handles: Vec<_> = (0..4)
+                .map(|_| {
+                    let db = db.clone();
+                    std::thread::spawn(move || Store::open(&db).map(|_| ()))
+                })
+                .collect();
+            for h in handles {
+                h.join().unwrap().unwrap();
+            }
+            let mode = std::fs::metadata(&db).unwrap().permissions().mode();
+            assert_eq!(mode & 0o077, 0, "database readable by others: {mode:o}");
+            let dmode = std::fs::metadata(db.parent().unwrap())
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(dmode & 0o077, 0, "folder open to others: {dmode:o}");
+        }
     }
 }

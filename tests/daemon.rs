@@ -936,6 +936,31 @@ fn sigterm_exits_0_and_removes_the_socket() {
 }
 
 #[test]
+fn sigterm_ends_a_waiting_lease_and_exits_promptly() {
+    let h = Home::new(None);
+    let mut d = h.serve();
+    let id = h.add(&["http://10.3.0.1:3128"])[0];
+    h.ok(&["disable", &id.to_string()]);
+    let sock = h.socket.clone();
+    let waiter = thread::spawn(move || {
+        let mut c = Conn::connect(&sock);
+        c.req(&json!({"op": "lease", "wait": "300s"}))
+    });
+    thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    let st = d.signal_and_wait(libc::SIGTERM, Duration::from_secs(8));
+    assert_eq!(st.code(), Some(0), "exit status {st}: {}", d.log_text());
+    assert!(
+        t.elapsed() < Duration::from_secs(6),
+        "took {:?}",
+        t.elapsed()
+    );
+    let resp = waiter.join().unwrap();
+    assert_eq!(resp["ok"], json!(false), "{resp}");
+    assert!(!h.socket.exists());
+}
+
+#[test]
 fn listen_tcp_requires_a_token_and_checks_it() {
     let h = Home::new(None);
     // Refused without a token: exit 2, nothing started.
@@ -975,6 +1000,27 @@ fn listen_tcp_requires_a_token_and_checks_it() {
     let resp = req(json!({"op": "lease", "token": "t0ken-xyz"}));
     assert_eq!(resp["ok"], json!(true), "{resp}");
     assert_eq!(resp["proxy"], json!("http://10.2.0.1:3128"));
+    // `import` reads a file of the daemon's: never for remote clients.
+    let secret_file = h.dir.path().join("not-for-you.txt");
+    std::fs::write(&secret_file, "root:x:0:0:root:/root:/bin/bash\n").unwrap();
+    let resp = req(json!({"op": "import", "token": "t0ken-xyz", "path": secret_file}));
+    assert_eq!(resp["ok"], json!(false), "{resp}");
+    assert!(!resp.to_string().contains("root:x"), "{resp}");
+    // Locally it only takes private files of this user, and never echoes their text.
+    let resp = d.req(json!({"op": "import", "path": secret_file}));
+    assert_eq!(resp["ok"], json!(false), "{resp}");
+    assert!(!resp.to_string().contains("root:x"), "{resp}");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&secret_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let resp = d.req(json!({"op": "import", "path": secret_file}));
+    assert_eq!(resp["ok"], json!(false), "{resp}");
+    assert!(!resp.to_string().contains("root:x"), "{resp}");
+    assert!(
+        secret_file.exists(),
+        "only the CLI's own spill files are deleted"
+    );
     // The Unix socket needs no token.
     ok(d.req(json!({"op": "ping"})));
 }

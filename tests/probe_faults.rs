@@ -833,3 +833,22 @@ async fn silent_tls_destination_is_slow_destination_tls() {
     let r = probe(&c, &format!("http://127.0.0.1:{}", proxy.port())).await;
     assert_failed(&r, Reason::SlowResponse, Phase::DestinationTls);
 }
+
+#[tokio::test]
+async fn an_expected_401_without_via_passes() {
+    // A probe target that is supposed to answer 401 (a login wall): an "elite" proxy that
+    // strips Via must not turn that expected answer into proxy_auth_rejected.
+    let fake = scripted(vec![
+        Act::Read,
+        Act::Write(
+            b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 2\r\nConnection: close\r\n\r\nno"
+                .to_vec(),
+        ),
+    ])
+    .await;
+    let mut c = cfg("http://127.0.0.1:9/");
+    c.expect_status = "401".parse().unwrap();
+    let r = probe(&c, &format!("http://127.0.0.1:{}", fake.port())).await;
+    assert!(r.ok && r.failure.is_none(), "{r:?}");
+    assert_eq!(r.status, Some(401));
+}
