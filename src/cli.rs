@@ -470,6 +470,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                     ctx.socket.display()
                 )));
             };
+            c.set_timeout(wait + crate::client::DEFAULT_TIMEOUT);
             let resp = c
                 .request(
                     &json!({"op": "lease", "pool": pool, "ttl": ttl.as_secs_f64(),
@@ -845,6 +846,8 @@ async fn probe(
     }
     let reports: Vec<ProbeReport> = if let Some(mut c) = ctx.daemon().await? {
         // The daemon owns the pool state: let it run the probes and apply the results.
+        // A sweep of a large pool takes as long as it takes.
+        c.set_timeout(Duration::from_secs(24 * 3600));
         let resp = c
             .request(&json!({"op": "probe", "endpoints": targets, "pool": pool,
                 "all": all, "concurrency": concurrency}))

@@ -29,7 +29,12 @@ pub struct Client {
     writer: tokio::net::unix::OwnedWriteHalf,
     path: String,
     line: String,
+    timeout: Duration,
 }
+
+/// How long a reply may take unless a caller says otherwise: a daemon that does not answer
+/// must not hang a shell script forever.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Client {
     /// Connect; `Ok(None)` when no daemon listens there.
@@ -46,6 +51,7 @@ impl Client {
                     writer: w,
                     path: path.display().to_string(),
                     line: String::new(),
+                    timeout: DEFAULT_TIMEOUT,
                 }))
             }
             // A stale socket file from a crashed daemon: nobody is serving.
@@ -68,13 +74,24 @@ impl Client {
         }
     }
 
+    /// Set how long one request may take (a `lease` with `wait` needs longer).
+    pub fn set_timeout(&mut self, t: Duration) {
+        self.timeout = t;
+    }
+
     /// Send one request and read its response.
     pub async fn request(&mut self, req: &Value) -> Result<Value, ClientError> {
         let mut line =
             serde_json::to_string(req).map_err(|e| ClientError::Protocol(e.to_string()))?;
         line.push('\n');
-        self.send_raw(line.as_bytes()).await?;
-        self.read_reply().await
+        let t = self.timeout;
+        let exchange = async {
+            self.send_raw(line.as_bytes()).await?;
+            self.read_reply().await
+        };
+        tokio::time::timeout(t, exchange).await.map_err(|_| {
+            ClientError::Protocol(format!("no reply within {}", humantime::format_duration(t)))
+        })?
     }
 
     /// Write raw bytes (pipelining, tests).
