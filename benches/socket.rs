@@ -163,48 +163,46 @@ fn start_daemon(dir: &Path, n: usize, name: &str) -> (PathBuf, CancellationToken
     let sock = dir.join(format!("{name}.sock"));
     let token = CancellationToken::new();
     let (sock2, tok2) = (sock.clone(), token.clone());
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    on_own_runtime(move |ready| async move {
+        // 200 ms cooldowns: failure reports keep cycling endpoints through
+        // cooling -> probe_allowed -> trial, every report a persisted transition.
+        let engine = Engine::open(store, [pool_config(200)]).unwrap();
+        tokio::spawn(engine.clone().run_timer(tok2.clone().cancelled_owned()));
+        let l = server::bind_unix(&sock2).await.unwrap();
+        let h = Arc::new(Handler::new(engine, Arc::new(Config::default()), None));
+        ready.send(()).unwrap();
+        server::run(l, h, tok2).await;
+    });
+    (sock, token)
+}
+
+/// Run a server on its own 1-thread runtime; returns once it says it is ready.
+fn on_own_runtime<F, Fut>(server: F)
+where
+    F: FnOnce(std::sync::mpsc::Sender<()>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
+        tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
-            .unwrap();
-        rt.block_on(async move {
-            // 200 ms cooldowns: failure reports keep cycling endpoints through
-            // cooling -> probe_allowed -> trial, every report a persisted transition.
-            let engine = Engine::open(store, [pool_config(200)]).unwrap();
-            tokio::spawn(engine.clone().run_timer(tok2.clone().cancelled_owned()));
-            let l = server::bind_unix(&sock2).await.unwrap();
-            let h = Arc::new(Handler::new(engine, Arc::new(Config::default()), None));
-            ready_tx.send(()).unwrap();
-            server::run(l, h, tok2).await;
-        });
+            .unwrap()
+            .block_on(server(tx));
     });
-    ready_rx.recv().unwrap();
-    (sock, token)
+    rx.recv().unwrap();
 }
 
 fn main() {
     let dir = tempfile::tempdir().unwrap();
     let echo_path = dir.path().join("echo.sock");
-    {
-        let p = echo_path.clone();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let l = UnixListener::bind(&p).unwrap();
-                tx.send(()).unwrap();
-                echo_server(l).await;
-            });
-        });
-        rx.recv().unwrap();
-    }
+    let p = echo_path.clone();
+    on_own_runtime(move |ready| async move {
+        let l = UnixListener::bind(&p).unwrap();
+        ready.send(()).unwrap();
+        echo_server(l).await;
+    });
     let (small, t1) = start_daemon(dir.path(), 10, "small");
     let (large, t2) = start_daemon(dir.path(), 10_000, "large");
     // Failure reports leave endpoints cooling and then in trial: a separate daemon keeps

@@ -318,9 +318,27 @@ impl Context {
         })
     }
 
+    fn open_store(&self) -> Result<Store, CliError> {
+        Store::open_with(&self.db, self.config.durability)
+            .map_err(|e| CliError::failed(e.to_string()))
+    }
+
+    /// Resolve every `ID|URL` argument before anything changes, so that one bad argument
+    /// changes nothing; an endpoint named twice counts once.
+    fn resolve_ids(&self, targets: &[String]) -> Result<Vec<EndpointId>, CliError> {
+        let store = self.open_store()?;
+        let mut ids: Vec<EndpointId> = Vec::with_capacity(targets.len());
+        for t in targets {
+            let id = store.resolve(t)?.id;
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        Ok(ids)
+    }
+
     fn store(&self) -> Result<Store, CliError> {
-        let mut s = Store::open_with(&self.db, self.config.durability)
-            .map_err(|e| CliError::failed(e.to_string()))?;
+        let mut s = self.open_store()?;
         // A running daemon synced the config when it started and owns the pool state:
         // inserting rows behind its back (e.g. re-adding a config endpoint just removed)
         // would make `list` show endpoints that the daemon never leases.
@@ -517,9 +535,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
             } else {
-                let mut t = Table::new();
-                t.load_preset(UTF8_BORDERS_ONLY);
-                t.set_header([
+                let mut t = table([
                     "POOL",
                     "SOURCE",
                     "PREFERRED",
@@ -568,9 +584,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                     serde_json::to_string_pretty(&pools).unwrap_or_default()
                 );
             } else {
-                let mut t = Table::new();
-                t.load_preset(UTF8_BORDERS_ONLY);
-                t.set_header([
+                let mut t = table([
                     "POOL",
                     "MODE",
                     "AVAILABLE",
@@ -595,6 +609,14 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+/// A table in the CLI's style with this header.
+fn table<const N: usize>(header: [&str; N]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(UTF8_BORDERS_ONLY);
+    t.set_header(header);
+    t
 }
 
 fn s(v: &Value) -> String {
@@ -764,14 +786,7 @@ async fn operator(
     make: impl Fn(Value) -> (Value, Input),
 ) -> Result<(), CliError> {
     if let Some(mut c) = ctx.daemon().await? {
-        // Resolve every argument first so that one bad argument changes nothing.
-        let store = Store::open_with(&ctx.db, ctx.config.durability)
-            .map_err(|e| CliError::failed(e.to_string()))?;
-        let ids: Vec<EndpointId> = targets
-            .iter()
-            .map(|t| store.resolve(t).map(|r| r.id))
-            .collect::<Result<_, _>>()?;
-        for id in ids {
+        for id in ctx.resolve_ids(targets)? {
             let (req, _) = make(Value::from(id));
             let resp = c.request(&req).await?;
             if resp["ok"] != Value::Bool(true) {
@@ -781,15 +796,8 @@ async fn operator(
         }
         return Ok(());
     }
+    let ids = ctx.resolve_ids(targets)?;
     let engine = ctx.engine()?;
-    let ids: Vec<EndpointId> = {
-        let store = Store::open_with(&ctx.db, ctx.config.durability)
-            .map_err(|e| CliError::failed(e.to_string()))?;
-        targets
-            .iter()
-            .map(|t| store.resolve(t).map(|r| r.id))
-            .collect::<Result<_, _>>()?
-    };
     for id in ids {
         let (_, input) = make(Value::from(id));
         let detail =
@@ -802,13 +810,7 @@ async fn operator(
 }
 
 async fn remove(ctx: &Context, targets: &[String]) -> Result<(), CliError> {
-    let ids: Vec<EndpointId> = {
-        let store = ctx.store()?;
-        targets
-            .iter()
-            .map(|t| store.resolve(t).map(|r| r.id))
-            .collect::<Result<_, _>>()?
-    };
+    let ids = ctx.resolve_ids(targets)?;
     if let Some(mut c) = ctx.daemon().await? {
         let resp = c
             .request(&json!({"op": "remove", "endpoints": ids}))
@@ -868,12 +870,7 @@ async fn probe(
         let ids: Vec<EndpointId> = if targets.is_empty() {
             engine.pools().ids(pool.as_deref())
         } else {
-            let store = Store::open_with(&ctx.db, ctx.config.durability)
-                .map_err(|e| CliError::failed(e.to_string()))?;
-            targets
-                .iter()
-                .map(|t| store.resolve(t).map(|r| r.id))
-                .collect::<Result<_, _>>()?
+            ctx.resolve_ids(&targets)?
         };
         let probers = daemon::probers(&ctx.config).map_err(|e| CliError::usage(e.to_string()))?;
         let bar = if std::io::stderr().is_terminal() && !json_out {
@@ -898,9 +895,7 @@ async fn probe(
         reports
     };
     if !json_out {
-        let mut t = Table::new();
-        t.load_preset(UTF8_BORDERS_ONLY);
-        t.set_header([
+        let mut t = table([
             "ID", "URL", "RESULT", "REASON", "PHASE", "STATUS", "STATE", "TOTAL", "PHASES",
         ]);
         for r in &reports {
@@ -957,8 +952,7 @@ async fn serve(ctx: &Context, listen_tcp: Option<SocketAddr>) -> Result<(), CliE
         lock::daemon_lock(&ctx.db, Duration::from_secs(10))
             .map_err(|e| CliError::failed(e.to_string()))?,
     );
-    let mut store = Store::open_with(&ctx.db, ctx.config.durability)
-        .map_err(|e| CliError::failed(e.to_string()))?;
+    let mut store = ctx.open_store()?;
     sync_config_endpoints(&mut store, &ctx.config)?;
     let engine = Engine::open(store, ctx.config.pools.values().cloned())?;
     let shutdown = CancellationToken::new();
@@ -1081,9 +1075,7 @@ fn until_text(row: &EndpointRow) -> String {
 }
 
 fn print_table(rows: &[EndpointRow], secrets: bool) {
-    let mut t = Table::new();
-    t.load_preset(UTF8_BORDERS_ONLY);
-    t.set_header([
+    let mut t = table([
         "ID", "URL", "POOL", "STATE", "REASON", "PHASE", "STREAK", "COOLDOWN", "LABEL",
     ]);
     for r in rows {

@@ -79,6 +79,27 @@ pub struct ProbeReport {
     pub trial: bool,
 }
 
+impl ProbeReport {
+    /// A report for a probe not run yet: the single recovery attempt, already claimed.
+    fn claimed(id: EndpointId, url: &crate::endpoint::ProxyUrl, pool: &str) -> Self {
+        ProbeReport {
+            id,
+            url: url.to_redacted_string(),
+            pool: pool.to_string(),
+            ok: false,
+            skipped: None,
+            reason: None,
+            phase: None,
+            status: None,
+            detail: None,
+            phases_ms: Vec::new(),
+            total_ms: 0.0,
+            state: Some(State::ProbeAllowed),
+            trial: true,
+        }
+    }
+}
+
 /// Probers for every configured pool.
 pub fn probers(cfg: &Config) -> Result<HashMap<String, Prober>, ProbeError> {
     cfg.pools
@@ -101,21 +122,9 @@ pub async fn probe_one(
             _ => return Err(crate::pool::PoolError::UnknownEndpoint(id).into()),
         }
     };
-    let mut report = ProbeReport {
-        id,
-        url: url.to_redacted_string(),
-        pool,
-        ok: false,
-        skipped: None,
-        reason: None,
-        phase: None,
-        status: None,
-        detail: None,
-        phases_ms: Vec::new(),
-        total_ms: 0.0,
-        state: Some(state),
-        trial: false,
-    };
+    let mut report = ProbeReport::claimed(id, &url, &pool);
+    report.state = Some(state);
+    report.trial = false;
     if state == State::ProbeAllowed {
         if !engine.try_claim(id).await? {
             report.skipped = Some("its single recovery attempt is already in flight".into());
@@ -123,7 +132,19 @@ pub async fn probe_one(
         }
         report.trial = true;
     }
-    let r: ProbeResult = match run_probe(prober, &url).await {
+    run_and_record(engine, prober, &url, report).await
+}
+
+/// Run the probe of `report`'s endpoint (claimed already when `report.trial`) and feed the
+/// result to the engine. A probe task that dies gives its claim back.
+async fn run_and_record(
+    engine: &Engine,
+    prober: &Prober,
+    url: &crate::endpoint::ProxyUrl,
+    mut report: ProbeReport,
+) -> Result<ProbeReport, EngineError> {
+    let id = report.id;
+    let r: ProbeResult = match run_probe(prober, url).await {
         Some(r) => r,
         None => {
             if report.trial {
@@ -141,18 +162,15 @@ pub async fn probe_one(
         .map(|(p, d)| (*p, d.as_secs_f64() * 1000.0))
         .collect();
     report.total_ms = r.total.as_secs_f64() * 1000.0;
+    // A probe result has a failure exactly when it did not pass.
     let outcome = match r.failure {
-        None if r.ok => Outcome::Success,
+        None => Outcome::Success,
         Some(f) => {
             report.reason = f.reason;
             report.phase = f.phase;
             report.detail = f.detail.clone();
             Outcome::Failure(f)
         }
-        None => Outcome::Failure(crate::health::Failure::new(
-            Reason::ProxyProtocolError,
-            None,
-        )),
     };
     let detail = report.status.map(|s| format!("status {s}"));
     report.state = Some(
@@ -172,15 +190,17 @@ pub async fn probe_many(
     concurrency: usize,
     mut on_done: impl FnMut(&ProbeReport),
 ) -> Result<Vec<ProbeReport>, EngineError> {
-    let fallback = Prober::new(&crate::config::ProbeConfig::default()).ok();
+    // Only endpoints of pools missing from the config need the built-in probe target.
+    let fallback = std::sync::OnceLock::new();
     let sem = Arc::new(Semaphore::new(concurrency.max(1)));
     let mut set = tokio::task::JoinSet::new();
     for id in ids {
         let pool = engine.pools().pool_of(id).map(str::to_string);
-        let Some(prober) = pool
-            .and_then(|p| probers.get(&p).cloned())
-            .or_else(|| fallback.clone())
-        else {
+        let Some(prober) = pool.and_then(|p| probers.get(&p).cloned()).or_else(|| {
+            fallback
+                .get_or_init(|| Prober::new(&crate::config::ProbeConfig::default()).ok())
+                .clone()
+        }) else {
             continue;
         };
         let (engine, sem) = (engine.clone(), sem.clone());
@@ -226,31 +246,6 @@ fn join_error(e: &tokio::task::JoinError) -> String {
     }
 }
 
-/// A claimed recovery probe: its outcome, or `None` after giving the claim back.
-async fn guarded_probe(
-    engine: &Engine,
-    prober: &Prober,
-    id: EndpointId,
-    url: &crate::endpoint::ProxyUrl,
-) -> Option<(Outcome, Option<String>)> {
-    match run_probe(prober, url).await {
-        Some(r) => {
-            let detail = r.status.map(|s| format!("status {s}"));
-            let outcome = match r.failure {
-                Some(f) => Outcome::Failure(f),
-                None => Outcome::Success,
-            };
-            Some((outcome, detail))
-        }
-        None => {
-            if let Err(e) = engine.abandon(id, "probe task failed").await {
-                warn!(endpoint = id, error = %e, "could not give the claim back");
-            }
-            None
-        }
-    }
-}
-
 /// Recovery probes and periodic checks of one pool, until `shutdown`.
 async fn prober_loop(
     engine: Arc<Engine>,
@@ -280,12 +275,10 @@ async fn prober_loop(
             match engine.claim_next(&pool.name).await {
                 Ok(Some((id, url))) => {
                     let (engine, prober) = (engine.clone(), prober.clone());
+                    let report = ProbeReport::claimed(id, &url, &pool.name);
                     tracker.spawn(async move {
-                        let outcome = guarded_probe(&engine, &prober, id, &url).await;
-                        if let Some((outcome, detail)) = outcome {
-                            if let Err(e) = engine.probe_result(id, outcome, true, detail).await {
-                                warn!(endpoint = id, error = %e, "could not record probe result");
-                            }
+                        if let Err(e) = run_and_record(&engine, &prober, &url, report).await {
+                            warn!(endpoint = id, error = %e, "could not record probe result");
                         }
                         drop(permit);
                     });

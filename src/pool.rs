@@ -531,8 +531,9 @@ impl Pools {
             .get_mut(&id)
             .expect("caller checked the endpoint");
         let from = e.health.state;
-        let policy = self.pools[e.pool].cfg.policy.clone();
-        let step = e.health.apply(input, &policy, now, jitter);
+        // Disjoint fields: the policy is borrowed, not cloned, on every transition.
+        let policy = &self.pools[e.pool].cfg.policy;
+        let step = e.health.apply(input, policy, now, jitter);
         let h = &e.health;
         let mut writes = Vec::new();
         // The act itself (report, probe, trial admission) is one row... unless it was
@@ -647,12 +648,6 @@ impl Pools {
         } else {
             self.set_leases_at(l.slot, -1);
             Vec::new()
-        }
-    }
-
-    fn set_leases(&mut self, id: EndpointId, delta: i32) {
-        if let Some(slot) = self.entries.slot(&id) {
-            self.set_leases_at(slot, delta);
         }
     }
 
@@ -910,15 +905,18 @@ impl Pools {
             }
         };
         let success = matches!(input, Input::Success { .. });
-        let cur = self.entries[&id].health.clone();
+        let (cur_state, cur_streak) = {
+            let h = &self.entries[&id].health;
+            (h.state, h.streak)
+        };
         // A plain success on a healthy endpoint changes nothing worth a row.
-        let quiet = success && cur.state == State::Available && cur.streak == 0;
+        let quiet = success && cur_state == State::Available && cur_streak == 0;
         let ev = NewEvent {
             kind: if quiet { "" } else { "report" },
             lease,
             detail: detail.or_else(|| {
-                (!l.trial && cur.state != State::Available)
-                    .then(|| format!("late result ignored: endpoint is {}", cur.state))
+                (!l.trial && cur_state != State::Available)
+                    .then(|| format!("late result ignored: endpoint is {cur_state}"))
             }),
             reason,
             phase,
@@ -927,9 +925,9 @@ impl Pools {
         let (step, w) = self.apply(id, input, now, wall, ev);
         writes.extend(w);
         if let Step::Recorded { late: true } = step {
-            info!(endpoint = id, state = %cur.state, "late result ignored");
+            info!(endpoint = id, state = %cur_state, "late result ignored");
         }
-        self.set_leases(id, -1);
+        self.set_leases_at(l.slot, -1);
         (Ok(self.entries[&id].health.state), writes)
     }
 

@@ -332,12 +332,17 @@ impl Response {
         }
     }
 
-    /// The serialized line, newline included.
-    pub fn to_line(&self) -> String {
-        let mut s = serde_json::to_string(self).unwrap_or_else(|_| {
+    /// The serialized object, without the newline.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| {
             r#"{"ok":false,"error":{"code":"internal","message":"unserializable response"}}"#
                 .to_string()
-        });
+        })
+    }
+
+    /// The serialized line, newline included.
+    pub fn to_line(&self) -> String {
+        let mut s = self.to_json();
         s.push('\n');
         s
     }

@@ -466,7 +466,7 @@ where
                     ErrorCode::TooLarge,
                     format!("request line longer than {MAX_LINE} bytes; closing"),
                 );
-                let _ = framed.send(r.to_line().trim_end()).await;
+                let _ = framed.send(r.to_json()).await;
                 break;
             }
             Some(Err(AnyDelimiterCodecError::Io(e))) => {
@@ -474,7 +474,7 @@ where
                 break;
             }
         };
-        if framed.send(resp.to_line().trim_end()).await.is_err() {
+        if framed.send(resp.to_json()).await.is_err() {
             break;
         }
     }
@@ -516,35 +516,49 @@ fn unsafe_umask(mask: libc::mode_t) -> libc::mode_t {
 
 /// Accept on a Unix socket until `shutdown`, then wait for connections to finish.
 pub async fn run(listener: UnixListener, handler: Arc<Handler>, shutdown: CancellationToken) {
-    let tracker = TaskTracker::new();
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            a = listener.accept() => match a {
-                Ok((stream, _)) => {
-                    tracker.spawn(serve_conn(stream, handler.clone(), false, shutdown.clone()));
-                }
-                Err(e) => {
-                    warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        }
-    }
-    tracker.close();
-    tracker.wait().await;
+    accept_loop(
+        || async { listener.accept().await.map(|(s, _)| s) },
+        false,
+        handler,
+        shutdown,
+    )
+    .await
 }
 
 /// Accept on a TCP listener (token required) until `shutdown`.
 pub async fn run_tcp(listener: TcpListener, handler: Arc<Handler>, shutdown: CancellationToken) {
+    accept_loop(
+        || async {
+            let (s, _) = listener.accept().await?;
+            let _ = s.set_nodelay(true);
+            Ok(s)
+        },
+        true,
+        handler,
+        shutdown,
+    )
+    .await
+}
+
+/// The accept loop shared by both listeners: one task per connection, and on shutdown
+/// wait for them to finish their replies.
+async fn accept_loop<S, F, Fut>(
+    mut accept: F,
+    tcp: bool,
+    handler: Arc<Handler>,
+    shutdown: CancellationToken,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::io::Result<S>>,
+{
     let tracker = TaskTracker::new();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            a = listener.accept() => match a {
-                Ok((stream, _)) => {
-                    let _ = stream.set_nodelay(true);
-                    tracker.spawn(serve_conn(stream, handler.clone(), true, shutdown.clone()));
+            a = accept() => match a {
+                Ok(stream) => {
+                    tracker.spawn(serve_conn(stream, handler.clone(), tcp, shutdown.clone()));
                 }
                 Err(e) => {
                     warn!(error = %e, "accept failed");

@@ -442,30 +442,7 @@ impl Store {
                         id,
                     });
                 }
-                ins.execute(params![
-                    e.pool,
-                    u.scheme.as_str(),
-                    u.host,
-                    u.port,
-                    u.user_key(),
-                    u.password,
-                    e.label,
-                    e.source,
-                    e.state.as_str(),
-                    now
-                ])?;
-                let id = tx.last_insert_rowid();
-                insert_event(
-                    &tx,
-                    &NewEvent {
-                        endpoint: Some(id),
-                        kind: "added",
-                        to: Some(e.state),
-                        detail: e.source.clone(),
-                        ..Default::default()
-                    },
-                )?;
-                ids.push(id);
+                ids.push(insert_new(&tx, &mut ins, e, &now)?);
             }
         }
         tx.commit()?;
@@ -506,32 +483,7 @@ impl Store {
                         }
                         out.push((id, false));
                     }
-                    None => {
-                        ins.execute(params![
-                            e.pool,
-                            u.scheme.as_str(),
-                            u.host,
-                            u.port,
-                            u.user_key(),
-                            u.password,
-                            e.label,
-                            e.source,
-                            e.state.as_str(),
-                            now
-                        ])?;
-                        let id = tx.last_insert_rowid();
-                        insert_event(
-                            &tx,
-                            &NewEvent {
-                                endpoint: Some(id),
-                                kind: "added",
-                                to: Some(e.state),
-                                detail: e.source.clone(),
-                                ..Default::default()
-                            },
-                        )?;
-                        out.push((id, true));
-                    }
+                    None => out.push((insert_new(&tx, &mut ins, e, &now)?, true)),
                 }
             }
         }
@@ -780,6 +732,40 @@ fn apply_write(tx: &Connection, w: &Write) -> Result<(), StoreError> {
             Ok(())
         }
     }
+}
+
+/// Insert one endpoint (with `ins`, prepared from `INSERT_ENDPOINT`) and its `added` event.
+fn insert_new(
+    tx: &Connection,
+    ins: &mut rusqlite::CachedStatement<'_>,
+    e: &NewEndpoint,
+    now: &str,
+) -> Result<EndpointId, StoreError> {
+    let u = &e.url;
+    ins.execute(params![
+        e.pool,
+        u.scheme.as_str(),
+        u.host,
+        u.port,
+        u.user_key(),
+        u.password,
+        e.label,
+        e.source,
+        e.state.as_str(),
+        now
+    ])?;
+    let id = tx.last_insert_rowid();
+    insert_event(
+        tx,
+        &NewEvent {
+            endpoint: Some(id),
+            kind: "added",
+            to: Some(e.state),
+            detail: e.source.clone(),
+            ..Default::default()
+        },
+    )?;
+    Ok(id)
 }
 
 fn remove_rows(tx: &Connection, ids: &[EndpointId]) -> Result<(), StoreError> {
