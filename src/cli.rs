@@ -15,11 +15,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::{Client, ClientError};
 use crate::config::{self, Config, ConfigError, DEFAULT_POOL};
-use crate::daemon::{self, ProbeReport, ServeOptions};
+use crate::daemon::{self, ServeOptions};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::{Input, State};
 use crate::lock::{self, Owner};
 use crate::pool::engine::{initial_state, sync_config_endpoints, Engine, EngineError};
+use crate::probe_report::ProbeReport;
+use crate::probe_run;
 use crate::store::{EndpointRow, EventRow, NewEndpoint, ResolveError, Store, StoreError};
 
 /// `proxypool`: a forward-proxy pool manager.
@@ -680,7 +682,7 @@ async fn add(
         let label = eps.first().and_then(|e| e.label.clone());
         let urls: Vec<String> = eps.iter().map(|e| e.url.to_secret_string()).collect();
         let req = json!({"op": "add", "urls": urls, "pool": pool, "label": label});
-        let resp = if req.to_string().len() < crate::protocol::MAX_LINE - 1024 {
+        let resp = if req.to_string().len() < crate::limits::MAX_LINE - 1024 {
             c.request(&req).await?
         } else {
             // Too big for one request line: hand the daemon a private file instead,
@@ -872,7 +874,8 @@ async fn probe(
         } else {
             ctx.resolve_ids(&targets)?
         };
-        let probers = daemon::probers(&ctx.config).map_err(|e| CliError::usage(e.to_string()))?;
+        let probers =
+            probe_run::probers(&ctx.config).map_err(|e| CliError::usage(e.to_string()))?;
         let bar = if std::io::stderr().is_terminal() && !json_out {
             let b = ProgressBar::new(ids.len() as u64);
             b.set_style(
@@ -883,7 +886,7 @@ async fn probe(
         } else {
             ProgressBar::hidden()
         };
-        let reports = daemon::probe_many(&engine, &probers, ids, concurrency, |rep| {
+        let reports = probe_run::probe_many(&engine, &probers, ids, concurrency, |rep| {
             if json_out {
                 println!("{}", serde_json::to_string(rep).unwrap_or_default());
             }

@@ -10,8 +10,7 @@ use crate::health::State;
 use crate::pool::{Grant, PoolStatus};
 use crate::store::EndpointView;
 
-/// Longest accepted request line, newline excluded.
-pub const MAX_LINE: usize = 64 * 1024;
+pub use crate::limits::{MAX_DURATION, MAX_LINE};
 
 /// Every op the server knows.
 pub const OPS: &[&str] = &[
@@ -32,9 +31,6 @@ pub const OPS: &[&str] = &[
 /// A duration given as a humantime string (`"90s"`) or a number of seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Dur(pub Duration);
-
-/// Longest duration accepted anywhere (ttl, wait, retry_after; config durations too).
-pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -275,7 +271,7 @@ pub enum Body {
     /// `probe`.
     Probes {
         /// One result per endpoint, by id.
-        results: Vec<crate::daemon::ProbeReport>,
+        results: Vec<crate::probe_report::ProbeReport>,
     },
     /// `ping`.
     Ping {

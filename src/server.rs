@@ -15,7 +15,6 @@ use tracing::{debug, info, warn};
 use std::collections::HashMap;
 
 use crate::config::{Config, DEFAULT_POOL};
-use crate::daemon;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::{Failure, Input, Phase, Reason, State};
 use crate::pool::engine::{initial_state, Engine, EngineError};
@@ -265,9 +264,14 @@ impl Handler {
                     ids
                 };
                 let concurrency = concurrency.unwrap_or(64).max(1);
-                let results =
-                    daemon::probe_many(&self.engine, &self.probers, ids, concurrency, |_| {})
-                        .await?;
+                let results = crate::probe_run::probe_many(
+                    &self.engine,
+                    &self.probers,
+                    ids,
+                    concurrency,
+                    |_| {},
+                )
+                .await?;
                 Ok(Body::Probes { results })
             }
             Request::Remove { endpoints } => {

@@ -223,7 +223,7 @@ impl Engine {
         }
         let give_up = Instant::now()
             .checked_add(wait)
-            .unwrap_or_else(|| Instant::now() + crate::protocol::MAX_DURATION);
+            .unwrap_or_else(|| Instant::now() + crate::limits::MAX_DURATION);
         loop {
             // Registered before the attempt, so a release in between is not missed.
             let freed = self.freed.notified();
