@@ -22,6 +22,7 @@ use crate::lock::{self, Owner};
 use crate::pool::engine::{initial_state, sync_config_endpoints, Engine, EngineError};
 use crate::probe_report::ProbeReport;
 use crate::probe_run;
+use crate::protocol::{Body, Dur, EndpointRef, ErrorBody, ErrorCode, Request};
 use crate::store::{EndpointRow, EventRow, NewEndpoint, ResolveError, Store, StoreError};
 
 /// `proxypool`: a forward-proxy pool manager.
@@ -445,7 +446,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Disable { endpoints, reason } => {
             operator(&ctx, &endpoints, |r| {
                 (
-                    json!({"op": "disable", "endpoint": r, "reason": reason}),
+                    Request::Disable {
+                        endpoint: r,
+                        reason: reason.clone(),
+                    },
                     Input::Disable {
                         detail: reason.clone(),
                     },
@@ -456,7 +460,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Enable { endpoints, now } => {
             operator(&ctx, &endpoints, |r| {
                 (
-                    json!({"op": "enable", "endpoint": r, "now": now}),
+                    Request::Enable {
+                        endpoint: r,
+                        now: Some(now),
+                    },
                     Input::Enable { now },
                 )
             })
@@ -491,19 +498,23 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 )));
             };
             c.set_timeout(wait + crate::client::DEFAULT_TIMEOUT);
-            let resp = c
-                .request(
-                    &json!({"op": "lease", "pool": pool, "ttl": ttl.as_secs_f64(),
-                    "wait": wait.as_secs_f64(), "session": session}),
-                )
-                .await?;
-            if resp["ok"] != Value::Bool(true) {
-                return Err(daemon_error(&resp));
-            }
+            let req = Request::Lease {
+                pool: Some(pool),
+                ttl: Some(Dur(ttl)),
+                wait: Some(Dur(wait)),
+                session,
+            };
+            let resp = c.request(&req).await?;
             if json {
-                println!("{resp}");
-            } else {
-                println!("{}", resp["proxy"].as_str().unwrap_or_default());
+                // Through a `Value`, so the keys print sorted as they always have.
+                let v = serde_json::to_value(&resp).unwrap_or_default();
+                resp.into_result().map_err(daemon_error)?;
+                println!("{v}");
+                return Ok(());
+            }
+            match resp.into_result().map_err(daemon_error)? {
+                Body::Lease(g) => println!("{}", g.proxy),
+                _ => return Err(unexpected("lease")),
             }
             Ok(())
         }
@@ -567,24 +578,16 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Status { pool, json } => {
             let pools = match ctx.daemon().await? {
-                Some(mut c) => {
-                    let resp = c.request(&json!({"op": "status", "pool": pool})).await?;
-                    if resp["ok"] != Value::Bool(true) {
-                        return Err(daemon_error(&resp));
-                    }
-                    resp["pools"].clone()
-                }
-                None => {
-                    let e = ctx.engine()?;
-                    let st = e.status(pool.as_deref())?;
-                    serde_json::to_value(st).unwrap_or_default()
-                }
+                Some(mut c) => match call(&mut c, &Request::Status { pool }).await? {
+                    Body::Status { pools } => pools,
+                    _ => return Err(unexpected("status")),
+                },
+                None => ctx.engine()?.status(pool.as_deref())?,
             };
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&pools).unwrap_or_default()
-                );
+                // Through a `Value`, so the keys print sorted as they always have.
+                let v = serde_json::to_value(&pools).unwrap_or_default();
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             } else {
                 let mut t = table([
                     "POOL",
@@ -595,15 +598,15 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                     "DISABLED",
                     "LEASES",
                 ]);
-                for p in pools.as_array().into_iter().flatten() {
+                for p in &pools {
                     t.add_row([
-                        s(&p["pool"]),
-                        s(&p["mode"]),
-                        s(&p["available"]),
-                        s(&p["cooling"]),
-                        s(&p["probe_allowed"]),
-                        s(&p["disabled"]),
-                        s(&p["leases"]),
+                        p.pool.clone(),
+                        p.mode.clone(),
+                        p.available.to_string(),
+                        p.cooling.to_string(),
+                        p.probe_allowed.to_string(),
+                        p.disabled.to_string(),
+                        p.leases.to_string(),
                     ]);
                 }
                 println!("{t}");
@@ -629,13 +632,23 @@ fn s(v: &Value) -> String {
     }
 }
 
-fn daemon_error(resp: &Value) -> CliError {
-    let code = resp["error"]["code"].as_str().unwrap_or("internal");
-    let msg = resp["error"]["message"].as_str().unwrap_or("daemon error");
-    match code {
-        "bad_request" | "unknown_pool" | "unknown_op" => CliError::usage(msg),
-        _ => CliError::failed(msg),
+/// Send one request to the daemon; an error answer becomes the CLI's error.
+async fn call(c: &mut Client, req: &Request) -> Result<Body, CliError> {
+    c.request(req).await?.into_result().map_err(daemon_error)
+}
+
+fn daemon_error(e: ErrorBody) -> CliError {
+    match e.code {
+        ErrorCode::BadRequest | ErrorCode::UnknownPool | ErrorCode::UnknownOp => {
+            CliError::usage(e.message)
+        }
+        _ => CliError::failed(e.message),
     }
+}
+
+// The reply's shape is not what the request asks for: a daemon of another version.
+fn unexpected(op: &str) -> CliError {
+    CliError::failed(format!("unexpected reply from the daemon to {op}"))
 }
 
 fn parse_state(s: Option<&str>) -> Result<Option<State>, CliError> {
@@ -681,28 +694,38 @@ async fn add(
         let pool = eps.first().map(|e| e.pool.clone());
         let label = eps.first().and_then(|e| e.label.clone());
         let urls: Vec<String> = eps.iter().map(|e| e.url.to_secret_string()).collect();
-        let req = json!({"op": "add", "urls": urls, "pool": pool, "label": label});
-        let resp = if req.to_string().len() < crate::limits::MAX_LINE - 1024 {
-            c.request(&req).await?
+        let req = Request::Add {
+            urls,
+            pool,
+            label,
+            source: None,
+        };
+        let line_len = serde_json::to_string(&req).map_or(usize::MAX, |l| l.len());
+        let body = if line_len < crate::limits::MAX_LINE - 1024 {
+            call(&mut c, &req).await?
         } else {
+            let Request::Add {
+                urls, pool, label, ..
+            } = req
+            else {
+                unreachable!("built as an add above")
+            };
             // Too big for one request line: hand the daemon a private file instead,
             // so a large import stays one all-or-nothing batch.
             let path = spill(&ctx.db, &urls)?;
-            let r = c
-                .request(&json!({"op": "import", "path": path, "pool": pool, "label": label}))
-                .await;
+            let req = Request::Import {
+                path: path.display().to_string(),
+                pool,
+                label,
+            };
+            let r = call(&mut c, &req).await;
             let _ = std::fs::remove_file(&path);
             r?
         };
-        if resp["ok"] != Value::Bool(true) {
-            return Err(daemon_error(&resp));
-        }
-        return Ok(resp["ids"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_i64)
-            .collect());
+        return match body {
+            Body::Added { ids } => Ok(ids),
+            _ => Err(unexpected("add")),
+        };
     }
     Ok(ctx.store()?.add_endpoints(&eps)?)
 }
@@ -785,23 +808,22 @@ async fn import(
 async fn operator(
     ctx: &Context,
     targets: &[String],
-    make: impl Fn(Value) -> (Value, Input),
+    make: impl Fn(EndpointRef) -> (Request, Input),
 ) -> Result<(), CliError> {
     if let Some(mut c) = ctx.daemon().await? {
         for id in ctx.resolve_ids(targets)? {
-            let (req, _) = make(Value::from(id));
-            let resp = c.request(&req).await?;
-            if resp["ok"] != Value::Bool(true) {
-                return Err(daemon_error(&resp));
+            let (req, _) = make(EndpointRef::Id(id));
+            match call(&mut c, &req).await? {
+                Body::State { state, .. } => println!("{id}\t{state}"),
+                _ => return Err(unexpected("an operator command")),
             }
-            println!("{id}\t{}", s(&resp["state"]));
         }
         return Ok(());
     }
     let ids = ctx.resolve_ids(targets)?;
     let engine = ctx.engine()?;
     for id in ids {
-        let (_, input) = make(Value::from(id));
+        let (_, input) = make(EndpointRef::Id(id));
         let detail =
             matches!(input, Input::Enable { .. }).then(|| "enabled by operator".to_string());
         let (_, state) = engine.input(id, input, "", detail).await?;
@@ -814,12 +836,8 @@ async fn operator(
 async fn remove(ctx: &Context, targets: &[String]) -> Result<(), CliError> {
     let ids = ctx.resolve_ids(targets)?;
     if let Some(mut c) = ctx.daemon().await? {
-        let resp = c
-            .request(&json!({"op": "remove", "endpoints": ids}))
-            .await?;
-        if resp["ok"] != Value::Bool(true) {
-            return Err(daemon_error(&resp));
-        }
+        let endpoints = ids.iter().map(|&id| EndpointRef::Id(id)).collect();
+        call(&mut c, &Request::Remove { endpoints }).await?;
     } else {
         ctx.store()?.remove(&ids)?;
     }
@@ -852,15 +870,16 @@ async fn probe(
         // The daemon owns the pool state: let it run the probes and apply the results.
         // A sweep of a large pool takes as long as it takes.
         c.set_timeout(Duration::from_secs(24 * 3600));
-        let resp = c
-            .request(&json!({"op": "probe", "endpoints": targets, "pool": pool,
-                "all": all, "concurrency": concurrency}))
-            .await?;
-        if resp["ok"] != Value::Bool(true) {
-            return Err(daemon_error(&resp));
-        }
-        let reports: Vec<ProbeReport> = serde_json::from_value(resp["results"].clone())
-            .map_err(|e| CliError::failed(format!("bad probe results from daemon: {e}")))?;
+        let req = Request::Probe {
+            endpoints: targets.into_iter().map(EndpointRef::Url).collect(),
+            pool,
+            all,
+            concurrency: Some(concurrency),
+        };
+        let reports = match call(&mut c, &req).await? {
+            Body::Probes { results } => results,
+            _ => return Err(unexpected("probe")),
+        };
         if json_out {
             for r in &reports {
                 println!("{}", serde_json::to_string(r).unwrap_or_default());

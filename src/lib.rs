@@ -4,8 +4,6 @@
 //! clock; exactly one recovery attempt is admitted when a cooldown ends; scrapers lease
 //! endpoints over a local socket and report how each use went.
 
-#![warn(missing_docs)]
-
 pub mod cli;
 pub mod client;
 pub mod config;

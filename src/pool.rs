@@ -53,7 +53,7 @@ pub enum PoolError {
 }
 
 /// A granted lease.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Grant {
     /// Lease id.
     pub lease: String,
@@ -68,7 +68,7 @@ pub struct Grant {
 }
 
 /// Counts of a pool for `status`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct PoolStatus {
     /// Pool.
     pub pool: String,

@@ -114,7 +114,7 @@ impl Handler {
     async fn dispatch(&self, req: Request) -> Result<Body, OpError> {
         match req {
             Request::Ping => Ok(Body::Ping {
-                version: env!("CARGO_PKG_VERSION"),
+                version: env!("CARGO_PKG_VERSION").into(),
             }),
             Request::Lease {
                 pool,

@@ -108,7 +108,7 @@ pub struct EndpointRow {
 }
 
 /// The JSON shape of an endpoint in `list --json`, `show --json` and the socket.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct EndpointView {
     /// Id.
     pub id: EndpointId,
