@@ -267,7 +267,9 @@ impl From<EngineError> for CliError {
     fn from(e: EngineError) -> Self {
         match e {
             EngineError::Pool(p) => CliError::usage(p.to_string()),
-            EngineError::Store(m) => CliError::failed(m),
+            EngineError::Store(s) => CliError::failed(s.to_string()),
+            EngineError::Resolve(r) => r.into(),
+            e @ EngineError::Stopped => CliError::failed(e.to_string()),
         }
     }
 }
@@ -889,7 +891,7 @@ async fn probe(
     } else {
         let engine = ctx.engine()?;
         let ids: Vec<EndpointId> = if targets.is_empty() {
-            engine.pools().ids(pool.as_deref())
+            engine.ids(pool.as_deref())
         } else {
             ctx.resolve_ids(&targets)?
         };

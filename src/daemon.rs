@@ -116,7 +116,7 @@ async fn sweep_loop(
             _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep(jittered(pool.probe.interval)) => {}
         }
-        let ids = engine.pools().available_ids(&pool.name);
+        let ids = engine.available_ids(&pool.name);
         debug!(pool = %pool.name, n = ids.len(), "periodic check");
         for id in ids {
             let permit = tokio::select! {
@@ -204,7 +204,7 @@ pub async fn serve(
         info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "listening on TCP (token required)");
         tracker.spawn(server::run_tcp(l, handler.clone(), shutdown.clone()));
     }
-    info!(socket = %opts.socket.display(), endpoints = engine.pools().len(), "serving");
+    info!(socket = %opts.socket.display(), endpoints = engine.endpoint_count(), "serving");
     server::run(listener, handler, shutdown.clone()).await;
     tracker.close();
     tracker.wait().await;

@@ -30,13 +30,10 @@ pub async fn probe_one(
     prober: &Prober,
     id: EndpointId,
 ) -> Result<ProbeReport, EngineError> {
-    let (url, pool, state) = {
-        let p = engine.pools();
-        match (p.url(id), p.pool_of(id), p.health(id)) {
-            (Some(u), Some(pool), Some(h)) => (u.clone(), pool.to_string(), h.state),
-            _ => return Err(PoolError::UnknownEndpoint(id).into()),
-        }
+    let Some(now) = engine.endpoint(id) else {
+        return Err(PoolError::UnknownEndpoint(id).into());
     };
+    let (url, pool, state) = (now.url, now.pool, now.health.state);
     let mut report = ProbeReport::claimed(id, &url, &pool);
     report.state = Some(state);
     report.trial = false;
@@ -110,7 +107,7 @@ pub async fn probe_many(
     let sem = Arc::new(Semaphore::new(concurrency.max(1)));
     let mut set = tokio::task::JoinSet::new();
     for id in ids {
-        let pool = engine.pools().pool_of(id).map(str::to_string);
+        let pool = engine.pool_of(id);
         let Some(prober) = pool.and_then(|p| probers.get(&p).cloned()).or_else(|| {
             fallback
                 .get_or_init(|| Prober::new(&ProbeConfig::default()).ok())

@@ -23,7 +23,7 @@ use crate::probe::Prober;
 use crate::protocol::{
     parse_line, Body, EndpointRef, ErrorCode, ReportOutcome, Request, Response, MAX_LINE,
 };
-use crate::store::{NewEndpoint, ResolveError};
+use crate::store::NewEndpoint;
 
 /// Errors setting up the socket.
 #[derive(Debug, thiserror::Error)]
@@ -180,16 +180,11 @@ impl Handler {
                     .transpose()
                     .map_err(|e| OpError::bad(e.to_string()))?;
                 if let Some(p) = &pool {
-                    if self.engine.pools().pool_config(p).is_none() {
+                    if !self.engine.has_pool(p) {
                         return Err(PoolError::UnknownPool(p.clone()).into());
                     }
                 }
-                let rows = self
-                    .engine
-                    .writer()
-                    .call(move |s| s.list(pool.as_deref(), state))
-                    .await?
-                    .map_err(EngineError::from)?;
+                let rows = self.engine.rows(pool, state).await?;
                 Ok(Body::Endpoints {
                     endpoints: rows.iter().map(|r| r.view(false)).collect(),
                 })
@@ -247,7 +242,7 @@ impl Handler {
                 concurrency,
             } => {
                 if let Some(p) = &pool {
-                    if self.engine.pools().pool_config(p).is_none() {
+                    if !self.engine.has_pool(p) {
                         return Err(PoolError::UnknownPool(p.clone()).into());
                     }
                 }
@@ -255,7 +250,7 @@ impl Handler {
                     if !all && pool.is_none() {
                         return Err(OpError::bad("name endpoints, or set all or pool"));
                     }
-                    self.engine.pools().ids(pool.as_deref())
+                    self.engine.ids(pool.as_deref())
                 } else {
                     let mut ids = Vec::new();
                     for e in &endpoints {
@@ -317,20 +312,12 @@ impl Handler {
                 state: initial_state(cfg),
             });
         }
-        let ids = self.engine.add(eps).await.map_err(|e| match e {
-            EngineError::Store(m) => OpError::bad(m),
-            other => other.into(),
-        })?;
+        let ids = self.engine.add(eps).await?;
         Ok(Body::Added { ids })
     }
 
     async fn resolve(&self, r: &EndpointRef) -> Result<EndpointId, OpError> {
-        let arg = r.as_arg();
-        self.engine
-            .writer()
-            .call(move |s| s.resolve(&arg).map(|row| row.id))
-            .await?
-            .map_err(|e: ResolveError| OpError::bad(e.to_string()))
+        Ok(self.engine.resolve(r.as_arg()).await?)
     }
 }
 
@@ -388,6 +375,14 @@ impl OpError {
             retry_after_ms: None,
         }
     }
+
+    fn internal(m: impl Into<String>) -> Self {
+        OpError {
+            code: ErrorCode::Internal,
+            message: m.into(),
+            retry_after_ms: None,
+        }
+    }
 }
 
 impl From<PoolError> for OpError {
@@ -417,11 +412,12 @@ impl From<EngineError> for OpError {
     fn from(e: EngineError) -> Self {
         match e {
             EngineError::Pool(p) => p.into(),
-            EngineError::Store(m) => OpError {
-                code: ErrorCode::Internal,
-                message: m,
-                retry_after_ms: None,
-            },
+            // A full disk or a broken database is never the caller's fault.
+            EngineError::Store(s) if s.is_input() => OpError::bad(s.to_string()),
+            EngineError::Resolve(r) if r.is_input() => OpError::bad(r.to_string()),
+            EngineError::Store(s) => OpError::internal(s.to_string()),
+            EngineError::Resolve(r) => OpError::internal(r.to_string()),
+            e @ EngineError::Stopped => OpError::internal(e.to_string()),
         }
     }
 }
@@ -573,4 +569,43 @@ async fn accept_loop<S, F, Fut>(
     }
     tracker.close();
     tracker.wait().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{ResolveError, StoreError};
+
+    #[test]
+    fn engine_errors_map_to_codes() {
+        let disk_full = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+            Some("database or disk is full".into()),
+        );
+        let cases: Vec<(EngineError, ErrorCode)> = vec![
+            (StoreError::Sqlite(disk_full).into(), ErrorCode::Internal),
+            (EngineError::Stopped, ErrorCode::Internal),
+            (
+                StoreError::Duplicate {
+                    url: "http://h:1".into(),
+                    pool: "default".into(),
+                    id: 1,
+                }
+                .into(),
+                ErrorCode::BadRequest,
+            ),
+            (
+                ResolveError::NotFound("9".into()).into(),
+                ErrorCode::BadRequest,
+            ),
+            (
+                PoolError::UnknownPool("x".into()).into(),
+                ErrorCode::UnknownPool,
+            ),
+        ];
+        for (e, code) in cases {
+            let shown = e.to_string();
+            assert_eq!(OpError::from(e).code, code, "{shown}");
+        }
+    }
 }

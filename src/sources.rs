@@ -418,17 +418,15 @@ pub async fn reconcile(
     let pool_name = pool.name.clone();
     let tag2 = tag.clone();
     let mine = engine
-        .writer()
-        .call(move |s| s.list(Some(&pool_name), None))
+        .rows(Some(pool_name), None)
         .await?
-        .map_err(EngineError::from)?
         .into_iter()
         .filter(|r| r.source.as_deref() == Some(tag2.as_str()))
         .collect::<Vec<_>>();
     let (mut removed, mut returned) = (0, 0);
     for row in &mine {
         let here = listed_ids.contains(&row.id);
-        let h = engine.pools().health(row.id).cloned();
+        let h = engine.health(row.id);
         let Some(h) = h else { continue };
         if !here && h.state != State::Disabled {
             engine
@@ -499,7 +497,7 @@ pub async fn run_after_startup(engine: Arc<Engine>, pool: PoolConfig, shutdown: 
         let trigger = if next_refresh.is_some_and(|t| now >= t) {
             next_refresh = refresh.map(|r| now + r);
             Some(Trigger::Refresh)
-        } else if engine.pools().exhausted(&pool.name)
+        } else if engine.exhausted(&pool.name)
             && last_exhaustion.is_none_or(|t| now.duration_since(t) >= EXHAUSTION_BACKOFF)
         {
             last_exhaustion = Some(now);

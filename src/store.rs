@@ -669,6 +669,30 @@ fn restrict(db: &Path) {
     }
 }
 
+impl StoreError {
+    /// The request named something wrong (a duplicate, a missing endpoint): the caller's
+    /// mistake, to be answered as bad input. Everything else is a failure of the database.
+    pub fn is_input(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Duplicate { .. }
+                | StoreError::DuplicateInBatch { .. }
+                | StoreError::NotFound(_)
+                | StoreError::Ambiguous { .. }
+        )
+    }
+}
+
+impl ResolveError {
+    /// See [`StoreError::is_input`].
+    pub fn is_input(&self) -> bool {
+        match self {
+            ResolveError::BadUrl(_) | ResolveError::NotFound(_) => true,
+            ResolveError::Store(e) => e.is_input(),
+        }
+    }
+}
+
 /// Why an operator's `ID|URL` did not name one endpoint.
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
