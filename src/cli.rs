@@ -828,7 +828,7 @@ async fn operator(
         let (_, input) = make(EndpointRef::Id(id));
         let detail =
             matches!(input, Input::Enable { .. }).then(|| "enabled by operator".to_string());
-        let (_, state) = engine.input(id, input, "", detail).await?;
+        let (_, state) = engine.input(id, input, None, detail).await?;
         println!("{id}\t{state}");
     }
     engine.flush().await?;

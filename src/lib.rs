@@ -9,6 +9,7 @@ pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod endpoint;
+pub mod event_kind;
 pub mod health;
 pub mod limits;
 pub mod lock;

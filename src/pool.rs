@@ -18,6 +18,7 @@ use tracing::info;
 
 use crate::config::{Mode, PoolConfig};
 use crate::endpoint::{EndpointId, ProxyUrl};
+use crate::event_kind::EventKind;
 use crate::health::{restored_remaining, Failure, Health, Input, State, Step};
 use crate::store::{EndpointRow, HealthRecord, NewEvent, Write};
 
@@ -95,6 +96,17 @@ pub enum Outcome {
     Success,
     /// The use failed.
     Failure(Failure),
+}
+
+/// What caused a transition: its own event row (none when `kind` is `None`, e.g. a plain
+/// success), and the lease and detail carried into the `state_changed` row.
+#[derive(Debug, Default)]
+struct Act {
+    kind: Option<EventKind>,
+    reason: Option<crate::health::Reason>,
+    phase: Option<crate::health::Phase>,
+    detail: Option<String>,
+    lease: Option<String>,
 }
 
 struct Entry {
@@ -522,7 +534,7 @@ impl Pools {
         input: Input,
         now: Instant,
         wall: SystemTime,
-        event: NewEvent,
+        act: Act,
     ) -> (Step, Vec<Write>) {
         let jitter = self.rng.f64() * 2.0 - 1.0;
         self.unindex(id);
@@ -538,12 +550,16 @@ impl Pools {
         let mut writes = Vec::new();
         // The act itself (report, probe, trial admission) is one row... unless it was
         // refused: a claim or abandon that did not happen is not an event.
-        if !event.kind.is_empty() && step != Step::Refused {
+        if let (Some(kind), false) = (act.kind, step == Step::Refused) {
             writes.push(Write::Event(NewEvent {
                 endpoint: Some(id),
+                kind,
                 from: Some(from),
                 to: Some(h.state),
-                ..event.clone()
+                reason: act.reason,
+                phase: act.phase,
+                detail: act.detail.clone(),
+                lease: act.lease.clone(),
             }));
         }
         // ...and every change of the persisted state is a `state_changed` row.
@@ -572,13 +588,13 @@ impl Pools {
             };
             let ev = NewEvent {
                 endpoint: Some(id),
-                kind: "state_changed",
+                kind: EventKind::StateChanged,
                 from: Some(*from),
                 to: Some(*to),
                 reason: h.reason,
                 phase: h.phase,
-                detail: event.detail.or_else(|| h.detail.clone()),
-                lease: event.lease,
+                detail: act.detail.or_else(|| h.detail.clone()),
+                lease: act.lease,
             };
             writes.push(Write::Transition(rec, ev));
         }
@@ -594,7 +610,7 @@ impl Pools {
                 if d > now {
                     break;
                 }
-                let (_, w) = self.apply(id, Input::DeadlinePassed, now, wall, NewEvent::default());
+                let (_, w) = self.apply(id, Input::DeadlinePassed, now, wall, Act::default());
                 writes.extend(w);
             }
         }
@@ -636,8 +652,8 @@ impl Pools {
         let pool = e.pool;
         self.pools[pool].leases -= 1;
         if l.trial {
-            let ev = NewEvent {
-                kind: "trial_abandoned",
+            let ev = Act {
+                kind: Some(EventKind::TrialAbandoned),
                 detail: Some(why.to_string()),
                 lease: Some(self.lease_name(lid)),
                 ..Default::default()
@@ -747,8 +763,8 @@ impl Pools {
         if chosen.is_none() && self.pools[p].cfg.mode == Mode::StaticNoPing {
             if let Some(&(_, id)) = self.pools[p].trials.first() {
                 let lid = self.next_lease + 1;
-                let ev = NewEvent {
-                    kind: "trial_admitted",
+                let ev = Act {
+                    kind: Some(EventKind::TrialAdmitted),
                     lease: Some(self.lease_name(lid)),
                     ..Default::default()
                 };
@@ -911,8 +927,8 @@ impl Pools {
         };
         // A plain success on a healthy endpoint changes nothing worth a row.
         let quiet = success && cur_state == State::Available && cur_streak == 0;
-        let ev = NewEvent {
-            kind: if quiet { "" } else { "report" },
+        let ev = Act {
+            kind: (!quiet).then_some(EventKind::Report),
             lease,
             detail: detail.or_else(|| {
                 (!l.trial && cur_state != State::Available)
@@ -920,7 +936,6 @@ impl Pools {
             }),
             reason,
             phase,
-            ..Default::default()
         };
         let (step, w) = self.apply(id, input, now, wall, ev);
         writes.extend(w);
@@ -936,7 +951,7 @@ impl Pools {
         &mut self,
         id: EndpointId,
         input: Input,
-        kind: &'static str,
+        kind: Option<EventKind>,
         detail: Option<String>,
         now: Instant,
         wall: SystemTime,
@@ -952,7 +967,7 @@ impl Pools {
             Input::Enable { now: true } => Some("enable --now"),
             _ => None,
         };
-        let ev = NewEvent {
+        let ev = Act {
             kind,
             detail,
             ..Default::default()
@@ -964,7 +979,6 @@ impl Pools {
             let h = &self.entries[&id].health;
             writes.push(Write::Event(NewEvent {
                 endpoint: Some(id),
-                kind: "operator",
                 from: Some(h.state),
                 to: Some(h.state),
                 reason: h.reason,
@@ -972,7 +986,7 @@ impl Pools {
                     "{action}: nothing to change, endpoint is {}",
                     h.state
                 )),
-                ..Default::default()
+                ..NewEvent::new(EventKind::Operator)
             }));
         }
         if was_claimed && !self.entries[&id].health.claimed {
@@ -998,8 +1012,8 @@ impl Pools {
         let Some(&(_, id)) = self.pools[p].trials.first() else {
             return (None, writes);
         };
-        let ev = NewEvent {
-            kind: "trial_admitted",
+        let ev = Act {
+            kind: Some(EventKind::TrialAdmitted),
             detail: Some("probe".into()),
             ..Default::default()
         };
@@ -1023,8 +1037,8 @@ impl Pools {
         if !self.entries.contains_key(&id) {
             return (false, writes);
         }
-        let ev = NewEvent {
-            kind: "trial_admitted",
+        let ev = Act {
+            kind: Some(EventKind::TrialAdmitted),
             ..Default::default()
         };
         let (step, w) = self.apply(id, Input::Claim, now, wall, ev);
@@ -1047,14 +1061,24 @@ impl Pools {
             return (Err(PoolError::UnknownEndpoint(id)), writes);
         }
         let (input, kind, reason, phase) = match outcome {
-            Outcome::Success => (Input::Success { trial }, "probe_success", None, None),
+            Outcome::Success => (
+                Input::Success { trial },
+                EventKind::ProbeSuccess,
+                None,
+                None,
+            ),
             Outcome::Failure(f) => {
                 let (r, ph) = (f.reason, f.phase);
-                (Input::Failure { failure: f, trial }, "probe_failure", r, ph)
+                (
+                    Input::Failure { failure: f, trial },
+                    EventKind::ProbeFailure,
+                    r,
+                    ph,
+                )
             }
         };
-        let ev = NewEvent {
-            kind,
+        let ev = Act {
+            kind: Some(kind),
             reason,
             phase,
             detail,

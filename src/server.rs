@@ -193,7 +193,7 @@ impl Handler {
                 let id = self.resolve(&endpoint).await?;
                 let (_, state) = self
                     .engine
-                    .input(id, Input::Disable { detail: reason }, "", None)
+                    .input(id, Input::Disable { detail: reason }, None, None)
                     .await?;
                 Ok(Body::State {
                     endpoint: Some(id),
@@ -209,7 +209,7 @@ impl Handler {
                         Input::Enable {
                             now: now.unwrap_or(false),
                         },
-                        "",
+                        None,
                         Some("enabled by operator".into()),
                     )
                     .await?;

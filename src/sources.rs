@@ -13,6 +13,7 @@ use tracing::{info, warn};
 
 use crate::config::{PoolConfig, SourceConfig, SourceKind};
 use crate::endpoint::ProxyUrl;
+use crate::event_kind::EventKind;
 use crate::health::{Input, Reason, State};
 use crate::pool::engine::{initial_state, Engine, EngineError};
 use crate::store::{NewEndpoint, NewEvent, Write};
@@ -295,11 +296,11 @@ pub enum Trigger {
 }
 
 impl Trigger {
-    fn kind(self) -> &'static str {
+    fn kind(self) -> EventKind {
         match self {
-            Trigger::Startup => "sniff_on_startup",
-            Trigger::Refresh => "sniff_refresh",
-            Trigger::Exhaustion => "sniff_on_exhaustion",
+            Trigger::Startup => EventKind::SniffOnStartup,
+            Trigger::Refresh => EventKind::SniffRefresh,
+            Trigger::Exhaustion => EventKind::SniffOnExhaustion,
         }
     }
 }
@@ -319,11 +320,10 @@ pub struct Sniffed {
     pub returned: usize,
 }
 
-fn pool_event(kind: &'static str, detail: String) -> Write {
+fn pool_event(kind: EventKind, detail: String) -> Write {
     Write::Event(NewEvent {
-        kind,
         detail: Some(detail),
-        ..Default::default()
+        ..NewEvent::new(kind)
     })
 }
 
@@ -348,7 +348,7 @@ pub async fn sniff(
                 engine
                     .record(vec![
                         pool_event(
-                            "sniff_failure",
+                            EventKind::SniffFailure,
                             format!("pool {} source {name}: {e}", pool.name),
                         ),
                         Write::SourceResult {
@@ -368,7 +368,7 @@ pub async fn sniff(
                 engine
                     .record(vec![
                         pool_event(
-                            "sniff_success",
+                            EventKind::SniffSuccess,
                             format!(
                                 "pool {} source {name}: {} endpoints ({} new, {} removed, {} returned)",
                                 pool.name, s.listed, s.added, s.removed, s.returned
@@ -433,7 +433,7 @@ pub async fn reconcile(
                 .input(
                     row.id,
                     Input::SourceRemoved,
-                    "",
+                    None,
                     Some(format!("no longer listed by {source_name}")),
                 )
                 .await?;
@@ -443,7 +443,7 @@ pub async fn reconcile(
                 .input(
                     row.id,
                     Input::SourceReturned,
-                    "",
+                    None,
                     Some(format!("listed again by {source_name}")),
                 )
                 .await?;

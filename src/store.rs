@@ -10,6 +10,7 @@ use rusqlite_migration::Migrations;
 use serde::Serialize;
 
 use crate::endpoint::{EndpointId, ProxyUrl, Scheme};
+use crate::event_kind::EventKind;
 use crate::health::{Phase, Reason, State};
 
 static MIGRATIONS_DIR: Dir = include_dir!("$CARGO_MANIFEST_DIR/migrations");
@@ -207,12 +208,10 @@ pub struct EventRow {
 }
 
 /// An event to append.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct NewEvent {
-    /// Endpoint id.
     pub endpoint: Option<EndpointId>,
-    /// Kind.
-    pub kind: &'static str,
+    pub kind: EventKind,
     /// State before.
     pub from: Option<State>,
     /// State after.
@@ -225,6 +224,22 @@ pub struct NewEvent {
     pub detail: Option<String>,
     /// Lease id.
     pub lease: Option<String>,
+}
+
+impl NewEvent {
+    /// An event of `kind` about nothing in particular yet; fill in with struct update.
+    pub fn new(kind: EventKind) -> NewEvent {
+        NewEvent {
+            endpoint: None,
+            kind,
+            from: None,
+            to: None,
+            reason: None,
+            phase: None,
+            detail: None,
+            lease: None,
+        }
+    }
 }
 
 /// The persisted health of an endpoint after a transition.
@@ -783,10 +798,9 @@ fn insert_new(
         tx,
         &NewEvent {
             endpoint: Some(id),
-            kind: "added",
             to: Some(e.state),
             detail: e.source.clone(),
-            ..Default::default()
+            ..NewEvent::new(EventKind::Added)
         },
     )?;
     Ok(id)
@@ -803,8 +817,7 @@ fn remove_rows(tx: &Connection, ids: &[EndpointId]) -> Result<(), StoreError> {
             tx,
             &NewEvent {
                 endpoint: Some(id),
-                kind: "removed",
-                ..Default::default()
+                ..NewEvent::new(EventKind::Removed)
             },
         )?;
     }
@@ -819,7 +832,7 @@ fn insert_event(tx: &Connection, ev: &NewEvent) -> Result<(), StoreError> {
     .execute(params![
         fmt_time(SystemTime::now()),
         ev.endpoint,
-        ev.kind,
+        ev.kind.as_str(),
         ev.from.map(State::as_str),
         ev.to.map(State::as_str),
         ev.reason.map(Reason::as_str),

@@ -141,7 +141,7 @@ impl Fx {
     /// Operator disable.
     async fn disable(&self, id: EndpointId) {
         self.engine
-            .input(id, Input::Disable { detail: None }, "", Some("op".into()))
+            .input(id, Input::Disable { detail: None }, None, Some("op".into()))
             .await
             .unwrap();
     }
@@ -704,7 +704,7 @@ async fn mixed() -> Mixed {
         .input(
             id(4).await,
             Input::Disable { detail: None },
-            "",
+            None,
             Some("operator".into()),
         )
         .await
@@ -943,7 +943,7 @@ async fn operator_disabled_endpoints_stay_disabled_whatever_the_source_says() {
     );
     // Only the operator brings them back.
     fx.engine
-        .input(a, Input::Enable { now: true }, "", None)
+        .input(a, Input::Enable { now: true }, None, None)
         .await
         .unwrap();
     assert_eq!(fx.state(a), State::Available);
@@ -1060,7 +1060,7 @@ async fn exhaustion_triggers_a_sniff_rate_limited_by_the_backoff() {
         .unwrap();
     let other = if g.endpoint == a { b } else { a };
     fx.engine
-        .input(other, Input::Disable { detail: None }, "", None)
+        .input(other, Input::Disable { detail: None }, None, None)
         .await
         .unwrap();
     assert!(fx.engine.exhausted(POOL));

@@ -513,7 +513,7 @@ async fn engine_restart_keeps_the_state() {
         .unwrap();
     assert_eq!(st, State::Cooling);
     engine
-        .input(2, Input::Disable { detail: None }, "", Some("op".into()))
+        .input(2, Input::Disable { detail: None }, None, Some("op".into()))
         .await
         .unwrap();
     engine.flush().await.unwrap();

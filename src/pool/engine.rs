@@ -13,6 +13,7 @@ use tracing::{debug, error, warn};
 use super::{Grant, Outcome, PoolError, PoolStatus, Pools};
 use crate::config::{Config, PoolConfig};
 use crate::endpoint::{EndpointId, ProxyUrl};
+use crate::event_kind::EventKind;
 use crate::health::{Health, Input, State, Step};
 use crate::store::{
     EndpointRow, EventRow, NewEndpoint, ResolveError, SourceRow, Store, StoreError, Write,
@@ -296,7 +297,7 @@ impl Engine {
         &self,
         id: EndpointId,
         input: Input,
-        kind: &'static str,
+        kind: Option<EventKind>,
         detail: Option<String>,
     ) -> Result<(Step, State), EngineError> {
         let r = self
@@ -345,9 +346,14 @@ impl Engine {
 
     /// Hand a claimed probe attempt back without an outcome.
     pub async fn abandon(&self, id: EndpointId, why: &str) -> Result<(), EngineError> {
-        self.input(id, Input::Abandon, "trial_abandoned", Some(why.to_string()))
-            .await
-            .map(|_| ())
+        self.input(
+            id,
+            Input::Abandon,
+            Some(EventKind::TrialAbandoned),
+            Some(why.to_string()),
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Add endpoints (all or nothing) to the store and the pools.
