@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::*;
+use super::{call, unexpected, CliError, Context};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::pool::engine::initial_state;
 use crate::protocol::{Body, Request};

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::*;
+use super::{daemon_error, CliError, Global};
 use crate::client::Client;
 use crate::config::{self, Config, DEFAULT_POOL};
 use crate::endpoint::EndpointId;

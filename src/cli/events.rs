@@ -3,7 +3,8 @@
 use std::io::Write as _;
 use std::time::Duration;
 
-use super::*;
+use super::table::fmt_event;
+use super::{CliError, Context};
 use crate::endpoint::EndpointId;
 
 pub(super) async fn events(

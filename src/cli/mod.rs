@@ -22,7 +22,7 @@ use events::events;
 use operator::{operator, remove};
 use probe::probe;
 use serve::serve;
-use table::{fmt_event, print_show, print_table, s, table};
+use table::{print_show, print_table, s, table};
 
 use serde_json::json;
 

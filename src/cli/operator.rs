@@ -1,6 +1,6 @@
 //! `disable`, `enable` and `remove`.
 
-use super::*;
+use super::{call, unexpected, CliError, Context};
 use crate::health::Input;
 use crate::protocol::{Body, EndpointRef, Request};
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::*;
+use super::{call, table, unexpected, CliError, Context};
 use crate::endpoint::EndpointId;
 use crate::probe_report::ProbeReport;
 use crate::probe_run;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::*;
+use super::{CliError, Context};
 use crate::daemon::{self, ServeOptions};
 use crate::lock::{self};
 use crate::pool::engine::{sync_config_endpoints, Engine};

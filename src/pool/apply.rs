@@ -10,7 +10,7 @@ use crate::event_kind::EventKind;
 use crate::health::{Input, State, Step};
 use crate::store::{HealthRecord, NewEvent, Write};
 
-use super::*;
+use super::{Outcome, PoolError, Pools};
 
 /// What caused a transition: its own event row (none when `kind` is `None`, e.g. a plain
 /// success), and the lease and detail carried into the `state_changed` row.

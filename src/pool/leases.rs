@@ -11,7 +11,8 @@ use crate::event_kind::EventKind;
 use crate::health::{Input, State, Step};
 use crate::store::Write;
 
-use super::*;
+use super::apply::Act;
+use super::{Grant, Outcome, PoolError, Pools, EXPIRED_MEMORY, MAX_SESSIONS};
 
 pub(super) struct Lease {
     pub(super) endpoint: EndpointId,

@@ -10,7 +10,6 @@ mod entries;
 mod leases;
 mod ready;
 
-use apply::Act;
 use entries::{Entry, EntryMap};
 use leases::Lease;
 use ready::Ready;

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 
 use crate::health::State;
 
-use super::*;
+use super::{EntryMap, Pools};
 
 /// Available endpoints of a pool: one FIFO queue of (slot, gen) per live-lease count.
 ///
