@@ -12,7 +12,6 @@ pub struct ProbeReport {
     pub id: EndpointId,
     /// Redacted URL.
     pub url: String,
-    /// Pool.
     pub pool: String,
     /// Passed.
     pub ok: bool,

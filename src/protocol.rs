@@ -170,7 +170,6 @@ pub enum Request {
     },
     /// Operator disable.
     Disable {
-        /// Endpoint.
         endpoint: EndpointRef,
         /// Operator's text.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -178,7 +177,6 @@ pub enum Request {
     },
     /// Operator enable.
     Enable {
-        /// Endpoint.
         endpoint: EndpointRef,
         /// Straight to available.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -186,12 +184,9 @@ pub enum Request {
     },
     /// Operator add (used by the CLI while a daemon runs).
     Add {
-        /// URLs.
         urls: Vec<String>,
-        /// Pool.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pool: Option<String>,
-        /// Label.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         label: Option<String>,
         /// Who adds them.
@@ -202,18 +197,13 @@ pub enum Request {
     Import {
         /// Absolute path of the file.
         path: String,
-        /// Pool.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pool: Option<String>,
-        /// Label.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         label: Option<String>,
     },
     /// Operator remove (used by the CLI while a daemon runs).
-    Remove {
-        /// Endpoints.
-        endpoints: Vec<EndpointRef>,
-    },
+    Remove { endpoints: Vec<EndpointRef> },
     /// Probe endpoints now (used by the CLI while a daemon runs).
     Probe {
         /// Endpoints; empty with `all` or `pool` = every endpoint (of the pool).
@@ -245,7 +235,6 @@ pub enum ErrorCode {
     UnknownPool,
     /// Lease not known.
     UnknownLease,
-    /// Lease expired.
     LeaseExpired,
     /// Nothing to lease.
     PoolExhausted,
@@ -258,7 +247,6 @@ pub enum ErrorCode {
 /// The error object of a failed response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorBody {
-    /// Code.
     pub code: ErrorCode,
     /// Human message (never a password).
     pub message: String,
@@ -276,7 +264,6 @@ pub struct ErrorBody {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Body {
-    /// `lease`.
     Lease(Grant),
     /// `report`, `disable`, `enable`.
     State {
@@ -286,14 +273,11 @@ pub enum Body {
         /// New state.
         state: State,
     },
-    /// `status`.
     Status {
         /// Per pool.
         pools: Vec<PoolStatus>,
     },
-    /// `endpoints`.
     Endpoints {
-        /// Endpoints.
         endpoints: Vec<EndpointView>,
     },
     /// `add`.
@@ -301,12 +285,10 @@ pub enum Body {
         /// New ids.
         ids: Vec<EndpointId>,
     },
-    /// `probe`.
     Probes {
         /// One result per endpoint, by id.
         results: Vec<crate::probe_report::ProbeReport>,
     },
-    /// `ping`.
     Ping {
         /// Server version.
         version: String,

@@ -44,7 +44,6 @@ pub enum StoreError {
     Duplicate {
         /// Redacted URL.
         url: String,
-        /// Pool.
         pool: String,
         /// Existing id.
         id: EndpointId,
@@ -54,7 +53,6 @@ pub enum StoreError {
     DuplicateInBatch {
         /// Redacted URL.
         url: String,
-        /// Pool.
         pool: String,
     },
     /// No endpoint matched.
@@ -76,11 +74,9 @@ pub enum StoreError {
 /// A stored endpoint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EndpointRow {
-    /// Id.
     pub id: EndpointId,
     /// URL with credentials.
     pub url: ProxyUrl,
-    /// Pool.
     pub pool: String,
     /// Operator label.
     pub label: Option<String>,
@@ -111,25 +107,16 @@ pub struct EndpointRow {
 /// The JSON shape of an endpoint in `list --json`, `show --json` and the socket.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct EndpointView {
-    /// Id.
     pub id: EndpointId,
     /// URL, password redacted unless secrets were asked for.
     pub url: String,
-    /// Pool.
     pub pool: String,
-    /// Label.
     pub label: Option<String>,
-    /// Source.
     pub source: Option<String>,
-    /// State.
     pub state: State,
-    /// Reason.
     pub reason: Option<Reason>,
-    /// Phase.
     pub phase: Option<Phase>,
-    /// Detail.
     pub detail: Option<String>,
-    /// Streak.
     pub streak: u32,
     /// RFC 3339 UTC or null.
     pub cooldown_until: Option<String>,
@@ -170,11 +157,8 @@ impl EndpointRow {
 /// An endpoint to insert.
 #[derive(Debug, Clone)]
 pub struct NewEndpoint {
-    /// URL.
     pub url: ProxyUrl,
-    /// Pool.
     pub pool: String,
-    /// Label.
     pub label: Option<String>,
     /// Who adds it.
     pub source: Option<String>,
@@ -197,11 +181,8 @@ pub struct EventRow {
     pub from: Option<String>,
     /// State after.
     pub to: Option<String>,
-    /// Reason.
     pub reason: Option<String>,
-    /// Phase.
     pub phase: Option<String>,
-    /// Detail.
     pub detail: Option<String>,
     /// Lease id.
     pub lease: Option<String>,
@@ -216,9 +197,7 @@ pub struct NewEvent {
     pub from: Option<State>,
     /// State after.
     pub to: Option<State>,
-    /// Reason.
     pub reason: Option<Reason>,
-    /// Phase.
     pub phase: Option<Phase>,
     /// Detail (never a password).
     pub detail: Option<String>,
@@ -247,15 +226,10 @@ impl NewEvent {
 pub struct HealthRecord {
     /// Endpoint.
     pub id: EndpointId,
-    /// State.
     pub state: State,
-    /// Reason.
     pub reason: Option<Reason>,
-    /// Phase.
     pub phase: Option<Phase>,
-    /// Detail.
     pub detail: Option<String>,
-    /// Streak.
     pub streak: u32,
     /// Same-reason streak.
     pub reason_streak: u32,
@@ -276,7 +250,6 @@ pub enum Write {
     Remove(Vec<EndpointId>),
     /// Record a source's last sniff.
     SourceResult {
-        /// Pool.
         pool: String,
         /// Source name.
         name: String,
@@ -292,7 +265,6 @@ pub enum Write {
 /// The last sniff of a source.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SourceRow {
-    /// Pool.
     pub pool: String,
     /// Source name.
     pub name: String,

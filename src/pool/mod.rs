@@ -37,7 +37,6 @@ pub enum PoolError {
     /// Nothing can be leased now.
     #[error("pool {pool:?} has no endpoint available{}", retry_after.map(|d| format!(" (soonest cooldown ends in {} ms)", d.as_millis())).unwrap_or_default())]
     Exhausted {
-        /// Pool.
         pool: String,
         /// Time until the soonest cooldown deadline.
         retry_after: Option<Duration>,
@@ -77,9 +76,7 @@ pub struct Grant {
 /// Counts of a pool for `status`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct PoolStatus {
-    /// Pool.
     pub pool: String,
-    /// Mode.
     pub mode: String,
     /// Endpoints available.
     pub available: usize,
