@@ -216,32 +216,21 @@ async fn http_get(url: &str, max: usize) -> Result<Vec<u8>, SourceError> {
             let (u, p) = ui.split_once(':').unwrap_or((ui, ""));
             format!(
                 "Basic {}",
-                crate::probe::base64(format!("{}:{}", decode(u), decode(p)).as_bytes())
+                crate::dial::base64(format!("{}:{}", decode(u), decode(p)).as_bytes())
             )
         });
     let mut req = hyper::Request::get(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
         .header(hyper::header::HOST, host_header)
-        .header(
-            hyper::header::USER_AGENT,
-            concat!("proxypool/", env!("CARGO_PKG_VERSION")),
-        )
+        .header(hyper::header::USER_AGENT, crate::dial::USER_AGENT)
         .header(hyper::header::CONNECTION, "close");
     if let Some(a) = auth {
         req = req.header(hyper::header::AUTHORIZATION, a);
     }
     let req = req.body(Empty::<Bytes>::new()).map_err(|e| herr(&e))?;
     let resp = if https {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| herr(&e))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        let cfg = crate::dial::client_config(None).map_err(|e| herr(&e))?;
         let name = rustls::pki_types::ServerName::try_from(bare.clone()).map_err(|e| herr(&e))?;
-        let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        let tls = tokio_rustls::TlsConnector::from(cfg)
             .connect(name, tcp)
             .await
             .map_err(|e| herr(&e))?;
