@@ -25,12 +25,9 @@ use crate::config::{ProbeConfig, StatusSet};
 use crate::dial::{self, BoxIo, Clock, Dest, DialFailure, Dialer, Route};
 use crate::endpoint::ProxyUrl;
 use crate::health::{Failure, Phase, Reason};
+use crate::retry_after::parse_retry_after;
 
-pub use crate::dial::{
-    connect_status_reason, proxy_auth_answer, socks4_reply_reason, socks5_reply_reason, USER_AGENT,
-};
-// protocol.rs still names this path; the lead repoints it at merge.
-pub use crate::retry_after::parse_retry_after;
+use crate::dial::{proxy_auth_answer, USER_AGENT};
 
 /// The outcome of one probe.
 #[derive(Debug, Clone, PartialEq)]

@@ -45,7 +45,7 @@ impl<'de> Deserialize<'de> for Dur {
             // Also what a `Retry-After` header holds: "120" or an HTTP date, passed on as is.
             Value::String(s) => humantime::parse_duration(&s)
                 .ok()
-                .or_else(|| crate::probe::parse_retry_after(&s, std::time::SystemTime::now()))
+                .or_else(|| crate::retry_after::parse_retry_after(&s, std::time::SystemTime::now()))
                 .ok_or_else(|| {
                     serde::de::Error::custom(format!(
                         "invalid duration {s:?}: write e.g. \"90s\", a number of seconds, or an HTTP date"
