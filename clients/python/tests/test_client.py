@@ -1,0 +1,250 @@
+"""The sync and asyncio clients against a real `proxypool serve`, real tinyproxy and
+microsocks, and a local site."""
+
+import asyncio
+import os
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from conftest import skip_unless_daemon_knows
+from servers import need_module
+
+from proxypool_client import (
+    AsyncClient,
+    BadRequest,
+    Client,
+    Lease,
+    PoolExhausted,
+    ProxyPoolError,
+    ReportableError,
+    UnknownLease,
+)
+
+
+def documented_fetch(client, url):
+    # The requests example of docs/python-client.md, verbatim.
+    import requests
+
+    with client.leased(pool="default", wait="5s") as lease:
+        r = requests.get(url, proxies=lease.proxies, timeout=(5, 30))
+        ban = ReportableError.from_response(r)
+        if ban:
+            raise ban
+        return r.text
+
+
+def test_ping_lease_report_release(daemon):
+    (eid,) = daemon.add("http://py:s3cret@127.0.0.1:3128")
+    with daemon.client(timeout=5) as c:
+        assert c.ping()
+        lease = c.lease(ttl="30s")
+        assert isinstance(lease, Lease)
+        assert (lease.proxy, lease.endpoint, lease.trial) == ("http://py:s3cret@127.0.0.1:3128", eid, False)
+        assert c.report(lease.id, "success") == "available"
+        lease = c.lease()
+        c.release(lease)
+        with pytest.raises(UnknownLease):
+            c.release(lease)
+        assert sum(p["leases"] for p in c.status()) == 0
+        assert [e["id"] for e in c.endpoints()] == [eid]
+
+
+def test_pool_exhausted_and_unknown_pool(daemon):
+    with daemon.client(timeout=5) as c:
+        with pytest.raises(PoolExhausted) as e:
+            c.lease()
+        assert e.value.retry_after_ms is None
+        with pytest.raises(ProxyPoolError) as e:
+            c.lease(pool="nope")
+        assert e.value.code == "unknown_pool"
+
+
+def test_bug1_documented_requests_example_reports_dead_socks_proxy(daemon, refusing_port):
+    need_module("socks")
+    (eid,) = daemon.add("socks5h://127.0.0.1:%d" % refusing_port)
+    import requests
+
+    with daemon.client(timeout=5) as c:
+        with pytest.raises(requests.exceptions.ConnectionError):
+            documented_fetch(c, "http://127.0.0.1:9/")
+    ep = daemon.endpoint(eid)
+    assert (ep["state"], ep["reason"], ep["phase"]) == ("cooling", "connect_refused", "connect")
+
+
+def test_documented_example_through_real_microsocks_and_tinyproxy(daemon, site, microsocks, tinyproxy):
+    need_module("socks")
+    ids = daemon.add("socks5h://127.0.0.1:%d" % microsocks.port, "http://127.0.0.1:%d" % tinyproxy.port)
+    with daemon.client(timeout=5) as c:
+        for i in range(4):
+            assert "/page/%d" % i in documented_fetch(c, site.url + "/page/%d" % i)
+        with pytest.raises(ReportableError):
+            documented_fetch(c, site.url + "/status/429")
+    states = {e["id"]: e for e in daemon.list()}
+    banned = [i for i in ids if states[i]["state"] == "cooling"]
+    assert len(banned) == 1 and states[banned[0]]["reason"] == "destination_status"
+    report = [e for e in daemon.events() if e["kind"] == "report" and e["endpoint"] == banned[0]]
+    assert report, daemon.events()
+
+
+def test_bug2_urllib_http_error_is_reported_by_status_not_by_its_reason(daemon, site, tinyproxy):
+    (eid,) = daemon.add("http://127.0.0.1:%d" % tinyproxy.port)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": "http://127.0.0.1:%d" % tinyproxy.port}))
+    with daemon.client(timeout=5) as c:
+        with pytest.raises(urllib.error.HTTPError) as e:
+            with c.leased() as lease:
+                opener.open(site.url + "/status/403", timeout=5)
+        assert e.value.reason == "Forbidden"
+        assert lease.outcome == "failure"
+        # A 404 is no verdict on the proxy: released, nothing outstanding.
+        c.enable(eid, now=True)
+        with pytest.raises(urllib.error.HTTPError):
+            with c.leased() as lease:
+                opener.open(site.url + "/status/404", timeout=5)
+        assert lease.outcome == "release"
+        assert sum(p["leases"] for p in c.status()) == 0
+    kinds = [(e["kind"], e["reason"]) for e in daemon.events() if e["endpoint"] == eid]
+    assert ("state_changed", "destination_status") in kinds, kinds
+
+
+def test_bug3_successful_block_never_raises_on_exit(daemon, caplog):
+    daemon.add("http://127.0.0.1:3128")
+    c = daemon.client(timeout=5)
+    # The lease expires while the block works: the page is kept, the loss logged.
+    with c.leased(ttl="1s") as lease:
+        time.sleep(1.3)
+        page = "fetched"
+    assert page == "fetched" and lease.outcome is None
+    assert "lease" in caplog.text and ("lease_expired" in caplog.text or "unknown_lease" in caplog.text)
+    # The daemon goes away during the block (a restart): still no exception on exit.
+    caplog.clear()
+    with c.leased() as lease:
+        daemon.stop()
+        page = "fetched again"
+    assert page == "fetched again"
+    assert "io" in caplog.text
+    c.close()
+
+
+def test_failure_reasons_and_fallback_release(daemon):
+    (eid,) = daemon.add("http://127.0.0.1:3128")
+    with daemon.client(timeout=5) as c:
+        with pytest.raises(ConnectionRefusedError):
+            with c.leased():
+                raise ConnectionRefusedError(111, "Connection refused")
+        ep = daemon.endpoint(eid)
+        assert (ep["state"], ep["reason"], ep["phase"]) == ("cooling", "connect_refused", "connect")
+        c.enable(eid, now=True)
+        # A parser bug blames nobody.
+        with pytest.raises(KeyError):
+            with c.leased() as lease:
+                raise KeyError("title")
+        assert lease.outcome == "release" and daemon.endpoint(eid)["state"] == "available"
+
+
+def test_async_client_against_daemon(daemon, site, tinyproxy):
+    aiohttp = need_module("aiohttp")
+    (eid,) = daemon.add("http://127.0.0.1:%d" % tinyproxy.port)
+
+    async def main():
+        c = AsyncClient(daemon.socket, timeout=5)
+        assert await c.ping()
+        # Concurrent requests on one connection do not interleave.
+        versions = await asyncio.gather(*[c.ping() for _ in range(20)])
+        assert len(set(versions)) == 1
+        async with aiohttp.ClientSession() as http:
+            async with c.leased() as lease:
+                async with http.get(site.url + "/page/1", proxy=lease.proxy) as r:
+                    assert r.status == 200
+            assert lease.outcome == "success"
+            with pytest.raises(aiohttp.ClientResponseError):
+                async with c.leased() as lease:
+                    async with http.get(site.url + "/status/429", proxy=lease.proxy) as r:
+                        r.raise_for_status()
+            assert lease.outcome == "failure"
+        await c.close()
+
+    asyncio.run(main())
+    ep = daemon.endpoint(eid)
+    assert (ep["state"], ep["reason"]) == ("cooling", "destination_status")
+
+
+def test_async_waiting_lease_does_not_hold_up_other_requests(daemon):
+    async def main():
+        c = AsyncClient(daemon.socket, timeout=5)
+        waiting = asyncio.ensure_future(c.lease(wait="1s"))  # the pool is empty: it waits
+        pinging = asyncio.ensure_future(c.ping())
+        done, _ = await asyncio.wait([waiting, pinging], return_when=asyncio.FIRST_COMPLETED)
+        assert done == {pinging}
+        with pytest.raises(PoolExhausted):
+            await waiting
+        await c.close()
+
+    asyncio.run(main())
+
+
+# -- fields of SPEC §13/§15: skipped only when this daemon refuses the field ----------
+def test_lease_with_schemes(daemon):
+    daemon.add("socks5h://127.0.0.1:1080", "http://127.0.0.1:3128")
+    with daemon.client(timeout=5) as c:
+        try:
+            lease = c.lease(schemes=["http", "https"])
+        except BadRequest as e:
+            skip_unless_daemon_knows(e, "schemes")
+        assert lease.scheme == "http"
+        c.release(lease)
+
+
+def test_lease_and_report_with_destination(daemon):
+    (eid,) = daemon.add("http://127.0.0.1:3128")
+    with daemon.client(timeout=5) as c:
+        try:
+            lease = c.lease(destination="shop.example")
+        except BadRequest as e:
+            skip_unless_daemon_knows(e, "destination")
+        assert lease.destination == "shop.example"
+        lease.failure("destination_status", phase="response_head", status=403)
+        # Destination-scoped: the endpoint stays available for other sites.
+        assert daemon.endpoint(eid)["state"] == "available"
+
+
+def test_report_duration_ms(daemon):
+    daemon.add("http://127.0.0.1:3128")
+    with daemon.client(timeout=5) as c:
+        lease = c.lease()
+        try:
+            assert c.report(lease.id, "success", duration_ms=120) == "available"
+        except BadRequest as e:
+            skip_unless_daemon_knows(e, "duration_ms")
+
+
+def test_report_by_session(daemon):
+    (eid,) = daemon.add("http://127.0.0.1:3128")
+    with daemon.client(timeout=5) as c:
+        c.release(c.lease(session="s1"))
+        try:
+            c.report_session("s1", "failure", pool="default", reason="connect_refused", phase="connect")
+        except BadRequest as e:
+            skip_unless_daemon_knows(e, "session", "pool")
+        assert daemon.endpoint(eid)["state"] == "cooling"
+
+
+def test_discovery_finds_the_socket_beside_the_database(daemon):
+    # A daemon started without XDG_RUNTIME_DIR nor PROXYPOOL_SOCKET (cron, containers).
+    daemon.stop()
+    from conftest import Daemon
+
+    d = Daemon()
+    for k in ("XDG_RUNTIME_DIR", "PROXYPOOL_SOCKET", "PROXYPOOL_DB"):
+        d.env.pop(k)
+    d.socket = os.path.join(d.env["XDG_DATA_HOME"], "proxypool", "proxypool.sock")
+    os.makedirs(os.path.dirname(d.socket))
+    d.start()
+    try:
+        from proxypool_client import default_socket_path
+
+        assert default_socket_path(d.env) == d.socket
+        assert Client(default_socket_path(d.env), timeout=5).ping()
+    finally:
+        d.stop()
