@@ -28,7 +28,7 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.utils.misc import load_object
 
 from .aio import AsyncClient
-from .classify import classify, classify_status
+from .classify import Classification, classify, classify_status
 from .protocol import BadRequest, PoolExhausted, ProxyPoolError
 
 log = logging.getLogger("proxypool_client.scrapy")
@@ -230,13 +230,26 @@ class ProxyPoolMiddleware(object):
         entry = self._ours(request)
         if entry is None:
             return response
+        proxy_fault = classify_status(response.status, response.headers, ban_statuses=())
+        if proxy_fault is not None:
+            # A 407 from the proxy itself (plain-HTTP request): the proxy's failure, not a ban.
+            self._inc("errors")
+            self._inc("errors/" + proxy_fault.reason)
+            await self._finish(request, entry, "failure", *proxy_fault, detail="HTTP %d" % response.status)
+            return self._retry(request, proxy_fault.reason) or response
         if self._is_ban(request, response):
             self._inc("bans")
-            c = classify_status(response.status, response.headers, ban_statuses=[response.status])
-            await self._finish(request, entry, "failure", c.reason, c.phase, c.status, c.retry_after, "HTTP %d" % response.status)
+            c = self._ban_class(response)
+            await self._finish(request, entry, "failure", *c, detail="HTTP %d" % response.status)
             return self._retry(request, "ban: HTTP %d" % response.status) or response
         await self._finish(request, entry, "success")
         return response
+
+    def _ban_class(self, response):
+        if response.status in self.ban_statuses:
+            return classify_status(response.status, response.headers, ban_statuses=[response.status])
+        # The callback saw a ban in a page with an ordinary status (a captcha page).
+        return Classification("body_mismatch", "response_body", response.status, None)
 
     async def process_exception(self, request, exception, spider=None):
         if self.mode == "gateway":
@@ -339,7 +352,7 @@ class ProxyPoolMiddleware(object):
             self._new_session(request)
         if urlsplit(request.url).scheme == "https":
             # Inside a CONNECT tunnel the gateway cannot see the ban: report it by session.
-            c = classify_status(response.status, response.headers, ban_statuses=[response.status])
+            c = self._ban_class(response)
             fields = dict(
                 session=sid,
                 pool=self.pool,

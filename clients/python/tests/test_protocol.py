@@ -266,3 +266,17 @@ def test_seconds_for_read_deadlines():
     assert protocol.seconds("500ms") == 0.5
     assert protocol.seconds(2) == 2.0
     assert protocol.seconds(None) == 0.0
+
+
+def test_core_imports_no_third_party_library():
+    import subprocess
+    import sys
+
+    src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = (
+        "import sys; sys.path.insert(0, %r); import proxypool_client; "
+        "from proxypool_client import classify; classify(ValueError()); "
+        "bad = [m for m in ('requests', 'urllib3', 'socks', 'httpx', 'aiohttp', 'scrapy', 'twisted') if m in sys.modules]; "
+        "assert not bad, bad" % src
+    )
+    subprocess.run([sys.executable, "-I", "-c", code], check=True, timeout=30)

@@ -265,3 +265,43 @@ def test_real_scrapy_download_errors_are_classified(refusing_port, black_hole, r
     assert results["refused"]["type"] == "scrapy.exceptions.DownloadConnectionRefusedError"
     assert results["reset"]["type"] == "scrapy.exceptions.DownloadFailedError"
     assert results["407_connect"]["type"].endswith("TunnelError")
+
+
+def test_lease_mode_spider_ban_callback_and_exhausted_pool(daemon):
+    need_module("scrapy")
+    import scrapy
+    from scrapy import Request
+    from scrapy.exceptions import IgnoreRequest
+    from scrapy.http import HtmlResponse
+
+    from proxypool_client.scrapy import ProxyPoolMiddleware
+
+    class Spider(scrapy.Spider):
+        name = "s"
+
+        def response_is_ban(self, request, response):
+            return b"blocked" in response.body
+
+    (eid,) = daemon.add("http://127.0.0.1:1")
+    crawler = crawler_for({"PROXYPOOL_SOCKET": daemon.socket, "PROXYPOOL_LEASE_WAIT": "0s"})
+    crawler.spider = Spider()
+    mw = ProxyPoolMiddleware.from_crawler(crawler)
+
+    async def go():
+        req = Request("http://shop.example/1")
+        await mw.process_request(req)
+        assert req.meta["proxypool_endpoint"] == eid
+        resp = HtmlResponse(req.url, status=200, body=b"you are blocked", request=req)
+        retry = await mw.process_response(req, resp)
+        assert isinstance(retry, Request) and "proxy" not in retry.meta
+        # The only endpoint is cooling now: the page is dropped with a reason, not hung.
+        with pytest.raises(IgnoreRequest, match="no endpoint"):
+            await mw.process_request(retry)
+        await mw.spider_closed()
+
+    asyncio.run(go())
+    ep = daemon.endpoint(eid)
+    # A ban the callback found in a 200 page is a body mismatch, not a status.
+    assert (ep["state"], ep["reason"], ep["phase"]) == ("cooling", "body_mismatch", "response_body")
+    assert crawler.stats.get_value("proxypool/bans") == 1
+    assert crawler.stats.get_value("proxypool/exhausted") == 1
