@@ -55,6 +55,22 @@ _RETRIES = "proxypool_retries"
 _NEW_FIELDS = ("destination", "schemes", "duration_ms")
 
 
+class ConfigError(ValueError):
+    """A bad PROXYPOOL_* setting. Not NotConfigured: that would quietly disable the
+    middleware and let the crawl go out without proxies."""
+
+
+def _asyncio_ready():
+    try:
+        from scrapy.utils.asyncio import is_asyncio_available
+    except ImportError:  # Scrapy < 2.14
+        from scrapy.utils.reactor import is_asyncio_reactor_installed as is_asyncio_available
+    try:
+        return is_asyncio_available()
+    except RuntimeError:
+        return True  # no reactor yet: Scrapy installs its default, the asyncio one
+
+
 class ProxyPoolMiddleware(object):
     def __init__(self, crawler):
         s = crawler.settings
@@ -64,7 +80,12 @@ class ProxyPoolMiddleware(object):
         self.stats = crawler.stats
         self.mode = s.get("PROXYPOOL_MODE", "lease")
         if self.mode not in ("lease", "gateway"):
-            raise NotConfigured("PROXYPOOL_MODE must be 'lease' or 'gateway', not %r" % (self.mode,))
+            raise ConfigError("PROXYPOOL_MODE must be 'lease' or 'gateway', not %r" % (self.mode,))
+        if not _asyncio_ready():
+            raise ConfigError(
+                "ProxyPoolMiddleware talks to proxypool with asyncio: set TWISTED_REACTOR = "
+                "'twisted.internet.asyncioreactor.AsyncioSelectorReactor'"
+            )
         self.pool = s.get("PROXYPOOL_POOL")
         self.schemes = s.getlist("PROXYPOOL_SCHEMES", ["http", "https"]) or None
         ttl = s.get("PROXYPOOL_LEASE_TTL")
@@ -82,10 +103,10 @@ class ProxyPoolMiddleware(object):
         if self.mode == "gateway":
             gw = s.get("PROXYPOOL_GATEWAY")
             if not gw:
-                raise NotConfigured("PROXYPOOL_MODE = 'gateway' needs PROXYPOOL_GATEWAY, e.g. 'http://127.0.0.1:8899'")
+                raise ConfigError("PROXYPOOL_MODE = 'gateway' needs PROXYPOOL_GATEWAY, e.g. 'http://127.0.0.1:8899'")
             parts = urlsplit(gw if "://" in gw else "http://" + gw)
             if not parts.hostname or not parts.port:
-                raise NotConfigured("PROXYPOOL_GATEWAY %r needs a host and a port" % (gw,))
+                raise ConfigError("PROXYPOOL_GATEWAY %r needs a host and a port" % (gw,))
             self.gateway = (parts.scheme or "http", parts.hostname, parts.port)
             self.token = s.get("PROXYPOOL_GATEWAY_TOKEN", "") or ""
             self._sessions = {}  # slot -> session id

@@ -229,12 +229,18 @@ def test_bad_settings_are_named():
     need_module("scrapy")
     from scrapy.exceptions import NotConfigured
 
-    from proxypool_client.scrapy import ProxyPoolMiddleware
+    from proxypool_client.scrapy import ConfigError, ProxyPoolMiddleware
 
-    with pytest.raises(NotConfigured, match="PROXYPOOL_GATEWAY"):
+    # A mistake stops the crawl: it never goes out without proxies.
+    with pytest.raises(ConfigError, match="PROXYPOOL_GATEWAY"):
         ProxyPoolMiddleware.from_crawler(crawler_for({"PROXYPOOL_MODE": "gateway"}))
-    with pytest.raises(NotConfigured, match="PROXYPOOL_MODE"):
+    with pytest.raises(ConfigError, match="host and a port"):
+        ProxyPoolMiddleware.from_crawler(crawler_for({"PROXYPOOL_MODE": "gateway", "PROXYPOOL_GATEWAY": "127.0.0.1"}))
+    with pytest.raises(ConfigError, match="PROXYPOOL_MODE"):
         ProxyPoolMiddleware.from_crawler(crawler_for({"PROXYPOOL_MODE": "socks"}))
+    # Switched off on purpose: Scrapy's usual NotConfigured.
+    with pytest.raises(NotConfigured):
+        ProxyPoolMiddleware.from_crawler(crawler_for({"PROXYPOOL_ENABLED": False}))
 
 
 def test_real_scrapy_download_errors_are_classified(refusing_port, black_hole, resetting, proxy_407):
@@ -305,3 +311,14 @@ def test_lease_mode_spider_ban_callback_and_exhausted_pool(daemon):
     assert (ep["state"], ep["reason"], ep["phase"]) == ("cooling", "body_mismatch", "response_body")
     assert crawler.stats.get_value("proxypool/bans") == 1
     assert crawler.stats.get_value("proxypool/exhausted") == 1
+
+
+def test_crawl_without_the_asyncio_reactor_fails_loudly(daemon, site):
+    need_module("scrapy")
+    out = os.path.join(tempfile.mkdtemp(), "out.json")
+    env = dict(daemon.env, PYTHONPATH=os.path.dirname(HERE))
+    args = [sys.executable, os.path.join(HERE, "crawl.py"), site.url, "1", out,
+            'TWISTED_REACTOR="twisted.internet.pollreactor.PollReactor"']
+    p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+    assert "AsyncioSelectorReactor" in p.stderr and "ConfigError" in p.stderr, p.stderr[-3000:]
+    assert site.hits == []  # nothing fetched without a proxy
