@@ -108,6 +108,9 @@ class ProxyPoolMiddleware(object):
             if not parts.hostname or not parts.port:
                 raise ConfigError("PROXYPOOL_GATEWAY %r needs a host and a port" % (gw,))
             self.gateway = (parts.scheme or "http", parts.hostname, parts.port)
+            if self.pool and "-" in self.pool:
+                # The gateway splits its username on "-" into key-value segments.
+                raise ConfigError("PROXYPOOL_POOL %r cannot be routed through the gateway: it contains '-'" % (self.pool,))
             self.token = s.get("PROXYPOOL_GATEWAY_TOKEN", "") or ""
             self._sessions = {}  # slot -> session id
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)

@@ -236,6 +236,10 @@ def test_bad_settings_are_named():
         ProxyPoolMiddleware.from_crawler(crawler_for({"PROXYPOOL_MODE": "gateway"}))
     with pytest.raises(ConfigError, match="host and a port"):
         ProxyPoolMiddleware.from_crawler(crawler_for({"PROXYPOOL_MODE": "gateway", "PROXYPOOL_GATEWAY": "127.0.0.1"}))
+    with pytest.raises(ConfigError, match="contains '-'"):
+        ProxyPoolMiddleware.from_crawler(
+            crawler_for({"PROXYPOOL_MODE": "gateway", "PROXYPOOL_GATEWAY": "127.0.0.1:8899", "PROXYPOOL_POOL": "a-b"})
+        )
     with pytest.raises(ConfigError, match="PROXYPOOL_MODE"):
         ProxyPoolMiddleware.from_crawler(crawler_for({"PROXYPOOL_MODE": "socks"}))
     # Switched off on purpose: Scrapy's usual NotConfigured.
