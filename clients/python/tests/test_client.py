@@ -23,16 +23,17 @@ from proxypool_client import (
 )
 
 
-def documented_fetch(client, url):
-    # The requests example of docs/python-client.md, verbatim.
-    import requests
+def documented_example(daemon, monkeypatch):
+    """The requests example of docs/python-client.md, run as written: (fetch, client)."""
+    from conftest import ROOT
 
-    with client.leased(pool="default", wait="5s") as lease:
-        r = requests.get(url, proxies=lease.proxies, timeout=(5, 30))
-        ban = ReportableError.from_response(r)
-        if ban:
-            raise ban
-        return r.text
+    with open(os.path.join(ROOT, "docs", "python-client.md")) as f:
+        text = f.read()
+    block = text.split("## Sync client", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.setenv("PROXYPOOL_SOCKET", daemon.socket)  # what `Client()` finds
+    ns = {}
+    exec(compile(block, "docs/python-client.md", "exec"), ns)
+    return ns["fetch"], ns["client"]
 
 
 def test_ping_lease_report_release(daemon):
@@ -61,26 +62,28 @@ def test_pool_exhausted_and_unknown_pool(daemon):
         assert e.value.code == "unknown_pool"
 
 
-def test_bug1_documented_requests_example_reports_dead_socks_proxy(daemon, refusing_port):
+def test_bug1_documented_requests_example_reports_dead_socks_proxy(daemon, refusing_port, monkeypatch):
     need_module("socks")
     (eid,) = daemon.add("socks5h://127.0.0.1:%d" % refusing_port)
     import requests
 
-    with daemon.client(timeout=5) as c:
-        with pytest.raises(requests.exceptions.ConnectionError):
-            documented_fetch(c, "http://127.0.0.1:9/")
+    fetch, client = documented_example(daemon, monkeypatch)
+    with pytest.raises(requests.exceptions.ConnectionError):
+        fetch("http://127.0.0.1:9/")
+    client.close()
     ep = daemon.endpoint(eid)
     assert (ep["state"], ep["reason"], ep["phase"]) == ("cooling", "connect_refused", "connect")
 
 
-def test_documented_example_through_real_microsocks_and_tinyproxy(daemon, site, microsocks, tinyproxy):
+def test_documented_example_through_real_microsocks_and_tinyproxy(daemon, site, microsocks, tinyproxy, monkeypatch):
     need_module("socks")
     ids = daemon.add("socks5h://127.0.0.1:%d" % microsocks.port, "http://127.0.0.1:%d" % tinyproxy.port)
-    with daemon.client(timeout=5) as c:
-        for i in range(4):
-            assert "/page/%d" % i in documented_fetch(c, site.url + "/page/%d" % i)
-        with pytest.raises(ReportableError):
-            documented_fetch(c, site.url + "/status/429")
+    fetch, client = documented_example(daemon, monkeypatch)
+    for i in range(4):
+        assert "/page/%d" % i in fetch(site.url + "/page/%d" % i)
+    with pytest.raises(ReportableError):
+        fetch(site.url + "/status/429")
+    client.close()
     states = {e["id"]: e for e in daemon.list()}
     banned = [i for i in ids if states[i]["state"] == "cooling"]
     assert len(banned) == 1 and states[banned[0]]["reason"] == "destination_status"
@@ -183,6 +186,24 @@ def test_async_waiting_lease_does_not_hold_up_other_requests(daemon):
         await c.close()
 
     asyncio.run(main())
+
+
+def test_documented_asyncio_example(daemon, site, tinyproxy, monkeypatch, capsys):
+    need_module("aiohttp")
+    from conftest import ROOT
+
+    daemon.add("http://127.0.0.1:%d" % tinyproxy.port)
+    with open(os.path.join(ROOT, "docs", "python-client.md")) as f:
+        text = f.read()
+    block = text.split("## asyncio client", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.setenv("PROXYPOOL_SOCKET", daemon.socket)
+    ns = {}
+    exec(compile(block, "docs/python-client.md", "exec"), ns)
+    try:
+        asyncio.run(ns["crawl"]([site.url + "/page/7"]))
+    except BadRequest as e:
+        skip_unless_daemon_knows(e, "schemes")
+    assert "/page/7" in capsys.readouterr().out
 
 
 # -- fields of SPEC §13/§15: skipped only when this daemon refuses the field ----------
