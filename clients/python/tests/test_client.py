@@ -270,3 +270,42 @@ def test_discovery_finds_the_socket_beside_the_database(daemon):
         assert Client(default_socket_path(d.env), timeout=5).ping()
     finally:
         d.stop()
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["runtime_dir", "beside_default_db", "xdg_data_home", "proxypool_db", "config_socket", "config_store", "env_socket"],
+)
+def test_discovery_agrees_with_the_cli(case, tmp_path):
+    """Ask the real CLI which socket it would use (no daemon runs, so it names it) and
+    compare with default_socket_path() in the same environment."""
+    import re
+    import subprocess
+
+    from conftest import proxypool_bin
+
+    from proxypool_client import default_socket_path
+
+    env = {"HOME": str(tmp_path / "home"), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    cfg = tmp_path / "cfg" / "proxies.toml"
+    cfg.parent.mkdir()
+    if case == "runtime_dir":
+        env["XDG_RUNTIME_DIR"] = str(tmp_path / "run")
+    elif case == "xdg_data_home":
+        env["XDG_DATA_HOME"] = str(tmp_path / "data")
+    elif case == "proxypool_db":
+        env["PROXYPOOL_DB"] = str(tmp_path / "db" / "main.db")
+    elif case == "config_socket":
+        cfg.write_text('[server]\nsocket = "run/pp.sock"\n')
+        env.update(PROXYPOOL_CONFIG=str(cfg), XDG_RUNTIME_DIR=str(tmp_path / "run"))
+    elif case == "config_store":
+        cfg.write_text('[store]\npath = "data/store.db"\n')
+        env["PROXYPOOL_CONFIG"] = str(cfg)
+    elif case == "env_socket":
+        env.update(PROXYPOOL_SOCKET=str(tmp_path / "s.sock"), XDG_RUNTIME_DIR=str(tmp_path / "run"))
+    for d in ("home", "run", "data", "db", "cfg/data"):
+        (tmp_path / d).mkdir(parents=True, exist_ok=True)
+    out = subprocess.run([proxypool_bin(), "lease"], env=env, capture_output=True, text=True, timeout=20)
+    m = re.search(r"no daemon is serving on (\S+?);", out.stderr)
+    assert m, out.stderr
+    assert default_socket_path(env) == m.group(1)
