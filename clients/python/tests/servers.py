@@ -251,6 +251,7 @@ class Proc(object):
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, 9)
                 self.proc.wait(5)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def tinyproxy(user=None, password=None, deny_all=False):
