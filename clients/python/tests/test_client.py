@@ -3,6 +3,7 @@ microsocks, and a local site."""
 
 import asyncio
 import os
+import shutil
 import time
 import urllib.error
 import urllib.request
@@ -270,6 +271,7 @@ def test_discovery_finds_the_socket_beside_the_database(daemon):
         assert Client(default_socket_path(d.env), timeout=5).ping()
     finally:
         d.stop()
+        shutil.rmtree(d.dir, ignore_errors=True)
 
 
 @pytest.mark.parametrize(
