@@ -14,6 +14,7 @@ pub mod endpoint;
 pub mod health;
 pub mod http;
 pub mod lock;
+pub mod logging;
 pub mod metrics;
 pub mod pool;
 pub mod probe;
