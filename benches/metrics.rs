@@ -121,7 +121,11 @@ async fn time_scrape(m: Metrics, runs: usize) -> (f64, f64) {
     let addr = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
     let app = HttpApp::new(Arc::new(CountsSource), Arc::new(m), None);
-    tokio::spawn(proxypool::http::serve(listener, Arc::new(app), stop.clone()));
+    tokio::spawn(proxypool::http::serve(
+        listener,
+        Arc::new(app),
+        stop.clone(),
+    ));
     let mut v = Vec::with_capacity(runs);
     for _ in 0..runs {
         let t = Instant::now();
@@ -170,7 +174,10 @@ fn hot_path(threads: usize, iters: u64, pre_resolved: bool) -> f64 {
 fn main() {
     println!("## Scrape of {ENDPOINTS} endpoints in {POOLS} pools");
     for (what, aggregate) in [
-        ("gauges aggregated from 100,000 endpoint states per scrape", true),
+        (
+            "gauges aggregated from 100,000 endpoint states per scrape",
+            true,
+        ),
         ("gauges copied from per-pool counts", false),
     ] {
         let m = busy_metrics(aggregate);
@@ -183,7 +190,9 @@ fn main() {
         .build()
         .unwrap();
     let (med, max) = rt.block_on(time_scrape(busy_metrics(true), 50));
-    println!("GET /metrics over loopback (aggregating per scrape): median {med:.2} ms, max {max:.2} ms");
+    println!(
+        "GET /metrics over loopback (aggregating per scrape): median {med:.2} ms, max {max:.2} ms"
+    );
 
     println!("## Hot path: one lease recorded (ns per call)");
     for threads in [1, 8] {
