@@ -281,6 +281,10 @@ async fn promtool_accepts_the_exposition() {
         text.contains(r#"proxypool_endpoints{pool="residential",state="disabled"} 1"#),
         "{text}"
     );
+    // Bounded labels: no host, URL or credential from the endpoints ever reaches a label.
+    for leak in ["example", "user", "***", "socks5h"] {
+        assert!(!text.contains(leak), "{leak} in /metrics:\n{text}");
+    }
     let mut child = Command::new(promtool)
         .args(["check", "metrics"])
         .stdin(Stdio::piped())

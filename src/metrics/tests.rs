@@ -251,3 +251,45 @@ fn pool_names_are_escaped_label_values() {
         "{text}"
     );
 }
+
+#[test]
+fn concurrent_observations_are_all_counted() {
+    let h = AtomicHistogram::new(PROBE_BUCKETS);
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            let h = h.clone();
+            s.spawn(move || {
+                for _ in 0..10_000 {
+                    h.observe(0.5);
+                }
+            });
+        }
+    });
+    assert_eq!(h.count(), 80_000);
+    let m = Metrics::new();
+    let p = m.pool("default");
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            let p = p.clone();
+            s.spawn(move || {
+                for _ in 0..10_000 {
+                    p.lease(LeaseResult::Granted, Duration::from_millis(500));
+                }
+            });
+        }
+    });
+    let text = m.encode();
+    assert_eq!(
+        sample(
+            &text,
+            r#"proxypool_leases_total{pool="default",result="granted"}"#
+        )
+        .as_deref(),
+        Some("80000")
+    );
+    // 0.5 is exact in binary, so the CAS-accumulated sum is exact too.
+    assert_eq!(
+        sample(&text, r#"proxypool_lease_wait_seconds_sum{pool="default"}"#).as_deref(),
+        Some("40000.0")
+    );
+}
