@@ -39,6 +39,15 @@ pub struct Global {
     /// Less logging (errors only).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub quiet: u8,
+    /// Log line format on stderr.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t,
+        value_name = "FORMAT"
+    )]
+    pub log_format: crate::logging::LogFormat,
 }
 
 /// Subcommands.
