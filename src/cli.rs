@@ -152,6 +152,10 @@ pub enum Command {
         /// Also listen on TCP (requires PROXYPOOL_TOKEN).
         #[arg(long, value_name = "ADDR")]
         listen_tcp: Option<SocketAddr>,
+        /// Also run a rotating gateway (HTTP proxy + SOCKS5) on ADDR; a non-loopback
+        /// address requires PROXYPOOL_TOKEN, which clients send as the proxy password.
+        #[arg(long, value_name = "ADDR")]
+        gateway: Option<SocketAddr>,
     },
     /// Lease an endpoint from a running daemon and print its URL.
     Lease {
@@ -468,7 +472,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             json,
             concurrency,
         } => probe(&ctx, endpoints, all, pool, json, concurrency).await,
-        Command::Serve { listen_tcp } => serve(&ctx, listen_tcp).await,
+        Command::Serve {
+            listen_tcp,
+            gateway,
+        } => serve(&ctx, listen_tcp, gateway).await,
         Command::Lease {
             pool,
             ttl,
@@ -936,7 +943,11 @@ async fn probe(
     Ok(())
 }
 
-async fn serve(ctx: &Context, listen_tcp: Option<SocketAddr>) -> Result<(), CliError> {
+async fn serve(
+    ctx: &Context,
+    listen_tcp: Option<SocketAddr>,
+    gateway: Option<SocketAddr>,
+) -> Result<(), CliError> {
     let token = std::env::var("PROXYPOOL_TOKEN")
         .ok()
         .filter(|t| !t.is_empty());
@@ -944,6 +955,17 @@ async fn serve(ctx: &Context, listen_tcp: Option<SocketAddr>) -> Result<(), CliE
         return Err(CliError::usage(
             "--listen-tcp needs a token: set PROXYPOOL_TOKEN (clients send it as \"token\")",
         ));
+    }
+    let mut config = ctx.config.clone();
+    if let Some(addr) = gateway {
+        let mut g = crate::config::GatewayConfig::new(addr);
+        g.token = token.clone();
+        g.check().map_err(|(key, msg)| {
+            CliError::usage(format!(
+                "--gateway: {key}: {msg} (set PROXYPOOL_TOKEN; clients send it as the proxy password)"
+            ))
+        })?;
+        Arc::make_mut(&mut config).gateways.push(g);
     }
     // Own the database before reading it: a second daemon is refused, and CLI commands
     // writing right now finish first (their writes are then in what we load).
@@ -967,7 +989,7 @@ async fn serve(ctx: &Context, listen_tcp: Option<SocketAddr>) -> Result<(), CliE
         std::process::exit(1);
     });
     let r = daemon::serve(
-        ctx.config.clone(),
+        config,
         engine,
         ServeOptions {
             socket,

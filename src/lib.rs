@@ -12,6 +12,7 @@ pub mod config;
 pub mod daemon;
 pub mod dial;
 pub mod endpoint;
+pub mod gateway;
 pub mod health;
 pub mod lock;
 pub mod pool;
