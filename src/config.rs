@@ -892,12 +892,27 @@ mod tests {
     fn bad_gateways_name_the_key() {
         let cases = [
             ("[[gateway]]\nlisten = \"0.0.0.0:1\"\n", "gateway[0].token"),
-            ("[[gateway]]\nlisten = \"0.0.0.0:1\"\ntoken = \"\"\n", "gateway[0].token"),
+            (
+                "[[gateway]]\nlisten = \"0.0.0.0:1\"\ntoken = \"\"\n",
+                "gateway[0].token",
+            ),
             ("[[gateway]]\nlisten = \"localhost\"\n", "gateway[0].listen"),
-            ("[[gateway]]\nlisten = \"127.0.0.1:1\"\npool = \"nope\"\n", "gateway[0].pool"),
-            ("[[gateway]]\nlisten = \"127.0.0.1:1\"\nban_status = [42]\n", "gateway[0].ban_status"),
-            ("[[gateway]]\nlisten = \"127.0.0.1:1\"\nconnect_timeout = \"0s\"\n", "gateway[0].connect_timeout"),
-            ("[[gateway]]\nlisten = \"127.0.0.1:1\"\nmax_connections = 0\n", "gateway[0].max_connections"),
+            (
+                "[[gateway]]\nlisten = \"127.0.0.1:1\"\npool = \"nope\"\n",
+                "gateway[0].pool",
+            ),
+            (
+                "[[gateway]]\nlisten = \"127.0.0.1:1\"\nban_status = [42]\n",
+                "gateway[0].ban_status",
+            ),
+            (
+                "[[gateway]]\nlisten = \"127.0.0.1:1\"\nconnect_timeout = \"0s\"\n",
+                "gateway[0].connect_timeout",
+            ),
+            (
+                "[[gateway]]\nlisten = \"127.0.0.1:1\"\nmax_connections = 0\n",
+                "gateway[0].max_connections",
+            ),
             ("[[gateway]]\nlisten = \"127.0.0.1:1\"\nport = 3\n", "port"),
         ];
         for (text, want) in cases {

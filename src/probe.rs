@@ -309,7 +309,13 @@ impl Inner {
         let t0 = Instant::now();
         let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(io)
             .await
-            .map_err(|e| fail(Reason::ConnectionReset, Phase::Request, dial::error_chain(&e)))?;
+            .map_err(|e| {
+                fail(
+                    Reason::ConnectionReset,
+                    Phase::Request,
+                    dial::error_chain(&e),
+                )
+            })?;
         let _conn = AbortOnDrop(tokio::spawn(async move {
             // Errors surface through the request and body futures.
             let _ = conn.await;
@@ -443,7 +449,6 @@ impl Inner {
         Ok(req)
     }
 }
-
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     dial::find(hay, needle).is_some()

@@ -134,7 +134,10 @@ async fn ban_on_plain_http_is_reported_with_status_and_retry_after() {
     );
     // Retry-After 300 s outweighs the 60 s base cooldown.
     assert!(row.cooldown_ms.unwrap() >= 300_000, "{:?}", row.cooldown_ms);
-    assert!(row.detail.unwrap().contains("127.0.0.1"), "destination named");
+    assert!(
+        row.detail.unwrap().contains("127.0.0.1"),
+        "destination named"
+    );
     // The upstream got an absolute-form request without our client's hop headers.
     let seen = up.seen();
     assert!(seen[0].starts_with(&format!("GET http://127.0.0.1:{}/x HTTP/1.1", d.port())));
@@ -155,7 +158,11 @@ async fn retry_status_resends_get_through_another_upstream() {
     .await;
     let r = roundtrip(gw.addr, &get(d.port(), "/", "")).await;
     assert_eq!(r.status(), 403, "the client gets the last answer");
-    assert_eq!((a.seen().len(), b.seen().len()), (1, 1), "sent through both");
+    assert_eq!(
+        (a.seen().len(), b.seen().len()),
+        (1, 1),
+        "sent through both"
+    );
     gw.until_no_leases().await;
     assert!(gw.rows().iter().all(|r| r.state == State::Cooling));
 }
@@ -163,14 +170,20 @@ async fn retry_status_resends_get_through_another_upstream() {
 #[tokio::test]
 async fn keep_alive_rotates_and_sessions_stick() {
     let d = dest(DestCfg::default()).await;
-    let ups = [http_upstream().await, http_upstream().await, http_upstream().await];
+    let ups = [
+        http_upstream().await,
+        http_upstream().await,
+        http_upstream().await,
+    ];
     let urls: Vec<String> = ups.iter().map(|u| url("http", u.port())).collect();
     let gw = Gw::start(&urls, |_| {}).await;
     // One client connection, three requests: three upstreams.
     let mut s = gw.connect().await;
     let mut used = Vec::new();
     for i in 0..3 {
-        s.write_all(&get(d.port(), &format!("/{i}"), "")).await.unwrap();
+        s.write_all(&get(d.port(), &format!("/{i}"), ""))
+            .await
+            .unwrap();
         let r = read_response(&mut s).await.unwrap();
         assert_eq!(r.status(), 200, "{}", r.head);
         used.push(r.endpoint().unwrap());
@@ -195,8 +208,15 @@ async fn keep_alive_rotates_and_sessions_stick() {
 async fn token_is_checked_on_every_front_path() {
     let d = dest(DestCfg::default()).await;
     let up = http_upstream().await;
-    let gw = Gw::start(&[url("http", up.port())], |g| g.token = Some("s3cret".into())).await;
-    for extra in [String::new(), proxy_auth("", "wrong"), proxy_auth("s3cret", "")] {
+    let gw = Gw::start(&[url("http", up.port())], |g| {
+        g.token = Some("s3cret".into())
+    })
+    .await;
+    for extra in [
+        String::new(),
+        proxy_auth("", "wrong"),
+        proxy_auth("s3cret", ""),
+    ] {
         let r = roundtrip(gw.addr, &get(d.port(), "/", &extra)).await;
         assert_eq!(r.status(), 407, "absolute-form {extra:?}: {}", r.head);
         assert!(r.header("proxy-authenticate").is_some());
@@ -214,11 +234,20 @@ async fn token_is_checked_on_every_front_path() {
     assert_eq!(r.status(), 200, "{}", r.head);
     let (_s, r) = connect_tunnel(gw.addr, d.port(), &ok).await;
     assert_eq!(r.status(), 200, "{}", r.head);
-    let (_s, code) =
-        socks5_connect(gw.addr, Some(("pool-default", "s3cret")), "127.0.0.1", d.port()).await;
+    let (_s, code) = socks5_connect(
+        gw.addr,
+        Some(("pool-default", "s3cret")),
+        "127.0.0.1",
+        d.port(),
+    )
+    .await;
     assert_eq!(code, 0);
     // The token never travels upstream.
-    assert!(up.seen().iter().all(|h| !h.contains("czNjcmV0")), "{:?}", up.seen());
+    assert!(
+        up.seen().iter().all(|h| !h.contains("czNjcmV0")),
+        "{:?}",
+        up.seen()
+    );
 }
 
 #[tokio::test]
@@ -229,7 +258,10 @@ async fn bad_usernames_and_unknown_pools_are_client_errors() {
     assert_eq!(r.status(), 400);
     assert!(r.text().contains("country"), "{}", r.text());
     let r = roundtrip(gw.addr, &get(80, "/", &proxy_auth("pool-nope", ""))).await;
-    assert_eq!((r.status(), r.header("x-proxypool-error")), (400, Some("unknown_pool")));
+    assert_eq!(
+        (r.status(), r.header("x-proxypool-error")),
+        (400, Some("unknown_pool"))
+    );
     // Pool `other` exists but is empty.
     let r = roundtrip(gw.addr, &get(80, "/", &proxy_auth("pool-other", ""))).await;
     assert_eq!(r.status(), 503);
@@ -240,7 +272,7 @@ async fn socks5_front_reaches_any_upstream_scheme() {
     let d = dest(DestCfg::default()).await;
     for up in [http_upstream().await, socks5(Socks5Cfg::default()).await] {
         for upstream_url in [url("http", up.port()), url("socks5h", up.port())] {
-            let gw = Gw::start(&[upstream_url.clone()], |_| {}).await;
+            let gw = Gw::start(std::slice::from_ref(&upstream_url), |_| {}).await;
             let (mut s, code) = socks5_connect(gw.addr, None, "127.0.0.1", d.port()).await;
             if code != 0 {
                 // The fake upstream speaks only one protocol: the other URL must fail
@@ -250,7 +282,9 @@ async fn socks5_front_reaches_any_upstream_scheme() {
                 assert_eq!(row.phase, Some(Phase::ProxyHandshake), "{upstream_url}");
                 continue;
             }
-            s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+            s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .unwrap();
             let r = read_response(&mut s).await.unwrap();
             assert_eq!(r.text(), "hello from the destination", "{upstream_url}");
         }
@@ -260,7 +294,11 @@ async fn socks5_front_reaches_any_upstream_scheme() {
     let gw = Gw::start(&[url("socks5h", up.port())], |_| {}).await;
     let (_s, code) = socks5_connect(gw.addr, None, "localhost", d.port()).await;
     assert_eq!(code, 0);
-    assert!(up.seen().iter().any(|s| s.contains("localhost")), "{:?}", up.seen());
+    assert!(
+        up.seen().iter().any(|s| s.contains("localhost")),
+        "{:?}",
+        up.seen()
+    );
 }
 
 #[tokio::test]
@@ -280,14 +318,19 @@ async fn socks5_failures_map_to_reply_codes() {
     let row = gw.row(gw.ids[0]);
     assert_eq!(
         (row.reason, row.phase),
-        (Some(Reason::UpstreamUnreachable), Some(Phase::ProxyHandshake))
+        (
+            Some(Reason::UpstreamUnreachable),
+            Some(Phase::ProxyHandshake)
+        )
     );
     // BIND is not supported.
     let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
     s.write_all(&[5, 1, 0]).await.unwrap();
     let mut m = [0u8; 2];
     s.read_exact(&mut m).await.unwrap();
-    s.write_all(&[5, 2, 0, 1, 127, 0, 0, 1, 0, 80]).await.unwrap();
+    s.write_all(&[5, 2, 0, 1, 127, 0, 0, 1, 0, 80])
+        .await
+        .unwrap();
     let mut r = [0u8; 10];
     s.read_exact(&mut r).await.unwrap();
     assert_eq!(r[1], 0x07);
@@ -345,7 +388,10 @@ async fn silent_and_half_sent_clients_are_closed_without_delaying_others() {
         let n = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
             .await
             .expect("not closed by the first-request deadline");
-        assert!(n.is_err() || buf.is_empty() || buf.starts_with(b"HTTP/1.1 408"), "{buf:?}");
+        assert!(
+            n.is_err() || buf.is_empty() || buf.starts_with(b"HTTP/1.1 408"),
+            "{buf:?}"
+        );
     }
     // Idle keep-alive closes after `idle`.
     let mut s = gw.connect().await;

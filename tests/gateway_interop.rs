@@ -14,7 +14,8 @@ use support::real::{dante, microsocks, need, tinyproxy};
 use support::*;
 use tempfile::TempDir;
 
-const PAGE: &str = "<html><head><title>gw</title></head><body><p id=\"x\">through the gateway</p></body></html>";
+const PAGE: &str =
+    "<html><head><title>gw</title></head><body><p id=\"x\">through the gateway</p></body></html>";
 
 /// A plain and a TLS destination serving PAGE, and the CA file that trusts the latter.
 struct Dests {
@@ -101,7 +102,10 @@ async fn curl_all_fronts(gw: &Gw, d: &Dests, curl: &Path, host: &str) {
     for (proxy, url) in cases {
         eprintln!("curl {proxy:?} {url}");
         let body = run(curl, curl_args(proxy, &d.ca_file, &url)).await;
-        assert!(body.contains("through the gateway"), "{proxy:?} {url}: {body}");
+        assert!(
+            body.contains("through the gateway"),
+            "{proxy:?} {url}: {body}"
+        );
     }
     gw.until_no_leases().await;
     assert!(gw.rows().iter().all(|r| r.state == State::Available));
@@ -119,15 +123,25 @@ async fn curl_through_gateway_to_tinyproxy() {
     curl_all_fronts(&gw, &d, &curl, "127.0.0.1").await;
     // Dial first: a tunnel tinyproxy refuses is the gateway's 502, with the reason.
     let closed = closed_port().await;
-    let args: Vec<String> = ["-sS", "-o", "/dev/null", "-D", "-", "--max-time", "20", "--noproxy", ""]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([
-            "-x".to_string(),
-            format!("http://127.0.0.1:{}", gw.addr.port()),
-            format!("https://127.0.0.1:{closed}/"),
-        ])
-        .collect();
+    let args: Vec<String> = [
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-D",
+        "-",
+        "--max-time",
+        "20",
+        "--noproxy",
+        "",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([
+        "-x".to_string(),
+        format!("http://127.0.0.1:{}", gw.addr.port()),
+        format!("https://127.0.0.1:{closed}/"),
+    ])
+    .collect();
     // Off the test's single runtime thread: the gateway must keep running meanwhile.
     let out = tokio::task::spawn_blocking(move || Command::new(&curl).args(&args).output())
         .await
@@ -145,12 +159,34 @@ async fn curl_through_gateway_to_microsocks_and_dante() {
     let Some(curl) = need("curl") else { return };
     let d = Dests::new().await;
     let Some(ms) = microsocks().await else { return };
-    let gw = Gw::start(&[format!("socks5://alice:s3cret@127.0.0.1:{}", ms.port)], |_| {}).await;
+    let gw = Gw::start(
+        &[format!("socks5://alice:s3cret@127.0.0.1:{}", ms.port)],
+        |_| {},
+    )
+    .await;
     // socks5 (client-side DNS) upstream: resolve localhost to IPv4 via the URL we pass.
     for (proxy, url) in [
-        (vec!["-x".to_string(), format!("http://127.0.0.1:{}", gw.addr.port())], d.http_url()),
-        (vec!["-x".to_string(), format!("http://127.0.0.1:{}", gw.addr.port())], d.https_url()),
-        (vec!["--socks5".to_string(), format!("127.0.0.1:{}", gw.addr.port())], d.https_url()),
+        (
+            vec![
+                "-x".to_string(),
+                format!("http://127.0.0.1:{}", gw.addr.port()),
+            ],
+            d.http_url(),
+        ),
+        (
+            vec![
+                "-x".to_string(),
+                format!("http://127.0.0.1:{}", gw.addr.port()),
+            ],
+            d.https_url(),
+        ),
+        (
+            vec![
+                "--socks5".to_string(),
+                format!("127.0.0.1:{}", gw.addr.port()),
+            ],
+            d.https_url(),
+        ),
     ] {
         let p: Vec<&str> = proxy.iter().map(String::as_str).collect();
         let body = run(&curl, curl_args(&p, &d.ca_file, &url)).await;
@@ -215,7 +251,9 @@ for u in urls:
 
 #[tokio::test]
 async fn headless_chromium_loads_pages_through_gateway() {
-    let Some(chromium) = need("chromium") else { return };
+    let Some(chromium) = need("chromium") else {
+        return;
+    };
     let d = Dests::new().await;
     let up = http_proxy(HttpProxyCfg::default()).await;
     let gw = Gw::start(&[format!("http://127.0.0.1:{}", up.port())], |_| {}).await;

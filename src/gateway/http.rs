@@ -116,7 +116,10 @@ fn destination(uri: &Uri, default_port: u16) -> Option<Dest> {
     if auth.host().is_empty() {
         return None;
     }
-    Some(Dest::new(auth.host(), auth.port_u16().unwrap_or(default_port)))
+    Some(Dest::new(
+        auth.host(),
+        auth.port_u16().unwrap_or(default_port),
+    ))
 }
 
 async fn connect(
@@ -171,7 +174,11 @@ async fn connect(
 
 async fn forward(shared: Arc<Shared>, req: Request<Incoming>, routing: Routing) -> Response<Body> {
     let Some(dest) = destination(req.uri(), 80) else {
-        return text(StatusCode::BAD_REQUEST, "bad_request", "the URL has no host");
+        return text(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "the URL has no host",
+        );
     };
     let (mut parts, body) = req.into_parts();
     strip_hop_by_hop(&mut parts.headers);
@@ -293,7 +300,10 @@ async fn forward(shared: Arc<Shared>, req: Request<Incoming>, routing: Routing) 
             Outcome::Success
         };
         if cfg.retry_status.contains(&status) && can_resend {
-            info!(endpoint, status, "gateway re-sends through another upstream");
+            info!(
+                endpoint,
+                status, "gateway re-sends through another upstream"
+            );
             guard.set_outcome(outcome);
             guard.finish().await;
             resends += 1;
@@ -323,10 +333,7 @@ async fn forward(shared: Arc<Shared>, req: Request<Incoming>, routing: Routing) 
 }
 
 /// Send one request over a dialed stream; the connection closes after it.
-async fn exchange(
-    io: dial::BoxIo,
-    req: Request<Body>,
-) -> Result<Response<Incoming>, DialFailure> {
+async fn exchange(io: dial::BoxIo, req: Request<Body>) -> Result<Response<Incoming>, DialFailure> {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
         .map_err(|e| dial::hyper_failure(&e, Phase::Request))?;
@@ -385,7 +392,10 @@ fn text(status: StatusCode, error: &str, message: &str) -> Response<Body> {
     let mut resp = Response::new(body);
     *resp.status_mut() = status;
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     if let Ok(v) = HeaderValue::from_str(error) {
         h.insert(ERROR_HEADER, v);
     }

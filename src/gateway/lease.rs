@@ -17,7 +17,12 @@ pub(super) struct LeaseGuard {
 }
 
 impl LeaseGuard {
-    pub(super) fn new(engine: Arc<Engine>, lease: String, endpoint: EndpointId, proxy: ProxyUrl) -> Self {
+    pub(super) fn new(
+        engine: Arc<Engine>,
+        lease: String,
+        endpoint: EndpointId,
+        proxy: ProxyUrl,
+    ) -> Self {
         LeaseGuard {
             engine,
             lease: Some(lease),

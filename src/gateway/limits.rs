@@ -195,6 +195,9 @@ mod tests {
         assert_eq!(watchdog.await.unwrap(), "idle keep-alive");
         // Rounded to the millisecond the activity clock keeps.
         let waited = done_at.elapsed();
-        assert!(waited >= Duration::from_secs(59) && waited <= Duration::from_secs(61), "{waited:?}");
+        assert!(
+            waited >= Duration::from_secs(59) && waited <= Duration::from_secs(61),
+            "{waited:?}"
+        );
     }
 }

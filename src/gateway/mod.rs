@@ -73,12 +73,13 @@ pub struct Gateway {
 impl Gateway {
     /// Bind the listen address (so a taken port fails `serve` at start).
     pub async fn bind(cfg: GatewayConfig, engine: Arc<Engine>) -> Result<Gateway, GatewayError> {
-        let listener = TcpListener::bind(cfg.listen)
-            .await
-            .map_err(|source| GatewayError::Bind {
-                addr: cfg.listen,
-                source,
-            })?;
+        let listener =
+            TcpListener::bind(cfg.listen)
+                .await
+                .map_err(|source| GatewayError::Bind {
+                    addr: cfg.listen,
+                    source,
+                })?;
         let dialer = Dialer::new(crate::dial::connector(None)?);
         Ok(Gateway {
             listener,

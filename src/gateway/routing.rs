@@ -124,7 +124,10 @@ mod tests {
             ("pool-eu", r(Some("eu"), None)),
             ("session-42", r(None, Some("42"))),
             ("pool-eu-session-42", r(Some("eu"), Some("42"))),
-            ("session-a-b-c-pool-us-east", r(Some("us-east"), Some("a-b-c"))),
+            (
+                "session-a-b-c-pool-us-east",
+                r(Some("us-east"), Some("a-b-c")),
+            ),
             // A value may itself be a key's name when it is the first segment after a key.
             ("session-pool", r(None, Some("pool"))),
         ];
@@ -153,7 +156,10 @@ mod tests {
         assert_eq!(authorize(Some("t"), None), Err(Denied::Token));
         assert_eq!(authorize(Some("t"), Some(("", "u"))), Err(Denied::Token));
         assert_eq!(authorize(Some("t"), Some(("", "tt"))), Err(Denied::Token));
-        assert_eq!(authorize(Some("t"), Some(("", "t"))), Ok(Routing::default()));
+        assert_eq!(
+            authorize(Some("t"), Some(("", "t"))),
+            Ok(Routing::default())
+        );
         assert!(matches!(
             authorize(Some("t"), Some(("bogus-1", "t"))),
             Err(Denied::Username(_))

@@ -101,7 +101,10 @@ pub fn parse_auth(b: &[u8]) -> Parsed<(Vec<u8>, Vec<u8>)> {
     if b.len() < p_end {
         return Ok(None);
     }
-    Ok(Some(((b[2..u_end].to_vec(), b[u_end + 1..p_end].to_vec()), p_end)))
+    Ok(Some((
+        (b[2..u_end].to_vec(), b[u_end + 1..p_end].to_vec()),
+        p_end,
+    )))
 }
 
 /// The destination of a CONNECT request.
@@ -317,11 +320,20 @@ mod tests {
     #[test]
     fn requests_table() {
         let cases: Vec<(&[u8], Parsed<Dest>)> = vec![
-            (&[5, 1, 0, 1, 127, 0, 0, 1, 0, 80], Ok(Some((Dest::new("127.0.0.1", 80), 10)))),
-            (&[5, 1, 0, 3, 3, b'a', b'.', b'b', 1, 187], Ok(Some((Dest::new("a.b", 443), 10)))),
+            (
+                &[5, 1, 0, 1, 127, 0, 0, 1, 0, 80],
+                Ok(Some((Dest::new("127.0.0.1", 80), 10))),
+            ),
+            (
+                &[5, 1, 0, 3, 3, b'a', b'.', b'b', 1, 187],
+                Ok(Some((Dest::new("a.b", 443), 10))),
+            ),
             (&[5, 1, 0, 1, 127, 0], Ok(None)),
             (&[4, 1, 0, 1], Err(ParseError::Version(4))),
-            (&[5, 2, 0, 1, 127, 0, 0, 1, 0, 80], Err(ParseError::Command(2))),
+            (
+                &[5, 2, 0, 1, 127, 0, 0, 1, 0, 80],
+                Err(ParseError::Command(2)),
+            ),
             (&[5, 1, 0, 9, 0, 0], Err(ParseError::AddressType(9))),
             (&[5, 1, 0, 3, 0, 0, 80], Err(ParseError::Domain)),
         ];

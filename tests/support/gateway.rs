@@ -94,7 +94,10 @@ impl Gw {
     }
 
     pub fn events(&self) -> Vec<EventRow> {
-        Store::open(&self.db).unwrap().events(None, 0, 10_000).unwrap()
+        Store::open(&self.db)
+            .unwrap()
+            .events(None, 0, 10_000)
+            .unwrap()
     }
 
     /// Live leases of pool `default`.
@@ -223,7 +226,9 @@ pub async fn connect_tunnel(addr: SocketAddr, port: u16, extra: &str) -> (TcpStr
         assert!(body.is_empty(), "bytes after the CONNECT answer: {body:?}");
         Resp { head, body }
     } else {
-        let n = header(&head, "content-length").and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
+        let n = header(&head, "content-length")
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0);
         while body.len() < n {
             let mut chunk = vec![0u8; n - body.len()];
             match s.read(&mut chunk).await {
