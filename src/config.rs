@@ -813,6 +813,7 @@ mod tests {
         assert!(cfg.pools.contains_key("default"));
         assert!(cfg.pools.values().any(|p| p.mode == Mode::Sniffing));
         assert!(!cfg.endpoints.is_empty());
+        assert_eq!(cfg.gateways.len(), 1);
     }
 
     #[test]
