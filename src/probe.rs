@@ -21,13 +21,12 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{timeout_at, Instant};
 
 use crate::config::{ProbeConfig, StatusSet};
-use crate::dial::{self, BoxIo, Clock, Dest, DialFailure, Dialer, Route};
+use crate::dial::{
+    self, proxy_auth_answer, BoxIo, Clock, Dest, DialFailure, Dialer, Route, USER_AGENT,
+};
 use crate::endpoint::ProxyUrl;
 use crate::health::{Failure, Phase, Reason};
 
-pub use crate::dial::{
-    connect_status_reason, proxy_auth_answer, socks4_reply_reason, socks5_reply_reason, USER_AGENT,
-};
 // protocol.rs still names this path; the lead repoints it at merge.
 pub use crate::retry_after::parse_retry_after;
 

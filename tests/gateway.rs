@@ -87,6 +87,12 @@ async fn all_dead_is_502_with_the_reason_then_503_with_retry_after() {
     );
     let r = roundtrip(gw.addr, &get(d.port(), "/", "")).await;
     assert_eq!(r.status(), 502, "{}", r.head);
+    assert_eq!(r.endpoint(), Some(gw.ids[2]), "the last one tried is named");
+    assert!(
+        r.text().contains("connect_refused at connect"),
+        "{}",
+        r.text()
+    );
     // Now everything cools: the pool is empty and says for how long.
     let r = roundtrip(gw.addr, &get(d.port(), "/", "")).await;
     assert_eq!(r.status(), 503, "{}", r.head);
@@ -272,7 +278,12 @@ async fn socks5_front_reaches_any_upstream_scheme() {
     let d = dest(DestCfg::default()).await;
     for up in [http_upstream().await, socks5(Socks5Cfg::default()).await] {
         for upstream_url in [url("http", up.port()), url("socks5h", up.port())] {
-            let gw = Gw::start(std::slice::from_ref(&upstream_url), |_| {}).await;
+            // An HTTP fake waits forever for a head a SOCKS greeting never ends:
+            // the connect timeout (short here) decides.
+            let gw = Gw::start(std::slice::from_ref(&upstream_url), |g| {
+                g.connect_timeout = Duration::from_secs(1)
+            })
+            .await;
             let (mut s, code) = socks5_connect(gw.addr, None, "127.0.0.1", d.port()).await;
             if code != 0 {
                 // The fake upstream speaks only one protocol: the other URL must fail

@@ -211,6 +211,60 @@ async fn curl_with_fake_upstreams_on_every_front() {
     curl_all_fronts(&gw, &d, &curl, "localhost").await;
 }
 
+/// The endpoint curl's request went through, from the response headers.
+async fn curl_endpoint(curl: &Path, proxy: &str, url: &str) -> String {
+    let args: Vec<String> = [
+        "-sS",
+        "--fail",
+        "-o",
+        "/dev/null",
+        "-D",
+        "-",
+        "--noproxy",
+        "",
+        "-x",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([proxy.to_string(), url.to_string()])
+    .collect();
+    let head = run(curl, args).await.to_ascii_lowercase();
+    head.lines()
+        .find_map(|l| l.strip_prefix("x-proxypool-endpoint: "))
+        .unwrap_or_else(|| panic!("no endpoint header: {head}"))
+        .trim()
+        .to_string()
+}
+
+#[tokio::test]
+async fn curl_rotates_without_session_and_sticks_with_one() {
+    let Some(curl) = need("curl") else { return };
+    let d = Dests::new().await;
+    let ups = [
+        http_proxy(HttpProxyCfg::default()).await,
+        http_proxy(HttpProxyCfg::default()).await,
+        http_proxy(HttpProxyCfg::default()).await,
+    ];
+    let urls: Vec<String> = ups
+        .iter()
+        .map(|u| format!("http://127.0.0.1:{}", u.port()))
+        .collect();
+    let gw = Gw::start(&urls, |_| {}).await;
+    let plain = format!("http://127.0.0.1:{}", gw.addr.port());
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..3 {
+        seen.insert(curl_endpoint(&curl, &plain, &d.http_url()).await);
+        gw.until_no_leases().await;
+    }
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    // A user name without a password: curl sends it, the gateway routes by it.
+    let sticky = format!("http://session-s1@127.0.0.1:{}", gw.addr.port());
+    let first = curl_endpoint(&curl, &sticky, &d.http_url()).await;
+    for _ in 0..3 {
+        assert_eq!(curl_endpoint(&curl, &sticky, &d.http_url()).await, first);
+    }
+}
+
 #[tokio::test]
 async fn python_urllib_through_gateway() {
     let Some(py) = need("python3") else { return };

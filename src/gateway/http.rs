@@ -256,11 +256,13 @@ async fn forward(shared: Arc<Shared>, req: Request<Incoming>, routing: Routing) 
                 info!(endpoint, reason = %f.reason, phase = %f.phase, "gateway request failed");
                 let reason = f.reason;
                 shared.upstream.fail(guard, f, &dest.host).await;
-                return text(
+                let mut resp = text(
                     StatusCode::BAD_GATEWAY,
                     reason.as_str(),
                     &format!("proxypool gateway: upstream {endpoint} failed: {reason}"),
                 );
+                set_endpoint(resp.headers_mut(), endpoint);
+                return resp;
             }
         };
         let status = resp.status().as_u16();
@@ -277,11 +279,13 @@ async fn forward(shared: Arc<Shared>, req: Request<Incoming>, routing: Routing) 
                 resends += 1;
                 continue;
             }
-            return text(
+            let mut resp = text(
                 StatusCode::BAD_GATEWAY,
                 Reason::ProxyAuthRejected.as_str(),
                 &format!("proxypool gateway: upstream {endpoint} refused its credentials"),
             );
+            set_endpoint(resp.headers_mut(), endpoint);
+            return resp;
         }
         let outcome = if cfg.ban_status.contains(&status) {
             let mut f = DialFailure::new(
@@ -423,14 +427,22 @@ fn upstream_error(e: UpstreamError) -> Response<Body> {
             "unknown_pool",
             &format!("proxypool gateway: unknown pool {p:?}"),
         ),
-        UpstreamError::AllFailed { last, tried } => text(
-            StatusCode::BAD_GATEWAY,
-            last.reason.as_str(),
-            &format!(
-                "proxypool gateway: {tried} upstream(s) failed; last: {} at {}",
-                last.reason, last.phase
-            ),
-        ),
+        UpstreamError::AllFailed {
+            last,
+            endpoint,
+            tried,
+        } => {
+            let mut resp = text(
+                StatusCode::BAD_GATEWAY,
+                last.reason.as_str(),
+                &format!(
+                    "proxypool gateway: {tried} upstream(s) failed; last: {} at {}",
+                    last.reason, last.phase
+                ),
+            );
+            set_endpoint(resp.headers_mut(), endpoint);
+            resp
+        }
         UpstreamError::Internal(e) => text(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",

@@ -31,9 +31,13 @@ pub(super) enum UpstreamError {
     /// The client named a pool that does not exist.
     #[error("unknown pool {0:?}")]
     UnknownPool(String),
-    /// Every upstream tried failed; the last failure explains it.
+    /// Every upstream tried failed; the last failure (of `endpoint`) explains it.
     #[error("{tried} upstream(s) tried; the last failed: {last}")]
-    AllFailed { last: DialFailure, tried: usize },
+    AllFailed {
+        last: DialFailure,
+        endpoint: EndpointId,
+        tried: usize,
+    },
     /// The engine or store failed.
     #[error("internal error: {0}")]
     Internal(#[source] EngineError),
@@ -111,7 +115,7 @@ impl Upstream {
         tried: &mut Tried,
     ) -> Result<(LeaseGuard, Dialed), UpstreamError> {
         let budget = self.retries as usize + 1;
-        let mut last: Option<DialFailure> = None;
+        let mut last: Option<(DialFailure, EndpointId)> = None;
         let mut attempts = 0usize;
         // Endpoints granted again after a try: held (so the pool hands out another) until
         // this loop ends, then released.
@@ -135,17 +139,19 @@ impl Upstream {
             {
                 Ok(d) => return Ok((guard, d)),
                 Err(f) => {
-                    info!(endpoint = guard.endpoint(), reason = %f.reason, phase = %f.phase,
+                    let endpoint = guard.endpoint();
+                    info!(endpoint, reason = %f.reason, phase = %f.phase,
                         attempt = attempts, "gateway upstream failed; trying another");
                     self.fail(guard, f.clone(), &dest.host).await;
-                    last = Some(f);
+                    last = Some((f, endpoint));
                 }
             }
         }
         drop(held);
         match last {
-            Some(last) => Err(UpstreamError::AllFailed {
+            Some((last, endpoint)) => Err(UpstreamError::AllFailed {
                 last,
+                endpoint,
                 tried: tried.count(),
             }),
             // Only endpoints already tried came back: the pool has nothing new to offer.
