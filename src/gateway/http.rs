@@ -450,3 +450,54 @@ fn upstream_error(e: UpstreamError) -> Response<Body> {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_stay_on_their_hop() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("connection", "keep-alive, X-Secret-Hop"),
+            ("x-secret-hop", "1"),
+            ("proxy-authorization", "Basic Zm9vOmJhcg=="),
+            ("proxy-connection", "keep-alive"),
+            ("keep-alive", "timeout=5"),
+            ("te", "trailers"),
+            ("host", "example.com"),
+            ("cookie", "a=b"),
+        ] {
+            h.insert(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        strip_hop_by_hop(&mut h);
+        let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        left.sort();
+        assert_eq!(left, ["cookie", "host"]);
+    }
+
+    #[test]
+    fn destinations_from_request_targets() {
+        let u: Uri = "http://Example.com/x".parse().unwrap();
+        assert_eq!(destination(&u, 80), Some(Dest::new("example.com", 80)));
+        let u: Uri = "[::1]:8443".parse().unwrap();
+        assert_eq!(destination(&u, 443), Some(Dest::new("::1", 8443)));
+        let u: Uri = "/relative".parse().unwrap();
+        assert_eq!(destination(&u, 80), None);
+    }
+
+    #[test]
+    fn empty_pool_retry_after_rounds_up_to_whole_seconds() {
+        let r = upstream_error(UpstreamError::Exhausted {
+            pool: "p".into(),
+            retry_after: Some(std::time::Duration::from_millis(1_200)),
+        });
+        assert_eq!(r.status(), 503);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "2");
+        let r = upstream_error(UpstreamError::Exhausted {
+            pool: "p".into(),
+            retry_after: Some(std::time::Duration::ZERO),
+        });
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+    }
+}

@@ -199,3 +199,30 @@ pub(super) async fn give_back(
         warn!(endpoint, error = %e, "gateway could not give its lease back");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::{Phase, Reason};
+
+    #[test]
+    fn failures_keep_reason_phase_status_and_name_the_destination() {
+        let mut f = DialFailure::new(Reason::ProxyRejected, Phase::ProxyHandshake, "403");
+        f.status = Some(403);
+        let Outcome::Failure(out) = failure_outcome(f, "example.com") else {
+            panic!("not a failure");
+        };
+        assert_eq!(
+            (out.reason, out.phase, out.status),
+            (
+                Some(Reason::ProxyRejected),
+                Some(Phase::ProxyHandshake),
+                Some(403)
+            )
+        );
+        assert_eq!(
+            out.detail.as_deref(),
+            Some("gateway, destination example.com: 403")
+        );
+    }
+}
