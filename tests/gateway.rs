@@ -391,6 +391,18 @@ async fn silent_and_half_sent_clients_are_closed_without_delaying_others() {
         .unwrap();
     let mut socks_half = gw.connect().await;
     socks_half.write_all(&[5, 1]).await.unwrap();
+    // A GET whose announced body never comes.
+    let mut no_body = gw.connect().await;
+    no_body
+        .write_all(
+            format!(
+                "GET http://127.0.0.1:{}/ HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n",
+                d.port()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
     // Meanwhile another client is served at once.
     let r = roundtrip(gw.addr, &get(d.port(), "/", "")).await;
     assert_eq!(r.status(), 200);
@@ -404,6 +416,15 @@ async fn silent_and_half_sent_clients_are_closed_without_delaying_others() {
             "{buf:?}"
         );
     }
+    let r = tokio::time::timeout(Duration::from_secs(5), read_response(&mut no_body))
+        .await
+        .expect("a missing body held the connection");
+    assert_eq!(r.map(|r| r.status()), Some(408));
+    assert_eq!(
+        up.seen().len(),
+        1,
+        "only the served client reached an upstream"
+    );
     // Idle keep-alive closes after `idle`.
     let mut s = gw.connect().await;
     s.write_all(&get(d.port(), "/", "")).await.unwrap();

@@ -188,13 +188,22 @@ async fn forward(shared: Arc<Shared>, req: Request<Incoming>, routing: Routing) 
     let mut kept: Option<Bytes> = None;
     let mut once: Option<Incoming> = None;
     if replayable {
-        match Limited::new(body, MAX_REPLAY_BODY).collect().await {
-            Ok(b) => kept = Some(b.to_bytes()),
-            Err(_) => {
+        // A body announced and never sent must not hold the connection open forever.
+        let collect = Limited::new(body, MAX_REPLAY_BODY).collect();
+        match tokio::time::timeout(shared.limits.first_request, collect).await {
+            Ok(Ok(b)) => kept = Some(b.to_bytes()),
+            Ok(Err(_)) => {
                 return text(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     "bad_request",
                     "a GET or HEAD body must be under 64 KiB",
+                )
+            }
+            Err(_) => {
+                return text(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "bad_request",
+                    "the request body did not arrive in time",
                 )
             }
         }
