@@ -1,6 +1,7 @@
 //! Front detection: the first byte a client sends decides the protocol.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -31,6 +32,13 @@ pub fn detect(b: u8) -> Front {
 /// Serve one accepted client connection to its end.
 pub(super) async fn serve(shared: Arc<Shared>, mut stream: TcpStream, slot: Slot) {
     let _ = stream.set_nodelay(true);
+    // A client that vanishes without a FIN (a dead laptop, a dropped NAT entry) would hold
+    // its tunnel and lease forever: keepalive probes find it within a few minutes.
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(60))
+        .with_interval(Duration::from_secs(15))
+        .with_retries(4);
+    let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
     let mut first = [0u8; 1];
     match tokio::time::timeout(shared.limits.first_request, stream.peek(&mut first)).await {
         Ok(Ok(1)) => {}
