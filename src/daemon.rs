@@ -30,6 +30,9 @@ pub enum DaemonError {
     /// Probe configuration.
     #[error(transparent)]
     Probe(#[from] ProbeError),
+    /// A gateway could not start.
+    #[error(transparent)]
+    Gateway(#[from] crate::gateway::GatewayError),
 }
 
 /// How `serve` listens.
@@ -161,6 +164,10 @@ pub async fn serve(
         ),
         None => None,
     };
+    let mut gateways = Vec::new();
+    for g in &config.gateways {
+        gateways.push(crate::gateway::Gateway::bind(g.clone(), engine.clone()).await?);
+    }
     let probers = probers(&config)?;
     let tracker = TaskTracker::new();
     tracker.spawn(engine.clone().run_timer(shutdown.clone().cancelled_owned()));
@@ -203,6 +210,9 @@ pub async fn serve(
     if let Some(l) = tcp {
         info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "listening on TCP (token required)");
         tracker.spawn(server::run_tcp(l, handler.clone(), shutdown.clone()));
+    }
+    for g in gateways {
+        tracker.spawn(g.run(shutdown.clone()));
     }
     info!(socket = %opts.socket.display(), endpoints = engine.endpoint_count(), "serving");
     server::run(listener, handler, shutdown.clone()).await;

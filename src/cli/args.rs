@@ -148,6 +148,10 @@ pub enum Command {
         /// Also listen on TCP (requires PROXYPOOL_TOKEN).
         #[arg(long, value_name = "ADDR")]
         listen_tcp: Option<SocketAddr>,
+        /// Also run a rotating gateway (HTTP proxy + SOCKS5) on ADDR; a non-loopback
+        /// address requires PROXYPOOL_TOKEN, which clients send as the proxy password.
+        #[arg(long, value_name = "ADDR")]
+        gateway: Option<SocketAddr>,
     },
     /// Lease an endpoint from a running daemon and print its URL.
     Lease {

@@ -95,7 +95,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             json,
             concurrency,
         } => probe(&ctx, endpoints, all, pool, json, concurrency).await,
-        Command::Serve { listen_tcp } => serve(&ctx, listen_tcp).await,
+        Command::Serve {
+            listen_tcp,
+            gateway,
+        } => serve(&ctx, listen_tcp, gateway).await,
         Command::Lease {
             pool,
             ttl,

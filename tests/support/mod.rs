@@ -17,6 +17,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
+pub mod gateway;
+pub mod real;
+
 /// Aborts the server task on drop.
 pub struct Task(JoinHandle<()>);
 
