@@ -4,7 +4,7 @@ mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -14,6 +14,7 @@ use common::fakes::{
     self, base64, fake_runtime, http_proxy, proxy_requests, scripted, Act, DestCfg, Fake,
     HttpProxyCfg,
 };
+use common::tools::free_port;
 use serde_json::{json, Value};
 
 // ---------------------------------------------------------------------------------------
@@ -857,10 +858,7 @@ fn listen_tcp_requires_a_token_and_checks_it() {
     assert!(o.stderr.contains("PROXYPOOL_TOKEN"), "{}", o.stderr);
     assert!(!h.socket.exists());
 
-    let port = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let d = h.serve_with(
         &["--listen-tcp", &addr],
@@ -1083,10 +1081,7 @@ fn static_mode_prober_recovers_through_a_real_proxy_and_leases_are_never_trials(
     let pport = proxy.port();
     let silent_fake = rt.block_on(scripted(vec![Act::Hang]));
     let silent = silent_fake.port();
-    let closed = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let closed = free_port();
     let cfg = format!(
         r#"
 [[pool]]
