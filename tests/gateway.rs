@@ -1,14 +1,14 @@
 //! The rotating gateway against hand-written fakes: retries, errors, reports, sessions,
 //! rotation, authentication on every front path, limits and hostile clients.
 
-mod support;
+mod common;
 
 use std::time::Duration;
 
+use common::fakes::*;
+use common::gateway::*;
 use proxypool::gateway::Limits;
 use proxypool::health::{Phase, Reason, State};
-use support::gateway::*;
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn http_upstream() -> Fake {

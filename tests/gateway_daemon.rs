@@ -1,14 +1,13 @@
 //! `proxypool serve --gateway` and `[[gateway]]` end to end: refusal to start without a
 //! token off loopback (exit 2), traffic through the daemon's gateway, orderly shutdown.
 
-mod support;
-mod support_daemon;
+mod common;
 
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use support::{dest, http_proxy, DestCfg, HttpProxyCfg};
-use support_daemon::*;
+use common::daemon::*;
+use common::fakes::{self, dest, http_proxy, DestCfg, HttpProxyCfg};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -55,7 +54,7 @@ async fn serve_runs_the_gateway_and_stops_it() {
     let resp = tokio::task::spawn_blocking(move || {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let auth = support::base64(format!(":{token}").as_bytes());
+        let auth = fakes::base64(format!(":{token}").as_bytes());
         write!(
             s,
             "GET http://127.0.0.1:{dport}/ HTTP/1.1\r\nHost: x\r\nProxy-Authorization: Basic {auth}\r\nConnection: close\r\n\r\n"

@@ -2,16 +2,17 @@
 //! Chromium as clients; tinyproxy, microsocks and dante as upstreams. A missing program
 //! skips its test locally (with a note) and fails it when `CI` is set.
 
-mod support;
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::fakes::*;
+use common::gateway::Gw;
+use common::tools;
+use common::upstreams::{dante, microsocks, tinyproxy};
 use proxypool::health::State;
-use support::gateway::Gw;
-use support::real::{dante, microsocks, need, tinyproxy};
-use support::*;
 use tempfile::TempDir;
 
 const PAGE: &str =
@@ -113,7 +114,9 @@ async fn curl_all_fronts(gw: &Gw, d: &Dests, curl: &Path, host: &str) {
 
 #[tokio::test]
 async fn curl_through_gateway_to_tinyproxy() {
-    let Some(curl) = need("curl") else { return };
+    let Some(curl) = tools::need("curl", "apt-get install -y curl") else {
+        return;
+    };
     let d = Dests::new().await;
     let Some(tp) = tinyproxy(&[d.https.port(), d.http.port()]).await else {
         return;
@@ -156,7 +159,9 @@ async fn curl_through_gateway_to_tinyproxy() {
 
 #[tokio::test]
 async fn curl_through_gateway_to_microsocks_and_dante() {
-    let Some(curl) = need("curl") else { return };
+    let Some(curl) = tools::need("curl", "apt-get install -y curl") else {
+        return;
+    };
     let d = Dests::new().await;
     let Some(ms) = microsocks().await else { return };
     let gw = Gw::start(
@@ -204,7 +209,9 @@ async fn curl_through_gateway_to_microsocks_and_dante() {
 
 #[tokio::test]
 async fn curl_with_fake_upstreams_on_every_front() {
-    let Some(curl) = need("curl") else { return };
+    let Some(curl) = tools::need("curl", "apt-get install -y curl") else {
+        return;
+    };
     let d = Dests::new().await;
     let up = http_proxy(HttpProxyCfg::default()).await;
     let gw = Gw::start(&[format!("http://127.0.0.1:{}", up.port())], |_| {}).await;
@@ -238,7 +245,9 @@ async fn curl_endpoint(curl: &Path, proxy: &str, url: &str) -> String {
 
 #[tokio::test]
 async fn curl_rotates_without_session_and_sticks_with_one() {
-    let Some(curl) = need("curl") else { return };
+    let Some(curl) = tools::need("curl", "apt-get install -y curl") else {
+        return;
+    };
     let d = Dests::new().await;
     let ups = [
         http_proxy(HttpProxyCfg::default()).await,
@@ -267,7 +276,9 @@ async fn curl_rotates_without_session_and_sticks_with_one() {
 
 #[tokio::test]
 async fn python_urllib_through_gateway() {
-    let Some(py) = need("python3") else { return };
+    let Some(py) = tools::need("python3", "apt-get install -y python3") else {
+        return;
+    };
     let d = Dests::new().await;
     let up = socks5(Socks5Cfg::default()).await;
     let gw = Gw::start(&[format!("socks5h://127.0.0.1:{}", up.port())], |g| {
@@ -305,7 +316,7 @@ for u in urls:
 
 #[tokio::test]
 async fn headless_chromium_loads_pages_through_gateway() {
-    let Some(chromium) = need("chromium") else {
+    let Some(chromium) = tools::need("chromium", "apt-get install -y chromium") else {
         return;
     };
     let d = Dests::new().await;

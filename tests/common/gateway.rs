@@ -17,7 +17,7 @@ use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{header, read_head};
+use super::fakes::{header, read_head};
 
 /// A gateway serving the pools `default` and `other` from a temp database.
 pub struct Gw {
@@ -202,7 +202,7 @@ pub async fn roundtrip(addr: SocketAddr, raw: &[u8]) -> Resp {
 pub fn proxy_auth(user: &str, pass: &str) -> String {
     format!(
         "Proxy-Authorization: Basic {}\r\n",
-        super::base64(format!("{user}:{pass}").as_bytes())
+        super::fakes::base64(format!("{user}:{pass}").as_bytes())
     )
 }
 
