@@ -245,7 +245,8 @@ impl From<StoreError> for CliError {
             StoreError::Duplicate { .. }
             | StoreError::DuplicateInBatch { .. }
             | StoreError::NotFound(_)
-            | StoreError::Ambiguous { .. } => CliError::usage(e.to_string()),
+            | StoreError::Ambiguous { .. }
+            | StoreError::HardLinked { .. } => CliError::usage(e.to_string()),
             _ => CliError::failed(e.to_string()),
         }
     }
@@ -319,8 +320,7 @@ impl Context {
     }
 
     fn open_store(&self) -> Result<Store, CliError> {
-        Store::open_with(&self.db, self.config.durability)
-            .map_err(|e| CliError::failed(e.to_string()))
+        Ok(Store::open_with(&self.db, self.config.durability)?)
     }
 
     /// Resolve every `ID|URL` argument before anything changes, so that one bad argument
@@ -945,6 +945,10 @@ async fn serve(ctx: &Context, listen_tcp: Option<SocketAddr>) -> Result<(), CliE
             "--listen-tcp needs a token: set PROXYPOOL_TOKEN (clients send it as \"token\")",
         ));
     }
+    if let (Some(_), Some(t)) = (listen_tcp, &token) {
+        crate::token::validate(t).map_err(|e| CliError::usage(e.to_string()))?;
+    }
+    crate::socket_file::check(&ctx.socket).map_err(|e| CliError::usage(e.to_string()))?;
     // Own the database before reading it: a second daemon is refused, and CLI commands
     // writing right now finish first (their writes are then in what we load).
     let socket = std::path::absolute(&ctx.socket).unwrap_or_else(|_| ctx.socket.clone());

@@ -49,16 +49,44 @@ pub enum Owner {
     Free(Held),
 }
 
-/// `<db>.lock`.
+/// `<db>.lock`, where `<db>` is the file the path leads to: a symlink or a path through
+/// a symlinked folder finds the same lock as the real path, so one database never gets two
+/// daemons. (A second hard link would not; `store` refuses those.)
 pub fn lock_path(db: &Path) -> PathBuf {
-    let mut s = db.as_os_str().to_owned();
+    let mut s = real_path(db).into_os_string();
     s.push(".lock");
     PathBuf::from(s)
 }
 
+/// The path of the file `db` leads to, also when it does not exist yet: symlinks are
+/// followed (SQLite follows them too and would create the target), the folder is
+/// canonicalized when it exists.
+pub fn real_path(db: &Path) -> PathBuf {
+    let mut p = std::path::absolute(db).unwrap_or_else(|_| db.to_path_buf());
+    // A bounded walk: a symlink loop ends here and SQLite reports the error itself.
+    for _ in 0..40 {
+        match std::fs::read_link(&p) {
+            Ok(target) => {
+                p = match p.parent() {
+                    Some(dir) => dir.join(target),
+                    None => target,
+                };
+            }
+            Err(_) => break,
+        }
+    }
+    match (p.parent(), p.file_name()) {
+        (Some(dir), Some(name)) => match std::fs::canonicalize(dir) {
+            Ok(dir) => dir.join(name),
+            Err(_) => p,
+        },
+        _ => p,
+    }
+}
+
 /// Hold `<db>.migrate` exclusively while the schema is brought up to date.
 pub fn migration(db: &Path) -> Result<Held, LockError> {
-    let mut s = db.as_os_str().to_owned();
+    let mut s = real_path(db).into_os_string();
     s.push(".migrate");
     let path = PathBuf::from(s);
     let f = open_file(&path)?;
@@ -92,14 +120,22 @@ fn open_file(path: &Path) -> Result<File, LockError> {
             .create(dir)
             .map_err(io)?;
     }
-    OpenOptions::new()
+    let f = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .mode(0o600)
         .open(path)
-        .map_err(io)
+        .map_err(io)?;
+    // A lock file left by an older version or another umask: it names our socket and is
+    // documented as the owner's only.
+    use std::os::unix::fs::PermissionsExt;
+    if f.metadata().map_err(io)?.permissions().mode() & 0o077 != 0 {
+        // Best effort: a file of another user's cannot be changed, and still locks.
+        let _ = f.set_permissions(std::fs::Permissions::from_mode(0o600));
+    }
+    Ok(f)
 }
 
 fn try_flock(f: &File, op: libc::c_int) -> std::io::Result<bool> {

@@ -203,7 +203,7 @@ pub struct Out {
 }
 
 impl Out {
-    fn from(o: Output, args: &[&str]) -> Out {
+    pub fn from(o: Output, args: &[&str]) -> Out {
         let out = Out {
             code: o.status.code(),
             stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
