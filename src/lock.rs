@@ -251,6 +251,47 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_symlink_finds_the_lock_of_the_file_it_leads_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.db");
+        let link = dir.path().join("link.db");
+        // Dangling at first: SQLite would create the target, so the target's lock counts.
+        std::os::unix::fs::symlink("real.db", &link).unwrap();
+        assert_eq!(lock_path(&link), lock_path(&real));
+        std::fs::write(&real, b"").unwrap();
+        assert_eq!(lock_path(&link), lock_path(&real));
+        // Through a symlinked folder and a relative path, too.
+        let sub = dir.path().join("sub");
+        std::os::unix::fs::symlink(dir.path(), &sub).unwrap();
+        assert_eq!(lock_path(&sub.join("real.db")), lock_path(&real));
+        let held = daemon_lock(&real, Duration::ZERO).unwrap();
+        publish(&held, Path::new("/run/r.sock")).unwrap();
+        assert!(matches!(
+            daemon_lock(&link, Duration::ZERO),
+            Err(LockError::Busy { .. })
+        ));
+        match owner(&sub.join("link.db")).unwrap() {
+            Owner::Daemon(s) => assert_eq!(s, PathBuf::from("/run/r.sock")),
+            Owner::Free(_) => panic!("daemon not found through the symlinks"),
+        }
+    }
+
+    #[test]
+    fn an_existing_lock_file_is_made_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("a.db");
+        std::fs::write(lock_path(&db), b"").unwrap();
+        std::fs::set_permissions(lock_path(&db), std::fs::Permissions::from_mode(0o644)).unwrap();
+        drop(owner(&db).unwrap());
+        let mode = std::fs::metadata(lock_path(&db))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
     fn daemon_excludes_daemon_and_cli_finds_its_socket() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("a.db");

@@ -75,18 +75,16 @@ fn mask_all(text: &str, secrets: &[String]) -> String {
     out
 }
 
-/// Every `://user:pass@` in `text` becomes `://user:***@`. A URL ends at white space or
-/// a quote; its userinfo ends at its last `@`, since raw passwords may hold `@` or `/`
-/// (masking too much is the safe mistake).
+/// Every `://user:pass@` in `text` becomes `://user:***@`. A URL ends at white space
+/// (not at a quote: user names may hold one); its userinfo ends at its last `@`, since raw
+/// passwords may hold `@` or `/` (masking too much is the safe mistake).
 pub fn redact_urls(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(pos) = rest.find("://") {
         let (head, tail) = rest.split_at(pos + 3);
         out.push_str(head);
-        let end = tail
-            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>' | '`'))
-            .unwrap_or(tail.len());
+        let end = tail.find(char::is_whitespace).unwrap_or(tail.len());
         // Stop at the next URL, so one URL's userinfo never swallows the next one.
         let end = tail[..end].find("://").unwrap_or(end);
         let (url, after) = tail.split_at(end);
