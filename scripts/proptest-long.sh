@@ -2,7 +2,7 @@
 # Long property run: every property of tests/proptest_parsers.rs with 1,000,000 cases
 # (override with PROPTEST_CASES), one property at a time, timing each.
 #
-#   scripts/proptest-long.sh                 # optimized build (recommended: ~10x faster)
+#   scripts/proptest-long.sh                 # optimized build (recommended: much faster)
 #   PROFILE=debug scripts/proptest-long.sh   # reuse the debug build
 #   scripts/proptest-long.sh parse_line      # only properties whose name contains this
 #
