@@ -215,7 +215,7 @@ impl SourceConfig {
         match &self.kind {
             SourceKind::File(p) => format!("file:{}", p.display()),
             SourceKind::Url(u) => format!("url:{}", crate::endpoint::redact_raw(u)),
-            SourceKind::Command(c) => format!("command:{}", c.join(" ")),
+            SourceKind::Command(c) => format!("command:{}", crate::redact::redact_argv(c)),
         }
     }
 }
@@ -609,6 +609,13 @@ impl Config {
                     pr.max_body = m;
                 }
                 if let Some(i) = p.interval {
+                    // Sub-second periodic probes would hammer every proxy (and the store).
+                    if !i.is_zero() && i < Duration::from_secs(1) {
+                        return Err(invalid(
+                            format!("{key}.probe.interval"),
+                            "must be at least 1s (or \"0s\" for no periodic probes)".into(),
+                        ));
+                    }
                     pr.interval = i;
                 }
                 if let Some(c) = p.concurrency {

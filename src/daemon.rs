@@ -219,7 +219,7 @@ pub async fn serve(
     tracker.close();
     tracker.wait().await;
     engine.flush().await?;
-    let _ = std::fs::remove_file(&opts.socket);
+    crate::socket_file::remove_own(&opts.socket);
     info!("stopped");
     Ok(())
 }

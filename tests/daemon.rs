@@ -862,7 +862,7 @@ fn listen_tcp_requires_a_token_and_checks_it() {
     let addr = format!("127.0.0.1:{port}");
     let d = h.serve_with(
         &["--listen-tcp", &addr],
-        &[("PROXYPOOL_TOKEN", "t0ken-xyz")],
+        &[("PROXYPOOL_TOKEN", "t0ken-xyz-0123456789")],
     );
     h.add(&["http://10.2.0.1:3128"]);
     let s = TcpStream::connect(&addr).expect("TCP listener up with the socket");
@@ -880,16 +880,16 @@ fn listen_tcp_requires_a_token_and_checks_it() {
     err_code(&resp);
     let resp = req(json!({"op": "lease", "token": "wrong"}));
     assert_eq!(resp["ok"], json!(false), "wrong token: {resp}");
-    let resp = req(json!({"op": "ping", "token": "t0ken-xyz", "id": 1}));
+    let resp = req(json!({"op": "ping", "token": "t0ken-xyz-0123456789", "id": 1}));
     assert_eq!(resp["ok"], json!(true), "{resp}");
     assert_eq!(resp["id"], json!(1));
-    let resp = req(json!({"op": "lease", "token": "t0ken-xyz"}));
+    let resp = req(json!({"op": "lease", "token": "t0ken-xyz-0123456789"}));
     assert_eq!(resp["ok"], json!(true), "{resp}");
     assert_eq!(resp["proxy"], json!("http://10.2.0.1:3128"));
     // `import` reads a file of the daemon's: never for remote clients.
     let secret_file = h.dir.path().join("not-for-you.txt");
     std::fs::write(&secret_file, "root:x:0:0:root:/root:/bin/bash\n").unwrap();
-    let resp = req(json!({"op": "import", "token": "t0ken-xyz", "path": secret_file}));
+    let resp = req(json!({"op": "import", "token": "t0ken-xyz-0123456789", "path": secret_file}));
     assert_eq!(resp["ok"], json!(false), "{resp}");
     assert!(!resp.to_string().contains("root:x"), "{resp}");
     // Locally it only takes private files of this user, and never echoes their text.
@@ -1259,7 +1259,7 @@ fn periodic_checks_probe_available_endpoints_every_interval() {
     let pport = proxy.port();
     let cfg = format!(
         "[[pool]]\nname = \"default\"\nmode = \"static\"\n[pool.probe]\n\
-         url = \"http://127.0.0.1:{dest}/\"\ntimeout = \"2s\"\ninterval = \"400ms\"\n"
+         url = \"http://127.0.0.1:{dest}/\"\ntimeout = \"2s\"\ninterval = \"1s\"\n"
     );
     let h = Home::new(Some(&cfg));
     let _d = h.serve();

@@ -45,7 +45,8 @@ impl From<StoreError> for CliError {
             StoreError::Duplicate { .. }
             | StoreError::DuplicateInBatch { .. }
             | StoreError::NotFound(_)
-            | StoreError::Ambiguous { .. } => CliError::usage(e.to_string()),
+            | StoreError::Ambiguous { .. }
+            | StoreError::HardLinked { .. } => CliError::usage(e.to_string()),
             _ => CliError::failed(e.to_string()),
         }
     }

@@ -24,6 +24,10 @@ pub(super) async fn serve(
             "--listen-tcp needs a token: set PROXYPOOL_TOKEN (clients send it as \"token\")",
         ));
     }
+    if let (Some(_), Some(t)) = (listen_tcp, &token) {
+        crate::token::validate(t).map_err(|e| CliError::usage(e.to_string()))?;
+    }
+    crate::socket_file::check(&ctx.socket).map_err(|e| CliError::usage(e.to_string()))?;
     let mut config = ctx.config.clone();
     if let Some(addr) = gateway {
         let mut g = crate::config::GatewayConfig::new(addr);

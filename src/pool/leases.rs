@@ -273,7 +273,10 @@ impl Pools {
         let lease = Some(self.lease_name(lid));
         let (input, detail, reason, phase) = match outcome {
             Outcome::Success => (Input::Success { trial: l.trial }, None, None, None),
-            Outcome::Failure(f) => {
+            Outcome::Failure(mut f) => {
+                // Scrapers paste exception texts holding the proxy URL: never store them raw.
+                let known = [e.url.password.as_deref().unwrap_or_default()];
+                f.detail = f.detail.map(|d| crate::redact::redact_text(&d, &known));
                 let (d, r, ph) = (f.detail.clone(), f.reason, f.phase);
                 (
                     Input::Failure {

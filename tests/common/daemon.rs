@@ -259,7 +259,7 @@ pub struct Out {
 }
 
 impl Out {
-    fn from(o: Output, args: &[&str]) -> Out {
+    pub fn from(o: Output, args: &[&str]) -> Out {
         let out = Out {
             code: o.status.code(),
             stdout: text(&o.stdout),
