@@ -22,6 +22,7 @@ pub mod probe;
 pub mod probe_report;
 pub mod probe_run;
 pub mod protocol;
+pub mod reload;
 pub mod retry_after;
 pub mod server;
 pub mod sources;

@@ -59,6 +59,9 @@ pub(super) async fn probe(
         };
         let probers =
             probe_run::probers(&ctx.config).map_err(|e| CliError::usage(e.to_string()))?;
+        let every_pool = targets.is_empty() && pool.is_none();
+        let ids = probe_run::probe_targets(&engine, &probers, ids, every_pool)
+            .map_err(CliError::usage)?;
         let bar = if std::io::stderr().is_terminal() && !json_out {
             let b = ProgressBar::new(ids.len() as u64);
             b.set_style(
