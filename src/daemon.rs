@@ -200,6 +200,9 @@ pub async fn serve(
     opts: ServeOptions,
     shutdown: CancellationToken,
 ) -> Result<(), DaemonError> {
+    // Listening before anything slow (the startup sniff) happens: a SIGHUP's default
+    // action would end the process.
+    let hup = opts.reload_from.as_ref().map(|_| Reloader::listen());
     let listener = server::bind_unix(&opts.socket).await?;
     if let Some(held) = &opts.lock {
         crate::lock::publish(held, &opts.socket).map_err(|source| ServerError::Bind {
@@ -246,9 +249,9 @@ pub async fn serve(
         Handler::new(engine.clone(), config.clone(), opts.token.clone())
             .with_probers(probers.clone()),
     );
-    if let Some(path) = opts.reload_from.clone() {
+    if let (Some(path), Some(Some(hup))) = (opts.reload_from.clone(), hup) {
         let reloader = Reloader::new(path, config.clone(), engine.clone(), handler.clone(), tasks);
-        tracker.spawn(reloader.run(shutdown.clone()));
+        tracker.spawn(reloader.run(hup, shutdown.clone()));
     }
     if let Some(l) = tcp {
         info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "listening on TCP (token required)");

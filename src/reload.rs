@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -57,16 +58,20 @@ impl Reloader {
         }
     }
 
-    /// Reload on every SIGHUP until `shutdown`.
-    pub(crate) async fn run(mut self, shutdown: CancellationToken) {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut hup = match signal(SignalKind::hangup()) {
-            Ok(s) => s,
+    /// Start receiving SIGHUP (buffered until `run` reads it); None when the signal
+    /// cannot be handled, which is logged.
+    pub(crate) fn listen() -> Option<Signal> {
+        match signal(SignalKind::hangup()) {
+            Ok(s) => Some(s),
             Err(e) => {
                 warn!(error = %e, "cannot listen for SIGHUP; config reload is off");
-                return;
+                None
             }
-        };
+        }
+    }
+
+    /// Reload on every SIGHUP until `shutdown`.
+    pub(crate) async fn run(mut self, mut hup: Signal, shutdown: CancellationToken) {
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,

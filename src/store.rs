@@ -13,6 +13,8 @@ use crate::endpoint::{EndpointId, ProxyUrl, Scheme};
 use crate::event_kind::EventKind;
 use crate::health::{Phase, Reason, State};
 
+mod edit;
+
 static MIGRATIONS_DIR: Dir = include_dir!("$CARGO_MANIFEST_DIR/migrations");
 static MIGRATIONS: LazyLock<Migrations<'static>> =
     LazyLock::new(|| Migrations::from_directory(&MIGRATIONS_DIR).expect("migrations/ is valid"));
@@ -529,77 +531,6 @@ impl Store {
         }
     }
 
-    /// Replace an endpoint's URL and/or label, keeping its id, state and history, with an
-    /// `edited` event (passwords redacted). `label: Some(None)` clears the label. The new
-    /// URL may not take the identity of another endpoint of the pool.
-    pub fn edit_endpoint(
-        &mut self,
-        id: EndpointId,
-        url: Option<&ProxyUrl>,
-        label: Option<Option<String>>,
-    ) -> Result<EndpointRow, StoreError> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let old = {
-            let sql = format!("SELECT {ENDPOINT_COLS} FROM endpoints WHERE id=?1");
-            let mut st = tx.prepare_cached(&sql)?;
-            st.query_row([id], read_endpoint)
-                .optional()?
-                .transpose()?
-                .ok_or_else(|| StoreError::NotFound(format!("with id {id}")))?
-        };
-        let new_url = url.cloned().unwrap_or_else(|| old.url.clone());
-        let new_label = label.unwrap_or_else(|| old.label.clone());
-        let clash: Option<i64> = tx
-            .query_row(
-                "SELECT id FROM endpoints WHERE pool=?1 AND scheme=?2 AND host=?3 AND port=?4 AND user=?5 AND id<>?6",
-                params![
-                    old.pool,
-                    new_url.scheme.as_str(),
-                    new_url.host,
-                    new_url.port,
-                    new_url.user_key(),
-                    id
-                ],
-                |r| r.get(0),
-            )
-            .optional()?;
-        if let Some(other) = clash {
-            return Err(StoreError::Duplicate {
-                url: new_url.to_redacted_string(),
-                pool: old.pool.clone(),
-                id: other,
-            });
-        }
-        tx.execute(
-            "UPDATE endpoints SET scheme=?2, host=?3, port=?4, user=?5, password=?6, label=?7 WHERE id=?1",
-            params![
-                id,
-                new_url.scheme.as_str(),
-                new_url.host,
-                new_url.port,
-                new_url.user_key(),
-                new_url.password,
-                new_label
-            ],
-        )?;
-        insert_event(
-            &tx,
-            &NewEvent {
-                endpoint: Some(id),
-                detail: Some(edit_detail(&old, &new_url, new_label.as_deref())),
-                ..NewEvent::new(EventKind::Edited)
-            },
-        )?;
-        tx.commit()?;
-        Ok(EndpointRow {
-            url: new_url,
-            label: new_label,
-            ..old
-        })
-    }
-
     /// Endpoints filtered by pool and state, by id.
     pub fn list(
         &self,
@@ -847,31 +778,6 @@ fn insert_new(
         },
     )?;
     Ok(id)
-}
-
-/// What an edit changed, for its event: never a password.
-fn edit_detail(old: &EndpointRow, url: &ProxyUrl, label: Option<&str>) -> String {
-    let mut parts = Vec::new();
-    let (was, now) = (old.url.to_redacted_string(), url.to_redacted_string());
-    if was != now {
-        parts.push(format!("url {was} -> {now}"));
-    }
-    if old.url.password != url.password {
-        parts.push("password changed".to_string());
-    }
-    if old.label.as_deref() != label {
-        let show = |l: Option<&str>| l.map(|l| format!("{l:?}")).unwrap_or("none".into());
-        parts.push(format!(
-            "label {} -> {}",
-            show(old.label.as_deref()),
-            show(label)
-        ));
-    }
-    if parts.is_empty() {
-        "nothing changed".to_string()
-    } else {
-        parts.join("; ")
-    }
 }
 
 fn remove_rows(tx: &Connection, ids: &[EndpointId]) -> Result<(), StoreError> {

@@ -440,3 +440,43 @@ fn sighup_reloads_pool_policies_and_new_pools_and_refuses_bad_changes() {
     cool(&d, id);
     assert_eq!(h.listed(id)["cooldown_ms"], json!(30_000));
 }
+
+#[test]
+fn the_systemd_unit_passes_systemd_analyze_verify() {
+    let Some(analyze) = ["/usr/bin/systemd-analyze", "/bin/systemd-analyze"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+    else {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| !v.is_empty()),
+            "systemd-analyze is not installed but CI is set (apt-get install systemd)"
+        );
+        eprintln!("note: systemd-analyze not installed, skipping the unit check");
+        return;
+    };
+    // The unit as shipped, with the binary path pointed at this build.
+    let unit = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/proxypool.service"),
+    )
+    .unwrap();
+    for key in [
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "StateDirectory=proxypool",
+        "RuntimeDirectory=proxypool",
+        "ExecReload=/bin/kill -HUP $MAINPID",
+    ] {
+        assert!(unit.contains(key), "unit lacks {key}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("proxypool.service");
+    std::fs::write(&path, unit.replace("/usr/local/bin/proxypool", BIN)).unwrap();
+    let out = std::process::Command::new(analyze)
+        .args(["verify", "--man=no"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "systemd-analyze verify: {err}");
+    assert!(!err.contains("Unknown key"), "{err}");
+}
