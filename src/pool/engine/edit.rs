@@ -1,5 +1,7 @@
 //! `edit`: a new URL or label for an endpoint, keeping its id, state and history.
 
+use tracing::info;
+
 use super::{Engine, EngineError};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::store::EndpointRow;
@@ -18,6 +20,7 @@ impl Engine {
             .call(move |s| s.edit_endpoint(id, url.as_ref(), label))
             .await??;
         self.lock().update_url(id, row.url.clone());
+        info!(endpoint = id, url = %row.url.to_redacted_string(), "endpoint edited");
         Ok(row)
     }
 }
