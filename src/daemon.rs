@@ -16,9 +16,11 @@ use crate::pool::engine::{Engine, EngineError};
 use crate::probe::{ProbeError, Prober};
 use crate::probe_report::ProbeReport;
 use crate::probe_run::{probe_one, probers, run_and_record};
-use crate::reload::Reloader;
 use crate::server::{self, Handler, ServerError};
 use crate::sources;
+use reload::Reloader;
+
+mod reload;
 
 /// Errors starting or running the daemon.
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +53,7 @@ pub struct ServeOptions {
 
 /// The background tasks of each pool (sources, prober), restartable one pool at a time
 /// when a reload changes its config.
-pub(crate) struct PoolTasks {
+pub(super) struct PoolTasks {
     engine: Arc<Engine>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
@@ -70,7 +72,7 @@ impl PoolTasks {
 
     /// (Re)start the tasks of `pool`, stopping the ones it had. `first_sniff`: a pool new
     /// to this daemon sniffs at once; the others keep their startup sniff.
-    pub(crate) fn start(&mut self, pool: &PoolConfig, prober: Option<&Prober>, first_sniff: bool) {
+    pub(super) fn start(&mut self, pool: &PoolConfig, prober: Option<&Prober>, first_sniff: bool) {
         self.stop(&pool.name);
         let token = self.shutdown.child_token();
         if !pool.sources.is_empty() {
@@ -95,7 +97,7 @@ impl PoolTasks {
     }
 
     /// Stop the tasks of a pool. Probes in flight finish and are recorded.
-    pub(crate) fn stop(&mut self, pool: &str) {
+    pub(super) fn stop(&mut self, pool: &str) {
         if let Some(t) = self.running.remove(pool) {
             t.cancel();
         }

@@ -22,7 +22,6 @@ pub mod probe;
 pub mod probe_report;
 pub mod probe_run;
 pub mod protocol;
-pub mod reload;
 pub mod retry_after;
 pub mod server;
 pub mod sources;

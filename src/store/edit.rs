@@ -103,3 +103,79 @@ fn edit_detail(old: &EndpointRow, url: &ProxyUrl, label: Option<&str>) -> String
         parts.join("; ")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::State;
+
+    fn row(url: &str, label: Option<&str>) -> EndpointRow {
+        EndpointRow {
+            id: 1,
+            url: ProxyUrl::parse(url).unwrap(),
+            pool: "default".into(),
+            label: label.map(str::to_string),
+            source: None,
+            state: State::Available,
+            reason: None,
+            phase: None,
+            detail: None,
+            streak: 0,
+            reason_streak: 0,
+            cooldown_ms: None,
+            cooldown_until: None,
+            state_changed_at: String::new(),
+            created_at: String::new(),
+        }
+    }
+
+    #[test]
+    fn edit_detail_says_what_changed_and_never_a_password() {
+        let cases = [
+            (
+                "http://u:old@h:1",
+                None,
+                "http://u:new@h:1",
+                None,
+                "password changed",
+            ),
+            (
+                "http://u:old@h:1",
+                None,
+                "http://u:new@h:2",
+                None,
+                "url http://u:***@h:1 -> http://u:***@h:2; password changed",
+            ),
+            (
+                "http://h:1",
+                Some("a"),
+                "http://h:1",
+                None,
+                "label \"a\" -> none",
+            ),
+            (
+                "http://h:1",
+                None,
+                "http://h:1",
+                Some("b"),
+                "label none -> \"b\"",
+            ),
+            (
+                "socks5://u:p@h:1",
+                None,
+                "socks5://u:p@h:1",
+                None,
+                "nothing changed",
+            ),
+        ];
+        for (old, old_label, new, new_label, want) in cases {
+            let got = edit_detail(
+                &row(old, old_label),
+                &ProxyUrl::parse(new).unwrap(),
+                new_label,
+            );
+            assert_eq!(got, want, "{old} -> {new}");
+            assert!(!got.contains("old") && !got.contains("new"), "{got}");
+        }
+    }
+}

@@ -12,8 +12,8 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use super::PoolTasks;
 use crate::config::{Config, ConfigError};
-use crate::daemon::PoolTasks;
 use crate::pool::engine::{initial_state, Engine, EngineError};
 use crate::pool::ReconfigureError;
 use crate::probe::ProbeError;
@@ -33,7 +33,7 @@ pub enum ReloadError {
 }
 
 /// Owns what a reload replaces.
-pub(crate) struct Reloader {
+pub(super) struct Reloader {
     path: PathBuf,
     current: Arc<Config>,
     engine: Arc<Engine>,
@@ -42,7 +42,7 @@ pub(crate) struct Reloader {
 }
 
 impl Reloader {
-    pub(crate) fn new(
+    pub(super) fn new(
         path: PathBuf,
         current: Arc<Config>,
         engine: Arc<Engine>,
@@ -60,7 +60,7 @@ impl Reloader {
 
     /// Start receiving SIGHUP (buffered until `run` reads it); None when the signal
     /// cannot be handled, which is logged.
-    pub(crate) fn listen() -> Option<Signal> {
+    pub(super) fn listen() -> Option<Signal> {
         match signal(SignalKind::hangup()) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -71,7 +71,7 @@ impl Reloader {
     }
 
     /// Reload on every SIGHUP until `shutdown`.
-    pub(crate) async fn run(mut self, mut hup: Signal, shutdown: CancellationToken) {
+    pub(super) async fn run(mut self, mut hup: Signal, shutdown: CancellationToken) {
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
