@@ -289,7 +289,8 @@ fn an_operator_probe_that_succeeds_ends_a_cooldown_and_one_that_fails_does_not_e
     let good = spawn_answering_proxy();
     let dead = closed_port();
     let cfg = "[[pool]]\nname = \"default\"\n[pool.probe]\nurl = \"http://127.0.0.1:9/\"\n\
-               expect_body = \"hello\"\ntimeout = \"2s\"\n[pool.cooldown]\nbase = \"1h\"\nmax = \"1h\"\n";
+               expect_body = \"hello\"\ntimeout = \"2s\"\n[pool.cooldown]\nbase = \"1h\"\nmax = \"1h\"\n\
+               [[pool]]\nname = \"bare\"\n";
     let h = Home::new(Some(cfg));
     let d = h.serve();
     let a = h.add(&[&format!("http://127.0.0.1:{good}")])[0];
@@ -319,6 +320,20 @@ fn an_operator_probe_that_succeeds_ends_a_cooldown_and_one_that_fails_does_not_e
     // A disabled endpoint stays disabled whatever the probe says.
     h.ok(&["probe", &a.to_string()]);
     assert_eq!(h.listed(a)["state"], json!("disabled"));
+    // A sweep of every pool passes over the pool without a target, and says so.
+    let bare: i64 = h
+        .ok(&["add", "--pool", "bare", "http://10.9.0.1:3128"])
+        .trim()
+        .parse()
+        .unwrap();
+    let o = h.run(&["probe", "--all", "--json"]);
+    assert_eq!(o.code, Some(1), "b still fails: {o:?}");
+    assert!(o.stderr.contains("never probed: bare"), "{}", o.stderr);
+    assert!(
+        !o.stdout.contains(&format!("\"id\":{bare},")),
+        "{}",
+        o.stdout
+    );
 }
 
 #[test]
@@ -520,4 +535,34 @@ fn the_systemd_unit_passes_systemd_analyze_verify() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "systemd-analyze verify: {err}");
     assert!(!err.contains("Unknown key"), "{err}");
+}
+
+#[test]
+fn sighup_applies_new_probe_settings_to_the_running_prober() {
+    let proxy = spawn_answering_proxy();
+    let cfg = |body: &str| {
+        format!(
+            "[[pool]]\nname = \"default\"\nmode = \"static\"\n[pool.probe]\n\
+             url = \"http://127.0.0.1:9/\"\nexpect_body = \"{body}\"\ntimeout = \"2s\"\n\
+             interval = \"0s\"\n[pool.cooldown]\nbase = \"300ms\"\nfactor = 1.0\n\
+             max = \"300ms\"\njitter = 0.0\n"
+        )
+    };
+    let h = Home::new(Some(&cfg("not on the page")));
+    let path = h.config.clone().unwrap();
+    let d = h.serve();
+    let id = h.add(&[&format!("http://127.0.0.1:{proxy}")])[0];
+    // The prober's trials fail on the body the old settings expect.
+    eventually("a body_mismatch", &d, || {
+        h.events()
+            .iter()
+            .any(|e| e["kind"] == json!("probe_failure") && e["reason"] == json!("body_mismatch"))
+    });
+    assert_ne!(h.listed(id)["state"], json!("available"));
+    std::fs::write(&path, cfg("hello")).unwrap();
+    send_hup(&d);
+    eventually("recovery under the new settings", &d, || {
+        h.listed(id)["state"] == json!("available")
+    });
+    assert!(d.log_text().contains("config reloaded"), "{}", d.log_text());
 }
