@@ -206,18 +206,6 @@ pub enum Command {
         /// Lease id.
         lease: String,
     },
-    /// Print a shell completion script.
-    Completions {
-        /// Shell.
-        #[arg(value_enum)]
-        shell: ShellArg,
-    },
-    /// Print the man page (roff) generated from this command line.
-    Man {
-        /// Instead write proxypool.1 and one proxypool-COMMAND.1 per command into DIR.
-        #[arg(long, value_name = "DIR")]
-        out_dir: Option<PathBuf>,
-    },
     /// The event log, oldest first.
     Events {
         /// Only this endpoint.
@@ -250,6 +238,18 @@ pub enum Command {
         /// JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Print a shell completion script.
+    Completions {
+        /// Shell.
+        #[arg(value_enum)]
+        shell: ShellArg,
+    },
+    /// Print the man page (roff) generated from this command line.
+    Man {
+        /// Instead write proxypool.1 and one proxypool-COMMAND.1 per command into DIR.
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
     },
 }
 
