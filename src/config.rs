@@ -141,8 +141,8 @@ impl fmt::Display for StatusSet {
 /// What a probe fetches and how it judges the answer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProbeConfig {
-    /// Destination URL (http or https).
-    pub url: String,
+    /// Destination URL (http or https); none = never probed.
+    pub url: Option<String>,
     /// HTTP method.
     pub method: String,
     /// Accepted statuses.
@@ -166,7 +166,7 @@ pub struct ProbeConfig {
 impl Default for ProbeConfig {
     fn default() -> Self {
         ProbeConfig {
-            url: "https://example.com/".into(),
+            url: None,
             method: "GET".into(),
             expect_status: StatusSet::default(),
             expect_body: None,
@@ -579,7 +579,7 @@ impl Config {
                 let pr = &mut pool.probe;
                 if let Some(u) = p.url {
                     validate_probe_url(&u).map_err(|m| invalid(format!("{key}.probe.url"), m))?;
-                    pr.url = u;
+                    pr.url = Some(u);
                 }
                 if let Some(m) = p.method {
                     if m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()) {
@@ -704,6 +704,18 @@ impl Config {
                 return Err(invalid(
                     format!("{key}.source"),
                     "mode = \"sniffing\" needs at least one [[pool.source]]".into(),
+                ));
+            }
+            // No built-in target: probing a page the user never chose proves nothing
+            // about the destination that matters (SPEC §15).
+            if pool.mode.prober_recovers() && pool.probe.url.is_none() {
+                return Err(invalid(
+                    format!("{key}.probe.url"),
+                    format!(
+                        "pool {:?} is mode = \"{}\": its prober needs a target; set [pool.probe] url \
+                         to a page of the destination that matters",
+                        pool.name, pool.mode
+                    ),
                 ));
             }
             // Stable sort: preferred first, then config order.
@@ -849,6 +861,11 @@ mod tests {
             ),
             ("[[pool]]\nname=\"p\"\n[pool.probe]\nexpect_status = \"299-200\"\n", "expect_status"),
             ("[[pool]]\nname=\"p\"\nmode = \"sniffing\"\n", "pool.p.source"),
+            ("[[pool]]\nname=\"p\"\nmode = \"static\"\n", "pool \"p\" is mode = \"static\""),
+            (
+                "[[pool]]\nname=\"p\"\nmode=\"sniffing\"\n[[pool.source]]\nkind=\"file\"\npath=\"x\"\n",
+                "pool.p.probe.url",
+            ),
             ("[[endpoint]]\nurl = \"socks5://u:pw@h\"\n", "endpoint[0].url"),
             ("[[endpoint]]\nurl = \"socks5://h:1\"\npool = \"zz\"\n", "endpoint[0].pool"),
             ("[[pool]]\nname=\"a\"\n[[pool]]\nname=\"a\"\n", "twice"),

@@ -186,7 +186,11 @@ fn build_tls(ca_file: Option<&PathBuf>) -> Result<Dialer, ProbeError> {
 impl Prober {
     /// Validate the probe config and build the TLS client once.
     pub fn new(cfg: &ProbeConfig) -> Result<Prober, ProbeError> {
-        let target = Target::parse(&cfg.url)?;
+        let url = cfg.url.as_deref().ok_or_else(|| ProbeError::Url {
+            url: String::new(),
+            msg: "no probe url is configured".into(),
+        })?;
+        let target = Target::parse(url)?;
         let method =
             Method::from_bytes(cfg.method.as_bytes()).map_err(|e| ProbeError::Request {
                 what: "method".into(),
@@ -579,7 +583,11 @@ mod tests {
     fn probe_future_is_send() {
         // The daemon spawns probes on the multi-threaded runtime.
         fn is_send<T: Send>(_: &T) {}
-        let prober = Prober::new(&ProbeConfig::default()).unwrap();
+        let prober = Prober::new(&ProbeConfig {
+            url: Some("https://localhost/".into()),
+            ..Default::default()
+        })
+        .unwrap();
         let proxy = ProxyUrl::parse("socks5://u:p@h:1").unwrap();
         let fut = prober.probe(&proxy);
         is_send(&fut);
@@ -588,7 +596,7 @@ mod tests {
     #[test]
     fn bad_ca_file_is_a_config_error() {
         let cfg = ProbeConfig {
-            url: "https://localhost/".into(),
+            url: Some("https://localhost/".into()),
             ca_file: Some("/nonexistent/ca.pem".into()),
             ..Default::default()
         };

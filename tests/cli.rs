@@ -83,7 +83,7 @@ fn add_to_configured_pool_and_unknown_pool() {
     let cfg = e.path("pools.toml");
     std::fs::write(
         &cfg,
-        "[[pool]]\nname = \"resi\"\nmode = \"static\"\n\n[[pool]]\nname = \"dc\"\n",
+        "[[pool]]\nname = \"resi\"\nmode = \"static\"\n[pool.probe]\nurl = \"http://127.0.0.1:9/\"\n\n[[pool]]\nname = \"dc\"\n",
     )
     .unwrap();
     let cfg = cfg.to_str().unwrap();

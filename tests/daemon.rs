@@ -936,6 +936,11 @@ fn cli_lease_prints_url_or_json_and_fails_when_exhausted() {
     assert!(o.stderr.contains("no endpoint available"), "{}", o.stderr);
     let o = h.run(&["lease", "--json"]);
     assert_eq!(o.code, Some(1), "{o:?}");
+    // The error object is printed for scripts, exactly as the socket answered it.
+    let v: Value = serde_json::from_str(o.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {o:?}"));
+    assert_eq!(v["ok"], json!(false), "{v}");
+    assert_eq!(v["error"]["code"], json!("pool_exhausted"), "{v}");
+    assert!(v["error"]["retry_after_ms"].is_null(), "{v}");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ impl Dests {
             format!("http://127.0.0.1:{}/interop", self.http.port())
         };
         ProbeConfig {
-            url,
+            url: Some(url),
             expect_body: Some("interop destination".into()),
             timeout: Duration::from_secs(5),
             ca_file: Some(self.ca_file.clone()),
@@ -148,7 +148,7 @@ async fn tinyproxy_forwarded_401_is_destination_status() {
     })
     .await;
     let cfg = ProbeConfig {
-        url: format!("http://127.0.0.1:{}/", protected.port()),
+        url: Some(format!("http://127.0.0.1:{}/", protected.port())),
         ..dests.cfg(false)
     };
     let proxy = ProxyUrl::parse(&format!("http://alice:s3cret@127.0.0.1:{}", tp.port)).unwrap();
@@ -224,7 +224,7 @@ async fn dante_closed_destination_is_upstream_unreachable() {
     };
     let port = closed_port().await;
     let cfg = ProbeConfig {
-        url: format!("http://127.0.0.1:{port}/"),
+        url: Some(format!("http://127.0.0.1:{port}/")),
         timeout: Duration::from_secs(5),
         ..dests.cfg(false)
     };

@@ -14,7 +14,7 @@ const SECRET: &str = "s3cr3t-pw";
 
 fn cfg(url: impl Into<String>) -> ProbeConfig {
     ProbeConfig {
-        url: url.into(),
+        url: Some(url.into()),
         timeout: Duration::from_millis(1500),
         ..Default::default()
     }

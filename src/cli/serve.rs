@@ -68,6 +68,14 @@ pub(super) async fn serve(
             listen_tcp,
             token,
             lock: Some(held.clone()),
+            // The file this daemon started from; else the default path, where a config
+            // written after the start is picked up by SIGHUP.
+            reload_from: Some(
+                ctx.config
+                    .path
+                    .clone()
+                    .unwrap_or_else(crate::config::default_config_path),
+            ),
         },
         shutdown,
     )
