@@ -2,7 +2,7 @@
 //! probes without a built-in target and operator probes that end a cooldown,
 //! `completions`, `man`, and SIGHUP reloads of `serve`.
 
-mod support_daemon;
+mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -10,7 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support_daemon::*;
+use common::daemon::*;
 
 /// A "proxy" that answers every request with `200` and a body, standing for a working
 /// proxy in front of a working destination; the probe still runs its full transaction.
