@@ -84,6 +84,7 @@ pub(crate) async fn run_and_record(
             Outcome::Failure(f)
         }
     };
+    engine.observe_probe(id, r.ok, r.total);
     let detail = report.status.map(|s| format!("status {s}"));
     report.state = Some(
         engine

@@ -1,10 +1,13 @@
 //! The HTTP listener (SPEC §14) read by the real tools: `promtool check metrics`, a real
 //! Prometheus scraping `/metrics`, and headless Chromium rendering the status page.
 //!
-//! The server runs in-process over a test `StatusSource`. A missing tool skips the test
-//! locally but fails it when `CI` is set.
+//! The server runs in-process over a test `StatusSource` (tests/observability_daemon.rs
+//! runs the real binary). A missing tool skips the test locally but fails it when `CI`
+//! is set.
 
-use std::path::{Path, PathBuf};
+mod support_tools;
+
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -25,24 +28,9 @@ use tokio_util::sync::CancellationToken;
 const INSTALL: &str = "apt-get install -y prometheus chromium";
 const EVIL: &str = "<script>alert(1)</script>";
 
-/// The binary's path, or None (test skipped) when it is missing outside CI. Same rule as
-/// tests/interop.rs.
+/// The tool's path, or None (test skipped) when it is missing outside CI.
 fn need(bin: &str) -> Option<PathBuf> {
-    let dirs = std::env::var("PATH").unwrap_or_default();
-    let found = dirs
-        .split(':')
-        .chain(["/usr/sbin", "/usr/bin", "/usr/local/bin"])
-        .map(|d| Path::new(d).join(bin))
-        .find(|p| p.is_file());
-    if found.is_none() {
-        if std::env::var("CI").is_ok_and(|v| !v.is_empty()) {
-            panic!(
-                "{bin} is not installed but CI is set: the observability tests need it ({INSTALL})"
-            );
-        }
-        eprintln!("note: {bin} not installed, skipping this test ({INSTALL})");
-    }
-    found
+    support_tools::need(bin, INSTALL)
 }
 
 /// Kills the child on drop.
@@ -102,6 +90,7 @@ impl TestSource {
             cooldown_ms: None,
             state_changed_at: fmt_time(self.now),
             created_at: fmt_time(self.now),
+            stats: None,
         };
         vec![
             v(1, "default", "alpha.example", State::Available, Some(EVIL)),
@@ -285,29 +274,7 @@ async fn promtool_accepts_the_exposition() {
     for leak in ["example", "user", "***", "socks5h"] {
         assert!(!text.contains(leak), "{leak} in /metrics:\n{text}");
     }
-    let mut child = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    // promtool prints lint findings (e.g. a counter without `_total`) and exits non-zero.
-    assert!(
-        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
-        "promtool: {:?}\n{}\n{}\n{text}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support_tools::promtool_check(&promtool, &text);
 }
 
 #[tokio::test]

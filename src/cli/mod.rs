@@ -95,7 +95,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             json,
             concurrency,
         } => probe(&ctx, endpoints, all, pool, json, concurrency).await,
-        Command::Serve { listen_tcp } => serve(&ctx, listen_tcp).await,
+        Command::Serve { listen_tcp, http } => serve(&ctx, listen_tcp, http).await,
         Command::Lease {
             pool,
             ttl,
@@ -108,7 +108,19 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             follow,
             json,
             limit,
-        } => events(&ctx, endpoint, follow, json, limit).await,
+            kind,
+            since,
+        } => {
+            let a = events::EventsArgs {
+                endpoint,
+                follow,
+                json,
+                limit,
+                kinds: kind,
+                since,
+            };
+            events(&ctx, a).await
+        }
         Command::Sources { pool, json } => sources(&ctx, pool, json).await,
         Command::Status { pool, json } => status(&ctx, pool, json).await,
     }

@@ -11,14 +11,22 @@ use crate::daemon::{self, ServeOptions};
 use crate::lock::{self};
 use crate::pool::engine::{sync_config_endpoints, Engine};
 
-pub(super) async fn serve(ctx: &Context, listen_tcp: Option<SocketAddr>) -> Result<(), CliError> {
-    let token = std::env::var("PROXYPOOL_TOKEN")
-        .ok()
-        .filter(|t| !t.is_empty());
+pub(super) async fn serve(
+    ctx: &Context,
+    listen_tcp: Option<SocketAddr>,
+    http: Option<SocketAddr>,
+) -> Result<(), CliError> {
+    let token = crate::http::token_from_env();
     if listen_tcp.is_some() && token.is_none() {
         return Err(CliError::usage(
             "--listen-tcp needs a token: set PROXYPOOL_TOKEN (clients send it as \"token\")",
         ));
+    }
+    // `--http` (or PROXYPOOL_HTTP), else `[server] http`, else no HTTP listener.
+    let http = http.or(ctx.config.http);
+    if let Some(addr) = http {
+        crate::http::check_bind(addr, token.as_deref())
+            .map_err(|e| CliError::usage(e.to_string()))?;
     }
     // Own the database before reading it: a second daemon is refused, and CLI commands
     // writing right now finish first (their writes are then in what we load).
@@ -48,6 +56,7 @@ pub(super) async fn serve(ctx: &Context, listen_tcp: Option<SocketAddr>) -> Resu
             socket,
             listen_tcp,
             token,
+            http,
             lock: Some(held.clone()),
         },
         shutdown,

@@ -10,11 +10,14 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 use tracing::{debug, error, warn};
 
-use super::{Grant, Outcome, PoolError, PoolStatus, Pools};
+use super::{Grant, Outcome, PoolError, PoolStatus, Pools, ReportExtra};
+
+mod observe;
 use crate::config::{Config, PoolConfig};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
 use crate::health::{Health, Input, State, Step};
+use crate::metrics::{AtomicHistogram, Metrics};
 use crate::store::{
     EndpointRow, EventRow, NewEndpoint, ResolveError, SourceRow, Store, StoreError, Write,
 };
@@ -63,7 +66,12 @@ const MAX_BATCH: usize = 4096;
 
 impl Writer {
     /// Move `store` to its own thread.
-    pub fn spawn(mut store: Store) -> Writer {
+    pub fn spawn(store: Store) -> Writer {
+        Writer::spawn_timed(store, None)
+    }
+
+    /// [`Writer::spawn`], observing each group commit's duration into `commits`.
+    pub fn spawn_timed(mut store: Store, commits: Option<AtomicHistogram>) -> Writer {
         let (tx, rx) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("proxypool-store".into())
@@ -91,7 +99,12 @@ impl Writer {
                         }
                     }
                     if !groups.is_empty() {
-                        match store.write_groups(&groups) {
+                        let started = std::time::Instant::now();
+                        let r = store.write_groups(&groups);
+                        if let Some(h) = &commits {
+                            h.observe_duration(started.elapsed());
+                        }
+                        match r {
                             Ok(results) => {
                                 for (ack, r) in acks.into_iter().zip(results) {
                                     let _ = ack.send(r.map_err(Arc::new));
@@ -167,6 +180,25 @@ pub struct Engine {
     freed: Notify,
     /// Deadlines changed (wakes the timer).
     rescheduled: Notify,
+    /// The registry the pools and the writer record into (also when recording is off:
+    /// `/metrics` then shows the gauges only).
+    metrics: Arc<Metrics>,
+}
+
+/// How [`Engine::open_with`] sets the engine up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// Record metrics on the lease, report, probe and commit paths. Off only to measure
+    /// what recording costs (`benches/socket.rs`).
+    pub record_metrics: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            record_metrics: true,
+        }
+    }
 }
 
 impl Engine {
@@ -175,18 +207,37 @@ impl Engine {
         store: Store,
         pools: impl IntoIterator<Item = PoolConfig>,
     ) -> Result<Arc<Engine>, EngineError> {
+        Engine::open_with(store, pools, EngineOptions::default())
+    }
+
+    /// [`Engine::open`] with options.
+    pub fn open_with(
+        store: Store,
+        pools: impl IntoIterator<Item = PoolConfig>,
+        opts: EngineOptions,
+    ) -> Result<Arc<Engine>, EngineError> {
         let rows = store.list(None, None)?;
         let mut p = Pools::new(pools);
         let (now, wall) = (Instant::now(), SystemTime::now());
         for r in &rows {
             p.insert_row(r, now, wall);
         }
-        Ok(Arc::new(Engine {
+        let metrics = Arc::new(Metrics::new());
+        let commits = opts.record_metrics.then(|| metrics.store_commit());
+        if opts.record_metrics {
+            // After the rows: pools that exist only because a stored row names them get
+            // their series too, still in pool-index order.
+            p.attach_metrics(metrics.clone());
+        }
+        let engine = Arc::new(Engine {
             pools: Mutex::new(p),
-            writer: Writer::spawn(store),
+            writer: Writer::spawn_timed(store, commits),
             freed: Notify::new(),
             rescheduled: Notify::new(),
-        }))
+            metrics,
+        });
+        observe::set_gauge_source(&engine);
+        Ok(engine)
     }
 
     fn lock(&self) -> MutexGuard<'_, Pools> {
@@ -244,15 +295,22 @@ impl Engine {
         session: Option<&str>,
         wait: Duration,
     ) -> Result<Grant, EngineError> {
-        let attempt = || self.with(|p, now, wall| p.lease(pool, ttl, session, now, wall));
+        let started = Instant::now();
+        let give_up = started
+            .checked_add(wait)
+            .unwrap_or_else(|| started + crate::limits::MAX_DURATION);
+        let attempt = || {
+            self.with(|p, now, wall| {
+                let (r, w) = p.lease(pool, ttl, session, now, wall);
+                p.observe_lease(pool, &r, now - started, wait.is_zero() || now >= give_up);
+                (r, w)
+            })
+        };
         // The common case answers at once, without registering as a waiter.
         match attempt().await? {
             Err(PoolError::Exhausted { .. }) if !wait.is_zero() => {}
             r => return Ok(r?),
         }
-        let give_up = Instant::now()
-            .checked_add(wait)
-            .unwrap_or_else(|| Instant::now() + crate::limits::MAX_DURATION);
         loop {
             // Registered before the attempt, so a release in between is not missed.
             let freed = self.freed.notified();
@@ -286,8 +344,19 @@ impl Engine {
 
     /// Report a lease's outcome; returns the endpoint's state.
     pub async fn report(&self, lease: &str, outcome: Outcome) -> Result<State, EngineError> {
+        self.report_with(lease, outcome, ReportExtra::default())
+            .await
+    }
+
+    /// [`Engine::report`] with the client's measurements.
+    pub async fn report_with(
+        &self,
+        lease: &str,
+        outcome: Outcome,
+        extra: ReportExtra,
+    ) -> Result<State, EngineError> {
         let r = self
-            .with_notify(|p, now, wall| p.report(lease, outcome, now, wall))
+            .with_notify(|p, now, wall| p.report_with(lease, outcome, extra, now, wall))
             .await?;
         Ok(r?)
     }
