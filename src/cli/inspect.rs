@@ -20,7 +20,13 @@ pub(super) async fn list(
     let state = parse_state(state.as_deref())?;
     let rows = ctx.store()?.list(pool.as_deref(), state)?;
     if json {
-        let stats = daemon_stats(ctx, pool, None).await?;
+        // Rows of a pool mean the daemon holds that pool; without rows there is nothing
+        // to ask (and a pool unknown to the daemon would be an error there).
+        let stats = if rows.is_empty() {
+            HashMap::new()
+        } else {
+            daemon_stats(ctx, pool, None).await?
+        };
         let v: Vec<_> = rows
             .iter()
             .map(|r| {

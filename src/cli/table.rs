@@ -114,10 +114,7 @@ pub(super) fn fmt_ms(ms: u64) -> String {
 
 fn stats_lines(st: Option<&EndpointStats>) -> Vec<(&'static str, String)> {
     let Some(st) = st else {
-        return vec![(
-            "stats",
-            "- (kept by the running daemon, and none is running)".into(),
-        )];
+        return vec![("stats", "- (kept in memory by a running daemon)".into())];
     };
     vec![
         ("leases", st.leases.to_string()),

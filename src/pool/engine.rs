@@ -21,6 +21,7 @@ use crate::metrics::{AtomicHistogram, Metrics};
 use crate::store::{
     EndpointRow, EventRow, NewEndpoint, ResolveError, SourceRow, Store, StoreError, Write,
 };
+pub use observe::EngineOptions;
 
 /// Errors of engine operations.
 #[derive(Debug, thiserror::Error)]
@@ -183,22 +184,6 @@ pub struct Engine {
     /// The registry the pools and the writer record into (also when recording is off:
     /// `/metrics` then shows the gauges only).
     metrics: Arc<Metrics>,
-}
-
-/// How [`Engine::open_with`] sets the engine up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EngineOptions {
-    /// Record metrics on the lease, report, probe and commit paths. Off only to measure
-    /// what recording costs (`benches/socket.rs`).
-    pub record_metrics: bool,
-}
-
-impl Default for EngineOptions {
-    fn default() -> Self {
-        EngineOptions {
-            record_metrics: true,
-        }
-    }
 }
 
 impl Engine {

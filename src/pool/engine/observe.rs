@@ -11,6 +11,22 @@ use crate::metrics::{GaugeSnapshot, Metrics};
 use crate::pool::EndpointUse;
 use crate::store::EndpointView;
 
+/// How [`Engine::open_with`] sets the engine up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// Record metrics on the lease, report, probe and commit paths. Off only to measure
+    /// what recording costs (`benches/socket.rs`).
+    pub record_metrics: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            record_metrics: true,
+        }
+    }
+}
+
 /// Gauges come from the pools' counts at scrape time. The source holds the engine weakly:
 /// the engine owns the registry, and a strong reference would keep both alive forever.
 pub(super) fn set_gauge_source(engine: &Arc<Engine>) {
