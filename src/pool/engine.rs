@@ -11,8 +11,6 @@ use tokio::time::Instant;
 use tracing::{debug, error, warn};
 
 use super::{Grant, Outcome, PoolError, PoolStatus, Pools, ReportExtra};
-
-mod observe;
 use crate::config::{Config, PoolConfig};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
@@ -21,6 +19,8 @@ use crate::metrics::{AtomicHistogram, Metrics};
 use crate::store::{
     EndpointRow, EventRow, NewEndpoint, ResolveError, SourceRow, Store, StoreError, Write,
 };
+
+mod observe;
 pub use observe::EngineOptions;
 
 /// Errors of engine operations.
@@ -284,27 +284,29 @@ impl Engine {
         let give_up = started
             .checked_add(wait)
             .unwrap_or_else(|| started + crate::limits::MAX_DURATION);
+        // Each attempt says whether it is the request's last: only that one is counted,
+        // and the loop below gives up on the same decision.
         let attempt = || {
             self.with(|p, now, wall| {
                 let (r, w) = p.lease(pool, ttl, session, now, wall);
-                p.observe_lease(pool, &r, now - started, wait.is_zero() || now >= give_up);
-                (r, w)
+                let last = wait.is_zero() || now >= give_up;
+                p.observe_lease(pool, &r, now - started, last);
+                ((r, last), w)
             })
         };
         // The common case answers at once, without registering as a waiter.
         match attempt().await? {
-            Err(PoolError::Exhausted { .. }) if !wait.is_zero() => {}
-            r => return Ok(r?),
+            (Err(PoolError::Exhausted { .. }), false) => {}
+            (r, _) => return Ok(r?),
         }
         loop {
             // Registered before the attempt, so a release in between is not missed.
             let freed = self.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            let r = attempt().await?;
-            match r {
-                Ok(g) => return Ok(g),
-                Err(PoolError::Exhausted { retry_after, .. }) if Instant::now() < give_up => {
+            match attempt().await? {
+                (Ok(g), _) => return Ok(g),
+                (Err(PoolError::Exhausted { retry_after, .. }), false) => {
                     let mut until = give_up;
                     if let Some(d) = retry_after {
                         until = until.min(Instant::now() + d);
@@ -314,7 +316,7 @@ impl Engine {
                         _ = tokio::time::sleep_until(until) => {}
                     }
                 }
-                Err(e) => return Err(e.into()),
+                (Err(e), _) => return Err(e.into()),
             }
         }
     }
