@@ -2,7 +2,11 @@
 //! Unix socket at 1, 8 and 64 connections, side by side with a minimal JSON-lines echo
 //! server on a Unix socket (the floor of this machine's kernel and runtime).
 //!
-//! Run: `cargo bench --bench socket`
+//! The last table compares lease+release at 8 connections with metrics recorded and
+//! not recorded (`EngineOptions::record_metrics`), two daemons side by side, interleaved.
+//!
+//! Run: `cargo bench --bench socket` (`cargo bench --bench socket -- metrics` runs only
+//! the metrics comparison).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,7 +15,7 @@ use std::time::{Duration, Instant};
 use proxypool::config::{Config, PoolConfig};
 use proxypool::endpoint::ProxyUrl;
 use proxypool::health::State;
-use proxypool::pool::engine::Engine;
+use proxypool::pool::engine::{Engine, EngineOptions};
 use proxypool::server::{self, Handler};
 use proxypool::store::{Durability, NewEndpoint, Store};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -143,6 +147,15 @@ fn pool_config(cooldown_ms: u64) -> PoolConfig {
 
 /// A daemon (engine + socket server) on its own runtime thread, like `proxypool serve`.
 fn start_daemon(dir: &Path, n: usize, name: &str) -> (PathBuf, CancellationToken) {
+    start_daemon_with(dir, n, name, EngineOptions::default())
+}
+
+fn start_daemon_with(
+    dir: &Path,
+    n: usize,
+    name: &str,
+    opts: EngineOptions,
+) -> (PathBuf, CancellationToken) {
     let mut store = Store::open_with(&dir.join(format!("{name}.db")), Durability::Normal).unwrap();
     let eps: Vec<NewEndpoint> = (0..n)
         .map(|i| NewEndpoint {
@@ -166,7 +179,7 @@ fn start_daemon(dir: &Path, n: usize, name: &str) -> (PathBuf, CancellationToken
     on_own_runtime(move |ready| async move {
         // 200 ms cooldowns: failure reports keep cycling endpoints through
         // cooling -> probe_allowed -> trial, every report a persisted transition.
-        let engine = Engine::open(store, [pool_config(200)]).unwrap();
+        let engine = Engine::open_with(store, [pool_config(200)], opts).unwrap();
         tokio::spawn(engine.clone().run_timer(tok2.clone().cancelled_owned()));
         let l = server::bind_unix(&sock2).await.unwrap();
         let h = Arc::new(Handler::new(engine, Arc::new(Config::default()), None));
@@ -194,8 +207,57 @@ where
     rx.recv().unwrap();
 }
 
+/// Lease+release at 8 connections, metrics on vs off: rounds interleaved so that a
+/// noisy neighbour hits both sides alike; prints each round and the ratio of the sums.
+fn metrics_comparison(dir: &Path, client: &tokio::runtime::Runtime) {
+    const ROUNDS: usize = 5;
+    let (on, t_on) = start_daemon_with(dir, 10_000, "metrics-on", EngineOptions::default());
+    let off_opts = EngineOptions {
+        record_metrics: false,
+    };
+    let (off, t_off) = start_daemon_with(dir, 10_000, "metrics-off", off_opts);
+    println!("\nlease+release, pool of 10,000, 8 connections: metrics on vs off ({ROUNDS} rounds)");
+    println!("{:<8} {:>14} {:>14}", "round", "on ops/s", "off ops/s");
+    let (mut sum_on, mut sum_off) = (0.0, 0.0);
+    for round in 0..ROUNDS {
+        // Alternate which side runs first within a round.
+        let order = if round % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        let mut r = [0.0; 2];
+        for with in order {
+            let path = if with { &on } else { &off };
+            let (rate, _, errs) = client.block_on(drive(path.clone(), 8, Load::LeaseRelease));
+            assert_eq!(errs, 0);
+            r[usize::from(!with)] = rate;
+        }
+        sum_on += r[0];
+        sum_off += r[1];
+        println!("{round:<8} {:>14.0} {:>14.0}", r[0], r[1]);
+    }
+    println!(
+        "total    {:>14.0} {:>14.0}   on/off = {:.3}",
+        sum_on / ROUNDS as f64,
+        sum_off / ROUNDS as f64,
+        sum_on / sum_off
+    );
+    t_on.cancel();
+    t_off.cancel();
+}
+
 fn main() {
     let dir = tempfile::tempdir().unwrap();
+    if std::env::args().any(|a| a == "metrics") {
+        let client = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        metrics_comparison(dir.path(), &client);
+        return;
+    }
     let echo_path = dir.path().join("echo.sock");
     let p = echo_path.clone();
     on_own_runtime(move |ready| async move {
@@ -247,4 +309,5 @@ fn main() {
     t1.cancel();
     t2.cancel();
     t3.cancel();
+    metrics_comparison(dir.path(), &client);
 }

@@ -262,6 +262,9 @@ pub struct EndpointDecl {
     pub label: Option<String>,
 }
 
+/// `[store] events_retention` when the config does not say.
+pub const DEFAULT_EVENTS_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// The validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -273,6 +276,10 @@ pub struct Config {
     pub durability: Durability,
     /// `[server] socket`, resolved.
     pub socket: Option<PathBuf>,
+    /// `[server] http`: the read-only HTTP listener (SPEC §14); off when absent.
+    pub http: Option<std::net::SocketAddr>,
+    /// `[store] events_retention`: events older than this are pruned; zero keeps them all.
+    pub events_retention: Duration,
     /// Pools by name; `default` always exists.
     pub pools: BTreeMap<String, PoolConfig>,
     /// Declared endpoints.
@@ -371,6 +378,8 @@ impl Default for Config {
             store_path: None,
             durability: Durability::default(),
             socket: None,
+            http: None,
+            events_retention: DEFAULT_EVENTS_RETENTION,
             pools,
             endpoints: Vec::new(),
             gateways: Vec::new(),
@@ -425,12 +434,25 @@ struct RawGateway {
 struct RawStore {
     path: Option<PathBuf>,
     synchronous: Option<Durability>,
+    #[serde(default, deserialize_with = "de_duration")]
+    events_retention: Option<Duration>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawServer {
     socket: Option<PathBuf>,
+    #[serde(default, deserialize_with = "de_addr")]
+    http: Option<std::net::SocketAddr>,
+}
+
+fn de_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<std::net::SocketAddr>, D::Error> {
+    let s = String::deserialize(d)?;
+    s.parse().map(Some).map_err(|_| {
+        serde::de::Error::custom(format!(
+            "invalid address {s:?}: write IP:PORT, e.g. \"127.0.0.1:9464\""
+        ))
+    })
 }
 
 #[derive(Deserialize)]
@@ -549,14 +571,24 @@ impl Config {
             Some(b) if p.is_relative() => b.join(p),
             _ => p,
         };
-        let (store_path, durability) = match raw.store {
-            Some(s) => (s.path.map(resolve), s.synchronous.unwrap_or_default()),
-            None => (None, Durability::default()),
+        let (store_path, durability, events_retention) = match raw.store {
+            Some(s) => (
+                s.path.map(resolve),
+                s.synchronous.unwrap_or_default(),
+                s.events_retention.unwrap_or(DEFAULT_EVENTS_RETENTION),
+            ),
+            None => (None, Durability::default(), DEFAULT_EVENTS_RETENTION),
+        };
+        let (socket, http) = match raw.server {
+            Some(s) => (s.socket.map(resolve), s.http),
+            None => (None, None),
         };
         let mut cfg = Config {
             store_path,
             durability,
-            socket: raw.server.and_then(|s| s.socket).map(resolve),
+            socket,
+            http,
+            events_retention,
             ..Config::default()
         };
         let mut seen = std::collections::BTreeSet::new();
@@ -833,6 +865,30 @@ mod tests {
         assert!(cfg.pools.values().any(|p| p.mode == Mode::Sniffing));
         assert!(!cfg.endpoints.is_empty());
         assert_eq!(cfg.gateways.len(), 1);
+    }
+
+    #[test]
+    fn http_and_events_retention() {
+        let d = Config::parse("", "t.toml", None).unwrap();
+        assert_eq!(
+            (d.http, d.events_retention),
+            (None, DEFAULT_EVENTS_RETENTION)
+        );
+        let c = Config::parse(
+            "[store]\nevents_retention = \"0s\"\n[server]\nhttp = \"127.0.0.1:9464\"\n",
+            "t.toml",
+            None,
+        )
+        .unwrap();
+        assert_eq!(c.http, Some("127.0.0.1:9464".parse().unwrap()));
+        assert_eq!(c.events_retention, Duration::ZERO);
+        for (text, want) in [
+            ("[server]\nhttp = \"localhost\"\n", "\"localhost\""),
+            ("[store]\nevents_retention = \"a month\"\n", "a month"),
+        ] {
+            let e = Config::parse(text, "t.toml", None).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
     }
 
     #[test]

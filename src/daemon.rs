@@ -22,6 +22,11 @@ use reload::Reloader;
 
 mod reload;
 
+mod retention;
+mod status;
+pub use retention::{prune_before, Retention};
+pub use status::DaemonStatus;
+
 /// Errors starting or running the daemon.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -46,8 +51,11 @@ pub struct ServeOptions {
     pub socket: PathBuf,
     /// Optional TCP listener.
     pub listen_tcp: Option<SocketAddr>,
-    /// Token required on TCP.
+    /// Token required on TCP, and on HTTP when `http` is not loopback.
     pub token: Option<String>,
+    /// The read-only HTTP listener (`/metrics`, the status page); checked by
+    /// `http::check_bind` before the daemon starts.
+    pub http: Option<SocketAddr>,
     /// The database lock this daemon holds: its socket is published there once bound.
     pub lock: Option<Arc<crate::lock::Held>>,
     /// The config file SIGHUP reloads (none: built-in defaults, nothing to reload).
@@ -230,6 +238,17 @@ pub async fn serve(
     for g in &config.gateways {
         gateways.push(crate::gateway::Gateway::bind(g.clone(), engine.clone()).await?);
     }
+    let http = match opts.http {
+        Some(addr) => Some(
+            crate::http::bind(addr)
+                .await
+                .map_err(|source| ServerError::Bind {
+                    path: format!("http {addr}"),
+                    source,
+                })?,
+        ),
+        None => None,
+    };
     let probers = probers(&config)?;
     let tracker = TaskTracker::new();
     tracker.spawn(engine.clone().run_timer(shutdown.clone().cancelled_owned()));
@@ -262,14 +281,33 @@ pub async fn serve(
         let reloader = Reloader::new(path, config.clone(), engine.clone(), handler.clone(), tasks);
         tracker.spawn(reloader.run(hup, shutdown.clone()));
     }
+    let tcp_addr = tcp.as_ref().and_then(|l| l.local_addr().ok());
     if let Some(l) = tcp {
-        info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "listening on TCP (token required)");
         tracker.spawn(server::run_tcp(l, handler.clone(), shutdown.clone()));
     }
+    let gateway: Vec<SocketAddr> = gateways.iter().map(|g| g.local_addr()).collect();
     for g in gateways {
         tracker.spawn(g.run(shutdown.clone()));
     }
-    info!(socket = %opts.socket.display(), endpoints = engine.endpoint_count(), "serving");
+    let http_addr = http.as_ref().and_then(|l| l.local_addr().ok());
+    if let Some(l) = http {
+        let source = Arc::new(DaemonStatus::new(engine.clone()));
+        let app = crate::http::HttpApp::new(source, engine.metrics().clone(), opts.token.clone());
+        tracker.spawn(crate::http::serve(l, Arc::new(app), shutdown.clone()));
+    }
+    tracker.spawn(retention::run(
+        engine.clone(),
+        Retention::new(config.events_retention),
+        shutdown.clone(),
+    ));
+    info!(
+        socket = %opts.socket.display(),
+        tcp = %show_addr(tcp_addr),
+        gateway = %show_addrs(&gateway),
+        http = %show_addr(http_addr),
+        pools = %pools_line(&engine.gauges()),
+        "serving"
+    );
     server::run(listener, handler, shutdown.clone()).await;
     tracker.close();
     tracker.wait().await;
@@ -277,4 +315,27 @@ pub async fn serve(
     crate::socket_file::remove_own(&opts.socket);
     info!("stopped");
     Ok(())
+}
+
+fn show_addr(a: Option<SocketAddr>) -> String {
+    a.map_or_else(|| "-".into(), |a| a.to_string())
+}
+
+fn show_addrs(a: &[SocketAddr]) -> String {
+    if a.is_empty() {
+        return "-".into();
+    }
+    a.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `default=12 residential=3`: each pool with its endpoint count.
+fn pools_line(g: &crate::metrics::GaugeSnapshot) -> String {
+    g.pools
+        .iter()
+        .map(|p| format!("{}={}", p.pool, p.endpoints.iter().sum::<u64>()))
+        .collect::<Vec<_>>()
+        .join(" ")
 }

@@ -152,6 +152,7 @@ async fn record_as(
             Outcome::Failure(f)
         }
     };
+    engine.observe_probe(id, r.ok, r.total);
     let detail = report.status.map(|s| format!("status {s}"));
     let role = match (operator, report.trial) {
         (true, _) => ProbeRole::Operator,

@@ -148,6 +148,9 @@ pub enum Request {
         /// Free text.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
+        /// How long the use took, in milliseconds (feeds the latency estimate).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        duration_ms: Option<f64>,
     },
     /// Give a lease back without an outcome.
     Release {
@@ -168,6 +171,9 @@ pub enum Request {
         /// State filter.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         state: Option<String>,
+        /// Only this endpoint (`show` asks for one endpoint's statistics).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        endpoint: Option<EndpointId>,
     },
     /// Operator disable.
     Disable {
@@ -569,6 +575,7 @@ mod tests {
                 status: Some(503),
                 retry_after: Some(Dur(Duration::from_secs(120))),
                 detail: None,
+                duration_ms: Some(120.5),
             },
             Request::Enable {
                 endpoint: EndpointRef::Id(3),

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Weight of the newest sample in the latency EWMA. 0.3 follows a change within a handful
 /// of uses (a proxy that got slow shows it after ~5 samples) without one outlier owning
@@ -12,7 +12,7 @@ pub const LATENCY_ALPHA: f64 = 0.3;
 
 /// What the daemon has seen an endpoint do since it started (or since the stats were
 /// restored): counters only grow; the latency is an estimate, not an average.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct EndpointStats {
     /// Leases handed out.
     pub leases: u64,
@@ -21,7 +21,7 @@ pub struct EndpointStats {
     /// Failed outcomes (reports and probes).
     pub failures: u64,
     /// When the last success was recorded (RFC 3339 UTC in JSON).
-    #[serde(serialize_with = "ser_time")]
+    #[serde(serialize_with = "ser_time", deserialize_with = "de_time", default)]
     pub last_success: Option<SystemTime>,
     /// EWMA of probe and reported durations, in milliseconds.
     pub latency_ms: Option<f64>,
@@ -31,6 +31,15 @@ fn ser_time<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Err
     match t {
         Some(t) => s.serialize_str(&crate::store::fmt_time(*t)),
         None => s.serialize_none(),
+    }
+}
+
+fn de_time<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SystemTime>, D::Error> {
+    match Option::<String>::deserialize(d)? {
+        None => Ok(None),
+        Some(s) => crate::store::parse_time(&s)
+            .map(Some)
+            .ok_or_else(|| serde::de::Error::custom(format!("invalid time {s:?}"))),
     }
 }
 

@@ -14,6 +14,8 @@ use crate::event_kind::EventKind;
 use crate::health::{Phase, Reason, State};
 
 mod edit;
+mod observe;
+pub use observe::EventFilter;
 
 static MIGRATIONS_DIR: Dir = include_dir!("$CARGO_MANIFEST_DIR/migrations");
 static MIGRATIONS: LazyLock<Migrations<'static>> =
@@ -136,6 +138,9 @@ pub struct EndpointView {
     pub state_changed_at: String,
     /// RFC 3339 UTC.
     pub created_at: String,
+    /// What the running daemon saw the endpoint do (absent without a daemon).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<crate::stats::EndpointStats>,
 }
 
 impl EndpointRow {
@@ -160,6 +165,7 @@ impl EndpointRow {
             cooldown_ms: self.cooldown_ms,
             state_changed_at: self.state_changed_at.clone(),
             created_at: self.created_at.clone(),
+            stats: None,
         }
     }
 }

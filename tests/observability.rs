@@ -1,8 +1,9 @@
 //! The HTTP listener (SPEC §14) read by the real tools: `promtool check metrics`, a real
 //! Prometheus scraping `/metrics`, and headless Chromium rendering the status page.
 //!
-//! The server runs in-process over a test `StatusSource`. A missing tool skips the test
-//! locally but fails it when `CI` is set.
+//! The server runs in-process over a test `StatusSource` (tests/observability_daemon.rs
+//! runs the real binary). A missing tool skips the test locally but fails it when `CI`
+//! is set.
 
 mod common;
 
@@ -75,6 +76,7 @@ impl TestSource {
             cooldown_ms: None,
             state_changed_at: fmt_time(self.now),
             created_at: fmt_time(self.now),
+            stats: None,
         };
         vec![
             v(1, "default", "alpha.example", State::Available, Some(EVIL)),
@@ -250,29 +252,7 @@ async fn promtool_accepts_the_exposition() {
     for leak in ["example", "user", "***", "socks5h"] {
         assert!(!text.contains(leak), "{leak} in /metrics:\n{text}");
     }
-    let mut child = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    // promtool prints lint findings (e.g. a counter without `_total`) and exits non-zero.
-    assert!(
-        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
-        "promtool: {:?}\n{}\n{}\n{text}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::tools::promtool_check(&promtool, &text);
 }
 
 #[tokio::test]

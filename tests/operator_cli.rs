@@ -9,8 +9,8 @@ use std::net::TcpListener;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
 use common::daemon::*;
+use serde_json::{json, Value};
 
 /// A "proxy" that answers every request with `200` and a body, standing for a working
 /// proxy in front of a working destination; the probe still runs its full transaction.

@@ -163,6 +163,10 @@ pub enum Command {
         /// address requires PROXYPOOL_TOKEN, which clients send as the proxy password.
         #[arg(long, value_name = "ADDR")]
         gateway: Option<SocketAddr>,
+        /// Serve /metrics, the status page and the JSON API on ADDR (e.g. 127.0.0.1:9464;
+        /// else `[server] http`). A non-loopback ADDR needs PROXYPOOL_TOKEN.
+        #[arg(long, value_name = "ADDR", env = "PROXYPOOL_HTTP")]
+        http: Option<SocketAddr>,
     },
     /// Lease an endpoint from a running daemon and print its URL.
     Lease {
@@ -221,9 +225,15 @@ pub enum Command {
         /// JSON lines.
         #[arg(long)]
         json: bool,
-        /// Only the last N.
+        /// Only the last N (with --follow: print the last N, then follow; default 10).
         #[arg(long)]
         limit: Option<usize>,
+        /// Only events of this kind (repeatable), e.g. state_changed, report.
+        #[arg(long = "kind", value_name = "K")]
+        kind: Vec<String>,
+        /// Only events since a duration ago (90m, 2d) or an RFC 3339 time.
+        #[arg(long, value_name = "DURATION|RFC3339")]
+        since: Option<String>,
     },
     /// Sources of sniffing pools and their last sniff.
     Sources {

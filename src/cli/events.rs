@@ -1,35 +1,98 @@
 //! `events`.
 
 use std::io::Write as _;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::table::fmt_event;
 use super::{CliError, Context};
 use crate::endpoint::EndpointId;
+use crate::event_kind::EventKind;
+use crate::store::EventFilter;
 
-pub(super) async fn events(
-    ctx: &Context,
-    endpoint: Option<EndpointId>,
-    follow: bool,
-    json_out: bool,
-    limit: Option<usize>,
-) -> Result<(), CliError> {
-    let store = ctx.store()?;
-    let mut after = 0;
-    if let Some(n) = limit {
-        let recent = store.recent_events(endpoint, n)?;
-        after = recent.last().map(|e| e.id - 1).unwrap_or(0);
+/// What `--follow` prints before it waits for new events.
+const FOLLOW_BACKLOG: usize = 10;
+
+/// The command line of `events`.
+pub(super) struct EventsArgs {
+    pub endpoint: Option<EndpointId>,
+    pub follow: bool,
+    pub json: bool,
+    pub limit: Option<usize>,
+    pub kinds: Vec<String>,
+    pub since: Option<String>,
+}
+
+/// `--kind` values are event kind names; anything else is a usage error naming them.
+fn check_kinds(kinds: &[String]) -> Result<(), CliError> {
+    for k in kinds {
+        if !EventKind::ALL.iter().any(|e| e.as_str() == k) {
+            let known: Vec<&str> = EventKind::ALL.iter().map(|e| e.as_str()).collect();
+            return Err(CliError::usage(format!(
+                "unknown event kind {k:?} for --kind; known: {}",
+                known.join(", ")
+            )));
+        }
     }
+    Ok(())
+}
+
+/// `--since`: a duration back from `now` (`90m`, `2d`) or an RFC 3339 time.
+pub(super) fn parse_since(s: &str, now: SystemTime) -> Result<SystemTime, CliError> {
+    if let Ok(d) = humantime::parse_duration(s) {
+        return Ok(now.checked_sub(d).unwrap_or(SystemTime::UNIX_EPOCH));
+    }
+    humantime::parse_rfc3339_weak(s)
+        .or_else(|_| humantime::parse_rfc3339(s))
+        .map_err(|_| {
+            CliError::usage(format!(
+                "invalid --since {s:?}: write a duration back from now (e.g. \"90m\", \"2d\") \
+                 or an RFC 3339 time (e.g. \"2025-01-31T12:00:00Z\")"
+            ))
+        })
+}
+
+pub(super) async fn events(ctx: &Context, a: EventsArgs) -> Result<(), CliError> {
+    check_kinds(&a.kinds)?;
+    let since = a
+        .since
+        .as_deref()
+        .map(|s| parse_since(s, SystemTime::now()))
+        .transpose()?;
+    let filter = EventFilter {
+        endpoint: a.endpoint,
+        kinds: a.kinds,
+        since,
+    };
+    let store = ctx.store()?;
     let mut out = std::io::stdout().lock();
+    let mut print = |e: &crate::store::EventRow| {
+        let line = if a.json {
+            serde_json::to_string(e).unwrap_or_default()
+        } else {
+            fmt_event(e)
+        };
+        writeln!(out, "{line}").is_ok()
+    };
+    // What comes first: the last N (--limit, or the follow backlog), else everything.
+    let mut after = 0;
+    let backlog = a.limit.or(a.follow.then_some(FOLLOW_BACKLOG));
+    if let Some(n) = backlog {
+        for e in store.last_events_matching(&filter, n)? {
+            if !print(&e) {
+                return Ok(());
+            }
+            after = e.id;
+        }
+        if !a.follow {
+            return Ok(());
+        }
+        // Following starts after the newest event, matching or not.
+        after = after.max(store.recent_events(None, 1)?.first().map_or(0, |e| e.id));
+    }
     loop {
-        let batch = store.events(endpoint, after, 1000)?;
+        let batch = store.events_matching(&filter, after, 1000)?;
         for e in &batch {
-            let line = if json_out {
-                serde_json::to_string(e).unwrap_or_default()
-            } else {
-                fmt_event(e)
-            };
-            if writeln!(out, "{line}").is_err() {
+            if !print(e) {
                 return Ok(());
             }
             after = e.id;
@@ -37,10 +100,44 @@ pub(super) async fn events(
         if batch.len() == 1000 {
             continue;
         }
-        if !follow {
+        if !a.follow {
             return Ok(());
         }
-        let _ = out.flush();
+        let _ = std::io::stdout().flush();
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_forms() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        // (input, seconds before now or absolute epoch seconds, ok)
+        let ok = [
+            ("90m", now - Duration::from_secs(5400)),
+            ("0s", now),
+            (
+                "2023-11-14T22:13:20Z",
+                SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+            ),
+        ];
+        for (s, want) in ok {
+            assert_eq!(parse_since(s, now).unwrap(), want, "{s}");
+        }
+        for bad in ["yesterday", "", "12:00"] {
+            let e = parse_since(bad, now).unwrap_err();
+            assert!(e.to_string().contains("--since"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn kinds_are_checked() {
+        assert!(check_kinds(&["report".into(), "state_changed".into()]).is_ok());
+        let e = check_kinds(&["reports".into()]).unwrap_err();
+        assert!(e.to_string().contains("\"reports\""), "{e}");
+        assert!(e.to_string().contains("state_changed"), "{e}");
     }
 }

@@ -1,10 +1,14 @@
 //! Read-only commands that work on the store: `list`, `show`, `sources`, `status`.
 
+use std::collections::HashMap;
+
 use serde_json::json;
 
 use super::table::{print_show, print_table, s, table};
 use super::{call, parse_state, unexpected, CliError, Context};
+use crate::endpoint::EndpointId;
 use crate::protocol::{Body, Request};
+use crate::stats::EndpointStats;
 
 pub(super) async fn list(
     ctx: &Context,
@@ -16,7 +20,21 @@ pub(super) async fn list(
     let state = parse_state(state.as_deref())?;
     let rows = ctx.store()?.list(pool.as_deref(), state)?;
     if json {
-        let v: Vec<_> = rows.iter().map(|r| r.view(show_secrets)).collect();
+        // Rows of a pool mean the daemon holds that pool; without rows there is nothing
+        // to ask (and a pool unknown to the daemon would be an error there).
+        let stats = if rows.is_empty() {
+            HashMap::new()
+        } else {
+            daemon_stats(ctx, pool, None).await?
+        };
+        let v: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                let mut v = r.view(show_secrets);
+                v.stats = stats.get(&r.id).copied();
+                v
+            })
+            .collect();
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
         print_table(&rows, show_secrets);
@@ -33,14 +51,41 @@ pub(super) async fn show(
     let store = ctx.store()?;
     let row = store.resolve(&endpoint)?;
     let evs = store.recent_events(Some(row.id), events)?;
+    let stats = daemon_stats(ctx, None, Some(row.id)).await?.remove(&row.id);
     if json {
-        let mut v = serde_json::to_value(row.view(false)).unwrap_or_default();
+        let mut view = row.view(false);
+        view.stats = stats;
+        let mut v = serde_json::to_value(view).unwrap_or_default();
         v["events"] = serde_json::to_value(&evs).unwrap_or_default();
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
-        print_show(&row, &evs);
+        print_show(&row, &evs, stats.as_ref());
     }
     Ok(())
+}
+
+/// Per-endpoint statistics live in the daemon's memory: ask it when one runs; without
+/// one there are none.
+async fn daemon_stats(
+    ctx: &Context,
+    pool: Option<String>,
+    endpoint: Option<EndpointId>,
+) -> Result<HashMap<EndpointId, EndpointStats>, CliError> {
+    let Some(mut c) = ctx.daemon().await? else {
+        return Ok(HashMap::new());
+    };
+    let req = Request::Endpoints {
+        pool,
+        state: None,
+        endpoint,
+    };
+    match call(&mut c, &req).await? {
+        Body::Endpoints { endpoints } => Ok(endpoints
+            .into_iter()
+            .filter_map(|v| Some((v.id, v.stats?)))
+            .collect()),
+        _ => Err(unexpected("endpoints")),
+    }
 }
 
 pub(super) async fn sources(
@@ -125,6 +170,7 @@ pub(super) async fn status(
             "PROBE_ALLOWED",
             "DISABLED",
             "LEASES",
+            "NEXT DEADLINE",
         ]);
         for p in &pools {
             t.add_row([
@@ -135,6 +181,9 @@ pub(super) async fn status(
                 p.probe_allowed.to_string(),
                 p.disabled.to_string(),
                 p.leases.to_string(),
+                p.next_deadline_ms
+                    .map(|ms| format!("in {}", super::table::fmt_ms(ms)))
+                    .unwrap_or_else(|| "-".into()),
             ]);
         }
         println!("{t}");

@@ -109,7 +109,8 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Serve {
             listen_tcp,
             gateway,
-        } => serve(&ctx, listen_tcp, gateway).await,
+            http,
+        } => serve(&ctx, listen_tcp, gateway, http).await,
         Command::Lease {
             pool,
             ttl,
@@ -122,7 +123,19 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             follow,
             json,
             limit,
-        } => events(&ctx, endpoint, follow, json, limit).await,
+            kind,
+            since,
+        } => {
+            let a = events::EventsArgs {
+                endpoint,
+                follow,
+                json,
+                limit,
+                kinds: kind,
+                since,
+            };
+            events(&ctx, a).await
+        }
         Command::Sources { pool, json } => sources(&ctx, pool, json).await,
         Command::Edit {
             endpoint,

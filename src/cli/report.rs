@@ -41,6 +41,7 @@ pub(super) async fn report(ctx: &Context, lease: String, a: ReportArgs) -> Resul
         status: a.status,
         retry_after,
         detail: a.detail,
+        duration_ms: None,
     };
     let mut c = connect_any(ctx).await?;
     match call(&mut c, &req).await? {

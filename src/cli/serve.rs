@@ -15,10 +15,9 @@ pub(super) async fn serve(
     ctx: &Context,
     listen_tcp: Option<SocketAddr>,
     gateway: Option<SocketAddr>,
+    http: Option<SocketAddr>,
 ) -> Result<(), CliError> {
-    let token = std::env::var("PROXYPOOL_TOKEN")
-        .ok()
-        .filter(|t| !t.is_empty());
+    let token = crate::http::token_from_env();
     if listen_tcp.is_some() && token.is_none() {
         return Err(CliError::usage(
             "--listen-tcp needs a token: set PROXYPOOL_TOKEN (clients send it as \"token\")",
@@ -38,6 +37,12 @@ pub(super) async fn serve(
             ))
         })?;
         Arc::make_mut(&mut config).gateways.push(g);
+    }
+    // `--http` (or PROXYPOOL_HTTP), else `[server] http`, else no HTTP listener.
+    let http = http.or(ctx.config.http);
+    if let Some(addr) = http {
+        crate::http::check_bind(addr, token.as_deref())
+            .map_err(|e| CliError::usage(e.to_string()))?;
     }
     // Own the database before reading it: a second daemon is refused, and CLI commands
     // writing right now finish first (their writes are then in what we load).
@@ -67,6 +72,7 @@ pub(super) async fn serve(
             socket,
             listen_tcp,
             token,
+            http,
             lock: Some(held.clone()),
             // The file this daemon started from; else the default path, where a config
             // written after the start is picked up by SIGHUP.

@@ -7,6 +7,7 @@ use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
 use serde_json::Value;
 
 use crate::health::State;
+use crate::stats::EndpointStats;
 use crate::store::{EndpointRow, EventRow};
 
 /// A table in the CLI's style with this header.
@@ -101,7 +102,46 @@ pub(super) fn print_table(rows: &[EndpointRow], secrets: bool) {
     );
 }
 
-pub(super) fn print_show(r: &EndpointRow, evs: &[EventRow]) {
+/// A duration in ms as an operator reads it: `42s`, `3m 5s` (whole seconds above 1 s).
+pub(super) fn fmt_ms(ms: u64) -> String {
+    let d = if ms >= 1000 {
+        Duration::from_secs(ms / 1000)
+    } else {
+        Duration::from_millis(ms)
+    };
+    humantime::format_duration(d).to_string()
+}
+
+fn stats_lines(st: Option<&EndpointStats>) -> Vec<(&'static str, String)> {
+    let Some(st) = st else {
+        return vec![("stats", "- (kept in memory by a running daemon)".into())];
+    };
+    vec![
+        ("leases", st.leases.to_string()),
+        ("successes", st.successes.to_string()),
+        ("failures", st.failures.to_string()),
+        (
+            "success_rate",
+            st.success_rate()
+                .map(|r| format!("{:.1}%", r * 100.0))
+                .unwrap_or("-".into()),
+        ),
+        (
+            "last_success",
+            st.last_success
+                .map(crate::store::fmt_time)
+                .unwrap_or("-".into()),
+        ),
+        (
+            "latency",
+            st.latency_ms
+                .map(|l| format!("{l:.0} ms"))
+                .unwrap_or("-".into()),
+        ),
+    ]
+}
+
+pub(super) fn print_show(r: &EndpointRow, evs: &[EventRow], stats: Option<&EndpointStats>) {
     let kv = [
         ("id", r.id.to_string()),
         ("url", r.url.to_redacted_string()),
@@ -135,7 +175,7 @@ pub(super) fn print_show(r: &EndpointRow, evs: &[EventRow]) {
         ("state_changed_at", r.state_changed_at.clone()),
         ("created_at", r.created_at.clone()),
     ];
-    for (k, v) in kv {
+    for (k, v) in kv.into_iter().chain(stats_lines(stats)) {
         println!("{k:>16}: {v}");
     }
     println!("\nrecent events (newest first):");

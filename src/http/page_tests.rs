@@ -24,6 +24,7 @@ pub(crate) fn model() -> PageModel {
         cooldown_ms: None,
         state_changed_at: fmt_time(now),
         created_at: fmt_time(now),
+        stats: None,
     };
     let mut stats = EndpointStats::default();
     stats.record_lease();

@@ -41,6 +41,7 @@ impl Pools {
             .get_mut(&id)
             .expect("caller checked the endpoint");
         let from = e.health.state;
+        let pool = e.pool;
         // Disjoint fields: the policy is borrowed, not cloned, on every transition.
         let policy = &self.pools[e.pool].cfg.policy;
         let step = e.health.apply(input, policy, now, jitter);
@@ -95,6 +96,8 @@ impl Pools {
                 lease: act.lease,
             };
             writes.push(Write::Transition(rec, ev));
+            let (from, to, reason) = (*from, *to, h.reason);
+            self.count_transition(pool, from, to, reason);
         }
         self.index(id);
         (step, writes)
@@ -283,6 +286,8 @@ impl Pools {
                 )
             }
         };
+        let failure = (kind == EventKind::ProbeFailure).then_some(reason);
+        self.count_outcome(id, failure, None, wall, false);
         let ev = Act {
             kind: Some(kind),
             reason,

@@ -13,14 +13,18 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 use tracing::{debug, error, warn};
 
-use super::{Grant, Outcome, PoolError, PoolStatus, Pools, ProbeRole};
+use super::{Grant, Outcome, PoolError, PoolStatus, Pools, ProbeRole, ReportExtra};
 use crate::config::{Config, PoolConfig};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
 use crate::health::{Health, Input, State, Step};
+use crate::metrics::{AtomicHistogram, Metrics};
 use crate::store::{
     EndpointRow, EventRow, NewEndpoint, ResolveError, SourceRow, Store, StoreError, Write,
 };
+
+mod observe;
+pub use observe::EngineOptions;
 
 /// Errors of engine operations.
 #[derive(Debug, thiserror::Error)]
@@ -66,7 +70,12 @@ const MAX_BATCH: usize = 4096;
 
 impl Writer {
     /// Move `store` to its own thread.
-    pub fn spawn(mut store: Store) -> Writer {
+    pub fn spawn(store: Store) -> Writer {
+        Writer::spawn_timed(store, None)
+    }
+
+    /// [`Writer::spawn`], observing each group commit's duration into `commits`.
+    pub fn spawn_timed(mut store: Store, commits: Option<AtomicHistogram>) -> Writer {
         let (tx, rx) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("proxypool-store".into())
@@ -94,7 +103,12 @@ impl Writer {
                         }
                     }
                     if !groups.is_empty() {
-                        match store.write_groups(&groups) {
+                        let started = std::time::Instant::now();
+                        let r = store.write_groups(&groups);
+                        if let Some(h) = &commits {
+                            h.observe_duration(started.elapsed());
+                        }
+                        match r {
                             Ok(results) => {
                                 for (ack, r) in acks.into_iter().zip(results) {
                                     let _ = ack.send(r.map_err(Arc::new));
@@ -170,6 +184,9 @@ pub struct Engine {
     freed: Notify,
     /// Deadlines changed (wakes the timer).
     rescheduled: Notify,
+    /// The registry the pools and the writer record into (also when recording is off:
+    /// `/metrics` then shows the gauges only).
+    metrics: Arc<Metrics>,
 }
 
 impl Engine {
@@ -178,18 +195,37 @@ impl Engine {
         store: Store,
         pools: impl IntoIterator<Item = PoolConfig>,
     ) -> Result<Arc<Engine>, EngineError> {
+        Engine::open_with(store, pools, EngineOptions::default())
+    }
+
+    /// [`Engine::open`] with options.
+    pub fn open_with(
+        store: Store,
+        pools: impl IntoIterator<Item = PoolConfig>,
+        opts: EngineOptions,
+    ) -> Result<Arc<Engine>, EngineError> {
         let rows = store.list(None, None)?;
         let mut p = Pools::new(pools);
         let (now, wall) = (Instant::now(), SystemTime::now());
         for r in &rows {
             p.insert_row(r, now, wall);
         }
-        Ok(Arc::new(Engine {
+        let metrics = Arc::new(Metrics::new());
+        let commits = opts.record_metrics.then(|| metrics.store_commit());
+        if opts.record_metrics {
+            // After the rows: pools that exist only because a stored row names them get
+            // their series too, still in pool-index order.
+            p.attach_metrics(metrics.clone());
+        }
+        let engine = Arc::new(Engine {
             pools: Mutex::new(p),
-            writer: Writer::spawn(store),
+            writer: Writer::spawn_timed(store, commits),
             freed: Notify::new(),
             rescheduled: Notify::new(),
-        }))
+            metrics,
+        });
+        observe::set_gauge_source(&engine);
+        Ok(engine)
     }
 
     fn lock(&self) -> MutexGuard<'_, Pools> {
@@ -247,24 +283,33 @@ impl Engine {
         session: Option<&str>,
         wait: Duration,
     ) -> Result<Grant, EngineError> {
-        let attempt = || self.with(|p, now, wall| p.lease(pool, ttl, session, now, wall));
+        let started = Instant::now();
+        let give_up = started
+            .checked_add(wait)
+            .unwrap_or_else(|| started + crate::limits::MAX_DURATION);
+        // Each attempt says whether it is the request's last: only that one is counted,
+        // and the loop below gives up on the same decision.
+        let attempt = || {
+            self.with(|p, now, wall| {
+                let (r, w) = p.lease(pool, ttl, session, now, wall);
+                let last = wait.is_zero() || now >= give_up;
+                p.observe_lease(pool, &r, now - started, last);
+                ((r, last), w)
+            })
+        };
         // The common case answers at once, without registering as a waiter.
         match attempt().await? {
-            Err(PoolError::Exhausted { .. }) if !wait.is_zero() => {}
-            r => return Ok(r?),
+            (Err(PoolError::Exhausted { .. }), false) => {}
+            (r, _) => return Ok(r?),
         }
-        let give_up = Instant::now()
-            .checked_add(wait)
-            .unwrap_or_else(|| Instant::now() + crate::limits::MAX_DURATION);
         loop {
             // Registered before the attempt, so a release in between is not missed.
             let freed = self.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            let r = attempt().await?;
-            match r {
-                Ok(g) => return Ok(g),
-                Err(PoolError::Exhausted { retry_after, .. }) if Instant::now() < give_up => {
+            match attempt().await? {
+                (Ok(g), _) => return Ok(g),
+                (Err(PoolError::Exhausted { retry_after, .. }), false) => {
                     let mut until = give_up;
                     if let Some(d) = retry_after {
                         until = until.min(Instant::now() + d);
@@ -274,7 +319,7 @@ impl Engine {
                         _ = tokio::time::sleep_until(until) => {}
                     }
                 }
-                Err(e) => return Err(e.into()),
+                (Err(e), _) => return Err(e.into()),
             }
         }
     }
@@ -289,8 +334,19 @@ impl Engine {
 
     /// Report a lease's outcome; returns the endpoint's state.
     pub async fn report(&self, lease: &str, outcome: Outcome) -> Result<State, EngineError> {
+        self.report_with(lease, outcome, ReportExtra::default())
+            .await
+    }
+
+    /// [`Engine::report`] with the client's measurements.
+    pub async fn report_with(
+        &self,
+        lease: &str,
+        outcome: Outcome,
+        extra: ReportExtra,
+    ) -> Result<State, EngineError> {
         let r = self
-            .with_notify(|p, now, wall| p.report(lease, outcome, now, wall))
+            .with_notify(|p, now, wall| p.report_with(lease, outcome, extra, now, wall))
             .await?;
         Ok(r?)
     }

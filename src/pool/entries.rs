@@ -19,6 +19,8 @@ pub(super) struct Entry {
     pub(super) gen: u64,
     /// Sequence in the probe_allowed queue.
     pub(super) pa_seq: u64,
+    /// Usage statistics (in memory: they start again at 0 when the daemon restarts).
+    pub(super) stats: crate::stats::EndpointStats,
 }
 
 /// Endpoints stored densely in load order, found by id through a small index.

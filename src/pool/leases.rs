@@ -14,6 +14,15 @@ use crate::store::Write;
 use super::apply::Act;
 use super::{Grant, Outcome, PoolError, Pools, EXPIRED_MEMORY, MAX_SESSIONS};
 
+/// What a client measured about a leased use, besides its outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ReportExtra {
+    /// How long the use took (`duration_ms`).
+    pub took: Option<Duration>,
+    /// The HTTP status seen (`status`).
+    pub status: Option<u16>,
+}
+
 pub(super) struct Lease {
     pub(super) endpoint: EndpointId,
     pub(super) slot: u32,
@@ -195,6 +204,9 @@ impl Pools {
         self.lease_expiry.insert((expires, lid));
         self.pools[p].leases += 1;
         self.set_leases_at(slot, 1);
+        if let Some((_, e)) = self.entries.at_mut(slot) {
+            e.stats.record_lease();
+        }
         let Some((_, e)) = self.entries.at(slot) else {
             return (Err(PoolError::UnknownEndpoint(id)), writes);
         };
@@ -255,6 +267,19 @@ impl Pools {
         now: Instant,
         wall: SystemTime,
     ) -> (Result<State, PoolError>, Vec<Write>) {
+        self.report_with(name, outcome, ReportExtra::default(), now, wall)
+    }
+
+    /// [`Pools::report`] with what the client measured: `took` feeds the endpoint's
+    /// latency estimate (on success), `status` goes into the event's detail.
+    pub fn report_with(
+        &mut self,
+        name: &str,
+        outcome: Outcome,
+        extra: ReportExtra,
+        now: Instant,
+        wall: SystemTime,
+    ) -> (Result<State, PoolError>, Vec<Write>) {
         if let Outcome::Failure(f) = &outcome {
             if f.reason.is_none() {
                 return (Err(PoolError::MissingReason), Vec::new());
@@ -290,6 +315,14 @@ impl Pools {
             }
         };
         let success = matches!(input, Input::Success { .. });
+        self.count_outcome(id, (!success).then_some(reason), extra.took, wall, true);
+        // The HTTP status a scraper saw tells a 403 from a 429; until events carry a
+        // `status` column it leads the detail.
+        let detail = match (extra.status, detail) {
+            (Some(st), Some(d)) => Some(format!("status {st}: {d}")),
+            (Some(st), None) => Some(format!("status {st}")),
+            (None, d) => d,
+        };
         let (cur_state, cur_streak) = {
             let h = &self.entries[&id].health;
             (h.state, h.streak)

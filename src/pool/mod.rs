@@ -8,12 +8,15 @@ mod apply;
 pub mod engine;
 mod entries;
 mod leases;
+mod observe;
 mod ready;
 mod reconfigure;
 
 pub use apply::ProbeRole;
 use entries::{Entry, EntryMap};
 use leases::Lease;
+pub use leases::ReportExtra;
+pub use observe::EndpointUse;
 use ready::Ready;
 pub use reconfigure::ReconfigureError;
 
@@ -114,6 +117,8 @@ struct PoolState {
     trials: BTreeSet<(u64, EndpointId)>,
     counts: [usize; 4],
     leases: usize,
+    /// Pre-resolved metric series (None when metrics are off).
+    metrics: Option<crate::metrics::PoolMetrics>,
 }
 
 /// All pools of a process.
@@ -135,6 +140,8 @@ pub struct Pools {
     lease_prefix: String,
     seq: u64,
     rng: fastrand::Rng,
+    /// Where new pools resolve their series (see `attach_metrics`).
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 const EXPIRED_MEMORY: usize = 65_536;
@@ -169,6 +176,7 @@ impl Pools {
             lease_prefix: format!("{:08x}", fastrand::u32(..)),
             seq: 0,
             rng: fastrand::Rng::new(),
+            metrics: None,
         };
         for c in configs {
             p.ensure_pool(c);
@@ -195,7 +203,11 @@ impl Pools {
             trials: BTreeSet::new(),
             counts: [0; 4],
             leases: 0,
+            metrics: None,
         });
+        if let Some(m) = &self.metrics {
+            self.pools[i].metrics = Some(m.pool(&self.pools[i].cfg.name));
+        }
         i
     }
 
@@ -247,6 +259,12 @@ impl Pools {
                 .unwrap_or(Duration::ZERO);
             health.deadline = Some(now + remaining);
         }
+        // A reloaded row (config sync, sources) keeps what the daemon saw it do.
+        let stats = self
+            .entries
+            .get(&row.id)
+            .map(|e| e.stats)
+            .unwrap_or_default();
         self.remove_entry(row.id);
         self.entries.insert(
             row.id,
@@ -258,6 +276,7 @@ impl Pools {
                 leases: 0,
                 gen: 0,
                 pa_seq: 0,
+                stats,
             },
         );
         self.index(row.id);

@@ -116,6 +116,7 @@ impl Handler {
                 status,
                 retry_after,
                 detail,
+                duration_ms,
             } => {
                 let report = ops::Report {
                     outcome,
@@ -124,12 +125,17 @@ impl Handler {
                     status,
                     retry_after,
                     detail,
+                    duration_ms,
                 };
                 ops::report(self, &lease, report).await
             }
             Request::Release { lease } => ops::release(self, &lease).await,
             Request::Status { pool } => ops::status(self, pool),
-            Request::Endpoints { pool, state } => ops::endpoints(self, pool, state).await,
+            Request::Endpoints {
+                pool,
+                state,
+                endpoint,
+            } => ops::endpoints(self, pool, state, endpoint).await,
             Request::Disable { endpoint, reason } => ops::disable(self, &endpoint, reason).await,
             Request::Enable { endpoint, now } => ops::enable(self, &endpoint, now).await,
             Request::Add {

@@ -8,8 +8,9 @@ use super::DEFAULT_TTL;
 use crate::config::DEFAULT_POOL;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::{Failure, Input, Phase, Reason, State};
+use crate::limits::MAX_DURATION;
 use crate::pool::engine::initial_state;
-use crate::pool::{Outcome, PoolError};
+use crate::pool::{Outcome, PoolError, ReportExtra};
 use crate::protocol::{Body, Dur, EndpointRef, ReportOutcome};
 use crate::store::NewEndpoint;
 
@@ -44,9 +45,25 @@ pub(super) struct Report {
     pub status: Option<u16>,
     pub retry_after: Option<Dur>,
     pub detail: Option<String>,
+    pub duration_ms: Option<f64>,
 }
 
 pub(super) async fn report(h: &Handler, lease: &str, r: Report) -> Result<Body, OpError> {
+    let took = match r.duration_ms {
+        None => None,
+        Some(ms) if ms.is_finite() && ms >= 0.0 && ms <= MAX_DURATION.as_millis() as f64 => {
+            Some(Duration::from_secs_f64(ms / 1000.0))
+        }
+        Some(ms) => {
+            return Err(OpError::bad(format!(
+                "invalid duration_ms {ms}: expected milliseconds >= 0"
+            )))
+        }
+    };
+    let extra = ReportExtra {
+        took,
+        status: r.status,
+    };
     let outcome = match r.outcome {
         ReportOutcome::Success => Outcome::Success,
         ReportOutcome::Failure => {
@@ -66,7 +83,7 @@ pub(super) async fn report(h: &Handler, lease: &str, r: Report) -> Result<Body, 
             })
         }
     };
-    let state = h.engine.report(lease, outcome).await?;
+    let state = h.engine.report_with(lease, outcome, extra).await?;
     Ok(Body::State {
         endpoint: None,
         state,
@@ -88,15 +105,26 @@ pub(super) async fn endpoints(
     h: &Handler,
     pool: Option<String>,
     state: Option<String>,
+    endpoint: Option<EndpointId>,
 ) -> Result<Body, OpError> {
     let state = state
         .map(|s| s.parse::<State>())
         .transpose()
         .map_err(|e| OpError::bad(e.to_string()))?;
     check_pool(h, pool.as_deref())?;
-    let rows = h.engine.rows(pool, state).await?;
+    let rows = match endpoint {
+        Some(id) => h
+            .engine
+            .row(id)
+            .await?
+            .into_iter()
+            .filter(|r| pool.as_ref().is_none_or(|p| *p == r.pool))
+            .filter(|r| state.is_none_or(|s| s == r.state))
+            .collect(),
+        None => h.engine.rows(pool, state).await?,
+    };
     Ok(Body::Endpoints {
-        endpoints: rows.iter().map(|r| r.view(false)).collect(),
+        endpoints: h.engine.views_with_stats(&rows),
     })
 }
 

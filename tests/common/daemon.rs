@@ -82,6 +82,7 @@ impl Home {
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new(program);
         c.env_remove("PROXYPOOL_TOKEN")
+            .env_remove("PROXYPOOL_HTTP")
             .env_remove("PROXYPOOL_CONFIG")
             .env_remove("RUST_LOG")
             .envs(self.envs())

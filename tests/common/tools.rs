@@ -165,3 +165,30 @@ impl Drop for ToolDaemon {
         let _ = self.child.wait();
     }
 }
+
+/// `promtool check metrics` on `text`: it must pass without a single lint finding.
+pub fn promtool_check(promtool: &Path, text: &str) {
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    // promtool prints lint findings (e.g. a counter without `_total`) and exits non-zero.
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool: {:?}\n{}\n{}\n{text}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

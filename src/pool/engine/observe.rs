@@ -1,0 +1,306 @@
+//! The engine's read side for observability: metrics, per-endpoint statistics, gauges.
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use super::{Engine, EngineError};
+use crate::endpoint::EndpointId;
+use crate::metrics::{GaugeSnapshot, Metrics};
+use crate::pool::EndpointUse;
+use crate::store::EndpointView;
+
+/// How [`Engine::open_with`] sets the engine up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// Record metrics on the lease, report, probe and commit paths. Off only to measure
+    /// what recording costs (`benches/socket.rs`).
+    pub record_metrics: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            record_metrics: true,
+        }
+    }
+}
+
+/// Gauges come from the pools' counts at scrape time. The source holds the engine weakly:
+/// the engine owns the registry, and a strong reference would keep both alive forever.
+pub(super) fn set_gauge_source(engine: &Arc<Engine>) {
+    let weak: Weak<Engine> = Arc::downgrade(engine);
+    engine
+        .metrics
+        .set_gauge_source(Box::new(move || match weak.upgrade() {
+            Some(e) => e.lock().gauges(),
+            None => GaugeSnapshot::default(),
+        }));
+}
+
+impl Engine {
+    /// The registry: `/metrics` encodes it, the gateway takes its series from it.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// A probe of `id` finished after `took` (duration histogram, latency estimate).
+    pub fn observe_probe(&self, id: EndpointId, ok: bool, took: Duration) {
+        self.lock().observe_probe(id, ok, took);
+    }
+
+    /// Statistics of the given endpoints (those still held), read under one lock.
+    pub fn endpoint_uses(&self, ids: &[EndpointId]) -> Vec<(EndpointId, EndpointUse)> {
+        let p = self.lock();
+        let now = Instant::now();
+        ids.iter()
+            .filter_map(|&id| p.endpoint_use(id, now).map(|u| (id, u)))
+            .collect()
+    }
+
+    /// The gauges as a scrape sees them.
+    pub fn gauges(&self) -> GaugeSnapshot {
+        self.lock().gauges()
+    }
+}
+
+impl Engine {
+    /// The `endpoints` answer: stored rows as views, with the daemon's statistics.
+    pub fn views_with_stats(&self, rows: &[crate::store::EndpointRow]) -> Vec<EndpointView> {
+        // Rendering the views (URL redaction) happens outside the lock; under it only
+        // the statistics are copied.
+        let mut views: Vec<EndpointView> = rows.iter().map(|r| r.view(false)).collect();
+        let p = self.lock();
+        let now = Instant::now();
+        for v in &mut views {
+            v.stats = p.endpoint_use(v.id, now).map(|u| u.stats);
+        }
+        views
+    }
+}
+
+/// Store reads and the retention delete run on the store thread, in order with writes;
+/// each is bounded so that a report queued behind it waits milliseconds at most.
+impl Engine {
+    /// The status page's endpoint sample of a pool.
+    pub async fn page_rows(
+        &self,
+        pool: String,
+        limit: usize,
+    ) -> Result<Vec<crate::store::EndpointRow>, EngineError> {
+        Ok(self
+            .writer
+            .call(move |s| s.page_rows(&pool, limit))
+            .await??)
+    }
+
+    /// The newest events, newest first.
+    pub async fn recent_events(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<crate::store::EventRow>, EngineError> {
+        Ok(self
+            .writer
+            .call(move |s| s.recent_events(None, limit))
+            .await??)
+    }
+
+    /// Transition times per pool since `since` (the page's chart).
+    pub async fn transition_times(
+        &self,
+        since: SystemTime,
+        cap: usize,
+    ) -> Result<Vec<(String, SystemTime)>, EngineError> {
+        Ok(self
+            .writer
+            .call(move |s| s.transition_times(since, cap))
+            .await??)
+    }
+
+    /// Delete up to `batch` events older than `before` in one commit.
+    pub async fn prune_events(
+        &self,
+        before: SystemTime,
+        batch: usize,
+    ) -> Result<usize, EngineError> {
+        Ok(self
+            .writer
+            .call(move |s| s.prune_events(before, batch))
+            .await??)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PoolConfig;
+    use crate::health::{Failure, Reason, State};
+    use crate::pool::engine::EngineOptions;
+    use crate::pool::{Outcome, ReportExtra};
+    use crate::store::{NewEndpoint, Store};
+
+    async fn engine(opts: EngineOptions) -> (tempfile::TempDir, Arc<Engine>, EndpointId) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = PoolConfig::builtin("default");
+        cfg.max_leases_per_endpoint = 1;
+        cfg.policy.cooldown.base = Duration::from_secs(60);
+        cfg.policy.cooldown.jitter = 0.0;
+        let e =
+            Engine::open_with(Store::open(&dir.path().join("t.db")).unwrap(), [cfg], opts).unwrap();
+        let ids = e
+            .add(vec![NewEndpoint {
+                url: "http://u:secret@10.0.0.1:8080".parse().unwrap(),
+                pool: "default".into(),
+                label: None,
+                source: None,
+                state: State::Available,
+            }])
+            .await
+            .unwrap();
+        (dir, e, ids[0])
+    }
+
+    fn value(text: &str, series: &str) -> Option<String> {
+        text.lines()
+            .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+            .map(|l| l[series.len()..].trim().to_string())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leases_reports_probes_and_commits_are_counted() {
+        let (_dir, e, id) = engine(EngineOptions::default()).await;
+        let g = e
+            .lease("default", Duration::from_secs(60), None, Duration::ZERO)
+            .await
+            .unwrap();
+        // The only endpoint is at its cap: this request waits 5 s, then is exhausted, and
+        // counts once, with its whole wait.
+        let r = e
+            .lease(
+                "default",
+                Duration::from_secs(60),
+                None,
+                Duration::from_secs(5),
+            )
+            .await;
+        assert!(r.is_err());
+        // Unknown pools are never counted (their names come from clients).
+        assert!(e
+            .lease("nope", Duration::from_secs(1), None, Duration::ZERO)
+            .await
+            .is_err());
+        let extra = ReportExtra {
+            took: Some(Duration::from_millis(250)),
+            status: Some(200),
+        };
+        e.report_with(&g.lease, Outcome::Success, extra)
+            .await
+            .unwrap();
+        let g = e
+            .lease("default", Duration::from_secs(60), None, Duration::ZERO)
+            .await
+            .unwrap();
+        let f = Failure {
+            reason: Some(Reason::ConnectRefused),
+            ..Failure::default()
+        };
+        let extra = ReportExtra {
+            took: Some(Duration::from_secs(9)),
+            status: Some(429),
+        };
+        let st = e
+            .report_with(&g.lease, Outcome::Failure(f), extra)
+            .await
+            .unwrap();
+        assert_eq!(st, State::Cooling);
+        e.observe_probe(id, false, Duration::from_millis(40));
+        e.flush().await.unwrap();
+
+        let text = e.metrics().encode();
+        let want = [
+            (
+                r#"proxypool_leases_total{pool="default",result="granted"}"#,
+                "2",
+            ),
+            (
+                r#"proxypool_leases_total{pool="default",result="exhausted"}"#,
+                "1",
+            ),
+            (r#"proxypool_lease_wait_seconds_count{pool="default"}"#, "3"),
+            (r#"proxypool_lease_wait_seconds_sum{pool="default"}"#, "5.0"),
+            (
+                r#"proxypool_reports_total{pool="default",outcome="success",reason="none"}"#,
+                "1",
+            ),
+            (
+                r#"proxypool_reports_total{pool="default",outcome="failure",reason="connect_refused"}"#,
+                "1",
+            ),
+            (
+                r#"proxypool_transitions_total{pool="default",from="available",to="cooling",reason="connect_refused"}"#,
+                "1",
+            ),
+            (
+                r#"proxypool_probe_duration_seconds_count{pool="default",outcome="failure"}"#,
+                "1",
+            ),
+            (
+                r#"proxypool_endpoints{pool="default",state="cooling"}"#,
+                "1",
+            ),
+            (
+                r#"proxypool_endpoints{pool="default",state="available"}"#,
+                "0",
+            ),
+            (r#"proxypool_destination_bans{pool="default"}"#, "0"),
+        ];
+        for (series, v) in want {
+            assert_eq!(value(&text, series).as_deref(), Some(v), "{series}\n{text}");
+        }
+        assert!(!text.contains("nope") && !text.contains("secret") && !text.contains("10.0.0.1"));
+        let commits = value(&text, "proxypool_store_commit_seconds_count").unwrap();
+        assert!(commits.parse::<u64>().unwrap() >= 1, "{text}");
+
+        let u = e.endpoint_uses(&[id])[0].1;
+        assert_eq!(
+            (u.stats.leases, u.stats.successes, u.stats.failures),
+            (2, 1, 1)
+        );
+        // Failures (the 9 s report, the probe) do not feed the estimate; the success did.
+        assert_eq!(u.stats.latency_ms, Some(250.0));
+        assert_eq!(u.cooldown_left, Some(Duration::from_secs(60)));
+        let views = e.views_with_stats(&e.rows(None, None).await.unwrap());
+        assert_eq!(views[0].stats, Some(u.stats));
+        // The report's status leads the event detail.
+        let evs = e.events(Some(id), 0, 100).await.unwrap();
+        assert!(
+            evs.iter()
+                .any(|ev| ev.kind == "report" && ev.detail.as_deref() == Some("status 429")),
+            "{evs:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn recording_off_leaves_only_the_gauges() {
+        let (_dir, e, _) = engine(EngineOptions {
+            record_metrics: false,
+        })
+        .await;
+        let g = e
+            .lease("default", Duration::from_secs(60), None, Duration::ZERO)
+            .await
+            .unwrap();
+        e.release(&g.lease).await.unwrap();
+        let text = e.metrics().encode();
+        assert!(!text.contains("proxypool_leases_total{"), "{text}");
+        assert_eq!(
+            value(
+                &text,
+                r#"proxypool_endpoints{pool="default",state="available"}"#
+            )
+            .as_deref(),
+            Some("1")
+        );
+    }
+}

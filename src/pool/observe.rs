@@ -1,0 +1,155 @@
+//! What the pools tell the outside about themselves: metric series (recorded lock-free,
+//! one atomic add each, by the acts that happen under the pool lock anyway), per-endpoint
+//! usage statistics, and the scrape-time gauge snapshot.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use super::{Grant, PoolError, Pools};
+use crate::endpoint::EndpointId;
+use crate::health::{Reason, State};
+use crate::metrics::{GaugeSnapshot, LeaseResult, Metrics, PoolGauges, PoolMetrics};
+use crate::stats::EndpointStats;
+
+/// One endpoint's statistics and what the status page shows next to them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EndpointUse {
+    pub stats: EndpointStats,
+    /// Live leases on it now.
+    pub live_leases: u32,
+    /// Time until its cooldown ends, when cooling.
+    pub cooldown_left: Option<Duration>,
+}
+
+impl Pools {
+    /// Record into `metrics` from now on: every pool's series are resolved here, in
+    /// pool-index order, and pools created later resolve theirs when they appear.
+    pub fn attach_metrics(&mut self, metrics: Arc<Metrics>) {
+        for p in &mut self.pools {
+            p.metrics = Some(metrics.pool(&p.cfg.name));
+        }
+        self.metrics = Some(metrics);
+    }
+
+    pub(super) fn pool_metrics(&self, pool: usize) -> Option<&PoolMetrics> {
+        self.pools.get(pool).and_then(|p| p.metrics.as_ref())
+    }
+
+    /// Count a finished lease request. `last` is false for an exhausted attempt that will
+    /// wait and try again (only the request's final answer counts). Unknown pools are not
+    /// counted: their names come from clients and would make the label set unbounded.
+    pub fn observe_lease(
+        &self,
+        pool: &str,
+        result: &Result<Grant, PoolError>,
+        waited: Duration,
+        last: bool,
+    ) {
+        let Some(m) = self.by_name.get(pool).and_then(|&p| self.pool_metrics(p)) else {
+            return;
+        };
+        match result {
+            Ok(g) if g.trial => m.lease(LeaseResult::Trial, waited),
+            Ok(_) => m.lease(LeaseResult::Granted, waited),
+            Err(PoolError::Exhausted { .. }) if last => m.lease(LeaseResult::Exhausted, waited),
+            Err(_) => {}
+        }
+    }
+
+    /// A probe transaction of `id` took `took`: the duration histogram and, for a passed
+    /// probe, the latency estimate. (Its success or failure is counted by `probe_result`.)
+    pub fn observe_probe(&mut self, id: EndpointId, ok: bool, took: Duration) {
+        let Some(e) = self.entries.get_mut(&id) else {
+            return;
+        };
+        if ok {
+            e.stats.observe_latency(took);
+        }
+        if let Some(m) = self.pools[e.pool].metrics.as_ref() {
+            m.probe(ok, took);
+        }
+    }
+
+    /// Count an outcome (report or probe) in the endpoint's statistics and, for a
+    /// report, in the pool's series.
+    pub(super) fn count_outcome(
+        &mut self,
+        id: EndpointId,
+        failure: Option<Option<Reason>>,
+        took: Option<Duration>,
+        wall: SystemTime,
+        report: bool,
+    ) {
+        let Some(e) = self.entries.get_mut(&id) else {
+            return;
+        };
+        match failure {
+            None => e.stats.record_success(wall, took),
+            Some(_) => e.stats.record_failure(),
+        }
+        if !report {
+            return;
+        }
+        if let Some(m) = self.pools[e.pool].metrics.as_ref() {
+            match failure {
+                None => m.report_success(),
+                Some(Some(r)) => m.report_failure(r),
+                // A failure always carries a reason by the time it is counted.
+                Some(None) => {}
+            }
+        }
+    }
+
+    pub(super) fn count_transition(
+        &self,
+        pool: usize,
+        from: State,
+        to: State,
+        reason: Option<Reason>,
+    ) {
+        if let Some(m) = self.pool_metrics(pool) {
+            // Recovering is not "for" the reason the endpoint once cooled for.
+            let reason = if to == State::Available { None } else { reason };
+            m.transition(from, to, reason);
+        }
+    }
+
+    /// An endpoint's statistics, live leases and cooldown left.
+    pub fn endpoint_use(&self, id: EndpointId, now: Instant) -> Option<EndpointUse> {
+        let e = self.entries.get(&id)?;
+        Some(EndpointUse {
+            stats: e.stats,
+            live_leases: e.leases,
+            cooldown_left: match (e.health.state, e.health.deadline) {
+                (State::Cooling, Some(d)) => Some(d.saturating_duration_since(now)),
+                _ => None,
+            },
+        })
+    }
+
+    /// (endpoint, destination) pairs of a pool that are not available. Per-destination
+    /// health is not held by the pools yet, so there are none; the gauge is computed
+    /// through here so that it shows the real count once it is.
+    pub fn destination_bans(&self, _pool: usize) -> u64 {
+        0
+    }
+
+    /// The gauges of every pool: a copy of counts kept up to date by the indexes, so the
+    /// lock is held for a few words per pool, whatever the pool's size.
+    pub fn gauges(&self) -> GaugeSnapshot {
+        GaugeSnapshot {
+            pools: self
+                .pools
+                .iter()
+                .enumerate()
+                .map(|(i, p)| PoolGauges {
+                    pool: p.cfg.name.clone(),
+                    endpoints: p.counts.map(|c| c as u64),
+                    destination_bans: self.destination_bans(i),
+                })
+                .collect(),
+        }
+    }
+}
