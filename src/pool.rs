@@ -4,6 +4,7 @@
 //! must be made durable before its caller is answered. [`engine::Engine`] wraps it in a
 //! mutex and a group-committing store writer for the daemon and the CLI.
 
+pub mod destinations;
 pub mod engine;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};

@@ -12,6 +12,8 @@ use serde::Serialize;
 use crate::endpoint::{EndpointId, ProxyUrl, Scheme};
 use crate::health::{Phase, Reason, State};
 
+pub mod pairs;
+
 static MIGRATIONS_DIR: Dir = include_dir!("$CARGO_MANIFEST_DIR/migrations");
 static MIGRATIONS: LazyLock<Migrations<'static>> =
     LazyLock::new(|| Migrations::from_directory(&MIGRATIONS_DIR).expect("migrations/ is valid"));
@@ -259,6 +261,8 @@ pub enum Write {
     Event(NewEvent),
     /// Delete endpoints (the only deletion), with a `removed` event each.
     Remove(Vec<EndpointId>),
+    /// Per-destination health (SPEC §13): a pair transition or event.
+    Pair(pairs::PairWrite),
     /// Record a source's last sniff.
     SourceResult {
         /// Pool.
@@ -709,6 +713,7 @@ fn apply_write(tx: &Connection, w: &Write) -> Result<(), StoreError> {
         }
         Write::Event(ev) => insert_event(tx, ev),
         Write::Remove(ids) => remove_rows(tx, ids),
+        Write::Pair(w) => pairs::apply(tx, w),
         Write::SourceResult {
             pool,
             name,

@@ -118,6 +118,7 @@ fn event_kinds(writes: &[Write]) -> Vec<&'static str> {
             Write::Transition(_, ev) | Write::Event(ev) => ev.kind,
             Write::SourceResult { .. } => "source_result",
             Write::Remove(_) => "removed",
+            Write::Pair(_) => "pair",
         })
         .collect()
 }
