@@ -23,7 +23,6 @@
 //! destination, while the bans are what must stay small.
 
 use std::collections::{BTreeSet, VecDeque};
-use std::net::Ipv6Addr;
 use std::time::{Duration, SystemTime};
 
 use rustc_hash::FxHashMap;
@@ -31,9 +30,16 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::endpoint::EndpointId;
-use crate::health::{restored_remaining, Health, Input, Phase, Policy, Reason, State, Step};
+use crate::health::{restored_remaining, Health, Input, Policy, Reason, State, Step};
 use crate::store::pairs::{PairRecord, PairWrite};
 use crate::store::NewEvent;
+
+mod name;
+mod pair;
+mod writes;
+
+pub use name::normalize;
+use pair::{at, Pair, NONE};
 
 /// Default cap on pairs per pool.
 pub const DEFAULT_MAX_PAIRS: usize = 1_000_000;
@@ -62,72 +68,6 @@ pub enum DestinationError {
     },
 }
 
-/// The host a request goes to, as pairs are keyed: lower-cased, without port, brackets or
-/// a trailing dot; an IPv6 address in its canonical form.
-pub fn normalize(dest: &str) -> Result<String, DestinationError> {
-    let s = dest.trim();
-    if s.is_empty() {
-        return Err(DestinationError::Empty);
-    }
-    let bad = |why| DestinationError::Invalid {
-        value: dest.to_string(),
-        why,
-    };
-    if s.contains("://") || s.contains('/') {
-        return Err(bad("give the host, not a URL"));
-    }
-    let host = if let Some(rest) = s.strip_prefix('[') {
-        let (inner, after) = rest.split_once(']').ok_or(bad("unclosed '['"))?;
-        check_port(after, &bad)?;
-        let ip: Ipv6Addr = inner.parse().map_err(|_| bad("not an IPv6 address"))?;
-        return Ok(ip.to_string());
-    } else if s.matches(':').count() > 1 {
-        // A bare IPv6 address (no port can be told apart without brackets).
-        let ip: Ipv6Addr = s.parse().map_err(|_| bad("not an IPv6 address"))?;
-        return Ok(ip.to_string());
-    } else if let Some((h, port)) = s.split_once(':') {
-        check_port(&format!(":{port}"), &bad)?;
-        h
-    } else {
-        s
-    };
-    let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
-    if host.is_empty() {
-        return Err(bad("no host before the port"));
-    }
-    if host.len() > 253 {
-        return Err(bad("longer than 253 characters"));
-    }
-    for label in host.split('.') {
-        if label.is_empty() || label.len() > 63 {
-            return Err(bad("empty or over-long label"));
-        }
-        if !label
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
-            return Err(bad("only letters, digits, '-', '_' and '.' are allowed"));
-        }
-    }
-    Ok(host)
-}
-
-fn check_port(
-    after: &str,
-    bad: &impl Fn(&'static str) -> DestinationError,
-) -> Result<(), DestinationError> {
-    match after.strip_prefix(':') {
-        None if after.is_empty() => Ok(()),
-        Some(p) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => {
-            match p.parse::<u16>() {
-                Ok(n) if n > 0 => Ok(()),
-                _ => Err(bad("port out of range")),
-            }
-        }
-        _ => Err(bad("what follows the host is not a port")),
-    }
-}
-
 /// What an endpoint is to a destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Usable {
@@ -154,90 +94,6 @@ pub struct PairHealth {
     pub health: Health,
     /// HTTP status of the last failure.
     pub status: Option<u16>,
-}
-
-/// Compact health of one pair: 40 bytes. The deadline is kept as whole milliseconds
-/// after the pool's `epoch` (rounded up, so a pair is never released early), and
-/// `NONE` stands for "no deadline" / "no cooldown".
-#[derive(Debug, Clone, Copy)]
-struct Pair {
-    deadline: u64,
-    cooldown_ms: u64,
-    streak: u32,
-    reason_streak: u32,
-    fails: u32,
-    status: Option<u16>,
-    state: State,
-    claimed: bool,
-    reason: Option<Reason>,
-    phase: Option<Phase>,
-}
-
-const NONE: u64 = u64::MAX;
-
-/// Milliseconds from `epoch` to `t`, rounded up.
-fn ticks(epoch: Instant, t: Instant) -> u64 {
-    let d = t.saturating_duration_since(epoch);
-    let ms = d.as_millis() as u64;
-    if d > Duration::from_millis(ms) {
-        ms + 1
-    } else {
-        ms
-    }
-}
-
-fn at(epoch: Instant, ticks: u64) -> Instant {
-    epoch + Duration::from_millis(ticks)
-}
-
-impl Pair {
-    fn available() -> Pair {
-        Pair {
-            deadline: NONE,
-            cooldown_ms: NONE,
-            streak: 0,
-            reason_streak: 0,
-            fails: 0,
-            status: None,
-            state: State::Available,
-            claimed: false,
-            reason: None,
-            phase: None,
-        }
-    }
-
-    fn health(&self, epoch: Instant) -> Health {
-        let mut h = Health::new(self.state);
-        h.claimed = self.claimed;
-        h.streak = self.streak;
-        h.reason_streak = self.reason_streak;
-        h.fails = self.fails;
-        h.reason = self.reason;
-        h.phase = self.phase;
-        h.cooldown = (self.cooldown_ms != NONE).then(|| Duration::from_millis(self.cooldown_ms));
-        h.deadline = (self.deadline != NONE).then(|| at(epoch, self.deadline));
-        h
-    }
-
-    fn from_health(h: &Health, status: Option<u16>, epoch: Instant) -> Pair {
-        Pair {
-            deadline: h.deadline.map_or(NONE, |d| ticks(epoch, d)),
-            cooldown_ms: h.cooldown.map_or(NONE, |d| d.as_millis() as u64),
-            streak: h.streak,
-            reason_streak: h.reason_streak,
-            fails: h.fails,
-            status,
-            state: h.state,
-            claimed: h.claimed,
-            reason: h.reason,
-            phase: h.phase,
-        }
-    }
-
-    /// Worth keeping in memory: banned, or counting failures towards `fall`.
-    fn needed(&self) -> bool {
-        self.state != State::Available || self.fails > 0
-    }
 }
 
 struct View {
@@ -423,7 +279,7 @@ impl Destinations {
         let slot = match existing {
             Some(s) => s,
             None if creating => self.slot_for(destination),
-            None => return self.nothing(destination, id, act, status),
+            None => return writes::nothing(destination, id, act, status),
         };
         let pair = match self.take(slot, id) {
             Some(p) => p,
@@ -436,11 +292,11 @@ impl Destinations {
                     act.detail.as_deref().unwrap_or("failure"),
                     self.cap_error()
                 ));
-                return self.nothing(destination, id, act, status);
+                return writes::nothing(destination, id, act, status);
             }
             None => {
                 self.drop_if_empty(slot);
-                return self.nothing(destination, id, act, status);
+                return writes::nothing(destination, id, act, status);
             }
         };
         let mut h = pair.health(self.epoch);
@@ -473,7 +329,9 @@ impl Destinations {
             });
         }
         if let Step::Changed { from, to } = step {
-            writes.push(self.transition(&name, id, from, to, &h, kept, act, now, wall));
+            writes.push(writes::transition(
+                &name, id, from, to, &h, kept, act, now, wall,
+            ));
         }
         let after = Pair::from_health(&h, kept, self.epoch);
         if after.needed() {
@@ -771,99 +629,6 @@ impl Destinations {
             state: State::Available,
             writes: Vec::new(),
         }
-    }
-
-    /// No pair and none created: only the act is recorded.
-    fn nothing(
-        &self,
-        destination: &str,
-        id: EndpointId,
-        act: NewEvent,
-        status: Option<u16>,
-    ) -> PairStep {
-        let mut writes = Vec::new();
-        let claim_like = matches!(act.kind, "trial_admitted" | "trial_abandoned");
-        if !act.kind.is_empty() && !claim_like {
-            writes.push(PairWrite::Event {
-                destination: destination.to_string(),
-                status,
-                event: NewEvent {
-                    endpoint: Some(id),
-                    from: Some(State::Available),
-                    to: Some(State::Available),
-                    ..act
-                },
-            });
-        }
-        PairStep {
-            step: if claim_like {
-                Step::Refused
-            } else {
-                Step::Recorded { late: false }
-            },
-            state: State::Available,
-            writes,
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn transition(
-        &self,
-        name: &str,
-        id: EndpointId,
-        from: State,
-        to: State,
-        h: &Health,
-        status: Option<u16>,
-        act: NewEvent,
-        now: Instant,
-        wall: SystemTime,
-    ) -> PairWrite {
-        info!(
-            endpoint = id,
-            destination = name,
-            from = %from,
-            to = %to,
-            reason = h.reason.map(|r| r.as_str()).unwrap_or("-"),
-            phase = h.phase.map(|p| p.as_str()).unwrap_or("-"),
-            "pair state changed"
-        );
-        let event = NewEvent {
-            endpoint: Some(id),
-            kind: "state_changed",
-            from: Some(from),
-            to: Some(to),
-            reason: h.reason,
-            phase: h.phase,
-            detail: act.detail.or_else(|| h.detail.clone()),
-            lease: act.lease,
-        };
-        if to == State::Available {
-            return PairWrite::Delete {
-                endpoint: id,
-                destination: name.to_string(),
-                event,
-            };
-        }
-        PairWrite::Upsert(
-            PairRecord {
-                endpoint: id,
-                destination: name.to_string(),
-                state: h.state,
-                reason: h.reason,
-                phase: h.phase,
-                status,
-                detail: h.detail.clone(),
-                streak: h.streak,
-                reason_streak: h.reason_streak,
-                cooldown_ms: h.cooldown.map(|d| d.as_millis() as u64),
-                cooldown_until: match (h.state, h.deadline) {
-                    (State::Cooling, Some(d)) => Some(wall + d.saturating_duration_since(now)),
-                    _ => None,
-                },
-            },
-            event,
-        )
     }
 }
 

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use super::pair::ticks;
 use super::*;
-use crate::health::{Cooldown, Failure, ReasonPolicy};
+use crate::health::{Cooldown, Failure, Phase, ReasonPolicy};
 
 const S: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);
