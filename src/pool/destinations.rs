@@ -257,7 +257,8 @@ impl Destinations {
         Ok(())
     }
 
-    /// Apply a report or probe input on a pair; `act` is the event of the act itself
+    /// Apply a report or probe input on a pair (`destination` already normalised);
+    /// `act` is the event of the act itself
     /// (`report`), written unless the input was refused. A failure on a pair that does
     /// not exist creates it, unless the cap is reached: then nothing changes and the act
     /// is recorded with a note (the endpoint stays usable for the destination).
@@ -274,6 +275,9 @@ impl Destinations {
         wall: SystemTime,
         jitter: f64,
     ) -> PairStep {
+        // Callers normalise once at the protocol boundary; a raw name would open a
+        // second view for the same host.
+        debug_assert_eq!(normalize(destination).as_deref(), Ok(destination));
         let creating = matches!(input, Input::Failure { .. });
         let existing = self.lookup(destination).map(|d| d.0);
         let slot = match existing {
@@ -442,6 +446,7 @@ impl Destinations {
 
     /// `enable ID --destination D`: clear the pair (it becomes `available`).
     pub fn enable(&mut self, destination: &str, id: EndpointId) -> PairStep {
+        debug_assert_eq!(normalize(destination).as_deref(), Ok(destination));
         let held = self.lookup(destination).and_then(|d| {
             let p = self.view(d.0)?.pairs.get(&id)?;
             (p.state != State::Available).then_some((d.0, p.state))
