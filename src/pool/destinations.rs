@@ -258,10 +258,10 @@ impl Destinations {
     }
 
     /// Apply a report or probe input on a pair (`destination` already normalised);
-    /// `act` is the event of the act itself
-    /// (`report`), written unless the input was refused. A failure on a pair that does
-    /// not exist creates it, unless the cap is reached: then nothing changes and the act
-    /// is recorded with a note (the endpoint stays usable for the destination).
+    /// `act` is the event of the act itself (`report`), written unless the input was
+    /// refused. A failure on a pair that does not exist creates it, unless the cap is
+    /// reached: then nothing changes and the act is recorded with a note (the endpoint
+    /// stays usable for the destination).
     #[allow(clippy::too_many_arguments)]
     pub fn apply(
         &mut self,
