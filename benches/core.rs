@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use proxypool::config::PoolConfig;
 use proxypool::endpoint::ProxyUrl;
+use proxypool::event_kind::EventKind;
 use proxypool::health::{Phase, Reason, State};
 use proxypool::pool::engine::Writer;
 use proxypool::pool::Pools;
@@ -95,12 +96,11 @@ fn transition(id: i64, n: u32) -> Write {
         },
         NewEvent {
             endpoint: Some(id),
-            kind: "state_changed",
             from: Some(State::Available),
             to: Some(State::Cooling),
             reason: Some(Reason::ConnectRefused),
             phase: Some(Phase::Connect),
-            ..Default::default()
+            ..NewEvent::new(EventKind::StateChanged)
         },
     )
 }

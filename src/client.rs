@@ -3,9 +3,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
+
+use crate::protocol::{Request, Response};
 
 /// Errors talking to a daemon.
 #[derive(Debug, thiserror::Error)]
@@ -80,7 +81,7 @@ impl Client {
     }
 
     /// Send one request and read its response.
-    pub async fn request(&mut self, req: &Value) -> Result<Value, ClientError> {
+    pub async fn request(&mut self, req: &Request) -> Result<Response, ClientError> {
         let mut line =
             serde_json::to_string(req).map_err(|e| ClientError::Protocol(e.to_string()))?;
         line.push('\n');
@@ -104,7 +105,7 @@ impl Client {
     }
 
     /// Read one response line.
-    pub async fn read_reply(&mut self) -> Result<Value, ClientError> {
+    pub async fn read_reply(&mut self) -> Result<Response, ClientError> {
         self.line.clear();
         let n = self
             .reader

@@ -301,7 +301,7 @@ fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::E
             "invalid duration {s:?}: {e} (write e.g. \"90s\", \"5m\", \"1h 30m\")"
         ))
     })?;
-    if v > crate::protocol::MAX_DURATION {
+    if v > crate::limits::MAX_DURATION {
         return Err(serde::de::Error::custom(format!(
             "duration {s:?} is too long (at most 365 days)"
         )));

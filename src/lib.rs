@@ -4,18 +4,26 @@
 //! clock; exactly one recovery attempt is admitted when a cooldown ends; scrapers lease
 //! endpoints over a local socket and report how each use went.
 
-#![warn(missing_docs)]
-
 pub mod cli;
 pub mod client;
 pub mod config;
 pub mod daemon;
+pub mod dial;
 pub mod endpoint;
+pub mod event_kind;
 pub mod health;
+pub mod http;
+pub mod limits;
 pub mod lock;
+pub mod logging;
+pub mod metrics;
 pub mod pool;
 pub mod probe;
+pub mod probe_report;
+pub mod probe_run;
 pub mod protocol;
+pub mod retry_after;
 pub mod server;
 pub mod sources;
+pub mod stats;
 pub mod store;

@@ -4,23 +4,14 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use proxypool::cli::{self, Cli};
-use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let level = match (cli.global.quiet, cli.global.verbose) {
-        (q, _) if q > 0 => "error",
-        (_, 0) => "warn",
-        (_, 1) => "info",
-        (_, 2) => "debug",
-        _ => "trace",
-    };
-    // RUST_LOG, when set, overrides -v/-q.
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    let serve = matches!(cli.command, cli::Command::Serve { .. });
+    proxypool::logging::init(
+        cli.global.log_format,
+        proxypool::logging::default_level(serve, cli.global.verbose, cli.global.quiet),
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use crate::endpoint::EndpointId;
@@ -10,8 +10,7 @@ use crate::health::State;
 use crate::pool::{Grant, PoolStatus};
 use crate::store::EndpointView;
 
-/// Longest accepted request line, newline excluded.
-pub const MAX_LINE: usize = 64 * 1024;
+pub use crate::limits::{MAX_DURATION, MAX_LINE};
 
 /// Every op the server knows.
 pub const OPS: &[&str] = &[
@@ -33,8 +32,12 @@ pub const OPS: &[&str] = &[
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Dur(pub Duration);
 
-/// Longest duration accepted anywhere (ttl, wait, retry_after; config durations too).
-pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+// Sent as seconds, which every reader of the protocol accepts.
+impl Serialize for Dur {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.0.as_secs_f64())
+    }
+}
 
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -42,7 +45,7 @@ impl<'de> Deserialize<'de> for Dur {
             // Also what a `Retry-After` header holds: "120" or an HTTP date, passed on as is.
             Value::String(s) => humantime::parse_duration(&s)
                 .ok()
-                .or_else(|| crate::probe::parse_retry_after(&s, std::time::SystemTime::now()))
+                .or_else(|| crate::retry_after::parse_retry_after(&s, std::time::SystemTime::now()))
                 .ok_or_else(|| {
                     serde::de::Error::custom(format!(
                         "invalid duration {s:?}: write e.g. \"90s\", a number of seconds, or an HTTP date"
@@ -105,18 +108,22 @@ pub enum ReportOutcome {
 }
 
 /// A request, tagged by `op`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
     /// Take an endpoint.
     Lease {
         /// Pool (default `default`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         pool: Option<String>,
         /// Lease lifetime (default 60s).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         ttl: Option<Dur>,
         /// How long to wait for an endpoint (default 0).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         wait: Option<Dur>,
         /// Sticky key.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         session: Option<String>,
     },
     /// Say how a lease went.
@@ -126,14 +133,19 @@ pub enum Request {
         /// success | failure.
         outcome: ReportOutcome,
         /// Required for failures.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
         /// Optional phase.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         phase: Option<String>,
         /// HTTP status seen.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         status: Option<u16>,
         /// Retry-After seen (seconds or humantime).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         retry_after: Option<Dur>,
         /// Free text.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
     },
     /// Give a lease back without an outcome.
@@ -144,65 +156,67 @@ pub enum Request {
     /// Counts by state.
     Status {
         /// One pool.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         pool: Option<String>,
     },
     /// List endpoints (passwords redacted).
     Endpoints {
         /// Pool filter.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         pool: Option<String>,
         /// State filter.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         state: Option<String>,
     },
     /// Operator disable.
     Disable {
-        /// Endpoint.
         endpoint: EndpointRef,
         /// Operator's text.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
     /// Operator enable.
     Enable {
-        /// Endpoint.
         endpoint: EndpointRef,
         /// Straight to available.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         now: Option<bool>,
     },
     /// Operator add (used by the CLI while a daemon runs).
     Add {
-        /// URLs.
         urls: Vec<String>,
-        /// Pool.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         pool: Option<String>,
-        /// Label.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         label: Option<String>,
         /// Who adds them.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         source: Option<String>,
     },
     /// Operator add of a large batch from a file the CLI wrote (one URL a line).
     Import {
         /// Absolute path of the file.
         path: String,
-        /// Pool.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         pool: Option<String>,
-        /// Label.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         label: Option<String>,
     },
     /// Operator remove (used by the CLI while a daemon runs).
-    Remove {
-        /// Endpoints.
-        endpoints: Vec<EndpointRef>,
-    },
+    Remove { endpoints: Vec<EndpointRef> },
     /// Probe endpoints now (used by the CLI while a daemon runs).
     Probe {
         /// Endpoints; empty with `all` or `pool` = every endpoint (of the pool).
         #[serde(default)]
         endpoints: Vec<EndpointRef>,
         /// Only this pool.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         pool: Option<String>,
         /// Every endpoint.
         #[serde(default)]
         all: bool,
         /// Parallel probes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         concurrency: Option<usize>,
     },
     /// Liveness.
@@ -221,7 +235,6 @@ pub enum ErrorCode {
     UnknownPool,
     /// Lease not known.
     UnknownLease,
-    /// Lease expired.
     LeaseExpired,
     /// Nothing to lease.
     PoolExhausted,
@@ -234,37 +247,37 @@ pub enum ErrorCode {
 /// The error object of a failed response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorBody {
-    /// Code.
     pub code: ErrorCode,
     /// Human message (never a password).
     pub message: String,
     /// For `pool_exhausted`: ms until the soonest cooldown ends, or null.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     pub retry_after_ms: Option<Option<u64>>,
 }
 
-/// The payload of a successful response.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// The payload of a successful response. Variants are told apart by their fields when
+/// read back, so `Empty` comes last.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Body {
-    /// `lease`.
     Lease(Grant),
     /// `report`, `disable`, `enable`.
     State {
         /// Endpoint id, for operator ops.
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         endpoint: Option<EndpointId>,
         /// New state.
         state: State,
     },
-    /// `status`.
     Status {
         /// Per pool.
         pools: Vec<PoolStatus>,
     },
-    /// `endpoints`.
     Endpoints {
-        /// Endpoints.
         endpoints: Vec<EndpointView>,
     },
     /// `add`.
@@ -272,37 +285,74 @@ pub enum Body {
         /// New ids.
         ids: Vec<EndpointId>,
     },
-    /// `probe`.
     Probes {
         /// One result per endpoint, by id.
-        results: Vec<crate::daemon::ProbeReport>,
+        results: Vec<crate::probe_report::ProbeReport>,
     },
-    /// `ping`.
     Ping {
         /// Server version.
-        version: &'static str,
+        version: String,
     },
     /// `release`, `remove`.
     Empty {},
 }
 
 /// A response line.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "ResponseWire")]
 pub struct Response {
-    /// Success flag.
     pub ok: bool,
     /// Echo of the request's `id`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<Value>,
-    /// Error, when `ok` is false.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Set when `ok` is false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorBody>,
     /// For `pool_exhausted`, also at top level for convenience.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     pub retry_after_ms: Option<Option<u64>>,
     /// Payload fields, flattened.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub body: Option<Body>,
+}
+
+// What a response line reads as before the payload is settled: a failure's fields would
+// otherwise also read as an empty success payload.
+#[derive(Deserialize)]
+struct ResponseWire {
+    ok: bool,
+    /// Echo of the request's `id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    id: Option<Value>,
+    /// Set when `ok` is false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<ErrorBody>,
+    /// For `pool_exhausted`, also at top level for convenience.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    retry_after_ms: Option<Option<u64>>,
+    /// Payload fields, flattened.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    body: Option<Body>,
+}
+
+impl From<ResponseWire> for Response {
+    fn from(w: ResponseWire) -> Self {
+        Response {
+            ok: w.ok,
+            id: w.id,
+            retry_after_ms: w.retry_after_ms,
+            body: if w.ok { w.body } else { None },
+            error: w.error,
+        }
+    }
 }
 
 impl Response {
@@ -332,6 +382,20 @@ impl Response {
         }
     }
 
+    /// The payload of a success, or the error of a failure.
+    pub fn into_result(self) -> Result<Body, ErrorBody> {
+        match (self.ok, self.error, self.body) {
+            (true, _, Some(body)) => Ok(body),
+            (true, _, None) => Ok(Body::Empty {}),
+            (false, Some(e), _) => Err(e),
+            (false, None, _) => Err(ErrorBody {
+                code: ErrorCode::Internal,
+                message: "failed response without an error".into(),
+                retry_after_ms: None,
+            }),
+        }
+    }
+
     /// The serialized object, without the newline.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|_| {
@@ -346,6 +410,12 @@ impl Response {
         s.push('\n');
         s
     }
+}
+
+// A field that is present reads as `Some`, even when it is null: `retry_after_ms: null`
+// means "no cooldown deadline", not "no value".
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
+    Option::<u64>::deserialize(d).map(Some)
 }
 
 /// Parse one line: the request and its `id`, or an error response.
@@ -457,12 +527,95 @@ mod tests {
 
     #[test]
     fn response_shapes() {
-        let r = Response::ok(Some(Value::from("a")), Body::Ping { version: "1" });
+        let r = Response::ok(
+            Some(Value::from("a")),
+            Body::Ping {
+                version: "1".into(),
+            },
+        );
         assert_eq!(
             r.to_line(),
             "{\"ok\":true,\"id\":\"a\",\"version\":\"1\"}\n"
         );
         let r = Response::ok(None, Body::Empty {});
         assert_eq!(r.to_line(), "{\"ok\":true}\n");
+    }
+
+    #[test]
+    fn requests_round_trip() {
+        let reqs = [
+            Request::Lease {
+                pool: Some("p".into()),
+                ttl: Some(Dur(Duration::from_millis(1500))),
+                wait: None,
+                session: Some("s".into()),
+            },
+            Request::Report {
+                lease: "l".into(),
+                outcome: ReportOutcome::Failure,
+                reason: Some("timeout".into()),
+                phase: None,
+                status: Some(503),
+                retry_after: Some(Dur(Duration::from_secs(120))),
+                detail: None,
+            },
+            Request::Enable {
+                endpoint: EndpointRef::Id(3),
+                now: Some(true),
+            },
+            Request::Remove {
+                endpoints: vec![EndpointRef::Id(1), EndpointRef::Url("http://h:1".into())],
+            },
+            Request::Probe {
+                endpoints: vec![],
+                pool: None,
+                all: true,
+                concurrency: Some(4),
+            },
+            Request::Ping,
+        ];
+        for req in reqs {
+            let line = serde_json::to_string(&req).unwrap();
+            let (_, back, _) = parse_line(&line).unwrap();
+            assert_eq!(back, req, "{line}");
+        }
+        assert_eq!(
+            serde_json::to_string(&Request::Release { lease: "x".into() }).unwrap(),
+            r#"{"op":"release","lease":"x"}"#
+        );
+    }
+
+    #[test]
+    fn responses_round_trip() {
+        let mut exhausted = Response::err(Some(Value::from(1)), ErrorCode::PoolExhausted, "none");
+        exhausted.retry_after_ms = Some(None);
+        exhausted.error.as_mut().unwrap().retry_after_ms = Some(None);
+        let cases = [
+            exhausted,
+            Response::ok(None, Body::Added { ids: vec![1, 2] }),
+            Response::ok(
+                None,
+                Body::State {
+                    endpoint: Some(4),
+                    state: State::Cooling,
+                },
+            ),
+            Response::ok(
+                None,
+                Body::Ping {
+                    version: "1".into(),
+                },
+            ),
+            Response::ok(None, Body::Empty {}),
+        ];
+        for r in cases {
+            let line = r.to_json();
+            let back: Response = serde_json::from_str(&line).unwrap();
+            assert_eq!(back, r, "{line}");
+            assert_eq!(back.to_json(), line);
+        }
+        let err = Response::err(None, ErrorCode::Internal, "disk full");
+        let back: Response = serde_json::from_str(&err.to_json()).unwrap();
+        assert_eq!(back.into_result().unwrap_err().code, ErrorCode::Internal);
     }
 }

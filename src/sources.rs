@@ -13,6 +13,7 @@ use tracing::{info, warn};
 
 use crate::config::{PoolConfig, SourceConfig, SourceKind};
 use crate::endpoint::ProxyUrl;
+use crate::event_kind::EventKind;
 use crate::health::{Input, Reason, State};
 use crate::pool::engine::{initial_state, Engine, EngineError};
 use crate::store::{NewEndpoint, NewEvent, Write};
@@ -215,32 +216,21 @@ async fn http_get(url: &str, max: usize) -> Result<Vec<u8>, SourceError> {
             let (u, p) = ui.split_once(':').unwrap_or((ui, ""));
             format!(
                 "Basic {}",
-                crate::probe::base64(format!("{}:{}", decode(u), decode(p)).as_bytes())
+                crate::dial::base64(format!("{}:{}", decode(u), decode(p)).as_bytes())
             )
         });
     let mut req = hyper::Request::get(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
         .header(hyper::header::HOST, host_header)
-        .header(
-            hyper::header::USER_AGENT,
-            concat!("proxypool/", env!("CARGO_PKG_VERSION")),
-        )
+        .header(hyper::header::USER_AGENT, crate::dial::USER_AGENT)
         .header(hyper::header::CONNECTION, "close");
     if let Some(a) = auth {
         req = req.header(hyper::header::AUTHORIZATION, a);
     }
     let req = req.body(Empty::<Bytes>::new()).map_err(|e| herr(&e))?;
     let resp = if https {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-        let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| herr(&e))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        let cfg = crate::dial::client_config(None).map_err(|e| herr(&e))?;
         let name = rustls::pki_types::ServerName::try_from(bare.clone()).map_err(|e| herr(&e))?;
-        let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        let tls = tokio_rustls::TlsConnector::from(cfg)
             .connect(name, tcp)
             .await
             .map_err(|e| herr(&e))?;
@@ -295,11 +285,11 @@ pub enum Trigger {
 }
 
 impl Trigger {
-    fn kind(self) -> &'static str {
+    fn kind(self) -> EventKind {
         match self {
-            Trigger::Startup => "sniff_on_startup",
-            Trigger::Refresh => "sniff_refresh",
-            Trigger::Exhaustion => "sniff_on_exhaustion",
+            Trigger::Startup => EventKind::SniffOnStartup,
+            Trigger::Refresh => EventKind::SniffRefresh,
+            Trigger::Exhaustion => EventKind::SniffOnExhaustion,
         }
     }
 }
@@ -319,11 +309,10 @@ pub struct Sniffed {
     pub returned: usize,
 }
 
-fn pool_event(kind: &'static str, detail: String) -> Write {
+fn pool_event(kind: EventKind, detail: String) -> Write {
     Write::Event(NewEvent {
-        kind,
         detail: Some(detail),
-        ..Default::default()
+        ..NewEvent::new(kind)
     })
 }
 
@@ -348,7 +337,7 @@ pub async fn sniff(
                 engine
                     .record(vec![
                         pool_event(
-                            "sniff_failure",
+                            EventKind::SniffFailure,
                             format!("pool {} source {name}: {e}", pool.name),
                         ),
                         Write::SourceResult {
@@ -368,7 +357,7 @@ pub async fn sniff(
                 engine
                     .record(vec![
                         pool_event(
-                            "sniff_success",
+                            EventKind::SniffSuccess,
                             format!(
                                 "pool {} source {name}: {} endpoints ({} new, {} removed, {} returned)",
                                 pool.name, s.listed, s.added, s.removed, s.returned
@@ -418,24 +407,22 @@ pub async fn reconcile(
     let pool_name = pool.name.clone();
     let tag2 = tag.clone();
     let mine = engine
-        .writer()
-        .call(move |s| s.list(Some(&pool_name), None))
+        .rows(Some(pool_name), None)
         .await?
-        .map_err(EngineError::from)?
         .into_iter()
         .filter(|r| r.source.as_deref() == Some(tag2.as_str()))
         .collect::<Vec<_>>();
     let (mut removed, mut returned) = (0, 0);
     for row in &mine {
         let here = listed_ids.contains(&row.id);
-        let h = engine.pools().health(row.id).cloned();
+        let h = engine.health(row.id);
         let Some(h) = h else { continue };
         if !here && h.state != State::Disabled {
             engine
                 .input(
                     row.id,
                     Input::SourceRemoved,
-                    "",
+                    None,
                     Some(format!("no longer listed by {source_name}")),
                 )
                 .await?;
@@ -445,7 +432,7 @@ pub async fn reconcile(
                 .input(
                     row.id,
                     Input::SourceReturned,
-                    "",
+                    None,
                     Some(format!("listed again by {source_name}")),
                 )
                 .await?;
@@ -499,7 +486,7 @@ pub async fn run_after_startup(engine: Arc<Engine>, pool: PoolConfig, shutdown: 
         let trigger = if next_refresh.is_some_and(|t| now >= t) {
             next_refresh = refresh.map(|r| now + r);
             Some(Trigger::Refresh)
-        } else if engine.pools().exhausted(&pool.name)
+        } else if engine.exhausted(&pool.name)
             && last_exhaustion.is_none_or(|t| now.duration_since(t) >= EXHAUSTION_BACKOFF)
         {
             last_exhaustion = Some(now);

@@ -10,6 +10,7 @@ use rusqlite_migration::Migrations;
 use serde::Serialize;
 
 use crate::endpoint::{EndpointId, ProxyUrl, Scheme};
+use crate::event_kind::EventKind;
 use crate::health::{Phase, Reason, State};
 
 pub mod pairs;
@@ -45,7 +46,6 @@ pub enum StoreError {
     Duplicate {
         /// Redacted URL.
         url: String,
-        /// Pool.
         pool: String,
         /// Existing id.
         id: EndpointId,
@@ -55,7 +55,6 @@ pub enum StoreError {
     DuplicateInBatch {
         /// Redacted URL.
         url: String,
-        /// Pool.
         pool: String,
     },
     /// No endpoint matched.
@@ -77,11 +76,9 @@ pub enum StoreError {
 /// A stored endpoint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EndpointRow {
-    /// Id.
     pub id: EndpointId,
     /// URL with credentials.
     pub url: ProxyUrl,
-    /// Pool.
     pub pool: String,
     /// Operator label.
     pub label: Option<String>,
@@ -110,27 +107,18 @@ pub struct EndpointRow {
 }
 
 /// The JSON shape of an endpoint in `list --json`, `show --json` and the socket.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct EndpointView {
-    /// Id.
     pub id: EndpointId,
     /// URL, password redacted unless secrets were asked for.
     pub url: String,
-    /// Pool.
     pub pool: String,
-    /// Label.
     pub label: Option<String>,
-    /// Source.
     pub source: Option<String>,
-    /// State.
     pub state: State,
-    /// Reason.
     pub reason: Option<Reason>,
-    /// Phase.
     pub phase: Option<Phase>,
-    /// Detail.
     pub detail: Option<String>,
-    /// Streak.
     pub streak: u32,
     /// RFC 3339 UTC or null.
     pub cooldown_until: Option<String>,
@@ -171,11 +159,8 @@ impl EndpointRow {
 /// An endpoint to insert.
 #[derive(Debug, Clone)]
 pub struct NewEndpoint {
-    /// URL.
     pub url: ProxyUrl,
-    /// Pool.
     pub pool: String,
-    /// Label.
     pub label: Option<String>,
     /// Who adds it.
     pub source: Option<String>,
@@ -198,30 +183,23 @@ pub struct EventRow {
     pub from: Option<String>,
     /// State after.
     pub to: Option<String>,
-    /// Reason.
     pub reason: Option<String>,
-    /// Phase.
     pub phase: Option<String>,
-    /// Detail.
     pub detail: Option<String>,
     /// Lease id.
     pub lease: Option<String>,
 }
 
 /// An event to append.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct NewEvent {
-    /// Endpoint id.
     pub endpoint: Option<EndpointId>,
-    /// Kind.
-    pub kind: &'static str,
+    pub kind: EventKind,
     /// State before.
     pub from: Option<State>,
     /// State after.
     pub to: Option<State>,
-    /// Reason.
     pub reason: Option<Reason>,
-    /// Phase.
     pub phase: Option<Phase>,
     /// Detail (never a password).
     pub detail: Option<String>,
@@ -229,20 +207,31 @@ pub struct NewEvent {
     pub lease: Option<String>,
 }
 
+impl NewEvent {
+    /// An event of `kind` about nothing in particular yet; fill in with struct update.
+    pub fn new(kind: EventKind) -> NewEvent {
+        NewEvent {
+            endpoint: None,
+            kind,
+            from: None,
+            to: None,
+            reason: None,
+            phase: None,
+            detail: None,
+            lease: None,
+        }
+    }
+}
+
 /// The persisted health of an endpoint after a transition.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HealthRecord {
     /// Endpoint.
     pub id: EndpointId,
-    /// State.
     pub state: State,
-    /// Reason.
     pub reason: Option<Reason>,
-    /// Phase.
     pub phase: Option<Phase>,
-    /// Detail.
     pub detail: Option<String>,
-    /// Streak.
     pub streak: u32,
     /// Same-reason streak.
     pub reason_streak: u32,
@@ -265,7 +254,6 @@ pub enum Write {
     Pair(pairs::PairWrite),
     /// Record a source's last sniff.
     SourceResult {
-        /// Pool.
         pool: String,
         /// Source name.
         name: String,
@@ -281,7 +269,6 @@ pub enum Write {
 /// The last sniff of a source.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SourceRow {
-    /// Pool.
     pub pool: String,
     /// Source name.
     pub name: String,
@@ -673,6 +660,30 @@ fn restrict(db: &Path) {
     }
 }
 
+impl StoreError {
+    /// The request named something wrong (a duplicate, a missing endpoint): the caller's
+    /// mistake, to be answered as bad input. Everything else is a failure of the database.
+    pub fn is_input(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Duplicate { .. }
+                | StoreError::DuplicateInBatch { .. }
+                | StoreError::NotFound(_)
+                | StoreError::Ambiguous { .. }
+        )
+    }
+}
+
+impl ResolveError {
+    /// See [`StoreError::is_input`].
+    pub fn is_input(&self) -> bool {
+        match self {
+            ResolveError::BadUrl(_) | ResolveError::NotFound(_) => true,
+            ResolveError::Store(e) => e.is_input(),
+        }
+    }
+}
+
 /// Why an operator's `ID|URL` did not name one endpoint.
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
@@ -764,10 +775,9 @@ fn insert_new(
         tx,
         &NewEvent {
             endpoint: Some(id),
-            kind: "added",
             to: Some(e.state),
             detail: e.source.clone(),
-            ..Default::default()
+            ..NewEvent::new(EventKind::Added)
         },
     )?;
     Ok(id)
@@ -784,8 +794,7 @@ fn remove_rows(tx: &Connection, ids: &[EndpointId]) -> Result<(), StoreError> {
             tx,
             &NewEvent {
                 endpoint: Some(id),
-                kind: "removed",
-                ..Default::default()
+                ..NewEvent::new(EventKind::Removed)
             },
         )?;
     }
@@ -800,7 +809,7 @@ fn insert_event(tx: &Connection, ev: &NewEvent) -> Result<(), StoreError> {
     .execute(params![
         fmt_time(SystemTime::now()),
         ev.endpoint,
-        ev.kind,
+        ev.kind.as_str(),
         ev.from.map(State::as_str),
         ev.to.map(State::as_str),
         ev.reason.map(Reason::as_str),

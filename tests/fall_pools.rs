@@ -61,8 +61,8 @@ fn use_once(p: &mut Pools, outcome: Outcome) -> (State, Vec<&'static str>) {
     let kinds = writes
         .iter()
         .map(|w| match w {
-            Write::Transition(_, ev) => ev.kind,
-            Write::Event(ev) => ev.kind,
+            Write::Transition(_, ev) => ev.kind.as_str(),
+            Write::Event(ev) => ev.kind.as_str(),
             _ => "other",
         })
         .collect();

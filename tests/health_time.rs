@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use proxypool::config::{Mode, PoolConfig};
 use proxypool::endpoint::{EndpointId, ProxyUrl};
+use proxypool::event_kind::EventKind;
 use proxypool::health::{Cooldown, Failure, Health, Input, Phase, Policy, Reason, State, Step};
 use proxypool::pool::{Grant, Outcome, PoolError, Pools};
 use proxypool::store::{EndpointRow, Write};
@@ -115,7 +116,7 @@ fn event_kinds(writes: &[Write]) -> Vec<&'static str> {
     writes
         .iter()
         .map(|w| match w {
-            Write::Transition(_, ev) | Write::Event(ev) => ev.kind,
+            Write::Transition(_, ev) | Write::Event(ev) => ev.kind.as_str(),
             Write::SourceResult { .. } => "source_result",
             Write::Remove(_) => "removed",
             Write::Pair(_) => "pair",
@@ -520,7 +521,14 @@ async fn refused_claims_and_abandons_write_nothing() {
     let (won, w) = p.try_claim(1, now, wall);
     assert!(!won);
     assert!(w.is_empty(), "{w:?}");
-    let (r, w) = p.input(1, Input::Abandon, "trial_abandoned", None, now, wall);
+    let (r, w) = p.input(
+        1,
+        Input::Abandon,
+        Some(EventKind::TrialAbandoned),
+        None,
+        now,
+        wall,
+    );
     assert_eq!(r.unwrap().0, Step::Refused);
     assert!(w.is_empty(), "{w:?}");
 }
@@ -582,10 +590,10 @@ async fn a_sticky_session_keeps_its_endpoint_ahead_of_a_trial() {
     assert_eq!(g.endpoint, 1);
     p.release(&g.lease, now, wall).0.unwrap();
     // Endpoint 2 waits for its single trial.
-    p.input(2, Input::Disable { detail: None }, "", None, now, wall)
+    p.input(2, Input::Disable { detail: None }, None, None, now, wall)
         .0
         .unwrap();
-    p.input(2, Input::Enable { now: false }, "", None, now, wall)
+    p.input(2, Input::Enable { now: false }, None, None, now, wall)
         .0
         .unwrap();
     let g = p.lease("p", TTL, Some("s"), now, wall).0.unwrap();

@@ -6,6 +6,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, SystemTime};
 
+use proxypool::event_kind::EventKind;
 use proxypool::health::{Failure, Input, Phase, Policy, Reason};
 use proxypool::pool::destinations::{Destinations, DEFAULT_MAX_PAIRS};
 use proxypool::store::NewEvent;
@@ -59,10 +60,7 @@ fn bytes_per_pair(per_dest: &[usize]) -> f64 {
                     trial: false,
                 },
                 Some(403),
-                NewEvent {
-                    kind: "report",
-                    ..Default::default()
-                },
+                Some(NewEvent::new(EventKind::Report)),
                 &policy,
                 // Spread deadlines as real traffic does.
                 now + Duration::from_millis(n as u64 % 10_000),

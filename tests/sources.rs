@@ -84,13 +84,7 @@ impl Fx {
     /// Every event row written since the last call.
     async fn new_events(&mut self) -> Vec<EventRow> {
         let after = self.audited;
-        let rows = self
-            .engine
-            .writer()
-            .call(move |s| s.events(None, after, 100_000))
-            .await
-            .unwrap()
-            .unwrap();
+        let rows = self.engine.events(None, after, 100_000).await.unwrap();
         if let Some(l) = rows.last() {
             self.audited = l.id;
         }
@@ -107,22 +101,12 @@ impl Fx {
     }
 
     async fn all_events(&self) -> Vec<EventRow> {
-        self.engine
-            .writer()
-            .call(|s| s.events(None, 0, 100_000))
-            .await
-            .unwrap()
-            .unwrap()
+        self.engine.events(None, 0, 100_000).await.unwrap()
     }
 
     /// Every stored endpoint row, in id order.
     async fn rows(&self) -> Vec<EndpointRow> {
-        self.engine
-            .writer()
-            .call(|s| s.list(None, None))
-            .await
-            .unwrap()
-            .unwrap()
+        self.engine.rows(None, None).await.unwrap()
     }
 
     async fn id_of(&self, url: &str) -> EndpointId {
@@ -136,17 +120,11 @@ impl Fx {
     }
 
     async fn row(&self, id: EndpointId) -> EndpointRow {
-        self.engine
-            .writer()
-            .call(move |s| s.get(id))
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap()
+        self.engine.row(id).await.unwrap().unwrap()
     }
 
     fn state(&self, id: EndpointId) -> State {
-        self.engine.pools().health(id).unwrap().state
+        self.engine.health(id).unwrap().state
     }
 
     /// One successful recovery probe, as the prober makes it.
@@ -163,14 +141,14 @@ impl Fx {
     /// Operator disable.
     async fn disable(&self, id: EndpointId) {
         self.engine
-            .input(id, Input::Disable { detail: None }, "", Some("op".into()))
+            .input(id, Input::Disable { detail: None }, None, Some("op".into()))
             .await
             .unwrap();
     }
 
     /// Probe every `probe_allowed` endpoint successfully.
     async fn probe_all(&self) {
-        let all = self.engine.pools().ids(Some(POOL));
+        let all = self.engine.ids(Some(POOL));
         let ids: Vec<EndpointId> = all
             .into_iter()
             .filter(|id| self.state(*id) == State::ProbeAllowed)
@@ -370,13 +348,7 @@ async fn startup_sniff_falls_back_across_failing_sources_and_the_first_success_w
         assert_eq!(r.state, State::ProbeAllowed);
     }
     // `proxypool sources` data: each source's last result.
-    let src_rows = fx
-        .engine
-        .writer()
-        .call(|s| s.sources(Some(POOL)))
-        .await
-        .unwrap()
-        .unwrap();
+    let src_rows = fx.engine.sources(Some(POOL.into())).await.unwrap();
     let by_name = |n: &str| src_rows.iter().find(|r| r.name == n).unwrap().clone();
     assert_eq!(by_name(&names[0]).last_ok, Some(false));
     assert_eq!(by_name(&names[1]).last_ok, Some(false));
@@ -732,7 +704,7 @@ async fn mixed() -> Mixed {
         .input(
             id(4).await,
             Input::Disable { detail: None },
-            "",
+            None,
             Some("operator".into()),
         )
         .await
@@ -899,10 +871,8 @@ async fn a_failing_empty_or_garbage_source_changes_nothing() {
         }
         let last = fx
             .engine
-            .writer()
-            .call(|s| s.sources(Some(POOL)))
+            .sources(Some(POOL.into()))
             .await
-            .unwrap()
             .unwrap()
             .into_iter()
             .find(|r| r.name == one.sources[0].name())
@@ -973,7 +943,7 @@ async fn operator_disabled_endpoints_stay_disabled_whatever_the_source_says() {
     );
     // Only the operator brings them back.
     fx.engine
-        .input(a, Input::Enable { now: true }, "", None)
+        .input(a, Input::Enable { now: true }, None, None)
         .await
         .unwrap();
     assert_eq!(fx.state(a), State::Available);
@@ -1010,8 +980,10 @@ async fn reconcile_dedupes_a_list_and_updates_credentials_in_place() {
     let rows = fx.rows().await;
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0].url.password.as_deref(), Some("new"));
-    let p = fx.engine.pools();
-    assert_eq!(p.url(rows[0].id).unwrap().password.as_deref(), Some("new"));
+    assert_eq!(
+        fx.engine.url(rows[0].id).unwrap().password.as_deref(),
+        Some("new")
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1088,16 +1060,16 @@ async fn exhaustion_triggers_a_sniff_rate_limited_by_the_backoff() {
         .unwrap();
     let other = if g.endpoint == a { b } else { a };
     fx.engine
-        .input(other, Input::Disable { detail: None }, "", None)
+        .input(other, Input::Disable { detail: None }, None, None)
         .await
         .unwrap();
-    assert!(fx.engine.pools().exhausted(POOL));
+    assert!(fx.engine.exhausted(POOL));
 
     // The first exhaustion sniff comes promptly and its source answers (the same list:
     // nothing changes, the pool stays exhausted)...
     wait_count(&fx, "sniff_on_exhaustion", 1).await;
     wait_count(&fx, "sniff_success", 2).await;
-    assert!(fx.engine.pools().exhausted(POOL));
+    assert!(fx.engine.exhausted(POOL));
     // ...and no second one within EXHAUSTION_BACKOFF of the exhaustion (the loop keeps
     // waking meanwhile); after it, the next one comes.
     let start = std::time::Instant::now();

@@ -513,26 +513,17 @@ async fn engine_restart_keeps_the_state() {
         .unwrap();
     assert_eq!(st, State::Cooling);
     engine
-        .input(2, Input::Disable { detail: None }, "", Some("op".into()))
+        .input(2, Input::Disable { detail: None }, None, Some("op".into()))
         .await
         .unwrap();
     engine.flush().await.unwrap();
-    let before: Vec<_> = ids
-        .iter()
-        .map(|&id| engine.pools().health(id).unwrap().clone())
-        .collect();
-    let events_before = engine
-        .writer()
-        .call(|s| s.events(None, 0, 1000))
-        .await
-        .unwrap()
-        .unwrap();
+    let before: Vec<_> = ids.iter().map(|&id| engine.health(id).unwrap()).collect();
+    let events_before = engine.events(None, 0, 1000).await.unwrap();
     drop(engine);
 
     let engine = Engine::open(Store::open(&path).unwrap(), [cfg]).unwrap();
     for (i, b) in before.iter().enumerate() {
-        let p = engine.pools();
-        let h = p.health(ids[i]).unwrap();
+        let h = engine.health(ids[i]).unwrap();
         assert_eq!(
             (h.state, h.streak, h.reason, h.phase, h.cooldown),
             (b.state, b.streak, b.reason, b.phase, b.cooldown),
@@ -542,19 +533,11 @@ async fn engine_restart_keeps_the_state() {
     }
     // The cooldown resumes from the stored wall-clock deadline (real clock: a little
     // less than 60 s may be left, never more).
-    let left = engine.pools().health(1).unwrap().deadline.unwrap() - Instant::now();
+    let left = engine.health(1).unwrap().deadline.unwrap() - Instant::now();
     assert!(left <= BASE && left > BASE - 5 * S, "{left:?}");
-    assert_eq!(
-        engine.pools().health(2).unwrap().reason,
-        Some(Reason::Operator)
-    );
+    assert_eq!(engine.health(2).unwrap().reason, Some(Reason::Operator));
     // Nothing was lost or added by the restart.
-    let events_after = engine
-        .writer()
-        .call(|s| s.events(None, 0, 1000))
-        .await
-        .unwrap()
-        .unwrap();
+    let events_after = engine.events(None, 0, 1000).await.unwrap();
     assert_eq!(events_after, events_before);
     let kinds: Vec<_> = events_after
         .iter()

@@ -30,6 +30,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::endpoint::EndpointId;
+use crate::event_kind::EventKind;
 use crate::health::{restored_remaining, Health, Input, Policy, Reason, State, Step};
 use crate::store::pairs::{PairRecord, PairWrite};
 use crate::store::NewEvent;
@@ -269,7 +270,7 @@ impl Destinations {
         id: EndpointId,
         input: Input,
         status: Option<u16>,
-        act: NewEvent,
+        act: Option<NewEvent>,
         policy: &Policy,
         now: Instant,
         wall: SystemTime,
@@ -290,12 +291,14 @@ impl Destinations {
             None if creating && self.room() => Pair::available(),
             None if creating => {
                 self.drop_if_empty(slot);
-                let mut act = act;
-                act.detail = Some(format!(
-                    "{}; not recorded: {}",
-                    act.detail.as_deref().unwrap_or("failure"),
-                    self.cap_error()
-                ));
+                let note = self.cap_error();
+                let act = act.map(|mut a| {
+                    a.detail = Some(format!(
+                        "{}; not recorded: {note}",
+                        a.detail.as_deref().unwrap_or("failure"),
+                    ));
+                    a
+                });
                 return writes::nothing(destination, id, act, status);
             }
             None => {
@@ -320,7 +323,7 @@ impl Destinations {
             .expect("slot")
             .name
             .to_string();
-        if !act.kind.is_empty() && step != Step::Refused {
+        if let (Some(act), false) = (&act, step == Step::Refused) {
             writes.push(PairWrite::Event {
                 destination: name.clone(),
                 status,
@@ -365,11 +368,10 @@ impl Destinations {
             Some(v) => v.name.to_string(),
             None => return self.refused(),
         };
-        let act = NewEvent {
-            kind: "trial_admitted",
+        let act = Some(NewEvent {
             lease,
-            ..Default::default()
-        };
+            ..NewEvent::new(EventKind::TrialAdmitted)
+        });
         let r = self.apply(&name, id, Input::Claim, None, act, policy, now, wall, 0.0);
         if r.step == Step::Claimed {
             if let Some(v) = self.views[d.0 as usize].as_mut() {
@@ -425,12 +427,11 @@ impl Destinations {
         now: Instant,
         wall: SystemTime,
     ) -> PairStep {
-        let act = NewEvent {
-            kind: "trial_abandoned",
+        let act = Some(NewEvent {
             detail: Some(why.to_string()),
             lease,
-            ..Default::default()
-        };
+            ..NewEvent::new(EventKind::TrialAbandoned)
+        });
         self.apply(
             destination,
             id,
@@ -458,13 +459,12 @@ impl Destinations {
                 status: None,
                 event: NewEvent {
                     endpoint: Some(id),
-                    kind: "operator",
                     from: Some(State::Available),
                     to: Some(State::Available),
                     detail: Some(
                         "enable --destination: nothing to change, pair is available".into(),
                     ),
-                    ..Default::default()
+                    ..NewEvent::new(EventKind::Operator)
                 },
             });
             return r;
@@ -483,12 +483,11 @@ impl Destinations {
                 destination: destination.to_string(),
                 event: NewEvent {
                     endpoint: Some(id),
-                    kind: "state_changed",
                     from: Some(from),
                     to: Some(State::Available),
                     reason: Some(Reason::Operator),
                     detail: Some("enable --destination".into()),
-                    ..Default::default()
+                    ..NewEvent::new(EventKind::StateChanged)
                 },
             }],
         }
@@ -510,7 +509,7 @@ impl Destinations {
                 id,
                 Input::DeadlinePassed,
                 None,
-                NewEvent::default(),
+                None,
                 policy,
                 now,
                 wall,

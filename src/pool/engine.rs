@@ -13,8 +13,11 @@ use tracing::{debug, error, warn};
 use super::{Grant, Outcome, PoolError, PoolStatus, Pools};
 use crate::config::{Config, PoolConfig};
 use crate::endpoint::{EndpointId, ProxyUrl};
-use crate::health::{Input, State, Step};
-use crate::store::{EndpointRow, NewEndpoint, Store, StoreError, Write};
+use crate::event_kind::EventKind;
+use crate::health::{Health, Input, State, Step};
+use crate::store::{
+    EndpointRow, EventRow, NewEndpoint, ResolveError, SourceRow, Store, StoreError, Write,
+};
 
 /// Errors of engine operations.
 #[derive(Debug, thiserror::Error)]
@@ -22,24 +25,30 @@ pub enum EngineError {
     /// A pool-level refusal (maps to a protocol error code).
     #[error(transparent)]
     Pool(#[from] PoolError),
-    /// The store failed; the operation was not acknowledged.
+    /// The store failed or refused; the operation was not acknowledged. Shared, because
+    /// one failed group commit answers every caller in the group.
     #[error("store: {0}")]
-    Store(String),
+    Store(#[source] Arc<StoreError>),
+    /// An operator's `ID|URL` did not name one endpoint.
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    #[error("store thread stopped")]
+    Stopped,
 }
 
 impl From<StoreError> for EngineError {
     fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::NotFound(m) => EngineError::Store(format!("no endpoint {m}")),
-            other => EngineError::Store(other.to_string()),
-        }
+        EngineError::Store(Arc::new(e))
     }
 }
+
+/// What a queued write batch resolves to once the store thread ran it.
+pub type Committed = Result<(), Arc<StoreError>>;
 
 type Call = Box<dyn FnOnce(&mut Store) + Send>;
 
 enum Job {
-    Writes(Vec<Write>, oneshot::Sender<Result<(), String>>),
+    Writes(Vec<Write>, oneshot::Sender<Committed>),
     Call(Call),
 }
 
@@ -85,13 +94,14 @@ impl Writer {
                         match store.write_groups(&groups) {
                             Ok(results) => {
                                 for (ack, r) in acks.into_iter().zip(results) {
-                                    let _ = ack.send(r.map_err(|e| e.to_string()));
+                                    let _ = ack.send(r.map_err(Arc::new));
                                 }
                             }
                             Err(e) => {
                                 error!(error = %e, "store commit failed");
+                                let e = Arc::new(e);
                                 for ack in acks {
-                                    let _ = ack.send(Err(e.to_string()));
+                                    let _ = ack.send(Err(e.clone()));
                                 }
                             }
                         }
@@ -108,7 +118,7 @@ impl Writer {
     }
 
     /// Queue writes; the receiver resolves once they are committed.
-    pub fn queue(&self, writes: Vec<Write>) -> oneshot::Receiver<Result<(), String>> {
+    pub fn queue(&self, writes: Vec<Write>) -> oneshot::Receiver<Committed> {
         let (ack, rx) = oneshot::channel();
         if writes.is_empty() {
             let _ = ack.send(Ok(()));
@@ -128,18 +138,25 @@ impl Writer {
             .send(Job::Call(Box::new(move |s| {
                 let _ = tx.send(f(s));
             })))
-            .map_err(|_| EngineError::Store("store thread stopped".into()))?;
-        rx.await
-            .map_err(|_| EngineError::Store("store thread stopped".into()))
+            .map_err(|_| EngineError::Stopped)?;
+        rx.await.map_err(|_| EngineError::Stopped)
     }
 }
 
-async fn committed(rx: oneshot::Receiver<Result<(), String>>) -> Result<(), EngineError> {
+async fn committed(rx: oneshot::Receiver<Committed>) -> Result<(), EngineError> {
     match rx.await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(EngineError::Store(e)),
-        Err(_) => Err(EngineError::Store("store thread stopped".into())),
+        Err(_) => Err(EngineError::Stopped),
     }
+}
+
+/// One endpoint as the pools hold it right now.
+#[derive(Debug, Clone)]
+pub struct EndpointNow {
+    pub url: ProxyUrl,
+    pub pool: String,
+    pub health: Health,
 }
 
 /// Shared, running pool state.
@@ -172,15 +189,27 @@ impl Engine {
         }))
     }
 
-    /// The store writer.
-    pub fn writer(&self) -> &Writer {
-        &self.writer
-    }
-
     fn lock(&self) -> MutexGuard<'_, Pools> {
         // A panic while holding the lock leaves consistent-enough state for a pool
         // manager; refusing every later request would be worse.
         self.pools.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wake everyone waiting for an endpoint to become leasable or probeable.
+    fn notify_waiters(&self) {
+        self.freed.notify_waiters();
+    }
+
+    /// Run `f` and then wake waiters: for operations that may free or change endpoints.
+    async fn with_notify<T>(
+        &self,
+        f: impl FnOnce(&mut Pools, Instant, SystemTime) -> (T, Vec<Write>),
+    ) -> Result<T, EngineError> {
+        let r = self.with(f).await;
+        if r.is_ok() {
+            self.notify_waiters();
+        }
+        r
     }
 
     /// Run `f` on the pools and queue its writes under the lock, then wait for the commit.
@@ -223,7 +252,7 @@ impl Engine {
         }
         let give_up = Instant::now()
             .checked_add(wait)
-            .unwrap_or_else(|| Instant::now() + crate::protocol::MAX_DURATION);
+            .unwrap_or_else(|| Instant::now() + crate::limits::MAX_DURATION);
         loop {
             // Registered before the attempt, so a release in between is not missed.
             let freed = self.freed.notified();
@@ -250,18 +279,16 @@ impl Engine {
     /// Release a lease.
     pub async fn release(&self, lease: &str) -> Result<(), EngineError> {
         let r = self
-            .with(|p, now, wall| p.release(lease, now, wall))
+            .with_notify(|p, now, wall| p.release(lease, now, wall))
             .await?;
-        self.freed.notify_waiters();
         Ok(r?)
     }
 
     /// Report a lease's outcome; returns the endpoint's state.
     pub async fn report(&self, lease: &str, outcome: Outcome) -> Result<State, EngineError> {
         let r = self
-            .with(|p, now, wall| p.report(lease, outcome, now, wall))
+            .with_notify(|p, now, wall| p.report(lease, outcome, now, wall))
             .await?;
-        self.freed.notify_waiters();
         Ok(r?)
     }
 
@@ -270,13 +297,12 @@ impl Engine {
         &self,
         id: EndpointId,
         input: Input,
-        kind: &'static str,
+        kind: Option<EventKind>,
         detail: Option<String>,
     ) -> Result<(Step, State), EngineError> {
         let r = self
-            .with(|p, now, wall| p.input(id, input, kind, detail, now, wall))
+            .with_notify(|p, now, wall| p.input(id, input, kind, detail, now, wall))
             .await?;
-        self.freed.notify_waiters();
         Ok(r?)
     }
 
@@ -313,17 +339,21 @@ impl Engine {
         detail: Option<String>,
     ) -> Result<State, EngineError> {
         let r = self
-            .with(|p, now, wall| p.probe_result(id, outcome, trial, detail, now, wall))
+            .with_notify(|p, now, wall| p.probe_result(id, outcome, trial, detail, now, wall))
             .await?;
-        self.freed.notify_waiters();
         Ok(r?)
     }
 
     /// Hand a claimed probe attempt back without an outcome.
     pub async fn abandon(&self, id: EndpointId, why: &str) -> Result<(), EngineError> {
-        self.input(id, Input::Abandon, "trial_abandoned", Some(why.to_string()))
-            .await
-            .map(|_| ())
+        self.input(
+            id,
+            Input::Abandon,
+            Some(EventKind::TrialAbandoned),
+            Some(why.to_string()),
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Add endpoints (all or nothing) to the store and the pools.
@@ -368,7 +398,7 @@ impl Engine {
                 }
             }
         }
-        self.freed.notify_waiters();
+        self.notify_waiters();
         Ok(res)
     }
 
@@ -380,7 +410,7 @@ impl Engine {
                 p.insert_row(r, now, wall);
             }
         }
-        self.freed.notify_waiters();
+        self.notify_waiters();
         self.rescheduled.notify_one();
     }
 
@@ -401,9 +431,97 @@ impl Engine {
         Ok(self.lock().status(pool, Instant::now())?)
     }
 
-    /// Read access to the pools.
-    pub fn pools(&self) -> MutexGuard<'_, Pools> {
-        self.lock()
+    /// The endpoint's URL, pool and health, read together.
+    pub fn endpoint(&self, id: EndpointId) -> Option<EndpointNow> {
+        let p = self.lock();
+        Some(EndpointNow {
+            url: p.url(id)?.clone(),
+            pool: p.pool_of(id)?.to_string(),
+            health: p.health(id)?.clone(),
+        })
+    }
+
+    pub fn health(&self, id: EndpointId) -> Option<Health> {
+        self.lock().health(id).cloned()
+    }
+
+    pub fn url(&self, id: EndpointId) -> Option<ProxyUrl> {
+        self.lock().url(id).cloned()
+    }
+
+    pub fn pool_of(&self, id: EndpointId) -> Option<String> {
+        self.lock().pool_of(id).map(str::to_string)
+    }
+
+    /// Whether the pool is configured (known to the engine).
+    pub fn has_pool(&self, pool: &str) -> bool {
+        self.lock().pool_config(pool).is_some()
+    }
+
+    /// Every endpoint id, of one pool or all.
+    pub fn ids(&self, pool: Option<&str>) -> Vec<EndpointId> {
+        self.lock().ids(pool)
+    }
+
+    /// Ids of the pool's available endpoints (periodic checks).
+    pub fn available_ids(&self, pool: &str) -> Vec<EndpointId> {
+        self.lock().available_ids(pool)
+    }
+
+    /// Nothing in the pool can be leased now.
+    pub fn exhausted(&self, pool: &str) -> bool {
+        self.lock().exhausted(pool)
+    }
+
+    /// Endpoints held in memory.
+    pub fn endpoint_count(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Stored endpoint rows, in id order (runs after the writes queued before it).
+    pub async fn rows(
+        &self,
+        pool: Option<String>,
+        state: Option<State>,
+    ) -> Result<Vec<EndpointRow>, EngineError> {
+        Ok(self
+            .writer
+            .call(move |s| s.list(pool.as_deref(), state))
+            .await??)
+    }
+
+    /// One stored endpoint row.
+    pub async fn row(&self, id: EndpointId) -> Result<Option<EndpointRow>, EngineError> {
+        Ok(self.writer.call(move |s| s.get(id)).await??)
+    }
+
+    /// The stored endpoint an operator's `ID|URL` names.
+    pub async fn resolve(&self, arg: String) -> Result<EndpointId, EngineError> {
+        Ok(self
+            .writer
+            .call(move |s| s.resolve(&arg).map(|r| r.id))
+            .await??)
+    }
+
+    /// Stored events after event id `after`, oldest first.
+    pub async fn events(
+        &self,
+        endpoint: Option<EndpointId>,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<EventRow>, EngineError> {
+        Ok(self
+            .writer
+            .call(move |s| s.events(endpoint, after, limit))
+            .await??)
+    }
+
+    /// Each source's last sniff result.
+    pub async fn sources(&self, pool: Option<String>) -> Result<Vec<SourceRow>, EngineError> {
+        Ok(self
+            .writer
+            .call(move |s| s.sources(pool.as_deref()))
+            .await??)
     }
 
     /// Expire leases and end cooldowns on time, whether or not anyone calls.
@@ -423,7 +541,7 @@ impl Engine {
                 _ = sleep => {}
             }
             match self.with(|p, now, wall| ((), p.advance(now, wall))).await {
-                Ok(()) => self.freed.notify_waiters(),
+                Ok(()) => self.notify_waiters(),
                 Err(e) => {
                     warn!(error = %e, "could not persist deadline transitions; retrying");
                     tokio::time::sleep(Duration::from_millis(200)).await;

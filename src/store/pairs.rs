@@ -156,7 +156,7 @@ fn insert_event(
     .execute(params![
         fmt_time(SystemTime::now()),
         endpoint,
-        ev.kind,
+        ev.kind.as_str(),
         ev.from.map(State::as_str),
         ev.to.map(State::as_str),
         ev.reason.map(Reason::as_str),

@@ -267,7 +267,7 @@ impl VirtualPool {
         let (now, wall) = self.now();
         let (r, w) = self
             .pools
-            .input(id, input, "", detail.map(String::from), now, wall);
+            .input(id, input, None, detail.map(String::from), now, wall);
         self.persist(&w);
         r.unwrap().0
     }

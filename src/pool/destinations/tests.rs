@@ -42,11 +42,8 @@ fn ban(status: u16) -> Input {
     }
 }
 
-fn report() -> NewEvent {
-    NewEvent {
-        kind: "report",
-        ..Default::default()
-    }
+fn report() -> Option<NewEvent> {
+    Some(NewEvent::new(EventKind::Report))
 }
 
 /// Report `input` on (id, dest) at the current paused time.
@@ -78,7 +75,7 @@ fn kinds(w: &[PairWrite]) -> Vec<&'static str> {
         .map(|w| match w {
             PairWrite::Upsert(..) => "upsert",
             PairWrite::Delete { .. } => "delete",
-            PairWrite::Event { event, .. } => event.kind,
+            PairWrite::Event { event, .. } => event.kind.as_str(),
         })
         .collect()
 }
@@ -149,7 +146,7 @@ async fn pair_cooldown_then_exactly_one_trial_for_that_destination() {
             assert_eq!(rec.status, Some(403));
             assert_eq!(rec.cooldown_ms, Some(10_000));
             assert_eq!(rec.cooldown_until, Some(wall0() + 10 * S));
-            assert_eq!(ev.kind, "state_changed");
+            assert_eq!(ev.kind, EventKind::StateChanged);
             assert_eq!(ev.detail.as_deref(), Some("HTTP 403"));
         }
         w => panic!("{w:?}"),

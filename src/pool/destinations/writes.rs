@@ -7,6 +7,7 @@ use tracing::info;
 
 use super::PairStep;
 use crate::endpoint::EndpointId;
+use crate::event_kind::EventKind;
 use crate::health::{Health, State, Step};
 use crate::store::pairs::{PairRecord, PairWrite};
 use crate::store::NewEvent;
@@ -15,12 +16,14 @@ use crate::store::NewEvent;
 pub(super) fn nothing(
     destination: &str,
     id: EndpointId,
-    act: NewEvent,
+    act: Option<NewEvent>,
     status: Option<u16>,
 ) -> PairStep {
     let mut writes = Vec::new();
-    let claim_like = matches!(act.kind, "trial_admitted" | "trial_abandoned");
-    if !act.kind.is_empty() && !claim_like {
+    let claim_like = act
+        .as_ref()
+        .is_some_and(|a| matches!(a.kind, EventKind::TrialAdmitted | EventKind::TrialAbandoned));
+    if let (Some(act), false) = (act, claim_like) {
         writes.push(PairWrite::Event {
             destination: destination.to_string(),
             status,
@@ -51,7 +54,7 @@ pub(super) fn transition(
     to: State,
     h: &Health,
     status: Option<u16>,
-    act: NewEvent,
+    act: Option<NewEvent>,
     now: Instant,
     wall: SystemTime,
 ) -> PairWrite {
@@ -64,15 +67,16 @@ pub(super) fn transition(
         phase = h.phase.map(|p| p.as_str()).unwrap_or("-"),
         "pair state changed"
     );
+    let (detail, lease) = act.map(|a| (a.detail, a.lease)).unwrap_or_default();
     let event = NewEvent {
         endpoint: Some(id),
-        kind: "state_changed",
         from: Some(from),
         to: Some(to),
         reason: h.reason,
         phase: h.phase,
-        detail: act.detail.or_else(|| h.detail.clone()),
-        lease: act.lease,
+        detail: detail.or_else(|| h.detail.clone()),
+        lease,
+        ..NewEvent::new(EventKind::StateChanged)
     };
     if to == State::Available {
         return PairWrite::Delete {

@@ -7,6 +7,7 @@ use rusqlite::Connection;
 
 use super::*;
 use crate::endpoint::ProxyUrl;
+use crate::event_kind::EventKind;
 use crate::store::{NewEndpoint, MIGRATIONS};
 
 fn store() -> (tempfile::TempDir, Store, EndpointId, EndpointId) {
@@ -49,14 +50,13 @@ fn cooling(endpoint: EndpointId, destination: &str, streak: u32) -> PairRecord {
     }
 }
 
-fn ev(kind: &'static str, from: State, to: State) -> NewEvent {
+fn ev(kind: EventKind, from: State, to: State) -> NewEvent {
     NewEvent {
-        kind,
         from: Some(from),
         to: Some(to),
         reason: Some(Reason::DestinationStatus),
         lease: Some("l-1".into()),
-        ..Default::default()
+        ..NewEvent::new(kind)
     }
 }
 
@@ -81,15 +81,15 @@ fn upsert_update_delete_each_with_its_event() {
     s.write_pairs(&[
         PairWrite::Upsert(
             cooling(a, "shop.example", 1),
-            ev("state_changed", State::Available, State::Cooling),
+            ev(EventKind::StateChanged, State::Available, State::Cooling),
         ),
         PairWrite::Upsert(
             cooling(b, "shop.example", 1),
-            ev("state_changed", State::Available, State::Cooling),
+            ev(EventKind::StateChanged, State::Available, State::Cooling),
         ),
         PairWrite::Upsert(
             cooling(a, "news.example", 1),
-            ev("state_changed", State::Available, State::Cooling),
+            ev(EventKind::StateChanged, State::Available, State::Cooling),
         ),
     ])
     .unwrap();
@@ -100,7 +100,11 @@ fn upsert_update_delete_each_with_its_event() {
     again.cooldown_until = None;
     s.write_pairs(&[PairWrite::Upsert(
         again.clone(),
-        ev("state_changed", State::ProbeAllowed, State::Disabled),
+        ev(
+            EventKind::StateChanged,
+            State::ProbeAllowed,
+            State::Disabled,
+        ),
     )])
     .unwrap();
 
@@ -133,14 +137,17 @@ fn upsert_update_delete_each_with_its_event() {
             status: Some(200),
             event: NewEvent {
                 endpoint: Some(a),
-                kind: "report",
-                ..Default::default()
+                ..NewEvent::new(EventKind::Report)
             },
         },
         PairWrite::Delete {
             endpoint: a,
             destination: "news.example".into(),
-            event: ev("state_changed", State::ProbeAllowed, State::Available),
+            event: ev(
+                EventKind::StateChanged,
+                State::ProbeAllowed,
+                State::Available,
+            ),
         },
     ])
     .unwrap();
@@ -179,11 +186,11 @@ fn a_pair_of_an_unknown_endpoint_writes_nothing() {
         .write_pairs(&[
             PairWrite::Upsert(
                 cooling(a, "ok.example", 1),
-                ev("state_changed", State::Available, State::Cooling),
+                ev(EventKind::StateChanged, State::Available, State::Cooling),
             ),
             PairWrite::Upsert(
                 cooling(9_999, "x.example", 1),
-                ev("state_changed", State::Available, State::Cooling),
+                ev(EventKind::StateChanged, State::Available, State::Cooling),
             ),
         ])
         .unwrap_err();
@@ -198,11 +205,11 @@ fn removing_an_endpoint_removes_its_pairs() {
     s.write_pairs(&[
         PairWrite::Upsert(
             cooling(a, "x.example", 1),
-            ev("state_changed", State::Available, State::Cooling),
+            ev(EventKind::StateChanged, State::Available, State::Cooling),
         ),
         PairWrite::Upsert(
             cooling(b, "x.example", 1),
-            ev("state_changed", State::Available, State::Cooling),
+            ev(EventKind::StateChanged, State::Available, State::Cooling),
         ),
     ])
     .unwrap();
@@ -214,7 +221,7 @@ fn removing_an_endpoint_removes_its_pairs() {
     s.write_pairs(&[PairWrite::Delete {
         endpoint: a,
         destination: "x.example".into(),
-        event: ev("state_changed", State::Disabled, State::Available),
+        event: ev(EventKind::StateChanged, State::Disabled, State::Available),
     }])
     .unwrap();
 }
@@ -262,7 +269,7 @@ fn migration_upgrades_a_database_built_by_01_and_02() {
     );
     s.write_pairs(&[PairWrite::Upsert(
         cooling(7, "site.example", 1),
-        ev("state_changed", State::Available, State::Cooling),
+        ev(EventKind::StateChanged, State::Available, State::Cooling),
     )])
     .unwrap();
     drop(s);
@@ -280,12 +287,12 @@ fn pair_writes_ride_the_group_commit() {
         .write_groups(&[
             vec![crate::store::Write::Pair(PairWrite::Upsert(
                 cooling(a, "g.example", 1),
-                ev("state_changed", State::Available, State::Cooling),
+                ev(EventKind::StateChanged, State::Available, State::Cooling),
             ))],
             // A batch that fails alone (unknown endpoint) leaves the other committed.
             vec![crate::store::Write::Pair(PairWrite::Upsert(
                 cooling(424_242, "g.example", 1),
-                ev("state_changed", State::Available, State::Cooling),
+                ev(EventKind::StateChanged, State::Available, State::Cooling),
             ))],
         ])
         .unwrap();

@@ -1,0 +1,127 @@
+# Reusable loopback fixtures for benchmarks and interop runs: a static nginx destination
+# and a tinyproxy upstream, each in a caller-given temp dir, stopped by gw_cleanup.
+# Source it from bash:  . benches/gateway/lib.sh
+# Everything listens on 127.0.0.1 only.
+
+GW_PIDS=()
+GW_MISSING=()
+
+gw_log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+# gw_need TOOL HOW-TO-INSTALL: records a missing tool; gw_require_all reports them at once.
+gw_need() {
+    command -v "$1" >/dev/null 2>&1 || GW_MISSING+=("$1: $2")
+}
+
+gw_require_all() {
+    if ((${#GW_MISSING[@]})); then
+        printf 'missing tools:\n' >&2
+        printf '  %s\n' "${GW_MISSING[@]}" >&2
+        return 2
+    fi
+}
+
+# A free loopback TCP port (the kernel picks it; a small race with other users is accepted).
+gw_free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# gw_wait_port PORT [SECONDS]: waits until 127.0.0.1:PORT accepts a connection.
+gw_wait_port() {
+    local port=$1 secs=${2:-10} i
+    for ((i = 0; i < secs * 20; i++)); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.05
+    done
+    gw_log "nothing listens on 127.0.0.1:$port after ${secs}s"
+    return 1
+}
+
+# Remembers a PID we started so gw_cleanup stops exactly it (never by name).
+gw_track() { GW_PIDS+=("$1"); }
+
+gw_stop() {
+    local pid=$1 i
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for ((i = 0; i < 50; i++)); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+}
+
+gw_cleanup() {
+    local pid
+    for pid in "${GW_PIDS[@]}"; do gw_stop "$pid"; done
+    GW_PIDS=()
+}
+
+gw_rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+
+# gw_start_nginx DIR PORT [BIG_MIB]: nginx serving DIR/www: /small (~600 bytes of HTML) and
+# /big (BIG_MIB MiB, default 256, sparse so it costs no disk). Sets GW_NGINX_PID.
+gw_start_nginx() {
+    local dir=$1 port=$2 big=${3:-256}
+    mkdir -p "$dir/www" "$dir/nginx-tmp"
+    # Workers run as an unprivileged user when started as root: they must read the files.
+    chmod 755 "$dir" "$dir/www"
+    {
+        printf '<!doctype html>\n<html><head><meta charset="utf-8"><title>gateway bench</title></head>\n<body>\n'
+        local i
+        for ((i = 0; i < 8; i++)); do
+            printf '<p>Line %d of the small page that every bench request fetches.</p>\n' "$i"
+        done
+        printf '</body></html>\n'
+    } >"$dir/www/small"
+    truncate -s "$((big * 1024 * 1024))" "$dir/www/big"
+    chmod 644 "$dir/www/small" "$dir/www/big"
+    cat >"$dir/nginx.conf" <<CONF
+worker_processes 1;
+worker_rlimit_nofile $(ulimit -Hn);
+daemon off;
+pid $dir/nginx.pid;
+error_log $dir/nginx-error.log error;
+events { worker_connections 32768; }
+http {
+    access_log off;
+    client_body_temp_path $dir/nginx-tmp/body;
+    proxy_temp_path $dir/nginx-tmp/proxy;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_requests 1000000;
+    keepalive_timeout 75s;
+    default_type application/octet-stream;
+    server {
+        listen 127.0.0.1:$port;
+        root $dir/www;
+        location = /small { default_type text/html; }
+    }
+}
+CONF
+    nginx -p "$dir" -c "$dir/nginx.conf" >"$dir/nginx.out" 2>&1 &
+    GW_NGINX_PID=$!
+    gw_track "$GW_NGINX_PID"
+    gw_wait_port "$port" || { cat "$dir/nginx.out" "$dir/nginx-error.log" >&2 2>/dev/null; return 1; }
+}
+
+# gw_start_tinyproxy DIR PORT [NAME]: an open tinyproxy (127.0.0.1 clients only, every
+# CONNECT port allowed, errors-only log). Sets GW_TINYPROXY_PID.
+gw_start_tinyproxy() {
+    local dir=$1 port=$2 name=${3:-tinyproxy}
+    cat >"$dir/$name.conf" <<CONF
+Port $port
+Listen 127.0.0.1
+Timeout 600
+MaxClients 30000
+Allow 127.0.0.1
+LogLevel Error
+LogFile "$dir/$name.log"
+DisableViaHeader Yes
+CONF
+    tinyproxy -d -c "$dir/$name.conf" >"$dir/$name.out" 2>&1 &
+    GW_TINYPROXY_PID=$!
+    gw_track "$GW_TINYPROXY_PID"
+    gw_wait_port "$port" || { cat "$dir/$name.out" >&2; return 1; }
+}

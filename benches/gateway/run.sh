@@ -1,0 +1,328 @@
+#!/usr/bin/env bash
+# Gateway benchmark (issue 10, SPEC §12): the proxypool gateway side by side with direct
+# tinyproxy, proxy-chain (npm) and pproxy (PyPI), all forwarding to ONE tinyproxy upstream
+# in front of a loopback nginx, in one run. Prints markdown tables for BENCHMARKS.md.
+#
+#   benches/gateway/run.sh
+#
+# Environment (all optional):
+#   DURATION=10        seconds per measured load and front
+#   CLIENTS=8          concurrent clients for the tunnel and absolute-form loads
+#   IDLE_TUNNELS=10000 idle tunnels held open for the memory load (capped by `ulimit -Hn`)
+#   BIG_MIB=256        size of the bulk file
+#   BULK_RUNS=3        bulk downloads per front (one at a time; the best is kept)
+#   FRONTS="direct gateway proxy-chain pproxy"   rows to run
+#   LOADS="tunnels absolute bulk idle"           loads to run
+#   GWBENCH_TOOLS=/tmp/gwbench-tools   where proxy-chain and pproxy were installed (below)
+#   PROXYPOOL_BIN=...  default: target/release/proxypool, built here with cargo
+#   KEEP=1             keep the temp dir (configs, logs) and print its path
+#
+# Installs nothing. Needs: nginx-light, tinyproxy, wrk, curl (Debian), python3, cargo, and
+# for the peer rows node + `npm install proxy-chain` and a venv with `pip install pproxy`
+# in $GWBENCH_TOOLS (a missing peer skips its row with a note). Traffic stays on 127.0.0.1;
+# every load is bounded in time.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
+
+DURATION=${DURATION:-10}
+CLIENTS=${CLIENTS:-8}
+IDLE_TUNNELS=${IDLE_TUNNELS:-10000}
+BIG_MIB=${BIG_MIB:-256}
+FRONTS=${FRONTS:-direct gateway proxy-chain pproxy}
+LOADS=${LOADS:-tunnels absolute bulk idle}
+TOOLS=${GWBENCH_TOOLS:-/tmp/gwbench-tools}
+
+gw_need nginx "Debian package nginx-light (apt-get install nginx-light)"
+gw_need tinyproxy "Debian package tinyproxy"
+gw_need wrk "Debian package wrk"
+gw_need curl "Debian package curl"
+gw_need python3 "Debian package python3"
+gw_need cargo "the Rust toolchain"
+gw_require_all || exit 2
+
+NOTES=()
+note() { NOTES+=("$*"); gw_log "note: $*"; }
+
+D=$(mktemp -d /tmp/gwbench.XXXXXX)
+finish() {
+    gw_cleanup
+    if [[ ${KEEP:-} == 1 ]]; then gw_log "kept $D"; else rm -rf "$D"; fi
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
+
+# 10,000 idle tunnels need ~20,000 descriptors in the front (client + upstream side) and
+# as many in the upstream tinyproxy; a hard limit below that caps the count (noted).
+ulimit -n "$(ulimit -Hn)"
+max_idle=$((($(ulimit -n) - 200) / 2))
+if ((IDLE_TUNNELS > max_idle)); then
+    note "idle tunnels capped at $max_idle (was $IDLE_TUNNELS): open-file hard limit $(ulimit -Hn)"
+    IDLE_TUNNELS=$max_idle
+fi
+
+# ---- build: the load generator (bench profile) and the proxypool binary ----
+gw_log "building the load generator (cargo bench --no-run --bench gateway_load)"
+LOADGEN=$(cd "$ROOT" && cargo bench --bench gateway_load --no-run --message-format=json 2>"$D/cargo.err" |
+    python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "gateway_load" and m.get("executable"):
+        print(m["executable"])') || true
+[[ -x $LOADGEN ]] || { cat "$D/cargo.err" >&2; gw_log "could not build benches/gateway_load.rs"; exit 1; }
+
+PP=${PROXYPOOL_BIN:-}
+if [[ -z $PP && " $FRONTS " == *" gateway "* ]]; then
+    gw_log "building target/release/proxypool"
+    (cd "$ROOT" && cargo build --release --bin proxypool 2>"$D/cargo.err") || { cat "$D/cargo.err" >&2; exit 1; }
+    PP=$ROOT/target/release/proxypool
+fi
+
+# ---- fixtures ----
+NGINX_PORT=$(gw_free_port)
+TP_PORT=$(gw_free_port)
+gw_start_nginx "$D" "$NGINX_PORT" "$BIG_MIB"
+gw_start_tinyproxy "$D" "$TP_PORT"
+DEST=127.0.0.1:$NGINX_PORT
+UPSTREAM=http://127.0.0.1:$TP_PORT
+gw_log "nginx on $DEST, upstream tinyproxy on $UPSTREAM"
+
+declare -A PORT PID
+ORDER=()
+
+start_front() { # NAME PORT PID
+    PORT[$1]=$2
+    PID[$1]=$3
+    ORDER+=("$1")
+}
+
+for f in $FRONTS; do
+    case $f in
+    direct)
+        start_front direct "$TP_PORT" "$GW_TINYPROXY_PID"
+        ;;
+    gateway)
+        if ! "$PP" serve --help 2>/dev/null | grep -q -- '--gateway'; then
+            note "gateway row skipped: \`$PP serve --help\` has no --gateway (the gateway is not merged into this build yet)"
+            continue
+        fi
+        p=$(gw_free_port)
+        # The probe points at the local nginx and never runs by itself: no traffic leaves
+        # the machine and none competes with the loads.
+        cat >"$D/proxypool.toml" <<CONF
+[store]
+path = "proxypool.db"
+
+[server]
+socket = "proxypool.sock"
+
+[[pool]]
+name = "default"
+mode = "static-no-ping"
+
+[pool.probe]
+url = "http://$DEST/small"
+interval = "0s"
+CONF
+        "$PP" --config "$D/proxypool.toml" add "$UPSTREAM" >"$D/proxypool-add.out" 2>&1 ||
+            { cat "$D/proxypool-add.out" >&2; exit 1; }
+        "$PP" --config "$D/proxypool.toml" serve --gateway "127.0.0.1:$p" >"$D/proxypool.out" 2>&1 &
+        pid=$!
+        gw_track "$pid"
+        gw_wait_port "$p" 20 || { cat "$D/proxypool.out" >&2; exit 1; }
+        start_front gateway "$p" "$pid"
+        ;;
+    proxy-chain)
+        if ! command -v node >/dev/null || [[ ! -d $TOOLS/node_modules/proxy-chain ]]; then
+            note "proxy-chain row skipped: needs node (Debian nodejs) and \`mkdir -p $TOOLS && cd $TOOLS && npm install proxy-chain\`"
+            continue
+        fi
+        p=$(gw_free_port)
+        node "$HERE/proxy_chain.mjs" "$TOOLS" "$p" "$UPSTREAM" >"$D/proxy-chain.out" 2>&1 &
+        pid=$!
+        gw_track "$pid"
+        gw_wait_port "$p" 20 || { cat "$D/proxy-chain.out" >&2; exit 1; }
+        start_front proxy-chain "$p" "$pid"
+        ;;
+    pproxy)
+        if [[ ! -x $TOOLS/venv/bin/pproxy ]]; then
+            note "pproxy row skipped: needs \`python3 -m venv $TOOLS/venv && $TOOLS/venv/bin/pip install pproxy\`"
+            continue
+        fi
+        p=$(gw_free_port)
+        "$TOOLS/venv/bin/pproxy" -l "http://127.0.0.1:$p" -r "$UPSTREAM" >"$D/pproxy.out" 2>&1 &
+        pid=$!
+        gw_track "$pid"
+        gw_wait_port "$p" 20 || { cat "$D/pproxy.out" >&2; exit 1; }
+        start_front pproxy "$p" "$pid"
+        ;;
+    *)
+        gw_log "unknown front '$f' (direct gateway proxy-chain pproxy)"
+        exit 2
+        ;;
+    esac
+done
+
+# Every front must carry both request forms before it is timed.
+for f in "${ORDER[@]}"; do
+    a=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -p -x "127.0.0.1:${PORT[$f]}" "http://$DEST/small" || true)
+    b=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -x "127.0.0.1:${PORT[$f]}" "http://$DEST/small" || true)
+    if [[ $a != 200 || $b != 200 ]]; then
+        gw_log "$f on port ${PORT[$f]} fails the smoke test (CONNECT: $a, absolute-form: $b)"
+        exit 1
+    fi
+done
+
+declare -A TUN TUN_ERR TUN_FIRST GET GET_BAD GET_SOCK BULK BULK_NOTE MEM MEM_NOTE
+
+kv() { # KEY LINE: value of KEY=... in a key=value line
+    sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p" <<<"$2"
+}
+
+run_tunnels() {
+    local f=$1 line
+    line=$("$LOADGEN" tunnels --proxy "127.0.0.1:${PORT[$f]}" --target "$DEST" --path /small \
+        --clients "$CLIENTS" --secs "$DURATION")
+    gw_log "$f tunnels: $line"
+    TUN[$f]=$(kv rate "$line")
+    TUN_ERR[$f]=$(kv errors "$line")
+    TUN_FIRST[$f]=$(sed -n 's/.*first_error=\(.*\)/\1/p' <<<"$line")
+}
+
+run_absolute() {
+    local f=$1 out line req us
+    out=$(wrk -t 2 -c "$CLIENTS" -d "${DURATION}s" --timeout 5s -s "$HERE/absolute.lua" \
+        "http://127.0.0.1:${PORT[$f]}/" -- "$DEST" /small 2>&1)
+    line=$(grep '^WRK ' <<<"$out" || true)
+    [[ -n $line ]] || { gw_log "$f absolute-form: wrk printed no result"; printf '%s\n' "$out" >&2; return; }
+    gw_log "$f absolute-form: $line"
+    req=$(kv requests "$line")
+    us=$(kv duration_us "$line")
+    GET[$f]=$(awk -v r="$req" -v u="$us" 'BEGIN { printf "%.1f", r / (u / 1e6) }')
+    GET_BAD[$f]=$(kv status "$line")
+    GET_SOCK[$f]=$(awk -v c="$(kv connect "$line")" -v r="$(kv read "$line")" -v w="$(kv write "$line")" \
+        -v t="$(kv timeout "$line")" 'BEGIN { print c + r + w + t }')
+}
+
+# One download at a time, BULK_RUNS times per front, the best kept: a single transfer of a
+# few seconds on a shared machine is at the mercy of whatever else runs in that moment.
+BULK_RUNS=${BULK_RUNS:-3}
+bulk_once() { # PROXY_ARGS... -> "status bytes bytes_per_s"
+    curl -s "$@" --max-time 120 -o /dev/null -w '%{http_code} %{size_download} %{speed_download}' \
+        "http://$DEST/big" || true
+}
+
+run_bulk() {
+    local f=$1 i out code size speed best=
+    for ((i = 0; i < BULK_RUNS; i++)); do
+        out=$(bulk_once -p -x "127.0.0.1:${PORT[$f]}")
+        read -r code size speed <<<"$out"
+        gw_log "$f bulk: status $code, $size bytes, $speed bytes/s"
+        if [[ $code != 200 || $size != $((BIG_MIB * 1024 * 1024)) ]]; then
+            BULK_NOTE[$f]="failed: status $code, $size bytes"
+            return
+        fi
+        best=$(awk -v s="$speed" -v b="${best:-0}" 'BEGIN { s /= 1e6; printf "%.1f", (s > b ? s : b) }')
+    done
+    BULK[$f]=$best
+}
+
+run_idle() {
+    local f=$1 line opened errors live
+    line=$("$LOADGEN" idle --proxy "127.0.0.1:${PORT[$f]}" --target "$DEST" --path /small \
+        --count "$IDLE_TUNNELS" --pid "${PID[$f]}")
+    gw_log "$f idle: $line"
+    opened=$(kv opened "$line")
+    errors=$(kv errors "$line")
+    live=$(kv sample_live "$line")
+    MEM[$f]=$(awk -v b="$(kv bytes_per_tunnel "$line")" 'BEGIN { printf "%.1f", b / 1024 }')
+    [[ $errors == 0 && ${live%/*} == "${live#*/}" ]] ||
+        MEM_NOTE[$f]="$opened opened, $errors failed, $live sampled tunnels live"
+    # Let the closed tunnels drain out of the front and the upstream before the next row.
+    sleep 3
+}
+
+gw_log "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+if [[ " $LOADS " == *" bulk "* ]]; then
+    # The first read of the (sparse) file fills the page cache; no front should pay for it.
+    # This run without a proxy is also the floor every front is held against.
+    bulk_once >/dev/null
+    read -r _ _ speed <<<"$(bulk_once)"
+    NGINX_BULK=$(awk -v s="$speed" 'BEGIN { printf "%.0f", s / 1e6 }')
+    gw_log "bulk without a proxy: $NGINX_BULK MB/s"
+    note "bulk without any proxy (curl straight to nginx): $NGINX_BULK MB/s"
+fi
+for load in $LOADS; do
+    for f in "${ORDER[@]}"; do
+        case $load in
+        tunnels) run_tunnels "$f" ;;
+        absolute) run_absolute "$f" ;;
+        bulk) run_bulk "$f" ;;
+        idle) run_idle "$f" ;;
+        *) gw_log "unknown load '$load' (tunnels absolute bulk idle)"; exit 2 ;;
+        esac
+    done
+done
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ---- report ----
+num() { # thousands separators; one decimal only below 100
+    awk -v x="$1" 'BEGIN {
+        if (x == "") { print "—"; exit }
+        if (x >= 100 || x == int(x)) { s = sprintf("%.0f", x); out = ""
+            while (length(s) > 3) { out = "," substr(s, length(s) - 2) out; s = substr(s, 1, length(s) - 3) }
+            print s out } else printf "%.1f\n", x }'
+}
+ratio() { # A B -> A/B with two decimals, or n/a
+    if [[ -z $1 || -z $2 ]]; then echo "n/a"; else awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "n/a"; else printf "%.2f×\n", a / b }'; fi
+}
+label() {
+    case $1 in
+    direct) echo "tinyproxy directly" ;;
+    gateway) echo "proxypool gateway → tinyproxy" ;;
+    proxy-chain) echo "proxy-chain $(sed -n 's/.*"version": "\(.*\)".*/\1/p' "$TOOLS/node_modules/proxy-chain/package.json" | head -1) → tinyproxy" ;;
+    pproxy) echo "pproxy $("$TOOLS/venv/bin/pproxy" --version 2>/dev/null | awk '{print $NF}') → tinyproxy" ;;
+    esac
+}
+
+echo
+echo "Gateway benchmark — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)),"
+echo "Linux $(uname -r), $(tinyproxy -v 2>&1 | head -1), nginx $(nginx -v 2>&1 | sed 's/.*nginx\///'), $CLIENTS clients, ${DURATION}s per cell,"
+echo "load average before $LOAD_BEFORE, after $LOAD_AFTER."
+echo
+echo "| front | CONNECT tunnels/s (errors) | absolute-form GETs/s (status ≥ 400, socket errors) | bulk ${BIG_MIB} MiB via tunnel, MB/s (best of $BULK_RUNS) | RSS per idle tunnel, KiB ($(num "$IDLE_TUNNELS") open) |"
+echo "|---|---:|---:|---:|---:|"
+for f in "${ORDER[@]}"; do
+    t=${TUN[$f]:+$(num "${TUN[$f]}") ($(num "${TUN_ERR[$f]}"))}
+    g=${GET[$f]:+$(num "${GET[$f]}") ($(num "${GET_BAD[$f]}"), $(num "${GET_SOCK[$f]}"))}
+    b=${BULK[$f]:+$(num "${BULK[$f]}")}
+    b=${b:-${BULK_NOTE[$f]:-—}}
+    m=${MEM[$f]:+$(num "${MEM[$f]}")}
+    [[ -n ${MEM_NOTE[$f]:-} ]] && m="$m (${MEM_NOTE[$f]})"
+    echo "| $(label "$f") | ${t:-—} | ${g:-—} | $b | ${m:-—} |"
+done
+echo
+echo "| ratio | tunnels/s | absolute-form GETs/s | bulk MB/s | RSS per idle tunnel |"
+echo "|---|---:|---:|---:|---:|"
+for peer in direct proxy-chain pproxy; do
+    if [[ -z ${PORT[gateway]:-} ]]; then
+        echo "| gateway / $peer | pending | pending | pending | pending |"
+    elif [[ -n ${PORT[$peer]:-} ]]; then
+        echo "| gateway / $peer | $(ratio "${TUN[gateway]:-}" "${TUN[$peer]:-}") | $(ratio "${GET[gateway]:-}" "${GET[$peer]:-}") | $(ratio "${BULK[gateway]:-}" "${BULK[$peer]:-}") | $(ratio "${MEM[gateway]:-}" "${MEM[$peer]:-}") |"
+    fi
+done
+echo
+echo "Goals (issue 10): gateway ≥ 0.80× direct on tunnels/s and on absolute-form GETs/s with zero errors,"
+echo "≥ 0.90× direct on bulk MB/s, ≤ 32 KiB resident per idle tunnel."
+echo "Socket errors are wrk's connect + read + write + timeout counts: a front that closes the client"
+echo "connection after a response without \`Connection: close\` (tinyproxy does) shows one read error per"
+echo "response there; wrk reconnects and the responses themselves completed."
+for f in "${ORDER[@]}"; do
+    [[ -n ${TUN_FIRST[$f]:-} && ${TUN_FIRST[$f]} != '""' ]] && echo "- $f: first tunnel error ${TUN_FIRST[$f]}"
+done
+for n in "${NOTES[@]}"; do echo "- $n"; done
+exit 0

@@ -1,0 +1,328 @@
+"""ProxyPoolMiddleware: a real Scrapy crawl in direct-lease mode against a real daemon,
+real tinyproxy (one good, one banning), a dead proxy and a SOCKS endpoint Scrapy cannot
+use; the RetryMiddleware copy; gateway mode's usernames, sessions and reports."""
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+from servers import need_module
+from test_protocol import Recorder, strip_ids
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_crawl(daemon, site, pages, *settings):
+    out = os.path.join(tempfile.mkdtemp(), "out.json")
+    env = dict(daemon.env, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
+    args = [sys.executable, os.path.join(HERE, "crawl.py"), site.url, str(pages), out] + list(settings)
+    p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and os.path.exists(out), p.stderr[-4000:]
+    with open(out) as f:
+        return json.load(f), p.stderr
+
+
+def test_crawl_direct_mode_one_dead_one_banning(daemon, site, tinyproxy, tinyproxy_banning, microsocks, refusing_port):
+    need_module("scrapy")
+    good, banning, dead, socks = daemon.add(
+        "http://127.0.0.1:%d" % tinyproxy.port,
+        "http://127.0.0.1:%d" % tinyproxy_banning.port,
+        "http://127.0.0.1:%d" % refusing_port,
+        "socks5h://127.0.0.1:%d" % microsocks.port,
+    )
+    pages = 12
+    result, log = run_crawl(daemon, site, pages)
+    items, stats = result["items"], result["stats"]
+
+    # Every page fetched, each exactly once, all through the one good proxy.
+    assert sorted(i["h1"] for i in items) == sorted("/page/%d" % i for i in range(pages)), log[-3000:]
+    assert {i["endpoint"] for i in items} == {good}
+    # The ban and the dead proxy were reported, and the daemon acted on them.
+    eps = {e["id"]: e for e in daemon.list()}
+    assert (eps[dead]["state"], eps[dead]["reason"], eps[dead]["phase"]) == ("cooling", "connect_refused", "connect")
+    banned = [e for e in daemon.events() if e["endpoint"] == banning and e["reason"] == "destination_status"]
+    assert banned, daemon.events()
+    assert eps[good]["state"] == "available"
+    assert eps[socks]["streak"] == 0 and eps[socks]["state"] == "available"  # never used by Scrapy
+    assert stats["proxypool/bans"] >= 1
+    assert stats["proxypool/errors/connect_refused"] >= 1
+    assert stats["proxypool/leases"] >= pages + 2
+    assert stats["proxypool/reports/success"] == pages
+    assert stats.get("proxypool/retries_exhausted", 0) == 0
+    # Nothing left leased once the spider closed.
+    with daemon.client(timeout=5) as c:
+        assert sum(p["leases"] for p in c.status()) == 0
+
+
+def crawler_for(settings):
+    need_module("scrapy")
+    from scrapy.utils.test import get_crawler
+
+    return get_crawler(settings_dict=settings)
+
+
+class FakeSpider(object):
+    # get_retry_request only reads spider.crawler (settings and stats).
+    def __init__(self, crawler):
+        self.crawler = crawler
+
+
+def test_retry_copy_gets_a_fresh_lease(daemon):
+    """RetryMiddleware copies meta (lease id and proxy included); the copy must lease anew."""
+    need_module("scrapy")
+    from scrapy import Request
+    from scrapy.downloadermiddlewares.retry import get_retry_request
+    from scrapy.exceptions import DownloadConnectionRefusedError
+
+    from proxypool_client.scrapy import ProxyPoolMiddleware
+
+    a, b = daemon.add("http://127.0.0.1:1", "http://127.0.0.1:2")
+    crawler = crawler_for({"PROXYPOOL_SOCKET": daemon.socket, "PROXYPOOL_MAX_RETRIES": 0})
+    mw = ProxyPoolMiddleware.from_crawler(crawler)
+
+    async def go():
+        req = Request("http://127.0.0.1:9/x")
+        await mw.process_request(req)
+        first = (req.meta["proxy"], req.meta["proxypool_endpoint"])
+        exc = DownloadConnectionRefusedError("Connection was refused by other side")
+        assert await mw.process_exception(req, exc) is None  # RetryMiddleware's turn
+        retry = get_retry_request(req, spider=FakeSpider(crawler), reason=exc)
+        assert "proxy" not in retry.meta and "_proxypool_lease" not in retry.meta
+        await mw.process_request(retry)
+        second = (retry.meta["proxy"], retry.meta["proxypool_endpoint"])
+        await mw.spider_closed()
+        return first, second
+
+    first, second = asyncio.run(go())
+    assert first != second and {first[1], second[1]} == {a, b}
+    ep = daemon.endpoint(first[1])
+    assert (ep["state"], ep["reason"]) == ("cooling", "connect_refused")
+
+
+@pytest.mark.parametrize(
+    "exc_name,reason",
+    [
+        ("scrapy.exceptions.DownloadConnectionRefusedError", "connect_refused"),
+        ("twisted.internet.error.TCPTimedOutError", "connect_timeout"),
+        ("twisted.web._newclient.ResponseNeverReceived", "connection_reset"),
+        ("scrapy.exceptions.DownloadTimeoutError", "slow_response"),
+        ("scrapy.core.downloader.handlers.http11.TunnelError", "proxy_auth_rejected"),
+    ],
+)
+def test_scrapy_wrapped_errors_are_classified(exc_name, reason):
+    need_module("scrapy")
+    from scrapy.utils.misc import load_object
+
+    from proxypool_client import classify
+
+    cls = load_object(exc_name)
+    if exc_name.endswith("ResponseNeverReceived"):
+        from twisted.internet.error import ConnectionLost
+        from twisted.python.failure import Failure
+
+        exc = cls([Failure(ConnectionLost("Connection to the other side was lost"))])
+    elif exc_name.endswith("TunnelError"):
+        exc = cls("Could not open CONNECT tunnel with proxy 127.0.0.1:3128 [{'status': 407, 'reason': b'Proxy Authentication Required'}]")
+    else:
+        exc = cls("boom")
+    assert classify(exc).reason == reason
+
+
+# -- gateway mode: unit tests against a recording socket ---------------------------------
+def gateway_mw(rec, **extra):
+    from proxypool_client.scrapy import ProxyPoolMiddleware
+
+    settings = {
+        "PROXYPOOL_MODE": "gateway",
+        "PROXYPOOL_GATEWAY": "http://127.0.0.1:8899",
+        "PROXYPOOL_GATEWAY_TOKEN": "t0k",
+        "PROXYPOOL_POOL": "shop",
+        "PROXYPOOL_SOCKET": rec.path,
+    }
+    settings.update(extra)
+    return ProxyPoolMiddleware.from_crawler(crawler_for(settings))
+
+
+def test_gateway_sessions_per_slot():
+    from scrapy import Request
+
+    rec = Recorder([])
+    mw = gateway_mw(rec)
+
+    async def go():
+        reqs = [Request(u) for u in ("https://a.example/1", "https://a.example/2", "https://b.example/1")]
+        for r in reqs:
+            await mw.process_request(r)
+        return reqs
+
+    r1, r2, r3 = asyncio.run(go())
+    assert r1.meta["proxy"].startswith("http://pool-shop-session-") and r1.meta["proxy"].endswith(":t0k@127.0.0.1:8899")
+    assert r1.meta["proxy"] == r2.meta["proxy"] != r3.meta["proxy"]
+    assert mw.stats.get_value("proxypool/sessions") == 2
+    assert rec.lines == []  # nothing to report yet
+
+
+def test_gateway_https_ban_is_reported_by_session_and_rotates():
+    from scrapy import Request
+    from scrapy.http import HtmlResponse
+
+    rec = Recorder([{"ok": True, "state": "cooling"}])
+    mw = gateway_mw(rec, PROXYPOOL_DESTINATIONS=False)
+
+    async def go():
+        req = Request("https://a.example/1")
+        await mw.process_request(req)
+        sid = req.meta["proxypool_session"]
+        resp = HtmlResponse(req.url, status=429, headers={"Retry-After": "30"}, request=req)
+        retry = await mw.process_response(req, resp)
+        await mw.process_request(retry)
+        return sid, retry
+
+    sid, retry = asyncio.run(go())
+    assert strip_ids(rec.lines) == [
+        {"op": "report", "session": sid, "pool": "shop", "outcome": "failure", "reason": "destination_status",
+         "phase": "response_head", "status": 429, "retry_after": "30", "detail": "HTTP 429"}
+    ]
+    assert retry.meta["proxypool_session"] != sid and retry.meta["proxypool_retries"] == 1
+    assert mw.stats.get_value("proxypool/bans") == 1
+
+
+def test_gateway_http_ban_rotates_without_report_and_callback_decides():
+    from scrapy import Request
+    from scrapy.http import HtmlResponse
+
+    rec = Recorder([])
+    seen = []
+
+    def response_is_ban(request, response):
+        seen.append(response.status)
+        return b"captcha" in response.body or None
+
+    mw = gateway_mw(rec, PROXYPOOL_RESPONSE_IS_BAN=response_is_ban)
+
+    async def go():
+        req = Request("http://a.example/1")
+        await mw.process_request(req)
+        sid = req.meta["proxypool_session"]
+        ok = HtmlResponse(req.url, status=200, body=b"<p>fine</p>", request=req)
+        assert await mw.process_response(req, ok) is ok
+        ban = HtmlResponse(req.url, status=200, body=b"<p>captcha</p>", request=req)
+        retry = await mw.process_response(req, ban)
+        # The gateway itself failed every upstream: new session, response passed on.
+        await mw.process_request(retry)
+        bad = HtmlResponse(retry.url, status=502, headers={"X-Proxypool-Error": "connect_refused"}, request=retry)
+        assert await mw.process_response(retry, bad) is bad
+        await mw.process_request(retry)
+        return sid, retry
+
+    sid, retry = asyncio.run(go())
+    assert seen == [200, 200]
+    assert rec.lines == []  # plain HTTP: the gateway saw the response and judged it itself
+    assert retry.meta["proxypool_session"] != sid
+
+
+def test_bad_settings_are_named():
+    need_module("scrapy")
+    from scrapy.exceptions import NotConfigured
+
+    from proxypool_client.scrapy import ConfigError, ProxyPoolMiddleware
+
+    # A mistake stops the crawl: it never goes out without proxies.
+    with pytest.raises(ConfigError, match="PROXYPOOL_GATEWAY"):
+        ProxyPoolMiddleware.from_crawler(crawler_for({"PROXYPOOL_MODE": "gateway"}))
+    with pytest.raises(ConfigError, match="host and a port"):
+        ProxyPoolMiddleware.from_crawler(crawler_for({"PROXYPOOL_MODE": "gateway", "PROXYPOOL_GATEWAY": "127.0.0.1"}))
+    with pytest.raises(ConfigError, match="contains '-'"):
+        ProxyPoolMiddleware.from_crawler(
+            crawler_for({"PROXYPOOL_MODE": "gateway", "PROXYPOOL_GATEWAY": "127.0.0.1:8899", "PROXYPOOL_POOL": "a-b"})
+        )
+    with pytest.raises(ConfigError, match="PROXYPOOL_MODE"):
+        ProxyPoolMiddleware.from_crawler(crawler_for({"PROXYPOOL_MODE": "socks"}))
+    # Switched off on purpose: Scrapy's usual NotConfigured.
+    with pytest.raises(NotConfigured):
+        ProxyPoolMiddleware.from_crawler(crawler_for({"PROXYPOOL_ENABLED": False}))
+
+
+def test_real_scrapy_download_errors_are_classified(refusing_port, black_hole, resetting, proxy_407):
+    """Scrapy 2.19 wraps Twisted's errors (DownloadConnectionRefusedError,
+    DownloadTimeoutError, DownloadFailedError around ResponseNeverReceived, TunnelError):
+    provoked for real through misbehaving proxies."""
+    need_module("scrapy")
+    p = "http://127.0.0.1:%d"
+    plain, tls = "http://127.0.0.1:9/", "https://127.0.0.1:9/"
+    cases = {
+        "refused": (p % refusing_port, plain, ["connect_refused", "connect"]),
+        "black_hole": (p % black_hole.port, plain, ["slow_response", "response_head"]),
+        "reset": (p % resetting.port, plain, ["connection_reset", "response_head"]),
+        "407_connect": (p % proxy_407.port, tls, ["proxy_auth_rejected", "proxy_handshake"]),
+        "407_plain": (p % proxy_407.port, plain, ["proxy_auth_rejected", "proxy_handshake"]),
+    }
+    out = os.path.join(tempfile.mkdtemp(), "errors.json")
+    args = [sys.executable, os.path.join(HERE, "crawl_errors.py"), out]
+    args += ["%s=%s|%s" % (name, proxy, url) for name, (proxy, url, _) in cases.items()]
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(out) as f:
+        results = json.load(f)
+    assert set(results) == set(cases), results
+    for name, (_, _, want) in cases.items():
+        assert results[name]["class"] and results[name]["class"][:2] == want, (name, results[name])
+    assert results["refused"]["type"] == "scrapy.exceptions.DownloadConnectionRefusedError"
+    assert results["reset"]["type"] == "scrapy.exceptions.DownloadFailedError"
+    assert results["407_connect"]["type"].endswith("TunnelError")
+
+
+def test_lease_mode_spider_ban_callback_and_exhausted_pool(daemon):
+    need_module("scrapy")
+    import scrapy
+    from scrapy import Request
+    from scrapy.exceptions import IgnoreRequest
+    from scrapy.http import HtmlResponse
+
+    from proxypool_client.scrapy import ProxyPoolMiddleware
+
+    class Spider(scrapy.Spider):
+        name = "s"
+
+        def response_is_ban(self, request, response):
+            return b"blocked" in response.body
+
+    (eid,) = daemon.add("http://127.0.0.1:1")
+    crawler = crawler_for({"PROXYPOOL_SOCKET": daemon.socket, "PROXYPOOL_LEASE_WAIT": "0s"})
+    crawler.spider = Spider()
+    mw = ProxyPoolMiddleware.from_crawler(crawler)
+
+    async def go():
+        req = Request("http://shop.example/1")
+        await mw.process_request(req)
+        assert req.meta["proxypool_endpoint"] == eid
+        resp = HtmlResponse(req.url, status=200, body=b"you are blocked", request=req)
+        retry = await mw.process_response(req, resp)
+        assert isinstance(retry, Request) and "proxy" not in retry.meta
+        # The only endpoint is cooling now: the page is dropped with a reason, not hung.
+        with pytest.raises(IgnoreRequest, match="no endpoint"):
+            await mw.process_request(retry)
+        await mw.spider_closed()
+
+    asyncio.run(go())
+    ep = daemon.endpoint(eid)
+    # A ban the callback found in a 200 page is a body mismatch, not a status.
+    assert (ep["state"], ep["reason"], ep["phase"]) == ("cooling", "body_mismatch", "response_body")
+    assert crawler.stats.get_value("proxypool/bans") == 1
+    assert crawler.stats.get_value("proxypool/exhausted") == 1
+
+
+def test_crawl_without_the_asyncio_reactor_fails_loudly(daemon, site):
+    need_module("scrapy")
+    out = os.path.join(tempfile.mkdtemp(), "out.json")
+    env = dict(daemon.env, PYTHONPATH=os.path.dirname(HERE))
+    args = [sys.executable, os.path.join(HERE, "crawl.py"), site.url, "1", out,
+            'TWISTED_REACTOR="twisted.internet.pollreactor.PollReactor"']
+    p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+    assert "AsyncioSelectorReactor" in p.stderr and "ConfigError" in p.stderr, p.stderr[-3000:]
+    assert site.hits == []  # nothing fetched without a proxy

@@ -1,0 +1,203 @@
+//! Argument definitions: global options and the subcommands.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::DEFAULT_POOL;
+use crate::endpoint::EndpointId;
+
+/// `proxypool`: a forward-proxy pool manager.
+#[derive(Debug, Parser)]
+#[command(name = "proxypool", version, about, long_about = None)]
+pub struct Cli {
+    /// Global options.
+    #[command(flatten)]
+    pub global: Global,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options accepted before or after the subcommand.
+#[derive(Debug, Args, Clone)]
+pub struct Global {
+    /// SQLite database [default: $XDG_DATA_HOME/proxypool/proxypool.db]
+    #[arg(long, global = true, env = "PROXYPOOL_DB", value_name = "PATH")]
+    pub db: Option<PathBuf>,
+    /// Config file [default: $XDG_CONFIG_HOME/proxypool/proxies.toml if it exists]
+    #[arg(long, global = true, env = "PROXYPOOL_CONFIG", value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Daemon socket [default: config [server] socket, else $XDG_RUNTIME_DIR/proxypool.sock]
+    #[arg(long, global = true, env = "PROXYPOOL_SOCKET", value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// More logging (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Less logging (errors only).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub quiet: u8,
+    /// Log line format on stderr.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t,
+        value_name = "FORMAT"
+    )]
+    pub log_format: crate::logging::LogFormat,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Add endpoints (all or nothing).
+    Add {
+        /// scheme://[user[:password]@]host:port
+        #[arg(required = true)]
+        urls: Vec<String>,
+        /// Pool.
+        #[arg(long, default_value = DEFAULT_POOL)]
+        pool: String,
+        /// Label.
+        #[arg(long)]
+        label: Option<String>,
+    },
+    /// Import endpoints from a file, one URL a line ('-' = stdin); a bad line rejects the file.
+    Import {
+        /// File or '-'.
+        file: String,
+        /// Pool.
+        #[arg(long, default_value = DEFAULT_POOL)]
+        pool: String,
+        /// Label.
+        #[arg(long)]
+        label: Option<String>,
+    },
+    /// List endpoints.
+    List {
+        /// Only this pool.
+        #[arg(long)]
+        pool: Option<String>,
+        /// Only this state.
+        #[arg(long)]
+        state: Option<String>,
+        /// JSON array.
+        #[arg(long)]
+        json: bool,
+        /// Show passwords.
+        #[arg(long)]
+        show_secrets: bool,
+    },
+    /// Show one endpoint with its recent events.
+    Show {
+        /// Id or URL.
+        endpoint: String,
+        /// JSON.
+        #[arg(long)]
+        json: bool,
+        /// Number of events.
+        #[arg(long, default_value_t = 20)]
+        events: usize,
+    },
+    /// Take endpoints out of service (sticky until enabled).
+    Disable {
+        /// Ids or URLs.
+        #[arg(required = true)]
+        endpoints: Vec<String>,
+        /// Why (kept in the event log).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Return endpoints to service: one probe decides, or --now straight to available.
+    Enable {
+        /// Ids or URLs.
+        #[arg(required = true)]
+        endpoints: Vec<String>,
+        /// Skip the probe.
+        #[arg(long)]
+        now: bool,
+    },
+    /// Delete endpoints for good.
+    Remove {
+        /// Ids or URLs.
+        #[arg(required = true)]
+        endpoints: Vec<String>,
+    },
+    /// Probe endpoints with a full transaction to the pool's probe URL.
+    Probe {
+        /// Ids or URLs.
+        endpoints: Vec<String>,
+        /// Every endpoint (of --pool if given).
+        #[arg(long)]
+        all: bool,
+        /// Only this pool.
+        #[arg(long)]
+        pool: Option<String>,
+        /// JSON lines.
+        #[arg(long)]
+        json: bool,
+        /// Parallel probes.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+    },
+    /// Run the daemon: health core, prober, sources and the lease socket.
+    Serve {
+        /// Also listen on TCP (requires PROXYPOOL_TOKEN).
+        #[arg(long, value_name = "ADDR")]
+        listen_tcp: Option<SocketAddr>,
+    },
+    /// Lease an endpoint from a running daemon and print its URL.
+    Lease {
+        /// Pool.
+        #[arg(long, default_value = DEFAULT_POOL)]
+        pool: String,
+        /// Lease lifetime.
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        ttl: Duration,
+        /// Wait this long for an endpoint.
+        #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+        wait: Duration,
+        /// Sticky session key.
+        #[arg(long)]
+        session: Option<String>,
+        /// All fields as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The event log, oldest first.
+    Events {
+        /// Only this endpoint.
+        #[arg(long)]
+        endpoint: Option<EndpointId>,
+        /// Keep printing new events.
+        #[arg(long)]
+        follow: bool,
+        /// JSON lines.
+        #[arg(long)]
+        json: bool,
+        /// Only the last N.
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+    /// Sources of sniffing pools and their last sniff.
+    Sources {
+        /// Only this pool.
+        #[arg(long)]
+        pool: Option<String>,
+        /// JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Counts by state (from a running daemon, else the database).
+    Status {
+        /// Only this pool.
+        #[arg(long)]
+        pool: Option<String>,
+        /// JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}

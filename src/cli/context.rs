@@ -1,0 +1,131 @@
+//! Resolved config, database and socket paths, and the way to the daemon or the store.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::{daemon_error, CliError, Global};
+use crate::client::Client;
+use crate::config::{self, Config, DEFAULT_POOL};
+use crate::endpoint::EndpointId;
+use crate::lock::{self, Owner};
+use crate::pool::engine::{sync_config_endpoints, Engine};
+use crate::protocol::{Body, Request};
+use crate::store::Store;
+
+/// Resolved paths and config for a command.
+pub struct Context {
+    /// Validated config.
+    pub config: Arc<Config>,
+    /// Database path.
+    pub db: PathBuf,
+    /// Socket path.
+    pub socket: PathBuf,
+    /// The database's shared lock while this command writes without a daemon.
+    pub(super) held: std::sync::Mutex<Option<lock::Held>>,
+}
+
+impl Context {
+    /// Resolve config, database and socket with precedence flag > env > config > default.
+    pub fn resolve(g: &Global) -> Result<Context, CliError> {
+        let config = match &g.config {
+            Some(p) => Config::load(p)?,
+            None => {
+                let p = config::default_config_path();
+                if p.exists() {
+                    Config::load(&p)?
+                } else {
+                    Config::default()
+                }
+            }
+        };
+        let db =
+            g.db.clone()
+                .or_else(|| config.store_path.clone())
+                .unwrap_or_else(config::default_db_path);
+        let socket = g
+            .socket
+            .clone()
+            .or_else(|| config.socket.clone())
+            .unwrap_or_else(|| config::default_socket_path(&db));
+        Ok(Context {
+            config: Arc::new(config),
+            db,
+            socket,
+            held: std::sync::Mutex::new(None),
+        })
+    }
+
+    pub(super) fn open_store(&self) -> Result<Store, CliError> {
+        Store::open_with(&self.db, self.config.durability)
+            .map_err(|e| CliError::failed(e.to_string()))
+    }
+
+    /// Resolve every `ID|URL` argument before anything changes, so that one bad argument
+    /// changes nothing; an endpoint named twice counts once.
+    pub(super) fn resolve_ids(&self, targets: &[String]) -> Result<Vec<EndpointId>, CliError> {
+        let store = self.open_store()?;
+        let mut ids: Vec<EndpointId> = Vec::with_capacity(targets.len());
+        for t in targets {
+            let id = store.resolve(t)?.id;
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        Ok(ids)
+    }
+
+    pub(super) fn store(&self) -> Result<Store, CliError> {
+        let mut s = self.open_store()?;
+        // A running daemon synced the config when it started and owns the pool state:
+        // inserting rows behind its back (e.g. re-adding a config endpoint just removed)
+        // would make `list` show endpoints that the daemon never leases.
+        let owner = lock::owner(&self.db).map_err(|e| CliError::failed(e.to_string()))?;
+        if let Owner::Free(_held) = owner {
+            sync_config_endpoints(&mut s, &self.config)?;
+        }
+        Ok(s)
+    }
+
+    /// The daemon serving this database, found through its lock file; `None` when no
+    /// daemon serves it, and then this command holds the database's shared lock until it
+    /// ends, so that a daemon starting meanwhile cannot miss its writes.
+    pub(super) async fn daemon(&self) -> Result<Option<Client>, CliError> {
+        match lock::owner(&self.db).map_err(|e| CliError::failed(e.to_string()))? {
+            Owner::Daemon(sock) => match Client::connect(&sock).await? {
+                Some(c) => Ok(Some(c)),
+                None => Err(CliError::failed(format!(
+                    "a daemon holds {} but does not answer on {:?}; is it stuck?",
+                    lock::lock_path(&self.db).display(),
+                    sock
+                ))),
+            },
+            Owner::Free(held) => {
+                *self.held.lock().unwrap_or_else(|p| p.into_inner()) = Some(held);
+                Ok(None)
+            }
+        }
+    }
+
+    pub(super) fn engine(&self) -> Result<Arc<Engine>, CliError> {
+        Ok(Engine::open(
+            self.store()?,
+            self.config.pools.values().cloned(),
+        )?)
+    }
+
+    pub(super) fn check_pool(&self, pool: &str) -> Result<(), CliError> {
+        if pool == DEFAULT_POOL || self.config.pools.contains_key(pool) {
+            Ok(())
+        } else {
+            Err(CliError::usage(format!(
+                "unknown pool {pool:?}: declare it in the config with [[pool]] name = {pool:?}"
+            )))
+        }
+    }
+}
+
+/// Run a parsed command line.
+/// Send one request to the daemon; an error answer becomes the CLI's error.
+pub(super) async fn call(c: &mut Client, req: &Request) -> Result<Body, CliError> {
+    c.request(req).await?.into_result().map_err(daemon_error)
+}

@@ -1,0 +1,92 @@
+//! The CLI's error: message and exit code, and how daemon answers map to it.
+
+use crate::client::ClientError;
+use crate::config::ConfigError;
+use crate::pool::engine::EngineError;
+use crate::protocol::{ErrorBody, ErrorCode};
+use crate::store::{ResolveError, StoreError};
+
+/// A failed command: the message and the exit code (1 failed, 2 bad usage or input).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct CliError {
+    /// Exit code.
+    pub code: u8,
+    /// Message (never a password).
+    pub message: String,
+}
+
+impl CliError {
+    /// Bad usage or input: exit 2, nothing changed.
+    pub fn usage(m: impl Into<String>) -> Self {
+        CliError {
+            code: 2,
+            message: m.into(),
+        }
+    }
+    /// The operation failed: exit 1.
+    pub fn failed(m: impl Into<String>) -> Self {
+        CliError {
+            code: 1,
+            message: m.into(),
+        }
+    }
+}
+
+impl From<ConfigError> for CliError {
+    fn from(e: ConfigError) -> Self {
+        CliError::usage(e.to_string())
+    }
+}
+
+impl From<StoreError> for CliError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Duplicate { .. }
+            | StoreError::DuplicateInBatch { .. }
+            | StoreError::NotFound(_)
+            | StoreError::Ambiguous { .. } => CliError::usage(e.to_string()),
+            _ => CliError::failed(e.to_string()),
+        }
+    }
+}
+
+impl From<ResolveError> for CliError {
+    fn from(e: ResolveError) -> Self {
+        match e {
+            ResolveError::Store(s) => s.into(),
+            other => CliError::usage(other.to_string()),
+        }
+    }
+}
+
+impl From<EngineError> for CliError {
+    fn from(e: EngineError) -> Self {
+        match e {
+            EngineError::Pool(p) => CliError::usage(p.to_string()),
+            EngineError::Store(s) => CliError::failed(s.to_string()),
+            EngineError::Resolve(r) => r.into(),
+            e @ EngineError::Stopped => CliError::failed(e.to_string()),
+        }
+    }
+}
+
+impl From<ClientError> for CliError {
+    fn from(e: ClientError) -> Self {
+        CliError::failed(e.to_string())
+    }
+}
+
+pub(super) fn daemon_error(e: ErrorBody) -> CliError {
+    match e.code {
+        ErrorCode::BadRequest | ErrorCode::UnknownPool | ErrorCode::UnknownOp => {
+            CliError::usage(e.message)
+        }
+        _ => CliError::failed(e.message),
+    }
+}
+
+// The reply's shape is not what the request asks for: a daemon of another version.
+pub(super) fn unexpected(op: &str) -> CliError {
+    CliError::failed(format!("unexpected reply from the daemon to {op}"))
+}

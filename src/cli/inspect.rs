@@ -1,0 +1,143 @@
+//! Read-only commands that work on the store: `list`, `show`, `sources`, `status`.
+
+use serde_json::json;
+
+use super::table::{print_show, print_table, s, table};
+use super::{call, parse_state, unexpected, CliError, Context};
+use crate::protocol::{Body, Request};
+
+pub(super) async fn list(
+    ctx: &Context,
+    pool: Option<String>,
+    state: Option<String>,
+    json: bool,
+    show_secrets: bool,
+) -> Result<(), CliError> {
+    let state = parse_state(state.as_deref())?;
+    let rows = ctx.store()?.list(pool.as_deref(), state)?;
+    if json {
+        let v: Vec<_> = rows.iter().map(|r| r.view(show_secrets)).collect();
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        print_table(&rows, show_secrets);
+    }
+    Ok(())
+}
+
+pub(super) async fn show(
+    ctx: &Context,
+    endpoint: String,
+    json: bool,
+    events: usize,
+) -> Result<(), CliError> {
+    let store = ctx.store()?;
+    let row = store.resolve(&endpoint)?;
+    let evs = store.recent_events(Some(row.id), events)?;
+    if json {
+        let mut v = serde_json::to_value(row.view(false)).unwrap_or_default();
+        v["events"] = serde_json::to_value(&evs).unwrap_or_default();
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        print_show(&row, &evs);
+    }
+    Ok(())
+}
+
+pub(super) async fn sources(
+    ctx: &Context,
+    pool: Option<String>,
+    json: bool,
+) -> Result<(), CliError> {
+    let store = ctx.store()?;
+    let rows = store.sources(pool.as_deref())?;
+    let mut out = Vec::new();
+    for p in ctx.config.pools.values() {
+        if pool.as_ref().is_some_and(|x| x != &p.name) {
+            continue;
+        }
+        for s in &p.sources {
+            let name = s.name();
+            let last = rows.iter().find(|r| r.pool == p.name && r.name == name);
+            out.push(json!({
+                "pool": p.name, "source": name, "preferred": s.preferred,
+                "refresh": humantime::format_duration(s.refresh).to_string(),
+                "last_at": last.and_then(|l| l.last_at.clone()),
+                "last_ok": last.and_then(|l| l.last_ok),
+                "last_count": last.and_then(|l| l.last_count),
+                "last_detail": last.and_then(|l| l.last_detail.clone()),
+            }));
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    } else {
+        let mut t = table([
+            "POOL",
+            "SOURCE",
+            "PREFERRED",
+            "LAST SNIFF",
+            "RESULT",
+            "COUNT",
+            "DETAIL",
+        ]);
+        for o in &out {
+            t.add_row([
+                s(&o["pool"]),
+                s(&o["source"]),
+                s(&o["preferred"]),
+                s(&o["last_at"]),
+                match o["last_ok"].as_bool() {
+                    Some(true) => "ok".into(),
+                    Some(false) => "failed".into(),
+                    None => "-".into(),
+                },
+                s(&o["last_count"]),
+                s(&o["last_detail"]),
+            ]);
+        }
+        println!("{t}");
+    }
+    Ok(())
+}
+
+pub(super) async fn status(
+    ctx: &Context,
+    pool: Option<String>,
+    json: bool,
+) -> Result<(), CliError> {
+    let pools = match ctx.daemon().await? {
+        Some(mut c) => match call(&mut c, &Request::Status { pool }).await? {
+            Body::Status { pools } => pools,
+            _ => return Err(unexpected("status")),
+        },
+        None => ctx.engine()?.status(pool.as_deref())?,
+    };
+    if json {
+        // Through a `Value`, so the keys print sorted as they always have.
+        let v = serde_json::to_value(&pools).unwrap_or_default();
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        let mut t = table([
+            "POOL",
+            "MODE",
+            "AVAILABLE",
+            "COOLING",
+            "PROBE_ALLOWED",
+            "DISABLED",
+            "LEASES",
+        ]);
+        for p in &pools {
+            t.add_row([
+                p.pool.clone(),
+                p.mode.clone(),
+                p.available.to_string(),
+                p.cooling.to_string(),
+                p.probe_allowed.to_string(),
+                p.disabled.to_string(),
+                p.leases.to_string(),
+            ]);
+        }
+        println!("{t}");
+    }
+    Ok(())
+}

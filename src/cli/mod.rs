@@ -1,0 +1,121 @@
+//! The operator CLI. `args` defines the command line, `context` resolves paths and reaches
+//! the daemon or the store, one file per command (or small group), `table` renders.
+
+mod add;
+mod args;
+mod context;
+mod error;
+mod events;
+mod inspect;
+mod lease;
+mod operator;
+mod probe;
+mod serve;
+mod table;
+
+pub use args::{Cli, Command, Global};
+pub use context::Context;
+pub use error::CliError;
+
+use add::{add, import, parse_urls};
+use context::call;
+use error::{daemon_error, unexpected};
+use events::events;
+use inspect::{list, show, sources, status};
+use lease::lease;
+use operator::{operator, remove};
+use probe::probe;
+use serve::serve;
+use table::table;
+
+use crate::health::{Input, State};
+use crate::protocol::Request;
+
+pub async fn run(cli: Cli) -> Result<(), CliError> {
+    let ctx = Context::resolve(&cli.global)?;
+    match cli.command {
+        Command::Add { urls, pool, label } => {
+            ctx.check_pool(&pool)?;
+            let eps = parse_urls(
+                urls.iter().map(|u| (0, u.as_str())),
+                &pool,
+                &label,
+                &ctx,
+                false,
+            )?;
+            let ids = add(&ctx, eps, &urls).await?;
+            for id in ids {
+                println!("{id}");
+            }
+            Ok(())
+        }
+        Command::Import { file, pool, label } => import(&ctx, &file, &pool, &label).await,
+        Command::List {
+            pool,
+            state,
+            json,
+            show_secrets,
+        } => list(&ctx, pool, state, json, show_secrets).await,
+        Command::Show {
+            endpoint,
+            json,
+            events,
+        } => show(&ctx, endpoint, json, events).await,
+        Command::Disable { endpoints, reason } => {
+            operator(&ctx, &endpoints, |r| {
+                (
+                    Request::Disable {
+                        endpoint: r,
+                        reason: reason.clone(),
+                    },
+                    Input::Disable {
+                        detail: reason.clone(),
+                    },
+                )
+            })
+            .await
+        }
+        Command::Enable { endpoints, now } => {
+            operator(&ctx, &endpoints, |r| {
+                (
+                    Request::Enable {
+                        endpoint: r,
+                        now: Some(now),
+                    },
+                    Input::Enable { now },
+                )
+            })
+            .await
+        }
+        Command::Remove { endpoints } => remove(&ctx, &endpoints).await,
+        Command::Probe {
+            endpoints,
+            all,
+            pool,
+            json,
+            concurrency,
+        } => probe(&ctx, endpoints, all, pool, json, concurrency).await,
+        Command::Serve { listen_tcp } => serve(&ctx, listen_tcp).await,
+        Command::Lease {
+            pool,
+            ttl,
+            wait,
+            session,
+            json,
+        } => lease(&ctx, pool, ttl, wait, session, json).await,
+        Command::Events {
+            endpoint,
+            follow,
+            json,
+            limit,
+        } => events(&ctx, endpoint, follow, json, limit).await,
+        Command::Sources { pool, json } => sources(&ctx, pool, json).await,
+        Command::Status { pool, json } => status(&ctx, pool, json).await,
+    }
+}
+
+pub(super) fn parse_state(s: Option<&str>) -> Result<Option<State>, CliError> {
+    s.map(|s| s.parse::<State>())
+        .transpose()
+        .map_err(|e| CliError::usage(format!("--state: {e}")))
+}

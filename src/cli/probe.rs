@@ -1,0 +1,123 @@
+//! `probe`.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::{call, table, unexpected, CliError, Context};
+use crate::endpoint::EndpointId;
+use crate::probe_report::ProbeReport;
+use crate::probe_run;
+use crate::protocol::{Body, EndpointRef, Request};
+
+pub(super) async fn probe(
+    ctx: &Context,
+    targets: Vec<String>,
+    all: bool,
+    pool: Option<String>,
+    json_out: bool,
+    concurrency: usize,
+) -> Result<(), CliError> {
+    if concurrency == 0 {
+        return Err(CliError::usage("--concurrency must be >= 1"));
+    }
+    if targets.is_empty() && !all && pool.is_none() {
+        return Err(CliError::usage(
+            "name endpoints to probe, or use --all / --pool",
+        ));
+    }
+    if let Some(p) = &pool {
+        ctx.check_pool(p)?;
+    }
+    let reports: Vec<ProbeReport> = if let Some(mut c) = ctx.daemon().await? {
+        // The daemon owns the pool state: let it run the probes and apply the results.
+        // A sweep of a large pool takes as long as it takes.
+        c.set_timeout(Duration::from_secs(24 * 3600));
+        let req = Request::Probe {
+            endpoints: targets.into_iter().map(EndpointRef::Url).collect(),
+            pool,
+            all,
+            concurrency: Some(concurrency),
+        };
+        let reports = match call(&mut c, &req).await? {
+            Body::Probes { results } => results,
+            _ => return Err(unexpected("probe")),
+        };
+        if json_out {
+            for r in &reports {
+                println!("{}", serde_json::to_string(r).unwrap_or_default());
+            }
+        }
+        reports
+    } else {
+        let engine = ctx.engine()?;
+        let ids: Vec<EndpointId> = if targets.is_empty() {
+            engine.ids(pool.as_deref())
+        } else {
+            ctx.resolve_ids(&targets)?
+        };
+        let probers =
+            probe_run::probers(&ctx.config).map_err(|e| CliError::usage(e.to_string()))?;
+        let bar = if std::io::stderr().is_terminal() && !json_out {
+            let b = ProgressBar::new(ids.len() as u64);
+            b.set_style(
+                ProgressStyle::with_template("{spinner} probing [{bar:30}] {pos}/{len} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            b
+        } else {
+            ProgressBar::hidden()
+        };
+        let reports = probe_run::probe_many(&engine, &probers, ids, concurrency, |rep| {
+            if json_out {
+                println!("{}", serde_json::to_string(rep).unwrap_or_default());
+            }
+            bar.inc(1);
+        })
+        .await?;
+        bar.finish_and_clear();
+        engine.flush().await?;
+        reports
+    };
+    if !json_out {
+        let mut t = table([
+            "ID", "URL", "RESULT", "REASON", "PHASE", "STATUS", "STATE", "TOTAL", "PHASES",
+        ]);
+        for r in &reports {
+            t.add_row([
+                r.id.to_string(),
+                r.url.clone(),
+                if r.skipped.is_some() {
+                    "skipped".into()
+                } else if r.ok {
+                    "ok".into()
+                } else {
+                    "FAILED".into()
+                },
+                r.reason.map(|x| x.to_string()).unwrap_or("-".into()),
+                r.phase.map(|x| x.to_string()).unwrap_or("-".into()),
+                r.status.map(|x| x.to_string()).unwrap_or("-".into()),
+                r.state.map(|x| x.to_string()).unwrap_or("-".into()),
+                format!("{:.0}ms", r.total_ms),
+                r.phases_ms
+                    .iter()
+                    .map(|(p, ms)| format!("{p}={ms:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ]);
+        }
+        println!("{t}");
+    }
+    let failed = reports
+        .iter()
+        .filter(|r| !r.ok && r.skipped.is_none())
+        .count();
+    if failed > 0 {
+        return Err(CliError::failed(format!(
+            "{failed} of {} probes failed",
+            reports.len()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,74 @@
+//! `serve`: lock the database, open the engine and run the daemon.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{CliError, Context};
+use crate::daemon::{self, ServeOptions};
+use crate::lock::{self};
+use crate::pool::engine::{sync_config_endpoints, Engine};
+
+pub(super) async fn serve(ctx: &Context, listen_tcp: Option<SocketAddr>) -> Result<(), CliError> {
+    let token = std::env::var("PROXYPOOL_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty());
+    if listen_tcp.is_some() && token.is_none() {
+        return Err(CliError::usage(
+            "--listen-tcp needs a token: set PROXYPOOL_TOKEN (clients send it as \"token\")",
+        ));
+    }
+    // Own the database before reading it: a second daemon is refused, and CLI commands
+    // writing right now finish first (their writes are then in what we load).
+    let socket = std::path::absolute(&ctx.socket).unwrap_or_else(|_| ctx.socket.clone());
+    let held = Arc::new(
+        lock::daemon_lock(&ctx.db, Duration::from_secs(10))
+            .map_err(|e| CliError::failed(e.to_string()))?,
+    );
+    let mut store = ctx.open_store()?;
+    sync_config_endpoints(&mut store, &ctx.config)?;
+    let engine = Engine::open(store, ctx.config.pools.values().cloned())?;
+    let shutdown = CancellationToken::new();
+    let sd = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        sd.cancel();
+        // A second signal means "now": do not wait for the orderly stop.
+        wait_for_signal().await;
+        eprintln!("proxypool: second signal, exiting at once");
+        std::process::exit(1);
+    });
+    let r = daemon::serve(
+        ctx.config.clone(),
+        engine,
+        ServeOptions {
+            socket,
+            listen_tcp,
+            token,
+            lock: Some(held.clone()),
+        },
+        shutdown,
+    )
+    .await
+    .map_err(|e| CliError::failed(e.to_string()));
+    lock::clear(&held);
+    r
+}
+
+pub(super) async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! Tables and text rendering of endpoints and events.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
+use serde_json::Value;
+
+use crate::health::State;
+use crate::store::{EndpointRow, EventRow};
+
+/// A table in the CLI's style with this header.
+pub(super) fn table<const N: usize>(header: [&str; N]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(UTF8_BORDERS_ONLY);
+    t.set_header(header);
+    t
+}
+
+pub(super) fn s(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(x) => x.clone(),
+        other => other.to_string(),
+    }
+}
+
+pub(super) fn fmt_event(e: &EventRow) -> String {
+    let mut s = format!("{} #{} {}", e.at, e.id, e.kind);
+    if let Some(id) = e.endpoint {
+        s.push_str(&format!(" endpoint={id}"));
+    }
+    if e.from.is_some() || e.to.is_some() {
+        s.push_str(&format!(
+            " {}->{}",
+            e.from.as_deref().unwrap_or("-"),
+            e.to.as_deref().unwrap_or("-")
+        ));
+    }
+    for (k, v) in [
+        ("reason", &e.reason),
+        ("phase", &e.phase),
+        ("lease", &e.lease),
+        ("detail", &e.detail),
+    ] {
+        if let Some(v) = v {
+            s.push_str(&format!(" {k}={v}"));
+        }
+    }
+    s
+}
+
+pub(super) fn until_text(row: &EndpointRow) -> String {
+    match (row.state, row.cooldown_until) {
+        (State::Cooling, Some(t)) => match t.duration_since(SystemTime::now()) {
+            Ok(d) => format!(
+                "in {}",
+                humantime::format_duration(Duration::from_secs(d.as_secs()))
+            ),
+            Err(_) => "due".into(),
+        },
+        _ => "-".into(),
+    }
+}
+
+pub(super) fn print_table(rows: &[EndpointRow], secrets: bool) {
+    let mut t = table([
+        "ID", "URL", "POOL", "STATE", "REASON", "PHASE", "STREAK", "COOLDOWN", "LABEL",
+    ]);
+    for r in rows {
+        t.add_row([
+            r.id.to_string(),
+            if secrets {
+                r.url.to_secret_string()
+            } else {
+                r.url.to_redacted_string()
+            },
+            r.pool.clone(),
+            r.state.to_string(),
+            r.reason.map(|x| x.to_string()).unwrap_or("-".into()),
+            r.phase.map(|x| x.to_string()).unwrap_or("-".into()),
+            r.streak.to_string(),
+            until_text(r),
+            r.label.clone().unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    println!("{t}");
+    let mut counts: HashMap<State, usize> = HashMap::new();
+    for r in rows {
+        *counts.entry(r.state).or_default() += 1;
+    }
+    let summary: Vec<String> = State::ALL
+        .iter()
+        .filter_map(|s| counts.get(s).map(|n| format!("{n} {s}")))
+        .collect();
+    println!(
+        "{} endpoints{}{}",
+        rows.len(),
+        if summary.is_empty() { "" } else { ": " },
+        summary.join(", ")
+    );
+}
+
+pub(super) fn print_show(r: &EndpointRow, evs: &[EventRow]) {
+    let kv = [
+        ("id", r.id.to_string()),
+        ("url", r.url.to_redacted_string()),
+        ("pool", r.pool.clone()),
+        ("label", r.label.clone().unwrap_or("-".into())),
+        ("source", r.source.clone().unwrap_or("-".into())),
+        ("state", r.state.to_string()),
+        (
+            "reason",
+            r.reason.map(|x| x.to_string()).unwrap_or("-".into()),
+        ),
+        (
+            "phase",
+            r.phase.map(|x| x.to_string()).unwrap_or("-".into()),
+        ),
+        ("detail", r.detail.clone().unwrap_or("-".into())),
+        ("streak", r.streak.to_string()),
+        (
+            "cooldown",
+            r.cooldown_ms
+                .map(|ms| humantime::format_duration(Duration::from_millis(ms)).to_string())
+                .unwrap_or("-".into()),
+        ),
+        (
+            "cooldown_until",
+            r.cooldown_until
+                .map(crate::store::fmt_time)
+                .map(|t| format!("{t} ({})", until_text(r)))
+                .unwrap_or("-".into()),
+        ),
+        ("state_changed_at", r.state_changed_at.clone()),
+        ("created_at", r.created_at.clone()),
+    ];
+    for (k, v) in kv {
+        println!("{k:>16}: {v}");
+    }
+    println!("\nrecent events (newest first):");
+    for e in evs {
+        println!("  {}", fmt_event(e));
+    }
+}

@@ -1,0 +1,63 @@
+//! Basic credentials for proxies and sources.
+
+use crate::endpoint::ProxyUrl;
+
+/// `Basic base64(user:password)` when the proxy URL has a user.
+pub fn basic_auth(proxy: &ProxyUrl) -> Option<String> {
+    let user = proxy.user.as_deref()?;
+    let pass = proxy.password.as_deref().unwrap_or("");
+    Some(format!(
+        "Basic {}",
+        base64(format!("{user}:{pass}").as_bytes())
+    ))
+}
+
+/// Standard base64 with padding (RFC 4648 §4).
+pub fn base64(input: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
+    for chunk in input.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> shift) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc4648_vectors() {
+        for (i, o) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(i.as_bytes()), o);
+        }
+    }
+
+    #[test]
+    fn basic_auth_only_with_a_user() {
+        let p = ProxyUrl::parse("http://alice:s3cret@h:1").unwrap();
+        assert_eq!(basic_auth(&p).as_deref(), Some("Basic YWxpY2U6czNjcmV0"));
+        let p = ProxyUrl::parse("http://h:1").unwrap();
+        assert_eq!(basic_auth(&p), None);
+    }
+}

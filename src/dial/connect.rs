@@ -1,0 +1,224 @@
+//! HTTP CONNECT through http(s) proxies, and what an HTTP proxy's answers mean.
+
+use std::io;
+use std::time::SystemTime;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use super::{auth::basic_auth, find, BoxIo, Dest, DialFailure, USER_AGENT};
+use crate::endpoint::ProxyUrl;
+use crate::health::{Phase, Reason};
+use crate::retry_after::parse_retry_after;
+
+/// A proxy's reply head larger than this is treated as a protocol error.
+const MAX_PROXY_HEAD: usize = 64 * 1024;
+
+pub(super) async fn connect(
+    io: BoxIo,
+    proxy: &ProxyUrl,
+    dest: &Dest,
+) -> Result<(BoxIo, u16), DialFailure> {
+    let phase = Phase::ProxyHandshake;
+    let a = dest.authority();
+    let mut req = format!("CONNECT {a} HTTP/1.1\r\nHost: {a}\r\nUser-Agent: {USER_AGENT}\r\n");
+    if let Some(auth) = basic_auth(proxy) {
+        req.push_str(&format!("Proxy-Authorization: {auth}\r\n"));
+    }
+    req.push_str("\r\n");
+    // The reader keeps whatever follows the head; it belongs to the tunnel.
+    let mut io = BufReader::new(io);
+    io.write_all(req.as_bytes())
+        .await
+        .map_err(|e| io_failure(&e, phase, "sending CONNECT"))?;
+    io.flush()
+        .await
+        .map_err(|e| io_failure(&e, phase, "sending CONNECT"))?;
+    let head = read_proxy_head(&mut io).await?;
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut resp = httparse::Response::new(&mut headers);
+    let status = match resp.parse(&head) {
+        Ok(httparse::Status::Complete(_)) => resp.code.unwrap_or(0),
+        Ok(httparse::Status::Partial) => {
+            return Err(DialFailure::new(
+                Reason::ProxyProtocolError,
+                phase,
+                "incomplete CONNECT reply",
+            ))
+        }
+        Err(e) => {
+            return Err(DialFailure::new(
+                Reason::ProxyProtocolError,
+                phase,
+                format!("unparsable CONNECT reply: {e}"),
+            ))
+        }
+    };
+    match connect_status_reason(status) {
+        None => Ok((Box::new(io), status)),
+        Some(reason) => {
+            let retry_after = resp
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("retry-after"))
+                .and_then(|h| std::str::from_utf8(h.value).ok())
+                .and_then(|v| parse_retry_after(v, SystemTime::now()));
+            let reason_phrase = resp.reason.unwrap_or("");
+            let mut f = DialFailure::new(
+                reason,
+                phase,
+                format!("proxy answered CONNECT with {status} {reason_phrase}")
+                    .trim_end()
+                    .to_string(),
+            );
+            f.status = Some(status);
+            f.retry_after = retry_after;
+            Err(f)
+        }
+    }
+}
+
+/// Read the proxy's reply head, consuming nothing past its blank line.
+async fn read_proxy_head(io: &mut BufReader<BoxIo>) -> Result<Vec<u8>, DialFailure> {
+    let phase = Phase::ProxyHandshake;
+    let mut head: Vec<u8> = Vec::new();
+    loop {
+        let (n, end) = {
+            let avail = io
+                .fill_buf()
+                .await
+                .map_err(|e| io_failure(&e, phase, "reading the CONNECT reply"))?;
+            if avail.is_empty() {
+                return Err(DialFailure::new(
+                    Reason::ConnectionReset,
+                    phase,
+                    format!(
+                        "proxy closed the connection after {} bytes of its CONNECT reply",
+                        head.len()
+                    ),
+                ));
+            }
+            let from = head.len().saturating_sub(3);
+            head.extend_from_slice(avail);
+            let end = find(&head[from..], b"\r\n\r\n").map(|i| from + i + 4);
+            (avail.len(), end)
+        };
+        match end {
+            Some(end) => {
+                let before = head.len() - n;
+                io.consume(end - before);
+                head.truncate(end);
+                return Ok(head);
+            }
+            None => io.consume(n),
+        }
+        // Fail fast on garbage instead of waiting for a blank line that never comes.
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        if let Err(e) = httparse::Response::new(&mut headers).parse(&head) {
+            return Err(DialFailure::new(
+                Reason::ProxyProtocolError,
+                phase,
+                format!("unparsable CONNECT reply: {e}"),
+            ));
+        }
+        if head.len() > MAX_PROXY_HEAD {
+            return Err(DialFailure::new(
+                Reason::ProxyProtocolError,
+                phase,
+                "CONNECT reply head too large",
+            ));
+        }
+    }
+}
+
+fn io_failure(e: &io::Error, phase: Phase, doing: &str) -> DialFailure {
+    DialFailure::new(Reason::ConnectionReset, phase, format!("{doing}: {e}"))
+}
+
+/// True when an answer to an absolute-form request is the proxy refusing our credentials.
+///
+/// 407 only ever comes from a proxy. Some proxies (tinyproxy) answer 401 instead; a 401
+/// the proxy merely forwarded from the destination carries the `Via` header that RFC 9110
+/// requires of forwarded messages, so a 401 without one is taken as the proxy's own.
+pub fn proxy_auth_answer(status: u16, headers: &hyper::HeaderMap) -> bool {
+    status == 407 || (status == 401 && !headers.contains_key(hyper::header::VIA))
+}
+
+/// The reason for a non-2xx answer to CONNECT; `None` when the tunnel is up.
+pub fn connect_status_reason(status: u16) -> Option<Reason> {
+    match status {
+        200..=299 => None,
+        // Some proxies send 401 where 407 is meant.
+        401 | 407 => Some(Reason::ProxyAuthRejected),
+        502 | 504 => Some(Reason::UpstreamUnreachable),
+        _ => Some(Reason::ProxyRejected),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::header::HeaderValue;
+
+    #[test]
+    fn connect_statuses() {
+        assert_eq!(connect_status_reason(200), None);
+        assert_eq!(connect_status_reason(407), Some(Reason::ProxyAuthRejected));
+        assert_eq!(connect_status_reason(401), Some(Reason::ProxyAuthRejected));
+        assert_eq!(
+            connect_status_reason(502),
+            Some(Reason::UpstreamUnreachable)
+        );
+        assert_eq!(
+            connect_status_reason(504),
+            Some(Reason::UpstreamUnreachable)
+        );
+        assert_eq!(connect_status_reason(503), Some(Reason::ProxyRejected));
+        assert_eq!(connect_status_reason(403), Some(Reason::ProxyRejected));
+        assert_eq!(connect_status_reason(301), Some(Reason::ProxyRejected));
+    }
+
+    #[test]
+    fn absolute_form_auth_answers() {
+        let mut h = hyper::HeaderMap::new();
+        assert!(proxy_auth_answer(407, &h));
+        assert!(proxy_auth_answer(401, &h));
+        assert!(!proxy_auth_answer(403, &h));
+        h.insert(hyper::header::VIA, HeaderValue::from_static("1.1 proxy"));
+        assert!(proxy_auth_answer(407, &h));
+        assert!(
+            !proxy_auth_answer(401, &h),
+            "a forwarded 401 is the destination's"
+        );
+    }
+
+    #[tokio::test]
+    async fn bytes_past_the_head_stay_in_the_tunnel() {
+        let (mut server, client) = tokio::io::duplex(4096);
+        let proxy = ProxyUrl::parse("http://u:p@h:1").unwrap();
+        let dest = Dest::new("example.com", 443);
+        let srv = tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut buf = vec![0u8; 1024];
+            let n = server.read(&mut buf).await.unwrap();
+            let req = String::from_utf8_lossy(&buf[..n]).to_string();
+            server
+                .write_all(b"HTTP/1.1 200 OK\r\n\r\nearly bytes")
+                .await
+                .unwrap();
+            req
+        });
+        let (mut io, status) = connect(Box::new(client), &proxy, &dest).await.unwrap();
+        assert_eq!(status, 200);
+        let req = srv.await.unwrap();
+        assert!(
+            req.starts_with("CONNECT example.com:443 HTTP/1.1\r\n"),
+            "{req}"
+        );
+        assert!(req.contains("Proxy-Authorization: Basic dTpw\r\n"), "{req}");
+        let mut got = [0u8; 11];
+        tokio::io::AsyncReadExt::read_exact(&mut io, &mut got)
+            .await
+            .unwrap();
+        assert_eq!(&got, b"early bytes");
+    }
+}

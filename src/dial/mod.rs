@@ -1,0 +1,334 @@
+//! Connect through an endpoint to `host:port` under one deadline.
+//!
+//! TCP to the proxy (+ TLS for `https` proxies), then the SOCKS4/4a/5/5h handshake or an
+//! HTTP CONNECT, each step timed as its phase. Every failure is classified into
+//! (reason, phase) here, once, so the prober and the gateway give the same answer for the
+//! same broken proxy. `docs/probe.md` has the table.
+
+mod auth;
+mod connect;
+mod socks;
+mod tcp;
+mod tls;
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::time::{timeout_at, Instant};
+use tokio_rustls::TlsConnector;
+use tokio_socks::TargetAddr;
+
+use crate::endpoint::{ProxyUrl, Scheme};
+use crate::health::{Failure, Phase, Reason};
+
+pub use auth::{base64, basic_auth};
+pub use connect::{connect_status_reason, proxy_auth_answer};
+pub use socks::{classify_socks, socks4_reply_reason, socks5_reply_reason};
+pub use tls::{client_config, connector, handshake as tls_handshake, TlsSetupError};
+
+/// The `User-Agent` of every request proxypool makes on its own behalf.
+pub const USER_AGENT: &str = concat!("proxypool/", env!("CARGO_PKG_VERSION"));
+
+/// Anything a connection can run over: TCP, TLS, a SOCKS or CONNECT tunnel.
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+/// A boxed connection; any bytes the handshake read past its end are still in it.
+pub type BoxIo = Box<dyn Io>;
+
+/// Where the connection should lead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dest {
+    /// Host without IPv6 brackets, as DNS, SNI and SOCKS want it.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+}
+
+impl Dest {
+    /// A destination; brackets around an IPv6 literal are dropped, the name lower-cased.
+    pub fn new(host: &str, port: u16) -> Dest {
+        Dest {
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_ascii_lowercase(),
+            port,
+        }
+    }
+
+    /// `host:port` as CONNECT wants it (IPv6 in brackets).
+    pub fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    fn target_addr(&self) -> TargetAddr<'_> {
+        match self.host.parse::<IpAddr>() {
+            Ok(ip) => TargetAddr::Ip(SocketAddr::new(ip, self.port)),
+            Err(_) => TargetAddr::Domain(Cow::Borrowed(self.host.as_str()), self.port),
+        }
+    }
+}
+
+/// How the caller will talk to the destination once dialed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// A byte tunnel to the destination (CONNECT through HTTP proxies).
+    Tunnel,
+    /// Plain HTTP: an HTTP proxy takes absolute-form requests on its own connection, so it
+    /// gets no handshake; SOCKS proxies still tunnel.
+    PlainHttp,
+}
+
+/// A dialed connection.
+pub struct Dialed {
+    /// The stream.
+    pub io: BoxIo,
+    /// The stream ends at an HTTP proxy that expects absolute-form requests (with
+    /// `Proxy-Authorization`), not at the destination.
+    pub forward: bool,
+    /// The proxy's status answer to CONNECT, when one was sent.
+    pub connect_status: Option<u16>,
+}
+
+/// A classified failure: why, where, and what an operator reads (never a password).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason} at {phase}: {detail}")]
+pub struct DialFailure {
+    /// Why.
+    pub reason: Reason,
+    /// Where.
+    pub phase: Phase,
+    /// Free text for operators.
+    pub detail: String,
+    /// The HTTP status that explains it, when one was seen.
+    pub status: Option<u16>,
+    /// `Retry-After` sent with that status.
+    pub retry_after: Option<Duration>,
+}
+
+impl DialFailure {
+    /// A failure without a status.
+    pub fn new(reason: Reason, phase: Phase, detail: impl Into<String>) -> DialFailure {
+        DialFailure {
+            reason,
+            phase,
+            detail: detail.into(),
+            status: None,
+            retry_after: None,
+        }
+    }
+}
+
+impl From<DialFailure> for Failure {
+    fn from(f: DialFailure) -> Failure {
+        Failure {
+            reason: Some(f.reason),
+            phase: Some(f.phase),
+            status: f.status,
+            retry_after: f.retry_after,
+            detail: Some(f.detail),
+        }
+    }
+}
+
+/// One deadline shared by every phase, and the time each phase took.
+#[derive(Debug, Clone)]
+pub struct Clock {
+    /// When the whole attempt must be done.
+    pub deadline: Instant,
+    /// The budget the deadline came from (for the failure's detail).
+    pub budget: Duration,
+    /// Names the budget in failure details, e.g. "probe timeout".
+    pub what: &'static str,
+    /// Time spent in each phase that ran, in order (a failed phase included).
+    pub phases: Vec<(Phase, Duration)>,
+}
+
+impl Clock {
+    /// A clock whose deadline is `budget` from now.
+    pub fn start(budget: Duration, what: &'static str) -> Clock {
+        Clock {
+            deadline: Instant::now() + budget,
+            budget,
+            what,
+            phases: Vec::new(),
+        }
+    }
+
+    /// Run one phase under the shared deadline and record its duration.
+    pub async fn timed<T>(
+        &mut self,
+        phase: Phase,
+        fut: impl Future<Output = Result<T, DialFailure>>,
+    ) -> Result<T, DialFailure> {
+        let t0 = Instant::now();
+        let r = timeout_at(self.deadline, fut).await;
+        self.phases.push((phase, t0.elapsed()));
+        match r {
+            Ok(r) => r,
+            Err(_) => Err(self.deadline_failure(phase)),
+        }
+    }
+
+    /// The failure for a deadline that passed during `phase`.
+    pub fn deadline_failure(&self, phase: Phase) -> DialFailure {
+        // Before the TCP connection is up the deadline is a connect timeout; after it, the
+        // proxy or destination was slow.
+        let reason = if phase == Phase::Connect {
+            Reason::ConnectTimeout
+        } else {
+            Reason::SlowResponse
+        };
+        DialFailure::new(
+            reason,
+            phase,
+            format!(
+                "{} ({}) passed during {phase}",
+                self.what,
+                humantime::format_duration(self.budget)
+            ),
+        )
+    }
+}
+
+/// Dials through proxies; cheap to clone.
+#[derive(Clone)]
+pub struct Dialer {
+    tls: TlsConnector,
+}
+
+impl Dialer {
+    /// A dialer that speaks TLS to `https` proxies with `tls`.
+    pub fn new(tls: TlsConnector) -> Dialer {
+        Dialer { tls }
+    }
+
+    /// The TLS client, for TLS to the destination over a dialed stream.
+    pub fn tls(&self) -> &TlsConnector {
+        &self.tls
+    }
+
+    /// Connect through `proxy` to `dest`; every phase runs under `clock`'s deadline.
+    pub async fn dial(
+        &self,
+        proxy: &ProxyUrl,
+        dest: &Dest,
+        route: Route,
+        clock: &mut Clock,
+    ) -> Result<Dialed, DialFailure> {
+        let tcp = clock.timed(Phase::Connect, tcp::connect(proxy)).await?;
+        let mut io: BoxIo = Box::new(tcp);
+        if proxy.scheme == Scheme::Https {
+            io = clock
+                .timed(
+                    Phase::ProxyTls,
+                    tls::handshake(&self.tls, io, &proxy.host, Phase::ProxyTls),
+                )
+                .await?;
+        }
+        if proxy.scheme.is_socks() {
+            io = clock
+                .timed(Phase::ProxyHandshake, socks::handshake(io, proxy, dest))
+                .await?;
+            return Ok(Dialed {
+                io,
+                forward: false,
+                connect_status: None,
+            });
+        }
+        if route == Route::PlainHttp {
+            return Ok(Dialed {
+                io,
+                forward: true,
+                connect_status: None,
+            });
+        }
+        let (io, status) = clock
+            .timed(Phase::ProxyHandshake, connect::connect(io, proxy, dest))
+            .await?;
+        Ok(Dialed {
+            io,
+            forward: false,
+            connect_status: Some(status),
+        })
+    }
+}
+
+/// First position of `needle` in `hay`.
+pub(crate) fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() {
+        return Some(0);
+    }
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn phases_run_on_tokio_time() {
+        let timeout = Duration::from_secs(10);
+        let mut run = Clock::start(timeout, "probe timeout");
+        let quick = run
+            .timed(Phase::Connect, async {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                Ok(())
+            })
+            .await;
+        assert!(quick.is_ok());
+        let stuck = run
+            .timed(
+                Phase::ResponseBody,
+                std::future::pending::<Result<(), DialFailure>>(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(stuck.reason, Reason::SlowResponse);
+        assert_eq!(stuck.phase, Phase::ResponseBody);
+        assert_eq!(
+            run.phases,
+            [
+                (Phase::Connect, Duration::from_secs(3)),
+                (Phase::ResponseBody, Duration::from_secs(7))
+            ]
+        );
+        assert_eq!(
+            run.deadline_failure(Phase::Connect).reason,
+            Reason::ConnectTimeout
+        );
+        assert!(
+            stuck.detail.contains("probe timeout (10s)"),
+            "{}",
+            stuck.detail
+        );
+    }
+
+    #[test]
+    fn destinations_normalise() {
+        let d = Dest::new("[::1]", 443);
+        assert_eq!(d.host, "::1");
+        assert_eq!(d.authority(), "[::1]:443");
+        assert_eq!(Dest::new("Example.COM", 80).authority(), "example.com:80");
+    }
+
+    #[test]
+    fn failures_convert_keeping_everything() {
+        let mut d = DialFailure::new(Reason::ProxyRejected, Phase::ProxyHandshake, "x");
+        d.status = Some(503);
+        d.retry_after = Some(Duration::from_secs(5));
+        let f: Failure = d.into();
+        assert_eq!(f.reason, Some(Reason::ProxyRejected));
+        assert_eq!(f.phase, Some(Phase::ProxyHandshake));
+        assert_eq!(f.status, Some(503));
+        assert_eq!(f.retry_after, Some(Duration::from_secs(5)));
+        assert_eq!(f.detail.as_deref(), Some("x"));
+    }
+}

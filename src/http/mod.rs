@@ -1,0 +1,274 @@
+//! The read-only HTTP listener of SPEC §14: `/metrics`, the status page, the JSON API and
+//! `/healthz`, served by hyper (HTTP/1.1).
+//!
+//! The data comes from a [`StatusSource`] (the daemon implements it over the engine and
+//! the store), so this module owns no pool state and can be tested with a fake source.
+
+mod auth;
+mod page;
+mod view;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::health::State;
+use crate::metrics::Metrics;
+use crate::pool::PoolStatus;
+use crate::protocol::{self, Body, ErrorCode};
+use crate::store::EndpointView;
+
+pub use auth::{check_bind, token_from_env, HttpConfigError, TOKEN_ENV};
+pub use page::render_page;
+pub use view::{minute_buckets, EndpointLine, PageLimits, PageModel, PoolPage};
+
+/// Default `[server] http` address.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:9464";
+/// Seconds between the status page's own reloads.
+pub const REFRESH_SECS: u32 = 5;
+/// Connections served at once; more wait in the kernel's backlog.
+const MAX_CONNECTIONS: usize = 256;
+/// A client that has not sent its request head by then is dropped.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a source could not answer; `code` picks the HTTP status and the JSON error.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct SourceError {
+    /// Protocol error code (`unknown_pool`, `bad_request`, `internal`).
+    pub code: ErrorCode,
+    /// Human message (never a password).
+    pub message: String,
+}
+
+impl SourceError {
+    /// Shorthand.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        SourceError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// What the listener shows. The daemon implements it over the engine and the store; every
+/// call is read-only and should hold the engine's lock only to copy what it needs.
+pub trait StatusSource: Send + Sync + 'static {
+    /// The socket's `status` answer: counts by state per pool (one pool, or all).
+    fn status(
+        &self,
+        pool: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<PoolStatus>, SourceError>> + Send;
+
+    /// The socket's `endpoints` answer, passwords redacted.
+    fn endpoints(
+        &self,
+        pool: Option<&str>,
+        state: Option<State>,
+    ) -> impl Future<Output = Result<Vec<EndpointView>, SourceError>> + Send;
+
+    /// Everything the status page shows.
+    fn page(
+        &self,
+        limits: PageLimits,
+    ) -> impl Future<Output = Result<PageModel, SourceError>> + Send;
+}
+
+/// The listener's shared state.
+pub struct HttpApp<S> {
+    source: Arc<S>,
+    metrics: Arc<Metrics>,
+    token: Option<String>,
+}
+
+impl<S: StatusSource> HttpApp<S> {
+    /// `token`: when set, every request needs `Authorization: Bearer <token>`.
+    pub fn new(source: Arc<S>, metrics: Arc<Metrics>, token: Option<String>) -> Self {
+        HttpApp {
+            source,
+            metrics,
+            token: token.filter(|t| !t.is_empty()),
+        }
+    }
+
+    /// Answer one request.
+    pub async fn handle<B>(&self, req: Request<B>) -> Response<Full<Bytes>> {
+        if let Some(t) = &self.token {
+            if !auth::bearer_matches(req.headers(), t) {
+                let mut r = text(StatusCode::UNAUTHORIZED, "a bearer token is required\n");
+                r.headers_mut()
+                    .insert("www-authenticate", HeaderValue::from_static("Bearer"));
+                return r;
+            }
+        }
+        let path = req.uri().path();
+        let known = matches!(
+            path,
+            "/" | "/metrics" | "/healthz" | "/api/status" | "/api/endpoints"
+        );
+        if !known {
+            return text(StatusCode::NOT_FOUND, "not found\n");
+        }
+        if req.method() != Method::GET && req.method() != Method::HEAD {
+            let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "read-only: use GET\n");
+            r.headers_mut()
+                .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+            return r;
+        }
+        let query = match view::parse_query(req.uri().query()) {
+            Ok(q) => q,
+            Err(e) => return api_error(&SourceError::new(ErrorCode::BadRequest, e)),
+        };
+        let mut resp = match path {
+            "/healthz" => text(StatusCode::OK, "ok\n"),
+            "/metrics" => with_type(
+                Response::new(Full::new(Bytes::from(self.metrics.encode()))),
+                crate::metrics::CONTENT_TYPE,
+            ),
+            "/api/status" => match query.only(&["pool"]) {
+                Err(e) => api_error(&e),
+                Ok(()) => match self.source.status(query.get("pool")).await {
+                    Ok(pools) => api_ok(Body::Status { pools }),
+                    Err(e) => api_error(&e),
+                },
+            },
+            "/api/endpoints" => match query.only(&["pool", "state"]).and_then(|()| query.state()) {
+                Err(e) => api_error(&e),
+                Ok(state) => match self.source.endpoints(query.get("pool"), state).await {
+                    Ok(endpoints) => api_ok(Body::Endpoints { endpoints }),
+                    Err(e) => api_error(&e),
+                },
+            },
+            _ => match query.only(&[]) {
+                Err(e) => api_error(&e),
+                Ok(()) => match self.source.page(PageLimits::default()).await {
+                    Ok(model) => with_type(
+                        Response::new(Full::new(Bytes::from(render_page(&model)))),
+                        "text/html; charset=utf-8",
+                    ),
+                    Err(e) => text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        &format!("status unavailable: {e}\n"),
+                    ),
+                },
+            },
+        };
+        resp.headers_mut()
+            .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        resp
+    }
+}
+
+fn with_type(mut r: Response<Full<Bytes>>, ty: &'static str) -> Response<Full<Bytes>> {
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(ty));
+    r
+}
+
+fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
+    let mut r = with_type(
+        Response::new(Full::new(Bytes::from(body.to_string()))),
+        "text/plain; charset=utf-8",
+    );
+    *r.status_mut() = status;
+    r
+}
+
+fn api_ok(body: Body) -> Response<Full<Bytes>> {
+    let json = protocol::Response::ok(None, body).to_json();
+    with_type(
+        Response::new(Full::new(Bytes::from(json))),
+        "application/json",
+    )
+}
+
+fn api_error(e: &SourceError) -> Response<Full<Bytes>> {
+    let json = protocol::Response::err(None, e.code, e.message.clone()).to_json();
+    let mut r = with_type(
+        Response::new(Full::new(Bytes::from(json))),
+        "application/json",
+    );
+    *r.status_mut() = match e.code {
+        ErrorCode::UnknownPool => StatusCode::NOT_FOUND,
+        ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    r
+}
+
+/// Bind the listener (after [`check_bind`] approved the address).
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+/// Serve until `shutdown`; open connections finish their current request.
+pub async fn serve<S: StatusSource>(
+    listener: TcpListener,
+    app: Arc<HttpApp<S>>,
+    shutdown: CancellationToken,
+) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let permit = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            p = slots.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+        };
+        let stream = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    // Out of descriptors and the like: back off instead of spinning.
+                    tracing::warn!("http accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let app = app.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let svc = service_fn(move |req: Request<Incoming>| {
+                let app = app.clone();
+                async move { Ok::<_, Infallible>(app.handle(req).await) }
+            });
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEAD_TIMEOUT);
+            let conn = builder.serve_connection(TokioIo::new(stream), svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!("http connection: {e}");
+                    }
+                }
+                _ = shutdown.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests;

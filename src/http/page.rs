@@ -1,0 +1,228 @@
+//! The status page: one server-rendered HTML document, no script, no external asset.
+//! maud escapes every interpolated value, so labels, details and pool names (user text)
+//! always show as text.
+
+use std::time::Duration;
+
+use maud::{html, Markup, PreEscaped, DOCTYPE};
+
+use super::view::{EndpointLine, PageModel, PoolPage, CHART_MINUTES};
+use crate::health::State;
+use crate::store::{fmt_time, EventRow};
+
+const CSS: &str = "
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}
+h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.2em;margin:1.5em 0 .3em}
+.muted{color:#666}section{background:#fff;border:1px solid #ddd;border-radius:6px;padding:.8em 1em;margin-bottom:1em}
+table{border-collapse:collapse;width:100%;font-size:13px}th,td{text-align:left;padding:2px 8px;border-bottom:1px solid #eee;vertical-align:top}
+th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.legend span{display:inline-block;margin-right:1em}.sw{display:inline-block;width:.8em;height:.8em;margin-right:.3em;vertical-align:middle}
+.s-available{color:#1d7a32}.s-cooling{color:#a8660b}.s-probe_allowed{color:#2159b5}.s-disabled{color:#666}
+svg{display:block}.url{font-family:ui-monospace,monospace}
+";
+
+fn color(s: State) -> &'static str {
+    match s {
+        State::Available => "#2e9e44",
+        State::Cooling => "#e8a33a",
+        State::ProbeAllowed => "#3a7be8",
+        State::Disabled => "#999999",
+    }
+}
+
+fn counts(p: &PoolPage) -> [(State, usize); 4] {
+    let s = &p.status;
+    [
+        (State::Available, s.available),
+        (State::Cooling, s.cooling),
+        (State::ProbeAllowed, s.probe_allowed),
+        (State::Disabled, s.disabled),
+    ]
+}
+
+/// The whole document.
+pub fn render_page(m: &PageModel) -> String {
+    let doc = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="refresh" content=(super::REFRESH_SECS);
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { "proxypool status" }
+                style { (PreEscaped(CSS)) }
+            }
+            body {
+                h1 { "proxypool" }
+                p.muted {
+                    "version " (m.version) " · read at " (fmt_time(m.generated_at))
+                    " · refreshes every " (super::REFRESH_SECS) " s"
+                }
+                @if m.pools.is_empty() {
+                    p { "No pools configured." }
+                }
+                @for p in &m.pools {
+                    (pool_section(p))
+                }
+                section id="events" {
+                    h2 { "Recent events" }
+                    (events_table(&m.events))
+                }
+            }
+        }
+    };
+    doc.into_string()
+}
+
+fn pool_section(p: &PoolPage) -> Markup {
+    let s = &p.status;
+    let total: usize = counts(p).iter().map(|(_, n)| n).sum();
+    html! {
+        section.pool data-pool=(s.pool) {
+            h2 { "Pool " (s.pool) }
+            p.muted {
+                "mode " (s.mode) " · " (total) " endpoints · " (s.leases) " live leases"
+                @if let Some(ms) = s.next_deadline_ms {
+                    " · next cooldown ends in " (fmt_dur(Duration::from_millis(ms)))
+                }
+            }
+            (state_bar(p, total))
+            p.legend {
+                @for (st, n) in counts(p) {
+                    span class={ "s-" (st.as_str()) } {
+                        span.sw style={ "background:" (color(st)) } {}
+                        (st.as_str()) " " (n)
+                    }
+                }
+            }
+            h3 { "Transitions, last hour (per minute)" }
+            (transitions_chart(&p.transitions))
+            h3 {
+                "Endpoints"
+                @if p.endpoints.len() < p.endpoints_total {
+                    span.muted { " (showing " (p.endpoints.len()) " of " (p.endpoints_total) ", those needing attention first)" }
+                }
+            }
+            (endpoints_table(&p.endpoints))
+        }
+    }
+}
+
+fn state_bar(p: &PoolPage, total: usize) -> Markup {
+    const W: f64 = 1000.0;
+    let mut x = 0.0;
+    let parts: Vec<(State, usize, f64, f64)> = counts(p)
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(st, n)| {
+            let w = W * n as f64 / total.max(1) as f64;
+            let part = (st, n, x, w);
+            x += w;
+            part
+        })
+        .collect();
+    html! {
+        svg.bar width="100%" height="22" viewBox="0 0 1000 22" preserveAspectRatio="none"
+            role="img" aria-label="endpoints by state" {
+            rect x="0" y="0" width="1000" height="22" fill="#eeeeee" {}
+            @for (st, n, x, w) in parts {
+                rect x=(format!("{x:.1}")) y="0" width=(format!("{w:.1}")) height="22" fill=(color(st)) {
+                    title { (st.as_str()) ": " (n) }
+                }
+            }
+        }
+    }
+}
+
+fn transitions_chart(b: &[u32; CHART_MINUTES]) -> Markup {
+    const H: f64 = 60.0;
+    let max = b.iter().copied().max().unwrap_or(0);
+    let sum: u32 = b.iter().sum();
+    html! {
+        svg.chart width="100%" height="84" viewBox="0 0 640 84" preserveAspectRatio="xMinYMid meet" role="img"
+            aria-label={ (sum) " transitions in the last hour" } {
+            line x1="30" y1="62" x2="630" y2="62" stroke="#bbbbbb" {}
+            text x="0" y="12" font-size="10" fill="#666666" { (max) }
+            text x="0" y="62" font-size="10" fill="#666666" { "0" }
+            @for (i, n) in b.iter().enumerate() {
+                @let h = if max == 0 { 0.0 } else { H * f64::from(*n) / f64::from(max) };
+                rect x=(30 + i * 10) y=(format!("{:.1}", 62.0 - h)) width="8" height=(format!("{h:.1}")) fill="#3a7be8" {
+                    title { (n) " transitions, " (CHART_MINUTES - i) " min ago" }
+                }
+            }
+            text x="30" y="78" font-size="10" fill="#666666" { "60 min ago" }
+            text x="630" y="78" font-size="10" fill="#666666" text-anchor="end" { "now" }
+        }
+    }
+}
+
+fn endpoints_table(rows: &[EndpointLine]) -> Markup {
+    html! {
+        table.endpoints {
+            thead { tr {
+                th { "id" } th { "url" } th { "label" } th { "state" } th { "reason" } th { "phase" }
+                th { "cooldown left" } th { "success rate" } th { "latency" } th { "leases (live / total)" }
+            } }
+            tbody {
+                @for e in rows {
+                    @let v = &e.view;
+                    tr data-endpoint=(v.id) {
+                        td.num { (v.id) }
+                        td.url { (v.url) }
+                        td { (v.label.as_deref().unwrap_or("")) }
+                        td class={ "s-" (v.state.as_str()) } { (v.state.as_str()) }
+                        td { (v.reason.map(|r| r.as_str()).unwrap_or("")) }
+                        td { (v.phase.map(|p| p.as_str()).unwrap_or("")) }
+                        td.num { (e.cooldown_left.map(fmt_dur).unwrap_or_default()) }
+                        td.num { (e.stats.success_rate().map(|r| format!("{:.1}%", r * 100.0)).unwrap_or_else(|| "–".into())) }
+                        td.num { (e.stats.latency_ms.map(|l| format!("{l:.0} ms")).unwrap_or_else(|| "–".into())) }
+                        td.num { (e.live_leases) " / " (e.stats.leases) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn events_table(events: &[EventRow]) -> Markup {
+    html! {
+        @if events.is_empty() {
+            p.muted { "No events yet." }
+        } @else {
+            table.events {
+                thead { tr {
+                    th { "at" } th { "kind" } th { "endpoint" } th { "change" } th { "reason" } th { "phase" } th { "detail" }
+                } }
+                tbody {
+                    @for e in events {
+                        tr {
+                            td { (e.at) }
+                            td { (e.kind) }
+                            td.num { (e.endpoint.map(|i| i.to_string()).unwrap_or_default()) }
+                            td {
+                                @if e.from.is_some() || e.to.is_some() {
+                                    (e.from.as_deref().unwrap_or("–")) " → " (e.to.as_deref().unwrap_or("–"))
+                                }
+                            }
+                            td { (e.reason.as_deref().unwrap_or("")) }
+                            td { (e.phase.as_deref().unwrap_or("")) }
+                            td { (e.detail.as_deref().unwrap_or("")) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Rounded to the second, humantime style ("4m 10s"); below a second, "<1s".
+fn fmt_dur(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        return "<1s".into();
+    }
+    humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+}
+
+#[cfg(test)]
+#[path = "page_tests.rs"]
+pub(super) mod tests;

@@ -1,0 +1,126 @@
+use std::time::{Duration, SystemTime};
+
+use super::*;
+use crate::health::{Phase, Reason};
+use crate::http::view::minute_buckets;
+use crate::pool::PoolStatus;
+use crate::stats::EndpointStats;
+use crate::store::EndpointView;
+
+pub(crate) fn model() -> PageModel {
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let view = |id, state, label: Option<&str>| EndpointView {
+        id,
+        url: format!("http://user:***@10.0.0.{id}:3128"),
+        pool: "default".into(),
+        label: label.map(Into::into),
+        source: None,
+        state,
+        reason: (state == State::Cooling).then_some(Reason::ConnectTimeout),
+        phase: (state == State::Cooling).then_some(Phase::Connect),
+        detail: None,
+        streak: 0,
+        cooldown_until: None,
+        cooldown_ms: None,
+        state_changed_at: fmt_time(now),
+        created_at: fmt_time(now),
+    };
+    let mut stats = EndpointStats::default();
+    stats.record_lease();
+    stats.record_success(now, Some(Duration::from_millis(120)));
+    stats.record_failure();
+    PageModel {
+        generated_at: now,
+        version: "0.1.0".into(),
+        pools: vec![PoolPage {
+            status: PoolStatus {
+                pool: "default".into(),
+                mode: "static".into(),
+                available: 1,
+                cooling: 1,
+                probe_allowed: 0,
+                disabled: 0,
+                leases: 1,
+                next_deadline_ms: Some(90_500),
+            },
+            transitions: minute_buckets(now, [now - Duration::from_secs(30); 3]),
+            endpoints: vec![
+                EndpointLine {
+                    view: view(1, State::Available, Some("<script>alert(1)</script>")),
+                    stats,
+                    live_leases: 1,
+                    cooldown_left: None,
+                },
+                EndpointLine {
+                    view: view(2, State::Cooling, Some("eu & co")),
+                    stats: EndpointStats::default(),
+                    live_leases: 0,
+                    cooldown_left: Some(Duration::from_millis(90_500)),
+                },
+            ],
+            endpoints_total: 2,
+        }],
+        events: vec![EventRow {
+            id: 9,
+            at: fmt_time(now),
+            kind: "state_changed".into(),
+            endpoint: Some(2),
+            from: Some("available".into()),
+            to: Some("cooling".into()),
+            reason: Some("connect_timeout".into()),
+            phase: Some("connect".into()),
+            detail: Some("\"><img src=x onerror=alert(2)>".into()),
+            lease: None,
+        }],
+    }
+}
+
+#[test]
+fn user_text_is_escaped() {
+    let html = render_page(&model());
+    assert!(!html.contains("<script>"), "{html}");
+    assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(!html.contains("<img"));
+    assert!(html.contains("&quot;&gt;&lt;img src=x onerror=alert(2)&gt;"));
+    assert!(html.contains("eu &amp; co"));
+}
+
+#[test]
+fn page_shows_what_an_operator_needs() {
+    let html = render_page(&model());
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(html.contains(r#"<meta http-equiv="refresh" content="5">"#));
+    // No external asset: nothing is loaded from anywhere.
+    for needle in ["src=\"", "href=\"", "<link", "<script"] {
+        assert!(!html.contains(needle), "{needle}");
+    }
+    assert!(html.contains("Pool default"));
+    assert!(html.contains("next cooldown ends in 1m 30s"));
+    // Bar: one rect per non-empty state, half the width each.
+    assert!(html.contains(r##"<rect x="0.0" y="0" width="500.0" height="22" fill="#2e9e44"><title>available: 1</title></rect>"##), "{html}");
+    assert!(html.contains("<title>cooling: 1</title>"));
+    assert!(!html.contains("<title>disabled"));
+    // Chart: three transitions in the last minute, the tallest bar.
+    assert!(html.contains("3 transitions in the last hour"));
+    assert!(html.contains("<title>3 transitions, 1 min ago</title>"));
+    // Table: state, reason, phase, cooldown left, success rate, latency, leases.
+    assert!(html.contains("http://user:***@10.0.0.1:3128"));
+    assert!(html.contains("connect_timeout"));
+    assert!(html.contains(">1m 30s<"));
+    assert!(html.contains(">50.0%<"));
+    assert!(html.contains(">120 ms<"));
+    assert!(html.contains(">1 / 1<"));
+    assert!(html.contains("available → cooling"));
+}
+
+#[test]
+fn a_cut_list_says_so() {
+    let mut m = model();
+    m.pools[0].endpoints_total = 5000;
+    assert!(render_page(&m).contains("showing 2 of 5000"));
+    m.pools.clear();
+    m.events.clear();
+    let html = render_page(&m);
+    assert!(html.contains("No pools configured."));
+    assert!(html.contains("No events yet."));
+}

@@ -1,0 +1,201 @@
+use std::sync::Mutex;
+
+use http_body_util::BodyExt;
+
+use super::*;
+use crate::health::State;
+
+struct Fake {
+    pools: Vec<PoolStatus>,
+    seen: Mutex<Vec<String>>,
+}
+
+impl StatusSource for Fake {
+    async fn status(&self, pool: Option<&str>) -> Result<Vec<PoolStatus>, SourceError> {
+        self.seen.lock().unwrap().push(format!("status {pool:?}"));
+        match pool {
+            None => Ok(self.pools.clone()),
+            Some(p) => self
+                .pools
+                .iter()
+                .find(|s| s.pool == p)
+                .map(|s| vec![s.clone()])
+                .ok_or_else(|| {
+                    SourceError::new(ErrorCode::UnknownPool, format!("unknown pool {p:?}"))
+                }),
+        }
+    }
+
+    async fn endpoints(
+        &self,
+        pool: Option<&str>,
+        state: Option<State>,
+    ) -> Result<Vec<EndpointView>, SourceError> {
+        self.seen
+            .lock()
+            .unwrap()
+            .push(format!("endpoints {pool:?} {state:?}"));
+        Ok(page::tests::model().pools[0]
+            .endpoints
+            .iter()
+            .map(|e| e.view.clone())
+            .filter(|v| state.is_none_or(|s| v.state == s))
+            .collect())
+    }
+
+    async fn page(&self, limits: PageLimits) -> Result<PageModel, SourceError> {
+        assert_eq!(limits, PageLimits::default());
+        Ok(page::tests::model())
+    }
+}
+
+fn app(token: Option<&str>) -> HttpApp<Fake> {
+    let fake = Fake {
+        pools: page::tests::model()
+            .pools
+            .iter()
+            .map(|p| p.status.clone())
+            .collect(),
+        seen: Mutex::new(Vec::new()),
+    };
+    HttpApp::new(
+        Arc::new(fake),
+        Arc::new(Metrics::new()),
+        token.map(Into::into),
+    )
+}
+
+async fn get(
+    app: &HttpApp<Fake>,
+    method: Method,
+    uri: &str,
+    auth: Option<&str>,
+) -> (StatusCode, String, String) {
+    let mut b = Request::builder().method(method).uri(uri);
+    if let Some(a) = auth {
+        b = b.header("authorization", a);
+    }
+    let r = app.handle(b.body(()).unwrap()).await;
+    let ty = r
+        .headers()
+        .get(CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    let status = r.status();
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    (status, ty, String::from_utf8(body.to_vec()).unwrap())
+}
+
+#[tokio::test]
+async fn routes() {
+    let a = app(None);
+    // (method, uri, status, content type prefix, body contains)
+    let cases = [
+        (Method::GET, "/healthz", 200, "text/plain", "ok\n"),
+        (
+            Method::GET,
+            "/metrics",
+            200,
+            "text/plain; version=0.0.4",
+            "",
+        ),
+        (Method::GET, "/", 200, "text/html", "Pool default"),
+        (
+            Method::GET,
+            "/api/status",
+            200,
+            "application/json",
+            r#"{"ok":true,"pools":[{"pool":"default","mode":"static","available":1"#,
+        ),
+        (
+            Method::GET,
+            "/api/status?pool=nope",
+            404,
+            "application/json",
+            r#"{"ok":false,"error":{"code":"unknown_pool","message":"unknown pool \"nope\""}}"#,
+        ),
+        (
+            Method::GET,
+            "/api/status?bogus=1",
+            400,
+            "application/json",
+            r#""code":"bad_request""#,
+        ),
+        (
+            Method::GET,
+            "/api/endpoints?state=cooling",
+            200,
+            "application/json",
+            r#"{"ok":true,"endpoints":[{"id":2,"#,
+        ),
+        (
+            Method::GET,
+            "/api/endpoints?state=sleepy",
+            400,
+            "application/json",
+            "unknown State \\\"sleepy\\\"",
+        ),
+        (Method::GET, "/?x=1", 400, "application/json", "takes none"),
+        (Method::GET, "/nope", 404, "text/plain", "not found"),
+        (Method::POST, "/metrics", 405, "text/plain", "read-only"),
+        (
+            Method::DELETE,
+            "/api/endpoints",
+            405,
+            "text/plain",
+            "read-only",
+        ),
+        (Method::POST, "/nope", 404, "text/plain", "not found"),
+    ];
+    for (m, uri, status, ty, body) in cases {
+        let (s, t, b) = get(&a, m.clone(), uri, None).await;
+        assert_eq!(s.as_u16(), status, "{m} {uri}: {b}");
+        assert!(t.starts_with(ty), "{m} {uri}: {t}");
+        assert!(b.contains(body), "{m} {uri}: {b}");
+    }
+    let (_, _, b) = get(&a, Method::GET, "/api/endpoints", None).await;
+    let v: serde_json::Value = serde_json::from_str(&b).unwrap();
+    assert_eq!(v["endpoints"].as_array().unwrap().len(), 2);
+    assert_eq!(v["endpoints"][0]["url"], "http://user:***@10.0.0.1:3128");
+    let seen = a.source.seen.lock().unwrap().clone();
+    assert!(
+        seen.contains(&"endpoints None Some(Cooling)".to_string()),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn token_required_when_set() {
+    let a = app(Some("s3cret"));
+    for uri in ["/healthz", "/metrics", "/", "/api/status", "/nope"] {
+        let (s, _, _) = get(&a, Method::GET, uri, None).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "{uri}");
+        let (s, _, _) = get(&a, Method::GET, uri, Some("Bearer wrong")).await;
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "{uri}");
+    }
+    let (s, _, b) = get(&a, Method::GET, "/healthz", Some("Bearer s3cret")).await;
+    assert_eq!((s, b.as_str()), (StatusCode::OK, "ok\n"));
+    // An empty token is no token.
+    let (s, _, _) = get(&app(Some("")), Method::GET, "/healthz", None).await;
+    assert_eq!(s, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn serves_over_tcp_and_stops() {
+    let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(serve(listener, Arc::new(app(None)), stop.clone()));
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    assert!(out.ends_with("\r\n\r\nok\n"), "{out}");
+    stop.cancel();
+    task.await.unwrap();
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}

@@ -1,0 +1,270 @@
+//! Transitions: apply an input to an endpoint, and what each act records.
+
+use std::time::SystemTime;
+
+use tokio::time::Instant;
+use tracing::info;
+
+use crate::endpoint::{EndpointId, ProxyUrl};
+use crate::event_kind::EventKind;
+use crate::health::{Input, State, Step};
+use crate::store::{HealthRecord, NewEvent, Write};
+
+use super::{Outcome, PoolError, Pools};
+
+/// What caused a transition: its own event row (none when `kind` is `None`, e.g. a plain
+/// success), and the lease and detail carried into the `state_changed` row.
+#[derive(Debug, Default)]
+pub(super) struct Act {
+    pub(super) kind: Option<EventKind>,
+    pub(super) reason: Option<crate::health::Reason>,
+    pub(super) phase: Option<crate::health::Phase>,
+    pub(super) detail: Option<String>,
+    pub(super) lease: Option<String>,
+}
+
+impl Pools {
+    /// Apply an input to an endpoint, keeping indexes in sync; returns the step and the
+    /// writes that record it.
+    pub(super) fn apply(
+        &mut self,
+        id: EndpointId,
+        input: Input,
+        now: Instant,
+        wall: SystemTime,
+        act: Act,
+    ) -> (Step, Vec<Write>) {
+        let jitter = self.rng.f64() * 2.0 - 1.0;
+        self.unindex(id);
+        let e = self
+            .entries
+            .get_mut(&id)
+            .expect("caller checked the endpoint");
+        let from = e.health.state;
+        // Disjoint fields: the policy is borrowed, not cloned, on every transition.
+        let policy = &self.pools[e.pool].cfg.policy;
+        let step = e.health.apply(input, policy, now, jitter);
+        let h = &e.health;
+        let mut writes = Vec::new();
+        // The act itself (report, probe, trial admission) is one row... unless it was
+        // refused: a claim or abandon that did not happen is not an event.
+        if let (Some(kind), false) = (act.kind, step == Step::Refused) {
+            writes.push(Write::Event(NewEvent {
+                endpoint: Some(id),
+                kind,
+                from: Some(from),
+                to: Some(h.state),
+                reason: act.reason,
+                phase: act.phase,
+                detail: act.detail.clone(),
+                lease: act.lease.clone(),
+            }));
+        }
+        // ...and every change of the persisted state is a `state_changed` row.
+        if let Step::Changed { from, to } = &step {
+            info!(
+                endpoint = id,
+                from = %from,
+                to = %to,
+                reason = h.reason.map(|r| r.as_str()).unwrap_or("-"),
+                phase = h.phase.map(|p| p.as_str()).unwrap_or("-"),
+                "state changed"
+            );
+            let rec = HealthRecord {
+                id,
+                state: h.state,
+                reason: h.reason,
+                phase: h.phase,
+                detail: h.detail.clone(),
+                streak: h.streak,
+                reason_streak: h.reason_streak,
+                cooldown_ms: h.cooldown.map(|d| d.as_millis() as u64),
+                cooldown_until: match (h.state, h.deadline) {
+                    (State::Cooling, Some(d)) => Some(wall + d.saturating_duration_since(now)),
+                    _ => None,
+                },
+            };
+            let ev = NewEvent {
+                endpoint: Some(id),
+                kind: EventKind::StateChanged,
+                from: Some(*from),
+                to: Some(*to),
+                reason: h.reason,
+                phase: h.phase,
+                detail: act.detail.or_else(|| h.detail.clone()),
+                lease: act.lease,
+            };
+            writes.push(Write::Transition(rec, ev));
+        }
+        self.index(id);
+        (step, writes)
+    }
+
+    /// Move cooling endpoints whose deadline passed to `probe_allowed` and expire leases.
+    pub fn advance(&mut self, now: Instant, wall: SystemTime) -> Vec<Write> {
+        let mut writes = Vec::new();
+        for p in 0..self.pools.len() {
+            while let Some(&(d, id)) = self.pools[p].cooling.first() {
+                if d > now {
+                    break;
+                }
+                let (_, w) = self.apply(id, Input::DeadlinePassed, now, wall, Act::default());
+                writes.extend(w);
+            }
+        }
+        while let Some(&(exp, lid)) = self.lease_expiry.first() {
+            if exp > now {
+                break;
+            }
+            self.lease_expiry.pop_first();
+            if let Some(l) = self.leases.remove(&lid) {
+                self.remember_expired(lid);
+                writes.extend(self.end_lease(lid, l, now, wall, "lease expired"));
+            }
+        }
+        writes
+    }
+
+    /// Operator / source / prober input on an endpoint by id.
+    pub fn input(
+        &mut self,
+        id: EndpointId,
+        input: Input,
+        kind: Option<EventKind>,
+        detail: Option<String>,
+        now: Instant,
+        wall: SystemTime,
+    ) -> (Result<(Step, State), PoolError>, Vec<Write>) {
+        let mut writes = self.advance(now, wall);
+        if !self.entries.contains_key(&id) {
+            return (Err(PoolError::UnknownEndpoint(id)), writes);
+        }
+        let was_claimed = self.entries[&id].health.claimed;
+        let operator = match &input {
+            Input::Disable { .. } => Some("disable"),
+            Input::Enable { now: false } => Some("enable"),
+            Input::Enable { now: true } => Some("enable --now"),
+            _ => None,
+        };
+        let ev = Act {
+            kind,
+            detail,
+            ..Default::default()
+        };
+        let (step, w) = self.apply(id, input, now, wall, ev);
+        writes.extend(w);
+        if let (Step::Refused, Some(action)) = (&step, operator) {
+            // Every operator action leaves a row, also one that found nothing to change.
+            let h = &self.entries[&id].health;
+            writes.push(Write::Event(NewEvent {
+                endpoint: Some(id),
+                from: Some(h.state),
+                to: Some(h.state),
+                reason: h.reason,
+                detail: Some(format!(
+                    "{action}: nothing to change, endpoint is {}",
+                    h.state
+                )),
+                ..NewEvent::new(EventKind::Operator)
+            }));
+        }
+        if was_claimed && !self.entries[&id].health.claimed {
+            // An operator action ended an in-flight trial: its lease no longer is one.
+            for l in self.leases.values_mut().filter(|l| l.endpoint == id) {
+                l.trial = false;
+            }
+        }
+        (Ok((step, self.entries[&id].health.state)), writes)
+    }
+
+    /// Claim the recovery attempt of the next `probe_allowed` endpoint of a pool (prober).
+    pub fn claim_next(
+        &mut self,
+        pool: &str,
+        now: Instant,
+        wall: SystemTime,
+    ) -> (Option<(EndpointId, ProxyUrl)>, Vec<Write>) {
+        let mut writes = self.advance(now, wall);
+        let Some(&p) = self.by_name.get(pool) else {
+            return (None, writes);
+        };
+        let Some(&(_, id)) = self.pools[p].trials.first() else {
+            return (None, writes);
+        };
+        let ev = Act {
+            kind: Some(EventKind::TrialAdmitted),
+            detail: Some("probe".into()),
+            ..Default::default()
+        };
+        let (step, w) = self.apply(id, Input::Claim, now, wall, ev);
+        writes.extend(w);
+        if step == Step::Claimed {
+            (Some((id, self.entries[&id].url.clone())), writes)
+        } else {
+            (None, writes)
+        }
+    }
+
+    /// Try to claim one specific endpoint's recovery attempt.
+    pub fn try_claim(
+        &mut self,
+        id: EndpointId,
+        now: Instant,
+        wall: SystemTime,
+    ) -> (bool, Vec<Write>) {
+        let mut writes = self.advance(now, wall);
+        if !self.entries.contains_key(&id) {
+            return (false, writes);
+        }
+        let ev = Act {
+            kind: Some(EventKind::TrialAdmitted),
+            ..Default::default()
+        };
+        let (step, w) = self.apply(id, Input::Claim, now, wall, ev);
+        writes.extend(w);
+        (step == Step::Claimed, writes)
+    }
+
+    /// Record a probe result; `trial` when it was a claimed recovery attempt.
+    pub fn probe_result(
+        &mut self,
+        id: EndpointId,
+        outcome: Outcome,
+        trial: bool,
+        detail: Option<String>,
+        now: Instant,
+        wall: SystemTime,
+    ) -> (Result<State, PoolError>, Vec<Write>) {
+        let mut writes = self.advance(now, wall);
+        if !self.entries.contains_key(&id) {
+            return (Err(PoolError::UnknownEndpoint(id)), writes);
+        }
+        let (input, kind, reason, phase) = match outcome {
+            Outcome::Success => (
+                Input::Success { trial },
+                EventKind::ProbeSuccess,
+                None,
+                None,
+            ),
+            Outcome::Failure(f) => {
+                let (r, ph) = (f.reason, f.phase);
+                (
+                    Input::Failure { failure: f, trial },
+                    EventKind::ProbeFailure,
+                    r,
+                    ph,
+                )
+            }
+        };
+        let ev = Act {
+            kind: Some(kind),
+            reason,
+            phase,
+            detail,
+            ..Default::default()
+        };
+        let (_, w) = self.apply(id, input, now, wall, ev);
+        writes.extend(w);
+        (Ok(self.entries[&id].health.state), writes)
+    }
+}

@@ -1,0 +1,105 @@
+//! The entry map: every endpoint held, stored densely in load order.
+
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+
+use crate::endpoint::{EndpointId, ProxyUrl};
+use crate::health::Health;
+
+pub(super) struct Entry {
+    pub(super) url: ProxyUrl,
+    /// The URL with credentials, rendered once: leases hand it out on every call.
+    pub(super) secret: Arc<str>,
+    pub(super) pool: usize,
+    pub(super) health: Health,
+    pub(super) leases: u32,
+    /// Bumped whenever the entry leaves or moves in the ready queues; queue items with an
+    /// older value are stale.
+    pub(super) gen: u64,
+    /// Sequence in the probe_allowed queue.
+    pub(super) pa_seq: u64,
+}
+
+/// Endpoints stored densely in load order, found by id through a small index.
+///
+/// Round robin walks endpoints roughly in load order, so a dense `Vec` turns the walk
+/// into mostly sequential memory access; a `HashMap<EndpointId, Entry>` scattered every
+/// entry and cost a cache and TLB miss per pick in large pools.
+#[derive(Default)]
+pub(super) struct EntryMap {
+    pub(super) index: FxHashMap<EndpointId, u32>,
+    pub(super) slots: Vec<Option<(EndpointId, Entry)>>,
+    pub(super) free: Vec<u32>,
+}
+
+impl EntryMap {
+    pub(super) fn get(&self, id: &EndpointId) -> Option<&Entry> {
+        let &i = self.index.get(id)?;
+        self.slots[i as usize].as_ref().map(|(_, e)| e)
+    }
+
+    pub(super) fn get_mut(&mut self, id: &EndpointId) -> Option<&mut Entry> {
+        let &i = self.index.get(id)?;
+        self.slots[i as usize].as_mut().map(|(_, e)| e)
+    }
+
+    pub(super) fn slot(&self, id: &EndpointId) -> Option<u32> {
+        self.index.get(id).copied()
+    }
+
+    pub(super) fn at(&self, slot: u32) -> Option<&(EndpointId, Entry)> {
+        self.slots.get(slot as usize).and_then(Option::as_ref)
+    }
+
+    pub(super) fn at_mut(&mut self, slot: u32) -> Option<&mut (EndpointId, Entry)> {
+        self.slots.get_mut(slot as usize).and_then(Option::as_mut)
+    }
+
+    pub(super) fn contains_key(&self, id: &EndpointId) -> bool {
+        self.index.contains_key(id)
+    }
+
+    pub(super) fn insert(&mut self, id: EndpointId, e: Entry) {
+        if let Some(&i) = self.index.get(&id) {
+            self.slots[i as usize] = Some((id, e));
+            return;
+        }
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some((id, e));
+                i
+            }
+            None => {
+                self.slots.push(Some((id, e)));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.index.insert(id, i);
+    }
+
+    pub(super) fn remove(&mut self, id: &EndpointId) -> Option<Entry> {
+        let i = self.index.remove(id)?;
+        self.free.push(i);
+        self.slots[i as usize].take().map(|(_, e)| e)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&EndpointId, &Entry)> {
+        self.slots.iter().flatten().map(|(id, e)| (id, e))
+    }
+}
+
+impl std::ops::Index<&EndpointId> for EntryMap {
+    type Output = Entry;
+    fn index(&self, id: &EndpointId) -> &Entry {
+        self.get(id).expect("endpoint is held")
+    }
+}

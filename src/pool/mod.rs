@@ -1,0 +1,459 @@
+//! The in-memory pools: health of every endpoint, selection, leases and trial admission.
+//!
+//! `Pools` is synchronous and does no I/O: every operation returns the [`Write`]s that
+//! must be made durable before its caller is answered. [`engine::Engine`] wraps it in a
+//! mutex and a group-committing store writer for the daemon and the CLI.
+
+mod apply;
+pub mod destinations;
+pub mod engine;
+mod entries;
+mod leases;
+mod ready;
+
+use entries::{Entry, EntryMap};
+use leases::Lease;
+use ready::Ready;
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::config::PoolConfig;
+use crate::endpoint::{EndpointId, ProxyUrl};
+use crate::health::{restored_remaining, Failure, Health, State};
+use crate::store::EndpointRow;
+
+/// Errors of pool operations, each mapping to a protocol error code.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PoolError {
+    /// No such pool.
+    #[error("unknown pool {0:?}")]
+    UnknownPool(String),
+    /// Nothing can be leased now.
+    #[error("pool {pool:?} has no endpoint available{}", retry_after.map(|d| format!(" (soonest cooldown ends in {} ms)", d.as_millis())).unwrap_or_default())]
+    Exhausted {
+        pool: String,
+        /// Time until the soonest cooldown deadline.
+        retry_after: Option<Duration>,
+    },
+    /// The lease id is not known.
+    #[error("unknown lease {0:?}")]
+    UnknownLease(String),
+    /// The lease existed but expired.
+    #[error("lease {0:?} expired")]
+    LeaseExpired(String),
+    /// No such endpoint.
+    #[error("no endpoint with id {0}")]
+    UnknownEndpoint(EndpointId),
+    /// A lease lifetime the clock cannot represent.
+    #[error("ttl {0:?} is too long")]
+    InvalidTtl(Duration),
+    /// A failure report without a reason.
+    #[error("a failure report needs a reason (one of: {})", crate::health::Reason::ALL.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", "))]
+    MissingReason,
+}
+
+/// A granted lease.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Grant {
+    /// Lease id.
+    pub lease: String,
+    /// Full proxy URL with credentials.
+    pub proxy: Arc<str>,
+    /// Endpoint id.
+    pub endpoint: EndpointId,
+    /// This lease is the single recovery attempt.
+    pub trial: bool,
+    /// Time to live.
+    pub expires_in_ms: u64,
+}
+
+/// Counts of a pool for `status`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct PoolStatus {
+    pub pool: String,
+    pub mode: String,
+    /// Endpoints available.
+    pub available: usize,
+    /// Endpoints cooling.
+    pub cooling: usize,
+    /// Endpoints waiting for their single attempt.
+    pub probe_allowed: usize,
+    /// Endpoints disabled.
+    pub disabled: usize,
+    /// Live leases.
+    pub leases: usize,
+    /// Time until the soonest cooldown ends.
+    pub next_deadline_ms: Option<u64>,
+}
+
+/// What a report did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The use worked.
+    Success,
+    /// The use failed.
+    Failure(Failure),
+}
+
+struct PoolState {
+    cfg: PoolConfig,
+    /// Available endpoints, by live leases, round robin within a count.
+    ready: Ready,
+    /// Cooling endpoints by deadline.
+    cooling: BTreeSet<(Instant, EndpointId)>,
+    /// Unclaimed `probe_allowed` endpoints in arrival order.
+    trials: BTreeSet<(u64, EndpointId)>,
+    counts: [usize; 4],
+    leases: usize,
+}
+
+/// All pools of a process.
+pub struct Pools {
+    pools: Vec<PoolState>,
+    by_name: HashMap<String, usize>,
+    entries: EntryMap,
+    leases: FxHashMap<u64, Lease>,
+    lease_expiry: BTreeSet<(Instant, u64)>,
+    expired: FxHashMap<u64, ()>,
+    expired_order: VecDeque<u64>,
+    sessions: HashMap<(usize, String), EndpointId>,
+    /// Ids removed in this process. Ids are never reused, so a row that arrives after its
+    /// removal (an `add` racing a `remove`) is stale and must not come back to life.
+    removed: std::collections::HashSet<EndpointId>,
+    next_lease: u64,
+    /// Source of ready-queue generations, unique for the life of the process.
+    gen: u64,
+    lease_prefix: String,
+    seq: u64,
+    rng: fastrand::Rng,
+}
+
+const EXPIRED_MEMORY: usize = 65_536;
+
+/// Sticky session keys remembered at most.
+const MAX_SESSIONS: usize = 65_536;
+
+fn state_idx(s: State) -> usize {
+    match s {
+        State::Available => 0,
+        State::Cooling => 1,
+        State::ProbeAllowed => 2,
+        State::Disabled => 3,
+    }
+}
+
+impl Pools {
+    /// Pools from their configs (the `default` pool should be among them).
+    pub fn new(configs: impl IntoIterator<Item = PoolConfig>) -> Pools {
+        let mut p = Pools {
+            pools: Vec::new(),
+            by_name: HashMap::new(),
+            entries: EntryMap::default(),
+            leases: FxHashMap::default(),
+            lease_expiry: BTreeSet::new(),
+            expired: FxHashMap::default(),
+            expired_order: VecDeque::new(),
+            sessions: HashMap::new(),
+            removed: std::collections::HashSet::new(),
+            next_lease: 0,
+            gen: 0,
+            lease_prefix: format!("{:08x}", fastrand::u32(..)),
+            seq: 0,
+            rng: fastrand::Rng::new(),
+        };
+        for c in configs {
+            p.ensure_pool(c);
+        }
+        p
+    }
+
+    /// Use a fixed jitter seed (tests).
+    pub fn seed(&mut self, seed: u64) {
+        self.rng = fastrand::Rng::with_seed(seed);
+    }
+
+    fn ensure_pool(&mut self, cfg: PoolConfig) -> usize {
+        if let Some(&i) = self.by_name.get(&cfg.name) {
+            self.pools[i].cfg = cfg;
+            return i;
+        }
+        let i = self.pools.len();
+        self.by_name.insert(cfg.name.clone(), i);
+        self.pools.push(PoolState {
+            cfg,
+            ready: Ready::default(),
+            cooling: BTreeSet::new(),
+            trials: BTreeSet::new(),
+            counts: [0; 4],
+            leases: 0,
+        });
+        i
+    }
+
+    /// Config of a pool.
+    pub fn pool_config(&self, name: &str) -> Option<&PoolConfig> {
+        self.by_name.get(name).map(|&i| &self.pools[i].cfg)
+    }
+
+    /// Names of all pools.
+    pub fn pool_names(&self) -> Vec<String> {
+        self.pools.iter().map(|p| p.cfg.name.clone()).collect()
+    }
+
+    /// Number of endpoints held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when no endpoint is held.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Load a stored endpoint. Cooling deadlines are rebuilt as
+    /// `clamp(cooldown_until − now_wall, 0, cooldown_ms)` from `now`.
+    pub fn insert_row(&mut self, row: &EndpointRow, now: Instant, wall: SystemTime) {
+        if self.removed.contains(&row.id) {
+            return;
+        }
+        let pool = match self.by_name.get(&row.pool) {
+            Some(&i) => i,
+            None => self.ensure_pool(PoolConfig::builtin(&row.pool)),
+        };
+        let mut health = Health::new(row.state);
+        health.streak = row.streak;
+        health.reason_streak = row.reason_streak;
+        health.reason = row.reason;
+        health.phase = row.phase;
+        health.detail = row.detail.clone();
+        health.cooldown = row.cooldown_ms.map(Duration::from_millis);
+        if row.state == State::Cooling {
+            let len = health.cooldown.unwrap_or(Duration::ZERO);
+            let remaining = row
+                .cooldown_until
+                .map(|u| restored_remaining(u, wall, len))
+                .unwrap_or(Duration::ZERO);
+            health.deadline = Some(now + remaining);
+        }
+        self.remove_entry(row.id);
+        self.entries.insert(
+            row.id,
+            Entry {
+                url: row.url.clone(),
+                secret: row.url.to_secret_string().into(),
+                pool,
+                health,
+                leases: 0,
+                gen: 0,
+                pa_seq: 0,
+            },
+        );
+        self.index(row.id);
+    }
+
+    /// Forget a deleted endpoint and refuse any later row with its id.
+    pub fn remove_for_good(&mut self, id: EndpointId) -> bool {
+        self.removed.insert(id);
+        self.remove_entry(id)
+    }
+
+    /// Forget an endpoint (after `remove`), with its leases.
+    pub fn remove_entry(&mut self, id: EndpointId) -> bool {
+        if !self.entries.contains_key(&id) {
+            return false;
+        }
+        self.unindex(id);
+        let lease_ids: Vec<u64> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| l.endpoint == id)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in lease_ids {
+            if let Some(l) = self.leases.remove(&k) {
+                self.lease_expiry.remove(&(l.expires, k));
+                let p = self.entries[&id].pool;
+                self.pools[p].leases -= 1;
+            }
+        }
+        self.sessions.retain(|_, v| *v != id);
+        self.entries.remove(&id);
+        true
+    }
+
+    /// Update the URL (password, label changes) of a held endpoint.
+    pub fn update_url(&mut self, id: EndpointId, url: ProxyUrl) {
+        if let Some(e) = self.entries.get_mut(&id) {
+            e.secret = url.to_secret_string().into();
+            e.url = url;
+        }
+    }
+
+    /// Current health of an endpoint.
+    pub fn health(&self, id: EndpointId) -> Option<&Health> {
+        self.entries.get(&id).map(|e| &e.health)
+    }
+
+    /// Pool name of an endpoint.
+    pub fn pool_of(&self, id: EndpointId) -> Option<&str> {
+        self.entries
+            .get(&id)
+            .map(|e| self.pools[e.pool].cfg.name.as_str())
+    }
+
+    /// URL of an endpoint.
+    pub fn url(&self, id: EndpointId) -> Option<&ProxyUrl> {
+        self.entries.get(&id).map(|e| &e.url)
+    }
+
+    fn unindex(&mut self, id: EndpointId) {
+        let Some(e) = self.entries.get_mut(&id) else {
+            return;
+        };
+        let p = &mut self.pools[e.pool];
+        p.counts[state_idx(e.health.state)] -= 1;
+        match e.health.state {
+            State::Available => {
+                p.ready.forget(e.leases);
+                self.gen += 1;
+                e.gen = self.gen;
+            }
+            State::Cooling => {
+                if let Some(d) = e.health.deadline {
+                    p.cooling.remove(&(d, id));
+                }
+            }
+            State::ProbeAllowed => {
+                p.trials.remove(&(e.pa_seq, id));
+            }
+            State::Disabled => {}
+        }
+    }
+
+    fn index(&mut self, id: EndpointId) {
+        self.seq += 1;
+        let seq = self.seq;
+        let Some(slot) = self.entries.slot(&id) else {
+            return;
+        };
+        let Some((_, e)) = self.entries.at_mut(slot) else {
+            return;
+        };
+        let p = &mut self.pools[e.pool];
+        p.counts[state_idx(e.health.state)] += 1;
+        match e.health.state {
+            State::Available => {
+                self.gen += 1;
+                e.gen = self.gen;
+                p.ready.push(e.leases, slot, e.gen);
+                let (pool, level) = (e.pool, e.leases);
+                self.compact_ready(pool, level);
+            }
+            State::Cooling => {
+                let d = e.health.deadline.unwrap_or_else(Instant::now);
+                e.health.deadline = Some(d);
+                p.cooling.insert((d, id));
+            }
+            State::ProbeAllowed => {
+                if !e.health.claimed {
+                    e.pa_seq = seq;
+                    p.trials.insert((seq, id));
+                }
+            }
+            State::Disabled => {}
+        }
+    }
+
+    /// Available endpoints of a pool (for periodic checks), in id order.
+    pub fn available_ids(&self, pool: &str) -> Vec<EndpointId> {
+        let Some(&p) = self.by_name.get(pool) else {
+            return Vec::new();
+        };
+        let mut v: Vec<EndpointId> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.pool == p && e.health.state == State::Available)
+            .map(|(id, _)| *id)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The soonest moment something is due (a cooldown deadline or a lease expiry).
+    pub fn next_due(&self) -> Option<Instant> {
+        let cool = self
+            .pools
+            .iter()
+            .filter_map(|p| p.cooling.first().map(|(d, _)| *d))
+            .min();
+        let lease = self.lease_expiry.first().map(|(d, _)| *d);
+        match (cool, lease) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether every endpoint of a pool is cooling or disabled: nothing is available and
+    /// nothing awaits its recovery attempt. A configured pool with no endpoint at all
+    /// (e.g. a sniffing pool whose startup sniff failed) is exhausted too.
+    pub fn exhausted(&self, pool: &str) -> bool {
+        let Some(&p) = self.by_name.get(pool) else {
+            return false;
+        };
+        let c = &self.pools[p].counts;
+        c[0] == 0 && c[2] == 0
+    }
+
+    /// Counts by state for one or every pool.
+    pub fn status(&self, pool: Option<&str>, now: Instant) -> Result<Vec<PoolStatus>, PoolError> {
+        let idx: Vec<usize> = match pool {
+            Some(name) => vec![*self
+                .by_name
+                .get(name)
+                .ok_or_else(|| PoolError::UnknownPool(name.to_string()))?],
+            None => (0..self.pools.len()).collect(),
+        };
+        Ok(idx
+            .into_iter()
+            .map(|i| {
+                let p = &self.pools[i];
+                PoolStatus {
+                    pool: p.cfg.name.clone(),
+                    mode: p.cfg.mode.to_string(),
+                    available: p.counts[0],
+                    cooling: p.counts[1],
+                    probe_allowed: p.counts[2],
+                    disabled: p.counts[3],
+                    leases: p.leases,
+                    next_deadline_ms: p
+                        .cooling
+                        .first()
+                        .map(|(d, _)| d.saturating_duration_since(now).as_millis() as u64),
+                }
+            })
+            .collect())
+    }
+
+    /// Endpoint ids of a pool (or all), in id order.
+    pub fn ids(&self, pool: Option<&str>) -> Vec<EndpointId> {
+        let p = pool.and_then(|n| self.by_name.get(n).copied());
+        if pool.is_some() && p.is_none() {
+            return Vec::new();
+        }
+        let mut v: Vec<EndpointId> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| p.is_none_or(|p| e.pool == p))
+            .map(|(id, _)| *id)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+}

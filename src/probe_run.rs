@@ -1,0 +1,159 @@
+//! Probe endpoints and feed each result to the engine: shared by `proxypool probe`, the
+//! socket's `probe` op and the daemon's prober loops.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use tracing::warn;
+
+use crate::config::{Config, ProbeConfig};
+use crate::endpoint::{EndpointId, ProxyUrl};
+use crate::health::State;
+use crate::pool::engine::{Engine, EngineError};
+use crate::pool::{Outcome, PoolError};
+use crate::probe::{ProbeError, ProbeResult, Prober};
+use crate::probe_report::ProbeReport;
+
+/// Probers for every configured pool.
+pub fn probers(cfg: &Config) -> Result<HashMap<String, Prober>, ProbeError> {
+    cfg.pools
+        .values()
+        .map(|p| Ok((p.name.clone(), Prober::new(&p.probe)?)))
+        .collect()
+}
+
+/// Probe one endpoint and feed the result to the engine. A `probe_allowed` endpoint is
+/// probed only if this call wins its single claim.
+pub async fn probe_one(
+    engine: &Engine,
+    prober: &Prober,
+    id: EndpointId,
+) -> Result<ProbeReport, EngineError> {
+    let Some(now) = engine.endpoint(id) else {
+        return Err(PoolError::UnknownEndpoint(id).into());
+    };
+    let (url, pool, state) = (now.url, now.pool, now.health.state);
+    let mut report = ProbeReport::claimed(id, &url, &pool);
+    report.state = Some(state);
+    report.trial = false;
+    if state == State::ProbeAllowed {
+        if !engine.try_claim(id).await? {
+            report.skipped = Some("its single recovery attempt is already in flight".into());
+            return Ok(report);
+        }
+        report.trial = true;
+    }
+    run_and_record(engine, prober, &url, report).await
+}
+
+/// Run the probe of `report`'s endpoint (claimed already when `report.trial`) and feed the
+/// result to the engine. A probe task that dies gives its claim back.
+pub(crate) async fn run_and_record(
+    engine: &Engine,
+    prober: &Prober,
+    url: &ProxyUrl,
+    mut report: ProbeReport,
+) -> Result<ProbeReport, EngineError> {
+    let id = report.id;
+    let r: ProbeResult = match run_probe(prober, url).await {
+        Some(r) => r,
+        None => {
+            if report.trial {
+                engine.abandon(id, "probe task failed").await?;
+            }
+            report.skipped = Some("the probe task failed".into());
+            return Ok(report);
+        }
+    };
+    report.ok = r.ok;
+    report.status = r.status;
+    report.phases_ms = r
+        .phases
+        .iter()
+        .map(|(p, d)| (*p, d.as_secs_f64() * 1000.0))
+        .collect();
+    report.total_ms = r.total.as_secs_f64() * 1000.0;
+    // A probe result has a failure exactly when it did not pass.
+    let outcome = match r.failure {
+        None => Outcome::Success,
+        Some(f) => {
+            report.reason = f.reason;
+            report.phase = f.phase;
+            report.detail = f.detail.clone();
+            Outcome::Failure(f)
+        }
+    };
+    let detail = report.status.map(|s| format!("status {s}"));
+    report.state = Some(
+        engine
+            .probe_result(id, outcome, report.trial, detail)
+            .await?,
+    );
+    Ok(report)
+}
+
+/// Probe many endpoints, at most `concurrency` at a time; `on_done` sees each result as
+/// it arrives. Results come back sorted by id.
+pub async fn probe_many(
+    engine: &Arc<Engine>,
+    probers: &HashMap<String, Prober>,
+    ids: Vec<EndpointId>,
+    concurrency: usize,
+    mut on_done: impl FnMut(&ProbeReport),
+) -> Result<Vec<ProbeReport>, EngineError> {
+    // Only endpoints of pools missing from the config need the built-in probe target.
+    let fallback = std::sync::OnceLock::new();
+    let sem = Arc::new(Semaphore::new(concurrency.max(1)));
+    let mut set = tokio::task::JoinSet::new();
+    for id in ids {
+        let pool = engine.pool_of(id);
+        let Some(prober) = pool.and_then(|p| probers.get(&p).cloned()).or_else(|| {
+            fallback
+                .get_or_init(|| Prober::new(&ProbeConfig::default()).ok())
+                .clone()
+        }) else {
+            continue;
+        };
+        let (engine, sem) = (engine.clone(), sem.clone());
+        set.spawn(async move {
+            let _permit = sem.acquire_owned().await;
+            probe_one(&engine, &prober, id).await
+        });
+    }
+    let mut out = Vec::new();
+    while let Some(r) = set.join_next().await {
+        match r {
+            Ok(Ok(rep)) => {
+                on_done(&rep);
+                out.push(rep);
+            }
+            // One endpoint's error (e.g. removed mid-probe) must not abort the others:
+            // dropping the set would cancel probes that hold a claim.
+            Ok(Err(e)) => warn!(error = %e, "probe result not recorded"),
+            Err(e) => warn!(error = %join_error(&e), "probe task failed"),
+        }
+    }
+    out.sort_by_key(|r| r.id);
+    Ok(out)
+}
+
+/// Run a probe in its own task, so that a panic in it cannot leave a claim taken.
+async fn run_probe(prober: &Prober, url: &ProxyUrl) -> Option<ProbeResult> {
+    let (prober, url) = (prober.clone(), url.clone());
+    match tokio::spawn(async move { prober.probe(&url).await }).await {
+        Ok(r) => Some(r),
+        Err(e) => {
+            warn!(error = %join_error(&e), "probe task failed");
+            None
+        }
+    }
+}
+
+fn join_error(e: &tokio::task::JoinError) -> String {
+    if e.is_panic() {
+        "panicked".into()
+    } else {
+        "cancelled".into()
+    }
+}

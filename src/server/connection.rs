@@ -1,0 +1,70 @@
+//! One client connection: framed lines in, one response line out per request, in order.
+
+use std::sync::Arc;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, Framed};
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use super::{Handler, SHUTDOWN_GRACE};
+use crate::protocol::{ErrorCode, Response, MAX_LINE};
+
+/// Serve one connection until it closes or the server shuts down.
+pub async fn serve_conn<S>(stream: S, handler: Arc<Handler>, tcp: bool, shutdown: CancellationToken)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    // Framed on bytes, not `LinesCodec`: a line that is not UTF-8 must get `bad_request`
+    // and leave the connection usable, not end it.
+    let codec = AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), b"\n".to_vec(), MAX_LINE);
+    let mut framed = Framed::new(stream, codec);
+    loop {
+        let next = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            n = framed.next() => n,
+        };
+        let resp = match next {
+            None => break,
+            Some(Ok(bytes)) => match std::str::from_utf8(&bytes) {
+                Ok(line) => {
+                    let line = line.strip_suffix('\r').unwrap_or(line);
+                    if line.trim().is_empty() {
+                        continue;
+                    }
+                    // Requests in flight finish on shutdown, but one that could wait long
+                    // (a `lease` with `wait`) is cut short after a grace period.
+                    tokio::select! {
+                        r = handler.handle_line(line, tcp) => r,
+                        _ = async {
+                            shutdown.cancelled().await;
+                            tokio::time::sleep(SHUTDOWN_GRACE).await;
+                        } => Response::err(None, ErrorCode::Internal, "the daemon is shutting down"),
+                    }
+                }
+                Err(e) => Response::err(
+                    None,
+                    ErrorCode::BadRequest,
+                    format!("request line is not UTF-8: {e}"),
+                ),
+            },
+            Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
+                let r = Response::err(
+                    None,
+                    ErrorCode::TooLarge,
+                    format!("request line longer than {MAX_LINE} bytes; closing"),
+                );
+                let _ = framed.send(r.to_json()).await;
+                break;
+            }
+            Some(Err(AnyDelimiterCodecError::Io(e))) => {
+                debug!(error = %e, "connection error");
+                break;
+            }
+        };
+        if framed.send(resp.to_json()).await.is_err() {
+            break;
+        }
+    }
+}

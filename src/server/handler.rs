@@ -1,0 +1,130 @@
+//! Checks a request line (parse, token, transport) and routes it to its op.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::error::OpError;
+use super::ops;
+use crate::config::Config;
+use crate::pool::engine::Engine;
+use crate::probe::Prober;
+use crate::protocol::{parse_line, Body, ErrorCode, Request, Response};
+
+/// Answers requests; shared by every connection.
+pub struct Handler {
+    pub(super) engine: Arc<Engine>,
+    pub(super) config: Arc<Config>,
+    token: Option<String>,
+    pub(super) probers: HashMap<String, Prober>,
+}
+
+impl Handler {
+    /// A handler over a running engine.
+    pub fn new(engine: Arc<Engine>, config: Arc<Config>, token: Option<String>) -> Self {
+        Handler {
+            engine,
+            config,
+            token,
+            probers: HashMap::new(),
+        }
+    }
+
+    /// Probers per pool, for the `probe` op.
+    pub fn with_probers(mut self, probers: HashMap<String, Prober>) -> Self {
+        self.probers = probers;
+        self
+    }
+
+    /// Answer one request line.
+    pub async fn handle_line(&self, line: &str, tcp: bool) -> Response {
+        let (id, req, token) = match parse_line(line) {
+            Ok(v) => v,
+            Err(resp) => return *resp,
+        };
+        if tcp {
+            let ok = match (&self.token, &token) {
+                (Some(want), Some(got)) => constant_time_eq(want.as_bytes(), got.as_bytes()),
+                _ => false,
+            };
+            if !ok {
+                return Response::err(id, ErrorCode::BadRequest, "missing or wrong token");
+            }
+        }
+        if tcp && matches!(req, Request::Import { .. }) {
+            // It reads a file of the daemon's: only for local clients.
+            return Response::err(
+                id,
+                ErrorCode::BadRequest,
+                "import is only accepted on the Unix socket",
+            );
+        }
+        match self.dispatch(req).await {
+            Ok(body) => Response::ok(id, body),
+            Err(e) => {
+                let mut r = Response::err(id, e.code, e.message);
+                if e.code == ErrorCode::PoolExhausted {
+                    r.retry_after_ms = Some(e.retry_after_ms);
+                    if let Some(err) = r.error.as_mut() {
+                        err.retry_after_ms = Some(e.retry_after_ms);
+                    }
+                }
+                r
+            }
+        }
+    }
+
+    /// The one place each verb is routed.
+    async fn dispatch(&self, req: Request) -> Result<Body, OpError> {
+        match req {
+            Request::Ping => Ok(ops::ping()),
+            Request::Lease {
+                pool,
+                ttl,
+                wait,
+                session,
+            } => ops::lease(self, pool, ttl, wait, session).await,
+            Request::Report {
+                lease,
+                outcome,
+                reason,
+                phase,
+                status,
+                retry_after,
+                detail,
+            } => {
+                let report = ops::Report {
+                    outcome,
+                    reason,
+                    phase,
+                    status,
+                    retry_after,
+                    detail,
+                };
+                ops::report(self, &lease, report).await
+            }
+            Request::Release { lease } => ops::release(self, &lease).await,
+            Request::Status { pool } => ops::status(self, pool),
+            Request::Endpoints { pool, state } => ops::endpoints(self, pool, state).await,
+            Request::Disable { endpoint, reason } => ops::disable(self, &endpoint, reason).await,
+            Request::Enable { endpoint, now } => ops::enable(self, &endpoint, now).await,
+            Request::Add {
+                urls,
+                pool,
+                label,
+                source,
+            } => ops::add(self, &urls, pool, label, source).await,
+            Request::Import { path, pool, label } => ops::import(self, &path, pool, label).await,
+            Request::Probe {
+                endpoints,
+                pool,
+                all,
+                concurrency,
+            } => ops::probe(self, &endpoints, pool, all, concurrency).await,
+            Request::Remove { endpoints } => ops::remove(self, &endpoints).await,
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

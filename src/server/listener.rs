@@ -1,0 +1,104 @@
+//! Binding the sockets and the accept loop shared by the Unix and TCP listeners.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener, UnixStream};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+use super::{serve_conn, Handler, ServerError};
+
+/// Bind the Unix socket at `path` with mode 0600, replacing a stale file from a crashed
+/// daemon and refusing when a live daemon answers there.
+pub async fn bind_unix(path: &Path) -> Result<UnixListener, ServerError> {
+    let bind_err = |source| ServerError::Bind {
+        path: path.display().to_string(),
+        source,
+    };
+    if path.exists() {
+        match tokio::time::timeout(Duration::from_secs(1), UnixStream::connect(path)).await {
+            Ok(Ok(_)) => return Err(ServerError::AlreadyRunning(path.to_path_buf())),
+            _ => {
+                info!(socket = %path.display(), "removing stale socket file");
+                std::fs::remove_file(path).map_err(bind_err)?;
+            }
+        }
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(bind_err)?;
+    }
+    // Created under a restrictive umask so no other user can connect, even briefly.
+    let old = unsafe_umask(0o177);
+    let l = UnixListener::bind(path);
+    unsafe_umask(old);
+    let l = l.map_err(bind_err)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(bind_err)?;
+    Ok(l)
+}
+
+fn unsafe_umask(mask: libc::mode_t) -> libc::mode_t {
+    // SAFETY: umask only swaps the process file-mode mask; no memory is touched.
+    unsafe { libc::umask(mask) }
+}
+
+/// Accept on a Unix socket until `shutdown`, then wait for connections to finish.
+pub async fn run(listener: UnixListener, handler: Arc<Handler>, shutdown: CancellationToken) {
+    accept_loop(
+        || async { listener.accept().await.map(|(s, _)| s) },
+        false,
+        handler,
+        shutdown,
+    )
+    .await
+}
+
+/// Accept on a TCP listener (token required) until `shutdown`.
+pub async fn run_tcp(listener: TcpListener, handler: Arc<Handler>, shutdown: CancellationToken) {
+    accept_loop(
+        || async {
+            let (s, _) = listener.accept().await?;
+            let _ = s.set_nodelay(true);
+            Ok(s)
+        },
+        true,
+        handler,
+        shutdown,
+    )
+    .await
+}
+
+/// The accept loop shared by both listeners: one task per connection, and on shutdown
+/// wait for them to finish their replies.
+async fn accept_loop<S, F, Fut>(
+    mut accept: F,
+    tcp: bool,
+    handler: Arc<Handler>,
+    shutdown: CancellationToken,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::io::Result<S>>,
+{
+    let tracker = TaskTracker::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            a = accept() => match a {
+                Ok(stream) => {
+                    tracker.spawn(serve_conn(stream, handler.clone(), tcp, shutdown.clone()));
+                }
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+    tracker.close();
+    tracker.wait().await;
+}

@@ -1,0 +1,39 @@
+//! The lease socket: accepts connections and answers JSON-lines requests in order.
+//!
+//! `listener` binds and accepts, `connection` frames one client's lines, `handler` checks
+//! and routes a request, `ops` holds one function per op, `error` maps failures to codes.
+
+mod connection;
+mod error;
+mod handler;
+mod listener;
+mod ops;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use connection::serve_conn;
+pub use handler::Handler;
+pub use listener::{bind_unix, run, run_tcp};
+
+/// Errors setting up the socket.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// Another daemon answers on the socket.
+    #[error("another proxypool daemon is already serving on {0}")]
+    AlreadyRunning(PathBuf),
+    /// Binding or preparing the socket failed.
+    #[error("cannot listen on {path}: {source}")]
+    Bind {
+        /// Socket path or address.
+        path: String,
+        /// OS error.
+        source: std::io::Error,
+    },
+}
+
+/// How long requests in flight may still run once shutdown begins.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// Default lease lifetime.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(60);

@@ -1,0 +1,285 @@
+//! One function per op of the lease socket (SPEC §7).
+
+use std::time::Duration;
+
+use super::error::OpError;
+use super::handler::Handler;
+use super::DEFAULT_TTL;
+use crate::config::DEFAULT_POOL;
+use crate::endpoint::{EndpointId, ProxyUrl};
+use crate::health::{Failure, Input, Phase, Reason, State};
+use crate::pool::engine::initial_state;
+use crate::pool::{Outcome, PoolError};
+use crate::protocol::{Body, Dur, EndpointRef, ReportOutcome};
+use crate::store::NewEndpoint;
+
+pub(super) fn ping() -> Body {
+    Body::Ping {
+        version: env!("CARGO_PKG_VERSION").into(),
+    }
+}
+
+pub(super) async fn lease(
+    h: &Handler,
+    pool: Option<String>,
+    ttl: Option<Dur>,
+    wait: Option<Dur>,
+    session: Option<String>,
+) -> Result<Body, OpError> {
+    let pool = pool.unwrap_or_else(|| DEFAULT_POOL.to_string());
+    let ttl = ttl.map(|d| d.0).unwrap_or(DEFAULT_TTL);
+    if ttl.is_zero() {
+        return Err(OpError::bad("ttl must be greater than 0"));
+    }
+    let wait = wait.map(|d| d.0).unwrap_or(Duration::ZERO);
+    let g = h.engine.lease(&pool, ttl, session.as_deref(), wait).await?;
+    Ok(Body::Lease(g))
+}
+
+/// The fields of a `report` besides its lease.
+pub(super) struct Report {
+    pub outcome: ReportOutcome,
+    pub reason: Option<String>,
+    pub phase: Option<String>,
+    pub status: Option<u16>,
+    pub retry_after: Option<Dur>,
+    pub detail: Option<String>,
+}
+
+pub(super) async fn report(h: &Handler, lease: &str, r: Report) -> Result<Body, OpError> {
+    let outcome = match r.outcome {
+        ReportOutcome::Success => Outcome::Success,
+        ReportOutcome::Failure => {
+            let reason: Reason = r
+                .reason
+                .ok_or_else(|| OpError::from(PoolError::MissingReason))?
+                .parse()
+                .map_err(|e: crate::health::UnknownName| OpError::bad(e.to_string()))?;
+            // An unknown phase is stored as null rather than refused (SPEC §7).
+            let phase = r.phase.and_then(|p| p.parse::<Phase>().ok());
+            Outcome::Failure(Failure {
+                reason: Some(reason),
+                phase,
+                status: r.status,
+                retry_after: r.retry_after.map(|d| d.0),
+                detail: r.detail.map(|d| truncate(&d, 1000)),
+            })
+        }
+    };
+    let state = h.engine.report(lease, outcome).await?;
+    Ok(Body::State {
+        endpoint: None,
+        state,
+    })
+}
+
+pub(super) async fn release(h: &Handler, lease: &str) -> Result<Body, OpError> {
+    h.engine.release(lease).await?;
+    Ok(Body::Empty {})
+}
+
+pub(super) fn status(h: &Handler, pool: Option<String>) -> Result<Body, OpError> {
+    Ok(Body::Status {
+        pools: h.engine.status(pool.as_deref())?,
+    })
+}
+
+pub(super) async fn endpoints(
+    h: &Handler,
+    pool: Option<String>,
+    state: Option<String>,
+) -> Result<Body, OpError> {
+    let state = state
+        .map(|s| s.parse::<State>())
+        .transpose()
+        .map_err(|e| OpError::bad(e.to_string()))?;
+    check_pool(h, pool.as_deref())?;
+    let rows = h.engine.rows(pool, state).await?;
+    Ok(Body::Endpoints {
+        endpoints: rows.iter().map(|r| r.view(false)).collect(),
+    })
+}
+
+pub(super) async fn disable(
+    h: &Handler,
+    endpoint: &EndpointRef,
+    reason: Option<String>,
+) -> Result<Body, OpError> {
+    let id = resolve(h, endpoint).await?;
+    let (_, state) = h
+        .engine
+        .input(id, Input::Disable { detail: reason }, None, None)
+        .await?;
+    Ok(Body::State {
+        endpoint: Some(id),
+        state,
+    })
+}
+
+pub(super) async fn enable(
+    h: &Handler,
+    endpoint: &EndpointRef,
+    now: Option<bool>,
+) -> Result<Body, OpError> {
+    let id = resolve(h, endpoint).await?;
+    let input = Input::Enable {
+        now: now.unwrap_or(false),
+    };
+    let detail = Some("enabled by operator".into());
+    let (_, state) = h.engine.input(id, input, None, detail).await?;
+    Ok(Body::State {
+        endpoint: Some(id),
+        state,
+    })
+}
+
+pub(super) async fn add(
+    h: &Handler,
+    urls: &[String],
+    pool: Option<String>,
+    label: Option<String>,
+    source: Option<String>,
+) -> Result<Body, OpError> {
+    add_urls(
+        h,
+        urls.iter().map(String::as_str),
+        pool,
+        label,
+        source,
+        true,
+    )
+    .await
+}
+
+pub(super) async fn import(
+    h: &Handler,
+    path: &str,
+    pool: Option<String>,
+    label: Option<String>,
+) -> Result<Body, OpError> {
+    let text = read_spill(path).await?;
+    let urls = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'));
+    add_urls(h, urls, pool, label, None, false).await
+}
+
+pub(super) async fn probe(
+    h: &Handler,
+    endpoints: &[EndpointRef],
+    pool: Option<String>,
+    all: bool,
+    concurrency: Option<usize>,
+) -> Result<Body, OpError> {
+    check_pool(h, pool.as_deref())?;
+    let ids = if endpoints.is_empty() {
+        if !all && pool.is_none() {
+            return Err(OpError::bad("name endpoints, or set all or pool"));
+        }
+        h.engine.ids(pool.as_deref())
+    } else {
+        resolve_all(h, endpoints).await?
+    };
+    let concurrency = concurrency.unwrap_or(64).max(1);
+    let results =
+        crate::probe_run::probe_many(&h.engine, &h.probers, ids, concurrency, |_| {}).await?;
+    Ok(Body::Probes { results })
+}
+
+pub(super) async fn remove(h: &Handler, endpoints: &[EndpointRef]) -> Result<Body, OpError> {
+    let ids = resolve_all(h, endpoints).await?;
+    h.engine.remove(ids).await?;
+    Ok(Body::Empty {})
+}
+
+fn check_pool(h: &Handler, pool: Option<&str>) -> Result<(), OpError> {
+    match pool {
+        Some(p) if !h.engine.has_pool(p) => Err(PoolError::UnknownPool(p.to_string()).into()),
+        _ => Ok(()),
+    }
+}
+
+/// Add endpoints, all or nothing.
+async fn add_urls<'a>(
+    h: &Handler,
+    urls: impl Iterator<Item = &'a str>,
+    pool: Option<String>,
+    label: Option<String>,
+    source: Option<String>,
+    echo: bool,
+) -> Result<Body, OpError> {
+    let pool = pool.unwrap_or_else(|| DEFAULT_POOL.to_string());
+    let cfg = h.config.pool(&pool);
+    let mut eps = Vec::new();
+    for (i, u) in urls.enumerate() {
+        let url = ProxyUrl::parse(u).map_err(|e| {
+            // Text read from a file is not repeated back: it could be anything.
+            if echo {
+                OpError::bad(format!("entry {}: {e}; nothing was added", i + 1))
+            } else {
+                OpError::bad(format!(
+                    "entry {} is not a proxy URL; nothing was added",
+                    i + 1
+                ))
+            }
+        })?;
+        eps.push(NewEndpoint {
+            url,
+            pool: pool.clone(),
+            label: label.clone(),
+            source: Some(source.clone().unwrap_or_else(|| "cli".into())),
+            state: initial_state(cfg),
+        });
+    }
+    let ids = h.engine.add(eps).await?;
+    Ok(Body::Added { ids })
+}
+
+async fn resolve(h: &Handler, r: &EndpointRef) -> Result<EndpointId, OpError> {
+    Ok(h.engine.resolve(r.as_arg()).await?)
+}
+
+async fn resolve_all(h: &Handler, refs: &[EndpointRef]) -> Result<Vec<EndpointId>, OpError> {
+    let mut ids = Vec::with_capacity(refs.len());
+    for r in refs {
+        ids.push(resolve(h, r).await?);
+    }
+    Ok(ids)
+}
+
+/// Largest import file accepted.
+const MAX_IMPORT: u64 = 256 << 20;
+
+/// Read (and delete) a file the CLI wrote for `import`: a regular file of ours that
+/// nobody else can read, of bounded size.
+async fn read_spill(path: &str) -> Result<String, OpError> {
+    use std::os::unix::fs::MetadataExt;
+    let bad = |m: &str| OpError::bad(format!("import file {path}: {m}"));
+    let meta = tokio::fs::symlink_metadata(path)
+        .await
+        .map_err(|e| bad(&e.to_string()))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if !meta.is_file() || meta.uid() != me || meta.mode() & 0o077 != 0 {
+        return Err(bad("must be a regular file of this user with mode 0600"));
+    }
+    if meta.len() > MAX_IMPORT {
+        return Err(bad("too large"));
+    }
+    let text = tokio::fs::read_to_string(path)
+        .await
+        .map_err(|e| bad(&e.to_string()))?;
+    if path.contains(".import-") {
+        // It holds passwords: gone as soon as it is read.
+        let _ = tokio::fs::remove_file(path).await;
+    }
+    Ok(text)
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => s[..i].to_string(),
+        None => s.to_string(),
+    }
+}
