@@ -125,11 +125,30 @@ pub enum Request {
         /// Sticky key.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         session: Option<String>,
+        /// Host the lease is for: its banned pairs are skipped (SPEC §13).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        destination: Option<String>,
+        /// Only endpoints of these schemes (SPEC §15).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        schemes: Option<Vec<String>>,
     },
-    /// Say how a lease went.
+    /// Say how a lease (or the endpoint bound to a session) went.
     Report {
-        /// Lease id.
-        lease: String,
+        /// Lease id; or `pool` (default `default`) and `session` instead.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lease: Option<String>,
+        /// Pool of `session`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pool: Option<String>,
+        /// Report on the endpoint bound to this sticky session (SPEC §13).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session: Option<String>,
+        /// Host the use was for: scopes the failure (SPEC §13).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        destination: Option<String>,
+        /// How long the use took.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        duration_ms: Option<u64>,
         /// success | failure.
         outcome: ReportOutcome,
         /// Required for failures.
@@ -495,7 +514,9 @@ mod tests {
                 pool: None,
                 ttl: Some(Dur(Duration::from_secs(30))),
                 wait: Some(Dur(Duration::from_millis(1500))),
-                session: None
+                session: None,
+                destination: None,
+                schemes: None,
             }
         );
         let (_, req, _) =
@@ -514,10 +535,12 @@ mod tests {
             (r#"{"op":"fly"}"#, ErrorCode::UnknownOp),
             (r#"{"op":"lease","ttl":"soon"}"#, ErrorCode::BadRequest),
             (r#"{"op":"lease","bogus":1}"#, ErrorCode::BadRequest),
+            (r#"{"op":"report","lease":"x"}"#, ErrorCode::BadRequest),
             (
-                r#"{"op":"report","outcome":"success"}"#,
+                r#"{"op":"report","lease":"x","outcome":"success","duration_ms":-1}"#,
                 ErrorCode::BadRequest,
             ),
+            (r#"{"op":"lease","schemes":"http"}"#, ErrorCode::BadRequest),
         ];
         for (line, code) in cases {
             let err = parse_line(line).unwrap_err();
@@ -549,9 +572,28 @@ mod tests {
                 ttl: Some(Dur(Duration::from_millis(1500))),
                 wait: None,
                 session: Some("s".into()),
+                destination: Some("shop.example".into()),
+                schemes: Some(vec!["http".into(), "https".into()]),
             },
             Request::Report {
-                lease: "l".into(),
+                lease: None,
+                pool: Some("p".into()),
+                session: Some("s".into()),
+                destination: Some("shop.example".into()),
+                duration_ms: Some(1250),
+                outcome: ReportOutcome::Failure,
+                reason: Some("destination_status".into()),
+                phase: Some("response_head".into()),
+                status: Some(403),
+                retry_after: None,
+                detail: None,
+            },
+            Request::Report {
+                lease: Some("l".into()),
+                pool: None,
+                session: None,
+                destination: None,
+                duration_ms: None,
                 outcome: ReportOutcome::Failure,
                 reason: Some("timeout".into()),
                 phase: None,

@@ -188,6 +188,12 @@ pub struct EventRow {
     pub detail: Option<String>,
     /// Lease id.
     pub lease: Option<String>,
+    /// The pair's destination; null for endpoint-scoped events (SPEC §13).
+    #[serde(default)]
+    pub destination: Option<String>,
+    /// HTTP status the report carried.
+    #[serde(default)]
+    pub status: Option<u16>,
 }
 
 /// An event to append.
@@ -252,6 +258,8 @@ pub enum Write {
     Remove(Vec<EndpointId>),
     /// Per-destination health (SPEC §13): a pair transition or event.
     Pair(pairs::PairWrite),
+    /// An endpoint-scoped event that carries the HTTP status of its report.
+    EventStatus(NewEvent, Option<u16>),
     /// Record a source's last sniff.
     SourceResult {
         pool: String,
@@ -604,7 +612,8 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<EventRow>, StoreError> {
         let mut st = self.conn.prepare_cached(
-            "SELECT id, at, kind, endpoint, from_state, to_state, reason, phase, detail, lease FROM events \
+            "SELECT id, at, kind, endpoint, from_state, to_state, reason, phase, detail, lease, \
+             destination, status FROM events \
              WHERE id > ?1 AND (?2 IS NULL OR endpoint=?2) ORDER BY id LIMIT ?3",
         )?;
         let rows = st.query_map(params![after, endpoint, limit as i64], read_event)?;
@@ -618,7 +627,8 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<EventRow>, StoreError> {
         let mut st = self.conn.prepare_cached(
-            "SELECT id, at, kind, endpoint, from_state, to_state, reason, phase, detail, lease FROM events \
+            "SELECT id, at, kind, endpoint, from_state, to_state, reason, phase, detail, lease, \
+             destination, status FROM events \
              WHERE (?1 IS NULL OR endpoint=?1) ORDER BY id DESC LIMIT ?2",
         )?;
         let rows = st.query_map(params![endpoint, limit as i64], read_event)?;
@@ -725,6 +735,7 @@ fn apply_write(tx: &Connection, w: &Write) -> Result<(), StoreError> {
         Write::Event(ev) => insert_event(tx, ev),
         Write::Remove(ids) => remove_rows(tx, ids),
         Write::Pair(w) => pairs::apply(tx, w),
+        Write::EventStatus(ev, status) => pairs::insert_event(tx, ev.endpoint, None, *status, ev),
         Write::SourceResult {
             pool,
             name,
@@ -832,6 +843,8 @@ fn read_event(r: &Row<'_>) -> rusqlite::Result<EventRow> {
         phase: r.get(7)?,
         detail: r.get(8)?,
         lease: r.get(9)?,
+        destination: r.get(10)?,
+        status: r.get(11)?,
     })
 }
 

@@ -10,7 +10,8 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 use tracing::{debug, error, warn};
 
-use super::{Grant, Outcome, PoolError, PoolStatus, Pools};
+use super::destinations::PairHealth;
+use super::{Grant, Outcome, PoolError, PoolStatus, Pools, ReportOn, Want};
 use crate::config::{Config, PoolConfig};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
@@ -181,6 +182,9 @@ impl Engine {
         for r in &rows {
             p.insert_row(r, now, wall);
         }
+        for r in &store.pairs()? {
+            p.restore_pair(r, now, wall);
+        }
         Ok(Arc::new(Engine {
             pools: Mutex::new(p),
             writer: Writer::spawn(store),
@@ -244,7 +248,21 @@ impl Engine {
         session: Option<&str>,
         wait: Duration,
     ) -> Result<Grant, EngineError> {
-        let attempt = || self.with(|p, now, wall| p.lease(pool, ttl, session, now, wall));
+        self.lease_with(pool, ttl, session, wait, &Want::default())
+            .await
+    }
+
+    /// Lease an endpoint that fits `want` (destination, schemes), waiting up to `wait`.
+    pub async fn lease_with(
+        &self,
+        pool: &str,
+        ttl: Duration,
+        session: Option<&str>,
+        wait: Duration,
+        want: &Want,
+    ) -> Result<Grant, EngineError> {
+        let attempt =
+            || self.with(|p, now, wall| p.lease_with(pool, ttl, session, want, now, wall));
         // The common case answers at once, without registering as a waiter.
         match attempt().await? {
             Err(PoolError::Exhausted { .. }) if !wait.is_zero() => {}
@@ -290,6 +308,59 @@ impl Engine {
             .with_notify(|p, now, wall| p.report(lease, outcome, now, wall))
             .await?;
         Ok(r?)
+    }
+
+    /// Report a lease's outcome with what the report says besides it (the destination,
+    /// normalised; the use's duration).
+    pub async fn report_on(
+        &self,
+        lease: &str,
+        outcome: Outcome,
+        on: &ReportOn,
+    ) -> Result<State, EngineError> {
+        let destination = on.destination.as_deref();
+        let r = self
+            .with_notify(|p, now, wall| p.report_with(lease, outcome, destination, now, wall))
+            .await?;
+        Ok(r?)
+    }
+
+    /// Report on the endpoint bound to a sticky session; a failure unbinds it.
+    pub async fn report_session(
+        &self,
+        pool: &str,
+        session: &str,
+        outcome: Outcome,
+        destination: Option<&str>,
+    ) -> Result<State, EngineError> {
+        let r = self
+            .with_notify(|p, now, wall| {
+                p.report_session(pool, session, outcome, destination, now, wall)
+            })
+            .await?;
+        Ok(r?)
+    }
+
+    /// Clear one (endpoint, destination) pair; returns the pair's state (`available`).
+    pub async fn enable_pair(
+        &self,
+        id: EndpointId,
+        destination: &str,
+    ) -> Result<State, EngineError> {
+        let r = self
+            .with_notify(|p, now, wall| p.enable_pair(id, destination, now, wall))
+            .await?;
+        Ok(r?)
+    }
+
+    /// The endpoint's non-available pairs.
+    pub fn pairs_of(&self, id: EndpointId) -> Vec<PairHealth> {
+        self.lock().pairs_of(id)
+    }
+
+    /// Active pair bans of a pool.
+    pub fn pair_bans(&self, pool: &str) -> usize {
+        self.lock().pair_bans(pool)
     }
 
     /// Apply an operator or source input to an endpoint.

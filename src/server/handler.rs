@@ -82,9 +82,18 @@ impl Handler {
                 ttl,
                 wait,
                 session,
-            } => ops::lease(self, pool, ttl, wait, session).await,
+                destination,
+                schemes,
+            } => {
+                let want = ops::want(destination, schemes)?;
+                ops::lease(self, pool, ttl, wait, session, want).await
+            }
             Request::Report {
                 lease,
+                pool,
+                session,
+                destination,
+                duration_ms,
                 outcome,
                 reason,
                 phase,
@@ -92,6 +101,7 @@ impl Handler {
                 retry_after,
                 detail,
             } => {
+                let target = ops::ReportTarget::new(lease, pool, session)?;
                 let report = ops::Report {
                     outcome,
                     reason,
@@ -99,8 +109,10 @@ impl Handler {
                     status,
                     retry_after,
                     detail,
+                    destination,
+                    duration_ms,
                 };
-                ops::report(self, &lease, report).await
+                ops::report(self, target, report).await
             }
             Request::Release { lease } => ops::release(self, &lease).await,
             Request::Status { pool } => ops::status(self, pool),

@@ -8,8 +8,10 @@ use super::DEFAULT_TTL;
 use crate::config::DEFAULT_POOL;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::{Failure, Input, Phase, Reason, State};
+use crate::pool::destinations::normalize;
 use crate::pool::engine::initial_state;
-use crate::pool::{Outcome, PoolError};
+use crate::pool::scoped::WantError;
+use crate::pool::{Outcome, PoolError, ReportOn, Want};
 use crate::protocol::{Body, Dur, EndpointRef, ReportOutcome};
 use crate::store::NewEndpoint;
 
@@ -25,6 +27,7 @@ pub(super) async fn lease(
     ttl: Option<Dur>,
     wait: Option<Dur>,
     session: Option<String>,
+    want: Want,
 ) -> Result<Body, OpError> {
     let pool = pool.unwrap_or_else(|| DEFAULT_POOL.to_string());
     let ttl = ttl.map(|d| d.0).unwrap_or(DEFAULT_TTL);
@@ -32,8 +35,50 @@ pub(super) async fn lease(
         return Err(OpError::bad("ttl must be greater than 0"));
     }
     let wait = wait.map(|d| d.0).unwrap_or(Duration::ZERO);
-    let g = h.engine.lease(&pool, ttl, session.as_deref(), wait).await?;
+    let g = h
+        .engine
+        .lease_with(&pool, ttl, session.as_deref(), wait, &want)
+        .await?;
     Ok(Body::Lease(g))
+}
+
+/// A lease's `destination` and `schemes`, checked (bad input names the field).
+pub(super) fn want(
+    destination: Option<String>,
+    schemes: Option<Vec<String>>,
+) -> Result<Want, OpError> {
+    Want::parse(destination.as_deref(), schemes.as_deref()).map_err(|e| match e {
+        WantError::Destination(d) => OpError::bad(format!("destination: {d}")),
+        e => OpError::bad(e.to_string()),
+    })
+}
+
+/// What a report is about: a lease, or the endpoint bound to a sticky session.
+pub(super) enum ReportTarget {
+    Lease(String),
+    Session { pool: String, session: String },
+}
+
+impl ReportTarget {
+    pub(super) fn new(
+        lease: Option<String>,
+        pool: Option<String>,
+        session: Option<String>,
+    ) -> Result<ReportTarget, OpError> {
+        match (lease, session) {
+            (Some(l), None) if pool.is_none() => Ok(ReportTarget::Lease(l)),
+            (None, Some(session)) => Ok(ReportTarget::Session {
+                pool: pool.unwrap_or_else(|| DEFAULT_POOL.to_string()),
+                session,
+            }),
+            (Some(_), _) => Err(OpError::bad(
+                "report takes either `lease`, or `pool` and `session`, not both",
+            )),
+            (None, None) => Err(OpError::bad(
+                "report needs `lease`, or `session` (with `pool`, default \"default\")",
+            )),
+        }
+    }
 }
 
 /// The fields of a `report` besides its lease.
@@ -44,9 +89,21 @@ pub(super) struct Report {
     pub status: Option<u16>,
     pub retry_after: Option<Dur>,
     pub detail: Option<String>,
+    pub destination: Option<String>,
+    pub duration_ms: Option<u64>,
 }
 
-pub(super) async fn report(h: &Handler, lease: &str, r: Report) -> Result<Body, OpError> {
+pub(super) async fn report(h: &Handler, target: ReportTarget, r: Report) -> Result<Body, OpError> {
+    let destination = r
+        .destination
+        .as_deref()
+        .map(normalize)
+        .transpose()
+        .map_err(|e| OpError::bad(format!("destination: {e}")))?;
+    let on = ReportOn {
+        destination,
+        duration: r.duration_ms.map(Duration::from_millis),
+    };
     let outcome = match r.outcome {
         ReportOutcome::Success => Outcome::Success,
         ReportOutcome::Failure => {
@@ -66,7 +123,14 @@ pub(super) async fn report(h: &Handler, lease: &str, r: Report) -> Result<Body, 
             })
         }
     };
-    let state = h.engine.report(lease, outcome).await?;
+    let state = match target {
+        ReportTarget::Lease(lease) => h.engine.report_on(&lease, outcome, &on).await?,
+        ReportTarget::Session { pool, session } => {
+            h.engine
+                .report_session(&pool, &session, outcome, on.destination.as_deref())
+                .await?
+        }
+    };
     Ok(Body::State {
         endpoint: None,
         state,

@@ -142,9 +142,9 @@ pub(crate) fn apply(tx: &Connection, w: &PairWrite) -> Result<(), StoreError> {
     }
 }
 
-fn insert_event(
+pub(super) fn insert_event(
     tx: &Connection,
-    endpoint: EndpointId,
+    endpoint: impl rusqlite::ToSql,
     destination: Option<&str>,
     status: Option<u16>,
     ev: &NewEvent,
