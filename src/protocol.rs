@@ -200,6 +200,9 @@ pub enum Request {
         /// Straight to available.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         now: Option<bool>,
+        /// Clear only the endpoint's pair for this destination (SPEC §13).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        destination: Option<String>,
     },
     /// Operator add (used by the CLI while a daemon runs).
     Add {
@@ -604,6 +607,12 @@ mod tests {
             Request::Enable {
                 endpoint: EndpointRef::Id(3),
                 now: Some(true),
+                destination: None,
+            },
+            Request::Enable {
+                endpoint: EndpointRef::Id(3),
+                now: None,
+                destination: Some("shop.example".into()),
             },
             Request::Remove {
                 endpoints: vec![EndpointRef::Id(1), EndpointRef::Url("http://h:1".into())],

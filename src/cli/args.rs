@@ -90,6 +90,9 @@ pub enum Command {
         /// Show passwords.
         #[arg(long)]
         show_secrets: bool,
+        /// Each endpoint's state for this destination (host).
+        #[arg(long)]
+        destination: Option<String>,
     },
     /// Show one endpoint with its recent events.
     Show {
@@ -119,6 +122,9 @@ pub enum Command {
         /// Skip the probe.
         #[arg(long)]
         now: bool,
+        /// Clear only the endpoint's pair for this destination (host).
+        #[arg(long, conflicts_with = "now")]
+        destination: Option<String>,
     },
     /// Delete endpoints for good.
     Remove {

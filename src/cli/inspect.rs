@@ -33,12 +33,15 @@ pub(super) async fn show(
     let store = ctx.store()?;
     let row = store.resolve(&endpoint)?;
     let evs = store.recent_events(Some(row.id), events)?;
+    let pairs = store.pairs_of(row.id)?;
     if json {
         let mut v = serde_json::to_value(row.view(false)).unwrap_or_default();
+        v["pairs"] = pairs.iter().map(super::pairs::pair_json).collect();
         v["events"] = serde_json::to_value(&evs).unwrap_or_default();
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
         print_show(&row, &evs);
+        super::pairs::print_pairs(&pairs);
     }
     Ok(())
 }

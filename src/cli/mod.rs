@@ -9,6 +9,7 @@ mod events;
 mod inspect;
 mod lease;
 mod operator;
+mod pairs;
 mod probe;
 mod serve;
 mod table;
@@ -54,7 +55,15 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             pool,
             state,
             json,
+            show_secrets: _,
+            destination: Some(d),
+        } => pairs::list_for(&ctx, pool, state, &d, json).await,
+        Command::List {
+            pool,
+            state,
+            json,
             show_secrets,
+            destination: None,
         } => list(&ctx, pool, state, json, show_secrets).await,
         Command::Show {
             endpoint,
@@ -75,12 +84,22 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             })
             .await
         }
-        Command::Enable { endpoints, now } => {
+        Command::Enable {
+            endpoints,
+            destination: Some(d),
+            ..
+        } => pairs::enable_pair(&ctx, &endpoints, &d).await,
+        Command::Enable {
+            endpoints,
+            now,
+            destination: None,
+        } => {
             operator(&ctx, &endpoints, |r| {
                 (
                     Request::Enable {
                         endpoint: r,
                         now: Some(now),
+                        destination: None,
                     },
                     Input::Enable { now },
                 )

@@ -118,7 +118,16 @@ impl Handler {
             Request::Status { pool } => ops::status(self, pool),
             Request::Endpoints { pool, state } => ops::endpoints(self, pool, state).await,
             Request::Disable { endpoint, reason } => ops::disable(self, &endpoint, reason).await,
-            Request::Enable { endpoint, now } => ops::enable(self, &endpoint, now).await,
+            Request::Enable {
+                endpoint,
+                now,
+                destination: Some(d),
+            } => ops::enable_pair(self, &endpoint, now, &d).await,
+            Request::Enable {
+                endpoint,
+                now,
+                destination: None,
+            } => ops::enable(self, &endpoint, now).await,
             Request::Add {
                 urls,
                 pool,

@@ -197,6 +197,26 @@ pub(super) async fn enable(
     })
 }
 
+pub(super) async fn enable_pair(
+    h: &Handler,
+    endpoint: &EndpointRef,
+    now: Option<bool>,
+    destination: &str,
+) -> Result<Body, OpError> {
+    if now.is_some() {
+        return Err(OpError::bad(
+            "enable takes `now` or `destination`, not both: a pair is cleared at once",
+        ));
+    }
+    let d = normalize(destination).map_err(|e| OpError::bad(format!("destination: {e}")))?;
+    let id = resolve(h, endpoint).await?;
+    let state = h.engine.enable_pair(id, &d).await?;
+    Ok(Body::State {
+        endpoint: Some(id),
+        state,
+    })
+}
+
 pub(super) async fn add(
     h: &Handler,
     urls: &[String],
