@@ -646,6 +646,17 @@ mod tests {
             Response::ok(None, Body::Added { ids: vec![1, 2] }),
             Response::ok(
                 None,
+                Body::Lease(Grant {
+                    lease: "ab-1".into(),
+                    proxy: "http://h:1".into(),
+                    endpoint: 1,
+                    trial: true,
+                    expires_in_ms: 30_000,
+                    scope: Some("destination".into()),
+                }),
+            ),
+            Response::ok(
+                None,
                 Body::State {
                     endpoint: Some(4),
                     state: State::Cooling,
