@@ -186,6 +186,12 @@ impl Destinations {
         }
     }
 
+    /// Whether the destination may have a pair waiting for its trial (a cheap test that
+    /// spares the lease path the trial's lease name when there is none).
+    pub fn trials_waiting(&self, d: DestRef) -> bool {
+        self.view(d.0).is_some_and(|v| !v.trials.is_empty())
+    }
+
     /// The soonest pair deadline.
     pub fn next_due(&self) -> Option<Instant> {
         self.deadlines.first().map(|(d, _, _)| at(self.epoch, *d))

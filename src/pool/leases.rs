@@ -1,5 +1,6 @@
 //! The lease table: granting, sticky sessions, release, report and expiry.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -22,7 +23,7 @@ pub(super) struct Lease {
     /// The endpoint's single recovery attempt.
     pub(super) trial: bool,
     /// The destination the lease was taken for.
-    pub(super) destination: Option<Box<str>>,
+    pub(super) destination: Option<Arc<str>>,
     /// The trial of the pair (endpoint, `destination`).
     pub(super) pair_trial: bool,
 }
@@ -164,7 +165,8 @@ impl Pools {
         }
         // A pair's trial is the next lease for its destination, in every mode (the
         // prober does not know the scraper's pages).
-        if let (None, Some(d)) = (chosen, dref) {
+        let trials = dref.filter(|&d| self.pools[p].dests.trials_waiting(d));
+        if let (None, Some(d)) = (chosen, trials) {
             let lease = Some(self.lease_name(self.next_lease + 1));
             let entries = &self.entries;
             let ps = &mut self.pools[p];
@@ -260,7 +262,7 @@ impl Pools {
                 slot,
                 expires,
                 trial,
-                destination: want.destination.as_deref().map(Box::from),
+                destination: want.destination.clone(),
                 pair_trial,
             },
         );

@@ -2,6 +2,7 @@
 //! schemes), selection that skips banned pairs without scanning the pool, the scoping of
 //! a report, report by session, and the operator's view of pairs.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use tokio::time::Instant;
@@ -23,7 +24,8 @@ use crate::store::{NewEvent, Write};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Want {
     /// Normalised destination: its banned pairs are skipped, its pair trial admitted.
-    pub destination: Option<String>,
+    /// Shared, so a lease record keeps it without an allocation per lease.
+    pub destination: Option<Arc<str>>,
     /// Bit set of acceptable schemes (by `Scheme::ALL` index); `None`: any.
     pub schemes: Option<u8>,
 }
@@ -60,7 +62,7 @@ impl Want {
     /// Validate what a client sent: the destination is normalised (host, lower case,
     /// no port), every scheme must be known.
     pub fn parse(destination: Option<&str>, schemes: Option<&[String]>) -> Result<Want, WantError> {
-        let destination = destination.map(normalize).transpose()?;
+        let destination = destination.map(normalize).transpose()?.map(Arc::from);
         let schemes = match schemes {
             None => None,
             Some([]) => return Err(WantError::NoSchemes),

@@ -234,10 +234,7 @@ impl VirtualPool {
     /// Lease for a destination (normalised) without using it yet.
     pub fn lease_for(&mut self, destination: &str) -> Result<Grant, PoolError> {
         let (now, wall) = self.now();
-        let want = Want {
-            destination: Some(destination.into()),
-            schemes: None,
-        };
+        let want = Want::parse(Some(destination), None).unwrap();
         let (r, w) = self.pools.lease_with(POOL, TTL, None, &want, now, wall);
         self.persist(&w);
         r
