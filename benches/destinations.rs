@@ -149,7 +149,9 @@ async fn drive(path: PathBuf, dest: Option<&'static str>) -> (f64, u64) {
                 if dest == Some(D) && v["endpoint"].as_i64().unwrap() % 2 == 1 {
                     bad += 1;
                 }
-                let r = c.rt(&format!("{{\"op\":\"release\",\"lease\":\"{id}\"}}\n")).await;
+                let r = c
+                    .rt(&format!("{{\"op\":\"release\",\"lease\":\"{id}\"}}\n"))
+                    .await;
                 if !r.starts_with("{\"ok\":true") {
                     bad += 1;
                 }
@@ -180,7 +182,10 @@ fn start_daemon(store: Store, sock: PathBuf) -> CancellationToken {
             .unwrap()
             .block_on(async move {
                 let engine = Engine::open(store, [pool_config()]).unwrap();
-                assert_eq!(engine.pair_bans("default"), BANNED_FOR_D + OTHER_DESTS * OTHER_PER_DEST);
+                assert_eq!(
+                    engine.pair_bans("default"),
+                    BANNED_FOR_D + OTHER_DESTS * OTHER_PER_DEST
+                );
                 tokio::spawn(engine.clone().run_timer(tok.clone().cancelled_owned()));
                 let l = server::bind_unix(&sock).await.unwrap();
                 let h = Arc::new(Handler::new(engine, Arc::new(Config::default()), None));
@@ -231,8 +236,14 @@ fn main() {
     }
     assert_eq!(pools.pair_bans("default"), 15_000);
     let wants = [
-        ("for D (5,000 of 10,000 banned)", Want::parse(Some(D), None).unwrap()),
-        ("for an unbanned destination", Want::parse(Some(CLEAN), None).unwrap()),
+        (
+            "for D (5,000 of 10,000 banned)",
+            Want::parse(Some(D), None).unwrap(),
+        ),
+        (
+            "for an unbanned destination",
+            Want::parse(Some(CLEAN), None).unwrap(),
+        ),
         ("without a destination", Want::default()),
     ];
     let mut inproc = vec![Vec::new(); wants.len()];
@@ -267,9 +278,16 @@ fn main() {
          other destinations; best of {ROUNDS} rounds of {CELL:?} per cell",
         OTHER_DESTS * OTHER_PER_DEST
     );
-    println!("{:<44} {:>14} {:>14}", "lease+release", "in process/s", "socket 8c/s");
+    println!(
+        "{:<44} {:>14} {:>14}",
+        "lease+release", "in process/s", "socket 8c/s"
+    );
     for (i, (name, _)) in wants.iter().enumerate() {
-        println!("{name:<44} {:>14.0} {:>14.0}", best(&inproc[i]), best(&socket[i]));
+        println!(
+            "{name:<44} {:>14.0} {:>14.0}",
+            best(&inproc[i]),
+            best(&socket[i])
+        );
     }
     let ratio = |v: &[Vec<f64>], a: usize, b: usize| best(&v[a]) / best(&v[b]);
     println!(
@@ -288,5 +306,8 @@ fn main() {
         ratio(&socket, 0, 2)
     );
     println!("leases of a banned endpoint for D, or errors: {bad}");
-    assert_eq!(bad, 0, "a lease for D returned a banned endpoint, or an op failed");
+    assert_eq!(
+        bad, 0,
+        "a lease for D returned a banned endpoint, or an op failed"
+    );
 }

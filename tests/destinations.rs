@@ -524,3 +524,50 @@ async fn virtual_pool_audit_trail_with_destinations() {
         ]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_pair_trial_not_decided_by_its_report_or_expired_is_handed_back() {
+    let r = rig(Mode::Sniffing, 2).await;
+    r.ban_first(SHOP).await;
+    advance(BASE).await;
+    let t = r.lease(Some(SHOP)).await;
+    assert_eq!((t.endpoint, t.scope.as_deref()), (1, Some("destination")));
+    // The report speaks for another site: the shop's pair is not decided by it.
+    r.engine
+        .report_on(&t.lease, Outcome::Success, &on(NEWS))
+        .await
+        .unwrap();
+    assert_eq!(r.pair_state(1, SHOP), Some(State::ProbeAllowed));
+    // Admitted again; this time the lease expires unreported.
+    let ttl = Duration::from_secs(5);
+    let t = r
+        .engine
+        .lease_with(POOL, ttl, None, Duration::ZERO, &want(SHOP))
+        .await
+        .unwrap();
+    assert_eq!((t.endpoint, t.trial), (1, true));
+    advance(ttl).await;
+    let again = r.lease(Some(SHOP)).await;
+    assert_eq!((again.endpoint, again.trial), (1, true));
+    r.engine.flush().await.unwrap();
+    let whys: Vec<_> = r
+        .engine
+        .events(Some(1), 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "trial_abandoned")
+        .map(|e| (e.destination, e.detail))
+        .collect();
+    let shop = Some(SHOP.to_string());
+    assert_eq!(
+        whys,
+        vec![
+            (
+                shop.clone(),
+                Some("the report did not decide the pair".into())
+            ),
+            (shop, Some("lease expired".into())),
+        ]
+    );
+}
