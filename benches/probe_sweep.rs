@@ -4,8 +4,10 @@
 //!
 //! Run: `cargo bench --bench probe_sweep` (needs curl and /usr/bin/time).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+// The fakes of the test harness; the bench uses a part of them.
+#[path = "../tests/common/fakes.rs"]
+#[allow(dead_code)]
+mod fakes;
 
 use std::fmt::Write as _;
 use std::process::{Command, Stdio};
@@ -43,10 +45,10 @@ fn main() {
         .build()
         .unwrap();
     let (dest, proxies) = rt.block_on(async {
-        let dest = support::dest(support::DestCfg::default()).await;
+        let dest = fakes::dest(fakes::DestCfg::default()).await;
         let mut proxies = Vec::new();
         for _ in 0..PROXIES {
-            proxies.push(support::http_proxy(support::HttpProxyCfg::default()).await);
+            proxies.push(fakes::http_proxy(fakes::HttpProxyCfg::default()).await);
         }
         (dest, proxies)
     });

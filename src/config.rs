@@ -141,8 +141,8 @@ impl fmt::Display for StatusSet {
 /// What a probe fetches and how it judges the answer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProbeConfig {
-    /// Destination URL (http or https).
-    pub url: String,
+    /// Destination URL (http or https); none = never probed.
+    pub url: Option<String>,
     /// HTTP method.
     pub method: String,
     /// Accepted statuses.
@@ -166,7 +166,7 @@ pub struct ProbeConfig {
 impl Default for ProbeConfig {
     fn default() -> Self {
         ProbeConfig {
-            url: "https://example.com/".into(),
+            url: None,
             method: "GET".into(),
             expect_status: StatusSet::default(),
             expect_body: None,
@@ -215,7 +215,7 @@ impl SourceConfig {
         match &self.kind {
             SourceKind::File(p) => format!("file:{}", p.display()),
             SourceKind::Url(u) => format!("url:{}", crate::endpoint::redact_raw(u)),
-            SourceKind::Command(c) => format!("command:{}", c.join(" ")),
+            SourceKind::Command(c) => format!("command:{}", crate::redact::redact_argv(c)),
         }
     }
 }
@@ -277,6 +277,89 @@ pub struct Config {
     pub pools: BTreeMap<String, PoolConfig>,
     /// Declared endpoints.
     pub endpoints: Vec<EndpointDecl>,
+    /// `[[gateway]]` entries (and `serve --gateway`).
+    pub gateways: Vec<GatewayConfig>,
+}
+
+/// One rotating gateway (SPEC §12).
+#[derive(Clone, PartialEq)]
+pub struct GatewayConfig {
+    /// Address the gateway listens on.
+    pub listen: std::net::SocketAddr,
+    /// Pool used when the client names none.
+    pub pool: String,
+    /// Further upstreams tried after a connect-phase failure.
+    pub retries: u32,
+    /// Plain-HTTP statuses reported as `destination_status`.
+    pub ban_status: Vec<u16>,
+    /// Statuses for which a GET/HEAD is re-sent through another upstream.
+    pub retry_status: Vec<u16>,
+    /// Deadline for reaching the destination through one upstream.
+    pub connect_timeout: Duration,
+    /// The password clients must send; None = no authentication.
+    pub token: Option<String>,
+    /// Client connections served at once.
+    pub max_connections: usize,
+}
+
+impl GatewayConfig {
+    /// A gateway on `listen` with the defaults of SPEC §12.
+    pub fn new(listen: std::net::SocketAddr) -> GatewayConfig {
+        GatewayConfig {
+            listen,
+            pool: DEFAULT_POOL.to_string(),
+            retries: 2,
+            ban_status: vec![403, 429],
+            retry_status: Vec::new(),
+            connect_timeout: Duration::from_secs(10),
+            token: None,
+            max_connections: 10_000,
+        }
+    }
+
+    /// The first problem found, as (key, message).
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if !self.listen.ip().is_loopback() && self.token.is_none() {
+            return Err((
+                "token",
+                format!(
+                    "a gateway listening on {} (not loopback) needs a non-empty token",
+                    self.listen
+                ),
+            ));
+        }
+        for (key, list) in [
+            ("ban_status", &self.ban_status),
+            ("retry_status", &self.retry_status),
+        ] {
+            if let Some(bad) = list.iter().find(|s| !(100..=599).contains(*s)) {
+                return Err((key, format!("{bad} is not an HTTP status (100-599)")));
+            }
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(("connect_timeout", "must be > 0".into()));
+        }
+        if self.max_connections == 0 {
+            return Err(("max_connections", "must be >= 1".into()));
+        }
+        Ok(())
+    }
+}
+
+// The token is a credential: it never reaches a log line through `{:?}`.
+impl fmt::Debug for GatewayConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GatewayConfig")
+            .field("listen", &self.listen)
+            .field("pool", &self.pool)
+            .field("retries", &self.retries)
+            .field("ban_status", &self.ban_status)
+            .field("retry_status", &self.retry_status)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("max_connections", &self.max_connections)
+            .finish()
+    }
 }
 
 impl Default for Config {
@@ -290,6 +373,7 @@ impl Default for Config {
             socket: None,
             pools,
             endpoints: Vec::new(),
+            gateways: Vec::new(),
         }
     }
 }
@@ -318,6 +402,22 @@ struct RawConfig {
     pools: Vec<RawPool>,
     #[serde(default, rename = "endpoint")]
     endpoints: Vec<RawEndpoint>,
+    #[serde(default, rename = "gateway")]
+    gateways: Vec<RawGateway>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGateway {
+    listen: String,
+    pool: Option<String>,
+    retries: Option<u32>,
+    ban_status: Option<Vec<u16>>,
+    retry_status: Option<Vec<u16>>,
+    #[serde(default, deserialize_with = "de_duration")]
+    connect_timeout: Option<Duration>,
+    token: Option<String>,
+    max_connections: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -481,7 +581,7 @@ impl Config {
                 let pr = &mut pool.probe;
                 if let Some(u) = p.url {
                     validate_probe_url(&u).map_err(|m| invalid(format!("{key}.probe.url"), m))?;
-                    pr.url = u;
+                    pr.url = Some(u);
                 }
                 if let Some(m) = p.method {
                     if m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()) {
@@ -511,6 +611,13 @@ impl Config {
                     pr.max_body = m;
                 }
                 if let Some(i) = p.interval {
+                    // Sub-second periodic probes would hammer every proxy (and the store).
+                    if !i.is_zero() && i < Duration::from_secs(1) {
+                        return Err(invalid(
+                            format!("{key}.probe.interval"),
+                            "must be at least 1s (or \"0s\" for no periodic probes)".into(),
+                        ));
+                    }
                     pr.interval = i;
                 }
                 if let Some(c) = p.concurrency {
@@ -603,6 +710,18 @@ impl Config {
                     "mode = \"sniffing\" needs at least one [[pool.source]]".into(),
                 ));
             }
+            // No built-in target: probing a page the user never chose proves nothing
+            // about the destination that matters (SPEC §15).
+            if pool.mode.prober_recovers() && pool.probe.url.is_none() {
+                return Err(invalid(
+                    format!("{key}.probe.url"),
+                    format!(
+                        "pool {:?} is mode = \"{}\": its prober needs a target; set [pool.probe] url \
+                         to a page of the destination that matters",
+                        pool.name, pool.mode
+                    ),
+                ));
+            }
             // Stable sort: preferred first, then config order.
             sources.sort_by_key(|s| !s.preferred);
             pool.sources = sources;
@@ -624,6 +743,34 @@ impl Config {
                 pool,
                 label: e.label,
             });
+        }
+        for (i, g) in raw.gateways.into_iter().enumerate() {
+            let key = format!("gateway[{i}]");
+            let listen = g.listen.parse().map_err(|e| {
+                invalid(
+                    format!("{key}.listen"),
+                    format!("{:?} is not an IP:port address: {e}", g.listen),
+                )
+            })?;
+            let mut gw = GatewayConfig::new(listen);
+            if let Some(p) = g.pool {
+                if !cfg.pools.contains_key(&p) {
+                    return Err(invalid(
+                        format!("{key}.pool"),
+                        format!("unknown pool {p:?} (declare it with [[pool]])"),
+                    ));
+                }
+                gw.pool = p;
+            }
+            gw.retries = g.retries.unwrap_or(gw.retries);
+            gw.ban_status = g.ban_status.unwrap_or(gw.ban_status);
+            gw.retry_status = g.retry_status.unwrap_or(gw.retry_status);
+            gw.connect_timeout = g.connect_timeout.unwrap_or(gw.connect_timeout);
+            gw.token = g.token.filter(|t| !t.is_empty());
+            gw.max_connections = g.max_connections.unwrap_or(gw.max_connections);
+            gw.check()
+                .map_err(|(k, m)| invalid(format!("{key}.{k}"), m))?;
+            cfg.gateways.push(gw);
         }
         Ok(cfg)
     }
@@ -689,6 +836,7 @@ mod tests {
         assert!(cfg.pools.contains_key("default"));
         assert!(cfg.pools.values().any(|p| p.mode == Mode::Sniffing));
         assert!(!cfg.endpoints.is_empty());
+        assert_eq!(cfg.gateways.len(), 1);
     }
 
     #[test]
@@ -721,6 +869,11 @@ mod tests {
             ),
             ("[[pool]]\nname=\"p\"\n[pool.probe]\nexpect_status = \"299-200\"\n", "expect_status"),
             ("[[pool]]\nname=\"p\"\nmode = \"sniffing\"\n", "pool.p.source"),
+            ("[[pool]]\nname=\"p\"\nmode = \"static\"\n", "pool \"p\" is mode = \"static\""),
+            (
+                "[[pool]]\nname=\"p\"\nmode=\"sniffing\"\n[[pool.source]]\nkind=\"file\"\npath=\"x\"\n",
+                "pool.p.probe.url",
+            ),
             ("[[endpoint]]\nurl = \"socks5://u:pw@h\"\n", "endpoint[0].url"),
             ("[[endpoint]]\nurl = \"socks5://h:1\"\npool = \"zz\"\n", "endpoint[0].pool"),
             ("[[pool]]\nname=\"a\"\n[[pool]]\nname=\"a\"\n", "twice"),
@@ -766,5 +919,58 @@ mod tests {
             p.cooldown_for(Some(Reason::ProxyAuthRejected)).base,
             Duration::from_secs(600)
         );
+    }
+
+    #[test]
+    fn gateways_parse_with_defaults() {
+        let cfg = Config::parse(
+            "[[gateway]]\nlisten = \"127.0.0.1:8899\"\n[[gateway]]\nlisten = \"0.0.0.0:9000\"\ntoken = \"t0k\"\nretries = 0\nretry_status = [429]\nconnect_timeout = \"3s\"\n",
+            "t.toml",
+            None,
+        )
+        .unwrap();
+        let g = &cfg.gateways[0];
+        assert_eq!(g.pool, "default");
+        assert_eq!((g.retries, g.ban_status.clone()), (2, vec![403, 429]));
+        assert_eq!(g.token, None);
+        assert_eq!(g.max_connections, 10_000);
+        let g = &cfg.gateways[1];
+        assert_eq!(g.token.as_deref(), Some("t0k"));
+        assert_eq!((g.retries, g.retry_status.clone()), (0, vec![429]));
+        assert_eq!(g.connect_timeout, Duration::from_secs(3));
+        assert!(!format!("{g:?}").contains("t0k"), "token in Debug");
+    }
+
+    #[test]
+    fn bad_gateways_name_the_key() {
+        let cases = [
+            ("[[gateway]]\nlisten = \"0.0.0.0:1\"\n", "gateway[0].token"),
+            (
+                "[[gateway]]\nlisten = \"0.0.0.0:1\"\ntoken = \"\"\n",
+                "gateway[0].token",
+            ),
+            ("[[gateway]]\nlisten = \"localhost\"\n", "gateway[0].listen"),
+            (
+                "[[gateway]]\nlisten = \"127.0.0.1:1\"\npool = \"nope\"\n",
+                "gateway[0].pool",
+            ),
+            (
+                "[[gateway]]\nlisten = \"127.0.0.1:1\"\nban_status = [42]\n",
+                "gateway[0].ban_status",
+            ),
+            (
+                "[[gateway]]\nlisten = \"127.0.0.1:1\"\nconnect_timeout = \"0s\"\n",
+                "gateway[0].connect_timeout",
+            ),
+            (
+                "[[gateway]]\nlisten = \"127.0.0.1:1\"\nmax_connections = 0\n",
+                "gateway[0].max_connections",
+            ),
+            ("[[gateway]]\nlisten = \"127.0.0.1:1\"\nport = 3\n", "port"),
+        ];
+        for (text, want) in cases {
+            let err = Config::parse(text, "t.toml", None).unwrap_err().to_string();
+            assert!(err.contains(want), "{text:?}: {err}");
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! `proxypool serve`: the engine, its timer, the prober loops, sources and the socket.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,6 +18,9 @@ use crate::probe_report::ProbeReport;
 use crate::probe_run::{probe_one, probers, run_and_record};
 use crate::server::{self, Handler, ServerError};
 use crate::sources;
+use reload::Reloader;
+
+mod reload;
 
 /// Errors starting or running the daemon.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +34,9 @@ pub enum DaemonError {
     /// Probe configuration.
     #[error(transparent)]
     Probe(#[from] ProbeError),
+    /// A gateway could not start.
+    #[error(transparent)]
+    Gateway(#[from] crate::gateway::GatewayError),
 }
 
 /// How `serve` listens.
@@ -43,6 +50,61 @@ pub struct ServeOptions {
     pub token: Option<String>,
     /// The database lock this daemon holds: its socket is published there once bound.
     pub lock: Option<Arc<crate::lock::Held>>,
+    /// The config file SIGHUP reloads (none: built-in defaults, nothing to reload).
+    pub reload_from: Option<PathBuf>,
+}
+
+/// The background tasks of each pool (sources, prober), restartable one pool at a time
+/// when a reload changes its config.
+pub(super) struct PoolTasks {
+    engine: Arc<Engine>,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+    running: HashMap<String, CancellationToken>,
+}
+
+impl PoolTasks {
+    fn new(engine: Arc<Engine>, tracker: TaskTracker, shutdown: CancellationToken) -> Self {
+        PoolTasks {
+            engine,
+            tracker,
+            shutdown,
+            running: HashMap::new(),
+        }
+    }
+
+    /// (Re)start the tasks of `pool`, stopping the ones it had. `first_sniff`: a pool new
+    /// to this daemon sniffs at once; the others keep their startup sniff.
+    pub(super) fn start(&mut self, pool: &PoolConfig, prober: Option<&Prober>, first_sniff: bool) {
+        self.stop(&pool.name);
+        let token = self.shutdown.child_token();
+        if !pool.sources.is_empty() {
+            let (engine, pool, token) = (self.engine.clone(), pool.clone(), token.clone());
+            if first_sniff {
+                self.tracker.spawn(sources::run(engine, pool, token));
+            } else {
+                self.tracker
+                    .spawn(sources::run_after_startup(engine, pool, token));
+            }
+        }
+        // Config validation guarantees a prober for every pool whose prober recovers.
+        if let (true, Some(prober)) = (pool.mode.prober_recovers(), prober) {
+            self.tracker.spawn(prober_loop(
+                self.engine.clone(),
+                pool.clone(),
+                prober.clone(),
+                token.clone(),
+            ));
+        }
+        self.running.insert(pool.name.clone(), token);
+    }
+
+    /// Stop the tasks of a pool. Probes in flight finish and are recorded.
+    pub(super) fn stop(&mut self, pool: &str) {
+        if let Some(t) = self.running.remove(pool) {
+            t.cancel();
+        }
+    }
 }
 
 /// Recovery probes and periodic checks of one pool, until `shutdown`.
@@ -143,6 +205,9 @@ pub async fn serve(
     opts: ServeOptions,
     shutdown: CancellationToken,
 ) -> Result<(), DaemonError> {
+    // Listening before anything slow (the startup sniff) happens: a SIGHUP's default
+    // action would end the process.
+    let hup = opts.reload_from.as_ref().map(|_| Reloader::listen());
     let listener = server::bind_unix(&opts.socket).await?;
     if let Some(held) = &opts.lock {
         crate::lock::publish(held, &opts.socket).map_err(|source| ServerError::Bind {
@@ -161,9 +226,14 @@ pub async fn serve(
         ),
         None => None,
     };
+    let mut gateways = Vec::new();
+    for g in &config.gateways {
+        gateways.push(crate::gateway::Gateway::bind(g.clone(), engine.clone()).await?);
+    }
     let probers = probers(&config)?;
     let tracker = TaskTracker::new();
     tracker.spawn(engine.clone().run_timer(shutdown.clone().cancelled_owned()));
+    let mut tasks = PoolTasks::new(engine.clone(), tracker.clone(), shutdown.clone());
     for pool in config.pools.values() {
         if !pool.sources.is_empty() {
             // Sniff on startup before the first lease is answered, so that the first
@@ -179,37 +249,32 @@ pub async fn serve(
                     }
                 }
             }
-            tracker.spawn(sources::run_after_startup(
-                engine.clone(),
-                pool.clone(),
-                shutdown.clone(),
-            ));
         }
     }
     for pool in config.pools.values() {
-        if pool.mode.prober_recovers() {
-            tracker.spawn(prober_loop(
-                engine.clone(),
-                pool.clone(),
-                probers[&pool.name].clone(),
-                shutdown.clone(),
-            ));
-        }
+        tasks.start(pool, probers.get(&pool.name), false);
     }
     let handler = Arc::new(
         Handler::new(engine.clone(), config.clone(), opts.token.clone())
             .with_probers(probers.clone()),
     );
+    if let (Some(path), Some(Some(hup))) = (opts.reload_from.clone(), hup) {
+        let reloader = Reloader::new(path, config.clone(), engine.clone(), handler.clone(), tasks);
+        tracker.spawn(reloader.run(hup, shutdown.clone()));
+    }
     if let Some(l) = tcp {
         info!(addr = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(), "listening on TCP (token required)");
         tracker.spawn(server::run_tcp(l, handler.clone(), shutdown.clone()));
+    }
+    for g in gateways {
+        tracker.spawn(g.run(shutdown.clone()));
     }
     info!(socket = %opts.socket.display(), endpoints = engine.endpoint_count(), "serving");
     server::run(listener, handler, shutdown.clone()).await;
     tracker.close();
     tracker.wait().await;
     engine.flush().await?;
-    let _ = std::fs::remove_file(&opts.socket);
+    crate::socket_file::remove_own(&opts.socket);
     info!("stopped");
     Ok(())
 }

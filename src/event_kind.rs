@@ -26,6 +26,7 @@ macro_rules! kinds {
 kinds! {
     Added => "added",
     Removed => "removed",
+    Edited => "edited",
     StateChanged => "state_changed",
     Report => "report",
     Operator => "operator",

@@ -444,6 +444,8 @@ pub enum Input {
         /// It was the claimed recovery attempt.
         trial: bool,
     },
+    /// An operator's probe passed: whatever the cooldown, the endpoint is usable.
+    OperatorProbeSuccess,
     /// The monotonic clock reached the cooldown deadline.
     DeadlinePassed,
     /// Someone wants the single recovery attempt.
@@ -533,6 +535,23 @@ impl Health {
                     }
                 }
                 _ => Step::Recorded { late: true },
+            },
+            Input::OperatorProbeSuccess => match self.state {
+                Cooling | ProbeAllowed => {
+                    self.claimed = false;
+                    self.recover();
+                    Step::Changed {
+                        from,
+                        to: Available,
+                    }
+                }
+                Available => {
+                    self.streak = 0;
+                    self.reason_streak = 0;
+                    Step::Recorded { late: false }
+                }
+                // Only `enable` brings a disabled endpoint back.
+                Disabled => Step::Recorded { late: true },
             },
             Input::DeadlinePassed => match self.state {
                 Cooling if self.deadline.is_none_or(|d| d <= now) => {

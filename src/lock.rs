@@ -49,16 +49,44 @@ pub enum Owner {
     Free(Held),
 }
 
-/// `<db>.lock`.
+/// `<db>.lock`, where `<db>` is the file the path leads to: a symlink or a path through
+/// a symlinked folder finds the same lock as the real path, so one database never gets two
+/// daemons. (A second hard link would not; `store` refuses those.)
 pub fn lock_path(db: &Path) -> PathBuf {
-    let mut s = db.as_os_str().to_owned();
+    let mut s = real_path(db).into_os_string();
     s.push(".lock");
     PathBuf::from(s)
 }
 
+/// The path of the file `db` leads to, also when it does not exist yet: symlinks are
+/// followed (SQLite follows them too and would create the target), the folder is
+/// canonicalized when it exists.
+pub fn real_path(db: &Path) -> PathBuf {
+    let mut p = std::path::absolute(db).unwrap_or_else(|_| db.to_path_buf());
+    // A bounded walk: a symlink loop ends here and SQLite reports the error itself.
+    for _ in 0..40 {
+        match std::fs::read_link(&p) {
+            Ok(target) => {
+                p = match p.parent() {
+                    Some(dir) => dir.join(target),
+                    None => target,
+                };
+            }
+            Err(_) => break,
+        }
+    }
+    match (p.parent(), p.file_name()) {
+        (Some(dir), Some(name)) => match std::fs::canonicalize(dir) {
+            Ok(dir) => dir.join(name),
+            Err(_) => p,
+        },
+        _ => p,
+    }
+}
+
 /// Hold `<db>.migrate` exclusively while the schema is brought up to date.
 pub fn migration(db: &Path) -> Result<Held, LockError> {
-    let mut s = db.as_os_str().to_owned();
+    let mut s = real_path(db).into_os_string();
     s.push(".migrate");
     let path = PathBuf::from(s);
     let f = open_file(&path)?;
@@ -92,14 +120,22 @@ fn open_file(path: &Path) -> Result<File, LockError> {
             .create(dir)
             .map_err(io)?;
     }
-    OpenOptions::new()
+    let f = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .mode(0o600)
         .open(path)
-        .map_err(io)
+        .map_err(io)?;
+    // A lock file left by an older version or another umask: it names our socket and is
+    // documented as the owner's only.
+    use std::os::unix::fs::PermissionsExt;
+    if f.metadata().map_err(io)?.permissions().mode() & 0o077 != 0 {
+        // Best effort: a file of another user's cannot be changed, and still locks.
+        let _ = f.set_permissions(std::fs::Permissions::from_mode(0o600));
+    }
+    Ok(f)
 }
 
 fn try_flock(f: &File, op: libc::c_int) -> std::io::Result<bool> {
@@ -213,6 +249,47 @@ pub fn owner(db: &Path) -> Result<Owner, LockError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_symlink_finds_the_lock_of_the_file_it_leads_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.db");
+        let link = dir.path().join("link.db");
+        // Dangling at first: SQLite would create the target, so the target's lock counts.
+        std::os::unix::fs::symlink("real.db", &link).unwrap();
+        assert_eq!(lock_path(&link), lock_path(&real));
+        std::fs::write(&real, b"").unwrap();
+        assert_eq!(lock_path(&link), lock_path(&real));
+        // Through a symlinked folder and a relative path, too.
+        let sub = dir.path().join("sub");
+        std::os::unix::fs::symlink(dir.path(), &sub).unwrap();
+        assert_eq!(lock_path(&sub.join("real.db")), lock_path(&real));
+        let held = daemon_lock(&real, Duration::ZERO).unwrap();
+        publish(&held, Path::new("/run/r.sock")).unwrap();
+        assert!(matches!(
+            daemon_lock(&link, Duration::ZERO),
+            Err(LockError::Busy { .. })
+        ));
+        match owner(&sub.join("link.db")).unwrap() {
+            Owner::Daemon(s) => assert_eq!(s, PathBuf::from("/run/r.sock")),
+            Owner::Free(_) => panic!("daemon not found through the symlinks"),
+        }
+    }
+
+    #[test]
+    fn an_existing_lock_file_is_made_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("a.db");
+        std::fs::write(lock_path(&db), b"").unwrap();
+        std::fs::set_permissions(lock_path(&db), std::fs::Permissions::from_mode(0o644)).unwrap();
+        drop(owner(&db).unwrap());
+        let mode = std::fs::metadata(lock_path(&db))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
 
     #[test]
     fn daemon_excludes_daemon_and_cli_finds_its_socket() {

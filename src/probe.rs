@@ -5,7 +5,6 @@
 //! request and reads the answer up to `max_body` bytes. Every failure is classified into
 //! a (reason, phase) pair; `docs/probe.md` has the table.
 
-use std::error::Error as StdError;
 use std::io;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -22,12 +21,12 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{timeout_at, Instant};
 
 use crate::config::{ProbeConfig, StatusSet};
-use crate::dial::{self, BoxIo, Clock, Dest, DialFailure, Dialer, Route};
+use crate::dial::{
+    self, proxy_auth_answer, BoxIo, Clock, Dest, DialFailure, Dialer, Route, USER_AGENT,
+};
 use crate::endpoint::ProxyUrl;
 use crate::health::{Failure, Phase, Reason};
 use crate::retry_after::parse_retry_after;
-
-use crate::dial::{proxy_auth_answer, USER_AGENT};
 
 /// The outcome of one probe.
 #[derive(Debug, Clone, PartialEq)]
@@ -187,7 +186,11 @@ fn build_tls(ca_file: Option<&PathBuf>) -> Result<Dialer, ProbeError> {
 impl Prober {
     /// Validate the probe config and build the TLS client once.
     pub fn new(cfg: &ProbeConfig) -> Result<Prober, ProbeError> {
-        let target = Target::parse(&cfg.url)?;
+        let url = cfg.url.as_deref().ok_or_else(|| ProbeError::Url {
+            url: String::new(),
+            msg: "no probe url is configured".into(),
+        })?;
+        let target = Target::parse(url)?;
         let method =
             Method::from_bytes(cfg.method.as_bytes()).map_err(|e| ProbeError::Request {
                 what: "method".into(),
@@ -307,7 +310,13 @@ impl Inner {
         let t0 = Instant::now();
         let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(io)
             .await
-            .map_err(|e| fail(Reason::ConnectionReset, Phase::Request, error_chain(&e)))?;
+            .map_err(|e| {
+                fail(
+                    Reason::ConnectionReset,
+                    Phase::Request,
+                    dial::error_chain(&e),
+                )
+            })?;
         let _conn = AbortOnDrop(tokio::spawn(async move {
             // Errors surface through the request and body futures.
             let _ = conn.await;
@@ -338,7 +347,7 @@ impl Inner {
         };
         let resp = match sent {
             Err(_) => return Err(run.clock.deadline_failure(head_phase)),
-            Ok(Err(e)) => return Err(hyper_failure(&e, head_phase)),
+            Ok(Err(e)) => return Err(dial::hyper_failure(&e, head_phase)),
             Ok(Ok(r)) => r,
         };
         let status = resp.status().as_u16();
@@ -379,7 +388,7 @@ impl Inner {
             while got.len() < max {
                 match body.frame().await {
                     None => break,
-                    Some(Err(e)) => return Err(hyper_failure(&e, Phase::ResponseBody)),
+                    Some(Err(e)) => return Err(dial::hyper_failure(&e, Phase::ResponseBody)),
                     Some(Ok(frame)) => {
                         if let Some(d) = frame.data_ref() {
                             let take = d.len().min(max - got.len());
@@ -440,33 +449,6 @@ impl Inner {
         }
         Ok(req)
     }
-}
-
-fn hyper_failure(e: &hyper::Error, phase: Phase) -> DialFailure {
-    let reason = if e.is_parse() || e.is_parse_status() {
-        // The bytes could come from the proxy or from the destination behind it; either
-        // way this path does not speak HTTP.
-        Reason::ProxyProtocolError
-    } else if e.is_timeout() {
-        Reason::SlowResponse
-    } else {
-        Reason::ConnectionReset
-    };
-    fail(reason, phase, error_chain(e))
-}
-
-fn error_chain(e: &dyn StdError) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(src) = cur {
-        let t = src.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        cur = src.source();
-    }
-    s
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
@@ -601,7 +583,11 @@ mod tests {
     fn probe_future_is_send() {
         // The daemon spawns probes on the multi-threaded runtime.
         fn is_send<T: Send>(_: &T) {}
-        let prober = Prober::new(&ProbeConfig::default()).unwrap();
+        let prober = Prober::new(&ProbeConfig {
+            url: Some("https://localhost/".into()),
+            ..Default::default()
+        })
+        .unwrap();
         let proxy = ProxyUrl::parse("socks5://u:p@h:1").unwrap();
         let fut = prober.probe(&proxy);
         is_send(&fut);
@@ -610,7 +596,7 @@ mod tests {
     #[test]
     fn bad_ca_file_is_a_config_error() {
         let cfg = ProbeConfig {
-            url: "https://localhost/".into(),
+            url: Some("https://localhost/".into()),
             ca_file: Some("/nonexistent/ca.pem".into()),
             ..Default::default()
         };

@@ -7,20 +7,60 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tracing::warn;
 
-use crate::config::{Config, ProbeConfig};
+use crate::config::Config;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::State;
 use crate::pool::engine::{Engine, EngineError};
-use crate::pool::{Outcome, PoolError};
+use crate::pool::{Outcome, PoolError, ProbeRole};
 use crate::probe::{ProbeError, ProbeResult, Prober};
 use crate::probe_report::ProbeReport;
 
 /// Probers for every configured pool.
+/// Probers for every configured pool that names a probe target; a pool without one is
+/// never probed (SPEC §15).
 pub fn probers(cfg: &Config) -> Result<HashMap<String, Prober>, ProbeError> {
     cfg.pools
         .values()
+        .filter(|p| p.probe.url.is_some())
         .map(|p| Ok((p.name.clone(), Prober::new(&p.probe)?)))
         .collect()
+}
+
+/// The endpoints an operator's probe may run on. Named endpoints and a named pool must all
+/// have a probe target (else the message saying which pool has none); a sweep of every
+/// pool (`all`) passes over the pools without one.
+pub fn probe_targets(
+    engine: &Engine,
+    probers: &HashMap<String, Prober>,
+    ids: Vec<EndpointId>,
+    all_pools: bool,
+) -> Result<Vec<EndpointId>, String> {
+    let mut out = Vec::with_capacity(ids.len());
+    let mut without = None;
+    for id in ids {
+        match engine.pool_of(id) {
+            Some(p) if probers.contains_key(&p) => out.push(id),
+            Some(p) => {
+                if !all_pools {
+                    return Err(no_target(&p));
+                }
+                without.get_or_insert(p);
+            }
+            // Removed meanwhile: probe_one says so in its report.
+            None => out.push(id),
+        }
+    }
+    match without {
+        Some(p) if out.is_empty() => Err(no_target(&p)),
+        _ => Ok(out),
+    }
+}
+
+fn no_target(pool: &str) -> String {
+    format!(
+        "pool {pool:?} has no [pool.probe] url, so its endpoints are never probed; \
+         set one to probe them"
+    )
 }
 
 /// Probe one endpoint and feed the result to the engine. A `probe_allowed` endpoint is
@@ -29,6 +69,24 @@ pub async fn probe_one(
     engine: &Engine,
     prober: &Prober,
     id: EndpointId,
+) -> Result<ProbeReport, EngineError> {
+    probe_as(engine, prober, id, false).await
+}
+
+/// `probe_one` for an operator: a success ends a cooldown (SPEC §15).
+pub async fn probe_operator(
+    engine: &Engine,
+    prober: &Prober,
+    id: EndpointId,
+) -> Result<ProbeReport, EngineError> {
+    probe_as(engine, prober, id, true).await
+}
+
+async fn probe_as(
+    engine: &Engine,
+    prober: &Prober,
+    id: EndpointId,
+    operator: bool,
 ) -> Result<ProbeReport, EngineError> {
     let Some(now) = engine.endpoint(id) else {
         return Err(PoolError::UnknownEndpoint(id).into());
@@ -44,7 +102,7 @@ pub async fn probe_one(
         }
         report.trial = true;
     }
-    run_and_record(engine, prober, &url, report).await
+    record_as(engine, prober, &url, report, operator).await
 }
 
 /// Run the probe of `report`'s endpoint (claimed already when `report.trial`) and feed the
@@ -53,7 +111,17 @@ pub(crate) async fn run_and_record(
     engine: &Engine,
     prober: &Prober,
     url: &ProxyUrl,
+    report: ProbeReport,
+) -> Result<ProbeReport, EngineError> {
+    record_as(engine, prober, url, report, false).await
+}
+
+async fn record_as(
+    engine: &Engine,
+    prober: &Prober,
+    url: &ProxyUrl,
     mut report: ProbeReport,
+    operator: bool,
 ) -> Result<ProbeReport, EngineError> {
     let id = report.id;
     let r: ProbeResult = match run_probe(prober, url).await {
@@ -85,16 +153,17 @@ pub(crate) async fn run_and_record(
         }
     };
     let detail = report.status.map(|s| format!("status {s}"));
-    report.state = Some(
-        engine
-            .probe_result(id, outcome, report.trial, detail)
-            .await?,
-    );
+    let role = match (operator, report.trial) {
+        (true, _) => ProbeRole::Operator,
+        (false, true) => ProbeRole::Trial,
+        (false, false) => ProbeRole::Check,
+    };
+    report.state = Some(engine.probe_result_as(id, outcome, role, detail).await?);
     Ok(report)
 }
 
-/// Probe many endpoints, at most `concurrency` at a time; `on_done` sees each result as
-/// it arrives. Results come back sorted by id.
+/// An operator's probe of many endpoints (see `probe_targets`), at most `concurrency` at
+/// a time; `on_done` sees each result as it arrives. Results come back sorted by id.
 pub async fn probe_many(
     engine: &Arc<Engine>,
     probers: &HashMap<String, Prober>,
@@ -102,23 +171,18 @@ pub async fn probe_many(
     concurrency: usize,
     mut on_done: impl FnMut(&ProbeReport),
 ) -> Result<Vec<ProbeReport>, EngineError> {
-    // Only endpoints of pools missing from the config need the built-in probe target.
-    let fallback = std::sync::OnceLock::new();
     let sem = Arc::new(Semaphore::new(concurrency.max(1)));
     let mut set = tokio::task::JoinSet::new();
     for id in ids {
         let pool = engine.pool_of(id);
-        let Some(prober) = pool.and_then(|p| probers.get(&p).cloned()).or_else(|| {
-            fallback
-                .get_or_init(|| Prober::new(&ProbeConfig::default()).ok())
-                .clone()
-        }) else {
+        // `probe_targets` kept only endpoints of pools with a probe target.
+        let Some(prober) = pool.and_then(|p| probers.get(&p).cloned()) else {
             continue;
         };
         let (engine, sem) = (engine.clone(), sem.clone());
         set.spawn(async move {
             let _permit = sem.acquire_owned().await;
-            probe_one(&engine, &prober, id).await
+            probe_operator(&engine, &prober, id).await
         });
     }
     let mut out = Vec::new();

@@ -25,6 +25,7 @@ pub const OPS: &[&str] = &[
     "enable",
     "add",
     "remove",
+    "edit",
     "ping",
 ];
 
@@ -240,6 +241,16 @@ pub enum Request {
         /// Parallel probes.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         concurrency: Option<usize>,
+    },
+    /// Operator edit: a new URL (same pool) and/or label, keeping id, state and history.
+    Edit {
+        endpoint: EndpointRef,
+        /// Replacement URL.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        url: Option<String>,
+        /// New label; "" clears it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        label: Option<String>,
     },
     /// Liveness.
     Ping,
@@ -622,6 +633,11 @@ mod tests {
                 pool: None,
                 all: true,
                 concurrency: Some(4),
+            },
+            Request::Edit {
+                endpoint: EndpointRef::Id(9),
+                url: Some("socks5://u:new@h:1".into()),
+                label: None,
             },
             Request::Ping,
         ];

@@ -13,6 +13,7 @@ use crate::endpoint::{EndpointId, ProxyUrl, Scheme};
 use crate::event_kind::EventKind;
 use crate::health::{Phase, Reason, State};
 
+mod edit;
 pub mod pairs;
 
 static MIGRATIONS_DIR: Dir = include_dir!("$CARGO_MANIFEST_DIR/migrations");
@@ -32,6 +33,14 @@ pub enum StoreError {
         path: PathBuf,
         /// What failed.
         message: String,
+    },
+    /// The database file has other names: each would get its own lock and its own WAL.
+    #[error("database {path} has {links} hard links: SQLite keeps a separate journal per name and two daemons could serve it at once; use a single name (a symlink is fine)")]
+    HardLinked {
+        /// Database file.
+        path: PathBuf,
+        /// Its link count.
+        links: u64,
     },
     /// The database folder could not be created.
     #[error("cannot create database folder {path}: {source}")]
@@ -356,6 +365,7 @@ impl Store {
                     source,
                 })?;
         }
+        check_single_link(path)?;
         // Two processes opening a new database at once must not both run the migrations.
         let _migrating = crate::lock::migration(path).map_err(|e| StoreError::Migration {
             path: path.to_path_buf(),
@@ -656,6 +666,19 @@ impl Store {
 }
 
 /// Make the database files readable by their owner only: they hold proxy passwords.
+/// Refuse a database file with more than one hard link. A missing file is fine (it is
+/// about to be created); `stat` follows symlinks, so a symlink to a single-link file is too.
+fn check_single_link(db: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(db) {
+        Ok(m) if m.is_file() && m.nlink() > 1 => Err(StoreError::HardLinked {
+            path: db.to_path_buf(),
+            links: m.nlink(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 fn restrict(db: &Path) {
     use std::os::unix::fs::PermissionsExt;
     for suffix in ["", "-wal", "-shm"] {

@@ -1,149 +1,18 @@
 //! Integration tests of the operator CLI: the real `proxypool` binary against a temporary
 //! database, with every XDG/HOME path and the daemon socket pointed into a temp dir.
 
-use std::path::{Path, PathBuf};
-use std::process::Output;
+mod common;
 
-use assert_cmd::Command;
+use std::path::Path;
+
 use predicates::prelude::*;
 use rusqlite::Connection;
 use serde_json::Value;
-use tempfile::TempDir;
+
+use common::daemon::{count_rows, ids, json_lines, text, Home};
 
 /// A password that must never show up anywhere but `--show-secrets`.
 const SECRET: &str = "hunter2secret";
-
-/// One isolated environment: temp dir, database path, socket path.
-struct Env {
-    dir: TempDir,
-    db: PathBuf,
-}
-
-impl Env {
-    fn new() -> Env {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let db = dir.path().join("pp.db");
-        Env { dir, db }
-    }
-
-    fn path(&self, rel: &str) -> PathBuf {
-        self.dir.path().join(rel)
-    }
-
-    /// The binary with a sealed environment but without `PROXYPOOL_DB`.
-    fn bare(&self) -> Command {
-        let d = self.dir.path();
-        let mut c = Command::new(env!("CARGO_BIN_EXE_proxypool"));
-        c.current_dir(d)
-            .env_remove("PROXYPOOL_DB")
-            .env_remove("PROXYPOOL_CONFIG")
-            .env_remove("PROXYPOOL_TOKEN")
-            .env_remove("RUST_LOG")
-            .env("HOME", d.join("home"))
-            .env("XDG_RUNTIME_DIR", d.join("run"))
-            .env("XDG_CONFIG_HOME", d.join("config"))
-            .env("XDG_DATA_HOME", d.join("data"))
-            .env("PROXYPOOL_SOCKET", d.join("no-daemon.sock"))
-            .timeout(std::time::Duration::from_secs(30));
-        c
-    }
-
-    /// The binary on this environment's database (via `PROXYPOOL_DB`).
-    fn cmd(&self) -> Command {
-        let mut c = self.bare();
-        c.env("PROXYPOOL_DB", &self.db);
-        c
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.cmd().args(args).output().expect("run proxypool")
-    }
-
-    /// Run, require exit 0, return stdout.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "proxypool {args:?} failed\nstdout: {}\nstderr: {}",
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-        text(&out.stdout)
-    }
-
-    /// Run, require exit `code`, return (stdout, stderr).
-    fn fails(&self, code: i32, args: &[&str]) -> (String, String) {
-        let out = self.run(args);
-        assert_eq!(
-            out.status.code(),
-            Some(code),
-            "proxypool {args:?}: wanted exit {code}\nstdout: {}\nstderr: {}",
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-        (text(&out.stdout), text(&out.stderr))
-    }
-
-    fn list(&self, extra: &[&str]) -> Vec<Value> {
-        let mut args = vec!["list", "--json"];
-        args.extend_from_slice(extra);
-        let v: Value = serde_json::from_str(&self.ok(&args)).expect("list --json is JSON");
-        v.as_array().expect("list --json is an array").clone()
-    }
-
-    fn events(&self, extra: &[&str]) -> Vec<Value> {
-        let mut args = vec!["events", "--json"];
-        args.extend_from_slice(extra);
-        json_lines(&self.ok(&args))
-    }
-
-    fn add(&self, urls: &[&str]) -> Vec<i64> {
-        let mut args = vec!["add"];
-        args.extend_from_slice(urls);
-        ids(&self.ok(&args))
-    }
-
-    fn conn(&self) -> Connection {
-        Connection::open(&self.db).expect("open db")
-    }
-
-    fn count(&self, table: &str) -> i64 {
-        count_rows(&self.db, table)
-    }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn ids(stdout: &str) -> Vec<i64> {
-    stdout
-        .lines()
-        .map(|l| {
-            l.trim()
-                .parse()
-                .unwrap_or_else(|_| panic!("not an id: {l:?}"))
-        })
-        .collect()
-}
-
-fn json_lines(s: &str) -> Vec<Value> {
-    s.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
-        .collect()
-}
-
-fn count_rows(db: &Path, table: &str) -> i64 {
-    if !db.exists() {
-        return 0;
-    }
-    Connection::open(db)
-        .unwrap()
-        .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
-        .unwrap()
-}
 
 fn find(rows: &[Value], id: i64) -> &Value {
     rows.iter()
@@ -173,7 +42,7 @@ fn assert_rfc3339_utc(v: &Value) {
 
 #[test]
 fn add_one_and_several_prints_ids() {
-    let e = Env::new();
+    let e = Home::new(None);
     let one = e.add(&["http://10.0.0.1:3128"]);
     assert_eq!(one.len(), 1);
     let out = e.ok(&[
@@ -187,7 +56,7 @@ fn add_one_and_several_prints_ids() {
     let more = ids(&out);
     assert_eq!(more.len(), 3, "{out}");
     assert!(more.iter().all(|id| *id > one[0]));
-    let rows = e.list(&[]);
+    let rows = e.list();
     assert_eq!(rows.len(), 4);
     let first = find(&rows, one[0]);
     assert_eq!(first["url"], "http://10.0.0.1:3128");
@@ -204,17 +73,17 @@ fn add_one_and_several_prints_ids() {
     );
     assert_eq!(e.count("endpoints"), 4);
     // One `added` event per endpoint.
-    let evs = e.events(&[]);
+    let evs = e.events();
     assert_eq!(kinds(&evs), vec!["added"; 4]);
 }
 
 #[test]
 fn add_to_configured_pool_and_unknown_pool() {
-    let e = Env::new();
+    let e = Home::new(None);
     let cfg = e.path("pools.toml");
     std::fs::write(
         &cfg,
-        "[[pool]]\nname = \"resi\"\nmode = \"static\"\n\n[[pool]]\nname = \"dc\"\n",
+        "[[pool]]\nname = \"resi\"\nmode = \"static\"\n[pool.probe]\nurl = \"http://127.0.0.1:9/\"\n\n[[pool]]\nname = \"dc\"\n",
     )
     .unwrap();
     let cfg = cfg.to_str().unwrap();
@@ -240,7 +109,7 @@ fn add_to_configured_pool_and_unknown_pool() {
     let def = ids(&e.ok(&["--config", cfg, "add", "http://d.example:80"]));
     assert_eq!((resi.len(), dc.len(), def.len()), (2, 1, 1));
 
-    let rows = e.list(&["--config", cfg]);
+    let rows = e.list_with(&["--config", cfg]);
     assert_eq!(rows.len(), 4);
     for id in &resi {
         let r = find(&rows, *id);
@@ -253,7 +122,7 @@ fn add_to_configured_pool_and_unknown_pool() {
     assert_eq!(find(&rows, dc[0])["state"], "available");
     assert_eq!(find(&rows, def[0])["pool"], "default");
 
-    let only = e.list(&["--config", cfg, "--pool", "resi"]);
+    let only = e.list_with(&["--config", cfg, "--pool", "resi"]);
     assert_eq!(only.len(), 2);
     assert!(only.iter().all(|r| r["pool"] == "resi"));
 
@@ -275,7 +144,7 @@ fn add_to_configured_pool_and_unknown_pool() {
 
 #[test]
 fn identity_includes_user_and_duplicates_reject_the_whole_batch() {
-    let e = Env::new();
+    let e = Home::new(None);
     let ab = e.add(&["socks5://a:x@h:1", "socks5://b:x@h:1"]);
     assert_eq!(
         ab.len(),
@@ -306,7 +175,7 @@ fn identity_includes_user_and_duplicates_reject_the_whole_batch() {
     assert!(err.contains("twice"), "{err}");
     assert_eq!(e.count("endpoints"), 2);
     assert_eq!(e.count("events"), 2);
-    let rows = e.list(&["--show-secrets"]);
+    let rows = e.list_with(&["--show-secrets"]);
     assert_eq!(
         find(&rows, ab[0])["url"],
         "socks5://a:x@h:1",
@@ -321,7 +190,7 @@ fn identity_includes_user_and_duplicates_reject_the_whole_batch() {
 
 #[test]
 fn bad_urls_exit_2_name_the_problem_and_never_leak() {
-    let e = Env::new();
+    let e = Home::new(None);
     let s = SECRET;
     let cases: Vec<(String, &str)> = vec![
         (format!("u:{s}@h:1"), "missing scheme"),
@@ -344,8 +213,8 @@ fn bad_urls_exit_2_name_the_problem_and_never_leak() {
     ];
     for (url, want) in &cases {
         let out = e.run(&["add", "http://fine.example:1", url]);
-        let (so, se) = (text(&out.stdout), text(&out.stderr));
-        assert_eq!(out.status.code(), Some(2), "{url}: {so} {se}");
+        let (so, se) = (out.stdout, out.stderr);
+        assert_eq!(out.code, Some(2), "{url}: {so} {se}");
         assert!(
             se.contains(want),
             "{url}: stderr does not say {want:?}: {se}"
@@ -365,21 +234,21 @@ fn bad_urls_exit_2_name_the_problem_and_never_leak() {
 
 #[test]
 fn ipv6_and_percent_encoded_credentials_round_trip() {
-    let e = Env::new();
+    let e = Home::new(None);
     let url = "socks5://us%40er:p%3Aw%2F%40d@[2001:DB8::0:1]:1080";
     let id = e.add(&[url])[0];
-    let secret = e.list(&["--show-secrets"]);
+    let secret = e.list_with(&["--show-secrets"]);
     let r = find(&secret, id);
     // The host is normalised; the user and password keep their encoding.
     assert_eq!(r["url"], "socks5://us%40er:p%3Aw%2F%40d@[2001:db8::1]:1080");
-    let plain = e.list(&[]);
+    let plain = e.list();
     assert_eq!(
         find(&plain, id)["url"],
         "socks5://us%40er:***@[2001:db8::1]:1080"
     );
     // The decoded credentials are what is stored.
     let (user, pw): (String, String) = e
-        .conn()
+        .sqlite()
         .query_row(
             "SELECT user, password FROM endpoints WHERE id=?1",
             [id],
@@ -402,7 +271,7 @@ fn ipv6_and_percent_encoded_credentials_round_trip() {
 
 #[test]
 fn import_file_skips_comments_and_blank_lines() {
-    let e = Env::new();
+    let e = Home::new(None);
     let f = e.path("list.txt");
     std::fs::write(
         &f,
@@ -410,13 +279,13 @@ fn import_file_skips_comments_and_blank_lines() {
     )
     .unwrap();
     let out = e
-        .cmd()
+        .cli()
         .args(["import", f.to_str().unwrap(), "--label", "imp"])
         .assert()
         .success()
         .stderr(predicate::str::contains("imported 3 endpoints"));
     drop(out);
-    let rows = e.list(&[]);
+    let rows = e.list();
     let urls: Vec<&str> = rows.iter().map(|r| r["url"].as_str().unwrap()).collect();
     assert_eq!(
         urls,
@@ -436,14 +305,14 @@ fn import_file_skips_comments_and_blank_lines() {
 
 #[test]
 fn import_from_stdin() {
-    let e = Env::new();
-    e.cmd()
+    let e = Home::new(None);
+    e.cli()
         .args(["import", "-"])
         .write_stdin("# from a pipe\nsocks5h://a:b@s1.example:1080\n\nsocks4://s2.example:1080\n")
         .assert()
         .success()
         .stderr(predicate::str::contains("imported 2 endpoints"));
-    let rows = e.list(&[]);
+    let rows = e.list();
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0]["url"], "socks5h://a:***@s1.example:1080");
     assert_eq!(rows[1]["url"], "socks4://s2.example:1080");
@@ -451,7 +320,7 @@ fn import_from_stdin() {
 
 #[test]
 fn import_bad_line_names_the_line_and_adds_nothing() {
-    let e = Env::new();
+    let e = Home::new(None);
     let f = e.path("bad.txt");
     std::fs::write(
         &f,
@@ -471,7 +340,7 @@ fn import_bad_line_names_the_line_and_adds_nothing() {
 
     // Same through stdin.
     let out = e
-        .cmd()
+        .cli()
         .args(["import", "-"])
         .write_stdin(format!("http://1.1.1.1:8080\nnot a url {SECRET}\n"))
         .output()
@@ -492,7 +361,7 @@ fn import_bad_line_names_the_line_and_adds_nothing() {
 
 #[test]
 fn list_table_json_shape_and_filters() {
-    let e = Env::new();
+    let e = Home::new(None);
     let ids = e.add(&[
         &format!("socks5://alice:{SECRET}@h1.example:1080"),
         "http://h2.example:3128",
@@ -556,15 +425,15 @@ fn list_table_json_shape_and_filters() {
     let secret_table = e.ok(&["list", "--show-secrets"]);
     assert!(secret_table.contains(SECRET));
 
-    let avail = e.list(&["--state", "available"]);
+    let avail = e.list_with(&["--state", "available"]);
     assert_eq!(avail.len(), 2);
     assert!(avail.iter().all(|r| r["state"] == "available"));
-    let dis = e.list(&["--state", "disabled"]);
+    let dis = e.list_with(&["--state", "disabled"]);
     assert_eq!(dis.len(), 1);
     assert_eq!(dis[0]["id"], ids[2]);
-    assert!(e.list(&["--state", "cooling"]).is_empty());
-    assert_eq!(e.list(&["--pool", "default"]).len(), 3);
-    assert!(e.list(&["--pool", "other"]).is_empty());
+    assert!(e.list_with(&["--state", "cooling"]).is_empty());
+    assert_eq!(e.list_with(&["--pool", "default"]).len(), 3);
+    assert!(e.list_with(&["--pool", "other"]).is_empty());
 
     let (out, err) = e.fails(2, &["list", "--state", "bogus"]);
     assert!(out.is_empty());
@@ -573,7 +442,7 @@ fn list_table_json_shape_and_filters() {
 
 #[test]
 fn show_by_id_and_url_with_recent_events() {
-    let e = Env::new();
+    let e = Home::new(None);
     let url = format!("socks5h://bob:{SECRET}@s.example:1080");
     let id = e.add(&[&url, "http://other.example:1"])[0];
     e.ok(&["disable", &id.to_string(), "--reason", "rotating"]);
@@ -638,7 +507,7 @@ fn show_by_id_and_url_with_recent_events() {
 
 #[test]
 fn disable_and_enable_change_state_and_write_events() {
-    let e = Env::new();
+    let e = Home::new(None);
     let ids = e.add(&["http://a.example:1", "socks5://u:p@b.example:2"]);
     let (a, b) = (ids[0], ids[1]);
 
@@ -649,10 +518,13 @@ fn disable_and_enable_change_state_and_write_events() {
         "provider maintenance",
     ]);
     assert_eq!(out.trim(), format!("{a}\tdisabled"));
-    let r = find(&e.list(&[]), a).clone();
+    let r = find(&e.list(), a).clone();
     assert_eq!(r["state"], "disabled");
     assert_eq!(r["reason"], "operator");
-    let last = e.events(&["--endpoint", &a.to_string()]).pop().unwrap();
+    let last = e
+        .events_with(&["--endpoint", &a.to_string()])
+        .pop()
+        .unwrap();
     assert_eq!(last["kind"], "state_changed");
     assert_eq!(last["from"], "available");
     assert_eq!(last["to"], "disabled");
@@ -662,10 +534,13 @@ fn disable_and_enable_change_state_and_write_events() {
     // enable: one probe decides.
     let out = e.ok(&["enable", &a.to_string()]);
     assert_eq!(out.trim(), format!("{a}\tprobe_allowed"));
-    let r = find(&e.list(&[]), a).clone();
+    let r = find(&e.list(), a).clone();
     assert_eq!(r["state"], "probe_allowed");
     assert_eq!(r["reason"], Value::Null);
-    let last = e.events(&["--endpoint", &a.to_string()]).pop().unwrap();
+    let last = e
+        .events_with(&["--endpoint", &a.to_string()])
+        .pop()
+        .unwrap();
     assert_eq!(
         (&last["from"], &last["to"]),
         (&"disabled".into(), &"probe_allowed".into())
@@ -674,14 +549,14 @@ fn disable_and_enable_change_state_and_write_events() {
     // By URL (password ignored for identity), several at once, then enable --now.
     let out = e.ok(&["disable", "socks5://u@b.example:2", &a.to_string()]);
     assert_eq!(out.lines().count(), 2, "{out}");
-    assert!(e.list(&["--state", "disabled"]).len() == 2);
+    assert!(e.list_with(&["--state", "disabled"]).len() == 2);
     let out = e.ok(&["enable", "--now", &a.to_string(), &b.to_string()]);
     assert!(out.contains(&format!("{a}\tavailable")), "{out}");
     assert!(out.contains(&format!("{b}\tavailable")), "{out}");
-    assert_eq!(e.list(&["--state", "available"]).len(), 2);
+    assert_eq!(e.list_with(&["--state", "available"]).len(), 2);
 
     // Every state-changing operator action left an event row, in order.
-    let evs = e.events(&[]);
+    let evs = e.events();
     let seq: Vec<(i64, String, String)> = evs
         .iter()
         .map(|v| {
@@ -714,12 +589,12 @@ fn disable_and_enable_change_state_and_write_events() {
     e.fails(2, &["disable", &a.to_string(), "424242"]);
     e.fails(2, &["enable", &a.to_string(), "http://nobody.example:9"]);
     assert_eq!(e.count("events"), before);
-    assert_eq!(find(&e.list(&[]), a)["state"], "available");
+    assert_eq!(find(&e.list(), a)["state"], "available");
 }
 
 #[test]
 fn remove_deletes_rows_and_writes_removed_events() {
-    let e = Env::new();
+    let e = Home::new(None);
     let ids = e.add(&[
         "http://a.example:1",
         &format!("socks5://u:{SECRET}@b.example:2"),
@@ -733,12 +608,12 @@ fn remove_deletes_rows_and_writes_removed_events() {
     assert_eq!(out.trim(), format!("{b}\tremoved"));
     assert_no_secret("remove", &out);
 
-    let rows = e.list(&[]);
+    let rows = e.list();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0]["id"], c);
     assert_eq!(e.count("endpoints"), 1);
     for id in [a, b] {
-        let evs = e.events(&["--endpoint", &id.to_string()]);
+        let evs = e.events_with(&["--endpoint", &id.to_string()]);
         assert_eq!(kinds(&evs), vec!["added", "removed"], "endpoint {id}");
     }
 
@@ -748,13 +623,13 @@ fn remove_deletes_rows_and_writes_removed_events() {
     e.fails(2, &["remove", &c.to_string(), &a.to_string()]);
     e.fails(2, &["remove", "http://nobody.example:1", &c.to_string()]);
     assert_eq!(e.count("endpoints"), 1);
-    assert_eq!(e.events(&["--endpoint", &c.to_string()]).len(), 1);
+    assert_eq!(e.events_with(&["--endpoint", &c.to_string()]).len(), 1);
 }
 
 #[test]
 fn removed_ids_are_never_reused() {
     // Events outlive their endpoint; a reused id would inherit a stranger's history.
-    let e = Env::new();
+    let e = Home::new(None);
     let a = e.add(&["http://a.example:1"])[0];
     e.ok(&["disable", &a.to_string(), "--reason", "old"]);
     e.ok(&["remove", &a.to_string()]);
@@ -766,7 +641,7 @@ fn removed_ids_are_never_reused() {
 
 #[test]
 fn events_json_lines_filter_and_order() {
-    let e = Env::new();
+    let e = Home::new(None);
     let ids = e.add(&["http://a.example:1", "http://b.example:2"]);
     let (a, b) = (ids[0], ids[1]);
     e.ok(&["disable", &b.to_string()]);
@@ -800,10 +675,10 @@ fn events_json_lines_filter_and_order() {
         ]
     );
 
-    let only_a = e.events(&["--endpoint", &a.to_string()]);
+    let only_a = e.events_with(&["--endpoint", &a.to_string()]);
     assert!(only_a.iter().all(|v| v["endpoint"] == a));
     assert_eq!(kinds(&only_a), vec!["added", "state_changed", "removed"]);
-    let only_b = e.events(&["--endpoint", &b.to_string()]);
+    let only_b = e.events_with(&["--endpoint", &b.to_string()]);
     assert!(only_b.iter().all(|v| v["endpoint"] == b));
     assert_eq!(
         kinds(&only_b),
@@ -811,9 +686,9 @@ fn events_json_lines_filter_and_order() {
     );
     assert_eq!(only_b[1]["to"], "disabled");
     assert_eq!(only_b[2]["to"], "available");
-    assert!(e.events(&["--endpoint", "9999"]).is_empty());
+    assert!(e.events_with(&["--endpoint", "9999"]).is_empty());
 
-    let tail = e.events(&["--limit", "2"]);
+    let tail = e.events_with(&["--limit", "2"]);
     assert_eq!(kinds(&tail), vec!["state_changed", "removed"]);
 
     // The text form has one line per event.
@@ -835,7 +710,7 @@ fn verbose_and_trace_logs_never_leak_the_password() {
 }
 
 fn redaction_script(trace: bool) {
-    let e = Env::new();
+    let e = Home::new(None);
     let url = format!("socks5://carol:{SECRET}@127.0.0.1:1");
     let imp = e.path("imp.txt");
     std::fs::write(&imp, format!("http://dan:{SECRET}@d.example:8080\n")).unwrap();
@@ -875,7 +750,7 @@ fn redaction_script(trace: bool) {
     ];
     let mut all = String::new();
     for (args, code) in &script {
-        let mut c = e.cmd();
+        let mut c = e.cli();
         if trace {
             c.env("RUST_LOG", "trace");
         } else {
@@ -896,7 +771,7 @@ fn redaction_script(trace: bool) {
     assert!(all.contains("dan:***@d.example:8080"));
 
     // Nothing in the events table carries it either.
-    let conn = e.conn();
+    let conn = e.sqlite();
     let mut st = conn
         .prepare(
             "SELECT at||kind||COALESCE(endpoint,'')||COALESCE(from_state,'')||COALESCE(to_state,'')\
@@ -929,7 +804,7 @@ fn redaction_script(trace: bool) {
 
 #[test]
 fn config_unknown_key_is_rejected_with_key_and_line() {
-    let e = Env::new();
+    let e = Home::new(None);
     let cfg = e.path("c.toml");
     std::fs::write(
         &cfg,
@@ -949,7 +824,7 @@ fn config_unknown_key_is_rejected_with_key_and_line() {
 
 #[test]
 fn config_bad_value_names_the_key() {
-    let e = Env::new();
+    let e = Home::new(None);
     let cfg = e.path("c.toml");
     std::fs::write(
         &cfg,
@@ -977,7 +852,7 @@ fn config_bad_value_names_the_key() {
 
 #[test]
 fn example_config_is_accepted_and_its_endpoints_are_synced() {
-    let e = Env::new();
+    let e = Home::new(None);
     let dir = e.path("etc");
     std::fs::create_dir(&dir).unwrap();
     let cfg = dir.join("proxies.toml");
@@ -1040,7 +915,7 @@ fn example_config_is_accepted_and_its_endpoints_are_synced() {
 
 #[test]
 fn config_env_and_db_precedence() {
-    let e = Env::new();
+    let e = Home::new(None);
     let cfg = e.path("c.toml");
     std::fs::write(&cfg, "[store]\npath = \"from-config.db\"\n").unwrap();
     let (from_cfg, from_env, from_flag) = (
@@ -1122,8 +997,12 @@ fn config_env_and_db_precedence() {
         1
     );
     assert_eq!(count_rows(&default_db, "endpoints"), 1);
-    // Nothing went to the real home.
-    assert!(!e.path("home").exists());
+    // Nothing went to the real home (the harness creates it empty).
+    let in_home: Vec<_> = std::fs::read_dir(e.path("home"))
+        .unwrap()
+        .map(|d| d.unwrap().file_name())
+        .collect();
+    assert!(in_home.is_empty(), "{in_home:?}");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1132,7 +1011,7 @@ fn config_env_and_db_precedence() {
 
 #[test]
 fn probe_needs_targets_and_lease_needs_a_daemon() {
-    let e = Env::new();
+    let e = Home::new(None);
     e.add(&["http://a.example:1"]);
     let (out, err) = e.fails(2, &["probe"]);
     assert!(out.is_empty());
@@ -1152,12 +1031,12 @@ fn probe_needs_targets_and_lease_needs_a_daemon() {
     // Bad durations are usage errors from the argument parser.
     e.fails(2, &["lease", "--ttl", "forever"]);
     // Operator commands work without a daemon.
-    assert_eq!(e.list(&[]).len(), 1);
+    assert_eq!(e.list().len(), 1);
 }
 
 #[test]
 fn global_options_before_and_after_the_subcommand() {
-    let e = Env::new();
+    let e = Home::new(None);
     let x = e.path("x.db");
     let x = x.to_str().unwrap();
     // No PROXYPOOL_DB at all: only the flag decides.
@@ -1203,7 +1082,7 @@ fn global_options_before_and_after_the_subcommand() {
 
 #[test]
 fn a_first_migration_database_is_migrated_on_open() {
-    let e = Env::new();
+    let e = Home::new(None);
     {
         let conn = Connection::open(&e.db).unwrap();
         let up = std::fs::read_to_string(
@@ -1249,7 +1128,7 @@ fn a_first_migration_database_is_migrated_on_open() {
     assert_eq!(r["label"], "legacy");
     assert_rfc3339_utc(&r["cooldown_until"]);
 
-    let conn = e.conn();
+    let conn = e.sqlite();
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
@@ -1294,7 +1173,7 @@ fn a_first_migration_database_is_migrated_on_open() {
     let new = e.add(&["http://new.example:1"])[0];
     assert!(new > 7);
     e.ok(&["enable", "--now", "7"]);
-    assert_eq!(find(&e.list(&[]), 7)["state"], "available");
+    assert_eq!(find(&e.list(), 7)["state"], "available");
     // Opening again is a no-op.
     e.ok(&["list"]);
     assert_eq!(e.count("endpoints"), 2);
@@ -1302,7 +1181,7 @@ fn a_first_migration_database_is_migrated_on_open() {
 
 #[test]
 fn operator_actions_that_change_nothing_still_leave_an_event() {
-    let e = Env::new();
+    let e = Home::new(None);
     let a = e.add(&["http://a.example:1"])[0];
     e.ok(&["disable", &a.to_string(), "--reason", "first"]);
     let before = e.count("events");
@@ -1310,12 +1189,12 @@ fn operator_actions_that_change_nothing_still_leave_an_event() {
     let out = e.ok(&["disable", &a.to_string(), "--reason", "second"]);
     assert_eq!(out.trim(), format!("{a}\tdisabled"));
     // The first reason stays: a second disable does not rewrite history.
-    assert_eq!(find(&e.list(&[]), a)["detail"], "first");
+    assert_eq!(find(&e.list(), a)["detail"], "first");
     e.ok(&["enable", "--now", &a.to_string()]);
     // Already available: nothing to change, one `operator` row.
     e.ok(&["enable", &a.to_string()]);
     assert_eq!(e.count("events"), before + 3);
-    let evs = e.events(&["--endpoint", &a.to_string()]);
+    let evs = e.events_with(&["--endpoint", &a.to_string()]);
     let ops: Vec<&Value> = evs.iter().filter(|v| v["kind"] == "operator").collect();
     assert_eq!(ops.len(), 2, "{evs:?}");
     assert_eq!(ops[0]["to"], "disabled");
@@ -1333,7 +1212,7 @@ fn operator_actions_that_change_nothing_still_leave_an_event() {
 #[test]
 fn events_follow_prints_new_events_as_they_happen() {
     use std::io::{BufRead, BufReader};
-    let e = Env::new();
+    let e = Home::new(None);
     e.add(&["http://a.example:1"]);
     let d = e.dir.path();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_proxypool"))

@@ -1,16 +1,21 @@
 //! End-to-end tests of `proxypool serve` and the CLI through the real binary.
 
-mod support_daemon;
+mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::{Arc, Barrier, Mutex};
+use std::net::TcpStream;
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::daemon::*;
+use common::fakes::{
+    self, base64, fake_runtime, http_proxy, proxy_requests, scripted, Act, DestCfg, Fake,
+    HttpProxyCfg,
+};
+use common::tools::free_port;
 use serde_json::{json, Value};
-use support_daemon::*;
 
 // ---------------------------------------------------------------------------------------
 // A local destination and a tiny HTTP forward proxy.
@@ -18,132 +23,13 @@ use support_daemon::*;
 
 const DEST_BODY: &str = "hello from the destination";
 
-/// A destination answering every request with 200 and a fixed body; returns its port.
-fn spawn_destination() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
-            thread::spawn(move || {
-                let _ = read_head(&mut s);
-                let _ = write!(
-                    s,
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{DEST_BODY}",
-                    DEST_BODY.len()
-                );
-            });
-        }
-    });
-    port
-}
-
-/// Read an HTTP head (up to the blank line) as lines.
-fn read_head(s: &mut TcpStream) -> std::io::Result<Vec<String>> {
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut r = BufReader::new(s.try_clone()?);
-    let mut lines = Vec::new();
-    loop {
-        let mut l = String::new();
-        if r.read_line(&mut l)? == 0 {
-            break;
-        }
-        let l = l.trim_end().to_string();
-        if l.is_empty() {
-            break;
-        }
-        lines.push(l);
-    }
-    Ok(lines)
-}
-
-fn base64(input: &[u8]) -> String {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in input.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-/// What the test proxy saw: request lines and whether the credentials were right.
-#[derive(Default)]
-struct ProxyLog {
-    requests: Vec<(String, bool)>,
-}
-
-/// An HTTP forward proxy: accepts absolute-form GETs only (400 otherwise), checks
-/// `Proxy-Authorization` (407 when wrong), forwards in origin form to the destination and
-/// relays the answer.
-fn spawn_forward_proxy(user: &str, pass: &str) -> (u16, Arc<Mutex<ProxyLog>>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    let log = Arc::new(Mutex::new(ProxyLog::default()));
-    let want_auth = format!("Basic {}", base64(format!("{user}:{pass}").as_bytes()));
-    let log2 = log.clone();
-    thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { continue };
-            let (log, want_auth) = (log2.clone(), want_auth.clone());
-            thread::spawn(move || {
-                let Ok(head) = read_head(&mut s) else { return };
-                let Some(line) = head.first().cloned() else {
-                    return;
-                };
-                let auth_ok = head.iter().any(|h| {
-                    h.split_once(':').is_some_and(|(k, v)| {
-                        k.eq_ignore_ascii_case("proxy-authorization") && v.trim() == want_auth
-                    })
-                });
-                log.lock().unwrap().requests.push((line.clone(), auth_ok));
-                let parts: Vec<&str> = line.split(' ').collect();
-                let target = parts.get(1).copied().unwrap_or("");
-                let absolute = parts.len() == 3
-                    && parts[0] == "GET"
-                    && target.starts_with("http://")
-                    && parts[2].starts_with("HTTP/1.");
-                if !absolute {
-                    let _ = s.write_all(
-                        b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                    );
-                    return;
-                }
-                if !auth_ok {
-                    let _ = s.write_all(b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-                    return;
-                }
-                let rest = &target["http://".len()..];
-                let (authority, path) = match rest.find('/') {
-                    Some(i) => (&rest[..i], &rest[i..]),
-                    None => (rest, "/"),
-                };
-                let Ok(mut up) = TcpStream::connect(authority) else {
-                    let _ = s.write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-                    return;
-                };
-                let _ = write!(
-                    up,
-                    "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
-                );
-                let mut answer = Vec::new();
-                let _ = up.read_to_end(&mut answer);
-                let _ = s.write_all(&answer);
-            });
-        }
-    });
-    (port, log)
+/// An HTTP proxy fake requiring Basic credentials `user:pass`.
+async fn forward_proxy(user: &str, pass: &str) -> Fake {
+    http_proxy(HttpProxyCfg {
+        auth: Some((user.into(), pass.into())),
+        tls: None,
+    })
+    .await
 }
 
 /// A GET through an HTTP proxy given as `http://user:pass@host:port`, in absolute form,
@@ -195,8 +81,11 @@ fn events_of(h: &Home, kind: &str) -> Vec<Value> {
 
 #[test]
 fn lease_use_through_real_proxy_then_report_success_and_failure() {
-    let dest = spawn_destination();
-    let (pport, plog) = spawn_forward_proxy("alice", "s3cret");
+    let rt = fake_runtime();
+    let dst = rt.block_on(fakes::dest(DestCfg::default()));
+    let dest = dst.port();
+    let proxy = rt.block_on(forward_proxy("alice", "s3cret"));
+    let pport = proxy.port();
     let h = Home::new(None);
     let d = h.serve();
     let url = format!("http://alice:s3cret@127.0.0.1:{pport}");
@@ -217,9 +106,9 @@ fn lease_use_through_real_proxy_then_report_success_and_failure() {
     assert_eq!(status, 200);
     assert_eq!(body, DEST_BODY);
     {
-        let log = plog.lock().unwrap();
+        let log = proxy_requests(&proxy, "alice", "s3cret");
         assert_eq!(
-            log.requests,
+            log,
             vec![(format!("GET {target} HTTP/1.1"), true)],
             "the proxy saw one absolute-form request with the right credentials"
         );
@@ -969,14 +858,11 @@ fn listen_tcp_requires_a_token_and_checks_it() {
     assert!(o.stderr.contains("PROXYPOOL_TOKEN"), "{}", o.stderr);
     assert!(!h.socket.exists());
 
-    let port = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let d = h.serve_with(
         &["--listen-tcp", &addr],
-        &[("PROXYPOOL_TOKEN", "t0ken-xyz")],
+        &[("PROXYPOOL_TOKEN", "t0ken-xyz-0123456789")],
     );
     h.add(&["http://10.2.0.1:3128"]);
     let s = TcpStream::connect(&addr).expect("TCP listener up with the socket");
@@ -994,16 +880,16 @@ fn listen_tcp_requires_a_token_and_checks_it() {
     err_code(&resp);
     let resp = req(json!({"op": "lease", "token": "wrong"}));
     assert_eq!(resp["ok"], json!(false), "wrong token: {resp}");
-    let resp = req(json!({"op": "ping", "token": "t0ken-xyz", "id": 1}));
+    let resp = req(json!({"op": "ping", "token": "t0ken-xyz-0123456789", "id": 1}));
     assert_eq!(resp["ok"], json!(true), "{resp}");
     assert_eq!(resp["id"], json!(1));
-    let resp = req(json!({"op": "lease", "token": "t0ken-xyz"}));
+    let resp = req(json!({"op": "lease", "token": "t0ken-xyz-0123456789"}));
     assert_eq!(resp["ok"], json!(true), "{resp}");
     assert_eq!(resp["proxy"], json!("http://10.2.0.1:3128"));
     // `import` reads a file of the daemon's: never for remote clients.
     let secret_file = h.dir.path().join("not-for-you.txt");
     std::fs::write(&secret_file, "root:x:0:0:root:/root:/bin/bash\n").unwrap();
-    let resp = req(json!({"op": "import", "token": "t0ken-xyz", "path": secret_file}));
+    let resp = req(json!({"op": "import", "token": "t0ken-xyz-0123456789", "path": secret_file}));
     assert_eq!(resp["ok"], json!(false), "{resp}");
     assert!(!resp.to_string().contains("root:x"), "{resp}");
     // Locally it only takes private files of this user, and never echoes their text.
@@ -1050,6 +936,11 @@ fn cli_lease_prints_url_or_json_and_fails_when_exhausted() {
     assert!(o.stderr.contains("no endpoint available"), "{}", o.stderr);
     let o = h.run(&["lease", "--json"]);
     assert_eq!(o.code, Some(1), "{o:?}");
+    // The error object is printed for scripts, exactly as the socket answered it.
+    let v: Value = serde_json::from_str(o.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {o:?}"));
+    assert_eq!(v["ok"], json!(false), "{v}");
+    assert_eq!(v["error"]["code"], json!("pool_exhausted"), "{v}");
+    assert!(v["error"]["retry_after_ms"].is_null(), "{v}");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1185,29 +1076,17 @@ fn session_key_sticks_to_one_endpoint() {
 // `static` mode: the daemon's prober makes the single trial through the real proxy.
 // ---------------------------------------------------------------------------------------
 
-/// A TCP server that accepts and never answers (holds connections open).
-fn spawn_silent_server() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    thread::spawn(move || {
-        let mut held = Vec::new();
-        for s in l.incoming().flatten() {
-            held.push(s);
-        }
-    });
-    port
-}
-
 #[test]
 
 fn static_mode_prober_recovers_through_a_real_proxy_and_leases_are_never_trials() {
-    let dest = spawn_destination();
-    let (pport, plog) = spawn_forward_proxy("pr", "obe");
-    let silent = spawn_silent_server();
-    let closed = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let rt = fake_runtime();
+    let dst = rt.block_on(fakes::dest(DestCfg::default()));
+    let dest = dst.port();
+    let proxy = rt.block_on(forward_proxy("pr", "obe"));
+    let pport = proxy.port();
+    let silent_fake = rt.block_on(scripted(vec![Act::Hang]));
+    let silent = silent_fake.port();
+    let closed = free_port();
     let cfg = format!(
         r#"
 [[pool]]
@@ -1257,14 +1136,13 @@ jitter = 0.0
         thread::sleep(Duration::from_millis(50));
     }
     {
-        let log = plog.lock().unwrap();
+        let log = proxy_requests(&proxy, "pr", "obe");
         assert!(
-            log.requests
-                .iter()
+            log.iter()
                 .any(|(l, auth)| *auth
                     && l == &format!("GET http://127.0.0.1:{dest}/health HTTP/1.1")),
             "the probe went through the proxy in absolute form with credentials: {:?}",
-            log.requests
+            log
         );
     }
     let f = h.listed(refused);
@@ -1308,9 +1186,13 @@ url = "http://10.6.0.1:3128"
 
 #[test]
 fn cli_probe_while_serving_runs_in_the_daemon_and_applies_results() {
-    let dest = spawn_destination();
-    let (pport, _plog) = spawn_forward_proxy("alice", "s3cret");
-    let dead = spawn_silent_server();
+    let rt = fake_runtime();
+    let dst = rt.block_on(fakes::dest(DestCfg::default()));
+    let dest = dst.port();
+    let proxy = rt.block_on(forward_proxy("alice", "s3cret"));
+    let pport = proxy.port();
+    let dead_fake = rt.block_on(scripted(vec![Act::Hang]));
+    let dead = dead_fake.port();
     let cfg = format!(
         "[[pool]]\nname = \"default\"\n[pool.probe]\nurl = \"http://127.0.0.1:{dest}/\"\n\
          expect_body = \"hello\"\ntimeout = \"500ms\"\n"
@@ -1371,24 +1253,18 @@ fn a_line_that_is_not_utf8_gets_bad_request_and_the_connection_stays_usable() {
 fn periodic_checks_probe_available_endpoints_every_interval() {
     // A destination that answers 200 once, then 403: the first probe (recovery) passes,
     // a later periodic check fails and cools the endpoint.
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let dest = l.local_addr().unwrap().port();
-    thread::spawn(move || {
-        for (n, s) in l.incoming().enumerate() {
-            let Ok(mut s) = s else { continue };
-            let _ = read_head(&mut s);
-            let status = if n == 0 { "200 OK" } else { "403 Forbidden" };
-            let _ = write!(
-                s,
-                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{DEST_BODY}",
-                DEST_BODY.len()
-            );
-        }
-    });
-    let (pport, _plog) = spawn_forward_proxy("alice", "s3cret");
+    let rt = fake_runtime();
+    let dst = rt.block_on(fakes::dest(DestCfg {
+        first_status: Some(200),
+        status: 403,
+        ..DestCfg::default()
+    }));
+    let dest = dst.port();
+    let proxy = rt.block_on(forward_proxy("alice", "s3cret"));
+    let pport = proxy.port();
     let cfg = format!(
         "[[pool]]\nname = \"default\"\nmode = \"static\"\n[pool.probe]\n\
-         url = \"http://127.0.0.1:{dest}/\"\ntimeout = \"2s\"\ninterval = \"400ms\"\n"
+         url = \"http://127.0.0.1:{dest}/\"\ntimeout = \"2s\"\ninterval = \"1s\"\n"
     );
     let h = Home::new(Some(&cfg));
     let _d = h.serve();

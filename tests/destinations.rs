@@ -2,19 +2,19 @@
 //! §15): pair cooldown and single trial on the paused clock, a lease stampede at a pair's
 //! deadline, restart with pairs, removal, report by session, schemes, and the audit trail.
 
-mod support_vpool;
+mod common;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::vpool::{config, ev, evd, Script, VirtualPool, POOL, TTL};
 use proxypool::config::{Mode, PoolConfig};
 use proxypool::endpoint::ProxyUrl;
 use proxypool::health::{Failure, Phase, Reason, State};
 use proxypool::pool::engine::{Engine, EngineError};
 use proxypool::pool::{Outcome, PoolError, ReportOn, Want};
 use proxypool::store::{NewEndpoint, Store};
-use support_vpool::{config, ev, evd, Script, VirtualPool, POOL, TTL};
 use tokio::time::{advance, Instant};
 
 const S: Duration = Duration::from_secs(1);

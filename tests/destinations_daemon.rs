@@ -2,10 +2,10 @@
 //! (`destination`, `schemes`, report by session, `duration_ms`), the CLI (`list
 //! --destination`, `show`, `enable --destination`), and pairs across kill -9.
 
-mod support_daemon;
+mod common;
 
+use common::daemon::*;
 use serde_json::{json, Value};
-use support_daemon::*;
 
 /// Pairs cool for a minute: nothing in these tests waits for a deadline.
 const MINUTE_COOLDOWN: &str = r#"

@@ -1,57 +1,27 @@
 //! Cooldowns, trials and lease expiry against a paused tokio clock, on `Pools` directly
 //! (synchronous, no I/O). Time only moves through `tokio::time::advance`.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use proxypool::config::{Mode, PoolConfig};
 use proxypool::endpoint::{EndpointId, ProxyUrl};
 use proxypool::event_kind::EventKind;
-use proxypool::health::{Cooldown, Failure, Health, Input, Phase, Policy, Reason, State, Step};
+use proxypool::health::{Health, Input, State, Step};
 use proxypool::pool::{Grant, Outcome, PoolError, Pools};
 use proxypool::store::{EndpointRow, Write};
 use tokio::time::{advance, Instant};
+
+use common::vpool::{failure, pool_config, Clock, TTL};
 
 const MS: Duration = Duration::from_millis(1);
 const S: Duration = Duration::from_secs(1);
 const BASE: Duration = Duration::from_secs(60);
 const MAX: Duration = Duration::from_secs(30 * 60);
-const TTL: Duration = Duration::from_secs(30);
-
-/// Wall clock that moves with the paused tokio clock.
-#[derive(Clone, Copy)]
-struct Clock {
-    t0: Instant,
-    w0: SystemTime,
-}
-
-impl Clock {
-    fn new() -> Clock {
-        Clock {
-            t0: Instant::now(),
-            w0: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
-        }
-    }
-    fn now(&self) -> (Instant, SystemTime) {
-        let now = Instant::now();
-        (now, self.w0 + (now - self.t0))
-    }
-}
-
 fn pool_cfg(name: &str, mode: Mode) -> PoolConfig {
-    PoolConfig {
-        mode,
-        policy: Policy {
-            cooldown: Cooldown {
-                base: BASE,
-                factor: 2.0,
-                max: MAX,
-                jitter: 0.0,
-            },
-            ..Policy::default()
-        },
-        ..PoolConfig::builtin(name)
-    }
+    pool_config(name, mode, BASE, MAX)
 }
 
 fn row(id: EndpointId, pool: &str, state: State) -> EndpointRow {
@@ -86,7 +56,7 @@ fn pools(mode: Mode, n: i64, state: State, clock: Clock) -> Pools {
 }
 
 fn refused() -> Outcome {
-    Outcome::Failure(Failure::new(Reason::ConnectRefused, Some(Phase::Connect)))
+    Outcome::Failure(failure())
 }
 
 fn lease(p: &mut Pools, clock: Clock) -> Result<Grant, PoolError> {

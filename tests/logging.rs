@@ -1,23 +1,13 @@
 //! Logging through the real binary (SPEC §15): `serve` speaks at info by default, stderr
 //! that is not a terminal gets no ANSI escapes, `--log-format json` writes JSON lines.
 
-mod support_daemon;
+mod common;
 
-use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
 
+use common::daemon::*;
+use common::tools::Proc;
 use serde_json::Value;
-use support_daemon::*;
-
-/// Kills the daemon on drop.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Run `proxypool ARGS serve` with stderr in a file (not a terminal) and no RUST_LOG, until
 /// it has answered a ping; then stop it and return what it wrote.
@@ -32,26 +22,8 @@ fn serve_log(home: &Home, args: &[&str]) -> String {
         .env_remove("NO_COLOR")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap());
-    let mut child = Running(c.spawn().unwrap());
-    let start = Instant::now();
-    loop {
-        if let Some(st) = child.0.try_wait().unwrap() {
-            panic!(
-                "serve exited ({st}): {}",
-                std::fs::read_to_string(&log).unwrap()
-            );
-        }
-        if let Ok(mut conn) = Conn::try_connect(&home.socket) {
-            if conn
-                .try_req(&serde_json::json!({"op": "ping"}))
-                .is_ok_and(|v| v["ok"] == true)
-            {
-                break;
-            }
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "no ping answer");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut child = Proc(c.spawn().unwrap());
+    wait_ping(&mut child.0, &home.socket, &log);
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.0.id() as libc::pid_t, libc::SIGTERM) };
     let _ = child.0.wait();

@@ -4,8 +4,9 @@
 //! The server runs in-process over a test `StatusSource`. A missing tool skips the test
 //! locally but fails it when `CI` is set.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -22,38 +23,10 @@ use proxypool::store::{fmt_time, EndpointView, EventRow};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
+use common::tools::{free_port, need, Proc};
+
 const INSTALL: &str = "apt-get install -y prometheus chromium";
 const EVIL: &str = "<script>alert(1)</script>";
-
-/// The binary's path, or None (test skipped) when it is missing outside CI. Same rule as
-/// tests/interop.rs.
-fn need(bin: &str) -> Option<PathBuf> {
-    let dirs = std::env::var("PATH").unwrap_or_default();
-    let found = dirs
-        .split(':')
-        .chain(["/usr/sbin", "/usr/bin", "/usr/local/bin"])
-        .map(|d| Path::new(d).join(bin))
-        .find(|p| p.is_file());
-    if found.is_none() {
-        if std::env::var("CI").is_ok_and(|v| !v.is_empty()) {
-            panic!(
-                "{bin} is not installed but CI is set: the observability tests need it ({INSTALL})"
-            );
-        }
-        eprintln!("note: {bin} not installed, skipping this test ({INSTALL})");
-    }
-    found
-}
-
-/// Kills the child on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Two pools, one endpoint labelled with a script tag.
 struct TestSource {
@@ -263,17 +236,9 @@ async fn get(addr: std::net::SocketAddr, path: &str, auth: Option<&str>) -> (u16
     (status, body.to_string())
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test]
 async fn promtool_accepts_the_exposition() {
-    let Some(promtool) = need("promtool") else {
+    let Some(promtool) = need("promtool", INSTALL) else {
         return;
     };
     let srv = start(None).await;
@@ -314,7 +279,7 @@ async fn promtool_accepts_the_exposition() {
 
 #[tokio::test]
 async fn prometheus_scrapes_with_a_bearer_token() {
-    let Some(prometheus) = need("prometheus") else {
+    let Some(prometheus) = need("prometheus", INSTALL) else {
         return;
     };
     let srv = start(Some("scrape-s3cret")).await;
@@ -391,7 +356,7 @@ async fn prometheus_scrapes_with_a_bearer_token() {
 
 #[tokio::test]
 async fn chromium_renders_the_status_page() {
-    let Some(chromium) = need("chromium") else {
+    let Some(chromium) = need("chromium", INSTALL) else {
         return;
     };
     let srv = start(None).await;

@@ -1,20 +1,20 @@
 //! Every probe failure class against scripted fakes, plus the success paths.
 
-mod support;
+mod common;
 
 use std::time::Duration;
 
+use common::fakes::*;
 use proxypool::config::ProbeConfig;
 use proxypool::endpoint::ProxyUrl;
 use proxypool::health::{Phase, Reason};
 use proxypool::probe::{ProbeResult, Prober};
-use support::*;
 
 const SECRET: &str = "s3cr3t-pw";
 
 fn cfg(url: impl Into<String>) -> ProbeConfig {
     ProbeConfig {
-        url: url.into(),
+        url: Some(url.into()),
         timeout: Duration::from_millis(1500),
         ..Default::default()
     }
@@ -29,18 +29,29 @@ async fn probe(cfg: &ProbeConfig, proxy: &str) -> ProbeResult {
 
 #[track_caller]
 fn assert_failed(r: &ProbeResult, reason: Reason, phase: Phase) {
-    assert!(!r.ok, "expected failure, got {r:?}");
+    check_failed("probe", r, (reason, phase));
+}
+
+/// A failure with exactly `want` (reason, phase), no password in the detail, and the
+/// failed phase timed last; `name` labels the case in a table.
+#[track_caller]
+fn check_failed(name: &str, r: &ProbeResult, want: (Reason, Phase)) {
+    let (reason, phase) = want;
+    assert!(!r.ok, "{name}: expected failure, got {r:?}");
     let f = r.failure.as_ref().expect("failure");
     assert_eq!(
         (f.reason, f.phase),
         (Some(reason), Some(phase)),
-        "detail: {:?}",
+        "{name}: detail: {:?}",
         f.detail
     );
     let detail = f.detail.as_deref().unwrap_or("");
-    assert!(!detail.contains(SECRET), "password leaked: {detail}");
+    assert!(
+        !detail.contains(SECRET),
+        "{name}: password leaked: {detail}"
+    );
     // The failed phase is the last one timed.
-    assert_eq!(r.phases.last().map(|p| p.0), Some(phase), "{r:?}");
+    assert_eq!(r.phases.last().map(|p| p.0), Some(phase), "{name}: {r:?}");
 }
 
 #[track_caller]
@@ -91,212 +102,292 @@ async fn unresolvable_proxy_host_is_dns_failed() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Proxy handshake: silence, garbage, early close
+// Proxy faults: one table of fake proxy → expected (reason, phase)
 
-#[tokio::test]
-async fn silent_socks_proxy_is_slow_handshake() {
-    let fake = scripted(vec![Act::Hang]).await;
-    let mut c = cfg("http://127.0.0.1:9/");
-    c.timeout = Duration::from_millis(300);
-    let r = probe(&c, &format!("socks5://127.0.0.1:{}", fake.port())).await;
-    assert_failed(&r, Reason::SlowResponse, Phase::ProxyHandshake);
-    assert!(r.total < Duration::from_millis(1000), "{r:?}");
+/// The fake proxy of a fault case.
+enum ProxyFake {
+    /// Plays these acts on every connection.
+    Script(Vec<Act>),
+    /// A SOCKS5 server answering this reply code.
+    Socks5Reply(u8),
+    /// A SOCKS4 server answering this reply code.
+    Socks4Reply(u8),
 }
 
-#[tokio::test]
-async fn silent_connect_proxy_is_slow_handshake() {
-    let fake = scripted(vec![Act::Read, Act::Hang]).await;
-    let mut c = cfg("https://localhost:9/");
-    c.timeout = Duration::from_millis(300);
-    let r = probe(&c, &format!("http://127.0.0.1:{}", fake.port())).await;
-    assert_failed(&r, Reason::SlowResponse, Phase::ProxyHandshake);
+/// One probe through a faulty proxy: `proxy` is the endpoint URL with `{port}` for the
+/// fake's port and `{pw}` for `SECRET`.
+struct ProxyFault {
+    name: &'static str,
+    fake: ProxyFake,
+    proxy: &'static str,
+    target: &'static str,
+    timeout: Option<Duration>,
+    want: (Reason, Phase),
+    /// The status both the result and the failure carry.
+    status: Option<u16>,
+    retry_after: Option<Duration>,
+    detail_has: Option<&'static str>,
+    /// What the fake read first (the client's greeting).
+    first_seen: Option<&'static [u8]>,
+    /// The probe gives up well before the configured 1.5 s.
+    max_total: Option<Duration>,
 }
 
-#[tokio::test]
-async fn garbage_connect_reply_is_protocol_error() {
-    let fake = scripted(vec![
-        Act::Read,
-        Act::Write(b"SSH-2.0-OpenSSH_9.2\r\n".to_vec()),
-        Act::Hang,
-    ])
-    .await;
-    let r = probe(
-        &cfg("https://localhost:9/"),
-        &format!("http://127.0.0.1:{}", fake.port()),
+impl ProxyFault {
+    fn new(
+        name: &'static str,
+        fake: ProxyFake,
+        proxy: &'static str,
+        target: &'static str,
+        want: (Reason, Phase),
+    ) -> ProxyFault {
+        ProxyFault {
+            name,
+            fake,
+            proxy,
+            target,
+            timeout: None,
+            want,
+            status: None,
+            retry_after: None,
+            detail_has: None,
+            first_seen: None,
+            max_total: None,
+        }
+    }
+}
+
+fn connect_reply(name: &'static str, head: &str, want: (Reason, Phase)) -> ProxyFault {
+    let acts = vec![Act::Read, Act::Write(head.as_bytes().to_vec()), Act::Hang];
+    ProxyFault::new(
+        name,
+        ProxyFake::Script(acts),
+        "http://alice:{pw}@127.0.0.1:{port}",
+        "https://localhost:9/",
+        want,
     )
-    .await;
-    assert_failed(&r, Reason::ProxyProtocolError, Phase::ProxyHandshake);
+}
+
+fn proxy_faults() -> Vec<ProxyFault> {
+    use ProxyFake::{Script, Socks4Reply, Socks5Reply};
+    const HANDSHAKE: Phase = Phase::ProxyHandshake;
+    const PLAIN: &str = "http://127.0.0.1:9/";
+    const TLS: &str = "https://localhost:9/";
+    const SOCKS5: &str = "socks5://127.0.0.1:{port}";
+    const HTTP: &str = "http://127.0.0.1:{port}";
+    let quick = Some(Duration::from_millis(300));
+    vec![
+        ProxyFault {
+            timeout: quick,
+            max_total: Some(Duration::from_millis(1000)),
+            ..ProxyFault::new(
+                "silent socks proxy",
+                Script(vec![Act::Hang]),
+                SOCKS5,
+                PLAIN,
+                (Reason::SlowResponse, HANDSHAKE),
+            )
+        },
+        ProxyFault {
+            timeout: quick,
+            ..ProxyFault::new(
+                "silent CONNECT proxy",
+                Script(vec![Act::Read, Act::Hang]),
+                HTTP,
+                TLS,
+                (Reason::SlowResponse, HANDSHAKE),
+            )
+        },
+        ProxyFault::new(
+            "garbage CONNECT reply",
+            Script(vec![
+                Act::Read,
+                Act::Write(b"SSH-2.0-OpenSSH_9.2\r\n".to_vec()),
+                Act::Hang,
+            ]),
+            HTTP,
+            TLS,
+            (Reason::ProxyProtocolError, HANDSHAKE),
+        ),
+        ProxyFault::new(
+            "bad socks version byte",
+            Script(vec![Act::Read, Act::Write(vec![0x04, 0x00]), Act::Hang]),
+            SOCKS5,
+            PLAIN,
+            (Reason::ProxyProtocolError, HANDSHAKE),
+        ),
+        ProxyFault::new(
+            "eof mid socks handshake",
+            Script(vec![Act::Read, Act::Write(vec![0x05])]),
+            SOCKS5,
+            PLAIN,
+            (Reason::ConnectionReset, HANDSHAKE),
+        ),
+        ProxyFault::new(
+            "eof mid CONNECT reply",
+            Script(vec![Act::Read, Act::Write(b"HTTP/1.1 200 Conn".to_vec())]),
+            HTTP,
+            TLS,
+            (Reason::ConnectionReset, HANDSHAKE),
+        ),
+        ProxyFault {
+            // The greeting offers no-auth and user/password.
+            first_seen: Some(&[5, 2, 0, 2]),
+            ..ProxyFault::new(
+                "socks5 auth rejected",
+                Script(vec![
+                    Act::Read,
+                    Act::Write(vec![0x05, 0x02]),
+                    Act::Read,
+                    Act::Write(vec![0x01, 0x01]),
+                ]),
+                "socks5://alice:{pw}@127.0.0.1:{port}",
+                PLAIN,
+                (Reason::ProxyAuthRejected, HANDSHAKE),
+            )
+        },
+        ProxyFault::new(
+            "socks5 no acceptable method",
+            Script(vec![Act::Read, Act::Write(vec![0x05, 0xff])]),
+            SOCKS5,
+            PLAIN,
+            (Reason::ProxyAuthRejected, HANDSHAKE),
+        ),
+        ProxyFault {
+            detail_has: Some("code 4"),
+            ..ProxyFault::new(
+                "socks5 host unreachable",
+                Socks5Reply(4),
+                SOCKS5,
+                PLAIN,
+                (Reason::UpstreamUnreachable, HANDSHAKE),
+            )
+        },
+        ProxyFault {
+            detail_has: Some("code 2"),
+            ..ProxyFault::new(
+                "socks5 not allowed",
+                Socks5Reply(2),
+                SOCKS5,
+                PLAIN,
+                (Reason::ProxyRejected, HANDSHAKE),
+            )
+        },
+        ProxyFault {
+            detail_has: Some("code 5"),
+            ..ProxyFault::new(
+                "socks5 connection refused",
+                Socks5Reply(5),
+                SOCKS5,
+                PLAIN,
+                (Reason::UpstreamUnreachable, HANDSHAKE),
+            )
+        },
+        ProxyFault {
+            detail_has: Some("91"),
+            ..ProxyFault::new(
+                "socks4 rejected",
+                Socks4Reply(91),
+                "socks4://127.0.0.1:{port}",
+                PLAIN,
+                (Reason::ProxyRejected, HANDSHAKE),
+            )
+        },
+        ProxyFault::new(
+            "socks4 ident mismatch",
+            Socks4Reply(93),
+            "socks4://bob@127.0.0.1:{port}",
+            PLAIN,
+            (Reason::ProxyAuthRejected, HANDSHAKE),
+        ),
+        ProxyFault {
+            status: Some(407),
+            ..connect_reply(
+                "CONNECT 407",
+                "HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"x\"\r\nContent-Length: 0\r\n\r\n",
+                (Reason::ProxyAuthRejected, HANDSHAKE),
+            )
+        },
+        ProxyFault {
+            status: Some(401),
+            ..connect_reply(
+                "CONNECT 401",
+                "HTTP/1.1 401 Unauthorized\r\n\r\n",
+                (Reason::ProxyAuthRejected, HANDSHAKE),
+            )
+        },
+        ProxyFault {
+            status: Some(502),
+            ..connect_reply(
+                "CONNECT 502",
+                "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n",
+                (Reason::UpstreamUnreachable, HANDSHAKE),
+            )
+        },
+        ProxyFault {
+            status: Some(503),
+            retry_after: Some(Duration::from_secs(30)),
+            ..connect_reply(
+                "CONNECT 503 with Retry-After",
+                "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 30\r\n\r\n",
+                (Reason::ProxyRejected, HANDSHAKE),
+            )
+        },
+        ProxyFault::new(
+            "https proxy speaking plain http",
+            Script(vec![
+                Act::Read,
+                Act::Write(b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec()),
+            ]),
+            "https://localhost:{port}",
+            PLAIN,
+            (Reason::TlsFailed, Phase::ProxyTls),
+        ),
+    ]
 }
 
 #[tokio::test]
-async fn bad_socks_version_byte_is_protocol_error() {
-    let fake = scripted(vec![Act::Read, Act::Write(vec![0x04, 0x00]), Act::Hang]).await;
-    let r = probe(
-        &cfg("http://127.0.0.1:9/"),
-        &format!("socks5://127.0.0.1:{}", fake.port()),
-    )
-    .await;
-    assert_failed(&r, Reason::ProxyProtocolError, Phase::ProxyHandshake);
-}
-
-#[tokio::test]
-async fn eof_mid_socks_handshake_is_connection_reset() {
-    let fake = scripted(vec![Act::Read, Act::Write(vec![0x05])]).await;
-    let r = probe(
-        &cfg("http://127.0.0.1:9/"),
-        &format!("socks5://127.0.0.1:{}", fake.port()),
-    )
-    .await;
-    assert_failed(&r, Reason::ConnectionReset, Phase::ProxyHandshake);
-}
-
-#[tokio::test]
-async fn eof_mid_connect_reply_is_connection_reset() {
-    let fake = scripted(vec![Act::Read, Act::Write(b"HTTP/1.1 200 Conn".to_vec())]).await;
-    let r = probe(
-        &cfg("https://localhost:9/"),
-        &format!("http://127.0.0.1:{}", fake.port()),
-    )
-    .await;
-    assert_failed(&r, Reason::ConnectionReset, Phase::ProxyHandshake);
-}
-
-// ---------------------------------------------------------------------------------------
-// SOCKS replies
-
-#[tokio::test]
-async fn socks5_auth_rejected() {
-    let fake = scripted(vec![
-        Act::Read,
-        Act::Write(vec![0x05, 0x02]),
-        Act::Read,
-        Act::Write(vec![0x01, 0x01]),
-    ])
-    .await;
-    let r = probe(
-        &cfg("http://127.0.0.1:9/"),
-        &format!("socks5://alice:{SECRET}@127.0.0.1:{}", fake.port()),
-    )
-    .await;
-    assert_failed(&r, Reason::ProxyAuthRejected, Phase::ProxyHandshake);
-    // The fake saw the greeting offering no-auth and user/password.
-    assert_eq!(fake.seen()[0].as_bytes(), &[5, 2, 0, 2]);
-}
-
-#[tokio::test]
-async fn socks5_no_acceptable_method_is_auth_rejected() {
-    let fake = scripted(vec![Act::Read, Act::Write(vec![0x05, 0xff])]).await;
-    let r = probe(
-        &cfg("http://127.0.0.1:9/"),
-        &format!("socks5://127.0.0.1:{}", fake.port()),
-    )
-    .await;
-    assert_failed(&r, Reason::ProxyAuthRejected, Phase::ProxyHandshake);
-}
-
-async fn socks5_reply(code: u8) -> ProbeResult {
-    let fake = socks5(Socks5Cfg {
-        reply: code,
-        ..Default::default()
-    })
-    .await;
-    probe(
-        &cfg("http://127.0.0.1:9/"),
-        &format!("socks5://127.0.0.1:{}", fake.port()),
-    )
-    .await
-}
-
-#[tokio::test]
-async fn socks5_host_unreachable_is_upstream_unreachable() {
-    let r = socks5_reply(4).await;
-    assert_failed(&r, Reason::UpstreamUnreachable, Phase::ProxyHandshake);
-    assert!(r.failure.unwrap().detail.unwrap().contains("code 4"));
-}
-
-#[tokio::test]
-async fn socks5_not_allowed_is_proxy_rejected() {
-    let r = socks5_reply(2).await;
-    assert_failed(&r, Reason::ProxyRejected, Phase::ProxyHandshake);
-    assert!(r.failure.unwrap().detail.unwrap().contains("code 2"));
-}
-
-#[tokio::test]
-async fn socks5_connection_refused_is_upstream_unreachable() {
-    let r = socks5_reply(5).await;
-    assert_failed(&r, Reason::UpstreamUnreachable, Phase::ProxyHandshake);
-    assert!(r.failure.unwrap().detail.unwrap().contains("code 5"));
-}
-
-#[tokio::test]
-async fn socks4_rejected_is_proxy_rejected() {
-    let fake = socks4(91).await;
-    let r = probe(
-        &cfg("http://127.0.0.1:9/"),
-        &format!("socks4://127.0.0.1:{}", fake.port()),
-    )
-    .await;
-    assert_failed(&r, Reason::ProxyRejected, Phase::ProxyHandshake);
-    assert!(r.failure.unwrap().detail.unwrap().contains("91"));
-}
-
-#[tokio::test]
-async fn socks4_ident_mismatch_is_auth_rejected() {
-    let fake = socks4(93).await;
-    let r = probe(
-        &cfg("http://127.0.0.1:9/"),
-        &format!("socks4://bob@127.0.0.1:{}", fake.port()),
-    )
-    .await;
-    assert_failed(&r, Reason::ProxyAuthRejected, Phase::ProxyHandshake);
-}
-
-// ---------------------------------------------------------------------------------------
-// CONNECT replies
-
-async fn connect_reply(head: &str) -> ProbeResult {
-    let fake = scripted(vec![
-        Act::Read,
-        Act::Write(head.as_bytes().to_vec()),
-        Act::Hang,
-    ])
-    .await;
-    probe(
-        &cfg("https://localhost:9/"),
-        &format!("http://alice:{SECRET}@127.0.0.1:{}", fake.port()),
-    )
-    .await
-}
-
-#[tokio::test]
-async fn connect_407_is_auth_rejected() {
-    let r = connect_reply("HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"x\"\r\nContent-Length: 0\r\n\r\n").await;
-    assert_failed(&r, Reason::ProxyAuthRejected, Phase::ProxyHandshake);
-    assert_eq!(r.status, Some(407));
-    assert_eq!(r.failure.unwrap().status, Some(407));
-}
-
-#[tokio::test]
-async fn connect_401_is_auth_rejected() {
-    let r = connect_reply("HTTP/1.1 401 Unauthorized\r\n\r\n").await;
-    assert_failed(&r, Reason::ProxyAuthRejected, Phase::ProxyHandshake);
-    assert_eq!(r.status, Some(401));
-}
-
-#[tokio::test]
-async fn connect_502_is_upstream_unreachable() {
-    let r = connect_reply("HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n").await;
-    assert_failed(&r, Reason::UpstreamUnreachable, Phase::ProxyHandshake);
-    assert_eq!(r.status, Some(502));
-}
-
-#[tokio::test]
-async fn connect_503_is_proxy_rejected_with_retry_after() {
-    let r = connect_reply("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 30\r\n\r\n").await;
-    assert_failed(&r, Reason::ProxyRejected, Phase::ProxyHandshake);
-    let f = r.failure.unwrap();
-    assert_eq!(f.status, Some(503));
-    assert_eq!(f.retry_after, Some(Duration::from_secs(30)));
+async fn every_proxy_fault_has_its_reason_and_phase() {
+    for case in proxy_faults() {
+        let fake = match case.fake {
+            ProxyFake::Script(acts) => scripted(acts).await,
+            ProxyFake::Socks5Reply(code) => {
+                socks5(Socks5Cfg {
+                    reply: code,
+                    ..Default::default()
+                })
+                .await
+            }
+            ProxyFake::Socks4Reply(code) => socks4(code).await,
+        };
+        let mut c = cfg(case.target);
+        if let Some(t) = case.timeout {
+            c.timeout = t;
+        }
+        let proxy = case
+            .proxy
+            .replace("{port}", &fake.port().to_string())
+            .replace("{pw}", SECRET);
+        let r = probe(&c, &proxy).await;
+        let name = case.name;
+        check_failed(name, &r, case.want);
+        let f = r.failure.clone().unwrap();
+        if let Some(st) = case.status {
+            assert_eq!(f.status, Some(st), "{name}: failure status");
+            assert_eq!(r.status, Some(st), "{name}: result status");
+        }
+        assert_eq!(f.retry_after, case.retry_after, "{name}: retry-after");
+        if let Some(part) = case.detail_has {
+            let detail = f.detail.unwrap_or_default();
+            assert!(detail.contains(part), "{name}: detail {detail:?}");
+        }
+        if let Some(greeting) = case.first_seen {
+            assert_eq!(fake.seen()[0].as_bytes(), greeting, "{name}: greeting");
+        }
+        if let Some(max) = case.max_total {
+            assert!(r.total < max, "{name}: {r:?}");
+        }
+    }
 }
 
 #[tokio::test]
@@ -324,21 +415,6 @@ async fn connect_request_is_well_formed() {
 
 // ---------------------------------------------------------------------------------------
 // TLS
-
-#[tokio::test]
-async fn https_proxy_speaking_plain_http_is_tls_failed() {
-    let fake = scripted(vec![
-        Act::Read,
-        Act::Write(b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec()),
-    ])
-    .await;
-    let r = probe(
-        &cfg("http://127.0.0.1:9/"),
-        &format!("https://localhost:{}", fake.port()),
-    )
-    .await;
-    assert_failed(&r, Reason::TlsFailed, Phase::ProxyTls);
-}
 
 #[tokio::test]
 async fn https_proxy_with_untrusted_cert_is_tls_failed() {
@@ -379,54 +455,162 @@ async fn destination_with_untrusted_ca_is_tls_failed() {
 // ---------------------------------------------------------------------------------------
 // Destination answers
 
+/// The fake destination of a fault case.
+enum DestFake {
+    Cfg(DestCfg),
+    Script(Vec<Act>),
+}
+
+/// One probe through a working SOCKS5 proxy to a faulty destination.
+struct DestFault {
+    name: &'static str,
+    fake: DestFake,
+    probe: fn(&mut ProbeConfig),
+    want: (Reason, Phase),
+    status: Option<u16>,
+    /// Whether the failure itself carries `status` (a CONNECT-level status does not).
+    failure_status: bool,
+    retry_after: Option<Duration>,
+    max_total: Option<Duration>,
+    phases: Option<&'static [Phase]>,
+}
+
+impl DestFault {
+    fn new(name: &'static str, fake: DestFake, want: (Reason, Phase)) -> DestFault {
+        DestFault {
+            name,
+            fake,
+            probe: |_| {},
+            want,
+            status: None,
+            failure_status: false,
+            retry_after: None,
+            max_total: None,
+            phases: None,
+        }
+    }
+}
+
+fn dest_faults() -> Vec<DestFault> {
+    use DestFake::{Cfg, Script};
+    vec![
+        DestFault {
+            status: Some(403),
+            failure_status: true,
+            ..DestFault::new(
+                "destination 403",
+                Cfg(DestCfg {
+                    status: 403,
+                    ..Default::default()
+                }),
+                (Reason::DestinationStatus, Phase::ResponseHead),
+            )
+        },
+        DestFault {
+            status: Some(429),
+            failure_status: true,
+            retry_after: Some(Duration::from_secs(120)),
+            ..DestFault::new(
+                "destination 429 with Retry-After",
+                Cfg(DestCfg {
+                    status: 429,
+                    headers: vec![("Retry-After".into(), "120".into())],
+                    ..Default::default()
+                }),
+                (Reason::DestinationStatus, Phase::ResponseHead),
+            )
+        },
+        DestFault {
+            probe: |c| c.expect_body = Some("Example Domain".into()),
+            status: Some(200),
+            ..DestFault::new(
+                "wrong body",
+                Cfg(DestCfg::default()),
+                (Reason::BodyMismatch, Phase::ResponseBody),
+            )
+        },
+        DestFault {
+            probe: |c| c.timeout = Duration::from_millis(700),
+            max_total: Some(Duration::from_millis(1200)),
+            ..DestFault::new(
+                "trickling body",
+                Cfg(DestCfg {
+                    trickle: Some(Duration::from_millis(200)),
+                    ..Default::default()
+                }),
+                (Reason::SlowResponse, Phase::ResponseBody),
+            )
+        },
+        DestFault {
+            probe: |c| c.timeout = Duration::from_millis(300),
+            phases: Some(&[
+                Phase::Connect,
+                Phase::ProxyHandshake,
+                Phase::Request,
+                Phase::ResponseHead,
+            ]),
+            ..DestFault::new(
+                "silent destination",
+                Script(vec![Act::Read, Act::Hang]),
+                (Reason::SlowResponse, Phase::ResponseHead),
+            )
+        },
+        DestFault::new(
+            "reset mid body",
+            Cfg(DestCfg {
+                body: vec![b'x'; 1000],
+                reset_after: Some(10),
+                ..Default::default()
+            }),
+            (Reason::ConnectionReset, Phase::ResponseBody),
+        ),
+        DestFault::new(
+            "close mid head",
+            Script(vec![
+                Act::Read,
+                Act::Write(b"HTTP/1.1 200 OK\r\nContent-Le".to_vec()),
+            ]),
+            (Reason::ConnectionReset, Phase::ResponseHead),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn every_destination_fault_has_its_reason_and_phase() {
+    for case in dest_faults() {
+        let d = match case.fake {
+            DestFake::Cfg(cfg) => dest(cfg).await,
+            DestFake::Script(acts) => scripted(acts).await,
+        };
+        let proxy = socks5(Socks5Cfg::default()).await;
+        let mut c = cfg(http_url(&d));
+        (case.probe)(&mut c);
+        let r = probe(&c, &format!("socks5://127.0.0.1:{}", proxy.port())).await;
+        let name = case.name;
+        check_failed(name, &r, case.want);
+        let f = r.failure.clone().unwrap();
+        if let Some(st) = case.status {
+            assert_eq!(r.status, Some(st), "{name}: result status");
+        }
+        if case.failure_status {
+            assert_eq!(f.status, case.status, "{name}: failure status");
+        }
+        assert_eq!(f.retry_after, case.retry_after, "{name}: retry-after");
+        if let Some(max) = case.max_total {
+            assert!(r.total < max, "{name}: {r:?}");
+        }
+        if let Some(want) = case.phases {
+            assert_eq!(phases(&r), want, "{name}: phases");
+        }
+    }
+}
+
 async fn via_socks(d: DestCfg, c: impl FnOnce(&mut ProbeConfig)) -> ProbeResult {
     let d = dest(d).await;
     let proxy = socks5(Socks5Cfg::default()).await;
     let mut pc = cfg(http_url(&d));
     c(&mut pc);
     probe(&pc, &format!("socks5://127.0.0.1:{}", proxy.port())).await
-}
-
-#[tokio::test]
-async fn destination_403_is_destination_status() {
-    let r = via_socks(
-        DestCfg {
-            status: 403,
-            ..Default::default()
-        },
-        |_| {},
-    )
-    .await;
-    assert_failed(&r, Reason::DestinationStatus, Phase::ResponseHead);
-    assert_eq!(r.status, Some(403));
-    assert_eq!(r.failure.unwrap().status, Some(403));
-}
-
-#[tokio::test]
-async fn destination_429_carries_retry_after() {
-    let r = via_socks(
-        DestCfg {
-            status: 429,
-            headers: vec![("Retry-After".into(), "120".into())],
-            ..Default::default()
-        },
-        |_| {},
-    )
-    .await;
-    assert_failed(&r, Reason::DestinationStatus, Phase::ResponseHead);
-    let f = r.failure.unwrap();
-    assert_eq!(f.status, Some(429));
-    assert_eq!(f.retry_after, Some(Duration::from_secs(120)));
-}
-
-#[tokio::test]
-async fn wrong_body_is_body_mismatch() {
-    let r = via_socks(DestCfg::default(), |c| {
-        c.expect_body = Some("Example Domain".into())
-    })
-    .await;
-    assert_failed(&r, Reason::BodyMismatch, Phase::ResponseBody);
-    assert_eq!(r.status, Some(200));
 }
 
 #[tokio::test]
@@ -443,69 +627,6 @@ async fn expected_body_within_max_body() {
     })
     .await;
     assert_failed(&r, Reason::BodyMismatch, Phase::ResponseBody);
-}
-
-#[tokio::test]
-async fn trickling_body_is_slow_response() {
-    let r = via_socks(
-        DestCfg {
-            trickle: Some(Duration::from_millis(200)),
-            ..Default::default()
-        },
-        |c| c.timeout = Duration::from_millis(700),
-    )
-    .await;
-    assert_failed(&r, Reason::SlowResponse, Phase::ResponseBody);
-    assert!(r.total < Duration::from_millis(1200), "{r:?}");
-}
-
-#[tokio::test]
-async fn silent_destination_is_slow_head() {
-    let d = scripted(vec![Act::Read, Act::Hang]).await;
-    let proxy = socks5(Socks5Cfg::default()).await;
-    let mut c = cfg(http_url(&d));
-    c.timeout = Duration::from_millis(300);
-    let r = probe(&c, &format!("socks5://127.0.0.1:{}", proxy.port())).await;
-    assert_failed(&r, Reason::SlowResponse, Phase::ResponseHead);
-    assert_eq!(
-        phases(&r),
-        [
-            Phase::Connect,
-            Phase::ProxyHandshake,
-            Phase::Request,
-            Phase::ResponseHead
-        ]
-    );
-}
-
-#[tokio::test]
-async fn reset_mid_body_is_connection_reset() {
-    let r = via_socks(
-        DestCfg {
-            body: vec![b'x'; 1000],
-            reset_after: Some(10),
-            ..Default::default()
-        },
-        |_| {},
-    )
-    .await;
-    assert_failed(&r, Reason::ConnectionReset, Phase::ResponseBody);
-}
-
-#[tokio::test]
-async fn close_mid_head_is_connection_reset() {
-    let d = scripted(vec![
-        Act::Read,
-        Act::Write(b"HTTP/1.1 200 OK\r\nContent-Le".to_vec()),
-    ])
-    .await;
-    let proxy = socks5(Socks5Cfg::default()).await;
-    let r = probe(
-        &cfg(http_url(&d)),
-        &format!("socks5://127.0.0.1:{}", proxy.port()),
-    )
-    .await;
-    assert_failed(&r, Reason::ConnectionReset, Phase::ResponseHead);
 }
 
 // ---------------------------------------------------------------------------------------

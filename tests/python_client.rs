@@ -4,29 +4,20 @@
 //! real tinyproxy and microsocks, and a real Scrapy crawl. Without that interpreter the
 //! test is skipped with a note, unless `CI` is set: then it fails.
 
-mod support_daemon;
+mod common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support_daemon::{wait_output, BIN};
+use common::daemon::{wait_output, BIN};
+use common::tools::skip_unless_ci;
 
 const MODULES: &str = "import pytest, scrapy, requests, httpx, aiohttp, socks, proxypool_client";
 
-fn in_ci() -> bool {
-    std::env::var_os("CI").is_some_and(|v| !v.is_empty())
-}
-
 /// The interpreter, or None (skipped) outside CI.
 fn python() -> Option<String> {
-    let skip = |why: String| {
-        if in_ci() {
-            panic!("{why}; CI must run the Python client tests (see .ci/run)");
-        }
-        eprintln!("note: {why}; skipping the Python client tests");
-        None
-    };
+    let skip = |why: String| skip_unless_ci(&why, "CI runs the Python client tests, see .ci/run");
     let Some(py) = std::env::var("PROXYPOOL_PYTHON")
         .ok()
         .filter(|p| !p.is_empty())

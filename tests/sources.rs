@@ -2,13 +2,11 @@
 //! are real files, real commands and a real local HTTP server, `sources::sniff` /
 //! `sources::reconcile` called directly, and the exact event trail read back from the store.
 
-mod support_vpool;
+mod common;
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write as _};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use proxypool::config::{Config, PoolConfig};
@@ -20,6 +18,8 @@ use proxypool::sources::{self, Trigger, EXHAUSTION_BACKOFF};
 use proxypool::store::{EndpointRow, EventRow, Store};
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
+
+use common::fakes::{dest, Answer, DestCfg, Fake};
 
 const POOL: &str = "sn";
 const TTL: Duration = Duration::from_secs(60);
@@ -225,54 +225,34 @@ fn command_source(argv: &[&str], extra: &str) -> String {
     )
 }
 
-/// A tiny HTTP server whose answer (status, body) can be changed; counts requests.
+/// A list server (a destination fake) whose answer can be changed; counts requests.
 struct ListServer {
-    port: u16,
-    answer: Arc<Mutex<(u16, String)>>,
-    hits: Arc<Mutex<usize>>,
+    fake: Fake,
+    answer: Answer,
 }
 
 impl ListServer {
-    fn start(status: u16, body: &str) -> ListServer {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = l.local_addr().unwrap().port();
-        let answer = Arc::new(Mutex::new((status, body.to_string())));
-        let hits = Arc::new(Mutex::new(0));
-        let (a, h) = (answer.clone(), hits.clone());
-        std::thread::spawn(move || {
-            for s in l.incoming() {
-                let Ok(mut s) = s else { continue };
-                // Read the request head.
-                let mut buf = Vec::new();
-                let mut b = [0u8; 1024];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut b) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => buf.extend_from_slice(&b[..n]),
-                    }
-                }
-                *h.lock().unwrap() += 1;
-                let (status, body) = a.lock().unwrap().clone();
-                let _ = write!(
-                    s,
-                    "HTTP/1.1 {status} X\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            }
-        });
-        ListServer { port, answer, hits }
+    async fn start(status: u16, body: &str) -> ListServer {
+        let answer = Answer::new(status, body);
+        let fake = dest(DestCfg {
+            answer: Some(answer.clone()),
+            headers: vec![("Content-Type".into(), "text/plain".into())],
+            ..DestCfg::default()
+        })
+        .await;
+        ListServer { fake, answer }
     }
 
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/proxies.txt", self.port)
+        format!("http://127.0.0.1:{}/proxies.txt", self.fake.port())
     }
 
     fn set(&self, status: u16, body: &str) {
-        *self.answer.lock().unwrap() = (status, body.to_string());
+        self.answer.set(status, body);
     }
 
     fn hits(&self) -> usize {
-        *self.hits.lock().unwrap()
+        self.fake.seen().len()
     }
 }
 
@@ -638,7 +618,7 @@ struct Mixed {
 }
 
 async fn mixed() -> Mixed {
-    let server = ListServer::start(200, r#"["http://10.11.2.1:80", "http://10.11.2.2:80"]"#);
+    let server = ListServer::start(200, r#"["http://10.11.2.1:80", "http://10.11.2.2:80"]"#).await;
     // The command runs `script.sh`, which each case rewrites.
     let srcs = format!(
         "{}{}\n[[pool.source]]\nkind = \"url\"\nurl = \"{}\"\ntimeout = \"2s\"\nmax_bytes = 10000\n",
@@ -696,7 +676,7 @@ async fn mixed() -> Mixed {
         (g2, g)
     };
     fx.engine
-        .report(&fail.lease, Outcome::Failure(support_vpool::failure()))
+        .report(&fail.lease, Outcome::Failure(common::vpool::failure()))
         .await
         .unwrap();
     fx.engine.release(&ok.lease).await.unwrap();
@@ -1055,7 +1035,7 @@ async fn exhaustion_triggers_a_sniff_rate_limited_by_the_backoff() {
         .await
         .unwrap();
     fx.engine
-        .report(&g.lease, Outcome::Failure(support_vpool::failure()))
+        .report(&g.lease, Outcome::Failure(common::vpool::failure()))
         .await
         .unwrap();
     let other = if g.endpoint == a { b } else { a };
@@ -1151,28 +1131,12 @@ async fn a_command_source_runs_in_the_config_folder() {
 
 #[tokio::test]
 async fn a_url_source_sends_its_credentials_as_basic_auth_never_in_host() {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    let head = Arc::new(Mutex::new(String::new()));
-    let h = head.clone();
-    std::thread::spawn(move || {
-        let Ok((mut s, _)) = l.accept() else { return };
-        let mut buf = Vec::new();
-        let mut b = [0u8; 1024];
-        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-            match s.read(&mut b) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => buf.extend_from_slice(&b[..n]),
-            }
-        }
-        *h.lock().unwrap() = String::from_utf8_lossy(&buf).into_owned();
-        let body = "http://10.1.1.1:3128\n";
-        let _ = write!(
-            s,
-            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-    });
+    let lister = dest(DestCfg {
+        body: b"http://10.1.1.1:3128\n".to_vec(),
+        ..DestCfg::default()
+    })
+    .await;
+    let port = lister.port();
     let src = proxypool::config::SourceConfig {
         kind: proxypool::config::SourceKind::Url(format!(
             "http://lister:t%40k3n@127.0.0.1:{port}/list"
@@ -1185,7 +1149,7 @@ async fn a_url_source_sends_its_credentials_as_basic_auth_never_in_host() {
     };
     let urls = sources::fetch(&src).await.unwrap();
     assert_eq!(urls.len(), 1);
-    let raw = head.lock().unwrap().clone();
+    let raw = lister.seen()[0].clone();
     let head = raw.to_ascii_lowercase();
     assert!(
         head.contains(&format!("host: 127.0.0.1:{port}\r\n")),

@@ -1,18 +1,17 @@
 //! Sniffing pools end to end through the real binary: `proxypool serve` with a `sniffing`
 //! pool whose probe target is a local destination reached through local fake HTTP proxies
-//! (tests/support), so new endpoints move probe_allowed → available after one real probe.
+//! (tests/common/fakes.rs), so new endpoints move probe_allowed → available after one real probe.
 
-mod support;
-mod support_daemon;
+mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::daemon::*;
+use common::fakes::{self, fake_runtime, DestCfg, Fake, HttpProxyCfg};
 use serde_json::{json, Value};
-use support::{DestCfg, Fake, HttpProxyCfg};
-use support_daemon::*;
 
 /// A runtime for the fakes, and the fakes: a destination and `n` HTTP proxies.
 /// (Fields drop in order: the fakes before their runtime.)
@@ -24,20 +23,16 @@ struct Net {
 
 impl Net {
     fn new(n: usize) -> Net {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = fake_runtime();
         let (dest, proxies) = rt.block_on(async {
-            let dest = support::dest(DestCfg {
+            let dest = fakes::dest(DestCfg {
                 body: b"sniffed destination ok".to_vec(),
                 ..DestCfg::default()
             })
             .await;
             let mut proxies = Vec::new();
             for _ in 0..n {
-                proxies.push(support::http_proxy(HttpProxyCfg::default()).await);
+                proxies.push(fakes::http_proxy(HttpProxyCfg::default()).await);
             }
             (dest, proxies)
         });
@@ -458,7 +453,7 @@ fn serve_asks_only_a_working_preferred_source_and_falls_back_in_config_order() {
 #[test]
 fn serve_sniffs_on_exhaustion_once_and_a_listed_operator_disabled_endpoint_stays_disabled() {
     let net = Net::new(1);
-    let closed = net._rt.block_on(support::closed_port());
+    let closed = net._rt.block_on(fakes::closed_port());
     let h0 = tempfile::tempdir().unwrap();
     let list = h0.path().join("list.txt");
     let dead = format!("http://127.0.0.1:{closed}");

@@ -1,15 +1,15 @@
 //! Virtual-pool scenarios with an exact audit of the event trail, and restarts.
 
-mod support_vpool;
+mod common;
 
 use std::time::{Duration, SystemTime};
 
+use common::vpool::{config, ev, Audit, Script, VirtualPool, POOL, TTL};
 use proxypool::config::Mode;
 use proxypool::health::{Failure, Input, Phase, Reason, State};
 use proxypool::pool::engine::Engine;
 use proxypool::pool::{Outcome, PoolError, Pools};
 use proxypool::store::{NewEndpoint, Store};
-use support_vpool::{config, ev, Audit, Script, VirtualPool, POOL, TTL};
 use tokio::time::{advance, Instant};
 use Script::*;
 
@@ -508,7 +508,7 @@ async fn engine_restart_keeps_the_state() {
     let g = engine.lease(POOL, TTL, None, Duration::ZERO).await.unwrap();
     assert_eq!(g.endpoint, 1);
     let st = engine
-        .report(&g.lease, Outcome::Failure(support_vpool::failure()))
+        .report(&g.lease, Outcome::Failure(common::vpool::failure()))
         .await
         .unwrap();
     assert_eq!(st, State::Cooling);

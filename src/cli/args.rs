@@ -132,6 +132,17 @@ pub enum Command {
         #[arg(required = true)]
         endpoints: Vec<String>,
     },
+    /// Replace an endpoint's URL (e.g. a rotated password) or label, keeping its id, state and history.
+    Edit {
+        /// Id or URL.
+        endpoint: String,
+        /// New URL, in the same pool (scheme://[user[:password]@]host:port).
+        #[arg(long)]
+        url: Option<String>,
+        /// New label ("" clears it).
+        #[arg(long)]
+        label: Option<String>,
+    },
     /// Probe endpoints with a full transaction to the pool's probe URL.
     Probe {
         /// Ids or URLs.
@@ -154,6 +165,10 @@ pub enum Command {
         /// Also listen on TCP (requires PROXYPOOL_TOKEN).
         #[arg(long, value_name = "ADDR")]
         listen_tcp: Option<SocketAddr>,
+        /// Also run a rotating gateway (HTTP proxy + SOCKS5) on ADDR; a non-loopback
+        /// address requires PROXYPOOL_TOKEN, which clients send as the proxy password.
+        #[arg(long, value_name = "ADDR")]
+        gateway: Option<SocketAddr>,
     },
     /// Lease an endpoint from a running daemon and print its URL.
     Lease {
@@ -172,6 +187,40 @@ pub enum Command {
         /// All fields as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Report how a lease went (needs a running daemon); prints the endpoint's state.
+    Report {
+        /// Lease id.
+        lease: String,
+        /// success | failure.
+        #[arg(long, value_enum)]
+        outcome: OutcomeArg,
+        /// Why it failed (required for a failure), e.g. connect_timeout.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Where it failed, e.g. connect.
+        #[arg(long)]
+        phase: Option<String>,
+        /// HTTP status seen.
+        #[arg(long)]
+        status: Option<u16>,
+        /// Retry-After seen: seconds, a duration like 90s, or an HTTP date.
+        #[arg(long, value_name = "VALUE")]
+        retry_after: Option<String>,
+        /// Free text kept in the event log.
+        #[arg(long, value_name = "TEXT")]
+        detail: Option<String>,
+        /// The host the use was for: scopes the failure (SPEC §13).
+        #[arg(long, value_name = "HOST")]
+        destination: Option<String>,
+        /// How long the use took, in milliseconds.
+        #[arg(long, value_name = "MS")]
+        duration_ms: Option<u64>,
+    },
+    /// Give a lease back without an outcome (needs a running daemon).
+    Release {
+        /// Lease id.
+        lease: String,
     },
     /// The event log, oldest first.
     Events {
@@ -206,4 +255,31 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print a shell completion script.
+    Completions {
+        /// Shell.
+        #[arg(value_enum)]
+        shell: ShellArg,
+    },
+    /// Print the man page (roff) generated from this command line.
+    Man {
+        /// Instead write proxypool.1 and one proxypool-COMMAND.1 per command into DIR.
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
+    },
+}
+
+/// `report --outcome`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum OutcomeArg {
+    Success,
+    Failure,
+}
+
+/// `completions SHELL`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ShellArg {
+    Bash,
+    Zsh,
+    Fish,
 }

@@ -56,8 +56,7 @@ impl Context {
     }
 
     pub(super) fn open_store(&self) -> Result<Store, CliError> {
-        Store::open_with(&self.db, self.config.durability)
-            .map_err(|e| CliError::failed(e.to_string()))
+        Ok(Store::open_with(&self.db, self.config.durability)?)
     }
 
     /// Resolve every `ID|URL` argument before anything changes, so that one bad argument

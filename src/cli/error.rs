@@ -45,7 +45,8 @@ impl From<StoreError> for CliError {
             StoreError::Duplicate { .. }
             | StoreError::DuplicateInBatch { .. }
             | StoreError::NotFound(_)
-            | StoreError::Ambiguous { .. } => CliError::usage(e.to_string()),
+            | StoreError::Ambiguous { .. }
+            | StoreError::HardLinked { .. } => CliError::usage(e.to_string()),
             _ => CliError::failed(e.to_string()),
         }
     }
@@ -64,6 +65,8 @@ impl From<EngineError> for CliError {
     fn from(e: EngineError) -> Self {
         match e {
             EngineError::Pool(p) => CliError::usage(p.to_string()),
+            // A refusal of the input (an identity already taken) changed nothing.
+            EngineError::Store(s) if s.is_input() => CliError::usage(s.to_string()),
             EngineError::Store(s) => CliError::failed(s.to_string()),
             EngineError::Resolve(r) => r.into(),
             e @ EngineError::Stopped => CliError::failed(e.to_string()),

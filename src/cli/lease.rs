@@ -14,18 +14,7 @@ pub(super) async fn lease(
     session: Option<String>,
     json: bool,
 ) -> Result<(), CliError> {
-    // This database's daemon, else whatever serves the configured socket: a
-    // lease changes nothing in the database.
-    let c = match ctx.daemon().await? {
-        Some(c) => Some(c),
-        None => Client::connect(&ctx.socket).await?,
-    };
-    let Some(mut c) = c else {
-        return Err(CliError::failed(format!(
-            "no daemon is serving on {}; start one with `proxypool serve`",
-            ctx.socket.display()
-        )));
-    };
+    let mut c = connect_any(ctx).await?;
     c.set_timeout(wait + crate::client::DEFAULT_TIMEOUT);
     let req = Request::Lease {
         pool: Some(pool),
@@ -38,9 +27,11 @@ pub(super) async fn lease(
     let resp = c.request(&req).await?;
     if json {
         // Through a `Value`, so the keys print sorted as they always have.
+        // A failure prints its error object too (`pool_exhausted` with its
+        // `retry_after_ms`), for scripts; the exit code still says it failed.
         let v = serde_json::to_value(&resp).unwrap_or_default();
-        resp.into_result().map_err(daemon_error)?;
         println!("{v}");
+        resp.into_result().map_err(daemon_error)?;
         return Ok(());
     }
     match resp.into_result().map_err(daemon_error)? {
@@ -48,4 +39,19 @@ pub(super) async fn lease(
         _ => return Err(unexpected("lease")),
     }
     Ok(())
+}
+
+/// This database's daemon, else whatever serves the configured socket: leases live only
+/// in a daemon's memory, so without one these commands fail (exit 1).
+pub(super) async fn connect_any(ctx: &Context) -> Result<Client, CliError> {
+    let c = match ctx.daemon().await? {
+        Some(c) => Some(c),
+        None => Client::connect(&ctx.socket).await?,
+    };
+    c.ok_or_else(|| {
+        CliError::failed(format!(
+            "no daemon is serving on {}; start one with `proxypool serve`",
+            ctx.socket.display()
+        ))
+    })
 }

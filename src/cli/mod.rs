@@ -4,6 +4,7 @@
 mod add;
 mod args;
 mod context;
+mod edit;
 mod error;
 mod events;
 mod inspect;
@@ -11,21 +12,25 @@ mod lease;
 mod operator;
 mod pairs;
 mod probe;
+mod report;
 mod serve;
+mod shell;
 mod table;
 
-pub use args::{Cli, Command, Global};
+pub use args::{Cli, Command, Global, OutcomeArg, ShellArg};
 pub use context::Context;
 pub use error::CliError;
 
 use add::{add, import, parse_urls};
 use context::call;
+use edit::edit;
 use error::{daemon_error, unexpected};
 use events::events;
 use inspect::{list, show, sources, status};
 use lease::lease;
 use operator::{operator, remove};
 use probe::probe;
+use report::{release, report, ReportArgs};
 use serve::serve;
 use table::table;
 
@@ -33,6 +38,12 @@ use crate::health::{Input, State};
 use crate::protocol::Request;
 
 pub async fn run(cli: Cli) -> Result<(), CliError> {
+    // Neither reads the config: they work on a machine with a broken one.
+    match &cli.command {
+        Command::Completions { shell } => return shell::completions(*shell),
+        Command::Man { out_dir } => return shell::man(out_dir.as_deref()),
+        _ => {}
+    }
     let ctx = Context::resolve(&cli.global)?;
     match cli.command {
         Command::Add { urls, pool, label } => {
@@ -114,7 +125,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             json,
             concurrency,
         } => probe(&ctx, endpoints, all, pool, json, concurrency).await,
-        Command::Serve { listen_tcp } => serve(&ctx, listen_tcp).await,
+        Command::Serve {
+            listen_tcp,
+            gateway,
+        } => serve(&ctx, listen_tcp, gateway).await,
         Command::Lease {
             pool,
             ttl,
@@ -129,6 +143,36 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             limit,
         } => events(&ctx, endpoint, follow, json, limit).await,
         Command::Sources { pool, json } => sources(&ctx, pool, json).await,
+        Command::Edit {
+            endpoint,
+            url,
+            label,
+        } => edit(&ctx, &endpoint, url, label).await,
+        Command::Report {
+            lease,
+            outcome,
+            reason,
+            phase,
+            status,
+            retry_after,
+            detail,
+            destination,
+            duration_ms,
+        } => {
+            let args = ReportArgs {
+                outcome,
+                reason,
+                phase,
+                status,
+                retry_after,
+                detail,
+                destination,
+                duration_ms,
+            };
+            report(&ctx, lease, args).await
+        }
+        Command::Release { lease } => release(&ctx, lease).await,
+        Command::Completions { .. } | Command::Man { .. } => Ok(()),
         Command::Status { pool, json } => status(&ctx, pool, json).await,
     }
 }

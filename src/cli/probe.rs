@@ -30,6 +30,7 @@ pub(super) async fn probe(
     if let Some(p) = &pool {
         ctx.check_pool(p)?;
     }
+    let every_pool = targets.is_empty() && pool.is_none();
     let reports: Vec<ProbeReport> = if let Some(mut c) = ctx.daemon().await? {
         // The daemon owns the pool state: let it run the probes and apply the results.
         // A sweep of a large pool takes as long as it takes.
@@ -59,6 +60,8 @@ pub(super) async fn probe(
         };
         let probers =
             probe_run::probers(&ctx.config).map_err(|e| CliError::usage(e.to_string()))?;
+        let ids = probe_run::probe_targets(&engine, &probers, ids, every_pool)
+            .map_err(CliError::usage)?;
         let bar = if std::io::stderr().is_terminal() && !json_out {
             let b = ProgressBar::new(ids.len() as u64);
             b.set_style(
@@ -108,6 +111,22 @@ pub(super) async fn probe(
             ]);
         }
         println!("{t}");
+    }
+    if every_pool {
+        // Said once, so that a sweep that passed over some pools is not read as "all ok".
+        let untested: Vec<&str> = ctx
+            .config
+            .pools
+            .values()
+            .filter(|p| p.probe.url.is_none())
+            .map(|p| p.name.as_str())
+            .collect();
+        if !untested.is_empty() {
+            eprintln!(
+                "note: pools without [pool.probe] url are never probed: {}",
+                untested.join(", ")
+            );
+        }
     }
     let failed = reports
         .iter()

@@ -11,7 +11,11 @@ use crate::daemon::{self, ServeOptions};
 use crate::lock::{self};
 use crate::pool::engine::{sync_config_endpoints, Engine};
 
-pub(super) async fn serve(ctx: &Context, listen_tcp: Option<SocketAddr>) -> Result<(), CliError> {
+pub(super) async fn serve(
+    ctx: &Context,
+    listen_tcp: Option<SocketAddr>,
+    gateway: Option<SocketAddr>,
+) -> Result<(), CliError> {
     let token = std::env::var("PROXYPOOL_TOKEN")
         .ok()
         .filter(|t| !t.is_empty());
@@ -19,6 +23,21 @@ pub(super) async fn serve(ctx: &Context, listen_tcp: Option<SocketAddr>) -> Resu
         return Err(CliError::usage(
             "--listen-tcp needs a token: set PROXYPOOL_TOKEN (clients send it as \"token\")",
         ));
+    }
+    if let (Some(_), Some(t)) = (listen_tcp, &token) {
+        crate::token::validate(t).map_err(|e| CliError::usage(e.to_string()))?;
+    }
+    crate::socket_file::check(&ctx.socket).map_err(|e| CliError::usage(e.to_string()))?;
+    let mut config = ctx.config.clone();
+    if let Some(addr) = gateway {
+        let mut g = crate::config::GatewayConfig::new(addr);
+        g.token = token.clone();
+        g.check().map_err(|(key, msg)| {
+            CliError::usage(format!(
+                "--gateway: {key}: {msg} (set PROXYPOOL_TOKEN; clients send it as the proxy password)"
+            ))
+        })?;
+        Arc::make_mut(&mut config).gateways.push(g);
     }
     // Own the database before reading it: a second daemon is refused, and CLI commands
     // writing right now finish first (their writes are then in what we load).
@@ -42,13 +61,21 @@ pub(super) async fn serve(ctx: &Context, listen_tcp: Option<SocketAddr>) -> Resu
         std::process::exit(1);
     });
     let r = daemon::serve(
-        ctx.config.clone(),
+        config,
         engine,
         ServeOptions {
             socket,
             listen_tcp,
             token,
             lock: Some(held.clone()),
+            // The file this daemon started from; else the default path, where a config
+            // written after the start is picked up by SIGHUP.
+            reload_from: Some(
+                ctx.config
+                    .path
+                    .clone()
+                    .unwrap_or_else(crate::config::default_config_path),
+            ),
         },
         shutdown,
     )

@@ -34,6 +34,34 @@ pub fn base64(input: &[u8]) -> String {
     out
 }
 
+/// Decode standard base64 (padding optional); None on any other byte.
+pub fn base64_decode(input: &str) -> Option<Vec<u8>> {
+    let val = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let s = input.trim_end_matches('=').as_bytes();
+    if s.len() % 4 == 1 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    for chunk in s.chunks(4) {
+        let mut n = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            n |= val(c)? << (18 - 6 * i);
+        }
+        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&bytes[..chunk.len() - 1]);
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,7 +78,10 @@ mod tests {
             ("foobar", "Zm9vYmFy"),
         ] {
             assert_eq!(base64(i.as_bytes()), o);
+            assert_eq!(base64_decode(o).as_deref(), Some(i.as_bytes()));
         }
+        assert_eq!(base64_decode("Zm9v!"), None);
+        assert_eq!(base64_decode("Z"), None);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use tokio_socks::TargetAddr;
 use crate::endpoint::{ProxyUrl, Scheme};
 use crate::health::{Failure, Phase, Reason};
 
-pub use auth::{base64, basic_auth};
+pub use auth::{base64, base64_decode, basic_auth};
 pub use connect::{connect_status_reason, proxy_auth_answer};
 pub use socks::{classify_socks, socks4_reply_reason, socks5_reply_reason};
 pub use tls::{client_config, connector, handshake as tls_handshake, TlsSetupError};
@@ -259,6 +259,35 @@ impl Dialer {
             connect_status: Some(status),
         })
     }
+}
+
+/// Classify a hyper error seen at `phase` of an HTTP exchange.
+pub fn hyper_failure(e: &hyper::Error, phase: Phase) -> DialFailure {
+    let reason = if e.is_parse() || e.is_parse_status() {
+        // The bytes could come from the proxy or from the destination behind it; either
+        // way this path does not speak HTTP.
+        Reason::ProxyProtocolError
+    } else if e.is_timeout() {
+        Reason::SlowResponse
+    } else {
+        Reason::ConnectionReset
+    };
+    DialFailure::new(reason, phase, error_chain(e))
+}
+
+/// An error and its sources, each once, joined by ": ".
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(src) = cur {
+        let t = src.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = src.source();
+    }
+    s
 }
 
 /// First position of `needle` in `hay`.

@@ -163,6 +163,47 @@ fn table() -> Vec<Row> {
     let refused = ConnectRefused;
     let auth = ProxyAuthRejected;
     vec![
+        // ---- Operator probe (SPEC §15) ----------------------------------------------
+        row(
+            "cooling + operator probe success -> available, streak 0",
+            Cool(2),
+            OperatorProbeSuccess,
+            1_000,
+            changed(Cooling, Available),
+            Some(after(Available, false, 0, None, None)),
+        ),
+        row(
+            "probe_allowed + operator probe success -> available",
+            Pa(1),
+            OperatorProbeSuccess,
+            0,
+            changed(ProbeAllowed, Available),
+            Some(after(Available, false, 0, None, None)),
+        ),
+        row(
+            "claimed + operator probe success -> available, claim gone",
+            PaClaimed(1, refused),
+            OperatorProbeSuccess,
+            0,
+            changed(ProbeAllowed, Available),
+            Some(after(Available, false, 0, None, None)),
+        ),
+        row(
+            "operator-disabled + operator probe success -> stays disabled",
+            OpDisabled,
+            OperatorProbeSuccess,
+            0,
+            LATE,
+            SAME,
+        ),
+        row(
+            "auth-disabled + operator probe success -> stays disabled",
+            AuthDisabled,
+            OperatorProbeSuccess,
+            0,
+            LATE,
+            SAME,
+        ),
         // ---- Failure -------------------------------------------------------------
         row(
             "available + failure -> cooling (base)",

@@ -246,11 +246,38 @@ impl Pools {
         now: Instant,
         wall: SystemTime,
     ) -> (Result<State, PoolError>, Vec<Write>) {
+        let role = if trial {
+            ProbeRole::Trial
+        } else {
+            ProbeRole::Check
+        };
+        self.probe_result_as(id, outcome, role, detail, now, wall)
+    }
+
+    /// Record a probe result, by who ran it.
+    pub fn probe_result_as(
+        &mut self,
+        id: EndpointId,
+        outcome: Outcome,
+        role: ProbeRole,
+        detail: Option<String>,
+        now: Instant,
+        wall: SystemTime,
+    ) -> (Result<State, PoolError>, Vec<Write>) {
+        let trial = role == ProbeRole::Trial;
         let mut writes = self.advance(now, wall);
         if !self.entries.contains_key(&id) {
             return (Err(PoolError::UnknownEndpoint(id)), writes);
         }
         let (input, kind, reason, phase) = match outcome {
+            // An operator's probe is an operator act: it ends a cooldown (SPEC §15). Its
+            // failure is an ordinary non-trial failure, which never extends a cooldown.
+            Outcome::Success if role == ProbeRole::Operator => (
+                Input::OperatorProbeSuccess,
+                EventKind::ProbeSuccess,
+                None,
+                None,
+            ),
             Outcome::Success => (
                 Input::Success { trial },
                 EventKind::ProbeSuccess,
@@ -278,4 +305,15 @@ impl Pools {
         writes.extend(w);
         (Ok(self.entries[&id].health.state), writes)
     }
+}
+
+/// Who ran a probe, which decides what its result may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeRole {
+    /// A periodic check of an available endpoint.
+    Check,
+    /// The claimed single recovery attempt.
+    Trial,
+    /// `proxypool probe`: its success ends a cooldown.
+    Operator,
 }

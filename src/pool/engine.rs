@@ -3,6 +3,9 @@
 //! Writes are queued while the pool lock is held, so the event log keeps the order in
 //! which things happened; callers are answered only after their writes committed.
 
+mod edit;
+mod reconfigure;
+
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -11,7 +14,7 @@ use tokio::time::Instant;
 use tracing::{debug, error, warn};
 
 use super::destinations::PairHealth;
-use super::{Grant, Outcome, PoolError, PoolStatus, Pools, ReportOn, Want};
+use super::{Grant, Outcome, PoolError, PoolStatus, Pools, ProbeRole, ReportOn, Want};
 use crate::config::{Config, PoolConfig};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
@@ -409,8 +412,24 @@ impl Engine {
         trial: bool,
         detail: Option<String>,
     ) -> Result<State, EngineError> {
+        let role = if trial {
+            ProbeRole::Trial
+        } else {
+            ProbeRole::Check
+        };
+        self.probe_result_as(id, outcome, role, detail).await
+    }
+
+    /// Record a probe result, by who ran it.
+    pub async fn probe_result_as(
+        &self,
+        id: EndpointId,
+        outcome: Outcome,
+        role: ProbeRole,
+        detail: Option<String>,
+    ) -> Result<State, EngineError> {
         let r = self
-            .with_notify(|p, now, wall| p.probe_result(id, outcome, trial, detail, now, wall))
+            .with_notify(|p, now, wall| p.probe_result_as(id, outcome, role, detail, now, wall))
             .await?;
         Ok(r?)
     }

@@ -10,14 +10,17 @@ pub mod engine;
 mod entries;
 mod leases;
 mod ready;
+mod reconfigure;
 pub mod scoped;
 
+pub use apply::ProbeRole;
 pub use scoped::{ReportOn, Want};
 
 use destinations::Destinations;
 use entries::{Entry, EntryMap};
 use leases::Lease;
 use ready::Ready;
+pub use reconfigure::ReconfigureError;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -218,7 +221,10 @@ impl Pools {
 
     /// Names of all pools.
     pub fn pool_names(&self) -> Vec<String> {
-        self.pools.iter().map(|p| p.cfg.name.clone()).collect()
+        (0..self.pools.len())
+            .filter(|&i| self.is_current(i))
+            .map(|i| self.pools[i].cfg.name.clone())
+            .collect()
     }
 
     /// Number of endpoints held.
@@ -441,7 +447,9 @@ impl Pools {
                 .by_name
                 .get(name)
                 .ok_or_else(|| PoolError::UnknownPool(name.to_string()))?],
-            None => (0..self.pools.len()).collect(),
+            None => (0..self.pools.len())
+                .filter(|&i| self.is_current(i))
+                .collect(),
         };
         Ok(idx
             .into_iter()

@@ -163,6 +163,19 @@ impl Pools {
     ) -> Vec<Write> {
         let id = on.id;
         let pool = self.entries[&id].pool;
+        let outcome = match outcome {
+            Outcome::Failure(mut f) => {
+                // Scrapers paste exception texts holding the proxy URL: never store them raw.
+                let known = [self.entries[&id]
+                    .url
+                    .password
+                    .as_deref()
+                    .unwrap_or_default()];
+                f.detail = f.detail.map(|d| crate::redact::redact_text(&d, &known));
+                Outcome::Failure(f)
+            }
+            success => success,
+        };
         let (sc, status) = match &outcome {
             Outcome::Failure(f) => (
                 scope(

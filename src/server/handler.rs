@@ -1,7 +1,7 @@
 //! Checks a request line (parse, token, transport) and routes it to its op.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use super::error::OpError;
 use super::ops;
@@ -13,9 +13,16 @@ use crate::protocol::{parse_line, Body, ErrorCode, Request, Response};
 /// Answers requests; shared by every connection.
 pub struct Handler {
     pub(super) engine: Arc<Engine>,
-    pub(super) config: Arc<Config>,
     token: Option<String>,
-    pub(super) probers: HashMap<String, Prober>,
+    /// Swapped whole by a config reload; requests in flight keep the one they started with.
+    live: RwLock<Live>,
+}
+
+/// What a config reload replaces.
+#[derive(Clone)]
+pub(super) struct Live {
+    pub(super) config: Arc<Config>,
+    pub(super) probers: Arc<HashMap<String, Prober>>,
 }
 
 impl Handler {
@@ -23,16 +30,34 @@ impl Handler {
     pub fn new(engine: Arc<Engine>, config: Arc<Config>, token: Option<String>) -> Self {
         Handler {
             engine,
-            config,
             token,
-            probers: HashMap::new(),
+            live: RwLock::new(Live {
+                config,
+                probers: Arc::new(HashMap::new()),
+            }),
         }
     }
 
     /// Probers per pool, for the `probe` op.
-    pub fn with_probers(mut self, probers: HashMap<String, Prober>) -> Self {
-        self.probers = probers;
+    pub fn with_probers(self, probers: HashMap<String, Prober>) -> Self {
+        self.write_live().probers = Arc::new(probers);
         self
+    }
+
+    /// Use a reloaded config and its probers from the next request on.
+    pub fn reconfigure(&self, config: Arc<Config>, probers: HashMap<String, Prober>) {
+        *self.write_live() = Live {
+            config,
+            probers: Arc::new(probers),
+        };
+    }
+
+    pub(super) fn live(&self) -> Live {
+        self.live.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn write_live(&self) -> std::sync::RwLockWriteGuard<'_, Live> {
+        self.live.write().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Answer one request line.
@@ -142,6 +167,11 @@ impl Handler {
                 concurrency,
             } => ops::probe(self, &endpoints, pool, all, concurrency).await,
             Request::Remove { endpoints } => ops::remove(self, &endpoints).await,
+            Request::Edit {
+                endpoint,
+                url,
+                label,
+            } => ops::edit(self, &endpoint, url, label).await,
         }
     }
 }

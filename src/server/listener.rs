@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, UnixListener, UnixStream};
+use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, warn};
+use tracing::warn;
 
 use super::{serve_conn, Handler, ServerError};
 
@@ -19,18 +19,9 @@ pub async fn bind_unix(path: &Path) -> Result<UnixListener, ServerError> {
         path: path.display().to_string(),
         source,
     };
-    if path.exists() {
-        match tokio::time::timeout(Duration::from_secs(1), UnixStream::connect(path)).await {
-            Ok(Ok(_)) => return Err(ServerError::AlreadyRunning(path.to_path_buf())),
-            _ => {
-                info!(socket = %path.display(), "removing stale socket file");
-                std::fs::remove_file(path).map_err(bind_err)?;
-            }
-        }
-    }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(bind_err)?;
-    }
+    crate::socket_file::prepare(path)
+        .await
+        .map_err(ServerError::Socket)?;
     // Created under a restrictive umask so no other user can connect, even briefly.
     let old = unsafe_umask(0o177);
     let l = UnixListener::bind(path);

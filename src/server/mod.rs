@@ -9,19 +9,19 @@ mod handler;
 mod listener;
 mod ops;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 pub use connection::serve_conn;
 pub use handler::Handler;
 pub use listener::{bind_unix, run, run_tcp};
+pub use ops::edit_fields;
 
 /// Errors setting up the socket.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    /// Another daemon answers on the socket.
-    #[error("another proxypool daemon is already serving on {0}")]
-    AlreadyRunning(PathBuf),
+    /// The socket path is taken by something that must not be replaced, or a live daemon.
+    #[error(transparent)]
+    Socket(crate::socket_file::SocketFileError),
     /// Binding or preparing the socket failed.
     #[error("cannot listen on {path}: {source}")]
     Bind {

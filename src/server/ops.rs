@@ -265,9 +265,13 @@ pub(super) async fn probe(
     } else {
         resolve_all(h, endpoints).await?
     };
+    let every_pool = endpoints.is_empty() && pool.is_none();
+    let probers = h.live().probers;
+    let ids = crate::probe_run::probe_targets(&h.engine, &probers, ids, every_pool)
+        .map_err(OpError::bad)?;
     let concurrency = concurrency.unwrap_or(64).max(1);
     let results =
-        crate::probe_run::probe_many(&h.engine, &h.probers, ids, concurrency, |_| {}).await?;
+        crate::probe_run::probe_many(&h.engine, &probers, ids, concurrency, |_| {}).await?;
     Ok(Body::Probes { results })
 }
 
@@ -275,6 +279,36 @@ pub(super) async fn remove(h: &Handler, endpoints: &[EndpointRef]) -> Result<Bod
     let ids = resolve_all(h, endpoints).await?;
     h.engine.remove(ids).await?;
     Ok(Body::Empty {})
+}
+
+pub(super) async fn edit(
+    h: &Handler,
+    endpoint: &EndpointRef,
+    url: Option<String>,
+    label: Option<String>,
+) -> Result<Body, OpError> {
+    let (url, label) = edit_fields(url, label).map_err(OpError::bad)?;
+    let id = resolve(h, endpoint).await?;
+    let row = h.engine.edit(id, url, label).await?;
+    Ok(Body::Endpoints {
+        endpoints: vec![row.view(false)],
+    })
+}
+
+/// Check an edit's fields: at least one, the URL parsed (the message never repeats a
+/// password), an empty label meaning "clear it".
+pub fn edit_fields(
+    url: Option<String>,
+    label: Option<String>,
+) -> Result<(Option<ProxyUrl>, Option<Option<String>>), String> {
+    if url.is_none() && label.is_none() {
+        return Err("nothing to edit: give a new url and/or label".into());
+    }
+    let url = url
+        .map(|u| ProxyUrl::parse(&u).map_err(|e| format!("url: {e}")))
+        .transpose()?;
+    let label = label.map(|l| Some(l).filter(|l| !l.is_empty()));
+    Ok((url, label))
 }
 
 fn check_pool(h: &Handler, pool: Option<&str>) -> Result<(), OpError> {
@@ -294,7 +328,8 @@ async fn add_urls<'a>(
     echo: bool,
 ) -> Result<Body, OpError> {
     let pool = pool.unwrap_or_else(|| DEFAULT_POOL.to_string());
-    let cfg = h.config.pool(&pool);
+    let config = h.live().config;
+    let cfg = config.pool(&pool);
     let mut eps = Vec::new();
     for (i, u) in urls.enumerate() {
         let url = ProxyUrl::parse(u).map_err(|e| {

@@ -2,8 +2,6 @@
 //! (database, socket, XDG dirs), a daemon spawned with `proxypool serve` and killed on
 //! drop, CLI runs with the same environment, and a tiny JSON-lines socket client.
 
-#![allow(dead_code)]
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -15,6 +13,9 @@ use tempfile::TempDir;
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_proxypool");
+
+/// How long one CLI run may take (generous: the test machine is shared).
+pub const RUN_LIMIT: Duration = Duration::from_secs(30);
 
 /// A config whose default pool cools for exactly one second (no jitter, no growth).
 pub const ONE_SECOND_COOLDOWN: &str = r#"
@@ -93,13 +94,20 @@ impl Home {
         self.command(BIN)
     }
 
-    /// Run a CLI command to completion (10 s at most).
+    /// Run a CLI command to completion (`RUN_LIMIT` at most), in the home.
     pub fn run(&self, args: &[&str]) -> Out {
         let mut c = self.cmd();
-        c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        c.args(args)
+            .current_dir(self.dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let child = c.spawn().expect("spawn proxypool");
-        let out = wait_output(child, Duration::from_secs(10))
-            .unwrap_or_else(|| panic!("`proxypool {}` did not finish in 10 s", args.join(" ")));
+        let out = wait_output(child, RUN_LIMIT).unwrap_or_else(|| {
+            panic!(
+                "`proxypool {}` did not finish in {RUN_LIMIT:?}",
+                args.join(" ")
+            )
+        });
         Out::from(out, args)
     }
 
@@ -119,7 +127,14 @@ impl Home {
 
     /// `list --json` as an array.
     pub fn list(&self) -> Vec<Value> {
-        let out = self.ok(&["list", "--json"]);
+        self.list_with(&[])
+    }
+
+    /// `list --json EXTRA...` as an array.
+    pub fn list_with(&self, extra: &[&str]) -> Vec<Value> {
+        let mut args = vec!["list", "--json"];
+        args.extend_from_slice(extra);
+        let out = self.ok(&args);
         serde_json::from_str::<Value>(&out)
             .unwrap_or_else(|e| panic!("list --json is not JSON ({e}): {out}"))
             .as_array()
@@ -137,11 +152,14 @@ impl Home {
 
     /// `events --json`, one object a line.
     pub fn events(&self) -> Vec<Value> {
-        self.ok(&["events", "--json"])
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("event line {l:?}: {e}")))
-            .collect()
+        self.events_with(&[])
+    }
+
+    /// `events --json EXTRA...`, one object a line.
+    pub fn events_with(&self, extra: &[&str]) -> Vec<Value> {
+        let mut args = vec!["events", "--json"];
+        args.extend_from_slice(extra);
+        json_lines(&self.ok(&args))
     }
 
     /// `add URL...` (daemon running or not); returns the new ids.
@@ -149,16 +167,54 @@ impl Home {
         let mut args = vec!["add"];
         args.extend_from_slice(urls);
         let out = self.ok(&args);
-        let ids: Vec<i64> = out
-            .lines()
-            .map(|l| {
-                l.trim()
-                    .parse()
-                    .unwrap_or_else(|_| panic!("add printed {l:?}"))
-            })
-            .collect();
+        let ids = ids(&out);
         assert_eq!(ids.len(), urls.len(), "add printed {out:?}");
         ids
+    }
+
+    /// A path inside the home.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// The binary for `assert_cmd` assertions, on this home's database, run in the home.
+    pub fn cli(&self) -> assert_cmd::Command {
+        let mut c = self.bare();
+        c.env("PROXYPOOL_DB", &self.db);
+        c
+    }
+
+    /// `cli()` without `PROXYPOOL_DB`, for tests of how the database is found.
+    pub fn bare(&self) -> assert_cmd::Command {
+        let mut c = self.command(BIN);
+        c.env_remove("PROXYPOOL_DB").current_dir(self.dir.path());
+        let mut c = assert_cmd::Command::from_std(c);
+        c.timeout(RUN_LIMIT);
+        c
+    }
+
+    /// Run a CLI command that must exit with `code`; returns (stdout, stderr).
+    pub fn fails(&self, code: i32, args: &[&str]) -> (String, String) {
+        let o = self.run(args);
+        assert_eq!(
+            o.code,
+            Some(code),
+            "`proxypool {}`: wanted exit {code}\nstdout: {}\nstderr: {}",
+            args.join(" "),
+            o.stdout,
+            o.stderr
+        );
+        (o.stdout, o.stderr)
+    }
+
+    /// The home's database, opened directly.
+    pub fn sqlite(&self) -> rusqlite::Connection {
+        rusqlite::Connection::open(&self.db).expect("open db")
+    }
+
+    /// Rows in `table` of the home's database (0 when there is no database).
+    pub fn count(&self, table: &str) -> i64 {
+        count_rows(&self.db, table)
     }
 
     /// Start `proxypool serve` here and wait until it answers a ping.
@@ -203,11 +259,11 @@ pub struct Out {
 }
 
 impl Out {
-    fn from(o: Output, args: &[&str]) -> Out {
+    pub fn from(o: Output, args: &[&str]) -> Out {
         let out = Out {
             code: o.status.code(),
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+            stdout: text(&o.stdout),
+            stderr: text(&o.stderr),
         };
         for text in [&out.stdout, &out.stderr] {
             assert!(
@@ -218,6 +274,42 @@ impl Out {
         }
         out
     }
+}
+
+/// Output bytes as text.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The ids `add`/`import` print, one a line.
+pub fn ids(stdout: &str) -> Vec<i64> {
+    stdout
+        .lines()
+        .map(|l| {
+            l.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("not an id: {l:?}"))
+        })
+        .collect()
+}
+
+/// JSON objects, one a line (`events --json`, `probe --json`).
+pub fn json_lines(s: &str) -> Vec<Value> {
+    s.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect()
+}
+
+/// Rows in `table` of the database at `db` (0 when there is none).
+pub fn count_rows(db: &Path, table: &str) -> i64 {
+    if !db.exists() {
+        return 0;
+    }
+    rusqlite::Connection::open(db)
+        .unwrap()
+        .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
+        .unwrap()
 }
 
 /// Wait for a child with a deadline; kills it and returns None on timeout. Output is
@@ -240,6 +332,31 @@ pub fn wait_output(child: Child, limit: Duration) -> Option<Output> {
     }
 }
 
+/// Wait (10 s at most) until the daemon `child` answers a ping on `socket`; panics with
+/// its `log` when it exits or stays silent.
+pub fn wait_ping(child: &mut Child, socket: &Path, log: &Path) {
+    let log_text = || std::fs::read_to_string(log).unwrap_or_default();
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("daemon exited early ({st}): {}", log_text());
+        }
+        if let Ok(mut c) = Conn::try_connect(socket) {
+            if let Ok(v) = c.try_req(&json!({"op": "ping"})) {
+                if v["ok"] == json!(true) {
+                    return;
+                }
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "daemon did not answer a ping within 10 s: {}",
+            log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A running daemon, killed on drop.
 pub struct Daemon {
     pub child: Option<Child>,
@@ -249,25 +366,7 @@ pub struct Daemon {
 
 impl Daemon {
     fn wait_ready(&mut self) {
-        let start = Instant::now();
-        loop {
-            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("daemon exited early ({st}): {}", self.log_text());
-            }
-            if let Ok(mut c) = Conn::try_connect(&self.socket) {
-                if let Ok(v) = c.try_req(&json!({"op": "ping"})) {
-                    if v["ok"] == json!(true) {
-                        return;
-                    }
-                }
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "daemon did not answer a ping within 10 s: {}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_ping(self.child.as_mut().unwrap(), &self.socket, &self.log);
     }
 
     /// The daemon's stderr so far.

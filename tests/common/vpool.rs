@@ -5,8 +5,6 @@
 //! Time is the paused tokio clock; the wall clock is derived from it so deadlines written
 //! to the store are exact.
 
-#![allow(dead_code)]
-
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
@@ -72,8 +70,14 @@ impl Clock {
     }
 }
 
-/// A pool config with a deterministic policy (jitter 0).
+/// The pool `POOL` with a deterministic policy (jitter 0).
 pub fn config(mode: Mode, base: Duration, max: Duration) -> PoolConfig {
+    pool_config(POOL, mode, base, max)
+}
+
+/// Pool `name` with a deterministic policy: cooldown from `base` doubling to `max`, no
+/// jitter.
+pub fn pool_config(name: &str, mode: Mode, base: Duration, max: Duration) -> PoolConfig {
     PoolConfig {
         mode,
         policy: Policy {
@@ -85,7 +89,7 @@ pub fn config(mode: Mode, base: Duration, max: Duration) -> PoolConfig {
             },
             ..Policy::default()
         },
-        ..PoolConfig::builtin(POOL)
+        ..PoolConfig::builtin(name)
     }
 }
 

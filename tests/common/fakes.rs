@@ -3,7 +3,6 @@
 //! Each fake runs as tokio tasks that stop when the returned handle is dropped. The
 //! "real" fakes tunnel bytes for real; the scripted one plays back a fixed byte script so
 //! every broken behaviour can be reproduced exactly.
-#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -74,6 +73,33 @@ where
         seen,
         _task: Task(task),
     }
+}
+
+/// A runtime for the fakes of a synchronous test (one driving the real binary): start them
+/// with `rt.block_on(fakes::dest(..))`. Declare it before the fakes so they drop first.
+pub fn fake_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The request lines an HTTP proxy fake saw, each with whether it carried Basic
+/// credentials `user:pass`.
+pub fn proxy_requests(proxy: &Fake, user: &str, pass: &str) -> Vec<(String, bool)> {
+    let want = format!("Basic {}", base64(format!("{user}:{pass}").as_bytes()));
+    proxy
+        .seen()
+        .iter()
+        .map(|head| {
+            let line = head.lines().next().unwrap_or("").to_string();
+            (
+                line,
+                header(head, "proxy-authorization") == Some(want.as_str()),
+            )
+        })
+        .collect()
 }
 
 /// A port on 127.0.0.1 where nothing listens (bound, then released).
@@ -206,11 +232,31 @@ async fn tunnel<A: Io, B: Io>(mut a: A, mut b: B) {
 // ---------------------------------------------------------------------------------------
 // Destination
 
+/// A status and body the test can change while a destination fake runs.
+#[derive(Clone)]
+pub struct Answer(Arc<Mutex<(u16, Vec<u8>)>>);
+
+impl Answer {
+    pub fn new(status: u16, body: &str) -> Answer {
+        Answer(Arc::new(Mutex::new((status, body.as_bytes().to_vec()))))
+    }
+
+    pub fn set(&self, status: u16, body: &str) {
+        *self.0.lock().unwrap() = (status, body.as_bytes().to_vec());
+    }
+
+    fn get(&self) -> (u16, Vec<u8>) {
+        self.0.lock().unwrap().clone()
+    }
+}
+
 /// How the fake destination answers every request.
 #[derive(Clone)]
 pub struct DestCfg {
     /// Status code.
     pub status: u16,
+    /// Status of the first response only (later ones get `status`).
+    pub first_status: Option<u16>,
     /// Extra response headers.
     pub headers: Vec<(String, String)>,
     /// The body.
@@ -221,17 +267,21 @@ pub struct DestCfg {
     pub reset_after: Option<usize>,
     /// Serve TLS with this config.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// A changeable status and body, instead of `status` and `body`.
+    pub answer: Option<Answer>,
 }
 
 impl Default for DestCfg {
     fn default() -> Self {
         DestCfg {
             status: 200,
+            first_status: None,
             headers: Vec::new(),
             body: b"hello from the destination".to_vec(),
             trickle: None,
             reset_after: None,
             tls: None,
+            answer: None,
         }
     }
 }
@@ -265,8 +315,20 @@ async fn serve_dest<S: Io>(mut s: S, cfg: &DestCfg, seen: Arc<Mutex<Vec<String>>
     let Some((head, _)) = read_head(&mut s).await else {
         return;
     };
-    seen.lock().unwrap().push(head);
-    let reason = match cfg.status {
+    let nth = {
+        let mut seen = seen.lock().unwrap();
+        seen.push(head);
+        seen.len()
+    };
+    let (status, body) = match &cfg.answer {
+        Some(a) => a.get(),
+        None => (cfg.status, cfg.body.clone()),
+    };
+    let status = match cfg.first_status {
+        Some(first) if nth == 1 => first,
+        _ => status,
+    };
+    let reason = match status {
         200 => "OK",
         403 => "Forbidden",
         429 => "Too Many Requests",
@@ -274,8 +336,8 @@ async fn serve_dest<S: Io>(mut s: S, cfg: &DestCfg, seen: Arc<Mutex<Vec<String>>
     };
     let mut resp = format!(
         "HTTP/1.1 {} {reason}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        cfg.status,
-        cfg.body.len()
+        status,
+        body.len()
     );
     for (k, v) in &cfg.headers {
         resp.push_str(&format!("{k}: {v}\r\n"));
@@ -286,7 +348,7 @@ async fn serve_dest<S: Io>(mut s: S, cfg: &DestCfg, seen: Arc<Mutex<Vec<String>>
     }
     let _ = s.flush().await;
     if let Some(n) = cfg.reset_after {
-        let _ = s.write_all(&cfg.body[..n.min(cfg.body.len())]).await;
+        let _ = s.write_all(&cfg.body[..n.min(body.len())]).await;
         let _ = s.flush().await;
         // Let the head and the first bytes arrive before the reset wipes the queue.
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -294,7 +356,7 @@ async fn serve_dest<S: Io>(mut s: S, cfg: &DestCfg, seen: Arc<Mutex<Vec<String>>
     }
     match cfg.trickle {
         Some(pause) => {
-            for b in &cfg.body {
+            for b in &body {
                 if s.write_all(&[*b]).await.is_err() || s.flush().await.is_err() {
                     return;
                 }
@@ -302,7 +364,7 @@ async fn serve_dest<S: Io>(mut s: S, cfg: &DestCfg, seen: Arc<Mutex<Vec<String>>
             }
         }
         None => {
-            let _ = s.write_all(&cfg.body).await;
+            let _ = s.write_all(&body).await;
         }
     }
     let _ = s.flush().await;

@@ -1,0 +1,41 @@
+//! `edit`: a new URL or label for an endpoint, through the daemon when one runs.
+
+use super::{call, unexpected, CliError, Context};
+use crate::protocol::{Body, EndpointRef, Request};
+use crate::server::edit_fields;
+use crate::store::EndpointView;
+
+pub(super) async fn edit(
+    ctx: &Context,
+    target: &str,
+    url: Option<String>,
+    label: Option<String>,
+) -> Result<(), CliError> {
+    // Checked before anything is reached, so bad input changes nothing in either path.
+    let (new_url, new_label) = edit_fields(url.clone(), label.clone()).map_err(CliError::usage)?;
+    let id = ctx.resolve_ids(&[target.to_string()])?[0];
+    let view: EndpointView = if let Some(mut c) = ctx.daemon().await? {
+        let req = Request::Edit {
+            endpoint: EndpointRef::Id(id),
+            url,
+            label,
+        };
+        match call(&mut c, &req).await? {
+            Body::Endpoints { mut endpoints } if endpoints.len() == 1 => endpoints.remove(0),
+            _ => return Err(unexpected("edit")),
+        }
+    } else {
+        let engine = ctx.engine()?;
+        let row = engine.edit(id, new_url, new_label).await?;
+        engine.flush().await?;
+        row.view(false)
+    };
+    println!(
+        "{}\t{}\t{}\t{}",
+        view.id,
+        view.url,
+        view.state,
+        view.label.as_deref().unwrap_or("-")
+    );
+    Ok(())
+}

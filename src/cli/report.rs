@@ -1,0 +1,69 @@
+//! `report` and `release`: the socket ops of the same names, for shell scripts.
+
+use serde_json::Value;
+
+use super::lease::connect_any;
+use super::{call, unexpected, CliError, Context, OutcomeArg};
+use crate::protocol::{Body, Dur, ReportOutcome, Request};
+
+/// The fields of `proxypool report` besides the lease.
+pub(super) struct ReportArgs {
+    pub outcome: OutcomeArg,
+    pub reason: Option<String>,
+    pub phase: Option<String>,
+    pub status: Option<u16>,
+    pub retry_after: Option<String>,
+    pub detail: Option<String>,
+    pub destination: Option<String>,
+    pub duration_ms: Option<u64>,
+}
+
+pub(super) async fn report(ctx: &Context, lease: String, a: ReportArgs) -> Result<(), CliError> {
+    let outcome = match a.outcome {
+        OutcomeArg::Success => ReportOutcome::Success,
+        OutcomeArg::Failure => ReportOutcome::Failure,
+    };
+    if outcome == ReportOutcome::Failure && a.reason.is_none() {
+        return Err(CliError::usage(
+            "--outcome failure needs --reason (it decides the cooldown policy)",
+        ));
+    }
+    // Read exactly as the daemon reads it, so a value the daemon would refuse is refused
+    // here before anything is sent.
+    let retry_after = a
+        .retry_after
+        .map(|v| serde_json::from_value::<Dur>(Value::String(v)))
+        .transpose()
+        .map_err(|e| CliError::usage(format!("--retry-after: {e}")))?;
+    let destination = a
+        .destination
+        .as_deref()
+        .map(super::pairs::destination)
+        .transpose()?;
+    let req = Request::Report {
+        lease: Some(lease),
+        pool: None,
+        session: None,
+        destination,
+        duration_ms: a.duration_ms,
+        outcome,
+        reason: a.reason,
+        phase: a.phase,
+        status: a.status,
+        retry_after,
+        detail: a.detail,
+    };
+    let mut c = connect_any(ctx).await?;
+    match call(&mut c, &req).await? {
+        Body::State { state, .. } => println!("{state}"),
+        _ => return Err(unexpected("report")),
+    }
+    Ok(())
+}
+
+pub(super) async fn release(ctx: &Context, lease: String) -> Result<(), CliError> {
+    let mut c = connect_any(ctx).await?;
+    call(&mut c, &Request::Release { lease }).await?;
+    println!("released");
+    Ok(())
+}

@@ -1,0 +1,52 @@
+//! `completions` and `man`: generated from the clap definition, so they never drift.
+
+use std::io::Write;
+use std::path::Path;
+
+use clap::CommandFactory;
+use clap_complete::Shell;
+
+use super::{Cli, CliError, ShellArg};
+
+pub(super) fn completions(shell: ShellArg) -> Result<(), CliError> {
+    let shell = match shell {
+        ShellArg::Bash => Shell::Bash,
+        ShellArg::Zsh => Shell::Zsh,
+        ShellArg::Fish => Shell::Fish,
+    };
+    let mut cmd = Cli::command();
+    clap_complete::generate(shell, &mut cmd, "proxypool", &mut std::io::stdout());
+    Ok(())
+}
+
+/// `proxypool.1` on stdout; with `dir`, it and one `proxypool-SUB.1` per subcommand are
+/// written there (what a package installs under `share/man/man1`).
+pub(super) fn man(dir: Option<&Path>) -> Result<(), CliError> {
+    let cmd = Cli::command();
+    let Some(dir) = dir else {
+        let out = render(cmd)?;
+        return std::io::stdout()
+            .write_all(&out)
+            .map_err(|e| CliError::failed(format!("writing the man page: {e}")));
+    };
+    let mut pages = vec![("proxypool.1".to_string(), render(cmd.clone())?)];
+    for sub in cmd.get_subcommands() {
+        let name = format!("proxypool-{}", sub.get_name());
+        pages.push((format!("{name}.1"), render(sub.clone().name(name))?));
+    }
+    for (file, text) in pages {
+        let path = dir.join(&file);
+        std::fs::write(&path, text)
+            .map_err(|e| CliError::failed(format!("writing {}: {e}", path.display())))?;
+        println!("{}", path.display());
+    }
+    Ok(())
+}
+
+fn render(cmd: clap::Command) -> Result<Vec<u8>, CliError> {
+    let mut out = Vec::new();
+    clap_mangen::Man::new(cmd)
+        .render(&mut out)
+        .map_err(|e| CliError::failed(format!("rendering the man page: {e}")))?;
+    Ok(out)
+}

@@ -1,0 +1,78 @@
+//! Front detection: the first byte a client sends decides the protocol.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tracing::debug;
+
+use super::{Shared, Slot};
+
+/// What the first byte says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Front {
+    /// 0x05.
+    Socks5,
+    /// 0x04: a SOCKS4 client, which this gateway does not serve.
+    Socks4,
+    /// Anything else is given to the HTTP parser, which answers garbage with 400.
+    Http,
+}
+
+/// The front for a connection whose first byte is `b`.
+pub fn detect(b: u8) -> Front {
+    match b {
+        0x05 => Front::Socks5,
+        0x04 => Front::Socks4,
+        _ => Front::Http,
+    }
+}
+
+/// Serve one accepted client connection to its end.
+pub(super) async fn serve(shared: Arc<Shared>, mut stream: TcpStream, slot: Slot) {
+    let _ = stream.set_nodelay(true);
+    // A client that vanishes without a FIN (a dead laptop, a dropped NAT entry) would hold
+    // its tunnel and lease forever: keepalive probes find it within a few minutes.
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(60))
+        .with_interval(Duration::from_secs(15))
+        .with_retries(4);
+    let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(shared.limits.first_request, stream.peek(&mut first)).await {
+        Ok(Ok(1)) => {}
+        Ok(_) => return,
+        Err(_) => return debug!("gateway client sent nothing in time; closed"),
+    }
+    match detect(first[0]) {
+        Front::Socks5 => {
+            super::socks5::serve(shared, stream).await;
+            drop(slot);
+        }
+        Front::Http => super::http::serve(shared, stream, slot).await,
+        Front::Socks4 => {
+            // Take in what the client sent (closing with unread bytes would reset the
+            // connection before it reads the answer), then SOCKS4 "request rejected".
+            let mut hello = [0u8; 512];
+            let _ = stream.read(&mut hello).await;
+            let _ = stream.write_all(&[0, 0x5B, 0, 0, 0, 0, 0, 0]).await;
+            let _ = stream.shutdown().await;
+            debug!("gateway refused a SOCKS4 client (SOCKS5 and HTTP only)");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_byte_decides() {
+        assert_eq!(detect(0x05), Front::Socks5);
+        assert_eq!(detect(0x04), Front::Socks4);
+        for b in [b'G', b'C', b'P', 0x16, 0x00, 0xFF] {
+            assert_eq!(detect(b), Front::Http, "{b:#x}");
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! A lease held for exactly as long as a client uses its upstream.
+
+use std::sync::Arc;
+
+use crate::endpoint::{EndpointId, ProxyUrl};
+use crate::pool::engine::Engine;
+use crate::pool::Outcome;
+
+/// Gives its lease back when dropped: reported with the recorded outcome, or released
+/// without one. Dropping covers every way a use ends (done, error, client gone, shutdown).
+pub(super) struct LeaseGuard {
+    engine: Arc<Engine>,
+    lease: Option<String>,
+    endpoint: EndpointId,
+    proxy: ProxyUrl,
+    outcome: Option<Outcome>,
+}
+
+impl LeaseGuard {
+    pub(super) fn new(
+        engine: Arc<Engine>,
+        lease: String,
+        endpoint: EndpointId,
+        proxy: ProxyUrl,
+    ) -> Self {
+        LeaseGuard {
+            engine,
+            lease: Some(lease),
+            endpoint,
+            proxy,
+            outcome: None,
+        }
+    }
+
+    pub(super) fn endpoint(&self) -> EndpointId {
+        self.endpoint
+    }
+
+    pub(super) fn proxy(&self) -> &ProxyUrl {
+        &self.proxy
+    }
+
+    /// What to report when the use ends.
+    pub(super) fn set_outcome(&mut self, outcome: Outcome) {
+        self.outcome = Some(outcome);
+    }
+
+    /// Report (or release) now and wait for it, so the next lease sees the result.
+    pub(super) async fn finish(mut self) {
+        if let Some(lease) = self.lease.take() {
+            super::upstream::give_back(&self.engine, &lease, self.endpoint, self.outcome.take())
+                .await;
+        }
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        let Some(lease) = self.lease.take() else {
+            return;
+        };
+        let engine = self.engine.clone();
+        let (endpoint, outcome) = (self.endpoint, self.outcome.take());
+        // Drop cannot wait; the runtime is gone only when the process is stopping, and
+        // then the lease dies with the in-memory table anyway.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                super::upstream::give_back(&engine, &lease, endpoint, outcome).await;
+            });
+        }
+    }
+}

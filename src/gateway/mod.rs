@@ -1,0 +1,149 @@
+//! The rotating gateway (SPEC §12): one local port that speaks HTTP proxy (CONNECT and
+//! absolute-form) and SOCKS5, leases an upstream per connection or request, dials first
+//! and answers after, retries around dead upstreams and reports every outcome.
+//!
+//! Files: `front` (first byte decides), `http` and `socks5` (the fronts), `routing`
+//! (username keys, token), `upstream` (attempt loop; every engine call), `lease` (the
+//! guard that always gives a lease back), `limits` (deadlines and caps).
+
+mod front;
+mod http;
+mod lease;
+mod limits;
+mod routing;
+mod socks5;
+mod upstream;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+use crate::config::GatewayConfig;
+use crate::dial::Dialer;
+use crate::pool::engine::Engine;
+
+pub use front::{detect, Front};
+pub use http::{ENDPOINT_HEADER, ERROR_HEADER};
+pub use limits::Limits;
+pub use routing::{authorize, basic_credentials, parse_username, Denied, Routing, RoutingError};
+pub use socks5::{parse_auth, parse_greeting, parse_request, reply, ParseError, Parsed};
+
+/// A gateway that cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// The listen address could not be bound.
+    #[error("gateway cannot listen on {addr}: {source}")]
+    Bind {
+        /// Address.
+        addr: SocketAddr,
+        /// OS error.
+        source: std::io::Error,
+    },
+    /// The TLS client for https upstreams could not be built.
+    #[error("gateway TLS setup: {0}")]
+    Tls(#[from] crate::dial::TlsSetupError),
+}
+
+/// One of the `max_connections` slots, held while the client connection is in use.
+type Slot = Arc<OwnedSemaphorePermit>;
+
+/// What every connection of one gateway shares.
+struct Shared {
+    cfg: GatewayConfig,
+    limits: Limits,
+    upstream: upstream::Upstream,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+}
+
+/// A bound gateway, ready to run.
+pub struct Gateway {
+    listener: TcpListener,
+    cfg: GatewayConfig,
+    limits: Limits,
+    engine: Arc<Engine>,
+    dialer: Dialer,
+}
+
+impl Gateway {
+    /// Bind the listen address (so a taken port fails `serve` at start).
+    pub async fn bind(cfg: GatewayConfig, engine: Arc<Engine>) -> Result<Gateway, GatewayError> {
+        let listener =
+            TcpListener::bind(cfg.listen)
+                .await
+                .map_err(|source| GatewayError::Bind {
+                    addr: cfg.listen,
+                    source,
+                })?;
+        let dialer = Dialer::new(crate::dial::connector(None)?);
+        Ok(Gateway {
+            listener,
+            cfg,
+            limits: Limits::default(),
+            engine,
+            dialer,
+        })
+    }
+
+    /// Replace the default limits.
+    pub fn with_limits(mut self, limits: Limits) -> Gateway {
+        self.limits = limits;
+        self
+    }
+
+    /// The bound address (the port, when `listen` asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().unwrap_or(self.cfg.listen)
+    }
+
+    /// Accept clients until `shutdown`; then close every connection and return once all
+    /// their leases are given back.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let addr = self.local_addr();
+        let slots = Arc::new(Semaphore::new(self.cfg.max_connections));
+        let shared = Arc::new(Shared {
+            upstream: upstream::Upstream::new(self.engine, self.dialer, &self.cfg),
+            cfg: self.cfg,
+            limits: self.limits,
+            tracker: TaskTracker::new(),
+            shutdown: shutdown.clone(),
+        });
+        info!(%addr, pool = %shared.cfg.pool, auth = shared.cfg.token.is_some(), "gateway listening");
+        loop {
+            let (stream, peer) = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                r = self.listener.accept() => match r {
+                    Ok(v) => v,
+                    Err(e) => {
+                        // Out of file descriptors and the like: wait a little, keep serving.
+                        warn!(error = %e, "gateway accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let Ok(permit) = slots.clone().try_acquire_owned() else {
+                debug!(%peer, "gateway at max_connections; connection closed");
+                continue;
+            };
+            let shared2 = shared.clone();
+            let stop = shutdown.clone();
+            // A tunnel outlives its HTTP connection task: the slot goes with it.
+            let slot = Arc::new(permit);
+            shared.tracker.spawn(async move {
+                tokio::select! {
+                    _ = stop.cancelled() => {}
+                    _ = front::serve(shared2, stream, slot) => {}
+                }
+            });
+        }
+        shared.tracker.close();
+        shared.tracker.wait().await;
+        info!(%addr, "gateway stopped");
+    }
+}

@@ -1,0 +1,233 @@
+//! The upstream attempt loop: lease, dial through the dialer, report, try the next one.
+//! Every call into the engine lives in this file.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{debug, info, warn};
+
+use super::lease::LeaseGuard;
+use super::routing::Routing;
+use crate::config::GatewayConfig;
+use crate::dial::{Clock, Dest, DialFailure, Dialed, Dialer, Route};
+use crate::endpoint::{EndpointId, ProxyUrl};
+use crate::health::Failure;
+use crate::pool::engine::{Engine, EngineError};
+use crate::pool::{Outcome, PoolError};
+
+/// A gateway lease lives while its connection does; the guard gives it back.
+const LEASE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Why no upstream could be given to a client.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum UpstreamError {
+    /// Nothing leasable in the pool.
+    #[error("pool {pool:?} has no endpoint available")]
+    Exhausted {
+        pool: String,
+        retry_after: Option<Duration>,
+    },
+    /// The client named a pool that does not exist.
+    #[error("unknown pool {0:?}")]
+    UnknownPool(String),
+    /// Every upstream tried failed; the last failure (of `endpoint`) explains it.
+    #[error("{tried} upstream(s) tried; the last failed: {last}")]
+    AllFailed {
+        last: DialFailure,
+        endpoint: EndpointId,
+        tried: usize,
+    },
+    /// The engine or store failed.
+    #[error("internal error: {0}")]
+    Internal(#[source] EngineError),
+    /// The pool handed out a URL that no longer parses (it parsed when added).
+    #[error("endpoint {endpoint} has an unusable URL: {source}")]
+    UnusableUrl {
+        endpoint: EndpointId,
+        #[source]
+        source: crate::endpoint::EndpointError,
+    },
+}
+
+/// Upstreams already tried for one client request; never tried twice.
+#[derive(Default)]
+pub(super) struct Tried(HashSet<EndpointId>);
+
+impl Tried {
+    pub(super) fn count(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// The gateway's side of the pool.
+pub(super) struct Upstream {
+    engine: Arc<Engine>,
+    dialer: Dialer,
+    pool: String,
+    retries: u32,
+    connect_timeout: Duration,
+}
+
+impl Upstream {
+    pub(super) fn new(engine: Arc<Engine>, dialer: Dialer, cfg: &GatewayConfig) -> Upstream {
+        Upstream {
+            engine,
+            dialer,
+            pool: cfg.pool.clone(),
+            retries: cfg.retries,
+            connect_timeout: cfg.connect_timeout,
+        }
+    }
+
+    pub(super) fn retries(&self) -> u32 {
+        self.retries
+    }
+
+    async fn lease(&self, routing: &Routing) -> Result<LeaseGuard, UpstreamError> {
+        let pool = routing.pool.as_deref().unwrap_or(&self.pool);
+        let grant = self
+            .engine
+            .lease(pool, LEASE_TTL, routing.session.as_deref(), Duration::ZERO)
+            .await
+            .map_err(|e| match e {
+                EngineError::Pool(PoolError::Exhausted { pool, retry_after }) => {
+                    UpstreamError::Exhausted { pool, retry_after }
+                }
+                EngineError::Pool(PoolError::UnknownPool(p)) => UpstreamError::UnknownPool(p),
+                other => UpstreamError::Internal(other),
+            })?;
+        // The pool only holds URLs that parsed when they were added.
+        let proxy = ProxyUrl::parse(&grant.proxy).map_err(|source| UpstreamError::UnusableUrl {
+            endpoint: grant.endpoint,
+            source,
+        })?;
+        Ok(LeaseGuard::new(
+            self.engine.clone(),
+            grant.lease,
+            grant.endpoint,
+            proxy,
+        ))
+    }
+
+    /// Connect to `dest` through the first upstream that gets there, trying at most
+    /// `retries` more after connect-phase failures, each reported as a probe would.
+    pub(super) async fn connect(
+        &self,
+        routing: &Routing,
+        dest: &Dest,
+        route: Route,
+        tried: &mut Tried,
+    ) -> Result<(LeaseGuard, Dialed), UpstreamError> {
+        let budget = self.retries as usize + 1;
+        let mut last: Option<(DialFailure, EndpointId)> = None;
+        let mut attempts = 0usize;
+        // Endpoints granted again after a try: held (so the pool hands out another) until
+        // this loop ends, then released.
+        let mut held = Vec::new();
+        while attempts < budget && held.len() <= budget {
+            let guard = match self.lease(routing).await {
+                Ok(g) => g,
+                Err(UpstreamError::Exhausted { .. }) if last.is_some() => break,
+                Err(e) => return Err(e),
+            };
+            if !tried.0.insert(guard.endpoint()) {
+                held.push(guard);
+                continue;
+            }
+            attempts += 1;
+            let mut clock = Clock::start(self.connect_timeout, "gateway connect_timeout");
+            match self
+                .dialer
+                .dial(guard.proxy(), dest, route, &mut clock)
+                .await
+            {
+                Ok(d) => return Ok((guard, d)),
+                Err(f) => {
+                    let endpoint = guard.endpoint();
+                    info!(endpoint, reason = %f.reason, phase = %f.phase,
+                        attempt = attempts, "gateway upstream failed; trying another");
+                    self.fail(guard, f.clone(), &dest.host).await;
+                    last = Some((f, endpoint));
+                }
+            }
+        }
+        drop(held);
+        match last {
+            Some((last, endpoint)) => Err(UpstreamError::AllFailed {
+                last,
+                endpoint,
+                tried: tried.count(),
+            }),
+            // Only endpoints already tried came back: the pool has nothing new to offer.
+            None => Err(UpstreamError::Exhausted {
+                pool: routing.pool.clone().unwrap_or_else(|| self.pool.clone()),
+                retry_after: None,
+            }),
+        }
+    }
+
+    /// Report a failure seen on the way to `destination` and wait for it to be recorded.
+    pub(super) async fn fail(&self, mut guard: LeaseGuard, f: DialFailure, destination: &str) {
+        guard.set_outcome(failure_outcome(f, destination));
+        guard.finish().await;
+    }
+}
+
+/// The report for a failure on the way to `destination`.
+///
+/// Until per-destination health lands (SPEC §13) every report is endpoint-wide; the
+/// destination is named in the detail so operators can tell bans apart.
+pub(super) fn failure_outcome(f: DialFailure, destination: &str) -> Outcome {
+    let mut failure = Failure::from(f);
+    failure.detail = Some(format!(
+        "gateway, destination {destination}: {}",
+        failure.detail.unwrap_or_default()
+    ));
+    Outcome::Failure(failure)
+}
+
+/// Give a lease back: report its outcome, or release it without one.
+pub(super) async fn give_back(
+    engine: &Engine,
+    lease: &str,
+    endpoint: EndpointId,
+    outcome: Option<Outcome>,
+) {
+    let r = match outcome {
+        Some(o) => engine.report(lease, o).await.map(|state| {
+            debug!(endpoint, %state, "gateway reported");
+        }),
+        None => engine.release(lease).await,
+    };
+    if let Err(e) = r {
+        warn!(endpoint, error = %e, "gateway could not give its lease back");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::{Phase, Reason};
+
+    #[test]
+    fn failures_keep_reason_phase_status_and_name_the_destination() {
+        let mut f = DialFailure::new(Reason::ProxyRejected, Phase::ProxyHandshake, "403");
+        f.status = Some(403);
+        let Outcome::Failure(out) = failure_outcome(f, "example.com") else {
+            panic!("not a failure");
+        };
+        assert_eq!(
+            (out.reason, out.phase, out.status),
+            (
+                Some(Reason::ProxyRejected),
+                Some(Phase::ProxyHandshake),
+                Some(403)
+            )
+        );
+        assert_eq!(
+            out.detail.as_deref(),
+            Some("gateway, destination example.com: 403")
+        );
+    }
+}

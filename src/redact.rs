@@ -1,0 +1,198 @@
+//! Credentials out of free text before it is stored or printed.
+//!
+//! Scrapers put exception texts into a report's `detail`, and those often hold the proxy
+//! URL they used; command sources carry tokens in their argv. Both end up in `events`,
+//! `show`, `list --json` and tables, so they are redacted on the way in.
+
+/// What replaces a secret.
+pub const MASK: &str = "***";
+
+/// Shown instead of a text that could not be redacted safely (a password overlapping the
+/// mask itself, such as `*`).
+const WITHHELD: &str = "[detail withheld: it held a credential]";
+
+/// Flag and variable names whose value is a secret (matched case-insensitively as a part
+/// of the name).
+const SECRET_WORDS: &[&str] = &[
+    "pass", "pwd", "token", "secret", "key", "auth", "cred", "cookie",
+];
+
+/// `text` with every `scheme://user:pass@` shown as `scheme://user:***@` and every
+/// non-empty password in `passwords` (raw or percent-encoded) replaced by `***`. The
+/// result never contains one of `passwords`.
+pub fn redact_text(text: &str, passwords: &[&str]) -> String {
+    let mut out = redact_urls(text);
+    let mut secrets: Vec<String> = Vec::new();
+    for p in passwords.iter().filter(|p| !p.is_empty()) {
+        secrets.push((*p).to_string());
+        let enc = percent_encoding::utf8_percent_encode(p, percent_encoding::NON_ALPHANUMERIC)
+            .to_string();
+        if enc != *p {
+            secrets.push(enc);
+        }
+    }
+    // Longest first, so a password that contains another is masked whole.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    if !secrets.is_empty() {
+        out = mask_all(&out, &secrets);
+    }
+    // Masking can join pieces into a new occurrence ("a" + "***" for password "a*"); then
+    // nothing of the text is safe to keep.
+    if passwords.iter().any(|p| !p.is_empty() && out.contains(*p)) {
+        return if passwords
+            .iter()
+            .any(|p| !p.is_empty() && WITHHELD.contains(*p))
+        {
+            String::new()
+        } else {
+            WITHHELD.to_string()
+        };
+    }
+    out
+}
+
+/// Replace every byte range covered by an occurrence of one of `secrets` with one mask.
+fn mask_all(text: &str, secrets: &[String]) -> String {
+    let mut covered = vec![false; text.len()];
+    for s in secrets {
+        for (i, _) in text.match_indices(s.as_str()) {
+            covered[i..i + s.len()].iter_mut().for_each(|c| *c = true);
+        }
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut masking = false;
+    for (i, ch) in text.char_indices() {
+        if covered[i] {
+            if !masking {
+                out.push_str(MASK);
+                masking = true;
+            }
+        } else {
+            masking = false;
+            out.push(ch);
+        }
+    }
+    out
+}
+
+/// Every `://user:pass@` in `text` becomes `://user:***@`. A URL ends at white space
+/// (not at a quote: user names may hold one); its userinfo ends at its last `@`, since raw
+/// passwords may hold `@` or `/` (masking too much is the safe mistake).
+pub fn redact_urls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(pos) = rest.find("://") {
+        let (head, tail) = rest.split_at(pos + 3);
+        out.push_str(head);
+        let end = tail.find(char::is_whitespace).unwrap_or(tail.len());
+        // Stop at the next URL, so one URL's userinfo never swallows the next one.
+        let end = tail[..end].find("://").unwrap_or(end);
+        let (url, after) = tail.split_at(end);
+        out.push_str(&mask_userinfo(url));
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
+fn mask_userinfo(url: &str) -> String {
+    match url.rfind('@') {
+        Some(at) => match url[..at].find(':') {
+            Some(colon) => format!("{}:{MASK}{}", &url[..colon], &url[at..]),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+fn is_secret_name(name: &str) -> bool {
+    let n = name.trim_start_matches('-').to_ascii_lowercase();
+    !n.is_empty() && SECRET_WORDS.iter().any(|w| n.contains(w))
+}
+
+/// A command line for display: URL credentials masked, the value after a flag such as
+/// `--password`/`--token` (or in `--token=v`, `API_KEY=v`) shown as `***`.
+pub fn redact_argv(argv: &[String]) -> String {
+    let mut out: Vec<String> = Vec::with_capacity(argv.len());
+    let mut hide_next = false;
+    for arg in argv {
+        if hide_next {
+            out.push(MASK.to_string());
+            hide_next = false;
+            continue;
+        }
+        if let Some((name, _)) = arg.split_once('=') {
+            if is_secret_name(name) && !name.contains("://") {
+                out.push(format!("{name}={MASK}"));
+                continue;
+            }
+        }
+        if arg.starts_with('-') && arg.len() > 1 && is_secret_name(arg) {
+            hide_next = true;
+        }
+        out.push(redact_urls(arg));
+    }
+    out.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_table() {
+        let cases: &[(&str, &[&str], &str)] = &[
+            ("plain text", &[], "plain text"),
+            (
+                "ProxyError('http://bob:hunter2@10.0.0.1:8080' refused)",
+                &[],
+                "ProxyError('http://bob:***@10.0.0.1:8080' refused)",
+            ),
+            (
+                "via socks5h://u:p@ss@h:1/x and http://a:b@c:2",
+                &[],
+                "via socks5h://u:***@h:1/x and http://a:***@c:2",
+            ),
+            ("http://host:80/path", &[], "http://host:80/path"),
+            ("http://user@host:80", &[], "http://user@host:80"),
+            (
+                "auth failed for hunter2",
+                &["hunter2"],
+                "auth failed for ***",
+            ),
+            ("p%40ss leaked", &["p@ss"], "*** leaked"),
+            ("abcabc", &["abc", "bca"], "***"),
+            ("no password here", &[""], "no password here"),
+            ("a*", &["*"], WITHHELD),
+            ("[*]", &["*", "["], ""),
+            ("xa*", &["a*", "xa"], "***"),
+            ("://", &[], "://"),
+            ("http://a:b@c://d:e@f", &[], "http://a:***@c://d:***@f"),
+        ];
+        for (input, pw, want) in cases {
+            assert_eq!(redact_text(input, pw), *want, "{input:?} {pw:?}");
+        }
+    }
+
+    #[test]
+    fn argv_table() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let cases: &[(&[&str], &str)] = &[
+            (&["fetch", "--pool", "a"], "fetch --pool a"),
+            (
+                &["fetch", "--password", "hunter2", "-v"],
+                "fetch --password *** -v",
+            ),
+            (&["fetch", "--token=abc"], "fetch --token=***"),
+            (&["env", "API_KEY=abc", "run"], "env API_KEY=*** run"),
+            (
+                &["curl", "https://u:pw@list.example/x"],
+                "curl https://u:***@list.example/x",
+            ),
+            (&["curl", "-H", "x"], "curl -H x"),
+        ];
+        for (argv, want) in cases {
+            assert_eq!(redact_argv(&v(argv)), *want, "{argv:?}");
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! `edit`: a new URL or label for a stored endpoint.
+
+use rusqlite::{params, OptionalExtension, TransactionBehavior};
+
+use super::{insert_event, read_endpoint, EndpointRow, NewEvent, Store, StoreError, ENDPOINT_COLS};
+use crate::endpoint::{EndpointId, ProxyUrl};
+use crate::event_kind::EventKind;
+
+impl Store {
+    /// Replace an endpoint's URL and/or label, keeping its id, state and history, with an
+    /// `edited` event (passwords redacted). `label: Some(None)` clears the label. The new
+    /// URL may not take the identity of another endpoint of the pool.
+    pub fn edit_endpoint(
+        &mut self,
+        id: EndpointId,
+        url: Option<&ProxyUrl>,
+        label: Option<Option<String>>,
+    ) -> Result<EndpointRow, StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let old = {
+            let sql = format!("SELECT {ENDPOINT_COLS} FROM endpoints WHERE id=?1");
+            let mut st = tx.prepare_cached(&sql)?;
+            st.query_row([id], read_endpoint)
+                .optional()?
+                .transpose()?
+                .ok_or_else(|| StoreError::NotFound(format!("with id {id}")))?
+        };
+        let new_url = url.cloned().unwrap_or_else(|| old.url.clone());
+        let new_label = label.unwrap_or_else(|| old.label.clone());
+        let clash: Option<i64> = tx
+            .query_row(
+                "SELECT id FROM endpoints WHERE pool=?1 AND scheme=?2 AND host=?3 AND port=?4 AND user=?5 AND id<>?6",
+                params![
+                    old.pool,
+                    new_url.scheme.as_str(),
+                    new_url.host,
+                    new_url.port,
+                    new_url.user_key(),
+                    id
+                ],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if let Some(other) = clash {
+            return Err(StoreError::Duplicate {
+                url: new_url.to_redacted_string(),
+                pool: old.pool.clone(),
+                id: other,
+            });
+        }
+        tx.execute(
+            "UPDATE endpoints SET scheme=?2, host=?3, port=?4, user=?5, password=?6, label=?7 WHERE id=?1",
+            params![
+                id,
+                new_url.scheme.as_str(),
+                new_url.host,
+                new_url.port,
+                new_url.user_key(),
+                new_url.password,
+                new_label
+            ],
+        )?;
+        insert_event(
+            &tx,
+            &NewEvent {
+                endpoint: Some(id),
+                detail: Some(edit_detail(&old, &new_url, new_label.as_deref())),
+                ..NewEvent::new(EventKind::Edited)
+            },
+        )?;
+        tx.commit()?;
+        Ok(EndpointRow {
+            url: new_url,
+            label: new_label,
+            ..old
+        })
+    }
+}
+
+/// What an edit changed, for its event: never a password.
+fn edit_detail(old: &EndpointRow, url: &ProxyUrl, label: Option<&str>) -> String {
+    let mut parts = Vec::new();
+    let (was, now) = (old.url.to_redacted_string(), url.to_redacted_string());
+    if was != now {
+        parts.push(format!("url {was} -> {now}"));
+    }
+    if old.url.password != url.password {
+        parts.push("password changed".to_string());
+    }
+    if old.label.as_deref() != label {
+        let show = |l: Option<&str>| l.map(|l| format!("{l:?}")).unwrap_or("none".into());
+        parts.push(format!(
+            "label {} -> {}",
+            show(old.label.as_deref()),
+            show(label)
+        ));
+    }
+    if parts.is_empty() {
+        "nothing changed".to_string()
+    } else {
+        parts.join("; ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::State;
+
+    fn row(url: &str, label: Option<&str>) -> EndpointRow {
+        EndpointRow {
+            id: 1,
+            url: ProxyUrl::parse(url).unwrap(),
+            pool: "default".into(),
+            label: label.map(str::to_string),
+            source: None,
+            state: State::Available,
+            reason: None,
+            phase: None,
+            detail: None,
+            streak: 0,
+            reason_streak: 0,
+            cooldown_ms: None,
+            cooldown_until: None,
+            state_changed_at: String::new(),
+            created_at: String::new(),
+        }
+    }
+
+    #[test]
+    fn edit_detail_says_what_changed_and_never_a_password() {
+        let cases = [
+            (
+                "http://u:old@h:1",
+                None,
+                "http://u:new@h:1",
+                None,
+                "password changed",
+            ),
+            (
+                "http://u:old@h:1",
+                None,
+                "http://u:new@h:2",
+                None,
+                "url http://u:***@h:1 -> http://u:***@h:2; password changed",
+            ),
+            (
+                "http://h:1",
+                Some("a"),
+                "http://h:1",
+                None,
+                "label \"a\" -> none",
+            ),
+            (
+                "http://h:1",
+                None,
+                "http://h:1",
+                Some("b"),
+                "label none -> \"b\"",
+            ),
+            (
+                "socks5://u:p@h:1",
+                None,
+                "socks5://u:p@h:1",
+                None,
+                "nothing changed",
+            ),
+        ];
+        for (old, old_label, new, new_label, want) in cases {
+            let got = edit_detail(
+                &row(old, old_label),
+                &ProxyUrl::parse(new).unwrap(),
+                new_label,
+            );
+            assert_eq!(got, want, "{old} -> {new}");
+            assert!(!got.contains("old") && !got.contains("new"), "{got}");
+        }
+    }
+}

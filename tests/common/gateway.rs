@@ -1,0 +1,289 @@
+//! An in-process gateway over a real SQLite store, and a raw HTTP/SOCKS5 client for it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proxypool::config::{GatewayConfig, PoolConfig};
+use proxypool::endpoint::{EndpointId, ProxyUrl};
+use proxypool::gateway::{Gateway, Limits};
+use proxypool::health::State;
+use proxypool::pool::engine::Engine;
+use proxypool::store::{EndpointRow, EventRow, NewEndpoint, Store};
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::fakes::{header, read_head};
+
+/// A gateway serving the pools `default` and `other` from a temp database.
+pub struct Gw {
+    pub addr: SocketAddr,
+    pub engine: Arc<Engine>,
+    pub ids: Vec<EndpointId>,
+    db: PathBuf,
+    shutdown: CancellationToken,
+    task: Option<JoinHandle<()>>,
+    _dir: TempDir,
+}
+
+impl Gw {
+    /// Endpoints `urls` in pool `default` (in this order), gateway config tweaked by `f`.
+    pub async fn start(urls: &[String], f: impl FnOnce(&mut GatewayConfig)) -> Gw {
+        Gw::start_with(urls, f, Limits::default()).await
+    }
+
+    pub async fn start_with(
+        urls: &[String],
+        f: impl FnOnce(&mut GatewayConfig),
+        limits: Limits,
+    ) -> Gw {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("gw.db");
+        let store = Store::open(&db).unwrap();
+        let engine = Engine::open(
+            store,
+            [PoolConfig::builtin("default"), PoolConfig::builtin("other")],
+        )
+        .unwrap();
+        let eps = urls
+            .iter()
+            .map(|u| NewEndpoint {
+                url: ProxyUrl::parse(u).unwrap(),
+                pool: "default".into(),
+                label: None,
+                source: None,
+                state: State::Available,
+            })
+            .collect();
+        let ids = if urls.is_empty() {
+            Vec::new()
+        } else {
+            engine.add(eps).await.unwrap()
+        };
+        let mut cfg = GatewayConfig::new("127.0.0.1:0".parse().unwrap());
+        f(&mut cfg);
+        let gw = Gateway::bind(cfg, engine.clone())
+            .await
+            .unwrap()
+            .with_limits(limits);
+        let addr = gw.local_addr();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(gw.run(shutdown.clone()));
+        Gw {
+            addr,
+            engine,
+            ids,
+            db,
+            shutdown,
+            task: Some(task),
+            _dir: dir,
+        }
+    }
+
+    /// The endpoint rows as stored (what `proxypool list` would show).
+    pub fn rows(&self) -> Vec<EndpointRow> {
+        Store::open(&self.db).unwrap().list(None, None).unwrap()
+    }
+
+    pub fn row(&self, id: EndpointId) -> EndpointRow {
+        self.rows().into_iter().find(|r| r.id == id).unwrap()
+    }
+
+    pub fn events(&self) -> Vec<EventRow> {
+        Store::open(&self.db)
+            .unwrap()
+            .events(None, 0, 10_000)
+            .unwrap()
+    }
+
+    /// Live leases of pool `default`.
+    pub fn leases(&self) -> usize {
+        self.engine.status(Some("default")).unwrap()[0].leases
+    }
+
+    /// Wait (bounded) until no lease is outstanding; leases given back on drop are
+    /// reported by a spawned task, a moment after the connection ends.
+    pub async fn until_no_leases(&self) {
+        for _ in 0..200 {
+            if self.leases() == 0 {
+                // Reports are committed a moment after the lease count drops.
+                self.engine.flush().await.unwrap();
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{} lease(s) still outstanding", self.leases());
+    }
+
+    /// Stop the gateway and wait for it.
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(t) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(10), t)
+                .await
+                .expect("gateway did not stop")
+                .unwrap();
+        }
+    }
+
+    pub async fn connect(&self) -> TcpStream {
+        TcpStream::connect(self.addr).await.unwrap()
+    }
+}
+
+impl Drop for Gw {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// A response: head and body.
+#[derive(Debug)]
+pub struct Resp {
+    pub head: String,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn status(&self) -> u16 {
+        self.head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        header(&self.head, name)
+    }
+
+    pub fn endpoint(&self) -> Option<EndpointId> {
+        self.header("x-proxypool-endpoint")?.parse().ok()
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// Read one response with a Content-Length body (or a body up to close).
+pub async fn read_response(s: &mut TcpStream) -> Option<Resp> {
+    let (head, mut body) = read_head(s).await?;
+    match header(&head, "content-length").and_then(|v| v.parse::<usize>().ok()) {
+        Some(n) => {
+            while body.len() < n {
+                let mut chunk = vec![0u8; n - body.len()];
+                let got = s.read(&mut chunk).await.ok()?;
+                if got == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..got]);
+            }
+        }
+        None => {
+            let _ = s.read_to_end(&mut body).await;
+        }
+    }
+    Some(Resp { head, body })
+}
+
+/// Send raw bytes on a fresh connection and read one response.
+pub async fn roundtrip(addr: SocketAddr, raw: &[u8]) -> Resp {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(raw).await.unwrap();
+    read_response(&mut s).await.expect("no response")
+}
+
+/// `Proxy-Authorization` header line for user:pass.
+pub fn proxy_auth(user: &str, pass: &str) -> String {
+    format!(
+        "Proxy-Authorization: Basic {}\r\n",
+        super::fakes::base64(format!("{user}:{pass}").as_bytes())
+    )
+}
+
+/// An absolute-form GET for `http://127.0.0.1:port/path`, keep-alive, extra header lines.
+pub fn get(port: u16, path: &str, extra: &str) -> Vec<u8> {
+    format!("GET http://127.0.0.1:{port}{path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{extra}\r\n")
+        .into_bytes()
+}
+
+/// CONNECT 127.0.0.1:port; returns the stream and the gateway's answer.
+pub async fn connect_tunnel(addr: SocketAddr, port: u16, extra: &str) -> (TcpStream, Resp) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{extra}\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let (head, mut body) = read_head(&mut s).await.expect("no CONNECT answer");
+    let resp = if head.starts_with("HTTP/1.1 200") {
+        assert!(body.is_empty(), "bytes after the CONNECT answer: {body:?}");
+        Resp { head, body }
+    } else {
+        let n = header(&head, "content-length")
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0);
+        while body.len() < n {
+            let mut chunk = vec![0u8; n - body.len()];
+            match s.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(got) => body.extend_from_slice(&chunk[..got]),
+            }
+        }
+        Resp { head, body }
+    };
+    (s, resp)
+}
+
+/// SOCKS5 handshake to `dest` (IPv4 when it parses, else a domain); returns the stream
+/// and the reply code (or the auth failure as `0xA0 + status`, method refusal as 0xFF).
+pub async fn socks5_connect(
+    addr: SocketAddr,
+    creds: Option<(&str, &str)>,
+    host: &str,
+    port: u16,
+) -> (TcpStream, u8) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let method = if creds.is_some() { 2 } else { 0 };
+    s.write_all(&[5, 1, method]).await.unwrap();
+    let mut m = [0u8; 2];
+    s.read_exact(&mut m).await.unwrap();
+    if m[1] == 0xFF {
+        return (s, 0xFF);
+    }
+    if let Some((u, p)) = creds {
+        let mut a = vec![1, u.len() as u8];
+        a.extend_from_slice(u.as_bytes());
+        a.push(p.len() as u8);
+        a.extend_from_slice(p.as_bytes());
+        s.write_all(&a).await.unwrap();
+        let mut r = [0u8; 2];
+        s.read_exact(&mut r).await.unwrap();
+        if r[1] != 0 {
+            return (s, 0xA0 + r[1]);
+        }
+    }
+    let mut req = vec![5, 1, 0];
+    match host.parse::<std::net::Ipv4Addr>() {
+        Ok(ip) => {
+            req.push(1);
+            req.extend_from_slice(&ip.octets());
+        }
+        Err(_) => {
+            req.push(3);
+            req.push(host.len() as u8);
+            req.extend_from_slice(host.as_bytes());
+        }
+    }
+    req.extend_from_slice(&port.to_be_bytes());
+    s.write_all(&req).await.unwrap();
+    let mut r = [0u8; 10];
+    s.read_exact(&mut r).await.unwrap();
+    (s, r[1])
+}

@@ -1,0 +1,26 @@
+//! The one harness of the integration tests. Every `tests/*.rs` starts with `mod common;`
+//! and picks what it needs:
+//!
+//! - `common::tools`  — real third-party software: `need()` finds a tool or skips the test
+//!   (a FAILURE when env `CI` is set), `skip_unless_ci()` for any other missing prerequisite,
+//!   `Proc` (child killed on drop), `free_port()`, `is_root()`.
+//! - `common::fakes`  — hand-written fake proxies (HTTP, HTTPS, SOCKS4/5, scripted byte
+//!   plays) and destinations on 127.0.0.1 as tokio tasks; `background()` runs one from a
+//!   synchronous test; a throw-away CA; `base64`, `read_head`, `header`.
+//! - `common::daemon` — a temporary proxypool home (`Home`), the real binary as CLI
+//!   (`Home::run/ok/fails/bare`) and as daemon (`Home::serve` → `Daemon`), a JSON-lines
+//!   socket client (`Conn`).
+//! - `common::upstreams` — real upstream proxies (tinyproxy, microsocks, dante).
+//! - `common::gateway` — an in-process gateway over a real SQLite file, raw client helpers.
+//! - `common::vpool`  — a virtual pool: real `Pools` + real SQLite store under the paused
+//!   tokio clock, scripted endpoints, an event auditor; `Clock` for pool-level tests.
+//!
+//! Each test binary compiles all of it and uses a part, hence the blanket allow.
+#![allow(dead_code)]
+
+pub mod daemon;
+pub mod fakes;
+pub mod gateway;
+pub mod tools;
+pub mod upstreams;
+pub mod vpool;

@@ -1,0 +1,167 @@
+//! Real third-party software in tests (tinyproxy, microsocks, dante, prometheus, chromium,
+//! a Python venv...). The rule, for every test that drives one: `cargo test` passes on a
+//! machine without it (the test prints a note and returns), but when env `CI` is set a
+//! missing tool is a FAILURE, so CI can never go green by skipping.
+//!
+//! ```ignore
+//! let Some(bin) = need("tinyproxy", "apt-get install -y tinyproxy") else { return };
+//! ```
+
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+/// Whether env `CI` is set (non-empty): then nothing may be skipped.
+pub fn in_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty())
+}
+
+/// The single skip rule: `None` after a printed note outside CI; a panic (test failure)
+/// when `CI` is set. `why` says what is missing, `fix` how to get it.
+pub fn skip_unless_ci<T>(why: &str, fix: &str) -> Option<T> {
+    if in_ci() {
+        panic!("{why} but CI is set: this test needs it ({fix})");
+    }
+    eprintln!("note: {why}, skipping this test ({fix})");
+    None
+}
+
+/// The path of program `bin` (searched in `PATH` and the usual sbin/bin folders), or `None`
+/// after a note when it is missing outside CI; panics when it is missing under CI.
+pub fn need(bin: &str, install: &str) -> Option<PathBuf> {
+    let dirs = std::env::var("PATH").unwrap_or_default();
+    let found = dirs
+        .split(':')
+        .chain([
+            "/usr/sbin",
+            "/usr/bin",
+            "/sbin",
+            "/usr/local/sbin",
+            "/usr/local/bin",
+        ])
+        .map(|d| Path::new(d).join(bin))
+        .find(|p| p.is_file());
+    match found {
+        Some(p) => Some(p),
+        None => skip_unless_ci(&format!("{bin} is not installed"), install),
+    }
+}
+
+pub fn is_root() -> bool {
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released), for programs that want a number.
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// A child process killed (and reaped) on drop.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A real server program (tinyproxy, danted...) started in `dir` with its output in
+/// `dir/NAME.log`, ready once it accepts on `port`; killed with its whole process group
+/// on drop.
+pub struct ToolDaemon {
+    pub name: &'static str,
+    pub child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+    _dir: TempDir,
+}
+
+impl ToolDaemon {
+    pub async fn start(
+        name: &'static str,
+        bin: &Path,
+        args: &[&str],
+        dir: TempDir,
+        port: u16,
+    ) -> ToolDaemon {
+        let log = dir.path().join(format!("{name}.log"));
+        let out = File::create(&log).unwrap();
+        let err = out.try_clone().unwrap();
+        let child = Command::new(bin)
+            .args(args)
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            // Dante forks workers: a group of their own lets drop stop them all.
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        let mut d = ToolDaemon {
+            name,
+            child,
+            port,
+            log,
+            _dir: dir,
+        };
+        d.wait_ready().await;
+        d
+    }
+
+    async fn wait_ready(&mut self) {
+        for _ in 0..200 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "{} exited early ({status}):\n{}",
+                    self.name,
+                    self.log_text()
+                );
+            }
+            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                .await
+                .is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "{} did not accept on port {} within 10s:\n{}",
+            self.name,
+            self.port,
+            self.log_text()
+        );
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for ToolDaemon {
+    fn drop(&mut self) {
+        let pgid = format!("-{}", self.child.id());
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &pgid])
+            .stderr(Stdio::null())
+            .status();
+        for _ in 0..40 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &pgid])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.wait();
+    }
+}

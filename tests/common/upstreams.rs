@@ -1,0 +1,64 @@
+//! Real upstream proxies from Debian (tinyproxy, microsocks, dante), each on a free port
+//! of 127.0.0.1, killed on drop. A missing binary skips the test (fails it under `CI`).
+
+use super::tools::{free_port, is_root, need, ToolDaemon};
+
+pub const INSTALL: &str = "apt-get install -y tinyproxy microsocks dante-server";
+
+/// tinyproxy with Basic auth alice:s3cret, CONNECT allowed to `connect_ports`.
+pub async fn tinyproxy(connect_ports: &[u16]) -> Option<ToolDaemon> {
+    let bin = need("tinyproxy", INSTALL)?;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut conf = format!(
+        "Port {port}\nListen 127.0.0.1\nTimeout 30\nMaxClients 100\nAllow 127.0.0.1\n\
+         BasicAuth alice s3cret\nLogLevel Info\n"
+    );
+    for p in connect_ports {
+        conf.push_str(&format!("ConnectPort {p}\n"));
+    }
+    if is_root() {
+        // tinyproxy refuses to keep running as root.
+        conf.push_str("User nobody\nGroup nogroup\n");
+    }
+    let path = dir.path().join("tinyproxy.conf");
+    std::fs::write(&path, conf).unwrap();
+    let path = path.to_string_lossy().into_owned();
+    Some(ToolDaemon::start("tinyproxy", &bin, &["-d", "-c", &path], dir, port).await)
+}
+
+/// microsocks with user alice:s3cret.
+pub async fn microsocks() -> Option<ToolDaemon> {
+    let bin = need("microsocks", INSTALL)?;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let p = port.to_string();
+    let args = ["-i", "127.0.0.1", "-p", &p, "-u", "alice", "-P", "s3cret"];
+    Some(ToolDaemon::start("microsocks", &bin, &args, dir, port).await)
+}
+
+/// dante, no authentication.
+pub async fn dante() -> Option<ToolDaemon> {
+    let bin = need("danted", INSTALL)?;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let users = if is_root() {
+        "user.privileged: root\nuser.unprivileged: nobody\n"
+    } else {
+        ""
+    };
+    let conf = format!(
+        "logoutput: stderr\n\
+         internal: 127.0.0.1 port = {port}\n\
+         external: 127.0.0.1\n\
+         clientmethod: none\n\
+         socksmethod: none\n\
+         {users}\
+         client pass {{\n  from: 127.0.0.0/8 to: 0.0.0.0/0\n}}\n\
+         socks pass {{\n  from: 127.0.0.0/8 to: 0.0.0.0/0\n}}\n"
+    );
+    let path = dir.path().join("danted.conf");
+    std::fs::write(&path, conf).unwrap();
+    let path = path.to_string_lossy().into_owned();
+    Some(ToolDaemon::start("danted", &bin, &["-f", &path, "-N", "1"], dir, port).await)
+}

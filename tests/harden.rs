@@ -1,0 +1,279 @@
+//! Regression tests from the adversarial run (issue 13) through the real binary: one daemon
+//! per database whatever the path, a `--socket` typo never deletes a file, private
+//! folders and lock files, config and token floors, and credentials kept out of what
+//! the daemon stores and prints.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::daemon::*;
+use serde_json::{json, Value};
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+/// Run with `PROXYPOOL_SOCKET` removed, so `[server] socket` of the config decides.
+fn run_without_socket_env(h: &Home, args: &[&str]) -> Out {
+    let mut c = h.cmd();
+    c.env_remove("PROXYPOOL_SOCKET")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
+    let out = wait_output(child, Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("`proxypool {}` did not finish in 10 s", args.join(" ")));
+    Out::from(out, args)
+}
+
+#[test]
+fn a_hard_link_to_the_database_is_refused_while_the_daemon_runs() {
+    let h = Home::new(None);
+    let d = h.serve();
+    h.add(&["http://10.13.0.1:3128"]);
+    let hard = h.dir.path().join("hard.db");
+    std::fs::hard_link(&h.db, &hard).unwrap();
+    let other = h.dir.path().join("run/other.sock");
+    let hard_s = hard.to_str().unwrap();
+
+    let o = h.run(&["--db", hard_s, "--socket", other.to_str().unwrap(), "serve"]);
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.contains("hard link"), "{}", o.stderr);
+    assert!(o.stderr.contains("hard.db"), "{}", o.stderr);
+    assert!(!other.exists(), "a second daemon bound {}", other.display());
+    // CLI commands through the second name are refused too: no second WAL.
+    let o = h.run(&["--db", hard_s, "list"]);
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(!Path::new(&format!("{hard_s}-wal")).exists());
+    // The first daemon still serves, untouched.
+    assert_eq!(d.req(json!({"op": "ping"}))["ok"], json!(true));
+}
+
+#[test]
+fn a_symlink_to_the_database_finds_the_running_daemon() {
+    let h = Home::new(None);
+    let d = h.serve();
+    let id = h.add(&["http://10.13.0.2:3128"])[0];
+    let link = h.dir.path().join("link.db");
+    std::os::unix::fs::symlink(&h.db, &link).unwrap();
+    let link_s = link.to_str().unwrap();
+    let other = h.dir.path().join("run/other.sock");
+
+    let o = h.run(&["--db", link_s, "--socket", other.to_str().unwrap(), "serve"]);
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(o.stderr.contains("already serving"), "{}", o.stderr);
+    assert!(!other.exists(), "a second daemon bound {}", other.display());
+
+    // An operator action through the symlink reaches the daemon that serves the file.
+    h.ok(&["--db", link_s, "disable", &id.to_string()]);
+    let r = d.req(json!({"op": "lease"}));
+    assert_eq!(r["ok"], json!(false), "disabled endpoint leased: {r}");
+    assert_eq!(r["error"]["code"], json!("pool_exhausted"), "{r}");
+}
+
+#[test]
+fn serve_never_deletes_a_file_that_is_not_a_socket() {
+    let h = Home::new(None);
+    h.add(&["http://10.13.0.3:3128"]);
+    let text = h.dir.path().join("notes.txt");
+    std::fs::write(&text, "keep me\n").unwrap();
+
+    let o = h.run(&["--socket", text.to_str().unwrap(), "serve"]);
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.contains("notes.txt"), "{}", o.stderr);
+    assert_eq!(std::fs::read_to_string(&text).unwrap(), "keep me\n");
+
+    // The database itself given as the socket: refused, every endpoint still there.
+    let o = h.run(&["--socket", h.db.to_str().unwrap(), "serve"]);
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.contains("proxypool.db"), "{}", o.stderr);
+    assert_eq!(h.list().len(), 1);
+}
+
+#[test]
+fn config_server_socket_never_deletes_a_file_that_is_not_a_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("precious.txt");
+    std::fs::write(&text, "keep me\n").unwrap();
+    let h = Home::new(Some(&format!(
+        "[server]\nsocket = {:?}\n",
+        text.to_str().unwrap()
+    )));
+    let o = run_without_socket_env(&h, &["serve"]);
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.contains("precious.txt"), "{}", o.stderr);
+    assert_eq!(std::fs::read_to_string(&text).unwrap(), "keep me\n");
+}
+
+#[test]
+fn a_stale_socket_is_replaced_and_a_live_one_is_not() {
+    let h = Home::new(None);
+    {
+        // A socket file left by a crashed daemon: nobody answers.
+        let l = std::os::unix::net::UnixListener::bind(&h.socket).unwrap();
+        drop(l);
+    }
+    assert!(h.socket.exists());
+    let d = h.serve();
+    assert_eq!(d.req(json!({"op": "ping"}))["ok"], json!(true));
+    // Another database pointed at the live socket: refused, the daemon unharmed.
+    let other_db = h.dir.path().join("other.db");
+    let o = h.run(&["--db", other_db.to_str().unwrap(), "serve"]);
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(o.stderr.contains("already serving"), "{}", o.stderr);
+    assert_eq!(d.req(json!({"op": "ping"}))["ok"], json!(true));
+}
+
+/// Start `serve` from `c`, wait until `sock` exists, then stop it.
+fn serve_until_bound(mut c: std::process::Command, sock: &Path) {
+    c.arg("serve").stdout(Stdio::null()).stderr(Stdio::null());
+    let mut child = c.spawn().unwrap();
+    let t = std::time::Instant::now();
+    while !sock.exists() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(sock.exists(), "daemon never bound {}", sock.display());
+}
+
+#[test]
+fn folders_proxypool_creates_are_private_and_the_lock_file_is_made_0600() {
+    // A missing XDG_RUNTIME_DIR is created 0700.
+    let h = Home::new(None);
+    let runtime = h.dir.path().join("fresh-runtime");
+    let mut c = h.cmd();
+    c.env("XDG_RUNTIME_DIR", &runtime)
+        .env_remove("PROXYPOOL_SOCKET");
+    serve_until_bound(c, &runtime.join("proxypool.sock"));
+    assert_eq!(mode(&runtime), 0o700, "XDG_RUNTIME_DIR folder");
+
+    // A socket in folders that do not exist yet: each created 0700.
+    let deep = h.dir.path().join("sock/a/b.sock");
+    let mut c = h.cmd();
+    c.env("PROXYPOOL_SOCKET", &deep);
+    serve_until_bound(c, &deep);
+    assert_eq!(mode(&h.dir.path().join("sock")), 0o700);
+    assert_eq!(mode(&h.dir.path().join("sock/a")), 0o700);
+
+    // A database in a new folder: 0700; an existing world-readable lock file: 0600.
+    let db = h.dir.path().join("newdir/pp.db");
+    h.ok(&["--db", db.to_str().unwrap(), "list"]);
+    assert_eq!(mode(&h.dir.path().join("newdir")), 0o700);
+    let lock = h.dir.path().join("data/proxypool.db.lock");
+    std::fs::write(&lock, "").unwrap();
+    std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o644)).unwrap();
+    h.ok(&["list"]);
+    assert_eq!(mode(&lock), 0o600);
+}
+
+#[test]
+fn a_sub_second_probe_interval_is_a_config_error() {
+    let cfg = |interval: &str| {
+        format!(
+            "[[pool]]\nname = \"default\"\nmode = \"static\"\n[pool.probe]\nurl = \"http://127.0.0.1:9/\"\ninterval = \"{interval}\"\n"
+        )
+    };
+    for bad in ["1ns", "999ms"] {
+        let h = Home::new(Some(&cfg(bad)));
+        let o = h.run(&["list"]);
+        assert_eq!(o.code, Some(2), "{bad}: {o:?}");
+        assert!(o.stderr.contains("probe.interval"), "{bad}: {}", o.stderr);
+    }
+    for good in ["0s", "1s", "5m"] {
+        let h = Home::new(Some(&cfg(good)));
+        h.ok(&["list"]);
+    }
+}
+
+#[test]
+fn a_weak_tcp_token_is_refused() {
+    let h = Home::new(None);
+    for (token, why) in [
+        (" ", "blank"),
+        ("                 ", "blank"),
+        ("hunter2", "at least 16"),
+    ] {
+        let mut c = h.cmd();
+        c.env("PROXYPOOL_TOKEN", token)
+            .args(["serve", "--listen-tcp", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let out = wait_output(c.spawn().unwrap(), Duration::from_secs(10)).expect("exits");
+        let o = Out::from(out, &["serve"]);
+        assert_eq!(o.code, Some(2), "{token:?}: {o:?}");
+        assert!(o.stderr.contains(why), "{token:?}: {}", o.stderr);
+        assert!(!o.stderr.contains("hunter2"), "token echoed: {}", o.stderr);
+        assert!(!h.socket.exists());
+    }
+}
+
+#[test]
+fn sources_prints_a_command_source_redacted() {
+    let h = Home::new(Some(
+        r#"
+[[pool]]
+name = "sn"
+mode = "sniffing"
+
+[pool.probe]
+url = "http://127.0.0.1:9/"
+interval = "0s"
+
+[[pool.source]]
+kind = "command"
+command = ["fetch-list", "--token", "t0psecret", "--api-key=k3y", "https://bob:pa55@lists.example/x"]
+refresh = "0s"
+"#,
+    ));
+    for args in [&["sources"][..], &["sources", "--json"][..]] {
+        let out = h.ok(args);
+        for secret in ["t0psecret", "k3y", "pa55"] {
+            assert!(!out.contains(secret), "{args:?} printed {secret}: {out}");
+        }
+        assert!(out.contains("fetch-list"), "{out}");
+        assert!(out.contains("bob:***@lists.example"), "{out}");
+    }
+}
+
+#[test]
+fn a_password_in_a_report_detail_is_never_stored() {
+    let h = Home::new(None);
+    let d = h.serve();
+    h.add(&["http://alice:s3cr3t-pw@10.13.0.9:3128"]);
+    let mut c = d.conn();
+    let l = c.req(&json!({"op": "lease"}));
+    assert_eq!(l["ok"], json!(true), "{l}");
+    let detail = "ProxyError: http://alice:s3cr3t-pw@10.13.0.9:3128 refused; \
+                  also tried socks5://carol:other-pw@10.0.0.1:1080 (password s3cr3t-pw)";
+    let r = c.req(
+        &json!({"op": "report", "lease": l["lease"], "outcome": "failure",
+        "reason": "connect_refused", "phase": "connect", "detail": detail}),
+    );
+    assert_eq!(r["ok"], json!(true), "{r}");
+    let events = h.ok(&["events", "--json"]);
+    let listed = h.ok(&["list", "--json"]);
+    let shown = h.ok(&["show", "1"]);
+    for text in [&events, &listed, &shown] {
+        assert!(!text.contains("s3cr3t-pw"), "{text}");
+        assert!(!text.contains("other-pw"), "{text}");
+    }
+    let ev: Vec<Value> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let rep = ev
+        .iter()
+        .find(|e| e["kind"] == json!("report"))
+        .unwrap_or_else(|| panic!("no report event: {events}"));
+    assert!(
+        rep["detail"]
+            .as_str()
+            .is_some_and(|s| s.contains("alice:***@10.13.0.9") && s.contains("carol:***@")),
+        "{rep}"
+    );
+}
