@@ -106,6 +106,37 @@ fn socket_lease_and_report_with_destination_schemes_and_session() {
         assert!(err_message(&r).contains(word), "{req}: {r}");
     }
 
+    // `proxypool report --destination` mirrors the socket.
+    let (l, e) = lease_for(&mut c, "cli.example");
+    let out = h.ok(&[
+        "report",
+        &l,
+        "--outcome",
+        "failure",
+        "--reason",
+        "destination_status",
+        "--status",
+        "429",
+        "--destination",
+        "CLI.example:8443",
+        "--duration-ms",
+        "40",
+    ]);
+    assert_eq!(out.trim(), "available");
+    let (l2, e2) = lease_for(&mut c, "cli.example");
+    assert_ne!(e2, e, "banned for cli.example only");
+    let o = h.run(&[
+        "report",
+        &l2,
+        "--outcome",
+        "success",
+        "--destination",
+        "cli.example/x",
+    ]);
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.contains("--destination"), "{o:?}");
+    ok(c.req(&json!({"op": "release", "lease": l2})));
+
     // Report by session: on the endpoint the session is bound to.
     let g = ok(c.req(&json!({"op": "lease", "session": "s1", "schemes": ["socks5h"]})));
     ok(c.req(&json!({"op": "release", "lease": lease_id(&g)})));
