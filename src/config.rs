@@ -496,6 +496,7 @@ struct RawCooldown {
     #[serde(default, deserialize_with = "de_duration")]
     max: Option<Duration>,
     jitter: Option<f64>,
+    fall: Option<u32>,
     #[serde(default)]
     reasons: BTreeMap<Reason, RawReason>,
 }
@@ -510,6 +511,7 @@ struct RawReason {
     max: Option<Duration>,
     jitter: Option<f64>,
     disable_after: Option<u32>,
+    fall: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -678,6 +680,7 @@ impl Config {
                 d.factor = c.factor.unwrap_or(d.factor);
                 d.max = c.max.unwrap_or(d.max);
                 d.jitter = c.jitter.unwrap_or(d.jitter);
+                pool.policy.fall = c.fall.unwrap_or(pool.policy.fall);
                 for (reason, r) in c.reasons {
                     let entry = pool.policy.reasons.entry(reason).or_default();
                     *entry = ReasonPolicy {
@@ -686,6 +689,7 @@ impl Config {
                         max: r.max,
                         jitter: r.jitter,
                         disable_after: r.disable_after.or(entry.disable_after),
+                        fall: r.fall.or(entry.fall),
                     };
                 }
             }
@@ -910,6 +914,10 @@ mod tests {
             ("[[pool]]\nname=\"p\"\n[pool.cooldown]\nmax = \"400000y\"\n", "too long"),
             ("[[pool]]\nname=\"p\"\n[pool.cooldown.reasons.proxy_auth_rejected]\ndisable_after = 0\n", "disable_after"),
             ("[[pool]]\nname=\"p\"\n[pool.cooldown.reasons.nope]\nbase = \"1s\"\n", "nope"),
+            ("[[pool]]\nname=\"p\"\n[pool.cooldown]\nfall = 0\n", "pool.p.cooldown.fall: fall must be >= 1"),
+            ("[[pool]]\nname=\"p\"\n[pool.cooldown.reasons.connection_reset]\nfall = 0\n", "pool.p.cooldown.reasons.connection_reset.fall: fall must be >= 1"),
+            ("[[pool]]\nname=\"p\"\n[pool.cooldown]\nfall = -1\n", "fall"),
+            ("[[pool]]\nname=\"p\"\n[pool.cooldown]\nfall = \"2\"\n", "fall"),
             ("[[pool]]\nname=\"p\"\n[pool.probe]\nurl = \"ftp://x/\"\n", "pool.p.probe.url"),
             (
                 "[[pool]]\nname=\"p\"\nmode=\"sniffing\"\n[[pool.source]]\nkind=\"url\"\nurl=\"ftp://u:pw@x/\"\n",
@@ -931,6 +939,26 @@ mod tests {
             assert!(err.contains(want), "{text:?}: {err}");
             assert!(!err.contains(":pw@"), "{err}");
         }
+    }
+
+    #[test]
+    fn fall_per_pool_and_per_reason() {
+        let cfg = Config::parse(
+            "[[pool]]\nname=\"p\"\n[pool.cooldown]\nfall = 3\n\
+             [pool.cooldown.reasons.destination_status]\nfall = 1\n\
+             [pool.cooldown.reasons.proxy_auth_rejected]\nbase = \"10m\"\n\
+             [[pool]]\nname=\"q\"\n",
+            "t.toml",
+            None,
+        )
+        .unwrap();
+        let p = &cfg.pools["p"].policy;
+        assert_eq!(p.fall, 3);
+        assert_eq!(p.fall_for(Some(Reason::ConnectionReset)), 3);
+        assert_eq!(p.fall_for(Some(Reason::DestinationStatus)), 1);
+        assert_eq!(p.fall_for(Some(Reason::ProxyAuthRejected)), 3);
+        assert_eq!(p.fall_for(None), 3);
+        assert_eq!(cfg.pools["q"].policy.fall, 1, "default");
     }
 
     #[test]

@@ -11,6 +11,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+pub mod scope;
+
 macro_rules! string_enum {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident => $s:literal),+ $(,)? }) => {
         $(#[$m])*
@@ -192,6 +194,8 @@ pub struct ReasonPolicy {
     pub jitter: Option<f64>,
     /// N consecutive failures of this reason disable the endpoint.
     pub disable_after: Option<u32>,
+    /// Overrides the pool's `fall` when the failure has this reason.
+    pub fall: Option<u32>,
 }
 
 /// Per-pool health policy.
@@ -201,6 +205,8 @@ pub struct Policy {
     pub cooldown: Cooldown,
     /// Per-reason overrides.
     pub reasons: BTreeMap<Reason, ReasonPolicy>,
+    /// An available endpoint (or pair) cools on its `fall`-th consecutive failure (≥ 1).
+    pub fall: u32,
 }
 
 impl Default for Policy {
@@ -216,6 +222,7 @@ impl Default for Policy {
         Policy {
             cooldown: Cooldown::default(),
             reasons,
+            fall: 1,
         }
     }
 }
@@ -261,6 +268,12 @@ pub enum PolicyError {
         /// Config key.
         key: String,
     },
+    /// fall of zero.
+    #[error("{key}: fall must be >= 1")]
+    ZeroFall {
+        /// Config key.
+        key: String,
+    },
 }
 
 impl Policy {
@@ -283,15 +296,34 @@ impl Policy {
             .and_then(|o| o.disable_after)
     }
 
+    /// How many consecutive failures cool an available endpoint when the latest has
+    /// `reason`: the reason's own `fall`, else the pool's.
+    pub fn fall_for(&self, reason: Option<Reason>) -> u32 {
+        reason
+            .and_then(|r| self.reasons.get(&r))
+            .and_then(|o| o.fall)
+            .unwrap_or(self.fall)
+    }
+
     /// Check every value; `prefix` names the config table in errors.
     pub fn validate(&self, prefix: &str) -> Result<(), PolicyError> {
         validate_cooldown(&self.cooldown, prefix)?;
+        if self.fall == 0 {
+            return Err(PolicyError::ZeroFall {
+                key: format!("{prefix}.fall"),
+            });
+        }
         for (reason, o) in &self.reasons {
             let key = format!("{prefix}.reasons.{reason}");
             validate_cooldown(&self.cooldown_for(Some(*reason)), &key)?;
             if o.disable_after == Some(0) {
                 return Err(PolicyError::ZeroDisableAfter {
                     key: format!("{key}.disable_after"),
+                });
+            }
+            if o.fall == Some(0) {
+                return Err(PolicyError::ZeroFall {
+                    key: format!("{key}.fall"),
                 });
             }
         }
@@ -358,6 +390,10 @@ pub struct Health {
     pub streak: u32,
     /// Consecutive failures with the current `reason`.
     pub reason_streak: u32,
+    /// In memory only: failures while available that did not reach `fall` yet. Not
+    /// persisted, like a claim: they changed no state, and forgetting them on a restart
+    /// errs towards keeping a proxy in service.
+    pub fails: u32,
     /// Last failure / disable reason.
     pub reason: Option<Reason>,
     /// Last failure phase.
@@ -378,6 +414,7 @@ impl Health {
             claimed: false,
             streak: 0,
             reason_streak: 0,
+            fails: 0,
             reason: None,
             phase: None,
             detail: None,
@@ -468,7 +505,14 @@ impl Health {
         let from = self.state;
         match input {
             Input::Failure { failure, trial } => match (self.state, self.claimed, trial) {
-                (Available, _, false) => self.fail(failure, policy, now, jitter_sample),
+                (Available, _, false) => {
+                    // §15 `fall`: the failures before the N-th are recorded, nothing more.
+                    self.fails = self.fails.saturating_add(1);
+                    if self.fails < policy.fall_for(failure.reason) {
+                        return Step::Recorded { late: false };
+                    }
+                    self.fail(failure, policy, now, jitter_sample)
+                }
                 (ProbeAllowed, true, true) => {
                     self.claimed = false;
                     self.fail(failure, policy, now, jitter_sample)
@@ -479,6 +523,7 @@ impl Health {
                 (Available, _, false) => {
                     self.streak = 0;
                     self.reason_streak = 0;
+                    self.fails = 0;
                     Step::Recorded { late: false }
                 }
                 (ProbeAllowed, true, true) => {
@@ -542,6 +587,7 @@ impl Health {
                 }
                 self.state = Disabled;
                 self.claimed = false;
+                self.fails = 0;
                 self.deadline = None;
                 self.reason = Some(Reason::Operator);
                 self.phase = None;
@@ -577,6 +623,7 @@ impl Health {
                 }
                 self.state = Disabled;
                 self.claimed = false;
+                self.fails = 0;
                 self.deadline = None;
                 self.reason = Some(Reason::SourceRemoved);
                 self.phase = None;
@@ -603,6 +650,7 @@ impl Health {
         self.state = State::Available;
         self.streak = 0;
         self.reason_streak = 0;
+        self.fails = 0;
         self.reason = None;
         self.phase = None;
         self.detail = None;
@@ -612,6 +660,7 @@ impl Health {
 
     fn fail(&mut self, failure: Failure, policy: &Policy, now: Instant, jitter: f64) -> Step {
         let from = self.state;
+        self.fails = 0;
         self.streak = self.streak.saturating_add(1);
         self.reason_streak = if self.reason == failure.reason && self.reason_streak > 0 {
             self.reason_streak.saturating_add(1)
@@ -656,5 +705,7 @@ pub fn restored_remaining(
         .min(cooldown)
 }
 
+#[cfg(test)]
+mod fall_tests;
 #[cfg(test)]
 mod tests;

@@ -78,6 +78,18 @@ impl<'de> Deserialize<'de> for Dur {
     }
 }
 
+/// `duration_ms`: a finite number of milliseconds, at least 0 and at most MAX_DURATION.
+fn duration_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    match Option::<f64>::deserialize(d)? {
+        Some(v) if !(v.is_finite() && v >= 0.0 && v <= MAX_DURATION.as_millis() as f64) => {
+            Err(serde::de::Error::custom(format!(
+                "invalid duration_ms {v}: expected milliseconds >= 0"
+            )))
+        }
+        v => Ok(v),
+    }
+}
+
 /// An endpoint named by id or URL.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(untagged)]
@@ -126,11 +138,27 @@ pub enum Request {
         /// Sticky key.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         session: Option<String>,
+        /// Host the lease is for: its banned pairs are skipped (SPEC §13).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        destination: Option<String>,
+        /// Only endpoints of these schemes (SPEC §15).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        schemes: Option<Vec<String>>,
     },
-    /// Say how a lease went.
+    /// Say how a lease (or the endpoint bound to a session) went.
     Report {
-        /// Lease id.
-        lease: String,
+        /// Lease id; or `pool` (default `default`) and `session` instead.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lease: Option<String>,
+        /// Pool of `session`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pool: Option<String>,
+        /// Report on the endpoint bound to this sticky session (SPEC §13).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session: Option<String>,
+        /// Host the use was for: scopes the failure (SPEC §13).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        destination: Option<String>,
         /// success | failure.
         outcome: ReportOutcome,
         /// Required for failures.
@@ -149,7 +177,11 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
         /// How long the use took, in milliseconds (feeds the latency estimate).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            deserialize_with = "duration_ms",
+            skip_serializing_if = "Option::is_none"
+        )]
         duration_ms: Option<f64>,
     },
     /// Give a lease back without an outcome.
@@ -188,6 +220,9 @@ pub enum Request {
         /// Straight to available.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         now: Option<bool>,
+        /// Clear only the endpoint's pair for this destination (SPEC §13).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        destination: Option<String>,
     },
     /// Operator add (used by the CLI while a daemon runs).
     Add {
@@ -512,7 +547,9 @@ mod tests {
                 pool: None,
                 ttl: Some(Dur(Duration::from_secs(30))),
                 wait: Some(Dur(Duration::from_millis(1500))),
-                session: None
+                session: None,
+                destination: None,
+                schemes: None,
             }
         );
         let (_, req, _) =
@@ -531,10 +568,12 @@ mod tests {
             (r#"{"op":"fly"}"#, ErrorCode::UnknownOp),
             (r#"{"op":"lease","ttl":"soon"}"#, ErrorCode::BadRequest),
             (r#"{"op":"lease","bogus":1}"#, ErrorCode::BadRequest),
+            (r#"{"op":"report","lease":"x"}"#, ErrorCode::BadRequest),
             (
-                r#"{"op":"report","outcome":"success"}"#,
+                r#"{"op":"report","lease":"x","outcome":"success","duration_ms":-1}"#,
                 ErrorCode::BadRequest,
             ),
+            (r#"{"op":"lease","schemes":"http"}"#, ErrorCode::BadRequest),
         ];
         for (line, code) in cases {
             let err = parse_line(line).unwrap_err();
@@ -566,9 +605,27 @@ mod tests {
                 ttl: Some(Dur(Duration::from_millis(1500))),
                 wait: None,
                 session: Some("s".into()),
+                destination: Some("shop.example".into()),
+                schemes: Some(vec!["http".into(), "https".into()]),
             },
             Request::Report {
-                lease: "l".into(),
+                lease: None,
+                pool: Some("p".into()),
+                session: Some("s".into()),
+                destination: Some("shop.example".into()),
+                duration_ms: Some(1250.0),
+                outcome: ReportOutcome::Failure,
+                reason: Some("destination_status".into()),
+                phase: Some("response_head".into()),
+                status: Some(403),
+                retry_after: None,
+                detail: None,
+            },
+            Request::Report {
+                lease: Some("l".into()),
+                pool: None,
+                session: None,
+                destination: None,
                 outcome: ReportOutcome::Failure,
                 reason: Some("timeout".into()),
                 phase: None,
@@ -580,6 +637,12 @@ mod tests {
             Request::Enable {
                 endpoint: EndpointRef::Id(3),
                 now: Some(true),
+                destination: None,
+            },
+            Request::Enable {
+                endpoint: EndpointRef::Id(3),
+                now: None,
+                destination: Some("shop.example".into()),
             },
             Request::Remove {
                 endpoints: vec![EndpointRef::Id(1), EndpointRef::Url("http://h:1".into())],
@@ -616,6 +679,17 @@ mod tests {
         let cases = [
             exhausted,
             Response::ok(None, Body::Added { ids: vec![1, 2] }),
+            Response::ok(
+                None,
+                Body::Lease(Grant {
+                    lease: "ab-1".into(),
+                    proxy: "http://h:1".into(),
+                    endpoint: 1,
+                    trial: true,
+                    expires_in_ms: 30_000,
+                    scope: Some("destination".into()),
+                }),
+            ),
             Response::ok(
                 None,
                 Body::State {

@@ -16,6 +16,7 @@ use crate::health::{Phase, Reason, State};
 mod edit;
 mod observe;
 pub use observe::EventFilter;
+pub mod pairs;
 
 static MIGRATIONS_DIR: Dir = include_dir!("$CARGO_MANIFEST_DIR/migrations");
 static MIGRATIONS: LazyLock<Migrations<'static>> =
@@ -202,6 +203,12 @@ pub struct EventRow {
     pub detail: Option<String>,
     /// Lease id.
     pub lease: Option<String>,
+    /// The pair's destination; null for endpoint-scoped events (SPEC §13).
+    #[serde(default)]
+    pub destination: Option<String>,
+    /// HTTP status the report carried.
+    #[serde(default)]
+    pub status: Option<u16>,
 }
 
 /// An event to append.
@@ -264,6 +271,10 @@ pub enum Write {
     Event(NewEvent),
     /// Delete endpoints (the only deletion), with a `removed` event each.
     Remove(Vec<EndpointId>),
+    /// Per-destination health (SPEC §13): a pair transition or event.
+    Pair(pairs::PairWrite),
+    /// An endpoint-scoped event that carries the HTTP status of its report.
+    EventStatus(NewEvent, Option<u16>),
     /// Record a source's last sniff.
     SourceResult {
         pool: String,
@@ -616,10 +627,10 @@ impl Store {
         after: i64,
         limit: usize,
     ) -> Result<Vec<EventRow>, StoreError> {
-        let mut st = self.conn.prepare_cached(
-            "SELECT id, at, kind, endpoint, from_state, to_state, reason, phase, detail, lease FROM events \
-             WHERE id > ?1 AND (?2 IS NULL OR endpoint=?2) ORDER BY id LIMIT ?3",
-        )?;
+        let mut st = self.conn.prepare_cached(&format!(
+            "SELECT {EVENT_COLS} FROM events \
+                 WHERE id > ?1 AND (?2 IS NULL OR endpoint=?2) ORDER BY id LIMIT ?3"
+        ))?;
         let rows = st.query_map(params![after, endpoint, limit as i64], read_event)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
@@ -630,10 +641,10 @@ impl Store {
         endpoint: Option<EndpointId>,
         limit: usize,
     ) -> Result<Vec<EventRow>, StoreError> {
-        let mut st = self.conn.prepare_cached(
-            "SELECT id, at, kind, endpoint, from_state, to_state, reason, phase, detail, lease FROM events \
-             WHERE (?1 IS NULL OR endpoint=?1) ORDER BY id DESC LIMIT ?2",
-        )?;
+        let mut st = self.conn.prepare_cached(&format!(
+            "SELECT {EVENT_COLS} FROM events \
+                 WHERE (?1 IS NULL OR endpoint=?1) ORDER BY id DESC LIMIT ?2"
+        ))?;
         let rows = st.query_map(params![endpoint, limit as i64], read_event)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
@@ -750,6 +761,8 @@ fn apply_write(tx: &Connection, w: &Write) -> Result<(), StoreError> {
         }
         Write::Event(ev) => insert_event(tx, ev),
         Write::Remove(ids) => remove_rows(tx, ids),
+        Write::Pair(w) => pairs::apply(tx, w),
+        Write::EventStatus(ev, status) => pairs::insert_event(tx, ev.endpoint, None, *status, ev),
         Write::SourceResult {
             pool,
             name,
@@ -845,6 +858,10 @@ fn insert_event(tx: &Connection, ev: &NewEvent) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The columns `read_event` reads, in its order.
+pub(crate) const EVENT_COLS: &str =
+    "id, at, kind, endpoint, from_state, to_state, reason, phase, detail, lease, destination, status";
+
 fn read_event(r: &Row<'_>) -> rusqlite::Result<EventRow> {
     Ok(EventRow {
         id: r.get(0)?,
@@ -857,6 +874,8 @@ fn read_event(r: &Row<'_>) -> rusqlite::Result<EventRow> {
         phase: r.get(7)?,
         detail: r.get(8)?,
         lease: r.get(9)?,
+        destination: r.get(10)?,
+        status: r.get(11)?,
     })
 }
 

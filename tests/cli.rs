@@ -1132,7 +1132,15 @@ fn a_first_migration_database_is_migrated_on_open() {
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
+    let has_pairs: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='destination_pairs'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(has_pairs, 1, "destination_pairs table missing");
     let has_col: i64 = conn
         .query_row(
             "SELECT COUNT(*) FROM pragma_table_info('endpoints') WHERE name='reason_streak'",

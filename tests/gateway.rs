@@ -132,16 +132,28 @@ async fn ban_on_plain_http_is_reported_with_status_and_retry_after() {
     assert_eq!(r.text(), "slow down");
     assert_eq!(r.endpoint(), Some(gw.ids[0]));
     gw.until_no_leases().await;
-    let row = gw.row(gw.ids[0]);
-    assert_eq!(row.state, State::Cooling);
+    // A ban is the destination's (SPEC §13): the endpoint stays in service for other
+    // sites, the (endpoint, 127.0.0.1) pair cools.
+    assert_eq!(gw.row(gw.ids[0]).state, State::Available);
+    let pairs = gw.pairs(gw.ids[0]);
+    assert_eq!(pairs.len(), 1, "{pairs:?}");
+    let row = &pairs[0];
     assert_eq!(
-        (row.reason, row.phase),
-        (Some(Reason::DestinationStatus), Some(Phase::ResponseHead))
+        (row.destination.as_str(), row.state),
+        ("127.0.0.1", State::Cooling)
+    );
+    assert_eq!(
+        (row.reason, row.phase, row.status),
+        (
+            Some(Reason::DestinationStatus),
+            Some(Phase::ResponseHead),
+            Some(429)
+        )
     );
     // Retry-After 300 s outweighs the 60 s base cooldown.
     assert!(row.cooldown_ms.unwrap() >= 300_000, "{:?}", row.cooldown_ms);
     assert!(
-        row.detail.unwrap().contains("127.0.0.1"),
+        row.detail.as_deref().unwrap().contains("127.0.0.1"),
         "destination named"
     );
     // The upstream got an absolute-form request without our client's hop headers.
@@ -170,7 +182,13 @@ async fn retry_status_resends_get_through_another_upstream() {
         "sent through both"
     );
     gw.until_no_leases().await;
-    assert!(gw.rows().iter().all(|r| r.state == State::Cooling));
+    // Both upstreams are banned for this destination only.
+    assert!(gw.rows().iter().all(|r| r.state == State::Available));
+    for id in &gw.ids {
+        let pairs = gw.pairs(*id);
+        assert_eq!(pairs.len(), 1, "{pairs:?}");
+        assert_eq!(pairs[0].state, State::Cooling);
+    }
 }
 
 #[tokio::test]
@@ -326,7 +344,8 @@ async fn socks5_failures_map_to_reply_codes() {
     let gw = Gw::start(&[url("socks5", unreachable.port())], |_| {}).await;
     let (_s, code) = socks5_connect(gw.addr, None, "127.0.0.1", d.port()).await;
     assert_eq!(code, 0x04, "host unreachable");
-    let row = gw.row(gw.ids[0]);
+    // The proxy works; it could not reach this destination: the pair takes it.
+    let row = &gw.pairs(gw.ids[0])[0];
     assert_eq!(
         (row.reason, row.phase),
         (

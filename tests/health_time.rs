@@ -86,9 +86,12 @@ fn event_kinds(writes: &[Write]) -> Vec<&'static str> {
     writes
         .iter()
         .map(|w| match w {
-            Write::Transition(_, ev) | Write::Event(ev) => ev.kind.as_str(),
+            Write::Transition(_, ev) | Write::Event(ev) | Write::EventStatus(ev, _) => {
+                ev.kind.as_str()
+            }
             Write::SourceResult { .. } => "source_result",
             Write::Remove(_) => "removed",
+            Write::Pair(_) => "pair",
         })
         .collect()
 }

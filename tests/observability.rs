@@ -167,6 +167,8 @@ impl StatusSource for TestSource {
                 phase: Some("proxy_handshake".into()),
                 detail: Some("SOCKS reply 0x02".into()),
                 lease: None,
+                destination: None,
+                status: None,
             }],
         })
     }

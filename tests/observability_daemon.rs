@@ -182,13 +182,11 @@ fn the_daemon_serves_metrics_status_and_statistics() {
         table.contains("100.0%") && table.contains("130 ms"),
         "{table}"
     );
-    // The report's status is kept in the event's detail.
+    // The report's status is stored on its event.
     let evs = home.events();
     assert!(
-        evs.iter().any(|e| e["kind"] == "report"
-            && e["detail"]
-                .as_str()
-                .is_some_and(|d| d.contains("status 403"))),
+        evs.iter()
+            .any(|e| e["kind"] == "report" && e["status"] == 403),
         "{evs:?}"
     );
 
@@ -331,10 +329,7 @@ fn events_filter_by_kind_since_and_limit_and_follow_from_the_last_ten() {
 
     let reports = event_lines(&home.ok(&["events", "--json", "--kind", "report"]));
     assert_eq!(reports.len(), 1, "{reports:?}");
-    assert!(reports[0]["detail"]
-        .as_str()
-        .unwrap()
-        .contains("status 502"));
+    assert_eq!(reports[0]["status"], 502, "{reports:?}");
     let two = event_lines(&home.ok(&[
         "events",
         "--json",

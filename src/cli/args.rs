@@ -90,6 +90,9 @@ pub enum Command {
         /// Show passwords.
         #[arg(long)]
         show_secrets: bool,
+        /// Each endpoint's state for this destination (host).
+        #[arg(long)]
+        destination: Option<String>,
     },
     /// Show one endpoint with its recent events.
     Show {
@@ -119,6 +122,9 @@ pub enum Command {
         /// Skip the probe.
         #[arg(long)]
         now: bool,
+        /// Clear only the endpoint's pair for this destination (host).
+        #[arg(long, conflicts_with = "now")]
+        destination: Option<String>,
     },
     /// Delete endpoints for good.
     Remove {
@@ -208,6 +214,12 @@ pub enum Command {
         /// Free text kept in the event log.
         #[arg(long, value_name = "TEXT")]
         detail: Option<String>,
+        /// The host the use was for: scopes the failure (SPEC §13).
+        #[arg(long, value_name = "HOST")]
+        destination: Option<String>,
+        /// How long the use took, in milliseconds.
+        #[arg(long, value_name = "MS")]
+        duration_ms: Option<u64>,
     },
     /// Give a lease back without an outcome (needs a running daemon).
     Release {

@@ -52,14 +52,17 @@ pub(super) async fn show(
     let row = store.resolve(&endpoint)?;
     let evs = store.recent_events(Some(row.id), events)?;
     let stats = daemon_stats(ctx, None, Some(row.id)).await?.remove(&row.id);
+    let pairs = store.pairs_of(row.id)?;
     if json {
         let mut view = row.view(false);
         view.stats = stats;
         let mut v = serde_json::to_value(view).unwrap_or_default();
+        v["pairs"] = pairs.iter().map(super::pairs::pair_json).collect();
         v["events"] = serde_json::to_value(&evs).unwrap_or_default();
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
         print_show(&row, &evs, stats.as_ref());
+        super::pairs::print_pairs(&pairs);
     }
     Ok(())
 }

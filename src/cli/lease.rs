@@ -21,6 +21,8 @@ pub(super) async fn lease(
         ttl: Some(Dur(ttl)),
         wait: Some(Dur(wait)),
         session,
+        destination: None,
+        schemes: None,
     };
     let resp = c.request(&req).await?;
     if json {

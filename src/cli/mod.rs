@@ -10,6 +10,7 @@ mod events;
 mod inspect;
 mod lease;
 mod operator;
+mod pairs;
 mod probe;
 mod report;
 mod serve;
@@ -65,7 +66,15 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             pool,
             state,
             json,
+            show_secrets: _,
+            destination: Some(d),
+        } => pairs::list_for(&ctx, pool, state, &d, json).await,
+        Command::List {
+            pool,
+            state,
+            json,
             show_secrets,
+            destination: None,
         } => list(&ctx, pool, state, json, show_secrets).await,
         Command::Show {
             endpoint,
@@ -86,12 +95,22 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             })
             .await
         }
-        Command::Enable { endpoints, now } => {
+        Command::Enable {
+            endpoints,
+            destination: Some(d),
+            ..
+        } => pairs::enable_pair(&ctx, &endpoints, &d).await,
+        Command::Enable {
+            endpoints,
+            now,
+            destination: None,
+        } => {
             operator(&ctx, &endpoints, |r| {
                 (
                     Request::Enable {
                         endpoint: r,
                         now: Some(now),
+                        destination: None,
                     },
                     Input::Enable { now },
                 )
@@ -150,6 +169,8 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             status,
             retry_after,
             detail,
+            destination,
+            duration_ms,
         } => {
             let args = ReportArgs {
                 outcome,
@@ -158,6 +179,8 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 status,
                 retry_after,
                 detail,
+                destination,
+                duration_ms,
             };
             report(&ctx, lease, args).await
         }

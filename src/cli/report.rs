@@ -14,6 +14,8 @@ pub(super) struct ReportArgs {
     pub status: Option<u16>,
     pub retry_after: Option<String>,
     pub detail: Option<String>,
+    pub destination: Option<String>,
+    pub duration_ms: Option<u64>,
 }
 
 pub(super) async fn report(ctx: &Context, lease: String, a: ReportArgs) -> Result<(), CliError> {
@@ -33,15 +35,23 @@ pub(super) async fn report(ctx: &Context, lease: String, a: ReportArgs) -> Resul
         .map(|v| serde_json::from_value::<Dur>(Value::String(v)))
         .transpose()
         .map_err(|e| CliError::usage(format!("--retry-after: {e}")))?;
+    let destination = a
+        .destination
+        .as_deref()
+        .map(super::pairs::destination)
+        .transpose()?;
     let req = Request::Report {
-        lease,
+        lease: Some(lease),
+        pool: None,
+        session: None,
+        destination,
+        duration_ms: a.duration_ms.map(|ms| ms as f64),
         outcome,
         reason: a.reason,
         phase: a.phase,
         status: a.status,
         retry_after,
         detail: a.detail,
-        duration_ms: None,
     };
     let mut c = connect_any(ctx).await?;
     match call(&mut c, &req).await? {

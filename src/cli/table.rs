@@ -38,6 +38,12 @@ pub(super) fn fmt_event(e: &EventRow) -> String {
             e.to.as_deref().unwrap_or("-")
         ));
     }
+    if let Some(d) = &e.destination {
+        s.push_str(&format!(" destination={d}"));
+    }
+    if let Some(st) = e.status {
+        s.push_str(&format!(" status={st}"));
+    }
     for (k, v) in [
         ("reason", &e.reason),
         ("phase", &e.phase),

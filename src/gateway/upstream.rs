@@ -13,8 +13,9 @@ use crate::config::GatewayConfig;
 use crate::dial::{Clock, Dest, DialFailure, Dialed, Dialer, Route};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::Failure;
+use crate::pool::destinations::normalize;
 use crate::pool::engine::{Engine, EngineError};
-use crate::pool::{Outcome, PoolError};
+use crate::pool::{Outcome, PoolError, Want};
 
 /// A gateway lease lives while its connection does; the guard gives it back.
 const LEASE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -84,11 +85,17 @@ impl Upstream {
         self.retries
     }
 
-    async fn lease(&self, routing: &Routing) -> Result<LeaseGuard, UpstreamError> {
+    async fn lease(&self, routing: &Routing, want: &Want) -> Result<LeaseGuard, UpstreamError> {
         let pool = routing.pool.as_deref().unwrap_or(&self.pool);
         let grant = self
             .engine
-            .lease(pool, LEASE_TTL, routing.session.as_deref(), Duration::ZERO)
+            .lease_with(
+                pool,
+                LEASE_TTL,
+                routing.session.as_deref(),
+                Duration::ZERO,
+                want,
+            )
             .await
             .map_err(|e| match e {
                 EngineError::Pool(PoolError::Exhausted { pool, retry_after }) => {
@@ -119,6 +126,12 @@ impl Upstream {
         route: Route,
         tried: &mut Tried,
     ) -> Result<(LeaseGuard, Dialed), UpstreamError> {
+        // Leases for the destination skip its banned pairs, and their reports are scoped
+        // by SPEC §13 (a proxy-side failure stays endpoint-wide).
+        let want = Want {
+            destination: normalize(&dest.host).ok().map(Arc::from),
+            schemes: None,
+        };
         let budget = self.retries as usize + 1;
         let mut last: Option<(DialFailure, EndpointId)> = None;
         let mut attempts = 0usize;
@@ -126,7 +139,7 @@ impl Upstream {
         // this loop ends, then released.
         let mut held = Vec::new();
         while attempts < budget && held.len() <= budget {
-            let guard = match self.lease(routing).await {
+            let guard = match self.lease(routing, &want).await {
                 Ok(g) => g,
                 Err(UpstreamError::Exhausted { .. }) if last.is_some() => break,
                 Err(e) => return Err(e),
@@ -174,10 +187,8 @@ impl Upstream {
     }
 }
 
-/// The report for a failure on the way to `destination`.
-///
-/// Until per-destination health lands (SPEC §13) every report is endpoint-wide; the
-/// destination is named in the detail so operators can tell bans apart.
+/// The report for a failure on the way to `destination`. The lease was taken for the
+/// destination, so the report is scoped by SPEC §13; the detail names it as well.
 pub(super) fn failure_outcome(f: DialFailure, destination: &str) -> Outcome {
     let mut failure = Failure::from(f);
     failure.detail = Some(format!(

@@ -1023,6 +1023,7 @@ fn cooldown(base: Duration, factor: f64, max: Duration, jitter: f64) -> Policy {
             jitter,
         },
         reasons: BTreeMap::new(),
+        fall: 1,
     }
 }
 

@@ -72,6 +72,8 @@ pub(crate) fn model() -> PageModel {
             phase: Some("connect".into()),
             detail: Some("\"><img src=x onerror=alert(2)>".into()),
             lease: None,
+            destination: None,
+            status: None,
         }],
     }
 }

@@ -21,6 +21,8 @@ pub(super) struct Act {
     pub(super) phase: Option<crate::health::Phase>,
     pub(super) detail: Option<String>,
     pub(super) lease: Option<String>,
+    /// HTTP status the report carried.
+    pub(super) status: Option<u16>,
 }
 
 impl Pools {
@@ -50,7 +52,7 @@ impl Pools {
         // The act itself (report, probe, trial admission) is one row... unless it was
         // refused: a claim or abandon that did not happen is not an event.
         if let (Some(kind), false) = (act.kind, step == Step::Refused) {
-            writes.push(Write::Event(NewEvent {
+            let ev = NewEvent {
                 endpoint: Some(id),
                 kind,
                 from: Some(from),
@@ -59,7 +61,11 @@ impl Pools {
                 phase: act.phase,
                 detail: act.detail.clone(),
                 lease: act.lease.clone(),
-            }));
+            };
+            writes.push(match act.status {
+                Some(s) => Write::EventStatus(ev, Some(s)),
+                None => Write::Event(ev),
+            });
         }
         // ...and every change of the persisted state is a `state_changed` row.
         if let Step::Changed { from, to } = &step {
@@ -113,6 +119,11 @@ impl Pools {
                 }
                 let (_, w) = self.apply(id, Input::DeadlinePassed, now, wall, Act::default());
                 writes.extend(w);
+            }
+            let ps = &mut self.pools[p];
+            if ps.dests.next_due().is_some_and(|d| d <= now) {
+                let w = ps.dests.advance(&ps.cfg.policy, now, wall);
+                writes.extend(w.into_iter().map(Write::Pair));
             }
         }
         while let Some(&(exp, lid)) = self.lease_expiry.first() {

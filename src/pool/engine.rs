@@ -13,7 +13,8 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 use tracing::{debug, error, warn};
 
-use super::{Grant, Outcome, PoolError, PoolStatus, Pools, ProbeRole, ReportExtra};
+use super::destinations::PairHealth;
+use super::{Grant, Outcome, PoolError, PoolStatus, Pools, ProbeRole, ReportOn, Want};
 use crate::config::{Config, PoolConfig};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
@@ -210,6 +211,9 @@ impl Engine {
         for r in &rows {
             p.insert_row(r, now, wall);
         }
+        for r in &store.pairs()? {
+            p.restore_pair(r, now, wall);
+        }
         let metrics = Arc::new(Metrics::new());
         let commits = opts.record_metrics.then(|| metrics.store_commit());
         if opts.record_metrics {
@@ -283,6 +287,19 @@ impl Engine {
         session: Option<&str>,
         wait: Duration,
     ) -> Result<Grant, EngineError> {
+        self.lease_with(pool, ttl, session, wait, &Want::default())
+            .await
+    }
+
+    /// Lease an endpoint that fits `want` (destination, schemes), waiting up to `wait`.
+    pub async fn lease_with(
+        &self,
+        pool: &str,
+        ttl: Duration,
+        session: Option<&str>,
+        wait: Duration,
+        want: &Want,
+    ) -> Result<Grant, EngineError> {
         let started = Instant::now();
         let give_up = started
             .checked_add(wait)
@@ -291,7 +308,7 @@ impl Engine {
         // and the loop below gives up on the same decision.
         let attempt = || {
             self.with(|p, now, wall| {
-                let (r, w) = p.lease(pool, ttl, session, now, wall);
+                let (r, w) = p.lease_with(pool, ttl, session, want, now, wall);
                 let last = wait.is_zero() || now >= give_up;
                 p.observe_lease(pool, &r, now - started, last);
                 ((r, last), w)
@@ -334,21 +351,57 @@ impl Engine {
 
     /// Report a lease's outcome; returns the endpoint's state.
     pub async fn report(&self, lease: &str, outcome: Outcome) -> Result<State, EngineError> {
-        self.report_with(lease, outcome, ReportExtra::default())
-            .await
+        self.report_on(lease, outcome, &ReportOn::default()).await
     }
 
-    /// [`Engine::report`] with the client's measurements.
-    pub async fn report_with(
+    /// Report a lease's outcome with what the report says besides it (the destination,
+    /// normalised; the use's duration).
+    pub async fn report_on(
         &self,
         lease: &str,
         outcome: Outcome,
-        extra: ReportExtra,
+        on: &ReportOn,
     ) -> Result<State, EngineError> {
         let r = self
-            .with_notify(|p, now, wall| p.report_with(lease, outcome, extra, now, wall))
+            .with_notify(|p, now, wall| p.report_with(lease, outcome, on, now, wall))
             .await?;
         Ok(r?)
+    }
+
+    /// Report on the endpoint bound to a sticky session; a failure unbinds it.
+    pub async fn report_session(
+        &self,
+        pool: &str,
+        session: &str,
+        outcome: Outcome,
+        on: &ReportOn,
+    ) -> Result<State, EngineError> {
+        let r = self
+            .with_notify(|p, now, wall| p.report_session(pool, session, outcome, on, now, wall))
+            .await?;
+        Ok(r?)
+    }
+
+    /// Clear one (endpoint, destination) pair; returns the pair's state (`available`).
+    pub async fn enable_pair(
+        &self,
+        id: EndpointId,
+        destination: &str,
+    ) -> Result<State, EngineError> {
+        let r = self
+            .with_notify(|p, now, wall| p.enable_pair(id, destination, now, wall))
+            .await?;
+        Ok(r?)
+    }
+
+    /// The endpoint's non-available pairs.
+    pub fn pairs_of(&self, id: EndpointId) -> Vec<PairHealth> {
+        self.lock().pairs_of(id)
+    }
+
+    /// Active pair bans of a pool.
+    pub fn pair_bans(&self, pool: &str) -> usize {
+        self.lock().pair_bans(pool)
     }
 
     /// Apply an operator or source input to an endpoint.

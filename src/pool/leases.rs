@@ -1,9 +1,9 @@
 //! The lease table: granting, sticky sessions, release, report and expiry.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
-use tracing::info;
 
 use crate::config::Mode;
 use crate::endpoint::EndpointId;
@@ -12,22 +12,20 @@ use crate::health::{Input, State, Step};
 use crate::store::Write;
 
 use super::apply::Act;
+use super::scoped::{ReportOn, Settle, Want};
 use super::{Grant, Outcome, PoolError, Pools, EXPIRED_MEMORY, MAX_SESSIONS};
-
-/// What a client measured about a leased use, besides its outcome.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct ReportExtra {
-    /// How long the use took (`duration_ms`).
-    pub took: Option<Duration>,
-    /// The HTTP status seen (`status`).
-    pub status: Option<u16>,
-}
+use crate::health::scope::Scope;
 
 pub(super) struct Lease {
     pub(super) endpoint: EndpointId,
     pub(super) slot: u32,
     pub(super) expires: Instant,
+    /// The endpoint's single recovery attempt.
     pub(super) trial: bool,
+    /// The destination the lease was taken for.
+    pub(super) destination: Option<Arc<str>>,
+    /// The trial of the pair (endpoint, `destination`).
+    pub(super) pair_trial: bool,
 }
 
 impl Pools {
@@ -55,6 +53,15 @@ impl Pools {
         };
         let pool = e.pool;
         self.pools[pool].leases -= 1;
+        let mut writes = Vec::new();
+        if let (true, Some(d)) = (l.pair_trial, l.destination.as_deref()) {
+            let lease = Some(self.lease_name(lid));
+            let ps = &mut self.pools[pool];
+            let r = ps
+                .dests
+                .abandon(d, l.endpoint, why, lease, &ps.cfg.policy, now, wall);
+            writes.extend(r.writes.into_iter().map(Write::Pair));
+        }
         if l.trial {
             let ev = Act {
                 kind: Some(EventKind::TrialAbandoned),
@@ -63,12 +70,10 @@ impl Pools {
                 ..Default::default()
             };
             let (_, w) = self.apply(l.endpoint, Input::Abandon, now, wall, ev);
-            self.set_leases_at(l.slot, -1);
-            w
-        } else {
-            self.set_leases_at(l.slot, -1);
-            Vec::new()
+            writes.extend(w);
         }
+        self.set_leases_at(l.slot, -1);
+        writes
     }
 
     pub(super) fn set_leases_at(&mut self, slot: u32, delta: i32) {
@@ -111,6 +116,20 @@ impl Pools {
         now: Instant,
         wall: SystemTime,
     ) -> (Result<Grant, PoolError>, Vec<Write>) {
+        self.lease_with(pool, ttl, session, &Want::default(), now, wall)
+    }
+
+    /// Lease an endpoint of `pool` for `ttl` that fits `want` (a destination whose banned
+    /// pairs are skipped, a set of schemes).
+    pub fn lease_with(
+        &mut self,
+        pool: &str,
+        ttl: Duration,
+        session: Option<&str>,
+        want: &Want,
+        now: Instant,
+        wall: SystemTime,
+    ) -> (Result<Grant, PoolError>, Vec<Write>) {
         let mut writes = self.advance(now, wall);
         let Some(&p) = self.by_name.get(pool) else {
             return (Err(PoolError::UnknownPool(pool.to_string())), writes);
@@ -121,22 +140,59 @@ impl Pools {
         };
         let cap = self.pools[p].cfg.max_leases_per_endpoint;
         let under_cap = |leases: u32| cap == 0 || leases < cap;
+        // One hash lookup: a destination without bans has no view and costs nothing more.
+        let dref = want
+            .destination
+            .as_deref()
+            .and_then(|d| self.pools[p].dests.lookup(d));
         let mut chosen: Option<(EndpointId, bool)> = None;
         let mut chosen_slot: Option<u32> = None;
+        let mut pair_trial = false;
         // A sticky session whose endpoint is still in service keeps it: a scraper's
         // cookies or login must not move to an unproven endpoint.
         if let Some(key) = session {
             if let Some(&id) = self.sessions.get(&(p, key.to_string())) {
                 if let Some(e) = self.entries.get(&id) {
-                    if e.health.state == State::Available && under_cap(e.leases) {
+                    if e.health.state == State::Available
+                        && under_cap(e.leases)
+                        && want.fits(e)
+                        && self.pools[p].dests_usable(dref, id)
+                    {
                         chosen = Some((id, false));
                     }
                 }
             }
         }
+        // A pair's trial is the next lease for its destination, in every mode (the
+        // prober does not know the scraper's pages).
+        let trials = dref.filter(|&d| self.pools[p].dests.trials_waiting(d));
+        if let (None, Some(d)) = (chosen, trials) {
+            let lease = Some(self.lease_name(self.next_lease + 1));
+            let entries = &self.entries;
+            let ps = &mut self.pools[p];
+            let ok = |id: EndpointId| {
+                entries.get(&id).is_some_and(|e| {
+                    e.health.state == State::Available && under_cap(e.leases) && want.fits(e)
+                })
+            };
+            if let Some((id, r)) = ps
+                .dests
+                .claim_trial(d, ok, lease, &ps.cfg.policy, now, wall)
+            {
+                writes.extend(r.writes.into_iter().map(Write::Pair));
+                chosen = Some((id, false));
+                pair_trial = true;
+            }
+        }
         // Then trials, so that recovery cannot starve behind ordinary leases.
         if chosen.is_none() && self.pools[p].cfg.mode == Mode::StaticNoPing {
-            if let Some(&(_, id)) = self.pools[p].trials.first() {
+            let first = self.pools[p].trials.first().map(|&(_, id)| id);
+            // The oldest only: a lease never scans the trial queue.
+            let fits = first.filter(|&id| {
+                self.entries.get(&id).is_some_and(|e| want.fits(e))
+                    && self.pools[p].dests_usable(dref, id)
+            });
+            if let Some(id) = fits {
                 let lid = self.next_lease + 1;
                 let ev = Act {
                     kind: Some(EventKind::TrialAdmitted),
@@ -151,22 +207,29 @@ impl Pools {
             }
         }
         if chosen.is_none() {
-            if let Some((slot, leases)) = self.pick(p) {
-                if under_cap(leases) {
-                    chosen = self.entries.at(slot).map(|(id, _)| (*id, false));
-                    chosen_slot = Some(slot);
-                }
+            let picked = if dref.is_none() && want.schemes.is_none() {
+                self.pick(p).filter(|&(_, leases)| under_cap(leases))
+            } else {
+                self.pick_where(p, dref, want, cap)
+            };
+            if let Some((slot, _)) = picked {
+                chosen = self.entries.at(slot).map(|(id, _)| (*id, false));
+                chosen_slot = Some(slot);
             }
         }
         let Some((id, trial)) = chosen else {
-            let retry_after = self.pools[p]
-                .cooling
-                .first()
-                .map(|(d, _)| d.saturating_duration_since(now));
+            let ps = &self.pools[p];
+            let mut soonest = ps.cooling.first().map(|(d, _)| *d);
+            if dref.is_some() {
+                soonest = match (soonest, ps.dests.next_due()) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
             return (
                 Err(PoolError::Exhausted {
                     pool: pool.to_string(),
-                    retry_after,
+                    retry_after: soonest.map(|d| d.saturating_duration_since(now)),
                 }),
                 writes,
             );
@@ -199,6 +262,8 @@ impl Pools {
                 slot,
                 expires,
                 trial,
+                destination: want.destination.clone(),
+                pair_trial,
             },
         );
         self.lease_expiry.insert((expires, lid));
@@ -214,8 +279,9 @@ impl Pools {
             lease: self.lease_name(lid),
             proxy: e.secret.clone(),
             endpoint: id,
-            trial,
+            trial: trial || pair_trial,
             expires_in_ms: ttl.as_millis() as u64,
+            scope: pair_trial.then(|| Scope::Destination.as_str().to_string()),
         };
         (Ok(grant), writes)
     }
@@ -267,16 +333,18 @@ impl Pools {
         now: Instant,
         wall: SystemTime,
     ) -> (Result<State, PoolError>, Vec<Write>) {
-        self.report_with(name, outcome, ReportExtra::default(), now, wall)
+        self.report_with(name, outcome, &ReportOn::default(), now, wall)
     }
 
-    /// [`Pools::report`] with what the client measured: `took` feeds the endpoint's
-    /// latency estimate (on success), `status` goes into the event's detail.
+    /// Report how a lease went, for `on.destination` (normalised) when given, else for the
+    /// destination the lease was taken for; the failure's scope (SPEC §13) decides
+    /// whether the endpoint or the pair takes it. `on.duration` feeds the endpoint's
+    /// latency estimate. Returns the endpoint's state.
     pub fn report_with(
         &mut self,
         name: &str,
         outcome: Outcome,
-        extra: ReportExtra,
+        on: &ReportOn,
         now: Instant,
         wall: SystemTime,
     ) -> (Result<State, PoolError>, Vec<Write>) {
@@ -296,54 +364,21 @@ impl Pools {
         self.pools[e.pool].leases -= 1;
         let id = l.endpoint;
         let lease = Some(self.lease_name(lid));
-        let (input, detail, reason, phase) = match outcome {
-            Outcome::Success => (Input::Success { trial: l.trial }, None, None, None),
-            Outcome::Failure(mut f) => {
-                // Scrapers paste exception texts holding the proxy URL: never store them raw.
-                let known = [e.url.password.as_deref().unwrap_or_default()];
-                f.detail = f.detail.map(|d| crate::redact::redact_text(&d, &known));
-                let (d, r, ph) = (f.detail.clone(), f.reason, f.phase);
-                (
-                    Input::Failure {
-                        failure: f,
-                        trial: l.trial,
-                    },
-                    d,
-                    r,
-                    ph,
-                )
-            }
-        };
-        let success = matches!(input, Input::Success { .. });
-        self.count_outcome(id, (!success).then_some(reason), extra.took, wall, true);
-        // The HTTP status a scraper saw tells a 403 from a 429; until events carry a
-        // `status` column it leads the detail.
-        let detail = match (extra.status, detail) {
-            (Some(st), Some(d)) => Some(format!("status {st}: {d}")),
-            (Some(st), None) => Some(format!("status {st}")),
-            (None, d) => d,
-        };
-        let (cur_state, cur_streak) = {
-            let h = &self.entries[&id].health;
-            (h.state, h.streak)
-        };
-        // A plain success on a healthy endpoint changes nothing worth a row.
-        let quiet = success && cur_state == State::Available && cur_streak == 0;
-        let ev = Act {
-            kind: (!quiet).then_some(EventKind::Report),
+        let destination = on.destination.as_deref().or(l.destination.as_deref());
+        let pair_trial = l
+            .destination
+            .as_deref()
+            .filter(|_| l.pair_trial)
+            .map(str::to_string);
+        let on = Settle {
+            id,
+            trial: l.trial,
+            pair_trial: pair_trial.as_deref(),
+            destination,
+            took: on.duration,
             lease,
-            detail: detail.or_else(|| {
-                (!l.trial && cur_state != State::Available)
-                    .then(|| format!("late result ignored: endpoint is {cur_state}"))
-            }),
-            reason,
-            phase,
         };
-        let (step, w) = self.apply(id, input, now, wall, ev);
-        writes.extend(w);
-        if let Step::Recorded { late: true } = step {
-            info!(endpoint = id, state = %cur_state, "late result ignored");
-        }
+        writes.extend(self.settle(on, outcome, now, wall));
         self.set_leases_at(l.slot, -1);
         (Ok(self.entries[&id].health.state), writes)
     }

@@ -5,17 +5,21 @@
 //! mutex and a group-committing store writer for the daemon and the CLI.
 
 mod apply;
+pub mod destinations;
 pub mod engine;
 mod entries;
 mod leases;
 mod observe;
 mod ready;
 mod reconfigure;
+pub mod scoped;
 
 pub use apply::ProbeRole;
+pub use scoped::{ReportOn, Want};
+
+use destinations::Destinations;
 use entries::{Entry, EntryMap};
 use leases::Lease;
-pub use leases::ReportExtra;
 pub use observe::EndpointUse;
 use ready::Ready;
 pub use reconfigure::ReconfigureError;
@@ -62,6 +66,9 @@ pub enum PoolError {
     /// A failure report without a reason.
     #[error("a failure report needs a reason (one of: {})", crate::health::Reason::ALL.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", "))]
     MissingReason,
+    /// A report by session named a session with no endpoint bound to it.
+    #[error("no endpoint is bound to session {session:?} in pool {pool:?} (it was never leased, or a failure unbound it)")]
+    UnknownSession { pool: String, session: String },
 }
 
 /// A granted lease.
@@ -77,6 +84,9 @@ pub struct Grant {
     pub trial: bool,
     /// Time to live.
     pub expires_in_ms: u64,
+    /// `"destination"` when the trial is a pair's (SPEC §13); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
 }
 
 /// Counts of a pool for `status`.
@@ -119,6 +129,8 @@ struct PoolState {
     leases: usize,
     /// Pre-resolved metric series (None when metrics are off).
     metrics: Option<crate::metrics::PoolMetrics>,
+    /// Per-destination health (SPEC §13).
+    dests: Destinations,
 }
 
 /// All pools of a process.
@@ -195,6 +207,7 @@ impl Pools {
             return i;
         }
         let i = self.pools.len();
+        let name = cfg.name.clone();
         self.by_name.insert(cfg.name.clone(), i);
         self.pools.push(PoolState {
             cfg,
@@ -204,6 +217,7 @@ impl Pools {
             counts: [0; 4],
             leases: 0,
             metrics: None,
+            dests: Destinations::new(&name, destinations::DEFAULT_MAX_PAIRS),
         });
         if let Some(m) = &self.metrics {
             self.pools[i].metrics = Some(m.pool(&self.pools[i].cfg.name));
@@ -285,6 +299,10 @@ impl Pools {
     /// Forget a deleted endpoint and refuse any later row with its id.
     pub fn remove_for_good(&mut self, id: EndpointId) -> bool {
         self.removed.insert(id);
+        if let Some(e) = self.entries.get(&id) {
+            // The store cascades the pair rows with the endpoint's.
+            self.pools[e.pool].dests.remove_endpoint(id);
+        }
         self.remove_entry(id)
     }
 
@@ -417,6 +435,11 @@ impl Pools {
             .iter()
             .filter_map(|p| p.cooling.first().map(|(d, _)| *d))
             .min();
+        let pairs = self.pools.iter().filter_map(|p| p.dests.next_due()).min();
+        let cool = match (cool, pairs) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let lease = self.lease_expiry.first().map(|(d, _)| *d);
         match (cool, lease) {
             (Some(a), Some(b)) => Some(a.min(b)),

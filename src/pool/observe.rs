@@ -129,11 +129,10 @@ impl Pools {
         })
     }
 
-    /// (endpoint, destination) pairs of a pool that are not available. Per-destination
-    /// health is not held by the pools yet, so there are none; the gauge is computed
-    /// through here so that it shows the real count once it is.
-    pub fn destination_bans(&self, _pool: usize) -> u64 {
-        0
+    /// (endpoint, destination) pairs of a pool that are not available (a counter the
+    /// pool's destination view keeps, so a scrape never walks the pairs).
+    pub fn destination_bans(&self, pool: usize) -> u64 {
+        self.pools[pool].dests.banned() as u64
     }
 
     /// The gauges of every pool: a copy of counts kept up to date by the indexes, so the

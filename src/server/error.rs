@@ -33,7 +33,10 @@ impl From<PoolError> for OpError {
         let code = match &e {
             PoolError::UnknownPool(_) => ErrorCode::UnknownPool,
             PoolError::Exhausted { .. } => ErrorCode::PoolExhausted,
-            PoolError::UnknownLease(_) => ErrorCode::UnknownLease,
+            // A session stands in for the lease of a report by session (SPEC §13).
+            PoolError::UnknownLease(_) | PoolError::UnknownSession { .. } => {
+                ErrorCode::UnknownLease
+            }
             PoolError::LeaseExpired(_) => ErrorCode::LeaseExpired,
             PoolError::UnknownEndpoint(_) | PoolError::MissingReason | PoolError::InvalidTtl(_) => {
                 ErrorCode::BadRequest

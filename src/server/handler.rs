@@ -107,9 +107,17 @@ impl Handler {
                 ttl,
                 wait,
                 session,
-            } => ops::lease(self, pool, ttl, wait, session).await,
+                destination,
+                schemes,
+            } => {
+                let want = ops::want(destination, schemes)?;
+                ops::lease(self, pool, ttl, wait, session, want).await
+            }
             Request::Report {
                 lease,
+                pool,
+                session,
+                destination,
                 outcome,
                 reason,
                 phase,
@@ -118,6 +126,7 @@ impl Handler {
                 detail,
                 duration_ms,
             } => {
+                let target = ops::ReportTarget::new(lease, pool, session)?;
                 let report = ops::Report {
                     outcome,
                     reason,
@@ -125,9 +134,10 @@ impl Handler {
                     status,
                     retry_after,
                     detail,
+                    destination,
                     duration_ms,
                 };
-                ops::report(self, &lease, report).await
+                ops::report(self, target, report).await
             }
             Request::Release { lease } => ops::release(self, &lease).await,
             Request::Status { pool } => ops::status(self, pool),
@@ -137,7 +147,16 @@ impl Handler {
                 endpoint,
             } => ops::endpoints(self, pool, state, endpoint).await,
             Request::Disable { endpoint, reason } => ops::disable(self, &endpoint, reason).await,
-            Request::Enable { endpoint, now } => ops::enable(self, &endpoint, now).await,
+            Request::Enable {
+                endpoint,
+                now,
+                destination: Some(d),
+            } => ops::enable_pair(self, &endpoint, now, &d).await,
+            Request::Enable {
+                endpoint,
+                now,
+                destination: None,
+            } => ops::enable(self, &endpoint, now).await,
             Request::Add {
                 urls,
                 pool,

@@ -8,9 +8,10 @@ use super::DEFAULT_TTL;
 use crate::config::DEFAULT_POOL;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::{Failure, Input, Phase, Reason, State};
-use crate::limits::MAX_DURATION;
+use crate::pool::destinations::normalize;
 use crate::pool::engine::initial_state;
-use crate::pool::{Outcome, PoolError, ReportExtra};
+use crate::pool::scoped::WantError;
+use crate::pool::{Outcome, PoolError, ReportOn, Want};
 use crate::protocol::{Body, Dur, EndpointRef, ReportOutcome};
 use crate::store::NewEndpoint;
 
@@ -26,6 +27,7 @@ pub(super) async fn lease(
     ttl: Option<Dur>,
     wait: Option<Dur>,
     session: Option<String>,
+    want: Want,
 ) -> Result<Body, OpError> {
     let pool = pool.unwrap_or_else(|| DEFAULT_POOL.to_string());
     let ttl = ttl.map(|d| d.0).unwrap_or(DEFAULT_TTL);
@@ -33,8 +35,50 @@ pub(super) async fn lease(
         return Err(OpError::bad("ttl must be greater than 0"));
     }
     let wait = wait.map(|d| d.0).unwrap_or(Duration::ZERO);
-    let g = h.engine.lease(&pool, ttl, session.as_deref(), wait).await?;
+    let g = h
+        .engine
+        .lease_with(&pool, ttl, session.as_deref(), wait, &want)
+        .await?;
     Ok(Body::Lease(g))
+}
+
+/// A lease's `destination` and `schemes`, checked (bad input names the field).
+pub(super) fn want(
+    destination: Option<String>,
+    schemes: Option<Vec<String>>,
+) -> Result<Want, OpError> {
+    Want::parse(destination.as_deref(), schemes.as_deref()).map_err(|e| match e {
+        WantError::Destination(d) => OpError::bad(format!("destination: {d}")),
+        e => OpError::bad(e.to_string()),
+    })
+}
+
+/// What a report is about: a lease, or the endpoint bound to a sticky session.
+pub(super) enum ReportTarget {
+    Lease(String),
+    Session { pool: String, session: String },
+}
+
+impl ReportTarget {
+    pub(super) fn new(
+        lease: Option<String>,
+        pool: Option<String>,
+        session: Option<String>,
+    ) -> Result<ReportTarget, OpError> {
+        match (lease, session) {
+            (Some(l), None) if pool.is_none() => Ok(ReportTarget::Lease(l)),
+            (None, Some(session)) => Ok(ReportTarget::Session {
+                pool: pool.unwrap_or_else(|| DEFAULT_POOL.to_string()),
+                session,
+            }),
+            (Some(_), _) => Err(OpError::bad(
+                "report takes either `lease`, or `pool` and `session`, not both",
+            )),
+            (None, None) => Err(OpError::bad(
+                "report needs `lease`, or `session` (with `pool`, default \"default\")",
+            )),
+        }
+    }
 }
 
 /// The fields of a `report` besides its lease.
@@ -45,24 +89,22 @@ pub(super) struct Report {
     pub status: Option<u16>,
     pub retry_after: Option<Dur>,
     pub detail: Option<String>,
+    pub destination: Option<String>,
     pub duration_ms: Option<f64>,
 }
 
-pub(super) async fn report(h: &Handler, lease: &str, r: Report) -> Result<Body, OpError> {
-    let took = match r.duration_ms {
-        None => None,
-        Some(ms) if ms.is_finite() && ms >= 0.0 && ms <= MAX_DURATION.as_millis() as f64 => {
-            Some(Duration::from_secs_f64(ms / 1000.0))
-        }
-        Some(ms) => {
-            return Err(OpError::bad(format!(
-                "invalid duration_ms {ms}: expected milliseconds >= 0"
-            )))
-        }
-    };
-    let extra = ReportExtra {
-        took,
-        status: r.status,
+pub(super) async fn report(h: &Handler, target: ReportTarget, r: Report) -> Result<Body, OpError> {
+    // The protocol bounds it: finite, >= 0, at most MAX_DURATION.
+    let took = r.duration_ms.map(|ms| Duration::from_secs_f64(ms / 1000.0));
+    let destination = r
+        .destination
+        .as_deref()
+        .map(normalize)
+        .transpose()
+        .map_err(|e| OpError::bad(format!("destination: {e}")))?;
+    let on = ReportOn {
+        destination,
+        duration: took,
     };
     let outcome = match r.outcome {
         ReportOutcome::Success => Outcome::Success,
@@ -83,7 +125,14 @@ pub(super) async fn report(h: &Handler, lease: &str, r: Report) -> Result<Body, 
             })
         }
     };
-    let state = h.engine.report_with(lease, outcome, extra).await?;
+    let state = match target {
+        ReportTarget::Lease(lease) => h.engine.report_on(&lease, outcome, &on).await?,
+        ReportTarget::Session { pool, session } => {
+            h.engine
+                .report_session(&pool, &session, outcome, &on)
+                .await?
+        }
+    };
     Ok(Body::State {
         endpoint: None,
         state,
@@ -155,6 +204,26 @@ pub(super) async fn enable(
     };
     let detail = Some("enabled by operator".into());
     let (_, state) = h.engine.input(id, input, None, detail).await?;
+    Ok(Body::State {
+        endpoint: Some(id),
+        state,
+    })
+}
+
+pub(super) async fn enable_pair(
+    h: &Handler,
+    endpoint: &EndpointRef,
+    now: Option<bool>,
+    destination: &str,
+) -> Result<Body, OpError> {
+    if now.is_some() {
+        return Err(OpError::bad(
+            "enable takes `now` or `destination`, not both: a pair is cleared at once",
+        ));
+    }
+    let d = normalize(destination).map_err(|e| OpError::bad(format!("destination: {e}")))?;
+    let id = resolve(h, endpoint).await?;
+    let state = h.engine.enable_pair(id, &d).await?;
     Ok(Body::State {
         endpoint: Some(id),
         state,

@@ -45,8 +45,7 @@ impl EventFilter {
     }
 }
 
-const EVENT_COLS: &str =
-    "id, at, kind, endpoint, from_state, to_state, reason, phase, detail, lease";
+use super::EVENT_COLS;
 
 impl Store {
     /// Events matching `f` with id > `after`, oldest first.

@@ -93,6 +93,17 @@ impl Gw {
         self.rows().into_iter().find(|r| r.id == id).unwrap()
     }
 
+    /// The stored (endpoint, destination) pairs of an endpoint.
+    pub fn pairs(&self, id: EndpointId) -> Vec<proxypool::store::pairs::PairRecord> {
+        Store::open(&self.db)
+            .unwrap()
+            .pairs_of(id)
+            .unwrap()
+            .into_iter()
+            .map(|p| p.record)
+            .collect()
+    }
+
     pub fn events(&self) -> Vec<EventRow> {
         Store::open(&self.db)
             .unwrap()

@@ -13,7 +13,8 @@ use proxypool::config::{Mode, PoolConfig};
 use proxypool::endpoint::{EndpointId, ProxyUrl};
 use proxypool::health::{Cooldown, Failure, Health, Input, Phase, Policy, Reason, State, Step};
 use proxypool::pool::engine::initial_state;
-use proxypool::pool::{Grant, Outcome, PoolError, Pools};
+use proxypool::pool::ReportOn;
+use proxypool::pool::{Grant, Outcome, PoolError, Pools, Want};
 use proxypool::store::{EndpointRow, EventRow, NewEndpoint, Store, Write};
 use tokio::time::Instant;
 
@@ -112,6 +113,8 @@ pub struct Audit {
     pub from: Option<String>,
     pub to: Option<String>,
     pub reason: Option<String>,
+    /// The pair's destination; `None` for endpoint-scoped events.
+    pub destination: Option<String>,
 }
 
 fn opt(s: &str) -> Option<String> {
@@ -126,6 +129,22 @@ pub fn ev(kind: &str, endpoint: EndpointId, from: &str, to: &str, reason: &str) 
         from: opt(from),
         to: opt(to),
         reason: opt(reason),
+        destination: None,
+    }
+}
+
+/// Expected event of the pair (endpoint, `destination`).
+pub fn evd(
+    kind: &str,
+    endpoint: EndpointId,
+    destination: &str,
+    from: &str,
+    to: &str,
+    reason: &str,
+) -> Audit {
+    Audit {
+        destination: Some(destination.into()),
+        ..ev(kind, endpoint, from, to, reason)
     }
 }
 
@@ -137,6 +156,7 @@ impl From<&EventRow> for Audit {
             from: e.from.clone(),
             to: e.to.clone(),
             reason: e.reason.clone(),
+            destination: e.destination.clone(),
         }
     }
 }
@@ -214,6 +234,25 @@ impl VirtualPool {
         let (r, w) = self.pools.lease(POOL, TTL, None, now, wall);
         self.persist(&w);
         r
+    }
+
+    /// Lease for a destination (normalised) without using it yet.
+    pub fn lease_for(&mut self, destination: &str) -> Result<Grant, PoolError> {
+        let (now, wall) = self.now();
+        let want = Want::parse(Some(destination), None).unwrap();
+        let (r, w) = self.pools.lease_with(POOL, TTL, None, &want, now, wall);
+        self.persist(&w);
+        r
+    }
+
+    /// Report `outcome` on a lease, for `destination` (`None`: the lease's own).
+    pub fn report_for(&mut self, g: &Grant, outcome: Outcome, destination: Option<&str>) -> State {
+        let (now, wall) = self.now();
+        let (r, w) =
+            self.pools
+                .report_with(&g.lease, outcome, &ReportOn::to(destination), now, wall);
+        self.persist(&w);
+        r.unwrap()
     }
 
     /// Use a leased endpoint per its script and report the outcome.

@@ -310,9 +310,14 @@ def test_lease_mode_spider_ban_callback_and_exhausted_pool(daemon):
         await mw.spider_closed()
 
     asyncio.run(go())
-    ep = daemon.endpoint(eid)
+    # The ban was reported with the request's host: it cools the (endpoint, shop.example)
+    # pair only (SPEC §13); the endpoint stays in service for other sites.
+    assert daemon.endpoint(eid)["state"] == "available"
+    pairs = json.loads(daemon.cli("show", str(eid), "--json").stdout)["pairs"]
     # A ban the callback found in a 200 page is a body mismatch, not a status.
-    assert (ep["state"], ep["reason"], ep["phase"]) == ("cooling", "body_mismatch", "response_body")
+    assert [(p["destination"], p["state"], p["reason"], p["phase"]) for p in pairs] == [
+        ("shop.example", "cooling", "body_mismatch", "response_body")
+    ]
     assert crawler.stats.get_value("proxypool/bans") == 1
     assert crawler.stats.get_value("proxypool/exhausted") == 1
 

@@ -137,7 +137,7 @@ mod tests {
     use crate::config::PoolConfig;
     use crate::health::{Failure, Reason, State};
     use crate::pool::engine::EngineOptions;
-    use crate::pool::{Outcome, ReportExtra};
+    use crate::pool::{Outcome, ReportOn};
     use crate::store::{NewEndpoint, Store};
 
     async fn engine(opts: EngineOptions) -> (tempfile::TempDir, Arc<Engine>, EndpointId) {
@@ -190,27 +190,26 @@ mod tests {
             .lease("nope", Duration::from_secs(1), None, Duration::ZERO)
             .await
             .is_err());
-        let extra = ReportExtra {
-            took: Some(Duration::from_millis(250)),
-            status: Some(200),
+        let on = ReportOn {
+            duration: Some(Duration::from_millis(250)),
+            ..ReportOn::default()
         };
-        e.report_with(&g.lease, Outcome::Success, extra)
-            .await
-            .unwrap();
+        e.report_on(&g.lease, Outcome::Success, &on).await.unwrap();
         let g = e
             .lease("default", Duration::from_secs(60), None, Duration::ZERO)
             .await
             .unwrap();
         let f = Failure {
             reason: Some(Reason::ConnectRefused),
+            status: Some(429),
             ..Failure::default()
         };
-        let extra = ReportExtra {
-            took: Some(Duration::from_secs(9)),
-            status: Some(429),
+        let on = ReportOn {
+            duration: Some(Duration::from_secs(9)),
+            ..ReportOn::default()
         };
         let st = e
-            .report_with(&g.lease, Outcome::Failure(f), extra)
+            .report_on(&g.lease, Outcome::Failure(f), &on)
             .await
             .unwrap();
         assert_eq!(st, State::Cooling);
@@ -272,11 +271,11 @@ mod tests {
         assert_eq!(u.cooldown_left, Some(Duration::from_secs(60)));
         let views = e.views_with_stats(&e.rows(None, None).await.unwrap());
         assert_eq!(views[0].stats, Some(u.stats));
-        // The report's status leads the event detail.
+        // The report's status is stored on its event.
         let evs = e.events(Some(id), 0, 100).await.unwrap();
         assert!(
             evs.iter()
-                .any(|ev| ev.kind == "report" && ev.detail.as_deref() == Some("status 429")),
+                .any(|ev| ev.kind == "report" && ev.status == Some(429)),
             "{evs:?}"
         );
     }

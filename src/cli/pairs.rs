@@ -1,0 +1,148 @@
+//! Per-destination views and acts of the CLI (SPEC §13): `list --destination D`, the
+//! pairs in `show`, `enable ID --destination D`.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+
+use super::table::{s, table};
+use super::{call, parse_state, unexpected, CliError, Context};
+use crate::health::State;
+use crate::pool::destinations::normalize;
+use crate::protocol::{Body, EndpointRef, Request};
+use crate::store::fmt_time;
+use crate::store::pairs::PairRow;
+
+/// A destination typed by an operator, normalised; a bad one is a usage error (exit 2).
+pub(super) fn destination(raw: &str) -> Result<String, CliError> {
+    normalize(raw).map_err(|e| CliError::usage(format!("--destination: {e}")))
+}
+
+/// A pair as JSON (never a password: pairs hold none).
+pub(super) fn pair_json(p: &PairRow) -> Value {
+    let r = &p.record;
+    json!({
+        "destination": r.destination,
+        "state": r.state,
+        "reason": r.reason,
+        "phase": r.phase,
+        "status": r.status,
+        "detail": r.detail,
+        "streak": r.streak,
+        "cooldown_ms": r.cooldown_ms,
+        "cooldown_until": r.cooldown_until.map(fmt_time),
+        "state_changed_at": p.state_changed_at,
+    })
+}
+
+/// `list --destination D`: every endpoint with its state for D. An endpoint that is not
+/// available is not leased for anyone, so its own state is its state for D.
+pub(super) async fn list_for(
+    ctx: &Context,
+    pool: Option<String>,
+    state: Option<String>,
+    raw: &str,
+    json_out: bool,
+) -> Result<(), CliError> {
+    let d = destination(raw)?;
+    let state = parse_state(state.as_deref())?;
+    let store = ctx.store()?;
+    let rows = store.list(pool.as_deref(), state)?;
+    let pairs: HashMap<_, _> = store
+        .pairs_for(&d)?
+        .into_iter()
+        .map(|p| (p.record.endpoint, p))
+        .collect();
+    let for_d = |st: State, p: Option<&PairRow>| match (st, p) {
+        (State::Available, Some(p)) => p.record.state,
+        (st, _) => st,
+    };
+    if json_out {
+        let v: Vec<Value> = rows
+            .iter()
+            .map(|r| {
+                let p = pairs.get(&r.id);
+                let mut v = serde_json::to_value(r.view(false)).unwrap_or_default();
+                v["destination"] = json!(d);
+                v["destination_state"] = json!(for_d(r.state, p));
+                v["pair"] = p.map(pair_json).unwrap_or(Value::Null);
+                v
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(());
+    }
+    let head = format!("FOR {d}");
+    let mut t = table(["ID", "POOL", "URL", "STATE", &head, "PAIR REASON", "STATUS"]);
+    for r in &rows {
+        let p = pairs.get(&r.id);
+        t.add_row([
+            r.id.to_string(),
+            r.pool.clone(),
+            r.url.to_redacted_string(),
+            r.state.to_string(),
+            for_d(r.state, p).to_string(),
+            p.and_then(|p| p.record.reason)
+                .map(|x| x.to_string())
+                .unwrap_or("-".into()),
+            s(&json!(p.and_then(|p| p.record.status))),
+        ]);
+    }
+    println!("{t}");
+    Ok(())
+}
+
+/// The pairs block of `show`.
+pub(super) fn print_pairs(pairs: &[PairRow]) {
+    if pairs.is_empty() {
+        println!("\npairs: none (available for every destination)");
+        return;
+    }
+    println!("\npairs (not available for these destinations):");
+    for p in pairs {
+        let r = &p.record;
+        let mut line = format!("  {} {}", r.destination, r.state);
+        if let Some(x) = r.reason {
+            line.push_str(&format!(" reason={x}"));
+        }
+        if let Some(x) = r.status {
+            line.push_str(&format!(" status={x}"));
+        }
+        if let Some(u) = r.cooldown_until {
+            line.push_str(&format!(" until={}", fmt_time(u)));
+        }
+        println!("{line}");
+    }
+}
+
+/// `enable ID... --destination D`: clear one pair per endpoint, through the daemon when
+/// one runs, else on the store directly.
+pub(super) async fn enable_pair(
+    ctx: &Context,
+    targets: &[String],
+    raw: &str,
+) -> Result<(), CliError> {
+    let d = destination(raw)?;
+    let ids = ctx.resolve_ids(targets)?;
+    if let Some(mut c) = ctx.daemon().await? {
+        for id in ids {
+            let req = Request::Enable {
+                endpoint: EndpointRef::Id(id),
+                now: None,
+                destination: Some(d.clone()),
+            };
+            match call(&mut c, &req).await? {
+                Body::State { state, .. } => println!("{id}\t{d}\t{state}"),
+                _ => return Err(unexpected("enable --destination")),
+            }
+        }
+        return Ok(());
+    }
+    let engine = ctx.engine()?;
+    for id in ids {
+        let state = engine.enable_pair(id, &d).await?;
+        println!("{id}\t{d}\t{state}");
+    }
+    engine.flush().await?;
+    Ok(())
+}

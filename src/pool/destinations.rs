@@ -1,0 +1,646 @@
+//! Per-destination health of one pool (SPEC §13): the (endpoint, destination) pairs that
+//! are not `available`, and the O(1) answer "is endpoint E usable for destination D".
+//!
+//! A destination has a view only while it has pairs; a lease for a destination without
+//! one costs a single hash lookup. Pairs run the same state machine and policy as
+//! endpoints ([`Health`]), stored compactly (no detail string in memory: it is persisted
+//! with the transition), so a banned pair costs well under 200 bytes.
+//!
+//! Selection for destination D (to be wired into `Pools::lease`) walks the pool's existing
+//! ready queue and asks [`Destinations::usable`] about each live item:
+//! `Available` → lease it; `Trial` → [`Destinations::try_claim`], a trial lease;
+//! `Banned` → rotate the item to the back of its level (pop it, bump the entry's
+//! generation, push it again, as `set_leases_at` does) and go on. The rotation is what
+//! keeps selection flat: without it the banned endpoints, never leased for D, would pile
+//! up at the front and every lease would rescan all of them (O(banned)). With it, a pass
+//! over a level of L items skips each of its B banned items once while handing out L − B
+//! leases, so the amortised skips per lease are B / (L − B): 1 with 5,000 of 10,000
+//! banned, whatever the pool size, and no lease scans the pool. Moving a skipped endpoint
+//! behind its equals of the same lease count is within the round-robin rule for other
+//! destinations. A walk stops after the level's live count, so a destination where every
+//! endpoint is banned answers `exhausted` after one pass. A per-destination ready queue
+//! would avoid even those skips but costs a queue item per usable endpoint per banned
+//! destination, while the bans are what must stay small.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::time::{Duration, SystemTime};
+
+use rustc_hash::FxHashMap;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::endpoint::EndpointId;
+use crate::event_kind::EventKind;
+use crate::health::{restored_remaining, Health, Input, Policy, Reason, State, Step};
+use crate::store::pairs::{PairRecord, PairWrite};
+use crate::store::NewEvent;
+
+mod name;
+mod pair;
+mod writes;
+
+pub use name::normalize;
+use pair::{at, Pair, NONE};
+
+/// Default cap on pairs per pool.
+pub const DEFAULT_MAX_PAIRS: usize = 1_000_000;
+
+/// Why a destination or a pair was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DestinationError {
+    /// Nothing given.
+    #[error("destination is empty; expected a host name such as \"example.com\"")]
+    Empty,
+    /// Not a host.
+    #[error("destination {value:?} is not a host name: {why}")]
+    Invalid {
+        /// What was given.
+        value: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// The pool holds as many pairs as it may.
+    #[error("pool {pool:?} holds the maximum of {cap} destination pairs")]
+    CapReached {
+        /// Pool.
+        pool: String,
+        /// The cap.
+        cap: usize,
+    },
+}
+
+/// What an endpoint is to a destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Usable {
+    /// No ban: lease it normally.
+    Available,
+    /// The pair's deadline passed and nobody holds its trial: it may be the trial lease.
+    Trial,
+    /// Cooling, disabled, or its trial is in flight: never leased for this destination.
+    Banned,
+}
+
+/// A destination resolved once per operation; valid until the next `&mut` call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DestRef(u32);
+
+/// A pair as shown to operators.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairHealth {
+    /// Destination.
+    pub destination: String,
+    /// Endpoint.
+    pub endpoint: EndpointId,
+    /// Health (without detail: that is in the store).
+    pub health: Health,
+    /// HTTP status of the last failure.
+    pub status: Option<u16>,
+}
+
+struct View {
+    name: Box<str>,
+    pairs: FxHashMap<EndpointId, Pair>,
+    /// Pairs that became `probe_allowed`, oldest first; checked when taken (an item may
+    /// be stale after a claim, enable or removal).
+    trials: VecDeque<EndpointId>,
+}
+
+/// What a pair report or operator act did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairStep {
+    /// The state machine's answer.
+    pub step: Step,
+    /// The pair's state afterwards (`available` when it has no ban).
+    pub state: State,
+    /// What must be durable before the caller is answered.
+    pub writes: Vec<PairWrite>,
+}
+
+/// The non-available pairs of one pool.
+pub struct Destinations {
+    pool: String,
+    names: FxHashMap<Box<str>, u32>,
+    views: Vec<Option<View>>,
+    free: Vec<u32>,
+    /// Origin of the pairs' millisecond deadlines.
+    epoch: Instant,
+    /// Cooling pairs by deadline: (ticks, view, endpoint).
+    deadlines: BTreeSet<(u64, u32, EndpointId)>,
+    pairs: usize,
+    banned: usize,
+    cap: usize,
+    warned: bool,
+}
+
+impl Destinations {
+    /// No pairs yet; at most `cap` pairs.
+    pub fn new(pool: &str, cap: usize) -> Destinations {
+        Destinations {
+            pool: pool.to_string(),
+            names: FxHashMap::default(),
+            views: Vec::new(),
+            free: Vec::new(),
+            epoch: Instant::now(),
+            deadlines: BTreeSet::new(),
+            pairs: 0,
+            banned: 0,
+            cap,
+            warned: false,
+        }
+    }
+
+    /// Pairs held (banned ones and those counting towards `fall`).
+    pub fn len(&self) -> usize {
+        self.pairs
+    }
+
+    /// True when no pair is held.
+    pub fn is_empty(&self) -> bool {
+        self.pairs == 0
+    }
+
+    /// Pairs that are not `available` (the metric of active pair bans).
+    pub fn banned(&self) -> usize {
+        self.banned
+    }
+
+    /// Destinations that have a view.
+    pub fn destinations(&self) -> usize {
+        self.names.len()
+    }
+
+    /// The view of a normalised destination, if it has any pair.
+    pub fn lookup(&self, destination: &str) -> Option<DestRef> {
+        self.names.get(destination).map(|&i| DestRef(i))
+    }
+
+    /// Whether endpoint `id` may be leased for the destination: one hash lookup.
+    pub fn usable(&self, d: DestRef, id: EndpointId) -> Usable {
+        match self.view(d.0).and_then(|v| v.pairs.get(&id)) {
+            None => Usable::Available,
+            Some(p) => match (p.state, p.claimed) {
+                (State::Available, _) => Usable::Available,
+                (State::ProbeAllowed, false) => Usable::Trial,
+                _ => Usable::Banned,
+            },
+        }
+    }
+
+    /// Whether the destination may have a pair waiting for its trial (a cheap test that
+    /// spares the lease path the trial's lease name when there is none).
+    pub fn trials_waiting(&self, d: DestRef) -> bool {
+        self.view(d.0).is_some_and(|v| !v.trials.is_empty())
+    }
+
+    /// The soonest pair deadline.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.deadlines.first().map(|(d, _, _)| at(self.epoch, *d))
+    }
+
+    /// The health of one pair, if it is held.
+    pub fn pair(&self, destination: &str, id: EndpointId) -> Option<PairHealth> {
+        let d = self.lookup(destination)?;
+        let v = self.view(d.0)?;
+        v.pairs.get(&id).map(|p| PairHealth {
+            destination: v.name.to_string(),
+            endpoint: id,
+            health: p.health(self.epoch),
+            status: p.status,
+        })
+    }
+
+    /// The non-available pairs of an endpoint (`show ID`), by destination. Visits every
+    /// view: only operator commands call it.
+    pub fn pairs_of(&self, id: EndpointId) -> Vec<PairHealth> {
+        let mut v: Vec<PairHealth> = self
+            .views
+            .iter()
+            .flatten()
+            .filter_map(|v| {
+                let p = v.pairs.get(&id).filter(|p| p.state != State::Available)?;
+                Some(PairHealth {
+                    destination: v.name.to_string(),
+                    endpoint: id,
+                    health: p.health(self.epoch),
+                    status: p.status,
+                })
+            })
+            .collect();
+        v.sort_by(|a, b| a.destination.cmp(&b.destination));
+        v
+    }
+
+    /// Load a stored pair on start, rebuilding a cooling deadline as
+    /// `clamp(cooldown_until − now_wall, 0, cooldown_ms)` from `now`.
+    pub fn restore(
+        &mut self,
+        rec: &PairRecord,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Result<(), DestinationError> {
+        let name = normalize(&rec.destination)?;
+        let mut h = Health::new(rec.state);
+        h.streak = rec.streak;
+        h.reason_streak = rec.reason_streak;
+        h.reason = rec.reason;
+        h.phase = rec.phase;
+        h.cooldown = rec.cooldown_ms.map(Duration::from_millis);
+        if rec.state == State::Cooling {
+            let len = h.cooldown.unwrap_or(Duration::ZERO);
+            let left = rec
+                .cooldown_until
+                .map(|u| restored_remaining(u, wall, len))
+                .unwrap_or(Duration::ZERO);
+            h.deadline = Some(now + left);
+        }
+        let slot = self.slot_for(&name);
+        let existed = self.take(slot, rec.endpoint).is_some();
+        if !existed && !self.room() {
+            self.drop_if_empty(slot);
+            return Err(self.cap_error());
+        }
+        let pair = Pair::from_health(&h, rec.status, self.epoch);
+        self.put(slot, rec.endpoint, pair, true);
+        Ok(())
+    }
+
+    /// Apply a report or probe input on a pair (`destination` already normalised);
+    /// `act` is the event of the act itself (`report`), written unless the input was
+    /// refused. A failure on a pair that does not exist creates it, unless the cap is
+    /// reached: then nothing changes and the act is recorded with a note (the endpoint
+    /// stays usable for the destination).
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply(
+        &mut self,
+        destination: &str,
+        id: EndpointId,
+        input: Input,
+        status: Option<u16>,
+        act: Option<NewEvent>,
+        policy: &Policy,
+        now: Instant,
+        wall: SystemTime,
+        jitter: f64,
+    ) -> PairStep {
+        // Callers normalise once at the protocol boundary; a raw name would open a
+        // second view for the same host.
+        debug_assert_eq!(normalize(destination).as_deref(), Ok(destination));
+        let creating = matches!(input, Input::Failure { .. });
+        let existing = self.lookup(destination).map(|d| d.0);
+        let slot = match existing {
+            Some(s) => s,
+            None if creating => self.slot_for(destination),
+            None => return writes::nothing(destination, id, act, status),
+        };
+        let pair = match self.take(slot, id) {
+            Some(p) => p,
+            None if creating && self.room() => Pair::available(),
+            None if creating => {
+                self.drop_if_empty(slot);
+                let note = self.cap_error();
+                let act = act.map(|mut a| {
+                    a.detail = Some(format!(
+                        "{}; not recorded: {note}",
+                        a.detail.as_deref().unwrap_or("failure"),
+                    ));
+                    a
+                });
+                return writes::nothing(destination, id, act, status);
+            }
+            None => {
+                self.drop_if_empty(slot);
+                return writes::nothing(destination, id, act, status);
+            }
+        };
+        let mut h = pair.health(self.epoch);
+        let from = h.state;
+        let was_waiting = pair.state == State::ProbeAllowed && !pair.claimed;
+        let failure = matches!(input, Input::Failure { .. });
+        let step = h.apply(input, policy, now, jitter);
+        // The pair keeps the status of the failure that banned it; the act's event
+        // carries the status of this report.
+        let kept = match step {
+            Step::Changed { .. } if failure => status,
+            _ => pair.status,
+        };
+        let mut writes = Vec::new();
+        let name = self.views[slot as usize]
+            .as_ref()
+            .expect("slot")
+            .name
+            .to_string();
+        if let (Some(act), false) = (&act, step == Step::Refused) {
+            writes.push(PairWrite::Event {
+                destination: name.clone(),
+                status,
+                event: NewEvent {
+                    endpoint: Some(id),
+                    from: Some(from),
+                    to: Some(h.state),
+                    ..act.clone()
+                },
+            });
+        }
+        if let Step::Changed { from, to } = step {
+            writes.push(writes::transition(
+                &name, id, from, to, &h, kept, act, now, wall,
+            ));
+        }
+        let after = Pair::from_health(&h, kept, self.epoch);
+        if after.needed() {
+            self.put(slot, id, after, !was_waiting);
+        } else {
+            self.drop_if_empty(slot);
+        }
+        PairStep {
+            step,
+            state: h.state,
+            writes,
+        }
+    }
+
+    /// Claim the trial of one pair by compare-and-set: of any number of callers at the
+    /// same instant, exactly one gets `true`.
+    pub fn try_claim(
+        &mut self,
+        d: DestRef,
+        id: EndpointId,
+        lease: Option<String>,
+        policy: &Policy,
+        now: Instant,
+        wall: SystemTime,
+    ) -> PairStep {
+        let name = match self.view(d.0) {
+            Some(v) => v.name.to_string(),
+            None => return self.refused(),
+        };
+        let act = Some(NewEvent {
+            lease,
+            ..NewEvent::new(EventKind::TrialAdmitted)
+        });
+        let r = self.apply(&name, id, Input::Claim, None, act, policy, now, wall, 0.0);
+        if r.step == Step::Claimed {
+            if let Some(v) = self.views[d.0 as usize].as_mut() {
+                v.trials.retain(|&e| e != id);
+            }
+        }
+        r
+    }
+
+    /// Claim the oldest waiting trial of a destination whose endpoint `ok` accepts (the
+    /// caller's endpoint-wide checks: available, under the lease cap).
+    pub fn claim_trial(
+        &mut self,
+        d: DestRef,
+        mut ok: impl FnMut(EndpointId) -> bool,
+        lease: Option<String>,
+        policy: &Policy,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Option<(EndpointId, PairStep)> {
+        let v = self.views.get_mut(d.0 as usize)?.as_mut()?;
+        let mut i = 0;
+        let mut found = None;
+        while i < v.trials.len() {
+            let id = v.trials[i];
+            let waiting = v
+                .pairs
+                .get(&id)
+                .is_some_and(|p| p.state == State::ProbeAllowed && !p.claimed);
+            if !waiting {
+                v.trials.remove(i);
+            } else if ok(id) {
+                found = Some(id);
+                break;
+            } else {
+                i += 1;
+            }
+        }
+        let id = found?;
+        let r = self.try_claim(d, id, lease, policy, now, wall);
+        (r.step == Step::Claimed).then_some((id, r))
+    }
+
+    /// The trial of a pair ended without an outcome: give the slot back.
+    #[allow(clippy::too_many_arguments)]
+    pub fn abandon(
+        &mut self,
+        destination: &str,
+        id: EndpointId,
+        why: &str,
+        lease: Option<String>,
+        policy: &Policy,
+        now: Instant,
+        wall: SystemTime,
+    ) -> PairStep {
+        let act = Some(NewEvent {
+            detail: Some(why.to_string()),
+            lease,
+            ..NewEvent::new(EventKind::TrialAbandoned)
+        });
+        self.apply(
+            destination,
+            id,
+            Input::Abandon,
+            None,
+            act,
+            policy,
+            now,
+            wall,
+            0.0,
+        )
+    }
+
+    /// `enable ID --destination D`: clear the pair (it becomes `available`).
+    pub fn enable(&mut self, destination: &str, id: EndpointId) -> PairStep {
+        debug_assert_eq!(normalize(destination).as_deref(), Ok(destination));
+        let held = self.lookup(destination).and_then(|d| {
+            let p = self.view(d.0)?.pairs.get(&id)?;
+            (p.state != State::Available).then_some((d.0, p.state))
+        });
+        let Some((slot, from)) = held else {
+            let mut r = self.refused();
+            r.writes.push(PairWrite::Event {
+                destination: destination.to_string(),
+                status: None,
+                event: NewEvent {
+                    endpoint: Some(id),
+                    from: Some(State::Available),
+                    to: Some(State::Available),
+                    detail: Some(
+                        "enable --destination: nothing to change, pair is available".into(),
+                    ),
+                    ..NewEvent::new(EventKind::Operator)
+                },
+            });
+            return r;
+        };
+        self.take(slot, id);
+        self.drop_if_empty(slot);
+        info!(endpoint = id, destination, from = %from, to = "available", reason = "operator", "pair state changed");
+        PairStep {
+            step: Step::Changed {
+                from,
+                to: State::Available,
+            },
+            state: State::Available,
+            writes: vec![PairWrite::Delete {
+                endpoint: id,
+                destination: destination.to_string(),
+                event: NewEvent {
+                    endpoint: Some(id),
+                    from: Some(from),
+                    to: Some(State::Available),
+                    reason: Some(Reason::Operator),
+                    detail: Some("enable --destination".into()),
+                    ..NewEvent::new(EventKind::StateChanged)
+                },
+            }],
+        }
+    }
+
+    /// Move cooling pairs whose deadline passed to `probe_allowed`.
+    pub fn advance(&mut self, policy: &Policy, now: Instant, wall: SystemTime) -> Vec<PairWrite> {
+        let mut writes = Vec::new();
+        while let Some(&(d, slot, id)) = self.deadlines.first() {
+            if at(self.epoch, d) > now {
+                break;
+            }
+            let Some(name) = self.view(slot).map(|v| v.name.to_string()) else {
+                self.deadlines.pop_first();
+                continue;
+            };
+            let r = self.apply(
+                &name,
+                id,
+                Input::DeadlinePassed,
+                None,
+                None,
+                policy,
+                now,
+                wall,
+                0.0,
+            );
+            if r.step == Step::Refused {
+                // Not a live deadline any more; never loop on it.
+                self.deadlines.remove(&(d, slot, id));
+            }
+            writes.extend(r.writes);
+        }
+        writes
+    }
+
+    /// Forget an endpoint's pairs (after `remove`; the store cascades its rows).
+    pub fn remove_endpoint(&mut self, id: EndpointId) {
+        for slot in 0..self.views.len() as u32 {
+            if self.take(slot, id).is_some() {
+                self.drop_if_empty(slot);
+            }
+        }
+    }
+
+    fn view(&self, slot: u32) -> Option<&View> {
+        self.views.get(slot as usize).and_then(Option::as_ref)
+    }
+
+    fn slot_for(&mut self, name: &str) -> u32 {
+        if let Some(&i) = self.names.get(name) {
+            return i;
+        }
+        let view = View {
+            name: name.into(),
+            pairs: FxHashMap::default(),
+            trials: VecDeque::new(),
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.views[i as usize] = Some(view);
+                i
+            }
+            None => {
+                self.views.push(Some(view));
+                (self.views.len() - 1) as u32
+            }
+        };
+        self.names.insert(name.into(), i);
+        i
+    }
+
+    fn drop_if_empty(&mut self, slot: u32) {
+        if self.view(slot).is_some_and(|v| v.pairs.is_empty()) {
+            if let Some(v) = self.views[slot as usize].take() {
+                self.names.remove(&v.name);
+                self.free.push(slot);
+            }
+        }
+    }
+
+    /// Remove a pair from its view and the deadline queue (its trial item goes stale).
+    fn take(&mut self, slot: u32, id: EndpointId) -> Option<Pair> {
+        let v = self.views.get_mut(slot as usize)?.as_mut()?;
+        let p = v.pairs.remove(&id)?;
+        if p.state == State::Cooling {
+            self.deadlines.remove(&(p.deadline, slot, id));
+        }
+        self.pairs -= 1;
+        if p.state != State::Available {
+            self.banned -= 1;
+        }
+        Some(p)
+    }
+
+    /// Insert a pair; `queue_trial`: it was not already waiting in the trial queue.
+    fn put(&mut self, slot: u32, id: EndpointId, p: Pair, queue_trial: bool) {
+        let v = self.views[slot as usize].as_mut().expect("live view");
+        match p.state {
+            State::Cooling if p.deadline != NONE => {
+                self.deadlines.insert((p.deadline, slot, id));
+            }
+            State::ProbeAllowed if !p.claimed && queue_trial => v.trials.push_back(id),
+            _ => {}
+        }
+        if p.state != State::Available {
+            self.banned += 1;
+        }
+        self.pairs += 1;
+        v.pairs.insert(id, p);
+        if self.pairs < self.cap {
+            self.warned = false;
+        }
+    }
+
+    /// Whether one more pair fits; warns once each time the cap is reached.
+    fn room(&mut self) -> bool {
+        if self.pairs < self.cap {
+            return true;
+        }
+        if !self.warned {
+            self.warned = true;
+            warn!(
+                pool = %self.pool,
+                cap = self.cap,
+                "destination pair cap reached: new per-destination bans are not recorded \
+                 (those endpoints stay usable for their destination) until pairs recover"
+            );
+        }
+        false
+    }
+
+    fn cap_error(&self) -> DestinationError {
+        DestinationError::CapReached {
+            pool: self.pool.clone(),
+            cap: self.cap,
+        }
+    }
+
+    fn refused(&self) -> PairStep {
+        PairStep {
+            step: Step::Refused,
+            state: State::Available,
+            writes: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

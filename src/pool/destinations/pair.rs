@@ -1,0 +1,91 @@
+//! The compact in-memory health of one (endpoint, destination) pair.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::health::{Health, Phase, Reason, State};
+
+/// Compact health of one pair: 40 bytes. The deadline is kept as whole milliseconds
+/// after the pool's `epoch` (rounded up, so a pair is never released early), and
+/// `NONE` stands for "no deadline" / "no cooldown".
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Pair {
+    pub(super) deadline: u64,
+    pub(super) cooldown_ms: u64,
+    pub(super) streak: u32,
+    pub(super) reason_streak: u32,
+    pub(super) fails: u32,
+    pub(super) status: Option<u16>,
+    pub(super) state: State,
+    pub(super) claimed: bool,
+    pub(super) reason: Option<Reason>,
+    pub(super) phase: Option<Phase>,
+}
+
+pub(super) const NONE: u64 = u64::MAX;
+
+/// Milliseconds from `epoch` to `t`, rounded up.
+pub(super) fn ticks(epoch: Instant, t: Instant) -> u64 {
+    let d = t.saturating_duration_since(epoch);
+    let ms = d.as_millis() as u64;
+    if d > Duration::from_millis(ms) {
+        ms + 1
+    } else {
+        ms
+    }
+}
+
+pub(super) fn at(epoch: Instant, ticks: u64) -> Instant {
+    epoch + Duration::from_millis(ticks)
+}
+
+impl Pair {
+    pub(super) fn available() -> Pair {
+        Pair {
+            deadline: NONE,
+            cooldown_ms: NONE,
+            streak: 0,
+            reason_streak: 0,
+            fails: 0,
+            status: None,
+            state: State::Available,
+            claimed: false,
+            reason: None,
+            phase: None,
+        }
+    }
+
+    pub(super) fn health(&self, epoch: Instant) -> Health {
+        let mut h = Health::new(self.state);
+        h.claimed = self.claimed;
+        h.streak = self.streak;
+        h.reason_streak = self.reason_streak;
+        h.fails = self.fails;
+        h.reason = self.reason;
+        h.phase = self.phase;
+        h.cooldown = (self.cooldown_ms != NONE).then(|| Duration::from_millis(self.cooldown_ms));
+        h.deadline = (self.deadline != NONE).then(|| at(epoch, self.deadline));
+        h
+    }
+
+    pub(super) fn from_health(h: &Health, status: Option<u16>, epoch: Instant) -> Pair {
+        Pair {
+            deadline: h.deadline.map_or(NONE, |d| ticks(epoch, d)),
+            cooldown_ms: h.cooldown.map_or(NONE, |d| d.as_millis() as u64),
+            streak: h.streak,
+            reason_streak: h.reason_streak,
+            fails: h.fails,
+            status,
+            state: h.state,
+            claimed: h.claimed,
+            reason: h.reason,
+            phase: h.phase,
+        }
+    }
+
+    /// Worth keeping in memory: banned, or counting failures towards `fall`.
+    pub(super) fn needed(&self) -> bool {
+        self.state != State::Available || self.fails > 0
+    }
+}

@@ -1,0 +1,257 @@
+//! Storage of per-destination health (SPEC §13): the non-available (endpoint,
+//! destination) pairs and their events. Each write is atomic with its event.
+
+use std::time::SystemTime;
+
+use rusqlite::{params, Connection, ErrorCode, Row, TransactionBehavior};
+
+use super::{fmt_time, parse_time, NewEvent, Store, StoreError};
+use crate::endpoint::EndpointId;
+use crate::health::{Phase, Reason, State};
+
+/// The persisted health of a pair after a transition to a non-available state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairRecord {
+    /// Endpoint.
+    pub endpoint: EndpointId,
+    /// Normalised destination host.
+    pub destination: String,
+    /// State (never `available`: a recovered pair is deleted).
+    pub state: State,
+    /// Reason.
+    pub reason: Option<Reason>,
+    /// Phase.
+    pub phase: Option<Phase>,
+    /// HTTP status of the failure, when one was seen.
+    pub status: Option<u16>,
+    /// Detail (never a password).
+    pub detail: Option<String>,
+    /// Streak.
+    pub streak: u32,
+    /// Same-reason streak.
+    pub reason_streak: u32,
+    /// Cooldown length.
+    pub cooldown_ms: Option<u64>,
+    /// Wall-clock deadline.
+    pub cooldown_until: Option<SystemTime>,
+}
+
+/// A stored pair, as loaded on start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairRow {
+    /// Pool of the endpoint.
+    pub pool: String,
+    /// The health.
+    pub record: PairRecord,
+    /// RFC 3339 of the last transition.
+    pub state_changed_at: String,
+}
+
+/// One durable pair write; a batch commits atomically.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PairWrite {
+    /// Insert or update a pair and append its event.
+    Upsert(PairRecord, NewEvent),
+    /// Delete a recovered (or operator-cleared) pair and append its event.
+    Delete {
+        /// Endpoint.
+        endpoint: EndpointId,
+        /// Destination.
+        destination: String,
+        /// The event (its `endpoint` is set from the pair).
+        event: NewEvent,
+    },
+    /// Append an event about a pair (report, trial admitted/abandoned).
+    Event {
+        /// Destination.
+        destination: String,
+        /// HTTP status seen.
+        status: Option<u16>,
+        /// The event.
+        event: NewEvent,
+    },
+}
+
+/// Apply one pair write inside the caller's transaction (for group commit).
+pub(crate) fn apply(tx: &Connection, w: &PairWrite) -> Result<(), StoreError> {
+    match w {
+        PairWrite::Upsert(r, ev) => {
+            debug_assert_ne!(r.state, State::Available, "available pairs have no row");
+            // A transition without a detail (a deadline passing) keeps the one that
+            // explains the ban: pairs hold no detail in memory.
+            let res = tx
+                .prepare_cached(
+                    "INSERT INTO destination_pairs (endpoint, destination, state, reason, phase, status, \
+                     detail, streak, reason_streak, cooldown_ms, cooldown_until, state_changed_at) \
+                     VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12) \
+                     ON CONFLICT (endpoint, destination) DO UPDATE SET state=excluded.state, \
+                     reason=excluded.reason, phase=excluded.phase, status=excluded.status, \
+                     detail=COALESCE(excluded.detail, destination_pairs.detail), streak=excluded.streak, reason_streak=excluded.reason_streak, \
+                     cooldown_ms=excluded.cooldown_ms, cooldown_until=excluded.cooldown_until, \
+                     state_changed_at=excluded.state_changed_at",
+                )?
+                .execute(params![
+                    r.endpoint,
+                    r.destination,
+                    r.state.as_str(),
+                    r.reason.map(Reason::as_str),
+                    r.phase.map(Phase::as_str),
+                    r.status,
+                    r.detail,
+                    r.streak,
+                    r.reason_streak,
+                    r.cooldown_ms.map(|v| v as i64),
+                    r.cooldown_until.map(fmt_time),
+                    fmt_time(SystemTime::now()),
+                ]);
+            match res {
+                Ok(_) => {}
+                // The endpoint is gone (removed while the report was in flight).
+                Err(rusqlite::Error::SqliteFailure(e, _))
+                    if e.code == ErrorCode::ConstraintViolation =>
+                {
+                    return Err(StoreError::NotFound(format!("with id {}", r.endpoint)));
+                }
+                Err(e) => return Err(e.into()),
+            }
+            insert_event(tx, r.endpoint, Some(&r.destination), r.status, ev)
+        }
+        PairWrite::Delete {
+            endpoint,
+            destination,
+            event,
+        } => {
+            // Idempotent: the end state (no row) is what matters; a row already gone with
+            // its endpoint (ON DELETE CASCADE) is not an error.
+            tx.prepare_cached(
+                "DELETE FROM destination_pairs WHERE endpoint=?1 AND destination=?2",
+            )?
+            .execute(params![endpoint, destination])?;
+            insert_event(tx, *endpoint, Some(destination), None, event)
+        }
+        PairWrite::Event {
+            destination,
+            status,
+            event,
+        } => {
+            let endpoint = event
+                .endpoint
+                .ok_or_else(|| StoreError::Corrupt("pair event without an endpoint".into()))?;
+            insert_event(tx, endpoint, Some(destination), *status, event)
+        }
+    }
+}
+
+pub(super) fn insert_event(
+    tx: &Connection,
+    endpoint: impl rusqlite::ToSql,
+    destination: Option<&str>,
+    status: Option<u16>,
+    ev: &NewEvent,
+) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO events (at, endpoint, kind, from_state, to_state, reason, phase, detail, lease, \
+         destination, status) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
+    )?
+    .execute(params![
+        fmt_time(SystemTime::now()),
+        endpoint,
+        ev.kind.as_str(),
+        ev.from.map(State::as_str),
+        ev.to.map(State::as_str),
+        ev.reason.map(Reason::as_str),
+        ev.phase.map(Phase::as_str),
+        ev.detail,
+        ev.lease,
+        destination,
+        status,
+    ])?;
+    Ok(())
+}
+
+const PAIR_COLS: &str = "e.pool, p.endpoint, p.destination, p.state, p.reason, p.phase, p.status, \
+     p.detail, p.streak, p.reason_streak, p.cooldown_ms, p.cooldown_until, p.state_changed_at";
+
+fn read_pair(r: &Row<'_>) -> rusqlite::Result<Result<PairRow, StoreError>> {
+    let endpoint: EndpointId = r.get(1)?;
+    let destination: String = r.get(2)?;
+    let state: String = r.get(3)?;
+    let reason: Option<String> = r.get(4)?;
+    let phase: Option<String> = r.get(5)?;
+    let until: Option<String> = r.get(11)?;
+    let corrupt =
+        |what: &str| StoreError::Corrupt(format!("pair ({endpoint}, {destination}): {what}"));
+    let build = || -> Result<PairRow, StoreError> {
+        Ok(PairRow {
+            pool: r.get(0)?,
+            record: PairRecord {
+                endpoint,
+                destination: destination.clone(),
+                state: state.parse().map_err(|_| corrupt("state"))?,
+                reason: reason
+                    .as_deref()
+                    .map(str::parse)
+                    .transpose()
+                    .map_err(|_| corrupt("reason"))?,
+                phase: phase
+                    .as_deref()
+                    .map(str::parse)
+                    .transpose()
+                    .map_err(|_| corrupt("phase"))?,
+                status: r.get(6)?,
+                detail: r.get(7)?,
+                streak: r.get(8)?,
+                reason_streak: r.get(9)?,
+                cooldown_ms: r.get::<_, Option<i64>>(10)?.map(|v| v.max(0) as u64),
+                cooldown_until: until.as_deref().and_then(parse_time),
+            },
+            state_changed_at: r.get(12)?,
+        })
+    };
+    Ok(build())
+}
+
+impl Store {
+    /// Apply pair writes in one transaction, all or nothing.
+    pub fn write_pairs(&mut self, writes: &[PairWrite]) -> Result<(), StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for w in writes {
+            apply(&tx, w)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Every stored pair (to restore on start), in (endpoint, destination) order.
+    pub fn pairs(&self) -> Result<Vec<PairRow>, StoreError> {
+        self.query_pairs("", params![])
+    }
+
+    /// The pairs of one endpoint (`show ID`).
+    pub fn pairs_of(&self, endpoint: EndpointId) -> Result<Vec<PairRow>, StoreError> {
+        self.query_pairs("WHERE p.endpoint=?1", params![endpoint])
+    }
+
+    /// The pairs of one destination (`list --destination D`).
+    pub fn pairs_for(&self, destination: &str) -> Result<Vec<PairRow>, StoreError> {
+        self.query_pairs("WHERE p.destination=?1", params![destination])
+    }
+
+    fn query_pairs(
+        &self,
+        filter: &str,
+        args: &[&dyn rusqlite::ToSql],
+    ) -> Result<Vec<PairRow>, StoreError> {
+        let mut st = self.conn.prepare_cached(&format!(
+            "SELECT {PAIR_COLS} FROM destination_pairs p JOIN endpoints e ON e.id = p.endpoint \
+             {filter} ORDER BY p.endpoint, p.destination"
+        ))?;
+        let rows = st.query_map(args, read_pair)?;
+        rows.map(|r| r?).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,260 @@
+//! Per-destination health through the real binary (SPEC §13, §15): the socket fields
+//! (`destination`, `schemes`, report by session, `duration_ms`), the CLI (`list
+//! --destination`, `show`, `enable --destination`), and pairs across kill -9.
+
+mod common;
+
+use common::daemon::*;
+use serde_json::{json, Value};
+
+/// Pairs cool for a minute: nothing in these tests waits for a deadline.
+const MINUTE_COOLDOWN: &str = r#"
+[[pool]]
+name = "default"
+mode = "static-no-ping"
+
+[pool.cooldown]
+base = "60s"
+factor = 1.0
+max = "60s"
+jitter = 0.0
+"#;
+
+fn err_message(v: &Value) -> String {
+    v["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn json_of(out: &str) -> Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+/// Lease for `dest` on the daemon; returns (lease, endpoint).
+fn lease_for(c: &mut Conn, dest: &str) -> (String, i64) {
+    let g = ok(c.req(&json!({"op": "lease", "destination": dest})));
+    (lease_id(&g), g["endpoint"].as_i64().unwrap())
+}
+
+fn ban(c: &mut Conn, lease: &str) {
+    let r = ok(c.req(
+        &json!({"op": "report", "lease": lease, "outcome": "failure",
+        "reason": "destination_status", "phase": "response_head", "status": 403,
+        "duration_ms": 85}),
+    ));
+    assert_eq!(r["state"], json!("available"), "{r}");
+}
+
+#[test]
+fn socket_lease_and_report_with_destination_schemes_and_session() {
+    let h = Home::new(Some(MINUTE_COOLDOWN));
+    let d = h.serve();
+    let ids = h.add(&["http://10.6.0.1:3128", "socks5h://10.6.0.2:1080"]);
+    let mut c = d.conn();
+
+    // The destination is normalised (case, port); the grant is an ordinary one.
+    let (l, e) = lease_for(&mut c, "Shop.Example:443");
+    assert_eq!(e, ids[0]);
+    ban(&mut c, &l);
+    // Endpoint 1 is banned for the shop only.
+    for _ in 0..4 {
+        let (l, e) = lease_for(&mut c, "shop.example");
+        assert_eq!(e, ids[1]);
+        ok(c.req(&json!({"op": "release", "lease": l})));
+    }
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let (l, e) = lease_for(&mut c, "news.example");
+        seen.push(e);
+        ok(c.req(&json!({"op": "release", "lease": l})));
+    }
+    assert!(seen.contains(&ids[0]), "{seen:?}");
+
+    // schemes.
+    for _ in 0..3 {
+        let g = ok(c.req(&json!({"op": "lease", "schemes": ["socks5h"]})));
+        assert_eq!(g["endpoint"], json!(ids[1]));
+        ok(c.req(&json!({"op": "release", "lease": lease_id(&g)})));
+    }
+    // http-only for the shop: endpoint 1 is banned there, 2 is SOCKS: nothing.
+    let r = c.req(&json!({"op": "lease", "destination": "shop.example", "schemes": ["http"]}));
+    assert_eq!(err_code(&r), "pool_exhausted", "{r}");
+
+    // Bad input names the field and changes nothing.
+    let bad = [
+        (json!({"op": "lease", "schemes": ["gopher"]}), "gopher"),
+        (json!({"op": "lease", "schemes": []}), "schemes"),
+        (
+            json!({"op": "lease", "destination": "shop.example/path"}),
+            "destination",
+        ),
+        (json!({"op": "lease", "destination": ""}), "destination"),
+        (
+            json!({"op": "report", "lease": "x-1", "session": "s", "outcome": "success"}),
+            "not both",
+        ),
+        (json!({"op": "report", "outcome": "success"}), "session"),
+        (
+            json!({"op": "report", "session": "s", "outcome": "success", "destination": "a b"}),
+            "destination",
+        ),
+    ];
+    for (req, word) in bad {
+        let r = c.req(&req);
+        assert_eq!(err_code(&r), "bad_request", "{req}: {r}");
+        assert!(err_message(&r).contains(word), "{req}: {r}");
+    }
+
+    // `proxypool report --destination` mirrors the socket.
+    let (l, e) = lease_for(&mut c, "cli.example");
+    let out = h.ok(&[
+        "report",
+        &l,
+        "--outcome",
+        "failure",
+        "--reason",
+        "destination_status",
+        "--status",
+        "429",
+        "--destination",
+        "CLI.example:8443",
+        "--duration-ms",
+        "40",
+    ]);
+    assert_eq!(out.trim(), "available");
+    let (l2, e2) = lease_for(&mut c, "cli.example");
+    assert_ne!(e2, e, "banned for cli.example only");
+    let o = h.run(&[
+        "report",
+        &l2,
+        "--outcome",
+        "success",
+        "--destination",
+        "cli.example/x",
+    ]);
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.contains("--destination"), "{o:?}");
+    ok(c.req(&json!({"op": "release", "lease": l2})));
+
+    // Report by session: on the endpoint the session is bound to.
+    let g = ok(c.req(&json!({"op": "lease", "session": "s1", "schemes": ["socks5h"]})));
+    ok(c.req(&json!({"op": "release", "lease": lease_id(&g)})));
+    let r = ok(c.req(
+        &json!({"op": "report", "session": "s1", "outcome": "success",
+        "duration_ms": 120}),
+    ));
+    assert_eq!(r["state"], json!("available"));
+    let r = ok(
+        c.req(&json!({"op": "report", "pool": "default", "session": "s1",
+        "outcome": "failure", "reason": "connect_refused", "phase": "connect"})),
+    );
+    assert_eq!(r["state"], json!("cooling"), "{r}");
+    // A failure unbound it.
+    let r = c.req(&json!({"op": "report", "session": "s1", "outcome": "success"}));
+    assert_eq!(err_code(&r), "unknown_lease", "{r}");
+    assert!(err_message(&r).contains("\"s1\""), "{r}");
+    let r = c.req(&json!({"op": "report", "pool": "nope", "session": "s1", "outcome": "success"}));
+    assert_eq!(err_code(&r), "unknown_pool", "{r}");
+
+    // Events carry destination and status.
+    let evs = h.events();
+    let pair_report = evs
+        .iter()
+        .find(|e| e["kind"] == json!("report") && e["destination"] == json!("shop.example"))
+        .unwrap_or_else(|| panic!("no pair report in {evs:?}"));
+    assert_eq!(pair_report["status"], json!(403));
+    let endpoint_wide = evs
+        .iter()
+        .find(|e| e["reason"] == json!("connect_refused") && e["kind"] == json!("report"))
+        .unwrap();
+    assert_eq!(endpoint_wide["destination"], Value::Null);
+}
+
+#[test]
+fn cli_list_show_enable_destination_and_pairs_survive_kill_9() {
+    let h = Home::new(Some(MINUTE_COOLDOWN));
+    let mut d = h.serve();
+    let ids = h.add(&["http://u:pw@10.6.1.1:3128", "http://10.6.1.2:3128"]);
+    let mut c = d.conn();
+    let (l, e) = lease_for(&mut c, "shop.example");
+    assert_eq!(e, ids[0]);
+    ban(&mut c, &l);
+    d.kill9();
+    let d = h.serve();
+    let mut c = d.conn();
+    // Restored: leases for the shop still skip endpoint 1.
+    for _ in 0..3 {
+        let (l, e) = lease_for(&mut c, "shop.example");
+        assert_eq!(e, ids[1]);
+        ok(c.req(&json!({"op": "release", "lease": l})));
+    }
+
+    let list = json_of(&h.ok(&["list", "--destination", "SHOP.example", "--json"]));
+    let rows = list.as_array().unwrap();
+    let by_id = |id: i64| rows.iter().find(|r| r["id"] == json!(id)).unwrap();
+    assert_eq!(by_id(ids[0])["state"], json!("available"));
+    assert_eq!(by_id(ids[0])["destination_state"], json!("cooling"));
+    assert_eq!(by_id(ids[0])["pair"]["status"], json!(403));
+    assert_eq!(by_id(ids[1])["destination_state"], json!("available"));
+    assert_eq!(by_id(ids[1])["pair"], Value::Null);
+    let table = h.ok(&["list", "--destination", "shop.example"]);
+    assert!(
+        table.contains("FOR shop.example") && table.contains("cooling"),
+        "{table}"
+    );
+    assert!(!table.contains("pw@"), "{table}");
+
+    let id1 = ids[0].to_string();
+    let show = json_of(&h.ok(&["show", &id1, "--json"]));
+    let pairs = show["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 1, "{show}");
+    assert_eq!(
+        (
+            &pairs[0]["destination"],
+            &pairs[0]["state"],
+            &pairs[0]["reason"]
+        ),
+        (
+            &json!("shop.example"),
+            &json!("cooling"),
+            &json!("destination_status")
+        )
+    );
+    let text = h.ok(&["show", &id1]);
+    assert!(text.contains("shop.example cooling"), "{text}");
+
+    // Bad destinations are usage errors (exit 2) that name the value.
+    for args in [
+        vec!["list", "--destination", "shop.example/x"],
+        vec!["enable", &id1, "--destination", "bad host"],
+    ] {
+        let o = h.run(&args);
+        assert_eq!(o.code, Some(2), "{args:?}: {o:?}");
+        assert!(o.stderr.contains("--destination"), "{o:?}");
+    }
+
+    // Through the daemon.
+    let out = h.ok(&["enable", &id1, "--destination", "shop.example"]);
+    assert_eq!(out.trim(), format!("{id1}\tshop.example\tavailable"));
+    let (l, e) = lease_for(&mut c, "shop.example");
+    assert_eq!(
+        e, ids[0],
+        "cleared: endpoint 1 is leased for the shop again"
+    );
+    ban(&mut c, &l);
+    drop(c);
+    drop(d);
+    // Without a daemon, on the store.
+    let out = h.ok(&["enable", &id1, "--destination", "shop.example"]);
+    assert_eq!(out.trim(), format!("{id1}\tshop.example\tavailable"));
+    let show = json_of(&h.ok(&["show", &id1, "--json"]));
+    assert_eq!(show["pairs"], json!([]));
+    let kinds: Vec<_> = h
+        .events()
+        .into_iter()
+        .filter(|e| e["destination"] == json!("shop.example") && e["reason"] == json!("operator"))
+        .map(|e| e["to"].clone())
+        .collect();
+    assert_eq!(kinds, vec![json!("available"), json!("available")]);
+}

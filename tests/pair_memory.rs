@@ -1,0 +1,96 @@
+//! Memory of banned (endpoint, destination) pairs, measured with a counting global
+//! allocator (live bytes before and after). Budget: ≤ 200 bytes per banned pair.
+//! One test in this binary, so no other test allocates while it measures.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::{Duration, SystemTime};
+
+use proxypool::event_kind::EventKind;
+use proxypool::health::{Failure, Input, Phase, Policy, Reason};
+use proxypool::pool::destinations::{Destinations, DEFAULT_MAX_PAIRS};
+use proxypool::store::NewEvent;
+use tokio::time::Instant;
+
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
+        unsafe { System.realloc(p, l, new) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+/// Ban `per_dest[i]` endpoints for destination i; returns live bytes per banned pair.
+fn bytes_per_pair(per_dest: &[usize]) -> f64 {
+    let policy = Policy::default();
+    let now = Instant::now();
+    let wall = SystemTime::now();
+    let names: Vec<String> = (0..per_dest.len())
+        .map(|i| format!("site-{i}.example"))
+        .collect();
+    let before = LIVE.load(Ordering::Relaxed);
+    let mut d = Destinations::new("default", DEFAULT_MAX_PAIRS);
+    let mut n = 0;
+    for (name, &count) in names.iter().zip(per_dest) {
+        for e in 0..count as i64 {
+            let failure = Failure {
+                status: Some(403),
+                detail: Some("HTTP 403".into()),
+                ..Failure::new(Reason::DestinationStatus, Some(Phase::ResponseHead))
+            };
+            let r = d.apply(
+                name,
+                e,
+                Input::Failure {
+                    failure,
+                    trial: false,
+                },
+                Some(403),
+                Some(NewEvent::new(EventKind::Report)),
+                &policy,
+                // Spread deadlines as real traffic does.
+                now + Duration::from_millis(n as u64 % 10_000),
+                wall,
+                0.0,
+            );
+            drop(r);
+            n += 1;
+        }
+    }
+    assert_eq!(d.banned(), n);
+    let live = LIVE.load(Ordering::Relaxed) - before;
+    drop(d);
+    live as f64 / n as f64
+}
+
+#[test]
+fn banned_pairs_stay_under_200_bytes_each() {
+    // The scenario: 5,000 banned for D and 10,000 across 100 other destinations.
+    let mut scenario = vec![5_000];
+    scenario.extend(std::iter::repeat_n(100, 100));
+    let cases: [(&str, Vec<usize>); 4] = [
+        ("5,000 for D + 10,000 over 100 others", scenario),
+        ("100,000 in one destination", vec![100_000]),
+        ("120,000 over 10,000 destinations", vec![12; 10_000]),
+        ("1,000,000 (the cap) over 1,000", vec![1_000; 1_000]),
+    ];
+    for (name, per_dest) in cases {
+        let b = bytes_per_pair(&per_dest);
+        println!("{name}: {b:.1} bytes per banned pair");
+        assert!(b <= 200.0, "{name}: {b:.1} bytes per pair");
+    }
+}
