@@ -6,6 +6,7 @@ import os
 import shutil
 import socket
 import socketserver
+import ssl
 import struct
 import subprocess
 import tempfile
@@ -188,10 +189,15 @@ class Unaccepting(object):
 
 class Site(object):
     """A small site: ``/page/N`` links nowhere and says which page it is; ``/status/N``
-    answers N (with ``Retry-After: 7`` for 429/503); everything is counted."""
+    answers N (with ``Retry-After: 7`` for 429/503); everything is counted.
 
-    def __init__(self):
+    ``tls=True`` serves HTTPS with a fresh self-signed certificate for 127.0.0.1 and
+    localhost (its path is ``self.cert``); ``ban_first=True`` answers 403 to the first
+    request of every ``/page/N``, a ban the gateway cannot see inside a tunnel."""
+
+    def __init__(self, tls=False, ban_first=False):
         hits = self.hits = []
+        seen = set()
 
         class H(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -203,6 +209,9 @@ class Site(object):
                     status = int(self.path.split("/")[2])
                     if status in (429, 503):
                         extra.append(("Retry-After", "7"))
+                elif ban_first and self.path not in seen:
+                    seen.add(self.path)
+                    status = 403
                 body = ("<html><body><h1>%s</h1></body></html>" % self.path).encode()
                 self.send_response(status)
                 for k, v in extra:
@@ -222,11 +231,26 @@ class Site(object):
         self.server = S(("127.0.0.1", 0), H)
         self.port = self.server.server_address[1]
         self.url = "http://127.0.0.1:%d" % self.port
+        self.cert = None
+        if tls:
+            self.dir = tempfile.mkdtemp(prefix="pp-site")
+            self.cert, key = os.path.join(self.dir, "cert.pem"), os.path.join(self.dir, "key.pem")
+            subprocess.run(
+                [need_tool("openssl"), "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                 "-nodes", "-keyout", key, "-out", self.cert, "-days", "2", "-subj", "/CN=localhost",
+                 "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                check=True, capture_output=True, timeout=30)
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(self.cert, key)
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+            self.url = "https://127.0.0.1:%d" % self.port
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+        if self.cert:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Proc(object):
