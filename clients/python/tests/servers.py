@@ -187,6 +187,37 @@ class Unaccepting(object):
         self.sock.close()
 
 
+def _self_signed(cert_path, key_path):
+    """A self-signed certificate for localhost and 127.0.0.1, made with `cryptography`
+    (Scrapy depends on it)."""
+    need_module("cryptography")
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.SubjectAlternativeName(
+            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    with open(cert_path, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(key_path, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+
+
 class Site(object):
     """A small site: ``/page/N`` links nowhere and says which page it is; ``/status/N``
     answers N (with ``Retry-After: 7`` for 429/503); everything is counted.
@@ -235,11 +266,7 @@ class Site(object):
         if tls:
             self.dir = tempfile.mkdtemp(prefix="pp-site")
             self.cert, key = os.path.join(self.dir, "cert.pem"), os.path.join(self.dir, "key.pem")
-            subprocess.run(
-                [need_tool("openssl"), "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                 "-nodes", "-keyout", key, "-out", self.cert, "-days", "2", "-subj", "/CN=localhost",
-                 "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-                check=True, capture_output=True, timeout=30)
+            _self_signed(self.cert, key)
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             ctx.load_cert_chain(self.cert, key)
             self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
