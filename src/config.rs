@@ -307,6 +307,8 @@ pub struct GatewayConfig {
     pub token: Option<String>,
     /// Client connections served at once.
     pub max_connections: usize,
+    /// Extra CA certificates (PEM) trusted for `https://` upstream proxies.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl GatewayConfig {
@@ -321,6 +323,7 @@ impl GatewayConfig {
             connect_timeout: Duration::from_secs(10),
             token: None,
             max_connections: 10_000,
+            ca_file: None,
         }
     }
 
@@ -365,6 +368,7 @@ impl fmt::Debug for GatewayConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("token", &self.token.as_ref().map(|_| "***"))
             .field("max_connections", &self.max_connections)
+            .field("ca_file", &self.ca_file)
             .finish()
     }
 }
@@ -427,6 +431,7 @@ struct RawGateway {
     connect_timeout: Option<Duration>,
     token: Option<String>,
     max_connections: Option<usize>,
+    ca_file: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -800,6 +805,7 @@ impl Config {
             gw.connect_timeout = g.connect_timeout.unwrap_or(gw.connect_timeout);
             gw.token = g.token.filter(|t| !t.is_empty());
             gw.max_connections = g.max_connections.unwrap_or(gw.max_connections);
+            gw.ca_file = g.ca_file.map(resolve);
             gw.check()
                 .map_err(|(k, m)| invalid(format!("{key}.{k}"), m))?;
             cfg.gateways.push(gw);
@@ -995,6 +1001,22 @@ mod tests {
         assert_eq!((g.retries, g.retry_status.clone()), (0, vec![429]));
         assert_eq!(g.connect_timeout, Duration::from_secs(3));
         assert!(!format!("{g:?}").contains("t0k"), "token in Debug");
+    }
+
+    #[test]
+    fn gateway_ca_file_is_relative_to_the_config() {
+        let cfg = Config::parse(
+            "[[gateway]]\nlisten = \"127.0.0.1:8899\"\nca_file = \"ca.pem\"\n[[gateway]]\nlisten = \"127.0.0.1:8898\"\nca_file = \"/etc/ca.pem\"\n",
+            "t.toml",
+            Some(Path::new("/cfg")),
+        )
+        .unwrap();
+        assert_eq!(cfg.gateways[0].ca_file, Some(PathBuf::from("/cfg/ca.pem")));
+        assert_eq!(cfg.gateways[1].ca_file, Some(PathBuf::from("/etc/ca.pem")));
+        assert_eq!(
+            GatewayConfig::new("127.0.0.1:1".parse().unwrap()).ca_file,
+            None
+        );
     }
 
     #[test]

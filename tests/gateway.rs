@@ -557,3 +557,64 @@ async fn proxy_auth_failure_upstream_is_classified_and_retried() {
         assert!(!format!("{ev:?}").contains("wrong"), "{ev:?}");
     }
 }
+
+#[tokio::test]
+async fn https_upstream_with_a_private_ca_is_trusted_through_ca_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("gateway upstream ca");
+    let d = dest(DestCfg::default()).await;
+    let up = http_proxy(HttpProxyCfg {
+        tls: Some(ca.server_config()),
+        ..Default::default()
+    })
+    .await;
+    let proxy = format!("https://localhost:{}", up.port());
+
+    // Without the CA the upstream's certificate is untrusted: a proxy_tls failure.
+    let gw = Gw::start(std::slice::from_ref(&proxy), |c| c.retries = 0).await;
+    let (_s, resp) = connect_tunnel(gw.addr, d.port(), "").await;
+    assert_eq!(resp.status(), 502, "{}", resp.head);
+    assert_eq!(resp.header("x-proxypool-error"), Some("tls_failed"));
+    let row = gw.row(gw.ids[0]);
+    assert_eq!(
+        (row.reason, row.phase),
+        (Some(Reason::TlsFailed), Some(Phase::ProxyTls))
+    );
+    gw.stop().await;
+
+    // With ca_file: tunnels and absolute-form requests go through it.
+    let pem = ca.write_pem(dir.path());
+    let gw = Gw::start(&[proxy], |c| c.ca_file = Some(pem)).await;
+    let (mut s, resp) = connect_tunnel(gw.addr, d.port(), "").await;
+    assert_eq!(resp.status(), 200, "{}", resp.head);
+    s.write_all(b"GET /inside HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let r = read_response(&mut s).await.unwrap();
+    assert_eq!(r.text(), "hello from the destination");
+    drop(s);
+    let r = roundtrip(gw.addr, &get(d.port(), "/plain", "")).await;
+    assert_eq!(r.status(), 200, "{}", r.head);
+    assert_eq!(r.text(), "hello from the destination");
+    gw.until_no_leases().await;
+    assert_eq!(gw.row(gw.ids[0]).state, State::Available);
+}
+
+#[tokio::test]
+async fn unusable_ca_file_stops_the_gateway_naming_the_file() {
+    let gw = Gw::start(&[], |_| {}).await;
+    let mut cfg = proxypool::config::GatewayConfig::new("127.0.0.1:0".parse().unwrap());
+    cfg.ca_file = Some("/nonexistent/gateway-ca.pem".into());
+    let err = match proxypool::gateway::Gateway::bind(cfg, gw.engine.clone()).await {
+        Ok(_) => panic!("a gateway with a missing ca_file started"),
+        Err(e) => e,
+    };
+    assert!(
+        matches!(err, proxypool::gateway::GatewayError::Tls(_)),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("/nonexistent/gateway-ca.pem"),
+        "{err}"
+    );
+}

@@ -32,6 +32,16 @@ fn non_loopback_gateway_without_token_refuses_to_start() {
     assert!(o.stderr.contains("gateway[0].token"), "{o:?}");
 }
 
+#[test]
+fn unusable_gateway_ca_file_refuses_to_start() {
+    let home = Home::new(Some(
+        "[[gateway]]\nlisten = \"127.0.0.1:0\"\nca_file = \"/nonexistent/gw-ca.pem\"\n",
+    ));
+    let o = home.run(&["serve"]);
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.contains("/nonexistent/gw-ca.pem"), "{o:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_runs_the_gateway_and_stops_it() {
     let d = dest(DestCfg::default()).await;

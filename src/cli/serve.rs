@@ -86,7 +86,13 @@ pub(super) async fn serve(
         shutdown,
     )
     .await
-    .map_err(|e| CliError::failed(e.to_string()));
+    .map_err(|e| match e {
+        // A gateway `ca_file` that cannot be used is bad input, like any config error.
+        daemon::DaemonError::Gateway(crate::gateway::GatewayError::Tls(t)) => {
+            CliError::usage(format!("gateway: {t}"))
+        }
+        e => CliError::failed(e.to_string()),
+    });
     lock::clear(&held);
     r
 }

@@ -164,7 +164,8 @@ async fn connect(
             _ = tunnel_shared.shutdown.cancelled() => {}
             _ = tunnel => {}
         }
-        drop(guard);
+        // Reported here rather than by the guard's drop: no extra task per tunnel.
+        guard.finish().await;
         drop(slot);
     });
     let mut resp = Response::new(empty());

@@ -80,7 +80,7 @@ impl Gateway {
                     addr: cfg.listen,
                     source,
                 })?;
-        let dialer = Dialer::new(crate::dial::connector(None)?);
+        let dialer = Dialer::new(crate::dial::connector(cfg.ca_file.as_deref())?);
         Ok(Gateway {
             listener,
             cfg,

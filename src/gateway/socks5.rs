@@ -293,6 +293,8 @@ pub(super) async fn serve(shared: Arc<Shared>, mut s: TcpStream) {
     }
     let r = tokio::io::copy_bidirectional(&mut s, &mut upstream).await;
     debug!(endpoint = guard.endpoint(), result = ?r.map_err(|e| e.kind()), "gateway SOCKS5 tunnel closed");
+    // Reported here rather than by the guard's drop: no extra task per tunnel.
+    guard.finish().await;
 }
 
 #[cfg(test)]

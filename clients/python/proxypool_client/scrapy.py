@@ -55,6 +55,17 @@ _RETRIES = "proxypool_retries"
 _NEW_FIELDS = ("destination", "schemes", "duration_ms")
 
 
+def _same_proxy(a, b):
+    """Whether two proxy URLs name the same proxy. Scrapy's HttpProxyMiddleware strips the
+    credentials out of ``meta["proxy"]`` (into a Proxy-Authorization header), so the URL
+    this middleware set comes back without them."""
+    if a is None or b is None:
+        return a is b
+    pa, pb = urlsplit(a), urlsplit(b)
+    return (pa.scheme.lower(), (pa.hostname or "").lower(), pa.port) == (
+        pb.scheme.lower(), (pb.hostname or "").lower(), pb.port)
+
+
 class ConfigError(ValueError):
     """A bad PROXYPOOL_* setting. Not NotConfigured: that would quietly disable the
     middleware and let the crawl go out without proxies."""
@@ -179,8 +190,12 @@ class ProxyPoolMiddleware(object):
         # What RetryMiddleware (or anyone) copies from here must not carry a used lease.
         meta = request.meta
         if _PROXY in meta:
-            if meta.get("proxy") == meta[_PROXY]:
+            if _same_proxy(meta.get("proxy"), meta[_PROXY]):
                 meta.pop("proxy", None)
+                # HttpProxyMiddleware moved our credentials into a header: they go too.
+                if _same_proxy(meta.get("_auth_proxy"), meta[_PROXY]):
+                    meta.pop("_auth_proxy", None)
+                    request.headers.pop(b"Proxy-Authorization", None)
             meta.pop(_PROXY, None)
         meta.pop(_LEASE, None)
 
@@ -195,7 +210,7 @@ class ProxyPoolMiddleware(object):
     # -- downloader middleware API ---------------------------------------------------------
     async def process_request(self, request, spider=None):
         meta = request.meta
-        if "proxy" in meta and meta.get(_PROXY) != meta["proxy"]:
+        if "proxy" in meta and not _same_proxy(meta.get(_PROXY), meta["proxy"]):
             return None  # the spider chose its own proxy
         if self.mode == "gateway":
             self._gateway_proxy(request)
@@ -362,7 +377,7 @@ class ProxyPoolMiddleware(object):
 
     async def _gateway_response(self, request, response):
         sid = request.meta.get("proxypool_session")
-        if sid is None or request.meta.get(_PROXY) != request.meta.get("proxy"):
+        if sid is None or not _same_proxy(request.meta.get(_PROXY), request.meta.get("proxy")):
             return response
         if response.headers.get(b"X-Proxypool-Error"):
             # Every upstream the gateway tried failed; it reported them itself.

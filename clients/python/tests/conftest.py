@@ -39,8 +39,9 @@ def skip_unless_daemon_knows(err, *fields):
 
 
 class Daemon(object):
-    def __init__(self, config=None):
+    def __init__(self, config=None, args=()):
         self.bin = proxypool_bin()
+        self.args = list(args)
         self.dir = tempfile.mkdtemp(prefix="pp-py")
         for sub in ("home", "data", "config", "run"):
             os.makedirs(os.path.join(self.dir, sub))
@@ -66,7 +67,7 @@ class Daemon(object):
     def start(self):
         env = dict(self.env, RUST_LOG="info")
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([self.bin, "serve"], env=env, stdout=subprocess.DEVNULL, stderr=log,
+            self.proc = subprocess.Popen([self.bin, "serve"] + self.args, env=env, stdout=subprocess.DEVNULL, stderr=log,
                                          stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:

@@ -10,6 +10,11 @@ import scrapy
 from scrapy.crawler import CrawlerProcess
 
 
+def _header_int(response, name):
+    v = response.headers.get(name)
+    return int(v) if v else None
+
+
 class Pages(scrapy.Spider):
     name = "pages"
 
@@ -25,7 +30,8 @@ class Pages(scrapy.Spider):
         yield {
             "url": response.url,
             "h1": response.css("h1::text").get(),
-            "endpoint": response.meta.get("proxypool_endpoint"),
+            # Lease mode puts it in meta; through the gateway it is a response header.
+            "endpoint": response.meta.get("proxypool_endpoint") or _header_int(response, b"X-Proxypool-Endpoint"),
         }
 
 

@@ -6,6 +6,7 @@ import os
 import shutil
 import socket
 import socketserver
+import ssl
 import struct
 import subprocess
 import tempfile
@@ -186,12 +187,48 @@ class Unaccepting(object):
         self.sock.close()
 
 
+def _self_signed(cert_path, key_path):
+    """A self-signed certificate for localhost and 127.0.0.1, made with `cryptography`
+    (Scrapy depends on it)."""
+    need_module("cryptography")
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.SubjectAlternativeName(
+            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    with open(cert_path, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(key_path, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+
+
 class Site(object):
     """A small site: ``/page/N`` links nowhere and says which page it is; ``/status/N``
-    answers N (with ``Retry-After: 7`` for 429/503); everything is counted."""
+    answers N (with ``Retry-After: 7`` for 429/503); everything is counted.
 
-    def __init__(self):
+    ``tls=True`` serves HTTPS with a fresh self-signed certificate for 127.0.0.1 and
+    localhost (its path is ``self.cert``); ``ban_first=True`` answers 403 to the first
+    request of every ``/page/N``, a ban the gateway cannot see inside a tunnel."""
+
+    def __init__(self, tls=False, ban_first=False):
         hits = self.hits = []
+        seen = set()
 
         class H(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -203,6 +240,9 @@ class Site(object):
                     status = int(self.path.split("/")[2])
                     if status in (429, 503):
                         extra.append(("Retry-After", "7"))
+                elif ban_first and self.path not in seen:
+                    seen.add(self.path)
+                    status = 403
                 body = ("<html><body><h1>%s</h1></body></html>" % self.path).encode()
                 self.send_response(status)
                 for k, v in extra:
@@ -222,11 +262,22 @@ class Site(object):
         self.server = S(("127.0.0.1", 0), H)
         self.port = self.server.server_address[1]
         self.url = "http://127.0.0.1:%d" % self.port
+        self.cert = None
+        if tls:
+            self.dir = tempfile.mkdtemp(prefix="pp-site")
+            self.cert, key = os.path.join(self.dir, "cert.pem"), os.path.join(self.dir, "key.pem")
+            _self_signed(self.cert, key)
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(self.cert, key)
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+            self.url = "https://127.0.0.1:%d" % self.port
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+        if self.cert:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Proc(object):

@@ -166,6 +166,38 @@ def test_gateway_sessions_per_slot():
     assert rec.lines == []  # nothing to report yet
 
 
+def test_gateway_proxy_stays_ours_after_httpproxy_moves_the_credentials():
+    # Scrapy's HttpProxyMiddleware (750, after ours) rewrites meta["proxy"] without the
+    # credentials; the response and the retry copy must still be recognised as ours.
+    from scrapy import Request
+    from scrapy.downloadermiddlewares.httpproxy import HttpProxyMiddleware
+    from scrapy.http import Response
+
+    rec = Recorder([])
+    mw = gateway_mw(rec, PROXYPOOL_DESTINATIONS=False)
+    hp = HttpProxyMiddleware()
+
+    async def go():
+        r = Request("http://a.example/1")
+        await mw.process_request(r)
+        hp.process_request(r)
+        first = r.meta["proxypool_session"]
+        retry = await mw.process_response(r, Response(r.url, status=403, request=r))
+        await mw.process_request(retry)
+        hp.process_request(retry)
+        return r, first, retry
+
+    r, first, retry = asyncio.run(go())
+    assert r.meta["proxy"] == "http://127.0.0.1:8899" and b"Proxy-Authorization" in r.headers
+    assert isinstance(retry, Request) and retry.meta["proxypool_session"] != first
+    assert retry.meta["proxy"] == "http://127.0.0.1:8899"
+    assert mw.stats.get_value("proxypool/bans") == 1
+    import base64
+
+    user = base64.b64decode(retry.headers[b"Proxy-Authorization"].split()[1]).decode()
+    assert user == "pool-shop-session-%s:t0k" % retry.meta["proxypool_session"]
+
+
 def test_gateway_https_ban_is_reported_by_session_and_rotates():
     from scrapy import Request
     from scrapy.http import HtmlResponse
