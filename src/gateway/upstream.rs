@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
+use super::counted::Counted;
 use super::lease::LeaseGuard;
 use super::routing::Routing;
 use crate::config::GatewayConfig;
 use crate::dial::{Clock, Dest, DialFailure, Dialed, Dialer, Route};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::Failure;
+use crate::metrics::{GatewayMetrics, GatewayOutcome};
 use crate::pool::engine::{Engine, EngineError};
 use crate::pool::{Outcome, PoolError};
 
@@ -50,6 +52,20 @@ pub(super) enum UpstreamError {
     },
 }
 
+impl UpstreamError {
+    /// What `proxypool_gateway_requests_total` counts a request that ended so.
+    pub(super) fn outcome(&self) -> GatewayOutcome {
+        match self {
+            UpstreamError::Exhausted { .. } => GatewayOutcome::Exhausted,
+            UpstreamError::UnknownPool(_) => GatewayOutcome::BadRequest,
+            UpstreamError::AllFailed { .. } => GatewayOutcome::UpstreamFailed,
+            UpstreamError::Internal(_) | UpstreamError::UnusableUrl { .. } => {
+                GatewayOutcome::Internal
+            }
+        }
+    }
+}
+
 /// Upstreams already tried for one client request; never tried twice.
 #[derive(Default)]
 pub(super) struct Tried(HashSet<EndpointId>);
@@ -67,13 +83,20 @@ pub(super) struct Upstream {
     pool: String,
     retries: u32,
     connect_timeout: Duration,
+    metrics: GatewayMetrics,
 }
 
 impl Upstream {
-    pub(super) fn new(engine: Arc<Engine>, dialer: Dialer, cfg: &GatewayConfig) -> Upstream {
+    pub(super) fn new(
+        engine: Arc<Engine>,
+        dialer: Dialer,
+        cfg: &GatewayConfig,
+        metrics: GatewayMetrics,
+    ) -> Upstream {
         Upstream {
             engine,
             dialer,
+            metrics,
             pool: cfg.pool.clone(),
             retries: cfg.retries,
             connect_timeout: cfg.connect_timeout,
@@ -107,6 +130,7 @@ impl Upstream {
             grant.lease,
             grant.endpoint,
             proxy,
+            self.engine.pool_metrics(pool),
         ))
     }
 
@@ -142,7 +166,12 @@ impl Upstream {
                 .dial(guard.proxy(), dest, route, &mut clock)
                 .await
             {
-                Ok(d) => return Ok((guard, d)),
+                Ok(mut d) => {
+                    // Counted from here: tunnel payload, or the forwarded request and
+                    // response; the handshake to the upstream is not relayed traffic.
+                    d.io = Box::new(Counted::new(d.io, self.metrics.clone()));
+                    return Ok((guard, d));
+                }
                 Err(f) => {
                     let endpoint = guard.endpoint();
                     info!(endpoint, reason = %f.reason, phase = %f.phase,
