@@ -23,7 +23,7 @@ import urllib.request
 BIN = sys.argv[1] if len(sys.argv) > 1 else "target/release/proxypool"
 N_ENDPOINTS = 100_000
 SCRAPES = 30
-LEASES = 3000
+LEASES = int(os.environ.get("LEASES", "3000"))
 
 
 def pct(xs, p):
