@@ -103,6 +103,8 @@ label_enum! {
         Denied => "denied",
         /// Malformed request or unknown routing key.
         BadRequest => "bad_request",
+        /// The gateway itself failed (store error, unusable stored URL): 500.
+        Internal => "internal",
     }
 }
 
@@ -534,8 +536,11 @@ impl PoolMetrics {
     }
 }
 
+const N_PROTOCOLS: usize = GatewayProtocol::ALL.len();
+const N_GATEWAY_OUTCOMES: usize = GatewayOutcome::ALL.len();
+
 struct GatewayHandles {
-    requests: [[Counter; 5]; 3],
+    requests: [[Counter; N_GATEWAY_OUTCOMES]; N_PROTOCOLS],
     bytes: [Counter; 2],
 }
 

@@ -395,3 +395,210 @@ fn events_filter_by_kind_since_and_limit_and_follow_from_the_last_ten() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[test]
+fn the_daemon_gateway_is_counted_in_metrics() {
+    use common::fakes::{self, DestCfg, HttpProxyCfg};
+    use common::gateway::{
+        connect_tunnel, get, proxy_auth, read_response, roundtrip, socks5_connect,
+    };
+
+    let rt = fakes::fake_runtime();
+    let dest = rt.block_on(fakes::dest(DestCfg::default()));
+    let up = rt.block_on(fakes::http_proxy(HttpProxyCfg::default()));
+    let home = Home::new(None);
+    home.add(&[&format!("http://127.0.0.1:{}", up.port())]);
+    let http: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let gw: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let _d = home.serve_with(
+        &["--gateway", &gw.to_string(), "--http", &http.to_string()],
+        &[],
+    );
+    let dport = dest.port();
+    rt.block_on(async {
+        let r = roundtrip(gw, &get(dport, "/", "Connection: close\r\n")).await;
+        assert_eq!(r.status(), 200, "{}", r.head);
+        let (mut s, r) = connect_tunnel(gw, dport, "").await;
+        assert_eq!(r.status(), 200, "{}", r.head);
+        s.write_all(b"GET /in HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(read_response(&mut s).await.unwrap().status(), 200);
+        drop(s);
+        let (s, code) = socks5_connect(gw, None, "127.0.0.1", dport).await;
+        assert_eq!(code, 0);
+        drop(s);
+        let r = roundtrip(gw, &get(dport, "/", &proxy_auth("colour-blue", ""))).await;
+        assert_eq!(r.status(), 400, "{}", r.head);
+    });
+
+    let want = [
+        (
+            r#"proxypool_gateway_requests_total{protocol="http_forward",outcome="ok"}"#,
+            1,
+        ),
+        (
+            r#"proxypool_gateway_requests_total{protocol="http_connect",outcome="ok"}"#,
+            1,
+        ),
+        (
+            r#"proxypool_gateway_requests_total{protocol="socks5",outcome="ok"}"#,
+            1,
+        ),
+        (
+            r#"proxypool_gateway_requests_total{protocol="http_forward",outcome="bad_request"}"#,
+            1,
+        ),
+        (
+            r#"proxypool_gateway_requests_total{protocol="socks5",outcome="exhausted"}"#,
+            0,
+        ),
+        (
+            r#"proxypool_gateway_upstream_attempts_total{pool="default",outcome="success"}"#,
+            3,
+        ),
+        (
+            r#"proxypool_gateway_upstream_attempts_total{pool="default",outcome="failure"}"#,
+            0,
+        ),
+    ];
+    // Byte totals are added when an upstream connection closes, just after the client's.
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = get_blocking(http, "/metrics").1;
+        let moved = |d: &str| {
+            metric_line(
+                &text,
+                &format!(r#"proxypool_gateway_bytes_total{{direction="{d}"}}"#),
+            )
+            .is_some_and(|v| v.parse::<u64>().unwrap() > 0)
+        };
+        if moved("to_upstream") && moved("to_client") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for (series, value) in want {
+        assert_eq!(
+            metric_line(&text, series),
+            Some(value.to_string().as_str()),
+            "{series}\n{text}"
+        );
+    }
+    for d in ["to_upstream", "to_client"] {
+        let series = format!(r#"proxypool_gateway_bytes_total{{direction="{d}"}}"#);
+        let n: u64 = metric_line(&text, &series).unwrap().parse().unwrap();
+        assert!(n > 0, "{series}\n{text}");
+    }
+    assert!(
+        !text.contains("colour") && !text.contains("127.0.0.1"),
+        "{text}"
+    );
+    promtool_check(&text);
+}
+
+/// The status page of a real daemon, as headless Chromium renders it.
+#[test]
+fn chromium_renders_the_daemons_status_page() {
+    const EVIL: &str = "<script>alert(1)</script>";
+    let Some(chromium) = common::tools::need("chromium", "apt-get install -y chromium") else {
+        return;
+    };
+    let config = format!(
+        "{TEN_MINUTE_COOLDOWN}\n[[pool]]\nname = \"residential\"\nmode = \"static-no-ping\"\n"
+    );
+    let home = Home::new(Some(&config));
+    let labelled =
+        common::daemon::ids(&home.ok(&["add", "--label", EVIL, "http://10.9.0.1:8080"]))[0];
+    let plain = home.add(&["http://u:pw@10.9.0.2:8080"])[0];
+    home.ok(&["add", "--pool", "residential", "socks5://10.9.0.3:1080"]);
+    let http: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let d = home.serve_with(&["--http", &http.to_string()], &[]);
+
+    let mut c = d.conn();
+    let mut lease_of = std::collections::HashMap::new();
+    for _ in 0..2 {
+        let g = ok_resp(c.req(&json!({"op": "lease"})));
+        lease_of.insert(g["endpoint"].as_i64().unwrap(), lease_id(&g));
+    }
+    ok_resp(c.req(&json!({"op": "report", "lease": lease_of[&labelled],
+        "outcome": "success", "duration_ms": 80})));
+    let r = ok_resp(c.req(&json!({"op": "report", "lease": lease_of[&plain],
+        "outcome": "failure", "reason": "connect_refused"})));
+    assert_eq!(r["state"], "cooling");
+    // One live lease stays out on the second pool.
+    ok_resp(c.req(&json!({"op": "lease", "pool": "residential"})));
+
+    let profile = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(["--dump-dom", &format!("http://{http}/")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = common::daemon::wait_output(out, Duration::from_secs(90))
+        .expect("chromium did not finish in 90 s");
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && dom.contains("</html>"),
+        "chromium: {:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        "Pool default",
+        "Pool residential",
+        "2 endpoints · 0 live leases",
+        "1 endpoints · 1 live leases",
+        "next cooldown ends in",
+        "http://u:***@10.9.0.2:8080",
+        "socks5://10.9.0.3:1080",
+        "connect_refused",
+        "100.0%",
+        "0.0%",
+        "80 ms",
+        "<title>available: 1</title>",
+        "<title>cooling: 1</title>",
+        "transitions in the last hour",
+        "Recent events",
+    ] {
+        assert!(dom.contains(want), "{want} missing from the DOM:\n{dom}");
+    }
+    // The rows carry state and reason.
+    let row = |id: i64| {
+        let at = dom
+            .find(&format!("data-endpoint=\"{id}\""))
+            .unwrap_or_else(|| panic!("no row for {id}:\n{dom}"));
+        let end = dom[at..].find("</tr>").unwrap() + at;
+        dom[at..end].to_string()
+    };
+    let bad = row(plain);
+    assert!(
+        bad.contains(">cooling<") && bad.contains(">connect_refused<"),
+        "{bad}"
+    );
+    let good = row(labelled);
+    assert!(
+        good.contains(">available<") && good.contains("80 ms"),
+        "{good}"
+    );
+    // The label is a text node: serialized escaped, never a script element.
+    assert!(
+        good.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{good}"
+    );
+    assert!(!dom.contains(EVIL) && !dom.contains("<script"), "{dom}");
+    assert!(!dom.contains("pw@"), "password on the page");
+}

@@ -20,6 +20,7 @@ use super::upstream::{failure_outcome, Tried, UpstreamError};
 use super::{Shared, Slot};
 use crate::dial::{self, Dest, DialFailure, Route};
 use crate::health::{Phase, Reason};
+use crate::metrics::{GatewayOutcome, GatewayProtocol};
 use crate::pool::Outcome;
 use crate::retry_after::parse_retry_after;
 
@@ -67,6 +68,21 @@ pub(super) async fn serve(shared: Arc<Shared>, stream: TcpStream, slot: Slot) {
 }
 
 async fn handle(shared: Arc<Shared>, req: Request<Incoming>, slot: Slot) -> Response<Body> {
+    let protocol = if req.method() == Method::CONNECT {
+        GatewayProtocol::HttpConnect
+    } else {
+        GatewayProtocol::HttpForward
+    };
+    let metrics = shared.metrics.clone();
+    let resp = answer(shared, req, slot).await;
+    // Answers the gateway made itself carry their outcome; anything else came through an
+    // upstream (a destination's own 4xx/5xx included).
+    let outcome = resp.extensions().get::<GatewayOutcome>().copied();
+    metrics.request(protocol, outcome.unwrap_or(GatewayOutcome::Ok));
+    resp
+}
+
+async fn answer(shared: Arc<Shared>, req: Request<Incoming>, slot: Slot) -> Response<Body> {
     let creds = req
         .headers()
         .get(header::PROXY_AUTHORIZATION)
@@ -405,6 +421,7 @@ fn text(status: StatusCode, error: &str, message: &str) -> Response<Body> {
         .boxed();
     let mut resp = Response::new(body);
     *resp.status_mut() = status;
+    resp.extensions_mut().insert(outcome_of(status));
     let h = resp.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
@@ -414,6 +431,18 @@ fn text(status: StatusCode, error: &str, message: &str) -> Response<Body> {
         h.insert(ERROR_HEADER, v);
     }
     resp
+}
+
+/// The request outcome of an answer the gateway made itself, by its status.
+fn outcome_of(status: StatusCode) -> GatewayOutcome {
+    match status {
+        StatusCode::PROXY_AUTHENTICATION_REQUIRED => GatewayOutcome::Denied,
+        StatusCode::BAD_GATEWAY => GatewayOutcome::UpstreamFailed,
+        StatusCode::SERVICE_UNAVAILABLE => GatewayOutcome::Exhausted,
+        StatusCode::INTERNAL_SERVER_ERROR => GatewayOutcome::Internal,
+        // 400, 408, 413: the request itself was wrong.
+        _ => GatewayOutcome::BadRequest,
+    }
 }
 
 fn upstream_error(e: UpstreamError) -> Response<Body> {
@@ -494,6 +523,55 @@ mod tests {
         assert_eq!(destination(&u, 443), Some(Dest::new("::1", 8443)));
         let u: Uri = "/relative".parse().unwrap();
         assert_eq!(destination(&u, 80), None);
+    }
+
+    #[test]
+    fn gateway_answers_carry_their_outcome() {
+        use UpstreamError as E;
+        let failed = E::AllFailed {
+            last: DialFailure::new(Reason::ConnectRefused, Phase::Connect, "refused"),
+            endpoint: 1,
+            tried: 1,
+        };
+        let cases = [
+            (upstream_error(failed), GatewayOutcome::UpstreamFailed),
+            (
+                upstream_error(E::Exhausted {
+                    pool: "p".into(),
+                    retry_after: None,
+                }),
+                GatewayOutcome::Exhausted,
+            ),
+            (
+                upstream_error(E::UnknownPool("x".into())),
+                GatewayOutcome::BadRequest,
+            ),
+            (
+                text(StatusCode::PROXY_AUTHENTICATION_REQUIRED, "a", "b"),
+                GatewayOutcome::Denied,
+            ),
+            (
+                text(StatusCode::PAYLOAD_TOO_LARGE, "a", "b"),
+                GatewayOutcome::BadRequest,
+            ),
+            (
+                text(StatusCode::REQUEST_TIMEOUT, "a", "b"),
+                GatewayOutcome::BadRequest,
+            ),
+        ];
+        for (resp, want) in cases {
+            assert_eq!(
+                resp.extensions().get::<GatewayOutcome>(),
+                Some(&want),
+                "{}",
+                resp.status()
+            );
+        }
+        // Never on the wire: an extension, not a header.
+        assert!(Response::new(empty())
+            .extensions()
+            .get::<GatewayOutcome>()
+            .is_none());
     }
 
     #[test]

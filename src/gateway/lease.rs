@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::endpoint::{EndpointId, ProxyUrl};
+use crate::metrics::PoolMetrics;
 use crate::pool::engine::Engine;
 use crate::pool::Outcome;
 
@@ -14,6 +15,9 @@ pub(super) struct LeaseGuard {
     endpoint: EndpointId,
     proxy: ProxyUrl,
     outcome: Option<Outcome>,
+    /// `proxypool_gateway_upstream_attempts_total` of the lease's pool.
+    metrics: Option<PoolMetrics>,
+    counted: bool,
 }
 
 impl LeaseGuard {
@@ -22,6 +26,7 @@ impl LeaseGuard {
         lease: String,
         endpoint: EndpointId,
         proxy: ProxyUrl,
+        metrics: Option<PoolMetrics>,
     ) -> Self {
         LeaseGuard {
             engine,
@@ -29,6 +34,8 @@ impl LeaseGuard {
             endpoint,
             proxy,
             outcome: None,
+            metrics,
+            counted: false,
         }
     }
 
@@ -40,8 +47,16 @@ impl LeaseGuard {
         &self.proxy
     }
 
-    /// What to report when the use ends.
+    /// What to report when the use ends. The first outcome set is the attempt's, counted
+    /// now (a tunnel's success when it is established, not hours later when it closes); a
+    /// later one (a response body that breaks off) changes the report only.
     pub(super) fn set_outcome(&mut self, outcome: Outcome) {
+        if !self.counted {
+            self.counted = true;
+            if let Some(m) = &self.metrics {
+                m.upstream_attempt(matches!(outcome, Outcome::Success));
+            }
+        }
         self.outcome = Some(outcome);
     }
 

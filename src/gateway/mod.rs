@@ -4,8 +4,10 @@
 //!
 //! Files: `front` (first byte decides), `http` and `socks5` (the fronts), `routing`
 //! (username keys, token), `upstream` (attempt loop; every engine call), `lease` (the
-//! guard that always gives a lease back), `limits` (deadlines and caps).
+//! guard that always gives a lease back), `limits` (deadlines and caps), `counted` (bytes
+//! relayed, for `/metrics`).
 
+mod counted;
 mod front;
 mod http;
 mod lease;
@@ -25,6 +27,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::GatewayConfig;
 use crate::dial::Dialer;
+use crate::metrics::GatewayMetrics;
 use crate::pool::engine::Engine;
 
 pub use front::{detect, Front};
@@ -59,6 +62,7 @@ struct Shared {
     upstream: upstream::Upstream,
     tracker: TaskTracker,
     shutdown: CancellationToken,
+    metrics: GatewayMetrics,
 }
 
 /// A bound gateway, ready to run.
@@ -106,8 +110,10 @@ impl Gateway {
     pub async fn run(self, shutdown: CancellationToken) {
         let addr = self.local_addr();
         let slots = Arc::new(Semaphore::new(self.cfg.max_connections));
+        let metrics = self.engine.metrics().gateway();
         let shared = Arc::new(Shared {
-            upstream: upstream::Upstream::new(self.engine, self.dialer, &self.cfg),
+            upstream: upstream::Upstream::new(self.engine, self.dialer, &self.cfg, metrics.clone()),
+            metrics,
             cfg: self.cfg,
             limits: self.limits,
             tracker: TaskTracker::new(),

@@ -8,11 +8,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::debug;
 
-use super::routing::{authorize, Routing};
+use super::routing::{authorize, Denied, Routing};
 use super::upstream::{Tried, UpstreamError};
 use super::Shared;
 use crate::dial::{Dest, Route};
 use crate::health::Reason;
+use crate::metrics::{GatewayOutcome, GatewayProtocol};
 use crate::pool::Outcome;
 
 const NO_AUTH: u8 = 0x00;
@@ -205,13 +206,39 @@ async fn read_parsed<T>(
     }
 }
 
+/// Why a SOCKS5 negotiation ended without a request to serve.
+struct Refused {
+    /// What the request counts as, when the gateway answered a refusal; `None` when the
+    /// client went away or sent nothing usable (no request to count).
+    outcome: Option<GatewayOutcome>,
+    why: String,
+}
+
+impl Refused {
+    fn gone(why: impl Into<String>) -> Refused {
+        Refused {
+            outcome: None,
+            why: why.into(),
+        }
+    }
+
+    fn answered(outcome: GatewayOutcome, why: impl Into<String>) -> Refused {
+        Refused {
+            outcome: Some(outcome),
+            why: why.into(),
+        }
+    }
+}
+
 /// Greeting, authentication and request; an answer is written for every refusal.
 async fn negotiate(
     shared: &Shared,
     s: &mut TcpStream,
     buf: &mut Vec<u8>,
-) -> Result<(Routing, Dest), String> {
-    let methods = read_parsed(s, buf, parse_greeting).await?;
+) -> Result<(Routing, Dest), Refused> {
+    let methods = read_parsed(s, buf, parse_greeting)
+        .await
+        .map_err(Refused::gone)?;
     let token = shared.cfg.token.as_deref();
     // Username/password when offered, so the username can route even without a token.
     let method = if methods.contains(&USER_PASS) {
@@ -221,24 +248,42 @@ async fn negotiate(
     } else {
         NO_ACCEPTABLE
     };
-    s.write_all(&[5, method]).await.map_err(|e| e.to_string())?;
+    s.write_all(&[5, method])
+        .await
+        .map_err(|e| Refused::gone(e.to_string()))?;
     let routing = match method {
         NO_AUTH => Routing::default(),
         USER_PASS => {
-            let (u, p) = read_parsed(s, buf, parse_auth).await?;
+            let (u, p) = read_parsed(s, buf, parse_auth)
+                .await
+                .map_err(Refused::gone)?;
             let (u, p) = (String::from_utf8_lossy(&u), String::from_utf8_lossy(&p));
             match authorize(token, Some((&u, &p))) {
                 Ok(r) => {
-                    s.write_all(&[1, 0]).await.map_err(|e| e.to_string())?;
+                    s.write_all(&[1, 0])
+                        .await
+                        .map_err(|e| Refused::gone(e.to_string()))?;
                     r
                 }
                 Err(e) => {
                     let _ = s.write_all(&[1, 1]).await;
-                    return Err(format!("SOCKS5 authentication refused: {e}"));
+                    let outcome = match e {
+                        Denied::Token => GatewayOutcome::Denied,
+                        Denied::Username(_) => GatewayOutcome::BadRequest,
+                    };
+                    return Err(Refused::answered(
+                        outcome,
+                        format!("SOCKS5 authentication refused: {e}"),
+                    ));
                 }
             }
         }
-        _ => return Err("SOCKS5 client offered no acceptable method".into()),
+        _ => {
+            return Err(Refused::answered(
+                GatewayOutcome::Denied,
+                "SOCKS5 client offered no acceptable method",
+            ))
+        }
     };
     match read_parsed(s, buf, parse_request).await {
         Ok(dest) => Ok((routing, dest)),
@@ -251,7 +296,7 @@ async fn negotiate(
                 reply::GENERAL
             };
             let _ = s.write_all(&reply_bytes(code)).await;
-            Err(e)
+            Err(Refused::answered(GatewayOutcome::BadRequest, e))
         }
     }
 }
@@ -264,9 +309,15 @@ pub(super) async fn serve(shared: Arc<Shared>, mut s: TcpStream) {
         negotiate(&shared, &mut s, &mut buf),
     )
     .await;
+    let count = |outcome| shared.metrics.request(GatewayProtocol::Socks5, outcome);
     let (routing, dest) = match negotiated {
         Ok(Ok(v)) => v,
-        Ok(Err(e)) => return debug!(error = %e, "gateway SOCKS5 client refused"),
+        Ok(Err(r)) => {
+            if let Some(outcome) = r.outcome {
+                count(outcome);
+            }
+            return debug!(error = %r.why, "gateway SOCKS5 client refused");
+        }
         Err(_) => return debug!("gateway SOCKS5 client too slow; closed"),
     };
     let mut tried = Tried::default();
@@ -278,11 +329,13 @@ pub(super) async fn serve(shared: Arc<Shared>, mut s: TcpStream) {
         Ok(v) => v,
         Err(e) => {
             debug!(error = %e, "gateway SOCKS5 request failed");
+            count(e.outcome());
             let _ = s.write_all(&reply_bytes(reply_for(&e))).await;
             return;
         }
     };
     guard.set_outcome(Outcome::Success);
+    count(GatewayOutcome::Ok);
     let mut upstream = dialed.io;
     if s.write_all(&reply_bytes(reply::OK)).await.is_err() {
         return;

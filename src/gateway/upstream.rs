@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
+use super::counted::Counted;
 use super::lease::LeaseGuard;
 use super::routing::Routing;
 use crate::config::GatewayConfig;
 use crate::dial::{Clock, Dest, DialFailure, Dialed, Dialer, Route};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::Failure;
+use crate::metrics::{GatewayMetrics, GatewayOutcome};
 use crate::pool::destinations::normalize;
 use crate::pool::engine::{Engine, EngineError};
 use crate::pool::{Outcome, PoolError, Want};
@@ -51,6 +53,20 @@ pub(super) enum UpstreamError {
     },
 }
 
+impl UpstreamError {
+    /// What `proxypool_gateway_requests_total` counts a request that ended so.
+    pub(super) fn outcome(&self) -> GatewayOutcome {
+        match self {
+            UpstreamError::Exhausted { .. } => GatewayOutcome::Exhausted,
+            UpstreamError::UnknownPool(_) => GatewayOutcome::BadRequest,
+            UpstreamError::AllFailed { .. } => GatewayOutcome::UpstreamFailed,
+            UpstreamError::Internal(_) | UpstreamError::UnusableUrl { .. } => {
+                GatewayOutcome::Internal
+            }
+        }
+    }
+}
+
 /// Upstreams already tried for one client request; never tried twice.
 #[derive(Default)]
 pub(super) struct Tried(HashSet<EndpointId>);
@@ -68,13 +84,20 @@ pub(super) struct Upstream {
     pool: String,
     retries: u32,
     connect_timeout: Duration,
+    metrics: GatewayMetrics,
 }
 
 impl Upstream {
-    pub(super) fn new(engine: Arc<Engine>, dialer: Dialer, cfg: &GatewayConfig) -> Upstream {
+    pub(super) fn new(
+        engine: Arc<Engine>,
+        dialer: Dialer,
+        cfg: &GatewayConfig,
+        metrics: GatewayMetrics,
+    ) -> Upstream {
         Upstream {
             engine,
             dialer,
+            metrics,
             pool: cfg.pool.clone(),
             retries: cfg.retries,
             connect_timeout: cfg.connect_timeout,
@@ -105,15 +128,23 @@ impl Upstream {
                 other => UpstreamError::Internal(other),
             })?;
         // The pool only holds URLs that parsed when they were added.
-        let proxy = ProxyUrl::parse(&grant.proxy).map_err(|source| UpstreamError::UnusableUrl {
-            endpoint: grant.endpoint,
-            source,
-        })?;
+        let proxy = match ProxyUrl::parse(&grant.proxy) {
+            Ok(p) => p,
+            Err(source) => {
+                // Give the lease back: nothing will use it.
+                let _ = self.engine.release(&grant.lease).await;
+                return Err(UpstreamError::UnusableUrl {
+                    endpoint: grant.endpoint,
+                    source,
+                });
+            }
+        };
         Ok(LeaseGuard::new(
             self.engine.clone(),
             grant.lease,
             grant.endpoint,
             proxy,
+            self.engine.pool_metrics(pool),
         ))
     }
 
@@ -155,7 +186,12 @@ impl Upstream {
                 .dial(guard.proxy(), dest, route, &mut clock)
                 .await
             {
-                Ok(d) => return Ok((guard, d)),
+                Ok(mut d) => {
+                    // Counted from here: tunnel payload, or the forwarded request and
+                    // response; the handshake to the upstream is not relayed traffic.
+                    d.io = Box::new(Counted::new(d.io, self.metrics.clone()));
+                    return Ok((guard, d));
+                }
                 Err(f) => {
                     let endpoint = guard.endpoint();
                     info!(endpoint, reason = %f.reason, phase = %f.phase,

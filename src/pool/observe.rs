@@ -37,6 +37,11 @@ impl Pools {
         self.pools.get(pool).and_then(|p| p.metrics.as_ref())
     }
 
+    /// A configured pool's series by name (None for an unknown name or metrics off).
+    pub fn metrics_of(&self, pool: &str) -> Option<&PoolMetrics> {
+        self.by_name.get(pool).and_then(|&p| self.pool_metrics(p))
+    }
+
     /// Count a finished lease request. `last` is false for an exhausted attempt that will
     /// wait and try again (only the request's final answer counts). Unknown pools are not
     /// counted: their names come from clients and would make the label set unbounded.

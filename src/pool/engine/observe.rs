@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::{Engine, EngineError};
 use crate::endpoint::EndpointId;
-use crate::metrics::{GaugeSnapshot, Metrics};
+use crate::metrics::{GaugeSnapshot, Metrics, PoolMetrics};
 use crate::pool::EndpointUse;
 use crate::store::EndpointView;
 
@@ -43,6 +43,12 @@ impl Engine {
     /// The registry: `/metrics` encodes it, the gateway takes its series from it.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// A configured pool's series, for recorders outside the engine (the gateway's
+    /// upstream attempts). None for an unknown pool, so client-given names add no series.
+    pub fn pool_metrics(&self, pool: &str) -> Option<PoolMetrics> {
+        self.lock().metrics_of(pool).cloned()
     }
 
     /// A probe of `id` finished after `took` (duration histogram, latency estimate).
