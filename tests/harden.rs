@@ -277,3 +277,45 @@ fn a_password_in_a_report_detail_is_never_stored() {
         "{rep}"
     );
 }
+
+#[test]
+fn a_far_or_malformed_retry_after_still_cools_the_endpoint() {
+    // Default policy: max 30m, so a date in 2100 or a huge number is clamped to it.
+    let h = Home::new(None);
+    let d = h.serve();
+    let values = [
+        json!("Fri, 01 Jan 2100 00:00:00 GMT"),
+        json!("99999999999999999999999"),
+        json!(1e300),
+        json!("120, 120"),
+        json!("garbage"),
+    ];
+    let urls: Vec<String> = (0..values.len())
+        .map(|i| format!("http://10.14.0.{}:3128", i + 1))
+        .collect();
+    let ids = h.add(&urls.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut c = d.conn();
+    for v in &values {
+        let l = c.req(&json!({"op": "lease"}));
+        assert_eq!(l["ok"], json!(true), "{l}");
+        let r = c.req(&json!({"op": "report", "lease": l["lease"], "outcome": "failure",
+            "reason": "destination_status", "status": 429, "retry_after": v}));
+        assert_eq!(r["ok"], json!(true), "{v}: {r}");
+        assert_eq!(r["state"], json!("cooling"), "{v}: {r}");
+    }
+    for id in &ids {
+        let e = h.listed(*id);
+        assert_eq!(e["state"], json!("cooling"), "{e}");
+        let ms = e["cooldown_ms"].as_u64().unwrap_or_else(|| panic!("{e}"));
+        assert!(ms <= 30 * 60 * 1000, "bounded by max: {e}");
+    }
+    let events = h.events();
+    for bad in ["120, 120", "garbage"] {
+        assert!(
+            events.iter().any(|e| e["detail"]
+                .as_str()
+                .is_some_and(|s| s.contains(bad) && s.contains("ignored"))),
+            "{bad} noted: {events:?}"
+        );
+    }
+}
