@@ -102,9 +102,7 @@ impl RetryAfter {
         match v {
             Value::String(s) => humantime::parse_duration(s.trim())
                 .ok()
-                .or_else(|| {
-                    crate::retry_after::parse_retry_after(&s, std::time::SystemTime::now())
-                })
+                .or_else(|| crate::retry_after::parse_retry_after(&s, std::time::SystemTime::now()))
                 .map(clamp)
                 .unwrap_or_else(|| RetryAfter::Unparsable(shorten(&s))),
             Value::Number(n) => match n.as_f64() {
@@ -563,7 +561,10 @@ mod tests {
                 .unwrap();
         match req {
             Request::Report { retry_after, .. } => {
-                assert_eq!(retry_after, Some(RetryAfter::After(Duration::from_secs(120))))
+                assert_eq!(
+                    retry_after,
+                    Some(RetryAfter::After(Duration::from_secs(120)))
+                )
             }
             other => panic!("{other:?}"),
         }

@@ -314,6 +314,9 @@ pub enum Durability {
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// Commits still to fail, as a full disk would (engine tests).
+    #[cfg(test)]
+    fail_commits: u32,
 }
 
 /// Insert an endpoint with an id never used before. Events outlive their endpoint (no
@@ -382,6 +385,8 @@ impl Store {
         Ok(Store {
             conn,
             path: path.to_path_buf(),
+            #[cfg(test)]
+            fail_commits: 0,
         })
     }
 
@@ -580,6 +585,14 @@ impl Store {
         &mut self,
         groups: &[Vec<Write>],
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        #[cfg(test)]
+        if self.fail_commits > 0 {
+            self.fail_commits -= 1;
+            return Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+                Some("database or disk is full (injected)".into()),
+            )));
+        }
         let mut tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -599,6 +612,18 @@ impl Store {
         }
         tx.commit()?;
         Ok(out)
+    }
+
+    /// Fail the next `n` commits as a full disk would.
+    #[cfg(test)]
+    pub(crate) fn fail_next_commits(&mut self, n: u32) {
+        self.fail_commits = n;
+    }
+
+    /// Commits still to fail.
+    #[cfg(test)]
+    pub(crate) fn failing_commits(&self) -> u32 {
+        self.fail_commits
     }
 
     /// Events in order, optionally for one endpoint, with id > `after`.

@@ -298,8 +298,10 @@ fn a_far_or_malformed_retry_after_still_cools_the_endpoint() {
     for v in &values {
         let l = c.req(&json!({"op": "lease"}));
         assert_eq!(l["ok"], json!(true), "{l}");
-        let r = c.req(&json!({"op": "report", "lease": l["lease"], "outcome": "failure",
-            "reason": "destination_status", "status": 429, "retry_after": v}));
+        let r = c.req(
+            &json!({"op": "report", "lease": l["lease"], "outcome": "failure",
+            "reason": "destination_status", "status": 429, "retry_after": v}),
+        );
         assert_eq!(r["ok"], json!(true), "{v}: {r}");
         assert_eq!(r["state"], json!("cooling"), "{v}: {r}");
     }

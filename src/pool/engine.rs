@@ -3,6 +3,7 @@
 //! Writes are queued while the pool lock is held, so the event log keeps the order in
 //! which things happened; callers are answered only after their writes committed.
 
+use std::collections::BTreeSet;
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -47,9 +48,24 @@ pub type Committed = Result<(), Arc<StoreError>>;
 
 type Call = Box<dyn FnOnce(&mut Store) + Send>;
 
+/// The stored rows of the endpoints whose writes failed, to put memory back in line.
+type Resynced = Result<Vec<(EndpointId, Option<EndpointRow>)>, Arc<StoreError>>;
+
 enum Job {
     Writes(Vec<Write>, oneshot::Sender<Committed>),
     Call(Call),
+    Resync(mpsc::Sender<Resynced>),
+}
+
+fn endpoints_of(w: &Write, out: &mut BTreeSet<EndpointId>) {
+    match w {
+        Write::Transition(rec, _) => {
+            out.insert(rec.id);
+        }
+        Write::Event(ev) => out.extend(ev.endpoint),
+        Write::Remove(ids) => out.extend(ids.iter().copied()),
+        Write::SourceResult { .. } => {}
+    }
 }
 
 /// Handle to the store thread. Batches writes of concurrent callers into one commit.
@@ -68,10 +84,15 @@ impl Writer {
         std::thread::Builder::new()
             .name("proxypool-store".into())
             .spawn(move || {
+                // After a failed commit memory is ahead of the store: every later write is
+                // refused too (it may build on the lost one) until the engine re-synced the
+                // endpoints named here. So nothing lands with a `from` the log never saw.
+                let mut poisoned: Option<Arc<StoreError>> = None;
+                let mut dirty = BTreeSet::new();
                 while let Ok(first) = rx.recv() {
                     let mut groups = Vec::new();
                     let mut acks = Vec::new();
-                    let mut calls = Vec::new();
+                    let mut after = None;
                     let mut n = 0;
                     let mut next = Some(first);
                     while let Some(job) = next.take() {
@@ -81,8 +102,8 @@ impl Writer {
                                 groups.push(w);
                                 acks.push(ack);
                             }
-                            Job::Call(c) => {
-                                calls.push(c);
+                            other => {
+                                after = Some(other);
                                 break;
                             }
                         }
@@ -91,24 +112,41 @@ impl Writer {
                         }
                     }
                     if !groups.is_empty() {
-                        match store.write_groups(&groups) {
-                            Ok(results) => {
-                                for (ack, r) in acks.into_iter().zip(results) {
-                                    let _ = ack.send(r.map_err(Arc::new));
-                                }
-                            }
-                            Err(e) => {
+                        let results = match &poisoned {
+                            Some(e) => Err(e.clone()),
+                            None => store.write_groups(&groups).map_err(|e| {
                                 error!(error = %e, "store commit failed");
-                                let e = Arc::new(e);
-                                for ack in acks {
-                                    let _ = ack.send(Err(e.clone()));
-                                }
+                                Arc::new(e)
+                            }),
+                        };
+                        let results: Vec<Committed> = match results {
+                            Ok(rs) => rs.into_iter().map(|r| r.map_err(Arc::new)).collect(),
+                            Err(e) => vec![Err(e); groups.len()],
+                        };
+                        for ((ack, r), g) in acks.into_iter().zip(results).zip(&groups) {
+                            if let Err(e) = &r {
+                                g.iter().for_each(|w| endpoints_of(w, &mut dirty));
+                                poisoned.get_or_insert_with(|| e.clone());
                             }
+                            let _ = ack.send(r);
                         }
                     }
                     // Calls run after the writes queued before them, keeping order.
-                    for c in calls {
-                        c(&mut store);
+                    match after {
+                        Some(Job::Call(c)) => c(&mut store),
+                        Some(Job::Resync(reply)) => {
+                            let rows: Result<Vec<_>, StoreError> = dirty
+                                .iter()
+                                .map(|&id| store.get(id).map(|r| (id, r)))
+                                .collect();
+                            let rows = rows.map_err(Arc::new);
+                            if rows.is_ok() {
+                                poisoned = None;
+                                dirty.clear();
+                            }
+                            let _ = reply.send(rows);
+                        }
+                        _ => {}
                     }
                 }
                 debug!("store thread stopped");
@@ -231,9 +269,47 @@ impl Engine {
             out = o;
         }
         if let Some(rx) = rx {
-            committed(rx).await?;
+            if let Err(e) = committed(rx).await {
+                if matches!(e, EngineError::Store(_)) {
+                    self.resync();
+                }
+                return Err(e);
+            }
         }
         Ok(out)
+    }
+
+    /// After a failed commit: put the endpoints whose writes were lost back to their stored
+    /// rows. The pool lock is held until they are back, so no operation builds on memory
+    /// the store never saw; a deadline transition that was lost comes due again at once.
+    fn resync(&self) {
+        let mut p = self.lock();
+        let (tx, rx) = mpsc::channel();
+        if self.writer.tx.send(Job::Resync(tx)).is_err() {
+            return;
+        }
+        // Blocking under the lock is deliberate and rare (a failing disk).
+        match rx.recv() {
+            Ok(Ok(rows)) => {
+                let (now, wall) = (Instant::now(), SystemTime::now());
+                for (id, row) in &rows {
+                    p.restore_row(*id, row.as_ref(), now, wall);
+                }
+                if !rows.is_empty() {
+                    warn!(
+                        endpoints = rows.len(),
+                        "re-synced endpoints from the store after a failed commit"
+                    );
+                }
+            }
+            Ok(Err(e)) => {
+                error!(error = %e, "cannot re-read endpoints after a failed commit; writes stay refused")
+            }
+            Err(_) => return,
+        }
+        drop(p);
+        self.rescheduled.notify_one();
+        self.notify_waiters();
     }
 
     /// Lease an endpoint, waiting up to `wait` for one to become available.
@@ -548,6 +624,12 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// The store thread (tests reach the store through it).
+    #[cfg(test)]
+    pub(crate) fn writer(&self) -> &Writer {
+        &self.writer
     }
 
     /// Wait until every queued write is committed.
