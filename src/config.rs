@@ -279,6 +279,10 @@ pub struct Config {
     pub endpoints: Vec<EndpointDecl>,
     /// `[[gateway]]` entries (and `serve --gateway`).
     pub gateways: Vec<GatewayConfig>,
+    /// `[server] max_connections` (Unix socket) and `max_tcp_connections`; `None` derives
+    /// them from the open-file limit (`fd_limit::default_caps`).
+    pub max_connections: Option<usize>,
+    pub max_tcp_connections: Option<usize>,
 }
 
 /// One rotating gateway (SPEC §12).
@@ -374,6 +378,8 @@ impl Default for Config {
             pools,
             endpoints: Vec::new(),
             gateways: Vec::new(),
+            max_connections: None,
+            max_tcp_connections: None,
         }
     }
 }
@@ -431,6 +437,8 @@ struct RawStore {
 #[serde(deny_unknown_fields)]
 struct RawServer {
     socket: Option<PathBuf>,
+    max_connections: Option<usize>,
+    max_tcp_connections: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -553,10 +561,28 @@ impl Config {
             Some(s) => (s.path.map(resolve), s.synchronous.unwrap_or_default()),
             None => (None, Durability::default()),
         };
+        let (socket, max_connections, max_tcp_connections) = match raw.server {
+            Some(s) => (s.socket, s.max_connections, s.max_tcp_connections),
+            None => (None, None, None),
+        };
+        for (key, v) in [
+            ("server.max_connections", max_connections),
+            ("server.max_tcp_connections", max_tcp_connections),
+        ] {
+            if v == Some(0) {
+                return Err(invalid(
+                    key.to_string(),
+                    "must be at least 1 (leave it out for a default from the open-file limit)"
+                        .to_string(),
+                ));
+            }
+        }
         let mut cfg = Config {
             store_path,
             durability,
-            socket: raw.server.and_then(|s| s.socket).map(resolve),
+            socket: socket.map(resolve),
+            max_connections,
+            max_tcp_connections,
             ..Config::default()
         };
         let mut seen = std::collections::BTreeSet::new();

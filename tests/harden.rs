@@ -321,3 +321,104 @@ fn a_far_or_malformed_retry_after_still_cools_the_endpoint() {
         );
     }
 }
+
+/// A daemon with a TCP listener whose open-file limit is pinned at 256 (soft and hard, so
+/// it cannot raise it), as in the adversarial run.
+fn serve_tcp_with_256_fds(h: &Home, port: u16, token: &str) -> common::tools::Proc {
+    use std::os::unix::process::CommandExt;
+    let log = h.path("tcp-daemon.log");
+    let mut c = h.cmd();
+    c.env("PROXYPOOL_TOKEN", token)
+        .env("RUST_LOG", "info")
+        .args(["serve", "--listen-tcp", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    // SAFETY: only setrlimit between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            let r = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: 256,
+            };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+            Ok(())
+        });
+    }
+    let mut child = c.spawn().unwrap();
+    wait_ping(&mut child, &h.socket, &log);
+    common::tools::Proc(child)
+}
+
+#[test]
+fn idle_tokenless_tcp_connections_do_not_starve_the_unix_socket() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpStream;
+    let h = Home::new(None);
+    h.add(&["http://10.15.0.1:3128", "http://10.15.0.2:3128"]);
+    let port = common::tools::free_port();
+    let token = "a-long-enough-test-token-0123";
+    let _d = serve_tcp_with_256_fds(&h, port, token);
+    raise_nofile(4096);
+    let idle: Vec<TcpStream> = (0..400)
+        .filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok())
+        .collect();
+    assert!(
+        idle.len() > 300,
+        "could only open {} connections",
+        idle.len()
+    );
+
+    // The Unix socket still answers (Conn times out after 10 s), and so does the CLI.
+    let mut c = Conn::connect(&h.socket);
+    let l = c.req(&json!({"op": "lease"}));
+    assert_eq!(l["ok"], json!(true), "{l}");
+    let out = h.run(&["disable", "2", "--reason", "maintenance"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+
+    // Before the token is checked a peer learns nothing but that its token is wrong.
+    drop(idle);
+    let tcp = |line: &str| -> String {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(line.as_bytes()).unwrap();
+        let mut r = String::new();
+        BufReader::new(s).read_line(&mut r).unwrap();
+        r
+    };
+    for line in [
+        "{\"op\":\"nosuch\",\"id\":7}\n",
+        "{\"op\":\"lease\"}\n",
+        "not json\n",
+    ] {
+        let r = tcp(line);
+        assert!(r.contains("token"), "{line}: {r}");
+        assert!(!r.contains("unknown_op") && !r.contains("release"), "{r}");
+    }
+    let r = tcp(&format!("{{\"op\":\"nosuch\",\"token\":\"{token}\"}}\n"));
+    assert!(r.contains("unknown_op"), "{r}");
+
+    // A peer that never sends a line is closed by the daemon (generous bound).
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut buf = [0u8; 64];
+    match s.read(&mut buf) {
+        Ok(n) => assert_eq!(n, 0, "unexpected bytes before any request"),
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+    }
+}
+
+#[test]
+fn an_empty_line_gets_bad_request_and_the_connection_stays_usable() {
+    let h = Home::new(None);
+    let d = h.serve();
+    let mut c = d.conn();
+    c.send_raw(b"\n").unwrap();
+    let r = c.read_json();
+    assert_eq!(err_code(&r), "bad_request", "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("empty"),
+        "{r}"
+    );
+    let p = c.req(&json!({"op": "ping"}));
+    assert_eq!(p["ok"], json!(true), "{p}");
+}
