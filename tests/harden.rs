@@ -422,3 +422,63 @@ fn an_empty_line_gets_bad_request_and_the_connection_stays_usable() {
     let p = c.req(&json!({"op": "ping"}));
     assert_eq!(p["ok"], json!(true), "{p}");
 }
+
+#[test]
+fn list_of_an_unknown_pool_exits_2_like_status() {
+    let h = Home::new(None);
+    h.add(&["http://10.16.0.1:3128"]);
+    for args in [
+        &["list", "--pool", "nosuch"][..],
+        &["status", "--pool", "nosuch"][..],
+    ] {
+        let (_, err) = h.fails(2, args);
+        assert!(err.contains("nosuch"), "{args:?}: {err}");
+    }
+    // A known pool is fine, also when nothing matches.
+    h.ok(&["list", "--pool", "default"]);
+    h.ok(&["list", "--pool", "default", "--state", "disabled"]);
+}
+
+#[test]
+fn an_operator_reason_and_a_source_error_are_stored_redacted() {
+    let h = Home::new(Some(
+        r#"
+[[pool]]
+name = "sn"
+mode = "sniffing"
+
+[pool.probe]
+url = "http://127.0.0.1:9/"
+interval = "0s"
+
+[[pool.source]]
+kind = "file"
+path = "/nonexistent/https://bob:pa55-src@lists.example/x"
+refresh = "0s"
+"#,
+    ));
+    let ids = h.add(&["http://alice:s3cr3t-op@10.17.0.1:3128"]);
+    let reason = "broken: http://alice:s3cr3t-op@10.17.0.1:3128 (pw s3cr3t-op)";
+    h.ok(&["disable", &ids[0].to_string(), "--reason", reason]);
+    let d = h.serve();
+    let mut c = d.conn();
+    let reason2 = "again socks5://carol:other-pw@10.0.0.1:1080";
+    let r = c.req(&json!({"op": "enable", "endpoint": ids[0], "now": true}));
+    assert_eq!(r["ok"], json!(true), "{r}");
+    let r = c.req(&json!({"op": "disable", "endpoint": ids[0], "reason": reason2}));
+    assert_eq!(r["ok"], json!(true), "{r}");
+    let texts = [
+        h.ok(&["events", "--json"]),
+        h.ok(&["list", "--json"]),
+        h.ok(&["show", &ids[0].to_string()]),
+        h.ok(&["sources", "--json"]),
+        d.log_text(),
+    ];
+    for t in &texts {
+        for secret in ["s3cr3t-op", "other-pw", "pa55-src"] {
+            assert!(!t.contains(secret), "{secret} in {t}");
+        }
+    }
+    assert!(texts[0].contains("alice:***@10.17.0.1"), "{}", texts[0]);
+    assert!(texts[3].contains("bob:***@lists.example"), "{}", texts[3]);
+}
