@@ -39,6 +39,12 @@ pub enum StoreError {
         /// Its link count.
         links: u64,
     },
+    /// The database file was deleted or replaced while open.
+    #[error("database {path} was deleted or replaced while in use; refusing to write (restart the daemon)")]
+    FileGone {
+        /// Database file.
+        path: PathBuf,
+    },
     /// The database folder could not be created.
     #[error("cannot create database folder {path}: {source}")]
     CreateDir {
@@ -314,9 +320,16 @@ pub enum Durability {
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// (device, inode) of the file opened: the name must keep meaning this file.
+    file: Option<(u64, u64)>,
     /// Commits still to fail, as a full disk would (engine tests).
     #[cfg(test)]
     fail_commits: u32,
+}
+
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// Insert an endpoint with an id never used before. Events outlive their endpoint (no
@@ -384,10 +397,22 @@ impl Store {
         restrict(path);
         Ok(Store {
             conn,
+            file: file_id(path),
             path: path.to_path_buf(),
             #[cfg(test)]
             fail_commits: 0,
         })
+    }
+
+    /// Whether the database's name still refers to the file opened (not deleted, not
+    /// replaced). One `stat`, cheap enough before every commit.
+    pub fn check_file(&self) -> Result<(), StoreError> {
+        if self.file.is_some() && file_id(&self.path) != self.file {
+            return Err(StoreError::FileGone {
+                path: self.path.clone(),
+            });
+        }
+        Ok(())
     }
 
     /// The database file.
@@ -585,6 +610,8 @@ impl Store {
         &mut self,
         groups: &[Vec<Write>],
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        // Committing into a deleted file would acknowledge writes that nobody can read.
+        self.check_file()?;
         #[cfg(test)]
         if self.fail_commits > 0 {
             self.fail_commits -= 1;

@@ -482,3 +482,41 @@ refresh = "0s"
     assert!(texts[0].contains("alice:***@10.17.0.1"), "{}", texts[0]);
     assert!(texts[3].contains("bob:***@lists.example"), "{}", texts[3]);
 }
+
+#[test]
+fn a_database_deleted_under_the_daemon_is_detected_and_nothing_more_is_acknowledged() {
+    let h = Home::new(None);
+    h.add(&["http://10.18.0.1:3128"]);
+    let mut d = h.serve();
+    let mut c = d.conn();
+    let l = c.req(&json!({"op": "lease"}));
+    assert_eq!(l["ok"], json!(true), "{l}");
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = h.db.clone().into_os_string();
+        p.push(suffix);
+        let _ = std::fs::remove_file(p);
+    }
+    // Not acknowledged into the deleted file: `internal`, or the daemon already stopped.
+    let report = json!({"op": "report", "lease": l["lease"], "outcome": "failure",
+        "reason": "connect_refused"});
+    if let Ok(r) = c.try_req(&report) {
+        assert_eq!(err_code(&r), "internal", "{r}");
+    }
+    // It stops on its own, with an error that says why (generous bound).
+    let mut child = d.child.take().unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "daemon kept running"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "{status}");
+    let log = d.log_text();
+    assert!(log.contains("deleted or replaced"), "{log}");
+    assert!(!h.socket.exists(), "socket left behind");
+}

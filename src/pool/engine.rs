@@ -632,6 +632,11 @@ impl Engine {
         &self.writer
     }
 
+    /// Whether the database file is still the one opened.
+    pub async fn check_store_file(&self) -> Result<(), EngineError> {
+        Ok(self.writer.call(|s| s.check_file()).await??)
+    }
+
     /// Wait until every queued write is committed.
     pub async fn flush(&self) -> Result<(), EngineError> {
         self.writer.call(|_| ()).await
