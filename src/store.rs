@@ -456,7 +456,9 @@ impl Store {
                     "SELECT id FROM endpoints WHERE pool=?1 AND scheme=?2 AND host=?3 AND port=?4 AND user=?5",
                 )
                 .map_err(StoreError::from)?;
-            let mut ins = tx.prepare_cached(INSERT_ENDPOINT).map_err(StoreError::from)?;
+            let mut ins = tx
+                .prepare_cached(INSERT_ENDPOINT)
+                .map_err(StoreError::from)?;
             let now = fmt_time(SystemTime::now());
             // Ids only grow: a match at or after the first one inserted here is a duplicate
             // within this batch (the index finds it; no set of keys in memory).

@@ -74,6 +74,9 @@ pub struct Writer {
     tx: mpsc::Sender<Job>,
 }
 
+/// Rows loaded into the pools per hold of the pool lock.
+const LOAD_SLICE: usize = 4096;
+
 /// Most writes folded into one commit.
 const MAX_BATCH: usize = 4096;
 
@@ -443,7 +446,7 @@ impl Engine {
                     .collect()
             })
             .await??;
-        self.load_rows(&rows);
+        self.load_rows(&rows).await;
         Ok(rows.iter().map(|r| r.id).collect())
     }
 
@@ -478,12 +481,19 @@ impl Engine {
         Ok(res)
     }
 
-    fn load_rows(&self, rows: &[EndpointRow]) {
-        {
-            let mut p = self.lock();
-            let (now, wall) = (Instant::now(), SystemTime::now());
-            for r in rows {
-                p.insert_row(r, now, wall);
+    /// Load added rows in short slices of the pool lock, so a million-line import never
+    /// holds up a lease for long.
+    async fn load_rows(&self, rows: &[EndpointRow]) {
+        for slice in rows.chunks(LOAD_SLICE) {
+            {
+                let mut p = self.lock();
+                let (now, wall) = (Instant::now(), SystemTime::now());
+                for r in slice {
+                    p.insert_row(r, now, wall);
+                }
+            }
+            if rows.len() > LOAD_SLICE {
+                tokio::task::yield_now().await;
             }
         }
         self.notify_waiters();
