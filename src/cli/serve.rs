@@ -49,7 +49,9 @@ pub(super) async fn serve(
     // Idle clients must not run the daemon out of descriptors at a low default soft limit.
     let nofile = crate::fd_limit::raise_nofile();
     tracing::debug!(nofile, "open-file limit");
-    let mut store = ctx.open_store()?;
+    // Not `ctx.open_store()`: that refuses a missing database whose lock a daemon holds,
+    // and the daemon holding it now is this one, about to create it.
+    let mut store = crate::store::Store::open_with(&ctx.db, ctx.config.durability)?;
     sync_config_endpoints(&mut store, &ctx.config)?;
     let engine = Engine::open(store, ctx.config.pools.values().cloned())?;
     let shutdown = CancellationToken::new();
