@@ -520,3 +520,30 @@ fn a_database_deleted_under_the_daemon_is_detected_and_nothing_more_is_acknowled
     assert!(log.contains("deleted or replaced"), "{log}");
     assert!(!h.socket.exists(), "socket left behind");
 }
+
+#[test]
+fn connection_caps_are_configurable_and_zero_is_refused() {
+    for key in ["max_connections", "max_tcp_connections"] {
+        let h = Home::new(Some(&format!("[server]\n{key} = 0\n")));
+        let o = h.run(&["list"]);
+        assert_eq!(o.code, Some(2), "{key}: {o:?}");
+        assert!(o.stderr.contains(&format!("server.{key}")), "{}", o.stderr);
+    }
+    // A cap of one Unix connection: a second client is closed at once, the first works.
+    let h = Home::new(Some("[server]\nmax_connections = 1\n"));
+    h.add(&["http://10.19.0.1:3128"]);
+    let d = h.serve();
+    // The start-up ping's connection frees its slot once the daemon has seen it close.
+    let start = std::time::Instant::now();
+    let mut first = loop {
+        let mut c = d.conn();
+        if c.try_req(&json!({"op": "ping"})).is_ok_and(|r| r["ok"] == json!(true)) {
+            break c;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no slot ever freed");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut second = d.conn();
+    assert!(second.closed_by_peer(), "over the cap: closed");
+    assert_eq!(first.req(&json!({"op": "lease"}))["ok"], json!(true));
+}
