@@ -537,10 +537,15 @@ fn connection_caps_are_configurable_and_zero_is_refused() {
     let start = std::time::Instant::now();
     let mut first = loop {
         let mut c = d.conn();
-        if c.try_req(&json!({"op": "ping"})).is_ok_and(|r| r["ok"] == json!(true)) {
+        if c.try_req(&json!({"op": "ping"}))
+            .is_ok_and(|r| r["ok"] == json!(true))
+        {
             break c;
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "no slot ever freed");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no slot ever freed"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     let mut second = d.conn();
