@@ -286,6 +286,10 @@ pub struct Config {
     pub endpoints: Vec<EndpointDecl>,
     /// `[[gateway]]` entries (and `serve --gateway`).
     pub gateways: Vec<GatewayConfig>,
+    /// `[server] max_connections` (Unix socket) and `max_tcp_connections`; `None` derives
+    /// them from the open-file limit (`fd_limit::default_caps`).
+    pub max_connections: Option<usize>,
+    pub max_tcp_connections: Option<usize>,
 }
 
 /// One rotating gateway (SPEC §12).
@@ -387,6 +391,8 @@ impl Default for Config {
             pools,
             endpoints: Vec::new(),
             gateways: Vec::new(),
+            max_connections: None,
+            max_tcp_connections: None,
         }
     }
 }
@@ -447,6 +453,8 @@ struct RawStore {
 #[serde(deny_unknown_fields)]
 struct RawServer {
     socket: Option<PathBuf>,
+    max_connections: Option<usize>,
+    max_tcp_connections: Option<usize>,
     #[serde(default, deserialize_with = "de_addr")]
     http: Option<std::net::SocketAddr>,
 }
@@ -586,14 +594,28 @@ impl Config {
             ),
             None => (None, Durability::default(), DEFAULT_EVENTS_RETENTION),
         };
-        let (socket, http) = match raw.server {
-            Some(s) => (s.socket.map(resolve), s.http),
-            None => (None, None),
+        let (socket, http, max_connections, max_tcp_connections) = match raw.server {
+            Some(s) => (s.socket, s.http, s.max_connections, s.max_tcp_connections),
+            None => (None, None, None, None),
         };
+        for (key, v) in [
+            ("server.max_connections", max_connections),
+            ("server.max_tcp_connections", max_tcp_connections),
+        ] {
+            if v == Some(0) {
+                return Err(invalid(
+                    key.to_string(),
+                    "must be at least 1 (leave it out for a default from the open-file limit)"
+                        .to_string(),
+                ));
+            }
+        }
         let mut cfg = Config {
             store_path,
             durability,
-            socket,
+            socket: socket.map(resolve),
+            max_connections,
+            max_tcp_connections,
             http,
             events_retention,
             ..Config::default()

@@ -289,6 +289,12 @@ pub async fn serve(
     for g in gateways {
         tracker.spawn(g.run(shutdown.clone()));
     }
+    let lost = Arc::new(std::sync::Mutex::new(None));
+    tracker.spawn(watch_store_file(
+        engine.clone(),
+        lost.clone(),
+        shutdown.clone(),
+    ));
     let http_addr = http.as_ref().and_then(|l| l.local_addr().ok());
     if let Some(l) = http {
         let source = Arc::new(DaemonStatus::new(engine.clone()));
@@ -311,8 +317,11 @@ pub async fn serve(
     server::run(listener, handler, shutdown.clone()).await;
     tracker.close();
     tracker.wait().await;
-    engine.flush().await?;
     crate::socket_file::remove_own(&opts.socket);
+    if let Some(e) = lost.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        return Err(e.into());
+    }
+    engine.flush().await?;
     info!("stopped");
     Ok(())
 }
@@ -339,3 +348,27 @@ fn pools_line(g: &crate::metrics::GaugeSnapshot) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// A database deleted or replaced under a running daemon: every commit already refuses
+/// (`internal`); this makes the daemon say so and stop instead of limping on.
+async fn watch_store_file(
+    engine: Arc<Engine>,
+    lost: Arc<std::sync::Mutex<Option<EngineError>>>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(STORE_FILE_CHECK) => {}
+        }
+        if let Err(e) = engine.check_store_file().await {
+            tracing::error!(error = %e, "database file lost; stopping");
+            *lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+            shutdown.cancel();
+            return;
+        }
+    }
+}
+
+/// How often the daemon checks that its database file is still there.
+const STORE_FILE_CHECK: std::time::Duration = std::time::Duration::from_secs(2);

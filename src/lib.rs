@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod dial;
 pub mod endpoint;
 pub mod event_kind;
+pub mod fd_limit;
 pub mod gateway;
 pub mod health;
 pub mod http;

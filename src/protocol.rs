@@ -90,6 +90,64 @@ fn duration_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error>
     }
 }
 
+/// A report's `retry_after`. It comes from a header a remote server chose, so a bad value
+/// must not cost the report: far values are clamped (the policy's max bounds them again)
+/// and an unparsable one is kept only to be noted in the event's detail.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RetryAfter {
+    /// A usable delay, at most `MAX_DURATION`.
+    After(Duration),
+    /// What was sent, shortened; ignored by the policy.
+    Unparsable(String),
+}
+
+impl RetryAfter {
+    /// The delay, if there is one.
+    pub fn duration(&self) -> Option<Duration> {
+        match self {
+            RetryAfter::After(d) => Some(*d),
+            RetryAfter::Unparsable(_) => None,
+        }
+    }
+
+    fn from_value(v: Value) -> Self {
+        let clamp = |d: Duration| RetryAfter::After(d.min(MAX_DURATION));
+        match v {
+            Value::String(s) => humantime::parse_duration(s.trim())
+                .ok()
+                .or_else(|| crate::retry_after::parse_retry_after(&s, std::time::SystemTime::now()))
+                .map(clamp)
+                .unwrap_or_else(|| RetryAfter::Unparsable(shorten(&s))),
+            Value::Number(n) => match n.as_f64() {
+                Some(f) if f.is_finite() && f >= 0.0 => {
+                    clamp(Duration::from_secs_f64(f.min(MAX_DURATION.as_secs_f64())))
+                }
+                _ => RetryAfter::Unparsable(n.to_string()),
+            },
+            other => RetryAfter::Unparsable(shorten(&other.to_string())),
+        }
+    }
+}
+
+fn shorten(s: &str) -> String {
+    s.chars().take(64).collect()
+}
+
+impl Serialize for RetryAfter {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            RetryAfter::After(d) => s.serialize_f64(d.as_secs_f64()),
+            RetryAfter::Unparsable(v) => s.serialize_str(v),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RetryAfter {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(RetryAfter::from_value(Value::deserialize(d)?))
+    }
+}
+
 /// An endpoint named by id or URL.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(untagged)]
@@ -170,9 +228,9 @@ pub enum Request {
         /// HTTP status seen.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         status: Option<u16>,
-        /// Retry-After seen (seconds or humantime).
+        /// Retry-After seen (seconds, humantime or an HTTP date).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        retry_after: Option<Dur>,
+        retry_after: Option<RetryAfter>,
         /// Free text.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
@@ -557,7 +615,10 @@ mod tests {
                 .unwrap();
         match req {
             Request::Report { retry_after, .. } => {
-                assert_eq!(retry_after, Some(Dur(Duration::from_secs(120))))
+                assert_eq!(
+                    retry_after,
+                    Some(RetryAfter::After(Duration::from_secs(120)))
+                )
             }
             other => panic!("{other:?}"),
         }
@@ -630,7 +691,7 @@ mod tests {
                 reason: Some("timeout".into()),
                 phase: None,
                 status: Some(503),
-                retry_after: Some(Dur(Duration::from_secs(120))),
+                retry_after: Some(RetryAfter::After(Duration::from_secs(120))),
                 detail: None,
                 duration_ms: Some(120.5),
             },

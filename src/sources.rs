@@ -310,8 +310,9 @@ pub struct Sniffed {
 }
 
 fn pool_event(kind: EventKind, detail: String) -> Write {
+    // A source's name is its location, which may carry credentials.
     Write::Event(NewEvent {
-        detail: Some(detail),
+        detail: Some(crate::redact::redact_text(&detail, &[])),
         ..NewEvent::new(kind)
     })
 }
@@ -331,9 +332,12 @@ pub async fn sniff(
         .await?;
     for src in &pool.sources {
         let name = src.name();
+        let shown = crate::redact::redact_text(&name, &[]);
         match fetch(src).await {
             Err(e) => {
-                warn!(pool = %pool.name, source = %name, error = %e, "sniff failed");
+                // A provider's error can quote a URL with its credentials: never keep it.
+                let e = crate::redact::redact_text(&e.to_string(), &[]);
+                warn!(pool = %pool.name, source = %shown, error = %e, "sniff failed");
                 engine
                     .record(vec![
                         pool_event(
@@ -344,7 +348,7 @@ pub async fn sniff(
                             pool: pool.name.clone(),
                             name: name.clone(),
                             ok: false,
-                            detail: Some(e.to_string()),
+                            detail: Some(e),
                             count: None,
                         },
                     ])
@@ -352,7 +356,7 @@ pub async fn sniff(
             }
             Ok(urls) => {
                 let s = reconcile(engine, pool, &name, urls).await?;
-                info!(pool = %pool.name, source = %name, listed = s.listed, added = s.added,
+                info!(pool = %pool.name, source = %shown, listed = s.listed, added = s.added,
                       removed = s.removed, returned = s.returned, "sniff succeeded");
                 engine
                     .record(vec![

@@ -44,6 +44,12 @@ pub enum StoreError {
         /// Its link count.
         links: u64,
     },
+    /// The database file was deleted or replaced while open.
+    #[error("database {path} was deleted or replaced while in use; refusing to write (restart the daemon)")]
+    FileGone {
+        /// Database file.
+        path: PathBuf,
+    },
     /// The database folder could not be created.
     #[error("cannot create database folder {path}: {source}")]
     CreateDir {
@@ -333,6 +339,16 @@ pub enum Durability {
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// (device, inode) of the file opened: the name must keep meaning this file.
+    file: Option<(u64, u64)>,
+    /// Commits still to fail, as a full disk would (engine tests).
+    #[cfg(test)]
+    fail_commits: u32,
+}
+
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// Insert an endpoint with an id never used before. Events outlive their endpoint (no
@@ -400,8 +416,22 @@ impl Store {
         restrict(path);
         Ok(Store {
             conn,
+            file: file_id(path),
             path: path.to_path_buf(),
+            #[cfg(test)]
+            fail_commits: 0,
         })
+    }
+
+    /// Whether the database's name still refers to the file opened (not deleted, not
+    /// replaced). One `stat`, cheap enough before every commit.
+    pub fn check_file(&self) -> Result<(), StoreError> {
+        if self.file.is_some() && file_id(&self.path) != self.file {
+            return Err(StoreError::FileGone {
+                path: self.path.clone(),
+            });
+        }
+        Ok(())
     }
 
     /// The database file.
@@ -418,50 +448,73 @@ impl Store {
 
     /// Insert endpoints, all or nothing; returns their ids in order.
     pub fn add_endpoints(&mut self, eps: &[NewEndpoint]) -> Result<Vec<EndpointId>, StoreError> {
+        let mut ids = Vec::with_capacity(eps.len());
+        self.add_endpoints_from(eps.iter().map(Ok::<_, StoreError>), |id| ids.push(id))?;
+        Ok(ids)
+    }
+
+    /// Insert endpoints as an iterator yields them, all or nothing (one transaction; the
+    /// first error rolls everything back). Nothing is held per endpoint but its id, handed
+    /// to `added`, so an import of millions streams.
+    pub fn add_endpoints_from<E, T>(
+        &mut self,
+        eps: impl Iterator<Item = Result<T, E>>,
+        mut added: impl FnMut(EndpointId),
+    ) -> Result<(), E>
+    where
+        E: From<StoreError>,
+        T: std::borrow::Borrow<NewEndpoint>,
+    {
         let tx = self
             .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut ids = Vec::with_capacity(eps.len());
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(StoreError::from)?;
         {
-            let mut seen = std::collections::HashSet::new();
-            let mut find = tx.prepare_cached(
-                "SELECT id FROM endpoints WHERE pool=?1 AND scheme=?2 AND host=?3 AND port=?4 AND user=?5",
-            )?;
-            let mut ins = tx.prepare_cached(INSERT_ENDPOINT)?;
+            let mut find = tx
+                .prepare_cached(
+                    "SELECT id FROM endpoints WHERE pool=?1 AND scheme=?2 AND host=?3 AND port=?4 AND user=?5",
+                )
+                .map_err(StoreError::from)?;
+            let mut ins = tx
+                .prepare_cached(INSERT_ENDPOINT)
+                .map_err(StoreError::from)?;
             let now = fmt_time(SystemTime::now());
+            // Ids only grow: a match at or after the first one inserted here is a duplicate
+            // within this batch (the index finds it; no set of keys in memory).
+            let mut first_new: Option<EndpointId> = None;
             for e in eps {
+                let e = e?;
+                let e = e.borrow();
                 let u = &e.url;
-                let key = (
-                    e.pool.clone(),
-                    u.scheme,
-                    u.host.clone(),
-                    u.port,
-                    u.user_key().to_string(),
-                );
-                if !seen.insert(key) {
-                    return Err(StoreError::DuplicateInBatch {
-                        url: u.to_redacted_string(),
-                        pool: e.pool.clone(),
-                    });
-                }
                 let existing: Option<i64> = find
                     .query_row(
                         params![e.pool, u.scheme.as_str(), u.host, u.port, u.user_key()],
                         |r| r.get(0),
                     )
-                    .optional()?;
+                    .optional()
+                    .map_err(StoreError::from)?;
                 if let Some(id) = existing {
-                    return Err(StoreError::Duplicate {
-                        url: u.to_redacted_string(),
-                        pool: e.pool.clone(),
-                        id,
-                    });
+                    return Err(if first_new.is_some_and(|f| id >= f) {
+                        StoreError::DuplicateInBatch {
+                            url: u.to_redacted_string(),
+                            pool: e.pool.clone(),
+                        }
+                    } else {
+                        StoreError::Duplicate {
+                            url: u.to_redacted_string(),
+                            pool: e.pool.clone(),
+                            id,
+                        }
+                    }
+                    .into());
                 }
-                ids.push(insert_new(&tx, &mut ins, e, &now)?);
+                let id = insert_new(&tx, &mut ins, e, &now)?;
+                first_new.get_or_insert(id);
+                added(id);
             }
         }
-        tx.commit()?;
-        Ok(ids)
+        tx.commit().map_err(StoreError::from)?;
+        Ok(())
     }
 
     /// Insert the endpoints that do not exist yet (config sync, sources); existing ones
@@ -599,6 +652,16 @@ impl Store {
         &mut self,
         groups: &[Vec<Write>],
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        // Committing into a deleted file would acknowledge writes that nobody can read.
+        self.check_file()?;
+        #[cfg(test)]
+        if self.fail_commits > 0 {
+            self.fail_commits -= 1;
+            return Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+                Some("database or disk is full (injected)".into()),
+            )));
+        }
         let mut tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -618,6 +681,18 @@ impl Store {
         }
         tx.commit()?;
         Ok(out)
+    }
+
+    /// Fail the next `n` commits as a full disk would.
+    #[cfg(test)]
+    pub(crate) fn fail_next_commits(&mut self, n: u32) {
+        self.fail_commits = n;
+    }
+
+    /// Commits still to fail.
+    #[cfg(test)]
+    pub(crate) fn failing_commits(&self) -> u32 {
+        self.fail_commits
     }
 
     /// Events in order, optionally for one endpoint, with id > `after`.

@@ -433,7 +433,8 @@ fn list_table_json_shape_and_filters() {
     assert_eq!(dis[0]["id"], ids[2]);
     assert!(e.list_with(&["--state", "cooling"]).is_empty());
     assert_eq!(e.list_with(&["--pool", "default"]).len(), 3);
-    assert!(e.list_with(&["--pool", "other"]).is_empty());
+    // An unknown pool is an error, as for `status` (issue 13).
+    e.fails(2, &["list", "--pool", "other"]);
 
     let (out, err) = e.fails(2, &["list", "--state", "bogus"]);
     assert!(out.is_empty());

@@ -277,3 +277,278 @@ fn a_password_in_a_report_detail_is_never_stored() {
         "{rep}"
     );
 }
+
+#[test]
+fn a_far_or_malformed_retry_after_still_cools_the_endpoint() {
+    // Default policy: max 30m, so a date in 2100 or a huge number is clamped to it.
+    let h = Home::new(None);
+    let d = h.serve();
+    let values = [
+        json!("Fri, 01 Jan 2100 00:00:00 GMT"),
+        json!("99999999999999999999999"),
+        json!(1e300),
+        json!("120, 120"),
+        json!("garbage"),
+    ];
+    let urls: Vec<String> = (0..values.len())
+        .map(|i| format!("http://10.14.0.{}:3128", i + 1))
+        .collect();
+    let ids = h.add(&urls.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut c = d.conn();
+    for v in &values {
+        let l = c.req(&json!({"op": "lease"}));
+        assert_eq!(l["ok"], json!(true), "{l}");
+        let r = c.req(
+            &json!({"op": "report", "lease": l["lease"], "outcome": "failure",
+            "reason": "destination_status", "status": 429, "retry_after": v}),
+        );
+        assert_eq!(r["ok"], json!(true), "{v}: {r}");
+        assert_eq!(r["state"], json!("cooling"), "{v}: {r}");
+    }
+    for id in &ids {
+        let e = h.listed(*id);
+        assert_eq!(e["state"], json!("cooling"), "{e}");
+        let ms = e["cooldown_ms"].as_u64().unwrap_or_else(|| panic!("{e}"));
+        assert!(ms <= 30 * 60 * 1000, "bounded by max: {e}");
+    }
+    let events = h.events();
+    for bad in ["120, 120", "garbage"] {
+        assert!(
+            events.iter().any(|e| e["detail"]
+                .as_str()
+                .is_some_and(|s| s.contains(bad) && s.contains("ignored"))),
+            "{bad} noted: {events:?}"
+        );
+    }
+}
+
+/// A daemon with a TCP listener whose open-file limit is pinned at 256 (soft and hard, so
+/// it cannot raise it), as in the adversarial run.
+fn serve_tcp_with_256_fds(h: &Home, port: u16, token: &str) -> common::tools::Proc {
+    use std::os::unix::process::CommandExt;
+    let log = h.path("tcp-daemon.log");
+    let mut c = h.cmd();
+    c.env("PROXYPOOL_TOKEN", token)
+        .env("RUST_LOG", "info")
+        .args(["serve", "--listen-tcp", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    // SAFETY: only setrlimit between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            let r = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: 256,
+            };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+            Ok(())
+        });
+    }
+    let mut child = c.spawn().unwrap();
+    wait_ping(&mut child, &h.socket, &log);
+    common::tools::Proc(child)
+}
+
+#[test]
+fn idle_tokenless_tcp_connections_do_not_starve_the_unix_socket() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpStream;
+    let h = Home::new(None);
+    h.add(&["http://10.15.0.1:3128", "http://10.15.0.2:3128"]);
+    let port = common::tools::free_port();
+    let token = "a-long-enough-test-token-0123";
+    let _d = serve_tcp_with_256_fds(&h, port, token);
+    raise_nofile(4096);
+    let idle: Vec<TcpStream> = (0..400)
+        .filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok())
+        .collect();
+    assert!(
+        idle.len() > 300,
+        "could only open {} connections",
+        idle.len()
+    );
+
+    // The Unix socket still answers (Conn times out after 10 s), and so does the CLI.
+    let mut c = Conn::connect(&h.socket);
+    let l = c.req(&json!({"op": "lease"}));
+    assert_eq!(l["ok"], json!(true), "{l}");
+    let out = h.run(&["disable", "2", "--reason", "maintenance"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+
+    // Before the token is checked a peer learns nothing but that its token is wrong.
+    drop(idle);
+    let tcp = |line: &str| -> String {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(line.as_bytes()).unwrap();
+        let mut r = String::new();
+        BufReader::new(s).read_line(&mut r).unwrap();
+        r
+    };
+    for line in [
+        "{\"op\":\"nosuch\",\"id\":7}\n",
+        "{\"op\":\"lease\"}\n",
+        "not json\n",
+    ] {
+        let r = tcp(line);
+        assert!(r.contains("token"), "{line}: {r}");
+        assert!(!r.contains("unknown_op") && !r.contains("release"), "{r}");
+    }
+    let r = tcp(&format!("{{\"op\":\"nosuch\",\"token\":\"{token}\"}}\n"));
+    assert!(r.contains("unknown_op"), "{r}");
+
+    // A peer that never sends a line is closed by the daemon (generous bound).
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut buf = [0u8; 64];
+    match s.read(&mut buf) {
+        Ok(n) => assert_eq!(n, 0, "unexpected bytes before any request"),
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+    }
+}
+
+#[test]
+fn an_empty_line_gets_bad_request_and_the_connection_stays_usable() {
+    let h = Home::new(None);
+    let d = h.serve();
+    let mut c = d.conn();
+    c.send_raw(b"\n").unwrap();
+    let r = c.read_json();
+    assert_eq!(err_code(&r), "bad_request", "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("empty"),
+        "{r}"
+    );
+    let p = c.req(&json!({"op": "ping"}));
+    assert_eq!(p["ok"], json!(true), "{p}");
+}
+
+#[test]
+fn list_of_an_unknown_pool_exits_2_like_status() {
+    let h = Home::new(None);
+    h.add(&["http://10.16.0.1:3128"]);
+    for args in [
+        &["list", "--pool", "nosuch"][..],
+        &["status", "--pool", "nosuch"][..],
+    ] {
+        let (_, err) = h.fails(2, args);
+        assert!(err.contains("nosuch"), "{args:?}: {err}");
+    }
+    // A known pool is fine, also when nothing matches.
+    h.ok(&["list", "--pool", "default"]);
+    h.ok(&["list", "--pool", "default", "--state", "disabled"]);
+}
+
+#[test]
+fn an_operator_reason_and_a_source_error_are_stored_redacted() {
+    let h = Home::new(Some(
+        r#"
+[[pool]]
+name = "sn"
+mode = "sniffing"
+
+[pool.probe]
+url = "http://127.0.0.1:9/"
+interval = "0s"
+
+[[pool.source]]
+kind = "file"
+path = "/nonexistent/https://bob:pa55-src@lists.example/x"
+refresh = "0s"
+"#,
+    ));
+    let ids = h.add(&["http://alice:s3cr3t-op@10.17.0.1:3128"]);
+    let reason = "broken: http://alice:s3cr3t-op@10.17.0.1:3128 (pw s3cr3t-op)";
+    h.ok(&["disable", &ids[0].to_string(), "--reason", reason]);
+    let d = h.serve();
+    let mut c = d.conn();
+    let reason2 = "again socks5://carol:other-pw@10.0.0.1:1080";
+    let r = c.req(&json!({"op": "enable", "endpoint": ids[0], "now": true}));
+    assert_eq!(r["ok"], json!(true), "{r}");
+    let r = c.req(&json!({"op": "disable", "endpoint": ids[0], "reason": reason2}));
+    assert_eq!(r["ok"], json!(true), "{r}");
+    let texts = [
+        h.ok(&["events", "--json"]),
+        h.ok(&["list", "--json"]),
+        h.ok(&["show", &ids[0].to_string()]),
+        h.ok(&["sources", "--json"]),
+        d.log_text(),
+    ];
+    for t in &texts {
+        for secret in ["s3cr3t-op", "other-pw", "pa55-src"] {
+            assert!(!t.contains(secret), "{secret} in {t}");
+        }
+    }
+    assert!(texts[0].contains("alice:***@10.17.0.1"), "{}", texts[0]);
+    assert!(texts[3].contains("bob:***@lists.example"), "{}", texts[3]);
+}
+
+#[test]
+fn a_database_deleted_under_the_daemon_is_detected_and_nothing_more_is_acknowledged() {
+    let h = Home::new(None);
+    h.add(&["http://10.18.0.1:3128"]);
+    let mut d = h.serve();
+    let mut c = d.conn();
+    let l = c.req(&json!({"op": "lease"}));
+    assert_eq!(l["ok"], json!(true), "{l}");
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = h.db.clone().into_os_string();
+        p.push(suffix);
+        let _ = std::fs::remove_file(p);
+    }
+    // Not acknowledged into the deleted file: `internal`, or the daemon already stopped.
+    let report = json!({"op": "report", "lease": l["lease"], "outcome": "failure",
+        "reason": "connect_refused"});
+    if let Ok(r) = c.try_req(&report) {
+        assert_eq!(err_code(&r), "internal", "{r}");
+    }
+    // It stops on its own, with an error that says why (generous bound).
+    let mut child = d.child.take().unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "daemon kept running"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "{status}");
+    let log = d.log_text();
+    assert!(log.contains("deleted or replaced"), "{log}");
+    assert!(!h.socket.exists(), "socket left behind");
+}
+
+#[test]
+fn connection_caps_are_configurable_and_zero_is_refused() {
+    for key in ["max_connections", "max_tcp_connections"] {
+        let h = Home::new(Some(&format!("[server]\n{key} = 0\n")));
+        let o = h.run(&["list"]);
+        assert_eq!(o.code, Some(2), "{key}: {o:?}");
+        assert!(o.stderr.contains(&format!("server.{key}")), "{}", o.stderr);
+    }
+    // A cap of one Unix connection: a second client is closed at once, the first works.
+    let h = Home::new(Some("[server]\nmax_connections = 1\n"));
+    h.add(&["http://10.19.0.1:3128"]);
+    let d = h.serve();
+    // The start-up ping's connection frees its slot once the daemon has seen it close.
+    let start = std::time::Instant::now();
+    let mut first = loop {
+        let mut c = d.conn();
+        if c.try_req(&json!({"op": "ping"}))
+            .is_ok_and(|r| r["ok"] == json!(true))
+        {
+            break c;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no slot ever freed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut second = d.conn();
+    assert!(second.closed_by_peer(), "over the cap: closed");
+    assert_eq!(first.req(&json!({"op": "lease"}))["ok"], json!(true));
+}

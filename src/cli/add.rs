@@ -119,6 +119,11 @@ pub(super) async fn import(
     label: &Option<String>,
 ) -> Result<(), CliError> {
     ctx.check_pool(pool)?;
+    match ctx.daemon().await? {
+        None => return import_direct(ctx, file, pool, label),
+        // Through the daemon (which holds every endpoint in memory anyway).
+        Some(c) => drop(c),
+    }
     let text = if file == "-" {
         let mut buf = String::new();
         for line in std::io::stdin().lock().lines() {
@@ -156,5 +161,50 @@ pub(super) async fn import(
     let ids = add(ctx, eps, &[]).await?;
     bar.finish_and_clear();
     eprintln!("imported {} endpoints into pool {pool:?}", ids.len());
+    Ok(())
+}
+
+/// Without a daemon: parse and insert line by line in one transaction, so a million lines
+/// take neither a copy of the file nor a list of parsed endpoints in memory. A bad line
+/// rolls everything back.
+fn import_direct(
+    ctx: &Context,
+    file: &str,
+    pool: &str,
+    label: &Option<String>,
+) -> Result<(), CliError> {
+    let reader: Box<dyn BufRead> = if file == "-" {
+        Box::new(std::io::stdin().lock())
+    } else {
+        let f = std::fs::File::open(file)
+            .map_err(|e| CliError::usage(format!("cannot read {file}: {e}")))?;
+        Box::new(std::io::BufReader::with_capacity(1 << 16, f))
+    };
+    let state = initial_state(ctx.config.pool(pool));
+    let mut store = ctx.store()?;
+    let eps = reader.lines().enumerate().filter_map(|(i, line)| {
+        let line = match line {
+            Ok(l) => l,
+            Err(e) => return Some(Err(CliError::usage(format!("{file}: {e}")))),
+        };
+        let l = line.trim();
+        if l.is_empty() || l.starts_with('#') {
+            return None;
+        }
+        Some(
+            ProxyUrl::parse(l)
+                .map(|url| NewEndpoint {
+                    url,
+                    pool: pool.to_string(),
+                    label: label.clone(),
+                    source: Some("cli".into()),
+                    state,
+                })
+                .map_err(|e| CliError::usage(format!("line {}: {e}; nothing was imported", i + 1))),
+        )
+    });
+    let mut n = 0usize;
+    store.add_endpoints_from(eps, |_| n += 1)?;
+    eprintln!("imported {n} endpoints into pool {pool:?}");
     Ok(())
 }

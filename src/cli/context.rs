@@ -56,6 +56,17 @@ impl Context {
     }
 
     pub(super) fn open_store(&self) -> Result<Store, CliError> {
+        if std::fs::symlink_metadata(&self.db).is_err() {
+            // A daemon still holding the lock of a deleted database: creating a new empty
+            // one here would hide that every endpoint and event is gone.
+            if let Ok(Owner::Daemon(_)) = lock::owner(&self.db) {
+                return Err(CliError::failed(format!(
+                    "database {} does not exist but a daemon holds its lock ({}); it was deleted while the daemon ran: stop the daemon and restore the file",
+                    self.db.display(),
+                    lock::lock_path(&self.db).display()
+                )));
+            }
+        }
         Ok(Store::open_with(&self.db, self.config.durability)?)
     }
 

@@ -18,7 +18,17 @@ pub(super) async fn list(
     show_secrets: bool,
 ) -> Result<(), CliError> {
     let state = parse_state(state.as_deref())?;
-    let rows = ctx.store()?.list(pool.as_deref(), state)?;
+    let store = ctx.store()?;
+    let rows = store.list(pool.as_deref(), state)?;
+    if let Some(p) = pool.as_deref() {
+        // Like `status`: a pool is known from the config or from a stored endpoint.
+        let known = ctx.check_pool(p).is_ok()
+            || !rows.is_empty()
+            || (state.is_some() && !store.list(Some(p), None)?.is_empty());
+        if !known {
+            ctx.check_pool(p)?;
+        }
+    }
     if json {
         // Rows of a pool mean the daemon holds that pool; without rows there is nothing
         // to ask (and a pool unknown to the daemon would be an error there).
@@ -107,7 +117,8 @@ pub(super) async fn sources(
             let name = s.name();
             let last = rows.iter().find(|r| r.pool == p.name && r.name == name);
             out.push(json!({
-                "pool": p.name, "source": name, "preferred": s.preferred,
+                "pool": p.name, "source": crate::redact::redact_text(&name, &[]),
+                "preferred": s.preferred,
                 "refresh": humantime::format_duration(s.refresh).to_string(),
                 "last_at": last.and_then(|l| l.last_at.clone()),
                 "last_ok": last.and_then(|l| l.last_ok),

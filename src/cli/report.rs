@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use super::lease::connect_any;
 use super::{call, unexpected, CliError, Context, OutcomeArg};
-use crate::protocol::{Body, Dur, ReportOutcome, Request};
+use crate::protocol::{Body, ReportOutcome, Request, RetryAfter};
 
 /// The fields of `proxypool report` besides the lease.
 pub(super) struct ReportArgs {
@@ -28,11 +28,11 @@ pub(super) async fn report(ctx: &Context, lease: String, a: ReportArgs) -> Resul
             "--outcome failure needs --reason (it decides the cooldown policy)",
         ));
     }
-    // Read exactly as the daemon reads it, so a value the daemon would refuse is refused
-    // here before anything is sent.
+    // Read exactly as the daemon reads it: a far value is clamped, an unparsable one is
+    // noted in the event and ignored.
     let retry_after = a
         .retry_after
-        .map(|v| serde_json::from_value::<Dur>(Value::String(v)))
+        .map(|v| serde_json::from_value::<RetryAfter>(Value::String(v)))
         .transpose()
         .map_err(|e| CliError::usage(format!("--retry-after: {e}")))?;
     let destination = a

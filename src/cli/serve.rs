@@ -51,18 +51,26 @@ pub(super) async fn serve(
         lock::daemon_lock(&ctx.db, Duration::from_secs(10))
             .map_err(|e| CliError::failed(e.to_string()))?,
     );
-    let mut store = ctx.open_store()?;
+    // Idle clients must not run the daemon out of descriptors at a low default soft limit.
+    let nofile = crate::fd_limit::raise_nofile();
+    tracing::debug!(nofile, "open-file limit");
+    // Not `ctx.open_store()`: that refuses a missing database whose lock a daemon holds,
+    // and the daemon holding it now is this one, about to create it.
+    let mut store = crate::store::Store::open_with(&ctx.db, ctx.config.durability)?;
     sync_config_endpoints(&mut store, &ctx.config)?;
     let engine = Engine::open(store, ctx.config.pools.values().cloned())?;
     let shutdown = CancellationToken::new();
     let sd = shutdown.clone();
+    let own_socket = socket.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
         tracing::info!("shutting down");
         sd.cancel();
-        // A second signal means "now": do not wait for the orderly stop.
+        // A second signal means "now": do not wait for the orderly stop. Acknowledged
+        // writes are already committed; the socket file is ours and goes too.
         wait_for_signal().await;
         eprintln!("proxypool: second signal, exiting at once");
+        crate::socket_file::remove_own(&own_socket);
         std::process::exit(1);
     });
     let r = daemon::serve(

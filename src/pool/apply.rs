@@ -154,6 +154,16 @@ impl Pools {
             return (Err(PoolError::UnknownEndpoint(id)), writes);
         }
         let was_claimed = self.entries[&id].health.claimed;
+        // An operator's reason can quote the proxy URL: stored redacted, like report details.
+        let password = self.entries[&id].url.password.clone().unwrap_or_default();
+        let redact = |d: String| crate::redact::redact_text(&d, &[password.as_str()]);
+        let input = match input {
+            Input::Disable { detail: d } => Input::Disable {
+                detail: d.map(redact),
+            },
+            other => other,
+        };
+        let detail = detail.map(redact);
         let operator = match &input {
             Input::Disable { .. } => Some("disable"),
             Input::Enable { now: false } => Some("enable"),

@@ -6,6 +6,7 @@
 mod edit;
 mod reconfigure;
 
+use std::collections::BTreeSet;
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -55,9 +56,27 @@ pub type Committed = Result<(), Arc<StoreError>>;
 
 type Call = Box<dyn FnOnce(&mut Store) + Send>;
 
+/// The stored rows of the endpoints whose writes failed, to put memory back in line.
+type Resynced = Result<Vec<(EndpointId, Option<EndpointRow>)>, Arc<StoreError>>;
+
 enum Job {
     Writes(Vec<Write>, oneshot::Sender<Committed>),
     Call(Call),
+    Resync(mpsc::Sender<Resynced>),
+}
+
+fn endpoints_of(w: &Write, out: &mut BTreeSet<EndpointId>) {
+    match w {
+        Write::Transition(rec, _) => {
+            out.insert(rec.id);
+        }
+        Write::Event(ev) => out.extend(ev.endpoint),
+        Write::Remove(ids) => out.extend(ids.iter().copied()),
+        Write::SourceResult { .. } => {}
+        // Pairs are not reloaded; resyncing their endpoint restores its own health.
+        Write::Pair(pw) => out.extend(pw.endpoint()),
+        Write::EventStatus(ev, _) => out.extend(ev.endpoint),
+    }
 }
 
 /// Handle to the store thread. Batches writes of concurrent callers into one commit.
@@ -65,6 +84,9 @@ enum Job {
 pub struct Writer {
     tx: mpsc::Sender<Job>,
 }
+
+/// Rows loaded into the pools per hold of the pool lock.
+const LOAD_SLICE: usize = 4096;
 
 /// Most writes folded into one commit.
 const MAX_BATCH: usize = 4096;
@@ -81,10 +103,15 @@ impl Writer {
         std::thread::Builder::new()
             .name("proxypool-store".into())
             .spawn(move || {
+                // After a failed commit memory is ahead of the store: every later write is
+                // refused too (it may build on the lost one) until the engine re-synced the
+                // endpoints named here. So nothing lands with a `from` the log never saw.
+                let mut poisoned: Option<Arc<StoreError>> = None;
+                let mut dirty = BTreeSet::new();
                 while let Ok(first) = rx.recv() {
                     let mut groups = Vec::new();
                     let mut acks = Vec::new();
-                    let mut calls = Vec::new();
+                    let mut after = None;
                     let mut n = 0;
                     let mut next = Some(first);
                     while let Some(job) = next.take() {
@@ -94,8 +121,8 @@ impl Writer {
                                 groups.push(w);
                                 acks.push(ack);
                             }
-                            Job::Call(c) => {
-                                calls.push(c);
+                            other => {
+                                after = Some(other);
                                 break;
                             }
                         }
@@ -105,28 +132,44 @@ impl Writer {
                     }
                     if !groups.is_empty() {
                         let started = std::time::Instant::now();
-                        let r = store.write_groups(&groups);
+                        let results = match &poisoned {
+                            Some(e) => Err(e.clone()),
+                            None => store.write_groups(&groups).map_err(|e| {
+                                error!(error = %e, "store commit failed");
+                                Arc::new(e)
+                            }),
+                        };
                         if let Some(h) = &commits {
                             h.observe_duration(started.elapsed());
                         }
-                        match r {
-                            Ok(results) => {
-                                for (ack, r) in acks.into_iter().zip(results) {
-                                    let _ = ack.send(r.map_err(Arc::new));
-                                }
+                        let results: Vec<Committed> = match results {
+                            Ok(rs) => rs.into_iter().map(|r| r.map_err(Arc::new)).collect(),
+                            Err(e) => vec![Err(e); groups.len()],
+                        };
+                        for ((ack, r), g) in acks.into_iter().zip(results).zip(&groups) {
+                            if let Err(e) = &r {
+                                g.iter().for_each(|w| endpoints_of(w, &mut dirty));
+                                poisoned.get_or_insert_with(|| e.clone());
                             }
-                            Err(e) => {
-                                error!(error = %e, "store commit failed");
-                                let e = Arc::new(e);
-                                for ack in acks {
-                                    let _ = ack.send(Err(e.clone()));
-                                }
-                            }
+                            let _ = ack.send(r);
                         }
                     }
                     // Calls run after the writes queued before them, keeping order.
-                    for c in calls {
-                        c(&mut store);
+                    match after {
+                        Some(Job::Call(c)) => c(&mut store),
+                        Some(Job::Resync(reply)) => {
+                            let rows: Result<Vec<_>, StoreError> = dirty
+                                .iter()
+                                .map(|&id| store.get(id).map(|r| (id, r)))
+                                .collect();
+                            let rows = rows.map_err(Arc::new);
+                            if rows.is_ok() {
+                                poisoned = None;
+                                dirty.clear();
+                            }
+                            let _ = reply.send(rows);
+                        }
+                        _ => {}
                     }
                 }
                 debug!("store thread stopped");
@@ -274,9 +317,47 @@ impl Engine {
             out = o;
         }
         if let Some(rx) = rx {
-            committed(rx).await?;
+            if let Err(e) = committed(rx).await {
+                if matches!(e, EngineError::Store(_)) {
+                    self.resync();
+                }
+                return Err(e);
+            }
         }
         Ok(out)
+    }
+
+    /// After a failed commit: put the endpoints whose writes were lost back to their stored
+    /// rows. The pool lock is held until they are back, so no operation builds on memory
+    /// the store never saw; a deadline transition that was lost comes due again at once.
+    fn resync(&self) {
+        let mut p = self.lock();
+        let (tx, rx) = mpsc::channel();
+        if self.writer.tx.send(Job::Resync(tx)).is_err() {
+            return;
+        }
+        // Blocking under the lock is deliberate and rare (a failing disk).
+        match rx.recv() {
+            Ok(Ok(rows)) => {
+                let (now, wall) = (Instant::now(), SystemTime::now());
+                for (id, row) in &rows {
+                    p.restore_row(*id, row.as_ref(), now, wall);
+                }
+                if !rows.is_empty() {
+                    warn!(
+                        endpoints = rows.len(),
+                        "re-synced endpoints from the store after a failed commit"
+                    );
+                }
+            }
+            Ok(Err(e)) => {
+                error!(error = %e, "cannot re-read endpoints after a failed commit; writes stay refused")
+            }
+            Err(_) => return,
+        }
+        drop(p);
+        self.rescheduled.notify_one();
+        self.notify_waiters();
     }
 
     /// Lease an endpoint, waiting up to `wait` for one to become available.
@@ -495,7 +576,7 @@ impl Engine {
                     .collect()
             })
             .await??;
-        self.load_rows(&rows);
+        self.load_rows(&rows).await;
         Ok(rows.iter().map(|r| r.id).collect())
     }
 
@@ -530,12 +611,19 @@ impl Engine {
         Ok(res)
     }
 
-    fn load_rows(&self, rows: &[EndpointRow]) {
-        {
-            let mut p = self.lock();
-            let (now, wall) = (Instant::now(), SystemTime::now());
-            for r in rows {
-                p.insert_row(r, now, wall);
+    /// Load added rows in short slices of the pool lock, so a million-line import never
+    /// holds up a lease for long.
+    async fn load_rows(&self, rows: &[EndpointRow]) {
+        for slice in rows.chunks(LOAD_SLICE) {
+            {
+                let mut p = self.lock();
+                let (now, wall) = (Instant::now(), SystemTime::now());
+                for r in slice {
+                    p.insert_row(r, now, wall);
+                }
+            }
+            if rows.len() > LOAD_SLICE {
+                tokio::task::yield_now().await;
             }
         }
         self.notify_waiters();
@@ -676,6 +764,17 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// The store thread (tests reach the store through it).
+    #[cfg(test)]
+    pub(crate) fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
+    /// Whether the database file is still the one opened.
+    pub async fn check_store_file(&self) -> Result<(), EngineError> {
+        Ok(self.writer.call(|s| s.check_file()).await??)
     }
 
     /// Wait until every queued write is committed.

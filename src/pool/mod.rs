@@ -5,6 +5,8 @@
 //! mutex and a group-committing store writer for the daemon and the CLI.
 
 mod apply;
+#[cfg(test)]
+mod commit_failure_tests;
 pub mod destinations;
 pub mod engine;
 mod entries;
@@ -294,6 +296,22 @@ impl Pools {
             },
         );
         self.index(row.id);
+    }
+
+    /// Make memory match the store for one endpoint after a failed commit: the stored row
+    /// wins (or its absence). Its leases go too: they may stem from a grant that failed.
+    pub fn restore_row(
+        &mut self,
+        id: EndpointId,
+        row: Option<&EndpointRow>,
+        now: Instant,
+        wall: SystemTime,
+    ) {
+        self.remove_entry(id);
+        if let Some(r) = row {
+            self.removed.remove(&id);
+            self.insert_row(r, now, wall);
+        }
     }
 
     /// Forget a deleted endpoint and refuse any later row with its id.

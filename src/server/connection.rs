@@ -8,7 +8,8 @@ use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, Framed};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::{Handler, SHUTDOWN_GRACE};
+use super::handler::request_id;
+use super::{Handler, AUTH_TIMEOUT, SHUTDOWN_GRACE};
 use crate::protocol::{ErrorCode, Response, MAX_LINE};
 
 /// Serve one connection until it closes or the server shuts down.
@@ -20,27 +21,44 @@ where
     // and leave the connection usable, not end it.
     let codec = AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), b"\n".to_vec(), MAX_LINE);
     let mut framed = Framed::new(stream, codec);
+    // A TCP peer must show the token soon: an idle crowd of strangers holds descriptors.
+    let mut auth_deadline = tcp.then(|| tokio::time::Instant::now() + AUTH_TIMEOUT);
     loop {
         let next = tokio::select! {
             _ = shutdown.cancelled() => break,
             n = framed.next() => n,
+            _ = async {
+                match auth_deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                debug!("no request with a valid token in time; closing");
+                break;
+            }
         };
         let resp = match next {
             None => break,
             Some(Ok(bytes)) => match std::str::from_utf8(&bytes) {
                 Ok(line) => {
                     let line = line.strip_suffix('\r').unwrap_or(line);
-                    if line.trim().is_empty() {
-                        continue;
-                    }
                     // Requests in flight finish on shutdown, but one that could wait long
                     // (a `lease` with `wait`) is cut short after a grace period.
                     tokio::select! {
-                        r = handler.handle_line(line, tcp) => r,
+                        (r, authorized) = handler.answer(line, tcp) => {
+                            if authorized {
+                                auth_deadline = None;
+                            }
+                            r
+                        }
                         _ = async {
                             shutdown.cancelled().await;
                             tokio::time::sleep(SHUTDOWN_GRACE).await;
-                        } => Response::err(None, ErrorCode::Internal, "the daemon is shutting down"),
+                        } => Response::err(
+                            request_id(line),
+                            ErrorCode::Internal,
+                            "the daemon is shutting down",
+                        ),
                     }
                 }
                 Err(e) => Response::err(

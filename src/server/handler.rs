@@ -8,6 +8,8 @@ use super::ops;
 use crate::config::Config;
 use crate::pool::engine::Engine;
 use crate::probe::Prober;
+use serde_json::Value;
+
 use crate::protocol::{parse_line, Body, ErrorCode, Request, Response};
 
 /// Answers requests; shared by every connection.
@@ -62,19 +64,38 @@ impl Handler {
 
     /// Answer one request line.
     pub async fn handle_line(&self, line: &str, tcp: bool) -> Response {
-        let (id, req, token) = match parse_line(line) {
-            Ok(v) => v,
-            Err(resp) => return *resp,
-        };
+        self.answer(line, tcp).await.0
+    }
+
+    /// Answer one request line; also says whether it carried the valid token (always
+    /// true off TCP). Before that, a TCP peer learns nothing but that its token is wrong.
+    pub(super) async fn answer(&self, line: &str, tcp: bool) -> (Response, bool) {
         if tcp {
+            let (id, token) = peek(line);
             let ok = match (&self.token, &token) {
                 (Some(want), Some(got)) => constant_time_eq(want.as_bytes(), got.as_bytes()),
                 _ => false,
             };
             if !ok {
-                return Response::err(id, ErrorCode::BadRequest, "missing or wrong token");
+                let r = Response::err(id, ErrorCode::BadRequest, "missing or wrong token");
+                return (r, false);
             }
         }
+        (self.checked(line, tcp).await, true)
+    }
+
+    async fn checked(&self, line: &str, tcp: bool) -> Response {
+        if line.trim().is_empty() {
+            return Response::err(
+                None,
+                ErrorCode::BadRequest,
+                "empty line: send one JSON object per line",
+            );
+        }
+        let (id, req, _) = match parse_line(line) {
+            Ok(v) => v,
+            Err(resp) => return *resp,
+        };
         if tcp && matches!(req, Request::Import { .. }) {
             // It reads a file of the daemon's: only for local clients.
             return Response::err(
@@ -178,6 +199,25 @@ impl Handler {
             } => ops::edit(self, &endpoint, url, label).await,
         }
     }
+}
+
+/// The `id` and `token` of a line, if it is a JSON object that has them.
+fn peek(line: &str) -> (Option<Value>, Option<String>) {
+    match serde_json::from_str::<Value>(line) {
+        Ok(Value::Object(mut m)) => {
+            let token = match m.remove("token") {
+                Some(Value::String(t)) => Some(t),
+                _ => None,
+            };
+            (m.remove("id"), token)
+        }
+        _ => (None, None),
+    }
+}
+
+/// The `id` of a request line, to echo in an answer that never parsed it fully.
+pub(super) fn request_id(line: &str) -> Option<Value> {
+    peek(line).0
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

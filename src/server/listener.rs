@@ -6,11 +6,13 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::warn;
 
 use super::{serve_conn, Handler, ServerError};
+use crate::fd_limit::{default_caps, nofile};
 
 /// Bind the Unix socket at `path` with mode 0600, replacing a stale file from a crashed
 /// daemon and refusing when a live daemon answers there.
@@ -39,9 +41,15 @@ fn unsafe_umask(mask: libc::mode_t) -> libc::mode_t {
 
 /// Accept on a Unix socket until `shutdown`, then wait for connections to finish.
 pub async fn run(listener: UnixListener, handler: Arc<Handler>, shutdown: CancellationToken) {
+    let cap = handler
+        .live()
+        .config
+        .max_connections
+        .unwrap_or_else(|| default_caps(nofile()).0);
     accept_loop(
         || async { listener.accept().await.map(|(s, _)| s) },
         false,
+        cap,
         handler,
         shutdown,
     )
@@ -50,6 +58,11 @@ pub async fn run(listener: UnixListener, handler: Arc<Handler>, shutdown: Cancel
 
 /// Accept on a TCP listener (token required) until `shutdown`.
 pub async fn run_tcp(listener: TcpListener, handler: Arc<Handler>, shutdown: CancellationToken) {
+    let cap = handler
+        .live()
+        .config
+        .max_tcp_connections
+        .unwrap_or_else(|| default_caps(nofile()).1);
     accept_loop(
         || async {
             let (s, _) = listener.accept().await?;
@@ -57,17 +70,20 @@ pub async fn run_tcp(listener: TcpListener, handler: Arc<Handler>, shutdown: Can
             Ok(s)
         },
         true,
+        cap,
         handler,
         shutdown,
     )
     .await
 }
 
-/// The accept loop shared by both listeners: one task per connection, and on shutdown
-/// wait for them to finish their replies.
+/// The accept loop shared by both listeners: one task per connection, at most `cap` at
+/// once, and on shutdown wait for them to finish their replies. Beyond the cap a
+/// connection is accepted and closed at once: left in the backlog it would hang its client.
 async fn accept_loop<S, F, Fut>(
     mut accept: F,
     tcp: bool,
+    cap: usize,
     handler: Arc<Handler>,
     shutdown: CancellationToken,
 ) where
@@ -76,13 +92,29 @@ async fn accept_loop<S, F, Fut>(
     Fut: std::future::Future<Output = std::io::Result<S>>,
 {
     let tracker = TaskTracker::new();
+    let slots = Arc::new(Semaphore::new(cap));
+    let mut refused: u64 = 0;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
             a = accept() => match a {
-                Ok(stream) => {
-                    tracker.spawn(serve_conn(stream, handler.clone(), tcp, shutdown.clone()));
-                }
+                Ok(stream) => match slots.clone().try_acquire_owned() {
+                    Ok(slot) => {
+                        let (h, sd) = (handler.clone(), shutdown.clone());
+                        tracker.spawn(async move {
+                            serve_conn(stream, h, tcp, sd).await;
+                            drop(slot);
+                        });
+                    }
+                    Err(_) => {
+                        // One line per power of two: a flood must not flood the log.
+                        refused += 1;
+                        if refused.is_power_of_two() {
+                            warn!(tcp, cap, refused, "connection limit reached; closing new connections");
+                        }
+                        drop(stream);
+                    }
+                },
                 Err(e) => {
                     warn!(error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;

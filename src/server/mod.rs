@@ -35,5 +35,8 @@ pub enum ServerError {
 /// How long requests in flight may still run once shutdown begins.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
+/// How long a TCP peer has to send a request carrying the valid token.
+pub const AUTH_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Default lease lifetime.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(60);

@@ -12,7 +12,7 @@ use crate::pool::destinations::normalize;
 use crate::pool::engine::initial_state;
 use crate::pool::scoped::WantError;
 use crate::pool::{Outcome, PoolError, ReportOn, Want};
-use crate::protocol::{Body, Dur, EndpointRef, ReportOutcome};
+use crate::protocol::{Body, Dur, EndpointRef, ReportOutcome, RetryAfter};
 use crate::store::NewEndpoint;
 
 pub(super) fn ping() -> Body {
@@ -87,7 +87,7 @@ pub(super) struct Report {
     pub reason: Option<String>,
     pub phase: Option<String>,
     pub status: Option<u16>,
-    pub retry_after: Option<Dur>,
+    pub retry_after: Option<RetryAfter>,
     pub detail: Option<String>,
     pub destination: Option<String>,
     pub duration_ms: Option<f64>,
@@ -116,12 +116,22 @@ pub(super) async fn report(h: &Handler, target: ReportTarget, r: Report) -> Resu
                 .map_err(|e: crate::health::UnknownName| OpError::bad(e.to_string()))?;
             // An unknown phase is stored as null rather than refused (SPEC §7).
             let phase = r.phase.and_then(|p| p.parse::<Phase>().ok());
+            let detail = match &r.retry_after {
+                Some(RetryAfter::Unparsable(v)) => {
+                    let note = format!("retry_after {v:?} ignored: not seconds or an HTTP date");
+                    Some(match r.detail {
+                        Some(d) => format!("{}; {note}", truncate(&d, 900)),
+                        None => note,
+                    })
+                }
+                _ => r.detail,
+            };
             Outcome::Failure(Failure {
                 reason: Some(reason),
                 phase,
                 status: r.status,
-                retry_after: r.retry_after.map(|d| d.0),
-                detail: r.detail.map(|d| truncate(&d, 1000)),
+                retry_after: r.retry_after.as_ref().and_then(RetryAfter::duration),
+                detail: detail.map(|d| truncate(&d, 1000)),
             })
         }
     };

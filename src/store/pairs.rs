@@ -72,6 +72,17 @@ pub enum PairWrite {
     },
 }
 
+impl PairWrite {
+    /// The endpoint the write is about.
+    pub fn endpoint(&self) -> Option<EndpointId> {
+        match self {
+            PairWrite::Upsert(r, _) => Some(r.endpoint),
+            PairWrite::Delete { endpoint, .. } => Some(*endpoint),
+            PairWrite::Event { event, .. } => event.endpoint,
+        }
+    }
+}
+
 /// Apply one pair write inside the caller's transaction (for group commit).
 pub(crate) fn apply(tx: &Connection, w: &PairWrite) -> Result<(), StoreError> {
     match w {

@@ -110,6 +110,9 @@ class Daemon(object):
     def list(self):
         return json.loads(self.cli("list", "--json").stdout)
 
+    def show(self, eid):
+        return json.loads(self.cli("show", str(eid), "--json").stdout)
+
     def endpoint(self, eid):
         return next(e for e in self.list() if e["id"] == eid)
 

@@ -224,7 +224,8 @@ class Site(object):
 
     ``tls=True`` serves HTTPS with a fresh self-signed certificate for 127.0.0.1 and
     localhost (its path is ``self.cert``); ``ban_first=True`` answers 403 to the first
-    request of every ``/page/N``, a ban the gateway cannot see inside a tunnel."""
+    request of every ``/page/N``, a ban the gateway cannot see inside a tunnel;
+    ``ban_first=["/page/0"]`` does so only for the paths named."""
 
     def __init__(self, tls=False, ban_first=False):
         hits = self.hits = []
@@ -240,7 +241,8 @@ class Site(object):
                     status = int(self.path.split("/")[2])
                     if status in (429, 503):
                         extra.append(("Retry-After", "7"))
-                elif ban_first and self.path not in seen:
+                elif (ban_first is True or (ban_first and self.path in ban_first)) \
+                        and self.path not in seen:
                     seen.add(self.path)
                     status = 403
                 body = ("<html><body><h1>%s</h1></body></html>" % self.path).encode()

@@ -64,7 +64,9 @@ def tls_site():
 
 @pytest.fixture
 def tls_site_banning_once():
-    s = Site(tls=True, ban_first=True)
+    # One ban: per-destination health (SPEC §13) takes each banning upstream away from
+    # this site, so a ban on every page would soon leave no upstream for it.
+    s = Site(tls=True, ban_first=["/page/0"])
     yield s
     s.close()
 
@@ -163,7 +165,10 @@ def test_scrapy_crawl_in_gateway_mode_one_dead_one_banning(site, tinyproxy, micr
         assert dead_events and "gateway" in (dead_events[0].get("detail") or ""), d.events()
         bans = failures(d, banning, "destination_status")
         assert bans and all(is_ban_403(b) for b in bans), d.events()
-        assert eps[banning]["state"] == "cooling"
+        # The ban is scoped to this site (SPEC §13): the upstream stays available for others.
+        assert eps[banning]["state"] == "available"
+        pairs = d.show(banning)["pairs"]
+        assert [(p["destination"], p["state"]) for p in pairs] == [("127.0.0.1", "cooling")], pairs
         assert stats["proxypool/bans"] >= 1
         assert stats.get("proxypool/errors/report", 0) == 0  # plain HTTP: nothing to report by session
         assert stats.get("proxypool/retries_exhausted", 0) == 0
@@ -195,12 +200,17 @@ def test_scrapy_https_ban_inside_the_tunnel_is_reported_by_session(tls_site_bann
         result, log = run_crawl(d, tls_site_banning_once, pages, *gateway_settings(port))
         items, stats = result["items"], result["stats"]
         assert sorted(i["h1"] for i in items) == sorted("/page/%d" % i for i in range(pages)), log[-3000:]
-        # Each first answer was a 403 inside TLS: the middleware reported it by session.
-        assert stats["proxypool/bans"] == pages
-        assert stats["proxypool/reports/failure"] == pages
+        # The first answer of /page/0 was a 403 inside TLS: the middleware reported it by
+        # session, and the pair (that upstream, this site) is banned, not the upstream.
+        assert stats["proxypool/bans"] == 1
+        assert stats["proxypool/reports/failure"] == 1
         assert stats.get("proxypool/errors/report", 0) == 0, log[-3000:]
-        bans = [e for e in d.events() if e.get("reason") == "destination_status"]
-        assert len(bans) == pages and {b["endpoint"] for b in bans} <= {good, socks}, bans
+        bans = [e for e in d.events() if e.get("reason") == "destination_status" and e["kind"] == "report"]
+        assert len(bans) == 1 and bans[0]["endpoint"] in (good, socks), bans
+        assert bans[0].get("destination") == "127.0.0.1", bans
+        banned = d.show(bans[0]["endpoint"])
+        assert [p["destination"] for p in banned["pairs"]] == ["127.0.0.1"], banned
+        assert banned["state"] == "available", banned
         assert leases_drain(d) == 0
     finally:
         stop(d)
