@@ -198,14 +198,8 @@ fn report_and_release_mirror_the_socket_ops() {
     for bad in [
         vec!["--outcome", "failure"],
         vec!["--outcome", "failure", "--reason", "cosmic_rays"],
-        vec![
-            "--outcome",
-            "failure",
-            "--reason",
-            "destination_status",
-            "--retry-after",
-            "soon",
-        ],
+        // (An unparsable --retry-after is not bad input: like the socket, it is noted in
+        // the event and ignored, and the failure still cools the endpoint.)
         vec!["--outcome", "maybe"],
     ] {
         let mut args = vec!["report", l.as_str()];
