@@ -32,3 +32,4 @@ pub mod sources;
 pub mod stats;
 pub mod store;
 pub mod token;
+pub mod wall_time;

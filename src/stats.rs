@@ -29,7 +29,7 @@ pub struct EndpointStats {
 
 fn ser_time<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
     match t {
-        Some(t) => s.serialize_str(&crate::store::fmt_time(*t)),
+        Some(t) => s.serialize_str(&crate::wall_time::fmt_time(*t)),
         None => s.serialize_none(),
     }
 }
@@ -37,7 +37,7 @@ fn ser_time<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Err
 fn de_time<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SystemTime>, D::Error> {
     match Option::<String>::deserialize(d)? {
         None => Ok(None),
-        Some(s) => crate::store::parse_time(&s)
+        Some(s) => crate::wall_time::parse_time(&s)
             .map(Some)
             .ok_or_else(|| serde::de::Error::custom(format!("invalid time {s:?}"))),
     }
