@@ -923,6 +923,11 @@ fn insert_event(tx: &Connection, ev: &NewEvent) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// An optional text column holding a name (`reason`, `phase`): None stays None.
+pub(crate) fn parse_col<T: std::str::FromStr>(v: Option<&str>) -> Result<Option<T>, T::Err> {
+    v.map(str::parse).transpose()
+}
+
 /// The columns `read_event` reads, in its order.
 pub(crate) const EVENT_COLS: &str =
     "id, at, kind, endpoint, from_state, to_state, reason, phase, detail, lease, destination, status";
@@ -968,16 +973,8 @@ fn read_endpoint(r: &Row<'_>) -> rusqlite::Result<Result<EndpointRow, StoreError
             label: r.get(7)?,
             source: r.get(8)?,
             state: state.parse().map_err(|_| corrupt("state"))?,
-            reason: reason
-                .as_deref()
-                .map(str::parse)
-                .transpose()
-                .map_err(|_| corrupt("reason"))?,
-            phase: phase
-                .as_deref()
-                .map(str::parse)
-                .transpose()
-                .map_err(|_| corrupt("phase"))?,
+            reason: parse_col(reason.as_deref()).map_err(|_| corrupt("reason"))?,
+            phase: parse_col(phase.as_deref()).map_err(|_| corrupt("phase"))?,
             detail: r.get(12)?,
             streak: r.get(13)?,
             reason_streak: r.get(14)?,

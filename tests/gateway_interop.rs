@@ -324,15 +324,10 @@ async fn headless_chromium_loads_pages_through_gateway() {
     let gw = Gw::start(&[format!("http://127.0.0.1:{}", up.port())], |_| {}).await;
     for url in [d.http_url(), d.https_url()] {
         let profile = tempfile::tempdir_in(d.dir.path()).unwrap();
-        let args: Vec<String> = [
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
+        // Through a proxy under test, also none of the calls a browser makes by itself.
+        let args: Vec<String> = tools::CHROMIUM_FLAGS
+            .iter()
+            .chain(&[
             "--disable-extensions",
             "--disable-default-apps",
             "--disable-domain-reliability",
@@ -344,16 +339,14 @@ async fn headless_chromium_loads_pages_through_gateway() {
             "--disable-features=OptimizationHints,MediaRouter,Translate,AutofillServerCommunication,CertificateTransparencyComponentUpdater,InterestFeedContentSuggestions,DialMediaRouteProvider",
             // The test CA is not in Chromium's store; the page text proves the tunnel.
             "--ignore-certificate-errors",
-        ]
-        .iter()
+        ])
         .map(|s| s.to_string())
         .chain([
             format!("--user-data-dir={}", profile.path().display()),
             format!("--proxy-server=http://127.0.0.1:{}", gw.addr.port()),
             // Chromium bypasses proxies for loopback unless told not to. Its calls home
-            // go direct (and fail offline) instead of through the pool: until
-            // per-destination health lands, each failed tunnel to them would cool the
-            // only upstream endpoint-wide.
+            // go direct (and fail offline) instead of through the pool, where each failed
+            // tunnel to them would be reported against the test's only upstream.
             "--proxy-bypass-list=<-loopback>;*.googleapis.com;*.google.com;*.gstatic.com;*.gvt1.com".to_string(),
             "--dump-dom".to_string(),
             url.clone(),

@@ -343,17 +343,7 @@ async fn chromium_renders_the_status_page() {
     let profile = tempfile::tempdir().unwrap();
     let url = format!("http://{}/", srv.addr);
     let out = tokio::process::Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-dev-shm-usage",
-        ])
+        .args(common::tools::CHROMIUM_FLAGS)
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .args(["--dump-dom", &url])
         .kill_on_drop(true)

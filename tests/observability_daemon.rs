@@ -531,17 +531,7 @@ fn chromium_renders_the_daemons_status_page() {
 
     let profile = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-dev-shm-usage",
-        ])
+        .args(common::tools::CHROMIUM_FLAGS)
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .args(["--dump-dom", &format!("http://{http}/")])
         .stdout(Stdio::piped())

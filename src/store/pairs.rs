@@ -199,16 +199,8 @@ fn read_pair(r: &Row<'_>) -> rusqlite::Result<Result<PairRow, StoreError>> {
                 endpoint,
                 destination: destination.clone(),
                 state: state.parse().map_err(|_| corrupt("state"))?,
-                reason: reason
-                    .as_deref()
-                    .map(str::parse)
-                    .transpose()
-                    .map_err(|_| corrupt("reason"))?,
-                phase: phase
-                    .as_deref()
-                    .map(str::parse)
-                    .transpose()
-                    .map_err(|_| corrupt("phase"))?,
+                reason: super::parse_col(reason.as_deref()).map_err(|_| corrupt("reason"))?,
+                phase: super::parse_col(phase.as_deref()).map_err(|_| corrupt("phase"))?,
                 status: r.get(6)?,
                 detail: r.get(7)?,
                 streak: r.get(8)?,

@@ -192,3 +192,18 @@ pub fn promtool_check(promtool: &Path, text: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Headless Chromium as the tests run it: no sandbox (root), and none of its calls home,
+/// which this machine's closed network refuses (many at a time) and which would otherwise
+/// go through a proxy under test.
+pub const CHROMIUM_FLAGS: &[&str] = &[
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+];
