@@ -12,12 +12,13 @@
 //!
 //! Run: `cargo bench --bench destinations`
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use proxypool::config::{Config, PoolConfig};
-use proxypool::endpoint::ProxyUrl;
 use proxypool::event_kind::EventKind;
 use proxypool::health::{Reason, State};
 use proxypool::pool::engine::Engine;
@@ -25,8 +26,7 @@ use proxypool::pool::{Pools, Want};
 use proxypool::server::{self, Handler};
 use proxypool::store::pairs::{PairRecord, PairWrite};
 use proxypool::store::{Durability, NewEndpoint, NewEvent, Store};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::UnixStream;
+use support::Conn;
 use tokio_util::sync::CancellationToken;
 
 const ENDPOINTS: usize = 10_000;
@@ -65,21 +65,7 @@ fn pair(endpoint: i64, destination: String, until: SystemTime) -> PairWrite {
 /// endpoints banned for each of 100 other destinations), cooling for an hour.
 fn seeded_store(path: &Path) -> Store {
     let mut store = Store::open_with(path, Durability::Normal).unwrap();
-    let eps: Vec<NewEndpoint> = (0..ENDPOINTS)
-        .map(|i| NewEndpoint {
-            url: ProxyUrl::parse(&format!(
-                "http://u{i}:p{i}@10.{}.{}.{}:3128",
-                (i >> 16) & 255,
-                (i >> 8) & 255,
-                i & 255
-            ))
-            .unwrap(),
-            pool: "default".into(),
-            label: None,
-            source: None,
-            state: State::Available,
-        })
-        .collect();
+    let eps: Vec<NewEndpoint> = support::endpoints(ENDPOINTS, "http", 3128);
     let ids = store.add_endpoints(&eps).unwrap();
     let until = SystemTime::now() + Duration::from_secs(3600);
     let mut w: Vec<PairWrite> = ids
@@ -99,29 +85,6 @@ fn seeded_store(path: &Path) -> Store {
 
 fn pool_config() -> PoolConfig {
     PoolConfig::builtin("default")
-}
-
-struct Conn {
-    r: BufReader<tokio::net::unix::OwnedReadHalf>,
-    w: tokio::net::unix::OwnedWriteHalf,
-    buf: String,
-}
-
-impl Conn {
-    async fn open(p: &Path) -> Conn {
-        let (r, w) = UnixStream::connect(p).await.unwrap().into_split();
-        Conn {
-            r: BufReader::new(r),
-            w,
-            buf: String::new(),
-        }
-    }
-    async fn rt(&mut self, line: &str) -> &str {
-        self.w.write_all(line.as_bytes()).await.unwrap();
-        self.buf.clear();
-        self.r.read_line(&mut self.buf).await.unwrap();
-        &self.buf
-    }
 }
 
 /// lease+release pairs per second over `CONNS` connections; also counts leases of an

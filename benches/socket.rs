@@ -8,45 +8,22 @@
 //! Run: `cargo bench --bench socket` (`cargo bench --bench socket -- metrics` runs only
 //! the metrics comparison).
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proxypool::config::{Config, PoolConfig};
-use proxypool::endpoint::ProxyUrl;
-use proxypool::health::State;
 use proxypool::pool::engine::{Engine, EngineOptions};
 use proxypool::server::{self, Handler};
 use proxypool::store::{Durability, NewEndpoint, Store};
+use support::Conn;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
 
 const RUN: Duration = Duration::from_secs(3);
-
-struct Conn {
-    r: BufReader<tokio::net::unix::OwnedReadHalf>,
-    w: tokio::net::unix::OwnedWriteHalf,
-    buf: String,
-}
-
-impl Conn {
-    async fn open(p: &Path) -> Conn {
-        let s = UnixStream::connect(p).await.unwrap();
-        let (r, w) = s.into_split();
-        Conn {
-            r: BufReader::new(r),
-            w,
-            buf: String::new(),
-        }
-    }
-    async fn rt(&mut self, line: &str) -> &str {
-        self.w.write_all(line.as_bytes()).await.unwrap();
-        self.buf.clear();
-        self.r.read_line(&mut self.buf).await.unwrap();
-        &self.buf
-    }
-}
 
 fn lease_id(resp: &str) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(resp).ok()?;
@@ -157,21 +134,7 @@ fn start_daemon_with(
     opts: EngineOptions,
 ) -> (PathBuf, CancellationToken) {
     let mut store = Store::open_with(&dir.join(format!("{name}.db")), Durability::Normal).unwrap();
-    let eps: Vec<NewEndpoint> = (0..n)
-        .map(|i| NewEndpoint {
-            url: ProxyUrl::parse(&format!(
-                "socks5h://u{i}:p{i}@10.{}.{}.{}:1080",
-                (i >> 16) & 255,
-                (i >> 8) & 255,
-                i & 255
-            ))
-            .unwrap(),
-            pool: "default".into(),
-            label: None,
-            source: None,
-            state: State::Available,
-        })
-        .collect();
+    let eps: Vec<NewEndpoint> = support::endpoints(n, "socks5h", 1080);
     store.add_endpoints(&eps).unwrap();
     let sock = dir.join(format!("{name}.sock"));
     let token = CancellationToken::new();
