@@ -20,7 +20,21 @@ cleanup() { kill ${KPID:-} ${CPID:-} ${DPID:-} 2>/dev/null || true
 trap cleanup EXIT
 mkdir -p "$D/home" "$D/run"
 export HOME="$D/home" XDG_RUNTIME_DIR="$D/run" PROXYPOOL_DB="$D/pp.db" PROXYPOOL_SOCKET="$D/run/pp.sock"
-unset PROXYPOOL_CONFIG PROXYPOOL_TOKEN
+unset PROXYPOOL_TOKEN
+# Short cooldowns so a killed upstream cycles cooling -> probe_allowed -> trial many times a
+# minute (the default 60 s base would leave most of the run on the healthy upstreams).
+cat > "$D/soak.toml" <<'TOML'
+[[pool]]
+name = "default"
+mode = "static-no-ping"
+
+[pool.cooldown]
+base = "1s"
+factor = 2.0
+max = "8s"
+jitter = 0.1
+TOML
+export PROXYPOOL_CONFIG="$D/soak.toml"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # 4 tinyproxy + 4 microsocks, each restartable by index.
