@@ -313,6 +313,26 @@ pub struct GatewayConfig {
     pub max_connections: usize,
     /// Extra CA certificates (PEM) trusted for `https://` upstream proxies.
     pub ca_file: Option<PathBuf>,
+    /// How absolute-form requests travel through an HTTP(S) upstream.
+    pub plain_http: PlainHttp,
+}
+
+/// How the gateway sends a plain-HTTP (absolute-form) request through an HTTP(S) upstream.
+/// SOCKS upstreams always carry it in a tunnel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlainHttp {
+    /// Forward the request to the proxy in absolute form, as HTTP proxies expect. Its
+    /// connection is reused only when the proxy keeps it alive.
+    Forward,
+    /// Open a CONNECT tunnel to the destination and send the request inside it; the tunnel
+    /// stays open for the next request through the same upstream to the same host. Faster
+    /// with proxies that close after every forwarded request, but some proxies allow
+    /// CONNECT to port 443 only.
+    Tunnel,
+    /// `tunnel`, and `forward` for good through an upstream that refuses the tunnel.
+    #[default]
+    Auto,
 }
 
 impl GatewayConfig {
@@ -328,6 +348,7 @@ impl GatewayConfig {
             token: None,
             max_connections: 10_000,
             ca_file: None,
+            plain_http: PlainHttp::Auto,
         }
     }
 
@@ -373,6 +394,7 @@ impl fmt::Debug for GatewayConfig {
             .field("token", &self.token.as_ref().map(|_| "***"))
             .field("max_connections", &self.max_connections)
             .field("ca_file", &self.ca_file)
+            .field("plain_http", &self.plain_http)
             .finish()
     }
 }
@@ -438,6 +460,7 @@ struct RawGateway {
     token: Option<String>,
     max_connections: Option<usize>,
     ca_file: Option<PathBuf>,
+    plain_http: Option<PlainHttp>,
 }
 
 #[derive(Deserialize)]
@@ -828,6 +851,7 @@ impl Config {
             gw.token = g.token.filter(|t| !t.is_empty());
             gw.max_connections = g.max_connections.unwrap_or(gw.max_connections);
             gw.ca_file = g.ca_file.map(resolve);
+            gw.plain_http = g.plain_http.unwrap_or_default();
             gw.check()
                 .map_err(|(k, m)| invalid(format!("{key}.{k}"), m))?;
             cfg.gateways.push(gw);
@@ -1008,7 +1032,7 @@ mod tests {
     #[test]
     fn gateways_parse_with_defaults() {
         let cfg = Config::parse(
-            "[[gateway]]\nlisten = \"127.0.0.1:8899\"\n[[gateway]]\nlisten = \"0.0.0.0:9000\"\ntoken = \"t0k\"\nretries = 0\nretry_status = [429]\nconnect_timeout = \"3s\"\n",
+            "[[gateway]]\nlisten = \"127.0.0.1:8899\"\n[[gateway]]\nlisten = \"0.0.0.0:9000\"\ntoken = \"t0k\"\nretries = 0\nretry_status = [429]\nconnect_timeout = \"3s\"\nplain_http = \"tunnel\"\n",
             "t.toml",
             None,
         )
@@ -1018,10 +1042,12 @@ mod tests {
         assert_eq!((g.retries, g.ban_status.clone()), (2, vec![403, 429]));
         assert_eq!(g.token, None);
         assert_eq!(g.max_connections, 10_000);
+        assert_eq!(g.plain_http, PlainHttp::Auto);
         let g = &cfg.gateways[1];
         assert_eq!(g.token.as_deref(), Some("t0k"));
         assert_eq!((g.retries, g.retry_status.clone()), (0, vec![429]));
         assert_eq!(g.connect_timeout, Duration::from_secs(3));
+        assert_eq!(g.plain_http, PlainHttp::Tunnel);
         assert!(!format!("{g:?}").contains("t0k"), "token in Debug");
     }
 
@@ -1067,6 +1093,10 @@ mod tests {
                 "gateway[0].max_connections",
             ),
             ("[[gateway]]\nlisten = \"127.0.0.1:1\"\nport = 3\n", "port"),
+            (
+                "[[gateway]]\nlisten = \"127.0.0.1:1\"\nplain_http = \"socks\"\n",
+                "expected one of `forward`, `tunnel`, `auto`",
+            ),
         ];
         for (text, want) in cases {
             let err = Config::parse(text, "t.toml", None).unwrap_err().to_string();

@@ -23,6 +23,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
@@ -180,6 +181,11 @@ struct DirectionLabels {
     direction: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConnectionLabels {
+    connection: &'static str,
+}
+
 type HistFamily<L> = Family<L, AtomicHistogram, fn() -> AtomicHistogram>;
 
 fn probe_hist() -> AtomicHistogram {
@@ -296,6 +302,8 @@ pub struct Metrics {
     gateway_requests: Family<GatewayLabels, Counter>,
     upstream_attempts: Family<OutcomeLabels, Counter>,
     gateway_bytes: Family<DirectionLabels, Counter>,
+    gateway_connections: Family<ConnectionLabels, Counter>,
+    gateway_idle: Gauge,
     store_commit: AtomicHistogram,
 }
 
@@ -325,6 +333,8 @@ impl Metrics {
             gateway_requests: Family::default(),
             upstream_attempts: Family::default(),
             gateway_bytes: Family::default(),
+            gateway_connections: Family::default(),
+            gateway_idle: Gauge::default(),
             store_commit: AtomicHistogram::new(COMMIT_BUCKETS),
             registry: Registry::default(),
         };
@@ -364,6 +374,16 @@ impl Metrics {
             "gateway_bytes",
             "Bytes relayed by the gateway",
             m.gateway_bytes.clone(),
+        );
+        registry.register(
+            "gateway_upstream_connections",
+            "Upstream connections used for absolute-form requests: new, or reused idle ones",
+            m.gateway_connections.clone(),
+        );
+        registry.register(
+            "gateway_idle_upstream_connections",
+            "Upstream connections kept open for the next absolute-form request",
+            m.gateway_idle.clone(),
         );
         registry.register(
             "store_commit_seconds",
@@ -436,6 +456,11 @@ impl Metrics {
                         direction: Direction::ALL[d].as_str(),
                     })
                 }),
+                connections: ["new", "reused"].map(|c| {
+                    self.gateway_connections
+                        .get_or_create_owned(&ConnectionLabels { connection: c })
+                }),
+                idle: self.gateway_idle.clone(),
             }),
         }
     }
@@ -542,6 +567,9 @@ const N_GATEWAY_OUTCOMES: usize = GatewayOutcome::ALL.len();
 struct GatewayHandles {
     requests: [[Counter; N_GATEWAY_OUTCOMES]; N_PROTOCOLS],
     bytes: [Counter; 2],
+    /// `new`, `reused`.
+    connections: [Counter; 2],
+    idle: Gauge,
 }
 
 /// The gateway's pre-resolved series.
@@ -565,6 +593,17 @@ impl GatewayMetrics {
     /// Bytes relayed in one direction.
     pub fn bytes(&self, direction: Direction, n: u64) {
         self.inner.bytes[direction as usize].inc_by(n);
+    }
+
+    /// An absolute-form request went out on a new or a reused upstream connection.
+    pub fn upstream_connection(&self, reused: bool) {
+        self.inner.connections[usize::from(reused)].inc();
+    }
+
+    /// Idle upstream connections kept went up (or down) by `delta`; several gateways add
+    /// into one gauge.
+    pub fn idle_upstream(&self, delta: i64) {
+        self.inner.idle.inc_by(delta);
     }
 }
 

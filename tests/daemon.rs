@@ -27,7 +27,7 @@ const DEST_BODY: &str = "hello from the destination";
 async fn forward_proxy(user: &str, pass: &str) -> Fake {
     http_proxy(HttpProxyCfg {
         auth: Some((user.into(), pass.into())),
-        tls: None,
+        ..Default::default()
     })
     .await
 }

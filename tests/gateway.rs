@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use common::fakes::*;
 use common::gateway::*;
+use proxypool::config::PlainHttp;
 use proxypool::gateway::Limits;
 use proxypool::health::{Phase, Reason, State};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -125,7 +126,11 @@ async fn ban_on_plain_http_is_reported_with_status_and_retry_after() {
     })
     .await;
     let up = http_upstream().await;
-    let gw = Gw::start(&[url("http", up.port())], |_| {}).await;
+    // Forwarded (not tunnelled), to see the request head the upstream gets.
+    let gw = Gw::start(&[url("http", up.port())], |g| {
+        g.plain_http = PlainHttp::Forward
+    })
+    .await;
     let r = roundtrip(gw.addr, &get(d.port(), "/x", "")).await;
     // The client gets the destination's answer, marked with the upstream used.
     assert_eq!(r.status(), 429);

@@ -368,3 +368,55 @@ async fn headless_chromium_loads_pages_through_gateway() {
     );
     gw.until_no_leases().await;
 }
+
+/// `plain_http = "auto"` (the default) with real tinyproxy: where tinyproxy tunnels to the
+/// destination's port, one tunnel carries every request; where its `ConnectPort` list
+/// refuses that port, requests are forwarded instead, and the upstream stays healthy.
+#[tokio::test]
+async fn plain_http_through_tinyproxy_reuses_a_tunnel_or_falls_back_to_forwarding() {
+    let d = dest(DestCfg {
+        body: PAGE.as_bytes().to_vec(),
+        keep_alive: Some(100),
+        ..Default::default()
+    })
+    .await;
+    let Some(open) = tinyproxy(&[d.port()]).await else {
+        return;
+    };
+    let Some(only_443) = tinyproxy(&[443]).await else {
+        return;
+    };
+    for (tp, tunnels) in [(&open, true), (&only_443, false)] {
+        let up = format!("http://alice:s3cret@127.0.0.1:{}", tp.port);
+        let gw = Gw::start(&[up], |_| {}).await;
+        for i in 0..3 {
+            let r = common::gateway::roundtrip(
+                gw.addr,
+                &common::gateway::get(d.port(), &format!("/{i}"), ""),
+            )
+            .await;
+            assert_eq!(r.status(), 200, "{}\n{}", r.head, tp.log_text());
+            assert_eq!(r.text(), PAGE);
+            gw.until_no_leases().await;
+            // A kept tunnel is parked a moment after its response ends.
+            for _ in 0..300 {
+                let text = gw.engine.metrics().encode();
+                if !tunnels || text.contains("proxypool_gateway_idle_upstream_connections 1") {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        let text = gw.engine.metrics().encode();
+        let want = if tunnels {
+            ["connection=\"new\"} 1", "connection=\"reused\"} 2"]
+        } else {
+            ["connection=\"new\"} 3", "connection=\"reused\"} 0"]
+        };
+        for w in want {
+            assert!(text.contains(w), "{w} (tunnels {tunnels}):\n{text}");
+        }
+        let row = gw.row(gw.ids[0]);
+        assert_eq!((row.state, row.streak), (State::Available, 0));
+    }
+}

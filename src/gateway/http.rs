@@ -5,26 +5,27 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tracing::{debug, info};
 
+use super::idle::{Body, IdleKey, Sender};
 use super::limits::{Activity, Watched};
+use super::plain::PlainWay;
 use super::routing::{authorize, basic_credentials, Denied, Routing};
-use super::upstream::{failure_outcome, Tried, UpstreamError};
+use super::upstream::{failure_outcome, Link, Tried, UpstreamError};
 use super::{Shared, Slot};
 use crate::dial::{self, Dest, DialFailure, Route};
+use crate::endpoint::ProxyUrl;
 use crate::health::{Phase, Reason};
 use crate::metrics::{GatewayOutcome, GatewayProtocol};
 use crate::pool::Outcome;
 use crate::retry_after::parse_retry_after;
-
-type Body = BoxBody<Bytes, hyper::Error>;
 
 /// The response header naming the upstream endpoint id.
 pub const ENDPOINT_HEADER: &str = "x-proxypool-endpoint";
@@ -231,53 +232,68 @@ async fn forward(shared: Arc<Shared>, req: Request<Incoming>, routing: Routing) 
     let mut tried = Tried::default();
     let mut resends = 0u32;
     loop {
-        let (mut guard, dialed) = match shared
+        let way = PlainWay {
+            routes: &shared.plain,
+            idle: &shared.idle,
+            dest: &dest,
+        };
+        let (mut guard, link) = match shared
             .upstream
-            .connect(&routing, &dest, Route::PlainHttp, &mut tried)
+            .connect_or_reuse(&routing, &dest, &mut tried, &way)
             .await
         {
             Ok(v) => v,
             Err(e) => return upstream_error(e),
         };
         let endpoint = guard.endpoint();
+        let forward = match &link {
+            Link::Dialed(d) => d.forward,
+            Link::Reused((_, forward)) => *forward,
+        };
         let body: Body = match (&kept, once.take()) {
             (Some(b), _) => Full::new(b.clone()).map_err(|n| match n {}).boxed(),
             (None, Some(b)) => b.boxed(),
             (None, None) => empty(),
         };
-        let mut out = Request::new(body);
-        *out.method_mut() = parts.method.clone();
-        *out.version_mut() = Version::HTTP_11;
-        *out.headers_mut() = parts.headers.clone();
-        *out.uri_mut() = if dialed.forward {
-            parts.uri.clone()
-        } else {
-            parts
-                .uri
-                .path_and_query()
-                .map(|p| p.as_str())
-                .unwrap_or("/")
-                .parse()
-                .unwrap_or_else(|_| Uri::from_static("/"))
+        let out = upstream_request(&parts, body, forward.then(|| guard.proxy()));
+        let metrics = &shared.metrics;
+        metrics.upstream_connection(matches!(link, Link::Reused(_)));
+        let sent = match link {
+            Link::Dialed(d) => exchange(d.io, out).await,
+            Link::Reused((mut sender, _)) => match sender.try_send_request(out).await {
+                Ok(resp) => Ok((resp, sender)),
+                Err(mut e) => {
+                    // The far side closed the idle connection, most often just as it was
+                    // taken: no fault of the upstream. Send again on a new connection when
+                    // the request can be had again (not written yet, or a kept GET/HEAD).
+                    debug!(endpoint, error = %e.error(), "gateway idle upstream connection closed");
+                    let again = e.take_message().or_else(|| {
+                        kept.as_ref().map(|b| {
+                            let body = Full::new(b.clone()).map_err(|n| match n {}).boxed();
+                            upstream_request(&parts, body, forward.then(|| guard.proxy()))
+                        })
+                    });
+                    let Some(again) = again else {
+                        // The body went out once and cannot be sent again; the upstream
+                        // is not blamed for a connection that was idle.
+                        drop(guard);
+                        return text(
+                            StatusCode::BAD_GATEWAY,
+                            Reason::ConnectionReset.as_str(),
+                            "proxypool gateway: the upstream connection closed while the request was sent; it was not re-sent because its body can be sent only once",
+                        );
+                    };
+                    metrics.upstream_connection(false);
+                    let route = shared.plain.route(guard.proxy());
+                    match shared.upstream.dial(guard.proxy(), &dest, route).await {
+                        Ok(d) => exchange(d.io, again).await,
+                        Err(f) => Err(f),
+                    }
+                }
+            },
         };
-        let h = out.headers_mut();
-        if !h.contains_key(header::HOST) {
-            if let Some(a) = parts.uri.authority() {
-                if let Ok(v) = HeaderValue::from_str(a.as_str()) {
-                    h.insert(header::HOST, v);
-                }
-            }
-        }
-        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
-        if dialed.forward {
-            if let Some(auth) = dial::basic_auth(guard.proxy()) {
-                if let Ok(v) = HeaderValue::from_str(&auth) {
-                    h.insert(header::PROXY_AUTHORIZATION, v);
-                }
-            }
-        }
-        let resp = match exchange(dialed.io, out).await {
-            Ok(r) => r,
+        let (resp, sender) = match sent {
+            Ok(v) => v,
             Err(f) => {
                 info!(endpoint, reason = %f.reason, phase = %f.phase, "gateway request failed");
                 let reason = f.reason;
@@ -291,9 +307,13 @@ async fn forward(shared: Arc<Shared>, req: Request<Incoming>, routing: Routing) 
                 return resp;
             }
         };
+        // Back to the idle list once this response has been read to its end.
+        shared
+            .idle
+            .park(IdleKey::new(guard.proxy(), &dest, forward), sender);
         let status = resp.status().as_u16();
         let can_resend = kept.is_some() && resends < shared.upstream.retries();
-        if dialed.forward && proxy_auth(status, resp.headers()) {
+        if forward && proxy_auth(status, resp.headers()) {
             let mut f = DialFailure::new(
                 Reason::ProxyAuthRejected,
                 Phase::ProxyHandshake,
@@ -362,8 +382,46 @@ async fn forward(shared: Arc<Shared>, req: Request<Incoming>, routing: Routing) 
     }
 }
 
-/// Send one request over a dialed stream; the connection closes after it.
-async fn exchange(io: dial::BoxIo, req: Request<Body>) -> Result<Response<Incoming>, DialFailure> {
+/// The request as sent upstream: absolute form with the proxy's credentials to a forward
+/// proxy (`proxy` set), origin form inside a tunnel.
+fn upstream_request(parts: &Parts, body: Body, proxy: Option<&ProxyUrl>) -> Request<Body> {
+    let mut out = Request::new(body);
+    *out.method_mut() = parts.method.clone();
+    *out.version_mut() = Version::HTTP_11;
+    *out.headers_mut() = parts.headers.clone();
+    *out.uri_mut() = if proxy.is_some() {
+        parts.uri.clone()
+    } else {
+        parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/")
+            .parse()
+            .unwrap_or_else(|_| Uri::from_static("/"))
+    };
+    let h = out.headers_mut();
+    if !h.contains_key(header::HOST) {
+        if let Some(a) = parts.uri.authority() {
+            if let Ok(v) = HeaderValue::from_str(a.as_str()) {
+                h.insert(header::HOST, v);
+            }
+        }
+    }
+    if let Some(auth) = proxy.and_then(dial::basic_auth) {
+        if let Ok(v) = HeaderValue::from_str(&auth) {
+            h.insert(header::PROXY_AUTHORIZATION, v);
+        }
+    }
+    out
+}
+
+/// Send the first request over a new upstream connection, which stays open after it when
+/// the far side allows.
+async fn exchange(
+    io: dial::BoxIo,
+    req: Request<Body>,
+) -> Result<(Response<Incoming>, Sender), DialFailure> {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
         .map_err(|e| dial::hyper_failure(&e, Phase::Request))?;
@@ -371,10 +429,11 @@ async fn exchange(io: dial::BoxIo, req: Request<Body>) -> Result<Response<Incomi
         // Errors surface through the response and its body.
         let _ = conn.await;
     });
-    sender
+    let resp = sender
         .send_request(req)
         .await
-        .map_err(|e| dial::hyper_failure(&e, Phase::ResponseHead))
+        .map_err(|e| dial::hyper_failure(&e, Phase::ResponseHead))?;
+    Ok((resp, sender))
 }
 
 fn proxy_auth(status: u16, headers: &HeaderMap) -> bool {

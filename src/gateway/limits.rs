@@ -20,6 +20,8 @@ pub struct Limits {
     pub idle: Duration,
     /// Largest request head (HTTP answers 431 beyond it).
     pub max_head: usize,
+    /// Idle upstream connections kept for later absolute-form requests.
+    pub upstream_idle: super::IdleLimits,
 }
 
 impl Default for Limits {
@@ -28,6 +30,7 @@ impl Default for Limits {
             first_request: Duration::from_secs(10),
             idle: Duration::from_secs(60),
             max_head: 64 * 1024,
+            upstream_idle: super::IdleLimits::default(),
         }
     }
 }

@@ -5,13 +5,16 @@
 //! Files: `front` (first byte decides), `http` and `socks5` (the fronts), `routing`
 //! (username keys, token), `upstream` (attempt loop; every engine call), `lease` (the
 //! guard that always gives a lease back), `limits` (deadlines and caps), `counted` (bytes
-//! relayed, for `/metrics`).
+//! relayed, for `/metrics`), `idle` (upstream connections kept for the next request), `plain` (how
+//! plain HTTP goes through an HTTP upstream).
 
 mod counted;
 mod front;
 mod http;
+mod idle;
 mod lease;
 mod limits;
+mod plain;
 mod routing;
 mod socks5;
 mod upstream;
@@ -32,6 +35,7 @@ use crate::pool::engine::Engine;
 
 pub use front::{detect, Front};
 pub use http::{ENDPOINT_HEADER, ERROR_HEADER};
+pub use idle::IdleLimits;
 pub use limits::Limits;
 pub use routing::{authorize, basic_credentials, parse_username, Denied, Routing, RoutingError};
 pub use socks5::{parse_auth, parse_greeting, parse_request, reply, ParseError, Parsed};
@@ -60,6 +64,8 @@ struct Shared {
     cfg: GatewayConfig,
     limits: Limits,
     upstream: upstream::Upstream,
+    idle: Arc<idle::IdleConns>,
+    plain: plain::PlainRoutes,
     tracker: TaskTracker,
     shutdown: CancellationToken,
     metrics: GatewayMetrics,
@@ -84,6 +90,8 @@ impl Gateway {
                     addr: cfg.listen,
                     source,
                 })?;
+        // Accepted sockets inherit these on Linux (elsewhere `front::serve` sets them).
+        front::client_options(&socket2::SockRef::from(&listener));
         let dialer = Dialer::new(crate::dial::connector(cfg.ca_file.as_deref())?);
         Ok(Gateway {
             listener,
@@ -113,6 +121,8 @@ impl Gateway {
         let metrics = self.engine.metrics().gateway();
         let shared = Arc::new(Shared {
             upstream: upstream::Upstream::new(self.engine, self.dialer, &self.cfg, metrics.clone()),
+            idle: idle::IdleConns::new(self.limits.upstream_idle, metrics.clone()),
+            plain: plain::PlainRoutes::new(self.cfg.plain_http),
             metrics,
             cfg: self.cfg,
             limits: self.limits,
@@ -120,6 +130,11 @@ impl Gateway {
             shutdown: shutdown.clone(),
         });
         info!(%addr, pool = %shared.cfg.pool, auth = shared.cfg.token.is_some(), "gateway listening");
+        let idle = shared.idle.clone();
+        let sweeper = tokio::spawn({
+            let stop = shutdown.clone();
+            async move { idle.sweep_until(stop).await }
+        });
         loop {
             let (stream, peer) = tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -150,6 +165,7 @@ impl Gateway {
         }
         shared.tracker.close();
         shared.tracker.wait().await;
+        let _ = sweeper.await;
         info!(%addr, "gateway stopped");
     }
 }

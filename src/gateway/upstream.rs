@@ -2,6 +2,7 @@
 //! Every call into the engine lives in this file.
 
 use std::collections::HashSet;
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,6 +66,43 @@ impl UpstreamError {
             }
         }
     }
+}
+
+/// How one client request goes through each upstream the pool grants it.
+pub(super) trait Way {
+    /// An idle connection that can stand for a dial.
+    type Conn;
+    /// The route through `proxy`.
+    fn route(&self, proxy: &ProxyUrl) -> Route;
+    /// An idle connection through `proxy` on `route`, if one is kept.
+    fn reuse(&self, proxy: &ProxyUrl, route: Route) -> Option<Self::Conn>;
+    /// After `failure` on `route`: another route through the same upstream, tried at once
+    /// and without a report (the upstream refused a way, not the destination).
+    fn fallback(&self, proxy: &ProxyUrl, route: Route, failure: &DialFailure) -> Option<Route>;
+}
+
+/// Always the same route, never an idle connection.
+struct Fixed(Route);
+
+impl Way for Fixed {
+    type Conn = Infallible;
+    fn route(&self, _: &ProxyUrl) -> Route {
+        self.0
+    }
+    fn reuse(&self, _: &ProxyUrl, _: Route) -> Option<Infallible> {
+        None
+    }
+    fn fallback(&self, _: &ProxyUrl, _: Route, _: &DialFailure) -> Option<Route> {
+        None
+    }
+}
+
+/// How one try reached the destination.
+pub(super) enum Link<S> {
+    /// A new connection through the granted upstream.
+    Dialed(Dialed),
+    /// An idle connection of the granted upstream, open to the same place.
+    Reused(S),
 }
 
 /// Upstreams already tried for one client request; never tried twice.
@@ -157,6 +195,24 @@ impl Upstream {
         route: Route,
         tried: &mut Tried,
     ) -> Result<(LeaseGuard, Dialed), UpstreamError> {
+        let (guard, link) = self
+            .connect_or_reuse(routing, dest, tried, &Fixed(route))
+            .await?;
+        match link {
+            Link::Dialed(d) => Ok((guard, d)),
+            Link::Reused(never) => match never {},
+        }
+    }
+
+    /// As `connect`, with `way` choosing the route through each granted upstream, offering
+    /// an idle connection of its own instead of a dial, or another route after a refusal.
+    pub(super) async fn connect_or_reuse<W: Way>(
+        &self,
+        routing: &Routing,
+        dest: &Dest,
+        tried: &mut Tried,
+        way: &W,
+    ) -> Result<(LeaseGuard, Link<W::Conn>), UpstreamError> {
         // Leases for the destination skip its banned pairs, and their reports are scoped
         // by SPEC §13 (a proxy-side failure stays endpoint-wide).
         let want = Want {
@@ -180,18 +236,25 @@ impl Upstream {
                 continue;
             }
             attempts += 1;
-            let mut clock = Clock::start(self.connect_timeout, "gateway connect_timeout");
-            match self
-                .dialer
-                .dial(guard.proxy(), dest, route, &mut clock)
-                .await
-            {
-                Ok(mut d) => {
-                    // Counted from here: tunnel payload, or the forwarded request and
-                    // response; the handshake to the upstream is not relayed traffic.
-                    d.io = Box::new(Counted::new(d.io, self.metrics.clone()));
-                    return Ok((guard, d));
+            let mut route = way.route(guard.proxy());
+            if let Some(conn) = way.reuse(guard.proxy(), route) {
+                return Ok((guard, Link::Reused(conn)));
+            }
+            let dialed = loop {
+                match self.dial(guard.proxy(), dest, route).await {
+                    Err(f) => match way.fallback(guard.proxy(), route, &f) {
+                        Some(other) if other != route => {
+                            debug!(endpoint = guard.endpoint(), reason = %f.reason,
+                                "gateway upstream refused that route; trying another way through it");
+                            route = other;
+                        }
+                        _ => break Err(f),
+                    },
+                    ok => break ok,
                 }
+            };
+            match dialed {
+                Ok(d) => return Ok((guard, Link::Dialed(d))),
                 Err(f) => {
                     let endpoint = guard.endpoint();
                     info!(endpoint, reason = %f.reason, phase = %f.phase,
@@ -214,6 +277,21 @@ impl Upstream {
                 retry_after: None,
             }),
         }
+    }
+
+    /// One dial through `proxy` within `connect_timeout`.
+    pub(super) async fn dial(
+        &self,
+        proxy: &ProxyUrl,
+        dest: &Dest,
+        route: Route,
+    ) -> Result<Dialed, DialFailure> {
+        let mut clock = Clock::start(self.connect_timeout, "gateway connect_timeout");
+        let mut d = self.dialer.dial(proxy, dest, route, &mut clock).await?;
+        // Counted from here: tunnel payload, or the forwarded request and response; the
+        // handshake to the upstream is not relayed traffic.
+        d.io = Box::new(Counted::new(d.io, self.metrics.clone()));
+        Ok(d)
     }
 
     /// Report a failure seen on the way to `destination` and wait for it to be recorded.

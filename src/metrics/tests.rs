@@ -153,6 +153,8 @@ fn every_family_of_the_spec_with_its_labels() {
         ("proxypool_gateway_requests_total", "counter"),
         ("proxypool_gateway_upstream_attempts_total", "counter"),
         ("proxypool_gateway_bytes_total", "counter"),
+        ("proxypool_gateway_upstream_connections_total", "counter"),
+        ("proxypool_gateway_idle_upstream_connections", "gauge"),
         ("proxypool_store_commit_seconds", "histogram"),
     ] {
         assert!(

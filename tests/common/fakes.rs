@@ -269,6 +269,10 @@ pub struct DestCfg {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// A changeable status and body, instead of `status` and `body`.
     pub answer: Option<Answer>,
+    /// Keep connections alive for this many answers, then read the next request and close
+    /// without answering (a server whose keep-alive ran out just as a request came).
+    /// `None`: one answer with `Connection: close`.
+    pub keep_alive: Option<usize>,
 }
 
 impl Default for DestCfg {
@@ -282,6 +286,7 @@ impl Default for DestCfg {
             reset_after: None,
             tls: None,
             answer: None,
+            keep_alive: None,
         }
     }
 }
@@ -312,6 +317,34 @@ pub async fn dest(cfg: DestCfg) -> Fake {
 }
 
 async fn serve_dest<S: Io>(mut s: S, cfg: &DestCfg, seen: Arc<Mutex<Vec<String>>>) {
+    let Some(answers) = cfg.keep_alive else {
+        return answer_once(s, cfg, seen).await;
+    };
+    for _ in 0..answers {
+        let Some((head, _)) = read_head(&mut s).await else {
+            return;
+        };
+        seen.lock().unwrap().push(head);
+        let (status, body) = match &cfg.answer {
+            Some(a) => a.get(),
+            None => (cfg.status, cfg.body.clone()),
+        };
+        let resp = format!(
+            "HTTP/1.1 {status} Whatever\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        if s.write_all(resp.as_bytes()).await.is_err() || s.write_all(&body).await.is_err() {
+            return;
+        }
+        let _ = s.flush().await;
+    }
+    // The next request is read (and seen) and dropped with the connection.
+    if let Some((head, _)) = read_head(&mut s).await {
+        seen.lock().unwrap().push(head);
+    }
+}
+
+async fn answer_once<S: Io>(mut s: S, cfg: &DestCfg, seen: Arc<Mutex<Vec<String>>>) {
     let Some((head, _)) = read_head(&mut s).await else {
         return;
     };
@@ -381,6 +414,8 @@ pub struct HttpProxyCfg {
     pub auth: Option<(String, String)>,
     /// Serve the proxy itself over TLS (an `https://` proxy).
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Refuse CONNECT (403) to any other port, as proxies that tunnel only to 443 do.
+    pub connect_ports: Option<Vec<u16>>,
 }
 
 /// Start a fake HTTP proxy; `seen` holds the request heads it received.
@@ -421,6 +456,15 @@ async fn serve_http_proxy<S: Io>(mut s: S, cfg: &HttpProxyCfg, seen: Arc<Mutex<V
     let mut parts = first.split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let upstream_addr = if method == "CONNECT" {
+        let port = target.rsplit(':').next().and_then(|p| p.parse().ok());
+        if let (Some(allowed), Some(port)) = (&cfg.connect_ports, port) {
+            if !allowed.contains(&port) {
+                let _ = s
+                    .write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+                    .await;
+                return;
+            }
+        }
         target.to_string()
     } else if let Some(after) = target.strip_prefix("http://") {
         let authority = after.split('/').next().unwrap_or("");

@@ -1,0 +1,290 @@
+//! Upstream connection reuse for absolute-form requests: one connection per (upstream,
+//! destination) kept between requests and clients, never shared across upstreams,
+//! rotation untouched, and a connection the far side closed is no failure of the upstream.
+
+mod common;
+
+use std::time::Duration;
+
+use common::fakes::*;
+use common::gateway::*;
+use proxypool::config::PlainHttp;
+use proxypool::health::State;
+use tokio::io::AsyncWriteExt;
+
+fn url(scheme: &str, port: u16) -> String {
+    format!("{scheme}://127.0.0.1:{port}")
+}
+
+/// A destination that keeps its connections alive for `n` answers.
+async fn keep_alive_dest(n: usize) -> Fake {
+    dest(DestCfg {
+        keep_alive: Some(n),
+        ..Default::default()
+    })
+    .await
+}
+
+/// The value of one series in the gateway's `/metrics` text (0 when absent).
+fn metric(gw: &Gw, series: &str) -> f64 {
+    gw.engine
+        .metrics()
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+const NEW: &str = "proxypool_gateway_upstream_connections_total{connection=\"new\"}";
+const REUSED: &str = "proxypool_gateway_upstream_connections_total{connection=\"reused\"}";
+const IDLE: &str = "proxypool_gateway_idle_upstream_connections";
+
+/// Wait (bounded) until the gateway holds `n` idle upstream connections: a connection is
+/// parked a moment after its response has been read to the end.
+async fn until_idle(gw: &Gw, n: f64) {
+    for _ in 0..300 {
+        if metric(gw, IDLE) == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("idle upstream connections: {} (want {n})", metric(gw, IDLE));
+}
+
+#[tokio::test]
+async fn tunnel_mode_sends_many_requests_through_one_connect() {
+    let d = keep_alive_dest(100).await;
+    let up = http_proxy(HttpProxyCfg::default()).await;
+    let gw = Gw::start(&[url("http", up.port())], |g| {
+        g.plain_http = PlainHttp::Tunnel
+    })
+    .await;
+    let mut s = gw.connect().await;
+    for i in 0..5 {
+        s.write_all(&get(d.port(), &format!("/{i}"), ""))
+            .await
+            .unwrap();
+        let r = read_response(&mut s).await.unwrap();
+        assert_eq!(r.status(), 200, "{}", r.head);
+        assert_eq!(r.text(), "hello from the destination");
+        assert_eq!(r.endpoint(), Some(gw.ids[0]));
+        gw.until_no_leases().await;
+        until_idle(&gw, 1.0).await;
+    }
+    // Another client connection gets the same upstream connection.
+    let r = roundtrip(gw.addr, &get(d.port(), "/other", "")).await;
+    assert_eq!(r.status(), 200, "{}", r.head);
+    let seen = up.seen();
+    assert_eq!(seen.len(), 1, "one CONNECT for six requests: {seen:?}");
+    assert!(
+        seen[0].starts_with(&format!("CONNECT 127.0.0.1:{} ", d.port())),
+        "{}",
+        seen[0]
+    );
+    // Inside the tunnel the destination reads origin-form requests.
+    let heads = d.seen();
+    assert_eq!(heads.len(), 6, "{heads:?}");
+    assert!(heads[1].starts_with("GET /1 HTTP/1.1"), "{}", heads[1]);
+    assert_eq!((metric(&gw, NEW), metric(&gw, REUSED)), (1.0, 5.0));
+    gw.until_no_leases().await;
+    // Every request was reported: the endpoint is healthy, with no failure on record.
+    assert_eq!(gw.row(gw.ids[0]).state, State::Available);
+    assert_eq!(gw.row(gw.ids[0]).streak, 0);
+}
+
+#[tokio::test]
+async fn forward_mode_reuses_a_proxy_that_keeps_its_connection_open() {
+    // The fake proxy forwards the first request and then relays the connection, which
+    // stays open as long as the keep-alive destination keeps it.
+    let d = keep_alive_dest(100).await;
+    let up = http_proxy(HttpProxyCfg::default()).await;
+    let gw = Gw::start(&[url("http", up.port())], |g| {
+        g.plain_http = PlainHttp::Forward
+    })
+    .await;
+    for i in 0..3 {
+        let r = roundtrip(gw.addr, &get(d.port(), &format!("/{i}"), "")).await;
+        assert_eq!(r.status(), 200, "{}", r.head);
+        until_idle(&gw, 1.0).await;
+    }
+    assert_eq!(up.seen().len(), 1, "{:?}", up.seen());
+    // Absolute form all the way: what a forward proxy reads.
+    let heads = d.seen();
+    assert!(
+        heads[2].starts_with(&format!("GET http://127.0.0.1:{}/2 HTTP/1.1", d.port())),
+        "{}",
+        heads[2]
+    );
+    assert_eq!((metric(&gw, NEW), metric(&gw, REUSED)), (1.0, 2.0));
+}
+
+#[tokio::test]
+async fn a_proxy_that_closes_after_each_answer_gets_a_new_connection_each_time() {
+    // The default fake destination answers with `Connection: close`.
+    let d = dest(DestCfg::default()).await;
+    let up = http_proxy(HttpProxyCfg::default()).await;
+    let gw = Gw::start(&[url("http", up.port())], |g| {
+        g.plain_http = PlainHttp::Tunnel
+    })
+    .await;
+    for _ in 0..3 {
+        let r = roundtrip(gw.addr, &get(d.port(), "/", "")).await;
+        assert_eq!(r.status(), 200, "{}", r.head);
+        gw.until_no_leases().await;
+    }
+    assert_eq!(up.seen().len(), 3);
+    assert_eq!((metric(&gw, NEW), metric(&gw, REUSED)), (3.0, 0.0));
+    assert_eq!(metric(&gw, IDLE), 0.0);
+}
+
+#[tokio::test]
+async fn reuse_never_pins_an_upstream_and_never_crosses_upstreams() {
+    let d = keep_alive_dest(100).await;
+    let ups = [
+        http_proxy(HttpProxyCfg::default()).await,
+        http_proxy(HttpProxyCfg::default()).await,
+    ];
+    let urls: Vec<String> = ups.iter().map(|u| url("http", u.port())).collect();
+    let gw = Gw::start(&urls, |g| g.plain_http = PlainHttp::Tunnel).await;
+    let mut s = gw.connect().await;
+    let mut used = Vec::new();
+    for i in 0..6 {
+        s.write_all(&get(d.port(), &format!("/{i}"), ""))
+            .await
+            .unwrap();
+        let r = read_response(&mut s).await.unwrap();
+        assert_eq!(r.status(), 200, "{}", r.head);
+        used.push(r.endpoint().unwrap());
+        gw.until_no_leases().await;
+        until_idle(&gw, if i == 0 { 1.0 } else { 2.0 }).await;
+    }
+    // Both upstreams served (the pool rotates per request) ...
+    for id in &gw.ids {
+        assert!(used.contains(id), "{id} never used: {used:?}");
+    }
+    // ... each through its own single tunnel.
+    for up in &ups {
+        assert_eq!(up.seen().len(), 1, "{:?}", up.seen());
+    }
+    assert_eq!((metric(&gw, NEW), metric(&gw, REUSED)), (2.0, 4.0));
+}
+
+#[tokio::test]
+async fn a_connection_closed_while_idle_is_replaced_without_blaming_the_upstream() {
+    // One answer per connection, then the destination reads the next request and closes
+    // without answering: the gateway re-sends the GET on a new connection.
+    let d = keep_alive_dest(1).await;
+    let up = http_proxy(HttpProxyCfg::default()).await;
+    let gw = Gw::start(&[url("http", up.port())], |g| {
+        g.plain_http = PlainHttp::Tunnel
+    })
+    .await;
+    let r = roundtrip(gw.addr, &get(d.port(), "/first", "")).await;
+    assert_eq!(r.status(), 200, "{}", r.head);
+    until_idle(&gw, 1.0).await;
+    let r = roundtrip(gw.addr, &get(d.port(), "/second", "")).await;
+    assert_eq!(r.status(), 200, "{}", r.head);
+    assert_eq!(r.endpoint(), Some(gw.ids[0]));
+    gw.until_no_leases().await;
+    // The dropped request reached the destination, then went again on a new tunnel.
+    let heads = d.seen();
+    assert_eq!(heads.len(), 3, "{heads:?}");
+    assert!(heads[2].starts_with("GET /second"), "{}", heads[2]);
+    assert_eq!(up.seen().len(), 2);
+    let row = gw.row(gw.ids[0]);
+    assert_eq!((row.state, row.streak), (State::Available, 0));
+    assert!(
+        !gw.events()
+            .iter()
+            .any(|e| e.kind == "report" && e.reason.is_some()),
+        "no failure reported: {:?}",
+        gw.events()
+    );
+}
+
+#[tokio::test]
+async fn a_body_sent_once_on_a_closed_connection_is_not_sent_again() {
+    let d = keep_alive_dest(1).await;
+    let up = http_proxy(HttpProxyCfg::default()).await;
+    let gw = Gw::start(&[url("http", up.port())], |g| {
+        g.plain_http = PlainHttp::Tunnel
+    })
+    .await;
+    let r = roundtrip(gw.addr, &get(d.port(), "/first", "")).await;
+    assert_eq!(r.status(), 200, "{}", r.head);
+    until_idle(&gw, 1.0).await;
+    let post = format!(
+        "POST http://127.0.0.1:{}/pay HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 3\r\n\r\nabc",
+        d.port()
+    );
+    let r = roundtrip(gw.addr, post.as_bytes()).await;
+    assert_eq!(r.status(), 502, "{}", r.head);
+    assert_eq!(r.header("x-proxypool-error"), Some("connection_reset"));
+    gw.until_no_leases().await;
+    // Once, not twice; and the upstream is not blamed for the idle connection.
+    let posts = d.seen().iter().filter(|h| h.starts_with("POST")).count();
+    assert_eq!(posts, 1);
+    assert_eq!(gw.row(gw.ids[0]).streak, 0);
+}
+
+#[tokio::test]
+async fn idle_connections_close_after_the_idle_timeout() {
+    let d = keep_alive_dest(100).await;
+    let up = http_proxy(HttpProxyCfg::default()).await;
+    let limits = proxypool::gateway::Limits {
+        upstream_idle: proxypool::gateway::IdleLimits {
+            timeout: Duration::from_millis(300),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let gw = Gw::start_with(
+        &[url("http", up.port())],
+        |g| g.plain_http = PlainHttp::Tunnel,
+        limits,
+    )
+    .await;
+    let r = roundtrip(gw.addr, &get(d.port(), "/", "")).await;
+    assert_eq!(r.status(), 200, "{}", r.head);
+    until_idle(&gw, 1.0).await;
+    // Swept within a timeout and a half.
+    until_idle(&gw, 0.0).await;
+    let r = roundtrip(gw.addr, &get(d.port(), "/", "")).await;
+    assert_eq!(r.status(), 200, "{}", r.head);
+    assert_eq!(
+        up.seen().len(),
+        2,
+        "a new tunnel after the old one timed out"
+    );
+}
+
+#[tokio::test]
+async fn auto_forwards_through_a_proxy_that_tunnels_only_to_443_and_remembers_it() {
+    let d = dest(DestCfg::default()).await;
+    let up = http_proxy(HttpProxyCfg {
+        connect_ports: Some(vec![443]),
+        ..Default::default()
+    })
+    .await;
+    // `auto` is the default.
+    let gw = Gw::start(&[url("http", up.port())], |_| {}).await;
+    for i in 0..3 {
+        let r = roundtrip(gw.addr, &get(d.port(), &format!("/{i}"), "")).await;
+        assert_eq!(r.status(), 200, "{}", r.head);
+        assert_eq!(r.text(), "hello from the destination");
+        gw.until_no_leases().await;
+    }
+    // Asked for a tunnel once, refused, then forwarded every time.
+    let seen = up.seen();
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert!(seen[0].starts_with("CONNECT "), "{}", seen[0]);
+    for head in &seen[1..] {
+        assert!(head.starts_with("GET http://"), "{head}");
+    }
+    // The refusal is the proxy's policy, not a failure.
+    let row = gw.row(gw.ids[0]);
+    assert_eq!((row.state, row.streak), (State::Available, 0));
+    // A CONNECT client through the same proxy still gets the proxy's own refusal.
+    let (_s, resp) = connect_tunnel(gw.addr, d.port(), "").await;
+    assert_eq!(resp.status(), 502, "{}", resp.head);
+}
