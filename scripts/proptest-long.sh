@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Long property run: every property of tests/proptest_parsers.rs with 1,000,000 cases
-# (override with PROPTEST_CASES), one property at a time, timing each.
+# Long property run: every property of tests/proptest_parsers.rs and the gateway's SOCKS5
+# parser properties (src/gateway/socks5.rs) with 1,000,000 cases (override with
+# PROPTEST_CASES), one property at a time, timing each.
 #
 #   scripts/proptest-long.sh                 # optimized build (recommended: much faster)
 #   PROFILE=debug scripts/proptest-long.sh   # reuse the debug build
@@ -19,19 +20,34 @@ log="${LOG:-target/proptest-long.log}"
 mkdir -p target
 : >"$log"
 
-# Build once, then run the test binary itself: cargo would hold the build lock for hours.
-bin=$(cargo test "${flags[@]}" --test proptest_parsers --no-run --message-format=json 2>>"$log" |
-    grep '"kind":\["test"\]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
-[ -x "$bin" ] || { echo "could not build tests/proptest_parsers.rs (see $log)" >&2; exit 1; }
-# A copy, so rebuilding the tests meanwhile neither fails nor swaps the binary mid-run.
-cp "$bin" target/proptest-long-bin
-bin=target/proptest-long-bin
-names=$("$bin" --list 2>/dev/null | sed -n 's/: test$//p' | grep -F -- "$filter" || true)
-[ -n "$names" ] || { echo "no property matches '$filter'" >&2; exit 2; }
+# Build once, then run the test binaries themselves: cargo would hold the build lock for
+# hours. Copies, so rebuilding the tests meanwhile neither fails nor swaps a binary mid-run.
+build() { # CARGO-TARGET-ARGS... -> path of the test executable
+    cargo test "${flags[@]}" "$@" --no-run --message-format=json 2>>"$log" |
+        grep '"kind":\["\(test\|lib\)"\]' | grep '"test":true' |
+        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
+}
+parsers=$(build --test proptest_parsers)
+lib=$(build --lib)
+[ -x "$parsers" ] || { echo "could not build tests/proptest_parsers.rs (see $log)" >&2; exit 1; }
+[ -x "$lib" ] || { echo "could not build the library's unit tests (see $log)" >&2; exit 1; }
+cp "$parsers" target/proptest-long-parsers
+cp "$lib" target/proptest-long-lib
+# Every property of tests/proptest_parsers.rs, and the gateway's SOCKS5 parser properties
+# that live next to the parser (src/gateway/socks5.rs).
+list() { "$1" --list 2>/dev/null | sed -n 's/: test$//p' | grep -F -- "$filter" || true; }
+runs=()
+for n in $(list target/proptest-long-parsers); do runs+=("target/proptest-long-parsers $n"); done
+for n in $(list target/proptest-long-lib | grep -E '^gateway::socks5::tests::(parsers_never_panic|requests_round_trip)'); do
+    runs+=("target/proptest-long-lib $n")
+done
+[ ${#runs[@]} -gt 0 ] || { echo "no property matches '$filter'" >&2; exit 2; }
 
 failed=0
 echo "cases per property: $PROPTEST_CASES, profile: $profile, log: $log"
-for n in $names; do
+for r in "${runs[@]}"; do
+    bin=${r%% *}
+    n=${r#* }
     start=$(date +%s)
     if "$bin" --exact "$n" >>"$log" 2>&1; then
         r=ok

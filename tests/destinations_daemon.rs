@@ -81,6 +81,23 @@ fn socket_lease_and_report_with_destination_schemes_and_session() {
     let r = c.req(&json!({"op": "lease", "destination": "shop.example", "schemes": ["http"]}));
     assert_eq!(err_code(&r), "pool_exhausted", "{r}");
 
+    // `proxypool lease --destination/--scheme` ask the same.
+    for _ in 0..2 {
+        let v = json_of(&h.ok(&["lease", "--json", "--destination", "Shop.Example"]));
+        assert_eq!(v["endpoint"], json!(ids[1]), "{v}");
+        ok(c.req(&json!({"op": "release", "lease": v["lease"]})));
+    }
+    let v = json_of(&h.ok(&["lease", "--json", "--scheme", "http", "--scheme", "socks5h"]));
+    ok(c.req(&json!({"op": "release", "lease": v["lease"]})));
+    let o = h.run(&["lease", "--destination", "shop.example", "--scheme", "http"]);
+    assert_eq!(o.code, Some(1), "exhausted: {o:?}");
+    let o = h.run(&["lease", "--scheme", "gopher"]);
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.contains("gopher"), "{o:?}");
+    let o = h.run(&["lease", "--destination", "shop.example/path"]);
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.contains("destination"), "{o:?}");
+
     // Bad input names the field and changes nothing.
     let bad = [
         (json!({"op": "lease", "schemes": ["gopher"]}), "gopher"),

@@ -11,7 +11,8 @@
 #   IDLE_TUNNELS=10000 idle tunnels held open for the memory load (capped by `ulimit -Hn`)
 #   BIG_MIB=256        size of the bulk file
 #   BULK_RUNS=3        bulk downloads per front (one at a time; the best is kept)
-#   FRONTS="direct gateway proxy-chain pproxy"   rows to run
+#   FRONTS="direct gateway gateway-forward proxy-chain pproxy"   rows to run
+#                      (gateway = plain_http "auto", the default; gateway-forward = "forward")
 #   LOADS="tunnels absolute bulk idle"           loads to run
 #   GWBENCH_TOOLS=/tmp/gwbench-tools   where proxy-chain and pproxy were installed (below)
 #   PROXYPOOL_BIN=...  default: target/release/proxypool, built here with cargo
@@ -32,7 +33,7 @@ DURATION=${DURATION:-10}
 CLIENTS=${CLIENTS:-8}
 IDLE_TUNNELS=${IDLE_TUNNELS:-10000}
 BIG_MIB=${BIG_MIB:-256}
-FRONTS=${FRONTS:-direct gateway proxy-chain pproxy}
+FRONTS=${FRONTS:-direct gateway gateway-forward proxy-chain pproxy}
 LOADS=${LOADS:-tunnels absolute bulk idle}
 TOOLS=${GWBENCH_TOOLS:-/tmp/gwbench-tools}
 
@@ -104,15 +105,19 @@ for f in $FRONTS; do
     direct)
         start_front direct "$TP_PORT" "$GW_TINYPROXY_PID"
         ;;
-    gateway)
+    gateway | gateway-forward)
         if ! "$PP" serve --help 2>/dev/null | grep -q -- '--gateway'; then
-            note "gateway row skipped: \`$PP serve --help\` has no --gateway (the gateway is not merged into this build yet)"
+            note "$f row skipped: \`$PP serve --help\` has no --gateway (the gateway is not merged into this build yet)"
             continue
         fi
         p=$(gw_free_port)
-        # The probe points at the local nginx and never runs by itself: no traffic leaves
-        # the machine and none competes with the loads.
-        cat >"$D/proxypool.toml" <<CONF
+        mode=auto
+        [[ $f == gateway-forward ]] && mode=forward
+        # One daemon per database: each gateway row gets its own folder. The probe points
+        # at the local nginx and never runs by itself: no traffic leaves the machine and
+        # none competes with the loads.
+        mkdir -p "$D/$f"
+        cat >"$D/$f/proxypool.toml" <<CONF
 [store]
 path = "proxypool.db"
 
@@ -126,14 +131,18 @@ mode = "static-no-ping"
 [pool.probe]
 url = "http://$DEST/small"
 interval = "0s"
+
+[[gateway]]
+listen = "127.0.0.1:$p"
+plain_http = "$mode"
 CONF
-        "$PP" --config "$D/proxypool.toml" add "$UPSTREAM" >"$D/proxypool-add.out" 2>&1 ||
-            { cat "$D/proxypool-add.out" >&2; exit 1; }
-        "$PP" --config "$D/proxypool.toml" serve --gateway "127.0.0.1:$p" >"$D/proxypool.out" 2>&1 &
+        "$PP" --config "$D/$f/proxypool.toml" add "$UPSTREAM" >"$D/$f/add.out" 2>&1 ||
+            { cat "$D/$f/add.out" >&2; exit 1; }
+        "$PP" --config "$D/$f/proxypool.toml" serve >"$D/$f/serve.out" 2>&1 &
         pid=$!
         gw_track "$pid"
-        gw_wait_port "$p" 20 || { cat "$D/proxypool.out" >&2; exit 1; }
-        start_front gateway "$p" "$pid"
+        gw_wait_port "$p" 20 || { cat "$D/$f/serve.out" >&2; exit 1; }
+        start_front "$f" "$p" "$pid"
         ;;
     proxy-chain)
         if ! command -v node >/dev/null || [[ ! -d $TOOLS/node_modules/proxy-chain ]]; then
@@ -160,7 +169,7 @@ CONF
         start_front pproxy "$p" "$pid"
         ;;
     *)
-        gw_log "unknown front '$f' (direct gateway proxy-chain pproxy)"
+        gw_log "unknown front '$f' (direct gateway gateway-forward proxy-chain pproxy)"
         exit 2
         ;;
     esac
@@ -283,7 +292,8 @@ ratio() { # A B -> A/B with two decimals, or n/a
 label() {
     case $1 in
     direct) echo "tinyproxy directly" ;;
-    gateway) echo "proxypool gateway → tinyproxy" ;;
+    gateway) echo "proxypool gateway (plain_http = \"auto\", the default) → tinyproxy" ;;
+    gateway-forward) echo "proxypool gateway (plain_http = \"forward\") → tinyproxy" ;;
     proxy-chain) echo "proxy-chain $(sed -n 's/.*"version": "\(.*\)".*/\1/p' "$TOOLS/node_modules/proxy-chain/package.json" | head -1) → tinyproxy" ;;
     pproxy) echo "pproxy $("$TOOLS/venv/bin/pproxy" --version 2>/dev/null | awk '{print $NF}') → tinyproxy" ;;
     esac
@@ -308,12 +318,12 @@ done
 echo
 echo "| ratio | tunnels/s | absolute-form GETs/s | bulk MB/s | RSS per idle tunnel |"
 echo "|---|---:|---:|---:|---:|"
-for peer in direct proxy-chain pproxy; do
-    if [[ -z ${PORT[gateway]:-} ]]; then
-        echo "| gateway / $peer | pending | pending | pending | pending |"
-    elif [[ -n ${PORT[$peer]:-} ]]; then
-        echo "| gateway / $peer | $(ratio "${TUN[gateway]:-}" "${TUN[$peer]:-}") | $(ratio "${GET[gateway]:-}" "${GET[$peer]:-}") | $(ratio "${BULK[gateway]:-}" "${BULK[$peer]:-}") | $(ratio "${MEM[gateway]:-}" "${MEM[$peer]:-}") |"
-    fi
+for gw in gateway gateway-forward; do
+    [[ -n ${PORT[$gw]:-} ]] || continue
+    for peer in direct proxy-chain pproxy; do
+        [[ -n ${PORT[$peer]:-} ]] || continue
+        echo "| $gw / $peer | $(ratio "${TUN[$gw]:-}" "${TUN[$peer]:-}") | $(ratio "${GET[$gw]:-}" "${GET[$peer]:-}") | $(ratio "${BULK[$gw]:-}" "${BULK[$peer]:-}") | $(ratio "${MEM[$gw]:-}" "${MEM[$peer]:-}") |"
+    done
 done
 echo
 echo "Goals (issue 10): gateway ≥ 0.80× direct on tunnels/s and on absolute-form GETs/s with zero errors,"

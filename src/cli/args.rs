@@ -188,6 +188,12 @@ pub enum Command {
         /// Sticky session key.
         #[arg(long)]
         session: Option<String>,
+        /// Host the lease is for: endpoints banned by it are skipped.
+        #[arg(long, value_name = "HOST")]
+        destination: Option<String>,
+        /// Only endpoints of this scheme (repeat for several), e.g. socks5h.
+        #[arg(long = "scheme", value_name = "SCHEME")]
+        schemes: Vec<String>,
         /// All fields as JSON.
         #[arg(long)]
         json: bool,

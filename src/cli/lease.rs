@@ -6,12 +6,19 @@ use super::{daemon_error, unexpected, CliError, Context};
 use crate::client::Client;
 use crate::protocol::{Body, Dur, Request};
 
+/// What the lease is for, besides its pool (the daemon checks each).
+pub(super) struct Want {
+    pub(super) session: Option<String>,
+    pub(super) destination: Option<String>,
+    pub(super) schemes: Option<Vec<String>>,
+}
+
 pub(super) async fn lease(
     ctx: &Context,
     pool: String,
     ttl: Duration,
     wait: Duration,
-    session: Option<String>,
+    want: Want,
     json: bool,
 ) -> Result<(), CliError> {
     let mut c = connect_any(ctx).await?;
@@ -20,9 +27,9 @@ pub(super) async fn lease(
         pool: Some(pool),
         ttl: Some(Dur(ttl)),
         wait: Some(Dur(wait)),
-        session,
-        destination: None,
-        schemes: None,
+        session: want.session,
+        destination: want.destination,
+        schemes: want.schemes,
     };
     let resp = c.request(&req).await?;
     if json {

@@ -135,8 +135,17 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             ttl,
             wait,
             session,
+            destination,
+            schemes,
             json,
-        } => lease(&ctx, pool, ttl, wait, session, json).await,
+        } => {
+            let want = lease::Want {
+                session,
+                destination,
+                schemes: (!schemes.is_empty()).then_some(schemes),
+            };
+            lease(&ctx, pool, ttl, wait, want, json).await
+        }
         Command::Events {
             endpoint,
             follow,
