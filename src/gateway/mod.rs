@@ -2,13 +2,16 @@
 //! absolute-form) and SOCKS5, leases an upstream per connection or request, dials first
 //! and answers after, retries around dead upstreams and reports every outcome.
 //!
-//! Files: `front` (first byte decides), `http` and `socks5` (the fronts), `routing`
+//! Files: `front` (first byte decides), `answer` (the gateway's own HTTP answers), `http` and `socks5` (the fronts), `forward`
+//! (absolute-form requests), `routing`
 //! (username keys, token), `upstream` (attempt loop; every engine call), `lease` (the
 //! guard that always gives a lease back), `limits` (deadlines and caps), `counted` (bytes
 //! relayed, for `/metrics`), `idle` (upstream connections kept for the next request), `plain` (how
 //! plain HTTP goes through an HTTP upstream).
 
+mod answer;
 mod counted;
+mod forward;
 mod front;
 mod http;
 mod idle;

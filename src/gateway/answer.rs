@@ -1,0 +1,189 @@
+//! The gateway's own HTTP answers (errors, the endpoint header) and the destination a
+//! request names; shared by CONNECT and absolute-form.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Response, StatusCode, Uri};
+
+use super::http::{ENDPOINT_HEADER, ERROR_HEADER};
+use super::idle::Body;
+use super::upstream::UpstreamError;
+use crate::dial::Dest;
+use crate::metrics::GatewayOutcome;
+
+/// The destination of a request target (`host:port`, or an absolute URL's authority).
+pub(super) fn destination(uri: &Uri, default_port: u16) -> Option<Dest> {
+    let auth = uri.authority()?;
+    if auth.host().is_empty() {
+        return None;
+    }
+    Some(Dest::new(
+        auth.host(),
+        auth.port_u16().unwrap_or(default_port),
+    ))
+}
+
+pub(super) fn set_endpoint(h: &mut HeaderMap, endpoint: i64) {
+    h.insert(ENDPOINT_HEADER, HeaderValue::from(endpoint));
+}
+
+pub(super) fn empty() -> Body {
+    Empty::<Bytes>::new().map_err(|n| match n {}).boxed()
+}
+
+pub(super) fn text(status: StatusCode, error: &str, message: &str) -> Response<Body> {
+    let body = Full::new(Bytes::from(format!("{message}\n")))
+        .map_err(|n| match n {})
+        .boxed();
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    resp.extensions_mut().insert(outcome_of(status));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if let Ok(v) = HeaderValue::from_str(error) {
+        h.insert(ERROR_HEADER, v);
+    }
+    resp
+}
+
+/// The request outcome of an answer the gateway made itself, by its status.
+fn outcome_of(status: StatusCode) -> GatewayOutcome {
+    match status {
+        StatusCode::PROXY_AUTHENTICATION_REQUIRED => GatewayOutcome::Denied,
+        StatusCode::BAD_GATEWAY => GatewayOutcome::UpstreamFailed,
+        StatusCode::SERVICE_UNAVAILABLE => GatewayOutcome::Exhausted,
+        StatusCode::INTERNAL_SERVER_ERROR => GatewayOutcome::Internal,
+        // 400, 408, 413: the request itself was wrong.
+        _ => GatewayOutcome::BadRequest,
+    }
+}
+
+pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
+    match e {
+        UpstreamError::Exhausted { pool, retry_after } => {
+            let mut resp = text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "pool_exhausted",
+                &format!("proxypool gateway: pool {pool:?} has no endpoint available"),
+            );
+            // Whole seconds, rounded up, at least 1: "0" would invite a busy loop.
+            let secs = retry_after
+                .map(|d| d.as_millis().div_ceil(1000).max(1) as u64)
+                .unwrap_or(1);
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            resp
+        }
+        UpstreamError::UnknownPool(p) => text(
+            StatusCode::BAD_REQUEST,
+            "unknown_pool",
+            &format!("proxypool gateway: unknown pool {p:?}"),
+        ),
+        UpstreamError::AllFailed {
+            last,
+            endpoint,
+            tried,
+        } => {
+            let mut resp = text(
+                StatusCode::BAD_GATEWAY,
+                last.reason.as_str(),
+                &format!(
+                    "proxypool gateway: {tried} upstream(s) failed; last: {} at {}",
+                    last.reason, last.phase
+                ),
+            );
+            set_endpoint(resp.headers_mut(), endpoint);
+            resp
+        }
+        e @ (UpstreamError::Internal(_) | UpstreamError::UnusableUrl { .. }) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            &format!("proxypool gateway: {e}"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dial::DialFailure;
+    use crate::health::{Phase, Reason};
+
+    #[test]
+    fn destinations_from_request_targets() {
+        let u: Uri = "http://Example.com/x".parse().unwrap();
+        assert_eq!(destination(&u, 80), Some(Dest::new("example.com", 80)));
+        let u: Uri = "[::1]:8443".parse().unwrap();
+        assert_eq!(destination(&u, 443), Some(Dest::new("::1", 8443)));
+        let u: Uri = "/relative".parse().unwrap();
+        assert_eq!(destination(&u, 80), None);
+    }
+
+    #[test]
+    fn gateway_answers_carry_their_outcome() {
+        use UpstreamError as E;
+        let failed = E::AllFailed {
+            last: DialFailure::new(Reason::ConnectRefused, Phase::Connect, "refused"),
+            endpoint: 1,
+            tried: 1,
+        };
+        let cases = [
+            (upstream_error(failed), GatewayOutcome::UpstreamFailed),
+            (
+                upstream_error(E::Exhausted {
+                    pool: "p".into(),
+                    retry_after: None,
+                }),
+                GatewayOutcome::Exhausted,
+            ),
+            (
+                upstream_error(E::UnknownPool("x".into())),
+                GatewayOutcome::BadRequest,
+            ),
+            (
+                text(StatusCode::PROXY_AUTHENTICATION_REQUIRED, "a", "b"),
+                GatewayOutcome::Denied,
+            ),
+            (
+                text(StatusCode::PAYLOAD_TOO_LARGE, "a", "b"),
+                GatewayOutcome::BadRequest,
+            ),
+            (
+                text(StatusCode::REQUEST_TIMEOUT, "a", "b"),
+                GatewayOutcome::BadRequest,
+            ),
+        ];
+        for (resp, want) in cases {
+            assert_eq!(
+                resp.extensions().get::<GatewayOutcome>(),
+                Some(&want),
+                "{}",
+                resp.status()
+            );
+        }
+        // Never on the wire: an extension, not a header.
+        assert!(Response::new(empty())
+            .extensions()
+            .get::<GatewayOutcome>()
+            .is_none());
+    }
+
+    #[test]
+    fn empty_pool_retry_after_rounds_up_to_whole_seconds() {
+        let r = upstream_error(UpstreamError::Exhausted {
+            pool: "p".into(),
+            retry_after: Some(std::time::Duration::from_millis(1_200)),
+        });
+        assert_eq!(r.status(), 503);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "2");
+        let r = upstream_error(UpstreamError::Exhausted {
+            pool: "p".into(),
+            retry_after: Some(std::time::Duration::ZERO),
+        });
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+    }
+}

@@ -1,0 +1,361 @@
+//! Absolute-form (plain HTTP) requests: one upstream per request, the destination's
+//! status judged (`ban_status`, `retry_status`), the upstream connection kept for the next
+//! request when it can be (`idle`, `plain`).
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::http::request::Parts;
+use hyper::{Method, Request, Response, StatusCode, Uri, Version};
+use hyper_util::rt::TokioIo;
+use tracing::{debug, info};
+
+use super::answer::{destination, empty, set_endpoint, text, upstream_error};
+use super::idle::{Body, IdleKey, Sender};
+use super::lease::LeaseGuard;
+use super::plain::PlainWay;
+use super::routing::Routing;
+use super::upstream::{failure_outcome, Link, Tried};
+use super::Shared;
+use crate::dial::{self, Dest, DialFailure};
+use crate::endpoint::ProxyUrl;
+use crate::health::{Phase, Reason};
+use crate::pool::Outcome;
+use crate::retry_after::parse_retry_after;
+
+/// A GET/HEAD body kept for re-sending is at most this large; larger ones are not retried.
+const MAX_REPLAY_BODY: usize = 64 * 1024;
+
+pub(super) async fn forward(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+    routing: Routing,
+) -> Response<Body> {
+    let Some(dest) = destination(req.uri(), 80) else {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "the URL has no host",
+        );
+    };
+    let (mut parts, body) = req.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let replayable = matches!(parts.method, Method::GET | Method::HEAD);
+    // GET/HEAD bodies (rare, small) are kept so the request can be re-sent; any other
+    // body streams once.
+    let mut kept: Option<Bytes> = None;
+    let mut once: Option<Incoming> = None;
+    if replayable {
+        // A body announced and never sent must not hold the connection open forever.
+        let collect = Limited::new(body, MAX_REPLAY_BODY).collect();
+        match tokio::time::timeout(shared.limits.first_request, collect).await {
+            Ok(Ok(b)) => kept = Some(b.to_bytes()),
+            Ok(Err(_)) => {
+                return text(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "bad_request",
+                    "a GET or HEAD body must be under 64 KiB",
+                )
+            }
+            Err(_) => {
+                return text(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "bad_request",
+                    "the request body did not arrive in time",
+                )
+            }
+        }
+    } else {
+        once = Some(body);
+    }
+    let cfg = &shared.cfg;
+    let mut tried = Tried::default();
+    let mut resends = 0u32;
+    loop {
+        let way = PlainWay {
+            routes: &shared.plain,
+            idle: &shared.idle,
+            dest: &dest,
+        };
+        let (mut guard, link) = match shared
+            .upstream
+            .connect_or_reuse(&routing, &dest, &mut tried, &way)
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => return upstream_error(e),
+        };
+        let endpoint = guard.endpoint();
+        let forward = match &link {
+            Link::Dialed(d) => d.forward,
+            Link::Reused((_, forward)) => *forward,
+        };
+        let body: Body = match (&kept, once.take()) {
+            (Some(b), _) => Full::new(b.clone()).map_err(|n| match n {}).boxed(),
+            (None, Some(b)) => b.boxed(),
+            (None, None) => empty(),
+        };
+        let out = upstream_request(&parts, body, forward.then(|| guard.proxy()));
+        let (resp, sender) = match send(&shared, &guard, link, out, &parts, &kept, &dest).await {
+            Ok(v) => v,
+            Err(Sent::Failed(f)) => {
+                info!(endpoint, reason = %f.reason, phase = %f.phase, "gateway request failed");
+                let reason = f.reason;
+                shared.upstream.fail(guard, f, &dest.host).await;
+                let mut resp = text(
+                    StatusCode::BAD_GATEWAY,
+                    reason.as_str(),
+                    &format!("proxypool gateway: upstream {endpoint} failed: {reason}"),
+                );
+                set_endpoint(resp.headers_mut(), endpoint);
+                return resp;
+            }
+            Err(Sent::Unsendable) => {
+                // The upstream is not blamed for a connection that was idle.
+                drop(guard);
+                return text(
+                    StatusCode::BAD_GATEWAY,
+                    Reason::ConnectionReset.as_str(),
+                    "proxypool gateway: the upstream connection closed while the request was sent; it was not re-sent because its body can be sent only once",
+                );
+            }
+        };
+        // Back to the idle list once this response has been read to its end.
+        shared
+            .idle
+            .park(IdleKey::new(guard.proxy(), &dest, forward), sender);
+        let status = resp.status().as_u16();
+        let can_resend = kept.is_some() && resends < shared.upstream.retries();
+        if forward && proxy_auth(status, resp.headers()) {
+            let mut f = DialFailure::new(
+                Reason::ProxyAuthRejected,
+                Phase::ProxyHandshake,
+                format!("proxy refused the credentials with {status}"),
+            );
+            f.status = Some(status);
+            shared.upstream.fail(guard, f, &dest.host).await;
+            if can_resend {
+                resends += 1;
+                continue;
+            }
+            let mut resp = text(
+                StatusCode::BAD_GATEWAY,
+                Reason::ProxyAuthRejected.as_str(),
+                &format!("proxypool gateway: upstream {endpoint} refused its credentials"),
+            );
+            set_endpoint(resp.headers_mut(), endpoint);
+            return resp;
+        }
+        let outcome = if cfg.ban_status.contains(&status) {
+            let mut f = DialFailure::new(
+                Reason::DestinationStatus,
+                Phase::ResponseHead,
+                format!("destination answered {status}"),
+            );
+            f.status = Some(status);
+            f.retry_after = resp
+                .headers()
+                .get(header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| parse_retry_after(v, SystemTime::now()));
+            failure_outcome(f, &dest.host)
+        } else {
+            Outcome::Success
+        };
+        if cfg.retry_status.contains(&status) && can_resend {
+            info!(
+                endpoint,
+                status, "gateway re-sends through another upstream"
+            );
+            guard.set_outcome(outcome);
+            guard.finish().await;
+            resends += 1;
+            continue;
+        }
+        guard.set_outcome(outcome);
+        let (mut rparts, rbody) = resp.into_parts();
+        strip_hop_by_hop(&mut rparts.headers);
+        set_endpoint(&mut rparts.headers, endpoint);
+        let mut guard = Some(guard);
+        // The lease lives as long as the body streams to the client; a body that breaks
+        // off is the upstream path failing mid-response.
+        let host = dest.host.clone();
+        let body = rbody
+            .map_err(move |e| {
+                if let Some(g) = guard.as_mut() {
+                    g.set_outcome(failure_outcome(
+                        dial::hyper_failure(&e, Phase::ResponseBody),
+                        &host,
+                    ));
+                }
+                e
+            })
+            .boxed();
+        return Response::from_parts(rparts, body);
+    }
+}
+
+/// Why a request did not get a response head.
+enum Sent {
+    /// The upstream path failed; reported against the upstream.
+    Failed(DialFailure),
+    /// A kept connection closed after the request's one-time body went out on it.
+    Unsendable,
+}
+
+/// Send `out` on `link`. A kept connection the far side closed (most often just as it was
+/// taken) is no fault of the upstream: the request goes again on a new connection through
+/// the same upstream when it can be had again (not written yet, or a kept GET/HEAD body).
+async fn send(
+    shared: &Shared,
+    guard: &LeaseGuard,
+    link: Link<(Sender, bool)>,
+    out: Request<Body>,
+    parts: &Parts,
+    kept: &Option<Bytes>,
+    dest: &Dest,
+) -> Result<(Response<Incoming>, Sender), Sent> {
+    let metrics = &shared.metrics;
+    let (mut sender, forward) = match link {
+        Link::Dialed(d) => {
+            metrics.upstream_connection(false);
+            return exchange(d.io, out).await.map_err(Sent::Failed);
+        }
+        Link::Reused(v) => v,
+    };
+    metrics.upstream_connection(true);
+    let mut e = match sender.try_send_request(out).await {
+        Ok(resp) => return Ok((resp, sender)),
+        Err(e) => e,
+    };
+    debug!(endpoint = guard.endpoint(), error = %e.error(), "gateway idle upstream connection closed");
+    let again = e.take_message().or_else(|| {
+        kept.as_ref().map(|b| {
+            let body = Full::new(b.clone()).map_err(|n| match n {}).boxed();
+            upstream_request(parts, body, forward.then(|| guard.proxy()))
+        })
+    });
+    let again = again.ok_or(Sent::Unsendable)?;
+    metrics.upstream_connection(false);
+    let route = shared.plain.route(guard.proxy());
+    let d = shared
+        .upstream
+        .dial(guard.proxy(), dest, route)
+        .await
+        .map_err(Sent::Failed)?;
+    exchange(d.io, again).await.map_err(Sent::Failed)
+}
+
+/// The request as sent upstream: absolute form with the proxy's credentials to a forward
+/// proxy (`proxy` set), origin form inside a tunnel.
+fn upstream_request(parts: &Parts, body: Body, proxy: Option<&ProxyUrl>) -> Request<Body> {
+    let mut out = Request::new(body);
+    *out.method_mut() = parts.method.clone();
+    *out.version_mut() = Version::HTTP_11;
+    *out.headers_mut() = parts.headers.clone();
+    *out.uri_mut() = if proxy.is_some() {
+        parts.uri.clone()
+    } else {
+        parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/")
+            .parse()
+            .unwrap_or_else(|_| Uri::from_static("/"))
+    };
+    let h = out.headers_mut();
+    if !h.contains_key(header::HOST) {
+        if let Some(a) = parts.uri.authority() {
+            if let Ok(v) = HeaderValue::from_str(a.as_str()) {
+                h.insert(header::HOST, v);
+            }
+        }
+    }
+    if let Some(auth) = proxy.and_then(dial::basic_auth) {
+        if let Ok(v) = HeaderValue::from_str(&auth) {
+            h.insert(header::PROXY_AUTHORIZATION, v);
+        }
+    }
+    out
+}
+
+/// Send the first request over a new upstream connection, which stays open after it when
+/// the far side allows.
+async fn exchange(
+    io: dial::BoxIo,
+    req: Request<Body>,
+) -> Result<(Response<Incoming>, Sender), DialFailure> {
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| dial::hyper_failure(&e, Phase::Request))?;
+    tokio::spawn(async move {
+        // Errors surface through the response and its body.
+        let _ = conn.await;
+    });
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| dial::hyper_failure(&e, Phase::ResponseHead))?;
+    Ok((resp, sender))
+}
+
+fn proxy_auth(status: u16, headers: &HeaderMap) -> bool {
+    dial::proxy_auth_answer(status, headers)
+}
+
+fn strip_hop_by_hop(h: &mut HeaderMap) {
+    // Headers the Connection header names are hop-by-hop too (RFC 9110 §7.6.1).
+    let named: Vec<HeaderName> = h
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in named {
+        h.remove(n);
+    }
+    for n in [
+        header::CONNECTION,
+        header::PROXY_AUTHORIZATION,
+        header::PROXY_AUTHENTICATE,
+        header::TE,
+        header::TRAILER,
+        header::UPGRADE,
+    ] {
+        h.remove(n);
+    }
+    h.remove("keep-alive");
+    h.remove("proxy-connection");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_stay_on_their_hop() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("connection", "keep-alive, X-Secret-Hop"),
+            ("x-secret-hop", "1"),
+            ("proxy-authorization", "Basic Zm9vOmJhcg=="),
+            ("proxy-connection", "keep-alive"),
+            ("keep-alive", "timeout=5"),
+            ("te", "trailers"),
+            ("host", "example.com"),
+            ("cookie", "a=b"),
+        ] {
+            h.insert(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        strip_hop_by_hop(&mut h);
+        let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        left.sort();
+        assert_eq!(left, ["cookie", "host"]);
+    }
+}
