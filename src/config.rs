@@ -318,21 +318,21 @@ pub struct GatewayConfig {
 }
 
 /// How the gateway sends a plain-HTTP (absolute-form) request through an HTTP(S) upstream.
-/// SOCKS upstreams always carry it in a tunnel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum PlainHttp {
-    /// Forward the request to the proxy in absolute form, as HTTP proxies expect. Its
-    /// connection is reused only when the proxy keeps it alive.
-    Forward,
-    /// Open a CONNECT tunnel to the destination and send the request inside it; the tunnel
-    /// stays open for the next request through the same upstream to the same host. Faster
-    /// with proxies that close after every forwarded request, but some proxies allow
-    /// CONNECT to port 443 only.
-    Tunnel,
-    /// `tunnel`, and `forward` for good through an upstream that refuses the tunnel.
+    /// Forward the request to the proxy in absolute form on a new connection, closed after
+    /// the response: every request may leave a rotating proxy from a new address.
     #[default]
-    Auto,
+    Forward,
+    /// Forward in absolute form on a connection kept for the next request to the same
+    /// host through the same upstream, when the proxy keeps it open.
+    ForwardKeepalive,
+    /// Open a CONNECT tunnel to the destination and send the request inside it; the tunnel
+    /// stays open for the next request through the same upstream to the same host. A proxy
+    /// that refuses the tunnel by policy (e.g. CONNECT to port 443 only) gets the request
+    /// forwarded instead (`forward-keepalive`), remembered for an hour.
+    Tunnel,
 }
 
 impl GatewayConfig {
@@ -348,7 +348,7 @@ impl GatewayConfig {
             token: None,
             max_connections: 10_000,
             ca_file: None,
-            plain_http: PlainHttp::Auto,
+            plain_http: PlainHttp::Forward,
         }
     }
 
@@ -1042,7 +1042,7 @@ mod tests {
         assert_eq!((g.retries, g.ban_status.clone()), (2, vec![403, 429]));
         assert_eq!(g.token, None);
         assert_eq!(g.max_connections, 10_000);
-        assert_eq!(g.plain_http, PlainHttp::Auto);
+        assert_eq!(g.plain_http, PlainHttp::Forward);
         let g = &cfg.gateways[1];
         assert_eq!(g.token.as_deref(), Some("t0k"));
         assert_eq!((g.retries, g.retry_status.clone()), (0, vec![429]));
@@ -1095,7 +1095,7 @@ mod tests {
             ("[[gateway]]\nlisten = \"127.0.0.1:1\"\nport = 3\n", "port"),
             (
                 "[[gateway]]\nlisten = \"127.0.0.1:1\"\nplain_http = \"socks\"\n",
-                "expected one of `forward`, `tunnel`, `auto`",
+                "expected one of `forward`, `forward-keepalive`, `tunnel`",
             ),
         ];
         for (text, want) in cases {

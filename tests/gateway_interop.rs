@@ -369,11 +369,11 @@ async fn headless_chromium_loads_pages_through_gateway() {
     gw.until_no_leases().await;
 }
 
-/// `plain_http = "auto"` (the default) with real tinyproxy: where tinyproxy tunnels to the
+/// `plain_http = "tunnel"` with real tinyproxy: where tinyproxy tunnels to the
 /// destination's port, one tunnel carries every request; where its `ConnectPort` list
 /// refuses that port, requests are forwarded instead, and the upstream stays healthy.
 #[tokio::test]
-async fn plain_http_through_tinyproxy_reuses_a_tunnel_or_falls_back_to_forwarding() {
+async fn plain_http_tunnel_mode_through_tinyproxy_reuses_a_tunnel_or_falls_back() {
     let d = dest(DestCfg {
         body: PAGE.as_bytes().to_vec(),
         keep_alive: Some(100),
@@ -388,7 +388,10 @@ async fn plain_http_through_tinyproxy_reuses_a_tunnel_or_falls_back_to_forwardin
     };
     for (tp, tunnels) in [(&open, true), (&only_443, false)] {
         let up = format!("http://alice:s3cret@127.0.0.1:{}", tp.port);
-        let gw = Gw::start(&[up], |_| {}).await;
+        let gw = Gw::start(&[up], |g| {
+            g.plain_http = proxypool::config::PlainHttp::Tunnel
+        })
+        .await;
         for i in 0..3 {
             let r = common::gateway::roundtrip(
                 gw.addr,

@@ -93,13 +93,13 @@ async fn tunnel_mode_sends_many_requests_through_one_connect() {
 }
 
 #[tokio::test]
-async fn forward_mode_reuses_a_proxy_that_keeps_its_connection_open() {
+async fn forward_keepalive_reuses_a_proxy_that_keeps_its_connection_open() {
     // The fake proxy forwards the first request and then relays the connection, which
     // stays open as long as the keep-alive destination keeps it.
     let d = keep_alive_dest(100).await;
     let up = http_proxy(HttpProxyCfg::default()).await;
     let gw = Gw::start(&[url("http", up.port())], |g| {
-        g.plain_http = PlainHttp::Forward
+        g.plain_http = PlainHttp::ForwardKeepalive
     })
     .await;
     for i in 0..3 {
@@ -259,15 +259,17 @@ async fn idle_connections_close_after_the_idle_timeout() {
 }
 
 #[tokio::test]
-async fn auto_forwards_through_a_proxy_that_tunnels_only_to_443_and_remembers_it() {
+async fn tunnel_mode_forwards_through_a_proxy_that_tunnels_only_to_443_and_remembers_it() {
     let d = dest(DestCfg::default()).await;
     let up = http_proxy(HttpProxyCfg {
         connect_ports: Some(vec![443]),
         ..Default::default()
     })
     .await;
-    // `auto` is the default.
-    let gw = Gw::start(&[url("http", up.port())], |_| {}).await;
+    let gw = Gw::start(&[url("http", up.port())], |g| {
+        g.plain_http = PlainHttp::Tunnel
+    })
+    .await;
     for i in 0..3 {
         let r = roundtrip(gw.addr, &get(d.port(), &format!("/{i}"), "")).await;
         assert_eq!(r.status(), 200, "{}", r.head);
@@ -287,4 +289,86 @@ async fn auto_forwards_through_a_proxy_that_tunnels_only_to_443_and_remembers_it
     // A CONNECT client through the same proxy still gets the proxy's own refusal.
     let (_s, resp) = connect_tunnel(gw.addr, d.port(), "").await;
     assert_eq!(resp.status(), 502, "{}", resp.head);
+}
+
+#[tokio::test]
+async fn forward_the_default_takes_a_new_connection_for_every_request() {
+    let d = keep_alive_dest(100).await;
+    let up = http_proxy(HttpProxyCfg::default()).await;
+    let gw = Gw::start(&[url("http", up.port())], |_| {}).await;
+    let mut s = gw.connect().await;
+    for i in 0..3 {
+        s.write_all(&get(d.port(), &format!("/{i}"), ""))
+            .await
+            .unwrap();
+        let r = read_response(&mut s).await.unwrap();
+        assert_eq!(r.status(), 200, "{}", r.head);
+        gw.until_no_leases().await;
+    }
+    // A rotating proxy sees every request on a connection of its own.
+    let seen = up.seen();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    for head in &seen {
+        assert!(head.starts_with("GET http://"), "{head}");
+        assert_eq!(header(head, "connection"), Some("close"), "{head}");
+    }
+    assert_eq!((metric(&gw, NEW), metric(&gw, REUSED)), (3.0, 0.0));
+    assert_eq!(metric(&gw, IDLE), 0.0);
+}
+
+#[tokio::test]
+async fn kept_connections_are_per_destination_even_to_a_forward_proxy() {
+    // The fake proxy relays the connection after its first request, like a proxy that
+    // would send a second request to the first host: each host needs its own connection.
+    let a = dest(DestCfg {
+        keep_alive: Some(100),
+        body: b"from a".to_vec(),
+        ..Default::default()
+    })
+    .await;
+    let b = dest(DestCfg {
+        keep_alive: Some(100),
+        body: b"from b".to_vec(),
+        ..Default::default()
+    })
+    .await;
+    let up = http_proxy(HttpProxyCfg::default()).await;
+    let gw = Gw::start(&[url("http", up.port())], |g| {
+        g.plain_http = PlainHttp::ForwardKeepalive
+    })
+    .await;
+    for i in 0..4 {
+        let (d, want) = if i % 2 == 0 {
+            (&a, "from a")
+        } else {
+            (&b, "from b")
+        };
+        let r = roundtrip(gw.addr, &get(d.port(), "/", "")).await;
+        assert_eq!(r.text(), want, "request {i}");
+        gw.until_no_leases().await;
+        until_idle(&gw, if i == 0 { 1.0 } else { 2.0 }).await;
+    }
+    assert_eq!(up.seen().len(), 2, "one connection per destination");
+    assert_eq!((metric(&gw, NEW), metric(&gw, REUSED)), (2.0, 2.0));
+}
+
+#[tokio::test]
+async fn a_query_without_a_path_keeps_its_query_inside_a_tunnel() {
+    let d = keep_alive_dest(100).await;
+    let up = http_proxy(HttpProxyCfg::default()).await;
+    let gw = Gw::start(&[url("http", up.port())], |g| {
+        g.plain_http = PlainHttp::Tunnel
+    })
+    .await;
+    let req = format!(
+        "GET http://127.0.0.1:{}?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        d.port()
+    );
+    let r = roundtrip(gw.addr, req.as_bytes()).await;
+    assert_eq!(r.status(), 200, "{}", r.head);
+    assert!(
+        d.seen()[0].starts_with("GET /?x=1 HTTP/1.1"),
+        "{}",
+        d.seen()[0]
+    );
 }

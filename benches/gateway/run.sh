@@ -11,8 +11,8 @@
 #   IDLE_TUNNELS=10000 idle tunnels held open for the memory load (capped by `ulimit -Hn`)
 #   BIG_MIB=256        size of the bulk file
 #   BULK_RUNS=3        bulk downloads per front (one at a time; the best is kept)
-#   FRONTS="direct gateway gateway-forward proxy-chain pproxy"   rows to run
-#                      (gateway = plain_http "auto", the default; gateway-forward = "forward")
+#   FRONTS="direct gateway gateway-tunnel proxy-chain pproxy"   rows to run
+#                      (gateway: plain_http "forward", the default; gateway-tunnel: "tunnel")
 #   LOADS="tunnels absolute bulk idle"           loads to run
 #   GWBENCH_TOOLS=/tmp/gwbench-tools   where proxy-chain and pproxy were installed (below)
 #   PROXYPOOL_BIN=...  default: target/release/proxypool, built here with cargo
@@ -33,7 +33,7 @@ DURATION=${DURATION:-10}
 CLIENTS=${CLIENTS:-8}
 IDLE_TUNNELS=${IDLE_TUNNELS:-10000}
 BIG_MIB=${BIG_MIB:-256}
-FRONTS=${FRONTS:-direct gateway gateway-forward proxy-chain pproxy}
+FRONTS=${FRONTS:-direct gateway gateway-tunnel proxy-chain pproxy}
 LOADS=${LOADS:-tunnels absolute bulk idle}
 TOOLS=${GWBENCH_TOOLS:-/tmp/gwbench-tools}
 
@@ -105,14 +105,14 @@ for f in $FRONTS; do
     direct)
         start_front direct "$TP_PORT" "$GW_TINYPROXY_PID"
         ;;
-    gateway | gateway-forward)
+    gateway | gateway-tunnel)
         if ! "$PP" serve --help 2>/dev/null | grep -q -- '--gateway'; then
             note "$f row skipped: \`$PP serve --help\` has no --gateway (the gateway is not merged into this build yet)"
             continue
         fi
         p=$(gw_free_port)
-        mode=auto
-        [[ $f == gateway-forward ]] && mode=forward
+        mode=forward
+        [[ $f == gateway-tunnel ]] && mode=tunnel
         # One daemon per database: each gateway row gets its own folder. The probe points
         # at the local nginx and never runs by itself: no traffic leaves the machine and
         # none competes with the loads.
@@ -169,7 +169,7 @@ CONF
         start_front pproxy "$p" "$pid"
         ;;
     *)
-        gw_log "unknown front '$f' (direct gateway gateway-forward proxy-chain pproxy)"
+        gw_log "unknown front '$f' (direct gateway gateway-tunnel proxy-chain pproxy)"
         exit 2
         ;;
     esac
@@ -292,8 +292,8 @@ ratio() { # A B -> A/B with two decimals, or n/a
 label() {
     case $1 in
     direct) echo "tinyproxy directly" ;;
-    gateway) echo "proxypool gateway (plain_http = \"auto\", the default) → tinyproxy" ;;
-    gateway-forward) echo "proxypool gateway (plain_http = \"forward\") → tinyproxy" ;;
+    gateway) echo "proxypool gateway (plain_http = \"forward\", the default) → tinyproxy" ;;
+    gateway-tunnel) echo "proxypool gateway (plain_http = \"tunnel\") → tinyproxy" ;;
     proxy-chain) echo "proxy-chain $(sed -n 's/.*"version": "\(.*\)".*/\1/p' "$TOOLS/node_modules/proxy-chain/package.json" | head -1) → tinyproxy" ;;
     pproxy) echo "pproxy $("$TOOLS/venv/bin/pproxy" --version 2>/dev/null | awk '{print $NF}') → tinyproxy" ;;
     esac
@@ -318,7 +318,7 @@ done
 echo
 echo "| ratio | tunnels/s | absolute-form GETs/s | bulk MB/s | RSS per idle tunnel |"
 echo "|---|---:|---:|---:|---:|"
-for gw in gateway gateway-forward; do
+for gw in gateway gateway-tunnel; do
     [[ -n ${PORT[$gw]:-} ]] || continue
     for peer in direct proxy-chain pproxy; do
         [[ -n ${PORT[$peer]:-} ]] || continue

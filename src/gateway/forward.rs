@@ -21,7 +21,7 @@ use super::plain::PlainWay;
 use super::routing::Routing;
 use super::upstream::{failure_outcome, Link, Tried};
 use super::Shared;
-use crate::dial::{self, Dest, DialFailure};
+use crate::dial::{self, Dest, DialFailure, Route};
 use crate::endpoint::ProxyUrl;
 use crate::health::{Phase, Reason};
 use crate::pool::Outcome;
@@ -80,6 +80,7 @@ pub(super) async fn forward(
             routes: &shared.plain,
             idle: &shared.idle,
             dest: &dest,
+            once_body: kept.is_none(),
         };
         let (mut guard, link) = match shared
             .upstream
@@ -99,7 +100,8 @@ pub(super) async fn forward(
             (None, Some(b)) => b.boxed(),
             (None, None) => empty(),
         };
-        let out = upstream_request(&parts, body, forward.then(|| guard.proxy()));
+        let reuse = shared.plain.reuse();
+        let out = upstream_request(&parts, body, forward.then(|| guard.proxy()), reuse);
         let (resp, sender) = match send(&shared, &guard, link, out, &parts, &kept, &dest).await {
             Ok(v) => v,
             Err(Sent::Failed(f)) => {
@@ -117,20 +119,25 @@ pub(super) async fn forward(
             Err(Sent::Unsendable) => {
                 // The upstream is not blamed for a connection that was idle.
                 drop(guard);
-                return text(
+                let mut resp = text(
                     StatusCode::BAD_GATEWAY,
                     Reason::ConnectionReset.as_str(),
                     "proxypool gateway: the upstream connection closed while the request was sent; it was not re-sent because its body can be sent only once",
                 );
+                set_endpoint(resp.headers_mut(), endpoint);
+                return resp;
             }
         };
-        // Back to the idle list once this response has been read to its end.
-        shared
-            .idle
-            .park(IdleKey::new(guard.proxy(), &dest, forward), sender);
         let status = resp.status().as_u16();
+        let refused_credentials = forward && proxy_auth(status, resp.headers());
+        if reuse && !refused_credentials {
+            // Back to the idle list once this response has been read to its end.
+            shared
+                .idle
+                .park(IdleKey::new(guard.proxy(), &dest, forward), sender);
+        }
         let can_resend = kept.is_some() && resends < shared.upstream.retries();
-        if forward && proxy_auth(status, resp.headers()) {
+        if refused_credentials {
             let mut f = DialFailure::new(
                 Reason::ProxyAuthRejected,
                 Phase::ProxyHandshake,
@@ -236,12 +243,17 @@ async fn send(
     let again = e.take_message().or_else(|| {
         kept.as_ref().map(|b| {
             let body = Full::new(b.clone()).map_err(|n| match n {}).boxed();
-            upstream_request(parts, body, forward.then(|| guard.proxy()))
+            upstream_request(parts, body, forward.then(|| guard.proxy()), true)
         })
     });
     let again = again.ok_or(Sent::Unsendable)?;
     metrics.upstream_connection(false);
-    let route = shared.plain.route(guard.proxy());
+    // The same way as the connection it replaces: the request is already in its form.
+    let route = if forward {
+        Route::PlainHttp
+    } else {
+        Route::Tunnel
+    };
     let d = shared
         .upstream
         .dial(guard.proxy(), dest, route)
@@ -251,8 +263,14 @@ async fn send(
 }
 
 /// The request as sent upstream: absolute form with the proxy's credentials to a forward
-/// proxy (`proxy` set), origin form inside a tunnel.
-fn upstream_request(parts: &Parts, body: Body, proxy: Option<&ProxyUrl>) -> Request<Body> {
+/// proxy (`proxy` set), origin form inside a tunnel; `Connection: close` unless the
+/// connection is to be kept.
+fn upstream_request(
+    parts: &Parts,
+    body: Body,
+    proxy: Option<&ProxyUrl>,
+    keep: bool,
+) -> Request<Body> {
     let mut out = Request::new(body);
     *out.method_mut() = parts.method.clone();
     *out.version_mut() = Version::HTTP_11;
@@ -260,13 +278,7 @@ fn upstream_request(parts: &Parts, body: Body, proxy: Option<&ProxyUrl>) -> Requ
     *out.uri_mut() = if proxy.is_some() {
         parts.uri.clone()
     } else {
-        parts
-            .uri
-            .path_and_query()
-            .map(|p| p.as_str())
-            .unwrap_or("/")
-            .parse()
-            .unwrap_or_else(|_| Uri::from_static("/"))
+        origin_form(&parts.uri)
     };
     let h = out.headers_mut();
     if !h.contains_key(header::HOST) {
@@ -281,7 +293,23 @@ fn upstream_request(parts: &Parts, body: Body, proxy: Option<&ProxyUrl>) -> Requ
             h.insert(header::PROXY_AUTHORIZATION, v);
         }
     }
+    if !keep {
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     out
+}
+
+/// `/path?query` of an absolute URL (`http://h?x=1` has the path `/`).
+fn origin_form(uri: &Uri) -> Uri {
+    let path = match uri.path() {
+        "" => "/",
+        p => p,
+    };
+    let target = match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_string(),
+    };
+    target.parse().unwrap_or_else(|_| Uri::from_static("/"))
 }
 
 /// Send the first request over a new upstream connection, which stays open after it when
@@ -337,6 +365,20 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn origin_form_keeps_path_and_query() {
+        for (abs, want) in [
+            ("http://h/a/b?x=1&y=2", "/a/b?x=1&y=2"),
+            ("http://h?x=1", "/?x=1"),
+            ("http://h", "/"),
+            ("http://h/", "/"),
+            ("http://h:8080/p", "/p"),
+        ] {
+            let u: Uri = abs.parse().unwrap();
+            assert_eq!(origin_form(&u).to_string(), want, "{abs}");
+        }
+    }
 
     #[test]
     fn hop_by_hop_headers_stay_on_their_hop() {

@@ -28,15 +28,19 @@ pub(super) type Sender = hyper::client::conn::http1::SendRequest<Body>;
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) struct IdleKey {
     proxy: String,
-    /// `None` for a connection to a forward proxy, which carries requests to any host.
-    dest: Option<String>,
+    /// A connection to a forward proxy could carry requests to any host, but a proxy that
+    /// merely relays the connection after its first request would then send the next one
+    /// to the first host: kept per destination all the same.
+    dest: String,
+    forward: bool,
 }
 
 impl IdleKey {
     pub(super) fn new(proxy: &ProxyUrl, dest: &Dest, forward: bool) -> IdleKey {
         IdleKey {
             proxy: proxy.to_secret_string(),
-            dest: (!forward).then(|| dest.authority()),
+            dest: dest.authority(),
+            forward,
         }
     }
 }
@@ -44,10 +48,13 @@ impl IdleKey {
 /// How many idle connections are kept, and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdleLimits {
-    /// An idle connection unused this long is closed. Shorter than the keep-alive timeouts
-    /// of common servers and proxies (nginx 75 s, squid 120 s), so the far side rarely
-    /// closes first.
+    /// An idle connection unused this long is closed. Through a tunnel the far side is the
+    /// destination, and many servers close idle keep-alive connections after 5 s (Apache,
+    /// Node.js, uvicorn): closing first avoids most races with them.
     pub timeout: Duration,
+    /// A request whose body can be sent only once takes a connection idle at most this
+    /// long (else a new one): if the far side closed it meanwhile, the request is lost.
+    pub once_timeout: Duration,
     /// Idle connections kept per (upstream, destination).
     pub per_key: usize,
     /// Idle connections kept in all (each is one open descriptor, or two in a tunnel).
@@ -57,7 +64,8 @@ pub struct IdleLimits {
 impl Default for IdleLimits {
     fn default() -> Self {
         IdleLimits {
-            timeout: Duration::from_secs(10),
+            timeout: Duration::from_secs(4),
+            once_timeout: Duration::from_secs(1),
             per_key: 32,
             total: 1024,
         }
@@ -73,6 +81,8 @@ struct Parked {
 struct Table {
     by_key: HashMap<IdleKey, Vec<Parked>>,
     total: usize,
+    /// The gateway stopped: nothing is kept any more.
+    closed: bool,
 }
 
 /// The gateway's idle connections.
@@ -101,16 +111,29 @@ impl IdleConns {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The most recently parked connection for `key` that is still open and fresh.
-    pub(super) fn take(&self, key: &IdleKey) -> Option<Sender> {
+    /// The most recently parked connection for `key` that is still open and fresh (idle
+    /// under `once_timeout` for a request whose body can be sent only once).
+    pub(super) fn take(&self, key: &IdleKey, once_body: bool) -> Option<Sender> {
         let now = Instant::now();
+        let fresh = if once_body {
+            self.limits.once_timeout
+        } else {
+            self.limits.timeout
+        };
         let mut t = self.lock();
         let list = t.by_key.get_mut(key)?;
         let mut found = None;
         let mut dropped = 0;
         while let Some(p) = list.pop() {
+            let age = now.duration_since(p.since);
+            if once_body && p.sender.is_ready() && age >= fresh && age < self.limits.timeout {
+                // Too old for this request, fine for a later GET: kept (the newest are
+                // at the end, so every older one is too old as well).
+                list.push(p);
+                break;
+            }
             dropped += 1;
-            if p.sender.is_ready() && now.duration_since(p.since) < self.limits.timeout {
+            if p.sender.is_ready() && age < fresh {
                 found = Some(p.sender);
                 break;
             }
@@ -127,8 +150,9 @@ impl IdleConns {
     pub(super) fn park(self: &Arc<Self>, key: IdleKey, mut sender: Sender) {
         let idle = self.clone();
         tokio::spawn(async move {
-            // Closed by the far side, or a body that never finished: not reusable.
-            if let Ok(Ok(())) = tokio::time::timeout(idle.limits.timeout, sender.ready()).await {
+            // Ready once the response body has been read to its end, however long that
+            // takes; an error if the far side closed or the client dropped the body.
+            if sender.ready().await.is_ok() {
                 idle.insert(key, sender);
             }
         });
@@ -136,7 +160,7 @@ impl IdleConns {
 
     fn insert(&self, key: IdleKey, sender: Sender) {
         let mut t = self.lock();
-        if t.total >= self.limits.total {
+        if t.closed || t.total >= self.limits.total {
             return;
         }
         let list = t.by_key.entry(key).or_default();
@@ -172,15 +196,16 @@ impl IdleConns {
         self.lock().total
     }
 
-    /// Close every idle connection (the gateway is stopping).
+    /// Close every idle connection and keep none from now on (the gateway is stopping).
     pub(super) fn clear(&self) {
         let mut t = self.lock();
+        t.closed = true;
         t.by_key.clear();
         let all = t.total;
         self.dropped(&mut t, all);
     }
 
-    /// Sweep every `timeout / 2` until `stop`.
+    /// Sweep every `timeout / 2` until `stop`, then close them all.
     pub(super) async fn sweep_until(&self, stop: tokio_util::sync::CancellationToken) {
         let every = (self.limits.timeout / 2).max(Duration::from_millis(100));
         loop {
@@ -189,6 +214,13 @@ impl IdleConns {
                 _ = tokio::time::sleep(every) => self.sweep(),
             }
         }
+        self.clear();
+    }
+}
+
+impl Drop for IdleConns {
+    fn drop(&mut self) {
+        // The gauge is shared by every gateway: take this one's share out of it.
         self.clear();
     }
 }
@@ -245,6 +277,7 @@ mod tests {
     fn limits(per_key: usize, total: usize) -> IdleLimits {
         IdleLimits {
             timeout: Duration::from_secs(10),
+            once_timeout: Duration::from_secs(1),
             per_key,
             total,
         }
@@ -271,12 +304,12 @@ mod tests {
             .encode()
             .contains("proxypool_gateway_idle_upstream_connections 3"));
         // Keys differ by upstream, by destination and by forwarding.
-        assert!(idle.take(&key(1, Some(81))).is_none());
-        assert!(idle.take(&key(1, None)).is_none());
-        assert!(idle.take(&key(3, Some(80))).is_none());
-        assert!(idle.take(&key(1, Some(80))).is_some());
-        assert!(idle.take(&key(1, Some(80))).is_some());
-        assert!(idle.take(&key(1, Some(80))).is_none());
+        assert!(idle.take(&key(1, Some(81)), false).is_none());
+        assert!(idle.take(&key(1, None), false).is_none());
+        assert!(idle.take(&key(3, Some(80)), false).is_none());
+        assert!(idle.take(&key(1, Some(80)), false).is_some());
+        assert!(idle.take(&key(1, Some(80)), false).is_some());
+        assert!(idle.take(&key(1, Some(80)), false).is_none());
         assert_eq!(idle.len(), 1);
         idle.clear();
         assert_eq!(idle.len(), 0);
@@ -292,7 +325,7 @@ mod tests {
         idle.park(key(1, Some(80)), s);
         settle(&idle, 1).await;
         tokio::time::advance(Duration::from_secs(10)).await;
-        assert!(idle.take(&key(1, Some(80))).is_none(), "idle 10 s");
+        assert!(idle.take(&key(1, Some(80)), false).is_none(), "idle 10 s");
         assert_eq!(idle.len(), 0);
 
         let (s, srv) = conn().await;
@@ -305,7 +338,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert!(
-            idle.take(&key(1, Some(80))).is_none(),
+            idle.take(&key(1, Some(80)), false).is_none(),
             "closed by the far side"
         );
 
@@ -318,5 +351,59 @@ mod tests {
         tokio::time::advance(Duration::from_secs(1)).await;
         idle.sweep();
         assert_eq!(idle.len(), 0, "10 s idle is swept");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_once_only_body_takes_only_a_connection_idle_under_a_second() {
+        let idle = IdleConns::new(limits(8, 8), Metrics::new().gateway());
+        let (s, _srv) = conn().await;
+        idle.park(key(1, Some(80)), s);
+        settle(&idle, 1).await;
+        tokio::time::advance(Duration::from_millis(999)).await;
+        let s = idle.take(&key(1, Some(80)), true).expect("idle 999 ms");
+        idle.park(key(1, Some(80)), s);
+        settle(&idle, 1).await;
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(idle.take(&key(1, Some(80)), true).is_none(), "idle 1 s");
+        // Still there for a request that can be sent again.
+        assert_eq!(idle.len(), 1);
+        assert!(idle.take(&key(1, Some(80)), false).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_kept_after_clear_and_the_gauge_returns_to_zero() {
+        let m = Metrics::new();
+        let idle = IdleConns::new(limits(8, 8), m.gateway());
+        let (s, _srv) = conn().await;
+        idle.park(key(1, Some(80)), s);
+        settle(&idle, 1).await;
+        idle.clear();
+        let (s, _srv2) = conn().await;
+        idle.park(key(1, Some(80)), s);
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(idle.len(), 0, "parked after the gateway stopped");
+        let other = IdleConns::new(limits(8, 8), m.gateway());
+        let (s, _srv3) = conn().await;
+        other.park(key(2, Some(80)), s);
+        settle(&other, 1).await;
+        assert!(m
+            .encode()
+            .contains("proxypool_gateway_idle_upstream_connections 1"));
+        drop(other);
+        assert!(m
+            .encode()
+            .contains("proxypool_gateway_idle_upstream_connections 0"));
+    }
+
+    #[test]
+    fn keys_differ_by_credentials() {
+        let d = Dest::new("example.com", 80);
+        let a = ProxyUrl::parse("http://u:one@127.0.0.1:1").unwrap();
+        let b = ProxyUrl::parse("http://u:two@127.0.0.1:1").unwrap();
+        assert!(IdleKey::new(&a, &d, true) != IdleKey::new(&b, &d, true));
+        assert!(IdleKey::new(&a, &d, true) != IdleKey::new(&a, &d, false));
+        assert!(IdleKey::new(&a, &d, true) == IdleKey::new(&a, &d, true));
     }
 }

@@ -240,12 +240,14 @@ impl Upstream {
             if let Some(conn) = way.reuse(guard.proxy(), route) {
                 return Ok((guard, Link::Reused(conn)));
             }
+            // One connect_timeout for the try, another way through the upstream included.
+            let mut clock = Clock::start(self.connect_timeout, "gateway connect_timeout");
             let dialed = loop {
-                match self.dial(guard.proxy(), dest, route).await {
+                match self.dial_on(guard.proxy(), dest, route, &mut clock).await {
                     Err(f) => match way.fallback(guard.proxy(), route, &f) {
                         Some(other) if other != route => {
-                            debug!(endpoint = guard.endpoint(), reason = %f.reason,
-                                "gateway upstream refused that route; trying another way through it");
+                            info!(endpoint = guard.endpoint(), status = f.status,
+                                "gateway upstream refuses tunnels to this port; forwarding through it instead");
                             route = other;
                         }
                         _ => break Err(f),
@@ -287,7 +289,17 @@ impl Upstream {
         route: Route,
     ) -> Result<Dialed, DialFailure> {
         let mut clock = Clock::start(self.connect_timeout, "gateway connect_timeout");
-        let mut d = self.dialer.dial(proxy, dest, route, &mut clock).await?;
+        self.dial_on(proxy, dest, route, &mut clock).await
+    }
+
+    async fn dial_on(
+        &self,
+        proxy: &ProxyUrl,
+        dest: &Dest,
+        route: Route,
+        clock: &mut Clock,
+    ) -> Result<Dialed, DialFailure> {
+        let mut d = self.dialer.dial(proxy, dest, route, clock).await?;
         // Counted from here: tunnel payload, or the forwarded request and response; the
         // handshake to the upstream is not relayed traffic.
         d.io = Box::new(Counted::new(d.io, self.metrics.clone()));
