@@ -14,6 +14,7 @@ use crate::event_kind::EventKind;
 use crate::health::{Phase, Reason, State};
 
 mod edit;
+mod insert;
 mod observe;
 pub use observe::EventFilter;
 pub mod pairs;
@@ -434,77 +435,6 @@ impl Store {
         Ok(self
             .conn
             .pragma_query_value(None, "user_version", |r| r.get(0))?)
-    }
-
-    /// Insert endpoints, all or nothing; returns their ids in order.
-    pub fn add_endpoints(&mut self, eps: &[NewEndpoint]) -> Result<Vec<EndpointId>, StoreError> {
-        let mut ids = Vec::with_capacity(eps.len());
-        self.add_endpoints_from(eps.iter().map(Ok::<_, StoreError>), |id| ids.push(id))?;
-        Ok(ids)
-    }
-
-    /// Insert endpoints as an iterator yields them, all or nothing (one transaction; the
-    /// first error rolls everything back). Nothing is held per endpoint but its id, handed
-    /// to `added`, so an import of millions streams.
-    pub fn add_endpoints_from<E, T>(
-        &mut self,
-        eps: impl Iterator<Item = Result<T, E>>,
-        mut added: impl FnMut(EndpointId),
-    ) -> Result<(), E>
-    where
-        E: From<StoreError>,
-        T: std::borrow::Borrow<NewEndpoint>,
-    {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(StoreError::from)?;
-        {
-            let mut find = tx
-                .prepare_cached(
-                    "SELECT id FROM endpoints WHERE pool=?1 AND scheme=?2 AND host=?3 AND port=?4 AND user=?5",
-                )
-                .map_err(StoreError::from)?;
-            let mut ins = tx
-                .prepare_cached(INSERT_ENDPOINT)
-                .map_err(StoreError::from)?;
-            let now = fmt_time(SystemTime::now());
-            // Ids only grow: a match at or after the first one inserted here is a duplicate
-            // within this batch (the index finds it; no set of keys in memory).
-            let mut first_new: Option<EndpointId> = None;
-            for e in eps {
-                let e = e?;
-                let e = e.borrow();
-                let u = &e.url;
-                let existing: Option<i64> = find
-                    .query_row(
-                        params![e.pool, u.scheme.as_str(), u.host, u.port, u.user_key()],
-                        |r| r.get(0),
-                    )
-                    .optional()
-                    .map_err(StoreError::from)?;
-                if let Some(id) = existing {
-                    return Err(if first_new.is_some_and(|f| id >= f) {
-                        StoreError::DuplicateInBatch {
-                            url: u.to_redacted_string(),
-                            pool: e.pool.clone(),
-                        }
-                    } else {
-                        StoreError::Duplicate {
-                            url: u.to_redacted_string(),
-                            pool: e.pool.clone(),
-                            id,
-                        }
-                    }
-                    .into());
-                }
-                let id = insert_new(&tx, &mut ins, e, &now)?;
-                first_new.get_or_insert(id);
-                added(id);
-            }
-        }
-        tx.commit().map_err(StoreError::from)?;
-        Ok(())
     }
 
     /// Insert the endpoints that do not exist yet (config sync, sources); existing ones

@@ -30,8 +30,10 @@ timed() { /usr/bin/time -v "$@" 2> "$D/time.txt" >/dev/null || { cat "$D/time.tx
 echo -n "CLI import (no daemon): "
 PROXYPOOL_DB="$D/a.db" timed "$BIN" import "$D/a.txt"
 
-wait_sock() { for _ in $(seq 600); do
-  "$BIN" status >/dev/null 2>&1 && return 0; sleep 0.1; done; echo "daemon did not start"; exit 1; }
+# `status` also answers without a daemon (from the database): wait for the socket too.
+wait_sock() { for _ in $(seq 1200); do
+  [ -S "$PROXYPOOL_SOCKET" ] && "$BIN" status >/dev/null 2>&1 && return 0; sleep 0.1; done
+  echo "daemon did not start"; exit 1; }
 
 export PROXYPOOL_DB="$D/a.db"
 "$BIN" serve 2> "$D/daemon.log" & DPID=$!

@@ -66,14 +66,14 @@ pub(super) async fn add(
             };
             // Too big for one request line: hand the daemon a private file instead,
             // so a large import stays one all-or-nothing batch.
-            let path = spill(&ctx.db, &urls)?;
+            let mut file = spill(&ctx.db, &urls)?;
             let req = Request::Import {
-                path: path.display().to_string(),
+                path: file.finish()?,
                 pool,
                 label,
             };
             let r = call(&mut c, &req).await;
-            let _ = std::fs::remove_file(&path);
+            drop(file);
             r?
         };
         return match body {
@@ -84,32 +84,66 @@ pub(super) async fn add(
     Ok(ctx.store()?.add_endpoints(&eps)?)
 }
 
-/// Write URLs (with their passwords) to a new file only this user can read.
-pub(super) fn spill(db: &std::path::Path, urls: &[String]) -> Result<PathBuf, CliError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut name = db.as_os_str().to_owned();
-    name.push(format!(
-        ".import-{}-{:x}",
-        std::process::id(),
-        fastrand::u64(..)
-    ));
-    let path = PathBuf::from(name);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-        .map_err(|e| CliError::failed(format!("cannot write {}: {e}", path.display())))?;
-    let mut text = urls.join("\n");
-    text.push('\n');
-    if let Err(e) = f.write_all(text.as_bytes()) {
-        let _ = std::fs::remove_file(&path);
-        return Err(CliError::failed(format!(
-            "cannot write {}: {e}",
-            path.display()
-        )));
+/// A new file only this user can read, next to the database, for URLs with their
+/// passwords: how a large batch reaches the daemon. Removed when dropped (the daemon
+/// deletes it as soon as it has opened it).
+struct Spill {
+    path: PathBuf,
+    out: std::io::BufWriter<std::fs::File>,
+}
+
+impl Spill {
+    fn create(db: &std::path::Path) -> Result<Spill, CliError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut name = db.as_os_str().to_owned();
+        name.push(format!(
+            ".import-{}-{:x}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        let path = PathBuf::from(name);
+        let path = std::path::absolute(&path).unwrap_or(path);
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| CliError::failed(format!("cannot write {}: {e}", path.display())))?;
+        Ok(Spill {
+            path,
+            out: std::io::BufWriter::with_capacity(1 << 16, f),
+        })
     }
-    Ok(std::path::absolute(&path).unwrap_or(path))
+
+    fn line(&mut self, url: &str) -> Result<(), CliError> {
+        writeln!(self.out, "{url}").map_err(|e| self.failed(e))
+    }
+
+    /// Flush; the file is complete.
+    fn finish(&mut self) -> Result<String, CliError> {
+        self.out.flush().map_err(|e| self.failed(e))?;
+        Ok(self.path.display().to_string())
+    }
+
+    fn failed(&self, e: std::io::Error) -> CliError {
+        CliError::failed(format!("cannot write {}: {e}", self.path.display()))
+    }
+}
+
+impl Drop for Spill {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Write URLs (with their passwords) to a spill file.
+fn spill(db: &std::path::Path, urls: &[String]) -> Result<Spill, CliError> {
+    let mut s = Spill::create(db)?;
+    for u in urls {
+        s.line(u)?;
+    }
+    s.finish()?;
+    Ok(s)
 }
 
 pub(super) async fn import(
@@ -124,44 +158,89 @@ pub(super) async fn import(
         // Through the daemon (which holds every endpoint in memory anyway).
         Some(c) => drop(c),
     }
-    let text = if file == "-" {
-        let mut buf = String::new();
-        for line in std::io::stdin().lock().lines() {
-            buf.push_str(&line.map_err(|e| CliError::usage(format!("stdin: {e}")))?);
-            buf.push('\n');
+    // Every line is checked here first, so an error names the line and its problem; the
+    // URLs stream into a spill file the daemon then reads line by line. Neither side holds
+    // the list in memory.
+    let reader = open_input(file)?;
+    let bar = progress(file);
+    let mut out = Spill::create(&ctx.db)?;
+    let by_bytes = file != "-";
+    let (mut n, mut bytes) = (0u64, 0u64);
+    for (i, line) in reader.lines().enumerate() {
+        let line = line.map_err(|e| CliError::usage(format!("{file}: {e}")))?;
+        bytes += line.len() as u64 + 1;
+        if i % 4096 == 0 {
+            bar.set_position(if by_bytes { bytes } else { n });
         }
-        buf
-    } else {
-        std::fs::read_to_string(file)
-            .map_err(|e| CliError::usage(format!("cannot read {file}: {e}")))?
-    };
-    let lines: Vec<(usize, &str)> = text
-        .lines()
-        .enumerate()
-        .map(|(i, l)| (i + 1, l.trim()))
-        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
-        .collect();
-    let bar = if std::io::stderr().is_terminal() {
-        let b = ProgressBar::new(lines.len() as u64);
-        b.set_style(
-            ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        b.set_message("checking");
-        b
-    } else {
-        ProgressBar::hidden()
-    };
-    let mut eps = Vec::with_capacity(lines.len());
-    for chunk in lines.chunks(1000) {
-        eps.extend(parse_urls(chunk.iter().copied(), pool, label, ctx, true)?);
-        bar.inc(chunk.len() as u64);
+        let l = line.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        let url = ProxyUrl::parse(l)
+            .map_err(|e| CliError::usage(format!("line {}: {e}; nothing was imported", i + 1)))?;
+        out.line(&url.to_secret_string())?;
+        n += 1;
     }
-    bar.set_message("saving");
-    let ids = add(ctx, eps, &[]).await?;
+    let path = out.finish()?;
+    bar.set_message(format!("saving {n} endpoints"));
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    let Some(mut c) = ctx.daemon().await? else {
+        // The daemon stopped meanwhile: the checked lines go in directly.
+        bar.finish_and_clear();
+        return import_direct(ctx, &path, pool, label);
+    };
+    // A slow machine may take minutes for millions: wait for the answer (the commit)
+    // rather than give up while the daemon still writes.
+    c.set_timeout(crate::client::DEFAULT_TIMEOUT + std::time::Duration::from_millis(n / 10));
+    let req = Request::Import {
+        path,
+        pool: Some(pool.to_string()),
+        label: label.clone(),
+    };
+    let body = call(&mut c, &req).await;
+    drop(out);
     bar.finish_and_clear();
-    eprintln!("imported {} endpoints into pool {pool:?}", ids.len());
-    Ok(())
+    match body? {
+        Body::Added { ids } => {
+            eprintln!("imported {} endpoints into pool {pool:?}", ids.len());
+            Ok(())
+        }
+        _ => Err(unexpected("import")),
+    }
+}
+
+fn open_input(file: &str) -> Result<Box<dyn BufRead>, CliError> {
+    Ok(if file == "-" {
+        Box::new(std::io::stdin().lock())
+    } else {
+        let f = std::fs::File::open(file)
+            .map_err(|e| CliError::usage(format!("cannot read {file}: {e}")))?;
+        Box::new(std::io::BufReader::with_capacity(1 << 16, f))
+    })
+}
+
+/// Progress of the check, on a terminal only: a bar over the file's bytes, or a line
+/// counter for stdin.
+fn progress(file: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let size = (file != "-")
+        .then(|| std::fs::metadata(file).ok())
+        .flatten()
+        .map(|m| m.len());
+    let (b, template) = match size {
+        Some(len) => (
+            ProgressBar::new(len),
+            "{spinner} {msg} [{bar:30}] {percent}%",
+        ),
+        None => (ProgressBar::new_spinner(), "{spinner} {msg} {pos} lines"),
+    };
+    b.set_style(
+        ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    b.set_message("checking");
+    b
 }
 
 /// Without a daemon: parse and insert line by line in one transaction, so a million lines
@@ -173,13 +252,7 @@ fn import_direct(
     pool: &str,
     label: &Option<String>,
 ) -> Result<(), CliError> {
-    let reader: Box<dyn BufRead> = if file == "-" {
-        Box::new(std::io::stdin().lock())
-    } else {
-        let f = std::fs::File::open(file)
-            .map_err(|e| CliError::usage(format!("cannot read {file}: {e}")))?;
-        Box::new(std::io::BufReader::with_capacity(1 << 16, f))
-    };
+    let reader = open_input(file)?;
     let state = initial_state(ctx.config.pool(pool));
     let mut store = ctx.store()?;
     let eps = reader.lines().enumerate().filter_map(|(i, line)| {

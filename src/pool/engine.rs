@@ -88,6 +88,9 @@ pub struct Writer {
 /// Rows loaded into the pools per hold of the pool lock.
 const LOAD_SLICE: usize = 4096;
 
+/// Stored rows read per query when the engine starts.
+const START_SLICE: usize = 16_384;
+
 /// Most writes folded into one commit.
 const MAX_BATCH: usize = 4096;
 
@@ -248,11 +251,23 @@ impl Engine {
         pools: impl IntoIterator<Item = PoolConfig>,
         opts: EngineOptions,
     ) -> Result<Arc<Engine>, EngineError> {
-        let rows = store.list(None, None)?;
         let mut p = Pools::new(pools);
         let (now, wall) = (Instant::now(), SystemTime::now());
-        for r in &rows {
-            p.insert_row(r, now, wall);
+        // In slices: a million stored rows never sit in memory next to the pools built
+        // from them (the peak, and the resident size left behind, would nearly double).
+        let mut from = EndpointId::MIN;
+        loop {
+            let rows = store.rows_between(from, EndpointId::MAX, START_SLICE)?;
+            let Some(last) = rows.last().map(|r| r.id) else {
+                break;
+            };
+            for r in &rows {
+                p.insert_row(r, now, wall);
+            }
+            match last.checked_add(1) {
+                Some(next) => from = next,
+                None => break,
+            }
         }
         for r in &store.pairs()? {
             p.restore_pair(r, now, wall);
@@ -567,17 +582,67 @@ impl Engine {
 
     /// Add endpoints (all or nothing) to the store and the pools.
     pub async fn add(&self, eps: Vec<NewEndpoint>) -> Result<Vec<EndpointId>, EngineError> {
-        let rows = self
+        let ids = self.writer.call(move |s| s.add_endpoints(&eps)).await??;
+        self.load_added(&ids).await?;
+        Ok(ids)
+    }
+
+    /// Add endpoints as `eps` yields them, all or nothing: an import of millions. The
+    /// iterator runs on the store thread inside the one transaction (nothing per endpoint
+    /// is held but its id); the first error, its own or the store's, rolls everything back.
+    pub async fn add_from<E>(
+        &self,
+        eps: impl Iterator<Item = Result<NewEndpoint, E>> + Send + 'static,
+    ) -> Result<Vec<EndpointId>, E>
+    where
+        E: From<StoreError> + From<EngineError> + Send + 'static,
+    {
+        let ids = self
             .writer
-            .call(move |s| -> Result<Vec<EndpointRow>, StoreError> {
-                let ids = s.add_endpoints(&eps)?;
-                ids.into_iter()
-                    .map(|id| s.get(id)?.ok_or(StoreError::NotFound(id.to_string())))
-                    .collect()
+            .call(move |s| {
+                let mut ids = Vec::new();
+                s.add_endpoints_from(eps, |id| ids.push(id)).map(|()| ids)
             })
             .await??;
-        self.load_rows(&rows).await;
-        Ok(rows.iter().map(|r| r.id).collect())
+        self.load_added(&ids).await?;
+        Ok(ids)
+    }
+
+    /// Load committed rows into the pools: read back from the store and inserted under
+    /// the pool lock in slices, each slice its own call on the store thread and its own
+    /// hold of the lock, so neither reports nor leases wait behind a million-row import.
+    /// Ids of one batch are consecutive; a row edited meanwhile is read as edited, and
+    /// one removed meanwhile stays out (see `Pools::insert_row`).
+    async fn load_added(&self, ids: &[EndpointId]) -> Result<(), EngineError> {
+        let (Some(&first), Some(&last)) = (ids.first(), ids.last()) else {
+            return Ok(());
+        };
+        let mut from = first;
+        while from <= last {
+            let rows = self
+                .writer
+                .call(move |s| s.rows_between(from, last, LOAD_SLICE))
+                .await??;
+            let Some(end) = rows.last().map(|r| r.id) else {
+                break;
+            };
+            {
+                let mut p = self.lock();
+                let (now, wall) = (Instant::now(), SystemTime::now());
+                for r in &rows {
+                    p.insert_row(r, now, wall);
+                }
+            }
+            // Dropped outside the lock.
+            drop(rows);
+            from = end + 1;
+            if from <= last {
+                tokio::task::yield_now().await;
+            }
+        }
+        self.notify_waiters();
+        self.rescheduled.notify_one();
+        Ok(())
     }
 
     /// Insert missing endpoints (config sync, sources); returns (id, added).
@@ -609,25 +674,6 @@ impl Engine {
         }
         self.notify_waiters();
         Ok(res)
-    }
-
-    /// Load added rows in short slices of the pool lock, so a million-line import never
-    /// holds up a lease for long.
-    async fn load_rows(&self, rows: &[EndpointRow]) {
-        for slice in rows.chunks(LOAD_SLICE) {
-            {
-                let mut p = self.lock();
-                let (now, wall) = (Instant::now(), SystemTime::now());
-                for r in slice {
-                    p.insert_row(r, now, wall);
-                }
-            }
-            if rows.len() > LOAD_SLICE {
-                tokio::task::yield_now().await;
-            }
-        }
-        self.notify_waiters();
-        self.rescheduled.notify_one();
     }
 
     /// Delete endpoints (all or nothing). Memory and the queued delete change under one

@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
-
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::Health;
+
+use super::id_index::IdIndex;
 
 pub(super) struct Entry {
     pub(super) url: ProxyUrl,
@@ -30,24 +30,24 @@ pub(super) struct Entry {
 /// entry and cost a cache and TLB miss per pick in large pools.
 #[derive(Default)]
 pub(super) struct EntryMap {
-    pub(super) index: FxHashMap<EndpointId, u32>,
+    pub(super) index: IdIndex,
     pub(super) slots: Vec<Option<(EndpointId, Entry)>>,
     pub(super) free: Vec<u32>,
 }
 
 impl EntryMap {
     pub(super) fn get(&self, id: &EndpointId) -> Option<&Entry> {
-        let &i = self.index.get(id)?;
+        let i = self.index.get(*id)?;
         self.slots[i as usize].as_ref().map(|(_, e)| e)
     }
 
     pub(super) fn get_mut(&mut self, id: &EndpointId) -> Option<&mut Entry> {
-        let &i = self.index.get(id)?;
+        let i = self.index.get(*id)?;
         self.slots[i as usize].as_mut().map(|(_, e)| e)
     }
 
     pub(super) fn slot(&self, id: &EndpointId) -> Option<u32> {
-        self.index.get(id).copied()
+        self.index.get(*id)
     }
 
     pub(super) fn at(&self, slot: u32) -> Option<&(EndpointId, Entry)> {
@@ -59,11 +59,11 @@ impl EntryMap {
     }
 
     pub(super) fn contains_key(&self, id: &EndpointId) -> bool {
-        self.index.contains_key(id)
+        self.index.get(*id).is_some()
     }
 
     pub(super) fn insert(&mut self, id: EndpointId, e: Entry) {
-        if let Some(&i) = self.index.get(&id) {
+        if let Some(i) = self.index.get(id) {
             self.slots[i as usize] = Some((id, e));
             return;
         }
@@ -81,7 +81,7 @@ impl EntryMap {
     }
 
     pub(super) fn remove(&mut self, id: &EndpointId) -> Option<Entry> {
-        let i = self.index.remove(id)?;
+        let i = self.index.remove(*id)?;
         self.free.push(i);
         self.slots[i as usize].take().map(|(_, e)| e)
     }
@@ -91,7 +91,7 @@ impl EntryMap {
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.index.is_empty()
+        self.index.len() == 0
     }
 
     pub(super) fn iter(&self) -> impl Iterator<Item = (&EndpointId, &Entry)> {

@@ -10,6 +10,7 @@ mod commit_failure_tests;
 pub mod destinations;
 pub mod engine;
 mod entries;
+mod id_index;
 mod leases;
 mod observe;
 mod ready;

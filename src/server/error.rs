@@ -54,6 +54,12 @@ impl From<PoolError> for OpError {
     }
 }
 
+impl From<crate::store::StoreError> for OpError {
+    fn from(e: crate::store::StoreError) -> Self {
+        EngineError::from(e).into()
+    }
+}
+
 impl From<EngineError> for OpError {
     fn from(e: EngineError) -> Self {
         match e {

@@ -258,18 +258,53 @@ pub(super) async fn add(
     .await
 }
 
+/// Add the endpoints of a file the CLI wrote (one URL a line), streaming: the file is
+/// parsed line by line on the store thread inside the one transaction, so a million lines
+/// are never held in memory, and a bad line anywhere rolls everything back.
 pub(super) async fn import(
     h: &Handler,
     path: &str,
     pool: Option<String>,
     label: Option<String>,
 ) -> Result<Body, OpError> {
-    let text = read_spill(path).await?;
-    let urls = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'));
-    add_urls(h, urls, pool, label, None, false).await
+    let owned = path.to_string();
+    let file = tokio::task::spawn_blocking(move || open_import(&owned))
+        .await
+        .map_err(|e| OpError::internal(format!("import: {e}")))??;
+    let pool = pool.unwrap_or_else(|| DEFAULT_POOL.to_string());
+    let state = initial_state(h.live().config.pool(&pool));
+    let lines = std::io::BufRead::lines(std::io::BufReader::with_capacity(1 << 16, file));
+    let eps = lines.enumerate().filter_map(move |(i, line)| {
+        let n = i + 1;
+        let line = match line {
+            Ok(l) => l,
+            Err(e) => {
+                return Some(Err(OpError::bad(format!(
+                    "import file line {n}: {e}; nothing was added"
+                ))))
+            }
+        };
+        let l = line.trim();
+        if l.is_empty() || l.starts_with('#') {
+            return None;
+        }
+        // Text read from a file is not repeated back: it could be anything.
+        Some(
+            ProxyUrl::parse(l)
+                .map(|url| NewEndpoint {
+                    url,
+                    pool: pool.clone(),
+                    label: label.clone(),
+                    source: Some("cli".into()),
+                    state,
+                })
+                .map_err(|_| {
+                    OpError::bad(format!("line {n} is not a proxy URL; nothing was added"))
+                }),
+        )
+    });
+    let ids = h.engine.add_from(eps).await?;
+    Ok(Body::Added { ids })
 }
 
 pub(super) async fn probe(
@@ -393,14 +428,21 @@ async fn resolve_all(h: &Handler, refs: &[EndpointRef]) -> Result<Vec<EndpointId
 /// Largest import file accepted.
 const MAX_IMPORT: u64 = 256 << 20;
 
-/// Read (and delete) a file the CLI wrote for `import`: a regular file of ours that
-/// nobody else can read, of bounded size.
-async fn read_spill(path: &str) -> Result<String, OpError> {
-    use std::os::unix::fs::MetadataExt;
+/// Open a file the CLI wrote for `import`: a regular file of ours that nobody else can
+/// read, of bounded size. The checks are made on the opened file itself (no symlink
+/// followed), and a spill file is deleted at once: it holds passwords, and the open file
+/// stays readable. Reading stops at the size checked.
+fn open_import(path: &str) -> Result<std::io::Take<std::fs::File>, OpError> {
+    use std::io::Read as _;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let bad = |m: &str| OpError::bad(format!("import file {path}: {m}"));
-    let meta = tokio::fs::symlink_metadata(path)
-        .await
+    // O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused below).
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
         .map_err(|e| bad(&e.to_string()))?;
+    let meta = file.metadata().map_err(|e| bad(&e.to_string()))?;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     if !meta.is_file() || meta.uid() != me || meta.mode() & 0o077 != 0 {
@@ -409,14 +451,10 @@ async fn read_spill(path: &str) -> Result<String, OpError> {
     if meta.len() > MAX_IMPORT {
         return Err(bad("too large"));
     }
-    let text = tokio::fs::read_to_string(path)
-        .await
-        .map_err(|e| bad(&e.to_string()))?;
     if path.contains(".import-") {
-        // It holds passwords: gone as soon as it is read.
-        let _ = tokio::fs::remove_file(path).await;
+        let _ = std::fs::remove_file(path);
     }
-    Ok(text)
+    Ok(file.take(meta.len()))
 }
 
 fn truncate(s: &str, max: usize) -> String {
