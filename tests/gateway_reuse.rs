@@ -16,6 +16,20 @@ fn url(scheme: &str, port: u16) -> String {
     format!("{scheme}://127.0.0.1:{port}")
 }
 
+/// A fake HTTP proxy, and a gateway in `mode` whose pool holds only it.
+async fn gateway(mode: PlainHttp) -> (Fake, Gw) {
+    let up = http_proxy(HttpProxyCfg::default()).await;
+    let gw = Gw::start(&[url("http", up.port())], |g| g.plain_http = mode).await;
+    (up, gw)
+}
+
+/// One GET through the gateway, then wait until its connection is kept.
+async fn first_request_kept(gw: &Gw, d: &Fake) {
+    let r = roundtrip(gw.addr, &get(d.port(), "/first", "")).await;
+    assert_eq!(r.status(), 200, "{}", r.head);
+    until_idle(gw, 1.0).await;
+}
+
 /// A destination that keeps its connections alive for `n` answers.
 async fn keep_alive_dest(n: usize) -> Fake {
     dest(DestCfg {
@@ -54,11 +68,7 @@ async fn until_idle(gw: &Gw, n: f64) {
 #[tokio::test]
 async fn tunnel_mode_sends_many_requests_through_one_connect() {
     let d = keep_alive_dest(100).await;
-    let up = http_proxy(HttpProxyCfg::default()).await;
-    let gw = Gw::start(&[url("http", up.port())], |g| {
-        g.plain_http = PlainHttp::Tunnel
-    })
-    .await;
+    let (up, gw) = gateway(PlainHttp::Tunnel).await;
     let mut s = gw.connect().await;
     for i in 0..5 {
         s.write_all(&get(d.port(), &format!("/{i}"), ""))
@@ -97,11 +107,7 @@ async fn forward_keepalive_reuses_a_proxy_that_keeps_its_connection_open() {
     // The fake proxy forwards the first request and then relays the connection, which
     // stays open as long as the keep-alive destination keeps it.
     let d = keep_alive_dest(100).await;
-    let up = http_proxy(HttpProxyCfg::default()).await;
-    let gw = Gw::start(&[url("http", up.port())], |g| {
-        g.plain_http = PlainHttp::ForwardKeepalive
-    })
-    .await;
+    let (up, gw) = gateway(PlainHttp::ForwardKeepalive).await;
     for i in 0..3 {
         let r = roundtrip(gw.addr, &get(d.port(), &format!("/{i}"), "")).await;
         assert_eq!(r.status(), 200, "{}", r.head);
@@ -122,11 +128,7 @@ async fn forward_keepalive_reuses_a_proxy_that_keeps_its_connection_open() {
 async fn a_proxy_that_closes_after_each_answer_gets_a_new_connection_each_time() {
     // The default fake destination answers with `Connection: close`.
     let d = dest(DestCfg::default()).await;
-    let up = http_proxy(HttpProxyCfg::default()).await;
-    let gw = Gw::start(&[url("http", up.port())], |g| {
-        g.plain_http = PlainHttp::Tunnel
-    })
-    .await;
+    let (up, gw) = gateway(PlainHttp::Tunnel).await;
     for _ in 0..3 {
         let r = roundtrip(gw.addr, &get(d.port(), "/", "")).await;
         assert_eq!(r.status(), 200, "{}", r.head);
@@ -174,14 +176,8 @@ async fn a_connection_closed_while_idle_is_replaced_without_blaming_the_upstream
     // One answer per connection, then the destination reads the next request and closes
     // without answering: the gateway re-sends the GET on a new connection.
     let d = keep_alive_dest(1).await;
-    let up = http_proxy(HttpProxyCfg::default()).await;
-    let gw = Gw::start(&[url("http", up.port())], |g| {
-        g.plain_http = PlainHttp::Tunnel
-    })
-    .await;
-    let r = roundtrip(gw.addr, &get(d.port(), "/first", "")).await;
-    assert_eq!(r.status(), 200, "{}", r.head);
-    until_idle(&gw, 1.0).await;
+    let (up, gw) = gateway(PlainHttp::Tunnel).await;
+    first_request_kept(&gw, &d).await;
     let r = roundtrip(gw.addr, &get(d.port(), "/second", "")).await;
     assert_eq!(r.status(), 200, "{}", r.head);
     assert_eq!(r.endpoint(), Some(gw.ids[0]));
@@ -205,14 +201,8 @@ async fn a_connection_closed_while_idle_is_replaced_without_blaming_the_upstream
 #[tokio::test]
 async fn a_body_sent_once_on_a_closed_connection_is_not_sent_again() {
     let d = keep_alive_dest(1).await;
-    let up = http_proxy(HttpProxyCfg::default()).await;
-    let gw = Gw::start(&[url("http", up.port())], |g| {
-        g.plain_http = PlainHttp::Tunnel
-    })
-    .await;
-    let r = roundtrip(gw.addr, &get(d.port(), "/first", "")).await;
-    assert_eq!(r.status(), 200, "{}", r.head);
-    until_idle(&gw, 1.0).await;
+    let (up, gw) = gateway(PlainHttp::Tunnel).await;
+    first_request_kept(&gw, &d).await;
     let post = format!(
         "POST http://127.0.0.1:{}/pay HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 3\r\n\r\nabc",
         d.port()
@@ -332,11 +322,7 @@ async fn kept_connections_are_per_destination_even_to_a_forward_proxy() {
         ..Default::default()
     })
     .await;
-    let up = http_proxy(HttpProxyCfg::default()).await;
-    let gw = Gw::start(&[url("http", up.port())], |g| {
-        g.plain_http = PlainHttp::ForwardKeepalive
-    })
-    .await;
+    let (up, gw) = gateway(PlainHttp::ForwardKeepalive).await;
     for i in 0..4 {
         let (d, want) = if i % 2 == 0 {
             (&a, "from a")
@@ -355,11 +341,7 @@ async fn kept_connections_are_per_destination_even_to_a_forward_proxy() {
 #[tokio::test]
 async fn a_query_without_a_path_keeps_its_query_inside_a_tunnel() {
     let d = keep_alive_dest(100).await;
-    let up = http_proxy(HttpProxyCfg::default()).await;
-    let gw = Gw::start(&[url("http", up.port())], |g| {
-        g.plain_http = PlainHttp::Tunnel
-    })
-    .await;
+    let (up, gw) = gateway(PlainHttp::Tunnel).await;
     let req = format!(
         "GET http://127.0.0.1:{}?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
         d.port()
