@@ -201,7 +201,7 @@ async fn a_connection_closed_while_idle_is_replaced_without_blaming_the_upstream
 #[tokio::test]
 async fn a_body_sent_once_on_a_closed_connection_is_not_sent_again() {
     let d = keep_alive_dest(1).await;
-    let (up, gw) = gateway(PlainHttp::Tunnel).await;
+    let (_up, gw) = gateway(PlainHttp::Tunnel).await;
     first_request_kept(&gw, &d).await;
     let post = format!(
         "POST http://127.0.0.1:{}/pay HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 3\r\n\r\nabc",
@@ -341,7 +341,7 @@ async fn kept_connections_are_per_destination_even_to_a_forward_proxy() {
 #[tokio::test]
 async fn a_query_without_a_path_keeps_its_query_inside_a_tunnel() {
     let d = keep_alive_dest(100).await;
-    let (up, gw) = gateway(PlainHttp::Tunnel).await;
+    let (_up, gw) = gateway(PlainHttp::Tunnel).await;
     let req = format!(
         "GET http://127.0.0.1:{}?x=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
         d.port()
