@@ -354,3 +354,31 @@ async fn a_query_without_a_path_keeps_its_query_inside_a_tunnel() {
         d.seen()[0]
     );
 }
+
+#[tokio::test]
+async fn a_kept_tunnel_whose_upstream_died_meanwhile_is_retried_through_another() {
+    // One answer per connection: the kept tunnel dies under the next GET, and its
+    // upstream, gone meanwhile, refuses a new one.
+    let d = keep_alive_dest(1).await;
+    let mut ups = [
+        http_proxy(HttpProxyCfg::default()).await,
+        http_proxy(HttpProxyCfg::default()).await,
+    ];
+    let urls: Vec<String> = ups.iter().map(|u| url("http", u.port())).collect();
+    let gw = Gw::start(&urls, |g| g.plain_http = PlainHttp::Tunnel).await;
+    let auth = proxy_auth("session-s1", "");
+    let r = roundtrip(gw.addr, &get(d.port(), "/first", &auth)).await;
+    assert_eq!(r.status(), 200, "{}", r.head);
+    let first = r.endpoint().unwrap();
+    until_idle(&gw, 1.0).await;
+    let i = gw.ids.iter().position(|id| *id == first).unwrap();
+    ups[i].stop_accepting();
+    let r = roundtrip(gw.addr, &get(d.port(), "/second", &auth)).await;
+    assert_eq!(r.status(), 200, "{}", r.head);
+    assert_ne!(r.endpoint(), Some(first), "the other upstream answered");
+    gw.until_no_leases().await;
+    // The dead upstream is reported as a probe would see it.
+    let row = gw.row(first);
+    assert_eq!(row.state, State::Cooling);
+    assert_eq!(row.reason, Some(proxypool::health::Reason::ConnectRefused));
+}

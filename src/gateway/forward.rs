@@ -104,7 +104,15 @@ pub(super) async fn forward(
         let out = upstream_request(&parts, body, forward.then(|| guard.proxy()), reuse);
         let (resp, sender) = match send(&shared, &guard, link, out, &parts, &kept, &dest).await {
             Ok(v) => v,
-            Err(Sent::Failed(f)) => {
+            Err(Sent::Unreachable(f)) if kept.is_some() && resends < shared.upstream.retries() => {
+                // As a failed dial in the attempt loop: reported, and the next upstream.
+                info!(endpoint, reason = %f.reason, phase = %f.phase,
+                    "gateway upstream failed; trying another");
+                shared.upstream.fail(guard, f, &dest.host).await;
+                resends += 1;
+                continue;
+            }
+            Err(Sent::Failed(f) | Sent::Unreachable(f)) => {
                 info!(endpoint, reason = %f.reason, phase = %f.phase, "gateway request failed");
                 let reason = f.reason;
                 shared.upstream.fail(guard, f, &dest.host).await;
@@ -210,6 +218,9 @@ pub(super) async fn forward(
 enum Sent {
     /// The upstream path failed; reported against the upstream.
     Failed(DialFailure),
+    /// A new connection to replace a kept one that closed could not be made: reported
+    /// against the upstream, and nothing reached the destination.
+    Unreachable(DialFailure),
     /// A kept connection closed after the request's one-time body went out on it.
     Unsendable,
 }
@@ -258,7 +269,7 @@ async fn send(
         .upstream
         .dial(guard.proxy(), dest, route)
         .await
-        .map_err(Sent::Failed)?;
+        .map_err(Sent::Unreachable)?;
     exchange(d.io, again).await.map_err(Sent::Failed)
 }
 

@@ -31,7 +31,8 @@ pub struct Fake {
     pub addr: SocketAddr,
     /// Request heads (HTTP) or request summaries (SOCKS) it received, in order.
     pub seen: Arc<Mutex<Vec<String>>>,
-    _task: Task,
+    accept: Option<Task>,
+    _conns: Arc<Mutex<Vec<Task>>>,
 }
 
 impl Fake {
@@ -43,6 +44,12 @@ impl Fake {
     /// A copy of what it saw so far.
     pub fn seen(&self) -> Vec<String> {
         self.seen.lock().unwrap().clone()
+    }
+
+    /// Close the listening socket (new connections are refused) and keep serving the
+    /// connections already open: a proxy that died between two uses of a kept tunnel.
+    pub fn stop_accepting(&mut self) {
+        self.accept = None;
     }
 }
 
@@ -57,21 +64,23 @@ where
     let seen = Arc::new(Mutex::new(Vec::new()));
     let seen2 = seen.clone();
     let serve = Arc::new(serve);
+    // Kept with the fake, so dropping it also drops its open connections.
+    let conns = Arc::new(Mutex::new(Vec::new()));
+    let conns2 = conns.clone();
     let task = tokio::spawn(async move {
-        let mut conns = Vec::new();
         loop {
             let Ok((sock, _)) = listener.accept().await else {
                 break;
             };
             let fut = serve(sock, seen2.clone());
-            // Keep the handles so dropping the server also drops open connections.
-            conns.push(Task(tokio::spawn(fut)));
+            conns2.lock().unwrap().push(Task(tokio::spawn(fut)));
         }
     });
     Fake {
         addr,
         seen,
-        _task: Task(task),
+        accept: Some(Task(task)),
+        _conns: conns,
     }
 }
 
