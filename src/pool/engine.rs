@@ -583,7 +583,7 @@ impl Engine {
     /// Add endpoints (all or nothing) to the store and the pools.
     pub async fn add(&self, eps: Vec<NewEndpoint>) -> Result<Vec<EndpointId>, EngineError> {
         let ids = self.writer.call(move |s| s.add_endpoints(&eps)).await??;
-        self.load_added(&ids).await?;
+        self.load_added(&ids).await;
         Ok(ids)
     }
 
@@ -604,7 +604,7 @@ impl Engine {
                 s.add_endpoints_from(eps, |id| ids.push(id)).map(|()| ids)
             })
             .await??;
-        self.load_added(&ids).await?;
+        self.load_added(&ids).await;
         Ok(ids)
     }
 
@@ -613,16 +613,41 @@ impl Engine {
     /// hold of the lock, so neither reports nor leases wait behind a million-row import.
     /// Ids of one batch are consecutive; a row edited meanwhile is read as edited, and
     /// one removed meanwhile stays out (see `Pools::insert_row`).
-    async fn load_added(&self, ids: &[EndpointId]) -> Result<(), EngineError> {
+    ///
+    /// The rows are committed: the add has happened whatever this read does, so it never
+    /// fails the add. A slice that cannot be read is tried again with a growing pause;
+    /// after that the rest stays out of the pools until the next start, said in the log.
+    async fn load_added(&self, ids: &[EndpointId]) {
         let (Some(&first), Some(&last)) = (ids.first(), ids.last()) else {
-            return Ok(());
+            return;
         };
         let mut from = first;
         while from <= last {
-            let rows = self
-                .writer
-                .call(move |s| s.rows_between(from, last, LOAD_SLICE))
-                .await??;
+            let mut pause = std::time::Duration::from_millis(50);
+            let rows = loop {
+                match self
+                    .writer
+                    .call(move |s| s.rows_between(from, last, LOAD_SLICE))
+                    .await
+                {
+                    Ok(Ok(rows)) => break rows,
+                    Ok(Err(e)) if pause <= std::time::Duration::from_secs(2) => {
+                        tracing::warn!(from, last, error = %e, "reading added endpoints back failed; trying again");
+                    }
+                    Ok(Err(e)) => {
+                        tracing::error!(from, last, error = %e,
+                            "added endpoints are stored but could not be loaded; they are leasable after a restart");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::error!(from, last, error = %e,
+                            "added endpoints are stored but could not be loaded; they are leasable after a restart");
+                        return;
+                    }
+                }
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            };
             let Some(end) = rows.last().map(|r| r.id) else {
                 break;
             };
@@ -635,14 +660,14 @@ impl Engine {
             }
             // Dropped outside the lock.
             drop(rows);
+            // A lease waiting on an empty pool need not wait for the last slice.
+            self.notify_waiters();
             from = end + 1;
             if from <= last {
                 tokio::task::yield_now().await;
             }
         }
-        self.notify_waiters();
         self.rescheduled.notify_one();
-        Ok(())
     }
 
     /// Insert missing endpoints (config sync, sources); returns (id, added).

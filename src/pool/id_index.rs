@@ -16,7 +16,7 @@ const PAGE_BITS: u32 = 12;
 const PAGE: usize = 1 << PAGE_BITS;
 
 /// Ids at or above this are kept in the map: the page table then stays at most 2^19
-/// pointers (4 MiB) whatever id a database holds.
+/// entries (24 bytes each: 12 MiB) whatever id a database holds.
 const PAGED_LIMIT: EndpointId = 1 << 31;
 
 struct Page {

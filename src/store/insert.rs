@@ -165,6 +165,13 @@ impl Batch {
         added: &mut impl FnMut(EndpointId),
     ) -> Result<(), StoreError> {
         let n = rows.len();
+        // Ids are i64 and only grow; a hand-edited maximum near the end must not wrap.
+        if self.next.checked_add(n as i64).is_none() {
+            return Err(StoreError::Corrupt(format!(
+                "endpoint ids are exhausted (next would be {} + {n})",
+                self.next
+            )));
+        }
         ins.raw_bind_parameter(1, &self.now)?;
         for (i, e) in rows.iter().enumerate() {
             let (e, at) = (e.borrow(), 2 + i * 10);
@@ -412,5 +419,25 @@ mod tests {
             .pragma_query_value(None, "cache_size", |r| r.get(0))
             .unwrap();
         assert_ne!(cache, -BULK_CACHE_KIB);
+    }
+
+    #[test]
+    fn a_removed_endpoint_id_is_not_reused_after_its_events_are_pruned() {
+        let (_d, mut s) = store();
+        let ids = s
+            .add_endpoints(&[ep("http://10.9.0.1:1"), ep("http://10.9.0.2:1")])
+            .unwrap();
+        assert_eq!(ids, [1, 2]);
+        s.remove(&[2]).unwrap();
+        // Every event is older than the cutoff.
+        let future = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+        while s.prune_events(future, 1000).unwrap() > 0 {}
+        let left: i64 = s
+            .conn
+            .query_row("SELECT COUNT(*) FROM events", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(left, 1, "one event kept as the high-water mark");
+        let ids = s.add_endpoints(&[ep("http://10.9.0.3:1")]).unwrap();
+        assert_eq!(ids, [3], "id 2 belonged to a removed endpoint");
     }
 }

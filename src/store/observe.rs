@@ -89,9 +89,16 @@ impl Store {
     /// O(batch) whatever the table's size; ids follow time, so the oldest come first.
     /// Endpoint rows are never touched.
     pub fn prune_events(&mut self, before: SystemTime, batch: usize) -> Result<usize, StoreError> {
+        // New ids continue after the highest id in `endpoints` and in `events`
+        // (`insert::NEXT_ID`). When the highest endpoint id belongs to a removed endpoint,
+        // its newest event stays, however old: else its id would be handed out again.
         let n = self.conn.execute(
-            "DELETE FROM events WHERE id IN \
-             (SELECT id FROM (SELECT id, at FROM events ORDER BY id LIMIT ?2) WHERE at < ?1)",
+            "DELETE FROM events WHERE id IN (SELECT id FROM ( \
+               SELECT id, at FROM events WHERE id IS NOT ( \
+                 SELECT MAX(e.id) FROM events e \
+                 WHERE e.endpoint = (SELECT MAX(endpoint) FROM events) \
+                   AND NOT EXISTS (SELECT 1 FROM endpoints n WHERE n.id = e.endpoint)) \
+               ORDER BY id LIMIT ?2) WHERE at < ?1)",
             rusqlite::params![fmt_time(before), batch as i64],
         )?;
         Ok(n)
