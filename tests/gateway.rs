@@ -16,10 +16,6 @@ async fn http_upstream() -> Fake {
     http_proxy(HttpProxyCfg::default()).await
 }
 
-fn url(scheme: &str, port: u16) -> String {
-    format!("{scheme}://127.0.0.1:{port}")
-}
-
 async fn dead() -> String {
     url("http", closed_port().await)
 }
@@ -210,10 +206,7 @@ async fn keep_alive_rotates_and_sessions_stick() {
     let mut s = gw.connect().await;
     let mut used = Vec::new();
     for i in 0..3 {
-        s.write_all(&get(d.port(), &format!("/{i}"), ""))
-            .await
-            .unwrap();
-        let r = read_response(&mut s).await.unwrap();
+        let r = request_on(&mut s, &get(d.port(), &format!("/{i}"), "")).await;
         assert_eq!(r.status(), 200, "{}", r.head);
         used.push(r.endpoint().unwrap());
         gw.until_no_leases().await;

@@ -10,16 +10,9 @@ use common::fakes::*;
 use common::gateway::*;
 use tokio::io::AsyncWriteExt;
 
-fn url(scheme: &str, port: u16) -> String {
-    format!("{scheme}://127.0.0.1:{port}")
-}
-
-/// The value of one series (0 when absent).
+/// The value of one counter (0 when absent).
 fn value(gw: &Gw, series: &str) -> u64 {
-    let text = gw.engine.metrics().encode();
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .map_or(0, |v| v.trim().parse().unwrap())
+    gw.metric(series) as u64
 }
 
 fn requests(gw: &Gw, protocol: &str, outcome: &str) -> u64 {

@@ -10,11 +10,6 @@ use common::fakes::*;
 use common::gateway::*;
 use proxypool::config::PlainHttp;
 use proxypool::health::State;
-use tokio::io::AsyncWriteExt;
-
-fn url(scheme: &str, port: u16) -> String {
-    format!("{scheme}://127.0.0.1:{port}")
-}
 
 /// A fake HTTP proxy, and a gateway in `mode` whose pool holds only it.
 async fn gateway(mode: PlainHttp) -> (Fake, Gw) {
@@ -39,16 +34,6 @@ async fn keep_alive_dest(n: usize) -> Fake {
     .await
 }
 
-/// The value of one series in the gateway's `/metrics` text (0 when absent).
-fn metric(gw: &Gw, series: &str) -> f64 {
-    gw.engine
-        .metrics()
-        .encode()
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
-}
-
 const NEW: &str = "proxypool_gateway_upstream_connections_total{connection=\"new\"}";
 const REUSED: &str = "proxypool_gateway_upstream_connections_total{connection=\"reused\"}";
 const IDLE: &str = "proxypool_gateway_idle_upstream_connections";
@@ -57,12 +42,12 @@ const IDLE: &str = "proxypool_gateway_idle_upstream_connections";
 /// parked a moment after its response has been read to the end.
 async fn until_idle(gw: &Gw, n: f64) {
     for _ in 0..300 {
-        if metric(gw, IDLE) == n {
+        if gw.metric(IDLE) == n {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("idle upstream connections: {} (want {n})", metric(gw, IDLE));
+    panic!("idle upstream connections: {} (want {n})", gw.metric(IDLE));
 }
 
 #[tokio::test]
@@ -71,10 +56,7 @@ async fn tunnel_mode_sends_many_requests_through_one_connect() {
     let (up, gw) = gateway(PlainHttp::Tunnel).await;
     let mut s = gw.connect().await;
     for i in 0..5 {
-        s.write_all(&get(d.port(), &format!("/{i}"), ""))
-            .await
-            .unwrap();
-        let r = read_response(&mut s).await.unwrap();
+        let r = request_on(&mut s, &get(d.port(), &format!("/{i}"), "")).await;
         assert_eq!(r.status(), 200, "{}", r.head);
         assert_eq!(r.text(), "hello from the destination");
         assert_eq!(r.endpoint(), Some(gw.ids[0]));
@@ -95,7 +77,7 @@ async fn tunnel_mode_sends_many_requests_through_one_connect() {
     let heads = d.seen();
     assert_eq!(heads.len(), 6, "{heads:?}");
     assert!(heads[1].starts_with("GET /1 HTTP/1.1"), "{}", heads[1]);
-    assert_eq!((metric(&gw, NEW), metric(&gw, REUSED)), (1.0, 5.0));
+    assert_eq!((gw.metric(NEW), gw.metric(REUSED)), (1.0, 5.0));
     gw.until_no_leases().await;
     // Every request was reported: the endpoint is healthy, with no failure on record.
     assert_eq!(gw.row(gw.ids[0]).state, State::Available);
@@ -121,7 +103,7 @@ async fn forward_keepalive_reuses_a_proxy_that_keeps_its_connection_open() {
         "{}",
         heads[2]
     );
-    assert_eq!((metric(&gw, NEW), metric(&gw, REUSED)), (1.0, 2.0));
+    assert_eq!((gw.metric(NEW), gw.metric(REUSED)), (1.0, 2.0));
 }
 
 #[tokio::test]
@@ -135,8 +117,8 @@ async fn a_proxy_that_closes_after_each_answer_gets_a_new_connection_each_time()
         gw.until_no_leases().await;
     }
     assert_eq!(up.seen().len(), 3);
-    assert_eq!((metric(&gw, NEW), metric(&gw, REUSED)), (3.0, 0.0));
-    assert_eq!(metric(&gw, IDLE), 0.0);
+    assert_eq!((gw.metric(NEW), gw.metric(REUSED)), (3.0, 0.0));
+    assert_eq!(gw.metric(IDLE), 0.0);
 }
 
 #[tokio::test]
@@ -151,10 +133,7 @@ async fn reuse_never_pins_an_upstream_and_never_crosses_upstreams() {
     let mut s = gw.connect().await;
     let mut used = Vec::new();
     for i in 0..6 {
-        s.write_all(&get(d.port(), &format!("/{i}"), ""))
-            .await
-            .unwrap();
-        let r = read_response(&mut s).await.unwrap();
+        let r = request_on(&mut s, &get(d.port(), &format!("/{i}"), "")).await;
         assert_eq!(r.status(), 200, "{}", r.head);
         used.push(r.endpoint().unwrap());
         gw.until_no_leases().await;
@@ -168,7 +147,7 @@ async fn reuse_never_pins_an_upstream_and_never_crosses_upstreams() {
     for up in &ups {
         assert_eq!(up.seen().len(), 1, "{:?}", up.seen());
     }
-    assert_eq!((metric(&gw, NEW), metric(&gw, REUSED)), (2.0, 4.0));
+    assert_eq!((gw.metric(NEW), gw.metric(REUSED)), (2.0, 4.0));
 }
 
 #[tokio::test]
@@ -288,10 +267,7 @@ async fn forward_the_default_takes_a_new_connection_for_every_request() {
     let gw = Gw::start(&[url("http", up.port())], |_| {}).await;
     let mut s = gw.connect().await;
     for i in 0..3 {
-        s.write_all(&get(d.port(), &format!("/{i}"), ""))
-            .await
-            .unwrap();
-        let r = read_response(&mut s).await.unwrap();
+        let r = request_on(&mut s, &get(d.port(), &format!("/{i}"), "")).await;
         assert_eq!(r.status(), 200, "{}", r.head);
         gw.until_no_leases().await;
     }
@@ -302,8 +278,8 @@ async fn forward_the_default_takes_a_new_connection_for_every_request() {
         assert!(head.starts_with("GET http://"), "{head}");
         assert_eq!(header(head, "connection"), Some("close"), "{head}");
     }
-    assert_eq!((metric(&gw, NEW), metric(&gw, REUSED)), (3.0, 0.0));
-    assert_eq!(metric(&gw, IDLE), 0.0);
+    assert_eq!((gw.metric(NEW), gw.metric(REUSED)), (3.0, 0.0));
+    assert_eq!(gw.metric(IDLE), 0.0);
 }
 
 #[tokio::test]
@@ -335,7 +311,7 @@ async fn kept_connections_are_per_destination_even_to_a_forward_proxy() {
         until_idle(&gw, if i == 0 { 1.0 } else { 2.0 }).await;
     }
     assert_eq!(up.seen().len(), 2, "one connection per destination");
-    assert_eq!((metric(&gw, NEW), metric(&gw, REUSED)), (2.0, 2.0));
+    assert_eq!((gw.metric(NEW), gw.metric(REUSED)), (2.0, 2.0));
 }
 
 #[tokio::test]

@@ -141,6 +141,22 @@ impl Gw {
         }
     }
 
+    /// The value of one series in the gateway's `/metrics` text (0 when absent).
+    pub fn metric(&self, series: &str) -> f64 {
+        self.engine
+            .metrics()
+            .encode()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(series)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0.0)
+    }
+
     pub async fn connect(&self) -> TcpStream {
         TcpStream::connect(self.addr).await.unwrap()
     }
@@ -205,8 +221,18 @@ pub async fn read_response(s: &mut TcpStream) -> Option<Resp> {
 /// Send raw bytes on a fresh connection and read one response.
 pub async fn roundtrip(addr: SocketAddr, raw: &[u8]) -> Resp {
     let mut s = TcpStream::connect(addr).await.unwrap();
+    request_on(&mut s, raw).await
+}
+
+/// Send raw bytes on an open (keep-alive) connection and read one response.
+pub async fn request_on(s: &mut TcpStream, raw: &[u8]) -> Resp {
     s.write_all(raw).await.unwrap();
-    read_response(&mut s).await.expect("no response")
+    read_response(s).await.expect("no response")
+}
+
+/// `scheme://127.0.0.1:port`.
+pub fn url(scheme: &str, port: u16) -> String {
+    format!("{scheme}://127.0.0.1:{port}")
 }
 
 /// `Proxy-Authorization` header line for user:pass.
