@@ -91,10 +91,14 @@ pub(super) async fn forward(
             Err(e) => return upstream_error(e),
         };
         let endpoint = guard.endpoint();
-        let forward = match &link {
-            Link::Dialed(d) => d.forward,
-            Link::Reused((_, forward)) => *forward,
+        let (link, key) = match link {
+            Link::Dialed(d) => {
+                let key = IdleKey::new(guard.proxy(), &dest, d.forward);
+                (Link::Dialed(d), key)
+            }
+            Link::Reused((sender, key)) => (Link::Reused(sender), key),
         };
+        let forward = key.forward();
         let body: Body = match (&kept, once.take()) {
             (Some(b), _) => Full::new(b.clone()).map_err(|n| match n {}).boxed(),
             (None, Some(b)) => b.boxed(),
@@ -102,7 +106,13 @@ pub(super) async fn forward(
         };
         let reuse = shared.plain.reuse();
         let out = upstream_request(&parts, body, forward.then(|| guard.proxy()), reuse);
-        let (resp, sender) = match send(&shared, &guard, link, out, &parts, &kept, &dest).await {
+        let again = Again {
+            parts: &parts,
+            kept: &kept,
+            dest: &dest,
+            forward,
+        };
+        let (resp, sender) = match send(&shared, &guard, link, out, again).await {
             Ok(v) => v,
             Err(Sent::Unreachable(f)) if kept.is_some() && resends < shared.upstream.retries() => {
                 // As a failed dial in the attempt loop: reported, and the next upstream.
@@ -140,9 +150,7 @@ pub(super) async fn forward(
         let refused_credentials = forward && proxy_auth(status, resp.headers());
         if reuse && !refused_credentials {
             // Back to the idle list once this response has been read to its end.
-            shared
-                .idle
-                .park(IdleKey::new(guard.proxy(), &dest, forward), sender);
+            shared.idle.park(key, sender);
         }
         let can_resend = kept.is_some() && resends < shared.upstream.retries();
         if refused_credentials {
@@ -225,25 +233,39 @@ enum Sent {
     Unsendable,
 }
 
+/// What it takes to send a request again on a new connection.
+struct Again<'a> {
+    parts: &'a Parts,
+    /// A GET/HEAD body, kept.
+    kept: &'a Option<Bytes>,
+    dest: &'a Dest,
+    /// The request is in absolute form, for a forward proxy.
+    forward: bool,
+}
+
 /// Send `out` on `link`. A kept connection the far side closed (most often just as it was
 /// taken) is no fault of the upstream: the request goes again on a new connection through
 /// the same upstream when it can be had again (not written yet, or a kept GET/HEAD body).
 async fn send(
     shared: &Shared,
     guard: &LeaseGuard,
-    link: Link<(Sender, bool)>,
+    link: Link<Sender>,
     out: Request<Body>,
-    parts: &Parts,
-    kept: &Option<Bytes>,
-    dest: &Dest,
+    again: Again<'_>,
 ) -> Result<(Response<Incoming>, Sender), Sent> {
+    let Again {
+        parts,
+        kept,
+        dest,
+        forward,
+    } = again;
     let metrics = &shared.metrics;
-    let (mut sender, forward) = match link {
+    let mut sender = match link {
         Link::Dialed(d) => {
             metrics.upstream_connection(false);
             return exchange(d.io, out).await.map_err(Sent::Failed);
         }
-        Link::Reused(v) => v,
+        Link::Reused(sender) => sender,
     };
     metrics.upstream_connection(true);
     let mut e = match sender.try_send_request(out).await {

@@ -43,6 +43,11 @@ impl IdleKey {
             forward,
         }
     }
+
+    /// The connection goes to a forward proxy (absolute-form requests), not a tunnel.
+    pub(super) fn forward(&self) -> bool {
+        self.forward
+    }
 }
 
 /// How many idle connections are kept, and for how long.

@@ -61,8 +61,12 @@ impl PlainRoutes {
         if proxy.scheme.is_socks() {
             return Route::Tunnel;
         }
-        let key = (proxy.to_secret_string(), dest.port);
         let mut refused = self.refused();
+        // Most pools have no refusing proxy: no key to build per request then.
+        if refused.is_empty() {
+            return Route::Tunnel;
+        }
+        let key = (proxy.to_secret_string(), dest.port);
         match refused.get(&key) {
             Some(at) if at.elapsed() < REFUSAL_MEMORY => Route::PlainHttp,
             Some(_) => {
@@ -118,22 +122,20 @@ pub(super) struct PlainWay<'a> {
 }
 
 impl Way for PlainWay<'_> {
-    /// The idle connection, and whether it forwards.
-    type Conn = (Sender, bool);
+    /// The idle connection, and where it leads (the key it goes back under).
+    type Conn = (Sender, IdleKey);
 
     fn route(&self, proxy: &ProxyUrl) -> Route {
         self.routes.route(proxy, self.dest)
     }
 
-    fn reuse(&self, proxy: &ProxyUrl, route: Route) -> Option<(Sender, bool)> {
+    fn reuse(&self, proxy: &ProxyUrl, route: Route) -> Option<(Sender, IdleKey)> {
         if !self.routes.reuse() {
             return None;
         }
-        let forward = forwards(proxy, route);
-        let sender = self
-            .idle
-            .take(&IdleKey::new(proxy, self.dest, forward), self.once_body)?;
-        Some((sender, forward))
+        let key = IdleKey::new(proxy, self.dest, forwards(proxy, route));
+        let sender = self.idle.take(&key, self.once_body)?;
+        Some((sender, key))
     }
 
     fn fallback(&self, proxy: &ProxyUrl, route: Route, f: &DialFailure) -> Option<Route> {

@@ -625,19 +625,17 @@ impl Engine {
         while from <= last {
             let mut pause = std::time::Duration::from_millis(50);
             let rows = loop {
-                match self
+                let read = self
                     .writer
                     .call(move |s| s.rows_between(from, last, LOAD_SLICE))
-                    .await
-                {
-                    Ok(Ok(rows)) => break rows,
-                    Ok(Err(e)) if pause <= std::time::Duration::from_secs(2) => {
+                    .await;
+                // A stopped store thread will not come back: no point trying again.
+                let again =
+                    matches!(read, Ok(Err(_))) && pause <= std::time::Duration::from_secs(2);
+                match read.and_then(|r| r.map_err(EngineError::from)) {
+                    Ok(rows) => break rows,
+                    Err(e) if again => {
                         tracing::warn!(from, last, error = %e, "reading added endpoints back failed; trying again");
-                    }
-                    Ok(Err(e)) => {
-                        tracing::error!(from, last, error = %e,
-                            "added endpoints are stored but could not be loaded; they are leasable after a restart");
-                        return;
                     }
                     Err(e) => {
                         tracing::error!(from, last, error = %e,
