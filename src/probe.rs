@@ -146,12 +146,7 @@ impl Target {
         } else {
             format!("{bracketed}:{port}")
         };
-        let path = uri
-            .path_and_query()
-            .map(|p| p.as_str())
-            .filter(|p| !p.is_empty())
-            .unwrap_or("/")
-            .to_string();
+        let path = crate::dial::origin_form(&uri);
         Ok(Target {
             https,
             authority: format!("{bracketed}:{port}"),

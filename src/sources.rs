@@ -219,7 +219,7 @@ async fn http_get(url: &str, max: usize) -> Result<Vec<u8>, SourceError> {
                 crate::dial::base64(format!("{}:{}", decode(u), decode(p)).as_bytes())
             )
         });
-    let mut req = hyper::Request::get(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"))
+    let mut req = hyper::Request::get(crate::dial::origin_form(&uri))
         .header(hyper::header::HOST, host_header)
         .header(hyper::header::USER_AGENT, crate::dial::USER_AGENT)
         .header(hyper::header::CONNECTION, "close");

@@ -275,6 +275,19 @@ pub fn hyper_failure(e: &hyper::Error, phase: Phase) -> DialFailure {
     DialFailure::new(reason, phase, error_chain(e))
 }
 
+/// The origin-form request target (`/path?query`) of an absolute URL; `http://h?x=1`
+/// has the path `/`.
+pub fn origin_form(uri: &hyper::Uri) -> String {
+    let path = match uri.path() {
+        "" => "/",
+        p => p,
+    };
+    match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_string(),
+    }
+}
+
 /// An error and its sources, each once, joined by ": ".
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
@@ -301,6 +314,20 @@ pub(crate) fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn origin_form_keeps_path_and_query() {
+        for (abs, want) in [
+            ("http://h/a/b?x=1&y=2", "/a/b?x=1&y=2"),
+            ("http://h?x=1", "/?x=1"),
+            ("http://h", "/"),
+            ("http://h/", "/"),
+            ("http://h:8080/p", "/p"),
+        ] {
+            let u: hyper::Uri = abs.parse().unwrap();
+            assert_eq!(origin_form(&u), want, "{abs}");
+        }
+    }
 
     #[tokio::test(start_paused = true)]
     async fn phases_run_on_tokio_time() {

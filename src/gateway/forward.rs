@@ -311,7 +311,9 @@ fn upstream_request(
     *out.uri_mut() = if proxy.is_some() {
         parts.uri.clone()
     } else {
-        origin_form(&parts.uri)
+        dial::origin_form(&parts.uri)
+            .parse()
+            .unwrap_or_else(|_| Uri::from_static("/"))
     };
     let h = out.headers_mut();
     if !h.contains_key(header::HOST) {
@@ -330,19 +332,6 @@ fn upstream_request(
         h.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     out
-}
-
-/// `/path?query` of an absolute URL (`http://h?x=1` has the path `/`).
-fn origin_form(uri: &Uri) -> Uri {
-    let path = match uri.path() {
-        "" => "/",
-        p => p,
-    };
-    let target = match uri.query() {
-        Some(q) => format!("{path}?{q}"),
-        None => path.to_string(),
-    };
-    target.parse().unwrap_or_else(|_| Uri::from_static("/"))
 }
 
 /// Send the first request over a new upstream connection, which stays open after it when
@@ -398,20 +387,6 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn origin_form_keeps_path_and_query() {
-        for (abs, want) in [
-            ("http://h/a/b?x=1&y=2", "/a/b?x=1&y=2"),
-            ("http://h?x=1", "/?x=1"),
-            ("http://h", "/"),
-            ("http://h/", "/"),
-            ("http://h:8080/p", "/p"),
-        ] {
-            let u: Uri = abs.parse().unwrap();
-            assert_eq!(origin_form(&u).to_string(), want, "{abs}");
-        }
-    }
 
     #[test]
     fn hop_by_hop_headers_stay_on_their_hop() {
