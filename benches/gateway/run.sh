@@ -11,8 +11,10 @@
 #   IDLE_TUNNELS=10000 idle tunnels held open for the memory load (capped by `ulimit -Hn`)
 #   BIG_MIB=256        size of the bulk file
 #   BULK_RUNS=3        bulk downloads per front (one at a time; the best is kept)
-#   FRONTS="direct gateway gateway-tunnel proxy-chain pproxy"   rows to run
-#                      (gateway: plain_http "forward", the default; gateway-tunnel: "tunnel")
+#   FRONTS="direct gateway gateway-tunnel haproxy-tcp proxy-chain pproxy"   rows to run
+#                      (gateway: plain_http "forward", the default; gateway-tunnel: "tunnel";
+#                      also "haproxy-tcp": HAProxy as a plain TCP forwarder to tinyproxy, the
+#                      cheapest possible extra hop, which parses nothing; Debian `haproxy`)
 #   LOADS="tunnels absolute bulk idle"           loads to run
 #   GWBENCH_TOOLS=/tmp/gwbench-tools   where proxy-chain and pproxy were installed (below)
 #   PROXYPOOL_BIN=...  default: target/release/proxypool, built here with cargo
@@ -33,7 +35,7 @@ DURATION=${DURATION:-10}
 CLIENTS=${CLIENTS:-8}
 IDLE_TUNNELS=${IDLE_TUNNELS:-10000}
 BIG_MIB=${BIG_MIB:-256}
-FRONTS=${FRONTS:-direct gateway gateway-tunnel proxy-chain pproxy}
+FRONTS=${FRONTS:-direct gateway gateway-tunnel haproxy-tcp proxy-chain pproxy}
 LOADS=${LOADS:-tunnels absolute bulk idle}
 TOOLS=${GWBENCH_TOOLS:-/tmp/gwbench-tools}
 
@@ -156,6 +158,33 @@ CONF
         gw_wait_port "$p" 20 || { cat "$D/proxy-chain.out" >&2; exit 1; }
         start_front proxy-chain "$p" "$pid"
         ;;
+    haproxy-tcp)
+        if ! command -v haproxy >/dev/null; then
+            note "haproxy-tcp row skipped: needs Debian package haproxy"
+            continue
+        fi
+        p=$(gw_free_port)
+        # Layer 4 only: bytes are copied both ways, CONNECT and absolute-form alike reach
+        # tinyproxy untouched. Two threads, one per core, like the gateway's runtime.
+        cat >"$D/haproxy.cfg" <<CONF
+global
+    maxconn $((($(ulimit -n) - 200) / 2))
+    nbthread $(nproc)
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 120s
+    timeout server 120s
+listen floor
+    bind 127.0.0.1:$p
+    server tinyproxy 127.0.0.1:$TP_PORT
+CONF
+        haproxy -db -f "$D/haproxy.cfg" >"$D/haproxy.out" 2>&1 &
+        pid=$!
+        gw_track "$pid"
+        gw_wait_port "$p" 20 || { cat "$D/haproxy.out" >&2; exit 1; }
+        start_front haproxy-tcp "$p" "$pid"
+        ;;
     pproxy)
         if [[ ! -x $TOOLS/venv/bin/pproxy ]]; then
             note "pproxy row skipped: needs \`python3 -m venv $TOOLS/venv && $TOOLS/venv/bin/pip install pproxy\`"
@@ -169,7 +198,7 @@ CONF
         start_front pproxy "$p" "$pid"
         ;;
     *)
-        gw_log "unknown front '$f' (direct gateway gateway-tunnel proxy-chain pproxy)"
+        gw_log "unknown front '$f' (direct gateway gateway-tunnel haproxy-tcp proxy-chain pproxy)"
         exit 2
         ;;
     esac
@@ -295,6 +324,7 @@ label() {
     gateway) echo "proxypool gateway (plain_http = \"forward\", the default) → tinyproxy" ;;
     gateway-tunnel) echo "proxypool gateway (plain_http = \"tunnel\") → tinyproxy" ;;
     proxy-chain) echo "proxy-chain $(sed -n 's/.*"version": "\(.*\)".*/\1/p' "$TOOLS/node_modules/proxy-chain/package.json" | head -1) → tinyproxy" ;;
+    haproxy-tcp) echo "HAProxy $(haproxy -v 2>/dev/null | awk 'NR == 1 {print $3}') as a TCP forwarder → tinyproxy" ;;
     pproxy) echo "pproxy $("$TOOLS/venv/bin/pproxy" --version 2>/dev/null | awk '{print $NF}') → tinyproxy" ;;
     esac
 }
@@ -318,7 +348,7 @@ done
 echo
 echo "| ratio | tunnels/s | absolute-form GETs/s | bulk MB/s | RSS per idle tunnel |"
 echo "|---|---:|---:|---:|---:|"
-for gw in gateway gateway-tunnel; do
+for gw in gateway gateway-tunnel haproxy-tcp; do
     [[ -n ${PORT[$gw]:-} ]] || continue
     for peer in direct proxy-chain pproxy; do
         [[ -n ${PORT[$peer]:-} ]] || continue

@@ -25,8 +25,9 @@ pub(super) async fn connect(
         req.push_str(&format!("Proxy-Authorization: {auth}\r\n"));
     }
     req.push_str("\r\n");
-    // The reader keeps whatever follows the head; it belongs to the tunnel.
-    let mut io = BufReader::new(io);
+    // The reader keeps whatever follows the head; it belongs to the tunnel. A reply head
+    // is rarely longer than a few hundred bytes.
+    let mut io = BufReader::with_capacity(4096, io);
     io.write_all(req.as_bytes())
         .await
         .map_err(|e| io_failure(&e, phase, "sending CONNECT"))?;
@@ -54,6 +55,9 @@ pub(super) async fn connect(
         }
     };
     match connect_status_reason(status) {
+        // The reader's buffer is freed unless the proxy already sent tunnel bytes: a
+        // tunnel may stay open for hours, mostly idle.
+        None if io.buffer().is_empty() => Ok((io.into_inner(), status)),
         None => Ok((Box::new(io), status)),
         Some(reason) => {
             let retry_after = resp
@@ -220,5 +224,36 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(&got, b"early bytes");
+    }
+
+    #[tokio::test]
+    async fn without_early_bytes_the_tunnel_is_the_bare_stream() {
+        let (mut server, client) = tokio::io::duplex(4096);
+        let proxy = ProxyUrl::parse("http://h:1").unwrap();
+        let dest = Dest::new("example.com", 443);
+        let srv = tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut buf = vec![0u8; 1024];
+            let _ = server.read(&mut buf).await.unwrap();
+            server.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+            server
+        });
+        let (mut io, status) = connect(Box::new(client), &proxy, &dest).await.unwrap();
+        assert_eq!(status, 200);
+        // Bytes sent after the reply (the destination's, later) arrive through the
+        // unwrapped stream, and bytes written reach the proxy.
+        let mut server = srv.await.unwrap();
+        server.write_all(b"later").await.unwrap();
+        let mut got = [0u8; 5];
+        tokio::io::AsyncReadExt::read_exact(&mut io, &mut got)
+            .await
+            .unwrap();
+        assert_eq!(&got, b"later");
+        io.write_all(b"up").await.unwrap();
+        let mut up = [0u8; 2];
+        tokio::io::AsyncReadExt::read_exact(&mut server, &mut up)
+            .await
+            .unwrap();
+        assert_eq!(&up, b"up");
     }
 }

@@ -13,6 +13,7 @@ use tracing::debug;
 use super::answer::{destination, empty, set_endpoint, text, upstream_error};
 use super::idle::Body;
 use super::limits::{Activity, Watched};
+use super::relay::relay;
 use super::routing::{authorize, basic_credentials, Denied, Routing};
 use super::upstream::Tried;
 use super::{Shared, Slot};
@@ -145,12 +146,20 @@ async fn connect(
     let endpoint = guard.endpoint();
     let tunnel_shared = shared.clone();
     shared.tracker.spawn(async move {
-        let mut upstream = dialed.io;
+        let upstream = dialed.io;
         let tunnel = async {
             match hyper::upgrade::on(req).await {
                 Ok(up) => {
-                    let mut client = TokioIo::new(up);
-                    let r = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    let r = match up.downcast::<TokioIo<Watched<TcpStream>>>() {
+                        // The client's own socket back from hyper, and what it sent after
+                        // its CONNECT: hyper's read buffer is freed, not kept for the
+                        // tunnel's life.
+                        Ok(parts) => {
+                            let client = parts.io.into_inner().into_inner();
+                            relay(client, upstream, parts.read_buf.to_vec()).await
+                        }
+                        Err(up) => relay(TokioIo::new(up), upstream, Vec::new()).await,
+                    };
                     debug!(endpoint, result = ?r.map_err(|e| e.kind()), "gateway tunnel closed");
                 }
                 Err(e) => debug!(endpoint, error = %e, "client left before the tunnel started"),

@@ -109,6 +109,11 @@ impl<S> Watched<S> {
     pub(super) fn new(inner: S, activity: Arc<Activity>) -> Self {
         Watched { inner, activity }
     }
+
+    /// The stream, once no limit watches it any more (an upgraded tunnel).
+    pub(super) fn into_inner(self) -> S {
+        self.inner
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {

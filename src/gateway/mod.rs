@@ -18,6 +18,7 @@ mod idle;
 mod lease;
 mod limits;
 mod plain;
+mod relay;
 mod routing;
 mod socks5;
 mod upstream;

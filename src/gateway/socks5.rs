@@ -8,6 +8,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::debug;
 
+use super::relay::relay;
 use super::routing::{authorize, Denied, Routing};
 use super::upstream::{Tried, UpstreamError};
 use super::Shared;
@@ -336,15 +337,11 @@ pub(super) async fn serve(shared: Arc<Shared>, mut s: TcpStream) {
     };
     guard.set_outcome(Outcome::Success);
     count(GatewayOutcome::Ok);
-    let mut upstream = dialed.io;
     if s.write_all(&reply_bytes(reply::OK)).await.is_err() {
         return;
     }
-    // Bytes the client sent right after its request belong to the tunnel.
-    if !buf.is_empty() && upstream.write_all(&buf).await.is_err() {
-        return;
-    }
-    let r = tokio::io::copy_bidirectional(&mut s, &mut upstream).await;
+    // Bytes the client sent right after its request belong to the tunnel: they go first.
+    let r = relay(s, dialed.io, buf).await;
     debug!(endpoint = guard.endpoint(), result = ?r.map_err(|e| e.kind()), "gateway SOCKS5 tunnel closed");
     // Reported here rather than by the guard's drop: no extra task per tunnel.
     guard.finish().await;

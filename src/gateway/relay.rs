@@ -1,0 +1,316 @@
+//! The byte relay of an open tunnel (CONNECT and SOCKS5), holding no buffer while idle.
+//!
+//! `tokio::io::copy_bidirectional` keeps an 8 KiB buffer per direction for the whole life
+//! of a tunnel, and most tunnels a scraper opens sit idle most of the time (a browser
+//! keeps dozens open). Here every read goes into a scratch buffer on the stack of the poll
+//! call and is written on at once; only bytes the other side cannot take yet are copied
+//! to the heap, and that copy is freed as soon as they are written. An idle tunnel costs
+//! its two sockets and this small struct.
+//!
+//! Semantics are those of `copy_bidirectional`: an end of file is passed on as a
+//! half-close (shutdown of the other side's write half), the relay ends when both
+//! directions have ended, and the first error on either side ends both.
+
+use std::future::Future;
+use std::io;
+use std::mem::MaybeUninit;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Read size per poll: one loopback segment fits, and a bulk transfer makes few calls.
+const SCRATCH: usize = 32 * 1024;
+
+/// Relay between `a` and `b` until both directions end; bytes moved `(a → b, b → a)`.
+/// `a_to_b` is sent to `b` before anything else (bytes `a` sent ahead of the tunnel).
+pub(super) fn relay<A, B>(a: A, b: B, a_to_b: Vec<u8>) -> Relay<A, B>
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    Relay {
+        a,
+        b,
+        ab: Half::with_pending(a_to_b),
+        ba: Half::with_pending(Vec::new()),
+    }
+}
+
+pub(super) struct Relay<A, B> {
+    a: A,
+    b: B,
+    ab: Half,
+    ba: Half,
+}
+
+/// One direction.
+#[derive(Default)]
+struct Half {
+    /// Read but not yet written; empty (no capacity) while nothing waits.
+    pending: Vec<u8>,
+    /// How much of `pending` is written.
+    at: usize,
+    /// Written since the last flush (TLS streams hold bytes until flushed).
+    unflushed: bool,
+    read_eof: bool,
+    done: bool,
+    moved: u64,
+}
+
+impl Half {
+    fn with_pending(pending: Vec<u8>) -> Half {
+        // An empty buffer may still have capacity (a parser's leftovers): not kept.
+        let pending = if pending.is_empty() {
+            Vec::new()
+        } else {
+            pending
+        };
+        Half {
+            pending,
+            ..Half::default()
+        }
+    }
+
+    /// Move bytes from `src` to `dst` until `src` has nothing or `dst` takes nothing.
+    fn poll_move<S, D>(
+        &mut self,
+        cx: &mut Context<'_>,
+        src: &mut S,
+        dst: &mut D,
+    ) -> Poll<io::Result<()>>
+    where
+        S: AsyncRead + Unpin,
+        D: AsyncWrite + Unpin,
+    {
+        if self.done {
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            while self.at < self.pending.len() {
+                let n = ready!(Pin::new(&mut *dst).poll_write(cx, &self.pending[self.at..]))?;
+                if n == 0 {
+                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                }
+                self.at += n;
+                self.unflushed = true;
+            }
+            if self.at > 0 {
+                // Everything waiting is written: give the memory back.
+                self.pending = Vec::new();
+                self.at = 0;
+            }
+            if self.read_eof {
+                if self.unflushed {
+                    ready!(Pin::new(&mut *dst).poll_flush(cx))?;
+                    self.unflushed = false;
+                }
+                ready!(Pin::new(&mut *dst).poll_shutdown(cx))?;
+                self.done = true;
+                return Poll::Ready(Ok(()));
+            }
+            let mut scratch = [MaybeUninit::<u8>::uninit(); SCRATCH];
+            let mut rb = ReadBuf::uninit(&mut scratch);
+            match Pin::new(&mut *src).poll_read(cx, &mut rb) {
+                Poll::Pending => {
+                    if self.unflushed {
+                        ready!(Pin::new(&mut *dst).poll_flush(cx))?;
+                        self.unflushed = false;
+                    }
+                    return Poll::Pending;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) => {}
+            }
+            let data = rb.filled();
+            if data.is_empty() {
+                self.read_eof = true;
+                continue;
+            }
+            self.moved += data.len() as u64;
+            let mut off = 0;
+            while off < data.len() {
+                match Pin::new(&mut *dst).poll_write(cx, &data[off..]) {
+                    Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                    Poll::Ready(Ok(n)) => {
+                        off += n;
+                        self.unflushed = true;
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => {
+                        // `dst` is full: keep the rest (the write registered the waker).
+                        self.pending = data[off..].to_vec();
+                        self.at = 0;
+                        return Poll::Pending;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<A, B> Relay<A, B> {
+    /// Bytes held on the heap for both directions (zero while the tunnel is idle).
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.ab.pending.capacity() + self.ba.pending.capacity()
+    }
+}
+
+impl<A, B> Future for Relay<A, B>
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    type Output = io::Result<(u64, u64)>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let ab = this.ab.poll_move(cx, &mut this.a, &mut this.b)?;
+        let ba = this.ba.poll_move(cx, &mut this.b, &mut this.a)?;
+        if ab.is_ready() && ba.is_ready() {
+            Poll::Ready(Ok((this.ab.moved, this.ba.moved)))
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::poll_fn;
+    use tokio::io::{duplex, AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    /// A relay between two in-memory pipes of `cap` bytes: (client end, upstream end, relay).
+    fn pair(
+        cap: usize,
+        early: &[u8],
+    ) -> (
+        DuplexStream,
+        DuplexStream,
+        Relay<DuplexStream, DuplexStream>,
+    ) {
+        let (client, a) = duplex(cap);
+        let (b, upstream) = duplex(cap);
+        (client, upstream, relay(a, b, early.to_vec()))
+    }
+
+    /// Poll the relay once: it must not be finished.
+    async fn step(r: &mut Relay<DuplexStream, DuplexStream>) {
+        poll_fn(|cx| match Pin::new(&mut *r).poll(cx) {
+            Poll::Pending => Poll::Ready(()),
+            Poll::Ready(v) => panic!("relay ended early: {v:?}"),
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn bytes_cross_both_ways_and_half_closes_pass_on() {
+        let (mut client, mut upstream, r) = pair(64 * 1024, b"");
+        let task = tokio::spawn(r);
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut got = [0u8; 18];
+        upstream.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"GET / HTTP/1.1\r\n\r\n");
+        // The client is done sending; the upstream still answers after seeing the end.
+        client.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        upstream.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+        upstream
+            .write_all(b"HTTP/1.1 200 OK\r\n\r\nhi")
+            .await
+            .unwrap();
+        upstream.shutdown().await.unwrap();
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).await.unwrap();
+        assert_eq!(answer, b"HTTP/1.1 200 OK\r\n\r\nhi");
+        assert_eq!(task.await.unwrap().unwrap(), (18, 21));
+    }
+
+    #[tokio::test]
+    async fn bytes_sent_ahead_of_the_tunnel_go_first() {
+        let (mut client, mut upstream, r) = pair(1024, b"early ");
+        let task = tokio::spawn(r);
+        client.write_all(b"late").await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        upstream.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"early late");
+        upstream.shutdown().await.unwrap();
+        // The early bytes were read before the relay: only "late" counts as moved here.
+        assert_eq!(task.await.unwrap().unwrap(), (4, 0));
+    }
+
+    #[tokio::test]
+    async fn a_full_side_holds_only_what_it_cannot_take_and_frees_it_after() {
+        // Pipes of 16 bytes: a 100-byte write from the client fills the relay's far side.
+        let (mut client, mut upstream, mut r) = pair(16, b"");
+        let data: Vec<u8> = (0..100u8).collect();
+        client.write_all(&data[..16]).await.unwrap();
+        step(&mut r).await;
+        assert_eq!(r.held(), 0, "16 bytes fit the upstream pipe: nothing held");
+        client.write_all(&data[16..32]).await.unwrap();
+        step(&mut r).await;
+        assert_eq!(
+            r.held(),
+            16,
+            "the upstream pipe is full: the rest waits on the heap"
+        );
+        let mut got = vec![0u8; 16];
+        upstream.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, &data[..16]);
+        step(&mut r).await;
+        assert_eq!(r.held(), 0, "written on: the memory is given back");
+        upstream.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, &data[16..32]);
+        // And the rest streams through the small pipes in order.
+        let writer = tokio::spawn(async move {
+            client.write_all(&data[32..]).await.unwrap();
+            client.shutdown().await.unwrap();
+            client
+        });
+        let task = tokio::spawn(r);
+        let mut rest = Vec::new();
+        upstream.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest, (32..100u8).collect::<Vec<u8>>());
+        upstream.shutdown().await.unwrap();
+        drop(writer.await.unwrap());
+        assert_eq!(task.await.unwrap().unwrap(), (100, 0));
+    }
+
+    #[tokio::test]
+    async fn an_idle_tunnel_holds_no_buffer() {
+        let (mut client, a) = duplex(1024);
+        let (b, mut upstream) = duplex(1024);
+        let mut r = relay(a, b, Vec::with_capacity(512));
+        step(&mut r).await;
+        assert_eq!(r.held(), 0, "an empty leftover buffer is not kept");
+        client.write_all(b"ping").await.unwrap();
+        step(&mut r).await;
+        upstream.write_all(b"pong").await.unwrap();
+        step(&mut r).await;
+        assert_eq!(r.held(), 0);
+        let mut got = [0u8; 4];
+        upstream.read_exact(&mut got).await.unwrap();
+        client.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"pong");
+        assert!(
+            std::mem::size_of::<Half>() <= 64,
+            "a direction is a few words"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_error_on_one_side_ends_both() {
+        let (client, mut upstream, r) = pair(1024, b"");
+        let task = tokio::spawn(r);
+        // The upstream writes into a client end that is gone: the relay fails (broken
+        // pipe) although the client→upstream direction never saw an end of file.
+        drop(client);
+        upstream.write_all(b"x").await.unwrap();
+        let r = task.await.unwrap();
+        assert!(r.is_err(), "{r:?}");
+    }
+}
