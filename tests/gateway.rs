@@ -41,6 +41,72 @@ async fn connect_dials_first_and_tunnels() {
     assert_eq!(gw.row(gw.ids[0]).state, State::Available);
 }
 
+/// Read from `s` until `needle` has arrived or the stream ends; everything read.
+async fn read_until(s: &mut tokio::net::TcpStream, needle: &str) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains(needle) {
+        match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => panic!(
+                "nothing more within 10 s; got {:?}",
+                String::from_utf8_lossy(&got)
+            ),
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[tokio::test]
+async fn bytes_sent_with_the_request_and_half_closes_cross_the_tunnel() {
+    // Two answers per connection, then it closes after the client's end of file.
+    let d = dest(DestCfg {
+        keep_alive: Some(2),
+        ..DestCfg::default()
+    })
+    .await;
+    let up = http_upstream().await;
+    let gw = Gw::start(&[url("http", up.port())], |_| {}).await;
+    let get = "GET /inside HTTP/1.1\r\nHost: x\r\n\r\n";
+
+    // CONNECT and the first request in one write, before any answer (what a client that
+    // pipelines its TLS hello does): the request must reach the destination after 200.
+    let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let port = d.port();
+    s.write_all(
+        format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n{get}")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let got = read_until(&mut s, "hello from the destination").await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(got.contains("hello from the destination"), "{got}");
+    // A second request on the same tunnel, then the client's half-close: the tunnel
+    // carries the answer, passes the end on, and closes once the far side has closed.
+    s.write_all(get.as_bytes()).await.unwrap();
+    s.shutdown().await.unwrap();
+    let rest = read_until(&mut s, "\u{0}never").await;
+    assert!(rest.contains("hello from the destination"), "{rest}");
+    gw.until_no_leases().await;
+
+    // The same over SOCKS5: greeting, request and the first bytes in one write.
+    let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let mut hello = vec![5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1];
+    hello.extend_from_slice(&port.to_be_bytes());
+    hello.extend_from_slice(get.as_bytes());
+    s.write_all(&hello).await.unwrap();
+    let mut replies = [0u8; 12];
+    s.read_exact(&mut replies).await.unwrap();
+    assert_eq!((replies[1], replies[3]), (0, 0), "{replies:?}");
+    let got = read_until(&mut s, "hello from the destination").await;
+    assert!(got.contains("hello from the destination"), "{got}");
+    s.shutdown().await.unwrap();
+    read_until(&mut s, "\u{0}never").await;
+    gw.until_no_leases().await;
+}
+
 #[tokio::test]
 async fn dead_upstreams_are_reported_and_retried_around() {
     let d = dest(DestCfg::default()).await;
