@@ -227,7 +227,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn without_early_bytes_the_tunnel_is_the_bare_stream() {
+    async fn without_early_bytes_later_bytes_pass_both_ways() {
         let (mut server, client) = tokio::io::duplex(4096);
         let proxy = ProxyUrl::parse("http://h:1").unwrap();
         let dest = Dest::new("example.com", 443);

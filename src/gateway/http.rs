@@ -158,7 +158,15 @@ async fn connect(
                             let client = parts.io.into_inner().into_inner();
                             relay(client, upstream, parts.read_buf.to_vec()).await
                         }
-                        Err(up) => relay(TokioIo::new(up), upstream, Vec::new()).await,
+                        Err(up) => {
+                            // Only if the type given to `serve_connection` above changed:
+                            // still correct (hyper's wrapper replays what it read), but
+                            // the tunnel keeps hyper's buffer. Loud in tests.
+                            if cfg!(debug_assertions) {
+                                panic!("hyper gave back an IO type the tunnel does not expect");
+                            }
+                            relay(TokioIo::new(up), upstream, Vec::new()).await
+                        }
                     };
                     debug!(endpoint, result = ?r.map_err(|e| e.kind()), "gateway tunnel closed");
                 }

@@ -314,3 +314,193 @@ mod tests {
         assert!(r.is_err(), "{r:?}");
     }
 }
+
+#[cfg(test)]
+mod streams {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tokio::io::{duplex, AsyncReadExt, AsyncWriteExt, BufWriter};
+    use tokio::net::{TcpListener, TcpStream};
+
+    fn tls_pair() -> (tokio_rustls::TlsAcceptor, tokio_rustls::TlsConnector) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.der().clone()).unwrap();
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        (
+            tokio_rustls::TlsAcceptor::from(Arc::new(server)),
+            tokio_rustls::TlsConnector::from(Arc::new(client)),
+        )
+    }
+
+    fn pattern(n: usize, seed: u8) -> Vec<u8> {
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    }
+
+    /// An `https://` upstream: client (pipe) ↔ relay ↔ TLS client stream ↔ TLS server over
+    /// TCP. A small write must arrive while the tunnel is otherwise idle (flushed), then
+    /// bulk both ways and a half-close each way.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tls_upstream_bulk_small_and_half_close() {
+        let (acceptor, connector) = tls_pair();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let up_data = pattern(1 << 20, 7);
+        let down_data = pattern(768 << 10, 11);
+        let (up2, down2) = (up_data.clone(), down_data.clone());
+        let server = tokio::spawn(async move {
+            let (s, _) = listener.accept().await.unwrap();
+            let mut s = acceptor.accept(s).await.unwrap();
+            let mut ping = [0u8; 4];
+            s.read_exact(&mut ping).await.unwrap();
+            assert_eq!(&ping, b"ping");
+            s.write_all(b"pong").await.unwrap();
+            s.flush().await.unwrap();
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).await.unwrap();
+            assert!(got == up2, "upload corrupted: {} bytes", got.len());
+            s.write_all(&down2).await.unwrap();
+            s.shutdown().await.unwrap();
+        });
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let tls = connector
+            .connect("localhost".try_into().unwrap(), tcp)
+            .await
+            .unwrap();
+        let (mut client, a) = duplex(64 * 1024);
+        let relay_task = tokio::spawn(relay(a, tls, Vec::new()));
+        client.write_all(b"ping").await.unwrap();
+        let mut pong = [0u8; 4];
+        tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut pong))
+            .await
+            .expect("small write through TLS never arrived (not flushed?)")
+            .unwrap();
+        let (mut cr, mut cw) = tokio::io::split(client);
+        let writer = tokio::spawn(async move {
+            cw.write_all(&up_data).await.unwrap();
+            cw.shutdown().await.unwrap();
+        });
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(60), cr.read_to_end(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(got == down_data, "download corrupted: {} bytes", got.len());
+        writer.await.unwrap();
+        server.await.unwrap();
+        let r = relay_task.await.unwrap().unwrap();
+        assert_eq!(r, (4 + (1 << 20), 4 + (768 << 10)));
+    }
+
+    /// A destination side that only sends on flush: idle data and the half-close must both
+    /// be flushed.
+    #[tokio::test]
+    async fn a_buffering_writer_is_flushed_when_idle_and_at_eof() {
+        let (mut client, a) = duplex(1024);
+        let (b, mut upstream) = duplex(1024);
+        let b = BufWriter::with_capacity(64 * 1024, b);
+        let task = tokio::spawn(relay(a, b, b"early".to_vec()));
+        client.write_all(b"ping").await.unwrap();
+        let mut got = [0u8; 9];
+        tokio::time::timeout(Duration::from_secs(5), upstream.read_exact(&mut got))
+            .await
+            .expect("buffered bytes never flushed")
+            .unwrap();
+        assert_eq!(&got, b"earlyping");
+        client.write_all(b"tail").await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        upstream.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(rest, b"tail");
+        upstream.shutdown().await.unwrap();
+        drop(client);
+        assert_eq!(task.await.unwrap().unwrap(), (8, 0));
+    }
+
+    /// Bytes moved per poll of the relay stay bounded (cooperative budget) on a bulk
+    /// transfer over loopback TCP, and another task on the same single thread keeps running.
+    #[tokio::test]
+    async fn bulk_over_tcp_yields_to_other_tasks() {
+        let l1 = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let l2 = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(l1.local_addr().unwrap()).await.unwrap();
+        let (a, _) = l1.accept().await.unwrap();
+        let b = TcpStream::connect(l2.local_addr().unwrap()).await.unwrap();
+        let (mut upstream, _) = l2.accept().await.unwrap();
+        let total = 64usize << 20;
+        let writer = tokio::spawn(async move {
+            let chunk = vec![7u8; 1 << 20];
+            for _ in 0..64 {
+                client.write_all(&chunk).await.unwrap();
+            }
+            client.shutdown().await.unwrap();
+            client
+        });
+        let reader = tokio::spawn(async move {
+            let mut buf = vec![0u8; 1 << 20];
+            let mut n = 0;
+            loop {
+                let k = upstream.read(&mut buf).await.unwrap();
+                if k == 0 {
+                    break;
+                }
+                n += k;
+            }
+            upstream.shutdown().await.unwrap();
+            n
+        });
+        let ticks = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let t2 = ticks.clone();
+        let ticker = tokio::spawn(async move {
+            loop {
+                t2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        });
+        let mut r = relay(a, b, Vec::new());
+        let mut max_per_poll = 0u64;
+        let mut polls = 0u64;
+        let res = std::future::poll_fn(|cx| {
+            let before = r.ab.moved;
+            let p = Pin::new(&mut r).poll(cx);
+            max_per_poll = max_per_poll.max(r.ab.moved - before);
+            polls += 1;
+            p
+        })
+        .await
+        .unwrap();
+        assert_eq!(res.0 as usize, total);
+        assert_eq!(reader.await.unwrap(), total);
+        drop(writer.await.unwrap());
+        ticker.abort();
+        // tokio's budget (128 socket operations a poll) bounds a poll to 64 reads of
+        // 32 KiB, and the other task on this one thread kept getting its turns.
+        assert!(max_per_poll <= 4 << 20, "{max_per_poll} bytes in one poll");
+        let ran = ticks.load(std::sync::atomic::Ordering::Relaxed) as u64;
+        assert!(
+            ran * 4 >= polls,
+            "the other task ran {ran} times in {polls} relay polls"
+        );
+    }
+}
