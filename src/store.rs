@@ -757,7 +757,7 @@ fn apply_write(tx: &Connection, w: &Write) -> Result<(), StoreError> {
         Write::Event(ev) => insert_event(tx, ev),
         Write::Remove(ids) => remove_rows(tx, ids),
         Write::Pair(w) => pairs::apply(tx, w),
-        Write::EventStatus(ev, status) => pairs::insert_event(tx, ev.endpoint, None, *status, ev),
+        Write::EventStatus(ev, status) => insert_event_on(tx, ev.endpoint, None, *status, ev),
         Write::SourceResult {
             pool,
             name,
@@ -835,20 +835,34 @@ fn remove_rows(tx: &Connection, ids: &[EndpointId]) -> Result<(), StoreError> {
 }
 
 fn insert_event(tx: &Connection, ev: &NewEvent) -> Result<(), StoreError> {
+    insert_event_on(tx, ev.endpoint, None, None, ev)
+}
+
+/// Append `ev` as about `endpoint` (a pair write names its pair's endpoint), with the
+/// pair's `destination` and the report's HTTP `status` (SPEC §13).
+fn insert_event_on(
+    tx: &Connection,
+    endpoint: Option<EndpointId>,
+    destination: Option<&str>,
+    status: Option<u16>,
+    ev: &NewEvent,
+) -> Result<(), StoreError> {
     tx.prepare_cached(
-        "INSERT INTO events (at, endpoint, kind, from_state, to_state, reason, phase, detail, lease) \
-         VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
+        "INSERT INTO events (at, endpoint, kind, from_state, to_state, reason, phase, detail, lease, \
+         destination, status) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
     )?
     .execute(params![
         fmt_time(SystemTime::now()),
-        ev.endpoint,
+        endpoint,
         ev.kind.as_str(),
         ev.from.map(State::as_str),
         ev.to.map(State::as_str),
         ev.reason.map(Reason::as_str),
         ev.phase.map(Phase::as_str),
         ev.detail,
-        ev.lease
+        ev.lease,
+        destination,
+        status,
     ])?;
     Ok(())
 }
@@ -856,6 +870,34 @@ fn insert_event(tx: &Connection, ev: &NewEvent) -> Result<(), StoreError> {
 /// An optional text column holding a name (`reason`, `phase`): None stays None.
 pub(crate) fn parse_col<T: std::str::FromStr>(v: Option<&str>) -> Result<Option<T>, T::Err> {
     v.map(str::parse).transpose()
+}
+
+/// The `state`, `reason` and `phase` columns at `at..at + 3`, as endpoints and pairs both
+/// keep them; `corrupt` names the row a value this version does not know is in.
+fn read_names(
+    r: &Row<'_>,
+    at: usize,
+    corrupt: impl Fn(&str) -> StoreError,
+) -> Result<(State, Option<Reason>, Option<Phase>), StoreError> {
+    let state: String = r.get(at)?;
+    let reason: Option<String> = r.get(at + 1)?;
+    let phase: Option<String> = r.get(at + 2)?;
+    Ok((
+        state.parse().map_err(|_| corrupt("state"))?,
+        parse_col(reason.as_deref()).map_err(|_| corrupt("reason"))?,
+        parse_col(phase.as_deref()).map_err(|_| corrupt("phase"))?,
+    ))
+}
+
+/// The `cooldown_ms` and `cooldown_until` columns at `at` and `at + 1`: a negative length
+/// reads as 0 and a time that does not parse as none.
+fn read_cooldown(r: &Row<'_>, at: usize) -> rusqlite::Result<(Option<u64>, Option<SystemTime>)> {
+    let ms: Option<i64> = r.get(at)?;
+    let until: Option<String> = r.get(at + 1)?;
+    Ok((
+        ms.map(|v| v.max(0) as u64),
+        until.as_deref().and_then(parse_time),
+    ))
 }
 
 /// The columns `read_event` reads, in its order.
@@ -883,13 +925,11 @@ fn read_endpoint(r: &Row<'_>) -> rusqlite::Result<Result<EndpointRow, StoreError
     let id: i64 = r.get(0)?;
     let scheme: String = r.get(2)?;
     let user: String = r.get(5)?;
-    let state: String = r.get(9)?;
-    let reason: Option<String> = r.get(10)?;
-    let phase: Option<String> = r.get(11)?;
-    let until: Option<String> = r.get(16)?;
     let corrupt = |what: &str| StoreError::Corrupt(format!("endpoint {id}: {what}"));
     let build = || -> Result<EndpointRow, StoreError> {
         let scheme: Scheme = scheme.parse().map_err(|_| corrupt("scheme"))?;
+        let (state, reason, phase) = read_names(r, 9, corrupt)?;
+        let (cooldown_ms, cooldown_until) = read_cooldown(r, 15)?;
         Ok(EndpointRow {
             id,
             url: ProxyUrl {
@@ -902,14 +942,14 @@ fn read_endpoint(r: &Row<'_>) -> rusqlite::Result<Result<EndpointRow, StoreError
             pool: r.get(1)?,
             label: r.get(7)?,
             source: r.get(8)?,
-            state: state.parse().map_err(|_| corrupt("state"))?,
-            reason: parse_col(reason.as_deref()).map_err(|_| corrupt("reason"))?,
-            phase: parse_col(phase.as_deref()).map_err(|_| corrupt("phase"))?,
+            state,
+            reason,
+            phase,
             detail: r.get(12)?,
             streak: r.get(13)?,
             reason_streak: r.get(14)?,
-            cooldown_ms: r.get::<_, Option<i64>>(15)?.map(|v| v.max(0) as u64),
-            cooldown_until: until.as_deref().and_then(parse_time),
+            cooldown_ms,
+            cooldown_until,
             state_changed_at: r.get(17)?,
             created_at: r.get(18)?,
         })

@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use rusqlite::{params, Connection, ErrorCode, Row, TransactionBehavior};
 
-use super::{fmt_time, parse_time, NewEvent, Store, StoreError};
+use super::{fmt_time, insert_event_on, read_cooldown, read_names, NewEvent, Store, StoreError};
 use crate::endpoint::EndpointId;
 use crate::health::{Phase, Reason, State};
 
@@ -125,7 +125,7 @@ pub(crate) fn apply(tx: &Connection, w: &PairWrite) -> Result<(), StoreError> {
                 }
                 Err(e) => return Err(e.into()),
             }
-            insert_event(tx, r.endpoint, Some(&r.destination), r.status, ev)
+            insert_event_on(tx, Some(r.endpoint), Some(&r.destination), r.status, ev)
         }
         PairWrite::Delete {
             endpoint,
@@ -138,7 +138,7 @@ pub(crate) fn apply(tx: &Connection, w: &PairWrite) -> Result<(), StoreError> {
                 "DELETE FROM destination_pairs WHERE endpoint=?1 AND destination=?2",
             )?
             .execute(params![endpoint, destination])?;
-            insert_event(tx, *endpoint, Some(destination), None, event)
+            insert_event_on(tx, Some(*endpoint), Some(destination), None, event)
         }
         PairWrite::Event {
             destination,
@@ -148,36 +148,9 @@ pub(crate) fn apply(tx: &Connection, w: &PairWrite) -> Result<(), StoreError> {
             let endpoint = event
                 .endpoint
                 .ok_or_else(|| StoreError::Corrupt("pair event without an endpoint".into()))?;
-            insert_event(tx, endpoint, Some(destination), *status, event)
+            insert_event_on(tx, Some(endpoint), Some(destination), *status, event)
         }
     }
-}
-
-pub(super) fn insert_event(
-    tx: &Connection,
-    endpoint: impl rusqlite::ToSql,
-    destination: Option<&str>,
-    status: Option<u16>,
-    ev: &NewEvent,
-) -> Result<(), StoreError> {
-    tx.prepare_cached(
-        "INSERT INTO events (at, endpoint, kind, from_state, to_state, reason, phase, detail, lease, \
-         destination, status) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
-    )?
-    .execute(params![
-        fmt_time(SystemTime::now()),
-        endpoint,
-        ev.kind.as_str(),
-        ev.from.map(State::as_str),
-        ev.to.map(State::as_str),
-        ev.reason.map(Reason::as_str),
-        ev.phase.map(Phase::as_str),
-        ev.detail,
-        ev.lease,
-        destination,
-        status,
-    ])?;
-    Ok(())
 }
 
 const PAIR_COLS: &str = "e.pool, p.endpoint, p.destination, p.state, p.reason, p.phase, p.status, \
@@ -186,27 +159,25 @@ const PAIR_COLS: &str = "e.pool, p.endpoint, p.destination, p.state, p.reason, p
 fn read_pair(r: &Row<'_>) -> rusqlite::Result<Result<PairRow, StoreError>> {
     let endpoint: EndpointId = r.get(1)?;
     let destination: String = r.get(2)?;
-    let state: String = r.get(3)?;
-    let reason: Option<String> = r.get(4)?;
-    let phase: Option<String> = r.get(5)?;
-    let until: Option<String> = r.get(11)?;
     let corrupt =
         |what: &str| StoreError::Corrupt(format!("pair ({endpoint}, {destination}): {what}"));
     let build = || -> Result<PairRow, StoreError> {
+        let (state, reason, phase) = read_names(r, 3, corrupt)?;
+        let (cooldown_ms, cooldown_until) = read_cooldown(r, 10)?;
         Ok(PairRow {
             pool: r.get(0)?,
             record: PairRecord {
                 endpoint,
                 destination: destination.clone(),
-                state: state.parse().map_err(|_| corrupt("state"))?,
-                reason: super::parse_col(reason.as_deref()).map_err(|_| corrupt("reason"))?,
-                phase: super::parse_col(phase.as_deref()).map_err(|_| corrupt("phase"))?,
+                state,
+                reason,
+                phase,
                 status: r.get(6)?,
                 detail: r.get(7)?,
                 streak: r.get(8)?,
                 reason_streak: r.get(9)?,
-                cooldown_ms: r.get::<_, Option<i64>>(10)?.map(|v| v.max(0) as u64),
-                cooldown_until: until.as_deref().and_then(parse_time),
+                cooldown_ms,
+                cooldown_until,
             },
             state_changed_at: r.get(12)?,
         })
