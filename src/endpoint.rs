@@ -177,6 +177,13 @@ fn redact_userinfo(rest: &str) -> String {
 }
 
 impl ProxyUrl {
+    /// One line of a URL list (import files, plain-text sources): none for a blank line or
+    /// a `#` comment, else the parsed URL.
+    pub fn parse_line(line: &str) -> Option<Result<Self, EndpointError>> {
+        let l = line.trim();
+        (!l.is_empty() && !l.starts_with('#')).then(|| ProxyUrl::parse(l))
+    }
+
     /// Parse `scheme://[user[:password]@]host:port`.
     pub fn parse(input: &str) -> Result<Self, EndpointError> {
         let input = input.trim();
@@ -511,5 +518,23 @@ mod tests {
             assert!(err.contains(want), "{input}: {err}");
             assert!(!err.contains("hunter2"), "{input} leaked: {err}");
         }
+    }
+
+    #[test]
+    fn list_lines_skip_blanks_and_comments() {
+        let cases: [(&str, Option<bool>); 6] = [
+            ("", None),
+            ("   \t", None),
+            ("# a comment", None),
+            ("  # indented comment", None),
+            ("  http://h:80  ", Some(true)),
+            ("h:80 # not a URL", Some(false)),
+        ];
+        for (line, want) in cases {
+            let got = ProxyUrl::parse_line(line).map(|r| r.is_ok());
+            assert_eq!(got, want, "{line:?}");
+        }
+        let url = ProxyUrl::parse_line(" socks5://u:p@h:1 ").unwrap().unwrap();
+        assert_eq!(url, ProxyUrl::parse("socks5://u:p@h:1").unwrap());
     }
 }

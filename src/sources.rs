@@ -82,11 +82,10 @@ pub fn parse_list(text: &str) -> Result<Vec<ProxyUrl>, SourceError> {
         }
     } else {
         for (i, line) in text.lines().enumerate() {
-            let l = line.trim();
-            if l.is_empty() || l.starts_with('#') {
+            let Some(url) = ProxyUrl::parse_line(line) else {
                 continue;
-            }
-            out.push(ProxyUrl::parse(l).map_err(|e| SourceError::BadLine {
+            };
+            out.push(url.map_err(|e| SourceError::BadLine {
                 line: i + 1,
                 message: e.to_string(),
             })?);

@@ -172,12 +172,11 @@ pub(super) async fn import(
         if i % 4096 == 0 {
             bar.set_position(if by_bytes { bytes } else { n });
         }
-        let l = line.trim();
-        if l.is_empty() || l.starts_with('#') {
+        let Some(url) = ProxyUrl::parse_line(&line) else {
             continue;
-        }
-        let url = ProxyUrl::parse(l)
-            .map_err(|e| CliError::usage(format!("line {}: {e}; nothing was imported", i + 1)))?;
+        };
+        let url =
+            url.map_err(|e| CliError::usage(format!("line {}: {e}; nothing was imported", i + 1)))?;
         out.line(&url.to_secret_string())?;
         n += 1;
     }
@@ -260,12 +259,8 @@ fn import_direct(
             Ok(l) => l,
             Err(e) => return Some(Err(CliError::usage(format!("{file}: {e}")))),
         };
-        let l = line.trim();
-        if l.is_empty() || l.starts_with('#') {
-            return None;
-        }
         Some(
-            ProxyUrl::parse(l)
+            ProxyUrl::parse_line(&line)?
                 .map(|url| NewEndpoint {
                     url,
                     pool: pool.to_string(),

@@ -284,13 +284,9 @@ pub(super) async fn import(
                 ))))
             }
         };
-        let l = line.trim();
-        if l.is_empty() || l.starts_with('#') {
-            return None;
-        }
         // Text read from a file is not repeated back: it could be anything.
         Some(
-            ProxyUrl::parse(l)
+            ProxyUrl::parse_line(&line)?
                 .map(|url| NewEndpoint {
                     url,
                     pool: pool.clone(),
