@@ -427,6 +427,19 @@ impl Health {
     pub fn operator_disabled(&self) -> bool {
         self.state == State::Disabled && self.reason == Some(Reason::Operator)
     }
+
+    /// The wall-clock end of the cooldown, as stored: only a cooling health has one, and
+    /// a deadline already past is `wall` itself. [`restored_remaining`] reads it back.
+    pub fn cooldown_until(
+        &self,
+        now: Instant,
+        wall: std::time::SystemTime,
+    ) -> Option<std::time::SystemTime> {
+        match (self.state, self.deadline) {
+            (State::Cooling, Some(d)) => Some(wall + d.saturating_duration_since(now)),
+            _ => None,
+        }
+    }
 }
 
 /// Something that happens to an endpoint.

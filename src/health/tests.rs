@@ -1330,6 +1330,30 @@ fn validate_rejects_bad_values_naming_the_key() {
 }
 
 #[test]
+fn cooldown_until_is_the_wall_clock_deadline_of_a_cooling_health() {
+    let now = Instant::now();
+    let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let cases = [
+        (Cooling, Some(now + 30 * S), Some(wall + 30 * S)),
+        (Cooling, Some(now), Some(wall)),
+        (Cooling, None, None),
+        // A deadline left from an earlier cooldown means nothing in another state.
+        (Available, Some(now + 30 * S), None),
+        (ProbeAllowed, Some(now + 30 * S), None),
+        (Disabled, Some(now + 30 * S), None),
+    ];
+    for (state, deadline, want) in cases {
+        let mut h = Health::new(state);
+        h.deadline = deadline;
+        assert_eq!(h.cooldown_until(now, wall), want, "{state:?} {deadline:?}");
+    }
+    // A deadline already past is now.
+    let mut h = Health::new(Cooling);
+    h.deadline = Some(now);
+    assert_eq!(h.cooldown_until(now + 5 * S, wall), Some(wall));
+}
+
+#[test]
 fn restored_remaining_clamps() {
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
     let cd = 60 * S;

@@ -97,10 +97,7 @@ pub(super) fn transition(
             streak: h.streak,
             reason_streak: h.reason_streak,
             cooldown_ms: h.cooldown.map(|d| d.as_millis() as u64),
-            cooldown_until: match (h.state, h.deadline) {
-                (State::Cooling, Some(d)) => Some(wall + d.saturating_duration_since(now)),
-                _ => None,
-            },
+            cooldown_until: h.cooldown_until(now, wall),
         },
         event,
     )
