@@ -348,10 +348,8 @@ impl Pools {
         now: Instant,
         wall: SystemTime,
     ) -> (Result<State, PoolError>, Vec<Write>) {
-        if let Outcome::Failure(f) = &outcome {
-            if f.reason.is_none() {
-                return (Err(PoolError::MissingReason), Vec::new());
-            }
+        if let Err(e) = outcome.check_reason() {
+            return (Err(e), Vec::new());
         }
         let (r, mut writes) = self.take_lease(name, now, wall);
         let (lid, l) = match r {

@@ -120,6 +120,17 @@ pub enum Outcome {
     Failure(Failure),
 }
 
+impl Outcome {
+    /// A failure must say why: its reason picks the cooldown and whether the endpoint or
+    /// the pair takes it.
+    fn check_reason(&self) -> Result<(), PoolError> {
+        match self {
+            Outcome::Failure(f) if f.reason.is_none() => Err(PoolError::MissingReason),
+            _ => Ok(()),
+        }
+    }
+}
+
 struct PoolState {
     cfg: PoolConfig,
     /// Available endpoints, by live leases, round robin within a count.
@@ -523,5 +534,27 @@ impl Pools {
             .collect();
         v.sort_unstable();
         v
+    }
+}
+
+#[cfg(test)]
+mod outcome_tests {
+    use super::{Outcome, PoolError};
+    use crate::health::{Failure, Reason};
+
+    #[test]
+    fn only_a_failure_without_a_reason_is_refused() {
+        let failure = |reason| {
+            Outcome::Failure(Failure {
+                reason,
+                ..Default::default()
+            })
+        };
+        assert!(Outcome::Success.check_reason().is_ok());
+        assert!(failure(Some(Reason::ConnectTimeout)).check_reason().is_ok());
+        assert!(matches!(
+            failure(None).check_reason(),
+            Err(PoolError::MissingReason)
+        ));
     }
 }

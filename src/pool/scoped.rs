@@ -323,10 +323,8 @@ impl Pools {
         now: Instant,
         wall: SystemTime,
     ) -> (Result<State, PoolError>, Vec<Write>) {
-        if let Outcome::Failure(f) = &outcome {
-            if f.reason.is_none() {
-                return (Err(PoolError::MissingReason), Vec::new());
-            }
+        if let Err(e) = outcome.check_reason() {
+            return (Err(e), Vec::new());
         }
         let mut writes = self.advance(now, wall);
         let Some(&p) = self.by_name.get(pool) else {
