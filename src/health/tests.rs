@@ -2,6 +2,7 @@
 //! the transitions that must NOT happen, and the cooldown policy of SPEC §4.
 
 use super::*;
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use State::{Available, Cooling, Disabled, ProbeAllowed};
@@ -1351,6 +1352,48 @@ fn cooldown_until_is_the_wall_clock_deadline_of_a_cooling_health() {
     let mut h = Health::new(Cooling);
     h.deadline = Some(now);
     assert_eq!(h.cooldown_until(now + 5 * S, wall), Some(wall));
+}
+
+#[test]
+fn restore_cooldown_rebuilds_a_stored_deadline_on_the_monotonic_clock() {
+    let now = Instant::now();
+    let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    // (state, cooldown_ms, cooldown_until, deadline wanted)
+    let cases = [
+        (
+            Cooling,
+            Some(60_000),
+            Some(wall + 25 * S),
+            Some(now + 25 * S),
+        ),
+        // Clamped to the cooldown's length (a wall clock moved back meanwhile).
+        (
+            Cooling,
+            Some(60_000),
+            Some(wall + 600 * S),
+            Some(now + 60 * S),
+        ),
+        // Over while the daemon was down, or never stored: due at once.
+        (Cooling, Some(60_000), Some(wall - S), Some(now)),
+        (Cooling, Some(60_000), None, Some(now)),
+        (Cooling, None, Some(wall + 25 * S), Some(now)),
+        // Only a cooling health has a deadline.
+        (ProbeAllowed, Some(60_000), Some(wall + 25 * S), None),
+        (Available, None, None, None),
+    ];
+    for (state, ms, until, want) in cases {
+        let mut h = Health::new(state);
+        h.restore_cooldown(ms, until, now, wall);
+        assert_eq!(h.deadline, want, "{state:?} {ms:?} {until:?}");
+        assert_eq!(h.cooldown, ms.map(Duration::from_millis), "{state:?}");
+    }
+    // What `cooldown_until` stores, `restore_cooldown` reads back.
+    let mut h = Health::new(Cooling);
+    h.deadline = Some(now + 42 * S);
+    h.cooldown = Some(60 * S);
+    let mut back = Health::new(Cooling);
+    back.restore_cooldown(Some(60_000), h.cooldown_until(now, wall), now, wall);
+    assert_eq!(back.deadline, h.deadline);
 }
 
 #[test]

@@ -23,7 +23,7 @@
 //! destination, while the bans are what must stay small.
 
 use std::collections::{BTreeSet, VecDeque};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use rustc_hash::FxHashMap;
 use tokio::time::Instant;
@@ -31,7 +31,7 @@ use tracing::{info, warn};
 
 use crate::endpoint::EndpointId;
 use crate::event_kind::EventKind;
-use crate::health::{restored_remaining, Health, Input, Policy, Reason, State, Step};
+use crate::health::{Health, Input, Policy, Reason, State, Step};
 use crate::store::pairs::{PairRecord, PairWrite};
 use crate::store::NewEvent;
 
@@ -244,15 +244,7 @@ impl Destinations {
         h.reason_streak = rec.reason_streak;
         h.reason = rec.reason;
         h.phase = rec.phase;
-        h.cooldown = rec.cooldown_ms.map(Duration::from_millis);
-        if rec.state == State::Cooling {
-            let len = h.cooldown.unwrap_or(Duration::ZERO);
-            let left = rec
-                .cooldown_until
-                .map(|u| restored_remaining(u, wall, len))
-                .unwrap_or(Duration::ZERO);
-            h.deadline = Some(now + left);
-        }
+        h.restore_cooldown(rec.cooldown_ms, rec.cooldown_until, now, wall);
         let slot = self.slot_for(&name);
         let existed = self.take(slot, rec.endpoint).is_some();
         if !existed && !self.room() {

@@ -38,7 +38,7 @@ use tokio::time::Instant;
 
 use crate::config::PoolConfig;
 use crate::endpoint::{EndpointId, ProxyUrl};
-use crate::health::{restored_remaining, Failure, Health, State};
+use crate::health::{Failure, Health, State};
 use crate::store::EndpointRow;
 
 /// Errors of pool operations, each mapping to a protocol error code.
@@ -278,15 +278,7 @@ impl Pools {
         health.reason = row.reason;
         health.phase = row.phase;
         health.detail = row.detail.clone();
-        health.cooldown = row.cooldown_ms.map(Duration::from_millis);
-        if row.state == State::Cooling {
-            let len = health.cooldown.unwrap_or(Duration::ZERO);
-            let remaining = row
-                .cooldown_until
-                .map(|u| restored_remaining(u, wall, len))
-                .unwrap_or(Duration::ZERO);
-            health.deadline = Some(now + remaining);
-        }
+        health.restore_cooldown(row.cooldown_ms, row.cooldown_until, now, wall);
         // A reloaded row (config sync, sources) keeps what the daemon saw it do.
         let stats = self
             .entries
