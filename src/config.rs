@@ -6,11 +6,16 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
 use crate::endpoint::ProxyUrl;
-use crate::health::{Policy, PolicyError, Reason, ReasonPolicy};
+use crate::health::{Policy, PolicyError, ReasonPolicy};
 use crate::store::Durability;
+
+mod gateway;
+pub use gateway::{GatewayConfig, PlainHttp};
+mod raw;
+use raw::*;
 
 /// The name of the pool used when none is given.
 pub const DEFAULT_POOL: &str = "default";
@@ -292,113 +297,6 @@ pub struct Config {
     pub max_tcp_connections: Option<usize>,
 }
 
-/// One rotating gateway (SPEC §12).
-#[derive(Clone, PartialEq)]
-pub struct GatewayConfig {
-    /// Address the gateway listens on.
-    pub listen: std::net::SocketAddr,
-    /// Pool used when the client names none.
-    pub pool: String,
-    /// Further upstreams tried after a connect-phase failure.
-    pub retries: u32,
-    /// Plain-HTTP statuses reported as `destination_status`.
-    pub ban_status: Vec<u16>,
-    /// Statuses for which a GET/HEAD is re-sent through another upstream.
-    pub retry_status: Vec<u16>,
-    /// Deadline for reaching the destination through one upstream.
-    pub connect_timeout: Duration,
-    /// The password clients must send; None = no authentication.
-    pub token: Option<String>,
-    /// Client connections served at once.
-    pub max_connections: usize,
-    /// Extra CA certificates (PEM) trusted for `https://` upstream proxies.
-    pub ca_file: Option<PathBuf>,
-    /// How absolute-form requests travel through an HTTP(S) upstream.
-    pub plain_http: PlainHttp,
-}
-
-/// How the gateway sends a plain-HTTP (absolute-form) request through an HTTP(S) upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PlainHttp {
-    /// Forward the request to the proxy in absolute form on a new connection, closed after
-    /// the response: every request may leave a rotating proxy from a new address.
-    #[default]
-    Forward,
-    /// Forward in absolute form on a connection kept for the next request to the same
-    /// host through the same upstream, when the proxy keeps it open.
-    ForwardKeepalive,
-    /// Open a CONNECT tunnel to the destination and send the request inside it; the tunnel
-    /// stays open for the next request through the same upstream to the same host. A proxy
-    /// that refuses the tunnel by policy (e.g. CONNECT to port 443 only) gets the request
-    /// forwarded instead (`forward-keepalive`), remembered for an hour.
-    Tunnel,
-}
-
-impl GatewayConfig {
-    /// A gateway on `listen` with the defaults of SPEC §12.
-    pub fn new(listen: std::net::SocketAddr) -> GatewayConfig {
-        GatewayConfig {
-            listen,
-            pool: DEFAULT_POOL.to_string(),
-            retries: 2,
-            ban_status: vec![403, 429],
-            retry_status: Vec::new(),
-            connect_timeout: Duration::from_secs(10),
-            token: None,
-            max_connections: 10_000,
-            ca_file: None,
-            plain_http: PlainHttp::Forward,
-        }
-    }
-
-    /// The first problem found, as (key, message).
-    pub fn check(&self) -> Result<(), (&'static str, String)> {
-        if !self.listen.ip().is_loopback() && self.token.is_none() {
-            return Err((
-                "token",
-                format!(
-                    "a gateway listening on {} (not loopback) needs a non-empty token",
-                    self.listen
-                ),
-            ));
-        }
-        for (key, list) in [
-            ("ban_status", &self.ban_status),
-            ("retry_status", &self.retry_status),
-        ] {
-            if let Some(bad) = list.iter().find(|s| !(100..=599).contains(*s)) {
-                return Err((key, format!("{bad} is not an HTTP status (100-599)")));
-            }
-        }
-        if self.connect_timeout.is_zero() {
-            return Err(("connect_timeout", "must be > 0".into()));
-        }
-        if self.max_connections == 0 {
-            return Err(("max_connections", "must be >= 1".into()));
-        }
-        Ok(())
-    }
-}
-
-// The token is a credential: it never reaches a log line through `{:?}`.
-impl fmt::Debug for GatewayConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GatewayConfig")
-            .field("listen", &self.listen)
-            .field("pool", &self.pool)
-            .field("retries", &self.retries)
-            .field("ban_status", &self.ban_status)
-            .field("retry_status", &self.retry_status)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("token", &self.token.as_ref().map(|_| "***"))
-            .field("max_connections", &self.max_connections)
-            .field("ca_file", &self.ca_file)
-            .field("plain_http", &self.plain_http)
-            .finish()
-    }
-}
-
 impl Default for Config {
     fn default() -> Self {
         let mut pools = BTreeMap::new();
@@ -417,169 +315,6 @@ impl Default for Config {
             max_tcp_connections: None,
         }
     }
-}
-
-fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    let s = String::deserialize(d)?;
-    let v = humantime::parse_duration(&s).map_err(|e| {
-        serde::de::Error::custom(format!(
-            "invalid duration {s:?}: {e} (write e.g. \"90s\", \"5m\", \"1h 30m\")"
-        ))
-    })?;
-    if v > crate::limits::MAX_DURATION {
-        return Err(serde::de::Error::custom(format!(
-            "duration {s:?} is too long (at most 365 days)"
-        )));
-    }
-    Ok(Some(v))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawConfig {
-    store: Option<RawStore>,
-    server: Option<RawServer>,
-    #[serde(default, rename = "pool")]
-    pools: Vec<RawPool>,
-    #[serde(default, rename = "endpoint")]
-    endpoints: Vec<RawEndpoint>,
-    #[serde(default, rename = "gateway")]
-    gateways: Vec<RawGateway>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawGateway {
-    listen: String,
-    pool: Option<String>,
-    retries: Option<u32>,
-    ban_status: Option<Vec<u16>>,
-    retry_status: Option<Vec<u16>>,
-    #[serde(default, deserialize_with = "de_duration")]
-    connect_timeout: Option<Duration>,
-    token: Option<String>,
-    max_connections: Option<usize>,
-    ca_file: Option<PathBuf>,
-    plain_http: Option<PlainHttp>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawStore {
-    path: Option<PathBuf>,
-    synchronous: Option<Durability>,
-    #[serde(default, deserialize_with = "de_duration")]
-    events_retention: Option<Duration>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawServer {
-    socket: Option<PathBuf>,
-    max_connections: Option<usize>,
-    max_tcp_connections: Option<usize>,
-    #[serde(default, deserialize_with = "de_addr")]
-    http: Option<std::net::SocketAddr>,
-}
-
-fn de_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<std::net::SocketAddr>, D::Error> {
-    let s = String::deserialize(d)?;
-    s.parse().map(Some).map_err(|_| {
-        serde::de::Error::custom(format!(
-            "invalid address {s:?}: write IP:PORT, e.g. \"127.0.0.1:9464\""
-        ))
-    })
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPool {
-    name: String,
-    #[serde(default)]
-    mode: Mode,
-    #[serde(default)]
-    max_leases_per_endpoint: u32,
-    probe: Option<RawProbe>,
-    cooldown: Option<RawCooldown>,
-    #[serde(default, rename = "source")]
-    sources: Vec<RawSource>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawProbe {
-    url: Option<String>,
-    method: Option<String>,
-    expect_status: Option<String>,
-    expect_body: Option<String>,
-    #[serde(default, deserialize_with = "de_duration")]
-    timeout: Option<Duration>,
-    max_body: Option<usize>,
-    #[serde(default, deserialize_with = "de_duration")]
-    interval: Option<Duration>,
-    concurrency: Option<usize>,
-    #[serde(default)]
-    headers: BTreeMap<String, String>,
-    ca_file: Option<PathBuf>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawCooldown {
-    #[serde(default, deserialize_with = "de_duration")]
-    base: Option<Duration>,
-    factor: Option<f64>,
-    #[serde(default, deserialize_with = "de_duration")]
-    max: Option<Duration>,
-    jitter: Option<f64>,
-    fall: Option<u32>,
-    #[serde(default)]
-    reasons: BTreeMap<Reason, RawReason>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawReason {
-    #[serde(default, deserialize_with = "de_duration")]
-    base: Option<Duration>,
-    factor: Option<f64>,
-    #[serde(default, deserialize_with = "de_duration")]
-    max: Option<Duration>,
-    jitter: Option<f64>,
-    disable_after: Option<u32>,
-    fall: Option<u32>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "snake_case")]
-enum RawSourceKind {
-    File,
-    Url,
-    Command,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawSource {
-    kind: RawSourceKind,
-    path: Option<PathBuf>,
-    url: Option<String>,
-    command: Option<Vec<String>>,
-    #[serde(default)]
-    preferred: bool,
-    #[serde(default, deserialize_with = "de_duration")]
-    refresh: Option<Duration>,
-    #[serde(default, deserialize_with = "de_duration")]
-    timeout: Option<Duration>,
-    max_bytes: Option<usize>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawEndpoint {
-    url: String,
-    pool: Option<String>,
-    label: Option<String>,
 }
 
 impl Config {
@@ -912,6 +647,7 @@ fn xdg_dir(var: &str, fallback: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::health::Reason;
 
     #[test]
     fn example_config_parses() {

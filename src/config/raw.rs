@@ -1,0 +1,175 @@
+//! The config file as written: serde shapes that reject unknown keys, checked and
+//! turned into `Config` by `Config::parse`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use super::{Mode, PlainHttp};
+use crate::health::Reason;
+use crate::store::Durability;
+
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let s = String::deserialize(d)?;
+    let v = humantime::parse_duration(&s).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "invalid duration {s:?}: {e} (write e.g. \"90s\", \"5m\", \"1h 30m\")"
+        ))
+    })?;
+    if v > crate::limits::MAX_DURATION {
+        return Err(serde::de::Error::custom(format!(
+            "duration {s:?} is too long (at most 365 days)"
+        )));
+    }
+    Ok(Some(v))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub(super) store: Option<RawStore>,
+    pub(super) server: Option<RawServer>,
+    #[serde(default, rename = "pool")]
+    pub(super) pools: Vec<RawPool>,
+    #[serde(default, rename = "endpoint")]
+    pub(super) endpoints: Vec<RawEndpoint>,
+    #[serde(default, rename = "gateway")]
+    pub(super) gateways: Vec<RawGateway>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawGateway {
+    pub(super) listen: String,
+    pub(super) pool: Option<String>,
+    pub(super) retries: Option<u32>,
+    pub(super) ban_status: Option<Vec<u16>>,
+    pub(super) retry_status: Option<Vec<u16>>,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) connect_timeout: Option<Duration>,
+    pub(super) token: Option<String>,
+    pub(super) max_connections: Option<usize>,
+    pub(super) ca_file: Option<PathBuf>,
+    pub(super) plain_http: Option<PlainHttp>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStore {
+    pub(super) path: Option<PathBuf>,
+    pub(super) synchronous: Option<Durability>,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) events_retention: Option<Duration>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServer {
+    pub(super) socket: Option<PathBuf>,
+    pub(super) max_connections: Option<usize>,
+    pub(super) max_tcp_connections: Option<usize>,
+    #[serde(default, deserialize_with = "de_addr")]
+    pub(super) http: Option<std::net::SocketAddr>,
+}
+
+fn de_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<std::net::SocketAddr>, D::Error> {
+    let s = String::deserialize(d)?;
+    s.parse().map(Some).map_err(|_| {
+        serde::de::Error::custom(format!(
+            "invalid address {s:?}: write IP:PORT, e.g. \"127.0.0.1:9464\""
+        ))
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPool {
+    pub(super) name: String,
+    #[serde(default)]
+    pub(super) mode: Mode,
+    #[serde(default)]
+    pub(super) max_leases_per_endpoint: u32,
+    pub(super) probe: Option<RawProbe>,
+    pub(super) cooldown: Option<RawCooldown>,
+    #[serde(default, rename = "source")]
+    pub(super) sources: Vec<RawSource>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProbe {
+    pub(super) url: Option<String>,
+    pub(super) method: Option<String>,
+    pub(super) expect_status: Option<String>,
+    pub(super) expect_body: Option<String>,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) timeout: Option<Duration>,
+    pub(super) max_body: Option<usize>,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) interval: Option<Duration>,
+    pub(super) concurrency: Option<usize>,
+    #[serde(default)]
+    pub(super) headers: BTreeMap<String, String>,
+    pub(super) ca_file: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCooldown {
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) base: Option<Duration>,
+    pub(super) factor: Option<f64>,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) max: Option<Duration>,
+    pub(super) jitter: Option<f64>,
+    pub(super) fall: Option<u32>,
+    #[serde(default)]
+    pub(super) reasons: BTreeMap<Reason, RawReason>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawReason {
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) base: Option<Duration>,
+    pub(super) factor: Option<f64>,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) max: Option<Duration>,
+    pub(super) jitter: Option<f64>,
+    pub(super) disable_after: Option<u32>,
+    pub(super) fall: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub(super) enum RawSourceKind {
+    File,
+    Url,
+    Command,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSource {
+    pub(super) kind: RawSourceKind,
+    pub(super) path: Option<PathBuf>,
+    pub(super) url: Option<String>,
+    pub(super) command: Option<Vec<String>>,
+    #[serde(default)]
+    pub(super) preferred: bool,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) refresh: Option<Duration>,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) timeout: Option<Duration>,
+    pub(super) max_bytes: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEndpoint {
+    pub(super) url: String,
+    pub(super) pool: Option<String>,
+    pub(super) label: Option<String>,
+}
