@@ -6,13 +6,12 @@
 mod edit;
 mod reconfigure;
 
-use std::collections::BTreeSet;
-use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
-use tracing::{debug, error, warn};
+use tracing::{error, warn};
 
 use super::destinations::PairHealth;
 use super::{Grant, Outcome, PoolError, PoolStatus, Pools, ProbeRole, ReportOn, Want};
@@ -20,13 +19,15 @@ use crate::config::{Config, PoolConfig};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
 use crate::health::{Health, Input, State, Step};
-use crate::metrics::{AtomicHistogram, Metrics};
+use crate::metrics::Metrics;
 use crate::store::{
     EndpointRow, EventRow, NewEndpoint, ResolveError, SourceRow, Store, StoreError, Write,
 };
 
 mod observe;
 pub use observe::EngineOptions;
+mod writer;
+pub use writer::{Committed, Writer};
 
 /// Errors of engine operations.
 #[derive(Debug, thiserror::Error)]
@@ -51,161 +52,11 @@ impl From<StoreError> for EngineError {
     }
 }
 
-/// What a queued write batch resolves to once the store thread ran it.
-pub type Committed = Result<(), Arc<StoreError>>;
-
-type Call = Box<dyn FnOnce(&mut Store) + Send>;
-
-/// The stored rows of the endpoints whose writes failed, to put memory back in line.
-type Resynced = Result<Vec<(EndpointId, Option<EndpointRow>)>, Arc<StoreError>>;
-
-enum Job {
-    Writes(Vec<Write>, oneshot::Sender<Committed>),
-    Call(Call),
-    Resync(mpsc::Sender<Resynced>),
-}
-
-fn endpoints_of(w: &Write, out: &mut BTreeSet<EndpointId>) {
-    match w {
-        Write::Transition(rec, _) => {
-            out.insert(rec.id);
-        }
-        Write::Event(ev) => out.extend(ev.endpoint),
-        Write::Remove(ids) => out.extend(ids.iter().copied()),
-        Write::SourceResult { .. } => {}
-        // Pairs are not reloaded; resyncing their endpoint restores its own health.
-        Write::Pair(pw) => out.extend(pw.endpoint()),
-        Write::EventStatus(ev, _) => out.extend(ev.endpoint),
-    }
-}
-
-/// Handle to the store thread. Batches writes of concurrent callers into one commit.
-#[derive(Clone)]
-pub struct Writer {
-    tx: mpsc::Sender<Job>,
-}
-
 /// Rows loaded into the pools per hold of the pool lock.
 const LOAD_SLICE: usize = 4096;
 
 /// Stored rows read per query when the engine starts.
 const START_SLICE: usize = 16_384;
-
-/// Most writes folded into one commit.
-const MAX_BATCH: usize = 4096;
-
-impl Writer {
-    /// Move `store` to its own thread.
-    pub fn spawn(store: Store) -> Writer {
-        Writer::spawn_timed(store, None)
-    }
-
-    /// [`Writer::spawn`], observing each group commit's duration into `commits`.
-    pub fn spawn_timed(mut store: Store, commits: Option<AtomicHistogram>) -> Writer {
-        let (tx, rx) = mpsc::channel::<Job>();
-        std::thread::Builder::new()
-            .name("proxypool-store".into())
-            .spawn(move || {
-                // After a failed commit memory is ahead of the store: every later write is
-                // refused too (it may build on the lost one) until the engine re-synced the
-                // endpoints named here. So nothing lands with a `from` the log never saw.
-                let mut poisoned: Option<Arc<StoreError>> = None;
-                let mut dirty = BTreeSet::new();
-                while let Ok(first) = rx.recv() {
-                    let mut groups = Vec::new();
-                    let mut acks = Vec::new();
-                    let mut after = None;
-                    let mut n = 0;
-                    let mut next = Some(first);
-                    while let Some(job) = next.take() {
-                        match job {
-                            Job::Writes(w, ack) => {
-                                n += w.len();
-                                groups.push(w);
-                                acks.push(ack);
-                            }
-                            other => {
-                                after = Some(other);
-                                break;
-                            }
-                        }
-                        if n < MAX_BATCH {
-                            next = rx.try_recv().ok();
-                        }
-                    }
-                    if !groups.is_empty() {
-                        let started = std::time::Instant::now();
-                        let results = match &poisoned {
-                            Some(e) => Err(e.clone()),
-                            None => store.write_groups(&groups).map_err(|e| {
-                                error!(error = %e, "store commit failed");
-                                Arc::new(e)
-                            }),
-                        };
-                        if let Some(h) = &commits {
-                            h.observe_duration(started.elapsed());
-                        }
-                        let results: Vec<Committed> = match results {
-                            Ok(rs) => rs.into_iter().map(|r| r.map_err(Arc::new)).collect(),
-                            Err(e) => vec![Err(e); groups.len()],
-                        };
-                        for ((ack, r), g) in acks.into_iter().zip(results).zip(&groups) {
-                            if let Err(e) = &r {
-                                g.iter().for_each(|w| endpoints_of(w, &mut dirty));
-                                poisoned.get_or_insert_with(|| e.clone());
-                            }
-                            let _ = ack.send(r);
-                        }
-                    }
-                    // Calls run after the writes queued before them, keeping order.
-                    match after {
-                        Some(Job::Call(c)) => c(&mut store),
-                        Some(Job::Resync(reply)) => {
-                            let rows: Result<Vec<_>, StoreError> = dirty
-                                .iter()
-                                .map(|&id| store.get(id).map(|r| (id, r)))
-                                .collect();
-                            let rows = rows.map_err(Arc::new);
-                            if rows.is_ok() {
-                                poisoned = None;
-                                dirty.clear();
-                            }
-                            let _ = reply.send(rows);
-                        }
-                        _ => {}
-                    }
-                }
-                debug!("store thread stopped");
-            })
-            .expect("spawn store thread");
-        Writer { tx }
-    }
-
-    /// Queue writes; the receiver resolves once they are committed.
-    pub fn queue(&self, writes: Vec<Write>) -> oneshot::Receiver<Committed> {
-        let (ack, rx) = oneshot::channel();
-        if writes.is_empty() {
-            let _ = ack.send(Ok(()));
-        } else if self.tx.send(Job::Writes(writes, ack)).is_err() {
-            // The receiver sees a closed channel and reports it.
-        }
-        rx
-    }
-
-    /// Run `f` on the store thread, in order with queued writes.
-    pub async fn call<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut Store) -> T + Send + 'static,
-    ) -> Result<T, EngineError> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(Job::Call(Box::new(move |s| {
-                let _ = tx.send(f(s));
-            })))
-            .map_err(|_| EngineError::Stopped)?;
-        rx.await.map_err(|_| EngineError::Stopped)
-    }
-}
 
 async fn committed(rx: oneshot::Receiver<Committed>) -> Result<(), EngineError> {
     match rx.await {
@@ -347,13 +198,12 @@ impl Engine {
     /// the store never saw; a deadline transition that was lost comes due again at once.
     fn resync(&self) {
         let mut p = self.lock();
-        let (tx, rx) = mpsc::channel();
-        if self.writer.tx.send(Job::Resync(tx)).is_err() {
-            return;
-        }
         // Blocking under the lock is deliberate and rare (a failing disk).
-        match rx.recv() {
-            Ok(Ok(rows)) => {
+        let Some(resynced) = self.writer.resynced() else {
+            return;
+        };
+        match resynced {
+            Ok(rows) => {
                 let (now, wall) = (Instant::now(), SystemTime::now());
                 for (id, row) in &rows {
                     p.restore_row(*id, row.as_ref(), now, wall);
@@ -365,10 +215,9 @@ impl Engine {
                     );
                 }
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 error!(error = %e, "cannot re-read endpoints after a failed commit; writes stay refused")
             }
-            Err(_) => return,
         }
         drop(p);
         self.rescheduled.notify_one();
