@@ -162,13 +162,46 @@ fn folders_proxypool_creates_are_private_and_the_lock_file_is_made_0600() {
 
     // A database in a new folder: 0700; an existing world-readable lock file: 0600.
     let db = h.dir.path().join("newdir/pp.db");
-    h.ok(&["--db", db.to_str().unwrap(), "list"]);
+    h.ok(&["--db", db.to_str().unwrap(), "add", "http://127.0.0.1:9"]);
     assert_eq!(mode(&h.dir.path().join("newdir")), 0o700);
     let lock = h.dir.path().join("data/proxypool.db.lock");
     std::fs::write(&lock, "").unwrap();
     std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o644)).unwrap();
     h.ok(&["list"]);
     assert_eq!(mode(&lock), 0o600);
+}
+
+#[test]
+fn reading_a_database_that_does_not_exist_is_an_error_and_creates_nothing() {
+    let h = Home::new(None);
+    let missing = h.dir.path().join("typo/dir/pp.db");
+    let db = missing.to_str().unwrap();
+    for args in [
+        &["list"][..],
+        &["list", "--destination", "example.com"],
+        &["show", "1"],
+        &["status"],
+        &["events"],
+        &["sources"],
+    ] {
+        let o = h.run(&[&["--db", db][..], args].concat());
+        assert_eq!(o.code, Some(2), "{args:?}: {o:?}");
+        assert!(
+            o.stderr.contains("no database at") && o.stderr.contains("typo/dir/pp.db"),
+            "{args:?}: {}",
+            o.stderr
+        );
+    }
+    assert!(!h.dir.path().join("typo").exists(), "a folder was created");
+    // Writing commands create it, as before; then reading works.
+    h.ok(&["--db", db, "add", "http://127.0.0.1:9"]);
+    assert!(h.ok(&["--db", db, "list"]).contains("127.0.0.1:9"));
+    // Endpoints declared in the config are what `list` would show: a new database is
+    // created and synced with them, as by any command.
+    let h = Home::new(Some("[[endpoint]]\nurl = \"http://127.0.0.1:7\"\n"));
+    let fresh = h.dir.path().join("fresh.db");
+    let out = h.ok(&["--db", fresh.to_str().unwrap(), "list"]);
+    assert!(out.contains("127.0.0.1:7"), "{out}");
 }
 
 #[test]
@@ -186,7 +219,7 @@ fn a_sub_second_probe_interval_is_a_config_error() {
     }
     for good in ["0s", "1s", "5m"] {
         let h = Home::new(Some(&cfg(good)));
-        h.ok(&["list"]);
+        h.ok(&["add", "http://127.0.0.1:9"]);
     }
 }
 

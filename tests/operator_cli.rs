@@ -488,6 +488,23 @@ fn sighup_reloads_pool_policies_and_new_pools_and_refuses_bad_changes() {
     h.ok(&["enable", "--now", &id.to_string()]);
     cool(&d, id);
     assert_eq!(h.listed(id)["cooldown_ms"], json!(30_000));
+
+    // A gateway added to the file is not started by a reload; the log says so.
+    let gw = common::tools::free_port();
+    std::fs::write(
+        &path,
+        cfg(
+            "30s",
+            &format!("[[gateway]]\nlisten = \"127.0.0.1:{gw}\"\n"),
+        ),
+    )
+    .unwrap();
+    send_hup(&d);
+    eventually("the restart note", &d, || {
+        d.log_text()
+            .contains("[[gateway]] changes apply at the next start")
+    });
+    assert!(std::net::TcpStream::connect(("127.0.0.1", gw)).is_err());
 }
 
 #[test]

@@ -123,6 +123,34 @@ impl Context {
         )?)
     }
 
+    /// The store for a command that only reads (`list`, `show`, `status`, `events`,
+    /// `sources`). A database that does not exist is an error here, not a new empty one:
+    /// a mistyped `--db` would otherwise look like an empty pool and leave files (and
+    /// folders) behind. With `[[endpoint]]`s in the config it is created and synced as by
+    /// any command, since they are what it would list.
+    pub(super) fn store_to_read(&self) -> Result<Store, CliError> {
+        self.check_db_exists()?;
+        self.store()
+    }
+
+    /// Whether the database file exists (without creating it).
+    pub(super) fn db_exists(&self) -> bool {
+        std::fs::symlink_metadata(&self.db).is_ok()
+    }
+
+    /// For a command that only reads: an error naming the path when the database does not
+    /// exist (see `store_to_read`). Checked before looking for a daemon, whose lock file
+    /// would otherwise be created next to the missing database.
+    pub(super) fn check_db_exists(&self) -> Result<(), CliError> {
+        if !self.config.endpoints.is_empty() || self.db_exists() {
+            return Ok(());
+        }
+        Err(CliError::usage(format!(
+            "no database at {}: nothing has been added there yet (add endpoints with `proxypool add` or `proxypool import`, or check --db, PROXYPOOL_DB and the config's [store] path)",
+            self.db.display()
+        )))
+    }
+
     pub(super) fn check_pool(&self, pool: &str) -> Result<(), CliError> {
         if pool == DEFAULT_POOL || self.config.pools.contains_key(pool) {
             Ok(())

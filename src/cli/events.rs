@@ -63,7 +63,7 @@ pub(super) async fn events(ctx: &Context, a: EventsArgs) -> Result<(), CliError>
         kinds: a.kinds,
         since,
     };
-    let store = ctx.store()?;
+    let store = ctx.store_to_read()?;
     let mut out = std::io::stdout().lock();
     let mut print = |e: &crate::store::EventRow| {
         let line = if a.json {

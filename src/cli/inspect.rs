@@ -18,7 +18,7 @@ pub(super) async fn list(
     show_secrets: bool,
 ) -> Result<(), CliError> {
     let state = parse_state(state.as_deref())?;
-    let store = ctx.store()?;
+    let store = ctx.store_to_read()?;
     let rows = store.list(pool.as_deref(), state)?;
     if let Some(p) = pool.as_deref() {
         // Like `status`: a pool is known from the config or from a stored endpoint.
@@ -58,7 +58,7 @@ pub(super) async fn show(
     json: bool,
     events: usize,
 ) -> Result<(), CliError> {
-    let store = ctx.store()?;
+    let store = ctx.store_to_read()?;
     let row = store.resolve(&endpoint)?;
     let evs = store.recent_events(Some(row.id), events)?;
     let stats = daemon_stats(ctx, None, Some(row.id)).await?.remove(&row.id);
@@ -106,8 +106,13 @@ pub(super) async fn sources(
     pool: Option<String>,
     json: bool,
 ) -> Result<(), CliError> {
-    let store = ctx.store()?;
-    let rows = store.sources(pool.as_deref())?;
+    let has_sources = ctx.config.pools.values().any(|p| !p.sources.is_empty());
+    let rows = if has_sources && !ctx.db_exists() {
+        // Nothing stored yet: the configured sources are listed, none sniffed.
+        Vec::new()
+    } else {
+        ctx.store_to_read()?.sources(pool.as_deref())?
+    };
     let mut out = Vec::new();
     for p in ctx.config.pools.values() {
         if pool.as_ref().is_some_and(|x| x != &p.name) {
@@ -164,6 +169,7 @@ pub(super) async fn status(
     pool: Option<String>,
     json: bool,
 ) -> Result<(), CliError> {
+    ctx.check_db_exists()?;
     let pools = match ctx.daemon().await? {
         Some(mut c) => match call(&mut c, &Request::Status { pool }).await? {
             Body::Status { pools } => pools,

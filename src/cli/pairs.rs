@@ -46,7 +46,7 @@ pub(super) async fn list_for(
 ) -> Result<(), CliError> {
     let d = destination(raw)?;
     let state = parse_state(state.as_deref())?;
-    let store = ctx.store()?;
+    let store = ctx.store_to_read()?;
     let rows = store.list(pool.as_deref(), state)?;
     let pairs: HashMap<_, _> = store
         .pairs_for(&d)?

@@ -111,6 +111,16 @@ impl Reloader {
         if new.store_path != self.current.store_path || new.socket != self.current.socket {
             warn!("[store] and [server] changes apply at the next start of `serve`");
         }
+        // Gateways listen from the start; a new or changed one would otherwise look applied.
+        // (Running gateways include `--gateway` ones, which no file lists: only additions
+        // and changes can be told apart.)
+        if new
+            .gateways
+            .iter()
+            .any(|g| !self.current.gateways.contains(g))
+        {
+            warn!("[[gateway]] changes apply at the next start of `serve`; the running gateways are unchanged");
+        }
         for name in &dropped {
             self.tasks.stop(name);
         }
