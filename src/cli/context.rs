@@ -142,7 +142,10 @@ impl Context {
     /// exist (see `store_to_read`). Checked before looking for a daemon, whose lock file
     /// would otherwise be created next to the missing database.
     pub(super) fn check_db_exists(&self) -> Result<(), CliError> {
-        if !self.config.endpoints.is_empty() || self.db_exists() {
+        // A lock file without its database: a daemon may hold it (the database deleted
+        // under it), which `open_store` explains better than "no database".
+        let lock_file = std::fs::symlink_metadata(lock::lock_path(&self.db)).is_ok();
+        if !self.config.endpoints.is_empty() || self.db_exists() || lock_file {
             return Ok(());
         }
         Err(CliError::usage(format!(
