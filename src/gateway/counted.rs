@@ -2,8 +2,8 @@
 //!
 //! The counts are plain fields of the stream (one task owns it), added to the shared
 //! counters once, when the stream is dropped: no atomic per chunk, and the bytes of a
-//! tunnel that ends in an error or is cut by shutdown are counted too (the totals of
-//! `copy_bidirectional` are lost on error).
+//! tunnel that ends in an error or is cut by shutdown are counted too (the relay's own
+//! totals are lost on error, and absolute-form exchanges have none).
 
 use std::io;
 use std::pin::Pin;
