@@ -146,7 +146,6 @@ async fn connect(
     let endpoint = guard.endpoint();
     let tunnel_shared = shared.clone();
     shared.tracker.spawn(async move {
-        let upstream = dialed.io;
         let tunnel = async {
             match hyper::upgrade::on(req).await {
                 Ok(up) => {
@@ -156,7 +155,7 @@ async fn connect(
                         // tunnel's life.
                         Ok(parts) => {
                             let client = parts.io.into_inner().into_inner();
-                            relay(client, upstream, parts.read_buf.to_vec()).await
+                            relay(client, dialed.io, parts.read_buf.to_vec()).await
                         }
                         Err(up) => {
                             // Only if the type given to `serve_connection` above changed:
@@ -165,7 +164,7 @@ async fn connect(
                             if cfg!(debug_assertions) {
                                 panic!("hyper gave back an IO type the tunnel does not expect");
                             }
-                            relay(TokioIo::new(up), upstream, Vec::new()).await
+                            relay(TokioIo::new(up), dialed.io, Vec::new()).await
                         }
                     };
                     debug!(endpoint, result = ?r.map_err(|e| e.kind()), "gateway tunnel closed");
