@@ -54,6 +54,9 @@ macro_rules! string_enum {
     };
 }
 
+// After the macro: the blame names are a closed set like the others.
+pub mod blame;
+
 /// A name that is not one of the known values of a closed set.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown {kind} {value:?}; expected one of: {expected}")]
