@@ -16,6 +16,7 @@ mod observe;
 mod ready;
 mod reconfigure;
 pub mod scoped;
+pub mod targets;
 
 pub use apply::ProbeRole;
 pub use scoped::{ReportOn, Want};

@@ -1,0 +1,484 @@
+//! What one pool knows about each target (`host:port`): which endpoints reached it lately,
+//! which failed it without contrast yet, and whether it is down — with its own cooldown
+//! and single trial, run by the same state machine as endpoints. Pure logic: the caller
+//! passes the time in. Bounded: at most `cap` targets, the least recently used dropped,
+//! and every operation is O(1) (a hash lookup and a list of at most `down_after` items).
+//!
+//! Target state is per process and not persisted: after a restart the first requests
+//! simply find out again.
+
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
+use lru::LruCache;
+use rustc_hash::{FxBuildHasher, FxHashMap};
+use tokio::time::Instant;
+
+use crate::endpoint::EndpointId;
+use crate::health::blame::{escalates, judge, Blame, Class, Evidence, Verdict};
+use crate::health::{Failure, Health, Input, Phase, Policy, Reason, State, Step};
+
+/// Targets tracked per pool at most (about 200 bytes each).
+pub const DEFAULT_MAX_TARGETS: usize = 65_536;
+
+/// The pool's rules for judging targets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetRules {
+    /// How long a success (or a failure) through one endpoint counts as evidence about
+    /// the target for the others.
+    pub contrast_window: Duration,
+    /// Distinct endpoints failing a target, with no success, that make it down.
+    pub down_after: u32,
+    /// Distinct targets others reach that an endpoint fails, with no success of its own,
+    /// before it cools endpoint-wide (0: never).
+    pub escalate_after: u32,
+    /// The cooldown of a target that is down.
+    pub policy: Policy,
+}
+
+impl Default for TargetRules {
+    fn default() -> Self {
+        TargetRules {
+            contrast_window: Duration::from_secs(60),
+            down_after: 2,
+            escalate_after: 3,
+            policy: target_policy(default_target_cooldown()),
+        }
+    }
+}
+
+/// A target policy from its cooldown: every failure of a down target's trial extends it.
+pub fn target_policy(cooldown: crate::health::Cooldown) -> Policy {
+    Policy {
+        cooldown,
+        reasons: Default::default(),
+        fall: 1,
+    }
+}
+
+/// The default cooldown of a target that is down: 2 s, doubling, at most 60 s.
+pub fn default_target_cooldown() -> crate::health::Cooldown {
+    crate::health::Cooldown {
+        base: Duration::from_secs(2),
+        factor: 2.0,
+        max: Duration::from_secs(60),
+        jitter: 0.1,
+    }
+}
+
+/// Whether a use of the target may go ahead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// Not down: go ahead.
+    Open,
+    /// Down, and its cooldown is over: the caller may claim the single trial.
+    Trial,
+    /// Down: answer at once, dialing nothing; try again after `retry_after`.
+    Down { retry_after: Duration },
+}
+
+/// A failure through one endpoint that waits for contrast.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pending {
+    pub endpoint: EndpointId,
+    pub at: Instant,
+    pub reason: Reason,
+    pub phase: Option<Phase>,
+}
+
+impl Pending {
+    /// The failure to apply to the endpoint's pair once another endpoint reached the
+    /// target.
+    pub fn failure(&self, by: EndpointId) -> Failure {
+        Failure {
+            reason: Some(self.reason),
+            phase: self.phase,
+            detail: Some(format!(
+                "endpoint {by} reached the target that this endpoint could not"
+            )),
+            ..Failure::default()
+        }
+    }
+}
+
+/// What a success through an endpoint changed.
+#[derive(Debug, Default, PartialEq)]
+pub struct Reached {
+    /// The target was down and is up again.
+    pub up: bool,
+    /// Failures through other endpoints now known to be theirs: each cools its pair.
+    pub confirmed: Vec<Pending>,
+}
+
+/// A target that is down, as shown to operators.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DownTarget {
+    pub target: String,
+    /// Time until its trial (zero: the trial is due or out).
+    pub retry_after: Duration,
+    /// Consecutive failed trials, the one that made it down included.
+    pub streak: u32,
+    pub reason: Option<Reason>,
+    pub phase: Option<Phase>,
+    /// How long it has been down.
+    pub down_for: Duration,
+}
+
+/// The decision on one failure, and what it changed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Judged {
+    pub verdict: Verdict,
+    /// The endpoint failed on `escalate_after` distinct targets others reach: it cools
+    /// endpoint-wide.
+    pub escalate: bool,
+    /// The target went down with this failure (after `down_after` endpoints failed it),
+    /// or its trial failed: how long until the next trial.
+    pub down_for: Option<Duration>,
+    /// Endpoints whose pending failures on the target became the target's.
+    pub absolved: Vec<EndpointId>,
+}
+
+#[derive(Debug)]
+struct Down {
+    health: Health,
+    since: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Target {
+    /// The two most recent endpoints that reached it, distinct, newest first.
+    reached: [Option<(EndpointId, Instant)>; 2],
+    pending: Vec<Pending>,
+    down: Option<Box<Down>>,
+}
+
+impl Target {
+    fn reached_by_other(&self, e: EndpointId, since: Instant) -> bool {
+        self.reached
+            .iter()
+            .flatten()
+            .any(|&(id, at)| id != e && at >= since)
+    }
+
+    fn note_reached(&mut self, e: EndpointId, now: Instant) {
+        if self.reached[0].is_some_and(|(id, _)| id != e) {
+            self.reached[1] = self.reached[0];
+        }
+        self.reached[0] = Some((e, now));
+    }
+}
+
+/// The targets of one pool.
+pub struct Targets {
+    map: LruCache<Box<str>, Target, FxBuildHasher>,
+    rules: TargetRules,
+    down: usize,
+    dropped: u64,
+    /// Per endpoint: hashes of the distinct targets it failed that others reached, since
+    /// its last success (at most `escalate_after`).
+    strikes: FxHashMap<EndpointId, Vec<u64>>,
+}
+
+impl Targets {
+    /// No target known yet; at most `cap` tracked.
+    pub fn new(rules: TargetRules, cap: usize) -> Targets {
+        let cap = NonZeroUsize::new(cap.max(1)).expect("at least one");
+        Targets {
+            map: LruCache::with_hasher(cap, FxBuildHasher),
+            rules,
+            down: 0,
+            dropped: 0,
+            strikes: FxHashMap::default(),
+        }
+    }
+
+    /// New rules (a config reload); what is known stays.
+    pub fn set_rules(&mut self, rules: TargetRules) {
+        self.rules = rules;
+    }
+
+    /// Targets known.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// True when no target is known.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Targets that are down.
+    pub fn down_count(&self) -> usize {
+        self.down
+    }
+
+    /// Targets forgotten to stay within the cap.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    fn since(&self, now: Instant) -> Instant {
+        now.checked_sub(self.rules.contrast_window).unwrap_or(now)
+    }
+
+    /// Whether a use of `target` may go ahead now. Brings a down target whose cooldown
+    /// ended to its trial.
+    pub fn gate(&mut self, target: &str, now: Instant) -> Gate {
+        let base = self.rules.policy.cooldown.base;
+        let Some(t) = self.map.get_mut(target) else {
+            return Gate::Open;
+        };
+        let Some(d) = t.down.as_mut() else {
+            return Gate::Open;
+        };
+        let h = &mut d.health;
+        if h.state == State::Cooling && h.deadline.is_none_or(|dl| dl <= now) {
+            h.apply(Input::DeadlinePassed, &self.rules.policy, now, 0.0);
+        }
+        match (h.state, h.claimed) {
+            (State::ProbeAllowed, false) => Gate::Trial,
+            // The trial is out: its answer is at most a dial away.
+            (State::ProbeAllowed, true) => Gate::Down { retry_after: base },
+            _ => Gate::Down {
+                retry_after: h
+                    .deadline
+                    .map_or(base, |dl| dl.saturating_duration_since(now)),
+            },
+        }
+    }
+
+    /// Claim the single trial of a down target whose cooldown ended: of any number of
+    /// callers at the same instant, exactly one gets `true`.
+    pub fn claim_trial(&mut self, target: &str, now: Instant) -> bool {
+        if self.gate(target, now) != Gate::Trial {
+            return false;
+        }
+        let policy = &self.rules.policy;
+        self.map
+            .get_mut(target)
+            .and_then(|t| t.down.as_mut())
+            .is_some_and(|d| d.health.apply(Input::Claim, policy, now, 0.0) == Step::Claimed)
+    }
+
+    /// The trial ended without an answer about the target: the next use is the trial.
+    pub fn abandon_trial(&mut self, target: &str, now: Instant) {
+        let policy = &self.rules.policy;
+        if let Some(d) = self.map.peek_mut(target).and_then(|t| t.down.as_mut()) {
+            d.health.apply(Input::Abandon, policy, now, 0.0);
+        }
+    }
+
+    /// Endpoint `e` failed `target` earlier without contrast: prefer other endpoints for
+    /// it for now.
+    pub fn prefers_other(&self, target: &str, e: EndpointId, now: Instant) -> bool {
+        let since = self.since(now);
+        self.map
+            .peek(target)
+            .is_some_and(|t| t.pending.iter().any(|p| p.endpoint == e && p.at >= since))
+    }
+
+    /// Endpoints whose failures on `target` wait for contrast (for selection).
+    pub fn pending_on(&self, target: &str) -> usize {
+        self.map.peek(target).map_or(0, |t| t.pending.len())
+    }
+
+    /// Endpoint `e` reached `target`: a tunnel opened through it, or an answer came back.
+    pub fn reached(&mut self, target: &str, e: EndpointId, now: Instant) -> Reached {
+        let since = self.since(now);
+        self.strikes.remove(&e);
+        let (t, evicted) = self.entry(target);
+        let mut out = Reached::default();
+        t.note_reached(e, now);
+        if t.down.take().is_some() {
+            out.up = true;
+        }
+        out.confirmed = std::mem::take(&mut t.pending)
+            .into_iter()
+            .filter(|p| p.endpoint != e && p.at >= since)
+            .collect();
+        if out.up {
+            self.down -= 1;
+        }
+        self.evicted(evicted);
+        out
+    }
+
+    /// Any success through `e` (a lease report, a probe): it reaches something, so its
+    /// failures on targets others reach start counting again from zero.
+    pub fn endpoint_succeeded(&mut self, e: EndpointId) {
+        self.strikes.remove(&e);
+    }
+
+    /// Forget a removed endpoint.
+    pub fn remove_endpoint(&mut self, e: EndpointId) {
+        self.strikes.remove(&e);
+    }
+
+    /// Judge a failure of `class` through `e` on `target`. `alone`: the pool has no other
+    /// endpoint to contrast with; `trial`: the use was the target's single trial;
+    /// `jitter` in [-1, 1] for the target's cooldown.
+    #[allow(clippy::too_many_arguments)]
+    pub fn failed(
+        &mut self,
+        target: &str,
+        e: EndpointId,
+        class: Class,
+        failure: &Failure,
+        probe: bool,
+        alone: bool,
+        trial: bool,
+        now: Instant,
+        jitter: f64,
+    ) -> Judged {
+        let since = self.since(now);
+        let rules = self.rules.clone();
+        let (t, evicted) = self.entry(target);
+        t.pending.retain(|p| p.at >= since && p.endpoint != e);
+        let failing = t.pending.len() as u32 + 1;
+        let ev = Evidence {
+            target_down: t.down.is_some(),
+            reached_by_other: t.reached_by_other(e, since),
+            alone,
+            failing,
+            down_after: rules.down_after,
+        };
+        let verdict = judge(class, probe, ev);
+        let mut judged = Judged {
+            verdict,
+            escalate: false,
+            down_for: None,
+            absolved: Vec::new(),
+        };
+        let mut went_down = false;
+        match verdict.blame {
+            Blame::Pending => t.pending.push(Pending {
+                endpoint: e,
+                at: now,
+                reason: failure.reason.unwrap_or(Reason::UpstreamUnreachable),
+                phase: failure.phase,
+            }),
+            Blame::Target if verdict.target_goes_down => {
+                let mut h = Health::new(State::Available);
+                h.apply(
+                    Input::Failure {
+                        failure: failure.clone(),
+                        trial: false,
+                    },
+                    &rules.policy,
+                    now,
+                    jitter,
+                );
+                judged.down_for = h.cooldown;
+                judged.absolved = t.pending.drain(..).map(|p| p.endpoint).collect();
+                t.down = Some(Box::new(Down {
+                    health: h,
+                    since: now,
+                }));
+                went_down = true;
+            }
+            Blame::Target => {
+                if let (true, Some(d)) = (trial, t.down.as_mut()) {
+                    let input = Input::Failure {
+                        failure: failure.clone(),
+                        trial: true,
+                    };
+                    if let Step::Changed { .. } = d.health.apply(input, &rules.policy, now, jitter) {
+                        judged.down_for = d.health.cooldown;
+                    }
+                }
+            }
+            Blame::Pair | Blame::Endpoint => {
+                if trial {
+                    // The failure was the endpoint's (or its pair's): the target's trial
+                    // got no answer about the target.
+                    if let Some(d) = t.down.as_mut() {
+                        d.health.apply(Input::Abandon, &rules.policy, now, 0.0);
+                    }
+                }
+            }
+        }
+        if went_down {
+            self.down += 1;
+        }
+        if verdict.contrasted {
+            let h = key_hash(target);
+            let s = self.strikes.entry(e).or_default();
+            if !s.contains(&h) {
+                s.push(h);
+            }
+            if escalates(s.len(), rules.escalate_after) {
+                self.strikes.remove(&e);
+                judged.escalate = true;
+            }
+        }
+        self.evicted(evicted);
+        judged
+    }
+
+    /// The targets that are down, soonest trial first, at most `limit`.
+    pub fn down_list(&self, now: Instant, limit: usize) -> Vec<DownTarget> {
+        if self.down == 0 {
+            return Vec::new();
+        }
+        let mut v: Vec<DownTarget> = self
+            .map
+            .iter()
+            .filter_map(|(k, t)| {
+                let d = t.down.as_ref()?;
+                let h = &d.health;
+                Some(DownTarget {
+                    target: k.to_string(),
+                    retry_after: match h.state {
+                        State::Cooling => h
+                            .deadline
+                            .map_or(Duration::ZERO, |dl| dl.saturating_duration_since(now)),
+                        _ => Duration::ZERO,
+                    },
+                    streak: h.streak,
+                    reason: h.reason,
+                    phase: h.phase,
+                    down_for: now.saturating_duration_since(d.since),
+                })
+            })
+            .collect();
+        v.sort_by(|a, b| (a.retry_after, &a.target).cmp(&(b.retry_after, &b.target)));
+        v.truncate(limit);
+        v
+    }
+
+    /// Whether `target` is down.
+    pub fn is_down(&self, target: &str) -> bool {
+        self.map.peek(target).is_some_and(|t| t.down.is_some())
+    }
+
+    /// The entry of `target`, created if new; and a target dropped to make room.
+    fn entry(&mut self, target: &str) -> (&mut Target, Option<Target>) {
+        let mut evicted = None;
+        if !self.map.contains(target) {
+            if let Some((_, old)) = self.map.push(target.into(), Target::default()) {
+                evicted = Some(old);
+            }
+        }
+        let t = self.map.get_mut(target).expect("just made sure it is there");
+        (t, evicted)
+    }
+
+    fn evicted(&mut self, old: Option<Target>) {
+        if let Some(old) = old {
+            self.dropped += 1;
+            if old.down.is_some() {
+                self.down -= 1;
+            }
+        }
+    }
+}
+
+fn key_hash(target: &str) -> u64 {
+    let mut h = FxBuildHasher.build_hasher();
+    target.hash(&mut h);
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests;
