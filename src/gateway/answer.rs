@@ -6,11 +6,15 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Response, StatusCode, Uri};
 
-use super::http::{ENDPOINT_HEADER, ERROR_HEADER};
 use super::idle::Body;
 use super::upstream::UpstreamError;
 use crate::dial::Dest;
 use crate::metrics::GatewayOutcome;
+
+/// The response header naming the upstream endpoint id.
+pub const ENDPOINT_HEADER: &str = "x-proxypool-endpoint";
+/// The response header naming why the gateway itself answered with an error.
+pub const ERROR_HEADER: &str = "x-proxypool-error";
 
 /// The destination of a request target (`host:port`, or an absolute URL's authority).
 pub(super) fn destination(uri: &Uri, default_port: u16) -> Option<Dest> {

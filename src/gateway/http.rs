@@ -21,11 +21,6 @@ use crate::dial::Route;
 use crate::metrics::{GatewayOutcome, GatewayProtocol};
 use crate::pool::Outcome;
 
-/// The response header naming the upstream endpoint id.
-pub const ENDPOINT_HEADER: &str = "x-proxypool-endpoint";
-/// The response header naming why the gateway itself answered with an error.
-pub const ERROR_HEADER: &str = "x-proxypool-error";
-
 /// Serve one client connection that starts with HTTP.
 pub(super) async fn serve(shared: Arc<Shared>, stream: TcpStream, slot: Slot) {
     let activity = Activity::new();
