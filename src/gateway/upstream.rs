@@ -1,12 +1,13 @@
 //! The upstream attempt loop: lease, dial through the dialer, report, try the next one.
-//! Every call into the engine lives in this file.
+//! Every call into the engine lives here or in `lease` (the report or release that ends a
+//! lease).
 
 use std::collections::HashSet;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::{debug, info, warn};
+use tracing::info;
 
 use super::counted::Counted;
 use super::lease::LeaseGuard;
@@ -322,24 +323,6 @@ pub(super) fn failure_outcome(f: DialFailure, destination: &str) -> Outcome {
         failure.detail.unwrap_or_default()
     ));
     Outcome::Failure(failure)
-}
-
-/// Give a lease back: report its outcome, or release it without one.
-pub(super) async fn give_back(
-    engine: &Engine,
-    lease: &str,
-    endpoint: EndpointId,
-    outcome: Option<Outcome>,
-) {
-    let r = match outcome {
-        Some(o) => engine.report(lease, o).await.map(|state| {
-            debug!(endpoint, %state, "gateway reported");
-        }),
-        None => engine.release(lease).await,
-    };
-    if let Err(e) = r {
-        warn!(endpoint, error = %e, "gateway could not give its lease back");
-    }
 }
 
 #[cfg(test)]
