@@ -54,7 +54,8 @@ pub(super) fn text(status: StatusCode, error: &str, message: &str) -> Response<B
     resp
 }
 
-/// The request outcome of an answer the gateway made itself, by its status.
+/// The request outcome of an answer the gateway made itself, by its status: the one
+/// mapping (a SOCKS5 client's failure is counted by the status an HTTP client would get).
 fn outcome_of(status: StatusCode) -> GatewayOutcome {
     match status {
         StatusCode::PROXY_AUTHENTICATION_REQUIRED => GatewayOutcome::Denied,
@@ -66,11 +67,29 @@ fn outcome_of(status: StatusCode) -> GatewayOutcome {
     }
 }
 
+/// The status an HTTP client gets when no upstream could serve its request.
+fn status_of(e: &UpstreamError) -> StatusCode {
+    match e {
+        UpstreamError::Exhausted { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        UpstreamError::UnknownPool(_) => StatusCode::BAD_REQUEST,
+        UpstreamError::AllFailed { .. } => StatusCode::BAD_GATEWAY,
+        UpstreamError::Internal(_) | UpstreamError::UnusableUrl { .. } => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+    }
+}
+
+/// What `proxypool_gateway_requests_total` counts a request that ended in `e`, on any front.
+pub(super) fn error_outcome(e: &UpstreamError) -> GatewayOutcome {
+    outcome_of(status_of(e))
+}
+
 pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
+    let status = status_of(&e);
     match e {
         UpstreamError::Exhausted { pool, retry_after } => {
             let mut resp = text(
-                StatusCode::SERVICE_UNAVAILABLE,
+                status,
                 "pool_exhausted",
                 &format!("proxypool gateway: pool {pool:?} has no endpoint available"),
             );
@@ -83,7 +102,7 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
             resp
         }
         UpstreamError::UnknownPool(p) => text(
-            StatusCode::BAD_REQUEST,
+            status,
             "unknown_pool",
             &format!("proxypool gateway: unknown pool {p:?}"),
         ),
@@ -93,7 +112,7 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
             tried,
         } => {
             let mut resp = text(
-                StatusCode::BAD_GATEWAY,
+                status,
                 last.reason.as_str(),
                 &format!(
                     "proxypool gateway: {tried} upstream(s) failed; last: {} at {}",
@@ -104,7 +123,7 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
             resp
         }
         e @ (UpstreamError::Internal(_) | UpstreamError::UnusableUrl { .. }) => text(
-            StatusCode::INTERNAL_SERVER_ERROR,
+            status,
             "internal",
             &format!("proxypool gateway: {e}"),
         ),
@@ -162,6 +181,7 @@ mod tests {
             ),
         ];
         for (resp, want) in cases {
+            assert_eq!(outcome_of(resp.status()), want);
             assert_eq!(
                 resp.extensions().get::<GatewayOutcome>(),
                 Some(&want),

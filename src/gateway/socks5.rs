@@ -8,6 +8,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::debug;
 
+use super::answer::error_outcome;
 use super::relay::relay;
 use super::routing::{authorize, Denied, Routing};
 use super::upstream::{Tried, UpstreamError};
@@ -330,7 +331,7 @@ pub(super) async fn serve(shared: Arc<Shared>, mut s: TcpStream) {
         Ok(v) => v,
         Err(e) => {
             debug!(error = %e, "gateway SOCKS5 request failed");
-            count(e.outcome());
+            count(error_outcome(&e));
             let _ = s.write_all(&reply_bytes(reply_for(&e))).await;
             return;
         }

@@ -16,7 +16,7 @@ use crate::config::GatewayConfig;
 use crate::dial::{Clock, Dest, DialFailure, Dialed, Dialer, Route};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::Failure;
-use crate::metrics::{GatewayMetrics, GatewayOutcome};
+use crate::metrics::GatewayMetrics;
 use crate::pool::destinations::normalize;
 use crate::pool::engine::{Engine, EngineError};
 use crate::pool::{Outcome, PoolError, Want};
@@ -53,20 +53,6 @@ pub(super) enum UpstreamError {
         #[source]
         source: crate::endpoint::EndpointError,
     },
-}
-
-impl UpstreamError {
-    /// What `proxypool_gateway_requests_total` counts a request that ended so.
-    pub(super) fn outcome(&self) -> GatewayOutcome {
-        match self {
-            UpstreamError::Exhausted { .. } => GatewayOutcome::Exhausted,
-            UpstreamError::UnknownPool(_) => GatewayOutcome::BadRequest,
-            UpstreamError::AllFailed { .. } => GatewayOutcome::UpstreamFailed,
-            UpstreamError::Internal(_) | UpstreamError::UnusableUrl { .. } => {
-                GatewayOutcome::Internal
-            }
-        }
-    }
 }
 
 /// How one client request goes through each upstream the pool grants it.
