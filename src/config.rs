@@ -10,7 +10,6 @@ use serde::Deserialize;
 
 use crate::endpoint::ProxyUrl;
 use crate::health::{Policy, PolicyError, ReasonPolicy};
-use crate::store::Durability;
 
 mod gateway;
 pub use gateway::{GatewayConfig, PlainHttp};
@@ -269,6 +268,18 @@ pub struct EndpointDecl {
 
 /// `[store] events_retention` when the config does not say.
 pub const DEFAULT_EVENTS_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// `[store] synchronous`: how hard a commit is pushed to disk before it is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// WAL + `synchronous=NORMAL`: a commit survives a crash or `kill -9` of the process;
+    /// only an OS crash or power loss may roll back the last commits.
+    #[default]
+    Normal,
+    /// WAL + `synchronous=FULL`: every commit is fsynced, surviving power loss too.
+    Full,
+}
 
 /// The validated configuration.
 #[derive(Debug, Clone, PartialEq)]

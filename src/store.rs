@@ -8,6 +8,7 @@ use include_dir::{include_dir, Dir};
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 use rusqlite_migration::Migrations;
 
+use crate::config::Durability;
 use crate::endpoint::{EndpointId, ProxyUrl, Scheme};
 use crate::event_kind::EventKind;
 use crate::health::{Phase, Reason, State};
@@ -95,18 +96,6 @@ pub enum StoreError {
 }
 
 pub use crate::wall_time::{fmt_time, parse_time};
-
-/// How hard a commit is pushed to disk before it is acknowledged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Durability {
-    /// WAL + `synchronous=NORMAL`: a commit survives a crash or `kill -9` of the process;
-    /// only an OS crash or power loss may roll back the last commits.
-    #[default]
-    Normal,
-    /// WAL + `synchronous=FULL`: every commit is fsynced, surviving power loss too.
-    Full,
-}
 
 /// The SQLite store.
 pub struct Store {

@@ -122,11 +122,9 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
             set_endpoint(resp.headers_mut(), endpoint);
             resp
         }
-        e @ (UpstreamError::Internal(_) | UpstreamError::UnusableUrl { .. }) => text(
-            status,
-            "internal",
-            &format!("proxypool gateway: {e}"),
-        ),
+        e @ (UpstreamError::Internal(_) | UpstreamError::UnusableUrl { .. }) => {
+            text(status, "internal", &format!("proxypool gateway: {e}"))
+        }
     }
 }
 

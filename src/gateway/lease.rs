@@ -65,8 +65,7 @@ impl LeaseGuard {
     /// Report (or release) now and wait for it, so the next lease sees the result.
     pub(super) async fn finish(mut self) {
         if let Some(lease) = self.lease.take() {
-            give_back(&self.engine, &lease, self.endpoint, self.outcome.take())
-                .await;
+            give_back(&self.engine, &lease, self.endpoint, self.outcome.take()).await;
         }
     }
 }
@@ -89,12 +88,7 @@ impl Drop for LeaseGuard {
 }
 
 /// Give a lease back: report its outcome, or release it without one.
-async fn give_back(
-    engine: &Engine,
-    lease: &str,
-    endpoint: EndpointId,
-    outcome: Option<Outcome>,
-) {
+async fn give_back(engine: &Engine, lease: &str, endpoint: EndpointId, outcome: Option<Outcome>) {
     let r = match outcome {
         Some(o) => engine.report(lease, o).await.map(|state| {
             debug!(endpoint, %state, "gateway reported");

@@ -37,8 +37,8 @@ use crate::dial::Dialer;
 use crate::metrics::GatewayMetrics;
 use crate::pool::engine::Engine;
 
-pub use front::{detect, Front};
 pub use answer::{ENDPOINT_HEADER, ERROR_HEADER};
+pub use front::{detect, Front};
 pub use idle::IdleLimits;
 pub use limits::Limits;
 pub use routing::{authorize, basic_credentials, parse_username, Denied, Routing, RoutingError};
