@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::{daemon_error, unexpected, CliError, Context};
 use crate::client::Client;
-use crate::protocol::{Body, Dur, Request};
+use crate::protocol::{Dur, LeaseMessage, Payload, Request};
 
 /// What the lease is for, besides its pool (the daemon checks each).
 pub(super) struct Want {
@@ -23,14 +23,14 @@ pub(super) async fn lease(
 ) -> Result<(), CliError> {
     let mut c = connect_any(ctx).await?;
     c.set_timeout(wait + crate::client::DEFAULT_TIMEOUT);
-    let req = Request::Lease {
+    let req = Request::Lease(LeaseMessage {
         pool: Some(pool),
         ttl: Some(Dur(ttl)),
         wait: Some(Dur(wait)),
         session: want.session,
         destination: want.destination,
         schemes: want.schemes,
-    };
+    });
     let resp = c.request(&req).await?;
     if json {
         // Through a `Value`, so the keys print sorted as they always have.
@@ -42,7 +42,7 @@ pub(super) async fn lease(
         return Ok(());
     }
     match resp.into_result().map_err(daemon_error)? {
-        Body::Lease(g) => println!("{}", g.proxy),
+        Payload::Lease(g) => println!("{}", g.proxy),
         _ => return Err(unexpected("lease")),
     }
     Ok(())

@@ -35,7 +35,7 @@ use serve::serve;
 use table::table;
 
 use crate::health::{Input, State};
-use crate::protocol::Request;
+use crate::protocol::{DisableMessage, EnableMessage, Request};
 
 pub async fn run(cli: Cli) -> Result<(), CliError> {
     // Neither reads the config: they work on a machine with a broken one.
@@ -84,10 +84,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Disable { endpoints, reason } => {
             operator(&ctx, &endpoints, |r| {
                 (
-                    Request::Disable {
+                    Request::Disable(DisableMessage {
                         endpoint: r,
                         reason: reason.clone(),
-                    },
+                    }),
                     Input::Disable {
                         detail: reason.clone(),
                     },
@@ -107,11 +107,11 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         } => {
             operator(&ctx, &endpoints, |r| {
                 (
-                    Request::Enable {
+                    Request::Enable(EnableMessage {
                         endpoint: r,
                         now: Some(now),
                         destination: None,
-                    },
+                    }),
                     Input::Enable { now },
                 )
             })

@@ -2,7 +2,7 @@
 
 use super::{call, unexpected, CliError, Context};
 use crate::health::Input;
-use crate::protocol::{Body, EndpointRef, Request};
+use crate::protocol::{EndpointRef, Payload, RemoveMessage, Request};
 
 pub(super) async fn operator(
     ctx: &Context,
@@ -13,7 +13,7 @@ pub(super) async fn operator(
         for id in ctx.resolve_ids(targets)? {
             let (req, _) = make(EndpointRef::Id(id));
             match call(&mut c, &req).await? {
-                Body::State { state, .. } => println!("{id}\t{state}"),
+                Payload::State { state, .. } => println!("{id}\t{state}"),
                 _ => return Err(unexpected("an operator command")),
             }
         }
@@ -36,7 +36,7 @@ pub(super) async fn remove(ctx: &Context, targets: &[String]) -> Result<(), CliE
     let ids = ctx.resolve_ids(targets)?;
     if let Some(mut c) = ctx.daemon().await? {
         let endpoints = ids.iter().map(|&id| EndpointRef::Id(id)).collect();
-        call(&mut c, &Request::Remove { endpoints }).await?;
+        call(&mut c, &Request::Remove(RemoveMessage { endpoints })).await?;
     } else {
         ctx.store()?.remove(&ids)?;
     }

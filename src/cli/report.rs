@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use super::lease::connect_any;
 use super::{call, unexpected, CliError, Context, OutcomeArg};
-use crate::protocol::{Body, ReportOutcome, Request, RetryAfter};
+use crate::protocol::{Payload, ReleaseMessage, ReportMessage, ReportOutcome, Request, RetryAfter};
 
 /// The fields of `proxypool report` besides the lease.
 pub(super) struct ReportArgs {
@@ -40,7 +40,7 @@ pub(super) async fn report(ctx: &Context, lease: String, a: ReportArgs) -> Resul
         .as_deref()
         .map(super::pairs::destination)
         .transpose()?;
-    let req = Request::Report {
+    let req = Request::Report(ReportMessage {
         lease: Some(lease),
         pool: None,
         session: None,
@@ -52,10 +52,10 @@ pub(super) async fn report(ctx: &Context, lease: String, a: ReportArgs) -> Resul
         status: a.status,
         retry_after,
         detail: a.detail,
-    };
+    });
     let mut c = connect_any(ctx).await?;
     match call(&mut c, &req).await? {
-        Body::State { state, .. } => println!("{state}"),
+        Payload::State { state, .. } => println!("{state}"),
         _ => return Err(unexpected("report")),
     }
     Ok(())
@@ -63,7 +63,7 @@ pub(super) async fn report(ctx: &Context, lease: String, a: ReportArgs) -> Resul
 
 pub(super) async fn release(ctx: &Context, lease: String) -> Result<(), CliError> {
     let mut c = connect_any(ctx).await?;
-    call(&mut c, &Request::Release { lease }).await?;
+    call(&mut c, &Request::Release(ReleaseMessage { lease })).await?;
     println!("released");
     Ok(())
 }

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::health::State;
 use crate::metrics::Metrics;
 use crate::pool::PoolStatus;
-use crate::protocol::{self, Body, ErrorCode};
+use crate::protocol::{self, ErrorCode, Payload};
 use crate::store::EndpointView;
 
 pub use auth::{check_bind, token_from_env, HttpConfigError, TOKEN_ENV};
@@ -141,14 +141,14 @@ impl<S: StatusSource> HttpApp<S> {
             "/api/status" => match query.only(&["pool"]) {
                 Err(e) => api_error(&e),
                 Ok(()) => match self.source.status(query.get("pool")).await {
-                    Ok(pools) => api_ok(Body::Status { pools }),
+                    Ok(pools) => api_ok(Payload::Status { pools }),
                     Err(e) => api_error(&e),
                 },
             },
             "/api/endpoints" => match query.only(&["pool", "state"]).and_then(|()| query.state()) {
                 Err(e) => api_error(&e),
                 Ok(state) => match self.source.endpoints(query.get("pool"), state).await {
-                    Ok(endpoints) => api_ok(Body::Endpoints { endpoints }),
+                    Ok(endpoints) => api_ok(Payload::Endpoints { endpoints }),
                     Err(e) => api_error(&e),
                 },
             },
@@ -187,7 +187,7 @@ fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
     r
 }
 
-fn api_ok(body: Body) -> Response<Full<Bytes>> {
+fn api_ok(body: Payload) -> Response<Full<Bytes>> {
     let json = protocol::Response::ok(None, body).to_json();
     with_type(
         Response::new(Full::new(Bytes::from(json))),

@@ -42,8 +42,7 @@ fn unsafe_umask(mask: libc::mode_t) -> libc::mode_t {
 /// Accept on a Unix socket until `shutdown`, then wait for connections to finish.
 pub async fn run(listener: UnixListener, handler: Arc<Handler>, shutdown: CancellationToken) {
     let cap = handler
-        .live()
-        .config
+        .config()
         .max_connections
         .unwrap_or_else(|| default_caps(nofile()).0);
     accept_loop(
@@ -59,8 +58,7 @@ pub async fn run(listener: UnixListener, handler: Arc<Handler>, shutdown: Cancel
 /// Accept on a TCP listener (token required) until `shutdown`.
 pub async fn run_tcp(listener: TcpListener, handler: Arc<Handler>, shutdown: CancellationToken) {
     let cap = handler
-        .live()
-        .config
+        .config()
         .max_tcp_connections
         .unwrap_or_else(|| default_caps(nofile()).1);
     accept_loop(

@@ -1,9 +1,11 @@
 //! The lease socket: accepts connections and answers JSON-lines requests in order.
 //!
 //! `listener` binds and accepts, `connection` frames one client's lines, `handler` checks
-//! and routes a request, `ops` holds one function per op, `error` maps failures to codes.
+//! a request and hands it to `ops` (one handler per op, given a `context`), `error` maps
+//! failures to codes.
 
 mod connection;
+mod context;
 mod error;
 mod handler;
 mod listener;
