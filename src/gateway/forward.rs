@@ -19,10 +19,10 @@ use super::idle::{Body, IdleKey, Sender};
 use super::lease::LeaseGuard;
 use super::plain::PlainWay;
 use super::routing::Routing;
-use super::upstream::{failure_outcome, Link, Tried};
+use super::upstream::{failure_outcome, Link};
 use super::Shared;
 use crate::dial::{self, Dest, DialFailure, Route};
-use crate::endpoint::ProxyUrl;
+use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::{Phase, Reason};
 use crate::pool::Outcome;
 use crate::retry_after::parse_retry_after;
@@ -73,8 +73,9 @@ pub(super) async fn forward(
         once = Some(body);
     }
     let cfg = &shared.cfg;
-    let mut tried = Tried::default();
-    let mut resends = 0u32;
+    let mut tries = shared.upstream.tries();
+    // The last answer a re-send was made after: the client's if no other comes.
+    let mut answered: Option<Response<Body>> = None;
     loop {
         let way = PlainWay {
             routes: &shared.plain,
@@ -84,11 +85,11 @@ pub(super) async fn forward(
         };
         let (mut guard, link) = match shared
             .upstream
-            .connect_or_reuse(&routing, &dest, &mut tried, &way)
+            .connect_or_reuse(&routing, &dest, &mut tries, &way)
             .await
         {
             Ok(v) => v,
-            Err(e) => return upstream_error(e),
+            Err(e) => return answered.unwrap_or_else(|| upstream_error(e)),
         };
         let endpoint = guard.endpoint();
         let (link, key) = match link {
@@ -114,18 +115,20 @@ pub(super) async fn forward(
         };
         let (resp, sender) = match send(&shared, &guard, link, out, again).await {
             Ok(v) => v,
-            Err(Sent::Unreachable(f)) if kept.is_some() && resends < shared.upstream.retries() => {
+            Err(Sent::Unreachable(f)) if kept.is_some() && tries.left() => {
                 // As a failed dial in the attempt loop: reported, and the next upstream.
                 info!(endpoint, reason = %f.reason, phase = %f.phase,
                     "gateway upstream failed; trying another");
-                shared.upstream.fail(guard, f, &dest.host).await;
-                resends += 1;
+                shared.upstream.fail(guard, f, &dest.host, &mut tries).await;
                 continue;
             }
             Err(Sent::Failed(f) | Sent::Unreachable(f)) => {
                 info!(endpoint, reason = %f.reason, phase = %f.phase, "gateway request failed");
                 let reason = f.reason;
-                shared.upstream.fail(guard, f, &dest.host).await;
+                shared.upstream.fail(guard, f, &dest.host, &mut tries).await;
+                if let Some(r) = answered {
+                    return r;
+                }
                 let mut resp = text(
                     StatusCode::BAD_GATEWAY,
                     reason.as_str(),
@@ -152,7 +155,7 @@ pub(super) async fn forward(
             // Back to the idle list once this response has been read to its end.
             shared.idle.park(key, sender);
         }
-        let can_resend = kept.is_some() && resends < shared.upstream.retries();
+        let can_resend = kept.is_some() && tries.left();
         if refused_credentials {
             let mut f = DialFailure::new(
                 Reason::ProxyAuthRejected,
@@ -160,10 +163,12 @@ pub(super) async fn forward(
                 format!("proxy refused the credentials with {status}"),
             );
             f.status = Some(status);
-            shared.upstream.fail(guard, f, &dest.host).await;
+            shared.upstream.fail(guard, f, &dest.host, &mut tries).await;
             if can_resend {
-                resends += 1;
                 continue;
+            }
+            if let Some(r) = answered {
+                return r;
             }
             let mut resp = text(
                 StatusCode::BAD_GATEWAY,
@@ -195,31 +200,43 @@ pub(super) async fn forward(
                 status, "gateway re-sends through another upstream"
             );
             guard.set_outcome(outcome);
+            // Reported now, so the next lease sees it; the answer is kept in case no
+            // other upstream answers (its body, should it break off, goes unreported).
             guard.finish().await;
-            resends += 1;
+            answered = Some(to_client(resp, endpoint, None, &dest.host));
             continue;
         }
         guard.set_outcome(outcome);
-        let (mut rparts, rbody) = resp.into_parts();
-        strip_hop_by_hop(&mut rparts.headers);
-        set_endpoint(&mut rparts.headers, endpoint);
-        let mut guard = Some(guard);
-        // The lease lives as long as the body streams to the client; a body that breaks
-        // off is the upstream path failing mid-response.
-        let host = dest.host.clone();
-        let body = rbody
-            .map_err(move |e| {
-                if let Some(g) = guard.as_mut() {
-                    g.set_outcome(failure_outcome(
-                        dial::hyper_failure(&e, Phase::ResponseBody),
-                        &host,
-                    ));
-                }
-                e
-            })
-            .boxed();
-        return Response::from_parts(rparts, body);
+        return to_client(resp, endpoint, Some(guard), &dest.host);
     }
+}
+
+/// An upstream's answer as the client gets it: hop-by-hop headers off, the endpoint
+/// named. The lease (`guard`) lives as long as the body streams to the client; a body
+/// that breaks off is the upstream path failing mid-response.
+fn to_client(
+    resp: Response<Incoming>,
+    endpoint: EndpointId,
+    guard: Option<LeaseGuard>,
+    host: &str,
+) -> Response<Body> {
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    set_endpoint(&mut parts.headers, endpoint);
+    let mut guard = guard;
+    let host = host.to_string();
+    let body = body
+        .map_err(move |e| {
+            if let Some(g) = guard.as_mut() {
+                g.set_outcome(failure_outcome(
+                    dial::hyper_failure(&e, Phase::ResponseBody),
+                    &host,
+                ));
+            }
+            e
+        })
+        .boxed();
+    Response::from_parts(parts, body)
 }
 
 /// Why a request did not get a response head.

@@ -15,7 +15,6 @@ use super::idle::Body;
 use super::limits::{Activity, Watched};
 use super::relay::relay;
 use super::routing::{authorize, basic_credentials, Denied, Routing};
-use super::upstream::Tried;
 use super::{Shared, Slot};
 use crate::dial::Route;
 use crate::metrics::{GatewayOutcome, GatewayProtocol};
@@ -127,10 +126,9 @@ async fn connect(
             "CONNECT needs host:port",
         );
     };
-    let mut tried = Tried::default();
     let (mut guard, dialed) = match shared
         .upstream
-        .connect(&routing, &dest, Route::Tunnel, &mut tried)
+        .connect(&routing, &dest, Route::Tunnel)
         .await
     {
         Ok(v) => v,
