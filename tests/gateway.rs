@@ -758,7 +758,10 @@ async fn answers_name_the_upstream_when_one_was_involved_and_only_then() {
         limits,
     )
     .await;
-    let auth = format!("Proxy-Authorization: Basic {}\r\n", base64(b"session-a:t0ken"));
+    let auth = format!(
+        "Proxy-Authorization: Basic {}\r\n",
+        base64(b"session-a:t0ken")
+    );
     let unknown_key = format!(
         "Proxy-Authorization: Basic {}\r\n",
         base64(b"country-us:t0ken")
@@ -775,7 +778,10 @@ async fn answers_name_the_upstream_when_one_was_involved_and_only_then() {
     let cases: [(Vec<u8>, u16); 5] = [
         (get(d.port(), "/", ""), 407),
         (get(d.port(), "/", &unknown_key), 400),
-        (format!("GET / HTTP/1.1\r\nHost: x\r\n{auth}\r\n").into_bytes(), 400),
+        (
+            format!("GET / HTTP/1.1\r\nHost: x\r\n{auth}\r\n").into_bytes(),
+            400,
+        ),
         (slow_body.into_bytes(), 408),
         (big_body.into_bytes(), 413),
     ];
