@@ -39,11 +39,29 @@ pub(super) fn parse_urls<'a>(
     Ok(out)
 }
 
+/// `add`: the URLs checked, then added through the daemon or to the store; prints the
+/// new ids.
 pub(super) async fn add(
     ctx: &Context,
-    eps: Vec<NewEndpoint>,
-    _raw: &[String],
-) -> Result<Vec<EndpointId>, CliError> {
+    urls: &[String],
+    pool: &str,
+    label: &Option<String>,
+) -> Result<(), CliError> {
+    ctx.check_pool(pool)?;
+    let eps = parse_urls(
+        urls.iter().map(|u| (0, u.as_str())),
+        pool,
+        label,
+        ctx,
+        false,
+    )?;
+    for id in add_endpoints(ctx, eps).await? {
+        println!("{id}");
+    }
+    Ok(())
+}
+
+async fn add_endpoints(ctx: &Context, eps: Vec<NewEndpoint>) -> Result<Vec<EndpointId>, CliError> {
     if let Some(mut c) = ctx.daemon().await? {
         let pool = eps.first().map(|e| e.pool.clone());
         let label = eps.first().and_then(|e| e.label.clone());

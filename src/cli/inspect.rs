@@ -10,13 +10,18 @@ use crate::endpoint::EndpointId;
 use crate::protocol::{EndpointsMessage, Payload, Request, StatusMessage};
 use crate::stats::EndpointStats;
 
+/// `list`: the endpoints, or (with a destination) where each stands for it.
 pub(super) async fn list(
     ctx: &Context,
     pool: Option<String>,
     state: Option<String>,
     json: bool,
     show_secrets: bool,
+    destination: Option<String>,
 ) -> Result<(), CliError> {
+    if let Some(d) = destination {
+        return super::pairs::list_for(ctx, pool, state, &d, json).await;
+    }
     let state = parse_state(state.as_deref())?;
     let store = ctx.store_to_read()?;
     let rows = store.list(pool.as_deref(), state)?;

@@ -2,9 +2,55 @@
 
 use super::{call, unexpected, CliError, Context};
 use crate::health::Input;
-use crate::protocol::{EndpointRef, Payload, RemoveMessage, Request};
+use crate::protocol::{
+    DisableMessage, EnableMessage, EndpointRef, Payload, RemoveMessage, Request,
+};
 
-pub(super) async fn operator(
+/// `disable`.
+pub(super) async fn disable(
+    ctx: &Context,
+    targets: &[String],
+    reason: Option<String>,
+) -> Result<(), CliError> {
+    operator(ctx, targets, |r| {
+        (
+            Request::Disable(DisableMessage {
+                endpoint: r,
+                reason: reason.clone(),
+            }),
+            Input::Disable {
+                detail: reason.clone(),
+            },
+        )
+    })
+    .await
+}
+
+/// `enable`: of the endpoints, or (with a destination) of their pairs for it.
+pub(super) async fn enable(
+    ctx: &Context,
+    targets: &[String],
+    now: bool,
+    destination: Option<String>,
+) -> Result<(), CliError> {
+    if let Some(d) = destination {
+        return super::pairs::enable_pair(ctx, targets, &d).await;
+    }
+    operator(ctx, targets, |r| {
+        (
+            Request::Enable(EnableMessage {
+                endpoint: r,
+                now: Some(now),
+                destination: None,
+            }),
+            Input::Enable { now },
+        )
+    })
+    .await
+}
+
+/// Send each endpoint's act to the daemon, or apply it to the store without one.
+async fn operator(
     ctx: &Context,
     targets: &[String],
     make: impl Fn(EndpointRef) -> (Request, Input),

@@ -3,22 +3,10 @@
 use serde_json::Value;
 
 use super::lease::connect_any;
-use super::{call, unexpected, CliError, Context, OutcomeArg};
+use super::{call, unexpected, CliError, Context, OutcomeArg, ReportArgs};
 use crate::protocol::{Payload, ReleaseMessage, ReportMessage, ReportOutcome, Request, RetryAfter};
 
-/// The fields of `proxypool report` besides the lease.
-pub(super) struct ReportArgs {
-    pub outcome: OutcomeArg,
-    pub reason: Option<String>,
-    pub phase: Option<String>,
-    pub status: Option<u16>,
-    pub retry_after: Option<String>,
-    pub detail: Option<String>,
-    pub destination: Option<String>,
-    pub duration_ms: Option<u64>,
-}
-
-pub(super) async fn report(ctx: &Context, lease: String, a: ReportArgs) -> Result<(), CliError> {
+pub(super) async fn report(ctx: &Context, a: ReportArgs) -> Result<(), CliError> {
     let outcome = match a.outcome {
         OutcomeArg::Success => ReportOutcome::Success,
         OutcomeArg::Failure => ReportOutcome::Failure,
@@ -41,7 +29,7 @@ pub(super) async fn report(ctx: &Context, lease: String, a: ReportArgs) -> Resul
         .map(super::pairs::destination)
         .transpose()?;
     let req = Request::Report(ReportMessage {
-        lease: Some(lease),
+        lease: Some(a.lease),
         pool: None,
         session: None,
         destination,
