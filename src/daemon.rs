@@ -13,9 +13,9 @@ use tracing::{debug, info, warn};
 
 use crate::config::{Config, PoolConfig};
 use crate::pool::engine::{Engine, EngineError};
+use crate::probe::run::{probe_one, probers, run_and_record};
+use crate::probe::ProbeReport;
 use crate::probe::{ProbeError, Prober};
-use crate::probe_report::ProbeReport;
-use crate::probe_run::{probe_one, probers, run_and_record};
 use crate::server::{self, Handler, ServerError};
 use crate::sources;
 use reload::Reloader;

@@ -21,8 +21,6 @@ pub mod logging;
 pub mod metrics;
 pub mod pool;
 pub mod probe;
-pub mod probe_report;
-pub mod probe_run;
 pub mod protocol;
 pub mod redact;
 pub mod retry_after;

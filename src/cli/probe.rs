@@ -7,8 +7,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{call, table, unexpected, CliError, Context};
 use crate::endpoint::EndpointId;
-use crate::probe_report::ProbeReport;
-use crate::probe_run;
+use crate::probe::run as probe_run;
+use crate::probe::ProbeReport;
 use crate::protocol::{EndpointRef, Payload, ProbeMessage, Request};
 
 pub(super) async fn probe(

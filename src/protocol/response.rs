@@ -6,7 +6,7 @@ use serde_json::Value;
 use crate::endpoint::EndpointId;
 use crate::health::State;
 use crate::pool::{Grant, PoolStatus};
-use crate::probe_report::ProbeReport;
+use crate::probe::ProbeReport;
 use crate::store::EndpointView;
 
 /// Protocol error codes (SPEC §7).

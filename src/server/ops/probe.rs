@@ -1,7 +1,7 @@
 //! `probe`: probe endpoints now, with the probers of their pools.
 
 use super::{check_pool, resolve_all, Op};
-use crate::probe_run::{probe_many, probe_targets};
+use crate::probe::run::{probe_many, probe_targets};
 use crate::protocol::{Payload, ProbeMessage};
 use crate::server::context::Context;
 use crate::server::error::OpError;
