@@ -305,7 +305,7 @@ pub struct Config {
     /// `[[gateway]]` entries (and `serve --gateway`).
     pub gateways: Vec<GatewayConfig>,
     /// `[server] max_connections` (Unix socket) and `max_tcp_connections`; `None` derives
-    /// them from the open-file limit (`fd_limit::default_caps`).
+    /// them from the open-file limit (`server::fd_limit::default_caps`).
     pub max_connections: Option<usize>,
     pub max_tcp_connections: Option<usize>,
 }

@@ -57,7 +57,7 @@ pub struct ServeOptions {
     /// `http::check_bind` before the daemon starts.
     pub http: Option<SocketAddr>,
     /// The database lock this daemon holds: its socket is published there once bound.
-    pub lock: Option<Arc<crate::lock::Held>>,
+    pub lock: Option<Arc<crate::store::lock::Held>>,
     /// The config file SIGHUP reloads (none: built-in defaults, nothing to reload).
     pub reload_from: Option<PathBuf>,
 }
@@ -218,7 +218,7 @@ pub async fn serve(
     let hup = opts.reload_from.as_ref().map(|_| Reloader::listen());
     let listener = server::bind_unix(&opts.socket).await?;
     if let Some(held) = &opts.lock {
-        crate::lock::publish(held, &opts.socket).map_err(|source| ServerError::Bind {
+        crate::store::lock::publish(held, &opts.socket).map_err(|source| ServerError::Bind {
             path: "the database lock file".into(),
             source,
         })?;
@@ -317,7 +317,7 @@ pub async fn serve(
     server::run(listener, handler, shutdown.clone()).await;
     tracker.close();
     tracker.wait().await;
-    crate::socket_file::remove_own(&opts.socket);
+    crate::server::socket_file::remove_own(&opts.socket);
     if let Some(e) = lost.lock().unwrap_or_else(|p| p.into_inner()).take() {
         return Err(e.into());
     }

@@ -15,6 +15,7 @@ use crate::health::{Phase, Reason, State};
 
 mod edit;
 mod insert;
+pub(crate) mod lock;
 mod observe;
 pub use observe::EventFilter;
 pub mod pairs;
@@ -151,7 +152,7 @@ impl Store {
         }
         check_single_link(path)?;
         // Two processes opening a new database at once must not both run the migrations.
-        let _migrating = crate::lock::migration(path).map_err(|e| StoreError::Migration {
+        let _migrating = lock::migration(path).map_err(|e| StoreError::Migration {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;

@@ -209,7 +209,7 @@ pub(super) async fn import(
     };
     // A slow machine may take minutes for millions: wait for the answer (the commit)
     // rather than give up while the daemon still writes.
-    c.set_timeout(crate::client::DEFAULT_TIMEOUT + std::time::Duration::from_millis(n / 10));
+    c.set_timeout(super::client::DEFAULT_TIMEOUT + std::time::Duration::from_millis(n / 10));
     let req = Request::Import(ImportMessage {
         path,
         pool: Some(pool.to_string()),

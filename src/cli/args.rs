@@ -47,7 +47,7 @@ pub struct Global {
         default_value_t,
         value_name = "FORMAT"
     )]
-    pub log_format: crate::logging::LogFormat,
+    pub log_format: super::logging::LogFormat,
 }
 
 /// Subcommands.

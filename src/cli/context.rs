@@ -3,13 +3,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::client::Client;
 use super::{daemon_error, CliError, Global};
-use crate::client::Client;
 use crate::config::{self, Config, DEFAULT_POOL};
 use crate::endpoint::EndpointId;
-use crate::lock::{self, Owner};
 use crate::pool::engine::{sync_config_endpoints, Engine};
 use crate::protocol::{Payload, Request};
+use crate::store::lock::{self, Owner};
 use crate::store::Store;
 
 /// Resolved paths and config for a command.

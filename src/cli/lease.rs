@@ -1,13 +1,13 @@
 //! `lease`: take an endpoint from a running daemon.
 
+use super::client::Client;
 use super::{daemon_error, unexpected, CliError, Context, LeaseArgs};
-use crate::client::Client;
 use crate::protocol::{Dur, LeaseMessage, Payload, Request};
 
 /// The session, destination and schemes go as given: the daemon checks each.
 pub(super) async fn lease(ctx: &Context, a: LeaseArgs) -> Result<(), CliError> {
     let mut c = connect_any(ctx).await?;
-    c.set_timeout(a.wait + crate::client::DEFAULT_TIMEOUT);
+    c.set_timeout(a.wait + super::client::DEFAULT_TIMEOUT);
     let req = Request::Lease(LeaseMessage {
         pool: Some(a.pool),
         ttl: Some(Dur(a.ttl)),

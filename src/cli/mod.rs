@@ -1,14 +1,17 @@
-//! The operator CLI. `args` defines the command line, `context` resolves paths and reaches
-//! the daemon or the store, one file per command (or small group), `table` renders.
+//! The operator CLI. `args` defines the command line, `logging` sets up stderr, `context`
+//! resolves paths and reaches the daemon (through `client`) or the store, one file per
+//! command (or small group), `table` renders.
 
 mod add;
 mod args;
+mod client;
 mod context;
 mod edit;
 mod error;
 mod events;
 mod inspect;
 mod lease;
+pub mod logging;
 mod operator;
 mod pairs;
 mod probe;

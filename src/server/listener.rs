@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::warn;
 
+use super::fd_limit::{default_caps, nofile};
 use super::{serve_conn, Handler, ServerError};
-use crate::fd_limit::{default_caps, nofile};
 
 /// Bind the Unix socket at `path` with mode 0600, replacing a stale file from a crashed
 /// daemon and refusing when a live daemon answers there.
@@ -21,7 +21,7 @@ pub async fn bind_unix(path: &Path) -> Result<UnixListener, ServerError> {
         path: path.display().to_string(),
         source,
     };
-    crate::socket_file::prepare(path)
+    super::socket_file::prepare(path)
         .await
         .map_err(ServerError::Socket)?;
     // Created under a restrictive umask so no other user can connect, even briefly.
