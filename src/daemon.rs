@@ -240,7 +240,7 @@ pub async fn serve(
     }
     let http = match opts.http {
         Some(addr) => Some(
-            crate::http::bind(addr)
+            crate::web::bind(addr)
                 .await
                 .map_err(|source| ServerError::Bind {
                     path: format!("http {addr}"),
@@ -298,8 +298,8 @@ pub async fn serve(
     let http_addr = http.as_ref().and_then(|l| l.local_addr().ok());
     if let Some(l) = http {
         let source = Arc::new(DaemonStatus::new(engine.clone()));
-        let app = crate::http::HttpApp::new(source, engine.metrics().clone(), opts.token.clone());
-        tracker.spawn(crate::http::serve(l, Arc::new(app), shutdown.clone()));
+        let app = crate::web::HttpApp::new(source, engine.metrics().clone(), opts.token.clone());
+        tracker.spawn(crate::web::serve(l, Arc::new(app), shutdown.clone()));
     }
     tracker.spawn(retention::run(
         engine.clone(),

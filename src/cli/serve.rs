@@ -17,7 +17,7 @@ pub(super) async fn serve(
     gateway: Option<SocketAddr>,
     http: Option<SocketAddr>,
 ) -> Result<(), CliError> {
-    let token = crate::http::token_from_env();
+    let token = crate::web::token_from_env();
     if listen_tcp.is_some() && token.is_none() {
         return Err(CliError::usage(
             "--listen-tcp needs a token: set PROXYPOOL_TOKEN (clients send it as \"token\")",
@@ -41,7 +41,7 @@ pub(super) async fn serve(
     // `--http` (or PROXYPOOL_HTTP), else `[server] http`, else no HTTP listener.
     let http = http.or(ctx.config.http);
     if let Some(addr) = http {
-        crate::http::check_bind(addr, token.as_deref())
+        crate::web::check_bind(addr, token.as_deref())
             .map_err(|e| CliError::usage(e.to_string()))?;
     }
     // Own the database before reading it: a second daemon is refused, and CLI commands
