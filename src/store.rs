@@ -13,11 +13,11 @@ use crate::endpoint::{EndpointId, ProxyUrl, Scheme};
 use crate::event_kind::EventKind;
 use crate::health::{Phase, Reason, State};
 
-mod edit;
+mod edit_endpoint;
+mod history;
 mod insert;
 pub(crate) mod lock;
-mod observe;
-pub use observe::EventFilter;
+pub use history::EventFilter;
 pub mod pairs;
 mod rows;
 pub use rows::{
