@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::DEFAULT_POOL;
 use crate::endpoint::EndpointId;
+use crate::protocol::ReportOutcome;
 
 /// `proxypool`: a forward-proxy pool manager.
 #[derive(Debug, Parser)]
@@ -250,7 +251,7 @@ pub struct ReportArgs {
     pub lease: String,
     /// success | failure.
     #[arg(long, value_enum)]
-    pub outcome: OutcomeArg,
+    pub outcome: ReportOutcome,
     /// Why it failed (required for a failure), e.g. connect_timeout.
     #[arg(long)]
     pub reason: Option<String>,
@@ -297,11 +298,18 @@ pub struct EventsArgs {
     pub since: Option<String>,
 }
 
-/// `report --outcome`.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum OutcomeArg {
-    Success,
-    Failure,
+/// `report --outcome` takes the socket's own values.
+impl clap::ValueEnum for ReportOutcome {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[ReportOutcome::Success, ReportOutcome::Failure]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(match self {
+            ReportOutcome::Success => "success",
+            ReportOutcome::Failure => "failure",
+        }))
+    }
 }
 
 /// `completions SHELL`.

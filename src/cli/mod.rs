@@ -20,7 +20,7 @@ mod serve;
 mod shell;
 mod table;
 
-pub use args::{Cli, Command, EventsArgs, Global, LeaseArgs, OutcomeArg, ReportArgs, ShellArg};
+pub use args::{Cli, Command, EventsArgs, Global, LeaseArgs, ReportArgs, ShellArg};
 pub use context::Context;
 pub use error::CliError;
 

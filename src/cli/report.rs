@@ -3,14 +3,11 @@
 use serde_json::Value;
 
 use super::lease::connect_any;
-use super::{call, unexpected, CliError, Context, OutcomeArg, ReportArgs};
+use super::{call, unexpected, CliError, Context, ReportArgs};
 use crate::protocol::{Payload, ReleaseMessage, ReportMessage, ReportOutcome, Request, RetryAfter};
 
 pub(super) async fn report(ctx: &Context, a: ReportArgs) -> Result<(), CliError> {
-    let outcome = match a.outcome {
-        OutcomeArg::Success => ReportOutcome::Success,
-        OutcomeArg::Failure => ReportOutcome::Failure,
-    };
+    let outcome = a.outcome;
     if outcome == ReportOutcome::Failure && a.reason.is_none() {
         return Err(CliError::usage(
             "--outcome failure needs --reason (it decides the cooldown policy)",
