@@ -12,11 +12,11 @@ pub mod engine;
 mod entries;
 mod id_index;
 mod leases;
-mod observe;
 mod ready;
 mod reconfigure;
 pub mod scoped;
 pub mod targets;
+mod telemetry;
 
 pub use apply::ProbeRole;
 pub use scoped::{ReportOn, Want};
@@ -24,9 +24,9 @@ pub use scoped::{ReportOn, Want};
 use destinations::Destinations;
 use entries::{Entry, EntryMap};
 use leases::Lease;
-pub use observe::EndpointUse;
 use ready::Ready;
 pub use reconfigure::ReconfigureError;
+pub use telemetry::EndpointUse;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
