@@ -46,6 +46,7 @@ impl TestSource {
                 disabled: 0,
                 leases: 1,
                 next_deadline_ms: Some(42_000),
+                ..PoolStatus::default()
             },
             PoolStatus {
                 pool: "residential".into(),
@@ -56,6 +57,7 @@ impl TestSource {
                 disabled: 1,
                 leases: 0,
                 next_deadline_ms: None,
+                ..PoolStatus::default()
             },
         ]
     }
@@ -169,6 +171,7 @@ impl StatusSource for TestSource {
                 lease: None,
                 destination: None,
                 status: None,
+                blame: None,
             }],
         })
     }

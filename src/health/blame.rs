@@ -10,10 +10,62 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Phase, Reason, UnknownName};
+use super::{Cooldown, Phase, Policy, Reason, UnknownName};
+
+/// A pool's rules for judging targets (`[[pool]]` keys, docs/blame.md "Settings").
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rules {
+    /// How long a success (or a failure) through one endpoint counts as evidence about
+    /// its target for the others.
+    pub contrast_window: Duration,
+    /// Distinct endpoints failing a target, with no success, that make it down.
+    pub down_after: u32,
+    /// Distinct targets others reach that an endpoint fails, with no success of its own,
+    /// before it cools endpoint-wide (0: never).
+    pub escalate_after: u32,
+    /// How long after a tunnel closed a report can still decide the ban trial it carried.
+    pub verdict_window: Duration,
+    /// The cooldown of a target that is down (`[pool.cooldown.target]`).
+    pub target: Policy,
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Rules {
+            contrast_window: Duration::from_secs(60),
+            down_after: 2,
+            escalate_after: 3,
+            verdict_window: Duration::from_secs(10),
+            target: target_policy(default_target_cooldown()),
+        }
+    }
+}
+
+/// Most distinct endpoints `down_after` may ask for (the pending list is that long).
+pub const MAX_DOWN_AFTER: u32 = 64;
+
+/// The default cooldown of a target that is down: 2 s, doubling, at most 60 s.
+pub fn default_target_cooldown() -> Cooldown {
+    Cooldown {
+        base: Duration::from_secs(2),
+        factor: 2.0,
+        max: Duration::from_secs(60),
+        jitter: 0.1,
+    }
+}
+
+/// A target's policy from its cooldown: every failed trial extends it, nothing disables.
+pub fn target_policy(cooldown: Cooldown) -> Policy {
+    Policy {
+        cooldown,
+        reasons: Default::default(),
+        fall: 1,
+    }
+}
 
 /// What kind of evidence a failure is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -16,56 +16,11 @@ use rustc_hash::{FxBuildHasher, FxHashMap};
 use tokio::time::Instant;
 
 use crate::endpoint::EndpointId;
-use crate::health::blame::{escalates, judge, Blame, Class, Evidence, Verdict};
-use crate::health::{Failure, Health, Input, Phase, Policy, Reason, State, Step};
+use crate::health::blame::{escalates, judge, Blame, Class, Evidence, Rules, Verdict};
+use crate::health::{Failure, Health, Input, Phase, Reason, State, Step};
 
 /// Targets tracked per pool at most (about 200 bytes each).
 pub const DEFAULT_MAX_TARGETS: usize = 65_536;
-
-/// The pool's rules for judging targets.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TargetRules {
-    /// How long a success (or a failure) through one endpoint counts as evidence about
-    /// the target for the others.
-    pub contrast_window: Duration,
-    /// Distinct endpoints failing a target, with no success, that make it down.
-    pub down_after: u32,
-    /// Distinct targets others reach that an endpoint fails, with no success of its own,
-    /// before it cools endpoint-wide (0: never).
-    pub escalate_after: u32,
-    /// The cooldown of a target that is down.
-    pub policy: Policy,
-}
-
-impl Default for TargetRules {
-    fn default() -> Self {
-        TargetRules {
-            contrast_window: Duration::from_secs(60),
-            down_after: 2,
-            escalate_after: 3,
-            policy: target_policy(default_target_cooldown()),
-        }
-    }
-}
-
-/// A target policy from its cooldown: every failure of a down target's trial extends it.
-pub fn target_policy(cooldown: crate::health::Cooldown) -> Policy {
-    Policy {
-        cooldown,
-        reasons: Default::default(),
-        fall: 1,
-    }
-}
-
-/// The default cooldown of a target that is down: 2 s, doubling, at most 60 s.
-pub fn default_target_cooldown() -> crate::health::Cooldown {
-    crate::health::Cooldown {
-        base: Duration::from_secs(2),
-        factor: 2.0,
-        max: Duration::from_secs(60),
-        jitter: 0.1,
-    }
-}
 
 /// Whether a use of the target may go ahead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +40,8 @@ pub struct Pending {
     pub at: Instant,
     pub reason: Reason,
     pub phase: Option<Phase>,
+    /// The failure was a probe's: once confirmed it is the endpoint's, not a pair's.
+    pub probe: bool,
 }
 
 impl Pending {
@@ -105,8 +62,8 @@ impl Pending {
 /// What a success through an endpoint changed.
 #[derive(Debug, Default, PartialEq)]
 pub struct Reached {
-    /// The target was down and is up again.
-    pub up: bool,
+    /// The target was down (for this long) and is up again.
+    pub up: Option<Duration>,
     /// Failures through other endpoints now known to be theirs: each cools its pair.
     pub confirmed: Vec<Pending>,
 }
@@ -172,7 +129,7 @@ impl Target {
 /// The targets of one pool.
 pub struct Targets {
     map: LruCache<Box<str>, Target, FxBuildHasher>,
-    rules: TargetRules,
+    rules: Rules,
     down: usize,
     dropped: u64,
     /// Per endpoint: hashes of the distinct targets it failed that others reached, since
@@ -182,7 +139,7 @@ pub struct Targets {
 
 impl Targets {
     /// No target known yet; at most `cap` tracked.
-    pub fn new(rules: TargetRules, cap: usize) -> Targets {
+    pub fn new(rules: Rules, cap: usize) -> Targets {
         let cap = NonZeroUsize::new(cap.max(1)).expect("at least one");
         Targets {
             map: LruCache::with_hasher(cap, FxBuildHasher),
@@ -194,7 +151,7 @@ impl Targets {
     }
 
     /// New rules (a config reload); what is known stays.
-    pub fn set_rules(&mut self, rules: TargetRules) {
+    pub fn set_rules(&mut self, rules: Rules) {
         self.rules = rules;
     }
 
@@ -225,7 +182,7 @@ impl Targets {
     /// Whether a use of `target` may go ahead now. Brings a down target whose cooldown
     /// ended to its trial.
     pub fn gate(&mut self, target: &str, now: Instant) -> Gate {
-        let base = self.rules.policy.cooldown.base;
+        let base = self.rules.target.cooldown.base;
         let Some(t) = self.map.get_mut(target) else {
             return Gate::Open;
         };
@@ -234,7 +191,7 @@ impl Targets {
         };
         let h = &mut d.health;
         if h.state == State::Cooling && h.deadline.is_none_or(|dl| dl <= now) {
-            h.apply(Input::DeadlinePassed, &self.rules.policy, now, 0.0);
+            h.apply(Input::DeadlinePassed, &self.rules.target, now, 0.0);
         }
         match (h.state, h.claimed) {
             (State::ProbeAllowed, false) => Gate::Trial,
@@ -254,7 +211,7 @@ impl Targets {
         if self.gate(target, now) != Gate::Trial {
             return false;
         }
-        let policy = &self.rules.policy;
+        let policy = &self.rules.target;
         self.map
             .get_mut(target)
             .and_then(|t| t.down.as_mut())
@@ -263,7 +220,7 @@ impl Targets {
 
     /// The trial ended without an answer about the target: the next use is the trial.
     pub fn abandon_trial(&mut self, target: &str, now: Instant) {
-        let policy = &self.rules.policy;
+        let policy = &self.rules.target;
         if let Some(d) = self.map.peek_mut(target).and_then(|t| t.down.as_mut()) {
             d.health.apply(Input::Abandon, policy, now, 0.0);
         }
@@ -278,9 +235,19 @@ impl Targets {
             .is_some_and(|t| t.pending.iter().any(|p| p.endpoint == e && p.at >= since))
     }
 
-    /// Endpoints whose failures on `target` wait for contrast (for selection).
-    pub fn pending_on(&self, target: &str) -> usize {
-        self.map.peek(target).map_or(0, |t| t.pending.len())
+    /// Endpoints whose failures on `target` wait for contrast: a lease for it prefers
+    /// the others. Empty (and no allocation) for nearly every target.
+    pub fn avoid(&self, target: &str, now: Instant) -> Vec<EndpointId> {
+        let since = self.since(now);
+        match self.map.peek(target) {
+            Some(t) if !t.pending.is_empty() => t
+                .pending
+                .iter()
+                .filter(|p| p.at >= since)
+                .map(|p| p.endpoint)
+                .collect(),
+            _ => Vec::new(),
+        }
     }
 
     /// Endpoint `e` reached `target`: a tunnel opened through it, or an answer came back.
@@ -290,14 +257,14 @@ impl Targets {
         let (t, evicted) = self.entry(target);
         let mut out = Reached::default();
         t.note_reached(e, now);
-        if t.down.take().is_some() {
-            out.up = true;
+        if let Some(d) = t.down.take() {
+            out.up = Some(now.saturating_duration_since(d.since));
         }
         out.confirmed = std::mem::take(&mut t.pending)
             .into_iter()
             .filter(|p| p.endpoint != e && p.at >= since)
             .collect();
-        if out.up {
+        if out.up.is_some() {
             self.down -= 1;
         }
         self.evicted(evicted);
@@ -357,6 +324,7 @@ impl Targets {
                 at: now,
                 reason: failure.reason.unwrap_or(Reason::UpstreamUnreachable),
                 phase: failure.phase,
+                probe,
             }),
             Blame::Target if verdict.target_goes_down => {
                 let mut h = Health::new(State::Available);
@@ -365,7 +333,7 @@ impl Targets {
                         failure: failure.clone(),
                         trial: false,
                     },
-                    &rules.policy,
+                    &rules.target,
                     now,
                     jitter,
                 );
@@ -383,7 +351,8 @@ impl Targets {
                         failure: failure.clone(),
                         trial: true,
                     };
-                    if let Step::Changed { .. } = d.health.apply(input, &rules.policy, now, jitter) {
+                    if let Step::Changed { .. } = d.health.apply(input, &rules.target, now, jitter)
+                    {
                         judged.down_for = d.health.cooldown;
                     }
                 }
@@ -393,7 +362,7 @@ impl Targets {
                     // The failure was the endpoint's (or its pair's): the target's trial
                     // got no answer about the target.
                     if let Some(d) = t.down.as_mut() {
-                        d.health.apply(Input::Abandon, &rules.policy, now, 0.0);
+                        d.health.apply(Input::Abandon, &rules.target, now, 0.0);
                     }
                 }
             }
@@ -460,7 +429,10 @@ impl Targets {
                 evicted = Some(old);
             }
         }
-        let t = self.map.get_mut(target).expect("just made sure it is there");
+        let t = self
+            .map
+            .get_mut(target)
+            .expect("just made sure it is there");
         (t, evicted)
     }
 

@@ -43,6 +43,7 @@ pub(crate) fn model() -> PageModel {
                 disabled: 0,
                 leases: 1,
                 next_deadline_ms: Some(90_500),
+                ..PoolStatus::default()
             },
             transitions: minute_buckets(now, [now - Duration::from_secs(30); 3]),
             endpoints: vec![
@@ -74,6 +75,7 @@ pub(crate) fn model() -> PageModel {
             lease: None,
             destination: None,
             status: None,
+            blame: None,
         }],
     }
 }

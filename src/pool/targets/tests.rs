@@ -1,5 +1,6 @@
 use super::*;
 use crate::health::blame::PairKey;
+use crate::health::blame::Rules;
 
 const T: &str = "shop.example:443";
 
@@ -8,12 +9,22 @@ fn unreachable() -> Failure {
 }
 
 fn targets() -> Targets {
-    Targets::new(TargetRules::default(), 100)
+    Targets::new(Rules::default(), 100)
 }
 
 /// A failure of the unreachable class through `e` (not a probe, not the trial, no jitter).
 fn fail(t: &mut Targets, target: &str, e: EndpointId, now: Instant) -> Judged {
-    t.failed(target, e, Class::Unreachable, &unreachable(), false, false, false, now, 0.0)
+    t.failed(
+        target,
+        e,
+        Class::Unreachable,
+        &unreachable(),
+        false,
+        false,
+        false,
+        now,
+        0.0,
+    )
 }
 
 fn blame(j: &Judged) -> (Blame, Option<PairKey>) {
@@ -26,8 +37,13 @@ async fn two_endpoints_failing_with_no_success_make_the_target_down_and_cool_nob
     let now = Instant::now();
     let first = fail(&mut t, T, 1, now);
     assert_eq!(blame(&first), (Blame::Pending, None));
-    assert!(t.prefers_other(T, 1, now), "the next use prefers another endpoint");
+    assert!(
+        t.prefers_other(T, 1, now),
+        "the next use prefers another endpoint"
+    );
     assert!(!t.prefers_other(T, 2, now));
+    assert_eq!(t.avoid(T, now), vec![1]);
+    assert!(t.avoid("other.example:443", now).is_empty());
     assert_eq!(t.gate(T, now), Gate::Open, "pending is not down");
     // The same endpoint again is still one endpoint.
     assert_eq!(blame(&fail(&mut t, T, 1, now)), (Blame::Pending, None));
@@ -48,7 +64,10 @@ async fn two_endpoints_failing_with_no_success_make_the_target_down_and_cool_nob
     assert_eq!(blame(&third), (Blame::Target, None));
     assert!(!third.verdict.target_goes_down);
     assert_eq!(t.down_count(), 1);
-    assert!(!t.prefers_other(T, 1, now), "going down cleared the pending failures");
+    assert!(
+        !t.prefers_other(T, 1, now),
+        "going down cleared the pending failures"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -57,11 +76,15 @@ async fn a_target_others_reach_blames_the_pair_and_confirms_pending_failures() {
     let now = Instant::now();
     assert_eq!(blame(&fail(&mut t, T, 1, now)), (Blame::Pending, None));
     let r = t.reached(T, 2, now + Duration::from_secs(1));
-    assert!(!r.up);
+    assert_eq!(r.up, None);
     assert_eq!(r.confirmed.len(), 1);
     assert_eq!(r.confirmed[0].endpoint, 1);
     assert_eq!(r.confirmed[0].reason, Reason::UpstreamUnreachable);
-    assert!(r.confirmed[0].failure(2).detail.unwrap().contains("endpoint 2 reached"));
+    assert!(r.confirmed[0]
+        .failure(2)
+        .detail
+        .unwrap()
+        .contains("endpoint 2 reached"));
     // From now on endpoint 1's failures there are its pair's, at once.
     let j = fail(&mut t, T, 1, now + Duration::from_secs(2));
     assert_eq!(blame(&j), (Blame::Pair, Some(PairKey::Target)));
@@ -76,7 +99,7 @@ async fn a_target_others_reach_blames_the_pair_and_confirms_pending_failures() {
 async fn evidence_counts_only_within_the_contrast_window() {
     let mut t = targets();
     let now = Instant::now();
-    let window = TargetRules::default().contrast_window;
+    let window = Rules::default().contrast_window;
     t.reached(T, 2, now);
     let late = now + window + Duration::from_millis(1);
     // A success older than the window says nothing about now.
@@ -94,9 +117,22 @@ async fn evidence_counts_only_within_the_contrast_window() {
 async fn a_pool_of_one_has_no_contrast_and_its_pair_cools() {
     let mut t = targets();
     let now = Instant::now();
-    let j = t.failed(T, 1, Class::Unreachable, &unreachable(), false, true, false, now, 0.0);
+    let j = t.failed(
+        T,
+        1,
+        Class::Unreachable,
+        &unreachable(),
+        false,
+        true,
+        false,
+        now,
+        0.0,
+    );
     assert_eq!(blame(&j), (Blame::Pair, Some(PairKey::Target)));
-    assert!(!j.verdict.contrasted, "nothing to contrast with: no escalation");
+    assert!(
+        !j.verdict.contrasted,
+        "nothing to contrast with: no escalation"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -104,7 +140,17 @@ async fn a_probe_failure_confirmed_by_contrast_is_the_endpoints() {
     let mut t = targets();
     let now = Instant::now();
     t.reached(T, 2, now);
-    let j = t.failed(T, 1, Class::Unreachable, &unreachable(), true, false, false, now, 0.0);
+    let j = t.failed(
+        T,
+        1,
+        Class::Unreachable,
+        &unreachable(),
+        true,
+        false,
+        false,
+        now,
+        0.0,
+    );
     assert_eq!(blame(&j), (Blame::Endpoint, None));
 }
 
@@ -112,18 +158,36 @@ async fn a_probe_failure_confirmed_by_contrast_is_the_endpoints() {
 async fn an_endpoint_that_fails_what_others_reach_on_three_targets_escalates() {
     let mut t = targets();
     let now = Instant::now();
-    let targets = ["a.example:443", "b.example:443", "c.example:443", "d.example:443"];
+    let targets = [
+        "a.example:443",
+        "b.example:443",
+        "c.example:443",
+        "d.example:443",
+    ];
     for x in targets {
         t.reached(x, 2, now);
     }
     let refused = Failure::new(Reason::ProxyRejected, Some(Phase::ProxyHandshake));
-    let j = t.failed(targets[0], 1, Class::Refused, &refused, false, false, false, now, 0.0);
+    let j = t.failed(
+        targets[0],
+        1,
+        Class::Refused,
+        &refused,
+        false,
+        false,
+        false,
+        now,
+        0.0,
+    );
     assert_eq!(blame(&j), (Blame::Pair, Some(PairKey::Target)));
     assert!(!j.escalate);
     // The same target twice is one target.
     assert!(!fail(&mut t, targets[0], 1, now).escalate);
     assert!(!fail(&mut t, targets[1], 1, now).escalate);
-    assert!(fail(&mut t, targets[2], 1, now).escalate, "the third distinct target");
+    assert!(
+        fail(&mut t, targets[2], 1, now).escalate,
+        "the third distinct target"
+    );
     // Counting starts again after escalating, and after any success of its own.
     assert!(!fail(&mut t, targets[3], 1, now).escalate);
     assert!(!fail(&mut t, targets[0], 1, now).escalate);
@@ -143,7 +207,7 @@ async fn an_endpoint_that_fails_what_others_reach_on_three_targets_escalates() {
 }
 
 fn targets_with_cap(cap: usize) -> Targets {
-    Targets::new(TargetRules::default(), cap)
+    Targets::new(Rules::default(), cap)
 }
 
 #[tokio::test(start_paused = true)]
@@ -165,7 +229,17 @@ async fn a_down_target_admits_exactly_one_trial_at_its_deadline() {
     assert_eq!(wins, 1, "a 100-way stampede gets one trial");
     assert!(matches!(t.gate(T, due), Gate::Down { .. }));
     // The trial fails the same way: the target's cooldown grows (2 s, then 4 s).
-    let j = t.failed(T, 3, Class::Unreachable, &unreachable(), false, false, true, due, 0.0);
+    let j = t.failed(
+        T,
+        3,
+        Class::Unreachable,
+        &unreachable(),
+        false,
+        false,
+        true,
+        due,
+        0.0,
+    );
     assert_eq!(blame(&j), (Blame::Target, None));
     assert_eq!(j.down_for, Some(Duration::from_secs(4)));
     assert_eq!(
@@ -182,7 +256,7 @@ async fn a_down_target_admits_exactly_one_trial_at_its_deadline() {
     let due = due + Duration::from_secs(4);
     assert!(t.claim_trial(T, due));
     let r = t.reached(T, 3, due);
-    assert!(r.up);
+    assert_eq!(r.up, Some(Duration::from_secs(6)), "down for 6 s");
     assert_eq!(t.down_count(), 0);
     assert_eq!(t.gate(T, due), Gate::Open);
     assert!(t.down_list(due, 10).is_empty());
@@ -213,7 +287,7 @@ async fn any_success_brings_a_down_target_up() {
     fail(&mut t, T, 1, now);
     fail(&mut t, T, 2, now);
     // A tunnel that opened just before the target went down reports late.
-    assert!(t.reached(T, 4, now).up);
+    assert_eq!(t.reached(T, 4, now).up, Some(Duration::ZERO));
     assert_eq!(t.gate(T, now), Gate::Open);
 }
 
@@ -230,14 +304,21 @@ async fn the_table_stays_within_its_cap_and_counts_what_it_drops() {
     }
     assert_eq!(t.len(), 3);
     assert_eq!(t.dropped(), 1);
-    assert_eq!(t.down_count(), 0, "a dropped target is no longer counted down");
+    assert_eq!(
+        t.down_count(),
+        0,
+        "a dropped target is no longer counted down"
+    );
     assert_eq!(t.gate("a.invalid:80", now), Gate::Open);
     // A lookup is a use: the least recently used goes first.
     t.gate("b.invalid:80", now);
     t.prefers_other("c.invalid:80", 1, now); // a peek, not a use
     fail(&mut t, "e.invalid:80", 1, now);
     assert!(t.prefers_other("b.invalid:80", 1, now));
-    assert!(!t.prefers_other("c.invalid:80", 1, now), "c was the least recently used");
+    assert!(
+        !t.prefers_other("c.invalid:80", 1, now),
+        "c was the least recently used"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -247,7 +328,11 @@ async fn other_classes_leave_the_target_alone() {
     for (class, reason, phase) in [
         (Class::Proxy, Reason::ConnectRefused, Phase::Connect),
         (Class::Ban, Reason::DestinationStatus, Phase::ResponseHead),
-        (Class::Destination, Reason::ConnectionReset, Phase::ResponseBody),
+        (
+            Class::Destination,
+            Reason::ConnectionReset,
+            Phase::ResponseBody,
+        ),
     ] {
         for e in 1..5 {
             let f = Failure::new(reason, Some(phase));
