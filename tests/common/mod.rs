@@ -32,4 +32,4 @@ pub mod wait;
 
 // Each test binary uses some of them.
 #[allow(unused_imports)]
-pub use wait::{eventually, eventually_async, holds_for};
+pub use wait::{eventually, eventually_async, holds_for, holds_for_async};

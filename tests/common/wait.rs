@@ -40,7 +40,9 @@ pub fn eventually<T>(
     }
 }
 
-/// `eventually` for async checks, on tokio's clock (a paused clock advances by itself).
+/// `eventually` for async checks, on tokio's clock. On a paused clock the deadline is
+/// virtual and passes while the runtime waits on real I/O: use it there only for state
+/// that moves with the clock.
 pub async fn eventually_async<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
@@ -70,5 +72,23 @@ pub fn holds_for(window: Duration, what: &str, mut check: impl FnMut() -> Result
             return;
         }
         std::thread::sleep(POLL);
+    }
+}
+
+/// `holds_for` for async checks, on tokio's clock (see `eventually_async` on paused clocks).
+pub async fn holds_for_async<F, Fut>(window: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let end = tokio::time::Instant::now() + window;
+    loop {
+        if let Err(seen) = check().await {
+            panic!("{what}: broken within {window:?}: {seen}");
+        }
+        if tokio::time::Instant::now() >= end {
+            return;
+        }
+        tokio::time::sleep(POLL).await;
     }
 }
