@@ -9,7 +9,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-from conftest import skip_unless_daemon_knows
 from servers import need_module
 
 from proxypool_client import (
@@ -200,56 +199,46 @@ def test_documented_asyncio_example(daemon, site, tinyproxy, monkeypatch, capsys
     monkeypatch.setenv("PROXYPOOL_SOCKET", daemon.socket)
     ns = {}
     exec(compile(block, "docs/python-client.md", "exec"), ns)
-    try:
-        asyncio.run(ns["crawl"]([site.url + "/page/7"]))
-    except BadRequest as e:
-        skip_unless_daemon_knows(e, "schemes")
+    asyncio.run(ns["crawl"]([site.url + "/page/7"]))
     assert "/page/7" in capsys.readouterr().out
 
 
-# -- fields of SPEC §13/§15: skipped only when this daemon refuses the field ----------
+# -- the optional fields: schemes, destination, duration_ms, report by session ---------
 def test_lease_with_schemes(daemon):
     daemon.add("socks5h://127.0.0.1:1080", "http://127.0.0.1:3128")
     with daemon.client(timeout=5) as c:
-        try:
-            lease = c.lease(schemes=["http", "https"])
-        except BadRequest as e:
-            skip_unless_daemon_knows(e, "schemes")
+        lease = c.lease(schemes=["http", "https"])
         assert lease.scheme == "http"
         c.release(lease)
+        with pytest.raises(BadRequest):
+            c.lease(schemes=["gopher"])
 
 
 def test_lease_and_report_with_destination(daemon):
     (eid,) = daemon.add("http://127.0.0.1:3128")
     with daemon.client(timeout=5) as c:
-        try:
-            lease = c.lease(destination="shop.example")
-        except BadRequest as e:
-            skip_unless_daemon_knows(e, "destination")
+        lease = c.lease(destination="shop.example")
         assert lease.destination == "shop.example"
         lease.failure("destination_status", phase="response_head", status=403)
         # Destination-scoped: the endpoint stays available for other sites.
         assert daemon.endpoint(eid)["state"] == "available"
+        assert [p["destination"] for p in daemon.show(eid)["pairs"]] == ["shop.example"]
 
 
 def test_report_duration_ms(daemon):
     daemon.add("http://127.0.0.1:3128")
     with daemon.client(timeout=5) as c:
         lease = c.lease()
-        try:
-            assert c.report(lease.id, "success", duration_ms=120) == "available"
-        except BadRequest as e:
-            skip_unless_daemon_knows(e, "duration_ms")
+        assert c.report(lease.id, "success", duration_ms=120) == "available"
+        with pytest.raises(BadRequest, match="duration_ms"):
+            c.request("report", lease=c.lease().id, outcome="success", duration_ms=-1)
 
 
 def test_report_by_session(daemon):
     (eid,) = daemon.add("http://127.0.0.1:3128")
     with daemon.client(timeout=5) as c:
         c.release(c.lease(session="s1"))
-        try:
-            c.report_session("s1", "failure", pool="default", reason="connect_refused", phase="connect")
-        except BadRequest as e:
-            skip_unless_daemon_knows(e, "session", "pool")
+        c.report_session("s1", "failure", pool="default", reason="connect_refused", phase="connect")
         assert daemon.endpoint(eid)["state"] == "cooling"
 
 

@@ -10,8 +10,8 @@ import sys
 import tempfile
 
 import pytest
-from servers import need_module
-from test_protocol import Recorder, strip_ids
+from servers import FakeGateway, Recorder, need_module
+from test_protocol import LEASE, strip_ids
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -78,7 +78,7 @@ def test_retry_copy_gets_a_fresh_lease(daemon):
     from scrapy.downloadermiddlewares.retry import get_retry_request
     from scrapy.exceptions import DownloadConnectionRefusedError
 
-    from proxypool_client.scrapy import ProxyPoolMiddleware
+    from proxypool_client.scrapy_middleware import ProxyPoolMiddleware
 
     a, b = daemon.add("http://127.0.0.1:1", "http://127.0.0.1:2")
     crawler = crawler_for({"PROXYPOOL_SOCKET": daemon.socket, "PROXYPOOL_MAX_RETRIES": 0})
@@ -134,7 +134,7 @@ def test_scrapy_wrapped_errors_are_classified(exc_name, reason):
 
 # -- gateway mode: unit tests against a recording socket ---------------------------------
 def gateway_mw(rec, **extra):
-    from proxypool_client.scrapy import ProxyPoolMiddleware
+    from proxypool_client.scrapy_middleware import ProxyPoolMiddleware
 
     settings = {
         "PROXYPOOL_MODE": "gateway",
@@ -261,7 +261,7 @@ def test_bad_settings_are_named():
     need_module("scrapy")
     from scrapy.exceptions import NotConfigured
 
-    from proxypool_client.scrapy import ConfigError, ProxyPoolMiddleware
+    from proxypool_client.scrapy_middleware import ConfigError, ProxyPoolMiddleware
 
     # A mistake stops the crawl: it never goes out without proxies.
     with pytest.raises(ConfigError, match="PROXYPOOL_GATEWAY"):
@@ -316,7 +316,7 @@ def test_lease_mode_spider_ban_callback_and_exhausted_pool(daemon):
     from scrapy.exceptions import IgnoreRequest
     from scrapy.http import HtmlResponse
 
-    from proxypool_client.scrapy import ProxyPoolMiddleware
+    from proxypool_client.scrapy_middleware import ProxyPoolMiddleware
 
     class Spider(scrapy.Spider):
         name = "s"
@@ -325,7 +325,8 @@ def test_lease_mode_spider_ban_callback_and_exhausted_pool(daemon):
             return b"blocked" in response.body
 
     (eid,) = daemon.add("http://127.0.0.1:1")
-    crawler = crawler_for({"PROXYPOOL_SOCKET": daemon.socket, "PROXYPOOL_LEASE_WAIT": "0s"})
+    crawler = crawler_for({"PROXYPOOL_SOCKET": daemon.socket, "PROXYPOOL_LEASE_WAIT": "0s",
+                           "PROXYPOOL_EXHAUSTED_RETRIES": 0})
     crawler.spider = Spider()
     mw = ProxyPoolMiddleware.from_crawler(crawler)
 
@@ -336,14 +337,15 @@ def test_lease_mode_spider_ban_callback_and_exhausted_pool(daemon):
         resp = HtmlResponse(req.url, status=200, body=b"you are blocked", request=req)
         retry = await mw.process_response(req, resp)
         assert isinstance(retry, Request) and "proxy" not in retry.meta
-        # The only endpoint is cooling now: the page is dropped with a reason, not hung.
-        with pytest.raises(IgnoreRequest, match="no endpoint"):
+        # The only endpoint is cooling now, and this crawl waits for none: the page is
+        # dropped with a reason, not hung.
+        with pytest.raises(IgnoreRequest, match="could not serve"):
             await mw.process_request(retry)
         await mw.spider_closed()
 
     asyncio.run(go())
     # The ban was reported with the request's host: it cools the (endpoint, shop.example)
-    # pair only (SPEC §13); the endpoint stays in service for other sites.
+    # pair only (docs/destinations.md); the endpoint stays in service for other sites.
     assert daemon.endpoint(eid)["state"] == "available"
     pairs = json.loads(daemon.cli("show", str(eid), "--json").stdout)["pairs"]
     # A ban the callback found in a 200 page is a body mismatch, not a status.
