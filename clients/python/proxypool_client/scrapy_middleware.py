@@ -172,6 +172,7 @@ class ProxyPoolMiddleware:
         self._client: Optional[AsyncClient] = None
         self._live: Dict[str, Tuple[Request, AsyncLease, float]] = {}  # lease id -> (request, lease, started)
         self._closing: Optional[str] = None
+        self._preflight: Optional["asyncio.Future[Optional[ProxyPoolError]]"] = None
         self._tasks: Set["asyncio.Future[Any]"] = set()
         if self.mode == "gateway":
             gw = s.get("PROXYPOOL_GATEWAY")
@@ -236,7 +237,10 @@ class ProxyPoolMiddleware:
             self._closing = reason
             self._inc("closed/" + code)
             log.error("proxypool: %s; closing the spider (%s)", message, reason)
-            engine = self.crawler.engine
+            try:
+                engine = self.crawler.engine
+            except RuntimeError:  # Scrapy 2.14+ before the crawl starts: nothing to close
+                engine = None
             if engine is not None and engine.spider is not None:
                 if hasattr(engine, "close_spider_async"):  # Scrapy 2.14+
                     task = asyncio.ensure_future(engine.close_spider_async(reason=reason))
@@ -350,6 +354,7 @@ class ProxyPoolMiddleware:
         if self._ours(request) is not None:
             return None
         self._clean(request)
+        await self._check_pool()
         lease = await self._lease_for(request)
         self._inc("leases")
         if lease.trial:
@@ -360,6 +365,16 @@ class ProxyPoolMiddleware:
         meta[_LEASE] = lease.id
         meta["proxypool_endpoint"] = lease.endpoint
         return None
+
+    async def _check_pool(self) -> None:
+        """Before the first lease, ask once whether the pool can serve at all: an empty
+        pool would otherwise cost every request its ``PROXYPOOL_LEASE_WAIT``."""
+        pool = self.pool or "default"
+        if self._preflight is None:
+            self._preflight = asyncio.ensure_future(self._diagnose(pool))
+        fatal = await asyncio.shield(self._preflight)
+        if fatal is not None:
+            raise self._fatal_from(fatal, pool)
 
     async def _lease_for(self, request: Request) -> AsyncLease:
         pool = self.pool or "default"

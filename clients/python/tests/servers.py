@@ -398,7 +398,8 @@ class FakeGateway(object):
     """An HTTP proxy on 127.0.0.1 that answers plain-HTTP (absolute-form) requests from a
     script of ``(status, headers, body)``, the way the gateway answers for itself (e.g.
     ``503`` with ``X-Proxypool-Error: pool_empty``); after the script, 200 with the path
-    in an ``<h1>``. Every request is recorded in ``hits``."""
+    in an ``<h1>`` and ``X-Proxypool-Endpoint: 7``. Every request is recorded in ``hits``
+    as ``(path, proxy username)``."""
 
     def __init__(self, script=()):
         hits = self.hits = []
@@ -411,11 +412,15 @@ class FakeGateway(object):
             def do_GET(self):
                 from urllib.parse import urlsplit
 
+                import base64
+
                 path = urlsplit(self.path).path
+                auth = self.headers.get("Proxy-Authorization") or ""
+                user = base64.b64decode(auth.split()[1]).decode().split(":")[0] if auth.startswith("Basic ") else None
                 with lock:
-                    hits.append(path)
+                    hits.append((path, user))
                     status, headers, body = answers.pop(0) if answers else (
-                        200, {}, ("<html><body><h1>%s</h1></body></html>" % path).encode())
+                        200, {"X-Proxypool-Endpoint": "7"}, ("<html><body><h1>%s</h1></body></html>" % path).encode())
                 self.send_response(status)
                 for k, v in headers.items():
                     self.send_header(k, v)

@@ -12,14 +12,16 @@ from servers import Site, free_port, need_module
 from test_scrapy import run_crawl
 
 
-TOKEN = "t0k-gw"
+TOKEN = "t0k-gw-0123456789ab"  # also the TCP listener's: at least 16 characters
 
 
-def start_gateway(config=None, flag=False):
-    """A daemon with a gateway on a free port, the token required; returns (daemon, port)."""
+def start_gateway(config=None, flag=False, tcp=False):
+    """A daemon with a gateway on a free port, the token required; returns (daemon, port).
+    ``tcp`` also opens the socket's TCP listener (with the same token: one secret for
+    both today)."""
     port = free_port()
     if flag:
-        d = Daemon(args=["--gateway", "127.0.0.1:%d" % port])
+        d = Daemon(args=["--gateway", "127.0.0.1:%d" % port], tcp_token=TOKEN if tcp else None)
         d.env["PROXYPOOL_TOKEN"] = TOKEN
     else:
         d = Daemon(config='[[gateway]]\nlisten = "127.0.0.1:%d"\ntoken = "%s"\n%s' % (port, TOKEN, config or ""))
@@ -177,13 +179,21 @@ def test_scrapy_crawl_in_gateway_mode_one_dead_one_banning(site, tinyproxy, micr
         stop(d)
 
 
-def test_scrapy_https_ban_inside_the_tunnel_is_reported_by_session(tls_site_banning_once, tinyproxy, microsocks):
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+def test_scrapy_https_ban_inside_the_tunnel_is_reported_by_session(tls_site_banning_once, tinyproxy, microsocks,
+                                                                   transport):
+    """Over TCP, the scraper is on another host: it reports by session with the token,
+    and has no socket to fall back on."""
     need_module("scrapy")
-    d, port = start_gateway(flag=True)
+    d, port = start_gateway(flag=True, tcp=transport == "tcp")
     try:
         good, socks = d.add("http://127.0.0.1:%d" % tinyproxy.port, "socks5h://127.0.0.1:%d" % microsocks.port)
         pages = 6
-        result, log = run_crawl(d, tls_site_banning_once, pages, *gateway_settings(port))
+        extra, drop = [], ()
+        if transport == "tcp":
+            extra = ['PROXYPOOL_CONNECT="%s"' % d.tcp, 'PROXYPOOL_TOKEN="%s"' % TOKEN]
+            drop = ("PROXYPOOL_SOCKET", "PROXYPOOL_TOKEN", "XDG_RUNTIME_DIR")
+        result, log = run_crawl(d, tls_site_banning_once, pages, *gateway_settings(port, *extra), env_drop=drop)
         items, stats = result["items"], result["stats"]
         assert sorted(i["h1"] for i in items) == sorted("/page/%d" % i for i in range(pages)), log[-3000:]
         # The first answer of /page/0 was a 403 inside TLS: the middleware reported it by
@@ -197,6 +207,21 @@ def test_scrapy_https_ban_inside_the_tunnel_is_reported_by_session(tls_site_bann
         banned = d.show(bans[0]["endpoint"])
         assert [p["destination"] for p in banned["pairs"]] == ["127.0.0.1"], banned
         assert banned["state"] == "available", banned
+        assert leases_drain(d) == 0
+    finally:
+        stop(d)
+
+
+def test_scrapy_through_the_gateway_to_an_unknown_pool_closes_the_spider(site, tinyproxy):
+    """The gateway answers 400 ``unknown_pool`` (plain HTTP: the header is visible): the
+    crawl ends with that reason instead of finishing with no items."""
+    need_module("scrapy")
+    d, port = start_gateway(flag=True)
+    try:
+        d.add("http://127.0.0.1:%d" % tinyproxy.port)
+        result, log = run_crawl(d, site, 3, *gateway_settings(port, 'PROXYPOOL_POOL="nope"'))
+        assert result["items"] == [] and site.hits == []
+        assert result["stats"]["finish_reason"] == "proxypool_unknown_pool", log[-3000:]
         assert leases_drain(d) == 0
     finally:
         stop(d)
