@@ -628,3 +628,26 @@ def test_a_bad_daemon_address_stops_the_crawl_before_it_starts():
     with pytest.raises(ConfigError, match="needs a token"):
         ProxyPoolMiddleware.from_crawler(crawler_for({"PROXYPOOL_CONNECT": "tcp://127.0.0.1:7000",
                                                       "PROXYPOOL_TOKEN": ""}))
+
+
+def test_the_documented_spider_crawls_through_the_pool(daemon, site, tinyproxy):
+    """The minimal spider of docs/python-client.md, run as written (only its start URLs
+    point at the local site): every page through the pool, each reported."""
+    need_module("scrapy")
+    from conftest import ROOT
+
+    (good,) = daemon.add("http://127.0.0.1:%d" % tinyproxy.port)
+    out = os.path.join(tempfile.mkdtemp(), "out.json")
+    urls = ["%s/page/%d" % (site.url, i) for i in range(3)]
+    env = dict(daemon.env, PYTHONPATH=os.path.dirname(HERE))
+    args = [sys.executable, os.path.join(HERE, "doc_spider.py"), os.path.join(ROOT, "docs", "python-client.md"), out]
+    p = subprocess.run(args + urls, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and os.path.exists(out), p.stderr[-4000:]
+    with open(out) as f:
+        result = json.load(f)
+    assert "proxypool_client.scrapy_middleware.ProxyPoolMiddleware" in result["settings"]["DOWNLOADER_MIDDLEWARES"]
+    assert sorted(i["url"] for i in result["items"]) == urls, p.stderr[-3000:]
+    assert {i["endpoint"] for i in result["items"]} == {good}
+    assert result["stats"]["finish_reason"] == "finished"
+    assert result["stats"]["proxypool/reports/success"] == 3
+    assert sorted(site.hits) == ["/page/%d" % i for i in range(3)]
