@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 from typing import Any, Callable, Dict, Optional, Set, Tuple, Union
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 from scrapy import Request, signals
 from scrapy.crawler import Crawler
@@ -52,6 +51,7 @@ from .exceptions import (
 )
 from .lease import AsyncLease
 from .models import PoolStatus
+from .scrapy_gateway import GatewayRoute, endpoint_of, error_of, retry_after_seconds, same_proxy
 
 log = logging.getLogger("proxypool_client.scrapy")
 
@@ -81,9 +81,6 @@ _NOT_BEFORE = "_proxypool_not_before"  # event-loop time a retried request waits
 _RETRIES = "proxypool_retries"
 _WAITS = "proxypool_waits"
 
-_ENDPOINT_HEADER = b"X-Proxypool-Endpoint"
-_ERROR_HEADER = b"X-Proxypool-Error"
-
 #: Answers that mean "come back later"; the stat each one counts.
 _BUSY = {"pool_exhausted": "exhausted", "paced": "paced", "destination_down": "destination_down",
          "store_unavailable": "store_unavailable"}
@@ -91,17 +88,6 @@ _BUSY = {"pool_exhausted": "exhausted", "paced": "paced", "destination_down": "d
 #: Answers after which no request can be served: the spider closes with this reason.
 _FATAL = {"pool_empty": "proxypool_pool_empty", "unknown_pool": "proxypool_unknown_pool",
           "forbidden": "proxypool_forbidden", "bad_token": "proxypool_bad_token"}
-
-
-def _same_proxy(a: Optional[str], b: Optional[str]) -> bool:
-    """Whether two proxy URLs name the same proxy. Scrapy's HttpProxyMiddleware strips the
-    credentials out of ``meta["proxy"]`` (into a Proxy-Authorization header), so the URL
-    this middleware set comes back without them."""
-    if a is None or b is None:
-        return a is b
-    pa, pb = urlsplit(a), urlsplit(b)
-    return (pa.scheme.lower(), (pa.hostname or "").lower(), pa.port) == (
-        pb.scheme.lower(), (pb.hostname or "").lower(), pb.port)
 
 
 class ConfigError(ValueError):
@@ -120,18 +106,11 @@ def _asyncio_ready() -> bool:
         return True  # no reactor yet: Scrapy installs its default, the asyncio one
 
 
-def _header(response: Response, name: bytes) -> Optional[str]:
-    value = response.headers.get(name)
-    if not value:
-        return None
-    text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
-    return text.strip() or None
-
-
-def _retry_after_seconds(response: Optional[Response]) -> Optional[float]:
-    """A gateway's ``Retry-After`` (whole seconds), or None."""
-    value = _header(response, b"Retry-After") if response is not None else None
-    return float(value) if value is not None and value.isdigit() else None
+def backoff(retry_after_s: Optional[float], attempt: int, max_delay: float) -> float:
+    """The wait before try ``attempt + 1``: what the daemon named, else 1 s, 2 s, 4 s...;
+    at most ``max_delay``, at least 50 ms (a deadline already past must not spin)."""
+    delay = retry_after_s if retry_after_s is not None else float(2 ** min(attempt, 16))
+    return max(0.05, min(delay, max_delay))
 
 
 def _endpoints_in(p: PoolStatus) -> int:
@@ -174,19 +153,15 @@ class ProxyPoolMiddleware:
         self._closing: Optional[str] = None
         self._preflight: Optional["asyncio.Future[Optional[ProxyPoolError]]"] = None
         self._tasks: Set["asyncio.Future[Any]"] = set()
+        self.gateway: Optional[GatewayRoute] = None
         if self.mode == "gateway":
             gw = s.get("PROXYPOOL_GATEWAY")
             if not gw:
                 raise ConfigError("PROXYPOOL_MODE = 'gateway' needs PROXYPOOL_GATEWAY, e.g. 'http://127.0.0.1:8899'")
-            parts = urlsplit(gw if "://" in gw else "http://" + gw)
-            if not parts.hostname or not parts.port:
-                raise ConfigError("PROXYPOOL_GATEWAY %r needs a host and a port" % (gw,))
-            self.gateway = (parts.scheme or "http", parts.hostname, parts.port)
-            if self.pool and "-" in self.pool:
-                # The gateway splits its username on "-" into key-value segments.
-                raise ConfigError("PROXYPOOL_POOL %r cannot be routed through the gateway: it contains '-'" % (self.pool,))
-            self.gateway_token: str = s.get("PROXYPOOL_GATEWAY_TOKEN", "") or ""
-            self._sessions: Dict[str, str] = {}  # slot -> session id
+            try:
+                self.gateway = GatewayRoute(gw, s.get("PROXYPOOL_GATEWAY_TOKEN", "") or "", self.pool)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
 
     @staticmethod
@@ -284,9 +259,7 @@ class ProxyPoolMiddleware:
         return None
 
     def _delay(self, retry_after_s: Optional[float], attempt: int) -> float:
-        """The wait before the next try: what the daemon named, else 1 s, 2 s, 4 s..."""
-        delay = retry_after_s if retry_after_s is not None else float(2 ** min(attempt, 16))
-        return max(0.05, min(delay, self.exhausted_max_delay))
+        return backoff(retry_after_s, attempt, self.exhausted_max_delay)
 
     def _retry(self, request: Request, why: str) -> Optional[Request]:
         n = request.meta.get(_RETRIES, 0)
@@ -321,10 +294,10 @@ class ProxyPoolMiddleware:
         # What RetryMiddleware (or anyone) copies from here must not carry a used lease.
         meta = request.meta
         if _PROXY in meta:
-            if _same_proxy(meta.get("proxy"), meta[_PROXY]):
+            if same_proxy(meta.get("proxy"), meta[_PROXY]):
                 meta.pop("proxy", None)
                 # HttpProxyMiddleware moved our credentials into a header: they go too.
-                if _same_proxy(meta.get("_auth_proxy"), meta[_PROXY]):
+                if same_proxy(meta.get("_auth_proxy"), meta[_PROXY]):
                     meta.pop("_auth_proxy", None)
                     request.headers.pop(b"Proxy-Authorization", None)
             meta.pop(_PROXY, None)
@@ -341,7 +314,7 @@ class ProxyPoolMiddleware:
     # -- downloader middleware API ---------------------------------------------------------
     async def process_request(self, request: Request, spider: Any = None) -> None:
         meta = request.meta
-        if "proxy" in meta and not _same_proxy(meta.get(_PROXY), meta["proxy"]):
+        if "proxy" in meta and not same_proxy(meta.get(_PROXY), meta["proxy"]):
             return None  # the spider chose its own proxy
         not_before = meta.pop(_NOT_BEFORE, None)
         if not_before is not None:
@@ -499,45 +472,38 @@ class ProxyPoolMiddleware:
     def _slot(self, request: Request) -> str:
         return str(request.meta.get("download_slot") or self._host(request) or "")
 
-    def _session(self, request: Request) -> str:
-        slot = self._slot(request)
-        sid = self._sessions.get(slot)
-        if sid is None:
-            sid = self._sessions[slot] = secrets.token_hex(6)
-            self._inc("sessions")
-        return sid
-
     def _new_session(self, request: Request) -> None:
-        self._sessions.pop(self._slot(request), None)
+        assert self.gateway is not None
+        self.gateway.new_session(self._slot(request))
 
     def gateway_username(self, session: str) -> str:
-        parts = ["pool", self.pool] if self.pool else []
-        return "-".join(parts + ["session", session])
+        assert self.gateway is not None
+        return self.gateway.username(session)
 
     def _gateway_proxy(self, request: Request) -> None:
-        sid = self._session(request)
-        scheme, host, port = self.gateway
-        user = quote(self.gateway_username(sid), safe="")
-        cred = "%s:%s@" % (user, quote(self.gateway_token, safe="")) if self.gateway_token else "%s:@" % user
-        proxy = "%s://%s%s:%d" % (scheme, cred, host, port)
+        assert self.gateway is not None
+        proxy, sid, new = self.gateway.proxy_for(self._slot(request))
+        if new:
+            self._inc("sessions")
         request.meta["proxy"] = proxy
         request.meta[_PROXY] = proxy
         request.meta["proxypool_session"] = sid
 
     async def _gateway_response(self, request: Request, response: Response) -> Union[Request, Response]:
         sid = request.meta.get("proxypool_session")
-        if sid is None or not _same_proxy(request.meta.get(_PROXY), request.meta.get("proxy")):
+        if sid is None or not same_proxy(request.meta.get(_PROXY), request.meta.get("proxy")):
             return response
-        endpoint = _header(response, _ENDPOINT_HEADER)
-        if endpoint is not None and endpoint.isdigit():
-            request.meta["proxypool_endpoint"] = int(endpoint)
-        error = _header(response, _ERROR_HEADER)
+        endpoint = endpoint_of(response)
+        if endpoint is not None:
+            request.meta["proxypool_endpoint"] = endpoint
+        error = error_of(response)
         if error is not None:
             return self._gateway_error(request, response, error)
         if not self._is_ban(request, response):
             return response
         self._inc("bans")
-        if self._sessions.get(self._slot(request)) == sid:
+        assert self.gateway is not None
+        if self.gateway.session(self._slot(request)) == sid:
             self._new_session(request)
         if urlsplit(request.url).scheme == "https":
             await self._report_session_ban(request, response, sid)
@@ -553,7 +519,7 @@ class ProxyPoolMiddleware:
             # the same session waits and goes again.
             self._inc(_BUSY[error])
             why = "the gateway answered %d %s" % (response.status, error)
-            return self._retry_later(request, why, _retry_after_seconds(response)) or response
+            return self._retry_later(request, why, retry_after_seconds(response)) or response
         # Every upstream it tried failed, and it reported them itself: another session.
         self._inc("errors")
         self._new_session(request)

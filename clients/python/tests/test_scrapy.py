@@ -651,3 +651,17 @@ def test_the_documented_spider_crawls_through_the_pool(daemon, site, tinyproxy):
     assert result["stats"]["finish_reason"] == "finished"
     assert result["stats"]["proxypool/reports/success"] == 3
     assert sorted(site.hits) == ["/page/%d" % i for i in range(3)]
+
+
+@pytest.mark.parametrize(
+    "retry_after,attempt,max_delay,want",
+    [
+        (None, 0, 60, 1.0), (None, 1, 60, 2.0), (None, 3, 60, 8.0), (None, 10, 60, 60.0), (None, 500, 60, 60.0),
+        (1.5, 0, 60, 1.5), (1.5, 7, 60, 1.5), (3600.0, 0, 60, 60.0), (0.0, 0, 60, 0.05), (None, 0, 0.3, 0.3),
+    ],
+)
+def test_backoff(retry_after, attempt, max_delay, want):
+    need_module("scrapy")
+    from proxypool_client.scrapy_middleware import backoff
+
+    assert backoff(retry_after, attempt, max_delay) == want
