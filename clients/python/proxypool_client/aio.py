@@ -33,12 +33,13 @@ log = logging.getLogger("proxypool_client")
 
 
 class _Connection:
-    __slots__ = ("reader", "writer", "address")
+    __slots__ = ("reader", "writer", "address", "loop")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: Address) -> None:
         self.reader = reader
         self.writer = writer
         self.address = address
+        self.loop = asyncio.get_running_loop()
 
     @classmethod
     async def open(cls, address: Address, timeout: float) -> _Connection:
@@ -130,10 +131,16 @@ class AsyncClient:
         """Run one Call; return its parsed reply, or raise ProxyPoolError."""
         request_id = next(self._ids)
         line = encode(call, request_id, self._token)
-        conn: Optional[_Connection] = self._idle.pop() if self._idle else None
+        loop = asyncio.get_running_loop()
+        conn: Optional[_Connection] = None
+        while self._idle and conn is None:
+            conn = self._idle.pop()
+            if conn.loop is not loop:
+                # Opened under an event loop since gone (a second asyncio.run): unusable,
+                # and closing it would need that loop; its socket goes with the object.
+                conn = None
         if conn is None:
             conn = await _Connection.open(self.address, self.timeout)
-        loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout + call.wait
         keep = False
         try:

@@ -501,3 +501,12 @@ def test_the_old_middleware_path_still_loads():
     )
     need_module("scrapy")
     subprocess.run([sys.executable, "-I", "-c", code], check=True, timeout=60)
+
+
+def test_an_async_client_outlives_its_event_loop():
+    """Scripts call ``asyncio.run`` more than once with one client: a connection opened
+    under a loop that is gone is not reused."""
+    rec = Recorder([{"ok": True, "version": "0.2.0"}] * 2)
+    c = AsyncClient(rec.path, timeout=5)
+    assert asyncio.run(c.ping()) == "0.2.0"
+    assert asyncio.run(c.ping()) == "0.2.0"
