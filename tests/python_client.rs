@@ -107,8 +107,14 @@ fn python_client_pytest_suite_passes() {
     }
     // Under CI nothing may skip (the suite's conftest also turns a skip into a failure).
     if in_ci() {
-        let skipped: Vec<&str> = stdout.lines().filter(|l| l.starts_with("SKIPPED")).collect();
-        assert!(skipped.is_empty(), "skipped under CI: {skipped:?}\n{stdout}");
+        let skipped: Vec<&str> = stdout
+            .lines()
+            .filter(|l| l.starts_with("SKIPPED"))
+            .collect();
+        assert!(
+            skipped.is_empty(),
+            "skipped under CI: {skipped:?}\n{stdout}"
+        );
     }
     eprintln!("{}", stdout.lines().last().unwrap_or_default());
 }
