@@ -323,6 +323,11 @@ impl Engine {
         Ok(r?)
     }
 
+    /// When `target` of `pool` is down (docs/blame.md): the time until its trial.
+    pub fn target_down(&self, pool: &str, target: &str) -> Option<Duration> {
+        self.lock().target_down(pool, target, Instant::now())
+    }
+
     /// Report on the endpoint bound to a sticky session; a failure unbinds it.
     pub async fn report_session(
         &self,

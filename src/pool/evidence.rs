@@ -495,6 +495,23 @@ impl Pools {
         for p in r.confirmed {
             writes.extend(self.confirm(pool, target, by, p, now, wall));
         }
+        for id in r.escalated {
+            let live = self
+                .entries
+                .get(&id)
+                .is_some_and(|e| e.pool == pool && e.health.state == State::Available);
+            if live {
+                let on = Settle {
+                    id,
+                    ..Settle::default()
+                };
+                let f = Failure::new(
+                    Reason::UpstreamUnreachable,
+                    Some(crate::health::Phase::ProxyHandshake),
+                );
+                writes.extend(self.escalate(&on, &f, target, now, wall));
+            }
+        }
         writes
     }
 

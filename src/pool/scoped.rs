@@ -299,6 +299,17 @@ impl Pools {
         (Ok(r.state), writes)
     }
 
+    /// When `target` of `pool` is down: the time until its trial.
+    pub fn target_down(
+        &self,
+        pool: &str,
+        target: &str,
+        now: Instant,
+    ) -> Option<std::time::Duration> {
+        let &p = self.by_name.get(pool)?;
+        self.pools[p].targets.down_for(target, now)
+    }
+
     /// The non-available pairs of an endpoint.
     pub fn pairs_of(&self, id: EndpointId) -> Vec<PairHealth> {
         self.entries

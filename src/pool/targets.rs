@@ -66,7 +66,13 @@ pub struct Reached {
     pub up: Option<Duration>,
     /// Failures through other endpoints now known to be theirs: each cools its pair.
     pub confirmed: Vec<Pending>,
+    /// Endpoints that, with this, failed `escalate_after` distinct targets others reach:
+    /// each cools endpoint-wide.
+    pub escalated: Vec<EndpointId>,
 }
+
+/// Refusals kept per target for a later contrast (most recent; older ones dropped).
+const MAX_REFUSALS: usize = 8;
 
 /// A target that is down, as shown to operators.
 #[derive(Debug, Clone, PartialEq)]
@@ -107,6 +113,9 @@ struct Target {
     /// The two most recent endpoints that reached it, distinct, newest first.
     reached: [Option<(EndpointId, Instant)>; 2],
     pending: Vec<Pending>,
+    /// Endpoints that refused it (their policy) before anyone reached it: a later reach
+    /// through another endpoint makes each refusal count towards escalation.
+    refused: Vec<(EndpointId, Instant)>,
     down: Option<Box<Down>>,
 }
 
@@ -253,6 +262,7 @@ impl Targets {
     /// Endpoint `e` reached `target`: a tunnel opened through it, or an answer came back.
     pub fn reached(&mut self, target: &str, e: EndpointId, now: Instant) -> Reached {
         let since = self.since(now);
+        let escalate_after = self.rules.escalate_after;
         self.strikes.remove(&e);
         let (t, evicted) = self.entry(target);
         let mut out = Reached::default();
@@ -264,11 +274,42 @@ impl Targets {
             .into_iter()
             .filter(|p| p.endpoint != e && p.at >= since)
             .collect();
+        let refused: Vec<EndpointId> = std::mem::take(&mut t.refused)
+            .into_iter()
+            .filter(|&(id, at)| id != e && at >= since)
+            .map(|(id, _)| id)
+            .collect();
         if out.up.is_some() {
             self.down -= 1;
         }
         self.evicted(evicted);
+        // Failures that this success shows to be their endpoint's own count towards
+        // escalation, as if the contrast had been there when they happened.
+        let h = key_hash(target);
+        let late = out
+            .confirmed
+            .iter()
+            .filter(|p| !p.probe)
+            .map(|p| p.endpoint);
+        for id in late.chain(refused) {
+            if self.strike(id, h, escalate_after) && !out.escalated.contains(&id) {
+                out.escalated.push(id);
+            }
+        }
         out
+    }
+
+    /// One more distinct target `e` failed that others reach; true when that escalates.
+    fn strike(&mut self, e: EndpointId, target_hash: u64, escalate_after: u32) -> bool {
+        let s = self.strikes.entry(e).or_default();
+        if !s.contains(&target_hash) {
+            s.push(target_hash);
+        }
+        if escalates(s.len(), escalate_after) {
+            self.strikes.remove(&e);
+            return true;
+        }
+        false
     }
 
     /// Any success through `e` (a lease report, a probe): it reaches something, so its
@@ -338,7 +379,11 @@ impl Targets {
                     jitter,
                 );
                 judged.down_for = h.cooldown;
-                judged.absolved = t.pending.drain(..).map(|p| p.endpoint).collect();
+                // Freed, not kept: most down targets never see another failure.
+                judged.absolved = std::mem::take(&mut t.pending)
+                    .into_iter()
+                    .map(|p| p.endpoint)
+                    .collect();
                 t.down = Some(Box::new(Down {
                     health: h,
                     since: now,
@@ -358,6 +403,13 @@ impl Targets {
                 }
             }
             Blame::Pair | Blame::Endpoint => {
+                if class == Class::Refused && !verdict.contrasted {
+                    t.refused.retain(|&(id, _)| id != e);
+                    if t.refused.len() >= MAX_REFUSALS {
+                        t.refused.remove(0);
+                    }
+                    t.refused.push((e, now));
+                }
                 if trial {
                     // The failure was the endpoint's (or its pair's): the target's trial
                     // got no answer about the target.
@@ -371,15 +423,7 @@ impl Targets {
             self.down += 1;
         }
         if verdict.contrasted {
-            let h = key_hash(target);
-            let s = self.strikes.entry(e).or_default();
-            if !s.contains(&h) {
-                s.push(h);
-            }
-            if escalates(s.len(), rules.escalate_after) {
-                self.strikes.remove(&e);
-                judged.escalate = true;
-            }
+            judged.escalate = self.strike(e, key_hash(target), rules.escalate_after);
         }
         self.evicted(evicted);
         judged
@@ -419,6 +463,16 @@ impl Targets {
     /// Whether `target` is down.
     pub fn is_down(&self, target: &str) -> bool {
         self.map.peek(target).is_some_and(|t| t.down.is_some())
+    }
+
+    /// The time until the trial of `target`, when it is down.
+    pub fn down_for(&self, target: &str, now: Instant) -> Option<Duration> {
+        let d = self.map.peek(target)?.down.as_ref()?;
+        let h = &d.health;
+        Some(match (h.state, h.deadline) {
+            (State::Cooling, Some(dl)) => dl.saturating_duration_since(now),
+            _ => self.rules.target.cooldown.base,
+        })
     }
 
     /// The entry of `target`, created if new; and a target dropped to make room.
