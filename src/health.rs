@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 mod policy;
-pub mod scope;
 
 pub use policy::{Cooldown, Policy, PolicyError, ReasonPolicy};
 

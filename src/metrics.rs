@@ -297,7 +297,6 @@ impl Collector for Gauges {
             m.encode_family(&[("pool", p.pool.as_str())])?
                 .encode_gauge(&p.destination_bans)?;
         }
-        drop(m);
         let mut m = encoder.encode_descriptor(
             "targets_down",
             "Targets (host:port) that every endpoint tried failed to reach: down, with their own cooldown",

@@ -326,6 +326,9 @@ fn two_reports_through_two_endpoints_make_a_target_down_on_the_socket() {
         pool["down_targets"][0]["reason"],
         json!("upstream_unreachable")
     );
+    let table = h.ok(&["status"]);
+    assert!(table.contains("TARGETS DOWN"), "{table}");
+    assert!(table.contains("dead.invalid:443  next trial in"), "{table}");
     // The CLI says the same, exit 1, naming the target.
     let (_, err) = h.fails(1, &["lease", "--destination", "dead.invalid:443"]);
     assert!(err.contains("dead.invalid:443"), "{err}");

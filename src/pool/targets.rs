@@ -7,7 +7,7 @@
 //! Target state is per process and not persisted: after a restart the first requests
 //! simply find out again.
 
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
@@ -501,9 +501,7 @@ impl Targets {
 }
 
 fn key_hash(target: &str) -> u64 {
-    let mut h = FxBuildHasher.build_hasher();
-    target.hash(&mut h);
-    h.finish()
+    FxBuildHasher.hash_one(target)
 }
 
 #[cfg(test)]
