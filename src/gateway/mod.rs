@@ -37,12 +37,8 @@ use crate::dial::Dialer;
 use crate::metrics::GatewayMetrics;
 use crate::pool::engine::Engine;
 
-pub use answer::{ENDPOINT_HEADER, ERROR_HEADER};
-pub use front::{detect, Front};
 pub use idle::IdleLimits;
 pub use limits::Limits;
-pub use routing::{authorize, basic_credentials, parse_username, Denied, Routing, RoutingError};
-pub use socks5::{parse_auth, parse_greeting, parse_request, reply, ParseError, Parsed};
 
 /// A gateway that cannot start.
 #[derive(Debug, thiserror::Error)]

@@ -14,7 +14,7 @@ mod id_index;
 mod leases;
 mod ready;
 mod reconfigure;
-pub mod scoped;
+pub(crate) mod scoped;
 mod telemetry;
 
 pub use apply::ProbeRole;

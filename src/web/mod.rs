@@ -32,7 +32,7 @@ use crate::protocol::{self, ErrorCode, Payload};
 use crate::store::EndpointView;
 
 pub use auth::{check_bind, token_from_env, HttpConfigError, TOKEN_ENV};
-pub use page::render_page;
+pub(crate) use page::render_page;
 pub use view::{minute_buckets, EndpointLine, PageLimits, PageModel, PoolPage};
 
 /// Default `[server] http` address.
