@@ -115,7 +115,8 @@ fn add_to_configured_pool_and_unknown_pool() {
         let r = find(&rows, *id);
         assert_eq!(r["pool"], "resi");
         assert_eq!(r["label"], "r");
-        // A `static` pool starts new endpoints as probe_allowed (SPEC §5).
+        // A `static` pool starts new endpoints as probe_allowed (docs/reference.md, "Pools
+        // and modes").
         assert_eq!(r["state"], "probe_allowed");
     }
     assert_eq!(find(&rows, dc[0])["pool"], "dc");

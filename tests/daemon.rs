@@ -178,7 +178,7 @@ fn lease_use_through_real_proxy_then_report_success_and_failure() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Every op of SPEC §7 with its fields, and every error code.
+// Every op of docs/reference.md, "Ops", with its fields, and every error code.
 // ---------------------------------------------------------------------------------------
 
 #[test]
@@ -944,7 +944,7 @@ fn cli_lease_prints_url_or_json_and_fails_when_exhausted() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Edge cases of SPEC §3 through the socket.
+// Edge cases of docs/reference.md, "States", through the socket.
 // ---------------------------------------------------------------------------------------
 
 #[test]

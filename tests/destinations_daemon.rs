@@ -1,4 +1,4 @@
-//! Per-destination health through the real binary (SPEC §13, §15): the socket fields
+//! Per-destination health through the real binary (docs/destinations.md): the socket fields
 //! (`destination`, `schemes`, report by session, `duration_ms`), the CLI (`list
 //! --destination`, `show`, `enable --destination`), and pairs across kill -9.
 

@@ -88,7 +88,8 @@ fn python_client_pytest_suite_passes() {
             "{test} did not pass:\n{stdout}"
         );
     }
-    // The only skips allowed: fields this daemon does not know yet (SPEC §13/§15).
+    // The only skips allowed: fields this daemon does not know yet (per-destination health,
+    // docs/destinations.md).
     for line in stdout.lines().filter(|l| l.starts_with("SKIPPED")) {
         assert!(
             line.contains("this daemon does not know"),

@@ -1,5 +1,5 @@
-//! The rotating gateway (SPEC §12): one local port that speaks HTTP proxy (CONNECT and
-//! absolute-form) and SOCKS5, leases an upstream per connection or request, dials first
+//! The rotating gateway (docs/gateway.md): one local port that speaks HTTP proxy (CONNECT
+//! and absolute-form) and SOCKS5, leases an upstream per connection or request, dials first
 //! and answers after, retries around dead upstreams and reports every outcome.
 //!
 //! Files: `front` (first byte decides), `answer` (the gateway's own HTTP answers and the

@@ -217,8 +217,9 @@ impl Upstream {
         tries: &mut Tries,
         way: &W,
     ) -> Result<(LeaseGuard, Link<W::Conn>), UpstreamError> {
-        // Leases for the destination skip its banned pairs, and their reports are scoped
-        // by SPEC §13 (a proxy-side failure stays endpoint-wide).
+        // Leases for the destination skip its banned pairs, and their reports are scoped by
+        // docs/destinations.md, "The scoping rule" (a proxy-side failure stays
+        // endpoint-wide).
         let want = Want {
             destination: normalize(&dest.host).ok().map(Arc::from),
             schemes: None,
@@ -321,7 +322,8 @@ impl Upstream {
 }
 
 /// The report for a failure on the way to `destination`. The lease was taken for the
-/// destination, so the report is scoped by SPEC §13; the detail names it as well.
+/// destination, so the report is scoped (docs/destinations.md, "The scoping rule"); the
+/// detail names it as well.
 pub(super) fn failure_outcome(f: DialFailure, destination: &str) -> Outcome {
     let mut failure = Failure::from(f);
     failure.detail = Some(format!(

@@ -424,9 +424,9 @@ impl Pools {
     }
 
     /// Report how a lease went, for `on.destination` (normalised) when given, else for the
-    /// destination the lease was taken for; the failure's scope (SPEC §13) decides
-    /// whether the endpoint or the pair takes it. `on.duration` feeds the endpoint's
-    /// latency estimate. Returns the endpoint's state.
+    /// destination the lease was taken for; the failure's scope (docs/destinations.md, "The
+    /// scoping rule") decides whether the endpoint or the pair takes it. `on.duration`
+    /// feeds the endpoint's latency estimate. Returns the endpoint's state.
     pub fn report_with(
         &mut self,
         name: &str,

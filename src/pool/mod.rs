@@ -87,7 +87,8 @@ pub struct Grant {
     pub trial: bool,
     /// Time to live.
     pub expires_in_ms: u64,
-    /// `"destination"` when the trial is a pair's (SPEC §13); absent otherwise.
+    /// `"destination"` when the trial is a pair's (docs/destinations.md, "Pairs"); absent
+    /// otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
 }
@@ -143,7 +144,7 @@ struct PoolState {
     leases: usize,
     /// Pre-resolved metric series (None when metrics are off).
     metrics: Option<crate::metrics::PoolMetrics>,
-    /// Per-destination health (SPEC §13).
+    /// Per-destination health (docs/destinations.md).
     dests: Destinations,
 }
 

@@ -43,7 +43,8 @@ impl From<PoolError> for OpError {
             PoolError::Exhausted { retry_after, .. } => {
                 OpError::new(ErrorCode::PoolExhausted, message).retry_after(retry_after)
             }
-            // A session stands in for the lease of a report by session (SPEC §13).
+            // A session stands in for the lease of a report by session
+            // (docs/destinations.md, "Report by session").
             PoolError::UnknownLease(_) | PoolError::UnknownSession { .. } => {
                 OpError::new(ErrorCode::UnknownLease, message)
             }
