@@ -538,16 +538,17 @@ async fn max_connections_caps_clients() {
     drop(held);
     gw.until_no_leases().await;
     // The slot is free again (the tunnel task ends a moment after the close).
-    let mut ok = false;
-    for _ in 0..100 {
-        let r = roundtrip_opt(gw.addr, &get(d.port(), "/", "")).await;
-        if r.is_some_and(|r| r.status() == 200) {
-            ok = true;
-            break;
+    let (addr, req) = (gw.addr, get(d.port(), "/", ""));
+    common::eventually_async(Duration::from_secs(5), "the slot comes back", || {
+        let req = req.clone();
+        async move {
+            match roundtrip_opt(addr, &req).await {
+                Some(r) if r.status() == 200 => Ok(()),
+                other => Err(format!("{:?}", other.map(|r| r.status()))),
+            }
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(ok, "slot never came back");
+    })
+    .await;
 }
 
 async fn roundtrip_opt(addr: std::net::SocketAddr, raw: &[u8]) -> Option<Resp> {
@@ -579,13 +580,20 @@ async fn leases_come_back_when_clients_vanish_and_on_shutdown() {
     assert_eq!(gw.leases(), 1);
     let engine = gw.engine.clone();
     gw.stop().await;
-    for _ in 0..200 {
-        if engine.status(Some("default")).unwrap()[0].leases == 0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("lease still held after shutdown");
+    common::eventually_async(
+        Duration::from_secs(5),
+        "the lease is given back after shutdown",
+        || {
+            let leases = engine.status(Some("default")).unwrap()[0].leases;
+            async move {
+                match leases {
+                    0 => Ok(()),
+                    n => Err(format!("{n} lease(s) held")),
+                }
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test]

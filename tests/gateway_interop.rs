@@ -402,12 +402,19 @@ async fn plain_http_tunnel_mode_through_tinyproxy_reuses_a_tunnel_or_falls_back(
             assert_eq!(r.text(), PAGE);
             gw.until_no_leases().await;
             // A kept tunnel is parked a moment after its response ends.
-            for _ in 0..300 {
-                let text = gw.engine.metrics().encode();
-                if !tunnels || text.contains("proxypool_gateway_idle_upstream_connections 1") {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
+            if tunnels {
+                common::eventually_async(Duration::from_secs(5), "the tunnel is parked", || {
+                    let text = gw.engine.metrics().encode();
+                    let parked = text.contains("proxypool_gateway_idle_upstream_connections 1");
+                    async move {
+                        if parked {
+                            Ok(())
+                        } else {
+                            Err(text)
+                        }
+                    }
+                })
+                .await;
             }
         }
         let text = gw.engine.metrics().encode();

@@ -43,17 +43,18 @@ fn bytes(gw: &Gw, direction: &str) -> u64 {
 /// Byte counts are added when the upstream stream closes, a moment after the client's
 /// side: wait (bounded) until both directions reach at least the given totals.
 async fn until_bytes(gw: &Gw, up: u64, down: u64) {
-    for _ in 0..200 {
-        if bytes(gw, "to_upstream") >= up && bytes(gw, "to_client") >= down {
-            return;
+    let what = format!("bytes to_upstream >= {up} and to_client >= {down}");
+    common::eventually_async(Duration::from_secs(5), &what, || {
+        let (u, c) = (bytes(gw, "to_upstream"), bytes(gw, "to_client"));
+        async move {
+            if u >= up && c >= down {
+                Ok(())
+            } else {
+                Err(format!("to_upstream {u}, to_client {c}"))
+            }
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!(
-        "bytes: to_upstream {} (want >= {up}), to_client {} (want >= {down})",
-        bytes(gw, "to_upstream"),
-        bytes(gw, "to_client")
-    );
+    })
+    .await;
 }
 
 const BODY: &str = "hello from the destination";

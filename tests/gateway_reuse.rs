@@ -41,13 +41,18 @@ const IDLE: &str = "proxypool_gateway_idle_upstream_connections";
 /// Wait (bounded) until the gateway holds `n` idle upstream connections: a connection is
 /// parked a moment after its response has been read to the end.
 async fn until_idle(gw: &Gw, n: f64) {
-    for _ in 0..300 {
-        if gw.metric(IDLE) == n {
-            return;
+    let what = format!("{n} idle upstream connections");
+    common::eventually_async(Duration::from_secs(5), &what, || {
+        let now = gw.metric(IDLE);
+        async move {
+            if now == n {
+                Ok(())
+            } else {
+                Err(format!("{now}"))
+            }
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("idle upstream connections: {} (want {n})", gw.metric(IDLE));
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ mod common;
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use proxypool::health::{Phase, Reason, State};
 use proxypool::metrics::{GaugeSnapshot, LeaseResult, Metrics};
@@ -294,27 +294,21 @@ async fn prometheus_scrapes_with_a_bearer_token() {
     );
     let prom: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let query = |q: &str| format!("/api/v1/query?query={q}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut last = String::new();
-    loop {
-        assert!(
-            Instant::now() < deadline,
-            "target never up=1; last answer: {last}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        if tokio::net::TcpStream::connect(prom).await.is_err() {
-            continue;
-        }
-        let (_, body) = get(prom, &query("up"), None).await;
-        last = body;
-        let v: serde_json::Value = match serde_json::from_str(&last) {
-            Ok(v) => v,
-            Err(_) => continue,
-        };
-        if v["data"]["result"][0]["value"][1] == "1" {
-            break;
-        }
-    }
+    common::eventually_async(
+        Duration::from_secs(60),
+        "Prometheus scrapes up=1",
+        || async move {
+            if let Err(e) = tokio::net::TcpStream::connect(prom).await {
+                return Err(format!("Prometheus not listening: {e}"));
+            }
+            let (_, body) = get(prom, &query("up"), None).await;
+            match serde_json::from_str::<serde_json::Value>(&body) {
+                Ok(v) if v["data"]["result"][0]["value"][1] == "1" => Ok(()),
+                _ => Err(body),
+            }
+        },
+    )
+    .await;
     // The scraped data is ours, labels intact.
     let (_, body) = get(
         prom,

@@ -463,9 +463,8 @@ fn the_daemon_gateway_is_counted_in_metrics() {
         ),
     ];
     // Byte totals are added when an upstream connection closes, just after the client's.
-    let mut text = String::new();
-    for _ in 0..100 {
-        text = get_blocking(http, "/metrics").1;
+    let text = common::eventually(Duration::from_secs(5), "bytes counted both ways", || {
+        let text = get_blocking(http, "/metrics").1;
         let moved = |d: &str| {
             metric_line(
                 &text,
@@ -474,10 +473,11 @@ fn the_daemon_gateway_is_counted_in_metrics() {
             .is_some_and(|v| v.parse::<u64>().unwrap() > 0)
         };
         if moved("to_upstream") && moved("to_client") {
-            break;
+            Ok(text)
+        } else {
+            Err(text)
         }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    });
     for (series, value) in want {
         assert_eq!(
             metric_line(&text, series),

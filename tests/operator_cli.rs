@@ -7,7 +7,7 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::daemon::*;
 use serde_json::{json, Value};
@@ -394,15 +394,13 @@ fn send_hup(d: &Daemon) {
 
 /// Poll `f` until it returns true (the daemon applies a reload asynchronously).
 fn eventually(what: &str, d: &Daemon, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{what} did not happen within 10 s: {}",
-            d.log_text()
-        );
-        thread::sleep(Duration::from_millis(50));
-    }
+    common::eventually(Duration::from_secs(10), what, || {
+        if f() {
+            Ok(())
+        } else {
+            Err(d.log_text())
+        }
+    });
 }
 
 #[test]

@@ -354,10 +354,25 @@ async fn startup_sniff_falls_back_across_failing_sources_and_the_first_success_w
         fx.pool.clone(),
         stop.clone(),
     ));
-    for _ in 0..3 {
-        fx.leased(2).await;
-        tokio::time::sleep(Duration::from_millis(450)).await;
-    }
+    let startup = fx.sniff_kinds().await;
+    let fx = &fx;
+    common::holds_for_async(
+        Duration::from_millis(1350),
+        "no sniff while leasing",
+        || {
+            let startup = startup.clone();
+            async move {
+                fx.leased(2).await;
+                let now = fx.sniff_kinds().await;
+                if now == startup {
+                    Ok(())
+                } else {
+                    Err(format!("{now:?}"))
+                }
+            }
+        },
+    )
+    .await;
     stop.cancel();
     task.await.unwrap();
     assert_eq!(

@@ -6,8 +6,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::daemon::*;
 use common::fakes::{self, fake_runtime, DestCfg, Fake, HttpProxyCfg};
@@ -129,19 +128,14 @@ fn id_of(h: &Home, url: &str) -> i64 {
 
 /// Poll `list --json` until `pred` holds (5 s at most).
 fn wait_list(h: &Home, d: &Daemon, what: &str, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-    let start = Instant::now();
-    loop {
+    common::eventually(Duration::from_secs(5), what, || {
         let l = h.list();
         if pred(&l) {
-            return l;
+            Ok(l)
+        } else {
+            Err(format!("{l:#?}\n{}", d.log_text()))
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "{what}: {l:#?}\n{}",
-            d.log_text()
-        );
-        thread::sleep(Duration::from_millis(50));
-    }
+    })
 }
 
 fn state_of<'a>(l: &'a [Value], url: &str) -> (&'a str, &'a str) {
@@ -247,7 +241,20 @@ fn serve_sniffs_once_on_startup_falling_back_in_order_then_leases_from_the_sniff
         l.iter().all(|e| e["state"] == json!("available"))
     });
     assert_eq!(leased(&d, 4), ids);
-    thread::sleep(Duration::from_millis(1300));
+    // Nothing to wait for: with every refresh "0s" no sniff may come, however long.
+    let sniffs = sniff_kinds(&h);
+    common::holds_for(
+        Duration::from_millis(1300),
+        "no sniff after startup",
+        || {
+            let now = sniff_kinds(&h);
+            if now == sniffs {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        },
+    );
     assert_eq!(leased(&d, 4), ids);
     assert_eq!(
         sniff_kinds(&h),
@@ -331,19 +338,24 @@ fn serve_refresh_replaces_the_sniffed_set_ignores_a_broken_list_and_takes_back_a
             .filter(|e| e["kind"] == json!("sniff_failure"))
             .count()
     };
+    let at_least = |h: &Home, n: usize| {
+        let f = failures(h);
+        if f >= n {
+            Ok(())
+        } else {
+            Err(format!("{f} sniff_failure events"))
+        }
+    };
     let n0 = failures(&h);
     write_file(&list, "<html><body>502 Bad Gateway</body></html>\n");
-    let start = Instant::now();
-    while failures(&h) < n0 + 2 {
-        assert!(start.elapsed() < Duration::from_secs(5), "no sniff_failure");
-        thread::sleep(Duration::from_millis(50));
-    }
+    common::eventually(Duration::from_secs(5), "two sniff_failures", || {
+        at_least(&h, n0 + 2)
+    });
     write_file(&list, "");
     let n1 = failures(&h);
-    while failures(&h) < n1 + 1 {
-        assert!(start.elapsed() < Duration::from_secs(8), "no sniff_failure");
-        thread::sleep(Duration::from_millis(50));
-    }
+    common::eventually(Duration::from_secs(3), "one more sniff_failure", || {
+        at_least(&h, n1 + 1)
+    });
     assert_eq!(h.list(), before, "a broken list changed something");
     assert_eq!(leased(&d, 8), BTreeSet::from([p2, p3]));
     let s: Value = serde_json::from_str(&h.ok(&["sources", "--json"])).unwrap();
@@ -414,13 +426,15 @@ fn serve_asks_only_a_working_preferred_source_and_falls_back_in_config_order() {
     assert_eq!(s[0]["last_ok"], json!(true), "{s:#}");
     assert_eq!(s[1]["last_ok"], Value::Null, "never asked: {s:#}");
     assert_eq!(s[2]["last_ok"], Value::Null, "never asked: {s:#}");
-    // Refreshes keep asking only the preferred source.
-    let start = Instant::now();
-    while !sniff_kinds(&h).contains(&"sniff_refresh".to_string()) {
-        assert!(start.elapsed() < Duration::from_secs(5));
-        thread::sleep(Duration::from_millis(50));
-    }
-    thread::sleep(Duration::from_millis(300));
+    // Refreshes keep asking only the preferred source: two of them, and the commands
+    // never ran.
+    common::eventually(Duration::from_secs(5), "two sniff_refresh", || {
+        let k = sniff_kinds(&h);
+        match k.iter().filter(|k| *k == "sniff_refresh").count() {
+            n if n >= 2 && k.last().is_some_and(|l| l == "sniff_success") => Ok(()),
+            _ => Err(format!("{k:?}")),
+        }
+    });
     assert!(!dir.join("ran0").exists() && !dir.join("ran1").exists());
 
     // The preferred source fails: the next in config order is asked, the last is not.
@@ -474,18 +488,25 @@ fn serve_sniffs_on_exhaustion_once_and_a_listed_operator_disabled_endpoint_stays
     // The operator disables the last usable one: every endpoint is cooling or disabled.
     let good = id_of(&h, &net.url(0));
     h.ok(&["disable", &good.to_string()]);
-    let start = Instant::now();
-    while count(&h) < 1 {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "no sniff_on_exhaustion: {:?}",
-            sniff_kinds(&h)
-        );
-        thread::sleep(Duration::from_millis(50));
-    }
+    common::eventually(
+        Duration::from_secs(5),
+        "a sniff_on_exhaustion",
+        || match count(&h) {
+            0 => Err(format!("{:?}", sniff_kinds(&h))),
+            _ => Ok(()),
+        },
+    );
     let before = h.list();
-    // Rate limited: the loop keeps waking, but no second exhaustion sniff soon after.
-    thread::sleep(Duration::from_millis(2500));
+    // Rate limited: the loop keeps waking (every second), but no second exhaustion sniff
+    // comes for 30 s. Nothing to wait for: watch it not happen.
+    common::holds_for(
+        Duration::from_millis(2500),
+        "one exhaustion sniff",
+        || match count(&h) {
+            1 => Ok(()),
+            _ => Err(format!("{:?}", sniff_kinds(&h))),
+        },
+    );
     assert_eq!(count(&h), 1, "{:?}", sniff_kinds(&h));
     assert_eq!(
         sniff_kinds(&h),

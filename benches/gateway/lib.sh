@@ -125,3 +125,100 @@ CONF
     gw_track "$GW_TINYPROXY_PID"
     gw_wait_port "$port" || { cat "$dir/$name.out" >&2; return 1; }
 }
+
+# gw_loadgen ROOT ERRFILE: prints the path of the load generator (benches/gateway_load.rs),
+# `$LOADGEN` when set, else built here with `cargo bench --no-run` (the bench profile).
+gw_loadgen() {
+    local root=$1 err=$2 exe
+    if [[ -n ${LOADGEN:-} ]]; then
+        [[ -x $LOADGEN ]] || { gw_log "LOADGEN=$LOADGEN is not an executable"; return 1; }
+        printf '%s\n' "$LOADGEN"
+        return
+    fi
+    gw_log "building the load generator (cargo bench --no-run --bench gateway_load)"
+    exe=$(cd "$root" && cargo bench --bench gateway_load --no-run --message-format=json 2>"$err" |
+        python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "gateway_load" and m.get("executable"):
+        print(m["executable"])') || true
+    [[ -x $exe ]] || { cat "$err" >&2; gw_log "could not build benches/gateway_load.rs"; return 1; }
+    printf '%s\n' "$exe"
+}
+
+# gw_proxypool ROOT ERRFILE: prints `$PROXYPOOL_BIN` when set, else builds and prints
+# target/release/proxypool.
+gw_proxypool() {
+    local root=$1 err=$2
+    if [[ -n ${PROXYPOOL_BIN:-} ]]; then
+        [[ -x $PROXYPOOL_BIN ]] || { gw_log "PROXYPOOL_BIN=$PROXYPOOL_BIN is not an executable"; return 1; }
+        printf '%s\n' "$PROXYPOOL_BIN"
+        return
+    fi
+    gw_log "building target/release/proxypool"
+    (cd "$root" && cargo build --release --bin proxypool 2>"$err") || { cat "$err" >&2; return 1; }
+    printf '%s\n' "$root/target/release/proxypool"
+}
+
+# gw_start_gateway DIR BIN PORT MODE UPSTREAM [GATEWAY_TOML]: a proxypool daemon (BIN) in
+# its own folder DIR whose `default` pool holds only UPSTREAM, with one gateway on
+# 127.0.0.1:PORT (`plain_http = MODE`; GATEWAY_TOML is added to its table). A
+# `static-no-ping` pool without a probe target is never probed: no traffic competes with
+# the loads. Sets GW_GATEWAY_PID.
+gw_start_gateway() {
+    local dir=$1 bin=$2 port=$3 mode=$4 upstream=$5 extra=${6:-}
+    mkdir -p "$dir"
+    cat >"$dir/proxypool.toml" <<CONF
+[store]
+path = "proxypool.db"
+
+[server]
+socket = "proxypool.sock"
+
+[[pool]]
+name = "default"
+mode = "static-no-ping"
+
+[[gateway]]
+listen = "127.0.0.1:$port"
+plain_http = "$mode"
+$extra
+CONF
+    "$bin" --config "$dir/proxypool.toml" add "$upstream" >"$dir/add.out" 2>&1 ||
+        { cat "$dir/add.out" >&2; return 1; }
+    "$bin" --config "$dir/proxypool.toml" serve >"$dir/serve.out" 2>&1 &
+    GW_GATEWAY_PID=$!
+    gw_track "$GW_GATEWAY_PID"
+    gw_wait_port "$port" 20 || { cat "$dir/serve.out" >&2; return 1; }
+}
+
+# gw_cpu_ticks PID: user + system CPU (clock ticks) of PID and every live descendant
+# (nginx's worker, tinyproxy's children), from /proc/*/stat.
+gw_cpu_ticks() {
+    python3 - "$1" <<'PY'
+import os, sys
+root = int(sys.argv[1])
+procs = {}
+for p in os.listdir("/proc"):
+    if p.isdigit():
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                s = f.read()
+        except OSError:
+            continue
+        rest = s[s.rindex(")") + 2:].split()
+        procs[int(p)] = (int(rest[1]), int(rest[11]) + int(rest[12]))  # ppid, utime + stime
+total, todo = 0, [root]
+while todo:
+    p = todo.pop()
+    if p in procs:
+        total += procs[p][1]
+        todo.extend(c for c, (pp, _) in procs.items() if pp == p)
+print(total)
+PY
+}
+
+# gw_kv KEY LINE: the value of KEY=... in a `key=value` line.
+gw_kv() {
+    sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p" <<<"$2"
+}

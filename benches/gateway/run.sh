@@ -68,20 +68,10 @@ if ((IDLE_TUNNELS > max_idle)); then
 fi
 
 # ---- build: the load generator (bench profile) and the proxypool binary ----
-gw_log "building the load generator (cargo bench --no-run --bench gateway_load)"
-LOADGEN=$(cd "$ROOT" && cargo bench --bench gateway_load --no-run --message-format=json 2>"$D/cargo.err" |
-    python3 -c 'import json,sys
-for l in sys.stdin:
-    m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "gateway_load" and m.get("executable"):
-        print(m["executable"])') || true
-[[ -x $LOADGEN ]] || { cat "$D/cargo.err" >&2; gw_log "could not build benches/gateway_load.rs"; exit 1; }
-
-PP=${PROXYPOOL_BIN:-}
-if [[ -z $PP && " $FRONTS " == *" gateway "* ]]; then
-    gw_log "building target/release/proxypool"
-    (cd "$ROOT" && cargo build --release --bin proxypool 2>"$D/cargo.err") || { cat "$D/cargo.err" >&2; exit 1; }
-    PP=$ROOT/target/release/proxypool
+LOADGEN=$(gw_loadgen "$ROOT" "$D/cargo.err")
+PP=
+if [[ " $FRONTS " == *" gateway"* ]]; then
+    PP=$(gw_proxypool "$ROOT" "$D/cargo.err")
 fi
 
 # ---- fixtures ----
@@ -115,36 +105,9 @@ for f in $FRONTS; do
         p=$(gw_free_port)
         mode=forward
         [[ $f == gateway-tunnel ]] && mode=tunnel
-        # One daemon per database: each gateway row gets its own folder. The probe points
-        # at the local nginx and never runs by itself: no traffic leaves the machine and
-        # none competes with the loads.
-        mkdir -p "$D/$f"
-        cat >"$D/$f/proxypool.toml" <<CONF
-[store]
-path = "proxypool.db"
-
-[server]
-socket = "proxypool.sock"
-
-[[pool]]
-name = "default"
-mode = "static-no-ping"
-
-[pool.probe]
-url = "http://$DEST/small"
-interval = "0s"
-
-[[gateway]]
-listen = "127.0.0.1:$p"
-plain_http = "$mode"
-CONF
-        "$PP" --config "$D/$f/proxypool.toml" add "$UPSTREAM" >"$D/$f/add.out" 2>&1 ||
-            { cat "$D/$f/add.out" >&2; exit 1; }
-        "$PP" --config "$D/$f/proxypool.toml" serve >"$D/$f/serve.out" 2>&1 &
-        pid=$!
-        gw_track "$pid"
-        gw_wait_port "$p" 20 || { cat "$D/$f/serve.out" >&2; exit 1; }
-        start_front "$f" "$p" "$pid"
+        # One daemon per database: each gateway row gets its own folder.
+        gw_start_gateway "$D/$f" "$PP" "$p" "$mode" "$UPSTREAM"
+        start_front "$f" "$p" "$GW_GATEWAY_PID"
         ;;
     proxy-chain)
         if ! command -v node >/dev/null || [[ ! -d $TOOLS/node_modules/proxy-chain ]]; then
@@ -216,9 +179,7 @@ done
 
 declare -A TUN TUN_ERR TUN_FIRST GET GET_BAD GET_SOCK BULK BULK_NOTE MEM MEM_NOTE
 
-kv() { # KEY LINE: value of KEY=... in a key=value line
-    sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p" <<<"$2"
-}
+kv() { gw_kv "$@"; }
 
 run_tunnels() {
     local f=$1 line

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Import scale (issue 13): 1,000,000 lines with the CLI alone, the daemon holding them,
-# and a lease-latency probe while another million go in through a running daemon.
+# Import scale: 1,000,000 lines with the CLI alone, the daemon holding them, and a
+# lease-latency probe while another million go in through a running daemon.
 # Usage: benches/import/run.sh [LINES] [BIN]   (BIN default target/release/proxypool)
+# WRITES=1 adds a second probe during that import: a client that disables and enables
+# endpoint 1 every 50 ms (operator writes, which wait for the import's transaction).
 # Needs /usr/bin/time and python3. Everything stays in a temp dir on 127.0.0.1/Unix sockets.
 set -euo pipefail
 N=${1:-1000000}
@@ -54,9 +56,28 @@ while time.time() < stop and not os.path.exists(sys.argv[1] + ".stop"):
     time.sleep(0.005)
 print(f"{n} leases, slowest {worst * 1000:.1f} ms")
 PY
+if [ "${WRITES:-}" = 1 ]; then
+python3 - "$PROXYPOOL_SOCKET" > "$D/writes.txt" <<'PY' & PPID_W=$!
+import json, socket, sys, time, os
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); f = s.makefile("rwb")
+worst, n, stop = 0.0, 0, time.time() + 600
+while time.time() < stop and not os.path.exists(sys.argv[1] + ".stop"):
+    for req in ({"op": "disable", "endpoint": 1}, {"op": "enable", "endpoint": 1, "now": True}):
+        t = time.perf_counter()
+        f.write(json.dumps(req).encode() + b"\n"); f.flush(); r = json.loads(f.readline())
+        assert r.get("ok"), r
+        worst = max(worst, time.perf_counter() - t); n += 1
+    time.sleep(0.05)
+print(f"{n} writes, slowest {worst * 1000:.1f} ms")
+PY
+fi
 sleep 1
 echo -n "import through the daemon: "
 timed "$BIN" import "$D/b.txt"
 touch "$PROXYPOOL_SOCKET.stop"; wait $PPID_LAT
 echo "lease probe during that import: $(cat "$D/lat.txt")"
+if [ "${WRITES:-}" = 1 ]; then
+  wait $PPID_W
+  echo "write probe (disable + enable every 50 ms) during that import: $(cat "$D/writes.txt")"
+fi
 echo "daemon holding $((2 * N)) endpoints: RSS $(( $(rss_of $DPID) / 1024 )) MiB; daemon peak $(awk '/^VmHWM/ {printf "%.0f", $2/1024}' /proc/$DPID/status) MiB"

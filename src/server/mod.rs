@@ -9,7 +9,7 @@
 mod connection;
 mod context;
 mod error;
-pub(crate) mod fd_limit;
+pub mod fd_limit;
 mod handler;
 mod listener;
 mod ops;

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use tempfile::TempDir;
@@ -337,25 +337,16 @@ pub fn wait_output(child: Child, limit: Duration) -> Option<Output> {
 /// its `log` when it exits or stays silent.
 pub fn wait_ping(child: &mut Child, socket: &Path, log: &Path) {
     let log_text = || std::fs::read_to_string(log).unwrap_or_default();
-    let start = Instant::now();
-    loop {
+    super::eventually(Duration::from_secs(10), "the daemon answers a ping", || {
         if let Some(st) = child.try_wait().unwrap() {
             panic!("daemon exited early ({st}): {}", log_text());
         }
-        if let Ok(mut c) = Conn::try_connect(socket) {
-            if let Ok(v) = c.try_req(&json!({"op": "ping"})) {
-                if v["ok"] == json!(true) {
-                    return;
-                }
-            }
+        let answer = Conn::try_connect(socket).and_then(|mut c| c.try_req(&json!({"op": "ping"})));
+        match answer {
+            Ok(v) if v["ok"] == json!(true) => Ok(()),
+            other => Err(format!("{other:?}\n{}", log_text())),
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "daemon did not answer a ping within 10 s: {}",
-            log_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    });
 }
 
 /// A running daemon, killed on drop.
@@ -400,22 +391,45 @@ impl Daemon {
 
     /// Send a signal and wait (up to `limit`) for the exit status.
     pub fn signal_and_wait(&mut self, sig: i32, limit: Duration) -> ExitStatus {
-        let mut c = self.child.take().expect("running");
+        let pid = self.child.as_ref().expect("running").id();
         // SAFETY: kill(2) on our own child's pid.
-        let rc = unsafe { libc::kill(c.id() as libc::pid_t, sig) };
+        let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
         assert_eq!(rc, 0, "kill failed");
-        let start = Instant::now();
-        loop {
-            if let Some(st) = c.try_wait().unwrap() {
-                return st;
+        // A daemon that does not exit in time is killed by `drop` as the panic unwinds.
+        let child = self.child.as_mut().unwrap();
+        let st = super::eventually(
+            limit,
+            &format!("the daemon exits after signal {sig}"),
+            || {
+                child
+                    .try_wait()
+                    .unwrap()
+                    .ok_or_else(|| "still running".to_string())
+            },
+        );
+        self.child = None;
+        st
+    }
+
+    /// The socket's `status` of pool `default`.
+    pub fn status(&self) -> Value {
+        let r = self.req(json!({"op": "status", "pool": "default"}));
+        assert_eq!(r["ok"], json!(true), "status: {r}");
+        r["pools"][0].clone()
+    }
+
+    /// Wait until pool `default` has `n` endpoints in `state` (`available`, `cooling`,
+    /// `probe_allowed`, `disabled`) and `leases` live leases.
+    pub fn wait_for_counts(&self, state: &str, n: u64, leases: u64) {
+        let what = format!("{n} {state} and {leases} leases in pool default");
+        super::eventually(Duration::from_secs(10), &what, || {
+            let s = self.status();
+            if s[state] == json!(n) && s["leases"] == json!(leases) {
+                Ok(())
+            } else {
+                Err(s.to_string())
             }
-            if start.elapsed() > limit {
-                let _ = c.kill();
-                let _ = c.wait();
-                panic!("daemon did not exit within {limit:?} after signal {sig}");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        });
     }
 }
 
@@ -449,6 +463,35 @@ impl Conn {
             writer: s.try_clone()?,
             reader: BufReader::new(s),
         })
+    }
+
+    /// Bytes written on this connection that the daemon has not read yet (Linux
+    /// `SIOCOUTQ`): 0 once it has taken in everything sent, e.g. a request it is now
+    /// working on.
+    pub fn unread_by_peer(&self) -> usize {
+        use std::os::fd::AsRawFd;
+        let mut n: libc::c_int = 0;
+        // SAFETY: ioctl(SIOCOUTQ) writes one int into `n`; the fd is ours and open.
+        let rc = unsafe { libc::ioctl(self.writer.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
+        assert_eq!(
+            rc,
+            0,
+            "ioctl(SIOCOUTQ): {}",
+            std::io::Error::last_os_error()
+        );
+        usize::try_from(n).unwrap()
+    }
+
+    /// Wait until the daemon has read everything sent on this connection.
+    pub fn wait_read_by_peer(&self) {
+        super::eventually(
+            Duration::from_secs(10),
+            "the daemon reads what was sent",
+            || match self.unread_by_peer() {
+                0 => Ok(()),
+                n => Err(format!("{n} bytes unread")),
+            },
+        );
     }
 
     /// Write raw bytes.

@@ -119,15 +119,18 @@ impl Gw {
     /// Wait (bounded) until no lease is outstanding; leases given back on drop are
     /// reported by a spawned task, a moment after the connection ends.
     pub async fn until_no_leases(&self) {
-        for _ in 0..200 {
-            if self.leases() == 0 {
-                // Reports are committed a moment after the lease count drops.
-                self.engine.flush().await.unwrap();
-                return;
+        super::eventually_async(Duration::from_secs(5), "no lease outstanding", || {
+            let n = self.leases();
+            async move {
+                match n {
+                    0 => Ok(()),
+                    n => Err(format!("{n} lease(s)")),
+                }
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("{} lease(s) still outstanding", self.leases());
+        })
+        .await;
+        // Reports are committed a moment after the lease count drops.
+        self.engine.flush().await.unwrap();
     }
 
     /// Stop the gateway and wait for it.

@@ -14,6 +14,9 @@
 //! - `common::gateway` — an in-process gateway over a real SQLite file, raw client helpers.
 //! - `common::vpool`  — a virtual pool: real `Pools` + real SQLite store under the paused
 //!   tokio clock, scripted endpoints, an event auditor; `Clock` for pool-level tests.
+//! - `common::eventually` (and `eventually_async`, `holds_for`) — wait for a state by
+//!   polling it with a deadline; never a fixed sleep.
+//! - `common::markdown` — sections, tables and code spans of the docs, for tests/docs.rs.
 //!
 //! Each test binary compiles all of it and uses a part, hence the blanket allow.
 #![allow(dead_code)]
@@ -21,6 +24,12 @@
 pub mod daemon;
 pub mod fakes;
 pub mod gateway;
+pub mod markdown;
 pub mod tools;
 pub mod upstreams;
 pub mod vpool;
+pub mod wait;
+
+// Each test binary uses some of them.
+#[allow(unused_imports)]
+pub use wait::{eventually, eventually_async, holds_for, holds_for_async};

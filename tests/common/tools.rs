@@ -116,7 +116,9 @@ impl ToolDaemon {
     }
 
     async fn wait_ready(&mut self) {
-        for _ in 0..200 {
+        let what = format!("{} accepts on port {}", self.name, self.port);
+        let port = self.port;
+        super::eventually_async(Duration::from_secs(10), &what, || {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!(
                     "{} exited early ({status}):\n{}",
@@ -124,20 +126,15 @@ impl ToolDaemon {
                     self.log_text()
                 );
             }
-            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-                .await
-                .is_ok()
-            {
-                return;
+            let log = self.log_text();
+            async move {
+                match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(format!("{e}; its log:\n{log}")),
+                }
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!(
-            "{} did not accept on port {} within 10s:\n{}",
-            self.name,
-            self.port,
-            self.log_text()
-        );
+        })
+        .await;
     }
 
     pub fn log_text(&self) -> String {

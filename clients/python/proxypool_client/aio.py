@@ -1,178 +1,313 @@
-"""The asyncio client: same protocol code as the sync one, over
-``asyncio.open_unix_connection``. Requests on one connection are answered in order, so
-one lock per connection keeps concurrent tasks from interleaving their lines."""
+"""The asyncio client: the same Calls as the blocking one, over asyncio streams.
+
+Requests on one connection are answered in order, so each request in flight has a
+connection of its own (idle ones are kept for reuse): a lease that waits for an endpoint
+never holds up a report sent meanwhile by another task.
+
+A cancelled call leaves nothing behind. A ``lease`` cancelled after its request went out
+may still be granted: its connection is handed to a background task that reads the
+answer and gives the lease back, and ``close()`` waits for those tasks.
+"""
+
+from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import logging
+from typing import Any, AsyncIterator, Awaitable, Iterable, List, Optional, Set, TypeVar, Union
 
-from . import protocol
-from .discovery import default_socket_path
-from .outcome import exit_report, warn_lost_report
-from .protocol import BadRequest, Lease, ProxyPoolError, TransportError
+from . import calls
+from .address import Address, AddressLike, TcpAddress, UnixAddress, parse_address, resolve_token
+from .calls import EndpointRef, LeaseRef
+from .discovery import default_address
+from .exceptions import ProxyPoolError, TransportError
+from .lease import AsyncLease
+from .models import Duration, EndpointInfo, Outcome, PoolStatus, Reply
+from .outcome import finish_steps
+from .protocol import MAX_REPLY, Call, decode, encode
 
+T = TypeVar("T")
 
-class AsyncLease(Lease):
-    __slots__ = ()
-
-    async def report(self, outcome, **kw):
-        kw.setdefault("destination", self.destination)
-        state = await self._client.report(self.id, outcome, **kw)
-        self.outcome = outcome
-        return state
-
-    async def success(self, **kw):
-        return await self.report("success", **kw)
-
-    async def failure(self, reason, **kw):
-        return await self.report("failure", reason=reason, **kw)
-
-    async def release(self):
-        await self._client.release(self.id)
-        self.outcome = "released"
+log = logging.getLogger("proxypool_client")
 
 
-class AsyncClient(object):
-    """Connections to the lease socket, opened on demand. Requests on one connection are
-    answered in order, so each request in flight has a connection of its own (idle ones
-    are kept for reuse): a lease that waits for an endpoint never holds up a report sent
-    meanwhile by another task. Safe to share between the tasks of one event loop."""
+class _Connection:
+    __slots__ = ("reader", "writer", "address", "loop")
 
-    MAX_IDLE = 8
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: Address) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.address = address
+        self.loop = asyncio.get_running_loop()
 
-    def __init__(self, path=None, timeout=30.0):
-        self.path = path or default_socket_path()
-        self.timeout = timeout
-        self._idle = []
-        self._next_id = 0
-
-    async def _connect(self):
+    @classmethod
+    async def open(cls, address: Address, timeout: float) -> _Connection:
         try:
-            return await asyncio.wait_for(
-                asyncio.open_unix_connection(self.path, limit=protocol.MAX_LINE + 2), self.timeout
-            )
+            if isinstance(address, TcpAddress):
+                opening = asyncio.open_connection(address.host, address.port, limit=MAX_REPLY)
+            else:
+                opening = asyncio.open_unix_connection(address.path, limit=MAX_REPLY)
+            reader, writer = await asyncio.wait_for(opening, timeout)
         except (OSError, asyncio.TimeoutError) as e:
-            raise TransportError("io", "cannot connect to %s: %s" % (self.path, e or "timed out"))
+            raise TransportError("io", "cannot connect to %s: %s" % (address, e or "timed out")) from None
+        return cls(reader, writer, address)
 
-    @staticmethod
-    async def _drop(conn):
-        conn[1].close()
-        with contextlib.suppress(Exception):
-            await conn[1].wait_closed()
-
-    async def close(self):
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            await self._drop(conn)
-
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *exc):
-        await self.close()
-        return False
-
-    async def request(self, op, **fields):
-        """Send one request; return the response object, or raise ProxyPoolError."""
-        self._next_id += 1
-        line = protocol.encode(op, fields, self._next_id)
-        conn = self._idle.pop() if self._idle else await self._connect()
-        reader, writer = conn
+    async def write(self, line: bytes) -> None:
         try:
-            writer.write(line)
-            await writer.drain()
-            # A lease's `wait` is spent inside the daemon: allow for it.
-            limit = self.timeout + protocol.seconds(fields.get("wait"))
-            raw = await asyncio.wait_for(reader.readline(), limit)
-        except (OSError, asyncio.TimeoutError, ValueError) as e:
-            await self._drop(conn)
-            raise TransportError("io", "socket %s: %s" % (self.path, e or "timed out"))
-        except BaseException:
-            # Cancelled mid-request: its answer must not reach the next user of this line.
-            await self._drop(conn)
-            raise
+            self.writer.write(line)
+            await self.writer.drain()
+        except OSError as e:
+            raise TransportError("io", "socket %s: %s" % (self.address, e)) from None
+
+    async def readline(self, timeout: float) -> bytes:
+        """One reply line within ``timeout`` seconds. The deadline closes the transport
+        rather than wrapping the read in ``wait_for``, whose cancellation can drop a line
+        already taken from the buffer (Python < 3.12)."""
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            self.writer.transport.abort()
+
+        handle = asyncio.get_running_loop().call_later(max(timeout, 0.0), expire)
+        try:
+            raw = await self.reader.readline()
+        except (OSError, ValueError) as e:  # ValueError: a line over MAX_REPLY
+            if expired:
+                raw = b""
+            else:
+                raise TransportError("io", "socket %s: %s" % (self.address, e)) from None
+        finally:
+            handle.cancel()
+        if expired:
+            raise TransportError("io", "no reply from %s within %.1f s" % (self.address, timeout))
         if not raw.endswith(b"\n"):
-            await self._drop(conn)
-            raise TransportError("io", "the daemon closed the connection")
-        try:
-            resp = protocol.decode(raw)
-        except TransportError:
-            await self._drop(conn)
-            raise
-        except ProxyPoolError:
-            self._keep(conn)
-            raise
-        self._keep(conn)
-        return resp
+            raise TransportError("io", "the daemon closed the connection (%s)" % (self.address,))
+        return raw[:-1]
 
-    def _keep(self, conn):
+    def close(self) -> None:
+        self.writer.close()
+
+
+class AsyncClient:
+    """``AsyncClient()`` finds the daemon by the CLI's rule; ``AsyncClient(path)`` or
+    ``AsyncClient("tcp://HOST:PORT", token=...)`` names it. Safe to share between the tasks
+    of one event loop."""
+
+    #: Idle connections kept open for reuse.
+    MAX_IDLE = 16
+
+    def __init__(
+        self,
+        address: Optional[AddressLike] = None,
+        timeout: float = 30.0,
+        *,
+        token: Optional[str] = None,
+        path: Optional[str] = None,
+    ) -> None:
+        if path is not None:  # the name of the first argument before TCP addresses existed
+            if address is not None:
+                raise TypeError("give address or path, not both")
+            address = path
+        self.address = default_address() if address is None else parse_address(address)
+        self._token = resolve_token(self.address, token)
+        self.timeout = float(timeout)
+        self._idle: List[_Connection] = []
+        self._ids = itertools.count(1)
+        self._background: Set[asyncio.Task[Any]] = set()
+
+    @property
+    def path(self) -> Optional[str]:
+        """The Unix socket's path (None over TCP)."""
+        return self.address.path if isinstance(self.address, UnixAddress) else None
+
+    def __repr__(self) -> str:
+        return "%s(%r)" % (type(self).__name__, str(self.address))
+
+    # -- transport -------------------------------------------------------------------
+    async def send(self, call: Call[T]) -> T:
+        """Run one Call; return its parsed reply, or raise ProxyPoolError."""
+        request_id = next(self._ids)
+        line = encode(call, request_id, self._token)
+        loop = asyncio.get_running_loop()
+        conn: Optional[_Connection] = None
+        while self._idle and conn is None:
+            conn = self._idle.pop()
+            if conn.loop is not loop:
+                # Opened under an event loop since gone (a second asyncio.run): unusable,
+                # and closing it would need that loop; its socket goes with the object.
+                conn = None
+        if conn is None:
+            conn = await _Connection.open(self.address, self.timeout)
+        deadline = loop.time() + self.timeout + call.wait
+        keep = False
+        try:
+            try:
+                await conn.write(line)
+                raw = await conn.readline(deadline - loop.time())
+            except asyncio.CancelledError:
+                if call.undo is not None:
+                    # Sent: it may be granted still. Read the answer and undo it.
+                    self._spawn(self._undo(conn, request_id, call, deadline))
+                    conn = None
+                raise
+            try:
+                reply = decode(raw, request_id)
+            except TransportError:
+                raise
+            except ProxyPoolError as e:
+                keep = e.code != "too_large"  # the daemon closes after a too_large
+                raise
+            result = call.parse(reply)
+            keep = True
+            return result
+        finally:
+            if conn is not None:
+                if keep:
+                    self._checkin(conn)
+                else:
+                    conn.close()
+
+    def _checkin(self, conn: _Connection) -> None:
         if len(self._idle) < self.MAX_IDLE:
             self._idle.append(conn)
         else:
-            conn[1].close()
+            conn.close()
 
-    async def lease(self, pool="default", ttl=None, wait=None, session=None, destination=None, schemes=None):
-        fields = protocol.lease_fields(pool, ttl, wait, session, destination, schemes)
-        return AsyncLease(self, await self.request("lease", **fields), destination)
-
-    async def report(self, lease_id, outcome, reason=None, phase=None, status=None, retry_after=None,
-                     detail=None, destination=None, duration_ms=None, session=None, pool=None):
-        fields = protocol.report_fields(lease_id, outcome, reason, phase, status, retry_after,
-                                        detail, destination, duration_ms, session, pool)
-        return (await self.request("report", **fields)).get("state")
-
-    async def report_session(self, session, outcome, pool=None, **kw):
-        return await self.report(None, outcome, session=session, pool=pool, **kw)
-
-    async def release(self, lease_id):
-        if isinstance(lease_id, Lease):
-            lease_id = lease_id.id
-        await self.request("release", lease=lease_id)
-
-    async def status(self, pool=None):
-        return (await self.request("status", pool=pool))["pools"]
-
-    async def endpoints(self, pool=None, state=None):
-        return (await self.request("endpoints", pool=pool, state=state))["endpoints"]
-
-    async def disable(self, endpoint, reason=None):
-        return (await self.request("disable", endpoint=endpoint, reason=reason)).get("state")
-
-    async def enable(self, endpoint, now=None):
-        return (await self.request("enable", endpoint=endpoint, now=now)).get("state")
-
-    async def ping(self):
-        return (await self.request("ping"))["version"]
-
-    async def finish(self, lease, exc=None):
-        """As ``Client.finish``: never raises for a report that could not be delivered."""
-        if lease.outcome is not None:
-            return
-        action, fields = exit_report(exc)
+    async def _undo(self, conn: _Connection, request_id: int, call: Call[Any], deadline: float) -> None:
+        loop = asyncio.get_running_loop()
         try:
-            if action == "release":
-                await self.release(lease.id)
-            else:
-                await self.report(lease.id, action, destination=lease.destination, **fields)
-            lease.outcome = action
-        except BadRequest as e:
-            warn_lost_report(lease, "report", e)
-            try:
-                await self.release(lease.id)
-                lease.outcome = "released"
-            except ProxyPoolError as e2:
-                warn_lost_report(lease, "release", e2)
+            reply = decode(await conn.readline(deadline - loop.time()), request_id)
+            call.parse(reply)
+        except ProxyPoolError:
+            conn.close()  # refused (nothing granted), or no readable answer
+            return
+        self._checkin(conn)
+        if call.undo is None:
+            return
+        try:
+            await self.send(call.undo(reply))
+            log.debug("proxypool: gave back lease %s, granted after its caller was cancelled", reply.get("lease"))
         except ProxyPoolError as e:
-            warn_lost_report(lease, action, e)
+            log.warning("proxypool: could not give back lease %s, granted after its caller was cancelled: %s",
+                        reply.get("lease"), e)
+
+    def _spawn(self, work: Awaitable[None]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def close(self) -> None:
+        """Wait for the give-backs of cancelled calls, then close the idle connections.
+        The client stays usable: the next request connects again."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- ops -------------------------------------------------------------------------
+    async def request(self, op: str, **fields: Any) -> Reply:
+        """Any op with its fields; the reply object whole."""
+        return await self.send(calls.raw(op, fields))
+
+    async def lease(
+        self,
+        pool: str = "default",
+        ttl: Optional[Duration] = None,
+        wait: Optional[Duration] = None,
+        session: Optional[str] = None,
+        destination: Optional[str] = None,
+        schemes: Union[str, Iterable[str], None] = None,
+    ) -> AsyncLease:
+        """As ``Client.lease``."""
+        reply = await self.send(calls.lease(pool, ttl, wait, session, destination, schemes))
+        return AsyncLease(self, reply, destination, pool)
+
+    async def report(
+        self,
+        lease: Optional[LeaseRef],
+        outcome: Outcome,
+        reason: Optional[str] = None,
+        phase: Optional[str] = None,
+        status: Optional[int] = None,
+        retry_after: Optional[Duration] = None,
+        detail: Optional[str] = None,
+        destination: Optional[str] = None,
+        duration_ms: Optional[float] = None,
+        session: Optional[str] = None,
+        pool: Optional[str] = None,
+    ) -> Optional[str]:
+        """As ``Client.report``."""
+        return await self.send(calls.report(lease, outcome, reason, phase, status, retry_after, detail,
+                                            destination, duration_ms, session, pool))
+
+    async def report_session(self, session: str, outcome: Outcome, pool: Optional[str] = None, **fields: Any) -> Optional[str]:
+        return await self.report(None, outcome, session=session, pool=pool, **fields)
+
+    async def release(self, lease: LeaseRef) -> None:
+        await self.send(calls.release(lease))
+
+    async def status(self, pool: Optional[str] = None) -> List[PoolStatus]:
+        return await self.send(calls.status(pool))
+
+    async def endpoints(self, pool: Optional[str] = None, state: Optional[str] = None) -> List[EndpointInfo]:
+        return await self.send(calls.endpoints(pool, state))
+
+    async def disable(self, endpoint: EndpointRef, reason: Optional[str] = None) -> Optional[str]:
+        return await self.send(calls.disable(endpoint, reason))
+
+    async def enable(
+        self, endpoint: EndpointRef, now: Optional[bool] = None, destination: Optional[str] = None
+    ) -> Optional[str]:
+        return await self.send(calls.enable(endpoint, now, destination))
+
+    async def ping(self) -> str:
+        return await self.send(calls.ping())
+
+    # -- the context manager -----------------------------------------------------------
+    async def finish(self, lease: AsyncLease, exc: Optional[BaseException] = None) -> None:
+        """As ``Client.finish``: never raises for a report that could not be delivered."""
+        steps = finish_steps(lease, exc)
+        answer: Any = None
+        error: Optional[ProxyPoolError] = None
+        while True:
+            try:
+                call = steps.send(answer) if error is None else steps.throw(error)
+            except StopIteration:
+                return
+            try:
+                answer, error = await self.send(call), None
+            except ProxyPoolError as e:
+                answer, error = None, e
 
     @contextlib.asynccontextmanager
-    async def leased(self, pool="default", ttl=None, wait=None, session=None, destination=None, schemes=None):
-        """``async with client.leased() as lease:`` -- the same rules as ``Client.leased``."""
-        lease = await self.lease(pool=pool, ttl=ttl, wait=wait, session=session,
-                                 destination=destination, schemes=schemes)
+    async def leased(
+        self,
+        pool: str = "default",
+        ttl: Optional[Duration] = None,
+        wait: Optional[Duration] = None,
+        session: Optional[str] = None,
+        destination: Optional[str] = None,
+        schemes: Union[str, Iterable[str], None] = None,
+    ) -> AsyncIterator[AsyncLease]:
+        """``async with client.leased() as lease:`` -- the same rules as ``Client.leased``.
+        The report or release at the end runs to completion even if the task is cancelled
+        again meanwhile (in the background then; ``close()`` waits for it)."""
+        lease = await self.lease(pool, ttl, wait, session, destination, schemes)
         try:
             yield lease
         except BaseException as exc:
-            await self.finish(lease, exc)
+            await asyncio.shield(self._spawn(self.finish(lease, exc)))
             raise
         else:
-            await self.finish(lease, None)
+            await asyncio.shield(self._spawn(self.finish(lease, None)))

@@ -11,33 +11,74 @@ stays stdlib-only and a library that is not installed costs nothing. The excepti
 is walked (``__cause__``, ``__context__`` and each library's own wrapping attributes), so
 ``requests.ConnectionError`` raised for a dead SOCKS proxy is seen as the refused
 connection it wraps.
+
+It never raises: it runs inside ``leased()``'s exit, where an error of its own would
+replace the caller's exception and skip the lease's release. What it copies from a
+response is bounded, so a report built from it always fits in a request line.
 """
 
+from __future__ import annotations
+
 import asyncio
-import collections
 import errno
+import logging
 import re
 import socket
 import ssl
+from typing import TYPE_CHECKING, Any, FrozenSet, List, NamedTuple, Optional, Set
 
-Classification = collections.namedtuple("Classification", "reason phase status retry_after")
+if TYPE_CHECKING:
+    from collections.abc import Collection
 
-DEFAULT_BAN_STATUSES = frozenset([403, 429, 503])
+log = logging.getLogger("proxypool_client")
+
+
+class Classification(NamedTuple):
+    reason: str
+    phase: Optional[str]
+    status: Optional[int]
+    retry_after: Optional[str]
+
+
+#: The gateway's default ``ban_status``: what a site answers when it blocks a client.
+DEFAULT_BAN_STATUSES: FrozenSet[int] = frozenset([403, 429])
+
+#: Longest ``Retry-After`` copied: an HTTP date is 29 characters; anything longer is not
+#: a value the daemon can use, and the daemon keeps no more than this of one either.
+MAX_RETRY_AFTER = 64
 
 _TUNNEL_STATUS = re.compile(r"(?:Tunnel connection failed:|'status':|^)\s*(\d{3})\b")
 _SOCKS5_CODE = re.compile(r"^0x0?([0-9a-fA-F]{1,2})\b")
 
 
-def _names(obj):
+def safe_str(obj: object) -> str:
+    """``str(obj)``, or a placeholder when its ``__str__`` raises."""
+    try:
+        return str(obj)
+    except Exception:
+        return "<%s: unprintable>" % type(obj).__name__
+
+
+def _names(obj: object) -> Set[str]:
     return {"%s.%s" % (c.__module__, c.__qualname__) for c in type(obj).__mro__}
 
 
-def _is(obj, *names):
+def _is(obj: object, *names: str) -> bool:
     have = _names(obj)
     return any(n in have for n in names)
 
 
-def _header(headers, name):
+def safe_attr(obj: object, name: str) -> Any:
+    """``getattr(obj, name, None)``, also when the attribute is a property that raises."""
+    try:
+        return getattr(obj, name, None)
+    except Exception:
+        return None
+
+
+def _header(headers: Any, name: str, limit: int = MAX_RETRY_AFTER) -> Optional[str]:
+    """A header's value, at most ``limit`` characters (None when longer: a value that
+    long is no value of the header's kind)."""
     if headers is None:
         return None
     try:
@@ -47,55 +88,66 @@ def _header(headers, name):
     if isinstance(value, (list, tuple)):
         value = value[0] if value else None
     if isinstance(value, bytes):
-        value = value.decode("latin-1")
-    return value.strip() if isinstance(value, str) and value.strip() else None
+        value = value[: limit * 4 + 1].decode("latin-1")
+    if not isinstance(value, str):
+        return None
+    value = value[: limit * 4 + 1].strip()
+    return value if value and len(value) <= limit else None
 
 
-def _status_of(response):
+def _status_of(response: object) -> Optional[int]:
     for attr in ("status_code", "status", "code"):
-        value = getattr(response, attr, None)
+        value = safe_attr(response, attr)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None
 
 
-def classify_status(status, headers=None, ban_statuses=None):
+def classify_status(
+    status: int, headers: Any = None, ban_statuses: Optional[Collection[int]] = None
+) -> Optional[Classification]:
     """The classification of an HTTP status seen through a proxy, or None."""
     bans = DEFAULT_BAN_STATUSES if ban_statuses is None else frozenset(ban_statuses)
-    if status == 407 or (status == 401 and _header(headers, "Proxy-Authenticate")):
+    if status == 407 or (status == 401 and _header(headers, "Proxy-Authenticate", 4096)):
         return Classification("proxy_auth_rejected", "proxy_handshake", status, None)
     if status in bans:
         return Classification("destination_status", "response_head", status, _header(headers, "Retry-After"))
     return None
 
 
-def _chain(exc, limit=32):
+def _chain(exc: BaseException, limit: int = 32) -> List[BaseException]:
     """The exception and everything it wraps, outermost first."""
-    seen, out, todo = set(), [], [exc]
+    seen: Set[int] = set()
+    out: List[BaseException] = []
+    todo: List[Any] = [exc]
     while todo and len(out) < limit:
         e = todo.pop(0)
         if e is None or id(e) in seen:
             continue
         if _is(e, "twisted.python.failure.Failure"):
-            e = e.value
-            if id(e) in seen:
+            e = safe_attr(e, "value")
+            if e is None or id(e) in seen:
                 continue
+        if not isinstance(e, BaseException):
+            continue
         seen.add(id(e))
         out.append(e)
-        nested = [e.__cause__, e.__context__]
+        nested: List[Any] = [e.__cause__, e.__context__]
         for attr in ("reason", "socket_err", "os_error", "original_error", "value"):
-            v = getattr(e, attr, None)
+            v = safe_attr(e, attr)
             if isinstance(v, BaseException) or _is(v, "twisted.python.failure.Failure"):
                 nested.append(v)
-        reasons = getattr(e, "reasons", None)  # twisted ResponseFailed / ResponseNeverReceived
+        reasons = safe_attr(e, "reasons")  # twisted ResponseFailed / ResponseNeverReceived
         if isinstance(reasons, (list, tuple)):
             nested.extend(reasons)
-        nested.extend(a for a in getattr(e, "args", ()) if isinstance(a, BaseException))
+        args = safe_attr(e, "args")
+        if isinstance(args, tuple):
+            nested.extend(a for a in args if isinstance(a, BaseException))
         todo.extend(nested)
     return out
 
 
-def _proxy_status(status):
+def _proxy_status(status: int) -> Classification:
     if status in (401, 407):
         return Classification("proxy_auth_rejected", "proxy_handshake", status, None)
     if status in (502, 504):
@@ -103,7 +155,7 @@ def _proxy_status(status):
     return Classification("proxy_rejected", "proxy_handshake", status, None)
 
 
-def _socks5_reply(code):
+def _socks5_reply(code: int) -> str:
     if 3 <= code <= 6:
         return "upstream_unreachable"
     if code in (1, 2, 7, 8):
@@ -111,9 +163,9 @@ def _socks5_reply(code):
     return "proxy_protocol_error"
 
 
-def _proxy_level(e):
+def _proxy_level(e: BaseException) -> Optional[Classification]:
     """SOCKS replies and refused CONNECT tunnels: the proxy's own answer."""
-    msg = str(e)
+    msg = safe_str(e)
     if _is(e, "socks.SOCKS5AuthError"):
         return Classification("proxy_auth_rejected", "proxy_handshake", None, None)
     if _is(e, "socks.SOCKS5Error"):
@@ -128,10 +180,11 @@ def _proxy_level(e):
     if _is(e, "socks.HTTPError"):
         m = _TUNNEL_STATUS.search(msg)
         return _proxy_status(int(m.group(1))) if m else None
-    if _is(e, "socks.GeneralProxyError") and getattr(e, "socket_err", None) is None:
+    if _is(e, "socks.GeneralProxyError") and safe_attr(e, "socket_err") is None:
         return Classification("proxy_protocol_error", "proxy_handshake", None, None)
     if _is(e, "aiohttp.client_exceptions.ClientHttpProxyError"):
-        return _proxy_status(getattr(e, "status", 0))
+        status = safe_attr(e, "status")
+        return _proxy_status(status if isinstance(status, int) else 0)
     if _is(e, "httpx.ProxyError", "httpcore.ProxyError", "scrapy.core.downloader.handlers.http11.TunnelError"):
         m = _TUNNEL_STATUS.search(msg)
         if m:
@@ -213,31 +266,34 @@ _HTTP_STATUS_ERRORS = (
 )
 
 
-def _errno_class(e):
-    if isinstance(e, ConnectionRefusedError) or getattr(e, "errno", None) in (errno.ECONNREFUSED,):
+def _errno_class(e: BaseException) -> Optional[Classification]:
+    code = safe_attr(e, "errno")
+    if isinstance(e, ConnectionRefusedError) or code == errno.ECONNREFUSED:
         return Classification("connect_refused", "connect", None, None)
-    if isinstance(e, (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)) or getattr(
-        e, "errno", None
-    ) in (errno.ECONNRESET, errno.EPIPE):
+    if isinstance(e, (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)) or code in (
+        errno.ECONNRESET,
+        errno.EPIPE,
+    ):
         return Classification("connection_reset", None, None, None)
-    if getattr(e, "errno", None) in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+    if code in (errno.EHOSTUNREACH, errno.ENETUNREACH):
         return Classification("connect_refused", "connect", None, None)
     return None
 
 
-def _http_status_error(e, ban_statuses):
+def _http_status_error(e: BaseException, ban_statuses: Optional[Collection[int]]) -> Optional[Classification]:
     if not _is(e, *_HTTP_STATUS_ERRORS):
         return None
-    response = getattr(e, "response", None)
-    if response is not None and _status_of(response) is not None:
-        return classify_status(_status_of(response), getattr(response, "headers", None), ban_statuses)
-    status = getattr(e, "code", None) if _is(e, "urllib.error.HTTPError") else getattr(e, "status", None)
-    if isinstance(status, int):
-        return classify_status(status, getattr(e, "headers", None) or getattr(e, "hdrs", None), ban_statuses)
+    response = safe_attr(e, "response")
+    status = _status_of(response) if response is not None else None
+    if status is not None:
+        return classify_status(status, safe_attr(response, "headers"), ban_statuses)
+    status = safe_attr(e, "code") if _is(e, "urllib.error.HTTPError") else safe_attr(e, "status")
+    if isinstance(status, int) and not isinstance(status, bool):
+        return classify_status(status, safe_attr(e, "headers") or safe_attr(e, "hdrs"), ban_statuses)
     return None
 
 
-def _classify_exc(exc, ban_statuses):
+def _classify_exc(exc: BaseException, ban_statuses: Optional[Collection[int]]) -> Optional[Classification]:
     chain = _chain(exc)
     for e in chain:
         c = _http_status_error(e, ban_statuses)
@@ -256,7 +312,7 @@ def _classify_exc(exc, ban_statuses):
             return Classification("connect_timeout", "connect", None, None)
         if _is(e, *_READ_TIMEOUTS):
             return Classification("slow_response", "response_head", None, None)
-        if _is(e, "urllib.error.URLError") and isinstance(getattr(e, "reason", None), (socket.timeout, TimeoutError)):
+        if _is(e, "urllib.error.URLError") and isinstance(safe_attr(e, "reason"), (socket.timeout, TimeoutError)):
             # urllib wraps only errors of connect+send; a timeout waiting for the head is raw.
             return Classification("connect_timeout", "connect", None, None)
     for e in chain:
@@ -284,21 +340,29 @@ def _classify_exc(exc, ban_statuses):
     return None
 
 
-def classify(exc=None, response=None, ban_statuses=None):
+def classify(
+    exc: Optional[BaseException] = None,
+    response: Any = None,
+    ban_statuses: Optional[Collection[int]] = None,
+) -> Optional[Classification]:
     """``Classification(reason, phase, status, retry_after)`` or None.
 
     ``exc``: an exception from an HTTP library (or a Twisted Failure). ``response``: a
     response object of requests, httpx, aiohttp, urllib or Scrapy; its status is checked
-    against ``ban_statuses`` (default 403, 429, 503 -> ``destination_status`` with the
-    ``Retry-After`` header) and 407 (``proxy_auth_rejected``). An exception wins over a
-    response when both are given.
+    against ``ban_statuses`` (default 403, 429 -> ``destination_status`` with the
+    ``Retry-After`` header, when it is at most 64 characters) and 407
+    (``proxy_auth_rejected``). An exception wins over a response when both are given.
+    Never raises: what it cannot read it does not blame on the proxy.
     """
-    if exc is not None:
-        c = _classify_exc(exc, ban_statuses)
-        if c is not None:
-            return c
-    if response is not None:
-        status = _status_of(response)
-        if status is not None:
-            return classify_status(status, getattr(response, "headers", None), ban_statuses)
+    try:
+        if exc is not None:
+            c = _classify_exc(exc, ban_statuses)
+            if c is not None:
+                return c
+        if response is not None:
+            status = _status_of(response)
+            if status is not None:
+                return classify_status(status, safe_attr(response, "headers"), ban_statuses)
+    except Exception as e:  # a broken exception or response object: no verdict
+        log.debug("proxypool: classify() could not read %s: %s", type(exc or response).__name__, safe_str(e))
     return None

@@ -1,118 +1,51 @@
-"""The lease socket protocol, without I/O: request lines in, response objects out.
+"""The wire format of the lease socket, without I/O: request lines out, replies in.
 
-One JSON object per line over a Unix socket. The sync and the asyncio client both build
-their lines and read their answers here, so they cannot drift apart.
+One JSON object per line (UTF-8, ``\\n``), at most 64 KiB a request line. Every request
+carries an ``id`` the reply echoes; a reply whose ``id`` is not the request's is never
+taken for its answer. Over TCP every request also carries the ``token``.
+
+A ``Call`` is one request and how to read its reply. The sync and the asyncio client run
+the same Calls (built in ``calls``), so they send the same lines and read the same
+answers; only the transport differs.
 """
+
+from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Generic, Mapping, Optional, TypeVar
 
+from .exceptions import BadRequest, ProtocolError, TooLarge, error_for
+from .models import Duration, Reply
+
+#: Longest request line the daemon reads, without its newline.
 MAX_LINE = 64 * 1024
 
-REASONS = frozenset(
-    [
-        "connect_refused",
-        "connect_timeout",
-        "dns_failed",
-        "tls_failed",
-        "proxy_auth_rejected",
-        "proxy_protocol_error",
-        "proxy_rejected",
-        "upstream_unreachable",
-        "destination_status",
-        "body_mismatch",
-        "slow_response",
-        "connection_reset",
-        "operator",
-        "source_removed",
-    ]
-)
+#: Longest reply line read. Replies are not bounded by the daemon (``endpoints`` of a
+#: large pool is one long line); this only stops a runaway peer.
+MAX_REPLY = 64 * 1024 * 1024
 
-PHASES = frozenset(
-    [
-        "connect",
-        "proxy_tls",
-        "proxy_handshake",
-        "destination_tls",
-        "request",
-        "response_head",
-        "response_body",
-    ]
-)
+T = TypeVar("T")
 
 
-class ProxyPoolError(Exception):
-    """An error answered by the daemon, or a transport failure (code ``"io"``).
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One request: its ``op`` and fields (None values are not sent), how to read a
+    successful reply, how long the daemon may take before answering beyond the client's
+    timeout (a lease's ``wait``), and, for a call that grants something, the call that
+    gives it back when its caller is gone before the reply arrives."""
 
-    ``code`` is one of the protocol codes or ``"io"``; ``retry_after_ms`` is set for
-    ``pool_exhausted`` (None when nothing is cooling).
-    """
-
-    code = "internal"
-
-    def __init__(self, code, message, retry_after_ms=None):
-        super().__init__("%s: %s" % (code, message))
-        self.code = code
-        self.message = message
-        self.retry_after_ms = retry_after_ms
+    op: str
+    fields: Mapping[str, Any]
+    parse: Callable[[Reply], T]
+    wait: float = 0.0
+    undo: Optional[Callable[[Reply], Call[None]]] = None
 
 
-class TransportError(ProxyPoolError):
-    """The socket could not be reached, or broke mid-request (code ``"io"``)."""
-
-
-class BadRequest(ProxyPoolError):
-    pass
-
-
-class UnknownOp(ProxyPoolError):
-    pass
-
-
-class UnknownPool(ProxyPoolError):
-    pass
-
-
-class UnknownLease(ProxyPoolError):
-    pass
-
-
-class LeaseExpired(ProxyPoolError):
-    pass
-
-
-class PoolExhausted(ProxyPoolError):
-    pass
-
-
-class TooLarge(ProxyPoolError):
-    pass
-
-
-class InternalError(ProxyPoolError):
-    pass
-
-
-ERRORS = {
-    "io": TransportError,
-    "bad_request": BadRequest,
-    "unknown_op": UnknownOp,
-    "unknown_pool": UnknownPool,
-    "unknown_lease": UnknownLease,
-    "lease_expired": LeaseExpired,
-    "pool_exhausted": PoolExhausted,
-    "too_large": TooLarge,
-    "internal": InternalError,
-}
-
-
-def error(code, message, retry_after_ms=None):
-    """The exception class for ``code`` (unknown codes stay plain ProxyPoolError)."""
-    return ERRORS.get(code, ProxyPoolError)(code, message, retry_after_ms)
-
-
-def duration(value):
-    """Seconds (int/float), a humantime string ("1.5s", "500ms") or a timedelta."""
+def duration(value: Optional[Duration]) -> Optional[Any]:
+    """A duration field as sent: seconds (int/float), a string the daemon reads, or a
+    timedelta turned into seconds."""
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, bool):
@@ -124,163 +57,83 @@ def duration(value):
     raise TypeError("a duration is seconds or a string like '30s', not %r" % (value,))
 
 
-def seconds(value):
+_UNITS = {
+    "": 1.0, "s": 1.0, "sec": 1.0, "secs": 1.0, "ms": 0.001, "m": 60.0, "min": 60.0,
+    "mins": 60.0, "h": 3600.0, "hr": 3600.0, "hrs": 3600.0,
+}  # fmt: skip
+
+
+def seconds(value: Any) -> float:
     """Seconds in a duration field, for a client's own read deadline (0 when unknown)."""
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, str):
         total = 0.0
         for num, unit in re.findall(r"([0-9.]+)\s*([a-z]*)", value):
-            total += float(num) * _UNITS.get(unit, 0.0)
+            try:
+                total += float(num) * _UNITS.get(unit, 0.0)
+            except ValueError:
+                continue
         return total
+    if hasattr(value, "total_seconds"):
+        return float(value.total_seconds())
     return 0.0
 
 
-_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "secs": 1.0, "ms": 0.001, "m": 60.0, "min": 60.0, "mins": 60.0,
-          "h": 3600.0, "hr": 3600.0, "hrs": 3600.0}
-
-
-def encode(op, fields, request_id):
-    """The request line for ``op``. Fields that are None are not sent at all, so a daemon
-    that predates an optional field never sees it unless the caller uses it."""
-    req = {"op": op}
-    req.update((k, v) for k, v in fields.items() if v is not None)
+def encode(call: Call[Any], request_id: int, token: Optional[str] = None) -> bytes:
+    """The request line of ``call``. Fields that are None are not sent at all."""
+    req: Dict[str, Any] = {"op": call.op}
+    req.update((k, v) for k, v in call.fields.items() if v is not None)
     req["id"] = request_id
-    line = json.dumps(req, separators=(",", ":")).encode("utf-8") + b"\n"
+    if token is not None:
+        req["token"] = token
+    try:
+        text = json.dumps(req, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise BadRequest("bad_request", "cannot encode the %s request: %s" % (call.op, e)) from None
+    line = text.encode("utf-8") + b"\n"
     if len(line) > MAX_LINE + 1:
-        raise TooLarge("too_large", "request longer than 64 KiB")
+        raise TooLarge("too_large", "%s request of %d bytes; the daemon reads at most %d" % (call.op, len(line), MAX_LINE))
     return line
 
 
-def decode(raw):
-    """The response object of one line; raises the ProxyPoolError subclass it carries."""
+def decode(raw: bytes, request_id: int) -> Reply:
+    """The reply object of one line to request ``request_id``; raises the error it
+    carries, or ProtocolError when it cannot be read or answers another request."""
     try:
-        resp = json.loads(raw.decode("utf-8"))
-    except ValueError as e:
-        raise TransportError("io", "unreadable reply: %s" % e)
-    if not isinstance(resp, dict):
-        raise TransportError("io", "reply is not a JSON object: %r" % (resp,))
-    if not resp.get("ok"):
-        err = resp.get("error") or {}
-        retry = err.get("retry_after_ms", resp.get("retry_after_ms"))
-        raise error(err.get("code", "internal"), err.get("message", "daemon error"), retry)
-    return resp
-
-
-def lease_fields(pool, ttl, wait, session, destination, schemes):
-    if schemes is not None:
-        if isinstance(schemes, str):
-            schemes = [schemes]
-        schemes = [str(s) for s in schemes]
-    return dict(
-        pool=pool,
-        ttl=duration(ttl),
-        wait=duration(wait),
-        session=session,
-        destination=destination,
-        schemes=schemes,
+        reply = json.loads(raw.decode("utf-8"))
+    except ValueError as e:  # UnicodeDecodeError is a ValueError
+        raise ProtocolError("io", "unreadable reply: %s" % e) from None
+    if not isinstance(reply, dict):
+        raise ProtocolError("io", "reply is not a JSON object: %.200r" % (reply,))
+    ok = reply.get("ok")
+    rid = reply.get("id")
+    if not (type(rid) is int and rid == request_id):
+        # The daemon answers a line it could not read without an id (an over-long one):
+        # an error, so nobody can take it for a success.
+        if not (rid is None and ok is False):
+            raise ProtocolError(
+                "io", "reply to request %r arrived for request %r: the connection is out of step" % (rid, request_id)
+            )
+    if ok is True:
+        return reply
+    if ok is not False:
+        raise ProtocolError("io", "reply without \"ok\": %.200r" % (reply,))
+    err = reply.get("error")
+    err = err if isinstance(err, dict) else {}
+    code = err.get("code")
+    message = err.get("message")
+    retry = err.get("retry_after_ms", reply.get("retry_after_ms"))
+    raise error_for(
+        code if isinstance(code, str) else "internal",
+        message if isinstance(message, str) else "daemon error",
+        retry if type(retry) is int else None,
     )
 
 
-def report_fields(
-    lease_id,
-    outcome,
-    reason=None,
-    phase=None,
-    status=None,
-    retry_after=None,
-    detail=None,
-    destination=None,
-    duration_ms=None,
-    session=None,
-    pool=None,
-):
-    """Fields of a ``report``: by lease id, or by ``session`` (+ ``pool``) when
-    ``lease_id`` is None (SPEC §13)."""
-    if outcome not in ("success", "failure"):
-        raise ValueError("outcome is 'success' or 'failure', not %r" % (outcome,))
-    if lease_id is None and session is None:
-        raise ValueError("report needs a lease id or a session")
-    if lease_id is not None and session is not None:
-        raise ValueError("report names a lease or a session, not both")
-    if outcome == "failure" and not reason:
-        raise ValueError("a failure report needs a reason (one of %s)" % ", ".join(sorted(REASONS)))
-    if isinstance(lease_id, Lease):
-        lease_id = lease_id.id
-    if duration_ms is not None:
-        duration_ms = int(round(duration_ms))
-    return dict(
-        lease=lease_id,
-        session=session,
-        pool=pool,
-        outcome=outcome,
-        reason=reason,
-        phase=phase,
-        status=status,
-        retry_after=duration(retry_after),
-        detail=detail,
-        destination=destination,
-        duration_ms=duration_ms,
-    )
-
-
-class Lease(object):
-    """A granted lease: ``id``, ``proxy`` (URL with credentials), ``endpoint``,
-    ``trial``, ``expires_in_ms``, ``scope`` (``"destination"`` for a pair's trial) and
-    the ``destination`` it was asked for. ``outcome`` is set once reported or released."""
-
-    __slots__ = (
-        "id",
-        "proxy",
-        "endpoint",
-        "trial",
-        "expires_in_ms",
-        "scope",
-        "destination",
-        "outcome",
-        "_client",
-    )
-
-    def __init__(self, client, resp, destination=None):
-        self._client = client
-        self.id = resp["lease"]
-        self.proxy = resp["proxy"]
-        self.endpoint = resp["endpoint"]
-        self.trial = bool(resp.get("trial"))
-        self.expires_in_ms = resp.get("expires_in_ms")
-        self.scope = resp.get("scope")
-        self.destination = destination
-        self.outcome = None
-
-    def report(self, outcome, **kw):
-        kw.setdefault("destination", self.destination)
-        state = self._client.report(self.id, outcome, **kw)
-        self.outcome = outcome
-        return state
-
-    def success(self, **kw):
-        return self.report("success", **kw)
-
-    def failure(self, reason, **kw):
-        return self.report("failure", reason=reason, **kw)
-
-    def release(self):
-        self._client.release(self.id)
-        self.outcome = "released"
-
-    @property
-    def scheme(self):
-        return self.proxy.split("://", 1)[0].lower()
-
-    @property
-    def proxies(self):
-        """The mapping ``requests`` takes as ``proxies=``."""
-        return {"http": self.proxy, "https": self.proxy}
-
-    def __repr__(self):
-        return "Lease(id=%r, endpoint=%r, trial=%r, expires_in_ms=%r)" % (
-            self.id,
-            self.endpoint,
-            self.trial,
-            self.expires_in_ms,
-        )
+def field(reply: Reply, name: str, kind: type, op: str) -> Any:
+    """``reply[name]``, checked to be a ``kind``; ProtocolError otherwise."""
+    value = reply.get(name)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ProtocolError("io", "reply to %s lacks %s %r: %.200r" % (op, kind.__name__, name, reply))
+    return value

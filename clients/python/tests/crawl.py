@@ -10,11 +10,6 @@ import scrapy
 from scrapy.crawler import CrawlerProcess
 
 
-def _header_int(response, name):
-    v = response.headers.get(name)
-    return int(v) if v else None
-
-
 class Pages(scrapy.Spider):
     name = "pages"
 
@@ -30,15 +25,15 @@ class Pages(scrapy.Spider):
         yield {
             "url": response.url,
             "h1": response.css("h1::text").get(),
-            # Lease mode puts it in meta; through the gateway it is a response header.
-            "endpoint": response.meta.get("proxypool_endpoint") or _header_int(response, b"X-Proxypool-Endpoint"),
+            # Lease mode sets it on the lease; gateway mode from X-Proxypool-Endpoint.
+            "endpoint": response.meta.get("proxypool_endpoint"),
         }
 
 
 def main():
     base, pages, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     settings = {
-        "DOWNLOADER_MIDDLEWARES": {"proxypool_client.scrapy.ProxyPoolMiddleware": 740},
+        "DOWNLOADER_MIDDLEWARES": {"proxypool_client.scrapy_middleware.ProxyPoolMiddleware": 740},
         "CONCURRENT_REQUESTS": 4,
         "DOWNLOAD_TIMEOUT": 10,
         "LOG_LEVEL": "INFO",

@@ -340,3 +340,107 @@ def microsocks(user=None, password=None):
     if user:
         argv += ["-u", user, "-P", password]
     return Proc("microsocks", argv, port, d)
+
+
+class Recorder(object):
+    """A fake daemon on a Unix socket: records request lines and answers from a script.
+
+    An answer is a dict (sent with the request's ``id`` unless it names its own), the
+    string ``"close"`` (close that connection), or a callable taking the request and
+    returning one of those. Each connection is served in its own thread."""
+
+    def __init__(self, answers):
+        self.path = os.path.join(tempfile.mkdtemp(prefix="pp-rec"), "rec.sock")
+        self.lines, self.answers = [], list(answers)
+        self.lock = threading.Lock()
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.bind(self.path)
+        self.sock.listen(16)
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        import json
+
+        f = conn.makefile("rwb")
+        try:
+            for line in f:
+                req = json.loads(line)
+                with self.lock:
+                    self.lines.append(req)
+                    ans = self.answers.pop(0) if self.answers else {"ok": True}
+                if callable(ans):
+                    ans = ans(req)
+                if ans == "close":
+                    break
+                ans = dict(ans)
+                ans.setdefault("id", req.get("id"))
+                f.write((json.dumps(ans) + "\n").encode())
+                f.flush()
+        except OSError:
+            pass
+        finally:
+            f.close()
+            conn.close()
+
+    def close(self):
+        self.sock.close()
+
+
+class FakeGateway(object):
+    """An HTTP proxy on 127.0.0.1 that answers plain-HTTP (absolute-form) requests from a
+    script of ``(status, headers, body)``, the way the gateway answers for itself (e.g.
+    ``503`` with ``X-Proxypool-Error: pool_empty``); after the script, 200 with the path
+    in an ``<h1>`` and ``X-Proxypool-Endpoint: 7``. Every request is recorded in ``hits``
+    as ``(path, proxy username)``."""
+
+    def __init__(self, script=()):
+        hits = self.hits = []
+        answers = list(script)
+        lock = threading.Lock()
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):
+                from urllib.parse import urlsplit
+
+                import base64
+
+                path = urlsplit(self.path).path
+                auth = self.headers.get("Proxy-Authorization") or ""
+                user = base64.b64decode(auth.split()[1]).decode().split(":")[0] if auth.startswith("Basic ") else None
+                with lock:
+                    hits.append((path, user))
+                    status, headers, body = answers.pop(0) if answers else (
+                        200, {"X-Proxypool-Endpoint": "7"}, ("<html><body><h1>%s</h1></body></html>" % path).encode())
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self.server = S(("127.0.0.1", 0), H)
+        self.port = self.server.server_address[1]
+        self.url = "http://127.0.0.1:%d" % self.port
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()

@@ -9,7 +9,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-from conftest import skip_unless_daemon_knows
 from servers import need_module
 
 from proxypool_client import (
@@ -200,56 +199,46 @@ def test_documented_asyncio_example(daemon, site, tinyproxy, monkeypatch, capsys
     monkeypatch.setenv("PROXYPOOL_SOCKET", daemon.socket)
     ns = {}
     exec(compile(block, "docs/python-client.md", "exec"), ns)
-    try:
-        asyncio.run(ns["crawl"]([site.url + "/page/7"]))
-    except BadRequest as e:
-        skip_unless_daemon_knows(e, "schemes")
+    asyncio.run(ns["crawl"]([site.url + "/page/7"]))
     assert "/page/7" in capsys.readouterr().out
 
 
-# -- fields of SPEC §13/§15: skipped only when this daemon refuses the field ----------
+# -- the optional fields: schemes, destination, duration_ms, report by session ---------
 def test_lease_with_schemes(daemon):
     daemon.add("socks5h://127.0.0.1:1080", "http://127.0.0.1:3128")
     with daemon.client(timeout=5) as c:
-        try:
-            lease = c.lease(schemes=["http", "https"])
-        except BadRequest as e:
-            skip_unless_daemon_knows(e, "schemes")
+        lease = c.lease(schemes=["http", "https"])
         assert lease.scheme == "http"
         c.release(lease)
+        with pytest.raises(BadRequest):
+            c.lease(schemes=["gopher"])
 
 
 def test_lease_and_report_with_destination(daemon):
     (eid,) = daemon.add("http://127.0.0.1:3128")
     with daemon.client(timeout=5) as c:
-        try:
-            lease = c.lease(destination="shop.example")
-        except BadRequest as e:
-            skip_unless_daemon_knows(e, "destination")
+        lease = c.lease(destination="shop.example")
         assert lease.destination == "shop.example"
         lease.failure("destination_status", phase="response_head", status=403)
         # Destination-scoped: the endpoint stays available for other sites.
         assert daemon.endpoint(eid)["state"] == "available"
+        assert [p["destination"] for p in daemon.show(eid)["pairs"]] == ["shop.example"]
 
 
 def test_report_duration_ms(daemon):
     daemon.add("http://127.0.0.1:3128")
     with daemon.client(timeout=5) as c:
         lease = c.lease()
-        try:
-            assert c.report(lease.id, "success", duration_ms=120) == "available"
-        except BadRequest as e:
-            skip_unless_daemon_knows(e, "duration_ms")
+        assert c.report(lease.id, "success", duration_ms=120) == "available"
+        with pytest.raises(BadRequest, match="duration_ms"):
+            c.request("report", lease=c.lease().id, outcome="success", duration_ms=-1)
 
 
 def test_report_by_session(daemon):
     (eid,) = daemon.add("http://127.0.0.1:3128")
     with daemon.client(timeout=5) as c:
         c.release(c.lease(session="s1"))
-        try:
-            c.report_session("s1", "failure", pool="default", reason="connect_refused", phase="connect")
-        except BadRequest as e:
-            skip_unless_daemon_knows(e, "session", "pool")
+        c.report_session("s1", "failure", pool="default", reason="connect_refused", phase="connect")
         assert daemon.endpoint(eid)["state"] == "cooling"
 
 
@@ -311,3 +300,53 @@ def test_discovery_agrees_with_the_cli(case, tmp_path):
     m = re.search(r"no daemon is serving on (\S+?);", out.stderr)
     assert m, out.stderr
     assert default_socket_path(env) == m.group(1)
+
+
+def readme_example():
+    from conftest import ROOT
+
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    return text.split("### From Python", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def fetch_without_pysocks(daemon, block, urls):
+    """Run ``block`` (it defines ``fetch``) with requests but without PySocks, as a plain
+    ``pip install requests`` has it; returns the process."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys\n"
+        "sys.modules['socks'] = None  # requests without PySocks\n"
+        "block, urls = json.loads(sys.argv[1])\n"
+        "ns = {}\n"
+        "exec(compile(block, 'README.md', 'exec'), ns)\n"
+        "for url in urls:\n"
+        "    print(ns['fetch'](url).count('<h1>'))\n"
+    )
+    src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(daemon.env, PYTHONPATH=src)
+    return subprocess.run([sys.executable, "-c", code, json.dumps([block, urls])], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_readme_example_works_without_pysocks_in_a_pool_with_socks(daemon, site, microsocks, tinyproxy):
+    """The README's example leases only what plain requests can use: a SOCKS endpoint in
+    the pool is never handed to it."""
+    need_module("requests")
+    socks, http = daemon.add("socks5h://127.0.0.1:%d" % microsocks.port, "http://127.0.0.1:%d" % tinyproxy.port)
+    block = readme_example()
+    assert 'schemes=["http", "https"]' in block
+    urls = ["%s/page/%d" % (site.url, i) for i in range(4)]
+    p = fetch_without_pysocks(daemon, block, urls)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.split() == ["1"] * 4
+    stats = {e["id"]: e["stats"] for e in daemon.list()}
+    assert (stats[socks]["leases"], stats[http]["successes"]) == (0, 4), stats
+    # Without `schemes=`, the SOCKS lease fails inside requests: the log says why, and
+    # how to avoid it, instead of a silent release.
+    p = fetch_without_pysocks(daemon, block.replace(', schemes=["http", "https"]', ""), urls)
+    assert p.returncode != 0 and "Missing dependencies for SOCKS support" in p.stderr, p.stderr[-3000:]
+    assert "pip install 'requests[socks]'" in p.stderr and "schemes=['http', 'https']" in p.stderr

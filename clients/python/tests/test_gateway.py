@@ -1,4 +1,4 @@
-"""Real Python clients through the rotating gateway (SPEC §12) of a real `proxypool serve`:
+"""Real Python clients through the rotating gateway (docs/gateway.md) of a real `proxypool serve`:
 `requests` (http, https via CONNECT, socks5h via PySocks) and a real Scrapy crawl in the
 middleware's gateway mode. Upstreams are real tinyproxy and microsocks, plus one dead
 (nothing listens) and one that bans (tinyproxy answering 403 to everything)."""
@@ -7,20 +7,21 @@ import shutil
 import time
 
 import pytest
-from conftest import Daemon, skip_unless_daemon_knows
+from conftest import Daemon
 from servers import Site, free_port, need_module
 from test_scrapy import run_crawl
 
-from proxypool_client import BadRequest, ProxyPoolError
 
-TOKEN = "t0k-gw"
+TOKEN = "t0k-gw-0123456789ab"  # also the TCP listener's: at least 16 characters
 
 
-def start_gateway(config=None, flag=False):
-    """A daemon with a gateway on a free port, the token required; returns (daemon, port)."""
+def start_gateway(config=None, flag=False, tcp=False):
+    """A daemon with a gateway on a free port, the token required; returns (daemon, port).
+    ``tcp`` also opens the socket's TCP listener (with the same token: one secret for
+    both today)."""
     port = free_port()
     if flag:
-        d = Daemon(args=["--gateway", "127.0.0.1:%d" % port])
+        d = Daemon(args=["--gateway", "127.0.0.1:%d" % port], tcp_token=TOKEN if tcp else None)
         d.env["PROXYPOOL_TOKEN"] = TOKEN
     else:
         d = Daemon(config='[[gateway]]\nlisten = "127.0.0.1:%d"\ntoken = "%s"\n%s' % (port, TOKEN, config or ""))
@@ -49,8 +50,8 @@ def failures(d, endpoint, reason):
 
 
 def is_ban_403(event):
-    """A ban as the gateway reports it: the status (a field once events carry it, SPEC
-    §13; the detail names it either way) and the destination host."""
+    """A ban as the gateway reports it: the status (a field once events carry it; the
+    detail names it either way) and the destination host."""
     return (event["phase"] == "response_head" and event.get("status", 403) == 403
             and event["detail"].startswith("gateway, destination 127.0.0.1:") and "403" in event["detail"])
 
@@ -64,7 +65,7 @@ def tls_site():
 
 @pytest.fixture
 def tls_site_banning_once():
-    # One ban: per-destination health (SPEC §13) takes each banning upstream away from
+    # One ban: per-destination health (docs/destinations.md) takes each banning upstream away from
     # this site, so a ban on every page would soon leave no upstream for it.
     s = Site(tls=True, ban_first=["/page/0"])
     yield s
@@ -165,7 +166,7 @@ def test_scrapy_crawl_in_gateway_mode_one_dead_one_banning(site, tinyproxy, micr
         assert dead_events and "gateway" in (dead_events[0].get("detail") or ""), d.events()
         bans = failures(d, banning, "destination_status")
         assert bans and all(is_ban_403(b) for b in bans), d.events()
-        # The ban is scoped to this site (SPEC §13): the upstream stays available for others.
+        # The ban is scoped to this site (docs/destinations.md): the upstream stays available for others.
         assert eps[banning]["state"] == "available"
         pairs = d.show(banning)["pairs"]
         assert [(p["destination"], p["state"]) for p in pairs] == [("127.0.0.1", "cooling")], pairs
@@ -178,26 +179,21 @@ def test_scrapy_crawl_in_gateway_mode_one_dead_one_banning(site, tinyproxy, micr
         stop(d)
 
 
-def test_scrapy_https_ban_inside_the_tunnel_is_reported_by_session(tls_site_banning_once, tinyproxy, microsocks):
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+def test_scrapy_https_ban_inside_the_tunnel_is_reported_by_session(tls_site_banning_once, tinyproxy, microsocks,
+                                                                   transport):
+    """Over TCP, the scraper is on another host: it reports by session with the token,
+    and has no socket to fall back on."""
     need_module("scrapy")
-    d, port = start_gateway(flag=True)
+    d, port = start_gateway(flag=True, tcp=transport == "tcp")
     try:
         good, socks = d.add("http://127.0.0.1:%d" % tinyproxy.port, "socks5h://127.0.0.1:%d" % microsocks.port)
-        # Report by session is SPEC §13 (per-destination health), landing separately: skip
-        # only when this daemon turns the request down as unknown.
-        with d.client(timeout=5) as c:
-            lease = c.lease(session="gwprobe")
-            try:
-                c.report_session("gwprobe", "success", pool="default")
-            except BadRequest as e:
-                skip_unless_daemon_knows(e, "session", "pool", "lease")
-            finally:
-                try:
-                    c.release(lease)
-                except ProxyPoolError:
-                    pass
         pages = 6
-        result, log = run_crawl(d, tls_site_banning_once, pages, *gateway_settings(port))
+        extra, drop = [], ()
+        if transport == "tcp":
+            extra = ['PROXYPOOL_CONNECT="%s"' % d.tcp, 'PROXYPOOL_TOKEN="%s"' % TOKEN]
+            drop = ("PROXYPOOL_SOCKET", "PROXYPOOL_TOKEN", "XDG_RUNTIME_DIR")
+        result, log = run_crawl(d, tls_site_banning_once, pages, *gateway_settings(port, *extra), env_drop=drop)
         items, stats = result["items"], result["stats"]
         assert sorted(i["h1"] for i in items) == sorted("/page/%d" % i for i in range(pages)), log[-3000:]
         # The first answer of /page/0 was a 403 inside TLS: the middleware reported it by
@@ -211,6 +207,21 @@ def test_scrapy_https_ban_inside_the_tunnel_is_reported_by_session(tls_site_bann
         banned = d.show(bans[0]["endpoint"])
         assert [p["destination"] for p in banned["pairs"]] == ["127.0.0.1"], banned
         assert banned["state"] == "available", banned
+        assert leases_drain(d) == 0
+    finally:
+        stop(d)
+
+
+def test_scrapy_through_the_gateway_to_an_unknown_pool_closes_the_spider(site, tinyproxy):
+    """The gateway answers 400 ``unknown_pool`` (plain HTTP: the header is visible): the
+    crawl ends with that reason instead of finishing with no items."""
+    need_module("scrapy")
+    d, port = start_gateway(flag=True)
+    try:
+        d.add("http://127.0.0.1:%d" % tinyproxy.port)
+        result, log = run_crawl(d, site, 3, *gateway_settings(port, 'PROXYPOOL_POOL="nope"'))
+        assert result["items"] == [] and site.hits == []
+        assert result["stats"]["finish_reason"] == "proxypool_unknown_pool", log[-3000:]
         assert leases_drain(d) == 0
     finally:
         stop(d)

@@ -10,15 +10,18 @@ import sys
 import tempfile
 
 import pytest
-from servers import need_module
-from test_protocol import Recorder, strip_ids
+from servers import FakeGateway, Recorder, need_module
+from test_protocol import LEASE, strip_ids
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_crawl(daemon, site, pages, *settings):
+def run_crawl(daemon, site, pages, *settings, env_drop=()):
+    """A real crawl of ``pages`` pages of ``site`` (crawl.py) in the daemon's environment
+    (less ``env_drop``): its items and stats, and its log."""
     out = os.path.join(tempfile.mkdtemp(), "out.json")
-    env = dict(daemon.env, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
+    env = {k: v for k, v in daemon.env.items() if k not in env_drop}
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")])
     args = [sys.executable, os.path.join(HERE, "crawl.py"), site.url, str(pages), out] + list(settings)
     p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and os.path.exists(out), p.stderr[-4000:]
@@ -78,7 +81,7 @@ def test_retry_copy_gets_a_fresh_lease(daemon):
     from scrapy.downloadermiddlewares.retry import get_retry_request
     from scrapy.exceptions import DownloadConnectionRefusedError
 
-    from proxypool_client.scrapy import ProxyPoolMiddleware
+    from proxypool_client.scrapy_middleware import ProxyPoolMiddleware
 
     a, b = daemon.add("http://127.0.0.1:1", "http://127.0.0.1:2")
     crawler = crawler_for({"PROXYPOOL_SOCKET": daemon.socket, "PROXYPOOL_MAX_RETRIES": 0})
@@ -134,7 +137,7 @@ def test_scrapy_wrapped_errors_are_classified(exc_name, reason):
 
 # -- gateway mode: unit tests against a recording socket ---------------------------------
 def gateway_mw(rec, **extra):
-    from proxypool_client.scrapy import ProxyPoolMiddleware
+    from proxypool_client.scrapy_middleware import ProxyPoolMiddleware
 
     settings = {
         "PROXYPOOL_MODE": "gateway",
@@ -261,7 +264,7 @@ def test_bad_settings_are_named():
     need_module("scrapy")
     from scrapy.exceptions import NotConfigured
 
-    from proxypool_client.scrapy import ConfigError, ProxyPoolMiddleware
+    from proxypool_client.scrapy_middleware import ConfigError, ProxyPoolMiddleware
 
     # A mistake stops the crawl: it never goes out without proxies.
     with pytest.raises(ConfigError, match="PROXYPOOL_GATEWAY"):
@@ -316,7 +319,7 @@ def test_lease_mode_spider_ban_callback_and_exhausted_pool(daemon):
     from scrapy.exceptions import IgnoreRequest
     from scrapy.http import HtmlResponse
 
-    from proxypool_client.scrapy import ProxyPoolMiddleware
+    from proxypool_client.scrapy_middleware import ProxyPoolMiddleware
 
     class Spider(scrapy.Spider):
         name = "s"
@@ -325,7 +328,8 @@ def test_lease_mode_spider_ban_callback_and_exhausted_pool(daemon):
             return b"blocked" in response.body
 
     (eid,) = daemon.add("http://127.0.0.1:1")
-    crawler = crawler_for({"PROXYPOOL_SOCKET": daemon.socket, "PROXYPOOL_LEASE_WAIT": "0s"})
+    crawler = crawler_for({"PROXYPOOL_SOCKET": daemon.socket, "PROXYPOOL_LEASE_WAIT": "0s",
+                           "PROXYPOOL_EXHAUSTED_RETRIES": 0})
     crawler.spider = Spider()
     mw = ProxyPoolMiddleware.from_crawler(crawler)
 
@@ -336,14 +340,15 @@ def test_lease_mode_spider_ban_callback_and_exhausted_pool(daemon):
         resp = HtmlResponse(req.url, status=200, body=b"you are blocked", request=req)
         retry = await mw.process_response(req, resp)
         assert isinstance(retry, Request) and "proxy" not in retry.meta
-        # The only endpoint is cooling now: the page is dropped with a reason, not hung.
-        with pytest.raises(IgnoreRequest, match="no endpoint"):
+        # The only endpoint is cooling now, and this crawl waits for none: the page is
+        # dropped with a reason, not hung.
+        with pytest.raises(IgnoreRequest, match="could not serve"):
             await mw.process_request(retry)
         await mw.spider_closed()
 
     asyncio.run(go())
     # The ban was reported with the request's host: it cools the (endpoint, shop.example)
-    # pair only (SPEC §13); the endpoint stays in service for other sites.
+    # pair only (docs/destinations.md); the endpoint stays in service for other sites.
     assert daemon.endpoint(eid)["state"] == "available"
     pairs = json.loads(daemon.cli("show", str(eid), "--json").stdout)["pairs"]
     # A ban the callback found in a 200 page is a body mismatch, not a status.
@@ -363,3 +368,300 @@ def test_crawl_without_the_asyncio_reactor_fails_loudly(daemon, site):
     p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
     assert "AsyncioSelectorReactor" in p.stderr and "ConfigError" in p.stderr, p.stderr[-3000:]
     assert site.hits == []  # nothing fetched without a proxy
+
+
+# -- a pool that cannot serve: close the spider, or wait and retry -------------------------
+def test_crawl_of_an_empty_pool_closes_the_spider_saying_why(daemon, site):
+    need_module("scrapy")
+    result, log = run_crawl(daemon, site, 3)
+    assert result["items"] == [] and site.hits == []
+    assert result["stats"]["finish_reason"] == "proxypool_pool_empty", log[-3000:]
+    assert "pool 'default' has no endpoints" in log and "proxypool add URL" in log
+
+
+def test_crawl_of_an_unknown_pool_closes_the_spider_saying_why(daemon, site):
+    need_module("scrapy")
+    daemon.add("http://127.0.0.1:3128")
+    result, log = run_crawl(daemon, site, 3, 'PROXYPOOL_POOL="nope"')
+    assert result["items"] == [] and site.hits == []
+    assert result["stats"]["finish_reason"] == "proxypool_unknown_pool", log[-3000:]
+    assert "pool 'nope' does not exist" in log
+
+
+def error(code, retry_after_ms=None, message="m"):
+    err = {"code": code, "message": message}
+    if retry_after_ms is not None:
+        err["retry_after_ms"] = retry_after_ms
+    return {"ok": False, "error": err}
+
+
+POOL_OK = {"ok": True, "pools": [{"pool": "default", "mode": "static-no-ping", "available": 1, "cooling": 0,
+                                  "probe_allowed": 0, "disabled": 0, "leases": 0, "next_deadline_ms": None}]}
+
+
+def lease_mw(rec, **extra):
+    from proxypool_client.scrapy_middleware import ProxyPoolMiddleware
+
+    settings = {"PROXYPOOL_SOCKET": rec.path, "PROXYPOOL_DESTINATIONS": False}
+    settings.update(extra)
+    return ProxyPoolMiddleware.from_crawler(crawler_for(settings))
+
+
+@pytest.mark.parametrize(
+    "answer,reason",
+    [
+        (error("pool_empty"), "pool_empty"),
+        (error("unknown_pool"), "unknown_pool"),
+        (error("forbidden", message="role lease may not lease"), "forbidden"),
+        (error("bad_request", message="missing or wrong token"), "bad_token"),
+    ],
+)
+def test_answers_no_request_can_get_past_close_the_spider(answer, reason):
+    from scrapy import Request
+    from scrapy.exceptions import IgnoreRequest
+
+    rec = Recorder([POOL_OK, answer])
+    mw = lease_mw(rec)
+
+    async def go():
+        with pytest.raises(IgnoreRequest):
+            await mw.process_request(Request("http://shop.example/1"))
+        # Once closing, nothing more is asked of the daemon.
+        with pytest.raises(IgnoreRequest, match="closing"):
+            await mw.process_request(Request("http://shop.example/2"))
+
+    asyncio.run(go())
+    assert mw._closing == "proxypool_" + reason
+    assert [line["op"] for line in rec.lines] == ["status", "lease"]
+    assert mw.stats.get_value("proxypool/closed/" + reason) == 1
+
+
+@pytest.mark.parametrize(
+    "answer,stat",
+    [
+        (error("paced", 300), "paced"),
+        (error("destination_down", 300), "destination_down"),
+        (error("pool_exhausted", 300), "exhausted"),
+        (error("store_unavailable"), "store_unavailable"),
+    ],
+)
+def test_busy_answers_are_waited_for_then_leased_again(answer, stat):
+    """``retry_after_ms`` is how long to wait; without one, a backoff (capped here at
+    0.3 s by PROXYPOOL_EXHAUSTED_MAX_DELAY)."""
+    import time
+
+    from scrapy import Request
+
+    rec = Recorder([POOL_OK, answer, LEASE])
+    mw = lease_mw(rec, PROXYPOOL_EXHAUSTED_MAX_DELAY=0.3)
+
+    async def go():
+        req = Request("http://shop.example/1")
+        started = time.monotonic()
+        await mw.process_request(req)
+        return req, time.monotonic() - started
+
+    req, took = asyncio.run(go())
+    assert req.meta["proxy"] == LEASE["proxy"] and req.meta["proxypool_endpoint"] == LEASE["endpoint"]
+    assert took >= 0.29, took
+    assert [line["op"] for line in rec.lines] == ["status", "lease", "lease"]
+    assert mw.stats.get_value("proxypool/" + stat) == 1 and mw.stats.get_value("proxypool/waits") == 1
+    assert mw._closing is None
+
+
+def test_a_pool_emptied_during_the_crawl_closes_the_spider():
+    """A daemon that answers an empty pool with ``pool_exhausted`` and no deadline (one
+    that predates ``pool_empty``): the middleware asks ``status`` and closes."""
+    from scrapy import Request
+    from scrapy.exceptions import IgnoreRequest
+
+    empty = {"ok": True, "pools": [dict(POOL_OK["pools"][0], available=0)]}
+    rec = Recorder([POOL_OK, error("pool_exhausted"), empty])
+    mw = lease_mw(rec)
+
+    async def go():
+        with pytest.raises(IgnoreRequest, match="has no endpoints"):
+            await mw.process_request(Request("http://shop.example/1"))
+
+    asyncio.run(go())
+    assert [line["op"] for line in rec.lines] == ["status", "lease", "status"]
+    assert mw._closing == "proxypool_pool_empty"
+
+
+def test_a_pool_that_stays_busy_drops_the_page_after_its_retries():
+    from scrapy import Request
+    from scrapy.exceptions import IgnoreRequest
+
+    rec = Recorder([POOL_OK] + [error("paced", 10)] * 3)
+    mw = lease_mw(rec, PROXYPOOL_EXHAUSTED_RETRIES=2)
+
+    async def go():
+        with pytest.raises(IgnoreRequest, match="could not serve .* after 3 tries: paced"):
+            await mw.process_request(Request("http://shop.example/1"))
+
+    asyncio.run(go())
+    assert len(rec.lines) == 4 and mw._closing is None
+
+
+def test_an_error_code_from_a_newer_daemon_drops_the_page_without_crashing():
+    from scrapy import Request
+    from scrapy.exceptions import IgnoreRequest
+
+    rec = Recorder([POOL_OK, error("quota_exceeded", message="try tomorrow")])
+    mw = lease_mw(rec)
+
+    async def go():
+        with pytest.raises(IgnoreRequest, match="quota_exceeded: try tomorrow"):
+            await mw.process_request(Request("http://shop.example/1"))
+
+    asyncio.run(go())
+    assert mw.stats.get_value("proxypool/errors/daemon") == 1 and mw._closing is None
+
+
+def test_an_exhausted_pool_is_waited_for_until_its_cooldown_ends():
+    """A real daemon: the only endpoint cools for 1 s; the retried page waits that long
+    (``retry_after_ms``) and gets it back, instead of being dropped."""
+    import time
+
+    from conftest import Daemon
+    from scrapy import Request
+    from scrapy.http import HtmlResponse
+
+    from proxypool_client.scrapy_middleware import ProxyPoolMiddleware
+
+    d = Daemon(config='[[pool]]\nname = "default"\n[pool.cooldown]\nbase = "1s"\nmax = "1s"\njitter = 0.0\n').start()
+    try:
+        (eid,) = d.add("http://127.0.0.1:1")
+        crawler = crawler_for({"PROXYPOOL_SOCKET": d.socket, "PROXYPOOL_LEASE_WAIT": "0s",
+                               "PROXYPOOL_DESTINATIONS": False})
+        mw = ProxyPoolMiddleware.from_crawler(crawler)
+
+        async def go():
+            req = Request("http://shop.example/1")
+            await mw.process_request(req)
+            retry = await mw.process_response(req, HtmlResponse(req.url, status=429, request=req))
+            assert isinstance(retry, Request)
+            started = time.monotonic()
+            await mw.process_request(retry)
+            took = time.monotonic() - started
+            assert retry.meta["proxypool_endpoint"] == eid
+            await mw.process_response(retry, HtmlResponse(retry.url, status=200, request=retry))
+            await mw.spider_closed()
+            return took
+
+        took = asyncio.run(go())
+        assert 0.5 <= took < 10, took
+        assert crawler.stats.get_value("proxypool/exhausted") == 1
+        assert crawler.stats.get_value("proxypool/reports/success") == 1
+        assert d.endpoint(eid)["state"] == "available"
+    finally:
+        d.stop()
+
+
+# -- gateway mode: the gateway's own answers, through a real crawl ------------------------
+class Site(object):
+    url = "http://shop.invalid"  # never resolved: the (fake) gateway answers
+
+
+@pytest.mark.parametrize(
+    "script,finish,items,stat",
+    [
+        ([(503, {"X-Proxypool-Error": "pool_exhausted", "Retry-After": "1"}, b"busy")], "finished", 1, "exhausted"),
+        ([(503, {"X-Proxypool-Error": "pool_exhausted"}, b"busy")], "finished", 1, "exhausted"),
+        ([(503, {"X-Proxypool-Error": "paced", "Retry-After": "2"}, b"paced")], "finished", 1, "paced"),
+        ([(502, {"X-Proxypool-Error": "destination_down", "Retry-After": "1"}, b"down")], "finished", 1,
+         "destination_down"),
+        ([(503, {"X-Proxypool-Error": "pool_empty"}, b"empty")], "proxypool_pool_empty", 0, "closed/pool_empty"),
+        ([(400, {"X-Proxypool-Error": "unknown_pool"}, b"no such pool")], "proxypool_unknown_pool", 0,
+         "closed/unknown_pool"),
+    ],
+)
+def test_gateway_answers_wait_retry_or_close(daemon, script, finish, items, stat):
+    need_module("scrapy")
+    gw = FakeGateway(script)
+    try:
+        settings = ['PROXYPOOL_MODE="gateway"', 'PROXYPOOL_GATEWAY="%s"' % gw.url, "PROXYPOOL_EXHAUSTED_MAX_DELAY=0.2",
+                    "CONCURRENT_REQUESTS=1"]
+        result, log = run_crawl(daemon, Site, 1, *settings)
+    finally:
+        gw.close()
+    stats = result["stats"]
+    assert stats["finish_reason"] == finish, log[-3000:]
+    assert len(result["items"]) == items and stats["proxypool/" + stat] == 1, (result, log[-3000:])
+    if items:
+        # The endpoint is the gateway's X-Proxypool-Endpoint, and the wait kept the
+        # session: nothing was blamed on an upstream.
+        assert result["items"][0]["endpoint"] == 7
+        assert len(gw.hits) == 2 and gw.hits[0] == gw.hits[1], gw.hits
+        assert stats.get("proxypool/errors", 0) == 0 and stats["proxypool/sessions"] == 1
+
+
+# -- over TCP -------------------------------------------------------------------------------
+def test_crawl_in_lease_mode_over_tcp(site, tinyproxy):
+    """The middleware on another host: PROXYPOOL_CONNECT and PROXYPOOL_TOKEN settings, no
+    socket and no token in the environment."""
+    need_module("scrapy")
+    from conftest import Daemon
+
+    token = "crawl-over-tcp-token"
+    d = Daemon(tcp_token=token).start()
+    try:
+        (good,) = d.add("http://127.0.0.1:%d" % tinyproxy.port)
+        result, log = run_crawl(d, site, 4, 'PROXYPOOL_CONNECT="%s"' % d.tcp, 'PROXYPOOL_TOKEN="%s"' % token,
+                                env_drop=("PROXYPOOL_SOCKET", "PROXYPOOL_TOKEN", "XDG_RUNTIME_DIR"))
+        assert sorted(i["h1"] for i in result["items"]) == ["/page/%d" % i for i in range(4)], log[-3000:]
+        assert {i["endpoint"] for i in result["items"]} == {good}
+        assert result["stats"]["proxypool/reports/success"] == 4
+        assert token not in log
+        with d.client(timeout=5) as c:
+            assert sum(p["leases"] for p in c.status()) == 0
+    finally:
+        d.stop()
+
+
+def test_a_bad_daemon_address_stops_the_crawl_before_it_starts():
+    need_module("scrapy")
+    from proxypool_client.scrapy_middleware import ConfigError, ProxyPoolMiddleware
+
+    with pytest.raises(ConfigError, match="tcp://HOST:PORT"):
+        ProxyPoolMiddleware.from_crawler(crawler_for({"PROXYPOOL_CONNECT": "tcp://127.0.0.1"}))
+    with pytest.raises(ConfigError, match="needs a token"):
+        ProxyPoolMiddleware.from_crawler(crawler_for({"PROXYPOOL_CONNECT": "tcp://127.0.0.1:7000",
+                                                      "PROXYPOOL_TOKEN": ""}))
+
+
+def test_the_documented_spider_crawls_through_the_pool(daemon, site, tinyproxy):
+    """The minimal spider of docs/python-client.md, run as written (only its start URLs
+    point at the local site): every page through the pool, each reported."""
+    need_module("scrapy")
+    from conftest import ROOT
+
+    (good,) = daemon.add("http://127.0.0.1:%d" % tinyproxy.port)
+    out = os.path.join(tempfile.mkdtemp(), "out.json")
+    urls = ["%s/page/%d" % (site.url, i) for i in range(3)]
+    env = dict(daemon.env, PYTHONPATH=os.path.dirname(HERE))
+    args = [sys.executable, os.path.join(HERE, "doc_spider.py"), os.path.join(ROOT, "docs", "python-client.md"), out]
+    p = subprocess.run(args + urls, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and os.path.exists(out), p.stderr[-4000:]
+    with open(out) as f:
+        result = json.load(f)
+    assert "proxypool_client.scrapy_middleware.ProxyPoolMiddleware" in result["settings"]["DOWNLOADER_MIDDLEWARES"]
+    assert sorted(i["url"] for i in result["items"]) == urls, p.stderr[-3000:]
+    assert {i["endpoint"] for i in result["items"]} == {good}
+    assert result["stats"]["finish_reason"] == "finished"
+    assert result["stats"]["proxypool/reports/success"] == 3
+    assert sorted(site.hits) == ["/page/%d" % i for i in range(3)]
+
+
+@pytest.mark.parametrize(
+    "retry_after,attempt,max_delay,want",
+    [
+        (None, 0, 60, 1.0), (None, 1, 60, 2.0), (None, 3, 60, 8.0), (None, 10, 60, 60.0), (None, 500, 60, 60.0),
+        (1.5, 0, 60, 1.5), (1.5, 7, 60, 1.5), (3600.0, 0, 60, 60.0), (0.0, 0, 60, 0.05), (None, 0, 0.3, 0.3),
+    ],
+)
+def test_backoff(retry_after, attempt, max_delay, want):
+    need_module("scrapy")
+    from proxypool_client.scrapy_middleware import backoff
+
+    assert backoff(retry_after, attempt, max_delay) == want

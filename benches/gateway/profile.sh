@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Where the gateway's own CPU goes under the tunnel load of run.sh: `perf record -g` on the
+# daemon while CLIENTS clients open CONNECT tunnels through it to tinyproxy. Prints the
+# share of samples by shared object (kernel, libc, proxypool...) and the inclusive share
+# of the busiest system calls and of the scheduler, for BENCHMARKS.md.
+#
+#   benches/gateway/profile.sh
+#
+# Environment (all optional):
+#   DURATION=8        seconds recorded
+#   CLIENTS=8         concurrent clients
+#   PROXYPOOL_BIN=... default: target/release/proxypool, built here with cargo (the
+#                     release profile keeps line debug info, so symbols resolve)
+#   LOADGEN=...       default: benches/gateway_load.rs, built here with cargo
+#
+# Needs perf (Debian linux-perf) with the right to sample the daemon and the kernel (root,
+# or kernel.perf_event_paranoid <= 1), nginx, tinyproxy, python3, cargo.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
+
+DURATION=${DURATION:-8}
+CLIENTS=${CLIENTS:-8}
+
+gw_need perf "Debian package linux-perf"
+gw_need nginx "Debian package nginx-light"
+gw_need tinyproxy "Debian package tinyproxy"
+gw_need python3 "Debian package python3"
+gw_need cargo "the Rust toolchain"
+gw_require_all || exit 2
+
+D=$(mktemp -d /tmp/gwprof.XXXXXX)
+trap 'gw_cleanup; rm -rf "$D"' EXIT
+trap 'exit 130' INT TERM
+ulimit -n "$(ulimit -Hn)"
+
+LOADGEN=$(gw_loadgen "$ROOT" "$D/cargo.err")
+PP=$(gw_proxypool "$ROOT" "$D/cargo.err")
+
+NGINX_PORT=$(gw_free_port)
+TP_PORT=$(gw_free_port)
+GW_PORT=$(gw_free_port)
+gw_start_nginx "$D" "$NGINX_PORT" 1
+gw_start_tinyproxy "$D" "$TP_PORT"
+gw_start_gateway "$D/gateway" "$PP" "$GW_PORT" forward "http://127.0.0.1:$TP_PORT"
+DEST=127.0.0.1:$NGINX_PORT
+
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+"$LOADGEN" tunnels --proxy "127.0.0.1:$GW_PORT" --target "$DEST" --path /small \
+    --clients "$CLIENTS" --secs $((DURATION + 2)) >"$D/load.out" &
+LOAD=$!
+gw_track "$LOAD"
+perf record -q -g -o "$D/perf.data" -p "$GW_GATEWAY_PID" -- sleep "$DURATION" 2>"$D/perf.err" ||
+    { cat "$D/perf.err" >&2; exit 1; }
+wait "$LOAD"
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+line=$(cat "$D/load.out")
+gw_log "tunnels: $line"
+
+perf report -i "$D/perf.data" --stdio --no-children --sort dso -g none 2>/dev/null >"$D/dso.txt"
+perf report -i "$D/perf.data" --stdio --children --sort sym -g none 2>/dev/null >"$D/sym.txt"
+samples=$(sed -n 's/^# Samples: \([^ ]*\).*/\1/p' "$D/dso.txt" | head -1)
+
+echo
+echo "Gateway profile — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $CLIENTS clients, ${DURATION}s recorded,"
+echo "$samples samples, $(gw_kv rate "$line") tunnels/s; load average before $LOAD_BEFORE, after $LOAD_AFTER."
+echo
+python3 - "$D/dso.txt" "$D/sym.txt" <<'PY'
+import re, sys
+
+def rows(path):
+    for line in open(path):
+        if line.startswith("#") or not line.strip():
+            continue
+        yield line.split()
+
+print("| shared object | share of samples |")
+print("|---|---:|")
+for f in rows(sys.argv[1]):
+    if f[0].endswith("%") and float(f[0][:-1]) >= 0.5:
+        print(f"| `{f[1]}` | {f[0]} |")
+print()
+print("| in (inclusive) | share of samples |")
+print("|---|---:|")
+seen = set()
+for f in rows(sys.argv[2]):
+    # "Children  Self  [k]  symbol"
+    if len(f) < 4 or not f[0].endswith("%"):
+        continue
+    sym = f[-1]
+    m = re.fullmatch(r"__(?:x64|arm64)_sys_(\w+)", sym)
+    name = m.group(1) if m else ("scheduler (context switches)" if sym == "__schedule" else None)
+    if name and name not in seen and float(f[0][:-1]) >= 1.0:
+        seen.add(name)
+        print(f"| {name if name.startswith('sched') else '`' + name + '`'} | {f[0]} |")
+PY

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# System calls the gateway makes per CONNECT tunnel (connect, `CONNECT host:port`, one
+# small GET inside, close), counted with `strace -c -f` attached to every thread of the
+# daemon while one client opens tunnels through it to tinyproxy. The daemon's idle
+# background (timers, the store thread) is counted for as long again with no client, and
+# subtracted. Prints a markdown table for BENCHMARKS.md.
+#
+#   benches/gateway/syscalls.sh
+#
+# Environment (all optional):
+#   DURATION=3        seconds of tunnels (strace slows the daemon: a few thousand tunnels)
+#   PROXYPOOL_BIN=... default: target/release/proxypool, built here with cargo
+#   LOADGEN=...       default: benches/gateway_load.rs, built here with cargo
+#
+# Needs strace, nginx, tinyproxy (Debian), python3, cargo, and the right to ptrace the
+# daemon (root, or kernel.yama.ptrace_scope = 0). Traffic stays on 127.0.0.1.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
+
+DURATION=${DURATION:-3}
+
+gw_need strace "Debian package strace"
+gw_need nginx "Debian package nginx-light"
+gw_need tinyproxy "Debian package tinyproxy"
+gw_need python3 "Debian package python3"
+gw_need cargo "the Rust toolchain"
+gw_require_all || exit 2
+
+D=$(mktemp -d /tmp/gwsys.XXXXXX)
+trap 'gw_cleanup; rm -rf "$D"' EXIT
+trap 'exit 130' INT TERM
+
+LOADGEN=$(gw_loadgen "$ROOT" "$D/cargo.err")
+PP=$(gw_proxypool "$ROOT" "$D/cargo.err")
+
+NGINX_PORT=$(gw_free_port)
+TP_PORT=$(gw_free_port)
+GW_PORT=$(gw_free_port)
+gw_start_nginx "$D" "$NGINX_PORT" 1
+gw_start_tinyproxy "$D" "$TP_PORT"
+gw_start_gateway "$D/gateway" "$PP" "$GW_PORT" forward "http://127.0.0.1:$TP_PORT"
+DEST=127.0.0.1:$NGINX_PORT
+# One warm-up tunnel: the first one pays for lazy setup (the upstream's first dial).
+"$LOADGEN" tunnels --proxy "127.0.0.1:$GW_PORT" --target "$DEST" --clients 1 --secs 0.2 >/dev/null
+
+# count OUT SECONDS [LOADGEN ARGS...]: strace every thread for SECONDS, optionally while
+# the load generator runs; the summary goes to OUT, the load generator's line to stdout.
+count() {
+    local out=$1 secs=$2 t pid
+    shift 2
+    # -f with -p attaches every thread of the process, and those it starts later.
+    strace -c -f -qq -o "$out" -p "$GW_GATEWAY_PID" &
+    pid=$!
+    # Counted from the moment every thread is traced.
+    for t in /proc/"$GW_GATEWAY_PID"/task/*; do
+        local i
+        for ((i = 0; i < 200; i++)); do
+            [[ $(awk '/^TracerPid:/ {print $2}' "$t/status" 2>/dev/null) != 0 ]] && break
+            sleep 0.05
+        done
+        ((i < 200)) || { gw_log "strace did not attach to ${t##*/}"; exit 1; }
+    done
+    if (($#)); then
+        "$LOADGEN" "$@"
+    else
+        sleep "$secs"
+    fi
+    kill -INT "$pid"
+    wait "$pid" || true
+}
+
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+line=$(count "$D/busy.txt" "$DURATION" tunnels --proxy "127.0.0.1:$GW_PORT" --target "$DEST" \
+    --path /small --clients 1 --secs "$DURATION")
+gw_log "tunnels: $line"
+[[ $(gw_kv errors "$line") == 0 ]] || { gw_log "tunnels failed: $line"; exit 1; }
+TUNNELS=$(gw_kv ok "$line")
+count "$D/idle.txt" "$DURATION"
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+
+echo
+echo "Gateway system calls per tunnel — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $TUNNELS tunnels"
+echo "in ${DURATION}s under strace from one client, minus ${DURATION}s idle; load average before $LOAD_BEFORE, after $LOAD_AFTER."
+echo
+python3 - "$D/busy.txt" "$D/idle.txt" "$TUNNELS" <<'PY'
+import re, sys
+
+def calls(path):
+    out = {}
+    for line in open(path):
+        f = line.split()
+        # "% time  seconds  usecs/call  calls  [errors]  syscall"
+        if len(f) >= 5 and re.fullmatch(r"[\d.]+", f[0]) and f[-1] != "total":
+            out[f[-1]] = int(f[3])
+    return out
+
+busy, idle, n = calls(sys.argv[1]), calls(sys.argv[2]), int(sys.argv[3])
+per = {k: (v - idle.get(k, 0)) / n for k, v in busy.items()}
+per = {k: v for k, v in per.items() if v >= 0.05}
+print("| system call | per tunnel |")
+print("|---|---:|")
+for k, v in sorted(per.items(), key=lambda kv: -kv[1]):
+    print(f"| `{k}` | {v:.2f} |")
+waits = ("epoll_wait", "futex")
+print(f"| **total** | **{sum(per.values()):.1f}** |")
+print(f"| total without waiting and waking ({', '.join(f'`{w}`' for w in waits)}) | "
+      f"{sum(v for k, v in per.items() if k not in waits):.1f} |")
+PY
