@@ -65,10 +65,12 @@ for side in "ab":
                 cells[key] = {"a": [], "b": []}
                 order.append(key)
             cells[key][side].append(ops)
-print(f"\nmedian ops/s of {rounds} runs each, run alternately")
-print(f"{'load':<38} {'conns':>5} {'A':>10} {'B':>10} {'B/A':>6}")
+print(f"\nmedian ops/s of {rounds} runs each, run alternately (and the range of the runs)")
+print(f"{'load':<38} {'conns':>5} {'A':>10} {'B':>10} {'B/A':>6}   {'A runs':>17} {'B runs':>17}")
 for key in order:
     a, b = (statistics.median(cells[key][s]) for s in "ab")
-    print(f"{key[0]:<38} {key[1]:>5} {a:>10.0f} {b:>10.0f} {b / a:>6.2f}")
+    span = lambda v: f"{min(v):.0f}-{max(v):.0f}"
+    print(f"{key[0]:<38} {key[1]:>5} {a:>10.0f} {b:>10.0f} {b / a:>6.2f}"
+          f"   {span(cells[key]['a']):>17} {span(cells[key]['b']):>17}")
 EOF
 echo "load average before $LOAD_BEFORE, after $LOAD_AFTER."
