@@ -6,15 +6,13 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant, SystemTime};
 
-use proxypool::config::PoolConfig;
+use proxypool::config::{Durability, PoolConfig};
 use proxypool::endpoint::ProxyUrl;
 use proxypool::event_kind::EventKind;
 use proxypool::health::{Phase, Reason, State};
 use proxypool::pool::engine::Writer;
 use proxypool::pool::Pools;
-use proxypool::store::{
-    Durability, EndpointRow, HealthRecord, NewEndpoint, NewEvent, Store, Write,
-};
+use proxypool::store::{EndpointRow, HealthRecord, NewEndpoint, NewEvent, Store, Write};
 
 fn row(i: i64) -> EndpointRow {
     EndpointRow {

@@ -18,14 +18,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use proxypool::config::{Config, PoolConfig};
+use proxypool::config::{Config, Durability, PoolConfig};
 use proxypool::event_kind::EventKind;
 use proxypool::health::{Reason, State};
 use proxypool::pool::engine::Engine;
 use proxypool::pool::{Pools, Want};
 use proxypool::server::{self, Handler};
 use proxypool::store::pairs::{PairRecord, PairWrite};
-use proxypool::store::{Durability, NewEndpoint, NewEvent, Store};
+use proxypool::store::{NewEndpoint, NewEvent, Store};
 use support::Conn;
 use tokio_util::sync::CancellationToken;
 

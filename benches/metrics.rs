@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use proxypool::health::{Reason, State};
-use proxypool::http::{HttpApp, PageLimits, PageModel, SourceError, StatusSource};
 use proxypool::metrics::{GaugeSnapshot, LeaseResult, Metrics};
 use proxypool::pool::PoolStatus;
 use proxypool::protocol::ErrorCode;
 use proxypool::store::EndpointView;
+use proxypool::web::{HttpApp, PageLimits, PageModel, StatusError, StatusSource};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
@@ -95,18 +95,18 @@ fn time_encode(m: &Metrics, runs: usize) -> (f64, f64, usize) {
 struct CountsSource;
 
 impl StatusSource for CountsSource {
-    async fn status(&self, _pool: Option<&str>) -> Result<Vec<PoolStatus>, SourceError> {
+    async fn status(&self, _pool: Option<&str>) -> Result<Vec<PoolStatus>, StatusError> {
         Ok(Vec::new())
     }
     async fn endpoints(
         &self,
         _pool: Option<&str>,
         _state: Option<State>,
-    ) -> Result<Vec<EndpointView>, SourceError> {
+    ) -> Result<Vec<EndpointView>, StatusError> {
         Ok(Vec::new())
     }
-    async fn page(&self, _limits: PageLimits) -> Result<PageModel, SourceError> {
-        Err(SourceError::new(
+    async fn page(&self, _limits: PageLimits) -> Result<PageModel, StatusError> {
+        Err(StatusError::new(
             ErrorCode::Internal,
             "the page is not part of this benchmark",
         ))
@@ -115,17 +115,13 @@ impl StatusSource for CountsSource {
 
 /// GET /metrics over loopback, median and max of `runs` in ms.
 async fn time_scrape(m: Metrics, runs: usize) -> (f64, f64) {
-    let listener = proxypool::http::bind("127.0.0.1:0".parse().unwrap())
+    let listener = proxypool::web::bind("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
     let app = HttpApp::new(Arc::new(CountsSource), Arc::new(m), None);
-    tokio::spawn(proxypool::http::serve(
-        listener,
-        Arc::new(app),
-        stop.clone(),
-    ));
+    tokio::spawn(proxypool::web::serve(listener, Arc::new(app), stop.clone()));
     let mut v = Vec::with_capacity(runs);
     for _ in 0..runs {
         let t = Instant::now();

@@ -14,10 +14,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use proxypool::config::{Config, PoolConfig};
+use proxypool::config::{Config, Durability, PoolConfig};
 use proxypool::pool::engine::{Engine, EngineOptions};
 use proxypool::server::{self, Handler};
-use proxypool::store::{Durability, NewEndpoint, Store};
+use proxypool::store::{NewEndpoint, Store};
 use support::Conn;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;

@@ -1,4 +1,6 @@
-//! The TOML configuration file: parsing with unknown-key rejection, then validation.
+//! The TOML configuration file: the validated `Config` and its parts. `raw` holds the
+//! file as written (unknown keys rejected), `parse` checks it section by section,
+//! `gateway` a `[[gateway]]`.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -9,13 +11,12 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::endpoint::ProxyUrl;
-use crate::health::{Policy, PolicyError, ReasonPolicy};
-use crate::store::Durability;
+use crate::health::Policy;
 
 mod gateway;
 pub use gateway::{GatewayConfig, PlainHttp};
+mod parse;
 mod raw;
-use raw::*;
 
 /// The name of the pool used when none is given.
 pub const DEFAULT_POOL: &str = "default";
@@ -270,6 +271,18 @@ pub struct EndpointDecl {
 /// `[store] events_retention` when the config does not say.
 pub const DEFAULT_EVENTS_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// `[store] synchronous`: how hard a commit is pushed to disk before it is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// WAL + `synchronous=NORMAL`: a commit survives a crash or `kill -9` of the process;
+    /// only an OS crash or power loss may roll back the last commits.
+    #[default]
+    Normal,
+    /// WAL + `synchronous=FULL`: every commit is fsynced, surviving power loss too.
+    Full,
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -281,7 +294,8 @@ pub struct Config {
     pub durability: Durability,
     /// `[server] socket`, resolved.
     pub socket: Option<PathBuf>,
-    /// `[server] http`: the read-only HTTP listener (SPEC §14); off when absent.
+    /// `[server] http`: the read-only HTTP listener (docs/observability.md, "HTTP
+    /// listener"); off when absent.
     pub http: Option<std::net::SocketAddr>,
     /// `[store] events_retention`: events older than this are pruned; zero keeps them all.
     pub events_retention: Duration,
@@ -292,7 +306,7 @@ pub struct Config {
     /// `[[gateway]]` entries (and `serve --gateway`).
     pub gateways: Vec<GatewayConfig>,
     /// `[server] max_connections` (Unix socket) and `max_tcp_connections`; `None` derives
-    /// them from the open-file limit (`fd_limit::default_caps`).
+    /// them from the open-file limit (`server::fd_limit::default_caps`).
     pub max_connections: Option<usize>,
     pub max_tcp_connections: Option<usize>,
 }
@@ -329,291 +343,10 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Parse and validate TOML text; relative paths resolve against `base`.
-    pub fn parse(text: &str, name: &str, base: Option<&Path>) -> Result<Config, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: name.to_string(),
-            message: e.to_string().trim_end().to_string(),
-        })?;
-        let invalid = |key: String, message: String| ConfigError::Invalid {
-            path: name.to_string(),
-            key,
-            message,
-        };
-        let resolve = |p: PathBuf| match base {
-            Some(b) if p.is_relative() => b.join(p),
-            _ => p,
-        };
-        let (store_path, durability, events_retention) = match raw.store {
-            Some(s) => (
-                s.path.map(resolve),
-                s.synchronous.unwrap_or_default(),
-                s.events_retention.unwrap_or(DEFAULT_EVENTS_RETENTION),
-            ),
-            None => (None, Durability::default(), DEFAULT_EVENTS_RETENTION),
-        };
-        let (socket, http, max_connections, max_tcp_connections) = match raw.server {
-            Some(s) => (s.socket, s.http, s.max_connections, s.max_tcp_connections),
-            None => (None, None, None, None),
-        };
-        for (key, v) in [
-            ("server.max_connections", max_connections),
-            ("server.max_tcp_connections", max_tcp_connections),
-        ] {
-            if v == Some(0) {
-                return Err(invalid(
-                    key.to_string(),
-                    "must be at least 1 (leave it out for a default from the open-file limit)"
-                        .to_string(),
-                ));
-            }
-        }
-        let mut cfg = Config {
-            store_path,
-            durability,
-            socket: socket.map(resolve),
-            max_connections,
-            max_tcp_connections,
-            http,
-            events_retention,
-            ..Config::default()
-        };
-        let mut seen = std::collections::BTreeSet::new();
-        for (i, rp) in raw.pools.into_iter().enumerate() {
-            let key = format!("pool[{i}]");
-            if rp.name.trim().is_empty() {
-                return Err(invalid(format!("{key}.name"), "must not be empty".into()));
-            }
-            if !seen.insert(rp.name.clone()) {
-                return Err(invalid(
-                    format!("{key}.name"),
-                    format!("pool {:?} is declared twice", rp.name),
-                ));
-            }
-            let key = format!("pool.{}", rp.name);
-            let mut pool = PoolConfig::builtin(&rp.name);
-            pool.mode = rp.mode;
-            pool.max_leases_per_endpoint = rp.max_leases_per_endpoint;
-            if let Some(p) = rp.probe {
-                let pr = &mut pool.probe;
-                if let Some(u) = p.url {
-                    validate_probe_url(&u).map_err(|m| invalid(format!("{key}.probe.url"), m))?;
-                    pr.url = Some(u);
-                }
-                if let Some(m) = p.method {
-                    if m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()) {
-                        return Err(invalid(
-                            format!("{key}.probe.method"),
-                            format!("{m:?} is not an HTTP method (e.g. GET, HEAD)"),
-                        ));
-                    }
-                    pr.method = m;
-                }
-                if let Some(s) = p.expect_status {
-                    pr.expect_status = s
-                        .parse()
-                        .map_err(|m| invalid(format!("{key}.probe.expect_status"), m))?;
-                }
-                pr.expect_body = p.expect_body;
-                if let Some(t) = p.timeout {
-                    if t.is_zero() {
-                        return Err(invalid(
-                            format!("{key}.probe.timeout"),
-                            "must be > 0".into(),
-                        ));
-                    }
-                    pr.timeout = t;
-                }
-                if let Some(m) = p.max_body {
-                    pr.max_body = m;
-                }
-                if let Some(i) = p.interval {
-                    // Sub-second periodic probes would hammer every proxy (and the store).
-                    if !i.is_zero() && i < Duration::from_secs(1) {
-                        return Err(invalid(
-                            format!("{key}.probe.interval"),
-                            "must be at least 1s (or \"0s\" for no periodic probes)".into(),
-                        ));
-                    }
-                    pr.interval = i;
-                }
-                if let Some(c) = p.concurrency {
-                    if c == 0 {
-                        return Err(invalid(
-                            format!("{key}.probe.concurrency"),
-                            "must be >= 1".into(),
-                        ));
-                    }
-                    pr.concurrency = c;
-                }
-                for (h, v) in &p.headers {
-                    if hyper::header::HeaderName::from_bytes(h.as_bytes()).is_err()
-                        || hyper::header::HeaderValue::from_str(v).is_err()
-                    {
-                        return Err(invalid(
-                            format!("{key}.probe.headers.{h}"),
-                            "not a valid HTTP header".into(),
-                        ));
-                    }
-                }
-                pr.headers = p.headers;
-                pr.ca_file = p.ca_file.map(resolve);
-            }
-            if let Some(c) = rp.cooldown {
-                let d = &mut pool.policy.cooldown;
-                d.base = c.base.unwrap_or(d.base);
-                d.factor = c.factor.unwrap_or(d.factor);
-                d.max = c.max.unwrap_or(d.max);
-                d.jitter = c.jitter.unwrap_or(d.jitter);
-                pool.policy.fall = c.fall.unwrap_or(pool.policy.fall);
-                for (reason, r) in c.reasons {
-                    let entry = pool.policy.reasons.entry(reason).or_default();
-                    *entry = ReasonPolicy {
-                        base: r.base,
-                        factor: r.factor,
-                        max: r.max,
-                        jitter: r.jitter,
-                        disable_after: r.disable_after.or(entry.disable_after),
-                        fall: r.fall.or(entry.fall),
-                    };
-                }
-            }
-            pool.policy
-                .validate(&format!("{key}.cooldown"))
-                .map_err(|e: PolicyError| invalid(key.clone(), e.to_string()))?;
-            let mut sources = Vec::new();
-            for (j, s) in rp.sources.into_iter().enumerate() {
-                let skey = format!("{key}.source[{j}]");
-                let kind = match s.kind {
-                    RawSourceKind::File => SourceKind::File(resolve(s.path.ok_or_else(|| {
-                        invalid(format!("{skey}.path"), "kind = \"file\" needs path".into())
-                    })?)),
-                    RawSourceKind::Url => {
-                        let u = s.url.ok_or_else(|| {
-                            invalid(format!("{skey}.url"), "kind = \"url\" needs url".into())
-                        })?;
-                        validate_probe_url(&u).map_err(|m| invalid(format!("{skey}.url"), m))?;
-                        SourceKind::Url(u)
-                    }
-                    RawSourceKind::Command => {
-                        let c = s.command.filter(|c| !c.is_empty()).ok_or_else(|| {
-                            invalid(
-                                format!("{skey}.command"),
-                                "kind = \"command\" needs command = [\"prog\", \"arg\", ...]"
-                                    .into(),
-                            )
-                        })?;
-                        SourceKind::Command(c)
-                    }
-                };
-                sources.push(SourceConfig {
-                    kind,
-                    preferred: s.preferred,
-                    refresh: s.refresh.unwrap_or(Duration::from_secs(600)),
-                    timeout: s.timeout.unwrap_or(Duration::from_secs(30)),
-                    max_bytes: s.max_bytes.unwrap_or(4 << 20),
-                    dir: base.map(Path::to_path_buf),
-                });
-            }
-            if !sources.is_empty() && pool.mode != Mode::Sniffing {
-                return Err(invalid(
-                    format!("{key}.source"),
-                    format!("sources need mode = \"sniffing\" (pool is {})", pool.mode),
-                ));
-            }
-            if pool.mode == Mode::Sniffing && sources.is_empty() {
-                return Err(invalid(
-                    format!("{key}.source"),
-                    "mode = \"sniffing\" needs at least one [[pool.source]]".into(),
-                ));
-            }
-            // No built-in target: probing a page the user never chose proves nothing
-            // about the destination that matters (SPEC §15).
-            if pool.mode.prober_recovers() && pool.probe.url.is_none() {
-                return Err(invalid(
-                    format!("{key}.probe.url"),
-                    format!(
-                        "pool {:?} is mode = \"{}\": its prober needs a target; set [pool.probe] url \
-                         to a page of the destination that matters",
-                        pool.name, pool.mode
-                    ),
-                ));
-            }
-            // Stable sort: preferred first, then config order.
-            sources.sort_by_key(|s| !s.preferred);
-            pool.sources = sources;
-            cfg.pools.insert(pool.name.clone(), pool);
-        }
-        for (i, e) in raw.endpoints.into_iter().enumerate() {
-            let key = format!("endpoint[{i}]");
-            let url = ProxyUrl::parse(&e.url)
-                .map_err(|err| invalid(format!("{key}.url"), err.to_string()))?;
-            let pool = e.pool.unwrap_or_else(|| DEFAULT_POOL.to_string());
-            if !cfg.pools.contains_key(&pool) {
-                return Err(invalid(
-                    format!("{key}.pool"),
-                    format!("unknown pool {pool:?} (declare it with [[pool]])"),
-                ));
-            }
-            cfg.endpoints.push(EndpointDecl {
-                url,
-                pool,
-                label: e.label,
-            });
-        }
-        for (i, g) in raw.gateways.into_iter().enumerate() {
-            let key = format!("gateway[{i}]");
-            let listen = g.listen.parse().map_err(|e| {
-                invalid(
-                    format!("{key}.listen"),
-                    format!("{:?} is not an IP:port address: {e}", g.listen),
-                )
-            })?;
-            let mut gw = GatewayConfig::new(listen);
-            if let Some(p) = g.pool {
-                if !cfg.pools.contains_key(&p) {
-                    return Err(invalid(
-                        format!("{key}.pool"),
-                        format!("unknown pool {p:?} (declare it with [[pool]])"),
-                    ));
-                }
-                gw.pool = p;
-            }
-            gw.retries = g.retries.unwrap_or(gw.retries);
-            gw.ban_status = g.ban_status.unwrap_or(gw.ban_status);
-            gw.retry_status = g.retry_status.unwrap_or(gw.retry_status);
-            gw.connect_timeout = g.connect_timeout.unwrap_or(gw.connect_timeout);
-            gw.token = g.token.filter(|t| !t.is_empty());
-            gw.max_connections = g.max_connections.unwrap_or(gw.max_connections);
-            gw.ca_file = g.ca_file.map(resolve);
-            gw.plain_http = g.plain_http.unwrap_or_default();
-            gw.check()
-                .map_err(|(k, m)| invalid(format!("{key}.{k}"), m))?;
-            cfg.gateways.push(gw);
-        }
-        Ok(cfg)
-    }
-
     /// The pool config for `name`, if configured (or `default`).
     pub fn pool(&self, name: &str) -> Option<&PoolConfig> {
         self.pools.get(name)
     }
-}
-
-fn validate_probe_url(u: &str) -> Result<(), String> {
-    // Provider URLs may carry credentials: errors show them redacted.
-    let shown = crate::endpoint::redact_raw(u);
-    let uri: hyper::Uri = u
-        .parse()
-        .map_err(|e| format!("{shown:?} is not a URL: {e}"))?;
-    match uri.scheme_str() {
-        Some("http") | Some("https") => {}
-        _ => return Err(format!("{shown:?} must be an http:// or https:// URL")),
-    }
-    if uri.host().is_none_or(str::is_empty) {
-        return Err(format!("{shown:?} has no host"));
-    }
-    Ok(())
 }
 
 /// `$XDG_DATA_HOME/proxypool/proxypool.db` (or `~/.local/share/...`).

@@ -13,9 +13,9 @@ use tracing::{debug, info, warn};
 
 use crate::config::{Config, PoolConfig};
 use crate::pool::engine::{Engine, EngineError};
+use crate::probe::run::{probe_one, probers, run_and_record};
+use crate::probe::ProbeReport;
 use crate::probe::{ProbeError, Prober};
-use crate::probe_report::ProbeReport;
-use crate::probe_run::{probe_one, probers, run_and_record};
 use crate::server::{self, Handler, ServerError};
 use crate::sources;
 use reload::Reloader;
@@ -24,7 +24,7 @@ mod reload;
 
 mod retention;
 mod status;
-pub use retention::{prune_before, Retention};
+pub use retention::Retention;
 pub use status::DaemonStatus;
 
 /// Errors starting or running the daemon.
@@ -57,7 +57,7 @@ pub struct ServeOptions {
     /// `http::check_bind` before the daemon starts.
     pub http: Option<SocketAddr>,
     /// The database lock this daemon holds: its socket is published there once bound.
-    pub lock: Option<Arc<crate::lock::Held>>,
+    pub lock: Option<Arc<crate::store::lock::Held>>,
     /// The config file SIGHUP reloads (none: built-in defaults, nothing to reload).
     pub reload_from: Option<PathBuf>,
 }
@@ -218,7 +218,7 @@ pub async fn serve(
     let hup = opts.reload_from.as_ref().map(|_| Reloader::listen());
     let listener = server::bind_unix(&opts.socket).await?;
     if let Some(held) = &opts.lock {
-        crate::lock::publish(held, &opts.socket).map_err(|source| ServerError::Bind {
+        crate::store::lock::publish(held, &opts.socket).map_err(|source| ServerError::Bind {
             path: "the database lock file".into(),
             source,
         })?;
@@ -240,7 +240,7 @@ pub async fn serve(
     }
     let http = match opts.http {
         Some(addr) => Some(
-            crate::http::bind(addr)
+            crate::web::bind(addr)
                 .await
                 .map_err(|source| ServerError::Bind {
                     path: format!("http {addr}"),
@@ -298,8 +298,8 @@ pub async fn serve(
     let http_addr = http.as_ref().and_then(|l| l.local_addr().ok());
     if let Some(l) = http {
         let source = Arc::new(DaemonStatus::new(engine.clone()));
-        let app = crate::http::HttpApp::new(source, engine.metrics().clone(), opts.token.clone());
-        tracker.spawn(crate::http::serve(l, Arc::new(app), shutdown.clone()));
+        let app = crate::web::HttpApp::new(source, engine.metrics().clone(), opts.token.clone());
+        tracker.spawn(crate::web::serve(l, Arc::new(app), shutdown.clone()));
     }
     tracker.spawn(retention::run(
         engine.clone(),
@@ -317,7 +317,7 @@ pub async fn serve(
     server::run(listener, handler, shutdown.clone()).await;
     tracker.close();
     tracker.wait().await;
-    crate::socket_file::remove_own(&opts.socket);
+    crate::server::socket_file::remove_own(&opts.socket);
     if let Some(e) = lost.lock().unwrap_or_else(|p| p.into_inner()).take() {
         return Err(e.into());
     }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 mod policy;
-pub mod scope;
+pub(crate) mod scope;
 
 pub use policy::{Cooldown, Policy, PolicyError, ReasonPolicy};
 

@@ -5,31 +5,23 @@
 //! endpoints over a local socket and report how each use went.
 
 pub mod cli;
-pub mod client;
 pub mod config;
-pub mod daemon;
-pub mod dial;
+pub(crate) mod daemon;
+pub(crate) mod dial;
 pub mod endpoint;
 pub mod event_kind;
-pub mod fd_limit;
 pub mod gateway;
 pub mod health;
-pub mod http;
-pub mod limits;
-pub mod lock;
-pub mod logging;
+pub(crate) mod limits;
 pub mod metrics;
 pub mod pool;
 pub mod probe;
-pub mod probe_report;
-pub mod probe_run;
 pub mod protocol;
 pub mod redact;
-pub mod retry_after;
+pub(crate) mod retry_after;
 pub mod server;
-pub mod socket_file;
 pub mod sources;
 pub mod stats;
 pub mod store;
-pub mod token;
-pub mod wall_time;
+pub(crate) mod wall_time;
+pub mod web;

@@ -8,9 +8,9 @@ use proxypool::cli::{self, Cli};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let serve = matches!(cli.command, cli::Command::Serve { .. });
-    proxypool::logging::init(
+    proxypool::cli::logging::init(
         cli.global.log_format,
-        proxypool::logging::default_level(serve, cli.global.verbose, cli.global.quiet),
+        proxypool::cli::logging::default_level(serve, cli.global.verbose, cli.global.quiet),
     );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

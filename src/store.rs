@@ -8,14 +8,16 @@ use include_dir::{include_dir, Dir};
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 use rusqlite_migration::Migrations;
 
+use crate::config::Durability;
 use crate::endpoint::{EndpointId, ProxyUrl, Scheme};
 use crate::event_kind::EventKind;
 use crate::health::{Phase, Reason, State};
 
-mod edit;
+mod edit_endpoint;
+mod history;
 mod insert;
-mod observe;
-pub use observe::EventFilter;
+pub(crate) mod lock;
+pub use history::EventFilter;
 pub mod pairs;
 mod rows;
 pub use rows::{
@@ -96,18 +98,6 @@ pub enum StoreError {
 
 pub use crate::wall_time::{fmt_time, parse_time};
 
-/// How hard a commit is pushed to disk before it is acknowledged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Durability {
-    /// WAL + `synchronous=NORMAL`: a commit survives a crash or `kill -9` of the process;
-    /// only an OS crash or power loss may roll back the last commits.
-    #[default]
-    Normal,
-    /// WAL + `synchronous=FULL`: every commit is fsynced, surviving power loss too.
-    Full,
-}
-
 /// The SQLite store.
 pub struct Store {
     conn: Connection,
@@ -162,7 +152,7 @@ impl Store {
         }
         check_single_link(path)?;
         // Two processes opening a new database at once must not both run the migrations.
-        let _migrating = crate::lock::migration(path).map_err(|e| StoreError::Migration {
+        let _migrating = lock::migration(path).map_err(|e| StoreError::Migration {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
@@ -621,7 +611,7 @@ fn insert_event(tx: &Connection, ev: &NewEvent) -> Result<(), StoreError> {
 }
 
 /// Append `ev` as about `endpoint` (a pair write names its pair's endpoint), with the
-/// pair's `destination` and the report's HTTP `status` (SPEC §13).
+/// pair's `destination` and the report's HTTP `status` (docs/destinations.md, "Events").
 fn insert_event_on(
     tx: &Connection,
     endpoint: Option<EndpointId>,

@@ -4,7 +4,7 @@
 
 mod common;
 
-use proxypool::fd_limit::{default_caps, nofile, raise_nofile};
+use proxypool::server::fd_limit::{default_caps, nofile, raise_nofile};
 
 #[allow(clippy::unnecessary_cast)]
 fn limits() -> (u64, u64) {

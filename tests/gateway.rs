@@ -199,8 +199,8 @@ async fn ban_on_plain_http_is_reported_with_status_and_retry_after() {
     assert_eq!(r.text(), "slow down");
     assert_eq!(r.endpoint(), Some(gw.ids[0]));
     gw.until_no_leases().await;
-    // A ban is the destination's (docs/destinations.md): the endpoint stays in service for other
-    // sites, the (endpoint, 127.0.0.1) pair cools.
+    // A ban is the destination's (docs/destinations.md, "The scoping rule"): the endpoint
+    // stays in service for other sites, the (endpoint, 127.0.0.1) pair cools.
     assert_eq!(gw.row(gw.ids[0]).state, State::Available);
     let pairs = gw.pairs(gw.ids[0]);
     assert_eq!(pairs.len(), 1, "{pairs:?}");
@@ -689,4 +689,127 @@ async fn unusable_ca_file_stops_the_gateway_naming_the_file() {
         err.to_string().contains("/nonexistent/gateway-ca.pem"),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn retry_status_with_the_default_retries_gives_the_client_the_last_answer() {
+    let d = dest(DestCfg {
+        status: 403,
+        ..Default::default()
+    })
+    .await;
+    let (a, b) = (http_upstream().await, http_upstream().await);
+    // retries = 2 (the default), but only two upstreams: the second re-send finds no
+    // untried upstream, and the client gets the answer it has.
+    let gw = Gw::start(&[url("http", a.port()), url("http", b.port())], |g| {
+        g.retry_status = vec![403];
+    })
+    .await;
+    let r = roundtrip(gw.addr, &get(d.port(), "/", "")).await;
+    assert_eq!(r.status(), 403, "{}", r.head);
+    assert_eq!(r.endpoint(), Some(gw.ids[1]), "the last answer's upstream");
+    assert_eq!((a.seen().len(), b.seen().len()), (1, 1));
+    gw.until_no_leases().await;
+}
+
+#[tokio::test]
+async fn one_retry_budget_per_client_request_whatever_spends_it() {
+    let d = dest(DestCfg {
+        status: 403,
+        ..Default::default()
+    })
+    .await;
+    let (a, c) = (http_upstream().await, http_upstream().await);
+    // retries = 1: two tries in all. The re-send after A's 403 spends the second on the
+    // dead upstream; C is never asked, and the client gets A's answer.
+    let urls = [url("http", a.port()), dead().await, url("http", c.port())];
+    let gw = Gw::start(&urls, |g| {
+        g.retry_status = vec![403];
+        g.retries = 1;
+    })
+    .await;
+    let r = roundtrip(gw.addr, &get(d.port(), "/", "")).await;
+    assert_eq!(r.status(), 403, "{}", r.head);
+    assert_eq!(r.endpoint(), Some(gw.ids[0]));
+    assert_eq!((a.seen().len(), c.seen().len()), (1, 0));
+    gw.until_no_leases().await;
+    assert_eq!(gw.row(gw.ids[1]).reason, Some(Reason::ConnectRefused));
+}
+
+#[tokio::test]
+async fn answers_name_the_upstream_when_one_was_involved_and_only_then() {
+    let d = dest(DestCfg::default()).await;
+    let locked = http_proxy(HttpProxyCfg {
+        auth: Some(("alice".into(), "s3cret".into())),
+        ..Default::default()
+    })
+    .await;
+    // The only upstream refuses its credentials with 407 to a forwarded request: it was
+    // tried, reported, and nothing else is left. The client hears about that upstream.
+    let wrong = format!("http://alice:wrong@127.0.0.1:{}", locked.port());
+    let gw = Gw::start(&[wrong], |g| g.plain_http = PlainHttp::Forward).await;
+    let r = roundtrip(gw.addr, &get(d.port(), "/", "")).await;
+    assert_eq!(r.status(), 502, "{}", r.head);
+    assert_eq!(r.header("x-proxypool-error"), Some("proxy_auth_rejected"));
+    assert_eq!(r.endpoint(), Some(gw.ids[0]));
+    gw.until_no_leases().await;
+
+    // The gateway's own answers, where no upstream was involved, name none.
+    let limits = Limits {
+        first_request: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let up = http_upstream().await;
+    let gw = Gw::start_with(
+        &[url("http", up.port())],
+        |g| g.token = Some("t0ken".into()),
+        limits,
+    )
+    .await;
+    let auth = format!(
+        "Proxy-Authorization: Basic {}\r\n",
+        base64(b"session-a:t0ken")
+    );
+    let unknown_key = format!(
+        "Proxy-Authorization: Basic {}\r\n",
+        base64(b"country-us:t0ken")
+    );
+    let slow_body = format!(
+        "GET http://127.0.0.1:{}/ HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 10\r\n\r\n",
+        d.port()
+    );
+    let big_body = format!(
+        "GET http://127.0.0.1:{}/ HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 70000\r\n\r\n{}",
+        d.port(),
+        "a".repeat(70_000)
+    );
+    let cases: [(Vec<u8>, u16); 5] = [
+        (get(d.port(), "/", ""), 407),
+        (get(d.port(), "/", &unknown_key), 400),
+        (
+            format!("GET / HTTP/1.1\r\nHost: x\r\n{auth}\r\n").into_bytes(),
+            400,
+        ),
+        (slow_body.into_bytes(), 408),
+        (big_body.into_bytes(), 413),
+    ];
+    for (raw, status) in cases {
+        let r = roundtrip(gw.addr, &raw).await;
+        assert_eq!(r.status(), status, "{}", r.head);
+        assert_eq!(r.endpoint(), None, "{}", r.head);
+    }
+    assert!(up.seen().is_empty());
+    // An empty pool: 503, no upstream to name.
+    let empty = Gw::start(&[], |_| {}).await;
+    let r = roundtrip(empty.addr, &get(d.port(), "/", "")).await;
+    assert_eq!((r.status(), r.endpoint()), (503, None), "{}", r.head);
+    // Through an upstream: the destination's answer names it.
+    let r = roundtrip(gw.addr, &get(d.port(), "/", &auth)).await;
+    assert_eq!(
+        (r.status(), r.endpoint()),
+        (200, Some(gw.ids[0])),
+        "{}",
+        r.head
+    );
+    gw.until_no_leases().await;
 }

@@ -1,5 +1,6 @@
-//! The HTTP listener (docs/observability.md) read by the real tools: `promtool check metrics`, a real
-//! Prometheus scraping `/metrics`, and headless Chromium rendering the status page.
+//! The HTTP listener (docs/observability.md) read by the real tools: `promtool check
+//! metrics`, a real Prometheus scraping `/metrics`, and headless Chromium rendering the
+//! status page.
 //!
 //! The server runs in-process over a test `StatusSource` (tests/observability_daemon.rs
 //! runs the real binary). A missing tool skips the test locally but fails it when `CI`
@@ -12,15 +13,15 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use proxypool::health::{Phase, Reason, State};
-use proxypool::http::{
-    self, minute_buckets, EndpointLine, HttpApp, PageLimits, PageModel, PoolPage, SourceError,
-    StatusSource,
-};
 use proxypool::metrics::{GaugeSnapshot, LeaseResult, Metrics};
 use proxypool::pool::PoolStatus;
 use proxypool::protocol::ErrorCode;
 use proxypool::stats::EndpointStats;
 use proxypool::store::{fmt_time, EndpointView, EventRow};
+use proxypool::web::{
+    self, minute_buckets, EndpointLine, HttpApp, PageLimits, PageModel, PoolPage, StatusError,
+    StatusSource,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
@@ -89,7 +90,7 @@ impl TestSource {
 }
 
 impl StatusSource for TestSource {
-    async fn status(&self, pool: Option<&str>) -> Result<Vec<PoolStatus>, SourceError> {
+    async fn status(&self, pool: Option<&str>) -> Result<Vec<PoolStatus>, StatusError> {
         let all = self.statuses();
         match pool {
             None => Ok(all),
@@ -98,7 +99,7 @@ impl StatusSource for TestSource {
                 .find(|s| s.pool == p)
                 .map(|s| vec![s])
                 .ok_or_else(|| {
-                    SourceError::new(ErrorCode::UnknownPool, format!("unknown pool {p:?}"))
+                    StatusError::new(ErrorCode::UnknownPool, format!("unknown pool {p:?}"))
                 }),
         }
     }
@@ -107,7 +108,7 @@ impl StatusSource for TestSource {
         &self,
         pool: Option<&str>,
         state: Option<State>,
-    ) -> Result<Vec<EndpointView>, SourceError> {
+    ) -> Result<Vec<EndpointView>, StatusError> {
         Ok(self
             .views()
             .into_iter()
@@ -115,7 +116,7 @@ impl StatusSource for TestSource {
             .collect())
     }
 
-    async fn page(&self, limits: PageLimits) -> Result<PageModel, SourceError> {
+    async fn page(&self, limits: PageLimits) -> Result<PageModel, StatusError> {
         let views = self.views();
         let pools = self
             .statuses()
@@ -211,12 +212,12 @@ async fn start(token: Option<&str>) -> Server {
     metrics.pool("residential");
     metrics.gateway();
     let addr: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
-    http::check_bind(addr, token).unwrap();
-    let listener = http::bind(addr).await.unwrap();
+    web::check_bind(addr, token).unwrap();
+    let listener = web::bind(addr).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = HttpApp::new(Arc::new(source), Arc::new(metrics), token.map(Into::into));
     let stop = CancellationToken::new();
-    tokio::spawn(http::serve(listener, Arc::new(app), stop.clone()));
+    tokio::spawn(web::serve(listener, Arc::new(app), stop.clone()));
     Server { addr, stop }
 }
 

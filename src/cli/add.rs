@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use super::{call, unexpected, CliError, Context};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::pool::engine::initial_state;
-use crate::protocol::{Body, Request};
+use crate::protocol::{AddMessage, ImportMessage, Payload, Request};
 use crate::store::NewEndpoint;
 
 pub(super) fn parse_urls<'a>(
@@ -39,45 +39,64 @@ pub(super) fn parse_urls<'a>(
     Ok(out)
 }
 
+/// `add`: the URLs checked, then added through the daemon or to the store; prints the
+/// new ids.
 pub(super) async fn add(
     ctx: &Context,
-    eps: Vec<NewEndpoint>,
-    _raw: &[String],
-) -> Result<Vec<EndpointId>, CliError> {
+    urls: &[String],
+    pool: &str,
+    label: &Option<String>,
+) -> Result<(), CliError> {
+    ctx.check_pool(pool)?;
+    let eps = parse_urls(
+        urls.iter().map(|u| (0, u.as_str())),
+        pool,
+        label,
+        ctx,
+        false,
+    )?;
+    for id in add_endpoints(ctx, eps).await? {
+        println!("{id}");
+    }
+    Ok(())
+}
+
+async fn add_endpoints(ctx: &Context, eps: Vec<NewEndpoint>) -> Result<Vec<EndpointId>, CliError> {
     if let Some(mut c) = ctx.daemon().await? {
         let pool = eps.first().map(|e| e.pool.clone());
         let label = eps.first().and_then(|e| e.label.clone());
         let urls: Vec<String> = eps.iter().map(|e| e.url.to_secret_string()).collect();
-        let req = Request::Add {
+        let add = AddMessage {
             urls,
             pool,
             label,
             source: None,
         };
+        let req = Request::Add(add);
         let line_len = serde_json::to_string(&req).map_or(usize::MAX, |l| l.len());
         let body = if line_len < crate::limits::MAX_LINE - 1024 {
             call(&mut c, &req).await?
         } else {
-            let Request::Add {
+            let Request::Add(AddMessage {
                 urls, pool, label, ..
-            } = req
+            }) = req
             else {
                 unreachable!("built as an add above")
             };
             // Too big for one request line: hand the daemon a private file instead,
             // so a large import stays one all-or-nothing batch.
             let mut file = spill(&ctx.db, &urls)?;
-            let req = Request::Import {
+            let req = Request::Import(ImportMessage {
                 path: file.finish()?,
                 pool,
                 label,
-            };
+            });
             let r = call(&mut c, &req).await;
             drop(file);
             r?
         };
         return match body {
-            Body::Added { ids } => Ok(ids),
+            Payload::Added { ids } => Ok(ids),
             _ => Err(unexpected("add")),
         };
     }
@@ -190,17 +209,17 @@ pub(super) async fn import(
     };
     // A slow machine may take minutes for millions: wait for the answer (the commit)
     // rather than give up while the daemon still writes.
-    c.set_timeout(crate::client::DEFAULT_TIMEOUT + std::time::Duration::from_millis(n / 10));
-    let req = Request::Import {
+    c.set_timeout(super::client::DEFAULT_TIMEOUT + std::time::Duration::from_millis(n / 10));
+    let req = Request::Import(ImportMessage {
         path,
         pool: Some(pool.to_string()),
         label: label.clone(),
-    };
+    });
     let body = call(&mut c, &req).await;
     drop(out);
     bar.finish_and_clear();
     match body? {
-        Body::Added { ids } => {
+        Payload::Added { ids } => {
             eprintln!("imported {} endpoints into pool {pool:?}", ids.len());
             Ok(())
         }

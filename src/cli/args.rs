@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::DEFAULT_POOL;
 use crate::endpoint::EndpointId;
+use crate::protocol::ReportOutcome;
 
 /// `proxypool`: a forward-proxy pool manager.
 #[derive(Debug, Parser)]
@@ -47,7 +48,7 @@ pub struct Global {
         default_value_t,
         value_name = "FORMAT"
     )]
-    pub log_format: crate::logging::LogFormat,
+    pub log_format: super::logging::LogFormat,
 }
 
 /// Subcommands.
@@ -175,84 +176,16 @@ pub enum Command {
         http: Option<SocketAddr>,
     },
     /// Lease an endpoint from a running daemon and print its URL.
-    Lease {
-        /// Pool.
-        #[arg(long, default_value = DEFAULT_POOL)]
-        pool: String,
-        /// Lease lifetime.
-        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
-        ttl: Duration,
-        /// Wait this long for an endpoint.
-        #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
-        wait: Duration,
-        /// Sticky session key.
-        #[arg(long)]
-        session: Option<String>,
-        /// Host the lease is for: endpoints banned by it are skipped.
-        #[arg(long, value_name = "HOST")]
-        destination: Option<String>,
-        /// Only endpoints of this scheme (repeat for several), e.g. socks5h.
-        #[arg(long = "scheme", value_name = "SCHEME")]
-        schemes: Vec<String>,
-        /// All fields as JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Lease(LeaseArgs),
     /// Report how a lease went (needs a running daemon); prints the endpoint's state.
-    Report {
-        /// Lease id.
-        lease: String,
-        /// success | failure.
-        #[arg(long, value_enum)]
-        outcome: OutcomeArg,
-        /// Why it failed (required for a failure), e.g. connect_timeout.
-        #[arg(long)]
-        reason: Option<String>,
-        /// Where it failed, e.g. connect.
-        #[arg(long)]
-        phase: Option<String>,
-        /// HTTP status seen.
-        #[arg(long)]
-        status: Option<u16>,
-        /// Retry-After seen: seconds, a duration like 90s, or an HTTP date.
-        #[arg(long, value_name = "VALUE")]
-        retry_after: Option<String>,
-        /// Free text kept in the event log.
-        #[arg(long, value_name = "TEXT")]
-        detail: Option<String>,
-        /// The host the use was for: scopes the failure (SPEC §13).
-        #[arg(long, value_name = "HOST")]
-        destination: Option<String>,
-        /// How long the use took, in milliseconds.
-        #[arg(long, value_name = "MS")]
-        duration_ms: Option<u64>,
-    },
+    Report(ReportArgs),
     /// Give a lease back without an outcome (needs a running daemon).
     Release {
         /// Lease id.
         lease: String,
     },
     /// The event log, oldest first.
-    Events {
-        /// Only this endpoint.
-        #[arg(long)]
-        endpoint: Option<EndpointId>,
-        /// Keep printing new events.
-        #[arg(long)]
-        follow: bool,
-        /// JSON lines.
-        #[arg(long)]
-        json: bool,
-        /// Only the last N (with --follow: print the last N, then follow; default 10).
-        #[arg(long)]
-        limit: Option<usize>,
-        /// Only events of this kind (repeatable), e.g. state_changed, report.
-        #[arg(long = "kind", value_name = "K")]
-        kind: Vec<String>,
-        /// Only events since a duration ago (90m, 2d) or an RFC 3339 time.
-        #[arg(long, value_name = "DURATION|RFC3339")]
-        since: Option<String>,
-    },
+    Events(EventsArgs),
     /// Sources of sniffing pools and their last sniff.
     Sources {
         /// Only this pool.
@@ -285,11 +218,98 @@ pub enum Command {
     },
 }
 
-/// `report --outcome`.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum OutcomeArg {
-    Success,
-    Failure,
+/// `lease`.
+#[derive(Debug, Args)]
+pub struct LeaseArgs {
+    /// Pool.
+    #[arg(long, default_value = DEFAULT_POOL)]
+    pub pool: String,
+    /// Lease lifetime.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub ttl: Duration,
+    /// Wait this long for an endpoint.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub wait: Duration,
+    /// Sticky session key.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Host the lease is for: endpoints banned by it are skipped.
+    #[arg(long, value_name = "HOST")]
+    pub destination: Option<String>,
+    /// Only endpoints of this scheme (repeat for several), e.g. socks5h.
+    #[arg(long = "scheme", value_name = "SCHEME")]
+    pub schemes: Vec<String>,
+    /// All fields as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Lease id.
+    pub lease: String,
+    /// success | failure.
+    #[arg(long, value_enum)]
+    pub outcome: ReportOutcome,
+    /// Why it failed (required for a failure), e.g. connect_timeout.
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Where it failed, e.g. connect.
+    #[arg(long)]
+    pub phase: Option<String>,
+    /// HTTP status seen.
+    #[arg(long)]
+    pub status: Option<u16>,
+    /// Retry-After seen: seconds, a duration like 90s, or an HTTP date.
+    #[arg(long, value_name = "VALUE")]
+    pub retry_after: Option<String>,
+    /// Free text kept in the event log.
+    #[arg(long, value_name = "TEXT")]
+    pub detail: Option<String>,
+    /// The host the use was for: scopes the failure.
+    #[arg(long, value_name = "HOST")]
+    pub destination: Option<String>,
+    /// How long the use took, in milliseconds.
+    #[arg(long, value_name = "MS")]
+    pub duration_ms: Option<u64>,
+}
+
+/// `events`.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// Only this endpoint.
+    #[arg(long)]
+    pub endpoint: Option<EndpointId>,
+    /// Keep printing new events.
+    #[arg(long)]
+    pub follow: bool,
+    /// JSON lines.
+    #[arg(long)]
+    pub json: bool,
+    /// Only the last N (with --follow: print the last N, then follow; default 10).
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Only events of this kind (repeatable), e.g. state_changed, report.
+    #[arg(long = "kind", value_name = "K")]
+    pub kind: Vec<String>,
+    /// Only events since a duration ago (90m, 2d) or an RFC 3339 time.
+    #[arg(long, value_name = "DURATION|RFC3339")]
+    pub since: Option<String>,
+}
+
+/// `report --outcome` takes the socket's own values.
+impl clap::ValueEnum for ReportOutcome {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[ReportOutcome::Success, ReportOutcome::Failure]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(match self {
+            ReportOutcome::Success => "success",
+            ReportOutcome::Failure => "failure",
+        }))
+    }
 }
 
 /// `completions SHELL`.

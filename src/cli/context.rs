@@ -3,13 +3,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::client::Client;
 use super::{daemon_error, CliError, Global};
-use crate::client::Client;
 use crate::config::{self, Config, DEFAULT_POOL};
 use crate::endpoint::EndpointId;
-use crate::lock::{self, Owner};
 use crate::pool::engine::{sync_config_endpoints, Engine};
-use crate::protocol::{Body, Request};
+use crate::protocol::{Payload, Request};
+use crate::store::lock::{self, Owner};
 use crate::store::Store;
 
 /// Resolved paths and config for a command.
@@ -167,6 +167,6 @@ impl Context {
 
 /// Run a parsed command line.
 /// Send one request to the daemon; an error answer becomes the CLI's error.
-pub(super) async fn call(c: &mut Client, req: &Request) -> Result<Body, CliError> {
+pub(super) async fn call(c: &mut Client, req: &Request) -> Result<Payload, CliError> {
     c.request(req).await?.into_result().map_err(daemon_error)
 }

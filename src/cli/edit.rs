@@ -1,7 +1,7 @@
 //! `edit`: a new URL or label for an endpoint, through the daemon when one runs.
 
 use super::{call, unexpected, CliError, Context};
-use crate::protocol::{Body, EndpointRef, Request};
+use crate::protocol::{EditMessage, EndpointRef, Payload, Request};
 use crate::server::edit_fields;
 use crate::store::EndpointView;
 
@@ -15,13 +15,13 @@ pub(super) async fn edit(
     let (new_url, new_label) = edit_fields(url.clone(), label.clone()).map_err(CliError::usage)?;
     let id = ctx.resolve_ids(&[target.to_string()])?[0];
     let view: EndpointView = if let Some(mut c) = ctx.daemon().await? {
-        let req = Request::Edit {
+        let req = Request::Edit(EditMessage {
             endpoint: EndpointRef::Id(id),
             url,
             label,
-        };
+        });
         match call(&mut c, &req).await? {
-            Body::Endpoints { mut endpoints } if endpoints.len() == 1 => endpoints.remove(0),
+            Payload::Endpoints { mut endpoints } if endpoints.len() == 1 => endpoints.remove(0),
             _ => return Err(unexpected("edit")),
         }
     } else {

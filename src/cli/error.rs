@@ -1,6 +1,6 @@
 //! The CLI's error: message and exit code, and how daemon answers map to it.
 
-use crate::client::ClientError;
+use super::client::ClientError;
 use crate::config::ConfigError;
 use crate::pool::engine::EngineError;
 use crate::protocol::{ErrorBody, ErrorCode};

@@ -4,23 +4,12 @@ use std::io::Write as _;
 use std::time::{Duration, SystemTime};
 
 use super::table::fmt_event;
-use super::{CliError, Context};
-use crate::endpoint::EndpointId;
+use super::{CliError, Context, EventsArgs};
 use crate::event_kind::EventKind;
 use crate::store::EventFilter;
 
 /// What `--follow` prints before it waits for new events.
 const FOLLOW_BACKLOG: usize = 10;
-
-/// The command line of `events`.
-pub(super) struct EventsArgs {
-    pub endpoint: Option<EndpointId>,
-    pub follow: bool,
-    pub json: bool,
-    pub limit: Option<usize>,
-    pub kinds: Vec<String>,
-    pub since: Option<String>,
-}
 
 /// `--kind` values are event kind names; anything else is a usage error naming them.
 fn check_kinds(kinds: &[String]) -> Result<(), CliError> {
@@ -52,7 +41,7 @@ pub(super) fn parse_since(s: &str, now: SystemTime) -> Result<SystemTime, CliErr
 }
 
 pub(super) async fn events(ctx: &Context, a: EventsArgs) -> Result<(), CliError> {
-    check_kinds(&a.kinds)?;
+    check_kinds(&a.kind)?;
     let since = a
         .since
         .as_deref()
@@ -60,7 +49,7 @@ pub(super) async fn events(ctx: &Context, a: EventsArgs) -> Result<(), CliError>
         .transpose()?;
     let filter = EventFilter {
         endpoint: a.endpoint,
-        kinds: a.kinds,
+        kinds: a.kind,
         since,
     };
     let store = ctx.store_to_read()?;

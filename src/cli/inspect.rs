@@ -7,16 +7,21 @@ use serde_json::json;
 use super::table::{print_show, print_table, s, table};
 use super::{call, parse_state, unexpected, CliError, Context};
 use crate::endpoint::EndpointId;
-use crate::protocol::{Body, Request};
+use crate::protocol::{EndpointsMessage, Payload, Request, StatusMessage};
 use crate::stats::EndpointStats;
 
+/// `list`: the endpoints, or (with a destination) where each stands for it.
 pub(super) async fn list(
     ctx: &Context,
     pool: Option<String>,
     state: Option<String>,
     json: bool,
     show_secrets: bool,
+    destination: Option<String>,
 ) -> Result<(), CliError> {
+    if let Some(d) = destination {
+        return super::pairs::list_for(ctx, pool, state, &d, json).await;
+    }
     let state = parse_state(state.as_deref())?;
     let store = ctx.store_to_read()?;
     let rows = store.list(pool.as_deref(), state)?;
@@ -87,13 +92,13 @@ async fn daemon_stats(
     let Some(mut c) = ctx.daemon().await? else {
         return Ok(HashMap::new());
     };
-    let req = Request::Endpoints {
+    let req = Request::Endpoints(EndpointsMessage {
         pool,
         state: None,
         endpoint,
-    };
+    });
     match call(&mut c, &req).await? {
-        Body::Endpoints { endpoints } => Ok(endpoints
+        Payload::Endpoints { endpoints } => Ok(endpoints
             .into_iter()
             .filter_map(|v| Some((v.id, v.stats?)))
             .collect()),
@@ -171,8 +176,8 @@ pub(super) async fn status(
 ) -> Result<(), CliError> {
     ctx.check_db_exists()?;
     let pools = match ctx.daemon().await? {
-        Some(mut c) => match call(&mut c, &Request::Status { pool }).await? {
-            Body::Status { pools } => pools,
+        Some(mut c) => match call(&mut c, &Request::Status(StatusMessage { pool })).await? {
+            Payload::Status { pools } => pools,
             _ => return Err(unexpected("status")),
         },
         None => ctx.engine()?.status(pool.as_deref())?,

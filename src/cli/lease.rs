@@ -1,38 +1,23 @@
 //! `lease`: take an endpoint from a running daemon.
 
-use std::time::Duration;
+use super::client::Client;
+use super::{daemon_error, unexpected, CliError, Context, LeaseArgs};
+use crate::protocol::{Dur, LeaseMessage, Payload, Request};
 
-use super::{daemon_error, unexpected, CliError, Context};
-use crate::client::Client;
-use crate::protocol::{Body, Dur, Request};
-
-/// What the lease is for, besides its pool (the daemon checks each).
-pub(super) struct Want {
-    pub(super) session: Option<String>,
-    pub(super) destination: Option<String>,
-    pub(super) schemes: Option<Vec<String>>,
-}
-
-pub(super) async fn lease(
-    ctx: &Context,
-    pool: String,
-    ttl: Duration,
-    wait: Duration,
-    want: Want,
-    json: bool,
-) -> Result<(), CliError> {
+/// The session, destination and schemes go as given: the daemon checks each.
+pub(super) async fn lease(ctx: &Context, a: LeaseArgs) -> Result<(), CliError> {
     let mut c = connect_any(ctx).await?;
-    c.set_timeout(wait + crate::client::DEFAULT_TIMEOUT);
-    let req = Request::Lease {
-        pool: Some(pool),
-        ttl: Some(Dur(ttl)),
-        wait: Some(Dur(wait)),
-        session: want.session,
-        destination: want.destination,
-        schemes: want.schemes,
-    };
+    c.set_timeout(a.wait + super::client::DEFAULT_TIMEOUT);
+    let req = Request::Lease(LeaseMessage {
+        pool: Some(a.pool),
+        ttl: Some(Dur(a.ttl)),
+        wait: Some(Dur(a.wait)),
+        session: a.session,
+        destination: a.destination,
+        schemes: (!a.schemes.is_empty()).then_some(a.schemes),
+    });
     let resp = c.request(&req).await?;
-    if json {
+    if a.json {
         // Through a `Value`, so the keys print sorted as they always have.
         // A failure prints its error object too (`pool_exhausted` with its
         // `retry_after_ms`), for scripts; the exit code still says it failed.
@@ -42,7 +27,7 @@ pub(super) async fn lease(
         return Ok(());
     }
     match resp.into_result().map_err(daemon_error)? {
-        Body::Lease(g) => println!("{}", g.proxy),
+        Payload::Lease(g) => println!("{}", g.proxy),
         _ => return Err(unexpected("lease")),
     }
     Ok(())

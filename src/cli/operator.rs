@@ -2,9 +2,55 @@
 
 use super::{call, unexpected, CliError, Context};
 use crate::health::Input;
-use crate::protocol::{Body, EndpointRef, Request};
+use crate::protocol::{
+    DisableMessage, EnableMessage, EndpointRef, Payload, RemoveMessage, Request,
+};
 
-pub(super) async fn operator(
+/// `disable`.
+pub(super) async fn disable(
+    ctx: &Context,
+    targets: &[String],
+    reason: Option<String>,
+) -> Result<(), CliError> {
+    operator(ctx, targets, |r| {
+        (
+            Request::Disable(DisableMessage {
+                endpoint: r,
+                reason: reason.clone(),
+            }),
+            Input::Disable {
+                detail: reason.clone(),
+            },
+        )
+    })
+    .await
+}
+
+/// `enable`: of the endpoints, or (with a destination) of their pairs for it.
+pub(super) async fn enable(
+    ctx: &Context,
+    targets: &[String],
+    now: bool,
+    destination: Option<String>,
+) -> Result<(), CliError> {
+    if let Some(d) = destination {
+        return super::pairs::enable_pair(ctx, targets, &d).await;
+    }
+    operator(ctx, targets, |r| {
+        (
+            Request::Enable(EnableMessage {
+                endpoint: r,
+                now: Some(now),
+                destination: None,
+            }),
+            Input::Enable { now },
+        )
+    })
+    .await
+}
+
+/// Send each endpoint's act to the daemon, or apply it to the store without one.
+async fn operator(
     ctx: &Context,
     targets: &[String],
     make: impl Fn(EndpointRef) -> (Request, Input),
@@ -13,7 +59,7 @@ pub(super) async fn operator(
         for id in ctx.resolve_ids(targets)? {
             let (req, _) = make(EndpointRef::Id(id));
             match call(&mut c, &req).await? {
-                Body::State { state, .. } => println!("{id}\t{state}"),
+                Payload::State { state, .. } => println!("{id}\t{state}"),
                 _ => return Err(unexpected("an operator command")),
             }
         }
@@ -36,7 +82,7 @@ pub(super) async fn remove(ctx: &Context, targets: &[String]) -> Result<(), CliE
     let ids = ctx.resolve_ids(targets)?;
     if let Some(mut c) = ctx.daemon().await? {
         let endpoints = ids.iter().map(|&id| EndpointRef::Id(id)).collect();
-        call(&mut c, &Request::Remove { endpoints }).await?;
+        call(&mut c, &Request::Remove(RemoveMessage { endpoints })).await?;
     } else {
         ctx.store()?.remove(&ids)?;
     }

@@ -1,5 +1,5 @@
-//! Per-destination views and acts of the CLI (SPEC §13): `list --destination D`, the
-//! pairs in `show`, `enable ID --destination D`.
+//! Per-destination views and acts of the CLI (docs/destinations.md, "CLI"): `list
+//! --destination D`, the pairs in `show`, `enable ID --destination D`.
 
 use std::collections::HashMap;
 
@@ -9,7 +9,7 @@ use super::table::{s, table};
 use super::{call, parse_state, unexpected, CliError, Context};
 use crate::health::State;
 use crate::pool::destinations::normalize;
-use crate::protocol::{Body, EndpointRef, Request};
+use crate::protocol::{EnableMessage, EndpointRef, Payload, Request};
 use crate::store::fmt_time;
 use crate::store::pairs::PairRow;
 
@@ -126,13 +126,13 @@ pub(super) async fn enable_pair(
     let ids = ctx.resolve_ids(targets)?;
     if let Some(mut c) = ctx.daemon().await? {
         for id in ids {
-            let req = Request::Enable {
+            let req = Request::Enable(EnableMessage {
                 endpoint: EndpointRef::Id(id),
                 now: None,
                 destination: Some(d.clone()),
-            };
+            });
             match call(&mut c, &req).await? {
-                Body::State { state, .. } => println!("{id}\t{d}\t{state}"),
+                Payload::State { state, .. } => println!("{id}\t{d}\t{state}"),
                 _ => return Err(unexpected("enable --destination")),
             }
         }

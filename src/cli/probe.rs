@@ -7,9 +7,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{call, table, unexpected, CliError, Context};
 use crate::endpoint::EndpointId;
-use crate::probe_report::ProbeReport;
-use crate::probe_run;
-use crate::protocol::{Body, EndpointRef, Request};
+use crate::probe::run as probe_run;
+use crate::probe::ProbeReport;
+use crate::protocol::{EndpointRef, Payload, ProbeMessage, Request};
 
 pub(super) async fn probe(
     ctx: &Context,
@@ -35,14 +35,14 @@ pub(super) async fn probe(
         // The daemon owns the pool state: let it run the probes and apply the results.
         // A sweep of a large pool takes as long as it takes.
         c.set_timeout(Duration::from_secs(24 * 3600));
-        let req = Request::Probe {
+        let req = Request::Probe(ProbeMessage {
             endpoints: targets.into_iter().map(EndpointRef::Url).collect(),
             pool,
             all,
             concurrency: Some(concurrency),
-        };
+        });
         let reports = match call(&mut c, &req).await? {
-            Body::Probes { results } => results,
+            Payload::Probes { results } => results,
             _ => return Err(unexpected("probe")),
         };
         if json_out {

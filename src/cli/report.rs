@@ -3,26 +3,11 @@
 use serde_json::Value;
 
 use super::lease::connect_any;
-use super::{call, unexpected, CliError, Context, OutcomeArg};
-use crate::protocol::{Body, ReportOutcome, Request, RetryAfter};
+use super::{call, unexpected, CliError, Context, ReportArgs};
+use crate::protocol::{Payload, ReleaseMessage, ReportMessage, ReportOutcome, Request, RetryAfter};
 
-/// The fields of `proxypool report` besides the lease.
-pub(super) struct ReportArgs {
-    pub outcome: OutcomeArg,
-    pub reason: Option<String>,
-    pub phase: Option<String>,
-    pub status: Option<u16>,
-    pub retry_after: Option<String>,
-    pub detail: Option<String>,
-    pub destination: Option<String>,
-    pub duration_ms: Option<u64>,
-}
-
-pub(super) async fn report(ctx: &Context, lease: String, a: ReportArgs) -> Result<(), CliError> {
-    let outcome = match a.outcome {
-        OutcomeArg::Success => ReportOutcome::Success,
-        OutcomeArg::Failure => ReportOutcome::Failure,
-    };
+pub(super) async fn report(ctx: &Context, a: ReportArgs) -> Result<(), CliError> {
+    let outcome = a.outcome;
     if outcome == ReportOutcome::Failure && a.reason.is_none() {
         return Err(CliError::usage(
             "--outcome failure needs --reason (it decides the cooldown policy)",
@@ -40,8 +25,8 @@ pub(super) async fn report(ctx: &Context, lease: String, a: ReportArgs) -> Resul
         .as_deref()
         .map(super::pairs::destination)
         .transpose()?;
-    let req = Request::Report {
-        lease: Some(lease),
+    let req = Request::Report(ReportMessage {
+        lease: Some(a.lease),
         pool: None,
         session: None,
         destination,
@@ -52,10 +37,10 @@ pub(super) async fn report(ctx: &Context, lease: String, a: ReportArgs) -> Resul
         status: a.status,
         retry_after,
         detail: a.detail,
-    };
+    });
     let mut c = connect_any(ctx).await?;
     match call(&mut c, &req).await? {
-        Body::State { state, .. } => println!("{state}"),
+        Payload::State { state, .. } => println!("{state}"),
         _ => return Err(unexpected("report")),
     }
     Ok(())
@@ -63,7 +48,7 @@ pub(super) async fn report(ctx: &Context, lease: String, a: ReportArgs) -> Resul
 
 pub(super) async fn release(ctx: &Context, lease: String) -> Result<(), CliError> {
     let mut c = connect_any(ctx).await?;
-    call(&mut c, &Request::Release { lease }).await?;
+    call(&mut c, &Request::Release(ReleaseMessage { lease })).await?;
     println!("released");
     Ok(())
 }

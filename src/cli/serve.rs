@@ -8,8 +8,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{CliError, Context};
 use crate::daemon::{self, ServeOptions};
-use crate::lock::{self};
 use crate::pool::engine::{sync_config_endpoints, Engine};
+use crate::store::lock;
 
 pub(super) async fn serve(
     ctx: &Context,
@@ -17,16 +17,16 @@ pub(super) async fn serve(
     gateway: Option<SocketAddr>,
     http: Option<SocketAddr>,
 ) -> Result<(), CliError> {
-    let token = crate::http::token_from_env();
+    let token = crate::web::token_from_env();
     if listen_tcp.is_some() && token.is_none() {
         return Err(CliError::usage(
             "--listen-tcp needs a token: set PROXYPOOL_TOKEN (clients send it as \"token\")",
         ));
     }
     if let (Some(_), Some(t)) = (listen_tcp, &token) {
-        crate::token::validate(t).map_err(|e| CliError::usage(e.to_string()))?;
+        crate::server::token::validate(t).map_err(|e| CliError::usage(e.to_string()))?;
     }
-    crate::socket_file::check(&ctx.socket).map_err(|e| CliError::usage(e.to_string()))?;
+    crate::server::socket_file::check(&ctx.socket).map_err(|e| CliError::usage(e.to_string()))?;
     let mut config = ctx.config.clone();
     if let Some(addr) = gateway {
         let mut g = crate::config::GatewayConfig::new(addr);
@@ -41,7 +41,7 @@ pub(super) async fn serve(
     // `--http` (or PROXYPOOL_HTTP), else `[server] http`, else no HTTP listener.
     let http = http.or(ctx.config.http);
     if let Some(addr) = http {
-        crate::http::check_bind(addr, token.as_deref())
+        crate::web::check_bind(addr, token.as_deref())
             .map_err(|e| CliError::usage(e.to_string()))?;
     }
     // Own the database before reading it: a second daemon is refused, and CLI commands
@@ -52,7 +52,7 @@ pub(super) async fn serve(
             .map_err(|e| CliError::failed(e.to_string()))?,
     );
     // Idle clients must not run the daemon out of descriptors at a low default soft limit.
-    let nofile = crate::fd_limit::raise_nofile();
+    let nofile = crate::server::fd_limit::raise_nofile();
     tracing::debug!(nofile, "open-file limit");
     // Not `ctx.open_store()`: that refuses a missing database whose lock a daemon holds,
     // and the daemon holding it now is this one, about to create it.
@@ -70,7 +70,7 @@ pub(super) async fn serve(
         // writes are already committed; the socket file is ours and goes too.
         wait_for_signal().await;
         eprintln!("proxypool: second signal, exiting at once");
-        crate::socket_file::remove_own(&own_socket);
+        crate::server::socket_file::remove_own(&own_socket);
         std::process::exit(1);
     });
     let r = daemon::serve(

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+use super::Durability;
 use super::{Mode, PlainHttp};
 use crate::health::Reason;
-use crate::store::Durability;
 
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     let s = String::deserialize(d)?;

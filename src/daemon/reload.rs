@@ -16,8 +16,8 @@ use super::PoolTasks;
 use crate::config::{Config, ConfigError};
 use crate::pool::engine::{initial_state, Engine, EngineError};
 use crate::pool::ReconfigureError;
+use crate::probe::run::probers;
 use crate::probe::ProbeError;
-use crate::probe_run::probers;
 use crate::server::Handler;
 use crate::store::NewEndpoint;
 

@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::health::State;
-use crate::http::{minute_buckets, EndpointLine, PageLimits, PageModel, PoolPage};
-use crate::http::{SourceError, StatusSource};
 use crate::pool::engine::{Engine, EngineError};
 use crate::pool::{PoolError, PoolStatus};
 use crate::protocol::ErrorCode;
 use crate::store::EndpointView;
+use crate::web::{minute_buckets, EndpointLine, PageLimits, PageModel, PoolPage};
+use crate::web::{StatusError, StatusSource};
 
 /// Transitions read for the chart at most; beyond that a busy hour shows a lower bound.
 const CHART_CAP: usize = 100_000;
@@ -25,9 +25,9 @@ impl DaemonStatus {
         DaemonStatus { engine }
     }
 
-    fn check_pool(&self, pool: Option<&str>) -> Result<(), SourceError> {
+    fn check_pool(&self, pool: Option<&str>) -> Result<(), StatusError> {
         match pool {
-            Some(p) if !self.engine.has_pool(p) => Err(SourceError::new(
+            Some(p) if !self.engine.has_pool(p) => Err(StatusError::new(
                 ErrorCode::UnknownPool,
                 PoolError::UnknownPool(p.to_string()).to_string(),
             )),
@@ -36,18 +36,18 @@ impl DaemonStatus {
     }
 }
 
-fn source_error(e: EngineError) -> SourceError {
+fn source_error(e: EngineError) -> StatusError {
     match e {
-        EngineError::Pool(PoolError::UnknownPool(p)) => SourceError::new(
+        EngineError::Pool(PoolError::UnknownPool(p)) => StatusError::new(
             ErrorCode::UnknownPool,
             PoolError::UnknownPool(p).to_string(),
         ),
-        e => SourceError::new(ErrorCode::Internal, e.to_string()),
+        e => StatusError::new(ErrorCode::Internal, e.to_string()),
     }
 }
 
 impl StatusSource for DaemonStatus {
-    async fn status(&self, pool: Option<&str>) -> Result<Vec<PoolStatus>, SourceError> {
+    async fn status(&self, pool: Option<&str>) -> Result<Vec<PoolStatus>, StatusError> {
         self.engine.status(pool).map_err(source_error)
     }
 
@@ -55,7 +55,7 @@ impl StatusSource for DaemonStatus {
         &self,
         pool: Option<&str>,
         state: Option<State>,
-    ) -> Result<Vec<EndpointView>, SourceError> {
+    ) -> Result<Vec<EndpointView>, StatusError> {
         self.check_pool(pool)?;
         let rows = self
             .engine
@@ -65,7 +65,7 @@ impl StatusSource for DaemonStatus {
         Ok(self.engine.views_with_stats(&rows))
     }
 
-    async fn page(&self, limits: PageLimits) -> Result<PageModel, SourceError> {
+    async fn page(&self, limits: PageLimits) -> Result<PageModel, StatusError> {
         let now = SystemTime::now();
         let hour_ago = now - Duration::from_secs(3600);
         let statuses = self.engine.status(None).map_err(source_error)?;

@@ -6,11 +6,15 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Response, StatusCode, Uri};
 
-use super::http::{ENDPOINT_HEADER, ERROR_HEADER};
 use super::idle::Body;
 use super::upstream::UpstreamError;
 use crate::dial::Dest;
 use crate::metrics::GatewayOutcome;
+
+/// The response header naming the upstream endpoint id.
+pub const ENDPOINT_HEADER: &str = "x-proxypool-endpoint";
+/// The response header naming why the gateway itself answered with an error.
+pub const ERROR_HEADER: &str = "x-proxypool-error";
 
 /// The destination of a request target (`host:port`, or an absolute URL's authority).
 pub(super) fn destination(uri: &Uri, default_port: u16) -> Option<Dest> {
@@ -50,7 +54,8 @@ pub(super) fn text(status: StatusCode, error: &str, message: &str) -> Response<B
     resp
 }
 
-/// The request outcome of an answer the gateway made itself, by its status.
+/// The request outcome of an answer the gateway made itself, by its status: the one
+/// mapping (a SOCKS5 client's failure is counted by the status an HTTP client would get).
 fn outcome_of(status: StatusCode) -> GatewayOutcome {
     match status {
         StatusCode::PROXY_AUTHENTICATION_REQUIRED => GatewayOutcome::Denied,
@@ -62,11 +67,29 @@ fn outcome_of(status: StatusCode) -> GatewayOutcome {
     }
 }
 
+/// The status an HTTP client gets when no upstream could serve its request.
+fn status_of(e: &UpstreamError) -> StatusCode {
+    match e {
+        UpstreamError::Exhausted { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        UpstreamError::UnknownPool(_) => StatusCode::BAD_REQUEST,
+        UpstreamError::AllFailed { .. } => StatusCode::BAD_GATEWAY,
+        UpstreamError::Internal(_) | UpstreamError::UnusableUrl { .. } => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+    }
+}
+
+/// What `proxypool_gateway_requests_total` counts a request that ended in `e`, on any front.
+pub(super) fn error_outcome(e: &UpstreamError) -> GatewayOutcome {
+    outcome_of(status_of(e))
+}
+
 pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
+    let status = status_of(&e);
     match e {
         UpstreamError::Exhausted { pool, retry_after } => {
             let mut resp = text(
-                StatusCode::SERVICE_UNAVAILABLE,
+                status,
                 "pool_exhausted",
                 &format!("proxypool gateway: pool {pool:?} has no endpoint available"),
             );
@@ -79,7 +102,7 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
             resp
         }
         UpstreamError::UnknownPool(p) => text(
-            StatusCode::BAD_REQUEST,
+            status,
             "unknown_pool",
             &format!("proxypool gateway: unknown pool {p:?}"),
         ),
@@ -89,7 +112,7 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
             tried,
         } => {
             let mut resp = text(
-                StatusCode::BAD_GATEWAY,
+                status,
                 last.reason.as_str(),
                 &format!(
                     "proxypool gateway: {tried} upstream(s) failed; last: {} at {}",
@@ -99,11 +122,9 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
             set_endpoint(resp.headers_mut(), endpoint);
             resp
         }
-        e @ (UpstreamError::Internal(_) | UpstreamError::UnusableUrl { .. }) => text(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            &format!("proxypool gateway: {e}"),
-        ),
+        e @ (UpstreamError::Internal(_) | UpstreamError::UnusableUrl { .. }) => {
+            text(status, "internal", &format!("proxypool gateway: {e}"))
+        }
     }
 }
 
@@ -158,6 +179,7 @@ mod tests {
             ),
         ];
         for (resp, want) in cases {
+            assert_eq!(outcome_of(resp.status()), want);
             assert_eq!(
                 resp.extensions().get::<GatewayOutcome>(),
                 Some(&want),

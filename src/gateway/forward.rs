@@ -3,7 +3,7 @@
 //! request when it can be (`idle`, `plain`).
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -19,10 +19,10 @@ use super::idle::{Body, IdleKey, Sender};
 use super::lease::LeaseGuard;
 use super::plain::PlainWay;
 use super::routing::Routing;
-use super::upstream::{failure_outcome, Link, Tried};
+use super::upstream::{failure_outcome, Link, Tries};
 use super::Shared;
 use crate::dial::{self, Dest, DialFailure, Route};
-use crate::endpoint::ProxyUrl;
+use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::{Phase, Reason};
 use crate::pool::Outcome;
 use crate::retry_after::parse_retry_after;
@@ -35,191 +35,294 @@ pub(super) async fn forward(
     req: Request<Incoming>,
     routing: Routing,
 ) -> Response<Body> {
-    let Some(dest) = destination(req.uri(), 80) else {
-        return text(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
-            "the URL has no host",
-        );
+    let mut out = match Outgoing::read(req, shared.limits.first_request).await {
+        Ok(out) => out,
+        Err(refused) => return refused,
     };
-    let (mut parts, body) = req.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    let replayable = matches!(parts.method, Method::GET | Method::HEAD);
-    // GET/HEAD bodies (rare, small) are kept so the request can be re-sent; any other
-    // body streams once.
-    let mut kept: Option<Bytes> = None;
-    let mut once: Option<Incoming> = None;
-    if replayable {
+    let mut tries = shared.upstream.tries();
+    // The last answer a re-send was made after: the client's if no other comes.
+    let mut answered: Option<Response<Body>> = None;
+    loop {
+        match one_try(&shared, &routing, &mut out, &mut tries).await {
+            Try::Answer(resp) => return resp,
+            Try::Again(kept) => answered = kept.or(answered),
+            Try::Failed(resp) => return answered.unwrap_or(resp),
+        }
+    }
+}
+
+/// A client's request, read and ready to go upstream (again, for GET/HEAD).
+struct Outgoing {
+    parts: Parts,
+    dest: Dest,
+    /// A GET/HEAD body (rare, small), kept so the request can be re-sent.
+    kept: Option<Bytes>,
+    /// Any other body: it streams once.
+    once: Option<Incoming>,
+}
+
+impl Outgoing {
+    /// The request's destination and hop-by-hop headers checked, a GET/HEAD body read
+    /// within `first_request`; or the answer refusing it.
+    async fn read(req: Request<Incoming>, first_request: Duration) -> Result<Self, Response<Body>> {
+        let Some(dest) = destination(req.uri(), 80) else {
+            return Err(text(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "the URL has no host",
+            ));
+        };
+        let (mut parts, body) = req.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        if !matches!(parts.method, Method::GET | Method::HEAD) {
+            return Ok(Outgoing {
+                parts,
+                dest,
+                kept: None,
+                once: Some(body),
+            });
+        }
         // A body announced and never sent must not hold the connection open forever.
         let collect = Limited::new(body, MAX_REPLAY_BODY).collect();
-        match tokio::time::timeout(shared.limits.first_request, collect).await {
-            Ok(Ok(b)) => kept = Some(b.to_bytes()),
-            Ok(Err(_)) => {
-                return text(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "bad_request",
-                    "a GET or HEAD body must be under 64 KiB",
-                )
-            }
-            Err(_) => {
-                return text(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "bad_request",
-                    "the request body did not arrive in time",
-                )
-            }
+        match tokio::time::timeout(first_request, collect).await {
+            Ok(Ok(b)) => Ok(Outgoing {
+                parts,
+                dest,
+                kept: Some(b.to_bytes()),
+                once: None,
+            }),
+            Ok(Err(_)) => Err(text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "bad_request",
+                "a GET or HEAD body must be under 64 KiB",
+            )),
+            Err(_) => Err(text(
+                StatusCode::REQUEST_TIMEOUT,
+                "bad_request",
+                "the request body did not arrive in time",
+            )),
         }
-    } else {
-        once = Some(body);
     }
-    let cfg = &shared.cfg;
-    let mut tried = Tried::default();
-    let mut resends = 0u32;
-    loop {
-        let way = PlainWay {
-            routes: &shared.plain,
-            idle: &shared.idle,
-            dest: &dest,
-            once_body: kept.is_none(),
-        };
-        let (mut guard, link) = match shared
-            .upstream
-            .connect_or_reuse(&routing, &dest, &mut tried, &way)
-            .await
-        {
-            Ok(v) => v,
-            Err(e) => return upstream_error(e),
-        };
-        let endpoint = guard.endpoint();
-        let (link, key) = match link {
-            Link::Dialed(d) => {
-                let key = IdleKey::new(guard.proxy(), &dest, d.forward);
-                (Link::Dialed(d), key)
-            }
-            Link::Reused((sender, key)) => (Link::Reused(sender), key),
-        };
-        let forward = key.forward();
-        let body: Body = match (&kept, once.take()) {
+
+    /// The body for the next try: the kept one again, or the one-time body (only once).
+    fn body(&mut self) -> Body {
+        match (&self.kept, self.once.take()) {
             (Some(b), _) => Full::new(b.clone()).map_err(|n| match n {}).boxed(),
             (None, Some(b)) => b.boxed(),
             (None, None) => empty(),
-        };
-        let reuse = shared.plain.reuse();
-        let out = upstream_request(&parts, body, forward.then(|| guard.proxy()), reuse);
-        let again = Again {
-            parts: &parts,
-            kept: &kept,
-            dest: &dest,
-            forward,
-        };
-        let (resp, sender) = match send(&shared, &guard, link, out, again).await {
-            Ok(v) => v,
-            Err(Sent::Unreachable(f)) if kept.is_some() && resends < shared.upstream.retries() => {
-                // As a failed dial in the attempt loop: reported, and the next upstream.
-                info!(endpoint, reason = %f.reason, phase = %f.phase,
-                    "gateway upstream failed; trying another");
-                shared.upstream.fail(guard, f, &dest.host).await;
-                resends += 1;
-                continue;
-            }
-            Err(Sent::Failed(f) | Sent::Unreachable(f)) => {
-                info!(endpoint, reason = %f.reason, phase = %f.phase, "gateway request failed");
-                let reason = f.reason;
-                shared.upstream.fail(guard, f, &dest.host).await;
-                let mut resp = text(
-                    StatusCode::BAD_GATEWAY,
-                    reason.as_str(),
-                    &format!("proxypool gateway: upstream {endpoint} failed: {reason}"),
-                );
-                set_endpoint(resp.headers_mut(), endpoint);
-                return resp;
-            }
-            Err(Sent::Unsendable) => {
-                // The upstream is not blamed for a connection that was idle.
-                drop(guard);
-                let mut resp = text(
-                    StatusCode::BAD_GATEWAY,
-                    Reason::ConnectionReset.as_str(),
-                    "proxypool gateway: the upstream connection closed while the request was sent; it was not re-sent because its body can be sent only once",
-                );
-                set_endpoint(resp.headers_mut(), endpoint);
-                return resp;
-            }
-        };
-        let status = resp.status().as_u16();
-        let refused_credentials = forward && proxy_auth(status, resp.headers());
-        if reuse && !refused_credentials {
-            // Back to the idle list once this response has been read to its end.
-            shared.idle.park(key, sender);
         }
-        let can_resend = kept.is_some() && resends < shared.upstream.retries();
-        if refused_credentials {
-            let mut f = DialFailure::new(
-                Reason::ProxyAuthRejected,
-                Phase::ProxyHandshake,
-                format!("proxy refused the credentials with {status}"),
-            );
-            f.status = Some(status);
-            shared.upstream.fail(guard, f, &dest.host).await;
-            if can_resend {
-                resends += 1;
-                continue;
-            }
-            let mut resp = text(
-                StatusCode::BAD_GATEWAY,
-                Reason::ProxyAuthRejected.as_str(),
-                &format!("proxypool gateway: upstream {endpoint} refused its credentials"),
-            );
-            set_endpoint(resp.headers_mut(), endpoint);
-            return resp;
-        }
-        let outcome = if cfg.ban_status.contains(&status) {
-            let mut f = DialFailure::new(
-                Reason::DestinationStatus,
-                Phase::ResponseHead,
-                format!("destination answered {status}"),
-            );
-            f.status = Some(status);
-            f.retry_after = resp
-                .headers()
-                .get(header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| parse_retry_after(v, SystemTime::now()));
-            failure_outcome(f, &dest.host)
-        } else {
-            Outcome::Success
-        };
-        if cfg.retry_status.contains(&status) && can_resend {
-            info!(
-                endpoint,
-                status, "gateway re-sends through another upstream"
-            );
-            guard.set_outcome(outcome);
-            guard.finish().await;
-            resends += 1;
-            continue;
-        }
-        guard.set_outcome(outcome);
-        let (mut rparts, rbody) = resp.into_parts();
-        strip_hop_by_hop(&mut rparts.headers);
-        set_endpoint(&mut rparts.headers, endpoint);
-        let mut guard = Some(guard);
-        // The lease lives as long as the body streams to the client; a body that breaks
-        // off is the upstream path failing mid-response.
-        let host = dest.host.clone();
-        let body = rbody
-            .map_err(move |e| {
-                if let Some(g) = guard.as_mut() {
-                    g.set_outcome(failure_outcome(
-                        dial::hyper_failure(&e, Phase::ResponseBody),
-                        &host,
-                    ));
-                }
-                e
-            })
-            .boxed();
-        return Response::from_parts(rparts, body);
     }
+
+    /// Whether the request may be sent again through another upstream.
+    fn resendable(&self, tries: &Tries) -> bool {
+        self.kept.is_some() && tries.left()
+    }
+}
+
+/// How one try through one upstream ended.
+enum Try {
+    /// The client's answer.
+    Answer(Response<Body>),
+    /// Send again through another upstream; an answer to fall back on if none comes.
+    Again(Option<Response<Body>>),
+    /// No answer came through this try; this explains it (unless an earlier answer is kept).
+    Failed(Response<Body>),
+}
+
+/// Lease an upstream (or reuse a kept connection of the granted one), send the request
+/// through it, and judge what comes back.
+async fn one_try(shared: &Shared, routing: &Routing, out: &mut Outgoing, tries: &mut Tries) -> Try {
+    let way = PlainWay {
+        routes: &shared.plain,
+        idle: &shared.idle,
+        dest: &out.dest,
+        once_body: out.kept.is_none(),
+    };
+    let (guard, link) = match shared
+        .upstream
+        .connect_or_reuse(routing, &out.dest, tries, &way)
+        .await
+    {
+        Ok(v) => v,
+        Err(e) => return Try::Failed(upstream_error(e)),
+    };
+    let (link, key) = match link {
+        Link::Dialed(d) => {
+            let key = IdleKey::new(guard.proxy(), &out.dest, d.forward);
+            (Link::Dialed(d), key)
+        }
+        Link::Reused((sender, key)) => (Link::Reused(sender), key),
+    };
+    let forward = key.forward();
+    let reuse = shared.plain.reuse();
+    let body = out.body();
+    let req = upstream_request(&out.parts, body, forward.then(|| guard.proxy()), reuse);
+    let again = Again {
+        parts: &out.parts,
+        kept: &out.kept,
+        dest: &out.dest,
+        forward,
+    };
+    match send(shared, &guard, link, req, again).await {
+        Ok((resp, sender)) => {
+            let refused_credentials = forward && proxy_auth(resp.status().as_u16(), resp.headers());
+            if reuse && !refused_credentials {
+                // Back to the idle list once this response has been read to its end.
+                shared.idle.park(key, sender);
+            }
+            if refused_credentials {
+                return credentials_refused(shared, guard, resp.status().as_u16(), out, tries)
+                    .await;
+            }
+            judge(shared, guard, resp, out, tries).await
+        }
+        Err(e) => not_sent(shared, guard, e, out, tries).await,
+    }
+}
+
+/// The request got no response head through the upstream of `guard`.
+async fn not_sent(
+    shared: &Shared,
+    guard: LeaseGuard,
+    e: Sent,
+    out: &Outgoing,
+    tries: &mut Tries,
+) -> Try {
+    let endpoint = guard.endpoint();
+    let host = &out.dest.host;
+    match e {
+        Sent::Unreachable(f) if out.resendable(tries) => {
+            // As a failed dial in the attempt loop: reported, and the next upstream.
+            info!(endpoint, reason = %f.reason, phase = %f.phase,
+                "gateway upstream failed; trying another");
+            shared.upstream.fail(guard, f, host, tries).await;
+            Try::Again(None)
+        }
+        Sent::Failed(f) | Sent::Unreachable(f) => {
+            info!(endpoint, reason = %f.reason, phase = %f.phase, "gateway request failed");
+            let reason = f.reason;
+            shared.upstream.fail(guard, f, host, tries).await;
+            Try::Failed(bad_gateway(
+                endpoint,
+                reason,
+                &format!("proxypool gateway: upstream {endpoint} failed: {reason}"),
+            ))
+        }
+        Sent::Unsendable => {
+            // The upstream is not blamed for a connection that was idle.
+            drop(guard);
+            Try::Failed(bad_gateway(
+                endpoint,
+                Reason::ConnectionReset,
+                "proxypool gateway: the upstream connection closed while the request was sent; it was not re-sent because its body can be sent only once",
+            ))
+        }
+    }
+}
+
+/// A forward proxy refused the upstream's credentials (407, or a 401 without `Via`):
+/// reported as a connect-phase failure, and the request goes through another upstream
+/// when it can.
+async fn credentials_refused(
+    shared: &Shared,
+    guard: LeaseGuard,
+    status: u16,
+    out: &Outgoing,
+    tries: &mut Tries,
+) -> Try {
+    let endpoint = guard.endpoint();
+    let mut f = DialFailure::new(
+        Reason::ProxyAuthRejected,
+        Phase::ProxyHandshake,
+        format!("proxy refused the credentials with {status}"),
+    );
+    f.status = Some(status);
+    shared.upstream.fail(guard, f, &out.dest.host, tries).await;
+    if out.resendable(tries) {
+        return Try::Again(None);
+    }
+    Try::Failed(bad_gateway(
+        endpoint,
+        Reason::ProxyAuthRejected,
+        &format!("proxypool gateway: upstream {endpoint} refused its credentials"),
+    ))
+}
+
+/// The destination's answer: a `ban_status` is reported as `destination_status`, a
+/// `retry_status` sends the request through another upstream while it can.
+async fn judge(
+    shared: &Shared,
+    mut guard: LeaseGuard,
+    resp: Response<Incoming>,
+    out: &Outgoing,
+    tries: &Tries,
+) -> Try {
+    let endpoint = guard.endpoint();
+    let status = resp.status().as_u16();
+    let host = &out.dest.host;
+    let outcome = if shared.cfg.ban_status.contains(&status) {
+        let mut f = DialFailure::new(
+            Reason::DestinationStatus,
+            Phase::ResponseHead,
+            format!("destination answered {status}"),
+        );
+        f.status = Some(status);
+        f.retry_after = resp
+            .headers()
+            .get(header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, SystemTime::now()));
+        failure_outcome(f, host)
+    } else {
+        Outcome::Success
+    };
+    guard.set_outcome(outcome);
+    if shared.cfg.retry_status.contains(&status) && out.resendable(tries) {
+        info!(
+            endpoint,
+            status, "gateway re-sends through another upstream"
+        );
+        // Reported now, so the next lease sees it; the answer is kept in case no other
+        // upstream answers (its body, should it break off, goes unreported).
+        guard.finish().await;
+        return Try::Again(Some(to_client(resp, endpoint, None, host)));
+    }
+    Try::Answer(to_client(resp, endpoint, Some(guard), host))
+}
+
+/// The gateway's `502` for a try through `endpoint` that got no answer.
+fn bad_gateway(endpoint: EndpointId, reason: Reason, message: &str) -> Response<Body> {
+    let mut resp = text(StatusCode::BAD_GATEWAY, reason.as_str(), message);
+    set_endpoint(resp.headers_mut(), endpoint);
+    resp
+}
+
+/// An upstream's answer as the client gets it: hop-by-hop headers off, the endpoint
+/// named. The lease (`guard`) lives as long as the body streams to the client; a body
+/// that breaks off is the upstream path failing mid-response.
+fn to_client(
+    resp: Response<Incoming>,
+    endpoint: EndpointId,
+    guard: Option<LeaseGuard>,
+    host: &str,
+) -> Response<Body> {
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    set_endpoint(&mut parts.headers, endpoint);
+    let mut guard = guard;
+    let host = host.to_string();
+    let body = body
+        .map_err(move |e| {
+            if let Some(g) = guard.as_mut() {
+                g.set_outcome(failure_outcome(
+                    dial::hyper_failure(&e, Phase::ResponseBody),
+                    &host,
+                ));
+            }
+            e
+        })
+        .boxed();
+    Response::from_parts(parts, body)
 }
 
 /// Why a request did not get a response head.

@@ -15,16 +15,10 @@ use super::idle::Body;
 use super::limits::{Activity, Watched};
 use super::relay::relay;
 use super::routing::{authorize, basic_credentials, Denied, Routing};
-use super::upstream::Tried;
 use super::{Shared, Slot};
 use crate::dial::Route;
 use crate::metrics::{GatewayOutcome, GatewayProtocol};
 use crate::pool::Outcome;
-
-/// The response header naming the upstream endpoint id.
-pub const ENDPOINT_HEADER: &str = "x-proxypool-endpoint";
-/// The response header naming why the gateway itself answered with an error.
-pub const ERROR_HEADER: &str = "x-proxypool-error";
 
 /// Serve one client connection that starts with HTTP.
 pub(super) async fn serve(shared: Arc<Shared>, stream: TcpStream, slot: Slot) {
@@ -132,10 +126,9 @@ async fn connect(
             "CONNECT needs host:port",
         );
     };
-    let mut tried = Tried::default();
     let (mut guard, dialed) = match shared
         .upstream
-        .connect(&routing, &dest, Route::Tunnel, &mut tried)
+        .connect(&routing, &dest, Route::Tunnel)
         .await
     {
         Ok(v) => v,

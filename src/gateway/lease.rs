@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use tracing::{debug, warn};
+
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::metrics::PoolMetrics;
 use crate::pool::engine::Engine;
@@ -63,8 +65,7 @@ impl LeaseGuard {
     /// Report (or release) now and wait for it, so the next lease sees the result.
     pub(super) async fn finish(mut self) {
         if let Some(lease) = self.lease.take() {
-            super::upstream::give_back(&self.engine, &lease, self.endpoint, self.outcome.take())
-                .await;
+            give_back(&self.engine, &lease, self.endpoint, self.outcome.take()).await;
         }
     }
 }
@@ -80,8 +81,21 @@ impl Drop for LeaseGuard {
         // then the lease dies with the in-memory table anyway.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                super::upstream::give_back(&engine, &lease, endpoint, outcome).await;
+                give_back(&engine, &lease, endpoint, outcome).await;
             });
         }
+    }
+}
+
+/// Give a lease back: report its outcome, or release it without one.
+async fn give_back(engine: &Engine, lease: &str, endpoint: EndpointId, outcome: Option<Outcome>) {
+    let r = match outcome {
+        Some(o) => engine.report(lease, o).await.map(|state| {
+            debug!(endpoint, %state, "gateway reported");
+        }),
+        None => engine.release(lease).await,
+    };
+    if let Err(e) = r {
+        warn!(endpoint, error = %e, "gateway could not give its lease back");
     }
 }

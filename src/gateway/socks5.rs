@@ -8,9 +8,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::debug;
 
+use super::answer::error_outcome;
 use super::relay::relay;
 use super::routing::{authorize, Denied, Routing};
-use super::upstream::{Tried, UpstreamError};
+use super::upstream::UpstreamError;
 use super::Shared;
 use crate::dial::{Dest, Route};
 use crate::health::Reason;
@@ -164,7 +165,7 @@ pub fn parse_request(b: &[u8]) -> Parsed<Dest> {
     Ok(Some((Dest::new(&host, port), at + 2)))
 }
 
-/// The reply code for a failed attempt (SPEC §12).
+/// The reply code for a failed attempt (docs/gateway.md, "Retries and reports").
 pub(super) fn reply_for(e: &UpstreamError) -> u8 {
     match e {
         UpstreamError::AllFailed { last, .. } => match last.reason {
@@ -321,16 +322,15 @@ pub(super) async fn serve(shared: Arc<Shared>, mut s: TcpStream) {
         }
         Err(_) => return debug!("gateway SOCKS5 client too slow; closed"),
     };
-    let mut tried = Tried::default();
     let (mut guard, dialed) = match shared
         .upstream
-        .connect(&routing, &dest, Route::Tunnel, &mut tried)
+        .connect(&routing, &dest, Route::Tunnel)
         .await
     {
         Ok(v) => v,
         Err(e) => {
             debug!(error = %e, "gateway SOCKS5 request failed");
-            count(e.outcome());
+            count(error_outcome(&e));
             let _ = s.write_all(&reply_bytes(reply_for(&e))).await;
             return;
         }

@@ -1,12 +1,13 @@
 //! The upstream attempt loop: lease, dial through the dialer, report, try the next one.
-//! Every call into the engine lives in this file.
+//! Every call into the engine lives here or in `lease` (the report or release that ends a
+//! lease).
 
 use std::collections::HashSet;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::{debug, info, warn};
+use tracing::info;
 
 use super::counted::Counted;
 use super::lease::LeaseGuard;
@@ -15,7 +16,7 @@ use crate::config::GatewayConfig;
 use crate::dial::{Clock, Dest, DialFailure, Dialed, Dialer, Route};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::Failure;
-use crate::metrics::{GatewayMetrics, GatewayOutcome};
+use crate::metrics::GatewayMetrics;
 use crate::pool::destinations::normalize;
 use crate::pool::engine::{Engine, EngineError};
 use crate::pool::{Outcome, PoolError, Want};
@@ -52,20 +53,6 @@ pub(super) enum UpstreamError {
         #[source]
         source: crate::endpoint::EndpointError,
     },
-}
-
-impl UpstreamError {
-    /// What `proxypool_gateway_requests_total` counts a request that ended so.
-    pub(super) fn outcome(&self) -> GatewayOutcome {
-        match self {
-            UpstreamError::Exhausted { .. } => GatewayOutcome::Exhausted,
-            UpstreamError::UnknownPool(_) => GatewayOutcome::BadRequest,
-            UpstreamError::AllFailed { .. } => GatewayOutcome::UpstreamFailed,
-            UpstreamError::Internal(_) | UpstreamError::UnusableUrl { .. } => {
-                GatewayOutcome::Internal
-            }
-        }
-    }
 }
 
 /// How one client request goes through each upstream the pool grants it.
@@ -105,13 +92,27 @@ pub(super) enum Link<S> {
     Reused(S),
 }
 
-/// Upstreams already tried for one client request; never tried twice.
-#[derive(Default)]
-pub(super) struct Tried(HashSet<EndpointId>);
+/// The tries of one client request: one budget (`retries` + 1 upstreams) for the whole
+/// request, whatever spends it (a failed dial, a re-send after an answer); an upstream is
+/// never tried twice; the last failure names what went wrong when nothing worked.
+pub(super) struct Tries {
+    tried: HashSet<EndpointId>,
+    budget: usize,
+    last: Option<(DialFailure, EndpointId)>,
+}
 
-impl Tried {
-    pub(super) fn count(&self) -> usize {
-        self.0.len()
+impl Tries {
+    fn new(retries: u32) -> Tries {
+        Tries {
+            tried: HashSet::new(),
+            budget: retries as usize + 1,
+            last: None,
+        }
+    }
+
+    /// Whether another upstream may still be tried.
+    pub(super) fn left(&self) -> bool {
+        self.tried.len() < self.budget
     }
 }
 
@@ -142,8 +143,9 @@ impl Upstream {
         }
     }
 
-    pub(super) fn retries(&self) -> u32 {
-        self.retries
+    /// A fresh budget, for one client request.
+    pub(super) fn tries(&self) -> Tries {
+        Tries::new(self.retries)
     }
 
     async fn lease(&self, routing: &Routing, want: &Want) -> Result<LeaseGuard, UpstreamError> {
@@ -193,10 +195,10 @@ impl Upstream {
         routing: &Routing,
         dest: &Dest,
         route: Route,
-        tried: &mut Tried,
     ) -> Result<(LeaseGuard, Dialed), UpstreamError> {
+        let mut tries = self.tries();
         let (guard, link) = self
-            .connect_or_reuse(routing, dest, tried, &Fixed(route))
+            .connect_or_reuse(routing, dest, &mut tries, &Fixed(route))
             .await?;
         match link {
             Link::Dialed(d) => Ok((guard, d)),
@@ -204,38 +206,37 @@ impl Upstream {
         }
     }
 
-    /// As `connect`, with `way` choosing the route through each granted upstream, offering
-    /// an idle connection of its own instead of a dial, or another route after a refusal.
+    /// As `connect`, on the budget of `tries` (which a client request may have spent
+    /// partly already), with `way` choosing the route through each granted upstream,
+    /// offering an idle connection of its own instead of a dial, or another route after a
+    /// refusal.
     pub(super) async fn connect_or_reuse<W: Way>(
         &self,
         routing: &Routing,
         dest: &Dest,
-        tried: &mut Tried,
+        tries: &mut Tries,
         way: &W,
     ) -> Result<(LeaseGuard, Link<W::Conn>), UpstreamError> {
-        // Leases for the destination skip its banned pairs, and their reports are scoped
-        // by SPEC §13 (a proxy-side failure stays endpoint-wide).
+        // Leases for the destination skip its banned pairs, and their reports are scoped by
+        // docs/destinations.md, "The scoping rule" (a proxy-side failure stays
+        // endpoint-wide).
         let want = Want {
             destination: normalize(&dest.host).ok().map(Arc::from),
             schemes: None,
         };
-        let budget = self.retries as usize + 1;
-        let mut last: Option<(DialFailure, EndpointId)> = None;
-        let mut attempts = 0usize;
         // Endpoints granted again after a try: held (so the pool hands out another) until
         // this loop ends, then released.
         let mut held = Vec::new();
-        while attempts < budget && held.len() <= budget {
+        while tries.left() && held.len() <= tries.budget {
             let guard = match self.lease(routing, &want).await {
                 Ok(g) => g,
-                Err(UpstreamError::Exhausted { .. }) if last.is_some() => break,
+                Err(UpstreamError::Exhausted { .. }) if tries.last.is_some() => break,
                 Err(e) => return Err(e),
             };
-            if !tried.0.insert(guard.endpoint()) {
+            if !tries.tried.insert(guard.endpoint()) {
                 held.push(guard);
                 continue;
             }
-            attempts += 1;
             let mut route = way.route(guard.proxy());
             if let Some(conn) = way.reuse(guard.proxy(), route) {
                 return Ok((guard, Link::Reused(conn)));
@@ -258,20 +259,18 @@ impl Upstream {
             match dialed {
                 Ok(d) => return Ok((guard, Link::Dialed(d))),
                 Err(f) => {
-                    let endpoint = guard.endpoint();
-                    info!(endpoint, reason = %f.reason, phase = %f.phase,
-                        attempt = attempts, "gateway upstream failed; trying another");
-                    self.fail(guard, f.clone(), &dest.host).await;
-                    last = Some((f, endpoint));
+                    info!(endpoint = guard.endpoint(), reason = %f.reason, phase = %f.phase,
+                        attempt = tries.tried.len(), "gateway upstream failed; trying another");
+                    self.fail(guard, f, &dest.host, tries).await;
                 }
             }
         }
         drop(held);
-        match last {
+        match &tries.last {
             Some((last, endpoint)) => Err(UpstreamError::AllFailed {
-                last,
-                endpoint,
-                tried: tried.count(),
+                last: last.clone(),
+                endpoint: *endpoint,
+                tried: tries.tried.len(),
             }),
             // Only endpoints already tried came back: the pool has nothing new to offer.
             None => Err(UpstreamError::Exhausted {
@@ -306,15 +305,25 @@ impl Upstream {
         Ok(d)
     }
 
-    /// Report a failure seen on the way to `destination` and wait for it to be recorded.
-    pub(super) async fn fail(&self, mut guard: LeaseGuard, f: DialFailure, destination: &str) {
-        guard.set_outcome(failure_outcome(f, destination));
+    /// Report a failure seen on the way to `destination` and wait for it to be recorded;
+    /// it is the request's last failure now.
+    pub(super) async fn fail(
+        &self,
+        mut guard: LeaseGuard,
+        f: DialFailure,
+        destination: &str,
+        tries: &mut Tries,
+    ) {
+        let endpoint = guard.endpoint();
+        guard.set_outcome(failure_outcome(f.clone(), destination));
         guard.finish().await;
+        tries.last = Some((f, endpoint));
     }
 }
 
 /// The report for a failure on the way to `destination`. The lease was taken for the
-/// destination, so the report is scoped by SPEC §13; the detail names it as well.
+/// destination, so the report is scoped (docs/destinations.md, "The scoping rule"); the
+/// detail names it as well.
 pub(super) fn failure_outcome(f: DialFailure, destination: &str) -> Outcome {
     let mut failure = Failure::from(f);
     failure.detail = Some(format!(
@@ -322,24 +331,6 @@ pub(super) fn failure_outcome(f: DialFailure, destination: &str) -> Outcome {
         failure.detail.unwrap_or_default()
     ));
     Outcome::Failure(failure)
-}
-
-/// Give a lease back: report its outcome, or release it without one.
-pub(super) async fn give_back(
-    engine: &Engine,
-    lease: &str,
-    endpoint: EndpointId,
-    outcome: Option<Outcome>,
-) {
-    let r = match outcome {
-        Some(o) => engine.report(lease, o).await.map(|state| {
-            debug!(endpoint, %state, "gateway reported");
-        }),
-        None => engine.release(lease).await,
-    };
-    if let Err(e) = r {
-        warn!(endpoint, error = %e, "gateway could not give its lease back");
-    }
 }
 
 #[cfg(test)]

@@ -1,12 +1,12 @@
-//! Which health a failure counts against (SPEC §13): the endpoint as a whole, or only the
-//! (endpoint, destination) pair. Pure logic.
+//! Which health a failure counts against (docs/destinations.md, "The scoping rule"): the
+//! endpoint as a whole, or only the (endpoint, destination) pair. Pure logic.
 
 use super::{Phase, Reason};
 
 /// What a failure counts against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Scope {
-    /// The endpoint, for every destination (SPEC §3).
+    /// The endpoint, for every destination (docs/reference.md, "States").
     Endpoint,
     /// Only the (endpoint, destination) pair.
     Destination,

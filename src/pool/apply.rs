@@ -280,8 +280,8 @@ impl Pools {
             return (Err(PoolError::UnknownEndpoint(id)), writes);
         }
         let (input, kind, reason, phase) = match outcome {
-            // An operator's probe is an operator act: it ends a cooldown (SPEC §15). Its
-            // failure is an ordinary non-trial failure, which never extends a cooldown.
+            // An operator's probe is an operator act: it ends a cooldown (docs/probe.md).
+            // Its failure is an ordinary non-trial failure, which never extends a cooldown.
             Outcome::Success if role == ProbeRole::Operator => (
                 Input::OperatorProbeSuccess,
                 EventKind::ProbeSuccess,

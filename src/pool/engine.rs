@@ -3,8 +3,7 @@
 //! Writes are queued while the pool lock is held, so the event log keeps the order in
 //! which things happened; callers are answered only after their writes committed.
 
-mod edit;
-mod reconfigure;
+mod changes;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
@@ -24,8 +23,8 @@ use crate::store::{
     EndpointRow, EventRow, NewEndpoint, ResolveError, SourceRow, Store, StoreError, Write,
 };
 
-mod observe;
-pub use observe::EngineOptions;
+mod reads;
+pub use reads::EngineOptions;
 mod writer;
 pub use writer::{Committed, Writer};
 
@@ -137,7 +136,7 @@ impl Engine {
             rescheduled: Notify::new(),
             metrics,
         });
-        observe::set_gauge_source(&engine);
+        reads::set_gauge_source(&engine);
         Ok(engine)
     }
 
@@ -721,7 +720,7 @@ pub fn sync_config_endpoints(store: &mut Store, cfg: &Config) -> Result<usize, S
         .count())
 }
 
-/// The state a new endpoint starts in, by pool mode (SPEC §5).
+/// The state a new endpoint starts in, by pool mode (docs/reference.md, "Pools and modes").
 pub fn initial_state(pool: Option<&PoolConfig>) -> State {
     match pool.map(|p| p.mode.prober_recovers()) {
         Some(true) => State::ProbeAllowed,

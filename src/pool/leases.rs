@@ -12,6 +12,7 @@ use crate::health::{Input, State, Step};
 use crate::store::Write;
 
 use super::apply::Act;
+use super::destinations::DestRef;
 use super::scoped::{ReportOn, Settle, Want};
 use super::{Grant, Outcome, PoolError, Pools, EXPIRED_MEMORY, MAX_SESSIONS};
 use crate::health::scope::Scope;
@@ -26,6 +27,43 @@ pub(super) struct Lease {
     pub(super) destination: Option<Arc<str>>,
     /// The trial of the pair (endpoint, `destination`).
     pub(super) pair_trial: bool,
+}
+
+/// What one lease asks for, resolved once.
+struct Ask<'a> {
+    p: usize,
+    want: &'a Want,
+    dref: Option<DestRef>,
+    /// `max_leases_per_endpoint` (0: no cap).
+    cap: u32,
+}
+
+impl Ask<'_> {
+    fn under_cap(&self, leases: u32) -> bool {
+        self.cap == 0 || leases < self.cap
+    }
+}
+
+/// The endpoint a lease goes to, and how.
+struct Choice {
+    id: EndpointId,
+    /// Its slot, when the step that chose it knows it.
+    slot: Option<u32>,
+    /// The endpoint's single recovery attempt.
+    trial: bool,
+    /// The trial of the pair (endpoint, destination).
+    pair_trial: bool,
+}
+
+impl Choice {
+    fn plain(id: EndpointId, slot: Option<u32>) -> Choice {
+        Choice {
+            id,
+            slot,
+            trial: false,
+            pair_trial: false,
+        }
+    }
 }
 
 impl Pools {
@@ -120,7 +158,10 @@ impl Pools {
     }
 
     /// Lease an endpoint of `pool` for `ttl` that fits `want` (a destination whose banned
-    /// pairs are skipped, a set of schemes).
+    /// pairs are skipped, a set of schemes). The steps, in the order docs/leases.md
+    /// ("Selection") gives them: the session's endpoint while it stays in service, a
+    /// pair's trial for the destination, the oldest waiting trial (`static-no-ping`), the
+    /// least leased endpoint. Each is O(1) amortized and none scans the pool.
     pub fn lease_with(
         &mut self,
         pool: &str,
@@ -138,121 +179,167 @@ impl Pools {
         let Some(expires) = now.checked_add(ttl) else {
             return (Err(PoolError::InvalidTtl(ttl)), writes);
         };
-        let cap = self.pools[p].cfg.max_leases_per_endpoint;
-        let under_cap = |leases: u32| cap == 0 || leases < cap;
-        // One hash lookup: a destination without bans has no view and costs nothing more.
-        let dref = want
-            .destination
-            .as_deref()
-            .and_then(|d| self.pools[p].dests.lookup(d));
-        let mut chosen: Option<(EndpointId, bool)> = None;
-        let mut chosen_slot: Option<u32> = None;
-        let mut pair_trial = false;
-        // A sticky session whose endpoint is still in service keeps it: a scraper's
-        // cookies or login must not move to an unproven endpoint.
+        let ask = Ask {
+            p,
+            want,
+            // One hash lookup: a destination without bans has no view and costs nothing more.
+            dref: want
+                .destination
+                .as_deref()
+                .and_then(|d| self.pools[p].dests.lookup(d)),
+            cap: self.pools[p].cfg.max_leases_per_endpoint,
+        };
+        let chosen = self
+            .sticky(&ask, session)
+            .or_else(|| self.pair_trial(&ask, now, wall, &mut writes))
+            .or_else(|| self.oldest_trial(&ask, now, wall, &mut writes))
+            .or_else(|| self.least_leased(&ask));
+        let Some(choice) = chosen else {
+            return (Err(self.nothing_to_lease(pool, &ask, now)), writes);
+        };
         if let Some(key) = session {
-            if let Some(&id) = self.sessions.get(&(p, key.to_string())) {
-                if let Some(e) = self.entries.get(&id) {
-                    if e.health.state == State::Available
-                        && under_cap(e.leases)
-                        && want.fits(e)
-                        && self.pools[p].dests_usable(dref, id)
-                    {
-                        chosen = Some((id, false));
-                    }
-                }
-            }
+            self.bind_session(p, key, choice.id);
         }
-        // A pair's trial is the next lease for its destination, in every mode (the
-        // prober does not know the scraper's pages).
-        let trials = dref.filter(|&d| self.pools[p].dests.trials_waiting(d));
-        if let (None, Some(d)) = (chosen, trials) {
-            let lease = Some(self.lease_name(self.next_lease + 1));
+        (self.grant(&ask, choice, ttl, expires), writes)
+    }
+
+    /// A sticky session whose endpoint is still in service keeps it: a scraper's cookies
+    /// or login must not move to an unproven endpoint.
+    fn sticky(&self, ask: &Ask, session: Option<&str>) -> Option<Choice> {
+        let id = *self.sessions.get(&(ask.p, session?.to_string()))?;
+        let e = self.entries.get(&id)?;
+        let keeps = e.health.state == State::Available
+            && ask.under_cap(e.leases)
+            && ask.want.fits(e)
+            && self.pools[ask.p].dests_usable(ask.dref, id);
+        keeps.then_some(Choice::plain(id, None))
+    }
+
+    /// A pair's trial is the next lease for its destination, in every mode (the prober
+    /// does not know the scraper's pages).
+    fn pair_trial(
+        &mut self,
+        ask: &Ask,
+        now: Instant,
+        wall: SystemTime,
+        writes: &mut Vec<Write>,
+    ) -> Option<Choice> {
+        let d = ask
+            .dref
+            .filter(|&d| self.pools[ask.p].dests.trials_waiting(d))?;
+        let lease = Some(self.lease_name(self.next_lease + 1));
+        let entries = &self.entries;
+        let ps = &mut self.pools[ask.p];
+        let ok = |id: EndpointId| {
+            entries.get(&id).is_some_and(|e| {
+                e.health.state == State::Available && ask.under_cap(e.leases) && ask.want.fits(e)
+            })
+        };
+        let (id, r) = ps
+            .dests
+            .claim_trial(d, ok, lease, &ps.cfg.policy, now, wall)?;
+        writes.extend(r.writes.into_iter().map(Write::Pair));
+        Some(Choice {
+            pair_trial: true,
+            ..Choice::plain(id, None)
+        })
+    }
+
+    /// Trials before ordinary leases, so that recovery cannot starve behind them
+    /// (`static-no-ping`: the lease is the probe). The oldest only: a lease never scans
+    /// the trial queue.
+    fn oldest_trial(
+        &mut self,
+        ask: &Ask,
+        now: Instant,
+        wall: SystemTime,
+        writes: &mut Vec<Write>,
+    ) -> Option<Choice> {
+        if self.pools[ask.p].cfg.mode != Mode::StaticNoPing {
+            return None;
+        }
+        let first = self.pools[ask.p].trials.first().map(|&(_, id)| id);
+        let id = first.filter(|&id| {
+            self.entries.get(&id).is_some_and(|e| ask.want.fits(e))
+                && self.pools[ask.p].dests_usable(ask.dref, id)
+        })?;
+        let ev = Act {
+            kind: Some(EventKind::TrialAdmitted),
+            lease: Some(self.lease_name(self.next_lease + 1)),
+            ..Default::default()
+        };
+        let (step, w) = self.apply(id, Input::Claim, now, wall, ev);
+        writes.extend(w);
+        (step == Step::Claimed).then_some(Choice {
+            trial: true,
+            ..Choice::plain(id, None)
+        })
+    }
+
+    /// The least leased available endpoint (round robin among equals) under the cap.
+    fn least_leased(&mut self, ask: &Ask) -> Option<Choice> {
+        let picked = if ask.dref.is_none() && ask.want.schemes.is_none() {
+            self.pick(ask.p)
+                .filter(|&(_, leases)| ask.under_cap(leases))
+        } else {
+            self.pick_where(ask.p, ask.dref, ask.want, ask.cap)
+        };
+        let (slot, _) = picked?;
+        let (id, _) = self.entries.at(slot)?;
+        Some(Choice::plain(*id, Some(slot)))
+    }
+
+    /// Nothing to lease: when to ask again (the soonest cooldown end, of a pair too when
+    /// the lease named a destination with bans).
+    fn nothing_to_lease(&self, pool: &str, ask: &Ask, now: Instant) -> PoolError {
+        let ps = &self.pools[ask.p];
+        let mut soonest = ps.cooling.first().map(|(d, _)| *d);
+        if ask.dref.is_some() {
+            soonest = match (soonest, ps.dests.next_due()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        PoolError::Exhausted {
+            pool: pool.to_string(),
+            retry_after: soonest.map(|d| d.saturating_duration_since(now)),
+        }
+    }
+
+    fn bind_session(&mut self, p: usize, key: &str, id: EndpointId) {
+        if self.sessions.len() >= MAX_SESSIONS {
+            // Scrapers that mint a key per request must not grow memory forever: forget
+            // sessions whose endpoint left service, then all if still full.
             let entries = &self.entries;
-            let ps = &mut self.pools[p];
-            let ok = |id: EndpointId| {
-                entries.get(&id).is_some_and(|e| {
-                    e.health.state == State::Available && under_cap(e.leases) && want.fits(e)
-                })
-            };
-            if let Some((id, r)) = ps
-                .dests
-                .claim_trial(d, ok, lease, &ps.cfg.policy, now, wall)
-            {
-                writes.extend(r.writes.into_iter().map(Write::Pair));
-                chosen = Some((id, false));
-                pair_trial = true;
-            }
-        }
-        // Then trials, so that recovery cannot starve behind ordinary leases.
-        if chosen.is_none() && self.pools[p].cfg.mode == Mode::StaticNoPing {
-            let first = self.pools[p].trials.first().map(|&(_, id)| id);
-            // The oldest only: a lease never scans the trial queue.
-            let fits = first.filter(|&id| {
-                self.entries.get(&id).is_some_and(|e| want.fits(e))
-                    && self.pools[p].dests_usable(dref, id)
+            self.sessions.retain(|_, id| {
+                entries
+                    .get(id)
+                    .is_some_and(|e| e.health.state == State::Available)
             });
-            if let Some(id) = fits {
-                let lid = self.next_lease + 1;
-                let ev = Act {
-                    kind: Some(EventKind::TrialAdmitted),
-                    lease: Some(self.lease_name(lid)),
-                    ..Default::default()
-                };
-                let (step, w) = self.apply(id, Input::Claim, now, wall, ev);
-                writes.extend(w);
-                if step == Step::Claimed {
-                    chosen = Some((id, true));
-                }
-            }
-        }
-        if chosen.is_none() {
-            let picked = if dref.is_none() && want.schemes.is_none() {
-                self.pick(p).filter(|&(_, leases)| under_cap(leases))
-            } else {
-                self.pick_where(p, dref, want, cap)
-            };
-            if let Some((slot, _)) = picked {
-                chosen = self.entries.at(slot).map(|(id, _)| (*id, false));
-                chosen_slot = Some(slot);
-            }
-        }
-        let Some((id, trial)) = chosen else {
-            let ps = &self.pools[p];
-            let mut soonest = ps.cooling.first().map(|(d, _)| *d);
-            if dref.is_some() {
-                soonest = match (soonest, ps.dests.next_due()) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
-            }
-            return (
-                Err(PoolError::Exhausted {
-                    pool: pool.to_string(),
-                    retry_after: soonest.map(|d| d.saturating_duration_since(now)),
-                }),
-                writes,
-            );
-        };
-        if let Some(key) = session {
             if self.sessions.len() >= MAX_SESSIONS {
-                // Scrapers that mint a key per request must not grow memory forever:
-                // forget sessions whose endpoint left service, then all if still full.
-                let entries = &self.entries;
-                self.sessions.retain(|_, id| {
-                    entries
-                        .get(id)
-                        .is_some_and(|e| e.health.state == State::Available)
-                });
-                if self.sessions.len() >= MAX_SESSIONS {
-                    self.sessions.clear();
-                }
+                self.sessions.clear();
             }
-            self.sessions.insert((p, key.to_string()), id);
         }
-        let Some(slot) = chosen_slot.or_else(|| self.entries.slot(&id)) else {
-            return (Err(PoolError::UnknownEndpoint(id)), writes);
-        };
+        self.sessions.insert((p, key.to_string()), id);
+    }
+
+    /// Record the lease of `choice` and count it against its endpoint.
+    fn grant(
+        &mut self,
+        ask: &Ask,
+        choice: Choice,
+        ttl: Duration,
+        expires: Instant,
+    ) -> Result<Grant, PoolError> {
+        let Choice {
+            id,
+            slot,
+            trial,
+            pair_trial,
+        } = choice;
+        let slot = slot
+            .or_else(|| self.entries.slot(&id))
+            .ok_or(PoolError::UnknownEndpoint(id))?;
         self.next_lease += 1;
         let lid = self.next_lease;
         self.leases.insert(
@@ -262,28 +349,28 @@ impl Pools {
                 slot,
                 expires,
                 trial,
-                destination: want.destination.clone(),
+                destination: ask.want.destination.clone(),
                 pair_trial,
             },
         );
         self.lease_expiry.insert((expires, lid));
-        self.pools[p].leases += 1;
+        self.pools[ask.p].leases += 1;
         self.set_leases_at(slot, 1);
         if let Some((_, e)) = self.entries.at_mut(slot) {
             e.stats.record_lease();
         }
-        let Some((_, e)) = self.entries.at(slot) else {
-            return (Err(PoolError::UnknownEndpoint(id)), writes);
-        };
-        let grant = Grant {
+        let (_, e) = self
+            .entries
+            .at(slot)
+            .ok_or(PoolError::UnknownEndpoint(id))?;
+        Ok(Grant {
             lease: self.lease_name(lid),
             proxy: e.secret.clone(),
             endpoint: id,
             trial: trial || pair_trial,
             expires_in_ms: ttl.as_millis() as u64,
             scope: pair_trial.then(|| Scope::Destination.as_str().to_string()),
-        };
-        (Ok(grant), writes)
+        })
     }
 
     pub(super) fn take_lease(
@@ -337,9 +424,9 @@ impl Pools {
     }
 
     /// Report how a lease went, for `on.destination` (normalised) when given, else for the
-    /// destination the lease was taken for; the failure's scope (SPEC §13) decides
-    /// whether the endpoint or the pair takes it. `on.duration` feeds the endpoint's
-    /// latency estimate. Returns the endpoint's state.
+    /// destination the lease was taken for; the failure's scope (docs/destinations.md, "The
+    /// scoping rule") decides whether the endpoint or the pair takes it. `on.duration`
+    /// feeds the endpoint's latency estimate. Returns the endpoint's state.
     pub fn report_with(
         &mut self,
         name: &str,

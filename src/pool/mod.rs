@@ -12,10 +12,10 @@ pub mod engine;
 mod entries;
 mod id_index;
 mod leases;
-mod observe;
 mod ready;
 mod reconfigure;
-pub mod scoped;
+pub(crate) mod scoped;
+mod telemetry;
 
 pub use apply::ProbeRole;
 pub use scoped::{ReportOn, Want};
@@ -23,9 +23,9 @@ pub use scoped::{ReportOn, Want};
 use destinations::Destinations;
 use entries::{Entry, EntryMap};
 use leases::Lease;
-pub use observe::EndpointUse;
 use ready::Ready;
 pub use reconfigure::ReconfigureError;
+pub use telemetry::EndpointUse;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -87,7 +87,8 @@ pub struct Grant {
     pub trial: bool,
     /// Time to live.
     pub expires_in_ms: u64,
-    /// `"destination"` when the trial is a pair's (SPEC §13); absent otherwise.
+    /// `"destination"` when the trial is a pair's (docs/destinations.md, "Pairs"); absent
+    /// otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
 }
@@ -143,7 +144,7 @@ struct PoolState {
     leases: usize,
     /// Pre-resolved metric series (None when metrics are off).
     metrics: Option<crate::metrics::PoolMetrics>,
-    /// Per-destination health (SPEC §13).
+    /// Per-destination health (docs/destinations.md).
     dests: Destinations,
 }
 

@@ -1,6 +1,6 @@
-//! Per-destination wiring of the pools (SPEC §13, §15): what a lease wants (destination,
-//! schemes), selection that skips banned pairs without scanning the pool, the scoping of
-//! a report, report by session, and the operator's view of pairs.
+//! Per-destination wiring of the pools (docs/destinations.md): what a lease wants
+//! (destination, schemes), selection that skips banned pairs without scanning the pool, the
+//! scoping of a report, report by session, and the operator's view of pairs.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -35,7 +35,8 @@ pub struct Want {
 pub struct ReportOn {
     /// Normalised destination the use was for (`None`: the lease's own, if any).
     pub destination: Option<String>,
-    /// How long the use took (feeds the latency estimate, SPEC §15).
+    /// How long the use took (feeds the latency estimate: docs/observability.md,
+    /// "Per-endpoint statistics").
     pub duration: Option<std::time::Duration>,
 }
 

@@ -1,55 +1,57 @@
-//! How an op's failure is answered: the one mapping from domain errors to wire codes.
+//! How an op's failure is answered: the one mapping from domain errors to wire codes, and
+//! the one place an error says when to try again (`retry_after_ms`).
+
+use std::time::Duration;
 
 use crate::pool::engine::EngineError;
 use crate::pool::PoolError;
-use crate::protocol::ErrorCode;
+use crate::protocol::{ErrorBody, ErrorCode};
 
-pub(super) struct OpError {
-    pub(super) code: ErrorCode,
-    pub(super) message: String,
-    pub(super) retry_after_ms: Option<u64>,
-}
+/// An op's failure, as it goes on the wire.
+#[derive(Debug)]
+pub(super) struct OpError(ErrorBody);
 
 impl OpError {
+    pub(super) fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        OpError(ErrorBody::new(code, message))
+    }
+
     pub(super) fn bad(m: impl Into<String>) -> Self {
-        OpError {
-            code: ErrorCode::BadRequest,
-            message: m.into(),
-            retry_after_ms: None,
-        }
+        OpError::new(ErrorCode::BadRequest, m)
     }
 
     pub(super) fn internal(m: impl Into<String>) -> Self {
-        OpError {
-            code: ErrorCode::Internal,
-            message: m.into(),
-            retry_after_ms: None,
-        }
+        OpError::new(ErrorCode::Internal, m)
+    }
+
+    /// The same error, saying when to try again (`None`: not known, sent as null).
+    fn retry_after(self, after: Option<Duration>) -> Self {
+        OpError(self.0.retry_after_ms(after.map(|d| d.as_millis() as u64)))
+    }
+
+    /// The error object of the response.
+    pub(super) fn into_body(self) -> ErrorBody {
+        self.0
     }
 }
 
 impl From<PoolError> for OpError {
     fn from(e: PoolError) -> Self {
-        let code = match &e {
-            PoolError::UnknownPool(_) => ErrorCode::UnknownPool,
-            PoolError::Exhausted { .. } => ErrorCode::PoolExhausted,
-            // A session stands in for the lease of a report by session (SPEC §13).
+        let message = e.to_string();
+        match e {
+            PoolError::UnknownPool(_) => OpError::new(ErrorCode::UnknownPool, message),
+            PoolError::Exhausted { retry_after, .. } => {
+                OpError::new(ErrorCode::PoolExhausted, message).retry_after(retry_after)
+            }
+            // A session stands in for the lease of a report by session
+            // (docs/destinations.md, "Report by session").
             PoolError::UnknownLease(_) | PoolError::UnknownSession { .. } => {
-                ErrorCode::UnknownLease
+                OpError::new(ErrorCode::UnknownLease, message)
             }
-            PoolError::LeaseExpired(_) => ErrorCode::LeaseExpired,
+            PoolError::LeaseExpired(_) => OpError::new(ErrorCode::LeaseExpired, message),
             PoolError::UnknownEndpoint(_) | PoolError::MissingReason | PoolError::InvalidTtl(_) => {
-                ErrorCode::BadRequest
+                OpError::bad(message)
             }
-        };
-        let retry_after_ms = match &e {
-            PoolError::Exhausted { retry_after, .. } => retry_after.map(|d| d.as_millis() as u64),
-            _ => None,
-        };
-        OpError {
-            code,
-            message: e.to_string(),
-            retry_after_ms,
         }
     }
 }
@@ -110,7 +112,29 @@ mod tests {
         ];
         for (e, code) in cases {
             let shown = e.to_string();
-            assert_eq!(OpError::from(e).code, code, "{shown}");
+            assert_eq!(OpError::from(e).into_body().code, code, "{shown}");
+        }
+    }
+
+    #[test]
+    fn only_errors_that_know_when_to_retry_carry_retry_after_ms() {
+        let exhausted = |after| PoolError::Exhausted {
+            pool: "p".into(),
+            retry_after: after,
+        };
+        let cases = [
+            (
+                exhausted(Some(Duration::from_millis(1500))),
+                Some(Some(1500)),
+            ),
+            // Nothing cooling: the field is there, and null.
+            (exhausted(None), Some(None)),
+            (PoolError::UnknownPool("p".into()), None),
+            (PoolError::MissingReason, None),
+        ];
+        for (e, want) in cases {
+            let shown = e.to_string();
+            assert_eq!(OpError::from(e).into_body().retry_after_ms, want, "{shown}");
         }
     }
 }

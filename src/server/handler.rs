@@ -1,30 +1,23 @@
-//! Checks a request line (parse, token, transport) and routes it to its op.
+//! Checks a request line (parse, token) and hands it to its op.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
-use super::error::OpError;
-use super::ops;
+use serde_json::Value;
+
+use super::context::{Context, Live, LiveCell};
+use super::ops::{self, Transport};
 use crate::config::Config;
 use crate::pool::engine::Engine;
 use crate::probe::Prober;
-use serde_json::Value;
-
-use crate::protocol::{parse_line, Body, ErrorCode, Request, Response};
+use crate::protocol::{parse_line, ErrorCode, Response};
 
 /// Answers requests; shared by every connection.
 pub struct Handler {
-    pub(super) engine: Arc<Engine>,
+    engine: Arc<Engine>,
     token: Option<String>,
     /// Swapped whole by a config reload; requests in flight keep the one they started with.
-    live: RwLock<Live>,
-}
-
-/// What a config reload replaces.
-#[derive(Clone)]
-pub(super) struct Live {
-    pub(super) config: Arc<Config>,
-    pub(super) probers: Arc<HashMap<String, Prober>>,
+    live: LiveCell,
 }
 
 impl Handler {
@@ -33,33 +26,27 @@ impl Handler {
         Handler {
             engine,
             token,
-            live: RwLock::new(Live {
-                config,
-                probers: Arc::new(HashMap::new()),
-            }),
+            live: LiveCell::new(config),
         }
     }
 
     /// Probers per pool, for the `probe` op.
     pub fn with_probers(self, probers: HashMap<String, Prober>) -> Self {
-        self.write_live().probers = Arc::new(probers);
+        self.live.set_probers(probers);
         self
     }
 
     /// Use a reloaded config and its probers from the next request on.
     pub fn reconfigure(&self, config: Arc<Config>, probers: HashMap<String, Prober>) {
-        *self.write_live() = Live {
+        self.live.set(Live {
             config,
             probers: Arc::new(probers),
-        };
+        });
     }
 
-    pub(super) fn live(&self) -> Live {
-        self.live.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    fn write_live(&self) -> std::sync::RwLockWriteGuard<'_, Live> {
-        self.live.write().unwrap_or_else(|p| p.into_inner())
+    /// The config in force now.
+    pub(super) fn config(&self) -> Arc<Config> {
+        self.live.get().config
     }
 
     /// Answer one request line.
@@ -81,10 +68,11 @@ impl Handler {
                 return (r, false);
             }
         }
-        (self.checked(line, tcp).await, true)
+        let via = if tcp { Transport::Tcp } else { Transport::Unix };
+        (self.checked(line, via).await, true)
     }
 
-    async fn checked(&self, line: &str, tcp: bool) -> Response {
+    async fn checked(&self, line: &str, via: Transport) -> Response {
         if line.trim().is_empty() {
             return Response::err(
                 None,
@@ -96,107 +84,10 @@ impl Handler {
             Ok(v) => v,
             Err(resp) => return *resp,
         };
-        if tcp && matches!(req, Request::Import { .. }) {
-            // It reads a file of the daemon's: only for local clients.
-            return Response::err(
-                id,
-                ErrorCode::BadRequest,
-                "import is only accepted on the Unix socket",
-            );
-        }
-        match self.dispatch(req).await {
-            Ok(body) => Response::ok(id, body),
-            Err(e) => {
-                let mut r = Response::err(id, e.code, e.message);
-                if e.code == ErrorCode::PoolExhausted {
-                    r.retry_after_ms = Some(e.retry_after_ms);
-                    if let Some(err) = r.error.as_mut() {
-                        err.retry_after_ms = Some(e.retry_after_ms);
-                    }
-                }
-                r
-            }
-        }
-    }
-
-    /// The one place each verb is routed.
-    async fn dispatch(&self, req: Request) -> Result<Body, OpError> {
-        match req {
-            Request::Ping => Ok(ops::ping()),
-            Request::Lease {
-                pool,
-                ttl,
-                wait,
-                session,
-                destination,
-                schemes,
-            } => {
-                let want = ops::want(destination, schemes)?;
-                ops::lease(self, pool, ttl, wait, session, want).await
-            }
-            Request::Report {
-                lease,
-                pool,
-                session,
-                destination,
-                outcome,
-                reason,
-                phase,
-                status,
-                retry_after,
-                detail,
-                duration_ms,
-            } => {
-                let target = ops::ReportTarget::new(lease, pool, session)?;
-                let report = ops::Report {
-                    outcome,
-                    reason,
-                    phase,
-                    status,
-                    retry_after,
-                    detail,
-                    destination,
-                    duration_ms,
-                };
-                ops::report(self, target, report).await
-            }
-            Request::Release { lease } => ops::release(self, &lease).await,
-            Request::Status { pool } => ops::status(self, pool),
-            Request::Endpoints {
-                pool,
-                state,
-                endpoint,
-            } => ops::endpoints(self, pool, state, endpoint).await,
-            Request::Disable { endpoint, reason } => ops::disable(self, &endpoint, reason).await,
-            Request::Enable {
-                endpoint,
-                now,
-                destination: Some(d),
-            } => ops::enable_pair(self, &endpoint, now, &d).await,
-            Request::Enable {
-                endpoint,
-                now,
-                destination: None,
-            } => ops::enable(self, &endpoint, now).await,
-            Request::Add {
-                urls,
-                pool,
-                label,
-                source,
-            } => ops::add(self, &urls, pool, label, source).await,
-            Request::Import { path, pool, label } => ops::import(self, &path, pool, label).await,
-            Request::Probe {
-                endpoints,
-                pool,
-                all,
-                concurrency,
-            } => ops::probe(self, &endpoints, pool, all, concurrency).await,
-            Request::Remove { endpoints } => ops::remove(self, &endpoints).await,
-            Request::Edit {
-                endpoint,
-                url,
-                label,
-            } => ops::edit(self, &endpoint, url, label).await,
+        let cx = Context::new(&self.engine, &self.live);
+        match ops::route(req, via, &cx).await {
+            Ok(payload) => Response::ok(id, payload),
+            Err(e) => Response::failure(id, e.into_body()),
         }
     }
 }
@@ -222,4 +113,36 @@ pub(super) fn request_id(line: &str) -> Option<Value> {
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PoolConfig;
+    use crate::store::Store;
+
+    const TOKEN: &str = "t0ken-xyz-0123456789";
+
+    #[tokio::test]
+    async fn import_is_refused_off_the_unix_socket_before_its_file_is_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("h.db")).unwrap();
+        let engine = Engine::open(store, [PoolConfig::builtin("default")]).unwrap();
+        let h = Handler::new(engine, Arc::new(Config::default()), Some(TOKEN.into()));
+        let missing = dir.path().join("missing.txt");
+        let line = serde_json::json!({"op": "import", "path": missing, "token": TOKEN});
+        let over_tcp = h.handle_line(&line.to_string(), true).await;
+        let e = over_tcp.error.expect("refused");
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (
+                ErrorCode::BadRequest,
+                "import is only accepted on the Unix socket"
+            )
+        );
+        // On the Unix socket the same request gets as far as opening the file.
+        let local = h.handle_line(&line.to_string(), false).await;
+        let e = local.error.expect("no such file");
+        assert!(e.message.contains("missing.txt"), "{}", e.message);
+    }
 }

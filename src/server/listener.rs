@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::warn;
 
+use super::fd_limit::{default_caps, nofile};
 use super::{serve_conn, Handler, ServerError};
-use crate::fd_limit::{default_caps, nofile};
 
 /// Bind the Unix socket at `path` with mode 0600, replacing a stale file from a crashed
 /// daemon and refusing when a live daemon answers there.
@@ -21,7 +21,7 @@ pub async fn bind_unix(path: &Path) -> Result<UnixListener, ServerError> {
         path: path.display().to_string(),
         source,
     };
-    crate::socket_file::prepare(path)
+    super::socket_file::prepare(path)
         .await
         .map_err(ServerError::Socket)?;
     // Created under a restrictive umask so no other user can connect, even briefly.
@@ -42,8 +42,7 @@ fn unsafe_umask(mask: libc::mode_t) -> libc::mode_t {
 /// Accept on a Unix socket until `shutdown`, then wait for connections to finish.
 pub async fn run(listener: UnixListener, handler: Arc<Handler>, shutdown: CancellationToken) {
     let cap = handler
-        .live()
-        .config
+        .config()
         .max_connections
         .unwrap_or_else(|| default_caps(nofile()).0);
     accept_loop(
@@ -59,8 +58,7 @@ pub async fn run(listener: UnixListener, handler: Arc<Handler>, shutdown: Cancel
 /// Accept on a TCP listener (token required) until `shutdown`.
 pub async fn run_tcp(listener: TcpListener, handler: Arc<Handler>, shutdown: CancellationToken) {
     let cap = handler
-        .live()
-        .config
+        .config()
         .max_tcp_connections
         .unwrap_or_else(|| default_caps(nofile()).1);
     accept_loop(

@@ -1,27 +1,34 @@
 //! The lease socket: accepts connections and answers JSON-lines requests in order.
 //!
 //! `listener` binds and accepts, `connection` frames one client's lines, `handler` checks
-//! and routes a request, `ops` holds one function per op, `error` maps failures to codes.
+//! a request and hands it to `ops` (one handler per op, given a `context`), `error` maps
+//! failures to codes. `socket_file` decides what may be replaced at the socket's path,
+//! `token` checks the TCP listener's secret, `fd_limit` sizes each listener's connection
+//! cap from the open-file limit.
 
 mod connection;
+mod context;
 mod error;
+pub mod fd_limit;
 mod handler;
 mod listener;
 mod ops;
+pub(crate) mod socket_file;
+pub(crate) mod token;
 
 use std::time::Duration;
 
-pub use connection::serve_conn;
+pub(crate) use connection::serve_conn;
 pub use handler::Handler;
 pub use listener::{bind_unix, run, run_tcp};
-pub use ops::edit_fields;
+pub(crate) use ops::edit_fields;
 
 /// Errors setting up the socket.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     /// The socket path is taken by something that must not be replaced, or a live daemon.
     #[error(transparent)]
-    Socket(crate::socket_file::SocketFileError),
+    Socket(socket_file::SocketFileError),
     /// Binding or preparing the socket failed.
     #[error("cannot listen on {path}: {source}")]
     Bind {

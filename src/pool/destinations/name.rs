@@ -1,4 +1,5 @@
-//! Destination names as pairs are keyed (SPEC §13: the host, lower-cased, no port).
+//! Destination names as pairs are keyed (docs/destinations.md, "Destination names": the
+//! host, lower-cased, no port).
 
 use std::net::Ipv6Addr;
 

@@ -11,7 +11,7 @@ struct Fake {
 }
 
 impl StatusSource for Fake {
-    async fn status(&self, pool: Option<&str>) -> Result<Vec<PoolStatus>, SourceError> {
+    async fn status(&self, pool: Option<&str>) -> Result<Vec<PoolStatus>, StatusError> {
         self.seen.lock().unwrap().push(format!("status {pool:?}"));
         match pool {
             None => Ok(self.pools.clone()),
@@ -21,7 +21,7 @@ impl StatusSource for Fake {
                 .find(|s| s.pool == p)
                 .map(|s| vec![s.clone()])
                 .ok_or_else(|| {
-                    SourceError::new(ErrorCode::UnknownPool, format!("unknown pool {p:?}"))
+                    StatusError::new(ErrorCode::UnknownPool, format!("unknown pool {p:?}"))
                 }),
         }
     }
@@ -30,7 +30,7 @@ impl StatusSource for Fake {
         &self,
         pool: Option<&str>,
         state: Option<State>,
-    ) -> Result<Vec<EndpointView>, SourceError> {
+    ) -> Result<Vec<EndpointView>, StatusError> {
         self.seen
             .lock()
             .unwrap()
@@ -43,7 +43,7 @@ impl StatusSource for Fake {
             .collect())
     }
 
-    async fn page(&self, limits: PageLimits) -> Result<PageModel, SourceError> {
+    async fn page(&self, limits: PageLimits) -> Result<PageModel, StatusError> {
         assert_eq!(limits, PageLimits::default());
         Ok(page::tests::model())
     }

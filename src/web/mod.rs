@@ -1,5 +1,5 @@
-//! The read-only HTTP listener of SPEC §14: `/metrics`, the status page, the JSON API and
-//! `/healthz`, served by hyper (HTTP/1.1).
+//! The read-only HTTP listener (docs/observability.md, "HTTP listener"): `/metrics`, the
+//! status page, the JSON API and `/healthz`, served by hyper (HTTP/1.1).
 //!
 //! The data comes from a [`StatusSource`] (the daemon implements it over the engine and
 //! the store), so this module owns no pool state and can be tested with a fake source.
@@ -28,11 +28,11 @@ use tokio_util::sync::CancellationToken;
 use crate::health::State;
 use crate::metrics::Metrics;
 use crate::pool::PoolStatus;
-use crate::protocol::{self, Body, ErrorCode};
+use crate::protocol::{self, ErrorCode, Payload};
 use crate::store::EndpointView;
 
 pub use auth::{check_bind, token_from_env, HttpConfigError, TOKEN_ENV};
-pub use page::render_page;
+pub(crate) use page::render_page;
 pub use view::{minute_buckets, EndpointLine, PageLimits, PageModel, PoolPage};
 
 /// Default `[server] http` address.
@@ -47,17 +47,17 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Why a source could not answer; `code` picks the HTTP status and the JSON error.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message}")]
-pub struct SourceError {
+pub struct StatusError {
     /// Protocol error code (`unknown_pool`, `bad_request`, `internal`).
     pub code: ErrorCode,
     /// Human message (never a password).
     pub message: String,
 }
 
-impl SourceError {
+impl StatusError {
     /// Shorthand.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        SourceError {
+        StatusError {
             code,
             message: message.into(),
         }
@@ -71,20 +71,20 @@ pub trait StatusSource: Send + Sync + 'static {
     fn status(
         &self,
         pool: Option<&str>,
-    ) -> impl Future<Output = Result<Vec<PoolStatus>, SourceError>> + Send;
+    ) -> impl Future<Output = Result<Vec<PoolStatus>, StatusError>> + Send;
 
     /// The socket's `endpoints` answer, passwords redacted.
     fn endpoints(
         &self,
         pool: Option<&str>,
         state: Option<State>,
-    ) -> impl Future<Output = Result<Vec<EndpointView>, SourceError>> + Send;
+    ) -> impl Future<Output = Result<Vec<EndpointView>, StatusError>> + Send;
 
     /// Everything the status page shows.
     fn page(
         &self,
         limits: PageLimits,
-    ) -> impl Future<Output = Result<PageModel, SourceError>> + Send;
+    ) -> impl Future<Output = Result<PageModel, StatusError>> + Send;
 }
 
 /// The listener's shared state.
@@ -130,7 +130,7 @@ impl<S: StatusSource> HttpApp<S> {
         }
         let query = match view::parse_query(req.uri().query()) {
             Ok(q) => q,
-            Err(e) => return api_error(&SourceError::new(ErrorCode::BadRequest, e)),
+            Err(e) => return api_error(&StatusError::new(ErrorCode::BadRequest, e)),
         };
         let mut resp = match path {
             "/healthz" => text(StatusCode::OK, "ok\n"),
@@ -141,14 +141,14 @@ impl<S: StatusSource> HttpApp<S> {
             "/api/status" => match query.only(&["pool"]) {
                 Err(e) => api_error(&e),
                 Ok(()) => match self.source.status(query.get("pool")).await {
-                    Ok(pools) => api_ok(Body::Status { pools }),
+                    Ok(pools) => api_ok(Payload::Status { pools }),
                     Err(e) => api_error(&e),
                 },
             },
             "/api/endpoints" => match query.only(&["pool", "state"]).and_then(|()| query.state()) {
                 Err(e) => api_error(&e),
                 Ok(state) => match self.source.endpoints(query.get("pool"), state).await {
-                    Ok(endpoints) => api_ok(Body::Endpoints { endpoints }),
+                    Ok(endpoints) => api_ok(Payload::Endpoints { endpoints }),
                     Err(e) => api_error(&e),
                 },
             },
@@ -187,7 +187,7 @@ fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
     r
 }
 
-fn api_ok(body: Body) -> Response<Full<Bytes>> {
+fn api_ok(body: Payload) -> Response<Full<Bytes>> {
     let json = protocol::Response::ok(None, body).to_json();
     with_type(
         Response::new(Full::new(Bytes::from(json))),
@@ -195,7 +195,7 @@ fn api_ok(body: Body) -> Response<Full<Bytes>> {
     )
 }
 
-fn api_error(e: &SourceError) -> Response<Full<Bytes>> {
+fn api_error(e: &StatusError) -> Response<Full<Bytes>> {
     let json = protocol::Response::err(None, e.code, e.message.clone()).to_json();
     let mut r = with_type(
         Response::new(Full::new(Bytes::from(json))),

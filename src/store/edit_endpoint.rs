@@ -1,4 +1,4 @@
-//! `edit`: a new URL or label for a stored endpoint.
+//! `Store::edit_endpoint`: a new URL or label for a stored endpoint.
 
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 

@@ -7,17 +7,17 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tracing::warn;
 
+use super::prober::{ProbeError, ProbeResult, Prober};
+use super::report::ProbeReport;
 use crate::config::Config;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::State;
 use crate::pool::engine::{Engine, EngineError};
 use crate::pool::{Outcome, PoolError, ProbeRole};
-use crate::probe::{ProbeError, ProbeResult, Prober};
-use crate::probe_report::ProbeReport;
 
 /// Probers for every configured pool.
 /// Probers for every configured pool that names a probe target; a pool without one is
-/// never probed (SPEC §15).
+/// never probed (docs/probe.md).
 pub fn probers(cfg: &Config) -> Result<HashMap<String, Prober>, ProbeError> {
     cfg.pools
         .values()
@@ -73,7 +73,7 @@ pub async fn probe_one(
     probe_as(engine, prober, id, false).await
 }
 
-/// `probe_one` for an operator: a success ends a cooldown (SPEC §15).
+/// `probe_one` for an operator: a success ends a cooldown (docs/probe.md).
 pub async fn probe_operator(
     engine: &Engine,
     prober: &Prober,

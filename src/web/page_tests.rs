@@ -2,10 +2,10 @@ use std::time::{Duration, SystemTime};
 
 use super::*;
 use crate::health::{Phase, Reason};
-use crate::http::view::minute_buckets;
 use crate::pool::PoolStatus;
 use crate::stats::EndpointStats;
 use crate::store::EndpointView;
+use crate::web::view::minute_buckets;
 
 pub(crate) fn model() -> PageModel {
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);

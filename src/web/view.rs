@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use percent_encoding::percent_decode_str;
 
-use super::SourceError;
+use super::StatusError;
 use crate::health::State;
 use crate::pool::PoolStatus;
 use crate::protocol::ErrorCode;
@@ -123,10 +123,10 @@ impl Query {
             .map(|(_, v)| v.as_str())
     }
 
-    pub(super) fn only(&self, allowed: &[&str]) -> Result<(), SourceError> {
+    pub(super) fn only(&self, allowed: &[&str]) -> Result<(), StatusError> {
         match self.0.iter().find(|(k, _)| !allowed.contains(&k.as_str())) {
             None => Ok(()),
-            Some((k, _)) => Err(SourceError::new(
+            Some((k, _)) => Err(StatusError::new(
                 ErrorCode::BadRequest,
                 if allowed.is_empty() {
                     format!("unknown query parameter {k:?}: this page takes none")
@@ -140,11 +140,11 @@ impl Query {
         }
     }
 
-    pub(super) fn state(&self) -> Result<Option<State>, SourceError> {
+    pub(super) fn state(&self) -> Result<Option<State>, StatusError> {
         self.get("state")
             .map(|s| s.parse::<State>())
             .transpose()
-            .map_err(|e| SourceError::new(ErrorCode::BadRequest, e.to_string()))
+            .map_err(|e| StatusError::new(ErrorCode::BadRequest, e.to_string()))
     }
 }
 

@@ -1,0 +1,383 @@
+//! `Config::parse`: the file as written (`raw`) checked section by section, in the order
+//! the reference documents them: `[store]`, `[server]`, each `[[pool]]` (its probe,
+//! cooldown and sources), `[[endpoint]]`, `[[gateway]]`. A bad value is an error naming
+//! its key; nothing is half-applied.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::raw::{
+    RawConfig, RawCooldown, RawEndpoint, RawGateway, RawPool, RawProbe, RawServer, RawSource,
+    RawSourceKind, RawStore,
+};
+use super::{
+    Config, ConfigError, Durability, EndpointDecl, GatewayConfig, Mode, PoolConfig, ProbeConfig,
+    SourceConfig, SourceKind, DEFAULT_EVENTS_RETENTION, DEFAULT_POOL,
+};
+use crate::endpoint::ProxyUrl;
+use crate::health::{Policy, PolicyError, ReasonPolicy};
+
+impl Config {
+    /// Parse and validate TOML text; relative paths resolve against `base`.
+    pub fn parse(text: &str, name: &str, base: Option<&Path>) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: name.to_string(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        let file = File { name, base };
+        let mut cfg = file.store_and_server(raw.store, raw.server)?;
+        let mut seen = BTreeSet::new();
+        for (i, rp) in raw.pools.into_iter().enumerate() {
+            let pool = file.pool(i, rp, &mut seen)?;
+            cfg.pools.insert(pool.name.clone(), pool);
+        }
+        for (i, e) in raw.endpoints.into_iter().enumerate() {
+            let decl = file.endpoint(i, e, &cfg.pools)?;
+            cfg.endpoints.push(decl);
+        }
+        for (i, g) in raw.gateways.into_iter().enumerate() {
+            let gw = file.gateway(i, g, &cfg.pools)?;
+            cfg.gateways.push(gw);
+        }
+        Ok(cfg)
+    }
+}
+
+/// The file being parsed: its name for errors, its folder for relative paths.
+struct File<'a> {
+    name: &'a str,
+    base: Option<&'a Path>,
+}
+
+impl File<'_> {
+    fn invalid(&self, key: String, message: String) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.name.to_string(),
+            key,
+            message,
+        }
+    }
+
+    fn resolve(&self, p: PathBuf) -> PathBuf {
+        match self.base {
+            Some(b) if p.is_relative() => b.join(p),
+            _ => p,
+        }
+    }
+
+    /// `[store]` and `[server]`: a config with no pool yet.
+    fn store_and_server(
+        &self,
+        store: Option<RawStore>,
+        server: Option<RawServer>,
+    ) -> Result<Config, ConfigError> {
+        let (store_path, durability, events_retention) = match store {
+            Some(s) => (
+                s.path.map(|p| self.resolve(p)),
+                s.synchronous.unwrap_or_default(),
+                s.events_retention.unwrap_or(DEFAULT_EVENTS_RETENTION),
+            ),
+            None => (None, Durability::default(), DEFAULT_EVENTS_RETENTION),
+        };
+        let (socket, http, max_connections, max_tcp_connections) = match server {
+            Some(s) => (s.socket, s.http, s.max_connections, s.max_tcp_connections),
+            None => (None, None, None, None),
+        };
+        for (key, v) in [
+            ("server.max_connections", max_connections),
+            ("server.max_tcp_connections", max_tcp_connections),
+        ] {
+            if v == Some(0) {
+                return Err(self.invalid(
+                    key.to_string(),
+                    "must be at least 1 (leave it out for a default from the open-file limit)"
+                        .to_string(),
+                ));
+            }
+        }
+        Ok(Config {
+            store_path,
+            durability,
+            socket: socket.map(|p| self.resolve(p)),
+            max_connections,
+            max_tcp_connections,
+            http,
+            events_retention,
+            ..Config::default()
+        })
+    }
+
+    /// The `i`-th `[[pool]]`, its name not among those `seen` before.
+    fn pool(
+        &self,
+        i: usize,
+        rp: RawPool,
+        seen: &mut BTreeSet<String>,
+    ) -> Result<PoolConfig, ConfigError> {
+        let key = format!("pool[{i}]");
+        if rp.name.trim().is_empty() {
+            return Err(self.invalid(format!("{key}.name"), "must not be empty".into()));
+        }
+        if !seen.insert(rp.name.clone()) {
+            return Err(self.invalid(
+                format!("{key}.name"),
+                format!("pool {:?} is declared twice", rp.name),
+            ));
+        }
+        let key = format!("pool.{}", rp.name);
+        let mut pool = PoolConfig::builtin(&rp.name);
+        pool.mode = rp.mode;
+        pool.max_leases_per_endpoint = rp.max_leases_per_endpoint;
+        if let Some(p) = rp.probe {
+            self.probe(&key, p, &mut pool.probe)?;
+        }
+        if let Some(c) = rp.cooldown {
+            cooldown(c, &mut pool.policy);
+        }
+        pool.policy
+            .validate(&format!("{key}.cooldown"))
+            .map_err(|e: PolicyError| self.invalid(key.clone(), e.to_string()))?;
+        let mut sources = rp
+            .sources
+            .into_iter()
+            .enumerate()
+            .map(|(j, s)| self.source(&format!("{key}.source[{j}]"), s))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.check_mode(&key, &pool, &sources)?;
+        // Stable sort: preferred first, then config order.
+        sources.sort_by_key(|s| !s.preferred);
+        pool.sources = sources;
+        Ok(pool)
+    }
+
+    /// `[pool.probe]`, over the defaults in `pr`.
+    fn probe(&self, key: &str, p: RawProbe, pr: &mut ProbeConfig) -> Result<(), ConfigError> {
+        if let Some(u) = p.url {
+            validate_probe_url(&u).map_err(|m| self.invalid(format!("{key}.probe.url"), m))?;
+            pr.url = Some(u);
+        }
+        if let Some(m) = p.method {
+            if m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()) {
+                return Err(self.invalid(
+                    format!("{key}.probe.method"),
+                    format!("{m:?} is not an HTTP method (e.g. GET, HEAD)"),
+                ));
+            }
+            pr.method = m;
+        }
+        if let Some(s) = p.expect_status {
+            pr.expect_status = s
+                .parse()
+                .map_err(|m| self.invalid(format!("{key}.probe.expect_status"), m))?;
+        }
+        pr.expect_body = p.expect_body;
+        if let Some(t) = p.timeout {
+            if t.is_zero() {
+                return Err(self.invalid(format!("{key}.probe.timeout"), "must be > 0".into()));
+            }
+            pr.timeout = t;
+        }
+        if let Some(m) = p.max_body {
+            pr.max_body = m;
+        }
+        if let Some(i) = p.interval {
+            // Sub-second periodic probes would hammer every proxy (and the store).
+            if !i.is_zero() && i < Duration::from_secs(1) {
+                return Err(self.invalid(
+                    format!("{key}.probe.interval"),
+                    "must be at least 1s (or \"0s\" for no periodic probes)".into(),
+                ));
+            }
+            pr.interval = i;
+        }
+        if let Some(c) = p.concurrency {
+            if c == 0 {
+                return Err(self.invalid(format!("{key}.probe.concurrency"), "must be >= 1".into()));
+            }
+            pr.concurrency = c;
+        }
+        for (h, v) in &p.headers {
+            if hyper::header::HeaderName::from_bytes(h.as_bytes()).is_err()
+                || hyper::header::HeaderValue::from_str(v).is_err()
+            {
+                return Err(self.invalid(
+                    format!("{key}.probe.headers.{h}"),
+                    "not a valid HTTP header".into(),
+                ));
+            }
+        }
+        pr.headers = p.headers;
+        pr.ca_file = p.ca_file.map(|p| self.resolve(p));
+        Ok(())
+    }
+
+    /// One `[[pool.source]]` (`skey` names it in errors).
+    fn source(&self, skey: &str, s: RawSource) -> Result<SourceConfig, ConfigError> {
+        let kind = match s.kind {
+            RawSourceKind::File => {
+                let path = s.path.ok_or_else(|| {
+                    self.invalid(format!("{skey}.path"), "kind = \"file\" needs path".into())
+                })?;
+                SourceKind::File(self.resolve(path))
+            }
+            RawSourceKind::Url => {
+                let u = s.url.ok_or_else(|| {
+                    self.invalid(format!("{skey}.url"), "kind = \"url\" needs url".into())
+                })?;
+                validate_probe_url(&u).map_err(|m| self.invalid(format!("{skey}.url"), m))?;
+                SourceKind::Url(u)
+            }
+            RawSourceKind::Command => {
+                let c = s.command.filter(|c| !c.is_empty()).ok_or_else(|| {
+                    self.invalid(
+                        format!("{skey}.command"),
+                        "kind = \"command\" needs command = [\"prog\", \"arg\", ...]".into(),
+                    )
+                })?;
+                SourceKind::Command(c)
+            }
+        };
+        Ok(SourceConfig {
+            kind,
+            preferred: s.preferred,
+            refresh: s.refresh.unwrap_or(Duration::from_secs(600)),
+            timeout: s.timeout.unwrap_or(Duration::from_secs(30)),
+            max_bytes: s.max_bytes.unwrap_or(4 << 20),
+            dir: self.base.map(Path::to_path_buf),
+        })
+    }
+
+    /// What a pool's mode requires: sources exactly when sniffing, a probe target when
+    /// its prober recovers endpoints.
+    fn check_mode(
+        &self,
+        key: &str,
+        pool: &PoolConfig,
+        sources: &[SourceConfig],
+    ) -> Result<(), ConfigError> {
+        if !sources.is_empty() && pool.mode != Mode::Sniffing {
+            return Err(self.invalid(
+                format!("{key}.source"),
+                format!("sources need mode = \"sniffing\" (pool is {})", pool.mode),
+            ));
+        }
+        if pool.mode == Mode::Sniffing && sources.is_empty() {
+            return Err(self.invalid(
+                format!("{key}.source"),
+                "mode = \"sniffing\" needs at least one [[pool.source]]".into(),
+            ));
+        }
+        // No built-in target: probing a page the user never chose proves nothing
+        // about the destination that matters (docs/probe.md).
+        if pool.mode.prober_recovers() && pool.probe.url.is_none() {
+            return Err(self.invalid(
+                format!("{key}.probe.url"),
+                format!(
+                    "pool {:?} is mode = \"{}\": its prober needs a target; set [pool.probe] url \
+                     to a page of the destination that matters",
+                    pool.name, pool.mode
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The `i`-th `[[endpoint]]`, in a pool declared above (or `default`).
+    fn endpoint(
+        &self,
+        i: usize,
+        e: RawEndpoint,
+        pools: &BTreeMap<String, PoolConfig>,
+    ) -> Result<EndpointDecl, ConfigError> {
+        let key = format!("endpoint[{i}]");
+        let url = ProxyUrl::parse(&e.url)
+            .map_err(|err| self.invalid(format!("{key}.url"), err.to_string()))?;
+        let pool = e.pool.unwrap_or_else(|| DEFAULT_POOL.to_string());
+        if !pools.contains_key(&pool) {
+            return Err(self.invalid(
+                format!("{key}.pool"),
+                format!("unknown pool {pool:?} (declare it with [[pool]])"),
+            ));
+        }
+        Ok(EndpointDecl {
+            url,
+            pool,
+            label: e.label,
+        })
+    }
+
+    /// The `i`-th `[[gateway]]`, over a pool declared above.
+    fn gateway(
+        &self,
+        i: usize,
+        g: RawGateway,
+        pools: &BTreeMap<String, PoolConfig>,
+    ) -> Result<GatewayConfig, ConfigError> {
+        let key = format!("gateway[{i}]");
+        let listen = g.listen.parse().map_err(|e| {
+            self.invalid(
+                format!("{key}.listen"),
+                format!("{:?} is not an IP:port address: {e}", g.listen),
+            )
+        })?;
+        let mut gw = GatewayConfig::new(listen);
+        if let Some(p) = g.pool {
+            if !pools.contains_key(&p) {
+                return Err(self.invalid(
+                    format!("{key}.pool"),
+                    format!("unknown pool {p:?} (declare it with [[pool]])"),
+                ));
+            }
+            gw.pool = p;
+        }
+        gw.retries = g.retries.unwrap_or(gw.retries);
+        gw.ban_status = g.ban_status.unwrap_or(gw.ban_status);
+        gw.retry_status = g.retry_status.unwrap_or(gw.retry_status);
+        gw.connect_timeout = g.connect_timeout.unwrap_or(gw.connect_timeout);
+        gw.token = g.token.filter(|t| !t.is_empty());
+        gw.max_connections = g.max_connections.unwrap_or(gw.max_connections);
+        gw.ca_file = g.ca_file.map(|p| self.resolve(p));
+        gw.plain_http = g.plain_http.unwrap_or_default();
+        gw.check()
+            .map_err(|(k, m)| self.invalid(format!("{key}.{k}"), m))?;
+        Ok(gw)
+    }
+}
+
+/// `[pool.cooldown]`, over the defaults in `policy` (checked afterwards as a whole).
+fn cooldown(c: RawCooldown, policy: &mut Policy) {
+    let d = &mut policy.cooldown;
+    d.base = c.base.unwrap_or(d.base);
+    d.factor = c.factor.unwrap_or(d.factor);
+    d.max = c.max.unwrap_or(d.max);
+    d.jitter = c.jitter.unwrap_or(d.jitter);
+    policy.fall = c.fall.unwrap_or(policy.fall);
+    for (reason, r) in c.reasons {
+        let entry = policy.reasons.entry(reason).or_default();
+        *entry = ReasonPolicy {
+            base: r.base,
+            factor: r.factor,
+            max: r.max,
+            jitter: r.jitter,
+            disable_after: r.disable_after.or(entry.disable_after),
+            fall: r.fall.or(entry.fall),
+        };
+    }
+}
+
+fn validate_probe_url(u: &str) -> Result<(), String> {
+    // Provider URLs may carry credentials: errors show them redacted.
+    let shown = crate::endpoint::redact_raw(u);
+    let uri: hyper::Uri = u
+        .parse()
+        .map_err(|e| format!("{shown:?} is not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http") | Some("https") => {}
+        _ => return Err(format!("{shown:?} must be an http:// or https:// URL")),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("{shown:?} has no host"));
+    }
+    Ok(())
+}

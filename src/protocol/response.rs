@@ -1,0 +1,225 @@
+//! Responses: a success's payload, or an error with its code.
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+
+use crate::endpoint::EndpointId;
+use crate::health::State;
+use crate::pool::{Grant, PoolStatus};
+use crate::probe::ProbeReport;
+use crate::store::EndpointView;
+
+/// Protocol error codes (docs/reference.md, "Errors").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// Malformed or invalid request.
+    BadRequest,
+    /// `op` not known.
+    UnknownOp,
+    /// Pool not known.
+    UnknownPool,
+    /// Lease not known.
+    UnknownLease,
+    LeaseExpired,
+    /// Nothing to lease.
+    PoolExhausted,
+    /// Line over 64 KiB.
+    TooLarge,
+    /// Server-side failure (nothing was acknowledged).
+    Internal,
+}
+
+/// The error object of a failed response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: ErrorCode,
+    /// Human message (never a password).
+    pub message: String,
+    /// Present when the error says when to try again: the milliseconds until then, or
+    /// null when that is not known (`pool_exhausted`: until the soonest cooldown ends).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub retry_after_ms: Option<Option<u64>>,
+}
+
+impl ErrorBody {
+    /// An error without `retry_after_ms`.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ErrorBody {
+            code,
+            message: message.into(),
+            retry_after_ms: None,
+        }
+    }
+
+    /// The same error, saying when to try again (`None`: not known, sent as null).
+    pub fn retry_after_ms(self, ms: Option<u64>) -> Self {
+        ErrorBody {
+            retry_after_ms: Some(ms),
+            ..self
+        }
+    }
+}
+
+/// The payload of a successful response. Variants are told apart by their fields when
+/// read back, so `Empty` comes last.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Payload {
+    Lease(Grant),
+    /// `report`, `disable`, `enable`.
+    State {
+        /// Endpoint id, for operator ops.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        endpoint: Option<EndpointId>,
+        /// New state.
+        state: State,
+    },
+    Status {
+        /// Per pool.
+        pools: Vec<PoolStatus>,
+    },
+    Endpoints {
+        endpoints: Vec<EndpointView>,
+    },
+    /// `add`.
+    Added {
+        /// New ids.
+        ids: Vec<EndpointId>,
+    },
+    Probes {
+        /// One result per endpoint, by id.
+        results: Vec<ProbeReport>,
+    },
+    Ping {
+        /// Server version.
+        version: String,
+    },
+    /// `release`, `remove`.
+    Empty {},
+}
+
+/// A response line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "ResponseWire")]
+pub struct Response {
+    pub ok: bool,
+    /// Echo of the request's `id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<Value>,
+    /// Set when `ok` is false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+    /// The error's `retry_after_ms`, also at top level for convenience.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub retry_after_ms: Option<Option<u64>>,
+    /// Payload fields, flattened.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub body: Option<Payload>,
+}
+
+// What a response line reads as before the payload is settled: a failure's fields would
+// otherwise also read as an empty success payload.
+#[derive(Deserialize)]
+struct ResponseWire {
+    ok: bool,
+    /// Echo of the request's `id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    id: Option<Value>,
+    /// Set when `ok` is false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    error: Option<ErrorBody>,
+    /// The error's `retry_after_ms`, also at top level for convenience.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    retry_after_ms: Option<Option<u64>>,
+    /// Payload fields, flattened.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    body: Option<Payload>,
+}
+
+impl From<ResponseWire> for Response {
+    fn from(w: ResponseWire) -> Self {
+        Response {
+            ok: w.ok,
+            id: w.id,
+            retry_after_ms: w.retry_after_ms,
+            body: if w.ok { w.body } else { None },
+            error: w.error,
+        }
+    }
+}
+
+impl Response {
+    /// A success.
+    pub fn ok(id: Option<Value>, body: Payload) -> Self {
+        Response {
+            ok: true,
+            id,
+            error: None,
+            retry_after_ms: None,
+            body: Some(body),
+        }
+    }
+
+    /// A failure.
+    pub fn err(id: Option<Value>, code: ErrorCode, message: impl Into<String>) -> Self {
+        Response::failure(id, ErrorBody::new(code, message))
+    }
+
+    /// A failure; its `retry_after_ms`, if any, is repeated at the top level.
+    pub fn failure(id: Option<Value>, error: ErrorBody) -> Self {
+        Response {
+            ok: false,
+            id,
+            retry_after_ms: error.retry_after_ms,
+            error: Some(error),
+            body: None,
+        }
+    }
+
+    /// The payload of a success, or the error of a failure.
+    pub fn into_result(self) -> Result<Payload, ErrorBody> {
+        match (self.ok, self.error, self.body) {
+            (true, _, Some(body)) => Ok(body),
+            (true, _, None) => Ok(Payload::Empty {}),
+            (false, Some(e), _) => Err(e),
+            (false, None, _) => Err(ErrorBody::new(
+                ErrorCode::Internal,
+                "failed response without an error",
+            )),
+        }
+    }
+
+    /// The serialized object, without the newline.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| {
+            r#"{"ok":false,"error":{"code":"internal","message":"unserializable response"}}"#
+                .to_string()
+        })
+    }
+
+    /// The serialized line, newline included.
+    pub fn to_line(&self) -> String {
+        let mut s = self.to_json();
+        s.push('\n');
+        s
+    }
+}
+
+// A field that is present reads as `Some`, even when it is null: `retry_after_ms: null`
+// means "no cooldown deadline", not "no value".
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
+    Option::<u64>::deserialize(d).map(Some)
+}

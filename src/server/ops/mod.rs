@@ -1,0 +1,106 @@
+//! One handler per op of the lease socket (docs/reference.md, "Lease socket protocol"),
+//! each in its own file: it takes the op's message (`protocol`) and a `Context`, and
+//! answers a payload or an `OpError`.
+//!
+//! A new op is a file here, its `mod` line and its arm in `route`. What an op allows (the
+//! Unix socket only, and later a role) is an associated const of its `Op` impl, checked
+//! once, in `run`.
+
+mod add;
+mod disable;
+mod edit;
+mod enable;
+mod endpoints;
+mod import;
+mod lease;
+mod ping;
+mod probe;
+mod release;
+mod remove;
+mod report;
+mod status;
+
+use std::future::Future;
+
+use super::context::Context;
+use super::error::OpError;
+use crate::endpoint::EndpointId;
+use crate::pool::PoolError;
+use crate::protocol::{EndpointRef, Payload, Request};
+
+pub use edit::edit_fields;
+
+/// An op: how its message is answered, and who may send it.
+pub(super) trait Op {
+    /// Only accepted on the Unix socket (the op reads a file of the daemon's).
+    const UNIX_ONLY: bool = false;
+
+    /// Answer the message.
+    fn answer(self, cx: &Context<'_>) -> impl Future<Output = Result<Payload, OpError>> + Send;
+}
+
+/// How the request arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Transport {
+    Unix,
+    Tcp,
+}
+
+/// The one place each op is routed to its handler.
+pub(super) async fn route(
+    req: Request,
+    via: Transport,
+    cx: &Context<'_>,
+) -> Result<Payload, OpError> {
+    let op = req.op();
+    match req {
+        Request::Ping(m) => run(op, m, via, cx).await,
+        Request::Lease(m) => run(op, m, via, cx).await,
+        Request::Report(m) => run(op, m, via, cx).await,
+        Request::Release(m) => run(op, m, via, cx).await,
+        Request::Status(m) => run(op, m, via, cx).await,
+        Request::Endpoints(m) => run(op, m, via, cx).await,
+        Request::Disable(m) => run(op, m, via, cx).await,
+        Request::Enable(m) => run(op, m, via, cx).await,
+        Request::Add(m) => run(op, m, via, cx).await,
+        Request::Import(m) => run(op, m, via, cx).await,
+        Request::Probe(m) => run(op, m, via, cx).await,
+        Request::Remove(m) => run(op, m, via, cx).await,
+        Request::Edit(m) => run(op, m, via, cx).await,
+    }
+}
+
+/// Check what the op allows, then answer it.
+async fn run<O: Op>(
+    op: &str,
+    msg: O,
+    via: Transport,
+    cx: &Context<'_>,
+) -> Result<Payload, OpError> {
+    if O::UNIX_ONLY && via != Transport::Unix {
+        return Err(OpError::bad(format!(
+            "{op} is only accepted on the Unix socket"
+        )));
+    }
+    msg.answer(cx).await
+}
+
+/// A pool the request names must exist.
+fn check_pool(cx: &Context<'_>, pool: Option<&str>) -> Result<(), OpError> {
+    match pool {
+        Some(p) if !cx.engine.has_pool(p) => Err(PoolError::UnknownPool(p.to_string()).into()),
+        _ => Ok(()),
+    }
+}
+
+async fn resolve(cx: &Context<'_>, r: &EndpointRef) -> Result<EndpointId, OpError> {
+    Ok(cx.engine.resolve(r.as_arg()).await?)
+}
+
+async fn resolve_all(cx: &Context<'_>, refs: &[EndpointRef]) -> Result<Vec<EndpointId>, OpError> {
+    let mut ids = Vec::with_capacity(refs.len());
+    for r in refs {
+        ids.push(resolve(cx, r).await?);
+    }
+    Ok(ids)
+}

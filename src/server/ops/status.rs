@@ -1,0 +1,14 @@
+//! `status`: counts by state, per pool.
+
+use super::Op;
+use crate::protocol::{Payload, StatusMessage};
+use crate::server::context::Context;
+use crate::server::error::OpError;
+
+impl Op for StatusMessage {
+    async fn answer(self, cx: &Context<'_>) -> Result<Payload, OpError> {
+        Ok(Payload::Status {
+            pools: cx.engine.status(self.pool.as_deref())?,
+        })
+    }
+}
