@@ -297,7 +297,8 @@ pub struct Config {
     pub durability: Durability,
     /// `[server] socket`, resolved.
     pub socket: Option<PathBuf>,
-    /// `[server] http`: the read-only HTTP listener (SPEC §14); off when absent.
+    /// `[server] http`: the read-only HTTP listener (docs/observability.md, "HTTP
+    /// listener"); off when absent.
     pub http: Option<std::net::SocketAddr>,
     /// `[store] events_retention`: events older than this are pruned; zero keeps them all.
     pub events_retention: Duration,

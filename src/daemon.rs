@@ -24,7 +24,7 @@ mod reload;
 
 mod retention;
 mod status;
-pub use retention::{prune_before, Retention};
+pub use retention::Retention;
 pub use status::DaemonStatus;
 
 /// Errors starting or running the daemon.

@@ -6,22 +6,22 @@
 
 pub mod cli;
 pub mod config;
-pub mod daemon;
-pub mod dial;
+pub(crate) mod daemon;
+pub(crate) mod dial;
 pub mod endpoint;
 pub mod event_kind;
 pub mod gateway;
 pub mod health;
-pub mod limits;
+pub(crate) mod limits;
 pub mod metrics;
 pub mod pool;
 pub mod probe;
 pub mod protocol;
 pub mod redact;
-pub mod retry_after;
+pub(crate) mod retry_after;
 pub mod server;
 pub mod sources;
 pub mod stats;
 pub mod store;
-pub mod wall_time;
+pub(crate) mod wall_time;
 pub mod web;

@@ -1,4 +1,5 @@
-//! Prometheus metrics (SPEC §14), built on the `prometheus-client` registry.
+//! Prometheus metrics (docs/observability.md, "Metrics"), built on the `prometheus-client`
+//! registry.
 //!
 //! Hot path: a family's `get_or_create` takes a read lock and hashes the label set, so
 //! the engine never calls it per lease. [`Metrics::pool`] resolves a pool's series once
@@ -311,7 +312,7 @@ impl Collector for Gauges {
     }
 }
 
-/// The process's registry and every family of SPEC §14.
+/// The process's registry and every family docs/observability.md, "Metrics", lists.
 pub struct Metrics {
     registry: Registry,
     gauges: Gauges,

@@ -1,5 +1,6 @@
-//! Per-endpoint usage statistics (SPEC §14): leases, successes, failures, last success and
-//! a latency estimate. Pure: the caller passes the time and the measured durations in.
+//! Per-endpoint usage statistics (docs/observability.md, "Per-endpoint statistics"):
+//! leases, successes, failures, last success and a latency estimate. Pure: the caller
+//! passes the time and the measured durations in.
 
 use std::time::{Duration, SystemTime};
 

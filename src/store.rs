@@ -612,7 +612,7 @@ fn insert_event(tx: &Connection, ev: &NewEvent) -> Result<(), StoreError> {
 }
 
 /// Append `ev` as about `endpoint` (a pair write names its pair's endpoint), with the
-/// pair's `destination` and the report's HTTP `status` (SPEC §13).
+/// pair's `destination` and the report's HTTP `status` (docs/destinations.md, "Events").
 fn insert_event_on(
     tx: &Connection,
     endpoint: Option<EndpointId>,

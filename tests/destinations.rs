@@ -1,7 +1,6 @@
 //! Per-destination health (docs/destinations.md) wired end to end through `Pools` and the
-//! `Engine`: pair cooldown and single trial on the paused clock, a lease stampede at a
-//! pair's deadline, restart with pairs, removal, report by session, schemes, and the
-//! audit trail.
+//! `Engine`: pair cooldown and single trial on the paused clock, a lease stampede at a pair's
+//! deadline, restart with pairs, removal, report by session, schemes, and the audit trail.
 
 mod common;
 

@@ -1,5 +1,6 @@
-//! `fall` (docs/destinations.md) through `Pools`: the failures before the N-th write a `report` event
-//! and change no state; the N-th cools with the first cooldown; a success resets.
+//! `fall` (docs/destinations.md, "`fall`") through `Pools`: the failures before the N-th
+//! write a `report` event and change no state; the N-th cools with the first cooldown; a
+//! success resets.
 
 use std::time::{Duration, SystemTime};
 

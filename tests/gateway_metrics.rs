@@ -1,6 +1,6 @@
-//! The gateway's series in `/metrics` (docs/gateway.md, "Metrics"): requests by front protocol and outcome,
-//! upstream attempts by pool and outcome, bytes by direction, through the in-process
-//! gateway against fakes.
+//! The gateway's series in `/metrics` (docs/gateway.md, "Metrics"): requests by front
+//! protocol and outcome, upstream attempts by pool and outcome, bytes by direction, through
+//! the in-process gateway against fakes.
 
 mod common;
 

@@ -1,5 +1,6 @@
-//! Logging through the real binary (docs/observability.md, "Logging"): `serve` speaks at info by default, stderr
-//! that is not a terminal gets no ANSI escapes, `--log-format json` writes JSON lines.
+//! Logging through the real binary (docs/observability.md, "Logging"): `serve` speaks at
+//! info by default, stderr that is not a terminal gets no ANSI escapes, `--log-format json`
+//! writes JSON lines.
 
 mod common;
 

@@ -1,5 +1,6 @@
-//! The HTTP listener (docs/observability.md) read by the real tools: `promtool check metrics`, a real
-//! Prometheus scraping `/metrics`, and headless Chromium rendering the status page.
+//! The HTTP listener (docs/observability.md) read by the real tools: `promtool check
+//! metrics`, a real Prometheus scraping `/metrics`, and headless Chromium rendering the
+//! status page.
 //!
 //! The server runs in-process over a test `StatusSource` (tests/observability_daemon.rs
 //! runs the real binary). A missing tool skips the test locally but fails it when `CI`

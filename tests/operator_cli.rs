@@ -1,6 +1,6 @@
-//! Operator commands (docs/reference.md, "Command line") through the real binary: `edit`, `report`/`release`,
-//! probes without a built-in target and operator probes that end a cooldown,
-//! `completions`, `man`, and SIGHUP reloads of `serve`.
+//! Operator commands (docs/reference.md, "Command line") through the real binary: `edit`,
+//! `report`/`release`, probes without a built-in target and operator probes that end a
+//! cooldown, `completions`, `man`, and SIGHUP reloads of `serve`.
 
 mod common;
 

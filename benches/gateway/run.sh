@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Gateway benchmark: the proxypool gateway side by side with direct
+# Gateway benchmark (docs/gateway.md): the proxypool gateway side by side with direct
 # tinyproxy, proxy-chain (npm) and pproxy (PyPI), all forwarding to ONE tinyproxy upstream
 # in front of a loopback nginx, in one run. Prints markdown tables for BENCHMARKS.md.
 #

@@ -267,7 +267,7 @@ pub struct ReportArgs {
     /// Free text kept in the event log.
     #[arg(long, value_name = "TEXT")]
     pub detail: Option<String>,
-    /// The host the use was for: scopes the failure (SPEC §13).
+    /// The host the use was for: scopes the failure.
     #[arg(long, value_name = "HOST")]
     pub destination: Option<String>,
     /// How long the use took, in milliseconds.

@@ -1,5 +1,5 @@
-//! Log output on stderr (SPEC §15): `serve` at info by default, other commands at warn;
-//! colours only on a terminal; `--log-format json` for machines.
+//! Log output on stderr (docs/observability.md, "Logging"): `serve` at info by default,
+//! other commands at warn; colours only on a terminal; `--log-format json` for machines.
 
 use std::io::IsTerminal;
 

@@ -1,5 +1,5 @@
-//! Per-destination views and acts of the CLI (SPEC §13): `list --destination D`, the
-//! pairs in `show`, `enable ID --destination D`.
+//! Per-destination views and acts of the CLI (docs/destinations.md, "CLI"): `list
+//! --destination D`, the pairs in `show`, `enable ID --destination D`.
 
 use std::collections::HashMap;
 

@@ -1,4 +1,5 @@
-//! A `[[gateway]]` section (SPEC §12), after parsing: defaults and checks.
+//! A `[[gateway]]` section (docs/reference.md, "`[[gateway]]`"), after parsing: defaults
+//! and checks.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -8,7 +9,7 @@ use serde::Deserialize;
 
 use super::DEFAULT_POOL;
 
-/// One rotating gateway (SPEC §12).
+/// One rotating gateway (docs/gateway.md).
 #[derive(Clone, PartialEq)]
 pub struct GatewayConfig {
     /// Address the gateway listens on.
@@ -52,7 +53,7 @@ pub enum PlainHttp {
 }
 
 impl GatewayConfig {
-    /// A gateway on `listen` with the defaults of SPEC §12.
+    /// A gateway on `listen` with the defaults of docs/reference.md, "`[[gateway]]`".
     pub fn new(listen: std::net::SocketAddr) -> GatewayConfig {
         GatewayConfig {
             listen,

@@ -330,7 +330,7 @@ impl File<'_> {
             ));
         }
         // No built-in target: probing a page the user never chose proves nothing
-        // about the destination that matters (SPEC §15).
+        // about the destination that matters (docs/probe.md).
         if pool.mode.prober_recovers() && pool.probe.url.is_none() {
             return Err(self.invalid(
                 format!("{key}.probe.url"),

@@ -26,10 +26,7 @@ use crate::endpoint::{ProxyUrl, Scheme};
 use crate::health::{Failure, Phase, Reason};
 
 pub use auth::{base64, base64_decode, basic_auth};
-pub use connect::{
-    connect_answer_reason, connect_status_reason, proxy_auth_answer, proxy_failure_answer,
-};
-pub use socks::{classify_socks, socks4_reply_reason, socks5_reply_reason};
+pub use connect::{proxy_auth_answer, proxy_failure_answer};
 pub use tls::{client_config, connector, handshake as tls_handshake, TlsSetupError};
 
 /// The `User-Agent` of every request proxypool makes on its own behalf.

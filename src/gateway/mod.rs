@@ -1,5 +1,5 @@
-//! The rotating gateway (SPEC §12): one local port that speaks HTTP proxy (CONNECT and
-//! absolute-form) and SOCKS5, leases an upstream per connection or request, dials first
+//! The rotating gateway (docs/gateway.md): one local port that speaks HTTP proxy (CONNECT
+//! and absolute-form) and SOCKS5, leases an upstream per connection or request, dials first
 //! and answers after, retries around dead upstreams and reports every outcome.
 //!
 //! Files: `front` (first byte decides), `answer` (the gateway's own HTTP answers and the
@@ -37,12 +37,8 @@ use crate::dial::Dialer;
 use crate::metrics::GatewayMetrics;
 use crate::pool::engine::Engine;
 
-pub use answer::{ENDPOINT_HEADER, ERROR_HEADER};
-pub use front::{detect, Front};
 pub use idle::IdleLimits;
 pub use limits::Limits;
-pub use routing::{authorize, basic_credentials, parse_username, Denied, Routing, RoutingError};
-pub use socks5::{parse_auth, parse_greeting, parse_request, reply, ParseError, Parsed};
 
 /// A gateway that cannot start.
 #[derive(Debug, thiserror::Error)]

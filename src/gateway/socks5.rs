@@ -164,7 +164,7 @@ pub fn parse_request(b: &[u8]) -> Parsed<Dest> {
     Ok(Some((Dest::new(&host, port), at + 2)))
 }
 
-/// The reply code for a failed attempt (SPEC §12).
+/// The reply code for a failed attempt (docs/gateway.md, "Retries and reports").
 pub(super) fn reply_for(e: &UpstreamError) -> u8 {
     match e {
         UpstreamError::AllFailed { last, .. } => match last.reason {

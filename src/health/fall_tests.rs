@@ -1,5 +1,6 @@
-//! Table tests of `fall` (SPEC §15): state × input with a pool that cools on the 3rd
-//! consecutive failure and a reason (`destination_status`) that cools on the 1st.
+//! Table tests of `fall` (docs/destinations.md, "`fall`"): state × input with a pool that
+//! cools on the 3rd consecutive failure and a reason (`destination_status`) that cools on
+//! the 1st.
 
 use super::*;
 use std::time::Duration;

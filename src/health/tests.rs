@@ -1,5 +1,6 @@
-//! Table tests of the health state machine: every state × input of SPEC §3, including
-//! the transitions that must NOT happen, and the cooldown policy of SPEC §4.
+//! Table tests of the health state machine: every state × input of docs/reference.md,
+//! "States", including the transitions that must NOT happen, and the cooldown policy
+//! ("Cooldown policy").
 
 use super::*;
 use std::collections::BTreeMap;
@@ -164,7 +165,7 @@ fn table() -> Vec<Row> {
     let refused = ConnectRefused;
     let auth = ProxyAuthRejected;
     vec![
-        // ---- Operator probe (SPEC §15) ----------------------------------------------
+        // ---- Operator probe (docs/probe.md) ---------------------------------------------
         row(
             "cooling + operator probe success -> available, streak 0",
             Cool(2),
@@ -1067,7 +1068,8 @@ fn cooldown_without_jitter_is_exact_and_stops_at_max() {
             reached_max |= want == max;
         }
     }
-    // Defaults of SPEC §4 without jitter: 1m 2m 4m 8m 16m 30m 30m ...
+    // Default cooldowns (docs/reference.md, "`[pool.cooldown]`") without jitter: 1m 2m 4m
+    // 8m 16m 30m 30m ...
     let mut p = Policy::default();
     p.cooldown.jitter = 0.0;
     let mins: Vec<u64> = (1..=12)

@@ -1,5 +1,6 @@
-//! Per-destination health of one pool (SPEC §13): the (endpoint, destination) pairs that
-//! are not `available`, and the O(1) answer "is endpoint E usable for destination D".
+//! Per-destination health of one pool (docs/destinations.md, "Pairs"): the (endpoint,
+//! destination) pairs that are not `available`, and the O(1) answer "is endpoint E usable
+//! for destination D".
 //!
 //! A destination has a view only while it has pairs; a lease for a destination without
 //! one costs a single hash lookup. Pairs run the same state machine and policy as

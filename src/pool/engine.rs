@@ -751,7 +751,7 @@ pub fn sync_config_endpoints(store: &mut Store, cfg: &Config) -> Result<usize, S
         .count())
 }
 
-/// The state a new endpoint starts in, by pool mode (SPEC §5).
+/// The state a new endpoint starts in, by pool mode (docs/reference.md, "Pools and modes").
 pub fn initial_state(pool: Option<&PoolConfig>) -> State {
     match pool.map(|p| p.mode.prober_recovers()) {
         Some(true) => State::ProbeAllowed,

@@ -17,8 +17,8 @@ mod probes;
 mod ready;
 mod reconfigure;
 mod reports;
-pub mod scoped;
-pub mod targets;
+pub(crate) mod scoped;
+pub(crate) mod targets;
 mod telemetry;
 
 pub use leases::{SCOPE_DESTINATION, SCOPE_TARGET};

@@ -45,7 +45,8 @@ pub struct Want {
 pub struct ReportOn {
     /// Where the use went (`None`: the lease's own place, if any).
     pub place: Option<Place>,
-    /// How long the use took (feeds the latency estimate, SPEC §15).
+    /// How long the use took (feeds the latency estimate: docs/observability.md,
+    /// "Per-endpoint statistics").
     pub duration: Option<std::time::Duration>,
 }
 

@@ -165,13 +165,9 @@ impl Targets {
     }
 
     /// Targets known.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.map.len()
-    }
-
-    /// True when no target is known.
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
     }
 
     /// Targets that are down.
@@ -237,6 +233,7 @@ impl Targets {
 
     /// Endpoint `e` failed `target` earlier without contrast: prefer other endpoints for
     /// it for now.
+    #[cfg(test)]
     pub fn prefers_other(&self, target: &str, e: EndpointId, now: Instant) -> bool {
         let since = self.since(now);
         self.map
@@ -458,11 +455,6 @@ impl Targets {
         v.sort_by(|a, b| (a.retry_after, &a.target).cmp(&(b.retry_after, &b.target)));
         v.truncate(limit);
         v
-    }
-
-    /// Whether `target` is down.
-    pub fn is_down(&self, target: &str) -> bool {
-        self.map.peek(target).is_some_and(|t| t.down.is_some())
     }
 
     /// The time until the trial of `target`, when it is down.

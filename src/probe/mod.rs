@@ -5,7 +5,7 @@
 
 mod prober;
 mod report;
-pub mod run;
+pub(crate) mod run;
 
 pub use prober::{ProbeError, ProbeResult, Prober};
 pub use report::ProbeReport;

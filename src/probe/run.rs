@@ -17,7 +17,7 @@ use crate::pool::{Outcome, PoolError, ProbeRole};
 
 /// Probers for every configured pool.
 /// Probers for every configured pool that names a probe target; a pool without one is
-/// never probed (SPEC §15).
+/// never probed (docs/probe.md).
 pub fn probers(cfg: &Config) -> Result<HashMap<String, Prober>, ProbeError> {
     cfg.pools
         .values()
@@ -73,7 +73,7 @@ pub async fn probe_one(
     probe_as(engine, prober, id, false).await
 }
 
-/// `probe_one` for an operator: a success ends a cooldown (SPEC §15).
+/// `probe_one` for an operator: a success ends a cooldown (docs/probe.md).
 pub async fn probe_operator(
     engine: &Engine,
     prober: &Prober,

@@ -1,4 +1,5 @@
-//! The lease socket protocol: one JSON object per line (SPEC §7).
+//! The lease socket protocol: one JSON object per line (docs/reference.md, "Lease socket
+//! protocol").
 //!
 //! `request` holds one message per op, `response` the answers and their error codes,
 //! `values` the field types several messages share. Every type serializes and

@@ -81,10 +81,11 @@ pub struct LeaseMessage {
     /// Sticky key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
-    /// Host the lease is for: its banned pairs are skipped (SPEC §13).
+    /// Host the lease is for: its banned pairs are skipped (docs/destinations.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<String>,
-    /// Only endpoints of these schemes (SPEC §15).
+    /// Only endpoints of these schemes (docs/destinations.md, "`schemes` and
+    /// `duration_ms`").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schemes: Option<Vec<String>>,
 }
@@ -99,10 +100,11 @@ pub struct ReportMessage {
     /// Pool of `session`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<String>,
-    /// Report on the endpoint bound to this sticky session (SPEC §13).
+    /// Report on the endpoint bound to this sticky session (docs/destinations.md, "Report
+    /// by session").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
-    /// Host the use was for: scopes the failure (SPEC §13).
+    /// Host the use was for: scopes the failure (docs/destinations.md, "The scoping rule").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<String>,
     /// success | failure.
@@ -181,7 +183,7 @@ pub struct EnableMessage {
     /// Straight to available.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub now: Option<bool>,
-    /// Clear only the endpoint's pair for this destination (SPEC §13).
+    /// Clear only the endpoint's pair for this destination (docs/destinations.md, "Pairs").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<String>,
 }

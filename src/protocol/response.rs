@@ -10,7 +10,7 @@ use crate::pool::{Grant, PoolStatus};
 use crate::probe::ProbeReport;
 use crate::store::EndpointView;
 
-/// Protocol error codes (SPEC §7).
+/// Protocol error codes (docs/reference.md, "Errors").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {

@@ -46,7 +46,8 @@ impl From<PoolError> for OpError {
             PoolError::DestinationDown { retry_after, .. } => {
                 OpError::new(ErrorCode::DestinationDown, message).retry_after(Some(retry_after))
             }
-            // A session stands in for the lease of a report by session (SPEC §13).
+            // A session stands in for the lease of a report by session
+            // (docs/destinations.md, "Report by session").
             PoolError::UnknownLease(_) | PoolError::UnknownSession { .. } => {
                 OpError::new(ErrorCode::UnknownLease, message)
             }

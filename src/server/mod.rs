@@ -18,10 +18,10 @@ pub(crate) mod token;
 
 use std::time::Duration;
 
-pub use connection::serve_conn;
+pub(crate) use connection::serve_conn;
 pub use handler::Handler;
 pub use listener::{bind_unix, run, run_tcp};
-pub use ops::edit_fields;
+pub(crate) use ops::edit_fields;
 
 /// Errors setting up the socket.
 #[derive(Debug, thiserror::Error)]

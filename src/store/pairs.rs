@@ -1,5 +1,5 @@
-//! Storage of per-destination health (SPEC §13): the non-available (endpoint,
-//! destination) pairs and their events. Each write is atomic with its event.
+//! Storage of per-destination health (docs/destinations.md, "Pairs"): the non-available
+//! (endpoint, destination) pairs and their events. Each write is atomic with its event.
 
 use std::time::SystemTime;
 

@@ -130,7 +130,8 @@ pub struct EventRow {
     pub detail: Option<String>,
     /// Lease id.
     pub lease: Option<String>,
-    /// The pair's destination; null for endpoint-scoped events (SPEC §13).
+    /// The pair's destination; null for endpoint-scoped events (docs/destinations.md,
+    /// "Events").
     #[serde(default)]
     pub destination: Option<String>,
     /// HTTP status the report carried.
@@ -204,7 +205,7 @@ pub enum Write {
     Event(NewEvent),
     /// Delete endpoints (the only deletion), with a `removed` event each.
     Remove(Vec<EndpointId>),
-    /// Per-destination health (SPEC §13): a pair transition or event.
+    /// Per-destination health (docs/destinations.md, "Pairs"): a pair transition or event.
     Pair(pairs::PairWrite),
     /// An endpoint-scoped event that carries the HTTP status of its report.
     EventStatus(NewEvent, Option<u16>),

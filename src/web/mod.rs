@@ -1,5 +1,5 @@
-//! The read-only HTTP listener of SPEC §14: `/metrics`, the status page, the JSON API and
-//! `/healthz`, served by hyper (HTTP/1.1).
+//! The read-only HTTP listener (docs/observability.md, "HTTP listener"): `/metrics`, the
+//! status page, the JSON API and `/healthz`, served by hyper (HTTP/1.1).
 //!
 //! The data comes from a [`StatusSource`] (the daemon implements it over the engine and
 //! the store), so this module owns no pool state and can be tested with a fake source.
@@ -32,7 +32,7 @@ use crate::protocol::{self, ErrorCode, Payload};
 use crate::store::EndpointView;
 
 pub use auth::{check_bind, token_from_env, HttpConfigError, TOKEN_ENV};
-pub use page::render_page;
+pub(crate) use page::render_page;
 pub use view::{minute_buckets, EndpointLine, PageLimits, PageModel, PoolPage};
 
 /// Default `[server] http` address.

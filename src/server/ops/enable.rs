@@ -28,7 +28,7 @@ impl Op for EnableMessage {
     }
 }
 
-/// Clear the endpoint's pair for `destination` (SPEC §13).
+/// Clear the endpoint's pair for `destination` (docs/destinations.md, "Pairs").
 async fn enable_pair(
     cx: &Context<'_>,
     endpoint: crate::protocol::EndpointRef,

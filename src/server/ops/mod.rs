@@ -1,5 +1,6 @@
-//! One handler per op of the lease socket (SPEC §7), each in its own file: it takes the
-//! op's message (`protocol`) and a `Context`, and answers a payload or an `OpError`.
+//! One handler per op of the lease socket (docs/reference.md, "Lease socket protocol"),
+//! each in its own file: it takes the op's message (`protocol`) and a `Context`, and
+//! answers a payload or an `OpError`.
 //!
 //! A new op is a file here, its `mod` line and its arm in `route`. What an op allows (the
 //! Unix socket only, and later a role) is an associated const of its `Op` impl, checked

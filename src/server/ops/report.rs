@@ -83,8 +83,8 @@ impl Target {
 }
 
 /// A failure report's fields, checked: a known reason is required, an unknown phase is
-/// stored as null rather than refused (SPEC §7), an unparsable `retry_after` is noted in
-/// the detail.
+/// stored as null rather than refused (docs/reference.md, "Phases"), an unparsable
+/// `retry_after` is noted in the detail.
 fn failure(
     reason: Option<String>,
     phase: Option<String>,
