@@ -343,7 +343,7 @@ impl Upstream {
 }
 
 /// The report for a failure on the way to `destination`. The lease was taken for the
-/// destination, so the report is scoped (docs/destinations.md, "The scoping rule"); the
+/// place, so the report is judged by docs/blame.md, "What each answer means"; the
 /// detail names it as well.
 pub(super) fn failure_outcome(f: DialFailure, destination: &str) -> Outcome {
     let mut failure = Failure::from(f);

@@ -1,7 +1,7 @@
 //! The prober's side of the pools: claiming recovery attempts, the probe target's gate
 //! (a probe target that is down is tried through ONE endpoint per its cooldown, and
 //! nothing else is probed meanwhile), and recording probe results by whom they count
-//! against (docs/blame.md, "Probes").
+//! against (docs/blame.md, "Contrast").
 
 use std::time::{Duration, SystemTime};
 
