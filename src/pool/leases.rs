@@ -16,7 +16,7 @@ use super::apply::Act;
 use super::destinations::{Destinations, Usable};
 use super::evidence::target_event;
 use super::scoped::{Views, Want};
-use super::targets::Gate;
+use super::targets::Admission;
 use super::{Grant, PoolError, Pools, EXPIRED_MEMORY, MAX_SESSIONS};
 
 /// `scope` of a grant that is a pair's trial.
@@ -159,8 +159,8 @@ impl Pools {
         let Some(expires) = now.checked_add(ttl) else {
             return (Err(PoolError::InvalidTtl(ttl)), writes);
         };
-        let target_trial = match self.target_gate(p, want, now) {
-            Ok(trial) => trial,
+        let (target_trial, avoid) = match self.target_gate(p, want, now) {
+            Ok(v) => v,
             Err(e) => return (Err(e), writes),
         };
         let ps = &self.pools[p];
@@ -170,11 +170,7 @@ impl Pools {
             // A hash lookup each: a place without bans has no view and costs nothing more.
             views: ps.views(want),
             cap: ps.cfg.max_leases_per_endpoint,
-            avoid: want
-                .target
-                .as_deref()
-                .map(|t| ps.targets.avoid(t, now))
-                .unwrap_or_default(),
+            avoid,
         };
         let chosen = self
             .sticky(&ask, session)
@@ -206,23 +202,26 @@ impl Pools {
     }
 
     /// A down target is refused at once (`destination_down`), dialing nothing; once its
-    /// cooldown ended exactly one lease is its trial (`Ok(true)`).
-    fn target_gate(&mut self, p: usize, want: &Want, now: Instant) -> Result<bool, PoolError> {
+    /// cooldown ended exactly one lease is its trial (`true`). Also the endpoints that just
+    /// failed the target, for the lease to pass over first.
+    fn target_gate(
+        &mut self,
+        p: usize,
+        want: &Want,
+        now: Instant,
+    ) -> Result<(bool, Vec<EndpointId>), PoolError> {
         let Some(t) = want.target.as_deref() else {
-            return Ok(false);
+            return Ok((false, Vec::new()));
         };
-        let targets = &mut self.pools[p].targets;
-        let retry_after = match targets.gate(t, now) {
-            Gate::Open => return Ok(false),
-            Gate::Trial if targets.claim_trial(t, now) => return Ok(true),
-            Gate::Trial => self.pools[p].cfg.blame.target.cooldown.base,
-            Gate::Down { retry_after } => retry_after,
-        };
-        Err(PoolError::DestinationDown {
-            pool: self.pools[p].cfg.name.clone(),
-            target: t.to_string(),
-            retry_after,
-        })
+        match self.pools[p].targets.admit(t, now) {
+            Admission::Go { avoid } => Ok((false, avoid)),
+            Admission::Trial => Ok((true, Vec::new())),
+            Admission::Down { retry_after } => Err(PoolError::DestinationDown {
+                pool: self.pools[p].cfg.name.clone(),
+                target: t.to_string(),
+                retry_after,
+            }),
+        }
     }
 
     /// A sticky session whose endpoint is still in service keeps it: a scraper's cookies

@@ -32,7 +32,9 @@ impl Pools {
         let pool = e.pool;
         self.pools[pool].leases -= 1;
         let mut writes = Vec::new();
-        let lease = Some(self.lease_name(lid));
+        // Named only when an event needs it: most leases end with nothing to record.
+        let named = l.pair_trial.is_some() || l.target_trial || l.trial;
+        let lease = named.then(|| self.lease_name(lid));
         if let Some(key) = l.pair_trial.as_deref() {
             let ps = &mut self.pools[pool];
             let window = ps.cfg.blame.verdict_window;

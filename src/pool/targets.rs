@@ -33,6 +33,18 @@ pub enum Gate {
     Down { retry_after: Duration },
 }
 
+/// What a lease for a target may do, decided in one lookup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// Go ahead, passing over these endpoints first (they just failed the target, pending
+    /// contrast; empty, without an allocation, for nearly every target).
+    Go { avoid: Vec<EndpointId> },
+    /// The target is down and this lease is its single trial (claimed).
+    Trial,
+    /// The target is down: answer at once, dialing nothing.
+    Down { retry_after: Duration },
+}
+
 /// A failure through one endpoint that waits for contrast.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pending {
@@ -210,6 +222,41 @@ impl Targets {
         }
     }
 
+    /// Admit one use of `target`: the gate, the trial's claim and the endpoints to pass
+    /// over, in one lookup (the lease path).
+    pub fn admit(&mut self, target: &str, now: Instant) -> Admission {
+        let since = self.since(now);
+        let base = self.rules.target.cooldown.base;
+        let policy = &self.rules.target;
+        let Some(t) = self.map.get_mut(target) else {
+            return Admission::Go { avoid: Vec::new() };
+        };
+        let Some(d) = t.down.as_mut() else {
+            let avoid = t
+                .pending
+                .iter()
+                .filter(|p| p.at >= since)
+                .map(|p| p.endpoint)
+                .collect();
+            return Admission::Go { avoid };
+        };
+        let h = &mut d.health;
+        if h.state == State::Cooling && h.deadline.is_none_or(|dl| dl <= now) {
+            h.apply(Input::DeadlinePassed, policy, now, 0.0);
+        }
+        match (h.state, h.claimed) {
+            (State::ProbeAllowed, false) if h.apply(Input::Claim, policy, now, 0.0) == Step::Claimed => {
+                Admission::Trial
+            }
+            (State::ProbeAllowed, _) => Admission::Down { retry_after: base },
+            _ => Admission::Down {
+                retry_after: h
+                    .deadline
+                    .map_or(base, |dl| dl.saturating_duration_since(now)),
+            },
+        }
+    }
+
     /// Claim the single trial of a down target whose cooldown ended: of any number of
     /// callers at the same instant, exactly one gets `true`.
     pub fn claim_trial(&mut self, target: &str, now: Instant) -> bool {
@@ -243,6 +290,7 @@ impl Targets {
 
     /// Endpoints whose failures on `target` wait for contrast: a lease for it prefers
     /// the others. Empty (and no allocation) for nearly every target.
+    #[cfg(test)]
     pub fn avoid(&self, target: &str, now: Instant) -> Vec<EndpointId> {
         let since = self.since(now);
         match self.map.peek(target) {
