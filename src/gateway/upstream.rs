@@ -278,7 +278,7 @@ impl Upstream {
         }
         drop(held);
         let pool = routing.pool.as_deref().unwrap_or(&self.pool);
-        if let Some(t) = want.target.as_deref().filter(|_| tries.last.is_some()) {
+        if let Some(t) = want.target_key().filter(|_| tries.last.is_some()) {
             // The last failures made the target down: say that, not the last failure.
             if let Some(retry_after) = self.engine.target_down(pool, t) {
                 return Err(UpstreamError::DestinationDown {

@@ -32,7 +32,8 @@ pub(super) struct Lease {
     pub(super) trial: bool,
     /// The destination host the lease was taken for.
     pub(super) destination: Option<Arc<str>>,
-    /// The target (`host:port`, or the host) it was taken for.
+    /// The target `host:port` it was taken for, when a port was given (else the host is
+    /// the target: `target_key`).
     pub(super) target: Option<Arc<str>>,
     /// The pair (host or target key) whose trial this lease is.
     pub(super) pair_trial: Option<Arc<str>>,
@@ -52,6 +53,13 @@ struct Ask<'a> {
     cap: u32,
     /// Endpoints that just failed the target, pending contrast: tried last.
     avoid: Vec<EndpointId>,
+}
+
+impl Lease {
+    /// The target's key: `host:port`, or the host when no port was given.
+    pub(super) fn target_key(&self) -> Option<&str> {
+        self.target.as_deref().or(self.destination.as_deref())
+    }
 }
 
 impl Ask<'_> {
@@ -178,7 +186,7 @@ impl Pools {
             .or_else(|| self.oldest_trial(&ask, now, wall, &mut writes))
             .or_else(|| self.least_leased(&ask));
         let Some(choice) = chosen else {
-            if let (true, Some(t)) = (target_trial, want.target.as_deref()) {
+            if let (true, Some(t)) = (target_trial, want.target_key()) {
                 self.pools[p].targets.abandon_trial(t, now);
             }
             return (Err(self.nothing_to_lease(pool, &ask, now)), writes);
@@ -186,7 +194,7 @@ impl Pools {
         if let Some(key) = session {
             self.bind_session(p, key, choice.id);
         }
-        if let (true, Some(t)) = (target_trial, want.target.as_deref()) {
+        if let (true, Some(t)) = (target_trial, want.target_key()) {
             let lease = Some(self.lease_name(self.next_lease + 1));
             let why = "the down target's single trial";
             writes.push(target_event(
@@ -210,7 +218,7 @@ impl Pools {
         want: &Want,
         now: Instant,
     ) -> Result<(bool, Vec<EndpointId>), PoolError> {
-        let Some(t) = want.target.as_deref() else {
+        let Some(t) = want.target_key() else {
             return Ok((false, Vec::new()));
         };
         match self.pools[p].targets.admit(t, now) {

@@ -38,7 +38,8 @@ impl Pools {
         if let Some(key) = l.pair_trial.as_deref() {
             let ps = &mut self.pools[pool];
             let window = ps.cfg.blame.verdict_window;
-            let is_ban = l.destination.as_deref() == Some(key) && l.target.as_deref() != Some(key);
+            // A host's ban pair (the target is another key: the host with a port).
+            let is_ban = l.destination.as_deref() == Some(key) && l.target.is_some();
             let held = l.reached
                 && is_ban
                 && !window.is_zero()
@@ -58,7 +59,7 @@ impl Pools {
                 writes.extend(r.writes.into_iter().map(Write::Pair));
             }
         }
-        if let (true, Some(t)) = (l.target_trial, l.target.as_deref()) {
+        if let (true, Some(t)) = (l.target_trial, l.target_key()) {
             let on = Settle {
                 id: l.endpoint,
                 lease: lease.clone(),
@@ -157,7 +158,7 @@ impl Pools {
         let id = l.endpoint;
         let (host, target) = match &on.place {
             Some(p) => (Some(p.host.as_str()), Some(p.target.as_str())),
-            None => (l.destination.as_deref(), l.target.as_deref()),
+            None => (l.destination.as_deref(), l.target_key()),
         };
         let settle = Settle {
             id,
@@ -211,7 +212,7 @@ impl Pools {
             pair_trial: pair_trial.as_deref(),
             target_trial,
             host: host.as_deref(),
-            target: target.as_deref(),
+            target: target.as_deref().or(host.as_deref()),
             took: None,
             lease: Some(self.lease_name(lid)),
         };

@@ -33,8 +33,9 @@ pub struct Want {
     /// Normalised destination host: its banned pairs are skipped, its pair trial
     /// admitted. Shared, so a lease record keeps it without an allocation per lease.
     pub destination: Option<Arc<str>>,
-    /// The target (`host:port`, or the host when no port was given): refused when it is
-    /// down, its pairs skipped, the endpoints that just failed it avoided.
+    /// The target `host:port` when a port was given (else the target is the host alone:
+    /// see `target_key`): refused when it is down, its pairs skipped, the endpoints that
+    /// just failed it passed over.
     pub target: Option<Arc<str>>,
     /// Bit set of acceptable schemes (by `Scheme::ALL` index); `None`: any.
     pub schemes: Option<u8>,
@@ -106,9 +107,17 @@ impl Want {
     pub fn at(place: Option<&Place>) -> Want {
         Want {
             destination: place.map(|p| Arc::from(p.host.as_str())),
-            target: place.map(|p| Arc::from(p.target.as_str())),
+            // The host alone is its own target: one shared name, nothing to compare.
+            target: place
+                .filter(|p| p.target != p.host)
+                .map(|p| Arc::from(p.target.as_str())),
             schemes: None,
         }
+    }
+
+    /// The target's key: `host:port`, or the host when no port was given.
+    pub fn target_key(&self) -> Option<&str> {
+        self.target.as_deref().or(self.destination.as_deref())
     }
 
     pub(super) fn fits(&self, e: &Entry) -> bool {
@@ -137,11 +146,7 @@ impl PoolState {
             .destination
             .as_deref()
             .and_then(|d| self.dests.lookup(d));
-        let target = want
-            .target
-            .as_deref()
-            .filter(|t| Some(*t) != want.destination.as_deref())
-            .and_then(|t| self.dests.lookup(t));
+        let target = want.target.as_deref().and_then(|t| self.dests.lookup(t));
         Views { host, target }
     }
 
