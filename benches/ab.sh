@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # One benchmark (benches/BENCH.rs) of two commits side by side: each is built in release
 # from its own checkout (a temporary git worktree, the repository's target dir shared), then
-# the two binaries run alternately, A B A B ..., ROUNDS times each. Every output line that
-# ends in numbers is a row: its label is the text before them, and each numeric column gets
-# its median per side and B / A. Prints the load average before and after.
+# the two binaries run alternately, A B A B ..., ROUNDS times each. Output lines are split
+# into fields at runs of two or more spaces (the benches print aligned tables): a line
+# whose first field is text and whose next fields are numbers is a row, and each numeric
+# column gets its median per side and B / A (a trailing text field is ignored). Prints the
+# load average before and after.
 #
 # Usage: benches/ab.sh BENCH A B [ROUNDS]   e.g. benches/ab.sh destinations main blame 4
 # Needs: git, cargo, python3.
@@ -60,13 +62,15 @@ for side in "ab":
     for i in range(1, rounds + 1):
         seen = {}
         for line in open(f"{work}/{side}.{i}.txt"):
-            t = line.split()
-            k = len(t)
-            while k > 0 and num.match(t[k - 1]):
-                k -= 1
-            if k == len(t) or k == 0:
+            f = re.split(r"\s{2,}", line.strip())
+            k = 1
+            while k < len(f) and num.match(f[k]):
+                k += 1
+            if k == 1 or num.match(f[0]):
                 continue
-            label = " ".join(t[:k])
+            t = f[:1] + f[1:k]
+            k = 1
+            label = t[0]
             # A label seen twice in one run (two tables) keeps both rows apart.
             n = seen.get(label, 0)
             seen[label] = n + 1

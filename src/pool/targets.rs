@@ -245,7 +245,9 @@ impl Targets {
             h.apply(Input::DeadlinePassed, policy, now, 0.0);
         }
         match (h.state, h.claimed) {
-            (State::ProbeAllowed, false) if h.apply(Input::Claim, policy, now, 0.0) == Step::Claimed => {
+            (State::ProbeAllowed, false)
+                if h.apply(Input::Claim, policy, now, 0.0) == Step::Claimed =>
+            {
                 Admission::Trial
             }
             (State::ProbeAllowed, _) => Admission::Down { retry_after: base },
