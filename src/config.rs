@@ -239,6 +239,8 @@ pub struct PoolConfig {
     pub probe: ProbeConfig,
     /// Health policy.
     pub policy: Policy,
+    /// How failures are judged against targets (docs/blame.md).
+    pub blame: crate::health::blame::Rules,
     /// Sources (sniffing only), preferred first then config order.
     pub sources: Vec<SourceConfig>,
 }
@@ -252,6 +254,7 @@ impl PoolConfig {
             max_leases_per_endpoint: 0,
             probe: ProbeConfig::default(),
             policy: Policy::default(),
+            blame: Default::default(),
             sources: Vec::new(),
         }
     }

@@ -39,6 +39,8 @@ kinds! {
     SniffOnExhaustion => "sniff_on_exhaustion",
     SniffSuccess => "sniff_success",
     SniffFailure => "sniff_failure",
+    TargetDown => "target_down",
+    TargetUp => "target_up",
 }
 
 impl fmt::Display for EventKind {

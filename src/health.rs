@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 mod policy;
-pub(crate) mod scope;
 
 pub use policy::{Cooldown, Policy, PolicyError, ReasonPolicy};
 
@@ -53,6 +52,9 @@ macro_rules! string_enum {
         }
     };
 }
+
+// After the macro: the blame names are a closed set like the others.
+pub mod blame;
 
 /// A name that is not one of the known values of a closed set.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

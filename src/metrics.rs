@@ -28,6 +28,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::health::blame::Blame;
 use crate::health::{Reason, State};
 
 mod histogram;
@@ -99,6 +100,8 @@ label_enum! {
         Ok => "ok",
         /// Every upstream tried failed (502 / SOCKS5 error).
         UpstreamFailed => "upstream_failed",
+        /// The destination is down: answered at once, nothing dialed (502 / SOCKS5 0x04).
+        DestinationDown => "destination_down",
         /// The pool had nothing to lease (503).
         Exhausted => "exhausted",
         /// Wrong or missing gateway token (407).
@@ -158,6 +161,12 @@ struct ReportLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BlameLabels {
+    pool: String,
+    blame: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TransitionLabels {
     pool: String,
     from: &'static str,
@@ -206,6 +215,8 @@ pub struct PoolGauges {
     pub endpoints: [u64; N_STATES],
     /// (endpoint, destination) pairs that are not available.
     pub destination_bans: u64,
+    /// Targets that are down.
+    pub targets_down: u64,
 }
 
 /// What the gauges show at one scrape.
@@ -287,6 +298,16 @@ impl Collector for Gauges {
             m.encode_family(&[("pool", p.pool.as_str())])?
                 .encode_gauge(&p.destination_bans)?;
         }
+        let mut m = encoder.encode_descriptor(
+            "targets_down",
+            "Targets (host:port) that every endpoint tried failed to reach: down, with their own cooldown",
+            None,
+            MetricType::Gauge,
+        )?;
+        for p in &snap.pools {
+            m.encode_family(&[("pool", p.pool.as_str())])?
+                .encode_gauge(&p.targets_down)?;
+        }
         Ok(())
     }
 }
@@ -298,6 +319,8 @@ pub struct Metrics {
     leases: Family<LeaseLabels, Counter>,
     reports: Family<ReportLabels, Counter>,
     transitions: Family<TransitionLabels, Counter>,
+    failures: Family<BlameLabels, Counter>,
+    targets_dropped: Family<PoolLabels, Counter>,
     probe_duration: HistFamily<OutcomeLabels>,
     lease_wait: HistFamily<PoolLabels>,
     gateway_requests: Family<GatewayLabels, Counter>,
@@ -329,6 +352,8 @@ impl Metrics {
             leases: Family::default(),
             reports: Family::default(),
             transitions: Family::default(),
+            failures: Family::default(),
+            targets_dropped: Family::default(),
             probe_duration: Family::new_with_constructor(probe_hist),
             lease_wait: Family::new_with_constructor(lease_wait_hist),
             gateway_requests: Family::default(),
@@ -350,6 +375,16 @@ impl Metrics {
             "transitions",
             "Health state transitions",
             m.transitions.clone(),
+        );
+        registry.register(
+            "failures",
+            "Failures (reports and probes) by whom they counted against: endpoint, pair, target or pending",
+            m.failures.clone(),
+        );
+        registry.register(
+            "targets_dropped",
+            "Targets forgotten to keep the per-pool table within its cap",
+            m.targets_dropped.clone(),
         );
         registry.register(
             "probe_duration_seconds",
@@ -434,6 +469,15 @@ impl Metrics {
                 }),
                 upstream: [true, false]
                     .map(|ok| self.upstream_attempts.get_or_create_owned(&outcome_lbl(ok))),
+                failures: std::array::from_fn(|i| {
+                    self.failures.get_or_create_owned(&BlameLabels {
+                        pool: pool.to_string(),
+                        blame: Blame::ALL[i].as_str(),
+                    })
+                }),
+                targets_dropped: self.targets_dropped.get_or_create_owned(&PoolLabels {
+                    pool: pool.to_string(),
+                }),
                 reports: self.reports.clone(),
                 transitions_family: self.transitions.clone(),
             }),
@@ -490,6 +534,8 @@ struct PoolHandles {
     probe: [AtomicHistogram; 2],
     lease_wait: AtomicHistogram,
     upstream: [Counter; 2],
+    failures: [Counter; N_BLAMES],
+    targets_dropped: Counter,
     reports: Family<ReportLabels, Counter>,
     transitions_family: Family<TransitionLabels, Counter>,
 }
@@ -560,7 +606,19 @@ impl PoolMetrics {
     pub fn upstream_attempt(&self, ok: bool) {
         self.inner.upstream[usize::from(!ok)].inc();
     }
+
+    /// A failure, by whom it counted against.
+    pub fn failure(&self, blame: Blame) {
+        self.inner.failures[blame as usize].inc();
+    }
+
+    /// `n` more targets forgotten to stay within the cap.
+    pub fn targets_dropped(&self, n: u64) {
+        self.inner.targets_dropped.inc_by(n);
+    }
 }
+
+const N_BLAMES: usize = Blame::ALL.len();
 
 const N_PROTOCOLS: usize = GatewayProtocol::ALL.len();
 const N_GATEWAY_OUTCOMES: usize = GatewayOutcome::ALL.len();

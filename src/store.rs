@@ -11,6 +11,7 @@ use rusqlite_migration::Migrations;
 use crate::config::Durability;
 use crate::endpoint::{EndpointId, ProxyUrl, Scheme};
 use crate::event_kind::EventKind;
+use crate::health::blame::Blame;
 use crate::health::{Phase, Reason, State};
 
 mod edit_endpoint;
@@ -621,7 +622,7 @@ fn insert_event_on(
 ) -> Result<(), StoreError> {
     tx.prepare_cached(
         "INSERT INTO events (at, endpoint, kind, from_state, to_state, reason, phase, detail, lease, \
-         destination, status) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
+         destination, status, blame) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
     )?
     .execute(params![
         fmt_time(SystemTime::now()),
@@ -635,6 +636,7 @@ fn insert_event_on(
         ev.lease,
         destination,
         status,
+        ev.blame.map(Blame::as_str),
     ])?;
     Ok(())
 }
@@ -674,7 +676,7 @@ fn read_cooldown(r: &Row<'_>, at: usize) -> rusqlite::Result<(Option<u64>, Optio
 
 /// The columns `read_event` reads, in its order.
 pub(crate) const EVENT_COLS: &str =
-    "id, at, kind, endpoint, from_state, to_state, reason, phase, detail, lease, destination, status";
+    "id, at, kind, endpoint, from_state, to_state, reason, phase, detail, lease, destination, status, blame";
 
 fn read_event(r: &Row<'_>) -> rusqlite::Result<EventRow> {
     Ok(EventRow {
@@ -690,6 +692,7 @@ fn read_event(r: &Row<'_>) -> rusqlite::Result<EventRow> {
         lease: r.get(9)?,
         destination: r.get(10)?,
         status: r.get(11)?,
+        blame: r.get(12)?,
     })
 }
 

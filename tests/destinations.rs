@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::vpool::{config, ev, evd, Script, VirtualPool, POOL, TTL};
 use proxypool::config::{Mode, PoolConfig};
 use proxypool::endpoint::ProxyUrl;
+use proxypool::health::blame::Blame;
 use proxypool::health::{Failure, Phase, Reason, State};
 use proxypool::pool::engine::{Engine, EngineError};
 use proxypool::pool::{Outcome, PoolError, ReportOn, Want};
@@ -35,8 +36,8 @@ fn banned_403() -> Outcome {
 
 fn on(d: &str) -> ReportOn {
     ReportOn {
-        destination: Some(d.into()),
         duration: Some(Duration::from_millis(120)),
+        ..ReportOn::to(Some(d))
     }
 }
 
@@ -89,7 +90,12 @@ impl Rig {
             .report_on(&g.lease, banned_403(), &on(d))
             .await
             .unwrap();
-        assert_eq!(st, State::Available, "destination-scoped: endpoint stays");
+        assert_eq!(
+            st.state,
+            State::Available,
+            "destination-scoped: endpoint stays"
+        );
+        assert_eq!(st.blame, Some(Blame::Pair), "a ban is the pair's");
     }
 
     fn pair_state(&self, id: i64, d: &str) -> Option<State> {
@@ -151,7 +157,8 @@ async fn pair_cools_then_admits_exactly_one_trial_while_other_sites_use_the_endp
         .report_on(&trial.lease, Outcome::Success, &on(SHOP))
         .await
         .unwrap();
-    assert_eq!(st, State::Available);
+    assert_eq!(st.state, State::Available);
+    assert_eq!(st.blame, None, "a success blames nobody");
     assert_eq!(r.pair_state(1, SHOP), None, "a recovered pair is deleted");
     r.engine.flush().await.unwrap();
     let store = Store::open(&r.path).unwrap();
@@ -278,7 +285,12 @@ async fn scope_decides_whether_the_endpoint_or_the_pair_takes_a_failure() {
     // Proxy-side failure reported with a destination: the endpoint cools for everyone.
     let g = r.lease(Some(SHOP)).await;
     let f = Outcome::Failure(Failure::new(Reason::ConnectRefused, Some(Phase::Connect)));
-    let st = r.engine.report_on(&g.lease, f, &on(SHOP)).await.unwrap();
+    let st = r
+        .engine
+        .report_on(&g.lease, f, &on(SHOP))
+        .await
+        .unwrap()
+        .state;
     assert_eq!(st, State::Cooling);
     assert!(r.engine.pairs_of(g.endpoint).is_empty());
     // A destination failure without a destination (plain lease) is endpoint-wide too.
@@ -318,7 +330,8 @@ async fn report_by_session_reports_on_the_bound_endpoint_and_a_failure_unbinds_i
     let st = e
         .report_session(POOL, "s1", banned_403(), &ReportOn::to(Some(SHOP)))
         .await
-        .unwrap();
+        .unwrap()
+        .state;
     assert_eq!(st, State::Available);
     assert_eq!(r.pair_state(g.endpoint, SHOP), Some(State::Cooling));
     // Unbound: the session has no endpoint until its next lease.

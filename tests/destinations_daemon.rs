@@ -275,3 +275,74 @@ fn cli_list_show_enable_destination_and_pairs_survive_kill_9() {
         .collect();
     assert_eq!(kinds, vec![json!("available"), json!("available")]);
 }
+
+/// Blame through the real binary (docs/blame.md): two endpoints that cannot reach a
+/// target make it down; the socket then refuses leases for it with `destination_down`
+/// and when to come back, every other destination still leases, and nobody cooled.
+#[test]
+fn two_reports_through_two_endpoints_make_a_target_down_on_the_socket() {
+    let h = Home::new(Some(MINUTE_COOLDOWN));
+    let d = h.serve();
+    let ids = h.add(&["http://10.6.0.1:3128", "socks5h://10.6.0.2:1080"]);
+    let mut c = d.conn();
+    let unreachable = |c: &mut Conn, lease: &str| {
+        ok(c.req(
+            &json!({"op": "report", "lease": lease, "outcome": "failure",
+            "reason": "upstream_unreachable", "phase": "proxy_handshake", "status": 502}),
+        ))
+    };
+    let (l1, e1) = lease_for(&mut c, "dead.invalid:443");
+    let r = unreachable(&mut c, &l1);
+    assert_eq!(
+        (r["state"].as_str(), r["blame"].as_str()),
+        (Some("available"), Some("pending")),
+        "{r}"
+    );
+    let (l2, e2) = lease_for(&mut c, "dead.invalid:443");
+    assert_ne!(e1, e2, "the next lease for it prefers the other endpoint");
+    let r = unreachable(&mut c, &l2);
+    assert_eq!(r["blame"], json!("target"), "{r}");
+    let refused = c.req(&json!({"op": "lease", "destination": "dead.invalid:443"}));
+    assert_eq!(err_code(&refused), "destination_down", "{refused}");
+    let after = refused["error"]["retry_after_ms"].as_u64().unwrap();
+    assert!((1000..=2200).contains(&after), "{refused}");
+    assert_eq!(
+        refused["retry_after_ms"],
+        refused["error"]["retry_after_ms"]
+    );
+    assert!(
+        err_message(&refused).contains("dead.invalid:443"),
+        "{refused}"
+    );
+    for dest in ["dead.invalid:80", "shop.example", "shop.example:443"] {
+        let (l, _) = lease_for(&mut c, dest);
+        ok(c.req(&json!({"op": "release", "lease": l})));
+    }
+    let status = ok(c.req(&json!({"op": "status"})));
+    let pool = &status["pools"][0];
+    assert_eq!(pool["targets_down"], json!(1), "{status}");
+    assert_eq!(pool["down_targets"][0]["target"], json!("dead.invalid:443"));
+    assert_eq!(
+        pool["down_targets"][0]["reason"],
+        json!("upstream_unreachable")
+    );
+    let table = h.ok(&["status"]);
+    assert!(table.contains("TARGETS DOWN"), "{table}");
+    assert!(table.contains("dead.invalid:443  next trial in"), "{table}");
+    // The CLI says the same, exit 1, naming the target.
+    let (_, err) = h.fails(1, &["lease", "--destination", "dead.invalid:443"]);
+    assert!(err.contains("dead.invalid:443"), "{err}");
+    for id in ids {
+        assert_eq!(h.listed(id)["state"], json!("available"));
+    }
+    let events = h.events();
+    let blames: Vec<_> = events
+        .iter()
+        .filter(|e| e["kind"] == "report")
+        .map(|e| e["blame"].clone())
+        .collect();
+    assert_eq!(blames, [json!("pending"), json!("target")], "{events:?}");
+    assert!(events.iter().any(|e| e["kind"] == "target_down"
+        && e["destination"] == "dead.invalid:443"
+        && e["endpoint"].is_null()));
+}

@@ -199,7 +199,7 @@ async fn ban_on_plain_http_is_reported_with_status_and_retry_after() {
     assert_eq!(r.text(), "slow down");
     assert_eq!(r.endpoint(), Some(gw.ids[0]));
     gw.until_no_leases().await;
-    // A ban is the destination's (docs/destinations.md, "The scoping rule"): the endpoint
+    // A ban is the pair's (docs/blame.md, "What each answer means"): the endpoint
     // stays in service for other sites, the (endpoint, 127.0.0.1) pair cools.
     assert_eq!(gw.row(gw.ids[0]).state, State::Available);
     let pairs = gw.pairs(gw.ids[0]);

@@ -47,6 +47,7 @@ impl TestSource {
                 disabled: 0,
                 leases: 1,
                 next_deadline_ms: Some(42_000),
+                ..PoolStatus::default()
             },
             PoolStatus {
                 pool: "residential".into(),
@@ -57,6 +58,7 @@ impl TestSource {
                 disabled: 1,
                 leases: 0,
                 next_deadline_ms: None,
+                ..PoolStatus::default()
             },
         ]
     }
@@ -170,6 +172,7 @@ impl StatusSource for TestSource {
                 lease: None,
                 destination: None,
                 status: None,
+                blame: None,
             }],
         })
     }

@@ -189,13 +189,90 @@ fn proxy_faults() -> Vec<ProxyFault> {
             )
         },
         ProxyFault {
+            // Asked for the target and silent: most likely still trying to reach it,
+            // which the pool judges against the other endpoints (docs/blame.md).
             timeout: quick,
+            detail_has: Some("no answer to the connect request within probe timeout"),
             ..ProxyFault::new(
                 "silent CONNECT proxy",
                 Script(vec![Act::Read, Act::Hang]),
                 HTTP,
                 TLS,
+                (Reason::UpstreamUnreachable, HANDSHAKE),
+            )
+        },
+        ProxyFault {
+            timeout: quick,
+            detail_has: Some("no answer to the connect request"),
+            ..ProxyFault::new(
+                "socks5 proxy silent after its greeting",
+                Script(vec![
+                    Act::Read,
+                    Act::Write(vec![0x05, 0x00]),
+                    Act::Read,
+                    Act::Hang,
+                ]),
+                SOCKS5,
+                PLAIN,
+                (Reason::UpstreamUnreachable, HANDSHAKE),
+            )
+        },
+        ProxyFault {
+            timeout: quick,
+            ..ProxyFault::new(
+                "CONNECT reply that stops half way",
+                Script(vec![
+                    Act::Read,
+                    Act::Write(b"HTTP/1.1 200 Con".to_vec()),
+                    Act::Hang,
+                ]),
+                HTTP,
+                TLS,
                 (Reason::SlowResponse, HANDSHAKE),
+            )
+        },
+        ProxyFault {
+            detail_has: Some("code 1"),
+            ..ProxyFault::new(
+                "socks5 general failure",
+                Socks5Reply(1),
+                SOCKS5,
+                PLAIN,
+                (Reason::UpstreamUnreachable, HANDSHAKE),
+            )
+        },
+        ProxyFault {
+            detail_has: Some("code 7"),
+            ..ProxyFault::new(
+                "socks5 command not supported",
+                Socks5Reply(7),
+                SOCKS5,
+                PLAIN,
+                (Reason::ProxyProtocolError, HANDSHAKE),
+            )
+        },
+        ProxyFault {
+            status: Some(403),
+            ..connect_reply(
+                "CONNECT 403",
+                "HTTP/1.1 403 Access violation\r\nContent-Length: 0\r\n\r\n",
+                (Reason::ProxyRejected, HANDSHAKE),
+            )
+        },
+        ProxyFault {
+            status: Some(500),
+            ..connect_reply(
+                "CONNECT 500 (tinyproxy's Unable to connect)",
+                "HTTP/1.1 500 Unable to connect\r\nContent-Length: 0\r\n\r\n",
+                (Reason::UpstreamUnreachable, HANDSHAKE),
+            )
+        },
+        ProxyFault {
+            status: Some(502),
+            ..connect_reply(
+                "CONNECT 502 saying the name does not resolve",
+                "HTTP/1.1 502 DNS resolution failed\r\nContent-Length: 0\r\n\r\n",
+                (Reason::DnsFailed, HANDSHAKE),
             )
         },
         ProxyFault::new(
@@ -286,11 +363,11 @@ fn proxy_faults() -> Vec<ProxyFault> {
         ProxyFault {
             detail_has: Some("91"),
             ..ProxyFault::new(
-                "socks4 rejected",
+                "socks4 rejected or failed",
                 Socks4Reply(91),
                 "socks4://127.0.0.1:{port}",
                 PLAIN,
-                (Reason::ProxyRejected, HANDSHAKE),
+                (Reason::UpstreamUnreachable, HANDSHAKE),
             )
         },
         ProxyFault::new(
@@ -330,7 +407,7 @@ fn proxy_faults() -> Vec<ProxyFault> {
             ..connect_reply(
                 "CONNECT 503 with Retry-After",
                 "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 30\r\n\r\n",
-                (Reason::ProxyRejected, HANDSHAKE),
+                (Reason::UpstreamUnreachable, HANDSHAKE),
             )
         },
         ProxyFault::new(

@@ -196,6 +196,7 @@ pub(super) async fn status(
             "DISABLED",
             "LEASES",
             "NEXT DEADLINE",
+            "TARGETS DOWN",
         ]);
         for p in &pools {
             t.add_row([
@@ -209,9 +210,28 @@ pub(super) async fn status(
                 p.next_deadline_ms
                     .map(|ms| format!("in {}", super::table::fmt_ms(ms)))
                     .unwrap_or_else(|| "-".into()),
+                p.targets_down.to_string(),
             ]);
         }
         println!("{t}");
+        // What is down is the sites', not the proxies': say which, so nobody goes
+        // looking for a broken proxy.
+        for p in pools.iter().filter(|p| !p.down_targets.is_empty()) {
+            println!(
+                "\npool {}: targets down (no endpoint blamed for them)",
+                p.pool
+            );
+            for d in &p.down_targets {
+                println!(
+                    "  {}  next trial in {}, down {}, {} failed trial(s), {}",
+                    d.target,
+                    super::table::fmt_ms(d.retry_after_ms),
+                    super::table::fmt_ms(d.down_for_ms),
+                    d.streak,
+                    d.reason.map(|r| r.as_str()).unwrap_or("-"),
+                );
+            }
+        }
     }
     Ok(())
 }

@@ -8,14 +8,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::raw::{
-    RawConfig, RawCooldown, RawEndpoint, RawGateway, RawPool, RawProbe, RawServer, RawSource,
-    RawSourceKind, RawStore,
+    BlameKeys, RawConfig, RawCooldown, RawEndpoint, RawGateway, RawPool, RawProbe, RawServer,
+    RawSource, RawSourceKind, RawStore, RawTargetCooldown,
 };
 use super::{
     Config, ConfigError, Durability, EndpointDecl, GatewayConfig, Mode, PoolConfig, ProbeConfig,
     SourceConfig, SourceKind, DEFAULT_EVENTS_RETENTION, DEFAULT_POOL,
 };
 use crate::endpoint::ProxyUrl;
+use crate::health::blame::{Rules, MAX_DOWN_AFTER};
 use crate::health::{Policy, PolicyError, ReasonPolicy};
 
 impl Config {
@@ -126,18 +127,25 @@ impl File<'_> {
             ));
         }
         let key = format!("pool.{}", rp.name);
+        let blame_keys = rp.blame_keys();
         let mut pool = PoolConfig::builtin(&rp.name);
         pool.mode = rp.mode;
         pool.max_leases_per_endpoint = rp.max_leases_per_endpoint;
         if let Some(p) = rp.probe {
             self.probe(&key, p, &mut pool.probe)?;
         }
-        if let Some(c) = rp.cooldown {
-            cooldown(c, &mut pool.policy);
-        }
+        let target_cooldown = match rp.cooldown {
+            Some(mut c) => {
+                let target = c.target.take();
+                cooldown(c, &mut pool.policy);
+                target
+            }
+            None => None,
+        };
         pool.policy
             .validate(&format!("{key}.cooldown"))
             .map_err(|e: PolicyError| self.invalid(key.clone(), e.to_string()))?;
+        self.blame(&key, &blame_keys, target_cooldown, &mut pool.blame)?;
         let mut sources = rp
             .sources
             .into_iter()
@@ -149,6 +157,59 @@ impl File<'_> {
         sources.sort_by_key(|s| !s.preferred);
         pool.sources = sources;
         Ok(pool)
+    }
+
+    /// The `[[pool]]` keys of blame and `[pool.cooldown.target]`, over the defaults.
+    fn blame(
+        &self,
+        key: &str,
+        k: &BlameKeys,
+        target: Option<RawTargetCooldown>,
+        rules: &mut Rules,
+    ) -> Result<(), ConfigError> {
+        if let Some(w) = k.contrast_window {
+            if w.is_zero() {
+                return Err(self.invalid(format!("{key}.contrast_window"), "must be > 0".into()));
+            }
+            rules.contrast_window = w;
+        }
+        if let Some(n) = k.down_after {
+            if !(1..=MAX_DOWN_AFTER).contains(&n) {
+                return Err(self.invalid(
+                    format!("{key}.down_after"),
+                    format!("must be between 1 and {MAX_DOWN_AFTER}, got {n}"),
+                ));
+            }
+            rules.down_after = n;
+        }
+        if let Some(n) = k.escalate_after {
+            if n > 1000 {
+                return Err(self.invalid(
+                    format!("{key}.escalate_after"),
+                    format!("must be at most 1000 (0 turns escalation off), got {n}"),
+                ));
+            }
+            rules.escalate_after = n;
+        }
+        if let Some(w) = k.verdict_window {
+            if w > Duration::from_secs(3600) {
+                return Err(
+                    self.invalid(format!("{key}.verdict_window"), "must be at most 1h".into())
+                );
+            }
+            rules.verdict_window = w;
+        }
+        if let Some(t) = target {
+            let c = &mut rules.target.cooldown;
+            c.base = t.base.unwrap_or(c.base);
+            c.factor = t.factor.unwrap_or(c.factor);
+            c.max = t.max.unwrap_or(c.max);
+            c.jitter = t.jitter.unwrap_or(c.jitter);
+        }
+        rules
+            .target
+            .validate(&format!("{key}.cooldown.target"))
+            .map_err(|e: PolicyError| self.invalid(key.to_string(), e.to_string()))
     }
 
     /// `[pool.probe]`, over the defaults in `pr`.

@@ -95,6 +95,31 @@ pub(super) struct RawPool {
     pub(super) cooldown: Option<RawCooldown>,
     #[serde(default, rename = "source")]
     pub(super) sources: Vec<RawSource>,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) contrast_window: Option<Duration>,
+    pub(super) down_after: Option<u32>,
+    pub(super) escalate_after: Option<u32>,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) verdict_window: Option<Duration>,
+}
+
+/// The `[[pool]]` keys of blame, copied out before the pool's tables are taken apart.
+pub(super) struct BlameKeys {
+    pub(super) contrast_window: Option<Duration>,
+    pub(super) down_after: Option<u32>,
+    pub(super) escalate_after: Option<u32>,
+    pub(super) verdict_window: Option<Duration>,
+}
+
+impl RawPool {
+    pub(super) fn blame_keys(&self) -> BlameKeys {
+        BlameKeys {
+            contrast_window: self.contrast_window,
+            down_after: self.down_after,
+            escalate_after: self.escalate_after,
+            verdict_window: self.verdict_window,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -127,6 +152,19 @@ pub(super) struct RawCooldown {
     pub(super) fall: Option<u32>,
     #[serde(default)]
     pub(super) reasons: BTreeMap<Reason, RawReason>,
+    /// `[pool.cooldown.target]`: the cooldown of a target that is down.
+    pub(super) target: Option<RawTargetCooldown>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTargetCooldown {
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) base: Option<Duration>,
+    pub(super) factor: Option<f64>,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) max: Option<Duration>,
+    pub(super) jitter: Option<f64>,
 }
 
 #[derive(Deserialize)]

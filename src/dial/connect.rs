@@ -5,6 +5,7 @@ use std::time::SystemTime;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
+use super::progress::Progress;
 use super::{auth::basic_auth, find, BoxIo, Dest, DialFailure, USER_AGENT};
 use crate::endpoint::ProxyUrl;
 use crate::health::{Phase, Reason};
@@ -17,6 +18,7 @@ pub(super) async fn connect(
     io: BoxIo,
     proxy: &ProxyUrl,
     dest: &Dest,
+    progress: &Progress,
 ) -> Result<(BoxIo, u16), DialFailure> {
     let phase = Phase::ProxyHandshake;
     let a = dest.authority();
@@ -34,7 +36,9 @@ pub(super) async fn connect(
     io.flush()
         .await
         .map_err(|e| io_failure(&e, phase, "sending CONNECT"))?;
-    let head = read_proxy_head(&mut io).await?;
+    // An HTTP proxy has no greeting: from here on it is trying to reach the target.
+    progress.asked();
+    let head = read_proxy_head(&mut io, progress).await?;
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut resp = httparse::Response::new(&mut headers);
     let status = match resp.parse(&head) {
@@ -54,7 +58,12 @@ pub(super) async fn connect(
             ))
         }
     };
-    match connect_status_reason(status) {
+    let squid = resp
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("x-squid-error"))
+        .and_then(|h| std::str::from_utf8(h.value).ok());
+    match connect_answer_reason(status, resp.reason.unwrap_or(""), squid) {
         // The reader's buffer is freed unless the proxy already sent tunnel bytes: a
         // tunnel may stay open for hours, mostly idle.
         None if io.buffer().is_empty() => Ok((io.into_inner(), status)),
@@ -82,7 +91,10 @@ pub(super) async fn connect(
 }
 
 /// Read the proxy's reply head, consuming nothing past its blank line.
-async fn read_proxy_head(io: &mut BufReader<BoxIo>) -> Result<Vec<u8>, DialFailure> {
+async fn read_proxy_head(
+    io: &mut BufReader<BoxIo>,
+    progress: &Progress,
+) -> Result<Vec<u8>, DialFailure> {
     let phase = Phase::ProxyHandshake;
     let mut head: Vec<u8> = Vec::new();
     loop {
@@ -101,6 +113,7 @@ async fn read_proxy_head(io: &mut BufReader<BoxIo>) -> Result<Vec<u8>, DialFailu
                     ),
                 ));
             }
+            progress.answering();
             let from = head.len().saturating_sub(3);
             head.extend_from_slice(avail);
             let end = find(&head[from..], b"\r\n\r\n").map(|i| from + i + 4);
@@ -147,15 +160,74 @@ pub fn proxy_auth_answer(status: u16, headers: &hyper::HeaderMap) -> bool {
     status == 407 || (status == 401 && !headers.contains_key(hyper::header::VIA))
 }
 
-/// The reason for a non-2xx answer to CONNECT; `None` when the tunnel is up.
+/// The reason for a non-2xx answer to CONNECT; `None` when the tunnel is up. docs/blame.md
+/// has the table of whom each counts against.
 pub fn connect_status_reason(status: u16) -> Option<Reason> {
     match status {
         200..=299 => None,
-        // Some proxies send 401 where 407 is meant.
-        401 | 407 => Some(Reason::ProxyAuthRejected),
-        502 | 504 => Some(Reason::UpstreamUnreachable),
+        // Some proxies send 401 where 407 is meant; 511 is a captive portal's "log in".
+        401 | 407 | 511 => Some(Reason::ProxyAuthRejected),
+        // 501: the proxy does not do CONNECT (for this target, or at all: an endpoint
+        // that refuses every target others reach is escalated).
+        501 => Some(Reason::ProxyRejected),
+        // The proxy tried and could not get there (tinyproxy's "500 Unable to connect",
+        // squid's 503, a 502 or 504): judged against the other endpoints.
+        500..=599 => Some(Reason::UpstreamUnreachable),
+        // 400, 403, 405 and the rest: the proxy's own policy for this target.
         _ => Some(Reason::ProxyRejected),
     }
+}
+
+/// The reason for a failed CONNECT answer, where the answer's words can say more than its
+/// status: a 5xx whose reason phrase or squid's `X-Squid-Error` says the name did not
+/// resolve is `dns_failed`.
+pub fn connect_answer_reason(
+    status: u16,
+    phrase: &str,
+    squid_error: Option<&str>,
+) -> Option<Reason> {
+    let reason = connect_status_reason(status)?;
+    if reason == Reason::UpstreamUnreachable && says_unresolved(phrase, squid_error) {
+        return Some(Reason::DnsFailed);
+    }
+    Some(reason)
+}
+
+fn says_unresolved(phrase: &str, squid_error: Option<&str>) -> bool {
+    if squid_error.is_some_and(|e| e.trim_start().starts_with("ERR_DNS_FAIL")) {
+        return true;
+    }
+    let p = phrase.to_ascii_lowercase();
+    [
+        "dns",
+        "resolv",
+        "name not known",
+        "unknown host",
+        "no such host",
+        "host not found",
+    ]
+    .iter()
+    .any(|w| p.contains(w))
+}
+
+/// The reason when an HTTP proxy's answer to an absolute-form request is its own failure
+/// to reach the destination rather than the destination's answer: a 5xx without the `Via`
+/// header every forwarded response carries (RFC 9110 §7.6.3), or with squid's
+/// `X-Squid-Error`. `None`: the answer is the destination's.
+pub fn proxy_failure_answer(status: u16, headers: &hyper::HeaderMap) -> Option<Reason> {
+    if !(500..=599).contains(&status) {
+        return None;
+    }
+    let squid = headers.get("x-squid-error").and_then(|v| v.to_str().ok());
+    if headers.contains_key(hyper::header::VIA) && squid.is_none() {
+        return None;
+    }
+    let reason = if says_unresolved("", squid) {
+        Reason::DnsFailed
+    } else {
+        Reason::UpstreamUnreachable
+    };
+    Some(reason)
 }
 
 #[cfg(test)]
@@ -165,20 +237,100 @@ mod tests {
 
     #[test]
     fn connect_statuses() {
-        assert_eq!(connect_status_reason(200), None);
-        assert_eq!(connect_status_reason(407), Some(Reason::ProxyAuthRejected));
-        assert_eq!(connect_status_reason(401), Some(Reason::ProxyAuthRejected));
+        use Reason::*;
+        let table = [
+            (200, None),
+            (204, None),
+            (407, Some(ProxyAuthRejected)),
+            (401, Some(ProxyAuthRejected)),
+            (511, Some(ProxyAuthRejected)),
+            (400, Some(ProxyRejected)),
+            (403, Some(ProxyRejected)),
+            (405, Some(ProxyRejected)),
+            (429, Some(ProxyRejected)),
+            (301, Some(ProxyRejected)),
+            (501, Some(ProxyRejected)),
+            (500, Some(UpstreamUnreachable)),
+            (502, Some(UpstreamUnreachable)),
+            (503, Some(UpstreamUnreachable)),
+            (504, Some(UpstreamUnreachable)),
+            (599, Some(UpstreamUnreachable)),
+        ];
+        for (status, want) in table {
+            assert_eq!(connect_status_reason(status), want, "{status}");
+        }
+    }
+
+    #[test]
+    fn an_answer_that_says_the_name_did_not_resolve_is_dns_failed() {
+        use Reason::*;
+        let table = [
+            (502, "Bad Gateway", None, UpstreamUnreachable),
+            (500, "Unable to connect", None, UpstreamUnreachable),
+            (502, "DNS resolution failed", None, DnsFailed),
+            (504, "Could not resolve host", None, DnsFailed),
+            (
+                503,
+                "Service Unavailable",
+                Some("ERR_DNS_FAIL 0"),
+                DnsFailed,
+            ),
+            (
+                503,
+                "Service Unavailable",
+                Some("ERR_CONNECT_FAIL 111"),
+                UpstreamUnreachable,
+            ),
+            // Only failures to reach are refined: a refusal stays one.
+            (403, "DNS blocked", None, ProxyRejected),
+        ];
+        for (status, phrase, squid, want) in table {
+            assert_eq!(
+                connect_answer_reason(status, phrase, squid),
+                Some(want),
+                "{status} {phrase}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_5xx_the_proxy_wrote_itself_is_its_failure_to_reach() {
+        let h = |pairs: &[(&'static str, &'static str)]| {
+            let mut m = hyper::HeaderMap::new();
+            for (k, v) in pairs {
+                m.insert(*k, HeaderValue::from_static(v));
+            }
+            m
+        };
+        let via = [("via", "1.1 proxy")];
+        // tinyproxy's own "500 Unable to connect" page carries no Via.
         assert_eq!(
-            connect_status_reason(502),
+            proxy_failure_answer(500, &h(&[])),
             Some(Reason::UpstreamUnreachable)
         );
         assert_eq!(
-            connect_status_reason(504),
+            proxy_failure_answer(502, &h(&[])),
             Some(Reason::UpstreamUnreachable)
         );
-        assert_eq!(connect_status_reason(503), Some(Reason::ProxyRejected));
-        assert_eq!(connect_status_reason(403), Some(Reason::ProxyRejected));
-        assert_eq!(connect_status_reason(301), Some(Reason::ProxyRejected));
+        // The destination's own 5xx, forwarded, carries Via.
+        assert_eq!(proxy_failure_answer(503, &h(&via)), None);
+        // Below 500 the answer is never taken for the proxy's failure to reach.
+        assert_eq!(proxy_failure_answer(404, &h(&[])), None);
+        assert_eq!(proxy_failure_answer(403, &h(&[])), None);
+        // squid marks its own error pages, Via or not.
+        let squid_dns = [("via", "1.1 squid"), ("x-squid-error", "ERR_DNS_FAIL 0")];
+        assert_eq!(
+            proxy_failure_answer(503, &h(&squid_dns)),
+            Some(Reason::DnsFailed)
+        );
+        let squid_conn = [
+            ("via", "1.1 squid"),
+            ("x-squid-error", "ERR_CONNECT_FAIL 111"),
+        ];
+        assert_eq!(
+            proxy_failure_answer(503, &h(&squid_conn)),
+            Some(Reason::UpstreamUnreachable)
+        );
     }
 
     #[test]
@@ -211,7 +363,9 @@ mod tests {
                 .unwrap();
             req
         });
-        let (mut io, status) = connect(Box::new(client), &proxy, &dest).await.unwrap();
+        let (mut io, status) = connect(Box::new(client), &proxy, &dest, &Progress::default())
+            .await
+            .unwrap();
         assert_eq!(status, 200);
         let req = srv.await.unwrap();
         assert!(
@@ -238,7 +392,9 @@ mod tests {
             server.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
             server
         });
-        let (mut io, status) = connect(Box::new(client), &proxy, &dest).await.unwrap();
+        let (mut io, status) = connect(Box::new(client), &proxy, &dest, &Progress::default())
+            .await
+            .unwrap();
         assert_eq!(status, 200);
         // Bytes sent after the reply (the destination's, later) arrive through the
         // unwrapped stream, and bytes written reach the proxy.

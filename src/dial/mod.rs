@@ -7,6 +7,7 @@
 
 mod auth;
 mod connect;
+mod progress;
 mod socks;
 mod tcp;
 mod tls;
@@ -25,7 +26,7 @@ use crate::endpoint::{ProxyUrl, Scheme};
 use crate::health::{Failure, Phase, Reason};
 
 pub use auth::{base64, base64_decode, basic_auth};
-pub use connect::proxy_auth_answer;
+pub use connect::{proxy_auth_answer, proxy_failure_answer};
 pub use tls::{client_config, connector, handshake as tls_handshake, TlsSetupError};
 
 /// The `User-Agent` of every request proxypool makes on its own behalf.
@@ -167,12 +168,23 @@ impl Clock {
         phase: Phase,
         fut: impl Future<Output = Result<T, DialFailure>>,
     ) -> Result<T, DialFailure> {
+        self.timed_or(phase, fut, |c| c.deadline_failure(phase))
+            .await
+    }
+
+    /// `timed`, with the failure for a passed deadline decided by `on_deadline`.
+    async fn timed_or<T>(
+        &mut self,
+        phase: Phase,
+        fut: impl Future<Output = Result<T, DialFailure>>,
+        on_deadline: impl FnOnce(&Clock) -> DialFailure,
+    ) -> Result<T, DialFailure> {
         let t0 = Instant::now();
         let r = timeout_at(self.deadline, fut).await;
         self.phases.push((phase, t0.elapsed()));
         match r {
             Ok(r) => r,
-            Err(_) => Err(self.deadline_failure(phase)),
+            Err(_) => Err(on_deadline(self)),
         }
     }
 
@@ -232,9 +244,13 @@ impl Dialer {
                 )
                 .await?;
         }
+        // A deadline during the handshake is blamed by how far it got (see `progress`).
+        let progress = progress::Progress::default();
+        let on_deadline = |c: &Clock| progress.deadline_failure(c);
         if proxy.scheme.is_socks() {
+            let shake = socks::handshake(io, proxy, dest, &progress);
             io = clock
-                .timed(Phase::ProxyHandshake, socks::handshake(io, proxy, dest))
+                .timed_or(Phase::ProxyHandshake, shake, on_deadline)
                 .await?;
             return Ok(Dialed {
                 io,
@@ -249,8 +265,9 @@ impl Dialer {
                 connect_status: None,
             });
         }
+        let shake = connect::connect(io, proxy, dest, &progress);
         let (io, status) = clock
-            .timed(Phase::ProxyHandshake, connect::connect(io, proxy, dest))
+            .timed_or(Phase::ProxyHandshake, shake, on_deadline)
             .await?;
         Ok(Dialed {
             io,

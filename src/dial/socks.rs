@@ -3,6 +3,7 @@
 use tokio_socks::tcp::{Socks4Stream, Socks5Stream};
 use tokio_socks::TargetAddr;
 
+use super::progress::{Progress, Socks5Watch};
 use super::{tcp, BoxIo, Dest, DialFailure};
 use crate::endpoint::{ProxyUrl, Scheme};
 use crate::health::{Phase, Reason};
@@ -11,6 +12,7 @@ pub(super) async fn handshake(
     io: BoxIo,
     proxy: &ProxyUrl,
     dest: &Dest,
+    progress: &Progress,
 ) -> Result<BoxIo, DialFailure> {
     let phase = Phase::ProxyHandshake;
     let user = proxy.user.as_deref();
@@ -20,19 +22,25 @@ pub(super) async fn handshake(
     let remote_dns = matches!(proxy.scheme, Scheme::Socks5h | Scheme::Socks4a);
     let target = match dest.target_addr() {
         TargetAddr::Domain(..) if !remote_dns => {
-            TargetAddr::Ip(tcp::resolve_destination(dest, !v5).await?)
+            progress.resolving();
+            let ip = tcp::resolve_destination(dest, !v5).await?;
+            progress.greeting();
+            TargetAddr::Ip(ip)
         }
         t => t,
     };
     let res = if v5 {
+        let io = Socks5Watch::new(io, progress.clone());
         match (user, pass) {
             (Some(u), Some(p)) => {
                 Socks5Stream::connect_with_password_and_socket(io, target, u, p).await
             }
             _ => Socks5Stream::connect_with_socket(io, target).await,
         }
-        .map(|s| Box::new(s.into_inner()) as BoxIo)
+        .map(|s| s.into_inner().inner)
     } else {
+        // SOCKS4 has no greeting: its first bytes are the connect request.
+        progress.asked();
         match user {
             Some(u) => Socks4Stream::connect_with_userid_and_socket(io, target, u).await,
             None => Socks4Stream::connect_with_socket(io, target).await,
@@ -45,12 +53,19 @@ pub(super) async fn handshake(
     })
 }
 
-/// The reason for a SOCKS5 reply code other than 0 (RFC 1928 §6).
+/// The reason for a SOCKS5 reply code other than 0 (RFC 1928 §6). docs/blame.md has the
+/// table of whom each counts against.
 pub fn socks5_reply_reason(code: u8) -> Reason {
     match code {
-        // 5 is the destination refusing the proxy: the proxy could not get there.
-        3..=6 => Reason::UpstreamUnreachable,
-        1 | 2 | 7 | 8 => Reason::ProxyRejected,
+        // The proxy tried and could not get there: general failure (what microsocks
+        // answers for a name it cannot resolve), network or host unreachable, connection
+        // refused by the target, TTL expired. The same target through other endpoints
+        // decides whether this endpoint or the target is at fault.
+        1 | 3..=6 => Reason::UpstreamUnreachable,
+        // Not allowed by the proxy's rules (dante's `socks block`): its policy for this
+        // target.
+        2 => Reason::ProxyRejected,
+        // Command or address type not supported: the proxy does not speak what we sent.
         _ => Reason::ProxyProtocolError,
     }
 }
@@ -58,7 +73,9 @@ pub fn socks5_reply_reason(code: u8) -> Reason {
 /// The reason for a SOCKS4 reply code other than 90.
 pub fn socks4_reply_reason(code: u8) -> Reason {
     match code {
-        91 => Reason::ProxyRejected,
+        // "Request rejected or failed": SOCKS4 says no more than that the connect did not
+        // happen, so it is judged like a SOCKS5 general failure.
+        91 => Reason::UpstreamUnreachable,
         92 | 93 => Reason::ProxyAuthRejected,
         _ => Reason::ProxyProtocolError,
     }
@@ -129,20 +146,21 @@ mod tests {
     fn socks_reply_codes() {
         use Reason::*;
         let v5 = [
-            (1, ProxyRejected),
+            (1, UpstreamUnreachable),
             (2, ProxyRejected),
             (3, UpstreamUnreachable),
             (4, UpstreamUnreachable),
             (5, UpstreamUnreachable),
             (6, UpstreamUnreachable),
-            (7, ProxyRejected),
-            (8, ProxyRejected),
+            (7, ProxyProtocolError),
+            (8, ProxyProtocolError),
             (9, ProxyProtocolError),
+            (255, ProxyProtocolError),
         ];
         for (c, r) in v5 {
             assert_eq!(socks5_reply_reason(c), r, "code {c}");
         }
-        assert_eq!(socks4_reply_reason(91), ProxyRejected);
+        assert_eq!(socks4_reply_reason(91), UpstreamUnreachable);
         assert_eq!(socks4_reply_reason(92), ProxyAuthRejected);
         assert_eq!(socks4_reply_reason(93), ProxyAuthRejected);
         assert_eq!(socks4_reply_reason(17), ProxyProtocolError);
@@ -154,7 +172,7 @@ mod tests {
         assert_eq!(r, Reason::UpstreamUnreachable);
         assert!(d.contains("code 4"), "{d}");
         let (r, d) = classify_socks(&tokio_socks::Error::GeneralSocksServerFailure, false);
-        assert_eq!(r, Reason::ProxyRejected);
+        assert_eq!(r, Reason::UpstreamUnreachable);
         assert!(d.contains("91"), "{d}");
         let (r, _) = classify_socks(&tokio_socks::Error::PasswordAuthFailure(1), true);
         assert_eq!(r, Reason::ProxyAuthRejected);

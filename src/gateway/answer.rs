@@ -42,7 +42,7 @@ pub(super) fn text(status: StatusCode, error: &str, message: &str) -> Response<B
         .boxed();
     let mut resp = Response::new(body);
     *resp.status_mut() = status;
-    resp.extensions_mut().insert(outcome_of(status));
+    resp.extensions_mut().insert(outcome_of(status, error));
     let h = resp.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
@@ -54,10 +54,12 @@ pub(super) fn text(status: StatusCode, error: &str, message: &str) -> Response<B
     resp
 }
 
-/// The request outcome of an answer the gateway made itself, by its status: the one
-/// mapping (a SOCKS5 client's failure is counted by the status an HTTP client would get).
-fn outcome_of(status: StatusCode) -> GatewayOutcome {
+/// The request outcome of an answer the gateway made itself, by its status (and, for a
+/// 502, its error code): the one mapping (a SOCKS5 client's failure is counted by the
+/// answer an HTTP client would get).
+fn outcome_of(status: StatusCode, error: &str) -> GatewayOutcome {
     match status {
+        StatusCode::BAD_GATEWAY if error == DESTINATION_DOWN => GatewayOutcome::DestinationDown,
         StatusCode::PROXY_AUTHENTICATION_REQUIRED => GatewayOutcome::Denied,
         StatusCode::BAD_GATEWAY => GatewayOutcome::UpstreamFailed,
         StatusCode::SERVICE_UNAVAILABLE => GatewayOutcome::Exhausted,
@@ -67,12 +69,17 @@ fn outcome_of(status: StatusCode) -> GatewayOutcome {
     }
 }
 
+/// `X-Proxypool-Error` of a destination that is down.
+const DESTINATION_DOWN: &str = "destination_down";
+
 /// The status an HTTP client gets when no upstream could serve its request.
 fn status_of(e: &UpstreamError) -> StatusCode {
     match e {
         UpstreamError::Exhausted { .. } => StatusCode::SERVICE_UNAVAILABLE,
         UpstreamError::UnknownPool(_) => StatusCode::BAD_REQUEST,
-        UpstreamError::AllFailed { .. } => StatusCode::BAD_GATEWAY,
+        UpstreamError::AllFailed { .. } | UpstreamError::DestinationDown { .. } => {
+            StatusCode::BAD_GATEWAY
+        }
         UpstreamError::Internal(_) | UpstreamError::UnusableUrl { .. } => {
             StatusCode::INTERNAL_SERVER_ERROR
         }
@@ -81,7 +88,16 @@ fn status_of(e: &UpstreamError) -> StatusCode {
 
 /// What `proxypool_gateway_requests_total` counts a request that ended in `e`, on any front.
 pub(super) fn error_outcome(e: &UpstreamError) -> GatewayOutcome {
-    outcome_of(status_of(e))
+    let error = match e {
+        UpstreamError::DestinationDown { .. } => DESTINATION_DOWN,
+        _ => "",
+    };
+    outcome_of(status_of(e), error)
+}
+
+/// `Retry-After` in whole seconds, rounded up, at least 1: "0" would invite a busy loop.
+fn retry_after_secs(d: std::time::Duration) -> u64 {
+    d.as_millis().div_ceil(1000).max(1) as u64
 }
 
 pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
@@ -93,10 +109,7 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
                 "pool_exhausted",
                 &format!("proxypool gateway: pool {pool:?} has no endpoint available"),
             );
-            // Whole seconds, rounded up, at least 1: "0" would invite a busy loop.
-            let secs = retry_after
-                .map(|d| d.as_millis().div_ceil(1000).max(1) as u64)
-                .unwrap_or(1);
+            let secs = retry_after.map(retry_after_secs).unwrap_or(1);
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
             resp
@@ -106,6 +119,24 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
             "unknown_pool",
             &format!("proxypool gateway: unknown pool {p:?}"),
         ),
+        UpstreamError::DestinationDown {
+            target,
+            retry_after,
+        } => {
+            let mut resp = text(
+                status,
+                DESTINATION_DOWN,
+                &format!(
+                    "proxypool gateway: destination {target} is down: every upstream that tried it failed to reach it; nothing was dialed (next try in {} ms)",
+                    retry_after.as_millis()
+                ),
+            );
+            resp.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(retry_after_secs(retry_after)),
+            );
+            resp
+        }
         UpstreamError::AllFailed {
             last,
             endpoint,
@@ -166,6 +197,13 @@ mod tests {
                 GatewayOutcome::BadRequest,
             ),
             (
+                upstream_error(E::DestinationDown {
+                    target: "no-such-host.invalid:443".into(),
+                    retry_after: std::time::Duration::from_millis(1_500),
+                }),
+                GatewayOutcome::DestinationDown,
+            ),
+            (
                 text(StatusCode::PROXY_AUTHENTICATION_REQUIRED, "a", "b"),
                 GatewayOutcome::Denied,
             ),
@@ -179,7 +217,8 @@ mod tests {
             ),
         ];
         for (resp, want) in cases {
-            assert_eq!(outcome_of(resp.status()), want);
+            let error = resp.headers()[ERROR_HEADER].to_str().unwrap().to_string();
+            assert_eq!(outcome_of(resp.status(), &error), want);
             assert_eq!(
                 resp.extensions().get::<GatewayOutcome>(),
                 Some(&want),
@@ -192,6 +231,21 @@ mod tests {
             .extensions()
             .get::<GatewayOutcome>()
             .is_none());
+    }
+
+    #[test]
+    fn a_down_destination_is_a_502_that_says_so_and_when_to_come_back() {
+        let r = upstream_error(UpstreamError::DestinationDown {
+            target: "shop.example:8443".into(),
+            retry_after: std::time::Duration::from_millis(1_200),
+        });
+        assert_eq!(r.status(), 502);
+        assert_eq!(r.headers()[ERROR_HEADER], "destination_down");
+        assert_eq!(r.headers()[header::RETRY_AFTER], "2");
+        assert!(
+            r.headers().get(ENDPOINT_HEADER).is_none(),
+            "no upstream was involved"
+        );
     }
 
     #[test]

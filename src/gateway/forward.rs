@@ -174,6 +174,13 @@ async fn one_try(shared: &Shared, routing: &Routing, out: &mut Outgoing, tries: 
                 return credentials_refused(shared, guard, resp.status().as_u16(), out, tries)
                     .await;
             }
+            if let Some(reason) = forward
+                .then(|| dial::proxy_failure_answer(resp.status().as_u16(), resp.headers()))
+                .flatten()
+            {
+                return proxy_failed(shared, guard, resp.status().as_u16(), reason, out, tries)
+                    .await;
+            }
             judge(shared, guard, resp, out, tries).await
         }
         Err(e) => not_sent(shared, guard, e, out, tries).await,
@@ -245,6 +252,42 @@ async fn credentials_refused(
         endpoint,
         Reason::ProxyAuthRejected,
         &format!("proxypool gateway: upstream {endpoint} refused its credentials"),
+    ))
+}
+
+/// A forward proxy answered with an error page of its own (a 5xx without `Via`): it could
+/// not reach the destination. Reported like a failed CONNECT, judged by contrast with the
+/// other endpoints (docs/blame.md), and the request goes through another upstream when it
+/// can; the proxy's page is not the client's answer.
+async fn proxy_failed(
+    shared: &Shared,
+    guard: LeaseGuard,
+    status: u16,
+    reason: Reason,
+    out: &Outgoing,
+    tries: &mut Tries,
+) -> Try {
+    let endpoint = guard.endpoint();
+    let mut f = DialFailure::new(
+        reason,
+        Phase::ProxyHandshake,
+        format!("proxy answered {status} itself (no Via): it could not reach the destination"),
+    );
+    f.status = Some(status);
+    info!(
+        endpoint,
+        status, "gateway upstream could not reach the destination; trying another"
+    );
+    shared.upstream.fail(guard, f, &out.dest.host, tries).await;
+    if out.resendable(tries) {
+        return Try::Again(None);
+    }
+    Try::Failed(bad_gateway(
+        endpoint,
+        reason,
+        &format!(
+            "proxypool gateway: upstream {endpoint} could not reach the destination ({status})"
+        ),
     ))
 }
 

@@ -18,7 +18,6 @@ use super::routing::{authorize, basic_credentials, Denied, Routing};
 use super::{Shared, Slot};
 use crate::dial::Route;
 use crate::metrics::{GatewayOutcome, GatewayProtocol};
-use crate::pool::Outcome;
 
 /// Serve one client connection that starts with HTTP.
 pub(super) async fn serve(shared: Arc<Shared>, stream: TcpStream, slot: Slot) {
@@ -134,8 +133,9 @@ async fn connect(
         Ok(v) => v,
         Err(e) => return upstream_error(e),
     };
-    // The tunnel is up: that is all the gateway can judge of it (it cannot see inside TLS).
-    guard.set_outcome(Outcome::Success);
+    // The tunnel is up: that is all the gateway can judge of it (it cannot see inside
+    // TLS), so a ban's trial it carries waits for a report by session.
+    guard.reached().await;
     let endpoint = guard.endpoint();
     let tunnel_shared = shared.clone();
     shared.tracker.spawn(async move {

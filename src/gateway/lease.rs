@@ -62,6 +62,23 @@ impl LeaseGuard {
         self.outcome = Some(outcome);
     }
 
+    /// A tunnel opened through the lease: the endpoint works and reaches the target
+    /// (decided now, for the next lease to see), nothing is known of a ban inside. The
+    /// lease is released when the tunnel ends, unless an outcome is set by then.
+    pub(super) async fn reached(&mut self) {
+        if !self.counted {
+            self.counted = true;
+            if let Some(m) = &self.metrics {
+                m.upstream_attempt(true);
+            }
+        }
+        if let Some(lease) = &self.lease {
+            if let Err(e) = self.engine.reached(lease).await {
+                warn!(endpoint = self.endpoint, error = %e, "gateway could not record its tunnel");
+            }
+        }
+    }
+
     /// Report (or release) now and wait for it, so the next lease sees the result.
     pub(super) async fn finish(mut self) {
         if let Some(lease) = self.lease.take() {

@@ -16,7 +16,6 @@ use super::Shared;
 use crate::dial::{Dest, Route};
 use crate::health::Reason;
 use crate::metrics::{GatewayOutcome, GatewayProtocol};
-use crate::pool::Outcome;
 
 const NO_AUTH: u8 = 0x00;
 const USER_PASS: u8 = 0x02;
@@ -173,6 +172,7 @@ pub(super) fn reply_for(e: &UpstreamError) -> u8 {
             Reason::ProxyRejected | Reason::ConnectRefused => reply::REFUSED,
             _ => reply::GENERAL,
         },
+        UpstreamError::DestinationDown { .. } => reply::HOST_UNREACHABLE,
         _ => reply::GENERAL,
     }
 }
@@ -335,7 +335,7 @@ pub(super) async fn serve(shared: Arc<Shared>, mut s: TcpStream) {
             return;
         }
     };
-    guard.set_outcome(Outcome::Success);
+    guard.reached().await;
     count(GatewayOutcome::Ok);
     if s.write_all(&reply_bytes(reply::OK)).await.is_err() {
         return;

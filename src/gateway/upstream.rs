@@ -17,7 +17,7 @@ use crate::dial::{Clock, Dest, DialFailure, Dialed, Dialer, Route};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::Failure;
 use crate::metrics::GatewayMetrics;
-use crate::pool::destinations::normalize;
+use crate::pool::destinations::Place;
 use crate::pool::engine::{Engine, EngineError};
 use crate::pool::{Outcome, PoolError, Want};
 
@@ -36,6 +36,12 @@ pub(super) enum UpstreamError {
     /// The client named a pool that does not exist.
     #[error("unknown pool {0:?}")]
     UnknownPool(String),
+    /// Every endpoint that tried the target failed to reach it: answered at once.
+    #[error("destination {target} is down; next trial in {} ms", retry_after.as_millis())]
+    DestinationDown {
+        target: String,
+        retry_after: Duration,
+    },
     /// Every upstream tried failed; the last failure (of `endpoint`) explains it.
     #[error("{tried} upstream(s) tried; the last failed: {last}")]
     AllFailed {
@@ -165,6 +171,14 @@ impl Upstream {
                     UpstreamError::Exhausted { pool, retry_after }
                 }
                 EngineError::Pool(PoolError::UnknownPool(p)) => UpstreamError::UnknownPool(p),
+                EngineError::Pool(PoolError::DestinationDown {
+                    target,
+                    retry_after,
+                    ..
+                }) => UpstreamError::DestinationDown {
+                    target,
+                    retry_after,
+                },
                 other => UpstreamError::Internal(other),
             })?;
         // The pool only holds URLs that parsed when they were added.
@@ -217,13 +231,10 @@ impl Upstream {
         tries: &mut Tries,
         way: &W,
     ) -> Result<(LeaseGuard, Link<W::Conn>), UpstreamError> {
-        // Leases for the destination skip its banned pairs, and their reports are scoped by
-        // docs/destinations.md, "The scoping rule" (a proxy-side failure stays
-        // endpoint-wide).
-        let want = Want {
-            destination: normalize(&dest.host).ok().map(Arc::from),
-            schemes: None,
-        };
+        // Leases for the place skip its banned pairs and refuse a target that is down;
+        // their reports are judged by docs/blame.md.
+        let place = Place::at(&dest.host, dest.port).ok();
+        let want = Want::at(place.as_ref());
         // Endpoints granted again after a try: held (so the pool hands out another) until
         // this loop ends, then released.
         let mut held = Vec::new();
@@ -266,6 +277,16 @@ impl Upstream {
             }
         }
         drop(held);
+        let pool = routing.pool.as_deref().unwrap_or(&self.pool);
+        if let Some(t) = want.target_key().filter(|_| tries.last.is_some()) {
+            // The last failures made the target down: say that, not the last failure.
+            if let Some(retry_after) = self.engine.target_down(pool, t) {
+                return Err(UpstreamError::DestinationDown {
+                    target: t.to_string(),
+                    retry_after,
+                });
+            }
+        }
         match &tries.last {
             Some((last, endpoint)) => Err(UpstreamError::AllFailed {
                 last: last.clone(),
@@ -322,7 +343,7 @@ impl Upstream {
 }
 
 /// The report for a failure on the way to `destination`. The lease was taken for the
-/// destination, so the report is scoped (docs/destinations.md, "The scoping rule"); the
+/// place, so the report is judged by docs/blame.md, "What each answer means"; the
 /// detail names it as well.
 pub(super) fn failure_outcome(f: DialFailure, destination: &str) -> Outcome {
     let mut failure = Failure::from(f);

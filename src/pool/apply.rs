@@ -5,12 +5,13 @@ use std::time::SystemTime;
 use tokio::time::Instant;
 use tracing::info;
 
-use crate::endpoint::{EndpointId, ProxyUrl};
+use crate::endpoint::EndpointId;
 use crate::event_kind::EventKind;
+use crate::health::blame::Blame;
 use crate::health::{Input, State, Step};
 use crate::store::{HealthRecord, NewEvent, Write};
 
-use super::{Outcome, PoolError, Pools};
+use super::{PoolError, Pools};
 
 /// What caused a transition: its own event row (none when `kind` is `None`, e.g. a plain
 /// success), and the lease and detail carried into the `state_changed` row.
@@ -23,6 +24,8 @@ pub(super) struct Act {
     pub(super) lease: Option<String>,
     /// HTTP status the report carried.
     pub(super) status: Option<u16>,
+    /// Whom the failure counted against (docs/blame.md).
+    pub(super) blame: Option<Blame>,
 }
 
 impl Pools {
@@ -61,6 +64,7 @@ impl Pools {
                 phase: act.phase,
                 detail: act.detail.clone(),
                 lease: act.lease.clone(),
+                blame: act.blame,
             };
             writes.push(match act.status {
                 Some(s) => Write::EventStatus(ev, Some(s)),
@@ -97,6 +101,7 @@ impl Pools {
                 phase: h.phase,
                 detail: act.detail.or_else(|| h.detail.clone()),
                 lease: act.lease,
+                blame: act.blame.filter(|_| *to != State::Available),
             };
             writes.push(Write::Transition(rec, ev));
             let (from, to, reason) = (*from, *to, h.reason);
@@ -189,6 +194,11 @@ impl Pools {
                 ..NewEvent::new(EventKind::Operator)
             }));
         }
+        if matches!(step, Step::Abandoned) {
+            // A probe that was the probe target's trial as well gives that back too.
+            let p = self.entries[&id].pool;
+            self.end_probe_trial(p, id, now);
+        }
         if was_claimed && !self.entries[&id].health.claimed {
             // An operator action ended an in-flight trial: its lease no longer is one.
             for l in self.leases.values_mut().filter(|l| l.endpoint == id) {
@@ -197,135 +207,4 @@ impl Pools {
         }
         (Ok((step, self.entries[&id].health.state)), writes)
     }
-
-    /// Claim the recovery attempt of the next `probe_allowed` endpoint of a pool (prober).
-    pub fn claim_next(
-        &mut self,
-        pool: &str,
-        now: Instant,
-        wall: SystemTime,
-    ) -> (Option<(EndpointId, ProxyUrl)>, Vec<Write>) {
-        let mut writes = self.advance(now, wall);
-        let Some(&p) = self.by_name.get(pool) else {
-            return (None, writes);
-        };
-        let Some(&(_, id)) = self.pools[p].trials.first() else {
-            return (None, writes);
-        };
-        let ev = Act {
-            kind: Some(EventKind::TrialAdmitted),
-            detail: Some("probe".into()),
-            ..Default::default()
-        };
-        let (step, w) = self.apply(id, Input::Claim, now, wall, ev);
-        writes.extend(w);
-        if step == Step::Claimed {
-            (Some((id, self.entries[&id].url.clone())), writes)
-        } else {
-            (None, writes)
-        }
-    }
-
-    /// Try to claim one specific endpoint's recovery attempt.
-    pub fn try_claim(
-        &mut self,
-        id: EndpointId,
-        now: Instant,
-        wall: SystemTime,
-    ) -> (bool, Vec<Write>) {
-        let mut writes = self.advance(now, wall);
-        if !self.entries.contains_key(&id) {
-            return (false, writes);
-        }
-        let ev = Act {
-            kind: Some(EventKind::TrialAdmitted),
-            ..Default::default()
-        };
-        let (step, w) = self.apply(id, Input::Claim, now, wall, ev);
-        writes.extend(w);
-        (step == Step::Claimed, writes)
-    }
-
-    /// Record a probe result; `trial` when it was a claimed recovery attempt.
-    pub fn probe_result(
-        &mut self,
-        id: EndpointId,
-        outcome: Outcome,
-        trial: bool,
-        detail: Option<String>,
-        now: Instant,
-        wall: SystemTime,
-    ) -> (Result<State, PoolError>, Vec<Write>) {
-        let role = if trial {
-            ProbeRole::Trial
-        } else {
-            ProbeRole::Check
-        };
-        self.probe_result_as(id, outcome, role, detail, now, wall)
-    }
-
-    /// Record a probe result, by who ran it.
-    pub fn probe_result_as(
-        &mut self,
-        id: EndpointId,
-        outcome: Outcome,
-        role: ProbeRole,
-        detail: Option<String>,
-        now: Instant,
-        wall: SystemTime,
-    ) -> (Result<State, PoolError>, Vec<Write>) {
-        let trial = role == ProbeRole::Trial;
-        let mut writes = self.advance(now, wall);
-        if !self.entries.contains_key(&id) {
-            return (Err(PoolError::UnknownEndpoint(id)), writes);
-        }
-        let (input, kind, reason, phase) = match outcome {
-            // An operator's probe is an operator act: it ends a cooldown (docs/probe.md).
-            // Its failure is an ordinary non-trial failure, which never extends a cooldown.
-            Outcome::Success if role == ProbeRole::Operator => (
-                Input::OperatorProbeSuccess,
-                EventKind::ProbeSuccess,
-                None,
-                None,
-            ),
-            Outcome::Success => (
-                Input::Success { trial },
-                EventKind::ProbeSuccess,
-                None,
-                None,
-            ),
-            Outcome::Failure(f) => {
-                let (r, ph) = (f.reason, f.phase);
-                (
-                    Input::Failure { failure: f, trial },
-                    EventKind::ProbeFailure,
-                    r,
-                    ph,
-                )
-            }
-        };
-        let failure = (kind == EventKind::ProbeFailure).then_some(reason);
-        self.count_outcome(id, failure, None, wall, false);
-        let ev = Act {
-            kind: Some(kind),
-            reason,
-            phase,
-            detail,
-            ..Default::default()
-        };
-        let (_, w) = self.apply(id, input, now, wall, ev);
-        writes.extend(w);
-        (Ok(self.entries[&id].health.state), writes)
-    }
-}
-
-/// Who ran a probe, which decides what its result may change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProbeRole {
-    /// A periodic check of an available endpoint.
-    Check,
-    /// The claimed single recovery attempt.
-    Trial,
-    /// `proxypool probe`: its success ends a cooldown.
-    Operator,
 }

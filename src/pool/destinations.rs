@@ -40,7 +40,7 @@ mod name;
 mod pair;
 mod writes;
 
-pub use name::normalize;
+pub use name::{normalize, normalize_key, place, Place};
 use pair::{at, Pair, NONE};
 
 /// Default cap on pairs per pool.
@@ -239,7 +239,7 @@ impl Destinations {
         now: Instant,
         wall: SystemTime,
     ) -> Result<(), DestinationError> {
-        let name = normalize(&rec.destination)?;
+        let name = normalize_key(&rec.destination)?;
         let mut h = Health::new(rec.state);
         h.streak = rec.streak;
         h.reason_streak = rec.reason_streak;
@@ -277,7 +277,7 @@ impl Destinations {
     ) -> PairStep {
         // Callers normalise once at the protocol boundary; a raw name would open a
         // second view for the same host.
-        debug_assert_eq!(normalize(destination).as_deref(), Ok(destination));
+        debug_assert_eq!(normalize_key(destination).as_deref(), Ok(destination));
         let creating = matches!(input, Input::Failure { .. });
         let existing = self.lookup(destination).map(|d| d.0);
         let slot = match existing {
@@ -322,7 +322,11 @@ impl Destinations {
             .expect("slot")
             .name
             .to_string();
-        if let (Some(act), false) = (&act, step == Step::Refused) {
+        // An act of kind `state_changed` is only the template of the transition's row.
+        let own_row = act
+            .as_ref()
+            .is_some_and(|a| a.kind != EventKind::StateChanged);
+        if let (Some(act), false, true) = (&act, step == Step::Refused, own_row) {
             writes.push(PairWrite::Event {
                 destination: name.clone(),
                 status,
@@ -385,24 +389,28 @@ impl Destinations {
     pub fn claim_trial(
         &mut self,
         d: DestRef,
-        mut ok: impl FnMut(EndpointId) -> bool,
+        mut ok: impl FnMut(&Destinations, EndpointId) -> bool,
         lease: Option<String>,
         policy: &Policy,
         now: Instant,
         wall: SystemTime,
     ) -> Option<(EndpointId, PairStep)> {
-        let v = self.views.get_mut(d.0 as usize)?.as_mut()?;
         let mut i = 0;
         let mut found = None;
-        while i < v.trials.len() {
-            let id = v.trials[i];
+        loop {
+            let v = self.views.get(d.0 as usize)?.as_ref()?;
+            let Some(&id) = v.trials.get(i) else {
+                break;
+            };
             let waiting = v
                 .pairs
                 .get(&id)
                 .is_some_and(|p| p.state == State::ProbeAllowed && !p.claimed);
             if !waiting {
-                v.trials.remove(i);
-            } else if ok(id) {
+                if let Some(v) = self.views[d.0 as usize].as_mut() {
+                    v.trials.remove(i);
+                }
+            } else if ok(self, id) {
                 found = Some(id);
                 break;
             } else {
@@ -446,7 +454,7 @@ impl Destinations {
 
     /// `enable ID --destination D`: clear the pair (it becomes `available`).
     pub fn enable(&mut self, destination: &str, id: EndpointId) -> PairStep {
-        debug_assert_eq!(normalize(destination).as_deref(), Ok(destination));
+        debug_assert_eq!(normalize_key(destination).as_deref(), Ok(destination));
         let held = self.lookup(destination).and_then(|d| {
             let p = self.view(d.0)?.pairs.get(&id)?;
             (p.state != State::Available).then_some((d.0, p.state))
@@ -492,7 +500,8 @@ impl Destinations {
         }
     }
 
-    /// Move cooling pairs whose deadline passed to `probe_allowed`.
+    /// Move cooling pairs whose deadline passed to `probe_allowed`, and give back the
+    /// trials whose verdict window after their tunnel ended without a verdict.
     pub fn advance(&mut self, policy: &Policy, now: Instant, wall: SystemTime) -> Vec<PairWrite> {
         let mut writes = Vec::new();
         while let Some(&(d, slot, id)) = self.deadlines.first() {
@@ -503,24 +512,56 @@ impl Destinations {
                 self.deadlines.pop_first();
                 continue;
             };
-            let r = self.apply(
-                &name,
-                id,
-                Input::DeadlinePassed,
-                None,
-                None,
-                policy,
-                now,
-                wall,
-                0.0,
-            );
-            if r.step == Step::Refused {
+            let held = self.is_claimed(&name, id);
+            let r = if held {
+                let why = "no report decided it within verdict_window after its tunnel closed";
+                self.abandon(&name, id, why, None, policy, now, wall)
+            } else {
+                let input = Input::DeadlinePassed;
+                self.apply(&name, id, input, None, None, policy, now, wall, 0.0)
+            };
+            if r.step == Step::Refused || self.deadlines.contains(&(d, slot, id)) {
                 // Not a live deadline any more; never loop on it.
                 self.deadlines.remove(&(d, slot, id));
             }
             writes.extend(r.writes);
         }
         writes
+    }
+
+    /// Whether the pair (endpoint `id`, `key`) has its trial out: a report about the pair
+    /// decides that trial, whoever claimed it.
+    pub fn is_claimed(&self, key: &str, id: EndpointId) -> bool {
+        self.lookup(key)
+            .and_then(|d| self.view(d.0))
+            .and_then(|v| v.pairs.get(&id))
+            .is_some_and(|p| p.state == State::ProbeAllowed && p.claimed)
+    }
+
+    /// Keep a claimed trial out until `until`: the tunnel that carried it closed, and a
+    /// report may still decide it (docs/blame.md, "What a tunnel proves"). Then it is
+    /// given back. Returns false when the pair has no trial out.
+    pub fn hold(&mut self, key: &str, id: EndpointId, until: Instant) -> bool {
+        let Some(d) = self.lookup(key) else {
+            return false;
+        };
+        let slot = d.0;
+        let ticks = pair::ticks(self.epoch, until);
+        let Some(p) = self
+            .views
+            .get_mut(slot as usize)
+            .and_then(Option::as_mut)
+            .and_then(|v| v.pairs.get_mut(&id))
+            .filter(|p| p.state == State::ProbeAllowed && p.claimed)
+        else {
+            return false;
+        };
+        if p.deadline != NONE {
+            self.deadlines.remove(&(p.deadline, slot, id));
+        }
+        p.deadline = ticks;
+        self.deadlines.insert((ticks, slot, id));
+        true
     }
 
     /// Forget an endpoint's pairs (after `remove`; the store cascades its rows).
@@ -572,7 +613,7 @@ impl Destinations {
     fn take(&mut self, slot: u32, id: EndpointId) -> Option<Pair> {
         let v = self.views.get_mut(slot as usize)?.as_mut()?;
         let p = v.pairs.remove(&id)?;
-        if p.state == State::Cooling {
+        if p.deadline != NONE {
             self.deadlines.remove(&(p.deadline, slot, id));
         }
         self.pairs -= 1;
@@ -583,13 +624,22 @@ impl Destinations {
     }
 
     /// Insert a pair; `queue_trial`: it was not already waiting in the trial queue.
-    fn put(&mut self, slot: u32, id: EndpointId, p: Pair, queue_trial: bool) {
+    fn put(&mut self, slot: u32, id: EndpointId, mut p: Pair, queue_trial: bool) {
         let v = self.views[slot as usize].as_mut().expect("live view");
         match p.state {
-            State::Cooling if p.deadline != NONE => {
+            // A cooldown, or a trial held after its tunnel closed (`hold`).
+            State::Cooling | State::ProbeAllowed
+                if p.deadline != NONE && (p.claimed || p.state == State::Cooling) =>
+            {
                 self.deadlines.insert((p.deadline, slot, id));
             }
-            State::ProbeAllowed if !p.claimed && queue_trial => v.trials.push_back(id),
+            State::ProbeAllowed if !p.claimed => {
+                // A hold that ended gives the trial back without a deadline.
+                p.deadline = NONE;
+                if queue_trial {
+                    v.trials.push_back(id);
+                }
+            }
             _ => {}
         }
         if p.state != State::Available {

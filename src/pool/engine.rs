@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tracing::{error, warn};
 
 use super::destinations::PairHealth;
-use super::{Grant, Outcome, PoolError, PoolStatus, Pools, ProbeRole, ReportOn, Want};
+use super::{Grant, Outcome, PoolError, PoolStatus, Pools, ProbeRole, ReportOn, Reported, Want};
 use crate::config::{Config, PoolConfig};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
@@ -295,21 +295,37 @@ impl Engine {
 
     /// Report a lease's outcome; returns the endpoint's state.
     pub async fn report(&self, lease: &str, outcome: Outcome) -> Result<State, EngineError> {
-        self.report_on(lease, outcome, &ReportOn::default()).await
+        let r = self.report_on(lease, outcome, &ReportOn::default()).await?;
+        Ok(r.state)
     }
 
-    /// Report a lease's outcome with what the report says besides it (the destination,
-    /// normalised; the use's duration).
+    /// Report a lease's outcome with what the report says besides it (where the use went;
+    /// its duration). Returns the endpoint's state and whom a failure counted against.
     pub async fn report_on(
         &self,
         lease: &str,
         outcome: Outcome,
         on: &ReportOn,
-    ) -> Result<State, EngineError> {
+    ) -> Result<Reported, EngineError> {
         let r = self
             .with_notify(|p, now, wall| p.report_with(lease, outcome, on, now, wall))
             .await?;
         Ok(r?)
+    }
+
+    /// A tunnel opened through the lease's endpoint to its target: the endpoint and the
+    /// target's reachability are proven, a ban inside is not (docs/blame.md). The lease
+    /// goes on.
+    pub async fn reached(&self, lease: &str) -> Result<State, EngineError> {
+        let r = self
+            .with_notify(|p, now, wall| p.reached(lease, now, wall))
+            .await?;
+        Ok(r?)
+    }
+
+    /// When `target` of `pool` is down (docs/blame.md): the time until its trial.
+    pub fn target_down(&self, pool: &str, target: &str) -> Option<Duration> {
+        self.lock().target_down(pool, target, Instant::now())
     }
 
     /// Report on the endpoint bound to a sticky session; a failure unbinds it.
@@ -319,7 +335,7 @@ impl Engine {
         session: &str,
         outcome: Outcome,
         on: &ReportOn,
-    ) -> Result<State, EngineError> {
+    ) -> Result<Reported, EngineError> {
         let r = self
             .with_notify(|p, now, wall| p.report_session(pool, session, outcome, on, now, wall))
             .await?;
@@ -374,6 +390,21 @@ impl Engine {
     /// Persist writes that are not transitions (pool-level events), in order.
     pub async fn record(&self, writes: Vec<Write>) -> Result<(), EngineError> {
         self.with(|_, _, _| ((), writes)).await
+    }
+
+    /// Admit a probe of `id`: refused, with the time until its trial, while the pool's
+    /// probe target is down; the one probe admitted then is the target's trial.
+    pub fn probe_admit(&self, id: EndpointId) -> Result<(), Duration> {
+        self.lock().probe_admit(id, Instant::now())
+    }
+
+    /// A probe admitted by `probe_admit` did not run: give back the probe target's trial
+    /// if it was that.
+    pub fn probe_cancel(&self, id: EndpointId) {
+        let mut p = self.lock();
+        if let Some(pool) = p.pool_index_of(id) {
+            p.end_probe_trial(pool, id, Instant::now());
+        }
     }
 
     /// Try to take one endpoint's single recovery attempt.

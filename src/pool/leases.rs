@@ -1,4 +1,5 @@
-//! The lease table: granting, sticky sessions, release, report and expiry.
+//! Granting leases: the target's gate, sticky sessions, trials, the least leased
+//! endpoint. What comes back on a lease is in `reports`.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -12,10 +13,16 @@ use crate::health::{Input, State, Step};
 use crate::store::Write;
 
 use super::apply::Act;
-use super::destinations::DestRef;
-use super::scoped::{ReportOn, Settle, Want};
-use super::{Grant, Outcome, PoolError, Pools, EXPIRED_MEMORY, MAX_SESSIONS};
-use crate::health::scope::Scope;
+use super::destinations::{Destinations, Usable};
+use super::evidence::target_event;
+use super::scoped::{Views, Want};
+use super::targets::Admission;
+use super::{Grant, PoolError, Pools, EXPIRED_MEMORY, MAX_SESSIONS};
+
+/// `scope` of a grant that is a pair's trial.
+pub const SCOPE_DESTINATION: &str = "destination";
+/// `scope` of a grant that is a down target's trial.
+pub const SCOPE_TARGET: &str = "target";
 
 pub(super) struct Lease {
     pub(super) endpoint: EndpointId,
@@ -23,19 +30,36 @@ pub(super) struct Lease {
     pub(super) expires: Instant,
     /// The endpoint's single recovery attempt.
     pub(super) trial: bool,
-    /// The destination the lease was taken for.
+    /// The destination host the lease was taken for.
     pub(super) destination: Option<Arc<str>>,
-    /// The trial of the pair (endpoint, `destination`).
-    pub(super) pair_trial: bool,
+    /// The target `host:port` it was taken for, when a port was given (else the host is
+    /// the target: `target_key`).
+    pub(super) target: Option<Arc<str>>,
+    /// The pair (host or target key) whose trial this lease is.
+    pub(super) pair_trial: Option<Arc<str>>,
+    /// The down target's single trial.
+    pub(super) target_trial: bool,
+    /// A tunnel opened through it (`Pools::reached`): a ban trial it carries waits for a
+    /// report when it ends.
+    pub(super) reached: bool,
 }
 
 /// What one lease asks for, resolved once.
 struct Ask<'a> {
     p: usize,
     want: &'a Want,
-    dref: Option<DestRef>,
+    views: Views,
     /// `max_leases_per_endpoint` (0: no cap).
     cap: u32,
+    /// Endpoints that just failed the target, pending contrast: tried last.
+    avoid: Vec<EndpointId>,
+}
+
+impl Lease {
+    /// The target's key: `host:port`, or the host when no port was given.
+    pub(super) fn target_key(&self) -> Option<&str> {
+        self.target.as_deref().or(self.destination.as_deref())
+    }
 }
 
 impl Ask<'_> {
@@ -51,8 +75,8 @@ struct Choice {
     slot: Option<u32>,
     /// The endpoint's single recovery attempt.
     trial: bool,
-    /// The trial of the pair (endpoint, destination).
-    pair_trial: bool,
+    /// The pair (host or target key) whose trial this is.
+    pair_trial: Option<Arc<str>>,
 }
 
 impl Choice {
@@ -61,7 +85,7 @@ impl Choice {
             id,
             slot,
             trial: false,
-            pair_trial: false,
+            pair_trial: None,
         }
     }
 }
@@ -75,43 +99,6 @@ impl Pools {
                 self.expired.remove(&old);
             }
         }
-    }
-
-    /// Drop a lease's hold on its endpoint; an unreported trial is abandoned.
-    pub(super) fn end_lease(
-        &mut self,
-        lid: u64,
-        l: Lease,
-        now: Instant,
-        wall: SystemTime,
-        why: &str,
-    ) -> Vec<Write> {
-        let Some((_, e)) = self.entries.at(l.slot).filter(|(id, _)| *id == l.endpoint) else {
-            return Vec::new();
-        };
-        let pool = e.pool;
-        self.pools[pool].leases -= 1;
-        let mut writes = Vec::new();
-        if let (true, Some(d)) = (l.pair_trial, l.destination.as_deref()) {
-            let lease = Some(self.lease_name(lid));
-            let ps = &mut self.pools[pool];
-            let r = ps
-                .dests
-                .abandon(d, l.endpoint, why, lease, &ps.cfg.policy, now, wall);
-            writes.extend(r.writes.into_iter().map(Write::Pair));
-        }
-        if l.trial {
-            let ev = Act {
-                kind: Some(EventKind::TrialAbandoned),
-                detail: Some(why.to_string()),
-                lease: Some(self.lease_name(lid)),
-                ..Default::default()
-            };
-            let (_, w) = self.apply(l.endpoint, Input::Abandon, now, wall, ev);
-            writes.extend(w);
-        }
-        self.set_leases_at(l.slot, -1);
-        writes
     }
 
     pub(super) fn set_leases_at(&mut self, slot: u32, delta: i32) {
@@ -157,11 +144,12 @@ impl Pools {
         self.lease_with(pool, ttl, session, &Want::default(), now, wall)
     }
 
-    /// Lease an endpoint of `pool` for `ttl` that fits `want` (a destination whose banned
+    /// Lease an endpoint of `pool` for `ttl` that fits `want` (a place whose banned
     /// pairs are skipped, a set of schemes). The steps, in the order docs/leases.md
-    /// ("Selection") gives them: the session's endpoint while it stays in service, a
-    /// pair's trial for the destination, the oldest waiting trial (`static-no-ping`), the
-    /// least leased endpoint. Each is O(1) amortized and none scans the pool.
+    /// ("Selection") gives them: the target's gate (a down target is refused, or this is
+    /// its single trial), the session's endpoint while it stays in service, a pair's
+    /// trial for the place, the oldest waiting trial (`static-no-ping`), the least leased
+    /// endpoint. Each is O(1) amortized and none scans the pool.
     pub fn lease_with(
         &mut self,
         pool: &str,
@@ -179,15 +167,18 @@ impl Pools {
         let Some(expires) = now.checked_add(ttl) else {
             return (Err(PoolError::InvalidTtl(ttl)), writes);
         };
+        let (target_trial, avoid) = match self.target_gate(p, want, now) {
+            Ok(v) => v,
+            Err(e) => return (Err(e), writes),
+        };
+        let ps = &self.pools[p];
         let ask = Ask {
             p,
             want,
-            // One hash lookup: a destination without bans has no view and costs nothing more.
-            dref: want
-                .destination
-                .as_deref()
-                .and_then(|d| self.pools[p].dests.lookup(d)),
-            cap: self.pools[p].cfg.max_leases_per_endpoint,
+            // A hash lookup each: a place without bans has no view and costs nothing more.
+            views: ps.views(want),
+            cap: ps.cfg.max_leases_per_endpoint,
+            avoid,
         };
         let chosen = self
             .sticky(&ask, session)
@@ -195,12 +186,50 @@ impl Pools {
             .or_else(|| self.oldest_trial(&ask, now, wall, &mut writes))
             .or_else(|| self.least_leased(&ask));
         let Some(choice) = chosen else {
+            if let (true, Some(t)) = (target_trial, want.target_key()) {
+                self.pools[p].targets.abandon_trial(t, now);
+            }
             return (Err(self.nothing_to_lease(pool, &ask, now)), writes);
         };
         if let Some(key) = session {
             self.bind_session(p, key, choice.id);
         }
-        (self.grant(&ask, choice, ttl, expires), writes)
+        if let (true, Some(t)) = (target_trial, want.target_key()) {
+            let lease = Some(self.lease_name(self.next_lease + 1));
+            let why = "the down target's single trial";
+            writes.push(target_event(
+                t,
+                Some(choice.id),
+                EventKind::TrialAdmitted,
+                None,
+                why,
+                lease,
+            ));
+        }
+        (self.grant(&ask, choice, target_trial, ttl, expires), writes)
+    }
+
+    /// A down target is refused at once (`destination_down`), dialing nothing; once its
+    /// cooldown ended exactly one lease is its trial (`true`). Also the endpoints that just
+    /// failed the target, for the lease to pass over first.
+    fn target_gate(
+        &mut self,
+        p: usize,
+        want: &Want,
+        now: Instant,
+    ) -> Result<(bool, Vec<EndpointId>), PoolError> {
+        let Some(t) = want.target_key() else {
+            return Ok((false, Vec::new()));
+        };
+        match self.pools[p].targets.admit(t, now) {
+            Admission::Go { avoid } => Ok((false, avoid)),
+            Admission::Trial => Ok((true, Vec::new())),
+            Admission::Down { retry_after } => Err(PoolError::DestinationDown {
+                pool: self.pools[p].cfg.name.clone(),
+                target: t.to_string(),
+                retry_after,
+            }),
+        }
     }
 
     /// A sticky session whose endpoint is still in service keeps it: a scraper's cookies
@@ -211,12 +240,12 @@ impl Pools {
         let keeps = e.health.state == State::Available
             && ask.under_cap(e.leases)
             && ask.want.fits(e)
-            && self.pools[ask.p].dests_usable(ask.dref, id);
+            && self.pools[ask.p].dests_usable(ask.views, id);
         keeps.then_some(Choice::plain(id, None))
     }
 
-    /// A pair's trial is the next lease for its destination, in every mode (the prober
-    /// does not know the scraper's pages).
+    /// A pair's trial is the next lease for its place, in every mode (the prober does not
+    /// know the scraper's pages): the host's ban pairs first, then the target's.
     fn pair_trial(
         &mut self,
         ask: &Ask,
@@ -224,25 +253,46 @@ impl Pools {
         wall: SystemTime,
         writes: &mut Vec<Write>,
     ) -> Option<Choice> {
-        let d = ask
-            .dref
-            .filter(|&d| self.pools[ask.p].dests.trials_waiting(d))?;
-        let lease = Some(self.lease_name(self.next_lease + 1));
-        let entries = &self.entries;
-        let ps = &mut self.pools[ask.p];
-        let ok = |id: EndpointId| {
-            entries.get(&id).is_some_and(|e| {
-                e.health.state == State::Available && ask.under_cap(e.leases) && ask.want.fits(e)
-            })
-        };
-        let (id, r) = ps
-            .dests
-            .claim_trial(d, ok, lease, &ps.cfg.policy, now, wall)?;
-        writes.extend(r.writes.into_iter().map(Write::Pair));
-        Some(Choice {
-            pair_trial: true,
-            ..Choice::plain(id, None)
-        })
+        let keys = [
+            (ask.views.host, ask.want.destination.as_ref()),
+            (ask.views.target, ask.want.target.as_ref()),
+        ];
+        for (i, (view, key)) in keys.into_iter().enumerate() {
+            let (Some(d), Some(key)) = (view, key) else {
+                continue;
+            };
+            if !self.pools[ask.p].dests.trials_waiting(d) {
+                continue;
+            }
+            // The place's other view must not ban the endpoint.
+            let other = if i == 0 {
+                ask.views.target
+            } else {
+                ask.views.host
+            };
+            let lease = Some(self.lease_name(self.next_lease + 1));
+            let entries = &self.entries;
+            let ps = &mut self.pools[ask.p];
+            let ok = |dests: &Destinations, id: EndpointId| {
+                entries.get(&id).is_some_and(|e| {
+                    e.health.state == State::Available
+                        && ask.under_cap(e.leases)
+                        && ask.want.fits(e)
+                        && other.is_none_or(|o| dests.usable(o, id) == Usable::Available)
+                })
+            };
+            let claimed = ps
+                .dests
+                .claim_trial(d, ok, lease, &ps.cfg.policy, now, wall);
+            if let Some((id, r)) = claimed {
+                writes.extend(r.writes.into_iter().map(Write::Pair));
+                return Some(Choice {
+                    pair_trial: Some(key.clone()),
+                    ..Choice::plain(id, None)
+                });
+            }
+        }
+        None
     }
 
     /// Trials before ordinary leases, so that recovery cannot starve behind them
@@ -261,7 +311,7 @@ impl Pools {
         let first = self.pools[ask.p].trials.first().map(|&(_, id)| id);
         let id = first.filter(|&id| {
             self.entries.get(&id).is_some_and(|e| ask.want.fits(e))
-                && self.pools[ask.p].dests_usable(ask.dref, id)
+                && self.pools[ask.p].dests_usable(ask.views, id)
         })?;
         let ev = Act {
             kind: Some(EventKind::TrialAdmitted),
@@ -278,11 +328,12 @@ impl Pools {
 
     /// The least leased available endpoint (round robin among equals) under the cap.
     fn least_leased(&mut self, ask: &Ask) -> Option<Choice> {
-        let picked = if ask.dref.is_none() && ask.want.schemes.is_none() {
+        let plain = !ask.views.any() && ask.want.schemes.is_none() && ask.avoid.is_empty();
+        let picked = if plain {
             self.pick(ask.p)
                 .filter(|&(_, leases)| ask.under_cap(leases))
         } else {
-            self.pick_where(ask.p, ask.dref, ask.want, ask.cap)
+            self.pick_where(ask.p, ask.views, ask.want, ask.cap, &ask.avoid)
         };
         let (slot, _) = picked?;
         let (id, _) = self.entries.at(slot)?;
@@ -294,7 +345,7 @@ impl Pools {
     fn nothing_to_lease(&self, pool: &str, ask: &Ask, now: Instant) -> PoolError {
         let ps = &self.pools[ask.p];
         let mut soonest = ps.cooling.first().map(|(d, _)| *d);
-        if ask.dref.is_some() {
+        if ask.views.any() {
             soonest = match (soonest, ps.dests.next_due()) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -328,6 +379,7 @@ impl Pools {
         &mut self,
         ask: &Ask,
         choice: Choice,
+        target_trial: bool,
         ttl: Duration,
         expires: Instant,
     ) -> Result<Grant, PoolError> {
@@ -350,7 +402,10 @@ impl Pools {
                 expires,
                 trial,
                 destination: ask.want.destination.clone(),
-                pair_trial,
+                target: ask.want.target.clone(),
+                pair_trial: pair_trial.clone(),
+                target_trial,
+                reached: false,
             },
         );
         self.lease_expiry.insert((expires, lid));
@@ -367,104 +422,13 @@ impl Pools {
             lease: self.lease_name(lid),
             proxy: e.secret.clone(),
             endpoint: id,
-            trial: trial || pair_trial,
+            trial: trial || pair_trial.is_some() || target_trial,
             expires_in_ms: ttl.as_millis() as u64,
-            scope: pair_trial.then(|| Scope::Destination.as_str().to_string()),
+            scope: if target_trial {
+                Some(SCOPE_TARGET.to_string())
+            } else {
+                pair_trial.map(|_| SCOPE_DESTINATION.to_string())
+            },
         })
-    }
-
-    pub(super) fn take_lease(
-        &mut self,
-        name: &str,
-        now: Instant,
-        wall: SystemTime,
-    ) -> (Result<(u64, Lease), PoolError>, Vec<Write>) {
-        let writes = self.advance(now, wall);
-        let Some(lid) = self.parse_lease(name) else {
-            return (Err(PoolError::UnknownLease(name.to_string())), writes);
-        };
-        match self.leases.remove(&lid) {
-            Some(l) => {
-                self.lease_expiry.remove(&(l.expires, lid));
-                (Ok((lid, l)), writes)
-            }
-            None if self.expired.contains_key(&lid) => {
-                (Err(PoolError::LeaseExpired(name.to_string())), writes)
-            }
-            None => (Err(PoolError::UnknownLease(name.to_string())), writes),
-        }
-    }
-
-    /// Give a lease back without an outcome (a trial is abandoned).
-    pub fn release(
-        &mut self,
-        name: &str,
-        now: Instant,
-        wall: SystemTime,
-    ) -> (Result<(), PoolError>, Vec<Write>) {
-        let (r, mut writes) = self.take_lease(name, now, wall);
-        match r {
-            Ok((lid, l)) => {
-                writes.extend(self.end_lease(lid, l, now, wall, "released without a report"));
-                (Ok(()), writes)
-            }
-            Err(e) => (Err(e), writes),
-        }
-    }
-
-    /// Report how a lease went; returns the endpoint's state afterwards.
-    pub fn report(
-        &mut self,
-        name: &str,
-        outcome: Outcome,
-        now: Instant,
-        wall: SystemTime,
-    ) -> (Result<State, PoolError>, Vec<Write>) {
-        self.report_with(name, outcome, &ReportOn::default(), now, wall)
-    }
-
-    /// Report how a lease went, for `on.destination` (normalised) when given, else for the
-    /// destination the lease was taken for; the failure's scope (docs/destinations.md, "The
-    /// scoping rule") decides whether the endpoint or the pair takes it. `on.duration`
-    /// feeds the endpoint's latency estimate. Returns the endpoint's state.
-    pub fn report_with(
-        &mut self,
-        name: &str,
-        outcome: Outcome,
-        on: &ReportOn,
-        now: Instant,
-        wall: SystemTime,
-    ) -> (Result<State, PoolError>, Vec<Write>) {
-        if let Err(e) = outcome.check_reason() {
-            return (Err(e), Vec::new());
-        }
-        let (r, mut writes) = self.take_lease(name, now, wall);
-        let (lid, l) = match r {
-            Ok(v) => v,
-            Err(e) => return (Err(e), writes),
-        };
-        let Some(e) = self.entries.get(&l.endpoint) else {
-            return (Err(PoolError::UnknownLease(name.to_string())), writes);
-        };
-        self.pools[e.pool].leases -= 1;
-        let id = l.endpoint;
-        let lease = Some(self.lease_name(lid));
-        let destination = on.destination.as_deref().or(l.destination.as_deref());
-        let pair_trial = l
-            .destination
-            .as_deref()
-            .filter(|_| l.pair_trial)
-            .map(str::to_string);
-        let on = Settle {
-            id,
-            trial: l.trial,
-            pair_trial: pair_trial.as_deref(),
-            destination,
-            took: on.duration,
-            lease,
-        };
-        writes.extend(self.settle(on, outcome, now, wall));
-        self.set_leases_at(l.slot, -1);
-        (Ok(self.entries[&id].health.state), writes)
     }
 }

@@ -10,21 +10,27 @@ mod commit_failure_tests;
 pub mod destinations;
 pub mod engine;
 mod entries;
+mod evidence;
 mod id_index;
 mod leases;
+mod probes;
 mod ready;
 mod reconfigure;
+mod reports;
 pub(crate) mod scoped;
+pub(crate) mod targets;
 mod telemetry;
 
-pub use apply::ProbeRole;
-pub use scoped::{ReportOn, Want};
+pub use leases::{SCOPE_DESTINATION, SCOPE_TARGET};
+pub use probes::ProbeRole;
+pub use scoped::{ReportOn, Reported, Want};
 
 use destinations::Destinations;
 use entries::{Entry, EntryMap};
 use leases::Lease;
 use ready::Ready;
 pub use reconfigure::ReconfigureError;
+use targets::Targets;
 pub use telemetry::EndpointUse;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -53,6 +59,14 @@ pub enum PoolError {
         pool: String,
         /// Time until the soonest cooldown deadline.
         retry_after: Option<Duration>,
+    },
+    /// The target is down: nothing is dialed until its trial.
+    #[error("destination {target:?} is down (every endpoint of pool {pool:?} that tried it failed to reach it); next trial in {} ms", retry_after.as_millis())]
+    DestinationDown {
+        pool: String,
+        target: String,
+        /// Time until its trial.
+        retry_after: Duration,
     },
     /// The lease id is not known.
     #[error("unknown lease {0:?}")]
@@ -87,8 +101,8 @@ pub struct Grant {
     pub trial: bool,
     /// Time to live.
     pub expires_in_ms: u64,
-    /// `"destination"` when the trial is a pair's (docs/destinations.md, "Pairs"); absent
-    /// otherwise.
+    /// `"destination"` when the trial is a pair's, `"target"` when it is a down target's;
+    /// absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
 }
@@ -110,7 +124,29 @@ pub struct PoolStatus {
     pub leases: usize,
     /// Time until the soonest cooldown ends.
     pub next_deadline_ms: Option<u64>,
+    /// Targets that are down (docs/blame.md).
+    #[serde(default)]
+    pub targets_down: usize,
+    /// The down targets, soonest trial first (at most 50).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub down_targets: Vec<DownTargetView>,
 }
+
+/// A down target as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct DownTargetView {
+    pub target: String,
+    /// Time until its trial (0: due, or out).
+    pub retry_after_ms: u64,
+    /// Failed trials in a row, the failures that made it down counted as one.
+    pub streak: u32,
+    pub reason: Option<crate::health::Reason>,
+    /// How long it has been down.
+    pub down_for_ms: u64,
+}
+
+/// Down targets listed per pool in `status` at most.
+const DOWN_TARGETS_SHOWN: usize = 50;
 
 /// What a report did.
 #[derive(Debug, Clone, PartialEq)]
@@ -146,6 +182,14 @@ struct PoolState {
     metrics: Option<crate::metrics::PoolMetrics>,
     /// Per-destination health (docs/destinations.md).
     dests: Destinations,
+    /// What is known of each target (docs/blame.md).
+    targets: Targets,
+    /// `targets.dropped()` as last counted in the metric.
+    targets_dropped_seen: u64,
+    /// The target of `[pool.probe] url` (`host:port`).
+    probe_target: Option<Box<str>>,
+    /// The endpoint whose probe is the probe target's single trial now.
+    probe_trial: Option<EndpointId>,
 }
 
 /// All pools of a process.
@@ -218,11 +262,16 @@ impl Pools {
 
     fn ensure_pool(&mut self, cfg: PoolConfig) -> usize {
         if let Some(&i) = self.by_name.get(&cfg.name) {
-            self.pools[i].cfg = cfg;
+            let ps = &mut self.pools[i];
+            ps.targets.set_rules(cfg.blame.clone());
+            ps.probe_target = probes::probe_target(cfg.probe.url.as_deref());
+            ps.cfg = cfg;
             return i;
         }
         let i = self.pools.len();
         let name = cfg.name.clone();
+        let rules = cfg.blame.clone();
+        let probe_target = probes::probe_target(cfg.probe.url.as_deref());
         self.by_name.insert(cfg.name.clone(), i);
         self.pools.push(PoolState {
             cfg,
@@ -233,6 +282,10 @@ impl Pools {
             leases: 0,
             metrics: None,
             dests: Destinations::new(&name, destinations::DEFAULT_MAX_PAIRS),
+            targets: Targets::new(rules, targets::DEFAULT_MAX_TARGETS),
+            targets_dropped_seen: 0,
+            probe_target,
+            probe_trial: None,
         });
         if let Some(m) = &self.metrics {
             self.pools[i].metrics = Some(m.pool(&self.pools[i].cfg.name));
@@ -325,6 +378,7 @@ impl Pools {
         if let Some(e) = self.entries.get(&id) {
             // The store cascades the pair rows with the endpoint's.
             self.pools[e.pool].dests.remove_endpoint(id);
+            self.pools[e.pool].targets.remove_endpoint(id);
         }
         self.remove_entry(id)
     }
@@ -508,6 +562,19 @@ impl Pools {
                         .cooling
                         .first()
                         .map(|(d, _)| d.saturating_duration_since(now).as_millis() as u64),
+                    targets_down: p.targets.down_count(),
+                    down_targets: p
+                        .targets
+                        .down_list(now, DOWN_TARGETS_SHOWN)
+                        .into_iter()
+                        .map(|t| DownTargetView {
+                            retry_after_ms: t.retry_after.as_millis() as u64,
+                            down_for_ms: t.down_for.as_millis() as u64,
+                            target: t.target,
+                            streak: t.streak,
+                            reason: t.reason,
+                        })
+                        .collect(),
                 }
             })
             .collect())

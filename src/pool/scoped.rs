@@ -1,31 +1,42 @@
-//! Per-destination wiring of the pools (docs/destinations.md): what a lease wants
-//! (destination, schemes), selection that skips banned pairs without scanning the pool, the
-//! scoping of a report, report by session, and the operator's view of pairs.
+//! Per-destination wiring of the pools (docs/destinations.md, docs/blame.md): what a
+//! lease wants (host, target, schemes), selection that skips banned pairs without
+//! scanning the pool, report by session, and the operator's view of pairs.
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::warn;
 
-use super::apply::Act;
-use super::destinations::{normalize, DestRef, DestinationError, PairHealth, Usable};
+use super::destinations::{place, DestRef, DestinationError, PairHealth, Place, Usable};
 use super::entries::Entry;
+use super::evidence::{Proof, Settle};
 use super::ready::live_at;
 use super::{Outcome, PoolError, PoolState, Pools};
 use crate::endpoint::{EndpointError, EndpointId, Scheme};
-use crate::event_kind::EventKind;
-use crate::health::scope::{scope, Scope};
-use crate::health::{Input, State, Step};
+use crate::health::blame::Blame;
+use crate::health::State;
 use crate::store::pairs::PairRow;
-use crate::store::{NewEvent, Write};
+use crate::store::Write;
+
+/// What a report did: the endpoint's state afterwards, and whom a failure counted
+/// against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reported {
+    pub state: State,
+    pub blame: Option<Blame>,
+}
 
 /// What a lease asks for besides its pool.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Want {
-    /// Normalised destination: its banned pairs are skipped, its pair trial admitted.
-    /// Shared, so a lease record keeps it without an allocation per lease.
+    /// Normalised destination host: its banned pairs are skipped, its pair trial
+    /// admitted. Shared, so a lease record keeps it without an allocation per lease.
     pub destination: Option<Arc<str>>,
+    /// The target `host:port` when a port was given (else the target is the host alone:
+    /// see `target_key`): refused when it is down, its pairs skipped, the endpoints that
+    /// just failed it passed over.
+    pub target: Option<Arc<str>>,
     /// Bit set of acceptable schemes (by `Scheme::ALL` index); `None`: any.
     pub schemes: Option<u8>,
 }
@@ -33,18 +44,19 @@ pub struct Want {
 /// What a report says besides its outcome.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReportOn {
-    /// Normalised destination the use was for (`None`: the lease's own, if any).
-    pub destination: Option<String>,
+    /// Where the use went (`None`: the lease's own place, if any).
+    pub place: Option<Place>,
     /// How long the use took (feeds the latency estimate: docs/observability.md,
     /// "Per-endpoint statistics").
     pub duration: Option<std::time::Duration>,
 }
 
 impl ReportOn {
-    /// A report for `destination` (already normalised), nothing else.
+    /// A report for `destination` (`host` or `host:port`), nothing else; a name that is
+    /// not a destination is ignored (callers validate what clients send).
     pub fn to(destination: Option<&str>) -> ReportOn {
         ReportOn {
-            destination: destination.map(str::to_string),
+            place: destination.and_then(|d| place(d).ok()),
             ..ReportOn::default()
         }
     }
@@ -70,10 +82,10 @@ fn bit(s: Scheme) -> u8 {
 }
 
 impl Want {
-    /// Validate what a client sent: the destination is normalised (host, lower case,
-    /// no port), every scheme must be known.
+    /// Validate what a client sent: the destination is `host` or `host:port` (normalised:
+    /// lower case, canonical IPv6), every scheme must be known.
     pub fn parse(destination: Option<&str>, schemes: Option<&[String]>) -> Result<Want, WantError> {
-        let destination = destination.map(normalize).transpose()?.map(Arc::from);
+        let place = destination.map(place).transpose()?;
         let schemes = match schemes {
             None => None,
             Some([]) => return Err(WantError::NoSchemes),
@@ -86,9 +98,26 @@ impl Want {
             }
         };
         Ok(Want {
-            destination,
             schemes,
+            ..Want::at(place.as_ref())
         })
+    }
+
+    /// A use of `place` (any scheme).
+    pub fn at(place: Option<&Place>) -> Want {
+        Want {
+            destination: place.map(|p| Arc::from(p.host.as_str())),
+            // The host alone is its own target: one shared name, nothing to compare.
+            target: place
+                .filter(|p| p.target != p.host)
+                .map(|p| Arc::from(p.target.as_str())),
+            schemes: None,
+        }
+    }
+
+    /// The target's key: `host:port`, or the host when no port was given.
+    pub fn target_key(&self) -> Option<&str> {
+        self.target.as_deref().or(self.destination.as_deref())
     }
 
     pub(super) fn fits(&self, e: &Entry) -> bool {
@@ -96,25 +125,38 @@ impl Want {
     }
 }
 
-impl PoolState {
-    /// Whether endpoint `id` may be leased for the destination: one hash lookup.
-    pub(super) fn dests_usable(&self, d: Option<DestRef>, id: EndpointId) -> bool {
-        d.is_none_or(|d| self.dests.usable(d, id) == Usable::Available)
+/// The pair views a lease for a place consults: the host's (bans) and the target's
+/// (reachability), each present only when it has pairs.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Views {
+    pub(super) host: Option<DestRef>,
+    pub(super) target: Option<DestRef>,
+}
+
+impl Views {
+    pub(super) fn any(&self) -> bool {
+        self.host.is_some() || self.target.is_some()
     }
 }
 
-/// Whom a report is about.
-pub(super) struct Settle<'a> {
-    pub(super) id: EndpointId,
-    /// The lease was the endpoint's single recovery attempt.
-    pub(super) trial: bool,
-    /// The lease was the trial of this destination's pair.
-    pub(super) pair_trial: Option<&'a str>,
-    /// The destination the report speaks for.
-    pub(super) destination: Option<&'a str>,
-    pub(super) lease: Option<String>,
-    /// How long the use took, when the client said (the latency estimate).
-    pub(super) took: Option<std::time::Duration>,
+impl PoolState {
+    /// The views of `want`'s host and target: a hash lookup each.
+    pub(super) fn views(&self, want: &Want) -> Views {
+        let host = want
+            .destination
+            .as_deref()
+            .and_then(|d| self.dests.lookup(d));
+        let target = want.target.as_deref().and_then(|t| self.dests.lookup(t));
+        Views { host, target }
+    }
+
+    /// Whether endpoint `id` may be leased for the place: its pairs of both views are
+    /// available.
+    pub(super) fn dests_usable(&self, v: Views, id: EndpointId) -> bool {
+        let ok =
+            |d: Option<DestRef>| d.is_none_or(|d| self.dests.usable(d, id) == Usable::Available);
+        ok(v.host) && ok(v.target)
+    }
 }
 
 impl Pools {
@@ -124,13 +166,30 @@ impl Pools {
     /// An item that does not fit goes to the back of its level (it is live, so moving it
     /// leaves nothing stale); a level is given up after its live count, so each lease
     /// skips B/(L−B) items on average over a level of L with B banned, and a destination
-    /// where everything is banned answers after one pass.
+    /// where everything is banned answers after one pass. Endpoints in `avoid` (they just
+    /// failed the target, pending contrast) are passed over too, unless nothing else fits.
     pub(super) fn pick_where(
         &mut self,
         p: usize,
-        dref: Option<DestRef>,
+        views: Views,
         want: &Want,
         cap: u32,
+        avoid: &[EndpointId],
+    ) -> Option<(u32, u32)> {
+        let found = self.pick_once(p, views, want, cap, avoid);
+        if found.is_none() && !avoid.is_empty() {
+            return self.pick_once(p, views, want, cap, &[]);
+        }
+        found
+    }
+
+    fn pick_once(
+        &mut self,
+        p: usize,
+        views: Views,
+        want: &Want,
+        cap: u32,
+        avoid: &[EndpointId],
     ) -> Option<(u32, u32)> {
         let entries = &self.entries;
         let ps = &mut self.pools[p];
@@ -156,160 +215,13 @@ impl Pools {
                 };
                 // A pair waiting for its trial had its chance in `claim_trial`, which
                 // asks the same questions: here it counts as banned.
-                let usable = dref.is_none_or(|d| ps.dests.usable(d, *id) == Usable::Available);
-                if want.fits(e) && usable {
+                if want.fits(e) && ps.dests_usable(views, *id) && !avoid.contains(id) {
                     return Some((slot, level as u32));
                 }
                 ps.ready.levels[level].rotate_left(1);
             }
         }
         None
-    }
-
-    /// Apply a report's outcome to the endpoint or to a pair, by the scope rule.
-    pub(super) fn settle(
-        &mut self,
-        on: Settle<'_>,
-        outcome: Outcome,
-        now: Instant,
-        wall: SystemTime,
-    ) -> Vec<Write> {
-        let id = on.id;
-        let pool = self.entries[&id].pool;
-        let outcome = match outcome {
-            Outcome::Failure(mut f) => {
-                // Scrapers paste exception texts holding the proxy URL: never store them raw.
-                let known = [self.entries[&id]
-                    .url
-                    .password
-                    .as_deref()
-                    .unwrap_or_default()];
-                f.detail = f.detail.map(|d| crate::redact::redact_text(&d, &known));
-                Outcome::Failure(f)
-            }
-            success => success,
-        };
-        let failure = match &outcome {
-            Outcome::Failure(f) => Some(f.reason),
-            Outcome::Success => None,
-        };
-        self.count_outcome(id, failure, on.took, wall, true);
-        let (sc, status) = match &outcome {
-            Outcome::Failure(f) => (
-                scope(
-                    f.reason.expect("callers check the reason"),
-                    f.phase,
-                    on.destination.is_some(),
-                    false,
-                ),
-                f.status,
-            ),
-            Outcome::Success => (Scope::Endpoint, None),
-        };
-        let mut writes = Vec::new();
-        // The pair this report decides: a destination-scoped failure, or a success on a
-        // pair that is held (its trial, or failures counting towards `fall`).
-        let pair_dest = match &outcome {
-            Outcome::Failure(_) if sc == Scope::Destination => on.destination,
-            Outcome::Success => on
-                .destination
-                .filter(|d| self.pools[pool].dests.pair(d, id).is_some()),
-            Outcome::Failure(_) => None,
-        };
-        if let Some(t) = on.pair_trial.filter(|t| pair_dest != Some(*t)) {
-            let ps = &mut self.pools[pool];
-            let why = "the report did not decide the pair";
-            let r = ps
-                .dests
-                .abandon(t, id, why, on.lease.clone(), &ps.cfg.policy, now, wall);
-            writes.extend(r.writes.into_iter().map(Write::Pair));
-        }
-        if let Some(d) = pair_dest {
-            let trial = on.pair_trial == Some(d);
-            let (input, act) = match outcome.clone() {
-                Outcome::Success => (Input::Success { trial }, NewEvent::new(EventKind::Report)),
-                Outcome::Failure(f) => (
-                    Input::Failure {
-                        trial,
-                        failure: f.clone(),
-                    },
-                    NewEvent {
-                        reason: f.reason,
-                        phase: f.phase,
-                        detail: f.detail,
-                        ..NewEvent::new(EventKind::Report)
-                    },
-                ),
-            };
-            let act = NewEvent {
-                lease: on.lease.clone(),
-                ..act
-            };
-            let jitter = self.rng.f64() * 2.0 - 1.0;
-            let ps = &mut self.pools[pool];
-            let r = ps.dests.apply(
-                d,
-                id,
-                input,
-                status,
-                Some(act),
-                &ps.cfg.policy,
-                now,
-                wall,
-                jitter,
-            );
-            writes.extend(r.writes.into_iter().map(Write::Pair));
-        }
-        if sc == Scope::Destination {
-            // The proxy did its part; a trial of the endpoint got no answer about it.
-            if on.trial {
-                let ev = Act {
-                    kind: Some(EventKind::TrialAbandoned),
-                    detail: Some("the failure was the destination's".into()),
-                    lease: on.lease,
-                    ..Default::default()
-                };
-                writes.extend(self.apply(id, Input::Abandon, now, wall, ev).1);
-            }
-            return writes;
-        }
-        let (input, detail, reason, phase) = match outcome {
-            Outcome::Success => (Input::Success { trial: on.trial }, None, None, None),
-            Outcome::Failure(f) => {
-                let (d, r, ph) = (f.detail.clone(), f.reason, f.phase);
-                (
-                    Input::Failure {
-                        failure: f,
-                        trial: on.trial,
-                    },
-                    d,
-                    r,
-                    ph,
-                )
-            }
-        };
-        let success = matches!(input, Input::Success { .. });
-        let h = &self.entries[&id].health;
-        let (cur_state, cur_streak) = (h.state, h.streak);
-        // A plain success on a healthy endpoint changes nothing worth a row.
-        let quiet = success && cur_state == State::Available && cur_streak == 0;
-        let ev = Act {
-            kind: (!quiet).then_some(EventKind::Report),
-            lease: on.lease,
-            detail: detail.or_else(|| {
-                (!on.trial && cur_state != State::Available)
-                    .then(|| format!("late result ignored: endpoint is {cur_state}"))
-            }),
-            reason,
-            phase,
-            status,
-        };
-        let (step, w) = self.apply(id, input, now, wall, ev);
-        writes.extend(w);
-        if let Step::Recorded { late: true } = step {
-            info!(endpoint = id, state = %cur_state, "late result ignored");
-        }
-        writes
     }
 
     /// Report on the endpoint bound to a sticky session (no lease: e.g. a ban seen inside
@@ -323,7 +235,7 @@ impl Pools {
         report: &ReportOn,
         now: Instant,
         wall: SystemTime,
-    ) -> (Result<State, PoolError>, Vec<Write>) {
+    ) -> (Result<Reported, PoolError>, Vec<Write>) {
         if let Err(e) = outcome.check_reason() {
             return (Err(e), Vec::new());
         }
@@ -347,17 +259,21 @@ impl Pools {
         let failure = matches!(outcome, Outcome::Failure(_));
         let on = Settle {
             id,
-            trial: false,
-            pair_trial: None,
-            destination: report.destination.as_deref(),
-            lease: None,
+            host: report.place.as_ref().map(|p| p.host.as_str()),
+            target: report.place.as_ref().map(|p| p.target.as_str()),
             took: report.duration,
+            ..Settle::default()
         };
-        writes.extend(self.settle(on, outcome, now, wall));
+        let settled = self.settle(on, outcome, Proof::Answer, now, wall);
+        writes.extend(settled.writes);
         if failure {
             self.sessions.remove(&key);
         }
-        (Ok(self.entries[&id].health.state), writes)
+        let answer = Reported {
+            state: self.entries[&id].health.state,
+            blame: settled.blame,
+        };
+        (Ok(answer), writes)
     }
 
     /// Load a stored pair on start (same clamp rule as endpoints). A pair whose endpoint
@@ -387,6 +303,17 @@ impl Pools {
         let r = self.pools[e.pool].dests.enable(destination, id);
         writes.extend(r.writes.into_iter().map(Write::Pair));
         (Ok(r.state), writes)
+    }
+
+    /// When `target` of `pool` is down: the time until its trial.
+    pub fn target_down(
+        &self,
+        pool: &str,
+        target: &str,
+        now: Instant,
+    ) -> Option<std::time::Duration> {
+        let &p = self.by_name.get(pool)?;
+        self.pools[p].targets.down_for(target, now)
     }
 
     /// The non-available pairs of an endpoint.

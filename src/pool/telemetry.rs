@@ -107,6 +107,19 @@ impl Pools {
         }
     }
 
+    /// A failure, by whom it counted against; and any targets dropped meanwhile.
+    pub(super) fn count_blame(&mut self, pool: usize, blame: crate::health::blame::Blame) {
+        let ps = &mut self.pools[pool];
+        let dropped = ps.targets.dropped();
+        if let Some(m) = ps.metrics.as_ref() {
+            m.failure(blame);
+            if dropped > ps.targets_dropped_seen {
+                m.targets_dropped(dropped - ps.targets_dropped_seen);
+            }
+        }
+        ps.targets_dropped_seen = dropped;
+    }
+
     pub(super) fn count_transition(
         &self,
         pool: usize,
@@ -152,6 +165,7 @@ impl Pools {
                     pool: p.cfg.name.clone(),
                     endpoints: p.counts.map(|c| c as u64),
                     destination_bans: self.destination_bans(i),
+                    targets_down: p.targets.down_count() as u64,
                 })
                 .collect(),
         }

@@ -95,8 +95,20 @@ async fn probe_as(
     let mut report = ProbeReport::claimed(id, &url, &pool);
     report.state = Some(state);
     report.trial = false;
+    // While the probe target is down only its one trial is probed (an operator's probe
+    // always runs, and is judged the same way).
+    if !operator {
+        if let Err(retry_after) = engine.probe_admit(id) {
+            report.skipped = Some(format!(
+                "the probe target is down (every endpoint that tried it failed to reach it); its next trial in {} ms",
+                retry_after.as_millis()
+            ));
+            return Ok(report);
+        }
+    }
     if state == State::ProbeAllowed {
         if !engine.try_claim(id).await? {
+            engine.probe_cancel(id);
             report.skipped = Some("its single recovery attempt is already in flight".into());
             return Ok(report);
         }
@@ -129,6 +141,8 @@ async fn record_as(
         None => {
             if report.trial {
                 engine.abandon(id, "probe task failed").await?;
+            } else {
+                engine.probe_cancel(id);
             }
             report.skipped = Some("the probe task failed".into());
             return Ok(report);

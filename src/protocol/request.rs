@@ -81,7 +81,8 @@ pub struct LeaseMessage {
     /// Sticky key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
-    /// Host the lease is for: its banned pairs are skipped (docs/destinations.md).
+    /// `host` or `host:port` the lease is for: its banned pairs are skipped, a target that
+    /// is down refused (docs/blame.md, "A target that is down").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<String>,
     /// Only endpoints of these schemes (docs/destinations.md, "`schemes` and
@@ -104,7 +105,8 @@ pub struct ReportMessage {
     /// by session").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
-    /// Host the use was for: scopes the failure (docs/destinations.md, "The scoping rule").
+    /// `host` or `host:port` the use was for: decides whom a failure counts against
+    /// (docs/blame.md, "Targets and hosts").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<String>,
     /// success | failure.

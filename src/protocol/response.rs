@@ -4,6 +4,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use crate::endpoint::EndpointId;
+use crate::health::blame::Blame;
 use crate::health::State;
 use crate::pool::{Grant, PoolStatus};
 use crate::probe::ProbeReport;
@@ -24,6 +25,9 @@ pub enum ErrorCode {
     LeaseExpired,
     /// Nothing to lease.
     PoolExhausted,
+    /// The destination is down: every endpoint that tried failed to reach it
+    /// (`retry_after_ms`: until its trial).
+    DestinationDown,
     /// Line over 64 KiB.
     TooLarge,
     /// Server-side failure (nothing was acknowledged).
@@ -78,6 +82,10 @@ pub enum Payload {
         endpoint: Option<EndpointId>,
         /// New state.
         state: State,
+        /// `report` of a failure: whom it counted against (`endpoint`, `pair`, `target`,
+        /// `pending`; docs/blame.md).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        blame: Option<Blame>,
     },
     Status {
         /// Per pool.

@@ -169,6 +169,15 @@ fn responses_round_trip() {
             Payload::State {
                 endpoint: Some(4),
                 state: State::Cooling,
+                blame: None,
+            },
+        ),
+        Response::ok(
+            None,
+            Payload::State {
+                endpoint: None,
+                state: State::Available,
+                blame: Some(crate::health::blame::Blame::Pending),
             },
         ),
         Response::ok(
@@ -226,7 +235,7 @@ const WIRE_RESPONSES: &[&str] = &[
     r#"{"ok":true,"id":7,"lease":"ab-1","proxy":"http://u:p@h:1","endpoint":1,"trial":true,"expires_in_ms":30000,"scope":"destination"}"#,
     r#"{"ok":true,"state":"cooling"}"#,
     r#"{"ok":true,"endpoint":4,"state":"available"}"#,
-    r#"{"ok":true,"pools":[{"pool":"default","mode":"static","available":1,"cooling":0,"probe_allowed":0,"disabled":0,"leases":0,"next_deadline_ms":null}]}"#,
+    r#"{"ok":true,"pools":[{"pool":"default","mode":"static","available":1,"cooling":0,"probe_allowed":0,"disabled":0,"leases":0,"next_deadline_ms":null,"targets_down":0}]}"#,
     r#"{"ok":true,"ids":[1,2]}"#,
     r#"{"ok":true,"id":"a","version":"0.1.0"}"#,
     r#"{"ok":true}"#,

@@ -43,6 +43,9 @@ impl From<PoolError> for OpError {
             PoolError::Exhausted { retry_after, .. } => {
                 OpError::new(ErrorCode::PoolExhausted, message).retry_after(retry_after)
             }
+            PoolError::DestinationDown { retry_after, .. } => {
+                OpError::new(ErrorCode::DestinationDown, message).retry_after(Some(retry_after))
+            }
             // A session stands in for the lease of a report by session
             // (docs/destinations.md, "Report by session").
             PoolError::UnknownLease(_) | PoolError::UnknownSession { .. } => {

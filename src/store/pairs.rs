@@ -145,10 +145,8 @@ pub(crate) fn apply(tx: &Connection, w: &PairWrite) -> Result<(), StoreError> {
             status,
             event,
         } => {
-            let endpoint = event
-                .endpoint
-                .ok_or_else(|| StoreError::Corrupt("pair event without an endpoint".into()))?;
-            insert_event_on(tx, Some(endpoint), Some(destination), *status, event)
+            // Events about a target (`target_down`) have no endpoint.
+            insert_event_on(tx, event.endpoint, Some(destination), *status, event)
         }
     }
 }

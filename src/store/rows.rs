@@ -8,6 +8,7 @@ use serde::Serialize;
 use super::{fmt_time, pairs};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
+use crate::health::blame::Blame;
 use crate::health::{Phase, Reason, State};
 
 /// A stored endpoint.
@@ -136,6 +137,9 @@ pub struct EventRow {
     /// HTTP status the report carried.
     #[serde(default)]
     pub status: Option<u16>,
+    /// Whom a failure counted against (`endpoint`, `pair`, `target`, `pending`).
+    #[serde(default)]
+    pub blame: Option<String>,
 }
 
 /// An event to append.
@@ -153,6 +157,8 @@ pub struct NewEvent {
     pub detail: Option<String>,
     /// Lease id.
     pub lease: Option<String>,
+    /// Whom a failure counted against.
+    pub blame: Option<Blame>,
 }
 
 impl NewEvent {
@@ -167,6 +173,7 @@ impl NewEvent {
             phase: None,
             detail: None,
             lease: None,
+            blame: None,
         }
     }
 }

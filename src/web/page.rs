@@ -95,6 +95,9 @@ fn pool_section(p: &PoolPage) -> Markup {
                     }
                 }
             }
+            @if s.targets_down > 0 {
+                (down_targets(s))
+            }
             h3 { "Transitions, last hour (per minute)" }
             (transitions_chart(&p.transitions))
             h3 {
@@ -104,6 +107,34 @@ fn pool_section(p: &PoolPage) -> Markup {
                 }
             }
             (endpoints_table(&p.endpoints))
+        }
+    }
+}
+
+/// Targets every endpoint that tried failed to reach: nobody is blamed for them, and the
+/// gateway answers them at once until their trial (docs/blame.md).
+fn down_targets(s: &crate::pool::PoolStatus) -> Markup {
+    html! {
+        h3.down {
+            "Targets down: " (s.targets_down)
+            span.muted { " (every endpoint that tried failed to reach them; no endpoint is blamed)" }
+        }
+        table.down-targets {
+            thead { tr { th { "target" } th { "next trial in" } th { "down for" } th { "failed trials" } th { "reason" } } }
+            tbody {
+                @for t in &s.down_targets {
+                    tr {
+                        td { (t.target) }
+                        td { (fmt_dur(Duration::from_millis(t.retry_after_ms))) }
+                        td { (fmt_dur(Duration::from_millis(t.down_for_ms))) }
+                        td.num { (t.streak) }
+                        td { (t.reason.map(|r| r.as_str()).unwrap_or("-")) }
+                    }
+                }
+            }
+        }
+        @if s.down_targets.len() < s.targets_down {
+            p.muted { "showing " (s.down_targets.len()) " of " (s.targets_down) }
         }
     }
 }

@@ -43,6 +43,7 @@ pub(crate) fn model() -> PageModel {
                 disabled: 0,
                 leases: 1,
                 next_deadline_ms: Some(90_500),
+                ..PoolStatus::default()
             },
             transitions: minute_buckets(now, [now - Duration::from_secs(30); 3]),
             endpoints: vec![
@@ -74,6 +75,7 @@ pub(crate) fn model() -> PageModel {
             lease: None,
             destination: None,
             status: None,
+            blame: None,
         }],
     }
 }
@@ -126,4 +128,31 @@ fn a_cut_list_says_so() {
     let html = render_page(&m);
     assert!(html.contains("No pools configured."));
     assert!(html.contains("No events yet."));
+}
+
+#[test]
+fn down_targets_are_listed_with_their_next_trial_and_no_endpoint_blamed() {
+    let mut m = model();
+    assert!(
+        !render_page(&m).contains("Targets down"),
+        "nothing down: no section"
+    );
+    let s = &mut m.pools[0].status;
+    s.targets_down = 2;
+    s.down_targets = vec![crate::pool::DownTargetView {
+        target: "no-such-host.invalid:443".into(),
+        retry_after_ms: 4_000,
+        streak: 2,
+        reason: Some(crate::health::Reason::DnsFailed),
+        down_for_ms: 62_000,
+    }];
+    let html = render_page(&m);
+    assert!(html.contains("Targets down: 2"), "{html}");
+    assert!(html.contains("no endpoint is blamed"));
+    assert!(
+        html.contains("<td>no-such-host.invalid:443</td><td>4s</td><td>1m 2s</td>"),
+        "{html}"
+    );
+    assert!(html.contains("dns_failed"));
+    assert!(html.contains("showing 1 of 2"));
 }

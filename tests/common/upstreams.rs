@@ -39,6 +39,22 @@ pub async fn microsocks() -> Option<ToolDaemon> {
 
 /// dante, no authentication.
 pub async fn dante() -> Option<ToolDaemon> {
+    dante_with("").await
+}
+
+/// dante that refuses (SOCKS5 reply 0x02, "not allowed by ruleset") every target its
+/// `socks block` rules match: `blocks` holds `to:` clauses, e.g. `"127.0.0.1/32 port = 8080"`,
+/// or `"0.0.0.0/0"` for everything.
+pub async fn dante_blocking(blocks: &[&str]) -> Option<ToolDaemon> {
+    let rules: String = blocks
+        .iter()
+        .map(|to| format!("socks block {{\n  from: 127.0.0.0/8 to: {to}\n  log: error\n}}\n"))
+        .collect();
+    dante_with(&rules).await
+}
+
+/// dante with `rules` before its catch-all `socks pass` (the first rule that matches wins).
+async fn dante_with(rules: &str) -> Option<ToolDaemon> {
     let bin = need("danted", INSTALL)?;
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -55,6 +71,7 @@ pub async fn dante() -> Option<ToolDaemon> {
          socksmethod: none\n\
          {users}\
          client pass {{\n  from: 127.0.0.0/8 to: 0.0.0.0/0\n}}\n\
+         {rules}\
          socks pass {{\n  from: 127.0.0.0/8 to: 0.0.0.0/0\n}}\n"
     );
     let path = dir.path().join("danted.conf");

@@ -252,7 +252,7 @@ impl VirtualPool {
             self.pools
                 .report_with(&g.lease, outcome, &ReportOn::to(destination), now, wall);
         self.persist(&w);
-        r.unwrap()
+        r.unwrap().state
     }
 
     /// Use a leased endpoint per its script and report the outcome.

@@ -122,7 +122,12 @@ def test_requests_http_https_socks5h_through_the_gateway(site, tls_site, tinypro
         assert failures(d, dead, "connect_refused"), d.events()
         bans = failures(d, banning, "destination_status")
         assert bans and all(is_ban_403(b) for b in bans), d.events()
-        assert eps[banning]["state"] == "cooling"
+        # A proxy that refuses a site (its 403s, to plain HTTP and to CONNECT) loses that
+        # site, not every other one (docs/blame.md): its pairs cool, it stays available.
+        assert eps[banning]["state"] == "available", eps[banning]
+        refused = failures(d, banning, "proxy_rejected")
+        assert refused and all(e.get("blame") == "pair" for e in refused), d.events()
+        assert all(b.get("blame") == "pair" for b in bans), d.events()
         assert eps[good]["state"] == "available" and eps[socks]["state"] == "available"
         assert leases_drain(d) == 0
         log = d.log_text()

@@ -1,13 +1,60 @@
-//! Destination names as pairs are keyed (docs/destinations.md, "Destination names": the
-//! host, lower-cased, no port).
+//! Destination names as pairs and targets are keyed (docs/destinations.md, "Destination
+//! names"; docs/blame.md, "Targets and hosts"): the host, lower-cased, for bans; the
+//! target, `host:port`, for reachability.
 
 use std::net::Ipv6Addr;
 
 use super::DestinationError;
 
-/// The host a request goes to, as pairs are keyed: lower-cased, without port, brackets or
-/// a trailing dot; an IPv6 address in its canonical form.
+/// Where a use went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    /// The host, as ban pairs are keyed: lower-cased, without port, brackets or a trailing
+    /// dot; an IPv6 address in its canonical form.
+    pub host: String,
+    /// The target, as reachability is judged: `host:port` (`[v6]:port`), or the host
+    /// alone when no port was given.
+    pub target: String,
+}
+
+impl Place {
+    /// The place of `host` (already a valid host name or address) at `port`.
+    pub fn at(host: &str, port: u16) -> Result<Place, DestinationError> {
+        let host = normalize(host)?;
+        let target = target_key(&host, Some(port));
+        Ok(Place { host, target })
+    }
+}
+
+/// A destination given as `host` or `host:port` (IPv6 in brackets when a port follows).
+pub fn place(dest: &str) -> Result<Place, DestinationError> {
+    let (host, port) = split(dest)?;
+    Ok(Place {
+        target: target_key(&host, port),
+        host,
+    })
+}
+
+/// The host a request goes to, as ban pairs are keyed (any `:port` is dropped).
 pub fn normalize(dest: &str) -> Result<String, DestinationError> {
+    split(dest).map(|(host, _)| host)
+}
+
+/// A stored or typed pair key, host or target, in its canonical form: what `place`
+/// gives as `target` (a host keeps no port; a target keeps its own).
+pub fn normalize_key(key: &str) -> Result<String, DestinationError> {
+    place(key).map(|p| p.target)
+}
+
+fn target_key(host: &str, port: Option<u16>) -> String {
+    match port {
+        None => host.to_string(),
+        Some(p) if host.contains(':') => format!("[{host}]:{p}"),
+        Some(p) => format!("{host}:{p}"),
+    }
+}
+
+fn split(dest: &str) -> Result<(String, Option<u16>), DestinationError> {
     let s = dest.trim();
     if s.is_empty() {
         return Err(DestinationError::Empty);
@@ -19,20 +66,20 @@ pub fn normalize(dest: &str) -> Result<String, DestinationError> {
     if s.contains("://") || s.contains('/') {
         return Err(bad("give the host, not a URL"));
     }
-    let host = if let Some(rest) = s.strip_prefix('[') {
+    if let Some(rest) = s.strip_prefix('[') {
         let (inner, after) = rest.split_once(']').ok_or(bad("unclosed '['"))?;
-        check_port(after, &bad)?;
+        let port = port(after, &bad)?;
         let ip: Ipv6Addr = inner.parse().map_err(|_| bad("not an IPv6 address"))?;
-        return Ok(ip.to_string());
-    } else if s.matches(':').count() > 1 {
+        return Ok((ip.to_string(), port));
+    }
+    if s.matches(':').count() > 1 {
         // A bare IPv6 address (no port can be told apart without brackets).
         let ip: Ipv6Addr = s.parse().map_err(|_| bad("not an IPv6 address"))?;
-        return Ok(ip.to_string());
-    } else if let Some((h, port)) = s.split_once(':') {
-        check_port(&format!(":{port}"), &bad)?;
-        h
-    } else {
-        s
+        return Ok((ip.to_string(), None));
+    }
+    let (host, port) = match s.split_once(':') {
+        Some((h, p)) => (h, port(&format!(":{p}"), &bad)?),
+        None => (s, None),
     };
     let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
     if host.is_empty() {
@@ -52,21 +99,78 @@ pub fn normalize(dest: &str) -> Result<String, DestinationError> {
             return Err(bad("only letters, digits, '-', '_' and '.' are allowed"));
         }
     }
-    Ok(host)
+    Ok((host, port))
 }
 
-fn check_port(
+fn port(
     after: &str,
     bad: &impl Fn(&'static str) -> DestinationError,
-) -> Result<(), DestinationError> {
+) -> Result<Option<u16>, DestinationError> {
     match after.strip_prefix(':') {
-        None if after.is_empty() => Ok(()),
+        None if after.is_empty() => Ok(None),
         Some(p) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => {
             match p.parse::<u16>() {
-                Ok(n) if n > 0 => Ok(()),
+                Ok(n) if n > 0 => Ok(Some(n)),
                 _ => Err(bad("port out of range")),
             }
         }
         _ => Err(bad("what follows the host is not a port")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn places_keep_the_host_for_bans_and_the_port_for_the_target() {
+        let table = [
+            ("Shop.Example", "shop.example", "shop.example"),
+            ("shop.example.:443", "shop.example", "shop.example:443"),
+            (" shop.example:80 ", "shop.example", "shop.example:80"),
+            ("[::1]:8443", "::1", "[::1]:8443"),
+            ("[0:0::1]", "::1", "::1"),
+            ("::1", "::1", "::1"),
+            ("10.0.0.5:1080", "10.0.0.5", "10.0.0.5:1080"),
+        ];
+        for (given, host, target) in table {
+            let p = place(given).unwrap();
+            assert_eq!(
+                (p.host.as_str(), p.target.as_str()),
+                (host, target),
+                "{given}"
+            );
+            assert_eq!(normalize(given).unwrap(), host);
+            assert_eq!(normalize_key(given).unwrap(), target);
+            // A key is its own canonical form.
+            assert_eq!(normalize_key(target).unwrap(), target);
+        }
+        assert_eq!(
+            Place::at("Shop.Example", 443).unwrap().target,
+            "shop.example:443"
+        );
+        assert_eq!(Place::at("::1", 443).unwrap().target, "[::1]:443");
+    }
+
+    #[test]
+    fn bad_names_and_ports_are_refused() {
+        for bad in [
+            "",
+            "http://shop.example/",
+            "shop.example/x",
+            "shop.example:",
+            "shop.example:0",
+            "shop.example:65536",
+            "shop.example:99999",
+            "shop.example:https",
+            "[::1",
+            "[zz::1]:80",
+            "a b",
+            "shop\r\nx-injected: 1",
+            "..",
+            ":443",
+        ] {
+            assert!(place(bad).is_err(), "{bad:?}");
+        }
     }
 }

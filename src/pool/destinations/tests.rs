@@ -175,7 +175,7 @@ async fn pair_cooldown_then_exactly_one_trial_for_that_destination() {
     let (id, r) = d
         .claim_trial(
             shop,
-            |_| true,
+            |_, _| true,
             Some("l-1".into()),
             &p,
             Instant::now(),
@@ -185,7 +185,7 @@ async fn pair_cooldown_then_exactly_one_trial_for_that_destination() {
     assert_eq!(id, 1);
     assert_eq!(kinds(&r.writes), ["trial_admitted"]);
     assert!(d
-        .claim_trial(shop, |_| true, None, &p, Instant::now(), wall0())
+        .claim_trial(shop, |_, _| true, None, &p, Instant::now(), wall0())
         .is_none());
     assert_eq!(
         d.try_claim(shop, 1, None, &p, Instant::now(), wall0()).step,
@@ -220,7 +220,7 @@ async fn trial_waits_for_an_endpoint_the_caller_accepts_and_abandon_gives_it_bac
     let shop = d.lookup(SHOP).unwrap();
     // Endpoint 1 is cooling endpoint-wide: its pair's trial waits, 2's goes first.
     let (id, _) = d
-        .claim_trial(shop, |e| e != 1, None, &p, Instant::now(), wall0())
+        .claim_trial(shop, |_, e| e != 1, None, &p, Instant::now(), wall0())
         .unwrap();
     assert_eq!(id, 2);
     let r = d.abandon(SHOP, 2, "lease expired", None, &p, Instant::now(), wall0());
@@ -228,7 +228,7 @@ async fn trial_waits_for_an_endpoint_the_caller_accepts_and_abandon_gives_it_bac
     assert_eq!(kinds(&r.writes), ["trial_abandoned"]);
     assert_eq!(usable(&d, SHOP, 2), Usable::Trial);
     let (id, _) = d
-        .claim_trial(shop, |_| true, None, &p, Instant::now(), wall0())
+        .claim_trial(shop, |_, _| true, None, &p, Instant::now(), wall0())
         .unwrap();
     assert_eq!(id, 1, "oldest waiting first");
 }
@@ -258,7 +258,7 @@ async fn stampede_of_500_at_a_pairs_deadline_admits_exactly_one() {
                 Some(g.try_claim(shop, 7, Some(format!("l-{i}")), &p, now, wall0()))
                     .filter(|r| r.step == Step::Claimed)
             } else {
-                g.claim_trial(shop, |_| true, None, &p, now, wall0())
+                g.claim_trial(shop, |_, _| true, None, &p, now, wall0())
                     .map(|(_, r)| r)
             };
             writes.extend(r.into_iter().flat_map(|r| r.writes));
@@ -288,7 +288,7 @@ async fn restore_clamps_to_the_cooldown_length() {
     let wall = wall0();
     let rec = |endpoint, until: SystemTime| PairRecord {
         endpoint,
-        destination: "Shop.Example:443".into(),
+        destination: "Shop.Example".into(),
         state: State::Cooling,
         reason: Some(Reason::DestinationStatus),
         phase: Some(Phase::ResponseHead),

@@ -67,7 +67,9 @@ pub(super) fn transition(
         phase = h.phase.map(|p| p.as_str()).unwrap_or("-"),
         "pair state changed"
     );
-    let (detail, lease) = act.map(|a| (a.detail, a.lease)).unwrap_or_default();
+    let (detail, lease, blame) = act
+        .map(|a| (a.detail, a.lease, a.blame))
+        .unwrap_or_default();
     let event = NewEvent {
         endpoint: Some(id),
         from: Some(from),
@@ -76,6 +78,8 @@ pub(super) fn transition(
         phase: h.phase,
         detail: detail.or_else(|| h.detail.clone()),
         lease,
+        // Only a failure that made the change is blamed: a recovery is nobody's fault.
+        blame: blame.filter(|_| to != State::Available),
         ..NewEvent::new(EventKind::StateChanged)
     };
     if to == State::Available {

@@ -218,7 +218,7 @@ mod tests {
             .report_on(&g.lease, Outcome::Failure(f), &on)
             .await
             .unwrap();
-        assert_eq!(st, State::Cooling);
+        assert_eq!(st.state, State::Cooling);
         e.observe_probe(id, false, Duration::from_millis(40));
         e.flush().await.unwrap();
 

@@ -16,6 +16,7 @@ impl Op for DisableMessage {
         Ok(Payload::State {
             endpoint: Some(id),
             state,
+            blame: None,
         })
     }
 }

@@ -2,7 +2,7 @@
 
 use super::{resolve, Op};
 use crate::health::Input;
-use crate::pool::destinations::normalize;
+use crate::pool::destinations::normalize_key;
 use crate::protocol::{EnableMessage, Payload};
 use crate::server::context::Context;
 use crate::server::error::OpError;
@@ -21,6 +21,7 @@ impl Op for EnableMessage {
                 Ok(Payload::State {
                     endpoint: Some(id),
                     state,
+                    blame: None,
                 })
             }
         }
@@ -39,11 +40,12 @@ async fn enable_pair(
             "enable takes `now` or `destination`, not both: a pair is cleared at once",
         ));
     }
-    let d = normalize(destination).map_err(|e| OpError::bad(format!("destination: {e}")))?;
+    let d = normalize_key(destination).map_err(|e| OpError::bad(format!("destination: {e}")))?;
     let id = resolve(cx, &endpoint).await?;
     let state = cx.engine.enable_pair(id, &d).await?;
     Ok(Payload::State {
         endpoint: Some(id),
         state,
+        blame: None,
     })
 }

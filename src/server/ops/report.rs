@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::Op;
 use crate::config::DEFAULT_POOL;
 use crate::health::{Failure, Phase, Reason};
-use crate::pool::destinations::normalize;
+use crate::pool::destinations::place;
 use crate::pool::{Outcome, PoolError, ReportOn};
 use crate::protocol::{Payload, ReportMessage, ReportOutcome, RetryAfter};
 use crate::server::context::Context;
@@ -18,14 +18,14 @@ impl Op for ReportMessage {
         let took = self
             .duration_ms
             .map(|ms| Duration::from_secs_f64(ms / 1000.0));
-        let destination = self
+        let place = self
             .destination
             .as_deref()
-            .map(normalize)
+            .map(place)
             .transpose()
             .map_err(|e| OpError::bad(format!("destination: {e}")))?;
         let on = ReportOn {
-            destination,
+            place,
             duration: took,
         };
         let outcome = match self.outcome {
@@ -38,7 +38,7 @@ impl Op for ReportMessage {
                 self.detail,
             )?),
         };
-        let state = match target {
+        let r = match target {
             Target::Lease(lease) => cx.engine.report_on(&lease, outcome, &on).await?,
             Target::Session { pool, session } => {
                 cx.engine
@@ -48,7 +48,8 @@ impl Op for ReportMessage {
         };
         Ok(Payload::State {
             endpoint: None,
-            state,
+            state: r.state,
+            blame: r.blame,
         })
     }
 }

@@ -261,7 +261,7 @@ fn migration_upgrades_a_database_built_by_01_and_02() {
         .unwrap();
     }
     let mut s = Store::open(&path).unwrap();
-    assert_eq!(s.schema_version().unwrap(), 3);
+    assert_eq!(s.schema_version().unwrap(), 4);
     assert_eq!(
         events(&s),
         [("added".to_string(), Some(7), None, None)],

@@ -1,0 +1,647 @@
+//! A report's evidence, applied to what it speaks for (docs/blame.md): the endpoint, an
+//! (endpoint, host) or (endpoint, target) pair, the target — or nobody yet. Whom a
+//! failure counts against is decided by `health::blame` and `targets`; this file carries
+//! the decision out on the pools and records what it did.
+
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+use tracing::info;
+
+use super::apply::Act;
+use super::targets::{Judged, Pending, Reached};
+use super::{Outcome, Pools};
+use crate::endpoint::EndpointId;
+use crate::event_kind::EventKind;
+use crate::health::blame::{classify, Blame, Class};
+use crate::health::{Failure, Input, Reason, State, Step};
+use crate::store::pairs::PairWrite;
+use crate::store::{NewEvent, Write};
+
+/// Whom a report is about, and what its lease holds.
+#[derive(Debug, Default)]
+pub(super) struct Settle<'a> {
+    pub(super) id: EndpointId,
+    /// The lease is the endpoint's single recovery attempt.
+    pub(super) trial: bool,
+    /// The pair (host or target key) whose trial the lease holds.
+    pub(super) pair_trial: Option<&'a str>,
+    /// The lease is the target's single trial.
+    pub(super) target_trial: bool,
+    /// Where the use went: the host (bans) and the target (reachability).
+    pub(super) host: Option<&'a str>,
+    pub(super) target: Option<&'a str>,
+    pub(super) lease: Option<String>,
+    /// How long the use took, when the client said (the latency estimate).
+    pub(super) took: Option<Duration>,
+}
+
+/// What a success proves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Proof {
+    /// The destination answered: the endpoint, the target and the host's ban pair.
+    Answer,
+    /// A tunnel opened: the endpoint works and the target is reachable through it; it
+    /// says nothing about a ban inside.
+    Tunnel,
+}
+
+/// What settling a report did.
+#[derive(Debug, Default)]
+pub(super) struct Settled {
+    /// Whom a failure counted against (none for a success).
+    pub(super) blame: Option<Blame>,
+    pub(super) writes: Vec<Write>,
+    /// Trials the report decided: a lease that goes on (a tunnel) no longer holds them.
+    pub(super) endpoint_trial_decided: bool,
+    pub(super) pair_trial_decided: bool,
+    pub(super) target_trial_decided: bool,
+}
+
+impl Pools {
+    /// Apply a report's outcome to what it speaks for.
+    pub(super) fn settle(
+        &mut self,
+        on: Settle<'_>,
+        outcome: Outcome,
+        proof: Proof,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Settled {
+        let id = on.id;
+        let outcome = match outcome {
+            Outcome::Failure(mut f) => {
+                // Scrapers paste exception texts holding the proxy URL: never store them raw.
+                let known = [self.entries[&id]
+                    .url
+                    .password
+                    .as_deref()
+                    .unwrap_or_default()];
+                f.detail = f.detail.map(|d| crate::redact::redact_text(&d, &known));
+                Outcome::Failure(f)
+            }
+            success => success,
+        };
+        let failure = match &outcome {
+            Outcome::Failure(f) => Some(f.reason),
+            Outcome::Success => None,
+        };
+        self.count_outcome(id, failure, on.took, wall, true);
+        let settled = match outcome {
+            Outcome::Success => self.settle_success(&on, proof, now, wall),
+            Outcome::Failure(f) => self.settle_failure(&on, f, now, wall),
+        };
+        if let Some(b) = settled.blame {
+            let pool = self.entries.get(&id).map(|e| e.pool);
+            if let Some(p) = pool {
+                self.count_blame(p, b);
+            }
+        }
+        settled
+    }
+
+    fn settle_success(
+        &mut self,
+        on: &Settle<'_>,
+        proof: Proof,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Settled {
+        let id = on.id;
+        let pool = self.entries[&id].pool;
+        let mut out = Settled::default();
+        match on.target {
+            Some(t) => {
+                let r = self.pools[pool].targets.reached(t, id, now);
+                let w = self.apply_reached(pool, t, id, r, on.lease.clone(), now, wall);
+                out.writes.extend(w);
+                out.target_trial_decided = on.target_trial;
+            }
+            None => self.pools[pool].targets.endpoint_succeeded(id),
+        }
+        // The target's pair takes any success (it is about reaching it); the host's ban
+        // pair only an answer from the destination.
+        let mut keys = Vec::with_capacity(2);
+        keys.extend(on.target);
+        if proof == Proof::Answer {
+            keys.extend(on.host.filter(|h| Some(*h) != on.target));
+        }
+        for key in keys {
+            let (w, decided) = self.pair_input(pool, key, id, Ok(()), on.lease.clone(), now, wall);
+            out.writes.extend(w);
+            out.pair_trial_decided |= decided && on.pair_trial == Some(key);
+        }
+        if let Some(k) = on.pair_trial {
+            // A ban's trial through a tunnel waits for a report (or its verdict window).
+            let waits = proof == Proof::Tunnel && on.host == Some(k) && on.target != Some(k);
+            if !waits && !out.pair_trial_decided {
+                out.writes
+                    .extend(self.abandon_pair(pool, k, id, on.lease.clone(), now, wall));
+            }
+        }
+        let h = &self.entries[&id].health;
+        let (cur_state, cur_streak) = (h.state, h.streak);
+        // A plain success on a healthy endpoint changes nothing worth a row.
+        let quiet = cur_state == State::Available && cur_streak == 0;
+        let ev = Act {
+            kind: (!quiet).then_some(EventKind::Report),
+            lease: on.lease.clone(),
+            detail: (!on.trial && cur_state != State::Available)
+                .then(|| format!("late result ignored: endpoint is {cur_state}")),
+            ..Default::default()
+        };
+        let (step, w) = self.apply(id, Input::Success { trial: on.trial }, now, wall, ev);
+        out.writes.extend(w);
+        out.endpoint_trial_decided = on.trial && matches!(step, Step::Changed { .. });
+        if let Step::Recorded { late: true } = step {
+            info!(endpoint = id, state = %cur_state, "late result ignored");
+        }
+        out
+    }
+
+    fn settle_failure(
+        &mut self,
+        on: &Settle<'_>,
+        f: Failure,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Settled {
+        let id = on.id;
+        let pool = self.entries[&id].pool;
+        let reason = f.reason.expect("callers check the reason");
+        let has_place = on.host.is_some() || on.target.is_some();
+        let class = classify(reason, f.phase, has_place, false);
+        let mut out = Settled::default();
+        // The key of the pair this failure decides, if any.
+        let mut decided_key: Option<&str> = None;
+        let blame = match class {
+            Class::Proxy => {
+                if let (true, Some(t)) = (on.target_trial, on.target) {
+                    out.writes
+                        .extend(self.abandon_target_trial(pool, t, on, now));
+                }
+                out.writes
+                    .extend(self.endpoint_failure(on, f.clone(), Blame::Endpoint, now, wall));
+                Blame::Endpoint
+            }
+            Class::Ban | Class::Destination => {
+                // The destination was reached: that much is evidence about the target.
+                if let Some(t) = on.target {
+                    let r = self.pools[pool].targets.reached(t, id, now);
+                    let w = self.apply_reached(pool, t, id, r, on.lease.clone(), now, wall);
+                    out.writes.extend(w);
+                    out.target_trial_decided = on.target_trial;
+                }
+                let key = on.host.or(on.target).expect("a place was named");
+                let (w, decided) = self.pair_input(
+                    pool,
+                    key,
+                    id,
+                    Err((&f, Blame::Pair)),
+                    on.lease.clone(),
+                    now,
+                    wall,
+                );
+                out.writes.extend(w);
+                out.pair_trial_decided = decided && on.pair_trial == Some(key);
+                decided_key = Some(key);
+                Blame::Pair
+            }
+            Class::Refused | Class::Unreachable => {
+                let t = on.target.or(on.host).expect("a place was named");
+                let alone = self.alone(pool);
+                let jitter = self.rng.f64() * 2.0 - 1.0;
+                let judged = self.pools[pool].targets.failed(
+                    t,
+                    id,
+                    class,
+                    &f,
+                    false,
+                    alone,
+                    on.target_trial,
+                    now,
+                    jitter,
+                );
+                out.target_trial_decided = on.target_trial && judged.verdict.blame == Blame::Target;
+                let blame = judged.verdict.blame;
+                match blame {
+                    Blame::Pair => {
+                        let (w, decided) = self.pair_input(
+                            pool,
+                            t,
+                            id,
+                            Err((&f, Blame::Pair)),
+                            on.lease.clone(),
+                            now,
+                            wall,
+                        );
+                        out.writes.extend(w);
+                        out.pair_trial_decided = decided && on.pair_trial == Some(t);
+                        decided_key = Some(t);
+                    }
+                    // Probes only; a report's confirmed failure is its pair's.
+                    Blame::Endpoint => {
+                        out.writes
+                            .extend(self.endpoint_failure(on, f.clone(), blame, now, wall));
+                    }
+                    Blame::Pending | Blame::Target => {
+                        out.writes.push(self.unblamed_report(on, &f, t, blame));
+                        out.writes
+                            .extend(self.target_news(pool, t, &judged, &f, on.lease.clone()));
+                    }
+                }
+                if judged.escalate {
+                    out.writes.extend(self.escalate(on, &f, t, now, wall));
+                    out.endpoint_trial_decided = on.trial;
+                }
+                blame
+            }
+        };
+        if on.trial && blame != Blame::Endpoint && !out.endpoint_trial_decided {
+            // The proxy did its part; a trial of the endpoint got no answer about it.
+            let ev = Act {
+                kind: Some(EventKind::TrialAbandoned),
+                detail: Some(format!("the failure was the {}'s", blame_owner(blame))),
+                lease: on.lease.clone(),
+                ..Default::default()
+            };
+            out.writes
+                .extend(self.apply(id, Input::Abandon, now, wall, ev).1);
+        }
+        if let Some(k) = on.pair_trial.filter(|k| decided_key != Some(*k)) {
+            out.writes
+                .extend(self.abandon_pair(pool, k, id, on.lease.clone(), now, wall));
+        }
+        out.blame = Some(blame);
+        out
+    }
+
+    /// A failure that counts against the endpoint itself.
+    fn endpoint_failure(
+        &mut self,
+        on: &Settle<'_>,
+        f: Failure,
+        blame: Blame,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Vec<Write> {
+        let id = on.id;
+        let h = &self.entries[&id].health;
+        let cur_state = h.state;
+        let ev = Act {
+            kind: Some(EventKind::Report),
+            lease: on.lease.clone(),
+            detail: f.detail.clone().or_else(|| {
+                (!on.trial && cur_state != State::Available)
+                    .then(|| format!("late result ignored: endpoint is {cur_state}"))
+            }),
+            reason: f.reason,
+            phase: f.phase,
+            status: f.status,
+            blame: Some(blame),
+        };
+        let input = Input::Failure {
+            failure: f,
+            trial: on.trial,
+        };
+        let (step, w) = self.apply(id, input, now, wall, ev);
+        if let Step::Recorded { late: true } = step {
+            info!(endpoint = id, state = %cur_state, "late result ignored");
+        }
+        w
+    }
+
+    /// The `report` event of a failure that changed nobody's health (pending, or the
+    /// target's), with the target it was about.
+    fn unblamed_report(&self, on: &Settle<'_>, f: &Failure, target: &str, blame: Blame) -> Write {
+        let state = self.entries[&on.id].health.state;
+        Write::Pair(PairWrite::Event {
+            destination: target.to_string(),
+            status: f.status,
+            event: NewEvent {
+                endpoint: Some(on.id),
+                from: Some(state),
+                to: Some(state),
+                reason: f.reason,
+                phase: f.phase,
+                detail: f.detail.clone(),
+                lease: on.lease.clone(),
+                blame: Some(blame),
+                ..NewEvent::new(EventKind::Report)
+            },
+        })
+    }
+
+    /// Escalation: the endpoint fails, on `escalate_after` distinct targets, what other
+    /// endpoints reach; it reaches nothing and cools endpoint-wide.
+    fn escalate(
+        &mut self,
+        on: &Settle<'_>,
+        f: &Failure,
+        last: &str,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Vec<Write> {
+        let pool = self.entries[&on.id].pool;
+        let n = self.pools[pool].cfg.blame.escalate_after;
+        info!(
+            endpoint = on.id,
+            targets = n,
+            last,
+            "endpoint reaches nothing others reach"
+        );
+        let failure = Failure {
+            reason: Some(Reason::UpstreamUnreachable),
+            phase: f.phase,
+            detail: Some(format!(
+                "failed {n} distinct targets that other endpoints reached (the last: {last})"
+            )),
+            ..Failure::default()
+        };
+        // An endpoint trial, if the lease was one, is decided by this very failure.
+        let on = Settle {
+            id: on.id,
+            trial: on.trial,
+            lease: on.lease.clone(),
+            ..Settle::default()
+        };
+        self.endpoint_failure(&on, failure, Blame::Endpoint, now, wall)
+    }
+
+    /// A success or failure on the pair (endpoint `id`, `key`). A success touches only a
+    /// pair that is held; a failure creates one. Returns the writes and whether the
+    /// pair's trial was decided.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn pair_input(
+        &mut self,
+        pool: usize,
+        key: &str,
+        id: EndpointId,
+        what: Result<(), (&Failure, Blame)>,
+        lease: Option<String>,
+        now: Instant,
+        wall: SystemTime,
+    ) -> (Vec<Write>, bool) {
+        let trial = self.pools[pool].dests.is_claimed(key, id);
+        let (input, status, act) = match what {
+            Ok(()) => {
+                if self.pools[pool].dests.pair(key, id).is_none() {
+                    return (Vec::new(), false);
+                }
+                let act = NewEvent {
+                    lease,
+                    ..NewEvent::new(EventKind::Report)
+                };
+                (Input::Success { trial }, None, act)
+            }
+            Err((f, blame)) => {
+                let act = NewEvent {
+                    reason: f.reason,
+                    phase: f.phase,
+                    detail: f.detail.clone(),
+                    lease,
+                    blame: Some(blame),
+                    ..NewEvent::new(EventKind::Report)
+                };
+                let input = Input::Failure {
+                    failure: f.clone(),
+                    trial,
+                };
+                (input, f.status, act)
+            }
+        };
+        let jitter = self.rng.f64() * 2.0 - 1.0;
+        let ps = &mut self.pools[pool];
+        let r = ps.dests.apply(
+            key,
+            id,
+            input,
+            status,
+            Some(act),
+            &ps.cfg.policy,
+            now,
+            wall,
+            jitter,
+        );
+        let decided = trial && matches!(r.step, Step::Changed { .. });
+        (r.writes.into_iter().map(Write::Pair).collect(), decided)
+    }
+
+    /// Give back the trial of pair (endpoint `id`, `key`) that a report did not decide.
+    fn abandon_pair(
+        &mut self,
+        pool: usize,
+        key: &str,
+        id: EndpointId,
+        lease: Option<String>,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Vec<Write> {
+        let ps = &mut self.pools[pool];
+        let why = "the report did not decide the pair";
+        let r = ps
+            .dests
+            .abandon(key, id, why, lease, &ps.cfg.policy, now, wall);
+        r.writes.into_iter().map(Write::Pair).collect()
+    }
+
+    /// The target's trial ended without an answer about the target.
+    pub(super) fn abandon_target_trial(
+        &mut self,
+        pool: usize,
+        target: &str,
+        on: &Settle<'_>,
+        now: Instant,
+    ) -> Vec<Write> {
+        self.pools[pool].targets.abandon_trial(target, now);
+        vec![target_event(
+            target,
+            Some(on.id),
+            EventKind::TrialAbandoned,
+            None,
+            "the target's trial got no answer about the target; the next use is the trial",
+            on.lease.clone(),
+        )]
+    }
+
+    /// What a success through `by` did to the target: up again, and others' pending
+    /// failures confirmed (each cools the pair, or for a probe's the endpoint).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn apply_reached(
+        &mut self,
+        pool: usize,
+        target: &str,
+        by: EndpointId,
+        r: Reached,
+        lease: Option<String>,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Vec<Write> {
+        let mut writes = Vec::new();
+        if let Some(down_for) = r.up {
+            info!(pool = %self.pools[pool].cfg.name, target, endpoint = by, "target up");
+            writes.push(target_event(
+                target,
+                Some(by),
+                EventKind::TargetUp,
+                None,
+                &format!(
+                    "reached through endpoint {by} after {} down",
+                    humantime::format_duration(Duration::from_millis(down_for.as_millis() as u64))
+                ),
+                lease,
+            ));
+        }
+        for p in r.confirmed {
+            writes.extend(self.confirm(pool, target, by, p, now, wall));
+        }
+        for id in r.escalated {
+            let live = self
+                .entries
+                .get(&id)
+                .is_some_and(|e| e.pool == pool && e.health.state == State::Available);
+            if live {
+                let on = Settle {
+                    id,
+                    ..Settle::default()
+                };
+                let f = Failure::new(
+                    Reason::UpstreamUnreachable,
+                    Some(crate::health::Phase::ProxyHandshake),
+                );
+                writes.extend(self.escalate(&on, &f, target, now, wall));
+            }
+        }
+        writes
+    }
+
+    fn confirm(
+        &mut self,
+        pool: usize,
+        target: &str,
+        by: EndpointId,
+        p: Pending,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Vec<Write> {
+        let live = self
+            .entries
+            .get(&p.endpoint)
+            .is_some_and(|e| e.pool == pool && e.health.state == State::Available);
+        if !live {
+            return Vec::new();
+        }
+        let f = p.failure(by);
+        if p.probe {
+            let ev = Act {
+                detail: f.detail.clone(),
+                reason: f.reason,
+                phase: f.phase,
+                blame: Some(Blame::Endpoint),
+                ..Default::default()
+            };
+            let input = Input::Failure {
+                failure: f,
+                trial: false,
+            };
+            return self.apply(p.endpoint, input, now, wall, ev).1;
+        }
+        // One row: the pair's transition, blamed and explained.
+        let act = NewEvent {
+            reason: f.reason,
+            phase: f.phase,
+            detail: f.detail.clone(),
+            blame: Some(Blame::Pair),
+            ..NewEvent::new(EventKind::StateChanged)
+        };
+        let jitter = self.rng.f64() * 2.0 - 1.0;
+        let ps = &mut self.pools[pool];
+        let input = Input::Failure {
+            failure: f,
+            trial: false,
+        };
+        let r = ps.dests.apply(
+            target,
+            p.endpoint,
+            input,
+            None,
+            Some(act),
+            &ps.cfg.policy,
+            now,
+            wall,
+            jitter,
+        );
+        r.writes.into_iter().map(Write::Pair).collect()
+    }
+
+    /// `target_down` when a target went down or its trial failed.
+    pub(super) fn target_news(
+        &self,
+        pool: usize,
+        target: &str,
+        judged: &Judged,
+        f: &Failure,
+        lease: Option<String>,
+    ) -> Option<Write> {
+        let next = judged.down_for?;
+        let next = humantime::format_duration(Duration::from_millis(next.as_millis() as u64));
+        let name = &self.pools[pool].cfg.name;
+        let detail = if judged.verdict.target_goes_down {
+            let n = judged.absolved.len() + 1;
+            info!(pool = %name, target, endpoints = n, reason = ?f.reason.map(|r| r.as_str()), "target down");
+            format!("{n} endpoints failed it and none reached it; its trial in {next}")
+        } else {
+            info!(pool = %name, target, reason = ?f.reason.map(|r| r.as_str()), "target trial failed");
+            format!("its trial failed; the next in {next}")
+        };
+        Some(Write::Pair(PairWrite::Event {
+            destination: target.to_string(),
+            status: f.status,
+            event: NewEvent {
+                reason: f.reason,
+                phase: f.phase,
+                detail: Some(detail),
+                lease,
+                blame: Some(Blame::Target),
+                ..NewEvent::new(EventKind::TargetDown)
+            },
+        }))
+    }
+
+    /// The pool has no other endpoint in service to contrast with.
+    pub(super) fn alone(&self, pool: usize) -> bool {
+        let c = &self.pools[pool].counts;
+        c[0] + c[1] + c[2] <= 1
+    }
+}
+
+/// An event about a target (no pair row): its trial, up, down.
+pub(super) fn target_event(
+    target: &str,
+    endpoint: Option<EndpointId>,
+    kind: EventKind,
+    reason: Option<Reason>,
+    detail: &str,
+    lease: Option<String>,
+) -> Write {
+    Write::Pair(PairWrite::Event {
+        destination: target.to_string(),
+        status: None,
+        event: NewEvent {
+            endpoint,
+            reason,
+            detail: Some(detail.to_string()),
+            lease,
+            ..NewEvent::new(kind)
+        },
+    })
+}
+
+fn blame_owner(b: Blame) -> &'static str {
+    match b {
+        Blame::Endpoint => "endpoint",
+        Blame::Pair => "pair",
+        Blame::Target => "target",
+        Blame::Pending => "target (pending contrast)",
+    }
+}

@@ -1,0 +1,231 @@
+//! What comes back on a lease: a report, a release, expiry, and the gateway's word that a
+//! tunnel opened through it (`reached`), which proves less than a report.
+
+use std::time::SystemTime;
+
+use tokio::time::Instant;
+
+use super::apply::Act;
+use super::evidence::{Proof, Settle};
+use super::leases::Lease;
+use super::scoped::{ReportOn, Reported};
+use super::{Outcome, PoolError, Pools};
+use crate::event_kind::EventKind;
+use crate::health::{Input, State};
+use crate::store::Write;
+
+impl Pools {
+    /// Drop a lease's hold on its endpoint; an unreported trial is abandoned. A ban trial
+    /// that a tunnel carried is held for `verdict_window` first, for a report by session
+    /// to decide it (docs/blame.md, "What a tunnel proves").
+    pub(super) fn end_lease(
+        &mut self,
+        lid: u64,
+        l: Lease,
+        now: Instant,
+        wall: SystemTime,
+        why: &str,
+    ) -> Vec<Write> {
+        let Some((_, e)) = self.entries.at(l.slot).filter(|(id, _)| *id == l.endpoint) else {
+            return Vec::new();
+        };
+        let pool = e.pool;
+        self.pools[pool].leases -= 1;
+        let mut writes = Vec::new();
+        // Named only when an event needs it: most leases end with nothing to record.
+        let named = l.pair_trial.is_some() || l.target_trial || l.trial;
+        let lease = named.then(|| self.lease_name(lid));
+        if let Some(key) = l.pair_trial.as_deref() {
+            let ps = &mut self.pools[pool];
+            let window = ps.cfg.blame.verdict_window;
+            // A host's ban pair (the target is another key: the host with a port).
+            let is_ban = l.destination.as_deref() == Some(key) && l.target.is_some();
+            let held = l.reached
+                && is_ban
+                && !window.is_zero()
+                && now
+                    .checked_add(window)
+                    .is_some_and(|until| ps.dests.hold(key, l.endpoint, until));
+            if !held {
+                let r = ps.dests.abandon(
+                    key,
+                    l.endpoint,
+                    why,
+                    lease.clone(),
+                    &ps.cfg.policy,
+                    now,
+                    wall,
+                );
+                writes.extend(r.writes.into_iter().map(Write::Pair));
+            }
+        }
+        if let (true, Some(t)) = (l.target_trial, l.target_key()) {
+            let on = Settle {
+                id: l.endpoint,
+                lease: lease.clone(),
+                ..Settle::default()
+            };
+            writes.extend(self.abandon_target_trial(pool, t, &on, now));
+        }
+        if l.trial {
+            let ev = Act {
+                kind: Some(EventKind::TrialAbandoned),
+                detail: Some(why.to_string()),
+                lease,
+                ..Default::default()
+            };
+            let (_, w) = self.apply(l.endpoint, Input::Abandon, now, wall, ev);
+            writes.extend(w);
+        }
+        self.set_leases_at(l.slot, -1);
+        writes
+    }
+
+    pub(super) fn take_lease(
+        &mut self,
+        name: &str,
+        now: Instant,
+        wall: SystemTime,
+    ) -> (Result<(u64, Lease), PoolError>, Vec<Write>) {
+        let writes = self.advance(now, wall);
+        let Some(lid) = self.parse_lease(name) else {
+            return (Err(PoolError::UnknownLease(name.to_string())), writes);
+        };
+        match self.leases.remove(&lid) {
+            Some(l) => {
+                self.lease_expiry.remove(&(l.expires, lid));
+                (Ok((lid, l)), writes)
+            }
+            None if self.expired.contains_key(&lid) => {
+                (Err(PoolError::LeaseExpired(name.to_string())), writes)
+            }
+            None => (Err(PoolError::UnknownLease(name.to_string())), writes),
+        }
+    }
+
+    /// Give a lease back without an outcome (a trial is abandoned).
+    pub fn release(
+        &mut self,
+        name: &str,
+        now: Instant,
+        wall: SystemTime,
+    ) -> (Result<(), PoolError>, Vec<Write>) {
+        let (r, mut writes) = self.take_lease(name, now, wall);
+        match r {
+            Ok((lid, l)) => {
+                writes.extend(self.end_lease(lid, l, now, wall, "released without a report"));
+                (Ok(()), writes)
+            }
+            Err(e) => (Err(e), writes),
+        }
+    }
+
+    /// Report how a lease went; returns the endpoint's state afterwards.
+    pub fn report(
+        &mut self,
+        name: &str,
+        outcome: Outcome,
+        now: Instant,
+        wall: SystemTime,
+    ) -> (Result<State, PoolError>, Vec<Write>) {
+        let (r, w) = self.report_with(name, outcome, &ReportOn::default(), now, wall);
+        (r.map(|r| r.state), w)
+    }
+
+    /// Report how a lease went, for `on.place` when given, else for the place the lease
+    /// was taken for; docs/blame.md decides whom a failure counts against. `on.duration`
+    /// feeds the endpoint's latency estimate. Returns the endpoint's state and the blame.
+    pub fn report_with(
+        &mut self,
+        name: &str,
+        outcome: Outcome,
+        on: &ReportOn,
+        now: Instant,
+        wall: SystemTime,
+    ) -> (Result<Reported, PoolError>, Vec<Write>) {
+        if let Err(e) = outcome.check_reason() {
+            return (Err(e), Vec::new());
+        }
+        let (r, mut writes) = self.take_lease(name, now, wall);
+        let (lid, l) = match r {
+            Ok(v) => v,
+            Err(e) => return (Err(e), writes),
+        };
+        let Some(e) = self.entries.get(&l.endpoint) else {
+            return (Err(PoolError::UnknownLease(name.to_string())), writes);
+        };
+        self.pools[e.pool].leases -= 1;
+        let id = l.endpoint;
+        let (host, target) = match &on.place {
+            Some(p) => (Some(p.host.as_str()), Some(p.target.as_str())),
+            None => (l.destination.as_deref(), l.target_key()),
+        };
+        let settle = Settle {
+            id,
+            trial: l.trial,
+            pair_trial: l.pair_trial.as_deref(),
+            target_trial: l.target_trial,
+            host,
+            target,
+            took: on.duration,
+            lease: Some(self.lease_name(lid)),
+        };
+        let settled = self.settle(settle, outcome, Proof::Answer, now, wall);
+        writes.extend(settled.writes);
+        self.set_leases_at(l.slot, -1);
+        let answer = Reported {
+            state: self.entries[&id].health.state,
+            blame: settled.blame,
+        };
+        (Ok(answer), writes)
+    }
+
+    /// A tunnel opened through the lease's endpoint to its target: the endpoint works and
+    /// the target is reachable through it (an endpoint's or target's trial, and a
+    /// target pair's, are decided), but nothing is known about a ban inside. The lease
+    /// goes on; a ban trial it carries waits for a report when it ends.
+    pub fn reached(
+        &mut self,
+        name: &str,
+        now: Instant,
+        wall: SystemTime,
+    ) -> (Result<State, PoolError>, Vec<Write>) {
+        let mut writes = self.advance(now, wall);
+        let Some(lid) = self.parse_lease(name) else {
+            return (Err(PoolError::UnknownLease(name.to_string())), writes);
+        };
+        let Some(l) = self.leases.get(&lid) else {
+            return (Err(PoolError::UnknownLease(name.to_string())), writes);
+        };
+        let (id, trial, target_trial) = (l.endpoint, l.trial, l.target_trial);
+        let (host, target, pair_trial) = (
+            l.destination.clone(),
+            l.target.clone(),
+            l.pair_trial.clone(),
+        );
+        if !self.entries.contains_key(&id) {
+            return (Err(PoolError::UnknownLease(name.to_string())), writes);
+        }
+        let settle = Settle {
+            id,
+            trial,
+            pair_trial: pair_trial.as_deref(),
+            target_trial,
+            host: host.as_deref(),
+            target: target.as_deref().or(host.as_deref()),
+            took: None,
+            lease: Some(self.lease_name(lid)),
+        };
+        let settled = self.settle(settle, Outcome::Success, Proof::Tunnel, now, wall);
+        writes.extend(settled.writes);
+        if let Some(l) = self.leases.get_mut(&lid) {
+            l.reached = true;
+            l.trial &= !settled.endpoint_trial_decided;
+            l.target_trial &= !settled.target_trial_decided;
+            if settled.pair_trial_decided {
+                l.pair_trial = None;
+            }
+        }
+        (Ok(self.entries[&id].health.state), writes)
+    }
+}
