@@ -30,7 +30,7 @@ pub(super) fn pair_json(p: &PairRow) -> Value {
         "detail": r.detail,
         "streak": r.streak,
         "cooldown_ms": r.cooldown_ms,
-        "cooldown_until": r.cooldown_until.map(fmt_time),
+        "cooldown_until": p.cooldown_until.map(fmt_time),
         "state_changed_at": p.state_changed_at,
     })
 }
@@ -108,7 +108,7 @@ pub(super) fn print_pairs(pairs: &[PairRow]) {
         if let Some(x) = r.status {
             line.push_str(&format!(" status={x}"));
         }
-        if let Some(u) = r.cooldown_until {
+        if let Some(u) = p.cooldown_until {
             line.push_str(&format!(" until={}", fmt_time(u)));
         }
         println!("{line}");

@@ -88,8 +88,8 @@ impl Pools {
         };
         self.count_outcome(id, failure, on.took, wall, true);
         let settled = match outcome {
-            Outcome::Success => self.settle_success(&on, proof, now, wall),
-            Outcome::Failure(f) => self.settle_failure(&on, f, now, wall),
+            Outcome::Success => self.settle_success(&on, proof, now),
+            Outcome::Failure(f) => self.settle_failure(&on, f, now),
         };
         if let Some(b) = settled.blame {
             let pool = self.entries.get(&id).map(|e| e.pool);
@@ -100,20 +100,14 @@ impl Pools {
         settled
     }
 
-    fn settle_success(
-        &mut self,
-        on: &Settle<'_>,
-        proof: Proof,
-        now: Instant,
-        wall: SystemTime,
-    ) -> Settled {
+    fn settle_success(&mut self, on: &Settle<'_>, proof: Proof, now: Instant) -> Settled {
         let id = on.id;
         let pool = self.entries[&id].pool;
         let mut out = Settled::default();
         match on.target {
             Some(t) => {
                 let r = self.pools[pool].targets.reached(t, id, now);
-                let w = self.apply_reached(pool, t, id, r, on.lease.clone(), now, wall);
+                let w = self.apply_reached(pool, t, id, r, on.lease.clone(), now);
                 out.writes.extend(w);
                 out.target_trial_decided = on.target_trial;
             }
@@ -127,7 +121,7 @@ impl Pools {
             keys.extend(on.host.filter(|h| Some(*h) != on.target));
         }
         for key in keys {
-            let (w, decided) = self.pair_input(pool, key, id, Ok(()), on.lease.clone(), now, wall);
+            let (w, decided) = self.pair_input(pool, key, id, Ok(()), on.lease.clone(), now);
             out.writes.extend(w);
             out.pair_trial_decided |= decided && on.pair_trial == Some(key);
         }
@@ -136,7 +130,7 @@ impl Pools {
             let waits = proof == Proof::Tunnel && on.host == Some(k) && on.target != Some(k);
             if !waits && !out.pair_trial_decided {
                 out.writes
-                    .extend(self.abandon_pair(pool, k, id, on.lease.clone(), now, wall));
+                    .extend(self.abandon_pair(pool, k, id, on.lease.clone(), now));
             }
         }
         let h = &self.entries[&id].health;
@@ -150,7 +144,7 @@ impl Pools {
                 .then(|| format!("late result ignored: endpoint is {cur_state}")),
             ..Default::default()
         };
-        let (step, w) = self.apply(id, Input::Success { trial: on.trial }, now, wall, ev);
+        let (step, w) = self.apply(id, Input::Success { trial: on.trial }, now, ev);
         out.writes.extend(w);
         out.endpoint_trial_decided = on.trial && matches!(step, Step::Changed { .. });
         if let Step::Recorded { late: true } = step {
@@ -159,13 +153,7 @@ impl Pools {
         out
     }
 
-    fn settle_failure(
-        &mut self,
-        on: &Settle<'_>,
-        f: Failure,
-        now: Instant,
-        wall: SystemTime,
-    ) -> Settled {
+    fn settle_failure(&mut self, on: &Settle<'_>, f: Failure, now: Instant) -> Settled {
         let id = on.id;
         let pool = self.entries[&id].pool;
         let reason = f.reason.expect("callers check the reason");
@@ -181,27 +169,20 @@ impl Pools {
                         .extend(self.abandon_target_trial(pool, t, on, now));
                 }
                 out.writes
-                    .extend(self.endpoint_failure(on, f.clone(), Blame::Endpoint, now, wall));
+                    .extend(self.endpoint_failure(on, f.clone(), Blame::Endpoint, now));
                 Blame::Endpoint
             }
             Class::Ban | Class::Destination => {
                 // The destination was reached: that much is evidence about the target.
                 if let Some(t) = on.target {
                     let r = self.pools[pool].targets.reached(t, id, now);
-                    let w = self.apply_reached(pool, t, id, r, on.lease.clone(), now, wall);
+                    let w = self.apply_reached(pool, t, id, r, on.lease.clone(), now);
                     out.writes.extend(w);
                     out.target_trial_decided = on.target_trial;
                 }
                 let key = on.host.or(on.target).expect("a place was named");
-                let (w, decided) = self.pair_input(
-                    pool,
-                    key,
-                    id,
-                    Err((&f, Blame::Pair)),
-                    on.lease.clone(),
-                    now,
-                    wall,
-                );
+                let (w, decided) =
+                    self.pair_input(pool, key, id, Err((&f, Blame::Pair)), on.lease.clone(), now);
                 out.writes.extend(w);
                 out.pair_trial_decided = decided && on.pair_trial == Some(key);
                 decided_key = Some(key);
@@ -233,7 +214,6 @@ impl Pools {
                             Err((&f, Blame::Pair)),
                             on.lease.clone(),
                             now,
-                            wall,
                         );
                         out.writes.extend(w);
                         out.pair_trial_decided = decided && on.pair_trial == Some(t);
@@ -242,7 +222,7 @@ impl Pools {
                     // Probes only; a report's confirmed failure is its pair's.
                     Blame::Endpoint => {
                         out.writes
-                            .extend(self.endpoint_failure(on, f.clone(), blame, now, wall));
+                            .extend(self.endpoint_failure(on, f.clone(), blame, now));
                     }
                     Blame::Pending | Blame::Target => {
                         out.writes.push(self.unblamed_report(on, &f, t, blame));
@@ -251,7 +231,7 @@ impl Pools {
                     }
                 }
                 if judged.escalate {
-                    out.writes.extend(self.escalate(on, &f, t, now, wall));
+                    out.writes.extend(self.escalate(on, &f, t, now));
                     out.endpoint_trial_decided = on.trial;
                 }
                 blame
@@ -265,12 +245,11 @@ impl Pools {
                 lease: on.lease.clone(),
                 ..Default::default()
             };
-            out.writes
-                .extend(self.apply(id, Input::Abandon, now, wall, ev).1);
+            out.writes.extend(self.apply(id, Input::Abandon, now, ev).1);
         }
         if let Some(k) = on.pair_trial.filter(|k| decided_key != Some(*k)) {
             out.writes
-                .extend(self.abandon_pair(pool, k, id, on.lease.clone(), now, wall));
+                .extend(self.abandon_pair(pool, k, id, on.lease.clone(), now));
         }
         out.blame = Some(blame);
         out
@@ -283,7 +262,6 @@ impl Pools {
         f: Failure,
         blame: Blame,
         now: Instant,
-        wall: SystemTime,
     ) -> Vec<Write> {
         let id = on.id;
         let h = &self.entries[&id].health;
@@ -299,12 +277,13 @@ impl Pools {
             phase: f.phase,
             status: f.status,
             blame: Some(blame),
+            hold: None,
         };
         let input = Input::Failure {
             failure: f,
             trial: on.trial,
         };
-        let (step, w) = self.apply(id, input, now, wall, ev);
+        let (step, w) = self.apply(id, input, now, ev);
         if let Step::Recorded { late: true } = step {
             info!(endpoint = id, state = %cur_state, "late result ignored");
         }
@@ -334,14 +313,7 @@ impl Pools {
 
     /// Escalation: the endpoint fails, on `escalate_after` distinct targets, what other
     /// endpoints reach; it reaches nothing and cools endpoint-wide.
-    fn escalate(
-        &mut self,
-        on: &Settle<'_>,
-        f: &Failure,
-        last: &str,
-        now: Instant,
-        wall: SystemTime,
-    ) -> Vec<Write> {
+    fn escalate(&mut self, on: &Settle<'_>, f: &Failure, last: &str, now: Instant) -> Vec<Write> {
         let pool = self.entries[&on.id].pool;
         let n = self.pools[pool].cfg.blame.escalate_after;
         info!(
@@ -365,7 +337,7 @@ impl Pools {
             lease: on.lease.clone(),
             ..Settle::default()
         };
-        self.endpoint_failure(&on, failure, Blame::Endpoint, now, wall)
+        self.endpoint_failure(&on, failure, Blame::Endpoint, now)
     }
 
     /// A success or failure on the pair (endpoint `id`, `key`). A success touches only a
@@ -380,9 +352,11 @@ impl Pools {
         what: Result<(), (&Failure, Blame)>,
         lease: Option<String>,
         now: Instant,
-        wall: SystemTime,
     ) -> (Vec<Write>, bool) {
-        let trial = self.pools[pool].dests.is_claimed(key, id);
+        // A report about the pair decides its trial, whoever of this daemon's leases
+        // claimed it; a trial another daemon holds is theirs to decide.
+        let trial = self.pools[pool].dests.is_claimed(key, id)
+            && !self.pools[pool].dests.claimed_remotely(key, id);
         let (input, status, act) = match what {
             Ok(()) => {
                 if self.pools[pool].dests.pair(key, id).is_none() {
@@ -420,7 +394,6 @@ impl Pools {
             Some(act),
             &ps.cfg.policy,
             now,
-            wall,
             jitter,
         );
         let decided = trial && matches!(r.step, Step::Changed { .. });
@@ -435,13 +408,10 @@ impl Pools {
         id: EndpointId,
         lease: Option<String>,
         now: Instant,
-        wall: SystemTime,
     ) -> Vec<Write> {
         let ps = &mut self.pools[pool];
         let why = "the report did not decide the pair";
-        let r = ps
-            .dests
-            .abandon(key, id, why, lease, &ps.cfg.policy, now, wall);
+        let r = ps.dests.abandon(key, id, why, lease, &ps.cfg.policy, now);
         r.writes.into_iter().map(Write::Pair).collect()
     }
 
@@ -475,7 +445,6 @@ impl Pools {
         r: Reached,
         lease: Option<String>,
         now: Instant,
-        wall: SystemTime,
     ) -> Vec<Write> {
         let mut writes = Vec::new();
         if let Some(down_for) = r.up {
@@ -493,7 +462,7 @@ impl Pools {
             ));
         }
         for p in r.confirmed {
-            writes.extend(self.confirm(pool, target, by, p, now, wall));
+            writes.extend(self.confirm(pool, target, by, p, now));
         }
         for id in r.escalated {
             let live = self
@@ -509,7 +478,7 @@ impl Pools {
                     Reason::UpstreamUnreachable,
                     Some(crate::health::Phase::ProxyHandshake),
                 );
-                writes.extend(self.escalate(&on, &f, target, now, wall));
+                writes.extend(self.escalate(&on, &f, target, now));
             }
         }
         writes
@@ -522,7 +491,6 @@ impl Pools {
         by: EndpointId,
         p: Pending,
         now: Instant,
-        wall: SystemTime,
     ) -> Vec<Write> {
         let live = self
             .entries
@@ -544,7 +512,7 @@ impl Pools {
                 failure: f,
                 trial: false,
             };
-            return self.apply(p.endpoint, input, now, wall, ev).1;
+            return self.apply(p.endpoint, input, now, ev).1;
         }
         // One row: the pair's transition, blamed and explained.
         let act = NewEvent {
@@ -568,7 +536,6 @@ impl Pools {
             Some(act),
             &ps.cfg.policy,
             now,
-            wall,
             jitter,
         );
         r.writes.into_iter().map(Write::Pair).collect()

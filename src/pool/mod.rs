@@ -11,6 +11,7 @@ pub mod destinations;
 pub mod engine;
 mod entries;
 mod evidence;
+mod fleet;
 mod id_index;
 mod leases;
 mod probes;
@@ -37,7 +38,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde::Serialize;
 use tokio::time::Instant;
@@ -86,6 +87,12 @@ pub enum PoolError {
     /// A report by session named a session with no endpoint bound to it.
     #[error("no endpoint is bound to session {session:?} in pool {pool:?} (it was never leased, or a failure unbound it)")]
     UnknownSession { pool: String, session: String },
+    /// A trial's result after its claim lapsed and the trial was claimed again (by
+    /// another daemon of the fleet): it changed nothing.
+    #[error(
+        "stale claim: the trial of {0} lapsed and was claimed again; this result changed nothing"
+    )]
+    StaleClaim(String),
 }
 
 /// A granted lease.
@@ -190,6 +197,8 @@ struct PoolState {
     probe_target: Option<Box<str>>,
     /// The endpoint whose probe is the probe target's single trial now.
     probe_trial: Option<EndpointId>,
+    /// Trials other daemons hold, by when their claims lapse (docs/fleet.md).
+    remote: BTreeSet<(Instant, EndpointId)>,
 }
 
 /// All pools of a process.
@@ -213,6 +222,9 @@ pub struct Pools {
     rng: fastrand::Rng,
     /// Where new pools resolve their series (see `attach_metrics`).
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// The store cannot be written (docs/fleet.md, "Faults"): no transition comes due and
+    /// no trial is admitted until it is back; ordinary leases go on.
+    frozen: bool,
 }
 
 const EXPIRED_MEMORY: usize = 65_536;
@@ -248,6 +260,7 @@ impl Pools {
             seq: 0,
             rng: fastrand::Rng::new(),
             metrics: None,
+            frozen: false,
         };
         for c in configs {
             p.ensure_pool(c);
@@ -286,6 +299,7 @@ impl Pools {
             targets_dropped_seen: 0,
             probe_target,
             probe_trial: None,
+            remote: BTreeSet::new(),
         });
         if let Some(m) = &self.metrics {
             self.pools[i].metrics = Some(m.pool(&self.pools[i].cfg.name));
@@ -316,9 +330,10 @@ impl Pools {
         self.entries.is_empty()
     }
 
-    /// Load a stored endpoint. Cooling deadlines are rebuilt as
-    /// `clamp(cooldown_until − now_wall, 0, cooldown_ms)` from `now`.
-    pub fn insert_row(&mut self, row: &EndpointRow, now: Instant, wall: SystemTime) {
+    /// Load a stored endpoint: a cooling deadline is what the store read as left of it
+    /// (`clamp(cooldown_until − its now, 0, cooldown_ms)`) after `now`; a trial another
+    /// daemon holds stays theirs until its claim lapses.
+    pub fn insert_row(&mut self, row: &EndpointRow, now: Instant) {
         if self.removed.contains(&row.id) {
             return;
         }
@@ -332,7 +347,7 @@ impl Pools {
         health.reason = row.reason;
         health.phase = row.phase;
         health.detail = row.detail.clone();
-        health.restore_cooldown(row.cooldown_ms, row.cooldown_until, now, wall);
+        health.restore_cooldown(row.cooldown_ms, row.cooldown_left, now);
         // A reloaded row (config sync, sources) keeps what the daemon saw it do.
         let stats = self
             .entries
@@ -350,25 +365,21 @@ impl Pools {
                 leases: 0,
                 gen: 0,
                 pa_seq: 0,
+                claim: None,
                 stats,
             },
         );
         self.index(row.id);
+        self.claimed_elsewhere(row, now);
     }
 
     /// Make memory match the store for one endpoint after a failed commit: the stored row
     /// wins (or its absence). Its leases go too: they may stem from a grant that failed.
-    pub fn restore_row(
-        &mut self,
-        id: EndpointId,
-        row: Option<&EndpointRow>,
-        now: Instant,
-        wall: SystemTime,
-    ) {
+    pub fn restore_row(&mut self, id: EndpointId, row: Option<&EndpointRow>, now: Instant) {
         self.remove_entry(id);
         if let Some(r) = row {
             self.removed.remove(&id);
-            self.insert_row(r, now, wall);
+            self.insert_row(r, now);
         }
     }
 
@@ -451,6 +462,7 @@ impl Pools {
             }
             State::ProbeAllowed => {
                 p.trials.remove(&(e.pa_seq, id));
+                p.remote.retain(|&(_, r)| r != id);
             }
             State::Disabled => {}
         }
@@ -507,17 +519,28 @@ impl Pools {
 
     /// The soonest moment something is due (a cooldown deadline or a lease expiry).
     pub fn next_due(&self) -> Option<Instant> {
+        let lease = self.lease_expiry.first().map(|(d, _)| *d);
+        if self.frozen {
+            // Nothing persisted comes due while the store is away.
+            return lease;
+        }
         let cool = self
             .pools
             .iter()
-            .filter_map(|p| p.cooling.first().map(|(d, _)| *d))
+            .filter_map(|p| {
+                let c = p.cooling.first().map(|(d, _)| *d);
+                let r = p.remote.first().map(|(d, _)| *d);
+                match (c, r) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
+            })
             .min();
         let pairs = self.pools.iter().filter_map(|p| p.dests.next_due()).min();
         let cool = match (cool, pairs) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let lease = self.lease_expiry.first().map(|(d, _)| *d);
         match (cool, lease) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -25,6 +25,7 @@ pub mod daemon;
 pub mod fakes;
 pub mod gateway;
 pub mod markdown;
+pub mod postgres;
 pub mod tools;
 pub mod upstreams;
 pub mod vpool;

@@ -12,7 +12,7 @@ use std::time::SystemTime;
 
 use rusqlite::{params, OptionalExtension, Transaction, TransactionBehavior};
 
-use super::{fmt_time, read_endpoint, EndpointRow, NewEndpoint, Store, StoreError, ENDPOINT_COLS};
+use super::{fmt_time, read_endpoint, EndpointRow, NewEndpoint, Sqlite, StoreError, ENDPOINT_COLS};
 use crate::endpoint::EndpointId;
 use crate::event_kind::EventKind;
 
@@ -40,7 +40,7 @@ static FULL_EVENTS: LazyLock<String> = LazyLock::new(|| events_sql(ROWS_PER_INSE
 const IDENTITY: &str =
     "SELECT id FROM endpoints WHERE pool=?1 AND scheme=?2 AND host=?3 AND port=?4 AND user=?5";
 
-impl Store {
+impl Sqlite {
     /// Insert endpoints, all or nothing; returns their ids in order.
     pub fn add_endpoints(&mut self, eps: &[NewEndpoint]) -> Result<Vec<EndpointId>, StoreError> {
         let mut ids = Vec::with_capacity(eps.len());
@@ -308,13 +308,13 @@ mod tests {
         }
     }
 
-    fn store() -> (tempfile::TempDir, Store) {
+    fn store() -> (tempfile::TempDir, Sqlite) {
         let dir = tempfile::tempdir().unwrap();
-        let s = Store::open(&dir.path().join("t.db")).unwrap();
+        let s = Sqlite::open(&dir.path().join("t.db")).unwrap();
         (dir, s)
     }
 
-    fn count(s: &Store, table: &str) -> i64 {
+    fn count(s: &Sqlite, table: &str) -> i64 {
         s.conn
             .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
             .unwrap()
