@@ -293,6 +293,8 @@ pub struct Config {
     pub path: Option<PathBuf>,
     /// `[store] path`, resolved.
     pub store_path: Option<PathBuf>,
+    /// `[store] url`: a PostgreSQL database that several daemons share (docs/fleet.md).
+    pub store_url: Option<String>,
     /// `[store] synchronous`.
     pub durability: Durability,
     /// `[server] socket`, resolved.
@@ -321,6 +323,7 @@ impl Default for Config {
         Config {
             path: None,
             store_path: None,
+            store_url: None,
             durability: Durability::default(),
             socket: None,
             http: None,

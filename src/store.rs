@@ -32,7 +32,7 @@ pub enum StoreError {
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
     /// PostgreSQL answered with an error (the statement failed; the server is reachable).
-    #[error("database error: {0}")]
+    #[error("database error: {}", pg_message(.0))]
     Postgres(#[source] tokio_postgres::Error),
     /// PostgreSQL cannot be reached or its connection broke: nothing was committed.
     #[error("store unavailable: {target}: {why}")]
@@ -114,6 +114,14 @@ pub enum StoreError {
     /// A row holds a value this version does not understand.
     #[error("corrupt row: {0}")]
     Corrupt(String),
+}
+
+/// What PostgreSQL said: its own message (tokio-postgres shows only "db error").
+fn pg_message(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => db.message().to_string(),
+        None => e.to_string(),
+    }
 }
 
 impl StoreError {

@@ -12,6 +12,7 @@ mod events;
 mod inspect;
 mod lease;
 pub mod logging;
+mod migrate;
 mod operator;
 mod pairs;
 mod probe;
@@ -89,6 +90,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             gateway,
             http,
         } => serve(&ctx, listen_tcp, gateway, http).await,
+        Command::Migrate { from, to } => migrate::migrate(&ctx, from, to),
         Command::Lease(a) => lease(&ctx, a).await,
         Command::Report(a) => report(&ctx, a).await,
         Command::Release { lease } => release(&ctx, lease).await,

@@ -73,6 +73,25 @@ impl File<'_> {
         store: Option<RawStore>,
         server: Option<RawServer>,
     ) -> Result<Config, ConfigError> {
+        if let Some(s) = &store {
+            if let Some(url) = &s.url {
+                if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                    return Err(self.invalid(
+                        "store.url".to_string(),
+                        "must start with postgres:// or postgresql:// (a SQLite file is [store] path)"
+                            .to_string(),
+                    ));
+                }
+                if s.path.is_some() {
+                    return Err(self.invalid(
+                        "store.url".to_string(),
+                        "name one store: [store] path (SQLite) or url (PostgreSQL), not both"
+                            .to_string(),
+                    ));
+                }
+            }
+        }
+        let store_url = store.as_ref().and_then(|s| s.url.clone());
         let (store_path, durability, events_retention) = match store {
             Some(s) => (
                 s.path.map(|p| self.resolve(p)),
@@ -99,6 +118,7 @@ impl File<'_> {
         }
         Ok(Config {
             store_path,
+            store_url,
             durability,
             socket: socket.map(|p| self.resolve(p)),
             max_connections,

@@ -59,6 +59,7 @@ pub(super) struct RawGateway {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawStore {
     pub(super) path: Option<PathBuf>,
+    pub(super) url: Option<String>,
     pub(super) synchronous: Option<Durability>,
     #[serde(default, deserialize_with = "de_duration")]
     pub(super) events_retention: Option<Duration>,

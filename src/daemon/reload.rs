@@ -108,7 +108,10 @@ impl Reloader {
         let added = self
             .engine
             .reconfigure(new.pools.values().cloned().collect(), &dropped)?;
-        if new.store_path != self.current.store_path || new.socket != self.current.socket {
+        if new.store_path != self.current.store_path
+            || new.store_url != self.current.store_url
+            || new.socket != self.current.socket
+        {
             warn!("[store] and [server] changes apply at the next start of `serve`");
         }
         // Gateways listen from the start; a new or changed one would otherwise look applied.

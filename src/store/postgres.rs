@@ -35,6 +35,7 @@ mod write;
 
 pub use copy::{copy_from_sqlite, Copied};
 pub use feed::{Changes, Feed};
+pub use schema::migrations;
 pub use target::{is_url, redact_url, PgTarget};
 
 use read::{endpoint_row, event_row, pair_row, ENDPOINT_COLS, EVENT_COLS, PAIR_COLS};
@@ -184,7 +185,20 @@ impl Postgres {
         self.inner.pool.get().await.map_err(|e| {
             use deadpool_postgres::PoolError as P;
             let why = match e {
-                P::Backend(b) => return self.err(b),
+                P::Backend(b) => {
+                    // A refused login or a missing database: no retry will help.
+                    if let Some(db) = b.as_db_error() {
+                        let c = db.code().code();
+                        if c.starts_with("28") || c == "3D000" {
+                            return StoreError::Config(format!(
+                                "cannot use the database {}: {}",
+                                self.inner.target.describe(),
+                                db.message()
+                            ));
+                        }
+                    }
+                    return self.err(b);
+                }
                 P::Timeout(_) => "timed out connecting".to_string(),
                 other => other.to_string(),
             };

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use super::tools::{free_port, is_root, skip_unless_ci};
 
-/// Debian's server binaries.
-const BIN: &str = "/usr/lib/postgresql/15/bin";
+/// Debian keeps each major version's server binaries in `/usr/lib/postgresql/N/bin`.
+const VERSIONS: &str = "/usr/lib/postgresql";
 
 /// The database superuser the harness creates (never `postgres`: nothing is shared).
 pub const USER: &str = "proxypool";
@@ -33,9 +33,20 @@ pub const PASSWORD: &str = "pg-Secret-4711";
 
 /// The folder of PostgreSQL's server binaries, or `None` after a note (a failure under CI).
 pub fn bin_dir() -> Option<PathBuf> {
+    // The newest installed major version, unless PROXYPOOL_PG_BIN names one.
+    let newest = || {
+        let mut v: Vec<(u32, PathBuf)> = std::fs::read_dir(VERSIONS)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+            .collect();
+        v.sort();
+        v.pop().map_or_else(|| PathBuf::from(VERSIONS), |(_, p)| p)
+    };
     let dir = std::env::var_os("PROXYPOOL_PG_BIN")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(BIN));
+        .unwrap_or_else(newest);
     if dir.join("initdb").is_file() && dir.join("postgres").is_file() {
         Some(dir)
     } else {
@@ -239,16 +250,8 @@ impl Drop for Cluster {
 
 fn as_server(mut cmd: Command, ids: Option<(u32, u32)>) -> Command {
     if let Some((uid, gid)) = ids {
+        // std drops root's supplementary groups when it changes the uid.
         cmd.uid(uid).gid(gid);
-        // SAFETY: setgroups is async-signal-safe; it drops root's supplementary groups.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::setgroups(0, std::ptr::null()) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
     }
     cmd.env_remove("PGPASSFILE").env("LC_ALL", "C");
     cmd
