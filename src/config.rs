@@ -295,6 +295,9 @@ pub struct Config {
     pub store_path: Option<PathBuf>,
     /// `[store] url`: a PostgreSQL database that several daemons share (docs/fleet.md).
     pub store_url: Option<String>,
+    /// `[store] claim_hold`: how long a trial's claim holds in PostgreSQL without renewal
+    /// (docs/fleet.md, "Ownership"); `None`: the default.
+    pub claim_hold: Option<Duration>,
     /// `[store] synchronous`.
     pub durability: Durability,
     /// `[server] socket`, resolved.
@@ -324,6 +327,7 @@ impl Default for Config {
             path: None,
             store_path: None,
             store_url: None,
+            claim_hold: None,
             durability: Durability::default(),
             socket: None,
             http: None,

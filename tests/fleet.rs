@@ -278,3 +278,257 @@ fn a_sqlite_pool_moves_whole_into_postgres() {
     let next = moved.add(&["http://10.4.0.9:3128"])[0];
     assert!(next > *ids.iter().max().unwrap(), "{next}");
 }
+
+/// `CONFIG` with claims that lapse 2 s after their daemon's last renewal.
+fn config_with_hold() -> String {
+    format!("[store]\nclaim_hold = \"2s\"\n{CONFIG}")
+}
+
+/// GET `path` from the HTTP listener on `port`: (status, body).
+fn http(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let status = text[9..12].parse().unwrap();
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (status, body)
+}
+
+fn store_up(port: u16) -> String {
+    let (_, m) = http(port, "/metrics");
+    m.lines()
+        .find(|l| l.starts_with("proxypool_store_up"))
+        .unwrap_or("no proxypool_store_up")
+        .to_string()
+}
+
+#[test]
+fn a_stopped_daemon_loses_its_trial_by_database_time_and_its_late_report_is_stale() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let homes: Vec<Home> = (0..2)
+        .map(|_| {
+            let mut h = Home::new(Some(&config_with_hold()));
+            h.db = PathBuf::from(&url);
+            h
+        })
+        .collect();
+    homes[0].add(&["http://10.5.0.1:3128"]);
+    let mut ds: Vec<Daemon> = homes.iter().map(|h| h.serve()).collect();
+    let g = lease(&ds[0]);
+    fail(&ds[0], g["lease"].as_str().unwrap());
+    sees(&ds[1], "cooling", 1);
+    // After the cooldown, daemon 0 takes the trial with a long lease, then stalls.
+    let trial = eventually(Duration::from_secs(10), "daemon 0 gets the trial", || {
+        let g = d_lease(&ds[0], "120s");
+        if g["ok"] == json!(true) {
+            Ok(g)
+        } else {
+            Err(g.to_string())
+        }
+    });
+    assert_eq!(trial["trial"], json!(true), "{trial}");
+    let pid = ds[0].pid() as i32;
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    // Daemon 1 may not take it while the claim holds; it may once it lapsed (2 s after
+    // its last renewal, by the database's clock).
+    let g = d_lease(&ds[1], "30s");
+    assert_eq!(err_code(&g), "pool_exhausted", "{g}");
+    let second = eventually(
+        Duration::from_secs(15),
+        "the claim lapses; daemon 1 takes the trial",
+        || {
+            let g = d_lease(&ds[1], "30s");
+            if g["ok"] == json!(true) {
+                Ok(g)
+            } else {
+                Err(g.to_string())
+            }
+        },
+    );
+    assert_eq!(second["trial"], json!(true), "{second}");
+    let r = ds[1].req(json!({"op": "report", "lease": second["lease"], "outcome": "success"}));
+    assert_eq!(r["state"], "available", "{r}");
+    // Daemon 0 wakes up and reports a failure on its old trial: it changes nothing.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let late = fail(&ds[0], trial["lease"].as_str().unwrap());
+    assert_eq!(err_code(&late), "stale_claim", "{late}");
+    for d in &ds {
+        sees(d, "available", 1);
+    }
+    let admitted = homes[1].events_with(&["--kind", "trial_admitted"]).len();
+    assert_eq!(admitted, 2);
+    ds[0].kill9();
+}
+
+fn d_lease(d: &Daemon, ttl: &str) -> Value {
+    d.req(json!({"op": "lease", "pool": "default", "ttl": ttl}))
+}
+
+#[test]
+fn postgres_stopped_and_started_under_load() {
+    // A cluster of its own: this test stops it.
+    let Some(pg) = postgres::Cluster::start() else {
+        return;
+    };
+    let url = pg.database();
+    let a = home(&url);
+    let b = home(&url);
+    a.add(&["http://10.6.0.1:3128", "http://10.6.0.2:3128"]);
+    let port = common::tools::free_port();
+    let da = a.serve_with(&["--http", &format!("127.0.0.1:{port}")], &[]);
+    let db = b.serve();
+    assert_eq!(http(port, "/healthz"), (200, "ok\n".to_string()));
+    assert!(store_up(port).ends_with(" 1"), "{}", store_up(port));
+
+    pg.stop_server();
+    // Leases go on from memory; a report must write, and answers store_unavailable.
+    let g = lease(&da);
+    assert_eq!(g["ok"], json!(true), "{g}");
+    let r = eventually(
+        Duration::from_secs(15),
+        "a write answers store_unavailable",
+        || {
+            let g = lease(&da);
+            let r = fail(&da, g["lease"].as_str().unwrap());
+            if err_code(&r) == "store_unavailable" {
+                Ok(r)
+            } else {
+                Err(r.to_string())
+            }
+        },
+    );
+    assert!(!r.to_string().contains(PASSWORD), "{r}");
+    assert_eq!(
+        count(&da, "cooling"),
+        0,
+        "nothing unacknowledged is applied"
+    );
+    eventually(
+        Duration::from_secs(10),
+        "/healthz says store_unavailable",
+        || match http(port, "/healthz") {
+            (503, body) if body.contains("store_unavailable") => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    assert!(store_up(port).ends_with(" 0"), "{}", store_up(port));
+    for _ in 0..5 {
+        let g = lease(&da);
+        assert_eq!(g["ok"], json!(true), "leases go on: {g}");
+        da.req(json!({"op": "release", "lease": g["lease"]}));
+    }
+    assert!(!da.log_text().contains(PASSWORD));
+
+    pg.start_server();
+    eventually(
+        Duration::from_secs(20),
+        "/healthz is ok again",
+        || match http(port, "/healthz") {
+            (200, _) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    assert!(store_up(port).ends_with(" 1"), "{}", store_up(port));
+    // Writes go through again, and the other daemon (which lost the store too) catches up.
+    let r = eventually(
+        Duration::from_secs(10),
+        "a failure is written again",
+        || {
+            let g = lease(&da);
+            let r = fail(&da, g["lease"].as_str().unwrap());
+            if r["ok"] == json!(true) {
+                Ok(r)
+            } else {
+                Err(r.to_string())
+            }
+        },
+    );
+    assert_eq!(r["state"], "cooling", "{r}");
+    sees(&db, "cooling", 1);
+}
+
+#[test]
+fn kill_9_of_every_daemon_under_load_loses_no_acknowledged_report() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let homes: Vec<Home> = (0..3).map(|_| home(&url)).collect();
+    let urls: Vec<String> = (1..=60)
+        .map(|i| format!("http://10.7.0.{i}:3128"))
+        .collect();
+    let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    homes[0].add(&refs);
+    let mut ds: Vec<Daemon> = homes.iter().map(|h| h.serve()).collect();
+    // Clients on every daemon fail what they lease and keep what was acknowledged.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..6)
+        .map(|i| {
+            let (sock, stop) = (ds[i % 3].socket.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut acked = Vec::new();
+                let Ok(mut c) = common::daemon::Conn::try_connect(&sock) else {
+                    return acked;
+                };
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Ok(g) = c.try_req(&json!({"op": "lease", "pool": "default", "ttl": "30s"})) else {
+                        break;
+                    };
+                    if g["ok"] != json!(true) {
+                        continue;
+                    }
+                    let rep = json!({"op": "report", "lease": g["lease"], "outcome": "failure", "reason": "connect_refused", "phase": "connect"});
+                    match c.try_req(&rep) {
+                        Ok(r) if r["ok"] == json!(true) => acked.push(g["endpoint"].as_i64().unwrap()),
+                        Ok(_) => {}
+                        Err(_) => break,
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    eventually(Duration::from_secs(20), "some reports acknowledged", || {
+        let n = homes[0].list_with(&["--state", "cooling"]).len();
+        if n >= 10 {
+            Ok(())
+        } else {
+            Err(format!("{n} cooling"))
+        }
+    });
+    for d in &mut ds {
+        d.kill9();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked: Vec<i64> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    assert!(!acked.is_empty());
+    // Every acknowledged failure is in the database (cooling, or further on; never
+    // available without a trial, and the cooldown is 3 s).
+    let rows = homes[0].list();
+    for id in &acked {
+        let row = rows.iter().find(|r| r["id"] == json!(id)).unwrap();
+        assert!(
+            row["streak"].as_u64().unwrap() >= 1,
+            "acknowledged failure of {id} lost: {row}"
+        );
+    }
+    let failures = homes[0]
+        .events_with(&["--kind", "report", "--limit", "100000"])
+        .len();
+    assert!(
+        failures >= acked.len(),
+        "{failures} report events for {} acknowledged",
+        acked.len()
+    );
+    // The daemons start again from what was committed.
+    let d = homes[1].serve();
+    assert!(count(&d, "cooling") + count(&d, "probe_allowed") + count(&d, "available") == 60);
+}

@@ -78,9 +78,10 @@ impl Context {
     }
 
     fn open_options(&self) -> OpenOptions {
+        let d = OpenOptions::default();
         OpenOptions {
             durability: self.config.durability,
-            ..OpenOptions::default()
+            claim_hold: self.config.claim_hold.unwrap_or(d.claim_hold),
         }
     }
 

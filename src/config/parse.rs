@@ -92,6 +92,13 @@ impl File<'_> {
             }
         }
         let store_url = store.as_ref().and_then(|s| s.url.clone());
+        let claim_hold = store.as_ref().and_then(|s| s.claim_hold);
+        if claim_hold.is_some_and(|h| h < Duration::from_secs(1)) {
+            return Err(self.invalid(
+                "store.claim_hold".to_string(),
+                "must be at least 1s (a daemon renews its claims every third of it)".to_string(),
+            ));
+        }
         let (store_path, durability, events_retention) = match store {
             Some(s) => (
                 s.path.map(|p| self.resolve(p)),
@@ -119,6 +126,7 @@ impl File<'_> {
         Ok(Config {
             store_path,
             store_url,
+            claim_hold,
             durability,
             socket: socket.map(|p| self.resolve(p)),
             max_connections,
