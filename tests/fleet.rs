@@ -92,6 +92,17 @@ fn operator_commands_act_on_the_database_with_no_daemon() {
     }
     let status = h.ok(&["status"]);
     assert!(status.contains("default"), "{status}");
+    assert!(
+        status.contains("store: postgresql://proxypool@127.0.0.1:"),
+        "{status}"
+    );
+    // Import streams a file in one transaction, all or nothing.
+    let file = h.path("list.txt");
+    std::fs::write(&file, "http://10.1.1.1:3128\nhttp://10.1.1.2:3128\n").unwrap();
+    h.ok(&["import", file.to_str().unwrap()]);
+    std::fs::write(&file, "http://10.1.1.3:3128\nnot a url\n").unwrap();
+    h.fails(2, &["import", file.to_str().unwrap()]);
+    assert_eq!(h.list().len(), 3);
     let migrate = h.ok(&["migrate"]);
     assert!(migrate.contains("127.0.0.1"), "{migrate}");
     for out in [status, migrate, h.ok(&["events"])] {

@@ -187,6 +187,10 @@ pub(super) async fn status(
         let v = serde_json::to_value(&pools).unwrap_or_default();
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
+        if ctx.shared() {
+            // Which database the fleet shares (hosts and database, never the password).
+            println!("store: {}", ctx.at.describe());
+        }
         let mut t = table([
             "POOL",
             "MODE",
