@@ -286,6 +286,18 @@ pub enum Durability {
     Full,
 }
 
+/// Files holding the listeners' secrets (`[server] token_file`, `lease_token_file`,
+/// `http_token_file`): read when `serve` starts, never stored in the config itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TokenFiles {
+    /// The TCP listener's admin token.
+    pub admin: Option<PathBuf>,
+    /// The TCP listener's lease token.
+    pub lease: Option<PathBuf>,
+    /// The HTTP listener's bearer token.
+    pub http: Option<PathBuf>,
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -300,6 +312,8 @@ pub struct Config {
     /// `[server] http`: the read-only HTTP listener (docs/observability.md, "HTTP
     /// listener"); off when absent.
     pub http: Option<std::net::SocketAddr>,
+    /// `[server] token_file`, `lease_token_file`, `http_token_file`, resolved.
+    pub token_files: TokenFiles,
     /// `[store] events_retention`: events older than this are pruned; zero keeps them all.
     pub events_retention: Duration,
     /// Pools by name; `default` always exists.
@@ -324,6 +338,7 @@ impl Default for Config {
             durability: Durability::default(),
             socket: None,
             http: None,
+            token_files: TokenFiles::default(),
             events_retention: DEFAULT_EVENTS_RETENTION,
             pools,
             endpoints: Vec::new(),

@@ -107,7 +107,9 @@ async fn cooling_until_the_deadline_then_exactly_one_trial_lease() {
     advance(BASE - MS).await;
     assert_eq!(Instant::now(), deadline - MS);
     match lease(&mut p, clock) {
-        Err(PoolError::Exhausted { pool, retry_after }) => {
+        Err(PoolError::Exhausted {
+            pool, retry_after, ..
+        }) => {
             assert_eq!(pool, "p");
             assert_eq!(retry_after, Some(MS));
         }

@@ -76,6 +76,15 @@ async fn add_endpoints(ctx: &Context, eps: Vec<NewEndpoint>) -> Result<Vec<Endpo
         let line_len = serde_json::to_string(&req).map_or(usize::MAX, |l| l.len());
         let body = if line_len < crate::limits::MAX_LINE - 1024 {
             call(&mut c, &req).await?
+        } else if c.is_tcp() {
+            // The daemon reads a spill file only from its own host.
+            return Err(CliError::usage(format!(
+                "{} URLs do not fit in one request to {} ({} bytes, at most {}); nothing was added: add fewer at a time, or import on the daemon's host",
+                eps.len(),
+                c.address(),
+                line_len,
+                crate::limits::MAX_LINE - 1024
+            )));
         } else {
             let Request::Add(AddMessage {
                 urls, pool, label, ..
@@ -171,6 +180,7 @@ pub(super) async fn import(
     pool: &str,
     label: &Option<String>,
 ) -> Result<(), CliError> {
+    ctx.local("import")?;
     ctx.check_pool(pool)?;
     match ctx.daemon().await? {
         None => return import_direct(ctx, file, pool, label),

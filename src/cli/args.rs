@@ -34,6 +34,14 @@ pub struct Global {
     /// Daemon socket [default: config [server] socket, else $XDG_RUNTIME_DIR/proxypool.sock]
     #[arg(long, global = true, env = "PROXYPOOL_SOCKET", value_name = "PATH")]
     pub socket: Option<PathBuf>,
+    /// A daemon's TCP listener instead (token: PROXYPOOL_LEASE_TOKEN, else PROXYPOOL_TOKEN)
+    #[arg(
+        long,
+        global = true,
+        env = "PROXYPOOL_CONNECT",
+        value_name = "tcp://HOST:PORT"
+    )]
+    pub connect: Option<String>,
     /// More logging (-v info, -vv debug, -vvv trace).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,

@@ -13,7 +13,7 @@ use super::raw::{
 };
 use super::{
     Config, ConfigError, Durability, EndpointDecl, GatewayConfig, Mode, PoolConfig, ProbeConfig,
-    SourceConfig, SourceKind, DEFAULT_EVENTS_RETENTION, DEFAULT_POOL,
+    SourceConfig, SourceKind, TokenFiles, DEFAULT_EVENTS_RETENTION, DEFAULT_POOL,
 };
 use crate::endpoint::ProxyUrl;
 use crate::health::blame::{Rules, MAX_DOWN_AFTER};
@@ -81,9 +81,14 @@ impl File<'_> {
             ),
             None => (None, Durability::default(), DEFAULT_EVENTS_RETENTION),
         };
-        let (socket, http, max_connections, max_tcp_connections) = match server {
-            Some(s) => (s.socket, s.http, s.max_connections, s.max_tcp_connections),
-            None => (None, None, None, None),
+        let server = server.unwrap_or_default();
+        let (socket, http) = (server.socket, server.http);
+        let (max_connections, max_tcp_connections) =
+            (server.max_connections, server.max_tcp_connections);
+        let token_files = TokenFiles {
+            admin: server.token_file.map(|p| self.resolve(p)),
+            lease: server.lease_token_file.map(|p| self.resolve(p)),
+            http: server.http_token_file.map(|p| self.resolve(p)),
         };
         for (key, v) in [
             ("server.max_connections", max_connections),
@@ -104,6 +109,7 @@ impl File<'_> {
             max_connections,
             max_tcp_connections,
             http,
+            token_files,
             events_retention,
             ..Config::default()
         })

@@ -340,11 +340,31 @@ impl Pools {
         Some(Choice::plain(*id, Some(slot)))
     }
 
-    /// Nothing to lease: when to ask again (the soonest cooldown end, of a pair too when
-    /// the lease named a destination with bans).
+    /// Nothing to lease: a pool without an endpoint that fits says so (waiting will not
+    /// help); else when to ask again, the soonest cooldown end of an endpoint that fits
+    /// (of a pair too when the lease named a destination with bans).
     fn nothing_to_lease(&self, pool: &str, ask: &Ask, now: Instant) -> PoolError {
         let ps = &self.pools[ask.p];
-        let mut soonest = ps.cooling.first().map(|(d, _)| *d);
+        let filter = ask.want.schemes_text();
+        let fits = |id: &EndpointId| self.entries.get(id).is_some_and(|e| ask.want.fits(e));
+        let none_fit = match ask.want.schemes {
+            None => ps.counts.iter().sum::<usize>() == 0,
+            // Only when a scheme was asked for: a scan, on this refusal alone.
+            Some(_) => !self
+                .entries
+                .iter()
+                .any(|(_, e)| e.pool == ask.p && ask.want.fits(e)),
+        };
+        if none_fit {
+            return PoolError::Empty {
+                pool: pool.to_string(),
+                filter,
+            };
+        }
+        let mut soonest = match ask.want.schemes {
+            None => ps.cooling.first().map(|(d, _)| *d),
+            Some(_) => ps.cooling.iter().find(|(_, id)| fits(id)).map(|(d, _)| *d),
+        };
         if ask.views.any() {
             soonest = match (soonest, ps.dests.next_due()) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -354,6 +374,7 @@ impl Pools {
         PoolError::Exhausted {
             pool: pool.to_string(),
             retry_after: soonest.map(|d| d.saturating_duration_since(now)),
+            filter,
         }
     }
 

@@ -53,12 +53,25 @@ pub enum PoolError {
     /// No such pool.
     #[error("unknown pool {0:?}")]
     UnknownPool(String),
-    /// Nothing can be leased now.
-    #[error("pool {pool:?} has no endpoint available{}", retry_after.map(|d| format!(" (soonest cooldown ends in {} ms)", d.as_millis())).unwrap_or_default())]
+    /// Endpoints exist, none can be leased now.
+    #[error("pool {pool:?} has no {}endpoint available{}", filter.as_ref().map(|f| format!("{f} ")).unwrap_or_default(), retry_after.map(|d| format!(" (the soonest cooldown ends in {})", wait_text(d))).unwrap_or_else(|| " (none is cooling: every one is leased, on trial or disabled)".into()))]
     Exhausted {
         pool: String,
-        /// Time until the soonest cooldown deadline.
+        /// Time until the soonest cooldown deadline (of an endpoint that fits the lease).
         retry_after: Option<Duration>,
+        /// The schemes the lease asked for, as written (`socks5 or http`).
+        filter: Option<String>,
+    },
+    /// The pool has no endpoint at all, or none of the schemes the lease asked for:
+    /// nothing comes by waiting.
+    #[error("{}", match filter {
+        None => format!("pool {pool:?} has no endpoints: add some with `proxypool add URL --pool {pool}` (or [[endpoint]] entries in the config)"),
+        Some(f) => format!("pool {pool:?} has no {f} endpoint at all: the lease asks only for schemes {f}"),
+    })]
+    Empty {
+        pool: String,
+        /// The schemes the lease asked for, when that is why.
+        filter: Option<String>,
     },
     /// The target is down: nothing is dialed until its trial.
     #[error("destination {target:?} is down (every endpoint of pool {pool:?} that tried it failed to reach it); next trial in {} ms", retry_after.as_millis())]
@@ -86,6 +99,15 @@ pub enum PoolError {
     /// A report by session named a session with no endpoint bound to it.
     #[error("no endpoint is bound to session {session:?} in pool {pool:?} (it was never leased, or a failure unbound it)")]
     UnknownSession { pool: String, session: String },
+}
+
+/// A wait as a message says it: `450ms`, else whole seconds rounded up (`2s`, `1m 5s`).
+fn wait_text(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        return format!("{}ms", d.as_millis());
+    }
+    let secs = d.as_millis().div_ceil(1000) as u64;
+    humantime::format_duration(Duration::from_secs(secs)).to_string()
 }
 
 /// A granted lease.

@@ -120,6 +120,17 @@ impl Want {
         self.target.as_deref().or(self.destination.as_deref())
     }
 
+    /// The schemes asked for, as a message names them (`socks5 or socks5h`).
+    pub(super) fn schemes_text(&self) -> Option<String> {
+        let m = self.schemes?;
+        let names: Vec<&str> = Scheme::ALL
+            .iter()
+            .filter(|s| m & bit(**s) != 0)
+            .map(|s| s.as_str())
+            .collect();
+        Some(names.join(" or "))
+    }
+
     pub(super) fn fits(&self, e: &Entry) -> bool {
         self.schemes.is_none_or(|m| m & bit(e.url.scheme) != 0)
     }

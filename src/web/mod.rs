@@ -31,7 +31,7 @@ use crate::pool::PoolStatus;
 use crate::protocol::{self, ErrorCode, Payload};
 use crate::store::EndpointView;
 
-pub use auth::{check_bind, token_from_env, HttpConfigError, TOKEN_ENV};
+pub use auth::{check_bind, HttpConfigError, TOKEN_ENV};
 pub(crate) use page::render_page;
 pub use view::{minute_buckets, EndpointLine, PageLimits, PageModel, PoolPage};
 
@@ -95,7 +95,8 @@ pub struct HttpApp<S> {
 }
 
 impl<S: StatusSource> HttpApp<S> {
-    /// `token`: when set, every request needs `Authorization: Bearer <token>`.
+    /// `token`: when set, every request needs `Authorization: Bearer <token>`, on
+    /// loopback too (an operator who sets one asks for it).
     pub fn new(source: Arc<S>, metrics: Arc<Metrics>, token: Option<String>) -> Self {
         HttpApp {
             source,
@@ -141,7 +142,10 @@ impl<S: StatusSource> HttpApp<S> {
             "/api/status" => match query.only(&["pool"]) {
                 Err(e) => api_error(&e),
                 Ok(()) => match self.source.status(query.get("pool")).await {
-                    Ok(pools) => api_ok(Payload::Status { pools }),
+                    Ok(pools) => api_ok(Payload::Status {
+                        pools,
+                        database: None,
+                    }),
                     Err(e) => api_error(&e),
                 },
             },

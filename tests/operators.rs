@@ -1,0 +1,399 @@
+//! Running a fleet (docs/operators.md) through the real binary: each listener with its own
+//! secret, the lease role that can only lease, token files, the CLI on another "host"
+//! reaching the daemon over `--connect tcp://`, empty pools that say so, and commands that
+//! name the database and the daemon they read.
+
+mod common;
+
+use std::process::Stdio;
+
+use common::daemon::*;
+use common::tools::free_port;
+use serde_json::{json, Value};
+
+const ADMIN: &str = "admin-t0ken-0123456789";
+const LEASE: &str = "lease-t0ken-0123456789";
+
+/// A CLI run of `h` with extra environment.
+fn run_env(h: &Home, args: &[&str], env: &[(&str, &str)]) -> Out {
+    let mut c = h.cmd();
+    c.args(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = wait_output(c.spawn().unwrap(), RUN_LIMIT).expect("CLI run finished");
+    Out::from(out, args)
+}
+
+fn addr() -> String {
+    format!("127.0.0.1:{}", free_port())
+}
+
+/// An endpoint nothing listens on: a gateway's dial through it is refused at once.
+fn closed_endpoint() -> String {
+    format!("http://127.0.0.1:{}", free_port())
+}
+
+#[test]
+fn each_listener_has_its_own_secret_and_the_lease_role_only_leases() {
+    let h = Home::new(None);
+    let ids = h.add(&[&closed_endpoint(), &closed_endpoint()]);
+    let (tcp, gw, http) = (addr(), addr(), addr());
+    let d = h.serve_with(
+        &["--listen-tcp", &tcp, "--gateway", &gw, "--http", &http],
+        &[("PROXYPOOL_TOKEN", ADMIN), ("PROXYPOOL_LEASE_TOKEN", LEASE)],
+    );
+    let req = |token: &str, mut v: Value| {
+        v["token"] = json!(token);
+        tcp_req(&tcp, &v)
+    };
+    // The lease role: what a scraper needs.
+    ok(req(LEASE, json!({"op": "ping"})));
+    let s = ok(req(LEASE, json!({"op": "status"})));
+    assert_eq!(s["pools"][0]["available"], json!(2), "{s}");
+    let g = ok(req(LEASE, json!({"op": "lease"})));
+    let r = ok(req(
+        LEASE,
+        json!({"op": "report", "lease": g["lease"], "outcome": "success"}),
+    ));
+    assert_eq!(r["state"], json!("available"));
+    let g = ok(req(LEASE, json!({"op": "lease"})));
+    ok(req(LEASE, json!({"op": "release", "lease": g["lease"]})));
+    // ...and nothing else: every operator op is refused and changes nothing.
+    let before = h.list();
+    for v in [
+        json!({"op": "remove", "endpoints": [ids[0]]}),
+        json!({"op": "disable", "endpoint": ids[0]}),
+        json!({"op": "add", "urls": ["http://10.31.0.9:3128"]}),
+        json!({"op": "edit", "endpoint": ids[1], "label": "x"}),
+        json!({"op": "endpoints"}),
+        json!({"op": "probe", "all": true}),
+    ] {
+        let op = v["op"].as_str().unwrap().to_string();
+        let r = req(LEASE, v);
+        assert_eq!(err_code(&r), "forbidden", "{op}: {r}");
+        assert!(
+            r["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("needs the admin role"),
+            "{r}"
+        );
+    }
+    assert_eq!(h.list(), before, "a refused op changed nothing");
+    // The admin token may do everything; a token that is neither, nothing.
+    let r = ok(req(ADMIN, json!({"op": "disable", "endpoint": ids[1]})));
+    assert_eq!(r["state"], json!("disabled"));
+    ok(req(
+        ADMIN,
+        json!({"op": "enable", "endpoint": ids[1], "now": true}),
+    ));
+    let r = req("lease-t0ken-012345678", json!({"op": "ping"}));
+    assert_eq!(err_code(&r), "bad_request", "{r}");
+    // Loopback listeners never need the socket's tokens: the Prometheus job and local
+    // scrapers keep working.
+    let (status, _, body) = http_get(&http, "/metrics", "");
+    assert_eq!(status, 200, "{body}");
+    let (status, head, _) = http_get(&gw, "http://127.0.0.1:9/", "");
+    assert_ne!(status, 407, "{head}");
+    assert!(head.contains("x-proxypool-error"), "{head}");
+    // No secret is ever written to the log.
+    let log = d.log_text();
+    assert!(!log.contains(ADMIN) && !log.contains(LEASE), "{log}");
+}
+
+#[test]
+fn tokens_come_from_files_and_the_http_listener_has_its_own() {
+    let h = Home::new(None);
+    let write = |name: &str, text: &str| {
+        let p = h.dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let (admin_file, lease_file) = (
+        write("admin.tok", &format!("{ADMIN}\n")),
+        write("lease.tok", LEASE),
+    );
+    let http_file = write("http.tok", "http-t0ken-0123456789\n");
+    let http = addr();
+    let cfg = h.dir.path().join("fleet.toml");
+    let cfg_s = cfg.display().to_string();
+    let config = |admin: &str, lease: &str| {
+        format!(
+            "[server]\nhttp = \"{http}\"\ntoken_file = \"{admin}\"\nlease_token_file = \"{lease}\"\nhttp_token_file = \"{http_file}\"\n"
+        )
+    };
+    // Bad files stop the start, naming the key (never the secret).
+    let same = write("same.tok", ADMIN);
+    let missing = h.dir.path().join("missing.tok").display().to_string();
+    let short = write("short.tok", "short\n");
+    for (admin, lease, key) in [
+        (&admin_file, &same, "server.lease_token_file"),
+        (&missing, &lease_file, "server.token_file"),
+        (&admin_file, &short, "server.lease_token_file"),
+    ] {
+        std::fs::write(&cfg, config(admin, lease)).unwrap();
+        let o = h.run(&["--config", &cfg_s, "serve", "--listen-tcp", &addr()]);
+        assert_eq!(o.code, Some(2), "{o:?}");
+        assert!(o.stderr.contains(key), "{key}: {}", o.stderr);
+        assert!(
+            !o.stderr.contains(ADMIN) && !o.stderr.contains("short\n"),
+            "{}",
+            o.stderr
+        );
+    }
+    std::fs::write(&cfg, config(&admin_file, &lease_file)).unwrap();
+    let tcp = addr();
+    let d = h.serve_with(&["--config", &cfg_s, "--listen-tcp", &tcp], &[]);
+    let id = ids(&h.ok(&["--config", &cfg_s, "add", "http://10.32.0.1:3128"]))[0];
+    let r = tcp_req(
+        &tcp,
+        &json!({"op": "remove", "endpoints": [id], "token": LEASE}),
+    );
+    assert_eq!(err_code(&r), "forbidden", "{r}");
+    ok(tcp_req(&tcp, &json!({"op": "lease", "token": LEASE})));
+    ok(tcp_req(
+        &tcp,
+        &json!({"op": "remove", "endpoints": [id], "token": ADMIN}),
+    ));
+    // An HTTP token set is required on loopback too: the operator asked for it.
+    let (status, _, _) = http_get(&http, "/healthz", "");
+    assert_eq!(status, 401);
+    let (status, _, _) = http_get(
+        &http,
+        "/healthz",
+        "Authorization: Bearer http-t0ken-0123456789\r\n",
+    );
+    assert_eq!(status, 200);
+    let (status, _, _) = http_get(
+        &http,
+        "/healthz",
+        &format!("Authorization: Bearer {ADMIN}\r\n"),
+    );
+    assert_eq!(status, 401, "the socket's token is not the HTTP listener's");
+    drop(d);
+}
+
+#[test]
+fn the_cli_on_another_host_reaches_the_daemon_over_tcp() {
+    let server = Home::new(None);
+    let ids = server.add(&["http://10.33.0.1:3128", "http://10.33.0.2:3128"]);
+    let tcp = addr();
+    let _d = server.serve_with(
+        &["--listen-tcp", &tcp],
+        &[("PROXYPOOL_TOKEN", ADMIN), ("PROXYPOOL_LEASE_TOKEN", LEASE)],
+    );
+    let connect = format!("tcp://{tcp}");
+    // Another host: its own home, no database, no socket.
+    let client = Home::new(None);
+    let lease_env = [("PROXYPOOL_LEASE_TOKEN", LEASE)];
+    let o = run_env(
+        &client,
+        &["--connect", &connect, "lease", "--json"],
+        &lease_env,
+    );
+    assert_eq!(o.code, Some(0), "{o:?}");
+    let g: Value = serde_json::from_str(o.stdout.trim()).unwrap();
+    let lease = g["lease"].as_str().unwrap();
+    // PROXYPOOL_CONNECT does the same as the flag.
+    let env = [
+        ("PROXYPOOL_LEASE_TOKEN", LEASE),
+        ("PROXYPOOL_CONNECT", connect.as_str()),
+    ];
+    let o = run_env(
+        &client,
+        &[
+            "report",
+            lease,
+            "--outcome",
+            "failure",
+            "--reason",
+            "connect_refused",
+        ],
+        &env,
+    );
+    assert_eq!((o.code, o.stdout.trim()), (Some(0), "cooling"), "{o:?}");
+    let o = run_env(&client, &["status"], &env);
+    assert_eq!(o.code, Some(0), "{o:?}");
+    let first = o.stdout.lines().next().unwrap();
+    assert!(
+        first.contains(&format!("daemon {connect}"))
+            && first.contains(&server.db.display().to_string()),
+        "status names the daemon and its database: {}",
+        o.stdout
+    );
+    // Listing endpoints is an operator's: the lease role may not.
+    let o = run_env(&client, &["list"], &env);
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(
+        o.stderr.contains("endpoints needs the admin role"),
+        "{}",
+        o.stderr
+    );
+    let admin = [
+        ("PROXYPOOL_TOKEN", ADMIN),
+        ("PROXYPOOL_CONNECT", connect.as_str()),
+    ];
+    let o = run_env(&client, &["list"], &admin);
+    assert_eq!(o.code, Some(0), "{o:?}");
+    assert!(o.stdout.contains("10.33.0.2"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("2 endpoints: 1 available, 1 cooling")
+            && o.stdout.contains(&format!("daemon {connect}")),
+        "{}",
+        o.stdout
+    );
+    // Operator commands need the admin role: the lease token is sent first.
+    let both = [
+        ("PROXYPOOL_LEASE_TOKEN", LEASE),
+        ("PROXYPOOL_TOKEN", ADMIN),
+        ("PROXYPOOL_CONNECT", connect.as_str()),
+    ];
+    let id = ids[1].to_string();
+    let o = run_env(&client, &["disable", &id], &both);
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(
+        o.stderr.contains("needs the admin role") && o.stderr.contains("unset it"),
+        "{}",
+        o.stderr
+    );
+    let o = run_env(&client, &["disable", &id, "--reason", "rotating"], &admin);
+    assert_eq!(
+        (o.code, o.stdout.trim()),
+        (Some(0), format!("{id}\tdisabled").as_str()),
+        "{o:?}"
+    );
+    let o = run_env(
+        &client,
+        &["enable", "http://10.33.0.2:3128", "--now"],
+        &admin,
+    );
+    assert_eq!(
+        (o.code, o.stdout.trim()),
+        (Some(0), format!("{id}\tavailable").as_str()),
+        "{o:?}"
+    );
+    let o = run_env(&client, &["add", "http://u:pw@10.33.0.3:3128"], &admin);
+    assert_eq!(o.code, Some(0), "{o:?}");
+    assert_eq!(server.list().len(), 3);
+    // What reads a database is for the daemon's host, and says so.
+    for args in [
+        &["events"][..],
+        &["sources"],
+        &["show", "1"],
+        &["import", "-"],
+    ] {
+        let o = run_env(&client, args, &admin);
+        assert_eq!(o.code, Some(2), "{o:?}");
+        assert!(o.stderr.contains("--connect tcp://"), "{}", o.stderr);
+    }
+    // No token, no request.
+    let o = run_env(
+        &client,
+        &["status"],
+        &[("PROXYPOOL_CONNECT", connect.as_str())],
+    );
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.contains("PROXYPOOL_LEASE_TOKEN"), "{}", o.stderr);
+    let o = run_env(
+        &client,
+        &["status"],
+        &[("PROXYPOOL_CONNECT", "10.0.0.5:7000")],
+    );
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.contains("tcp://HOST:PORT"), "{}", o.stderr);
+    // Nothing was written on the client's host.
+    assert!(!client.db.exists(), "the client created a database");
+    let out = format!("{:?}", run_env(&client, &["status"], &admin));
+    assert!(!out.contains(ADMIN) && !out.contains("pw@"), "{out}");
+}
+
+#[test]
+fn an_empty_pool_says_so_on_the_socket_and_the_cli() {
+    let h = Home::new(Some("[[pool]]\nname = \"socks\"\n"));
+    h.add(&["socks5h://10.34.0.1:1080"]);
+    let o = h.run(&["add", "--pool", "socks", "socks5h://10.34.0.2:1080"]);
+    assert_eq!(o.code, Some(0), "{o:?}");
+    h.ok(&["remove", "1"]);
+    let d = h.serve();
+    // `default` has no endpoint: pool_empty, and no retry_after_ms.
+    let r = d.req(json!({"op": "lease"}));
+    assert_eq!(err_code(&r), "pool_empty", "{r}");
+    assert!(
+        r.get("retry_after_ms").is_none() && r["error"].get("retry_after_ms").is_none(),
+        "{r}"
+    );
+    let o = h.run(&["lease"]);
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(
+        o.stderr
+            .contains("has no endpoints: add some with `proxypool add URL"),
+        "{}",
+        o.stderr
+    );
+    // A scheme the pool does not have: the filter is named, not a cooldown.
+    let r = d.req(json!({"op": "lease", "pool": "socks", "schemes": ["socks5"]}));
+    assert_eq!(err_code(&r), "pool_empty", "{r}");
+    let o = h.run(&["lease", "--pool", "socks", "--scheme", "socks5"]);
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(o.stderr.contains("no socks5 endpoint"), "{}", o.stderr);
+    assert!(!o.stderr.contains(" ms"), "{}", o.stderr);
+    ok(d.req(json!({"op": "lease", "pool": "socks", "schemes": ["socks5h"]})));
+}
+
+#[test]
+fn status_and_list_name_the_database_and_the_daemon_they_read() {
+    let h = Home::new(None);
+    h.add(&["http://10.35.0.1:3128"]);
+    let db = h.db.display().to_string();
+    let o = h.run(&["status"]);
+    assert!(
+        o.stdout
+            .lines()
+            .next()
+            .unwrap()
+            .contains(&format!("database {db} · no daemon")),
+        "{}",
+        o.stdout
+    );
+    let d = h.serve();
+    let o = h.run(&["status"]);
+    let first = o.stdout.lines().next().unwrap().to_string();
+    assert!(
+        first.contains(&format!("database {db}"))
+            && first.contains(&format!("daemon {}", h.socket.display())),
+        "{first}"
+    );
+    let o = h.run(&["list"]);
+    assert!(
+        o.stdout.contains(&format!(
+            "1 endpoints: 1 available (database {db}, daemon {})",
+            h.socket.display()
+        )),
+        "{}",
+        o.stdout
+    );
+    // A new shell without PROXYPOOL_DB reads another database: it says so, and that the
+    // daemon on the socket serves the first one.
+    let other = h.dir.path().join("data/other.db");
+    let other_s = other.display().to_string();
+    let env = [("PROXYPOOL_DB", other_s.as_str())];
+    let o = run_env(&h, &["add", "http://10.35.0.2:3128"], &env);
+    assert_eq!(o.code, Some(0), "{o:?}");
+    let o = run_env(&h, &["status"], &env);
+    assert!(
+        o.stdout
+            .contains(&format!("database {other_s} · no daemon serves it")),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains(&format!(
+            "the daemon on {} serves another database, {db}",
+            h.socket.display()
+        )),
+        "{}",
+        o.stdout
+    );
+    drop(d);
+}
