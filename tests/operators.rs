@@ -397,3 +397,85 @@ fn status_and_list_name_the_database_and_the_daemon_they_read() {
     );
     drop(d);
 }
+
+#[test]
+fn imports_take_provider_lines_skip_what_exists_and_name_every_bad_line() {
+    let h = Home::new(None);
+    let file = h.dir.path().join("list.txt");
+    let write = |text: &str| std::fs::write(&file, text).unwrap();
+    let f = file.display().to_string();
+    let export = "# provider export\n10.36.0.1:3128:bob:s3cret\nalice:pw2@10.36.0.2:3128\n\n10.36.0.3:3128\n";
+    // Without a daemon, then through one: the same answers.
+    for round in ["direct", "daemon"] {
+        write(export);
+        let d = (round == "daemon").then(|| h.serve());
+        let o = h.run(&["import", &f, "--scheme", "socks5"]);
+        if round == "direct" {
+            assert_eq!(o.code, Some(0), "{o:?}");
+            assert!(o.stderr.contains("imported 3 endpoints"), "{}", o.stderr);
+            let urls: Vec<_> = h
+                .list()
+                .iter()
+                .map(|e| e["url"].as_str().unwrap().to_string())
+                .collect();
+            assert_eq!(
+                urls,
+                [
+                    "socks5://bob:***@10.36.0.1:3128",
+                    "socks5://alice:***@10.36.0.2:3128",
+                    "socks5://10.36.0.3:3128"
+                ]
+            );
+        } else {
+            // Importing again is refused at the first line already there, naming it.
+            assert_eq!(o.code, Some(2), "{o:?}");
+            assert!(
+                o.stderr
+                    .contains("line 2: endpoint socks5://bob:***@10.36.0.1:3128 already exists"),
+                "{}",
+                o.stderr
+            );
+            assert!(o.stderr.contains("nothing was imported"), "{}", o.stderr);
+        }
+        // An updated list: --skip-existing adds the new line and counts the rest.
+        let n = h.list().len();
+        write(&format!(
+            "10.36.0.1:3128:bob:s3cret\nalice:pw2@10.36.0.2:3128\n10.36.0.3:3128\n10.36.1.{n}:3128\n"
+        ));
+        let o = h.run(&["import", &f, "--scheme", "socks5", "--skip-existing"]);
+        assert_eq!(o.code, Some(0), "{round}: {o:?}");
+        assert!(
+            o.stderr.contains("added 1, skipped 3"),
+            "{round}: {}",
+            o.stderr
+        );
+        assert_eq!(h.list().len(), n + 1);
+        // Every bad line is named by its number, and nothing changes.
+        for (text, want) in [
+            ("10.36.2.1:3128\n\n10.36.2.2:3128:bob\n", "line 3: "),
+            (
+                "10.36.2.1:3128\n10.36.2.1:3128\n",
+                "line 2: endpoint socks5://10.36.2.1:3128 is listed twice",
+            ),
+            (
+                "10.36.2.1:3128\nftp://10.36.2.3:21\n",
+                "line 2: unknown scheme",
+            ),
+        ] {
+            write(text);
+            let o = h.run(&["import", &f, "--scheme", "socks5"]);
+            assert_eq!(o.code, Some(2), "{round}: {o:?}");
+            assert!(o.stderr.contains(want), "{round}: {want}: {}", o.stderr);
+            assert!(!o.stderr.contains("s3cret"), "{}", o.stderr);
+            assert_eq!(h.list().len(), n + 1, "{round}: all or nothing");
+        }
+        drop(d);
+    }
+    let o = h.run(&["import", &f, "--scheme", "gopher"]);
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(
+        o.stderr.contains("unknown scheme \"gopher\""),
+        "{}",
+        o.stderr
+    );
+}

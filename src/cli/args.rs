@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::DEFAULT_POOL;
-use crate::endpoint::EndpointId;
+use crate::endpoint::{EndpointId, Scheme};
 use crate::protocol::ReportOutcome;
 
 /// `proxypool`: a forward-proxy pool manager.
@@ -74,7 +74,10 @@ pub enum Command {
         #[arg(long)]
         label: Option<String>,
     },
-    /// Import endpoints from a file, one URL a line ('-' = stdin); a bad line rejects the file.
+    /// Import endpoints from a file, one a line ('-' = stdin); a bad line rejects the file.
+    ///
+    /// A line is a proxy URL, or host:port:user:pass, user:pass@host:port or host:port
+    /// (with --scheme).
     Import {
         /// File or '-'.
         file: String,
@@ -84,6 +87,12 @@ pub enum Command {
         /// Label.
         #[arg(long)]
         label: Option<String>,
+        /// Scheme of lines without one (host:port:user:pass, user:pass@host:port, host:port).
+        #[arg(long, default_value = "http", value_parser = parse_scheme)]
+        scheme: Scheme,
+        /// Add only the endpoints not in the pool yet; count the rest.
+        #[arg(long)]
+        skip_existing: bool,
     },
     /// List endpoints.
     List {
@@ -304,6 +313,10 @@ pub struct EventsArgs {
     /// Only events since a duration ago (90m, 2d) or an RFC 3339 time.
     #[arg(long, value_name = "DURATION|RFC3339")]
     pub since: Option<String>,
+}
+
+fn parse_scheme(s: &str) -> Result<Scheme, String> {
+    s.parse::<Scheme>().map_err(|e| e.to_string())
 }
 
 /// `report --outcome` takes the socket's own values.

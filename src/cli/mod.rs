@@ -11,6 +11,7 @@ mod error;
 mod events;
 mod inspect;
 mod lease;
+mod lines;
 pub mod logging;
 mod operator;
 mod pairs;
@@ -53,7 +54,25 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         // Endpoints.
         Command::Add { urls, pool, label } => add(&ctx, &urls, &pool, &label).await,
-        Command::Import { file, pool, label } => import(&ctx, &file, &pool, &label).await,
+        Command::Import {
+            file,
+            pool,
+            label,
+            scheme,
+            skip_existing,
+        } => {
+            let opts = add::ImportOptions {
+                pool,
+                label,
+                scheme,
+                on_existing: if skip_existing {
+                    crate::store::OnExisting::Skip
+                } else {
+                    crate::store::OnExisting::Refuse
+                },
+            };
+            import(&ctx, &file, &opts).await
+        }
         Command::List {
             pool,
             state,

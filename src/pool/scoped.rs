@@ -67,7 +67,8 @@ impl ReportOn {
 pub enum WantError {
     #[error(transparent)]
     Destination(#[from] DestinationError),
-    #[error("schemes: {0} (expected some of: {list})", list = scheme_list())]
+    /// The scheme's own error already lists the schemes.
+    #[error("schemes: {0}")]
     Scheme(#[source] EndpointError),
     #[error("schemes is empty: name at least one of {}", scheme_list())]
     NoSchemes,

@@ -109,6 +109,9 @@ pub enum Payload {
     Added {
         /// New ids.
         ids: Vec<EndpointId>,
+        /// `import` with `skip_existing`: the endpoints that were there already.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        skipped: Option<u64>,
     },
     Probes {
         /// One result per endpoint, by id.

@@ -107,6 +107,7 @@ mod tests {
                     url: "http://h:1".into(),
                     pool: "default".into(),
                     id: 1,
+                    line: None,
                 }
                 .into(),
                 ErrorCode::BadRequest,
