@@ -479,3 +479,62 @@ fn imports_take_provider_lines_skip_what_exists_and_name_every_bad_line() {
         o.stderr
     );
 }
+
+#[test]
+fn config_check_validates_a_file_without_a_daemon() {
+    let h = Home::new(None);
+    let file = h.dir.path().join("check.toml");
+    let f = file.display().to_string();
+    let write = |text: &str| std::fs::write(&file, text).unwrap();
+    write("[store]\npath = \"pp.db\"\n[[pool]]\nname = \"eu\"\n[[endpoint]]\nurl = \"http://10.37.0.1:3128\"\npool = \"eu\"\n");
+    let o = h.run(&["config", "check", "--config", &f]);
+    assert_eq!(o.code, Some(0), "{o:?}");
+    assert_eq!(o.stdout.lines().count(), 1, "{}", o.stdout);
+    assert!(
+        o.stdout.starts_with(&format!(
+            "config {f}: ok: 2 pools (default, eu), 1 endpoint, 0 gateways, database "
+        )),
+        "{}",
+        o.stdout
+    );
+    // Nothing was created: no database, no lock.
+    assert!(!h.dir.path().join("pp.db").exists() && !h.db.exists());
+    for (text, want) in [
+        (
+            "[server]\nhttp = \"127.0.0.1:1\"\nmax_connections = 0\n",
+            "line 3: server.max_connections: must be at least 1",
+        ),
+        (
+            "[[pool]]\nname = \"eu\"\n[pool.cooldown]\nbase = \"soon\"\n",
+            "line 4, column 8: pool[0].cooldown.base: invalid duration",
+        ),
+        (
+            "[server]\ntoken_file = \"/nonexistent/admin.tok\"\n",
+            "server.token_file: cannot read /nonexistent/admin.tok",
+        ),
+        (
+            "[[pool]]\nname = \"eu\"\n[pool.probe]\nurl = \"ftp://x/\"\n",
+            "ftp",
+        ),
+    ] {
+        write(text);
+        let o = h.run(&["config", "check", "--config", &f]);
+        assert_eq!(o.code, Some(2), "{text}: {o:?}");
+        assert!(o.stderr.contains(want), "{text}: {}", o.stderr);
+        assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    }
+    // PROXYPOOL_CONFIG is the file too; none at all is an error saying where it looked.
+    let o = run_env(
+        &h,
+        &["config", "check"],
+        &[("PROXYPOOL_CONFIG", f.as_str())],
+    );
+    assert_eq!(o.code, Some(2), "{o:?}");
+    let o = h.run(&["config", "check"]);
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(
+        o.stderr.contains("proxies.toml does not exist"),
+        "{}",
+        o.stderr
+    );
+}

@@ -221,6 +221,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Config files: `config check` validates one without a daemon.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
     /// Print a shell completion script.
     Completions {
         /// Shell.
@@ -233,6 +238,14 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         out_dir: Option<PathBuf>,
     },
+}
+
+/// `config ...`.
+#[derive(Debug, Clone, Copy, Subcommand)]
+pub enum ConfigAction {
+    /// Validate the file of --config (else PROXYPOOL_CONFIG, else the default path): exit 0
+    /// and a summary, or exit 2 naming the key and its line.
+    Check,
 }
 
 /// `lease`.

@@ -4,6 +4,7 @@
 
 mod add;
 mod args;
+mod check;
 mod client;
 mod context;
 mod edit;
@@ -23,7 +24,7 @@ mod serve;
 mod shell;
 mod table;
 
-pub use args::{Cli, Command, EventsArgs, Global, LeaseArgs, ReportArgs, ShellArg};
+pub use args::{Cli, Command, ConfigAction, EventsArgs, Global, LeaseArgs, ReportArgs, ShellArg};
 pub use context::Context;
 pub use error::CliError;
 
@@ -49,6 +50,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     let ctx = match &cli.command {
         Command::Completions { shell } => return shell::completions(*shell),
         Command::Man { out_dir } => return shell::man(out_dir.as_deref()),
+        Command::Config {
+            action: ConfigAction::Check,
+        } => return check::config_check(&cli.global),
         _ => Context::resolve(&cli.global)?,
     };
     match cli.command {
@@ -117,7 +121,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Events(a) => events(&ctx, a).await,
         Command::Sources { pool, json } => sources(&ctx, pool, json).await,
         // Answered above.
-        Command::Completions { .. } | Command::Man { .. } => Ok(()),
+        Command::Completions { .. } | Command::Man { .. } | Command::Config { .. } => Ok(()),
     }
 }
 

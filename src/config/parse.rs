@@ -22,9 +22,33 @@ use crate::health::{Policy, PolicyError, ReasonPolicy};
 impl Config {
     /// Parse and validate TOML text; relative paths resolve against `base`.
     pub fn parse(text: &str, name: &str, base: Option<&Path>) -> Result<Config, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: name.to_string(),
-            message: e.to_string().trim_end().to_string(),
+        Config::parse_raw(text, name, base).map_err(|e| match e {
+            ConfigError::Invalid {
+                path,
+                key,
+                message,
+                line: None,
+            } => ConfigError::Invalid {
+                line: super::locate::line_of(text, &key),
+                path,
+                key,
+                message,
+            },
+            e => e,
+        })
+    }
+
+    fn parse_raw(text: &str, name: &str, base: Option<&Path>) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            let at = e.span().map_or(0, |s| s.start);
+            let (line, column) = super::locate::line_col(text, at);
+            ConfigError::Parse {
+                path: name.to_string(),
+                line,
+                column,
+                key: e.span().and_then(|s| super::locate::key_at(text, s.start)),
+                message: e.message().split_whitespace().collect::<Vec<_>>().join(" "),
+            }
         })?;
         let file = File { name, base };
         let mut cfg = file.store_and_server(raw.store, raw.server)?;
@@ -57,6 +81,7 @@ impl File<'_> {
             path: self.name.to_string(),
             key,
             message,
+            line: None,
         }
     }
 
