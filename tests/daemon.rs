@@ -255,9 +255,14 @@ fn every_op_with_its_fields_and_error_codes() {
     // report success: the state.
     let r = ok(c.req(&json!({"op": "report", "lease": lease_id(&g), "outcome": "success"})));
     assert_eq!(r["state"], json!("available"));
-    // A finished lease is unknown afterwards.
+    // A second report on a finished lease says it was reported already.
     let r = c.req(&json!({"op": "report", "lease": lease_id(&g), "outcome": "success"}));
     assert_eq!(err_code(&r), "unknown_lease");
+    let msg = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("already reported"), "{r}");
+    let r = c.req(&json!({"op": "release", "lease": lease_id(&g_default_ttl)}));
+    let msg = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("already released"), "{r}");
     let r = c.req(&json!({"op": "release", "lease": "no-such-lease", "id": "x"}));
     assert_eq!(err_code(&r), "unknown_lease");
     assert_eq!(r["id"], json!("x"), "id echoed on errors");

@@ -394,9 +394,15 @@ async fn releasing_a_trial_lease_abandons_it() {
         (h.state, h.claimed, h.streak),
         (State::ProbeAllowed, false, 1)
     );
-    // Released twice: unknown; nothing changes.
+    // Released twice: the answer says it ended already; nothing changes.
     let (r, w) = p.release(&g.lease, now, wall);
-    assert_eq!(r, Err(PoolError::UnknownLease(g.lease.clone())));
+    assert_eq!(
+        r,
+        Err(PoolError::LeaseEnded {
+            lease: g.lease.clone(),
+            how: proxypool::pool::Ended::Released
+        })
+    );
     assert!(w.is_empty());
     // Releasing an ordinary lease writes nothing.
     let t = lease(&mut p, clock).unwrap();

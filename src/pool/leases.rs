@@ -17,7 +17,7 @@ use super::destinations::{Destinations, Usable};
 use super::evidence::target_event;
 use super::scoped::{Views, Want};
 use super::targets::Admission;
-use super::{Grant, PoolError, Pools, EXPIRED_MEMORY, MAX_SESSIONS};
+use super::{Ended, Grant, PoolError, Pools, ENDED_MEMORY, MAX_SESSIONS};
 
 /// `scope` of a grant that is a pair's trial.
 pub const SCOPE_DESTINATION: &str = "destination";
@@ -91,12 +91,12 @@ impl Choice {
 }
 
 impl Pools {
-    pub(super) fn remember_expired(&mut self, lid: u64) {
-        self.expired.insert(lid, ());
-        self.expired_order.push_back(lid);
-        if self.expired_order.len() > EXPIRED_MEMORY {
-            if let Some(old) = self.expired_order.pop_front() {
-                self.expired.remove(&old);
+    pub(super) fn remember_ended(&mut self, lid: u64, how: Ended) {
+        self.ended.insert(lid, how);
+        self.ended_order.push_back(lid);
+        if self.ended_order.len() > ENDED_MEMORY {
+            if let Some(old) = self.ended_order.pop_front() {
+                self.ended.remove(&old);
             }
         }
     }

@@ -87,6 +87,9 @@ pub enum PoolError {
     /// The lease existed but expired.
     #[error("lease {0:?} expired")]
     LeaseExpired(String),
+    /// The lease was reported or released already: a lease takes one.
+    #[error("lease {lease:?} was already {how}: a lease takes one report or release")]
+    LeaseEnded { lease: String, how: Ended },
     /// No such endpoint.
     #[error("no endpoint with id {0}")]
     UnknownEndpoint(EndpointId),
@@ -221,8 +224,9 @@ pub struct Pools {
     entries: EntryMap,
     leases: FxHashMap<u64, Lease>,
     lease_expiry: BTreeSet<(Instant, u64)>,
-    expired: FxHashMap<u64, ()>,
-    expired_order: VecDeque<u64>,
+    /// How the leases that ended lately ended, so that a second report says so.
+    ended: FxHashMap<u64, Ended>,
+    ended_order: VecDeque<u64>,
     sessions: HashMap<(usize, String), EndpointId>,
     /// Ids removed in this process. Ids are never reused, so a row that arrives after its
     /// removal (an `add` racing a `remove`) is stale and must not come back to life.
@@ -237,7 +241,26 @@ pub struct Pools {
     metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
-const EXPIRED_MEMORY: usize = 65_536;
+/// Ended leases remembered at most.
+const ENDED_MEMORY: usize = 65_536;
+
+/// How a lease ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Expired,
+    Reported,
+    Released,
+}
+
+impl std::fmt::Display for Ended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Ended::Expired => "expired",
+            Ended::Reported => "reported",
+            Ended::Released => "released",
+        })
+    }
+}
 
 /// Sticky session keys remembered at most.
 const MAX_SESSIONS: usize = 65_536;
@@ -260,8 +283,8 @@ impl Pools {
             entries: EntryMap::default(),
             leases: FxHashMap::default(),
             lease_expiry: BTreeSet::new(),
-            expired: FxHashMap::default(),
-            expired_order: VecDeque::new(),
+            ended: FxHashMap::default(),
+            ended_order: VecDeque::new(),
             sessions: HashMap::new(),
             removed: std::collections::HashSet::new(),
             next_lease: 0,

@@ -55,9 +55,9 @@ impl From<PoolError> for OpError {
             }
             // A session stands in for the lease of a report by session
             // (docs/destinations.md, "Report by session").
-            PoolError::UnknownLease(_) | PoolError::UnknownSession { .. } => {
-                OpError::new(ErrorCode::UnknownLease, message)
-            }
+            PoolError::UnknownLease(_)
+            | PoolError::UnknownSession { .. }
+            | PoolError::LeaseEnded { .. } => OpError::new(ErrorCode::UnknownLease, message),
             PoolError::LeaseExpired(_) => OpError::new(ErrorCode::LeaseExpired, message),
             PoolError::UnknownEndpoint(_) | PoolError::MissingReason | PoolError::InvalidTtl(_) => {
                 OpError::bad(message)
