@@ -586,3 +586,33 @@ async fn a_sticky_session_keeps_its_endpoint_ahead_of_a_trial() {
     let t = p.lease("p", TTL, None, now, wall).0.unwrap();
     assert_eq!((t.endpoint, t.trial), (2, true));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_success_is_an_event_only_when_it_changes_a_state() {
+    use proxypool::pool::ProbeRole;
+    let clock = Clock::new();
+    let mut p = pools(Mode::Static, 1, State::ProbeAllowed, clock);
+    let (now, wall) = clock.now();
+    // The recovery probe's success changes the state: its row, then state_changed.
+    let (c, _) = p.claim_next("p", now, wall);
+    let (id, _) = c.expect("claimed");
+    let (st, w) = p.probe_result(id, Outcome::Success, true, None, now, wall);
+    assert_eq!(st, Ok(State::Available));
+    assert_eq!(event_kinds(&w), vec!["probe_success", "state_changed"]);
+    // Periodic checks of an available endpoint change nothing: no rows, but the
+    // statistics count every one.
+    for _ in 0..5 {
+        advance(S).await;
+        let (now, wall) = clock.now();
+        let (st, w) = p.probe_result(id, Outcome::Success, false, None, now, wall);
+        assert_eq!(st, Ok(State::Available));
+        assert!(w.is_empty(), "{:?}", event_kinds(&w));
+    }
+    let (now, wall) = clock.now();
+    let used = p.endpoint_use(id, now).expect("held");
+    assert_eq!(used.stats.successes, 6);
+    assert_eq!(used.stats.last_success, Some(wall));
+    // An operator's probe always leaves its row, also when nothing changes.
+    let (_, w) = p.probe_result_as(id, Outcome::Success, ProbeRole::Operator, None, now, wall);
+    assert_eq!(event_kinds(&w), vec!["probe_success"]);
+}

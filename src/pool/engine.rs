@@ -123,6 +123,7 @@ impl Engine {
         for r in &store.pairs()? {
             p.restore_pair(r, now, wall);
         }
+        p.log_restored(now);
         let metrics = Arc::new(Metrics::new());
         let commits = opts.record_metrics.then(|| metrics.store_commit());
         if opts.record_metrics {

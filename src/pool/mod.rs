@@ -5,6 +5,7 @@
 //! mutex and a group-committing store writer for the daemon and the CLI.
 
 mod apply;
+mod burst;
 #[cfg(test)]
 mod commit_failure_tests;
 pub mod destinations;
@@ -227,6 +228,8 @@ pub struct Pools {
     /// How the leases that ended lately ended, so that a second report says so.
     ended: FxHashMap<u64, Ended>,
     ended_order: VecDeque<u64>,
+    /// The log-line budget of state changes.
+    burst: burst::Burst,
     sessions: HashMap<(usize, String), EndpointId>,
     /// Ids removed in this process. Ids are never reused, so a row that arrives after its
     /// removal (an `add` racing a `remove`) is stale and must not come back to life.
@@ -285,6 +288,7 @@ impl Pools {
             lease_expiry: BTreeSet::new(),
             ended: FxHashMap::default(),
             ended_order: VecDeque::new(),
+            burst: burst::Burst::new(burst::LINES_PER_SECOND),
             sessions: HashMap::new(),
             removed: std::collections::HashSet::new(),
             next_lease: 0,
@@ -550,7 +554,8 @@ impl Pools {
         v
     }
 
-    /// The soonest moment something is due (a cooldown deadline or a lease expiry).
+    /// The soonest moment something is due (a cooldown deadline, a lease expiry, a held
+    /// log summary).
     pub fn next_due(&self) -> Option<Instant> {
         let cool = self
             .pools
@@ -563,10 +568,8 @@ impl Pools {
             (a, b) => a.or(b),
         };
         let lease = self.lease_expiry.first().map(|(d, _)| *d);
-        match (cool, lease) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        // A held summary of state-change lines is written when its second is over.
+        [cool, lease, self.burst.due()].into_iter().flatten().min()
     }
 
     /// Whether every endpoint of a pool is cooling or disabled: nothing is available and
@@ -578,6 +581,28 @@ impl Pools {
         };
         let c = &self.pools[p].counts;
         c[0] == 0 && c[2] == 0
+    }
+
+    /// What a start-up restored, as one log line: counts by state, the cooldowns that
+    /// ended while the daemon was stopped (they end on the first tick) and the pairs.
+    pub fn log_restored(&self, now: Instant) {
+        let sum = |i: usize| self.pools.iter().map(|p| p.counts[i]).sum::<usize>();
+        let overdue: usize = self
+            .pools
+            .iter()
+            .map(|p| p.cooling.iter().take_while(|(d, _)| *d <= now).count())
+            .sum();
+        let pairs: usize = self.pools.iter().map(|p| p.dests.len()).sum();
+        tracing::info!(
+            endpoints = self.entries.len(),
+            available = sum(0),
+            cooling = sum(1),
+            cooldown_ended_while_stopped = overdue,
+            probe_allowed = sum(2),
+            disabled = sum(3),
+            pairs,
+            "restored from the store"
+        );
     }
 
     /// Counts by state for one or every pool.
