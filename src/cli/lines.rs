@@ -72,11 +72,14 @@ fn shown(l: &str) -> LineError {
 mod tests {
     use super::*;
 
+    /// (line, `--scheme`, the URL it reads as or the error it names; `None`: skipped).
+    type Case<'a> = (&'a str, Scheme, Option<Result<String, &'a str>>);
+
     #[test]
     fn provider_formats() {
         let h = Scheme::Http;
         let ok = |s: &str| Some(Ok(s.to_string()));
-        let cases: &[(&str, Scheme, Option<Result<String, &str>>)] = &[
+        let cases: &[Case] = &[
             ("", h, None),
             ("  # a comment", h, None),
             ("socks5://u:p@h:1080", h, ok("socks5://u:***@h:1080")),
