@@ -22,7 +22,8 @@ use tokio::time::{timeout_at, Instant};
 
 use crate::config::{ProbeConfig, StatusSet};
 use crate::dial::{
-    self, proxy_auth_answer, BoxIo, Clock, Dest, DialFailure, Dialer, Route, USER_AGENT,
+    self, proxy_auth_answer, proxy_failure_answer, BoxIo, Clock, Dest, DialFailure, Dialer, Route,
+    USER_AGENT,
 };
 use crate::endpoint::ProxyUrl;
 use crate::health::{Failure, Phase, Reason};
@@ -354,6 +355,22 @@ impl Inner {
                 Reason::ProxyAuthRejected,
                 Phase::ProxyHandshake,
                 format!("proxy refused the credentials with {status}"),
+            );
+            f.status = Some(status);
+            return Err(f);
+        }
+        // An HTTP proxy's own error page (a 5xx without Via, tinyproxy's "Unable to
+        // connect") is its failure to reach the site, not the site's status.
+        if let Some(reason) = absolute_form
+            .then(|| proxy_failure_answer(status, resp.headers()))
+            .flatten()
+        {
+            let mut f = fail(
+                reason,
+                Phase::ProxyHandshake,
+                format!(
+                    "proxy answered {status} itself (no Via): it could not reach the destination"
+                ),
             );
             f.status = Some(status);
             return Err(f);
