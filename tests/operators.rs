@@ -538,3 +538,73 @@ fn config_check_validates_a_file_without_a_daemon() {
         o.stderr
     );
 }
+
+/// The status page leads with the pools, worst first, and names the destinations
+/// endpoints are banned on; `/api/endpoints?destination=D` gives each endpoint's state for
+/// D (docs/observability.md, "Status page").
+#[test]
+fn the_status_page_leads_with_the_worst_pool_and_shows_bans() {
+    let h = Home::new(Some(
+        "[[pool]]\nname = \"default\"\nmode = \"static-no-ping\"\n\
+         [[pool]]\nname = \"idle\"\nmode = \"static-no-ping\"\n",
+    ));
+    let ids = h.add(&["http://10.36.0.1:3128", "http://10.36.0.2:3128"]);
+    let http = addr();
+    let d = h.serve_with(&["--http", &http], &[]);
+    let g = ok(d.req(json!({"op": "lease", "destination": "shop.example"})));
+    let banned = g["endpoint"].as_i64().unwrap();
+    ok(d.req(
+        json!({"op": "report", "lease": g["lease"], "outcome": "failure",
+        "reason": "destination_status", "status": 403, "destination": "shop.example"}),
+    ));
+    let (status, _, body) = http_get(
+        &http,
+        "/api/endpoints?destination=Shop.Example&state=cooling",
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let got: Vec<(i64, String, String)> = v["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["id"].as_i64().unwrap(),
+                e["state"].as_str().unwrap().to_string(),
+                e["destination_state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![(banned, "available".into(), "cooling".into())],
+        "{body}"
+    );
+    let other = ids.iter().find(|&&i| i != banned).unwrap();
+    let (_, _, body) = http_get(&http, "/api/endpoints?destination=shop.example", "");
+    assert!(
+        body.contains(&format!(r#""id":{other}"#))
+            && body.contains(r#""destination_state":"available""#),
+        "{body}"
+    );
+    let (status, _, body) = http_get(&http, "/api/endpoints?destination=a%20b", "");
+    assert_eq!(status, 400, "{body}");
+    // The page: the empty pool first (nothing can be leased), the banned destination
+    // named for the pool and for the endpoint.
+    let (status, _, page) = http_get(&http, "/", "");
+    assert_eq!(status, 200);
+    let summary = page.find("Pools, worst first").expect("a summary");
+    let idle = page[summary..].find(r#"data-pool="idle""#).unwrap();
+    let default = page[summary..].find(r#"data-pool="default""#).unwrap();
+    assert!(idle < default, "the empty pool leads");
+    assert!(page.contains("no endpoints"), "{page}");
+    assert!(
+        page.contains("1 banned pairs") && page.contains("shop.example (1)"),
+        "{page}"
+    );
+    assert!(
+        page.contains(r#"<td class="bans">shop.example</td>"#),
+        "{page}"
+    );
+}

@@ -361,6 +361,17 @@ impl Engine {
         self.lock().pairs_of(id)
     }
 
+    /// The destinations of a pool with the most banned pairs, at most `n`.
+    pub fn most_banned(&self, pool: &str, n: usize) -> Vec<(String, usize)> {
+        self.lock().most_banned(pool, n)
+    }
+
+    /// Each endpoint's state for a normalised destination (`None`: not held).
+    pub fn states_for(&self, ids: &[EndpointId], destination: &str) -> Vec<Option<State>> {
+        let p = self.lock();
+        ids.iter().map(|&id| p.state_for(id, destination)).collect()
+    }
+
     /// Active pair bans of a pool.
     pub fn pair_bans(&self, pool: &str) -> usize {
         self.lock().pair_bans(pool)

@@ -336,6 +336,25 @@ impl Pools {
             .unwrap_or_default()
     }
 
+    /// The destinations of a pool with the most banned pairs (status page).
+    pub fn most_banned(&self, pool: &str, n: usize) -> Vec<(String, usize)> {
+        self.by_name
+            .get(pool)
+            .map(|&p| self.pools[p].dests.most_banned(n))
+            .unwrap_or_default()
+    }
+
+    /// An endpoint's state for a normalised destination: its own unless it is available,
+    /// then its pair's (none: available).
+    pub fn state_for(&self, id: EndpointId, destination: &str) -> Option<State> {
+        let e = self.entries.get(&id)?;
+        if e.health.state != State::Available {
+            return Some(e.health.state);
+        }
+        let pair = self.pools[e.pool].dests.pair(destination, id);
+        Some(pair.map_or(State::Available, |p| p.health.state))
+    }
+
     /// Active pair bans of a pool (the metric; never per host).
     pub fn pair_bans(&self, pool: &str) -> usize {
         self.by_name
