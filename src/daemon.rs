@@ -340,6 +340,19 @@ pub async fn serve(
         pools = %pools_line(&engine.gauges()),
         "serving"
     );
+    let endpoints: u64 = engine
+        .gauges()
+        .pools
+        .iter()
+        .map(|p| p.endpoints.iter().sum::<u64>())
+        .sum();
+    if endpoints == 0 {
+        // A first start on defaults: say what to do next instead of serving nothing.
+        info!(
+            config = %opts.reload_from.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "-".into()),
+            "no endpoints yet: add some with `proxypool add URL` or `proxypool import FILE`, or list them as [[endpoint]] (or a sniffing pool's sources) in the config file and send SIGHUP"
+        );
+    }
     server::run(listener, handler, shutdown.clone()).await;
     tracker.close();
     tracker.wait().await;

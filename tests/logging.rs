@@ -44,6 +44,19 @@ fn serve_logs_at_info_without_colours() {
 }
 
 #[test]
+fn a_first_serve_without_endpoints_says_what_to_do_next() {
+    let home = Home::new(None);
+    let text = serve_log(&home, &[]);
+    assert!(
+        text.contains("no endpoints yet: add some with `proxypool add URL`"),
+        "{text}"
+    );
+    home.add(&["http://10.37.0.1:3128"]);
+    let text = serve_log(&home, &[]);
+    assert!(!text.contains("no endpoints yet"), "{text}");
+}
+
+#[test]
 fn quiet_serve_is_quiet() {
     let home = Home::new(None);
     let text = serve_log(&home, &["-q"]);
