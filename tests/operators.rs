@@ -608,3 +608,25 @@ fn the_status_page_leads_with_the_worst_pool_and_shows_bans() {
         "{page}"
     );
 }
+
+/// `probe --pool P` exits 1 for a pool with no endpoint, as for a pool whose endpoints
+/// all fail: neither can be used.
+#[test]
+fn probing_an_empty_pool_exits_like_a_dead_one() {
+    let h = Home::new(Some(
+        "[[pool]]\nname = \"eu\"\nmode = \"static\"\n[pool.probe]\n\
+         url = \"http://127.0.0.1:1/\"\ntimeout = \"2s\"\n",
+    ));
+    let o = h.run(&["probe", "--pool", "eu"]);
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(
+        o.stderr
+            .contains("pool \"eu\" has no endpoints: nothing was probed"),
+        "{}",
+        o.stderr
+    );
+    h.ok(&["add", "--pool", "eu", &closed_endpoint()]);
+    let o = h.run(&["probe", "--pool", "eu"]);
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert!(o.stderr.contains("1 of 1 probes failed"), "{}", o.stderr);
+}
