@@ -19,11 +19,17 @@ pub mod sqlite;
 pub use postgres::{PgTarget, Postgres};
 pub use rows::{
     Applied, Claim, ClaimOn, ClaimResult, EndpointRow, EndpointView, Epoch, EventRow, Fresh,
-    HealthRecord, NewEndpoint, NewEvent, RowClaim, SourceRow, Unclaim, Write,
+    HealthRecord, NewEndpoint, NewEvent, Numbered, OnExisting, RowClaim, SourceRow, ToInsert,
+    Unclaim, Write,
 };
 pub use sqlite::Sqlite;
 
 pub use crate::wall_time::{fmt_time, parse_time};
+
+/// `line N: ` before an import error, when the line is known.
+fn at_line(line: Option<usize>) -> String {
+    line.map(|n| format!("line {n}: ")).unwrap_or_default()
+}
 
 /// Errors from the store.
 #[derive(Debug, thiserror::Error)]
@@ -85,20 +91,24 @@ pub enum StoreError {
         source: std::io::Error,
     },
     /// An endpoint with the same identity exists.
-    #[error("endpoint {url} already exists in pool {pool:?} (id {id})")]
+    #[error("{}endpoint {url} already exists in pool {pool:?} (id {id})", at_line(*line))]
     Duplicate {
         /// Redacted URL.
         url: String,
         pool: String,
         /// Existing id.
         id: EndpointId,
+        /// The import file's line that named it.
+        line: Option<usize>,
     },
     /// The same endpoint appears twice in one batch.
-    #[error("endpoint {url} is listed twice for pool {pool:?}")]
+    #[error("{}endpoint {url} is listed twice for pool {pool:?}", at_line(*line))]
     DuplicateInBatch {
         /// Redacted URL.
         url: String,
         pool: String,
+        /// The import file's line that named it again.
+        line: Option<usize>,
     },
     /// No endpoint matched.
     #[error("no endpoint {0}")]
@@ -468,23 +478,30 @@ impl Store {
     /// Insert endpoints, all or nothing; returns their ids in order.
     pub fn add_endpoints(&mut self, eps: &[NewEndpoint]) -> Result<Vec<EndpointId>, StoreError> {
         let mut ids = Vec::with_capacity(eps.len());
-        self.add_endpoints_from(eps.iter().map(Ok::<_, StoreError>), |id| ids.push(id))?;
+        self.add_endpoints_from(
+            eps.iter().map(Ok::<_, StoreError>),
+            OnExisting::Refuse,
+            |id| ids.push(id),
+        )?;
         Ok(ids)
     }
 
     /// Insert endpoints as an iterator yields them, all or nothing (one transaction; the
     /// first error rolls everything back). Nothing is held per endpoint but its id, handed
-    /// to `added` in order (ids are consecutive), so an import of millions streams.
+    /// to `added` in order (ids are consecutive), so an import of millions streams. With
+    /// `OnExisting::Skip` endpoints already stored (or listed earlier) are passed over;
+    /// returns how many.
     pub fn add_endpoints_from<E, T>(
         &mut self,
         eps: impl Iterator<Item = Result<T, E>>,
+        on_existing: OnExisting,
         added: impl FnMut(EndpointId),
-    ) -> Result<(), E>
+    ) -> Result<u64, E>
     where
         E: From<StoreError>,
-        T: std::borrow::Borrow<NewEndpoint>,
+        T: ToInsert,
     {
-        each!(self, s => s.add_endpoints_from(eps, added))
+        each!(self, s => s.add_endpoints_from(eps, on_existing, added))
     }
 
     /// Up to `limit` endpoints with ids in `from..=to`, by id.

@@ -26,6 +26,21 @@ pub(super) struct Act {
     pub(super) blame: Option<Blame>,
     /// A claim's hold in the store: the lease's ttl, or the probe's time (docs/fleet.md).
     pub(super) hold: Option<std::time::Duration>,
+    /// The act's row only when the state changed (a periodic probe's success: the
+    /// statistics count it, the event log would only repeat it).
+    pub(super) only_on_change: bool,
+}
+
+/// The state changes a busy second held back, as one line.
+fn log_summary(s: Option<super::burst::Summary>) {
+    if let Some(s) = s {
+        info!(
+            changes = s.changes,
+            by_reason = %s.reasons(),
+            "state changes summarised (beyond {} lines a second)",
+            super::burst::LINES_PER_SECOND
+        );
+    }
 }
 
 /// How long a claim made without a stated hold holds in the store.
@@ -66,7 +81,9 @@ impl Pools {
         let mut writes = Vec::new();
         // The act itself (report, probe, trial admission) is one row... unless it was
         // refused: a claim or abandon that did not happen is not an event.
-        if let (Some(kind), false) = (act.kind, step == Step::Refused) {
+        let changed = matches!(step, Step::Changed { .. });
+        let kind = act.kind.filter(|_| changed || !act.only_on_change);
+        if let (Some(kind), false) = (kind, step == Step::Refused) {
             let ev = NewEvent {
                 endpoint: Some(id),
                 kind,
@@ -98,14 +115,19 @@ impl Pools {
         }
         // ...and every change of the persisted state is a `state_changed` row.
         if let Step::Changed { from, to } = &step {
-            info!(
-                endpoint = id,
-                from = %from,
-                to = %to,
-                reason = h.reason.map(|r| r.as_str()).unwrap_or("-"),
-                phase = h.phase.map(|p| p.as_str()).unwrap_or("-"),
-                "state changed"
-            );
+            let reason = h.reason.map(|r| r.as_str()).unwrap_or("-");
+            let admit = self.burst.note(now, reason);
+            log_summary(admit.summary);
+            if admit.show {
+                info!(
+                    endpoint = id,
+                    from = %from,
+                    to = %to,
+                    reason,
+                    phase = h.phase.map(|p| p.as_str()).unwrap_or("-"),
+                    "state changed"
+                );
+            }
             let rec = HealthRecord {
                 id,
                 from: *from,
@@ -140,6 +162,7 @@ impl Pools {
 
     /// Move cooling endpoints whose deadline passed to `probe_allowed` and expire leases.
     pub fn advance(&mut self, now: Instant) -> Vec<Write> {
+        log_summary(self.burst.flush(now));
         let mut writes = Vec::new();
         for p in 0..self.pools.len() {
             if self.frozen {
@@ -166,7 +189,7 @@ impl Pools {
             }
             self.lease_expiry.pop_first();
             if let Some(l) = self.leases.remove(&lid) {
-                self.remember_expired(lid);
+                self.remember_ended(lid, super::Ended::Expired);
                 writes.extend(self.end_lease(lid, l, now, "lease expired"));
             }
         }

@@ -134,6 +134,7 @@ impl Engine {
         for r in &store.pairs()? {
             p.restore_pair(r, now);
         }
+        p.log_restored(now);
         let metrics = Arc::new(Metrics::new());
         let commits = opts.record_metrics.then(|| metrics.store_commit());
         if opts.record_metrics {
@@ -376,6 +377,7 @@ impl Engine {
                         let e = PoolError::Exhausted {
                             pool: pool.to_string(),
                             retry_after: None,
+                            filter: None,
                         };
                         return Ok::<_, EngineError>((Err(e), out.1));
                     }
@@ -496,6 +498,17 @@ impl Engine {
         unreachable!("the loop returns")
     }
 
+    /// The destinations of a pool with the most banned pairs, at most `n`.
+    pub fn most_banned(&self, pool: &str, n: usize) -> Vec<(String, usize)> {
+        self.lock().most_banned(pool, n)
+    }
+
+    /// Each endpoint's state for a normalised destination (`None`: not held).
+    pub fn states_for(&self, ids: &[EndpointId], destination: &str) -> Vec<Option<State>> {
+        let p = self.lock();
+        ids.iter().map(|&id| p.state_for(id, destination)).collect()
+    }
+
     /// Apply an operator or source input to an endpoint.
     pub async fn input(
         &self,
@@ -540,6 +553,11 @@ impl Engine {
     /// probe target is down; the one probe admitted then is the target's trial.
     pub fn probe_admit(&self, id: EndpointId) -> Result<(), Duration> {
         self.lock().probe_admit(id, Instant::now())
+    }
+
+    /// When the pool's probe target is down: the time until its trial.
+    pub fn probe_target_down(&self, pool: &str) -> Option<Duration> {
+        self.lock().probe_target_down(pool, Instant::now())
     }
 
     /// A probe admitted by `probe_admit` did not run: give back the probe target's trial

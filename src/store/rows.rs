@@ -1,6 +1,7 @@
 //! The rows the store reads and the writes it applies, as plain data shared with the pool
 //! engine, the server and the CLI.
 
+use std::borrow::Borrow;
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
@@ -363,5 +364,46 @@ pub(crate) fn edit_detail(old: &EndpointRow, url: &ProxyUrl, label: Option<&str>
         "nothing changed".to_string()
     } else {
         parts.join("; ")
+    }
+}
+
+/// What a batch does with an endpoint that is already stored, or listed earlier in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnExisting {
+    /// The whole batch is refused, naming the first one (`add`, `import`).
+    #[default]
+    Refuse,
+    /// It is left as it is and counted (`import --skip-existing`).
+    Skip,
+}
+
+/// A row to insert. An import's rows know the line of the file they came from, so that an
+/// error names it.
+pub trait ToInsert: Borrow<NewEndpoint> {
+    /// The line of the import file, when there is one.
+    fn line(&self) -> Option<usize> {
+        None
+    }
+}
+
+impl ToInsert for NewEndpoint {}
+impl ToInsert for &NewEndpoint {}
+
+/// An endpoint read from line `line` of an import file.
+#[derive(Debug, Clone)]
+pub struct Numbered {
+    pub line: usize,
+    pub endpoint: NewEndpoint,
+}
+
+impl Borrow<NewEndpoint> for Numbered {
+    fn borrow(&self) -> &NewEndpoint {
+        &self.endpoint
+    }
+}
+
+impl ToInsert for Numbered {
+    fn line(&self) -> Option<usize> {
+        Some(self.line)
     }
 }

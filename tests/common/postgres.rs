@@ -67,12 +67,24 @@ pub struct Cluster {
     ids: Option<(u32, u32)>,
     server: Mutex<Option<Child>>,
     next_db: AtomicUsize,
+    /// fsync on (benchmarks): tests turn it off, they do not test the server's own
+    /// crash safety.
+    durable: bool,
 }
 
 impl Cluster {
     /// A new cluster of its own (initdb + start), or `None` when PostgreSQL is missing
     /// outside CI.
     pub fn start() -> Option<Cluster> {
+        Cluster::start_with(false)
+    }
+
+    /// A cluster whose commits are fsynced, as in production (for benchmarks).
+    pub fn start_durable() -> Option<Cluster> {
+        Cluster::start_with(true)
+    }
+
+    fn start_with(durable: bool) -> Option<Cluster> {
         let bin = bin_dir()?;
         let ids = is_root().then_some((65534u32, 65534u32));
         let root = tempfile::Builder::new()
@@ -112,9 +124,15 @@ impl Cluster {
             ids,
             server: Mutex::new(None),
             next_db: AtomicUsize::new(0),
+            durable,
         };
         c.start_server();
         Some(c)
+    }
+
+    /// The server's process id (its backends are its children).
+    pub fn server_pid(&self) -> Option<u32> {
+        self.server.lock().unwrap().as_ref().map(Child::id)
     }
 
     /// The port it listens on (127.0.0.1).
@@ -178,12 +196,14 @@ impl Cluster {
             .args(["-c", "listen_addresses=127.0.0.1"])
             .arg("-c")
             .arg(format!("unix_socket_directories={}", self.root.display()))
-            // Test speed: the server's own crash safety is not what the tests check.
-            .args(["-c", "fsync=off", "-c", "full_page_writes=off"])
             .args(["-c", "max_connections=200"])
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
+        if !self.durable {
+            // Test speed: the server's own crash safety is not what the tests check.
+            cmd.args(["-c", "fsync=off", "-c", "full_page_writes=off"]);
+        }
         // SAFETY: prctl is async-signal-safe; it runs in the child between fork and exec,
         // after the uid change (which would clear it).
         unsafe {

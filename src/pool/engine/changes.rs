@@ -9,7 +9,7 @@ use super::{Engine, EngineError, LOAD_SLICE};
 use crate::config::PoolConfig;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::pool::ReconfigureError;
-use crate::store::{EndpointRow, NewEndpoint, StoreError, Write};
+use crate::store::{EndpointRow, NewEndpoint, OnExisting, StoreError, ToInsert, Write};
 
 impl Engine {
     /// Replace an endpoint's URL and/or label (`Some(None)` clears it). The row commits
@@ -55,23 +55,27 @@ impl Engine {
     /// Add endpoints as `eps` yields them, all or nothing: an import of millions. The
     /// iterator runs on the store thread inside the one transaction (nothing per endpoint
     /// is held but its id); the first error, its own or the store's, rolls everything back.
-    pub async fn add_from<E>(
+    /// With `OnExisting::Skip`, endpoints already stored are passed over and counted.
+    pub async fn add_from<E, T>(
         &self,
-        eps: impl Iterator<Item = Result<NewEndpoint, E>> + Send + 'static,
-    ) -> Result<Vec<EndpointId>, E>
+        eps: impl Iterator<Item = Result<T, E>> + Send + 'static,
+        on_existing: OnExisting,
+    ) -> Result<(Vec<EndpointId>, u64), E>
     where
         E: From<StoreError> + From<EngineError> + Send + 'static,
+        T: ToInsert + Send + 'static,
     {
         self.writable()?;
-        let ids = self
+        let (ids, skipped) = self
             .writer
             .call(move |s| {
                 let mut ids = Vec::new();
-                s.add_endpoints_from(eps, |id| ids.push(id)).map(|()| ids)
+                s.add_endpoints_from(eps, on_existing, |id| ids.push(id))
+                    .map(|skipped| (ids, skipped))
             })
             .await??;
         self.load_added(&ids).await;
-        Ok(ids)
+        Ok((ids, skipped))
     }
 
     /// Load committed rows into the pools: read back from the store and inserted under

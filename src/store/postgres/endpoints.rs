@@ -12,7 +12,7 @@ use super::write::{CHANNEL, EVENTS, LOCK, TOMBSTONES};
 use super::Postgres;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
-use crate::store::{EndpointRow, NewEndpoint, StoreError};
+use crate::store::{EndpointRow, NewEndpoint, OnExisting, StoreError, ToInsert};
 
 /// Rows per `INSERT` of an import (one statement of arrays each).
 const ROWS_PER_INSERT: usize = 2048;
@@ -190,11 +190,12 @@ impl Postgres {
     pub fn add_endpoints_from<E, T>(
         &mut self,
         eps: impl Iterator<Item = Result<T, E>>,
+        on_existing: OnExisting,
         mut added: impl FnMut(EndpointId),
-    ) -> Result<(), E>
+    ) -> Result<u64, E>
     where
         E: From<StoreError>,
-        T: std::borrow::Borrow<NewEndpoint>,
+        T: ToInsert,
     {
         let this = self.clone();
         self.block(async move {
@@ -207,13 +208,46 @@ impl Postgres {
             let mut rows: Vec<T> = Vec::with_capacity(ROWS_PER_INSERT);
             let mut eps = eps.peekable();
             let mut any = false;
+            let mut skipped = 0u64;
+            // `--skip-existing`: identities seen in this batch, so a repeat is skipped too.
+            let mut seen = HashSet::new();
             while eps.peek().is_some() {
                 rows.clear();
                 while rows.len() < ROWS_PER_INSERT {
-                    match eps.next() {
-                        Some(r) => rows.push(r?),
-                        None => break,
+                    let Some(r) = eps.next() else { break };
+                    let r = r?;
+                    if on_existing == OnExisting::Skip {
+                        let e: &NewEndpoint = r.borrow();
+                        let u = &e.url;
+                        let key = (
+                            e.pool.clone(),
+                            u.scheme,
+                            u.host.clone(),
+                            u.port,
+                            u.user_key().to_string(),
+                        );
+                        let stored = tx
+                            .query_opt(
+                                IDENTITY,
+                                &[
+                                    &e.pool,
+                                    &u.scheme.as_str(),
+                                    &u.host,
+                                    &i32::from(u.port),
+                                    &u.user_key(),
+                                ],
+                            )
+                            .await
+                            .map_err(pg)?;
+                        if stored.is_some() || !seen.insert(key) {
+                            skipped += 1;
+                            continue;
+                        }
                     }
+                    rows.push(r);
+                }
+                if rows.is_empty() {
+                    continue;
                 }
                 if next.checked_add(rows.len() as i64).is_none() {
                     return Err(E::from(StoreError::Corrupt(format!(
@@ -245,7 +279,7 @@ impl Postgres {
                 notify(&tx, seq).await.map_err(pg)?;
             }
             tx.commit().await.map_err(pg)?;
-            Ok(())
+            Ok(skipped)
         })
     }
 
@@ -290,6 +324,7 @@ impl Postgres {
                         url: new_url.to_redacted_string(),
                         pool: old.pool.clone(),
                         id: other.get(0),
+                        line: None,
                     }));
                 }
                 tx.execute(
@@ -427,14 +462,15 @@ impl Postgres {
 
 /// Name the first row of a failed insert that clashes: with a stored endpoint, or with an
 /// earlier row of this import.
-async fn duplicate<T: std::borrow::Borrow<NewEndpoint>>(
+async fn duplicate<T: ToInsert>(
     tx: &Transaction<'_>,
     first: i64,
     rows: &[T],
 ) -> Result<StoreError, tokio_postgres::Error> {
     let mut seen = HashSet::new();
-    for e in rows {
-        let e = e.borrow();
+    for t in rows {
+        let line = t.line();
+        let e: &NewEndpoint = t.borrow();
         let u = &e.url;
         let port = i32::from(u.port);
         let stored = tx
@@ -448,6 +484,7 @@ async fn duplicate<T: std::borrow::Borrow<NewEndpoint>>(
                 return Ok(StoreError::DuplicateInBatch {
                     url: u.to_redacted_string(),
                     pool: e.pool.clone(),
+                    line,
                 })
             }
             Some(id) => {
@@ -455,6 +492,7 @@ async fn duplicate<T: std::borrow::Borrow<NewEndpoint>>(
                     url: u.to_redacted_string(),
                     pool: e.pool.clone(),
                     id,
+                    line,
                 })
             }
             None => {}
@@ -469,6 +507,7 @@ async fn duplicate<T: std::borrow::Borrow<NewEndpoint>>(
             return Ok(StoreError::DuplicateInBatch {
                 url: u.to_redacted_string(),
                 pool: e.pool.clone(),
+                line,
             });
         }
     }

@@ -51,6 +51,7 @@ impl Sqlite {
                 url: new_url.to_redacted_string(),
                 pool: old.pool.clone(),
                 id: other,
+                line: None,
             });
         }
         tx.execute(
