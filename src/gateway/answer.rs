@@ -1,32 +1,19 @@
-//! The gateway's own HTTP answers (errors, the endpoint header) and the destination a
-//! request names; shared by CONNECT and absolute-form.
+//! The gateway's own HTTP answers (errors, the endpoint header); shared by CONNECT and
+//! absolute-form.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::header::{self, HeaderMap, HeaderValue};
-use hyper::{Response, StatusCode, Uri};
+use hyper::{Response, StatusCode};
 
 use super::idle::Body;
 use super::upstream::UpstreamError;
-use crate::dial::Dest;
 use crate::metrics::GatewayOutcome;
 
 /// The response header naming the upstream endpoint id.
 pub const ENDPOINT_HEADER: &str = "x-proxypool-endpoint";
 /// The response header naming why the gateway itself answered with an error.
 pub const ERROR_HEADER: &str = "x-proxypool-error";
-
-/// The destination of a request target (`host:port`, or an absolute URL's authority).
-pub(super) fn destination(uri: &Uri, default_port: u16) -> Option<Dest> {
-    let auth = uri.authority()?;
-    if auth.host().is_empty() {
-        return None;
-    }
-    Some(Dest::new(
-        auth.host(),
-        auth.port_u16().unwrap_or(default_port),
-    ))
-}
 
 pub(super) fn set_endpoint(h: &mut HeaderMap, endpoint: i64) {
     h.insert(ENDPOINT_HEADER, HeaderValue::from(endpoint));
@@ -164,16 +151,6 @@ mod tests {
     use super::*;
     use crate::dial::DialFailure;
     use crate::health::{Phase, Reason};
-
-    #[test]
-    fn destinations_from_request_targets() {
-        let u: Uri = "http://Example.com/x".parse().unwrap();
-        assert_eq!(destination(&u, 80), Some(Dest::new("example.com", 80)));
-        let u: Uri = "[::1]:8443".parse().unwrap();
-        assert_eq!(destination(&u, 443), Some(Dest::new("::1", 8443)));
-        let u: Uri = "/relative".parse().unwrap();
-        assert_eq!(destination(&u, 80), None);
-    }
 
     #[test]
     fn gateway_answers_carry_their_outcome() {

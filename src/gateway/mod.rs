@@ -11,6 +11,7 @@
 
 mod answer;
 mod counted;
+mod deadline;
 mod forward;
 mod front;
 mod http;
@@ -21,6 +22,7 @@ mod plain;
 mod relay;
 mod routing;
 mod socks5;
+mod target;
 mod upstream;
 
 use std::net::SocketAddr;

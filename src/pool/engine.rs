@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::{error, warn};
 
 use super::destinations::PairHealth;
@@ -43,6 +44,10 @@ pub enum EngineError {
     Resolve(#[from] ResolveError),
     #[error("store thread stopped")]
     Stopped,
+    /// The caller of a waiting lease went away: nothing was granted (or what was granted
+    /// is given back), since its answer could never be delivered.
+    #[error("the client went away while its lease waited")]
+    CallerGone,
 }
 
 impl From<StoreError> for EngineError {
@@ -244,6 +249,42 @@ impl Engine {
         wait: Duration,
         want: &Want,
     ) -> Result<Grant, EngineError> {
+        self.lease_waiting(pool, ttl, session, wait, want, None)
+            .await
+    }
+
+    /// [`Engine::lease_with`] for a caller that may go away while it waits: once `gone`
+    /// is cancelled the wait ends with [`EngineError::CallerGone`] and nothing is granted;
+    /// a grant that races it is given back at once. A lease whose answer cannot be
+    /// delivered is never left behind (nobody could release it).
+    pub async fn lease_while_there(
+        &self,
+        pool: &str,
+        ttl: Duration,
+        session: Option<&str>,
+        wait: Duration,
+        want: &Want,
+        gone: &CancellationToken,
+    ) -> Result<Grant, EngineError> {
+        let g = self
+            .lease_waiting(pool, ttl, session, wait, want, Some(gone))
+            .await?;
+        if gone.is_cancelled() {
+            self.release(&g.lease).await?;
+            return Err(EngineError::CallerGone);
+        }
+        Ok(g)
+    }
+
+    async fn lease_waiting(
+        &self,
+        pool: &str,
+        ttl: Duration,
+        session: Option<&str>,
+        wait: Duration,
+        want: &Want,
+        gone: Option<&CancellationToken>,
+    ) -> Result<Grant, EngineError> {
         let started = Instant::now();
         let give_up = started
             .checked_add(wait)
@@ -263,6 +304,13 @@ impl Engine {
             (Err(PoolError::Exhausted { .. }), false) => {}
             (r, _) => return Ok(r?),
         }
+        let gone = async {
+            match gone {
+                Some(g) => g.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(gone);
         loop {
             // Registered before the attempt, so a release in between is not missed.
             let freed = self.freed.notified();
@@ -278,6 +326,7 @@ impl Engine {
                     tokio::select! {
                         _ = &mut freed => {}
                         _ = tokio::time::sleep_until(until) => {}
+                        _ = &mut gone => return Err(EngineError::CallerGone),
                     }
                 }
                 (Err(e), _) => return Err(e.into()),

@@ -3,6 +3,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+use tokio_util::sync::CancellationToken;
+
 use crate::config::Config;
 use crate::pool::engine::Engine;
 use crate::probe::Prober;
@@ -42,11 +44,17 @@ impl LiveCell {
 pub(super) struct Context<'a> {
     pub(super) engine: &'a Arc<Engine>,
     live: &'a LiveCell,
+    /// Cancelled when the client's connection has closed: an op that waits stops waiting.
+    pub(super) gone: &'a CancellationToken,
 }
 
 impl<'a> Context<'a> {
-    pub(super) fn new(engine: &'a Arc<Engine>, live: &'a LiveCell) -> Self {
-        Context { engine, live }
+    pub(super) fn new(
+        engine: &'a Arc<Engine>,
+        live: &'a LiveCell,
+        gone: &'a CancellationToken,
+    ) -> Self {
+        Context { engine, live, gone }
     }
 
     /// The config and probers in force now.

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use super::context::{Context, Live, LiveCell};
 use super::ops::{self, Transport};
@@ -51,12 +52,18 @@ impl Handler {
 
     /// Answer one request line.
     pub async fn handle_line(&self, line: &str, tcp: bool) -> Response {
-        self.answer(line, tcp).await.0
+        self.answer(line, tcp, &CancellationToken::new()).await.0
     }
 
     /// Answer one request line; also says whether it carried the valid token (always
     /// true off TCP). Before that, a TCP peer learns nothing but that its token is wrong.
-    pub(super) async fn answer(&self, line: &str, tcp: bool) -> (Response, bool) {
+    /// `gone` is cancelled when the client has closed its connection.
+    pub(super) async fn answer(
+        &self,
+        line: &str,
+        tcp: bool,
+        gone: &CancellationToken,
+    ) -> (Response, bool) {
         if tcp {
             let (id, token) = peek(line);
             let ok = match (&self.token, &token) {
@@ -69,10 +76,10 @@ impl Handler {
             }
         }
         let via = if tcp { Transport::Tcp } else { Transport::Unix };
-        (self.checked(line, via).await, true)
+        (self.checked(line, via, gone).await, true)
     }
 
-    async fn checked(&self, line: &str, via: Transport) -> Response {
+    async fn checked(&self, line: &str, via: Transport, gone: &CancellationToken) -> Response {
         if line.trim().is_empty() {
             return Response::err(
                 None,
@@ -84,7 +91,7 @@ impl Handler {
             Ok(v) => v,
             Err(resp) => return *resp,
         };
-        let cx = Context::new(&self.engine, &self.live);
+        let cx = Context::new(&self.engine, &self.live, gone);
         match ops::route(req, via, &cx).await {
             Ok(payload) => Response::ok(id, payload),
             Err(e) => Response::failure(id, e.into_body()),

@@ -20,9 +20,11 @@ impl Op for LeaseMessage {
             return Err(OpError::bad("ttl must be greater than 0"));
         }
         let wait = self.wait.map(|d| d.0).unwrap_or(Duration::ZERO);
+        // A lease whose client left while it waited is never granted: nobody could
+        // release it.
         let g = cx
             .engine
-            .lease_with(&pool, ttl, self.session.as_deref(), wait, &want)
+            .lease_while_there(&pool, ttl, self.session.as_deref(), wait, &want, cx.gone)
             .await?;
         Ok(Payload::Lease(g))
     }
