@@ -259,7 +259,10 @@ async fn credentials_refused(
         format!("proxy refused the credentials with {status}"),
     );
     f.status = Some(status);
-    shared.upstream.fail(guard, f, &out.target.dest.host, tries).await;
+    shared
+        .upstream
+        .fail(guard, f, &out.target.dest.host, tries)
+        .await;
     if out.resendable(tries) {
         return Try::Again(None);
     }
@@ -293,7 +296,10 @@ async fn proxy_failed(
         endpoint,
         status, "gateway upstream could not reach the destination; trying another"
     );
-    shared.upstream.fail(guard, f, &out.target.dest.host, tries).await;
+    shared
+        .upstream
+        .fail(guard, f, &out.target.dest.host, tries)
+        .await;
     if out.resendable(tries) {
         return Try::Again(None);
     }
@@ -645,7 +651,13 @@ mod tests {
     #[test]
     fn own_headers_are_taken_out_whatever_their_case() {
         let mut h = HeaderMap::new();
-        for k in ["x-proxypool-error", "X-ProxyPool-Endpoint", "x-proxypool-", "x-proxy", "host"] {
+        for k in [
+            "x-proxypool-error",
+            "X-ProxyPool-Endpoint",
+            "x-proxypool-",
+            "x-proxy",
+            "host",
+        ] {
             h.append(
                 HeaderName::from_bytes(k.as_bytes()).unwrap(),
                 HeaderValue::from_static("1"),
@@ -681,6 +693,9 @@ mod tests {
         let r = upstream_request(&p, empty(), None, true);
         assert_eq!(r.headers()[header::HOST], "Shop.Example");
         let p = parts("http://[::1]:81/", "x");
-        assert_eq!(upstream_request(&p, empty(), None, true).headers()[header::HOST], "[::1]:81");
+        assert_eq!(
+            upstream_request(&p, empty(), None, true).headers()[header::HOST],
+            "[::1]:81"
+        );
     }
 }

@@ -131,7 +131,10 @@ impl Activity {
     fn deadline(&self, limits: &Limits, now: Instant) -> (Instant, &'static str) {
         let ms = |v: &AtomicU64| Duration::from_millis(v.load(Ordering::Relaxed));
         if !self.served.load(Ordering::Relaxed) {
-            return (self.start + limits.first_request, "no usable request in time");
+            return (
+                self.start + limits.first_request,
+                "no usable request in time",
+            );
         }
         if self.in_flight.load(Ordering::Relaxed) > 0 {
             return (now + limits.idle, "idle keep-alive");

@@ -111,7 +111,11 @@ mod tests {
         assert_eq!(t.place.target, "shop.example:80");
         let t = Target::url(&uri("http://u:pw@127.0.0.1:8080/")).unwrap();
         assert_eq!((t.dest.host.as_str(), t.dest.port), ("127.0.0.1", 8080));
-        for bad in ["http://127.0.0.1:99999/", "http://127.0.0.1:0/", "/relative"] {
+        for bad in [
+            "http://127.0.0.1:99999/",
+            "http://127.0.0.1:0/",
+            "/relative",
+        ] {
             assert!(Target::url(&uri(bad)).is_err(), "{bad}");
         }
     }

@@ -18,6 +18,7 @@ mod ready;
 mod reconfigure;
 mod reports;
 pub(crate) mod scoped;
+mod sessions;
 pub(crate) mod targets;
 mod telemetry;
 
@@ -201,7 +202,7 @@ pub struct Pools {
     lease_expiry: BTreeSet<(Instant, u64)>,
     expired: FxHashMap<u64, ()>,
     expired_order: VecDeque<u64>,
-    sessions: HashMap<(usize, String), EndpointId>,
+    sessions: sessions::Sessions,
     /// Ids removed in this process. Ids are never reused, so a row that arrives after its
     /// removal (an `add` racing a `remove`) is stale and must not come back to life.
     removed: std::collections::HashSet<EndpointId>,
@@ -216,9 +217,6 @@ pub struct Pools {
 }
 
 const EXPIRED_MEMORY: usize = 65_536;
-
-/// Sticky session keys remembered at most.
-const MAX_SESSIONS: usize = 65_536;
 
 fn state_idx(s: State) -> usize {
     match s {
@@ -240,7 +238,7 @@ impl Pools {
             lease_expiry: BTreeSet::new(),
             expired: FxHashMap::default(),
             expired_order: VecDeque::new(),
-            sessions: HashMap::new(),
+            sessions: sessions::Sessions::new(),
             removed: std::collections::HashSet::new(),
             next_lease: 0,
             gen: 0,
@@ -402,7 +400,7 @@ impl Pools {
                 self.pools[p].leases -= 1;
             }
         }
-        self.sessions.retain(|_, v| *v != id);
+        self.sessions.forget_endpoint(id);
         self.entries.remove(&id);
         true
     }

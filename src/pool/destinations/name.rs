@@ -171,8 +171,14 @@ mod tests {
         );
         assert_eq!(Place::at("::1", 443).unwrap().target, "[::1]:443");
         assert_eq!(Place::at("[::1]", 443).unwrap().host, "::1");
-        assert_eq!(host_and_port("[::1]:8443").unwrap(), ("::1".into(), Some(8443)));
-        assert_eq!(host_and_port("Shop.Example").unwrap(), ("shop.example".into(), None));
+        assert_eq!(
+            host_and_port("[::1]:8443").unwrap(),
+            ("::1".into(), Some(8443))
+        );
+        assert_eq!(
+            host_and_port("Shop.Example").unwrap(),
+            ("shop.example".into(), None)
+        );
     }
 
     #[test]
