@@ -240,7 +240,7 @@ impl Store {
                     Some((id, pw, label)) => {
                         let label = e.label.clone().or(label);
                         if pw != u.password || label != e.label {
-                            upd.execute(params![id, u.password, label])?;
+                            upd.execute(params![id, u.password, text(&label)])?;
                         }
                         out.push((id, false));
                     }
@@ -515,7 +515,7 @@ fn apply_write(tx: &Connection, w: &Write) -> Result<(), StoreError> {
                 h.state.as_str(),
                 h.reason.map(Reason::as_str),
                 h.phase.map(Phase::as_str),
-                h.detail,
+                text(&h.detail),
                 h.streak,
                 h.reason_streak,
                 h.cooldown_ms.map(|v| v as i64),
@@ -548,7 +548,7 @@ fn apply_write(tx: &Connection, w: &Write) -> Result<(), StoreError> {
                 name,
                 fmt_time(SystemTime::now()),
                 *ok as i64,
-                detail,
+                text(detail),
                 count.map(|c| c as i64)
             ])?;
             Ok(())
@@ -571,8 +571,8 @@ fn insert_new(
         u.port,
         u.user_key(),
         u.password,
-        e.label,
-        e.source,
+        text(&e.label),
+        text(&e.source),
         e.state.as_str(),
         now
     ])?;
@@ -632,13 +632,20 @@ fn insert_event_on(
         ev.to.map(State::as_str),
         ev.reason.map(Reason::as_str),
         ev.phase.map(Phase::as_str),
-        ev.detail,
-        ev.lease,
-        destination,
+        text(&ev.detail),
+        text(&ev.lease),
+        destination.map(crate::redact::printable),
         status,
         ev.blame.map(Blame::as_str),
     ])?;
     Ok(())
+}
+
+/// A free-text column as stored: control characters (a client's CR/LF, ESC, NUL) written
+/// as escapes (`redact::printable`), so no stored text can forge a line or drive a
+/// terminal wherever it is printed later.
+pub(crate) fn text(v: &Option<String>) -> Option<std::borrow::Cow<'_, str>> {
+    crate::redact::printable_opt(v.as_deref())
 }
 
 /// An optional text column holding a name (`reason`, `phase`): None stays None.

@@ -7,6 +7,7 @@ use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
 use serde_json::Value;
 
 use crate::health::State;
+use crate::redact::printable;
 use crate::stats::EndpointStats;
 use crate::store::{EndpointRow, EventRow};
 
@@ -54,7 +55,9 @@ pub(super) fn fmt_event(e: &EventRow) -> String {
             s.push_str(&format!(" {k}={v}"));
         }
     }
-    s
+    // One event, one line: whatever a row holds (stored before its text was made
+    // printable, or by an older version) cannot forge another or drive the terminal.
+    printable(&s).into_owned()
 }
 
 pub(super) fn until_text(row: &EndpointRow) -> String {
@@ -88,7 +91,7 @@ pub(super) fn print_table(rows: &[EndpointRow], secrets: bool) {
             r.phase.map(|x| x.to_string()).unwrap_or("-".into()),
             r.streak.to_string(),
             until_text(r),
-            r.label.clone().unwrap_or_else(|| "-".into()),
+            printable(r.label.as_deref().unwrap_or("-")).into_owned(),
         ]);
     }
     println!("{t}");
@@ -182,7 +185,7 @@ pub(super) fn print_show(r: &EndpointRow, evs: &[EventRow], stats: Option<&Endpo
         ("created_at", r.created_at.clone()),
     ];
     for (k, v) in kv.into_iter().chain(stats_lines(stats)) {
-        println!("{k:>16}: {v}");
+        println!("{k:>16}: {}", printable(&v));
     }
     println!("\nrecent events (newest first):");
     for e in evs {
