@@ -198,7 +198,7 @@ impl Engine {
     }
 
     /// After a failed commit: put the endpoints whose writes were lost back to their stored
-    /// rows. The pool lock is held until they are back, so no operation builds on memory
+    /// rows and pairs. The pool lock is held until they are back, so no operation builds on memory
     /// the store never saw; a deadline transition that was lost comes due again at once.
     fn resync(&self) {
         let mut p = self.lock();
@@ -209,8 +209,8 @@ impl Engine {
         match resynced {
             Ok(rows) => {
                 let (now, wall) = (Instant::now(), SystemTime::now());
-                for (id, row) in &rows {
-                    p.restore_row(*id, row.as_ref(), now, wall);
+                for (id, row, pairs) in &rows {
+                    p.restore_row(*id, row.as_ref(), pairs, now, wall);
                 }
                 if !rows.is_empty() {
                     warn!(

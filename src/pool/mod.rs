@@ -355,18 +355,27 @@ impl Pools {
     }
 
     /// Make memory match the store for one endpoint after a failed commit: the stored row
-    /// wins (or its absence). Its leases go too: they may stem from a grant that failed.
+    /// wins (or its absence), and so do its stored (endpoint, destination) pairs: a ban
+    /// whose commit failed is not kept in memory, one that is stored comes back. Its
+    /// leases go too: they may stem from a grant that failed.
     pub fn restore_row(
         &mut self,
         id: EndpointId,
         row: Option<&EndpointRow>,
+        pairs: &[crate::store::pairs::PairRow],
         now: Instant,
         wall: SystemTime,
     ) {
+        if let Some(e) = self.entries.get(&id) {
+            self.pools[e.pool].dests.remove_endpoint(id);
+        }
         self.remove_entry(id);
         if let Some(r) = row {
             self.removed.remove(&id);
             self.insert_row(r, now, wall);
+            for pair in pairs {
+                self.restore_pair(pair, now, wall);
+            }
         }
     }
 

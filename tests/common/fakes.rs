@@ -776,8 +776,7 @@ pub async fn split_writes_dest(body: &'static [u8]) -> Fake {
                 "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: text/plain\r\n\r\n",
                 body.len()
             );
-            if sock.write_all(h.as_bytes()).await.is_err() || sock.write_all(body).await.is_err()
-            {
+            if sock.write_all(h.as_bytes()).await.is_err() || sock.write_all(body).await.is_err() {
                 return;
             }
         }
