@@ -67,7 +67,7 @@ fn the_session_table_stays_a_few_mib_whatever_keys_clients_send() {
         assert_eq!(check_session_key(&k), Ok(()));
         k
     };
-    let mut lease = |pools: &mut Pools, k: &str| {
+    let lease = |pools: &mut Pools, k: &str| {
         let (g, _) = pools.lease("default", ttl, Some(k), now, wall);
         let (r, _) = pools.release(&g.unwrap().lease, now, wall);
         r.unwrap();

@@ -47,6 +47,9 @@ pub(super) fn text(status: StatusCode, error: &str, message: &str) -> Response<B
 fn outcome_of(status: StatusCode, error: &str) -> GatewayOutcome {
     match status {
         StatusCode::BAD_GATEWAY if error == DESTINATION_DOWN => GatewayOutcome::DestinationDown,
+        StatusCode::SERVICE_UNAVAILABLE if error == LOCAL_RESOURCES => {
+            GatewayOutcome::LocalResources
+        }
         StatusCode::PROXY_AUTHENTICATION_REQUIRED => GatewayOutcome::Denied,
         StatusCode::BAD_GATEWAY => GatewayOutcome::UpstreamFailed,
         StatusCode::SERVICE_UNAVAILABLE => GatewayOutcome::Exhausted,
@@ -58,11 +61,15 @@ fn outcome_of(status: StatusCode, error: &str) -> GatewayOutcome {
 
 /// `X-Proxypool-Error` of a destination that is down.
 const DESTINATION_DOWN: &str = "destination_down";
+/// `X-Proxypool-Error` of an answer for want of descriptors, memory or local ports.
+pub(super) const LOCAL_RESOURCES: &str = "local_resources";
 
 /// The status an HTTP client gets when no upstream could serve its request.
 fn status_of(e: &UpstreamError) -> StatusCode {
     match e {
-        UpstreamError::Exhausted { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        UpstreamError::Exhausted { .. } | UpstreamError::Local(_) => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
         UpstreamError::UnknownPool(_) => StatusCode::BAD_REQUEST,
         UpstreamError::AllFailed { .. } | UpstreamError::DestinationDown { .. } => {
             StatusCode::BAD_GATEWAY
@@ -77,6 +84,7 @@ fn status_of(e: &UpstreamError) -> StatusCode {
 pub(super) fn error_outcome(e: &UpstreamError) -> GatewayOutcome {
     let error = match e {
         UpstreamError::DestinationDown { .. } => DESTINATION_DOWN,
+        UpstreamError::Local(_) => LOCAL_RESOURCES,
         _ => "",
     };
     outcome_of(status_of(e), error)
@@ -101,6 +109,7 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
             resp
         }
+        UpstreamError::Local(why) => local_resources(&why),
         UpstreamError::UnknownPool(p) => text(
             status,
             "unknown_pool",
@@ -146,6 +155,21 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
     }
 }
 
+/// `503` for want of local resources (this machine's descriptors, memory or ports, or
+/// the gateway's descriptor budget): the client may come back in a second.
+pub(super) fn local_resources(why: &str) -> Response<Body> {
+    let mut resp = text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        LOCAL_RESOURCES,
+        &format!(
+            "proxypool gateway: out of local resources ({why}); the failure is this machine's, nothing was reported against an upstream"
+        ),
+    );
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,6 +208,11 @@ mod tests {
                 text(StatusCode::PROXY_AUTHENTICATION_REQUIRED, "a", "b"),
                 GatewayOutcome::Denied,
             ),
+            (
+                upstream_error(E::Local("Too many open files".into())),
+                GatewayOutcome::LocalResources,
+            ),
+            (local_resources("budget"), GatewayOutcome::LocalResources),
             (
                 text(StatusCode::PAYLOAD_TOO_LARGE, "a", "b"),
                 GatewayOutcome::BadRequest,

@@ -213,6 +213,13 @@ async fn not_sent(
     let endpoint = guard.endpoint();
     let host = &out.target.dest.host;
     match e {
+        Sent::Unreachable(f) if f.local => {
+            // This machine's shortage, not the upstream's: released, not reported.
+            drop(guard);
+            Try::Failed(upstream_error(super::upstream::UpstreamError::Local(
+                f.detail,
+            )))
+        }
         Sent::Unreachable(f) | Sent::Slow(f) if out.resendable(tries) => {
             // As a failed dial in the attempt loop: reported, and the next upstream.
             info!(endpoint, reason = %f.reason, phase = %f.phase,
@@ -223,12 +230,12 @@ async fn not_sent(
         Sent::Failed(f) | Sent::Unreachable(f) | Sent::Slow(f) => {
             info!(endpoint, reason = %f.reason, phase = %f.phase, "gateway request failed");
             let reason = f.reason;
+            let message = format!(
+                "proxypool gateway: upstream {endpoint} failed: {reason} at {}: {}",
+                f.phase, f.detail
+            );
             shared.upstream.fail(guard, f, host, tries).await;
-            Try::Failed(bad_gateway(
-                endpoint,
-                reason,
-                &format!("proxypool gateway: upstream {endpoint} failed: {reason}"),
-            ))
+            Try::Failed(bad_gateway(endpoint, reason, &message))
         }
         Sent::Unsendable => {
             // The upstream is not blamed for a connection that was idle.

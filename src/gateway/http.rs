@@ -37,11 +37,11 @@ pub(super) async fn serve(shared: Arc<Shared>, stream: TcpStream, slot: Slot) {
             // Until its body has gone out, what the client sends is not a late head.
             let responding = activity.responding();
             drop(busy);
-            let resp = resp.map(|b| {
-                b.map_frame(move |f| {
-                    let _ = &responding;
-                    f
-                })
+            let resp = resp.map(|body| {
+                Holding {
+                    body,
+                    _guard: responding,
+                }
                 .boxed()
             });
             Ok::<_, Infallible>(resp)
@@ -190,4 +190,31 @@ async fn connect(
     let mut resp = Response::new(empty());
     set_endpoint(resp.headers_mut(), endpoint);
     resp
+}
+
+/// A response body that holds `_guard` until it is dropped, and keeps the body's size hint
+/// (a `Content-Length` answer stays one; `map_frame` would make it chunked).
+struct Holding<G> {
+    body: Body,
+    _guard: G,
+}
+
+impl<G: Send + Unpin> hyper::body::Body for Holding<G> {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
 }

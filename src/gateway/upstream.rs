@@ -49,6 +49,10 @@ pub(super) enum UpstreamError {
         endpoint: EndpointId,
         tried: usize,
     },
+    /// This machine is short of descriptors, memory or local ports (the gateway's own
+    /// descriptor budget included): nothing is reported against any upstream.
+    #[error("out of local resources: {0}")]
+    Local(String),
     /// The engine or store failed.
     #[error("internal error: {0}")]
     Internal(#[source] EngineError),
@@ -269,6 +273,14 @@ impl Upstream {
             };
             match dialed {
                 Ok(d) => return Ok((guard, Link::Dialed(d))),
+                Err(f) if f.local => {
+                    // Our own shortage says nothing of the upstream: the lease goes back
+                    // unreported, and no other upstream is tried (it would meet the same).
+                    info!(endpoint = guard.endpoint(), detail = %f.detail,
+                        "gateway cannot dial on this machine; nothing reported");
+                    guard.finish().await;
+                    return Err(UpstreamError::Local(f.detail));
+                }
                 Err(f) => {
                     info!(endpoint = guard.endpoint(), reason = %f.reason, phase = %f.phase,
                         attempt = tries.tried.len(), "gateway upstream failed; trying another");

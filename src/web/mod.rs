@@ -40,7 +40,7 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:9464";
 /// Seconds between the status page's own reloads.
 pub const REFRESH_SECS: u32 = 5;
 /// Connections served at once; more wait in the kernel's backlog.
-const MAX_CONNECTIONS: usize = 256;
+pub const MAX_CONNECTIONS: usize = 256;
 /// A client that has not sent its request head by then is dropped.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
