@@ -105,6 +105,8 @@ pub struct Store {
     path: PathBuf,
     /// (device, inode) of the file opened: the name must keep meaning this file.
     file: Option<(u64, u64)>,
+    /// The schema versions (before, after) when opening migrated an existing database.
+    migrated: Option<(i64, i64)>,
     /// Commits still to fail, as a full disk would (engine tests).
     #[cfg(test)]
     fail_commits: u32,
@@ -170,6 +172,7 @@ impl Store {
             },
         )?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        let before: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         MIGRATIONS
             .to_latest(&mut conn)
             .map_err(|e| StoreError::Migration {
@@ -178,7 +181,11 @@ impl Store {
                 message: e.to_string().lines().next().unwrap_or_default().to_string(),
             })?;
         restrict(path);
+        let after: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        // A new database (version 0) is created, not migrated.
+        let migrated = (before > 0 && after != before).then_some((before, after));
         Ok(Store {
+            migrated,
             conn,
             file: file_id(path),
             path: path.to_path_buf(),
@@ -201,6 +208,13 @@ impl Store {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The schema versions (before, after) when opening this store migrated an older
+    /// database: every command does, a read-only one as well (it could not read the old
+    /// schema), and says so (docs/reference.md, "Storage").
+    pub fn migrated(&self) -> Option<(i64, i64)> {
+        self.migrated
     }
 
     /// The schema version (number of applied migrations).
