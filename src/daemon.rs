@@ -182,9 +182,24 @@ async fn sweep_loop(
     let tracker = TaskTracker::new();
     let jittered = |d: Duration| d.mul_f64(0.9 + fastrand::f64() * 0.2);
     loop {
+        // A probe target that is down is tried again by its own cooldown (seconds), not
+        // at the next sweep (minutes): then ONE endpoint is probed, as its trial.
+        let trial_in = engine.probe_target_down(&pool.name);
+        let wait = match trial_in {
+            Some(d) => d.max(Duration::from_millis(100)),
+            None => jittered(pool.probe.interval),
+        };
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            _ = tokio::time::sleep(jittered(pool.probe.interval)) => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+        if trial_in.is_some() && engine.probe_target_down(&pool.name).is_some() {
+            if let Some(&id) = engine.available_ids(&pool.name).first() {
+                if let Err(e) = probe_one(&engine, &prober, id).await {
+                    debug!(endpoint = id, error = %e, "probe target trial not recorded");
+                }
+            }
+            continue;
         }
         let ids = engine.available_ids(&pool.name);
         debug!(pool = %pool.name, n = ids.len(), "periodic check");

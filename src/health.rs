@@ -309,7 +309,8 @@ pub enum Step {
 }
 
 impl Health {
-    /// Apply an input. `now` is the monotonic time, `jitter_sample` in [-1, 1].
+    /// Apply an input. `now` is the monotonic time, `jitter_sample` in [-1, 1]. One method
+    /// per input below; each says what it does in every state.
     pub fn apply(
         &mut self,
         input: Input,
@@ -317,149 +318,175 @@ impl Health {
         now: Instant,
         jitter_sample: f64,
     ) -> Step {
-        use State::*;
-        let from = self.state;
         match input {
-            Input::Failure { failure, trial } => match (self.state, self.claimed, trial) {
-                (Available, _, false) => {
-                    // §15 `fall`: the failures before the N-th are recorded, nothing more.
-                    self.fails = self.fails.saturating_add(1);
-                    if self.fails < policy.fall_for(failure.reason) {
-                        return Step::Recorded { late: false };
-                    }
-                    self.fail(failure, policy, now, jitter_sample)
-                }
-                (ProbeAllowed, true, true) => {
-                    self.claimed = false;
-                    self.fail(failure, policy, now, jitter_sample)
-                }
-                _ => Step::Recorded { late: true },
-            },
-            Input::Success { trial } => match (self.state, self.claimed, trial) {
-                (Available, _, false) => {
-                    self.streak = 0;
-                    self.reason_streak = 0;
-                    self.fails = 0;
-                    Step::Recorded { late: false }
-                }
-                (ProbeAllowed, true, true) => {
-                    self.claimed = false;
-                    self.recover();
-                    Step::Changed {
-                        from,
-                        to: Available,
-                    }
-                }
-                _ => Step::Recorded { late: true },
-            },
-            Input::OperatorProbeSuccess => match self.state {
-                Cooling | ProbeAllowed => {
-                    self.claimed = false;
-                    self.recover();
-                    Step::Changed {
-                        from,
-                        to: Available,
-                    }
-                }
-                Available => {
-                    self.streak = 0;
-                    self.reason_streak = 0;
-                    Step::Recorded { late: false }
-                }
-                // Only `enable` brings a disabled endpoint back.
-                Disabled => Step::Recorded { late: true },
-            },
-            Input::DeadlinePassed => match self.state {
-                Cooling if self.deadline.is_none_or(|d| d <= now) => {
-                    self.state = ProbeAllowed;
-                    self.claimed = false;
-                    self.deadline = None;
-                    Step::Changed {
-                        from,
-                        to: ProbeAllowed,
-                    }
-                }
-                _ => Step::Refused,
-            },
-            Input::Claim => {
-                if self.state == ProbeAllowed && !self.claimed {
-                    self.claimed = true;
-                    Step::Claimed
-                } else {
-                    Step::Refused
-                }
+            Input::Failure { failure, trial } => {
+                self.on_failure(failure, trial, policy, now, jitter_sample)
             }
-            Input::Abandon => {
-                if self.state == ProbeAllowed && self.claimed {
-                    self.claimed = false;
-                    Step::Abandoned
-                } else {
-                    Step::Refused
+            Input::Success { trial } => self.on_success(trial),
+            Input::OperatorProbeSuccess => self.on_operator_probe_success(),
+            Input::DeadlinePassed => self.on_deadline(now),
+            Input::Claim => self.on_claim(),
+            Input::Abandon => self.on_abandon(),
+            Input::Disable { detail } => self.on_disable(detail),
+            Input::Enable { now: immediate } => self.on_enable(immediate),
+            Input::SourceRemoved => self.on_source_removed(),
+            Input::SourceReturned => self.on_source_returned(),
+        }
+    }
+
+    fn changed(&self, from: State) -> Step {
+        Step::Changed {
+            from,
+            to: self.state,
+        }
+    }
+
+    fn on_failure(
+        &mut self,
+        failure: Failure,
+        trial: bool,
+        policy: &Policy,
+        now: Instant,
+        jitter: f64,
+    ) -> Step {
+        match (self.state, self.claimed, trial) {
+            (State::Available, _, false) => {
+                // `fall`: the failures before the N-th are recorded, nothing more.
+                self.fails = self.fails.saturating_add(1);
+                if self.fails < policy.fall_for(failure.reason) {
+                    return Step::Recorded { late: false };
                 }
+                self.fail(failure, policy, now, jitter)
             }
-            Input::Disable { detail } => {
-                if self.operator_disabled() {
-                    return Step::Refused;
-                }
-                self.state = Disabled;
+            (State::ProbeAllowed, true, true) => {
                 self.claimed = false;
-                self.fails = 0;
-                self.deadline = None;
-                self.reason = Some(Reason::Operator);
-                self.phase = None;
-                self.detail = detail;
-                Step::Changed { from, to: Disabled }
+                self.fail(failure, policy, now, jitter)
             }
-            Input::Enable { now: immediate } => match (self.state, immediate) {
-                (Available, _) | (ProbeAllowed, false) => Step::Refused,
-                (_, true) => {
-                    self.claimed = false;
-                    self.recover();
-                    Step::Changed {
-                        from,
-                        to: Available,
-                    }
-                }
-                (_, false) => {
-                    self.state = ProbeAllowed;
-                    self.claimed = false;
-                    self.deadline = None;
-                    self.reason = None;
-                    self.phase = None;
-                    self.detail = None;
-                    Step::Changed {
-                        from,
-                        to: ProbeAllowed,
-                    }
-                }
-            },
-            Input::SourceRemoved => {
-                if self.state == Disabled {
-                    return Step::Refused;
-                }
-                self.state = Disabled;
-                self.claimed = false;
+            _ => Step::Recorded { late: true },
+        }
+    }
+
+    fn on_success(&mut self, trial: bool) -> Step {
+        match (self.state, self.claimed, trial) {
+            (State::Available, _, false) => {
+                self.streak = 0;
+                self.reason_streak = 0;
                 self.fails = 0;
+                Step::Recorded { late: false }
+            }
+            (State::ProbeAllowed, true, true) => {
+                let from = self.state;
+                self.claimed = false;
+                self.recover();
+                self.changed(from)
+            }
+            _ => Step::Recorded { late: true },
+        }
+    }
+
+    fn on_operator_probe_success(&mut self) -> Step {
+        match self.state {
+            State::Cooling | State::ProbeAllowed => {
+                let from = self.state;
+                self.claimed = false;
+                self.recover();
+                self.changed(from)
+            }
+            State::Available => {
+                self.streak = 0;
+                self.reason_streak = 0;
+                Step::Recorded { late: false }
+            }
+            // Only `enable` brings a disabled endpoint back.
+            State::Disabled => Step::Recorded { late: true },
+        }
+    }
+
+    fn on_deadline(&mut self, now: Instant) -> Step {
+        if self.state != State::Cooling || self.deadline.is_some_and(|d| d > now) {
+            return Step::Refused;
+        }
+        self.state = State::ProbeAllowed;
+        self.claimed = false;
+        self.deadline = None;
+        self.changed(State::Cooling)
+    }
+
+    fn on_claim(&mut self) -> Step {
+        if self.state == State::ProbeAllowed && !self.claimed {
+            self.claimed = true;
+            Step::Claimed
+        } else {
+            Step::Refused
+        }
+    }
+
+    fn on_abandon(&mut self) -> Step {
+        if self.state == State::ProbeAllowed && self.claimed {
+            self.claimed = false;
+            Step::Abandoned
+        } else {
+            Step::Refused
+        }
+    }
+
+    fn on_disable(&mut self, detail: Option<String>) -> Step {
+        if self.operator_disabled() {
+            return Step::Refused;
+        }
+        let from = self.state;
+        self.take_out(Reason::Operator, detail);
+        self.changed(from)
+    }
+
+    fn on_enable(&mut self, immediate: bool) -> Step {
+        let from = self.state;
+        match (self.state, immediate) {
+            (State::Available, _) | (State::ProbeAllowed, false) => return Step::Refused,
+            (_, true) => {
+                self.claimed = false;
+                self.recover();
+            }
+            (_, false) => {
+                self.state = State::ProbeAllowed;
+                self.claimed = false;
                 self.deadline = None;
-                self.reason = Some(Reason::SourceRemoved);
+                self.reason = None;
                 self.phase = None;
                 self.detail = None;
-                Step::Changed { from, to: Disabled }
-            }
-            Input::SourceReturned => {
-                if self.state == Disabled && self.reason == Some(Reason::SourceRemoved) {
-                    self.state = ProbeAllowed;
-                    self.reason = None;
-                    self.detail = None;
-                    Step::Changed {
-                        from,
-                        to: ProbeAllowed,
-                    }
-                } else {
-                    Step::Refused
-                }
             }
         }
+        self.changed(from)
+    }
+
+    fn on_source_removed(&mut self) -> Step {
+        if self.state == State::Disabled {
+            return Step::Refused;
+        }
+        let from = self.state;
+        self.take_out(Reason::SourceRemoved, None);
+        self.changed(from)
+    }
+
+    fn on_source_returned(&mut self) -> Step {
+        if self.state != State::Disabled || self.reason != Some(Reason::SourceRemoved) {
+            return Step::Refused;
+        }
+        self.state = State::ProbeAllowed;
+        self.reason = None;
+        self.detail = None;
+        self.changed(State::Disabled)
+    }
+
+    /// Out of service for `reason` (an operator's disable, or its source dropping it).
+    fn take_out(&mut self, reason: Reason, detail: Option<String>) {
+        self.state = State::Disabled;
+        self.claimed = false;
+        self.fails = 0;
+        self.deadline = None;
+        self.reason = Some(reason);
+        self.phase = None;
+        self.detail = detail;
     }
 
     fn recover(&mut self) {

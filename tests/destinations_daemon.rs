@@ -4,7 +4,10 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::daemon::*;
+use common::wait::eventually;
 use serde_json::{json, Value};
 
 /// Pairs cool for a minute: nothing in these tests waits for a deadline.
@@ -345,4 +348,73 @@ fn two_reports_through_two_endpoints_make_a_target_down_on_the_socket() {
     assert!(events.iter().any(|e| e["kind"] == "target_down"
         && e["destination"] == "dead.invalid:443"
         && e["endpoint"].is_null()));
+}
+
+/// The prober of a static pool whose probe site goes down (docs/blame.md, "A target that
+/// is down"): nobody is cooled, and the site is tried again by its own cooldown, through
+/// one endpoint, not at the next sweep; when it is back, target_up.
+#[test]
+fn a_probe_site_that_goes_down_cools_nobody_and_is_retried_by_its_own_cooldown() {
+    use common::fakes::{closed_port, dest, fake_runtime, http_proxy, DestCfg, HttpProxyCfg};
+    let rt = fake_runtime();
+    let proxies = [
+        rt.block_on(http_proxy(HttpProxyCfg::default())),
+        rt.block_on(http_proxy(HttpProxyCfg::default())),
+    ];
+    let port = rt.block_on(closed_port());
+    let cfg = format!(
+        r#"
+[[pool]]
+name = "default"
+mode = "static"
+
+[pool.probe]
+url = "http://127.0.0.1:{port}/health"
+interval = "1h"
+timeout = "2s"
+"#
+    );
+    let h = Home::new(Some(&cfg));
+    let ids = h.add(&[
+        &format!("http://127.0.0.1:{}", proxies[0].port()),
+        &format!("http://127.0.0.1:{}", proxies[1].port()),
+    ]);
+    let d = h.serve();
+    // Both start probe_allowed; their recovery probes find the site down: the first is
+    // pending, the second makes it down. Nobody cools.
+    let events = eventually(Duration::from_secs(10), "the probe target down", || {
+        let ev = h.events();
+        ev.iter()
+            .any(|e| e["kind"] == "target_down")
+            .then_some(ev.clone())
+            .ok_or_else(|| format!("{ev:?}"))
+    });
+    let down = events.iter().find(|e| e["kind"] == "target_down").unwrap();
+    assert_eq!(down["destination"], json!(format!("127.0.0.1:{port}")));
+    for id in &ids {
+        assert_ne!(h.listed(*id)["state"], json!("cooling"), "{events:?}");
+    }
+    // The site comes back: within seconds (its cooldown, not the hour-long sweep) one
+    // probe tries it, it is up again, and the endpoints recover.
+    let site = rt.block_on(dest(DestCfg {
+        port: Some(port),
+        ..Default::default()
+    }));
+    eventually(
+        Duration::from_secs(20),
+        "target_up and both endpoints available",
+        || {
+            let ev = h.events();
+            let up = ev.iter().any(|e| e["kind"] == "target_up");
+            let states: Vec<_> = ids
+                .iter()
+                .map(|id| h.listed(*id)["state"].clone())
+                .collect();
+            (up && states.iter().all(|s| s == "available"))
+                .then_some(())
+                .ok_or_else(|| format!("up {up}, states {states:?}"))
+        },
+    );
+    drop(site);
+    drop(d);
 }

@@ -114,6 +114,34 @@ async fn tinyproxy_right_password() {
     assert!(r.phases.iter().any(|p| p.0 == Phase::ProxyHandshake));
 }
 
+/// A probe site that is down, through tinyproxy: its own "500 Unable to connect" page (no
+/// `Via`) is its failure to reach the site, judged by contrast (docs/blame.md), not the
+/// site's status; by CONNECT the same.
+#[tokio::test]
+async fn tinyproxy_cannot_reach_a_site_that_is_down() {
+    let closed = common::fakes::closed_port().await;
+    let Some(tp) = upstreams::tinyproxy(&[closed]).await else {
+        return;
+    };
+    let proxy = format!("http://alice:s3cret@127.0.0.1:{}", tp.port);
+    for url in [
+        format!("http://127.0.0.1:{closed}/down"),
+        format!("https://127.0.0.1:{closed}/down"),
+    ] {
+        let c = ProbeConfig {
+            url: Some(url.clone()),
+            timeout: Duration::from_secs(5),
+            ..Default::default()
+        };
+        let r = Prober::new(&c)
+            .unwrap()
+            .probe(&ProxyUrl::parse(&proxy).unwrap())
+            .await;
+        assert_failed(&r, Reason::UpstreamUnreachable, Phase::ProxyHandshake, &tp);
+        assert_eq!(r.status, Some(500), "{url}: {r:?}");
+    }
+}
+
 #[tokio::test]
 async fn tinyproxy_wrong_password() {
     let dests = Dests::new().await;

@@ -772,6 +772,36 @@ async fn http_proxy_407_to_absolute_form_is_auth_rejected() {
     assert!(d.seen().is_empty());
 }
 
+/// An HTTP proxy's own error page to an absolute-form probe (tinyproxy's "500 Unable to
+/// connect", no `Via`) is its failure to reach the site (docs/blame.md), not the site's
+/// status; the same 5xx forwarded from the site (with `Via`) is the site's.
+#[tokio::test]
+async fn a_5xx_the_proxy_wrote_itself_is_its_failure_to_reach_the_site() {
+    for (head, want) in [
+        (
+            "HTTP/1.1 500 Unable to connect\r\nContent-Length: 0\r\n\r\n",
+            (Reason::UpstreamUnreachable, Phase::ProxyHandshake),
+        ),
+        (
+            "HTTP/1.1 503 Service Unavailable\r\nX-Squid-Error: ERR_DNS_FAIL 0\r\nVia: 1.1 squid\r\nContent-Length: 0\r\n\r\n",
+            (Reason::DnsFailed, Phase::ProxyHandshake),
+        ),
+        (
+            "HTTP/1.1 503 Service Unavailable\r\nVia: 1.1 proxy\r\nContent-Length: 0\r\n\r\n",
+            (Reason::DestinationStatus, Phase::ResponseHead),
+        ),
+    ] {
+        let fake = scripted(vec![Act::Read, Act::Write(head.as_bytes().to_vec())]).await;
+        let r = probe(
+            &cfg("http://site.example:9/"),
+            &format!("http://127.0.0.1:{}", fake.port()),
+        )
+        .await;
+        let f = r.failure.clone().unwrap_or_else(|| panic!("{head}: {r:?}"));
+        assert_eq!((f.reason, f.phase), (Some(want.0), Some(want.1)), "{head}: {r:?}");
+    }
+}
+
 #[tokio::test]
 async fn http_proxy_to_https_destination_uses_connect_and_tls() {
     let dir = tempfile::tempdir().unwrap();

@@ -447,6 +447,11 @@ impl Engine {
         self.lock().probe_admit(id, Instant::now())
     }
 
+    /// When the pool's probe target is down: the time until its trial.
+    pub fn probe_target_down(&self, pool: &str) -> Option<Duration> {
+        self.lock().probe_target_down(pool, Instant::now())
+    }
+
     /// A probe admitted by `probe_admit` did not run: give back the probe target's trial
     /// if it was that.
     pub fn probe_cancel(&self, id: EndpointId) {

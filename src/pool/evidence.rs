@@ -159,9 +159,9 @@ impl Pools {
         out
     }
 
-    fn settle_failure(
+    fn settle_failure<'a>(
         &mut self,
-        on: &Settle<'_>,
+        on: &Settle<'a>,
         f: Failure,
         now: Instant,
         wall: SystemTime,
@@ -170,91 +170,24 @@ impl Pools {
         let pool = self.entries[&id].pool;
         let reason = f.reason.expect("callers check the reason");
         let has_place = on.host.is_some() || on.target.is_some();
-        let class = classify(reason, f.phase, has_place, false);
         let mut out = Settled::default();
-        // The key of the pair this failure decides, if any.
-        let mut decided_key: Option<&str> = None;
-        let blame = match class {
+        // Whom it counts against, and the key of the pair it decided, if any.
+        let (blame, decided_key) = match classify(reason, f.phase, has_place, false) {
             Class::Proxy => {
                 if let (true, Some(t)) = (on.target_trial, on.target) {
-                    out.writes
-                        .extend(self.abandon_target_trial(pool, t, on, now));
+                    let w = self.abandon_target_trial(pool, t, on, now);
+                    out.writes.extend(w);
                 }
-                out.writes
-                    .extend(self.endpoint_failure(on, f.clone(), Blame::Endpoint, now, wall));
-                Blame::Endpoint
+                let w = self.endpoint_failure(on, f, Blame::Endpoint, now, wall);
+                out.writes.extend(w);
+                (Blame::Endpoint, None)
             }
             Class::Ban | Class::Destination => {
-                // The destination was reached: that much is evidence about the target.
-                if let Some(t) = on.target {
-                    let r = self.pools[pool].targets.reached(t, id, now);
-                    let w = self.apply_reached(pool, t, id, r, on.lease.clone(), now, wall);
-                    out.writes.extend(w);
-                    out.target_trial_decided = on.target_trial;
-                }
-                let key = on.host.or(on.target).expect("a place was named");
-                let (w, decided) = self.pair_input(
-                    pool,
-                    key,
-                    id,
-                    Err((&f, Blame::Pair)),
-                    on.lease.clone(),
-                    now,
-                    wall,
-                );
-                out.writes.extend(w);
-                out.pair_trial_decided = decided && on.pair_trial == Some(key);
-                decided_key = Some(key);
-                Blame::Pair
+                let key = self.fail_at_destination(pool, on, &f, &mut out, now, wall);
+                (Blame::Pair, Some(key))
             }
-            Class::Refused | Class::Unreachable => {
-                let t = on.target.or(on.host).expect("a place was named");
-                let alone = self.alone(pool);
-                let jitter = self.rng.f64() * 2.0 - 1.0;
-                let judged = self.pools[pool].targets.failed(
-                    t,
-                    id,
-                    class,
-                    &f,
-                    false,
-                    alone,
-                    on.target_trial,
-                    now,
-                    jitter,
-                );
-                out.target_trial_decided = on.target_trial && judged.verdict.blame == Blame::Target;
-                let blame = judged.verdict.blame;
-                match blame {
-                    Blame::Pair => {
-                        let (w, decided) = self.pair_input(
-                            pool,
-                            t,
-                            id,
-                            Err((&f, Blame::Pair)),
-                            on.lease.clone(),
-                            now,
-                            wall,
-                        );
-                        out.writes.extend(w);
-                        out.pair_trial_decided = decided && on.pair_trial == Some(t);
-                        decided_key = Some(t);
-                    }
-                    // Probes only; a report's confirmed failure is its pair's.
-                    Blame::Endpoint => {
-                        out.writes
-                            .extend(self.endpoint_failure(on, f.clone(), blame, now, wall));
-                    }
-                    Blame::Pending | Blame::Target => {
-                        out.writes.push(self.unblamed_report(on, &f, t, blame));
-                        out.writes
-                            .extend(self.target_news(pool, t, &judged, &f, on.lease.clone()));
-                    }
-                }
-                if judged.escalate {
-                    out.writes.extend(self.escalate(on, &f, t, now, wall));
-                    out.endpoint_trial_decided = on.trial;
-                }
-                blame
+            class @ (Class::Refused | Class::Unreachable) => {
+                self.fail_to_reach(pool, on, class, &f, &mut out, now, wall)
             }
         };
         if on.trial && blame != Blame::Endpoint && !out.endpoint_trial_decided {
@@ -274,6 +207,88 @@ impl Pools {
         }
         out.blame = Some(blame);
         out
+    }
+
+    /// A ban, or a break after the destination was reached: the (endpoint, host) pair.
+    /// Reaching it is evidence about the target too. Returns the pair's key.
+    fn fail_at_destination<'a>(
+        &mut self,
+        pool: usize,
+        on: &Settle<'a>,
+        f: &Failure,
+        out: &mut Settled,
+        now: Instant,
+        wall: SystemTime,
+    ) -> &'a str {
+        if let Some(t) = on.target {
+            let r = self.pools[pool].targets.reached(t, on.id, now);
+            let w = self.apply_reached(pool, t, on.id, r, on.lease.clone(), now, wall);
+            out.writes.extend(w);
+            out.target_trial_decided = on.target_trial;
+        }
+        let key = on.host.or(on.target).expect("a place was named");
+        let fail = Err((f, Blame::Pair));
+        let (w, decided) = self.pair_input(pool, key, on.id, fail, on.lease.clone(), now, wall);
+        out.writes.extend(w);
+        out.pair_trial_decided = decided && on.pair_trial == Some(key);
+        key
+    }
+
+    /// The proxy refused the target, or could not reach it: judged by contrast with the
+    /// pool's other endpoints. Returns the blame and the pair it decided, if any.
+    #[allow(clippy::too_many_arguments)]
+    fn fail_to_reach<'a>(
+        &mut self,
+        pool: usize,
+        on: &Settle<'a>,
+        class: Class,
+        f: &Failure,
+        out: &mut Settled,
+        now: Instant,
+        wall: SystemTime,
+    ) -> (Blame, Option<&'a str>) {
+        let t = on.target.or(on.host).expect("a place was named");
+        let alone = self.alone(pool);
+        let jitter = self.rng.f64() * 2.0 - 1.0;
+        let judged = self.pools[pool].targets.failed(
+            t,
+            on.id,
+            class,
+            f,
+            false,
+            alone,
+            on.target_trial,
+            now,
+            jitter,
+        );
+        let blame = judged.verdict.blame;
+        out.target_trial_decided = on.target_trial && blame == Blame::Target;
+        let mut decided_key = None;
+        match blame {
+            Blame::Pair => {
+                let fail = Err((f, Blame::Pair));
+                let (w, decided) =
+                    self.pair_input(pool, t, on.id, fail, on.lease.clone(), now, wall);
+                out.writes.extend(w);
+                out.pair_trial_decided = decided && on.pair_trial == Some(t);
+                decided_key = Some(t);
+            }
+            // Probes only; a report's confirmed failure is its pair's.
+            Blame::Endpoint => {
+                let w = self.endpoint_failure(on, f.clone(), blame, now, wall);
+                out.writes.extend(w);
+            }
+            Blame::Pending | Blame::Target => {
+                out.writes.push(self.unblamed_report(on, f, t, blame));
+                out.writes
+                    .extend(self.target_news(pool, t, &judged, f, on.lease.clone()));
+            }
+        }
+        if judged.escalate {
+            out.writes.extend(self.escalate(on, f, t, now, wall));
+            out.endpoint_trial_decided = on.trial;
+        }
+        (blame, decided_key)
     }
 
     /// A failure that counts against the endpoint itself.

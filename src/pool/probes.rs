@@ -62,6 +62,14 @@ impl Pools {
         }
     }
 
+    /// When the probe target of `pool` is down: the time until its trial (the next probe
+    /// of the pool that will run).
+    pub fn probe_target_down(&self, pool: &str, now: Instant) -> Option<Duration> {
+        let &p = self.by_name.get(pool)?;
+        let ps = &self.pools[p];
+        ps.targets.down_for(ps.probe_target.as_deref()?, now)
+    }
+
     /// Admit one probe of endpoint `id` (a periodic check, or a probe of one endpoint):
     /// refused, with the time until the probe target's trial, while it is down.
     pub fn probe_admit(&mut self, id: EndpointId, now: Instant) -> Result<(), Duration> {

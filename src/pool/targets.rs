@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::endpoint::EndpointId;
 use crate::health::blame::{escalates, judge, Blame, Class, Evidence, Rules, Verdict};
-use crate::health::{Failure, Health, Input, Phase, Reason, State, Step};
+use crate::health::{Failure, Health, Input, Phase, Policy, Reason, State, Step};
 
 /// Targets tracked per pool at most (about 200 bytes each).
 pub const DEFAULT_MAX_TARGETS: usize = 65_536;
@@ -137,6 +137,70 @@ impl Target {
             .iter()
             .flatten()
             .any(|&(id, at)| id != e && at >= since)
+    }
+
+    /// Down, after `down_after` endpoints failed it: its own cooldown starts. Returns the
+    /// cooldown and the endpoints whose pending failures are now the target's.
+    fn go_down(
+        &mut self,
+        failure: &Failure,
+        policy: &Policy,
+        now: Instant,
+        jitter: f64,
+    ) -> (Option<Duration>, Vec<EndpointId>) {
+        let mut h = Health::new(State::Available);
+        let input = Input::Failure {
+            failure: failure.clone(),
+            trial: false,
+        };
+        h.apply(input, policy, now, jitter);
+        let cooldown = h.cooldown;
+        self.down = Some(Box::new(Down {
+            health: h,
+            since: now,
+        }));
+        // Freed, not kept: most down targets never see another failure.
+        let absolved = std::mem::take(&mut self.pending)
+            .into_iter()
+            .map(|p| p.endpoint)
+            .collect();
+        (cooldown, absolved)
+    }
+
+    /// Its trial failed the same way: the next, longer cooldown.
+    fn trial_failed(
+        &mut self,
+        failure: &Failure,
+        policy: &Policy,
+        now: Instant,
+        jitter: f64,
+    ) -> Option<Duration> {
+        let d = self.down.as_mut()?;
+        let input = Input::Failure {
+            failure: failure.clone(),
+            trial: true,
+        };
+        match d.health.apply(input, policy, now, jitter) {
+            Step::Changed { .. } => d.health.cooldown,
+            _ => None,
+        }
+    }
+
+    /// Its trial got no answer about it: the next use is the trial.
+    fn give_back_trial(&mut self, policy: &Policy, now: Instant) {
+        if let Some(d) = self.down.as_mut() {
+            d.health.apply(Input::Abandon, policy, now, 0.0);
+        }
+    }
+
+    /// `e` refused it before anyone reached it: kept for a later contrast (the most
+    /// recent `MAX_REFUSALS`).
+    fn refused_by(&mut self, e: EndpointId, now: Instant) {
+        self.refused.retain(|&(id, _)| id != e);
+        if self.refused.len() >= MAX_REFUSALS {
+            self.refused.remove(0);
+        }
+        self.refused.push((e, now));
     }
 
     fn note_reached(&mut self, e: EndpointId, now: Instant) {
@@ -405,7 +469,6 @@ impl Targets {
             down_for: None,
             absolved: Vec::new(),
         };
-        let mut went_down = false;
         match verdict.blame {
             Blame::Pending => t.pending.push(Pending {
                 endpoint: e,
@@ -415,58 +478,24 @@ impl Targets {
                 probe,
             }),
             Blame::Target if verdict.target_goes_down => {
-                let mut h = Health::new(State::Available);
-                h.apply(
-                    Input::Failure {
-                        failure: failure.clone(),
-                        trial: false,
-                    },
-                    &rules.target,
-                    now,
-                    jitter,
-                );
-                judged.down_for = h.cooldown;
-                // Freed, not kept: most down targets never see another failure.
-                judged.absolved = std::mem::take(&mut t.pending)
-                    .into_iter()
-                    .map(|p| p.endpoint)
-                    .collect();
-                t.down = Some(Box::new(Down {
-                    health: h,
-                    since: now,
-                }));
-                went_down = true;
+                (judged.down_for, judged.absolved) = t.go_down(failure, &rules.target, now, jitter);
             }
-            Blame::Target => {
-                if let (true, Some(d)) = (trial, t.down.as_mut()) {
-                    let input = Input::Failure {
-                        failure: failure.clone(),
-                        trial: true,
-                    };
-                    if let Step::Changed { .. } = d.health.apply(input, &rules.target, now, jitter)
-                    {
-                        judged.down_for = d.health.cooldown;
-                    }
-                }
+            Blame::Target if trial => {
+                judged.down_for = t.trial_failed(failure, &rules.target, now, jitter);
             }
+            Blame::Target => {}
             Blame::Pair | Blame::Endpoint => {
                 if class == Class::Refused && !verdict.contrasted {
-                    t.refused.retain(|&(id, _)| id != e);
-                    if t.refused.len() >= MAX_REFUSALS {
-                        t.refused.remove(0);
-                    }
-                    t.refused.push((e, now));
+                    t.refused_by(e, now);
                 }
                 if trial {
                     // The failure was the endpoint's (or its pair's): the target's trial
                     // got no answer about the target.
-                    if let Some(d) = t.down.as_mut() {
-                        d.health.apply(Input::Abandon, &rules.target, now, 0.0);
-                    }
+                    t.give_back_trial(&rules.target, now);
                 }
             }
         }
-        if went_down {
+        if verdict.target_goes_down {
             self.down += 1;
         }
         if verdict.contrasted {

@@ -22,7 +22,8 @@ use tokio::time::{timeout_at, Instant};
 
 use crate::config::{ProbeConfig, StatusSet};
 use crate::dial::{
-    self, proxy_auth_answer, BoxIo, Clock, Dest, DialFailure, Dialer, Route, USER_AGENT,
+    self, proxy_auth_answer, proxy_failure_answer, BoxIo, Clock, Dest, DialFailure, Dialer, Route,
+    USER_AGENT,
 };
 use crate::endpoint::ProxyUrl;
 use crate::health::{Failure, Phase, Reason};
@@ -297,6 +298,8 @@ impl Inner {
         self.exchange(io, proxy, dialed.forward, run).await
     }
 
+    /// The HTTP exchange over a dialed stream: the request, the status line and headers
+    /// (judged by `judge_head`), the body (checked by `read_body`).
     async fn exchange(
         &self,
         io: BoxIo,
@@ -325,28 +328,7 @@ impl Inner {
         }));
         let req = self.request(proxy, absolute_form)?;
         let sent = timeout_at(run.clock.deadline, sender.send_request(req)).await;
-        let now = Instant::now();
-        let request_done = marks
-            .lock()
-            .ok()
-            .and_then(|m| m.flushed_at.or(m.first_read_at));
-        let head_phase = match request_done {
-            Some(at) => {
-                run.clock
-                    .phases
-                    .push((Phase::Request, at.saturating_duration_since(t0)));
-                run.clock
-                    .phases
-                    .push((Phase::ResponseHead, now.saturating_duration_since(at)));
-                Phase::ResponseHead
-            }
-            None => {
-                run.clock
-                    .phases
-                    .push((Phase::Request, now.saturating_duration_since(t0)));
-                Phase::Request
-            }
-        };
+        let head_phase = request_phases(run, &marks, t0);
         let resp = match sent {
             Err(_) => return Err(run.clock.deadline_failure(head_phase)),
             Ok(Err(e)) => return Err(dial::hyper_failure(&e, head_phase)),
@@ -354,24 +336,48 @@ impl Inner {
         };
         let status = resp.status().as_u16();
         run.status = Some(status);
+        self.judge_head(status, resp.headers(), absolute_form)?;
+        self.read_body(resp.into_body(), run).await
+    }
+
+    /// Whose answer the status line is: the proxy's refusal of our credentials, the
+    /// proxy's own error page (it could not reach the site), or the destination's status.
+    fn judge_head(
+        &self,
+        status: u16,
+        headers: &hyper::HeaderMap,
+        absolute_form: bool,
+    ) -> Result<(), DialFailure> {
+        let failed = |reason, phase, detail: String| {
+            let mut f = fail(reason, phase, detail);
+            f.status = Some(status);
+            f
+        };
         // A 401 the probe target is expected to send is the destination's, not the proxy's.
         let expected_401 = status == 401 && self.expect_status.contains(401);
-        if absolute_form && !expected_401 && proxy_auth_answer(status, resp.headers()) {
-            let mut f = fail(
+        if absolute_form && !expected_401 && proxy_auth_answer(status, headers) {
+            return Err(failed(
                 Reason::ProxyAuthRejected,
                 Phase::ProxyHandshake,
                 format!("proxy refused the credentials with {status}"),
-            );
-            f.status = Some(status);
-            return Err(f);
+            ));
+        }
+        // An HTTP proxy's own error page (a 5xx without Via, tinyproxy's "Unable to
+        // connect") is its failure to reach the site, not the site's status.
+        if let Some(reason) = absolute_form
+            .then(|| proxy_failure_answer(status, headers))
+            .flatten()
+        {
+            return Err(failed(
+                reason,
+                Phase::ProxyHandshake,
+                format!(
+                    "proxy answered {status} itself (no Via): it could not reach the destination"
+                ),
+            ));
         }
         if !self.expect_status.contains(status) {
-            let retry_after = resp
-                .headers()
-                .get(hyper::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| parse_retry_after(v, SystemTime::now()));
-            let mut f = fail(
+            let mut f = failed(
                 Reason::DestinationStatus,
                 Phase::ResponseHead,
                 format!(
@@ -379,13 +385,23 @@ impl Inner {
                     self.expect_status
                 ),
             );
-            f.status = Some(status);
-            f.retry_after = retry_after;
+            f.retry_after = headers
+                .get(hyper::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| parse_retry_after(v, SystemTime::now()));
             return Err(f);
         }
+        Ok(())
+    }
+
+    /// Up to `max_body` bytes of the body, within the clock, and the expected text in them.
+    async fn read_body(
+        &self,
+        mut body: hyper::body::Incoming,
+        run: &mut Run,
+    ) -> Result<(), DialFailure> {
         let max = self.max_body;
-        let mut body = resp.into_body();
-        let read_body = async {
+        let read = async {
             let mut got: Vec<u8> = Vec::new();
             while got.len() < max {
                 match body.frame().await {
@@ -401,20 +417,18 @@ impl Inner {
             }
             Ok(got)
         };
-        let got = run.clock.timed(Phase::ResponseBody, read_body).await?;
-        if let Some(want) = &self.expect_body {
-            if !contains(&got, want) {
-                return Err(fail(
-                    Reason::BodyMismatch,
-                    Phase::ResponseBody,
-                    format!(
-                        "expected text not found in the first {} body bytes",
-                        got.len()
-                    ),
-                ));
-            }
+        let got = run.clock.timed(Phase::ResponseBody, read).await?;
+        match &self.expect_body {
+            Some(want) if !contains(&got, want) => Err(fail(
+                Reason::BodyMismatch,
+                Phase::ResponseBody,
+                format!(
+                    "expected text not found in the first {} body bytes",
+                    got.len()
+                ),
+            )),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     fn request(
@@ -450,6 +464,33 @@ impl Inner {
             h.insert(k.clone(), v.clone());
         }
         Ok(req)
+    }
+}
+
+/// Record how long the request and the wait for the head took (as far as the bytes on the
+/// wire tell), and which of the two a deadline or error now falls in.
+fn request_phases(run: &mut Run, marks: &Mutex<Marks>, t0: Instant) -> Phase {
+    let now = Instant::now();
+    let request_done = marks
+        .lock()
+        .ok()
+        .and_then(|m| m.flushed_at.or(m.first_read_at));
+    match request_done {
+        Some(at) => {
+            run.clock
+                .phases
+                .push((Phase::Request, at.saturating_duration_since(t0)));
+            run.clock
+                .phases
+                .push((Phase::ResponseHead, now.saturating_duration_since(at)));
+            Phase::ResponseHead
+        }
+        None => {
+            run.clock
+                .phases
+                .push((Phase::Request, now.saturating_duration_since(t0)));
+            Phase::Request
+        }
     }
 }
 

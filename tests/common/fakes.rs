@@ -59,7 +59,16 @@ where
     F: Fn(TcpStream, Arc<Mutex<Vec<String>>>) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    spawn_server_on(0, serve).await
+}
+
+/// `spawn_server` on `port` of 127.0.0.1 (0: any free one).
+async fn spawn_server_on<F, Fut>(port: u16, serve: F) -> Fake
+where
+    F: Fn(TcpStream, Arc<Mutex<Vec<String>>>) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let seen2 = seen.clone();
@@ -282,6 +291,8 @@ pub struct DestCfg {
     /// without answering (a server whose keep-alive ran out just as a request came).
     /// `None`: one answer with `Connection: close`.
     pub keep_alive: Option<usize>,
+    /// Listen on this port of 127.0.0.1 (a site that comes back where it was); `None`: any.
+    pub port: Option<u16>,
 }
 
 impl Default for DestCfg {
@@ -296,14 +307,16 @@ impl Default for DestCfg {
             tls: None,
             answer: None,
             keep_alive: None,
+            port: None,
         }
     }
 }
 
 /// A fake HTTP(S) destination; `seen` holds the request heads.
 pub async fn dest(cfg: DestCfg) -> Fake {
+    let port = cfg.port.unwrap_or(0);
     let cfg = Arc::new(cfg);
-    spawn_server(move |sock, seen| {
+    spawn_server_on(port, move |sock, seen| {
         let cfg = cfg.clone();
         async move {
             if cfg.reset_after.is_some() {
