@@ -631,3 +631,21 @@ fn a_waiting_lease_whose_client_left_is_never_granted() {
     let again = d.req(json!({"op": "lease", "ttl": "1h"}));
     assert_eq!(again["endpoint"], json!(id), "{again}");
 }
+
+/// A client that shuts down only its sending side after its request (`printf … | nc -N`)
+/// still gets its lease: end of stream alone does not mean nobody reads the answer.
+#[test]
+fn a_lease_asked_then_half_closed_is_still_answered() {
+    let h = Home::new(None);
+    let d = h.serve();
+    let id = h.add(&["http://10.7.0.1:3128"])[0];
+    for _ in 0..20 {
+        let mut c = d.conn();
+        c.send_raw(b"{\"op\":\"lease\",\"ttl\":\"1h\"}\n").unwrap();
+        c.shutdown_write();
+        let r = c.read_json();
+        assert_eq!(r["endpoint"], json!(id), "{r}");
+        let rel = d.req(json!({"op": "release", "lease": r["lease"]}));
+        assert_eq!(rel["ok"], json!(true), "{rel}");
+    }
+}

@@ -251,12 +251,15 @@ impl Engine {
     ) -> Result<Grant, EngineError> {
         self.lease_waiting(pool, ttl, session, wait, want, None)
             .await
+            .map(|(g, _)| g)
     }
 
     /// [`Engine::lease_with`] for a caller that may go away while it waits: once `gone`
     /// is cancelled the wait ends with [`EngineError::CallerGone`] and nothing is granted;
-    /// a grant that races it is given back at once. A lease whose answer cannot be
-    /// delivered is never left behind (nobody could release it).
+    /// a grant from the wait that races it is given back at once. A lease whose answer
+    /// cannot be delivered is never left behind (nobody could release it). One granted
+    /// without waiting is answered whatever `gone` says: a client that only shut down its
+    /// sending side still reads it.
     pub async fn lease_while_there(
         &self,
         pool: &str,
@@ -266,10 +269,10 @@ impl Engine {
         want: &Want,
         gone: &CancellationToken,
     ) -> Result<Grant, EngineError> {
-        let g = self
+        let (g, waited) = self
             .lease_waiting(pool, ttl, session, wait, want, Some(gone))
             .await?;
-        if gone.is_cancelled() {
+        if waited && gone.is_cancelled() {
             self.release(&g.lease).await?;
             return Err(EngineError::CallerGone);
         }
@@ -284,7 +287,7 @@ impl Engine {
         wait: Duration,
         want: &Want,
         gone: Option<&CancellationToken>,
-    ) -> Result<Grant, EngineError> {
+    ) -> Result<(Grant, bool), EngineError> {
         let started = Instant::now();
         let give_up = started
             .checked_add(wait)
@@ -302,7 +305,7 @@ impl Engine {
         // The common case answers at once, without registering as a waiter.
         match attempt().await? {
             (Err(PoolError::Exhausted { .. }), false) => {}
-            (r, _) => return Ok(r?),
+            (r, _) => return Ok((r?, false)),
         }
         let gone = async {
             match gone {
@@ -317,7 +320,7 @@ impl Engine {
             tokio::pin!(freed);
             freed.as_mut().enable();
             match attempt().await? {
-                (Ok(g), _) => return Ok(g),
+                (Ok(g), _) => return Ok((g, true)),
                 (Err(PoolError::Exhausted { retry_after, .. }), false) => {
                     let mut until = give_up;
                     if let Some(d) = retry_after {

@@ -70,12 +70,10 @@ where
                     // and a lease waiting for it must not be granted to nobody.
                     loop {
                         tokio::select! {
-                            (r, authorized) = &mut answer => {
-                                if authorized {
-                                    auth_deadline = None;
-                                }
-                                break r;
-                            }
+                            // The socket first: a close that is already there is seen
+                            // before a grant that races it completes (that grant is then
+                            // given back rather than written to nobody).
+                            biased;
                             n = framed.next(), if !closed && ahead.len() < READ_AHEAD => match n {
                                 Some(Ok(f)) => ahead.push_back(Ok(f)),
                                 Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
@@ -86,6 +84,12 @@ where
                                     gone.cancel();
                                 }
                             },
+                            (r, authorized) = &mut answer => {
+                                if authorized {
+                                    auth_deadline = None;
+                                }
+                                break r;
+                            }
                             _ = async {
                                 shutdown.cancelled().await;
                                 tokio::time::sleep(SHUTDOWN_GRACE).await;
