@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::health::State;
 use crate::redact::printable;
 use crate::stats::EndpointStats;
-use crate::store::{EndpointRow, EventRow};
+use crate::store::{EndpointRow, EndpointView, EventRow};
 
 /// A table in the CLI's style with this header.
 pub(super) fn table<const N: usize>(header: [&str; N]) -> Table {
@@ -63,10 +63,15 @@ pub(super) fn fmt_event(e: &EventRow) -> String {
 /// When a cooling row's cooldown ends as the daemon counts it: a stored end beyond its
 /// cooldown's length from now (a clock that jumped, an old database) is clamped to that
 /// length, as the daemon does when it loads the row (docs/reference.md, "Storage").
-fn cooldown_left(row: &EndpointRow, now: SystemTime) -> Option<Duration> {
-    match (row.state, row.cooldown_until) {
+fn cooldown_left(
+    state: State,
+    until: Option<SystemTime>,
+    cooldown_ms: Option<u64>,
+    now: SystemTime,
+) -> Option<Duration> {
+    match (state, until) {
         (State::Cooling, Some(t)) => {
-            let len = Duration::from_millis(row.cooldown_ms.unwrap_or(0));
+            let len = Duration::from_millis(cooldown_ms.unwrap_or(0));
             Some(crate::health::restored_remaining(t, now, len))
         }
         _ => None,
@@ -84,8 +89,8 @@ fn left_text(left: Option<Duration>) -> String {
     }
 }
 
-pub(super) fn until_text(row: &EndpointRow) -> String {
-    left_text(cooldown_left(row, SystemTime::now()))
+fn cooldown_text(state: State, until: Option<SystemTime>, cooldown_ms: Option<u64>) -> String {
+    left_text(cooldown_left(state, until, cooldown_ms, SystemTime::now()))
 }
 
 /// `show`'s `cooldown_until`: the end the daemon keeps, and the stored one when it was
@@ -94,7 +99,7 @@ fn until_line(row: &EndpointRow, now: SystemTime) -> String {
     let Some(stored) = row.cooldown_until else {
         return "-".into();
     };
-    let left = cooldown_left(row, now);
+    let left = cooldown_left(row.state, row.cooldown_until, row.cooldown_ms, now);
     match left {
         Some(d) if stored > now + d + Duration::from_secs(1) => format!(
             "{} ({}; stored {}, beyond its cooldown: clamped)",
@@ -106,24 +111,26 @@ fn until_line(row: &EndpointRow, now: SystemTime) -> String {
     }
 }
 
-pub(super) fn print_table(rows: &[EndpointRow], secrets: bool) {
+/// The endpoints table, then a footer counting them by state and naming where they were
+/// read (`source`: the database, and the daemon when one answered).
+pub(super) fn print_table(rows: &[EndpointView], source: &str) {
     let mut t = table([
         "ID", "URL", "POOL", "STATE", "REASON", "PHASE", "STREAK", "COOLDOWN", "LABEL",
     ]);
     for r in rows {
+        let until = r
+            .cooldown_until
+            .as_deref()
+            .and_then(crate::wall_time::parse_time);
         t.add_row([
             r.id.to_string(),
-            if secrets {
-                r.url.to_secret_string()
-            } else {
-                r.url.to_redacted_string()
-            },
+            r.url.clone(),
             r.pool.clone(),
             r.state.to_string(),
             r.reason.map(|x| x.to_string()).unwrap_or("-".into()),
             r.phase.map(|x| x.to_string()).unwrap_or("-".into()),
             r.streak.to_string(),
-            until_text(r),
+            cooldown_text(r.state, until, r.cooldown_ms),
             printable(r.label.as_deref().unwrap_or("-")).into_owned(),
         ]);
     }
@@ -137,7 +144,7 @@ pub(super) fn print_table(rows: &[EndpointRow], secrets: bool) {
         .filter_map(|s| counts.get(s).map(|n| format!("{n} {s}")))
         .collect();
     println!(
-        "{} endpoints{}{}",
+        "{} endpoints{}{} ({source})",
         rows.len(),
         if summary.is_empty() { "" } else { ": " },
         summary.join(", ")
@@ -220,6 +227,18 @@ pub(super) fn print_show(r: &EndpointRow, evs: &[EventRow], stats: Option<&Endpo
     }
 }
 
+/// The endpoint's id as the daemon answered it, else as the operator named it (a URL's
+/// password redacted).
+pub(super) fn shown_id(
+    answered: Option<crate::endpoint::EndpointId>,
+    named: &crate::protocol::EndpointRef,
+) -> String {
+    answered.map_or_else(
+        || crate::endpoint::redact_raw(&named.as_arg()),
+        |id| id.to_string(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,6 +263,10 @@ mod tests {
         }
     }
 
+    fn left_of(r: &EndpointRow, now: SystemTime) -> Option<Duration> {
+        cooldown_left(r.state, r.cooldown_until, r.cooldown_ms, now)
+    }
+
     #[test]
     fn a_stored_cooldown_is_shown_as_the_daemon_keeps_it() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
@@ -256,13 +279,13 @@ mod tests {
             (60_000, now - Duration::from_secs(5), "due", false),
         ] {
             let row = cooling(len_ms, until);
-            assert_eq!(left_text(cooldown_left(&row, now)), left, "{until:?}");
+            assert_eq!(left_text(left_of(&row, now)), left, "{until:?}");
             let line = until_line(&row, now);
             assert!(line.contains(left), "{line}");
             assert_eq!(line.contains("clamped"), clamped, "{line}");
         }
         let mut row = cooling(60_000, now);
         row.state = State::Available;
-        assert_eq!(left_text(cooldown_left(&row, now)), "-");
+        assert_eq!(left_text(left_of(&row, now)), "-");
     }
 }

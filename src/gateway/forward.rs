@@ -231,7 +231,7 @@ async fn not_sent(
             info!(endpoint, reason = %f.reason, phase = %f.phase, "gateway request failed");
             let reason = f.reason;
             let message = format!(
-                "proxypool gateway: upstream {endpoint} failed: {reason} at {}: {}",
+                "upstream {endpoint} failed: {reason} at {}: {}",
                 f.phase, f.detail
             );
             shared.upstream.fail(guard, f, host, tries).await;
@@ -243,7 +243,7 @@ async fn not_sent(
             Try::Failed(bad_gateway(
                 endpoint,
                 Reason::ConnectionReset,
-                "proxypool gateway: the upstream connection closed while the request was sent; it was not re-sent because its body can be sent only once",
+                "the upstream connection closed while the request was sent; it was not re-sent because its body can be sent only once",
             ))
         }
     }
@@ -276,7 +276,7 @@ async fn credentials_refused(
     Try::Failed(bad_gateway(
         endpoint,
         Reason::ProxyAuthRejected,
-        &format!("proxypool gateway: upstream {endpoint} refused its credentials"),
+        &format!("upstream {endpoint} refused its credentials"),
     ))
 }
 
@@ -313,9 +313,7 @@ async fn proxy_failed(
     Try::Failed(bad_gateway(
         endpoint,
         reason,
-        &format!(
-            "proxypool gateway: upstream {endpoint} could not reach the destination ({status})"
-        ),
+        &format!("upstream {endpoint} could not reach the destination ({status})"),
     ))
 }
 

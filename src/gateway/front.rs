@@ -110,8 +110,8 @@ pub(super) async fn refuse(mut stream: TcpStream, metrics: &GatewayMetrics) {
 
 const REFUSED_FOR_DESCRIPTORS: &str = "HTTP/1.1 503 Service Unavailable\r\n\
     Content-Type: text/plain; charset=utf-8\r\nX-Proxypool-Error: local_resources\r\n\
-    Retry-After: 1\r\nConnection: close\r\nContent-Length: 118\r\n\r\n\
-    proxypool gateway: out of local resources (the gateway holds its descriptor budget); nothing was reported; try again.\n";
+    Retry-After: 1\r\nConnection: close\r\nContent-Length: 135\r\n\r\n\
+    proxypool gateway: local_resources: out of local resources (the gateway holds its descriptor budget); nothing was reported; try again.\n";
 
 #[cfg(test)]
 mod tests {

@@ -94,7 +94,7 @@ async fn answer(shared: Arc<Shared>, req: Request<Incoming>, slot: Slot) -> Resp
             let mut resp = text(
                 StatusCode::PROXY_AUTHENTICATION_REQUIRED,
                 "proxy_auth_required",
-                "proxypool gateway: send the gateway token as the proxy password",
+                "send the gateway token as the proxy password",
             );
             let h = resp.headers_mut();
             h.insert(

@@ -43,6 +43,8 @@ impl LiveCell {
 /// What every op's handler is given: never the dispatcher itself.
 pub(super) struct Context<'a> {
     pub(super) engine: &'a Arc<Engine>,
+    /// The database the daemon serves, as `status` names it.
+    pub(super) database: Option<&'a str>,
     live: &'a LiveCell,
     /// Cancelled when the client's connection has closed: an op that waits stops waiting.
     pub(super) gone: &'a CancellationToken,
@@ -51,10 +53,16 @@ pub(super) struct Context<'a> {
 impl<'a> Context<'a> {
     pub(super) fn new(
         engine: &'a Arc<Engine>,
+        database: Option<&'a str>,
         live: &'a LiveCell,
         gone: &'a CancellationToken,
     ) -> Self {
-        Context { engine, live, gone }
+        Context {
+            engine,
+            database,
+            live,
+            gone,
+        }
     }
 
     /// The config and probers in force now.
