@@ -324,6 +324,17 @@ impl Store {
         each!(self, s => s.schema_version())
     }
 
+    /// The schema versions (before, after) when opening this store migrated an older
+    /// database: every command does, a read-only one as well (it could not read the old
+    /// schema), and says so (docs/reference.md, "Storage"). SQLite only: PostgreSQL's
+    /// migration logs what it applied.
+    pub fn migrated(&self) -> Option<(i64, i64)> {
+        match self {
+            Store::Sqlite(s) => s.migrated(),
+            Store::Postgres(_) => None,
+        }
+    }
+
     /// Insert the endpoints that do not exist yet (config sync, sources); existing ones
     /// get their password and label refreshed. Returns (id, newly added) per input.
     pub fn ensure_endpoints(

@@ -93,7 +93,7 @@ fn operator_commands_act_on_the_database_with_no_daemon() {
     let status = h.ok(&["status"]);
     assert!(status.contains("default"), "{status}");
     assert!(
-        status.contains("store: postgresql://proxypool@127.0.0.1:"),
+        status.contains("database postgresql://proxypool@127.0.0.1:"),
         "{status}"
     );
     // Import streams a file in one transaction, all or nothing.

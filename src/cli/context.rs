@@ -112,7 +112,15 @@ impl Context {
                 )));
             }
         }
-        Ok(Store::open_with(&self.db, self.config.durability)?)
+        let store = Store::open_with(&self.db, self.config.durability)?;
+        if let Some((before, after)) = store.migrated() {
+            // Never silent: the file changed, and an older proxypool cannot open it now.
+            eprintln!(
+                "proxypool: upgraded the database {} from schema version {before} to {after} (older proxypool versions cannot open it any more)",
+                self.db.display()
+            );
+        }
+        Ok(store)
     }
 
     /// The endpoints an operator named, as the daemon's ops take them: resolved here

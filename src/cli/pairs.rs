@@ -110,7 +110,19 @@ pub(super) fn print_pairs(pairs: &[PairRow]) {
             line.push_str(&format!(" status={x}"));
         }
         if let Some(u) = p.cooldown_until {
-            line.push_str(&format!(" until={}", fmt_time(u)));
+            // As the daemon counts it: at most the cooldown's length from now.
+            let now = std::time::SystemTime::now();
+            let len = std::time::Duration::from_millis(r.cooldown_ms.unwrap_or(0));
+            let kept = now + crate::health::restored_remaining(u, now, len);
+            if u > kept + std::time::Duration::from_secs(1) {
+                line.push_str(&format!(
+                    " until={} (stored {}, beyond its cooldown: clamped)",
+                    fmt_time(kept),
+                    fmt_time(u)
+                ));
+            } else {
+                line.push_str(&format!(" until={}", fmt_time(u)));
+            }
         }
         println!("{line}");
     }

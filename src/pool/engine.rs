@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::{error, warn};
 
 use super::{Grant, Outcome, PoolError, Pools, ProbeRole, ReportOn, Reported, Want};
@@ -43,6 +44,10 @@ pub enum EngineError {
     Resolve(#[from] ResolveError),
     #[error("store thread stopped")]
     Stopped,
+    /// The caller of a waiting lease went away: nothing was granted (or what was granted
+    /// is given back), since its answer could never be delivered.
+    #[error("the client went away while its lease waited")]
+    CallerGone,
 }
 
 impl From<StoreError> for EngineError {
@@ -289,7 +294,7 @@ impl Engine {
     }
 
     /// After a failed commit: put the endpoints whose writes were lost back to their stored
-    /// rows. The pool lock is held until they are back, so no operation builds on memory
+    /// rows and pairs. The pool lock is held until they are back, so no operation builds on memory
     /// the store never saw; a deadline transition that was lost comes due again at once.
     /// In a fleet the leases stay (they are this daemon's, and nobody else's to end).
     /// Returns whether memory is back in line (else writes stay refused).
@@ -302,13 +307,13 @@ impl Engine {
         let ok = match resynced {
             Ok(rows) => {
                 let now = Instant::now();
-                for (id, row) in &rows {
+                for (id, row, pairs) in &rows {
                     match (&self.fleet, row) {
                         (Some(_), Some(r)) => p.refresh_row(r, now),
                         (Some(_), None) => {
                             p.remove_for_good(*id);
                         }
-                        (None, _) => p.restore_row(*id, row.as_ref(), now),
+                        (None, _) => p.restore_row(*id, row.as_ref(), pairs, now),
                     }
                 }
                 if !rows.is_empty() {
@@ -351,6 +356,45 @@ impl Engine {
         wait: Duration,
         want: &Want,
     ) -> Result<Grant, EngineError> {
+        self.lease_waiting(pool, ttl, session, wait, want, None)
+            .await
+            .map(|(g, _)| g)
+    }
+
+    /// [`Engine::lease_with`] for a caller that may go away while it waits: once `gone`
+    /// is cancelled the wait ends with [`EngineError::CallerGone`] and nothing is granted;
+    /// a grant from the wait that races it is given back at once. A lease whose answer
+    /// cannot be delivered is never left behind (nobody could release it). One granted
+    /// without waiting is answered whatever `gone` says: a client that only shut down its
+    /// sending side still reads it.
+    pub async fn lease_while_there(
+        &self,
+        pool: &str,
+        ttl: Duration,
+        session: Option<&str>,
+        wait: Duration,
+        want: &Want,
+        gone: &CancellationToken,
+    ) -> Result<Grant, EngineError> {
+        let (g, waited) = self
+            .lease_waiting(pool, ttl, session, wait, want, Some(gone))
+            .await?;
+        if waited && gone.is_cancelled() {
+            self.release(&g.lease).await?;
+            return Err(EngineError::CallerGone);
+        }
+        Ok(g)
+    }
+
+    async fn lease_waiting(
+        &self,
+        pool: &str,
+        ttl: Duration,
+        session: Option<&str>,
+        wait: Duration,
+        want: &Want,
+        gone: Option<&CancellationToken>,
+    ) -> Result<(Grant, bool), EngineError> {
         let started = Instant::now();
         let give_up = started
             .checked_add(wait)
@@ -388,15 +432,22 @@ impl Engine {
         // The common case answers at once, without registering as a waiter.
         match attempt().await? {
             (Err(PoolError::Exhausted { .. }), false) => {}
-            (r, _) => return Ok(r?),
+            (r, _) => return Ok((r?, false)),
         }
+        let gone = async {
+            match gone {
+                Some(g) => g.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(gone);
         loop {
             // Registered before the attempt, so a release in between is not missed.
             let freed = self.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
             match attempt().await? {
-                (Ok(g), _) => return Ok(g),
+                (Ok(g), _) => return Ok((g, true)),
                 (Err(PoolError::Exhausted { retry_after, .. }), false) => {
                     let mut until = give_up;
                     if let Some(d) = retry_after {
@@ -405,6 +456,7 @@ impl Engine {
                     tokio::select! {
                         _ = &mut freed => {}
                         _ = tokio::time::sleep_until(until) => {}
+                        _ = &mut gone => return Err(EngineError::CallerGone),
                     }
                 }
                 (Err(e), _) => return Err(e.into()),

@@ -129,7 +129,7 @@ impl Pools {
         if let (true, Some(t)) = (l.target_trial, l.target_key()) {
             self.pools[p].targets.abandon_trial(t, now);
         }
-        self.sessions.retain(|_, v| *v != l.endpoint);
+        self.sessions.forget_endpoint(l.endpoint);
         self.set_leases_at(l.slot, -1);
     }
 

@@ -95,6 +95,12 @@ fn block_on<F: Future>(f: F) -> F::Output {
     }
 }
 
+/// A free-text column as stored: control characters written as escapes, as SQLite's
+/// (`redact::printable`).
+pub(super) fn text(v: &Option<String>) -> Option<String> {
+    crate::redact::printable_opt(v.as_deref()).map(std::borrow::Cow::into_owned)
+}
+
 /// Whether a PostgreSQL error means "not reachable now" (the connection broke, the server
 /// is shutting down or starting, a failover left us on a read-only standby) rather than a
 /// statement the server refused.

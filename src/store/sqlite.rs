@@ -34,6 +34,8 @@ pub struct Sqlite {
     path: PathBuf,
     /// (device, inode) of the file opened: the name must keep meaning this file.
     file: Option<(u64, u64)>,
+    /// The schema versions (before, after) when opening migrated an existing database.
+    migrated: Option<(i64, i64)>,
     /// Commits still to fail, as a full disk would (engine tests).
     #[cfg(test)]
     fail_commits: u32,
@@ -99,6 +101,7 @@ impl Sqlite {
             },
         )?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        let before: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         MIGRATIONS
             .to_latest(&mut conn)
             .map_err(|e| StoreError::Migration {
@@ -107,7 +110,11 @@ impl Sqlite {
                 message: e.to_string().lines().next().unwrap_or_default().to_string(),
             })?;
         restrict(path);
+        let after: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        // A new database (version 0) is created, not migrated.
+        let migrated = (before > 0 && after != before).then_some((before, after));
         Ok(Sqlite {
+            migrated,
             conn,
             file: file_id(path),
             path: path.to_path_buf(),
@@ -130,6 +137,11 @@ impl Sqlite {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The schema versions (before, after) when opening migrated an older database.
+    pub fn migrated(&self) -> Option<(i64, i64)> {
+        self.migrated
     }
 
     /// The schema version (number of applied migrations).
@@ -169,7 +181,7 @@ impl Sqlite {
                     Some((id, pw, label)) => {
                         let label = e.label.clone().or(label);
                         if pw != u.password || label != e.label {
-                            upd.execute(params![id, u.password, label])?;
+                            upd.execute(params![id, u.password, text(&label)])?;
                         }
                         out.push((id, false));
                     }
@@ -406,7 +418,7 @@ fn apply_write(tx: &Connection, w: &Write) -> Result<(), StoreError> {
                 h.state.as_str(),
                 h.reason.map(Reason::as_str),
                 h.phase.map(Phase::as_str),
-                h.detail,
+                text(&h.detail),
                 h.streak,
                 h.reason_streak,
                 h.cooldown_ms.map(|v| v as i64),
@@ -442,7 +454,7 @@ fn apply_write(tx: &Connection, w: &Write) -> Result<(), StoreError> {
                 name,
                 fmt_time(SystemTime::now()),
                 *ok as i64,
-                detail,
+                text(detail),
                 count.map(|c| c as i64)
             ])?;
             Ok(())
@@ -465,8 +477,8 @@ fn insert_new(
         u.port,
         u.user_key(),
         u.password,
-        e.label,
-        e.source,
+        text(&e.label),
+        text(&e.source),
         e.state.as_str(),
         now
     ])?;
@@ -526,9 +538,9 @@ fn insert_event_on(
         ev.to.map(State::as_str),
         ev.reason.map(Reason::as_str),
         ev.phase.map(Phase::as_str),
-        ev.detail,
-        ev.lease,
-        destination,
+        text(&ev.detail),
+        text(&ev.lease),
+        destination.map(crate::redact::printable),
         status,
         ev.blame.map(Blame::as_str),
     ])?;
@@ -658,6 +670,13 @@ fn read_endpoint(r: &Row<'_>) -> rusqlite::Result<Result<EndpointRow, StoreError
         })
     };
     Ok(build())
+}
+
+/// A free-text column as stored: control characters (a client's CR/LF, ESC, NUL) written
+/// as escapes (`redact::printable`), so no stored text can forge a line or drive a
+/// terminal wherever it is printed later.
+pub(crate) fn text(v: &Option<String>) -> Option<std::borrow::Cow<'_, str>> {
+    crate::redact::printable_opt(v.as_deref())
 }
 
 #[cfg(test)]

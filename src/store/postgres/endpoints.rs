@@ -86,8 +86,8 @@ impl Batch {
             b.ports.push(i32::from(e.url.port));
             b.users.push(e.url.user_key().to_string());
             b.passwords.push(e.url.password.clone());
-            b.labels.push(e.label.clone());
-            b.sources.push(e.source.clone());
+            b.labels.push(super::text(&e.label));
+            b.sources.push(super::text(&e.source));
             b.states.push(e.state.as_str().to_string());
         }
         b
@@ -153,7 +153,7 @@ impl Postgres {
                             let id: i64 = row.get(0);
                             let pw: Option<String> = row.get(1);
                             let label: Option<String> = row.get(2);
-                            let label_new = e.label.clone().or(label.clone());
+                            let label_new = super::text(&e.label.clone().or(label.clone()));
                             if pw != u.password || label != label_new {
                                 tx.execute(
                                     "UPDATE endpoints SET password = $2, label = $3, rev = $4 WHERE id = $1",
@@ -304,7 +304,7 @@ impl Postgres {
                     Err(e) => return Ok(Err(e)),
                 };
                 let new_url = url.cloned().unwrap_or_else(|| old.url.clone());
-                let new_label = label.unwrap_or_else(|| old.label.clone());
+                let new_label = super::text(&label.unwrap_or_else(|| old.label.clone()));
                 let port = i32::from(new_url.port);
                 let clash = tx
                     .query_opt(

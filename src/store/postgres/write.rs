@@ -249,7 +249,7 @@ async fn guard(
                         &h.state.as_str(),
                         &h.reason.map(Reason::as_str),
                         &h.phase.map(Phase::as_str),
-                        &h.detail,
+                        &super::text(&h.detail),
                         &(h.streak as i32),
                         &(h.reason_streak as i32),
                         &h.cooldown_ms.map(|v| v.min(i64::MAX as u64) as i64),
@@ -286,7 +286,7 @@ async fn guard(
                         &r.reason.map(Reason::as_str),
                         &r.phase.map(Phase::as_str),
                         &opt_i32(r.status),
-                        &r.detail,
+                        &super::text(&r.detail),
                         &(r.streak as i32),
                         &(r.reason_streak as i32),
                         &r.cooldown_ms.map(|v| v.min(i64::MAX as u64) as i64),
@@ -312,7 +312,7 @@ async fn guard(
                         &r.reason.map(Reason::as_str),
                         &r.phase.map(Phase::as_str),
                         &opt_i32(r.status),
-                        &r.detail,
+                        &super::text(&r.detail),
                         &(r.streak as i32),
                         &(r.reason_streak as i32),
                         &r.cooldown_ms.map(|v| v.min(i64::MAX as u64) as i64),
@@ -413,9 +413,10 @@ impl EventCols {
         self.to.push(ev.to.map(|s| s.as_str().to_string()));
         self.reason.push(ev.reason.map(|r| r.as_str().to_string()));
         self.phase.push(ev.phase.map(|p| p.as_str().to_string()));
-        self.detail.push(ev.detail.clone());
-        self.lease.push(ev.lease.clone());
-        self.destination.push(destination.map(str::to_string));
+        self.detail.push(super::text(&ev.detail));
+        self.lease.push(super::text(&ev.lease));
+        self.destination
+            .push(destination.map(|d| crate::redact::printable(d).into_owned()));
         self.status.push(opt_i32(status));
         self.blame
             .push(ev.blame.map(|b: Blame| b.as_str().to_string()));

@@ -63,7 +63,7 @@ impl Sqlite {
                 new_url.port,
                 new_url.user_key(),
                 new_url.password,
-                new_label
+                super::text(&new_label)
             ],
         )?;
         insert_event(
