@@ -114,7 +114,7 @@ pub enum StoreError {
     #[error("no endpoint {0}")]
     NotFound(String),
     /// A URL matched endpoints in several pools.
-    #[error("{url} matches endpoints in several pools ({ids}); use the id")]
+    #[error("{url} matches endpoints in several pools ({ids}); use the id or --pool")]
     Ambiguous {
         /// Redacted URL.
         url: String,
@@ -354,17 +354,23 @@ impl Store {
         each!(self, s => s.find(url, pool))
     }
 
-    /// Resolve an operator's `ID|URL` argument to one endpoint.
-    pub fn resolve(&self, arg: &str) -> Result<EndpointRow, ResolveError> {
+    /// Resolve an operator's `ID|URL` argument to one endpoint, of `pool` when given: the
+    /// same URL may be in several pools, and an id of another pool is not the one meant.
+    pub fn resolve(&self, arg: &str, pool: Option<&str>) -> Result<EndpointRow, ResolveError> {
+        let in_pool = pool.map(|p| format!(" in pool {p:?}")).unwrap_or_default();
         if let Ok(id) = arg.trim().parse::<EndpointId>() {
             return self
                 .get(id)?
-                .ok_or_else(|| ResolveError::NotFound(format!("with id {id}")));
+                .filter(|r| pool.is_none_or(|p| r.pool == p))
+                .ok_or_else(|| ResolveError::NotFound(format!("with id {id}{in_pool}")));
         }
         let url = ProxyUrl::parse(arg).map_err(ResolveError::BadUrl)?;
-        let mut found = self.find(&url, None)?;
+        let mut found = self.find(&url, pool)?;
         match found.len() {
-            0 => Err(ResolveError::NotFound(url.to_redacted_string())),
+            0 => Err(ResolveError::NotFound(format!(
+                "{}{in_pool}",
+                url.to_redacted_string()
+            ))),
             1 => Ok(found.remove(0)),
             _ => Err(ResolveError::Store(StoreError::Ambiguous {
                 url: url.to_redacted_string(),

@@ -132,9 +132,13 @@ fn scenario(s: &mut Store) {
         (row.state, row.label.as_deref()),
         (State::Available, Some("l"))
     );
-    assert_eq!(s.resolve("http://u:pw@10.0.0.1:3128").unwrap().id, a);
-    assert_eq!(s.resolve(&c.to_string()).unwrap().id, c);
-    assert!(s.resolve("99999").unwrap_err().is_input());
+    assert_eq!(s.resolve("http://u:pw@10.0.0.1:3128", None).unwrap().id, a);
+    assert_eq!(s.resolve(&c.to_string(), Some("other")).unwrap().id, c);
+    assert!(s.resolve("99999", None).unwrap_err().is_input());
+    assert!(s
+        .resolve(&c.to_string(), Some("default"))
+        .unwrap_err()
+        .is_input());
     assert_eq!(
         s.list(Some("default"), None)
             .unwrap()

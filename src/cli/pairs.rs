@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use serde_json::{json, Value};
 
 use super::table::{s, table};
-use super::{call, parse_state, unexpected, CliError, Context};
+use super::{call, parse_state, unexpected, CliError, Context, Named};
 use crate::health::State;
 use crate::pool::destinations::normalize;
 use crate::protocol::{EnableMessage, Payload, Request};
@@ -132,7 +132,7 @@ pub(super) fn print_pairs(pairs: &[PairRow]) {
 /// one runs, else on the store directly.
 pub(super) async fn enable_pair(
     ctx: &Context,
-    targets: &[String],
+    targets: &Named<'_>,
     raw: &str,
 ) -> Result<(), CliError> {
     let d = destination(raw)?;
@@ -141,6 +141,7 @@ pub(super) async fn enable_pair(
         for r in refs {
             let req = Request::Enable(EnableMessage {
                 endpoint: r.clone(),
+                pool: targets.pool.map(str::to_string),
                 now: None,
                 destination: Some(d.clone()),
             });

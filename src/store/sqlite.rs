@@ -221,17 +221,22 @@ impl Sqlite {
         rows.map(|r| r?).collect()
     }
 
-    /// Resolve an operator's `ID|URL` argument to one endpoint.
-    pub fn resolve(&self, arg: &str) -> Result<EndpointRow, ResolveError> {
+    /// Resolve an operator's `ID|URL` argument to one endpoint, of `pool` when given.
+    pub fn resolve(&self, arg: &str, pool: Option<&str>) -> Result<EndpointRow, ResolveError> {
+        let in_pool = pool.map(|p| format!(" in pool {p:?}")).unwrap_or_default();
         if let Ok(id) = arg.trim().parse::<EndpointId>() {
             return self
                 .get(id)?
-                .ok_or_else(|| ResolveError::NotFound(format!("with id {id}")));
+                .filter(|r| pool.is_none_or(|p| r.pool == p))
+                .ok_or_else(|| ResolveError::NotFound(format!("with id {id}{in_pool}")));
         }
         let url = ProxyUrl::parse(arg).map_err(ResolveError::BadUrl)?;
-        let mut found = self.find(&url, None)?;
+        let mut found = self.find(&url, pool)?;
         match found.len() {
-            0 => Err(ResolveError::NotFound(url.to_redacted_string())),
+            0 => Err(ResolveError::NotFound(format!(
+                "{}{in_pool}",
+                url.to_redacted_string()
+            ))),
             1 => Ok(found.remove(0)),
             _ => Err(ResolveError::Store(StoreError::Ambiguous {
                 url: url.to_redacted_string(),
@@ -717,9 +722,25 @@ mod tests {
         assert!(!err.to_string().contains(":y@"));
         assert_eq!(s.list(None, None).unwrap().len(), 4);
         assert!(matches!(
-            s.resolve("socks5://a@h:1").unwrap_err(),
+            s.resolve("socks5://a@h:1", None).unwrap_err(),
             ResolveError::Store(StoreError::Ambiguous { .. })
         ));
+        // A pool makes it one; an id of another pool is not found in it.
+        assert_eq!(
+            s.resolve("socks5://a@h:1", Some("other")).unwrap().id,
+            ids[3]
+        );
+        assert_eq!(
+            s.resolve("socks5://a@h:1", Some("default")).unwrap().id,
+            ids[0]
+        );
+        let id = ids[3].to_string();
+        assert_eq!(s.resolve(&id, None).unwrap().id, ids[3]);
+        let err = s.resolve(&id, Some("default")).unwrap_err();
+        assert!(matches!(err, ResolveError::NotFound(_)), "{err}");
+        assert!(err.to_string().contains("in pool \"default\""), "{err}");
+        let err = s.resolve("socks5://a@h:1", Some("nope")).unwrap_err();
+        assert!(err.to_string().contains("in pool \"nope\""), "{err}");
     }
 
     #[test]

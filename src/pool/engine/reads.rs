@@ -170,10 +170,14 @@ impl Engine {
     }
 
     /// The stored endpoint an operator's `ID|URL` names.
-    pub async fn resolve(&self, arg: String) -> Result<EndpointId, EngineError> {
+    pub async fn resolve(
+        &self,
+        arg: String,
+        pool: Option<String>,
+    ) -> Result<EndpointId, EngineError> {
         Ok(self
             .writer
-            .call(move |s| s.resolve(&arg).map(|r| r.id))
+            .call(move |s| s.resolve(&arg, pool.as_deref()).map(|r| r.id))
             .await??)
     }
 
