@@ -304,13 +304,21 @@ fn main() {
     let script = lite.dir.path().join("tx.sql");
     std::fs::write(
         &script,
-        "\\set id random(1, 60000)\nBEGIN;\nUPDATE endpoints SET state = 'cooling', streak = streak + 1, \
+        "\\set id random(1, 60000)\nBEGIN;\nUPDATE bench_endpoints SET state = 'cooling', streak = streak + 1, \
          cooldown_ms = 3600000, cooldown_until = now() + interval '1 hour', state_changed_at = now() WHERE id = :id;\n\
-         INSERT INTO events (at, endpoint, kind, from_state, to_state, reason, phase) \
+         INSERT INTO bench_events (at, endpoint, kind, from_state, to_state, reason, phase) \
          VALUES (now(), :id, 'state_changed', 'available', 'cooling', 'connect_refused', 'connect');\nEND;\n",
     )
     .unwrap();
     let db = pg_url.rsplit('/').next().unwrap();
+    // pgbench writes copies of the tables (same columns, indexes and constraints): the
+    // daemons' rows must not change behind their backs.
+    pg.sql(
+        db,
+        "CREATE TABLE bench_endpoints (LIKE endpoints INCLUDING ALL); \
+         INSERT INTO bench_endpoints SELECT * FROM endpoints; \
+         CREATE TABLE bench_events (LIKE events INCLUDING ALL)",
+    );
     let out = Command::new("pgbench")
         .args(["-n", "-c", &CLIENTS.to_string(), "-j", "2", "-T", "3", "-f"])
         .arg(&script)

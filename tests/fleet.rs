@@ -543,3 +543,56 @@ fn kill_9_of_every_daemon_under_load_loses_no_acknowledged_report() {
     let d = homes[1].serve();
     assert!(count(&d, "cooling") + count(&d, "probe_allowed") + count(&d, "available") == 60);
 }
+
+#[test]
+fn a_daemon_started_after_many_changes_follows_the_next_ones() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    // Cooldowns of an hour: nothing comes due while the second daemon starts.
+    let config = CONFIG.replace("\"3s\"", "\"1h\"");
+    let home = |url: &str| {
+        let mut h = Home::new(Some(&config));
+        h.db = PathBuf::from(url);
+        h
+    };
+    let a = home(&url);
+    let b = home(&url);
+    let file = a.path("many.txt");
+    let text: String = (0..5_000)
+        .map(|i| {
+            format!(
+                "http://10.9.{}.{}:{}\n",
+                (i / 250) % 250,
+                i % 250,
+                1000 + i / 62_500
+            )
+        })
+        .collect();
+    std::fs::write(&file, text).unwrap();
+    a.ok(&["import", file.to_str().unwrap()]);
+    let da = a.serve();
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let sock = da.socket.clone();
+            std::thread::spawn(move || {
+                let mut c = common::daemon::Conn::connect(&sock);
+                for _ in 0..250 {
+                    let g = c.req(&json!({"op": "lease", "pool": "default", "ttl": "30s"}));
+                    c.req(&json!({"op": "report", "lease": g["lease"], "outcome": "failure", "reason": "connect_refused", "phase": "connect"}));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let n = count(&da, "cooling");
+    let db = b.serve();
+    sees(&db, "cooling", n);
+    for i in 1..=20 {
+        let g = lease(&da);
+        let r = fail(&da, g["lease"].as_str().unwrap());
+        assert_eq!(r["state"], "cooling", "{r}");
+        sees(&db, "cooling", n + i);
+    }
+}
