@@ -13,10 +13,10 @@ pub(super) async fn edit(
 ) -> Result<(), CliError> {
     // Checked before anything is reached, so bad input changes nothing in either path.
     let (new_url, new_label) = edit_fields(url.clone(), label.clone()).map_err(CliError::usage)?;
-    let id = ctx.resolve_ids(&[target.to_string()])?[0];
+    let endpoint = ctx.endpoint_refs(&[target.to_string()])?.remove(0);
     let view: EndpointView = if let Some(mut c) = ctx.daemon().await? {
         let req = Request::Edit(EditMessage {
-            endpoint: EndpointRef::Id(id),
+            endpoint,
             url,
             label,
         });
@@ -25,6 +25,9 @@ pub(super) async fn edit(
             _ => return Err(unexpected("edit")),
         }
     } else {
+        let EndpointRef::Id(id) = endpoint else {
+            unreachable!("resolved against this host's database")
+        };
         let engine = ctx.engine()?;
         let row = engine.edit(id, new_url, new_label).await?;
         engine.flush().await?;

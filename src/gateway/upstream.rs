@@ -33,6 +33,9 @@ pub(super) enum UpstreamError {
         pool: String,
         retry_after: Option<Duration>,
     },
+    /// The pool has no endpoint at all: waiting will not help.
+    #[error("pool {pool:?} has no endpoints")]
+    Empty { pool: String },
     /// The client named a pool that does not exist.
     #[error("unknown pool {0:?}")]
     UnknownPool(String),
@@ -167,9 +170,10 @@ impl Upstream {
             )
             .await
             .map_err(|e| match e {
-                EngineError::Pool(PoolError::Exhausted { pool, retry_after }) => {
-                    UpstreamError::Exhausted { pool, retry_after }
-                }
+                EngineError::Pool(PoolError::Exhausted {
+                    pool, retry_after, ..
+                }) => UpstreamError::Exhausted { pool, retry_after },
+                EngineError::Pool(PoolError::Empty { pool, .. }) => UpstreamError::Empty { pool },
                 EngineError::Pool(PoolError::UnknownPool(p)) => UpstreamError::UnknownPool(p),
                 EngineError::Pool(PoolError::DestinationDown {
                     target,

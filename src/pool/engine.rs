@@ -20,7 +20,8 @@ use crate::event_kind::EventKind;
 use crate::health::{Health, Input, State, Step};
 use crate::metrics::Metrics;
 use crate::store::{
-    EndpointRow, EventRow, NewEndpoint, ResolveError, SourceRow, Store, StoreError, Write,
+    EndpointRow, EventRow, NewEndpoint, OnExisting, ResolveError, SourceRow, Store, StoreError,
+    ToInsert, Write,
 };
 
 mod reads;
@@ -131,6 +132,7 @@ impl Engine {
         for r in &store.pairs()? {
             p.restore_pair(r, now, wall);
         }
+        p.log_restored(now);
         let metrics = Arc::new(Metrics::new());
         let commits = opts.record_metrics.then(|| metrics.store_commit());
         if opts.record_metrics {
@@ -371,6 +373,17 @@ impl Engine {
         self.lock().pairs_of(id)
     }
 
+    /// The destinations of a pool with the most banned pairs, at most `n`.
+    pub fn most_banned(&self, pool: &str, n: usize) -> Vec<(String, usize)> {
+        self.lock().most_banned(pool, n)
+    }
+
+    /// Each endpoint's state for a normalised destination (`None`: not held).
+    pub fn states_for(&self, ids: &[EndpointId], destination: &str) -> Vec<Option<State>> {
+        let p = self.lock();
+        ids.iter().map(|&id| p.state_for(id, destination)).collect()
+    }
+
     /// Active pair bans of a pool.
     pub fn pair_bans(&self, pool: &str) -> usize {
         self.lock().pair_bans(pool)
@@ -486,22 +499,26 @@ impl Engine {
     /// Add endpoints as `eps` yields them, all or nothing: an import of millions. The
     /// iterator runs on the store thread inside the one transaction (nothing per endpoint
     /// is held but its id); the first error, its own or the store's, rolls everything back.
-    pub async fn add_from<E>(
+    /// With `OnExisting::Skip`, endpoints already stored are passed over and counted.
+    pub async fn add_from<E, T>(
         &self,
-        eps: impl Iterator<Item = Result<NewEndpoint, E>> + Send + 'static,
-    ) -> Result<Vec<EndpointId>, E>
+        eps: impl Iterator<Item = Result<T, E>> + Send + 'static,
+        on_existing: OnExisting,
+    ) -> Result<(Vec<EndpointId>, u64), E>
     where
         E: From<StoreError> + From<EngineError> + Send + 'static,
+        T: ToInsert + Send + 'static,
     {
-        let ids = self
+        let (ids, skipped) = self
             .writer
             .call(move |s| {
                 let mut ids = Vec::new();
-                s.add_endpoints_from(eps, |id| ids.push(id)).map(|()| ids)
+                s.add_endpoints_from(eps, on_existing, |id| ids.push(id))
+                    .map(|skipped| (ids, skipped))
             })
             .await??;
         self.load_added(&ids).await;
-        Ok(ids)
+        Ok((ids, skipped))
     }
 
     /// Load committed rows into the pools: read back from the store and inserted under

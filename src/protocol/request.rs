@@ -214,6 +214,10 @@ pub struct ImportMessage {
     pub pool: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// Pass over endpoints already in the pool (and lines listed twice), counting them in
+    /// the answer's `skipped`, instead of refusing the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_existing: Option<bool>,
 }
 
 /// `remove`: operator remove (used by the CLI while a daemon runs).

@@ -28,6 +28,6 @@ impl Op for AddMessage {
             });
         }
         let ids = cx.engine.add(eps).await?;
-        Ok(Payload::Added { ids })
+        Ok(Payload::Added { ids, skipped: None })
     }
 }

@@ -7,7 +7,7 @@ use crate::pool::engine::initial_state;
 use crate::protocol::{ImportMessage, Payload};
 use crate::server::context::Context;
 use crate::server::error::OpError;
-use crate::store::NewEndpoint;
+use crate::store::{NewEndpoint, Numbered, OnExisting};
 
 /// Largest import file accepted.
 const MAX_IMPORT: u64 = 256 << 20;
@@ -20,7 +20,16 @@ impl Op for ImportMessage {
     /// transaction, so a million lines are never held in memory, and a bad line anywhere
     /// rolls everything back.
     async fn answer(self, cx: &Context<'_>) -> Result<Payload, OpError> {
-        let ImportMessage { path, pool, label } = self;
+        let ImportMessage {
+            path,
+            pool,
+            label,
+            skip_existing,
+        } = self;
+        let on_existing = match skip_existing {
+            Some(true) => OnExisting::Skip,
+            _ => OnExisting::Refuse,
+        };
         let file = tokio::task::spawn_blocking(move || open_import(&path))
             .await
             .map_err(|e| OpError::internal(format!("import: {e}")))??;
@@ -40,20 +49,26 @@ impl Op for ImportMessage {
             // Text read from a file is not repeated back: it could be anything.
             Some(
                 ProxyUrl::parse_line(&line)?
-                    .map(|url| NewEndpoint {
-                        url,
-                        pool: pool.clone(),
-                        label: label.clone(),
-                        source: Some("cli".into()),
-                        state,
+                    .map(|url| Numbered {
+                        line: n,
+                        endpoint: NewEndpoint {
+                            url,
+                            pool: pool.clone(),
+                            label: label.clone(),
+                            source: Some("cli".into()),
+                            state,
+                        },
                     })
                     .map_err(|_| {
                         OpError::bad(format!("line {n} is not a proxy URL; nothing was added"))
                     }),
             )
         });
-        let ids = cx.engine.add_from(eps).await?;
-        Ok(Payload::Added { ids })
+        let (ids, skipped) = cx.engine.add_from(eps, on_existing).await?;
+        Ok(Payload::Added {
+            ids,
+            skipped: (on_existing == OnExisting::Skip).then_some(skipped),
+        })
     }
 }
 
