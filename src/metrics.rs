@@ -104,6 +104,9 @@ label_enum! {
         DestinationDown => "destination_down",
         /// The pool had nothing to lease (503).
         Exhausted => "exhausted",
+        /// Out of local resources: the gateway's descriptor budget, or this machine's
+        /// descriptors, memory or ports (503; nothing reported).
+        LocalResources => "local_resources",
         /// Wrong or missing gateway token (407).
         Denied => "denied",
         /// Malformed request or unknown routing key.

@@ -1,6 +1,6 @@
 //! `edit`: a new URL or label for an endpoint, through the daemon when one runs.
 
-use super::{call, unexpected, CliError, Context};
+use super::{call, unexpected, CliError, Context, Named};
 use crate::protocol::{EditMessage, EndpointRef, Payload, Request};
 use crate::server::edit_fields;
 use crate::store::EndpointView;
@@ -8,15 +8,18 @@ use crate::store::EndpointView;
 pub(super) async fn edit(
     ctx: &Context,
     target: &str,
+    pool: Option<String>,
     url: Option<String>,
     label: Option<String>,
 ) -> Result<(), CliError> {
     // Checked before anything is reached, so bad input changes nothing in either path.
     let (new_url, new_label) = edit_fields(url.clone(), label.clone()).map_err(CliError::usage)?;
-    let endpoint = ctx.endpoint_refs(&[target.to_string()])?.remove(0);
+    let args = [target.to_string()];
+    let endpoint = ctx.endpoint_refs(&Named::new(&args, &pool))?.remove(0);
     let view: EndpointView = if let Some(mut c) = ctx.daemon().await? {
         let req = Request::Edit(EditMessage {
             endpoint,
+            pool,
             url,
             label,
         });

@@ -25,6 +25,9 @@ pub enum RoutingError {
     /// A key twice.
     #[error("key {0:?} appears twice in the proxy username")]
     Repeated(String),
+    /// A session key the pools do not take (too long, control characters).
+    #[error("session in the proxy username: {0}")]
+    Session(#[from] crate::limits::SessionKeyError),
 }
 
 /// Why a client is turned away before anything is leased.
@@ -66,6 +69,7 @@ pub fn parse_username(user: &str) -> Result<Routing, RoutingError> {
         let slot = if key == "pool" {
             &mut r.pool
         } else {
+            crate::limits::check_session_key(&value)?;
             &mut r.session
         };
         if slot.replace(value).is_some() {
@@ -140,6 +144,10 @@ mod tests {
             ("pool-", RoutingError::MissingValue("pool".into())),
             ("pool-a-pool-b", RoutingError::Repeated("pool".into())),
             ("user", RoutingError::UnknownKey("user".into())),
+            (
+                &format!("session-{}", "k".repeat(129)),
+                RoutingError::Session(crate::limits::SessionKeyError::TooLong(129)),
+            ),
         ];
         for (u, want) in bad {
             assert_eq!(parse_username(u), Err(want), "{u:?}");

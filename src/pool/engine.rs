@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::{error, warn};
 
 use super::destinations::PairHealth;
@@ -44,6 +45,10 @@ pub enum EngineError {
     Resolve(#[from] ResolveError),
     #[error("store thread stopped")]
     Stopped,
+    /// The caller of a waiting lease went away: nothing was granted (or what was granted
+    /// is given back), since its answer could never be delivered.
+    #[error("the client went away while its lease waited")]
+    CallerGone,
 }
 
 impl From<StoreError> for EngineError {
@@ -207,7 +212,7 @@ impl Engine {
     }
 
     /// After a failed commit: put the endpoints whose writes were lost back to their stored
-    /// rows. The pool lock is held until they are back, so no operation builds on memory
+    /// rows and pairs. The pool lock is held until they are back, so no operation builds on memory
     /// the store never saw; a deadline transition that was lost comes due again at once.
     fn resync(&self) {
         let mut p = self.lock();
@@ -218,8 +223,8 @@ impl Engine {
         match resynced {
             Ok(rows) => {
                 let (now, wall) = (Instant::now(), SystemTime::now());
-                for (id, row) in &rows {
-                    p.restore_row(*id, row.as_ref(), now, wall);
+                for (id, row, pairs) in &rows {
+                    p.restore_row(*id, row.as_ref(), pairs, now, wall);
                 }
                 if !rows.is_empty() {
                     warn!(
@@ -258,6 +263,45 @@ impl Engine {
         wait: Duration,
         want: &Want,
     ) -> Result<Grant, EngineError> {
+        self.lease_waiting(pool, ttl, session, wait, want, None)
+            .await
+            .map(|(g, _)| g)
+    }
+
+    /// [`Engine::lease_with`] for a caller that may go away while it waits: once `gone`
+    /// is cancelled the wait ends with [`EngineError::CallerGone`] and nothing is granted;
+    /// a grant from the wait that races it is given back at once. A lease whose answer
+    /// cannot be delivered is never left behind (nobody could release it). One granted
+    /// without waiting is answered whatever `gone` says: a client that only shut down its
+    /// sending side still reads it.
+    pub async fn lease_while_there(
+        &self,
+        pool: &str,
+        ttl: Duration,
+        session: Option<&str>,
+        wait: Duration,
+        want: &Want,
+        gone: &CancellationToken,
+    ) -> Result<Grant, EngineError> {
+        let (g, waited) = self
+            .lease_waiting(pool, ttl, session, wait, want, Some(gone))
+            .await?;
+        if waited && gone.is_cancelled() {
+            self.release(&g.lease).await?;
+            return Err(EngineError::CallerGone);
+        }
+        Ok(g)
+    }
+
+    async fn lease_waiting(
+        &self,
+        pool: &str,
+        ttl: Duration,
+        session: Option<&str>,
+        wait: Duration,
+        want: &Want,
+        gone: Option<&CancellationToken>,
+    ) -> Result<(Grant, bool), EngineError> {
         let started = Instant::now();
         let give_up = started
             .checked_add(wait)
@@ -275,15 +319,22 @@ impl Engine {
         // The common case answers at once, without registering as a waiter.
         match attempt().await? {
             (Err(PoolError::Exhausted { .. }), false) => {}
-            (r, _) => return Ok(r?),
+            (r, _) => return Ok((r?, false)),
         }
+        let gone = async {
+            match gone {
+                Some(g) => g.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(gone);
         loop {
             // Registered before the attempt, so a release in between is not missed.
             let freed = self.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
             match attempt().await? {
-                (Ok(g), _) => return Ok(g),
+                (Ok(g), _) => return Ok((g, true)),
                 (Err(PoolError::Exhausted { retry_after, .. }), false) => {
                     let mut until = give_up;
                     if let Some(d) = retry_after {
@@ -292,6 +343,7 @@ impl Engine {
                     tokio::select! {
                         _ = &mut freed => {}
                         _ = tokio::time::sleep_until(until) => {}
+                        _ = &mut gone => return Err(EngineError::CallerGone),
                     }
                 }
                 (Err(e), _) => return Err(e.into()),
@@ -693,11 +745,15 @@ impl Engine {
         Ok(self.writer.call(move |s| s.get(id)).await??)
     }
 
-    /// The stored endpoint an operator's `ID|URL` names.
-    pub async fn resolve(&self, arg: String) -> Result<EndpointId, EngineError> {
+    /// The stored endpoint an operator's `ID|URL` names (of `pool`, when given).
+    pub async fn resolve(
+        &self,
+        arg: String,
+        pool: Option<String>,
+    ) -> Result<EndpointId, EngineError> {
         Ok(self
             .writer
-            .call(move |s| s.resolve(&arg).map(|r| r.id))
+            .call(move |s| s.resolve(&arg, pool.as_deref()).map(|r| r.id))
             .await??)
     }
 

@@ -17,7 +17,7 @@ use super::destinations::{Destinations, Usable};
 use super::evidence::target_event;
 use super::scoped::{Views, Want};
 use super::targets::Admission;
-use super::{Ended, Grant, PoolError, Pools, ENDED_MEMORY, MAX_SESSIONS};
+use super::{Ended, Grant, PoolError, Pools, ENDED_MEMORY};
 
 /// `scope` of a grant that is a pair's trial.
 pub const SCOPE_DESTINATION: &str = "destination";
@@ -235,7 +235,7 @@ impl Pools {
     /// A sticky session whose endpoint is still in service keeps it: a scraper's cookies
     /// or login must not move to an unproven endpoint.
     fn sticky(&self, ask: &Ask, session: Option<&str>) -> Option<Choice> {
-        let id = *self.sessions.get(&(ask.p, session?.to_string()))?;
+        let id = self.sessions.get(self.sessions.at(ask.p, session?))?;
         let e = self.entries.get(&id)?;
         let keeps = e.health.state == State::Available
             && ask.under_cap(e.leases)
@@ -379,20 +379,13 @@ impl Pools {
     }
 
     fn bind_session(&mut self, p: usize, key: &str, id: EndpointId) {
-        if self.sessions.len() >= MAX_SESSIONS {
-            // Scrapers that mint a key per request must not grow memory forever: forget
-            // sessions whose endpoint left service, then all if still full.
-            let entries = &self.entries;
-            self.sessions.retain(|_, id| {
-                entries
-                    .get(id)
-                    .is_some_and(|e| e.health.state == State::Available)
-            });
-            if self.sessions.len() >= MAX_SESSIONS {
-                self.sessions.clear();
-            }
-        }
-        self.sessions.insert((p, key.to_string()), id);
+        let s = self.sessions.at(p, key);
+        let entries = &self.entries;
+        self.sessions.bind(s, id, |id| {
+            entries
+                .get(&id)
+                .is_some_and(|e| e.health.state == State::Available)
+        });
     }
 
     /// Record the lease of `choice` and count it against its endpoint.

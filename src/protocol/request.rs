@@ -172,6 +172,9 @@ pub struct EndpointsMessage {
 #[serde(deny_unknown_fields)]
 pub struct DisableMessage {
     pub endpoint: EndpointRef,
+    /// Name endpoints of this pool only: the same URL may be in several pools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
     /// Operator's text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -182,6 +185,9 @@ pub struct DisableMessage {
 #[serde(deny_unknown_fields)]
 pub struct EnableMessage {
     pub endpoint: EndpointRef,
+    /// Name endpoints of this pool only: the same URL may be in several pools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
     /// Straight to available.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub now: Option<bool>,
@@ -225,6 +231,9 @@ pub struct ImportMessage {
 #[serde(deny_unknown_fields)]
 pub struct RemoveMessage {
     pub endpoints: Vec<EndpointRef>,
+    /// Name endpoints of this pool only: the same URL may be in several pools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
 }
 
 /// `probe`: probe endpoints now (used by the CLI while a daemon runs).
@@ -250,6 +259,9 @@ pub struct ProbeMessage {
 #[serde(deny_unknown_fields)]
 pub struct EditMessage {
     pub endpoint: EndpointRef,
+    /// Name endpoints of this pool only: the same URL may be in several pools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
     /// Replacement URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,

@@ -60,7 +60,7 @@ impl Store {
                 new_url.port,
                 new_url.user_key(),
                 new_url.password,
-                new_label
+                super::text(&new_label)
             ],
         )?;
         insert_event(

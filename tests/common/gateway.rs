@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use proxypool::config::{GatewayConfig, PoolConfig};
 use proxypool::endpoint::{EndpointId, ProxyUrl};
-use proxypool::gateway::{Gateway, Limits};
+use proxypool::gateway::{Descriptors, Gateway, Limits};
 use proxypool::health::State;
 use proxypool::pool::engine::Engine;
 use proxypool::store::{EndpointRow, EventRow, NewEndpoint, Store};
@@ -41,6 +41,24 @@ impl Gw {
         f: impl FnOnce(&mut GatewayConfig),
         limits: Limits,
     ) -> Gw {
+        Gw::start_full(urls, f, limits, Descriptors::unlimited()).await
+    }
+
+    /// A gateway whose client and idle upstream connections hold at most `n` descriptors.
+    pub async fn start_descriptors(
+        urls: &[String],
+        f: impl FnOnce(&mut GatewayConfig),
+        n: usize,
+    ) -> Gw {
+        Gw::start_full(urls, f, Limits::default(), Descriptors::new(n)).await
+    }
+
+    async fn start_full(
+        urls: &[String],
+        f: impl FnOnce(&mut GatewayConfig),
+        limits: Limits,
+        fds: Descriptors,
+    ) -> Gw {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("gw.db");
         let store = Store::open(&db).unwrap();
@@ -69,7 +87,8 @@ impl Gw {
         let gw = Gateway::bind(cfg, engine.clone())
             .await
             .unwrap()
-            .with_limits(limits);
+            .with_limits(limits)
+            .with_descriptors(fds);
         let addr = gw.local_addr();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(gw.run(shutdown.clone()));

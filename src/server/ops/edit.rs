@@ -10,7 +10,7 @@ use crate::server::error::OpError;
 impl Op for EditMessage {
     async fn answer(self, cx: &Context<'_>) -> Result<Payload, OpError> {
         let (url, label) = edit_fields(self.url, self.label).map_err(OpError::bad)?;
-        let id = resolve(cx, &self.endpoint).await?;
+        let id = resolve(cx, &self.endpoint, self.pool.as_deref()).await?;
         let row = cx.engine.edit(id, url, label).await?;
         Ok(Payload::Endpoints {
             endpoints: vec![row.view(false)],
