@@ -10,11 +10,13 @@ use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::pool::engine::initial_state;
 use crate::protocol::{AddMessage, ImportMessage, Payload, Request};
 use crate::store::NewEndpoint;
+use crate::tags::Tags;
 
 pub(super) fn parse_urls<'a>(
     lines: impl Iterator<Item = (usize, &'a str)>,
     pool: &str,
     label: &Option<String>,
+    tags: &Tags,
     ctx: &Context,
     numbered: bool,
 ) -> Result<Vec<NewEndpoint>, CliError> {
@@ -34,6 +36,7 @@ pub(super) fn parse_urls<'a>(
             label: label.clone(),
             source: Some("cli".into()),
             state,
+            tags: tags.clone(),
         });
     }
     Ok(out)
@@ -46,12 +49,14 @@ pub(super) async fn add(
     urls: &[String],
     pool: &str,
     label: &Option<String>,
+    tags: &Tags,
 ) -> Result<(), CliError> {
     ctx.check_pool(pool)?;
     let eps = parse_urls(
         urls.iter().map(|u| (0, u.as_str())),
         pool,
         label,
+        tags,
         ctx,
         false,
     )?;
@@ -65,12 +70,17 @@ async fn add_endpoints(ctx: &Context, eps: Vec<NewEndpoint>) -> Result<Vec<Endpo
     if let Some(mut c) = ctx.daemon().await? {
         let pool = eps.first().map(|e| e.pool.clone());
         let label = eps.first().and_then(|e| e.label.clone());
+        let tags = eps
+            .first()
+            .map(|e| e.tags.clone())
+            .filter(|t| !t.is_empty());
         let urls: Vec<String> = eps.iter().map(|e| e.url.to_secret_string()).collect();
         let add = AddMessage {
             urls,
             pool,
             label,
             source: None,
+            tags,
         };
         let req = Request::Add(add);
         let line_len = serde_json::to_string(&req).map_or(usize::MAX, |l| l.len());
@@ -78,7 +88,11 @@ async fn add_endpoints(ctx: &Context, eps: Vec<NewEndpoint>) -> Result<Vec<Endpo
             call(&mut c, &req).await?
         } else {
             let Request::Add(AddMessage {
-                urls, pool, label, ..
+                urls,
+                pool,
+                label,
+                tags,
+                ..
             }) = req
             else {
                 unreachable!("built as an add above")
@@ -90,6 +104,7 @@ async fn add_endpoints(ctx: &Context, eps: Vec<NewEndpoint>) -> Result<Vec<Endpo
                 path: file.finish()?,
                 pool,
                 label,
+                tags,
             });
             let r = call(&mut c, &req).await;
             drop(file);
@@ -170,10 +185,11 @@ pub(super) async fn import(
     file: &str,
     pool: &str,
     label: &Option<String>,
+    tags: &Tags,
 ) -> Result<(), CliError> {
     ctx.check_pool(pool)?;
     match ctx.daemon().await? {
-        None => return import_direct(ctx, file, pool, label),
+        None => return import_direct(ctx, file, pool, label, tags),
         // Through the daemon (which holds every endpoint in memory anyway).
         Some(c) => drop(c),
     }
@@ -205,7 +221,7 @@ pub(super) async fn import(
     let Some(mut c) = ctx.daemon().await? else {
         // The daemon stopped meanwhile: the checked lines go in directly.
         bar.finish_and_clear();
-        return import_direct(ctx, &path, pool, label);
+        return import_direct(ctx, &path, pool, label, tags);
     };
     // A slow machine may take minutes for millions: wait for the answer (the commit)
     // rather than give up while the daemon still writes.
@@ -214,6 +230,7 @@ pub(super) async fn import(
         path,
         pool: Some(pool.to_string()),
         label: label.clone(),
+        tags: (!tags.is_empty()).then(|| tags.clone()),
     });
     let body = call(&mut c, &req).await;
     drop(out);
@@ -269,6 +286,7 @@ fn import_direct(
     file: &str,
     pool: &str,
     label: &Option<String>,
+    tags: &Tags,
 ) -> Result<(), CliError> {
     let reader = open_input(file)?;
     let state = initial_state(ctx.config.pool(pool));
@@ -286,6 +304,7 @@ fn import_direct(
                     label: label.clone(),
                     source: Some("cli".into()),
                     state,
+                    tags: tags.clone(),
                 })
                 .map_err(|e| CliError::usage(format!("line {}: {e}; nothing was imported", i + 1))),
         )

@@ -65,6 +65,9 @@ pub enum Command {
         /// Label.
         #[arg(long)]
         label: Option<String>,
+        /// Tag every endpoint KEY=VALUE (repeatable), e.g. --tag country=us.
+        #[arg(long = "tag", value_name = "K=V")]
+        tags: Vec<String>,
     },
     /// Import endpoints from a file, one URL a line ('-' = stdin); a bad line rejects the file.
     Import {
@@ -76,6 +79,9 @@ pub enum Command {
         /// Label.
         #[arg(long)]
         label: Option<String>,
+        /// Tag every endpoint KEY=VALUE (repeatable), e.g. --tag country=us.
+        #[arg(long = "tag", value_name = "K=V")]
+        tags: Vec<String>,
     },
     /// List endpoints.
     List {
@@ -94,6 +100,9 @@ pub enum Command {
         /// Each endpoint's state for this destination (host).
         #[arg(long)]
         destination: Option<String>,
+        /// Only endpoints with this tag (repeatable: all must match).
+        #[arg(long = "tag", value_name = "K=V")]
+        tags: Vec<String>,
     },
     /// Show one endpoint with its recent events.
     Show {
@@ -133,7 +142,7 @@ pub enum Command {
         #[arg(required = true)]
         endpoints: Vec<String>,
     },
-    /// Replace an endpoint's URL (e.g. a rotated password) or label, keeping its id, state and history.
+    /// Replace an endpoint's URL (e.g. a rotated password), label or tags, keeping its id, state and history.
     Edit {
         /// Id or URL.
         endpoint: String,
@@ -143,6 +152,9 @@ pub enum Command {
         /// New label ("" clears it).
         #[arg(long)]
         label: Option<String>,
+        /// Set a tag KEY=VALUE (repeatable); KEY= removes it.
+        #[arg(long = "tag", value_name = "K=V")]
+        tags: Vec<String>,
     },
     /// Probe endpoints with a full transaction to the pool's probe URL.
     Probe {
@@ -239,6 +251,9 @@ pub struct LeaseArgs {
     /// Only endpoints of this scheme (repeat for several), e.g. socks5h.
     #[arg(long = "scheme", value_name = "SCHEME")]
     pub schemes: Vec<String>,
+    /// Only endpoints with this tag (repeatable: all must match), e.g. country=us.
+    #[arg(long = "tag", value_name = "K=V")]
+    pub tags: Vec<String>,
     /// All fields as JSON.
     #[arg(long)]
     pub json: bool,

@@ -9,6 +9,7 @@ use super::{call, parse_state, unexpected, CliError, Context};
 use crate::endpoint::EndpointId;
 use crate::protocol::{EndpointsMessage, Payload, Request, StatusMessage};
 use crate::stats::EndpointStats;
+use crate::tags::Tags;
 
 /// `list`: the endpoints, or (with a destination) where each stands for it.
 pub(super) async fn list(
@@ -18,13 +19,14 @@ pub(super) async fn list(
     json: bool,
     show_secrets: bool,
     destination: Option<String>,
+    tags: Tags,
 ) -> Result<(), CliError> {
     if let Some(d) = destination {
         return super::pairs::list_for(ctx, pool, state, &d, json).await;
     }
     let state = parse_state(state.as_deref())?;
     let store = ctx.store_to_read()?;
-    let rows = store.list(pool.as_deref(), state)?;
+    let mut rows = store.list(pool.as_deref(), state)?;
     if let Some(p) = pool.as_deref() {
         // Like `status`: a pool is known from the config or from a stored endpoint.
         let known = ctx.check_pool(p).is_ok()
@@ -34,6 +36,7 @@ pub(super) async fn list(
             ctx.check_pool(p)?;
         }
     }
+    rows.retain(|r| r.tags.contains_all(&tags));
     if json {
         // Rows of a pool mean the daemon holds that pool; without rows there is nothing
         // to ask (and a pool unknown to the daemon would be an error there).
@@ -96,6 +99,7 @@ async fn daemon_stats(
         pool,
         state: None,
         endpoint,
+        tags: None,
     });
     match call(&mut c, &req).await? {
         Payload::Endpoints { endpoints } => Ok(endpoints

@@ -50,15 +50,29 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     };
     match cli.command {
         // Endpoints.
-        Command::Add { urls, pool, label } => add(&ctx, &urls, &pool, &label).await,
-        Command::Import { file, pool, label } => import(&ctx, &file, &pool, &label).await,
+        Command::Add {
+            urls,
+            pool,
+            label,
+            tags,
+        } => add(&ctx, &urls, &pool, &label, &parse_tags(&tags)?).await,
+        Command::Import {
+            file,
+            pool,
+            label,
+            tags,
+        } => import(&ctx, &file, &pool, &label, &parse_tags(&tags)?).await,
         Command::List {
             pool,
             state,
             json,
             show_secrets,
             destination,
-        } => list(&ctx, pool, state, json, show_secrets, destination).await,
+            tags,
+        } => {
+            let tags = parse_tags(&tags)?;
+            list(&ctx, pool, state, json, show_secrets, destination, tags).await
+        }
         Command::Show {
             endpoint,
             json,
@@ -68,7 +82,8 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             endpoint,
             url,
             label,
-        } => edit(&ctx, &endpoint, url, label).await,
+            tags,
+        } => edit(&ctx, &endpoint, url, label, &tags).await,
         Command::Disable { endpoints, reason } => disable(&ctx, &endpoints, reason).await,
         Command::Enable {
             endpoints,
@@ -98,6 +113,11 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         // Answered above.
         Command::Completions { .. } | Command::Man { .. } => Ok(()),
     }
+}
+
+/// `--tag K=V` arguments, checked (a bad one is a usage error naming it).
+pub(super) fn parse_tags(args: &[String]) -> Result<crate::tags::Tags, CliError> {
+    crate::tags::Tags::parse_args(args).map_err(|e| CliError::usage(format!("--tag: {e}")))
 }
 
 pub(super) fn parse_state(s: Option<&str>) -> Result<Option<State>, CliError> {

@@ -72,7 +72,7 @@ pub(super) fn until_text(row: &EndpointRow) -> String {
 
 pub(super) fn print_table(rows: &[EndpointRow], secrets: bool) {
     let mut t = table([
-        "ID", "URL", "POOL", "STATE", "REASON", "PHASE", "STREAK", "COOLDOWN", "LABEL",
+        "ID", "URL", "POOL", "STATE", "REASON", "PHASE", "STREAK", "COOLDOWN", "LABEL", "TAGS",
     ]);
     for r in rows {
         t.add_row([
@@ -89,6 +89,7 @@ pub(super) fn print_table(rows: &[EndpointRow], secrets: bool) {
             r.streak.to_string(),
             until_text(r),
             r.label.clone().unwrap_or_else(|| "-".into()),
+            tags_text(&r.tags),
         ]);
     }
     println!("{t}");
@@ -118,6 +119,15 @@ pub(super) fn fmt_ms(ms: u64) -> String {
     humantime::format_duration(d).to_string()
 }
 
+/// `k=v,k=v`, or `-` for none.
+fn tags_text(t: &crate::tags::Tags) -> String {
+    if t.is_empty() {
+        "-".into()
+    } else {
+        t.to_string()
+    }
+}
+
 fn stats_lines(st: Option<&EndpointStats>) -> Vec<(&'static str, String)> {
     let Some(st) = st else {
         return vec![("stats", "- (kept in memory by a running daemon)".into())];
@@ -144,6 +154,12 @@ fn stats_lines(st: Option<&EndpointStats>) -> Vec<(&'static str, String)> {
                 .map(|l| format!("{l:.0} ms"))
                 .unwrap_or("-".into()),
         ),
+        (
+            "failure_rate",
+            format!("{:.1}% (recent)", st.failure_rate * 100.0),
+        ),
+        ("bytes_sent", st.bytes_sent.to_string()),
+        ("bytes_received", st.bytes_received.to_string()),
     ]
 }
 
@@ -153,6 +169,7 @@ pub(super) fn print_show(r: &EndpointRow, evs: &[EventRow], stats: Option<&Endpo
         ("url", r.url.to_redacted_string()),
         ("pool", r.pool.clone()),
         ("label", r.label.clone().unwrap_or("-".into())),
+        ("tags", tags_text(&r.tags)),
         ("source", r.source.clone().unwrap_or("-".into())),
         ("state", r.state.to_string()),
         (

@@ -15,6 +15,8 @@ use crate::metrics::GatewayOutcome;
 pub const ENDPOINT_HEADER: &str = "x-proxypool-endpoint";
 /// The response header naming why the gateway itself answered with an error.
 pub const ERROR_HEADER: &str = "x-proxypool-error";
+/// The response header naming the pool that served the request (its `fallback`, maybe).
+pub const POOL_HEADER: &str = "x-proxypool-pool";
 
 /// The destination of a request target (`host:port`, or an absolute URL's authority).
 pub(super) fn destination(uri: &Uri, default_port: u16) -> Option<Dest> {
@@ -30,6 +32,14 @@ pub(super) fn destination(uri: &Uri, default_port: u16) -> Option<Dest> {
 
 pub(super) fn set_endpoint(h: &mut HeaderMap, endpoint: i64) {
     h.insert(ENDPOINT_HEADER, HeaderValue::from(endpoint));
+}
+
+/// The endpoint and the pool that served a request.
+pub(super) fn set_upstream(h: &mut HeaderMap, endpoint: i64, pool: &str) {
+    set_endpoint(h, endpoint);
+    if let Ok(v) = HeaderValue::from_str(pool) {
+        h.insert(POOL_HEADER, v);
+    }
 }
 
 pub(super) fn empty() -> Body {
@@ -62,6 +72,7 @@ fn outcome_of(status: StatusCode, error: &str) -> GatewayOutcome {
         StatusCode::BAD_GATEWAY if error == DESTINATION_DOWN => GatewayOutcome::DestinationDown,
         StatusCode::PROXY_AUTHENTICATION_REQUIRED => GatewayOutcome::Denied,
         StatusCode::BAD_GATEWAY => GatewayOutcome::UpstreamFailed,
+        StatusCode::SERVICE_UNAVAILABLE if error == PACED => GatewayOutcome::Paced,
         StatusCode::SERVICE_UNAVAILABLE => GatewayOutcome::Exhausted,
         StatusCode::INTERNAL_SERVER_ERROR => GatewayOutcome::Internal,
         // 400, 408, 413: the request itself was wrong.
@@ -71,12 +82,16 @@ fn outcome_of(status: StatusCode, error: &str) -> GatewayOutcome {
 
 /// `X-Proxypool-Error` of a destination that is down.
 const DESTINATION_DOWN: &str = "destination_down";
+/// `X-Proxypool-Error` of a request that pacing turned away (docs/selection.md).
+const PACED: &str = "paced";
 
 /// The status an HTTP client gets when no upstream could serve its request.
 fn status_of(e: &UpstreamError) -> StatusCode {
     match e {
-        UpstreamError::Exhausted { .. } => StatusCode::SERVICE_UNAVAILABLE,
-        UpstreamError::UnknownPool(_) => StatusCode::BAD_REQUEST,
+        UpstreamError::Exhausted { .. } | UpstreamError::Paced { .. } => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        UpstreamError::UnknownPool(_) | UpstreamError::BadRoute(_) => StatusCode::BAD_REQUEST,
         UpstreamError::AllFailed { .. } | UpstreamError::DestinationDown { .. } => {
             StatusCode::BAD_GATEWAY
         }
@@ -90,6 +105,7 @@ fn status_of(e: &UpstreamError) -> StatusCode {
 pub(super) fn error_outcome(e: &UpstreamError) -> GatewayOutcome {
     let error = match e {
         UpstreamError::DestinationDown { .. } => DESTINATION_DOWN,
+        UpstreamError::Paced { .. } => PACED,
         _ => "",
     };
     outcome_of(status_of(e), error)
@@ -113,6 +129,28 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
             resp
+        }
+        UpstreamError::Paced {
+            pool,
+            host,
+            retry_after,
+        } => {
+            let when = match retry_after {
+                Some(d) => format!("the soonest is ready in {} ms", d.as_millis()),
+                None => "one is ready when a use of it ends".to_string(),
+            };
+            let mut resp = text(
+                status,
+                PACED,
+                &format!("proxypool gateway: pool {pool:?}: every endpoint that fits was used for {host} too recently (pacing); {when}"),
+            );
+            let secs = retry_after.map(retry_after_secs).unwrap_or(1);
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            resp
+        }
+        UpstreamError::BadRoute(m) => {
+            text(status, "bad_request", &format!("proxypool gateway: {m}"))
         }
         UpstreamError::UnknownPool(p) => text(
             status,

@@ -14,7 +14,7 @@ use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::TokioIo;
 use tracing::{debug, info};
 
-use super::answer::{destination, empty, set_endpoint, text, upstream_error};
+use super::answer::{destination, empty, set_endpoint, set_upstream, text, upstream_error};
 use super::idle::{Body, IdleKey, Sender};
 use super::lease::LeaseGuard;
 use super::plain::PlainWay;
@@ -301,6 +301,7 @@ async fn judge(
     tries: &Tries,
 ) -> Try {
     let endpoint = guard.endpoint();
+    let pool = guard.pool().to_string();
     let status = resp.status().as_u16();
     let host = &out.dest.host;
     let outcome = if shared.cfg.ban_status.contains(&status) {
@@ -328,9 +329,9 @@ async fn judge(
         // Reported now, so the next lease sees it; the answer is kept in case no other
         // upstream answers (its body, should it break off, goes unreported).
         guard.finish().await;
-        return Try::Again(Some(to_client(resp, endpoint, None, host)));
+        return Try::Again(Some(to_client(resp, (endpoint, &pool), None, host)));
     }
-    Try::Answer(to_client(resp, endpoint, Some(guard), host))
+    Try::Answer(to_client(resp, (endpoint, &pool), Some(guard), host))
 }
 
 /// The gateway's `502` for a try through `endpoint` that got no answer.
@@ -340,18 +341,18 @@ fn bad_gateway(endpoint: EndpointId, reason: Reason, message: &str) -> Response<
     resp
 }
 
-/// An upstream's answer as the client gets it: hop-by-hop headers off, the endpoint
-/// named. The lease (`guard`) lives as long as the body streams to the client; a body
+/// An upstream's answer as the client gets it: hop-by-hop headers off, the endpoint and
+/// the pool that served it named. The lease (`guard`) lives as long as the body streams to the client; a body
 /// that breaks off is the upstream path failing mid-response.
 fn to_client(
     resp: Response<Incoming>,
-    endpoint: EndpointId,
+    (endpoint, pool): (EndpointId, &str),
     guard: Option<LeaseGuard>,
     host: &str,
 ) -> Response<Body> {
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    set_endpoint(&mut parts.headers, endpoint);
+    set_upstream(&mut parts.headers, endpoint, pool);
     let mut guard = guard;
     let host = host.to_string();
     let body = body
@@ -435,7 +436,7 @@ async fn send(
     };
     let d = shared
         .upstream
-        .dial(guard.proxy(), dest, route)
+        .dial(guard, dest, route)
         .await
         .map_err(Sent::Unreachable)?;
     exchange(d.io, again).await.map_err(Sent::Failed)

@@ -28,6 +28,9 @@ pub enum ErrorCode {
     /// The destination is down: every endpoint that tried failed to reach it
     /// (`retry_after_ms`: until its trial).
     DestinationDown,
+    /// Every endpoint that fits was used for the destination too recently (the pool's
+    /// pacing; `retry_after_ms`: until the soonest is ready).
+    Paced,
     /// Line over 64 KiB.
     TooLarge,
     /// Server-side failure (nothing was acknowledged).

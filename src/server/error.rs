@@ -52,6 +52,10 @@ impl From<PoolError> for OpError {
                 OpError::new(ErrorCode::UnknownLease, message)
             }
             PoolError::LeaseExpired(_) => OpError::new(ErrorCode::LeaseExpired, message),
+            PoolError::Paced { retry_after, .. } => {
+                OpError::new(ErrorCode::Paced, message).retry_after(retry_after)
+            }
+            PoolError::UnknownTag { .. } => OpError::bad(message),
             PoolError::UnknownEndpoint(_) | PoolError::MissingReason | PoolError::InvalidTtl(_) => {
                 OpError::bad(message)
             }
@@ -134,6 +138,22 @@ mod tests {
             (exhausted(None), Some(None)),
             (PoolError::UnknownPool("p".into()), None),
             (PoolError::MissingReason, None),
+            (
+                PoolError::Paced {
+                    pool: "p".into(),
+                    host: "shop.example".into(),
+                    retry_after: Some(Duration::from_millis(12_000)),
+                    wait: Duration::ZERO,
+                },
+                Some(Some(12_000)),
+            ),
+            (
+                PoolError::UnknownTag {
+                    key: "contry".into(),
+                    known: vec!["country".into()],
+                },
+                None,
+            ),
         ];
         for (e, want) in cases {
             let shown = e.to_string();

@@ -57,6 +57,7 @@ impl Gw {
                 label: None,
                 source: None,
                 state: State::Available,
+                tags: Default::default(),
             })
             .collect();
         let ids = if urls.is_empty() {

@@ -20,7 +20,13 @@ impl Op for ImportMessage {
     /// transaction, so a million lines are never held in memory, and a bad line anywhere
     /// rolls everything back.
     async fn answer(self, cx: &Context<'_>) -> Result<Payload, OpError> {
-        let ImportMessage { path, pool, label } = self;
+        let ImportMessage {
+            path,
+            pool,
+            label,
+            tags,
+        } = self;
+        let tags = tags.unwrap_or_default();
         let file = tokio::task::spawn_blocking(move || open_import(&path))
             .await
             .map_err(|e| OpError::internal(format!("import: {e}")))??;
@@ -46,6 +52,7 @@ impl Op for ImportMessage {
                         label: label.clone(),
                         source: Some("cli".into()),
                         state,
+                        tags: tags.clone(),
                     })
                     .map_err(|_| {
                         OpError::bad(format!("line {n} is not a proxy URL; nothing was added"))

@@ -1,4 +1,4 @@
-//! `lease`: take an endpoint of a pool, for a destination and schemes if given.
+//! `lease`: take an endpoint of a pool, for a destination, schemes and tags if given.
 
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use crate::server::DEFAULT_TTL;
 
 impl Op for LeaseMessage {
     async fn answer(self, cx: &Context<'_>) -> Result<Payload, OpError> {
-        let want = want(self.destination, self.schemes)?;
+        let want = want(self.destination, self.schemes)?.with_tags(self.tags.unwrap_or_default());
         let pool = self.pool.unwrap_or_else(|| DEFAULT_POOL.to_string());
         let ttl = self.ttl.map(|d| d.0).unwrap_or(DEFAULT_TTL);
         if ttl.is_zero() {
