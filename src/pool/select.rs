@@ -161,6 +161,21 @@ fn rotate(
     spare
 }
 
+/// Stale items a queue may hold beyond twice its live ones before a sampling strategy
+/// drops them: few enough that a draw finds a live item at least one time in four (the
+/// least-leased walk tolerates 64; amortised the same, one retain per that many pushes).
+const SAMPLE_SLACK: usize = 4;
+
+/// Drop the stale items of every queue that holds more than `SAMPLE_SLACK` beyond twice
+/// its live ones, so that `sample`'s draws stay likely to hit.
+fn tidy(entries: &EntryMap, ready: &mut Ready, p: usize) {
+    for (level, q) in ready.levels.iter_mut().enumerate() {
+        if q.len() > 2 * ready.live[level] + SAMPLE_SLACK {
+            q.retain(|&(slot, gen)| live_at(entries, slot, gen, p, level as u32));
+        }
+    }
+}
+
 /// A uniformly random candidate (every live endpoint is one item of the queues; stale
 /// items are drawn and refused), within `SAMPLE_TRIES` draws.
 fn sample(
@@ -237,6 +252,7 @@ impl Pools {
         let dests = &ps.dests;
         let mut picked = None;
         if select != Select::LeastLeased {
+            tidy(entries, &mut ps.ready, fit.p);
             for _ in 0..=MAX_REJECTED {
                 let a = sample(entries, &ps.ready, dests, gate.as_ref(), fit, warm.rng);
                 let Some(a) = a else { break };
