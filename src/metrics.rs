@@ -546,7 +546,7 @@ impl Metrics {
 
 struct PoolHandles {
     pool: String,
-    leases: [Counter; 3],
+    leases: [Counter; LeaseResult::ALL.len()],
     report_success: Counter,
     report_failure: [OnceLock<Counter>; N_REASONS],
     transitions: Box<[OnceLock<Counter>]>,
