@@ -251,12 +251,22 @@ impl Engine {
         let first = self
             .lease_in(pool, ttl, session, wait, want, fallback.is_some())
             .await;
-        match (first, fallback) {
-            (
-                Err(EngineError::Pool(PoolError::Exhausted { .. } | PoolError::Paced { .. })),
-                Some(next),
-            ) => self.lease_in(&next, ttl, session, wait, want, false).await,
-            (r, _) => r,
+        let Some(next) = fallback else {
+            return first;
+        };
+        let e = match first {
+            Err(EngineError::Pool(e @ (PoolError::Exhausted { .. } | PoolError::Paced { .. }))) => {
+                e
+            }
+            r => return r,
+        };
+        match self.lease_in(&next, ttl, session, wait, want, false).await {
+            // The fallback has nothing either: the first pool's answer says more (its
+            // pacing's time to come back, its cooldowns).
+            Err(EngineError::Pool(PoolError::Exhausted { .. } | PoolError::Paced { .. })) => {
+                Err(e.into())
+            }
+            r => r,
         }
     }
 
