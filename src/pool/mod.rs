@@ -431,6 +431,13 @@ impl Pools {
         }
     }
 
+    /// The pacing state `pool` holds: (hosts, pairs) (docs/selection.md, "Memory and
+    /// speed").
+    pub fn pace_held(&self, pool: &str) -> Option<(usize, usize)> {
+        let ps = &self.pools[*self.by_name.get(pool)?];
+        Some((ps.pace.hosts(), ps.pace.pairs()))
+    }
+
     /// The pool `pool` falls back to, if it names one.
     pub fn fallback(&self, pool: &str) -> Option<String> {
         let &p = self.by_name.get(pool)?;

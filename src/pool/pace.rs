@@ -322,9 +322,10 @@ impl Pace {
             return;
         };
         p.in_flight = p.in_flight.saturating_sub(1);
-        if p.in_flight == 0 {
-            let at = p.ready.max(now);
-            h.due_at(at, id, now);
+        // Still spaced: the look at `ready` that `record` scheduled finds it idle then.
+        // Past it, that look found it busy and kept it: look again now.
+        if p.in_flight == 0 && p.ready <= now {
+            h.due_at(now, id, now);
         }
     }
 
@@ -436,13 +437,11 @@ impl Pace {
     }
 
     /// Pairs held.
-    #[cfg(test)]
     pub(super) fn pairs(&self) -> usize {
         self.pairs
     }
 
     /// Hosts held.
-    #[cfg(test)]
     pub(super) fn hosts(&self) -> usize {
         self.hosts.len()
     }

@@ -260,13 +260,20 @@ impl Pools {
                     Select::Fastest => {
                         let b = sample(entries, &ps.ready, dests, gate.as_ref(), fit, warm.rng)
                             .unwrap_or(a);
-                        let median = ps.latencies.median();
-                        let score_of = |(slot, _): (u32, u32)| {
-                            entries.at(slot).map_or(f64::MAX, |(_, e)| {
-                                score(e.stats.latency_ms, e.stats.failure_rate, median)
-                            })
+                        let stats = |(slot, _): (u32, u32)| entries.at(slot).map(|(_, e)| e.stats);
+                        let (sa, sb) = (stats(a), stats(b));
+                        // The median (a walk of its buckets) only when a candidate needs it.
+                        let unmeasured = [sa, sb].iter().flatten().any(|s| s.latency_ms.is_none());
+                        let median = if unmeasured {
+                            ps.latencies.median()
+                        } else {
+                            None
                         };
-                        if score_of(b) < score_of(a) {
+                        let score_of = |s: Option<crate::stats::EndpointStats>| {
+                            s.map_or(f64::MAX, |s| score(s.latency_ms, s.failure_rate, median))
+                        };
+                        let (a_score, b_score) = (score_of(sa), score_of(sb));
+                        if b_score < a_score {
                             b
                         } else {
                             a
