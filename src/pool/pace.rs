@@ -29,11 +29,18 @@ const CALM_AFTER: u8 = 4;
 /// The spacing widened when the interval is shorter.
 const SLOW_BASE: Duration = Duration::from_secs(1);
 
-/// One (endpoint, host) pair: 16 bytes.
+/// Times past this many ms since the origin move the origin forward (`Pace::rebase`):
+/// a pair's ready time fits in 32 bits (24.8 days, plus the longest spacing ahead).
+const REBASE_AT: u64 = 1 << 31;
+/// A pair is never held back longer than this (16 × the longest interval): its ready
+/// time stays within 32 bits of the origin.
+const MAX_HOLD: u64 = 16 * 24 * 3600 * 1000;
+
+/// One (endpoint, host) pair: 8 bytes (16 with its key in the host's map).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Pair {
     /// Milliseconds (since the pool's origin) from which it may be used again.
-    ready: u64,
+    ready: u32,
     /// Live leases of the endpoint for the host.
     in_flight: u16,
     /// The spacing is the interval × 2^exp (slow-down).
@@ -65,6 +72,17 @@ struct Host {
     dry: Option<Dry>,
 }
 
+impl Pair {
+    fn ready(&self) -> u64 {
+        u64::from(self.ready)
+    }
+
+    /// Ready at `ms` (at most `MAX_HOLD` past `now`).
+    fn set_ready(&mut self, ms: u64, now: u64) {
+        self.ready = ms.min(now + MAX_HOLD).min(u64::from(u32::MAX)) as u32;
+    }
+}
+
 impl Host {
     fn new((interval, cap): (Duration, u32)) -> Host {
         Host {
@@ -82,7 +100,7 @@ impl Host {
     }
 
     fn ready(&self, p: &Pair, now: u64) -> bool {
-        p.ready <= now && (self.cap == 0 || u32::from(p.in_flight) < self.cap)
+        p.ready() <= now && (self.cap == 0 || u32::from(p.in_flight) < self.cap)
     }
 
     /// Remember to look at `id` again at `at`.
@@ -112,7 +130,7 @@ impl Host {
             let idle = self
                 .pairs
                 .get(&next)
-                .is_some_and(|p| p.ready <= now && p.in_flight == 0 && p.exp == 0);
+                .is_some_and(|p| p.ready() <= now && p.in_flight == 0 && p.exp == 0);
             if idle {
                 self.pairs.remove(&next);
                 gone += 1;
@@ -149,7 +167,7 @@ impl Gate<'_> {
     pub(super) fn check(&self, id: EndpointId) -> Check {
         match self.host.pairs.get(&id) {
             Some(p) if !self.host.ready(p, self.now) => {
-                Check::Blocked((p.ready > self.now).then_some(p.ready))
+                Check::Blocked((p.ready() > self.now).then_some(p.ready()))
             }
             _ => Check::Ready,
         }
@@ -227,6 +245,37 @@ impl Pace {
         now.saturating_duration_since(self.origin).as_millis() as u64
     }
 
+    /// `ms(now)`, first moving the origin forward when times would outgrow a pair's 32
+    /// bits (every 24.8 days of uptime; O(pairs) then, nothing otherwise).
+    fn now_ms(&mut self, now: Instant) -> u64 {
+        let ms = self.ms(now);
+        if ms < REBASE_AT {
+            return ms;
+        }
+        self.rebase(ms);
+        self.ms(now)
+    }
+
+    /// Move the origin `shift` ms forward: every held time is that much smaller (times
+    /// already past become 0: past either way).
+    fn rebase(&mut self, shift: u64) {
+        self.origin += Duration::from_millis(shift);
+        for (_, h) in self.hosts.iter_mut() {
+            for p in h.pairs.values_mut() {
+                p.ready = p.ready().saturating_sub(shift) as u32;
+            }
+            for (t, _) in h.due.iter_mut() {
+                *t = t.saturating_sub(shift);
+            }
+            h.late = h
+                .late
+                .drain()
+                .map(|Reverse((t, id))| Reverse((t.saturating_sub(shift), id)))
+                .collect();
+            h.dry = None;
+        }
+    }
+
     pub(super) fn instant(&self, ms: u64) -> Instant {
         self.origin + Duration::from_millis(ms)
     }
@@ -234,7 +283,7 @@ impl Pace {
     /// Before a lease for `host`: forget its pairs that became idle, and mark it used.
     /// Returns whether any pair of it is held (else nothing is paced for it now).
     pub(super) fn prepare(&mut self, host: &str, now: Instant) -> bool {
-        let now = self.ms(now);
+        let now = self.now_ms(now);
         let Some(h) = self.hosts.get_mut(host) else {
             return false;
         };
@@ -279,10 +328,13 @@ impl Pace {
     /// A lease of `id` for `host` was granted at `now`. Returns whether it counts in the
     /// pair's `in_flight` (its end must then be told with `end`).
     pub(super) fn record(&mut self, host: &str, id: EndpointId, now: Instant) -> bool {
+        if self.cfg.is_none() {
+            return false;
+        }
+        let now = self.now_ms(now);
         let Some(cfg) = &self.cfg else {
             return false;
         };
-        let now = self.ms(now);
         if !self.hosts.contains(host) {
             let rule = cfg.rule_for(host);
             let h = Host::new(rule);
@@ -299,9 +351,9 @@ impl Pace {
         let interval = h.interval;
         let p = h.pairs.entry(id).or_default();
         let next = now + spacing(interval, p.exp);
-        p.ready = p.ready.max(next);
+        p.set_ready(p.ready().max(next), now);
         p.in_flight = p.in_flight.saturating_add(1);
-        let at = p.ready;
+        let at = p.ready();
         h.due_at(at, id, now);
         if added {
             self.pairs += 1;
@@ -312,7 +364,7 @@ impl Pace {
 
     /// A lease counted by `record` ended (report, release or expiry).
     pub(super) fn end(&mut self, host: &str, id: EndpointId, now: Instant) {
-        let now = self.ms(now);
+        let now = self.now_ms(now);
         let Some(h) = self.hosts.peek_mut(host) else {
             return;
         };
@@ -324,7 +376,7 @@ impl Pace {
         p.in_flight = p.in_flight.saturating_sub(1);
         // Still spaced: the look at `ready` that `record` scheduled finds it idle then.
         // Past it, that look found it busy and kept it: look again now.
-        if p.in_flight == 0 && p.ready <= now {
+        if p.in_flight == 0 && p.ready() <= now {
             h.due_at(now, id, now);
         }
     }
@@ -339,7 +391,7 @@ impl Pace {
         if let Some(p) = h.pairs.get_mut(&id) {
             p.in_flight = p.in_flight.saturating_sub(1);
             if p.in_flight == 0 {
-                let at = p.ready;
+                let at = p.ready();
                 h.late.push(Reverse((at, id)));
             }
         }
@@ -354,8 +406,9 @@ impl Pace {
         retry_after: Option<Duration>,
         now: Instant,
     ) -> Option<Slowed> {
+        self.cfg.as_ref()?;
+        let at = self.now_ms(now);
         let cfg = self.cfg.as_ref()?;
-        let at = self.ms(now);
         if !self.hosts.contains(host) {
             let rule = cfg.rule_for(host);
             self.hosts.put(host.into(), Host::new(rule));
@@ -368,8 +421,8 @@ impl Pace {
         p.calm = 0;
         let spacing = spacing(interval, p.exp);
         let hold = retry_after.map_or(0, |d| d.as_millis() as u64);
-        p.ready = p.ready.max(at + spacing.max(hold));
-        let until = p.ready;
+        p.set_ready(p.ready().max(at + spacing.max(hold)), at);
+        let until = p.ready();
         h.dry = None;
         h.due_at(until, id, at);
         if added {
@@ -385,7 +438,7 @@ impl Pace {
     /// The host answered through `id`: a widened spacing narrows again after
     /// `CALM_AFTER` of these in a row.
     pub(super) fn success(&mut self, host: &str, id: EndpointId, now: Instant) {
-        let now = self.ms(now);
+        let now = self.now_ms(now);
         let Some(h) = self.hosts.peek_mut(host) else {
             return;
         };
@@ -400,7 +453,7 @@ impl Pace {
             p.exp -= 1;
             p.calm = 0;
             if p.exp == 0 {
-                let at = p.ready.max(now);
+                let at = p.ready().max(now);
                 h.due_at(at, id, now);
             }
         }
@@ -452,7 +505,7 @@ impl Pace {
     fn pair(&self, host: &str, id: EndpointId, now: Instant) -> Option<(u64, u16, u8)> {
         let now = self.ms(now);
         let p = self.hosts.peek(host)?.pairs.get(&id)?;
-        Some((p.ready.saturating_sub(now), p.in_flight, p.exp))
+        Some((p.ready().saturating_sub(now), p.in_flight, p.exp))
     }
 }
 

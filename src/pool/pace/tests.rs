@@ -320,7 +320,50 @@ fn reload_gives_held_hosts_their_new_rule() {
 /// BENCHMARKS.md for the measured total).
 #[test]
 fn a_pair_is_small() {
-    assert_eq!(std::mem::size_of::<Pair>(), 16);
+    assert_eq!(std::mem::size_of::<Pair>(), 8);
+    assert_eq!(std::mem::size_of::<(EndpointId, Pair)>(), 16);
+}
+
+/// A pair's ready time is 32 bits of ms: past 24.8 days of uptime the origin moves and
+/// every held time with it, so spacing holds across the move and after it.
+#[test]
+fn times_survive_the_origin_moving_forward() {
+    let t0 = Instant::now();
+    let mut p = Pace::new(Some(pace(2000, 0, true)), 1000, 100_000, t0);
+    let day = Duration::from_secs(24 * 3600);
+    // Just before the move: a pair spaced 2 s, another slowed for a minute.
+    let before = t0 + Duration::from_millis(REBASE_AT - 1000);
+    p.prepare(SHOP, before);
+    p.record(SHOP, 1, before);
+    p.slow_down(SHOP, 2, Some(Duration::from_secs(60)), before);
+    // The next use moves the origin.
+    let after = before + Duration::from_millis(1500);
+    assert_eq!(
+        check(&mut p, SHOP, 1, after),
+        Want::Until(Some(REBASE_AT + 1000))
+    );
+    assert!(p.origin > t0, "the origin moved");
+    assert_eq!(
+        check(&mut p, SHOP, 1, after + Duration::from_millis(500)),
+        Want::Ready
+    );
+    let blocked = p.gate(SHOP, after).unwrap().check(2);
+    let Check::Blocked(Some(ms)) = blocked else {
+        panic!("{blocked:?}")
+    };
+    assert_eq!(p.instant(ms), before + Duration::from_secs(60));
+    // Long after, uses are spaced as ever.
+    let late = t0 + 60 * day;
+    p.prepare(SHOP, late);
+    p.record(SHOP, 3, late);
+    let blocked = p.gate(SHOP, late).unwrap().check(3);
+    let Check::Blocked(Some(ms)) = blocked else {
+        panic!("{blocked:?}")
+    };
+    assert_eq!(p.instant(ms), late + Duration::from_secs(2));
+    // A Retry-After beyond 16 days holds for 16 days.
+    let r = p.slow_down(SHOP, 4, Some(400 * day), late).unwrap();
+    assert_eq!(r.until, 16 * day);
 }
 
 /// A site's host in the config and a lease's destination name one host the same way.
