@@ -151,7 +151,11 @@ fn start_daemon(store: Store, sock: PathBuf) -> CancellationToken {
                 );
                 tokio::spawn(engine.clone().run_timer(tok.clone().cancelled_owned()));
                 let l = server::bind_unix(&sock).await.unwrap();
-                let h = Arc::new(Handler::new(engine, Arc::new(Config::default()), None));
+                let h = Arc::new(Handler::new(
+                    engine,
+                    Arc::new(Config::default()),
+                    Default::default(),
+                ));
                 tx.send(()).unwrap();
                 server::run(l, h, tok).await;
             });

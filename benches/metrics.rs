@@ -105,6 +105,13 @@ impl StatusSource for CountsSource {
     ) -> Result<Vec<EndpointView>, StatusError> {
         Ok(Vec::new())
     }
+    async fn endpoints_for(
+        &self,
+        _pool: Option<&str>,
+        _destination: &str,
+    ) -> Result<Vec<(EndpointView, State)>, StatusError> {
+        Ok(Vec::new())
+    }
     async fn page(&self, _limits: PageLimits) -> Result<PageModel, StatusError> {
         Err(StatusError::new(
             ErrorCode::Internal,

@@ -145,7 +145,11 @@ fn start_daemon_with(
         let engine = Engine::open_with(store, [pool_config(200)], opts).unwrap();
         tokio::spawn(engine.clone().run_timer(tok2.clone().cancelled_owned()));
         let l = server::bind_unix(&sock2).await.unwrap();
-        let h = Arc::new(Handler::new(engine, Arc::new(Config::default()), None));
+        let h = Arc::new(Handler::new(
+            engine,
+            Arc::new(Config::default()),
+            Default::default(),
+        ));
         ready.send(()).unwrap();
         server::run(l, h, tok2).await;
     });

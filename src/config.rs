@@ -17,7 +17,10 @@ mod gateway;
 pub use gateway::{GatewayConfig, PlainHttp};
 pub mod pace;
 pub use pace::{PaceConfig, Select, SiteRule};
+mod locate;
 mod parse;
+mod restart;
+pub use restart::restart_only_changes;
 mod raw;
 
 /// The name of the pool used when none is given.
@@ -34,16 +37,21 @@ pub enum ConfigError {
         /// OS error.
         source: std::io::Error,
     },
-    /// TOML syntax, unknown key, or wrong type (toml's message names key and line).
-    #[error("invalid config {path}: {message}")]
+    /// TOML syntax, unknown key, or wrong type: one line, naming the line and column,
+    /// and the key when one is written there.
+    #[error("invalid config {path}: line {line}, column {column}: {}{message}", key.as_ref().map(|k| format!("{k}: ")).unwrap_or_default())]
     Parse {
         /// File.
         path: String,
-        /// toml's message.
+        line: usize,
+        column: usize,
+        /// Dotted key at that place, when the file parses as TOML.
+        key: Option<String>,
+        /// toml's message, on one line.
         message: String,
     },
     /// A value that parses but makes no sense.
-    #[error("invalid config {path}: {key}: {message}")]
+    #[error("invalid config {path}: {}{key}: {message}", line.map(|n| format!("line {n}: ")).unwrap_or_default())]
     Invalid {
         /// File.
         path: String,
@@ -51,6 +59,8 @@ pub enum ConfigError {
         key: String,
         /// What is wrong.
         message: String,
+        /// Where the key (or its table) is written.
+        line: Option<usize>,
     },
 }
 
@@ -305,6 +315,18 @@ pub enum Durability {
     Full,
 }
 
+/// Files holding the listeners' secrets (`[server] token_file`, `lease_token_file`,
+/// `http_token_file`): read when `serve` starts, never stored in the config itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TokenFiles {
+    /// The TCP listener's admin token.
+    pub admin: Option<PathBuf>,
+    /// The TCP listener's lease token.
+    pub lease: Option<PathBuf>,
+    /// The HTTP listener's bearer token.
+    pub http: Option<PathBuf>,
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -319,6 +341,8 @@ pub struct Config {
     /// `[server] http`: the read-only HTTP listener (docs/observability.md, "HTTP
     /// listener"); off when absent.
     pub http: Option<std::net::SocketAddr>,
+    /// `[server] token_file`, `lease_token_file`, `http_token_file`, resolved.
+    pub token_files: TokenFiles,
     /// `[store] events_retention`: events older than this are pruned; zero keeps them all.
     pub events_retention: Duration,
     /// Pools by name; `default` always exists.
@@ -343,6 +367,7 @@ impl Default for Config {
             durability: Durability::default(),
             socket: None,
             http: None,
+            token_files: TokenFiles::default(),
             events_retention: DEFAULT_EVENTS_RETENTION,
             pools,
             endpoints: Vec::new(),
@@ -481,6 +506,37 @@ mod tests {
             let err = Config::parse(text, "t.toml", None).unwrap_err().to_string();
             assert!(err.contains(want), "{text:?}: {err}");
             assert!(!err.contains(":pw@"), "{err}");
+        }
+    }
+
+    #[test]
+    fn every_error_is_one_line_naming_the_key_and_its_line() {
+        let cases = [
+            (
+                "[server]\nhttp = \"127.0.0.1:9464\"\nmax_connections = 0\n",
+                "invalid config t.toml: line 3: server.max_connections: must be at least 1",
+            ),
+            (
+                "[[pool]]\nname = \"a\"\n\n[[pool]]\nname = \"eu\"\n[pool.cooldown]\nfall = -1\n",
+                "invalid config t.toml: line 7, column 8: pool[1].cooldown.fall: invalid value: integer `-1`, expected u32",
+            ),
+            (
+                "[server]\nsokcet = \"x\"\n",
+                "invalid config t.toml: line 2, column 1: server.sokcet: unknown field `sokcet`, expected one of",
+            ),
+            (
+                "[server\nhttp = 1\n",
+                "invalid config t.toml: line 1, column 8: ",
+            ),
+            (
+                "[[gateway]]\nlisten = \"127.0.0.1:1\"\n[[gateway]]\nlisten = \"0.0.0.0:2\"\n",
+                "invalid config t.toml: line 3: gateway[1].token: ",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = Config::parse(text, "t.toml", None).unwrap_err().to_string();
+            assert!(err.starts_with(want), "{text:?}:\n{err}\nwant {want}");
+            assert!(!err.contains('\n'), "{err:?}");
         }
     }
 

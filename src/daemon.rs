@@ -16,6 +16,7 @@ use crate::pool::engine::{Engine, EngineError};
 use crate::probe::run::{probe_one, probers, run_and_record};
 use crate::probe::ProbeReport;
 use crate::probe::{ProbeError, Prober};
+use crate::server::token::Tokens;
 use crate::server::{self, Handler, ServerError};
 use crate::sources;
 use reload::Reloader;
@@ -51,11 +52,17 @@ pub struct ServeOptions {
     pub socket: PathBuf,
     /// Optional TCP listener.
     pub listen_tcp: Option<SocketAddr>,
-    /// Token required on TCP, and on HTTP when `http` is not loopback.
-    pub token: Option<String>,
+    /// The TCP listener's tokens, one per role.
+    pub tokens: Tokens,
     /// The read-only HTTP listener (`/metrics`, the status page); checked by
-    /// `http::check_bind` before the daemon starts.
+    /// `web::check_bind` before the daemon starts.
     pub http: Option<SocketAddr>,
+    /// The HTTP listener's bearer token: when set, every request needs it.
+    pub http_token: Option<String>,
+    /// `serve --gateway`: a gateway besides the config's, which no config reload touches.
+    pub gateway: Option<crate::config::GatewayConfig>,
+    /// The database served, as `status` names it.
+    pub database: Option<String>,
     /// The database lock this daemon holds: its socket is published there once bound.
     pub lock: Option<Arc<crate::store::lock::Held>>,
     /// The config file SIGHUP reloads (none: built-in defaults, nothing to reload).
@@ -250,7 +257,7 @@ pub async fn serve(
         None => None,
     };
     let mut gateways = Vec::new();
-    for g in &config.gateways {
+    for g in config.gateways.iter().chain(&opts.gateway) {
         gateways.push(crate::gateway::Gateway::bind(g.clone(), engine.clone()).await?);
     }
     let http = match opts.http {
@@ -288,10 +295,12 @@ pub async fn serve(
     for pool in config.pools.values() {
         tasks.start(pool, probers.get(&pool.name), false);
     }
-    let handler = Arc::new(
-        Handler::new(engine.clone(), config.clone(), opts.token.clone())
-            .with_probers(probers.clone()),
-    );
+    let mut handler = Handler::new(engine.clone(), config.clone(), opts.tokens.clone())
+        .with_probers(probers.clone());
+    if let Some(db) = &opts.database {
+        handler = handler.with_database(db.clone());
+    }
+    let handler = Arc::new(handler);
     if let (Some(path), Some(Some(hup))) = (opts.reload_from.clone(), hup) {
         let reloader = Reloader::new(path, config.clone(), engine.clone(), handler.clone(), tasks);
         tracker.spawn(reloader.run(hup, shutdown.clone()));
@@ -313,7 +322,8 @@ pub async fn serve(
     let http_addr = http.as_ref().and_then(|l| l.local_addr().ok());
     if let Some(l) = http {
         let source = Arc::new(DaemonStatus::new(engine.clone()));
-        let app = crate::web::HttpApp::new(source, engine.metrics().clone(), opts.token.clone());
+        let app =
+            crate::web::HttpApp::new(source, engine.metrics().clone(), opts.http_token.clone());
         tracker.spawn(crate::web::serve(l, Arc::new(app), shutdown.clone()));
     }
     tracker.spawn(retention::run(
@@ -322,6 +332,7 @@ pub async fn serve(
         shutdown.clone(),
     ));
     info!(
+        database = %opts.database.as_deref().unwrap_or("-"),
         socket = %opts.socket.display(),
         tcp = %show_addr(tcp_addr),
         gateway = %show_addrs(&gateway),
@@ -329,6 +340,19 @@ pub async fn serve(
         pools = %pools_line(&engine.gauges()),
         "serving"
     );
+    let endpoints: u64 = engine
+        .gauges()
+        .pools
+        .iter()
+        .map(|p| p.endpoints.iter().sum::<u64>())
+        .sum();
+    if endpoints == 0 {
+        // A first start on defaults: say what to do next instead of serving nothing.
+        info!(
+            config = %opts.reload_from.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "-".into()),
+            "no endpoints yet: add some with `proxypool add URL` or `proxypool import FILE`, or list them as [[endpoint]] (or a sniffing pool's sources) in the config file and send SIGHUP"
+        );
+    }
     server::run(listener, handler, shutdown.clone()).await;
     tracker.close();
     tracker.wait().await;

@@ -95,8 +95,12 @@ pub fn redact_urls(text: &str) -> String {
     out
 }
 
+/// How the docs and error messages spell a URL's syntax: not a credential.
+const SYNTAX_USERINFO: &str = "[user[:password]";
+
 fn mask_userinfo(url: &str) -> String {
     match url.rfind('@') {
+        Some(at) if &url[..at] == SYNTAX_USERINFO => url.to_string(),
         Some(at) => match url[..at].find(':') {
             Some(colon) => format!("{}:{MASK}{}", &url[..colon], &url[at..]),
             None => url.to_string(),
@@ -168,6 +172,15 @@ mod tests {
             ("xa*", &["a*", "xa"], "***"),
             ("://", &[], "://"),
             ("http://a:b@c://d:e@f", &[], "http://a:***@c://d:***@f"),
+            // The syntax in help and error text is left as written...
+            (
+                "expected scheme://[user[:password]@]host:port with scheme one of http",
+                &[],
+                "expected scheme://[user[:password]@]host:port with scheme one of http",
+            ),
+            // ...but nothing that merely resembles it.
+            ("http://[user[:pass]@h:1", &[], "http://[user[:***@h:1"),
+            ("http://[user[:password]x@h:1", &[], "http://[user[:***@h:1"),
         ];
         for (input, pw, want) in cases {
             assert_eq!(redact_text(input, pw), *want, "{input:?} {pw:?}");

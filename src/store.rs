@@ -18,6 +18,7 @@ use crate::tags::Tags;
 mod edit_endpoint;
 mod history;
 mod insert;
+pub use insert::{Numbered, OnExisting, ToInsert};
 pub(crate) mod lock;
 pub use history::EventFilter;
 pub mod pairs;
@@ -29,6 +30,11 @@ pub use rows::{
 static MIGRATIONS_DIR: Dir = include_dir!("$CARGO_MANIFEST_DIR/migrations");
 static MIGRATIONS: LazyLock<Migrations<'static>> =
     LazyLock::new(|| Migrations::from_directory(&MIGRATIONS_DIR).expect("migrations/ is valid"));
+
+/// `line N: ` before an import error, when the line is known.
+fn at_line(line: Option<usize>) -> String {
+    line.map(|n| format!("line {n}: ")).unwrap_or_default()
+}
 
 /// Errors from the store.
 #[derive(Debug, thiserror::Error)]
@@ -67,20 +73,24 @@ pub enum StoreError {
         source: std::io::Error,
     },
     /// An endpoint with the same identity exists.
-    #[error("endpoint {url} already exists in pool {pool:?} (id {id})")]
+    #[error("{}endpoint {url} already exists in pool {pool:?} (id {id})", at_line(*line))]
     Duplicate {
         /// Redacted URL.
         url: String,
         pool: String,
         /// Existing id.
         id: EndpointId,
+        /// The import file's line that named it.
+        line: Option<usize>,
     },
     /// The same endpoint appears twice in one batch.
-    #[error("endpoint {url} is listed twice for pool {pool:?}")]
+    #[error("{}endpoint {url} is listed twice for pool {pool:?}", at_line(*line))]
     DuplicateInBatch {
         /// Redacted URL.
         url: String,
         pool: String,
+        /// The import file's line that named it again.
+        line: Option<usize>,
     },
     /// No endpoint matched.
     #[error("no endpoint {0}")]

@@ -255,9 +255,14 @@ fn every_op_with_its_fields_and_error_codes() {
     // report success: the state.
     let r = ok(c.req(&json!({"op": "report", "lease": lease_id(&g), "outcome": "success"})));
     assert_eq!(r["state"], json!("available"));
-    // A finished lease is unknown afterwards.
+    // A second report on a finished lease says it was reported already.
     let r = c.req(&json!({"op": "report", "lease": lease_id(&g), "outcome": "success"}));
     assert_eq!(err_code(&r), "unknown_lease");
+    let msg = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("already reported"), "{r}");
+    let r = c.req(&json!({"op": "release", "lease": lease_id(&g_default_ttl)}));
+    let msg = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("already released"), "{r}");
     let r = c.req(&json!({"op": "release", "lease": "no-such-lease", "id": "x"}));
     assert_eq!(err_code(&r), "unknown_lease");
     assert_eq!(r["id"], json!("x"), "id echoed on errors");
@@ -322,16 +327,15 @@ fn every_op_with_its_fields_and_error_codes() {
     let r = c.req(&json!({"op": "disable", "endpoint": 99999}));
     assert_eq!(err_code(&r), "bad_request");
 
-    // pool_exhausted: nothing cooling → retry_after_ms null.
+    // pool_exhausted: nothing cooling → no retry_after_ms at all (no deadline to wait for).
     ok(c.req(&json!({"op": "disable", "endpoint": a})));
     ok(c.req(&json!({"op": "disable", "endpoint": b})));
     let r = c.req(&json!({"op": "lease", "id": "ex"}));
     assert_eq!(err_code(&r), "pool_exhausted");
     assert_eq!(r["id"], json!("ex"));
     assert!(
-        r["error"].get("retry_after_ms") == Some(&Value::Null)
-            && r.get("retry_after_ms") == Some(&Value::Null),
-        "retry_after_ms present and null when nothing cools: {r}"
+        r["error"].get("retry_after_ms").is_none() && r.get("retry_after_ms").is_none(),
+        "no retry_after_ms when nothing cools: {r}"
     );
     // One cooling (default base 60s ± 10%) → retry_after_ms is a number.
     ok(c.req(&json!({"op": "enable", "endpoint": a, "now": true})));
@@ -595,9 +599,10 @@ fn stampede_after_cooldown_admits_exactly_one_trial_per_endpoint() {
             trials.push(r["endpoint"].as_i64().unwrap());
         } else {
             assert_eq!(err_code(r), "pool_exhausted", "{r}");
+            // The endpoints are on trial, none cooling: no deadline to send.
             assert!(
-                r["error"].get("retry_after_ms").is_some(),
-                "retry_after_ms key present: {r}"
+                r["error"].get("retry_after_ms").is_none(),
+                "no retry_after_ms without a cooldown deadline: {r}"
             );
             exhausted += 1;
         }
@@ -1235,7 +1240,8 @@ url = "http://10.6.0.1:3128"
     assert_eq!(h.list(), Vec::<Value>::new());
     let s = ok(d.req(json!({"op": "status"})));
     assert_eq!(s["pools"][0]["available"], json!(0));
-    assert_eq!(err_code(&d.req(json!({"op": "lease"}))), "pool_exhausted");
+    // No endpoint left at all: the pool is empty, not exhausted.
+    assert_eq!(err_code(&d.req(json!({"op": "lease"}))), "pool_empty");
     assert_eq!(h.list(), Vec::<Value>::new());
 }
 

@@ -395,10 +395,16 @@ async fn schemes_filter_leases_and_unknown_ones_are_refused() {
         .lease_with(POOL, TTL, None, Duration::ZERO, &socks4)
         .await
         .unwrap_err();
-    assert!(matches!(
-        err,
-        EngineError::Pool(PoolError::Exhausted { .. })
-    ));
+    // No endpoint of that scheme at all: waiting will not help, and the error names the
+    // filter rather than some other endpoint's cooldown.
+    assert!(
+        matches!(
+            &err,
+            EngineError::Pool(PoolError::Empty { filter: Some(f), .. }) if f == "socks4"
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("no socks4 endpoint"), "{err}");
     let bad = Want::parse(None, Some(&["gopher".into()])).unwrap_err();
     assert!(bad.to_string().contains("gopher"), "{bad}");
     assert!(Want::parse(None, Some(&[])).is_err());

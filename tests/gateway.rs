@@ -171,9 +171,18 @@ async fn empty_pool_is_503_on_every_front() {
     let gw = Gw::start(&[], |_| {}).await;
     let r = roundtrip(gw.addr, &get(80, "/", "")).await;
     assert_eq!(r.status(), 503, "{}", r.head);
-    assert!(r.header("retry-after").is_some());
+    // Nothing will come by waiting: no Retry-After, and the error says so.
+    assert_eq!(r.header("x-proxypool-error"), Some("pool_empty"));
+    assert!(r.header("retry-after").is_none(), "{}", r.head);
+    assert!(
+        r.text().starts_with("proxypool gateway: pool_empty: "),
+        "{}",
+        r.text()
+    );
     let (_s, r) = connect_tunnel(gw.addr, 443, "").await;
     assert_eq!(r.status(), 503);
+    assert_eq!(r.header("x-proxypool-error"), Some("pool_empty"));
+    assert!(r.header("retry-after").is_none(), "{}", r.head);
     let (_s, code) = socks5_connect(gw.addr, None, "127.0.0.1", 80).await;
     assert_eq!(code, 0x01);
 }

@@ -23,7 +23,7 @@ fn non_loopback_gateway_without_token_refuses_to_start() {
     let o = home.run(&["serve", "--gateway", "0.0.0.0:0"]);
     assert_eq!(o.code, Some(2), "{o:?}");
     assert!(
-        o.stderr.contains("--gateway") && o.stderr.contains("PROXYPOOL_TOKEN"),
+        o.stderr.contains("--gateway") && o.stderr.contains("PROXYPOOL_GATEWAY_TOKEN"),
         "{o:?}"
     );
     let home = Home::new(Some("[[gateway]]\nlisten = \"0.0.0.0:0\"\n"));
@@ -51,11 +51,19 @@ async fn serve_runs_the_gateway_and_stops_it() {
     let port = free_port();
     let gw = format!("127.0.0.1:{port}");
     let (dport, token) = (d.port(), "t0ken-secret");
+    // The gateway's own secret; the socket's admin token (even a weak one, with no TCP
+    // listener to guard) is not the gateway's and does not stop it starting.
     let mut daemon = tokio::task::spawn_blocking({
         let gw = gw.clone();
         move || {
             let ids = home.add(&[&upstream]);
-            let daemon = home.serve_with(&["--gateway", &gw], &[("PROXYPOOL_TOKEN", token)]);
+            let daemon = home.serve_with(
+                &["--gateway", &gw],
+                &[
+                    ("PROXYPOOL_GATEWAY_TOKEN", token),
+                    ("PROXYPOOL_TOKEN", "not-the-gw"),
+                ],
+            );
             (home, ids, daemon)
         }
     })

@@ -108,7 +108,9 @@ async fn cooling_until_the_deadline_then_exactly_one_trial_lease() {
     advance(BASE - MS).await;
     assert_eq!(Instant::now(), deadline - MS);
     match lease(&mut p, clock) {
-        Err(PoolError::Exhausted { pool, retry_after }) => {
+        Err(PoolError::Exhausted {
+            pool, retry_after, ..
+        }) => {
             assert_eq!(pool, "p");
             assert_eq!(retry_after, Some(MS));
         }
@@ -393,9 +395,15 @@ async fn releasing_a_trial_lease_abandons_it() {
         (h.state, h.claimed, h.streak),
         (State::ProbeAllowed, false, 1)
     );
-    // Released twice: unknown; nothing changes.
+    // Released twice: the answer says it ended already; nothing changes.
     let (r, w) = p.release(&g.lease, now, wall);
-    assert_eq!(r, Err(PoolError::UnknownLease(g.lease.clone())));
+    assert_eq!(
+        r,
+        Err(PoolError::LeaseEnded {
+            lease: g.lease.clone(),
+            how: proxypool::pool::Ended::Released
+        })
+    );
     assert!(w.is_empty());
     // Releasing an ordinary lease writes nothing.
     let t = lease(&mut p, clock).unwrap();
@@ -578,4 +586,34 @@ async fn a_sticky_session_keeps_its_endpoint_ahead_of_a_trial() {
     // A lease without a session takes the trial.
     let t = p.lease("p", TTL, None, now, wall).0.unwrap();
     assert_eq!((t.endpoint, t.trial), (2, true));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_success_is_an_event_only_when_it_changes_a_state() {
+    use proxypool::pool::ProbeRole;
+    let clock = Clock::new();
+    let mut p = pools(Mode::Static, 1, State::ProbeAllowed, clock);
+    let (now, wall) = clock.now();
+    // The recovery probe's success changes the state: its row, then state_changed.
+    let (c, _) = p.claim_next("p", now, wall);
+    let (id, _) = c.expect("claimed");
+    let (st, w) = p.probe_result(id, Outcome::Success, true, None, now, wall);
+    assert_eq!(st, Ok(State::Available));
+    assert_eq!(event_kinds(&w), vec!["probe_success", "state_changed"]);
+    // Periodic checks of an available endpoint change nothing: no rows, but the
+    // statistics count every one.
+    for _ in 0..5 {
+        advance(S).await;
+        let (now, wall) = clock.now();
+        let (st, w) = p.probe_result(id, Outcome::Success, false, None, now, wall);
+        assert_eq!(st, Ok(State::Available));
+        assert!(w.is_empty(), "{:?}", event_kinds(&w));
+    }
+    let (now, wall) = clock.now();
+    let used = p.endpoint_use(id, now).expect("held");
+    assert_eq!(used.stats.successes, 6);
+    assert_eq!(used.stats.last_success, Some(wall));
+    // An operator's probe always leaves its row, also when nothing changes.
+    let (_, w) = p.probe_result_as(id, Outcome::Success, ProbeRole::Operator, None, now, wall);
+    assert_eq!(event_kinds(&w), vec!["probe_success"]);
 }

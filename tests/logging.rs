@@ -44,6 +44,19 @@ fn serve_logs_at_info_without_colours() {
 }
 
 #[test]
+fn a_first_serve_without_endpoints_says_what_to_do_next() {
+    let home = Home::new(None);
+    let text = serve_log(&home, &[]);
+    assert!(
+        text.contains("no endpoints yet: add some with `proxypool add URL`"),
+        "{text}"
+    );
+    home.add(&["http://10.37.0.1:3128"]);
+    let text = serve_log(&home, &[]);
+    assert!(!text.contains("no endpoints yet"), "{text}");
+}
+
+#[test]
 fn quiet_serve_is_quiet() {
     let home = Home::new(None);
     let text = serve_log(&home, &["-q"]);
@@ -76,4 +89,84 @@ fn bad_log_format_is_usage_error() {
     let out = home.run(&["--log-format", "xml", "list"]);
     assert_eq!(out.code, Some(2), "{out:?}");
     assert!(out.stderr.contains("xml"), "{}", out.stderr);
+}
+
+/// Many endpoints failing at once (docs/observability.md, "Log volume"): beyond 20 state
+/// changes a second the rest of the second is one summary line with counts by reason; no
+/// change is lost (the lines and summaries add up to the `state_changed` rows), and a
+/// restart logs what it restored as counts.
+#[test]
+fn a_burst_of_state_changes_is_summarised_and_a_restart_logs_counts() {
+    const N: usize = 400;
+    let cfg = "[[pool]]\nname = \"default\"\nmode = \"static\"\n[pool.probe]\n\
+               url = \"http://127.0.0.1:1/\"\ntimeout = \"2s\"\nconcurrency = 200\n\
+               [pool.cooldown]\nbase = \"1h\"\nmax = \"1h\"\n";
+    let home = Home::new(Some(cfg));
+    // Dead proxies: loopback addresses where nothing listens (connection refused).
+    let list: String = (0..N)
+        .map(|i| format!("http://127.0.{}.{}:9\n", 1 + i / 200, 1 + i % 200))
+        .collect();
+    let file = home.path("dead.txt");
+    std::fs::write(&file, list).unwrap();
+    home.ok(&["import", file.to_str().unwrap()]);
+    let d = home.serve();
+    let tally = |text: &str| -> (usize, u64) {
+        let lines = text.lines().filter(|l| l.contains("state changed")).count();
+        let summed: u64 = text
+            .lines()
+            .filter(|l| l.contains("state changes summarised"))
+            .map(|l| {
+                let n = l.split("changes=").nth(1).expect("changes field");
+                n.split_whitespace().next().unwrap().parse::<u64>().unwrap()
+            })
+            .sum();
+        (lines, summed)
+    };
+    let (lines, summed) = common::eventually(
+        std::time::Duration::from_secs(30),
+        "every endpoint cooled and every change logged",
+        || {
+            let changed = home
+                .sqlite()
+                .query_row(
+                    "SELECT count(*) FROM events WHERE kind = 'state_changed'",
+                    [],
+                    |r| r.get::<_, i64>(0),
+                )
+                .unwrap() as u64;
+            let (lines, summed) = tally(&d.log_text());
+            if changed == N as u64 && lines as u64 + summed == changed {
+                Ok((lines, summed))
+            } else {
+                Err(format!("{changed} rows, {lines} lines + {summed} summed"))
+            }
+        },
+    );
+    assert!(
+        summed > 0 && lines < N / 2,
+        "{lines} lines, {summed} summed"
+    );
+    let text = d.log_text();
+    let summary = text
+        .lines()
+        .find(|l| l.contains("state changes summarised"))
+        .unwrap();
+    assert!(summary.contains("by_reason=connect_refused:"), "{summary}");
+    drop(d);
+    // A restart: one line with the counts, not one per endpoint.
+    let d = home.serve();
+    let text = d.log_text();
+    let restored = text
+        .lines()
+        .find(|l| l.contains("restored from the store"))
+        .unwrap_or_else(|| panic!("no restore line: {text}"));
+    assert!(
+        restored.contains(&format!("endpoints={N}")) && restored.contains(&format!("cooling={N}")),
+        "{restored}"
+    );
+    let before_start = text.lines().take_while(|l| !l.contains("serving")).count();
+    assert!(
+        before_start < 5,
+        "{before_start} lines before the start line: {text}"
+    );
 }

@@ -119,6 +119,15 @@ impl StatusSource for TestSource {
             .collect())
     }
 
+    async fn endpoints_for(
+        &self,
+        pool: Option<&str>,
+        _destination: &str,
+    ) -> Result<Vec<(EndpointView, State)>, StatusError> {
+        let views = self.endpoints(pool, None).await?;
+        Ok(views.into_iter().map(|v| (v.clone(), v.state)).collect())
+    }
+
     async fn page(&self, limits: PageLimits) -> Result<PageModel, StatusError> {
         let views = self.views();
         let pools = self
@@ -142,6 +151,7 @@ impl StatusSource for TestSource {
                             live_leases: 0,
                             cooldown_left: (v.state == State::Cooling)
                                 .then_some(Duration::from_secs(42)),
+                            banned_on: Vec::new(),
                         }
                     })
                     .collect();
@@ -153,6 +163,8 @@ impl StatusSource for TestSource {
                     endpoints_total: endpoints.len(),
                     endpoints,
                     status,
+                    banned_pairs: 0,
+                    most_banned: Vec::new(),
                 }
             })
             .collect();

@@ -250,7 +250,7 @@ fn http_is_off_by_default_and_needs_a_token_off_loopback() {
     let home = Home::new(None);
     let o = home.run(&["serve", "--http", "0.0.0.0:9"]);
     assert_eq!(o.code, Some(2), "{o:?}");
-    assert!(o.stderr.contains("PROXYPOOL_TOKEN"), "{o:?}");
+    assert!(o.stderr.contains("PROXYPOOL_HTTP_TOKEN"), "{o:?}");
     let cfg = Home::new(Some("[server]\nhttp = \"0.0.0.0:9\"\n"));
     let o = cfg.run(&["serve"]);
     assert_eq!(o.code, Some(2), "{o:?}");

@@ -192,7 +192,9 @@ async fn all_cooling_is_pool_exhausted_with_the_time_to_the_soonest_deadline() {
     advance(10 * S).await;
     assert_eq!(vp.call().unwrap().endpoint, 2); // t0+10: 2 cools until t0+70
     let exhausted = |vp: &mut VirtualPool| match vp.call() {
-        Err(PoolError::Exhausted { pool, retry_after }) => {
+        Err(PoolError::Exhausted {
+            pool, retry_after, ..
+        }) => {
             assert_eq!(pool, POOL);
             retry_after
         }

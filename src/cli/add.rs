@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{call, unexpected, CliError, Context};
-use crate::endpoint::{EndpointId, ProxyUrl};
+use crate::endpoint::{EndpointId, ProxyUrl, Scheme};
 use crate::pool::engine::initial_state;
 use crate::protocol::{AddMessage, ImportMessage, Payload, Request};
-use crate::store::NewEndpoint;
+use crate::store::{NewEndpoint, Numbered, OnExisting, StoreError};
 use crate::tags::Tags;
 
 pub(super) fn parse_urls<'a>(
@@ -86,6 +86,15 @@ async fn add_endpoints(ctx: &Context, eps: Vec<NewEndpoint>) -> Result<Vec<Endpo
         let line_len = serde_json::to_string(&req).map_or(usize::MAX, |l| l.len());
         let body = if line_len < crate::limits::MAX_LINE - 1024 {
             call(&mut c, &req).await?
+        } else if c.is_tcp() {
+            // The daemon reads a spill file only from its own host.
+            return Err(CliError::usage(format!(
+                "{} URLs do not fit in one request to {} ({} bytes, at most {}); nothing was added: add fewer at a time, or import on the daemon's host",
+                eps.len(),
+                c.address(),
+                line_len,
+                crate::limits::MAX_LINE - 1024
+            )));
         } else {
             let Request::Add(AddMessage {
                 urls,
@@ -104,6 +113,7 @@ async fn add_endpoints(ctx: &Context, eps: Vec<NewEndpoint>) -> Result<Vec<Endpo
                 path: file.finish()?,
                 pool,
                 label,
+                skip_existing: None,
                 tags,
             });
             let r = call(&mut c, &req).await;
@@ -111,7 +121,7 @@ async fn add_endpoints(ctx: &Context, eps: Vec<NewEndpoint>) -> Result<Vec<Endpo
             r?
         };
         return match body {
-            Payload::Added { ids } => Ok(ids),
+            Payload::Added { ids, .. } => Ok(ids),
             _ => Err(unexpected("add")),
         };
     }
@@ -180,22 +190,73 @@ fn spill(db: &std::path::Path, urls: &[String]) -> Result<Spill, CliError> {
     Ok(s)
 }
 
+/// What `import` was asked to do besides reading the file.
+pub(super) struct ImportOptions {
+    pub(super) pool: String,
+    pub(super) label: Option<String>,
+    /// The scheme of provider lines without one (`host:port:user:pass`, ...).
+    pub(super) scheme: Scheme,
+    pub(super) on_existing: OnExisting,
+    /// Tags of every endpoint imported.
+    pub(super) tags: Tags,
+}
+
+impl ImportOptions {
+    fn endpoint(&self, ctx: &Context, url: ProxyUrl) -> NewEndpoint {
+        NewEndpoint {
+            url,
+            pool: self.pool.clone(),
+            label: self.label.clone(),
+            source: Some("cli".into()),
+            state: initial_state(ctx.config.pool(&self.pool)),
+            tags: self.tags.clone(),
+        }
+    }
+
+    /// What the command says when it is done.
+    fn done(&self, added: usize, skipped: u64) {
+        match self.on_existing {
+            OnExisting::Skip => eprintln!(
+                "added {added}, skipped {skipped} (already in pool {:?})",
+                self.pool
+            ),
+            OnExisting::Refuse => {
+                eprintln!("imported {added} endpoints into pool {:?}", self.pool)
+            }
+        }
+    }
+}
+
+/// A bad line: its number, what is wrong (never its password), and that nothing changed.
+fn line_error(n: usize, e: impl std::fmt::Display) -> CliError {
+    CliError::usage(format!("line {n}: {e}; nothing was imported"))
+}
+
+/// A refusal of the store (an endpoint already there, a line listed twice), which names
+/// its line already: nothing changed either.
+fn refused(e: StoreError) -> CliError {
+    match e.is_input() {
+        true => CliError::usage(format!("{e}; nothing was imported")),
+        false => e.into(),
+    }
+}
+
 pub(super) async fn import(
     ctx: &Context,
     file: &str,
-    pool: &str,
-    label: &Option<String>,
-    tags: &Tags,
+    opts: &ImportOptions,
 ) -> Result<(), CliError> {
-    ctx.check_pool(pool)?;
+    ctx.local("import")?;
+    ctx.check_pool(&opts.pool)?;
     match ctx.daemon().await? {
-        None => return import_direct(ctx, file, pool, label, tags),
+        None => return import_direct(ctx, file, opts),
         // Through the daemon (which holds every endpoint in memory anyway).
         Some(c) => drop(c),
     }
     // Every line is checked here first, so an error names the line and its problem; the
-    // URLs stream into a spill file the daemon then reads line by line. Neither side holds
-    // the list in memory.
+    // URLs stream into a spill file the daemon then reads line by line (a blank line for
+    // each one without an endpoint, so its line numbers are the file's). Neither side
+    // holds the list in memory.
     let reader = open_input(file)?;
     let bar = progress(file);
     let mut out = Spill::create(&ctx.db)?;
@@ -207,11 +268,11 @@ pub(super) async fn import(
         if i % 4096 == 0 {
             bar.set_position(if by_bytes { bytes } else { n });
         }
-        let Some(url) = ProxyUrl::parse_line(&line) else {
+        let Some(url) = super::lines::parse(&line, opts.scheme) else {
+            out.line("")?;
             continue;
         };
-        let url =
-            url.map_err(|e| CliError::usage(format!("line {}: {e}; nothing was imported", i + 1)))?;
+        let url = url.map_err(|e| line_error(i + 1, e))?;
         out.line(&url.to_secret_string())?;
         n += 1;
     }
@@ -221,23 +282,31 @@ pub(super) async fn import(
     let Some(mut c) = ctx.daemon().await? else {
         // The daemon stopped meanwhile: the checked lines go in directly.
         bar.finish_and_clear();
-        return import_direct(ctx, &path, pool, label, tags);
+        return import_direct(ctx, &path, opts);
     };
     // A slow machine may take minutes for millions: wait for the answer (the commit)
     // rather than give up while the daemon still writes.
     c.set_timeout(super::client::DEFAULT_TIMEOUT + std::time::Duration::from_millis(n / 10));
     let req = Request::Import(ImportMessage {
         path,
-        pool: Some(pool.to_string()),
-        label: label.clone(),
-        tags: (!tags.is_empty()).then(|| tags.clone()),
+        pool: Some(opts.pool.clone()),
+        label: opts.label.clone(),
+        skip_existing: (opts.on_existing == OnExisting::Skip).then_some(true),
+        tags: (!opts.tags.is_empty()).then(|| opts.tags.clone()),
     });
-    let body = call(&mut c, &req).await;
+    // The daemon's refusal names the line; that nothing changed is said here, as for a
+    // refusal of the store.
+    let body = call(&mut c, &req).await.map_err(|mut e| {
+        if e.code == 2 && !e.message.contains("nothing was") {
+            e.message.push_str("; nothing was imported");
+        }
+        e
+    });
     drop(out);
     bar.finish_and_clear();
     match body? {
-        Payload::Added { ids } => {
-            eprintln!("imported {} endpoints into pool {pool:?}", ids.len());
+        Payload::Added { ids, skipped } => {
+            opts.done(ids.len(), skipped.unwrap_or(0));
             Ok(())
         }
         _ => Err(unexpected("import")),
@@ -281,15 +350,8 @@ fn progress(file: &str) -> ProgressBar {
 /// Without a daemon: parse and insert line by line in one transaction, so a million lines
 /// take neither a copy of the file nor a list of parsed endpoints in memory. A bad line
 /// rolls everything back.
-fn import_direct(
-    ctx: &Context,
-    file: &str,
-    pool: &str,
-    label: &Option<String>,
-    tags: &Tags,
-) -> Result<(), CliError> {
+fn import_direct(ctx: &Context, file: &str, opts: &ImportOptions) -> Result<(), CliError> {
     let reader = open_input(file)?;
-    let state = initial_state(ctx.config.pool(pool));
     let mut store = ctx.store()?;
     let eps = reader.lines().enumerate().filter_map(|(i, line)| {
         let line = match line {
@@ -297,20 +359,37 @@ fn import_direct(
             Err(e) => return Some(Err(CliError::usage(format!("{file}: {e}")))),
         };
         Some(
-            ProxyUrl::parse_line(&line)?
-                .map(|url| NewEndpoint {
-                    url,
-                    pool: pool.to_string(),
-                    label: label.clone(),
-                    source: Some("cli".into()),
-                    state,
-                    tags: tags.clone(),
+            super::lines::parse(&line, opts.scheme)?
+                .map(|url| Numbered {
+                    line: i + 1,
+                    endpoint: opts.endpoint(ctx, url),
                 })
-                .map_err(|e| CliError::usage(format!("line {}: {e}; nothing was imported", i + 1))),
+                .map_err(|e| line_error(i + 1, e)),
         )
     });
     let mut n = 0usize;
-    store.add_endpoints_from(eps, |_| n += 1)?;
-    eprintln!("imported {n} endpoints into pool {pool:?}");
+    let skipped = store
+        .add_endpoints_from(
+            eps.map(|r| r.map_err(Refusal::Cli)),
+            opts.on_existing,
+            |_| n += 1,
+        )
+        .map_err(|e| match e {
+            Refusal::Cli(c) => c,
+            Refusal::Store(s) => refused(s),
+        })?;
+    opts.done(n, skipped);
     Ok(())
+}
+
+/// The two ways a direct import stops: a bad line (already the CLI's error) or the store.
+enum Refusal {
+    Cli(CliError),
+    Store(StoreError),
+}
+
+impl From<StoreError> for Refusal {
+    fn from(e: StoreError) -> Self {
+        Refusal::Store(e)
+    }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::DEFAULT_POOL;
-use crate::endpoint::EndpointId;
+use crate::endpoint::{EndpointId, Scheme};
 use crate::protocol::ReportOutcome;
 
 /// `proxypool`: a forward-proxy pool manager.
@@ -34,6 +34,14 @@ pub struct Global {
     /// Daemon socket [default: config [server] socket, else $XDG_RUNTIME_DIR/proxypool.sock]
     #[arg(long, global = true, env = "PROXYPOOL_SOCKET", value_name = "PATH")]
     pub socket: Option<PathBuf>,
+    /// A daemon's TCP listener instead (token: PROXYPOOL_LEASE_TOKEN, else PROXYPOOL_TOKEN)
+    #[arg(
+        long,
+        global = true,
+        env = "PROXYPOOL_CONNECT",
+        value_name = "tcp://HOST:PORT"
+    )]
+    pub connect: Option<String>,
     /// More logging (-v info, -vv debug, -vvv trace).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -69,7 +77,10 @@ pub enum Command {
         #[arg(long = "tag", value_name = "K=V")]
         tags: Vec<String>,
     },
-    /// Import endpoints from a file, one URL a line ('-' = stdin); a bad line rejects the file.
+    /// Import endpoints from a file, one a line ('-' = stdin); a bad line rejects the file.
+    ///
+    /// A line is a proxy URL, or host:port:user:pass, user:pass@host:port or host:port
+    /// (with --scheme).
     Import {
         /// File or '-'.
         file: String,
@@ -82,6 +93,12 @@ pub enum Command {
         /// Tag every endpoint KEY=VALUE (repeatable), e.g. --tag country=us.
         #[arg(long = "tag", value_name = "K=V")]
         tags: Vec<String>,
+        /// Scheme of lines without one (host:port:user:pass, user:pass@host:port, host:port).
+        #[arg(long, default_value = "http", value_parser = parse_scheme)]
+        scheme: Scheme,
+        /// Add only the endpoints not in the pool yet; count the rest.
+        #[arg(long)]
+        skip_existing: bool,
     },
     /// List endpoints.
     List {
@@ -216,6 +233,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Config files: `config check` validates one without a daemon.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
     /// Print a shell completion script.
     Completions {
         /// Shell.
@@ -228,6 +250,14 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         out_dir: Option<PathBuf>,
     },
+}
+
+/// `config ...`.
+#[derive(Debug, Clone, Copy, Subcommand)]
+pub enum ConfigAction {
+    /// Validate the file of --config (else PROXYPOOL_CONFIG, else the default path): exit 0
+    /// and a summary, or exit 2 naming the key and its line.
+    Check,
 }
 
 /// `lease`.
@@ -311,6 +341,10 @@ pub struct EventsArgs {
     /// Only events since a duration ago (90m, 2d) or an RFC 3339 time.
     #[arg(long, value_name = "DURATION|RFC3339")]
     pub since: Option<String>,
+}
+
+fn parse_scheme(s: &str) -> Result<Scheme, String> {
+    s.parse::<Scheme>().map_err(|e| e.to_string())
 }
 
 /// `report --outcome` takes the socket's own values.

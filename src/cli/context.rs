@@ -4,11 +4,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::client::Client;
+use super::remote::Remote;
 use super::{daemon_error, CliError, Global};
 use crate::config::{self, Config, DEFAULT_POOL};
 use crate::endpoint::EndpointId;
 use crate::pool::engine::{sync_config_endpoints, Engine};
-use crate::protocol::{Payload, Request};
+use crate::protocol::{EndpointRef, Payload, Request};
 use crate::store::lock::{self, Owner};
 use crate::store::Store;
 
@@ -20,6 +21,8 @@ pub struct Context {
     pub db: PathBuf,
     /// Socket path.
     pub socket: PathBuf,
+    /// `--connect`: a daemon's TCP listener, instead of this host's daemon or database.
+    pub remote: Option<Remote>,
     /// The database's shared lock while this command writes without a daemon.
     pub(super) held: std::sync::Mutex<Option<lock::Held>>,
 }
@@ -47,10 +50,18 @@ impl Context {
             .clone()
             .or_else(|| config.socket.clone())
             .unwrap_or_else(|| config::default_socket_path(&db));
+        let remote = g
+            .connect
+            .as_deref()
+            .filter(|c| !c.is_empty())
+            .map(Remote::parse)
+            .transpose()
+            .map_err(CliError::usage)?;
         Ok(Context {
             config: Arc::new(config),
             db,
             socket,
+            remote,
             held: std::sync::Mutex::new(None),
         })
     }
@@ -68,6 +79,37 @@ impl Context {
             }
         }
         Ok(Store::open_with(&self.db, self.config.durability)?)
+    }
+
+    /// The endpoints an operator named, as the daemon's ops take them: resolved here
+    /// (ids) when the database is this host's, else as typed, for the remote daemon.
+    pub(super) fn endpoint_refs(&self, targets: &[String]) -> Result<Vec<EndpointRef>, CliError> {
+        if self.remote.is_some() {
+            let mut refs: Vec<EndpointRef> = Vec::with_capacity(targets.len());
+            for t in targets {
+                let r = match t.parse::<EndpointId>() {
+                    Ok(id) => EndpointRef::Id(id),
+                    Err(_) => EndpointRef::Url(t.clone()),
+                };
+                if !refs.contains(&r) {
+                    refs.push(r);
+                }
+            }
+            return Ok(refs);
+        }
+        Ok(self
+            .resolve_ids(targets)?
+            .into_iter()
+            .map(EndpointRef::Id)
+            .collect())
+    }
+
+    /// An error when `--connect` is given: for a command that reads this host's database.
+    pub(super) fn local(&self, what: &str) -> Result<(), CliError> {
+        match &self.remote {
+            Some(r) => Err(super::remote::local_only(what, r)),
+            None => Ok(()),
+        }
     }
 
     /// Resolve every `ID|URL` argument before anything changes, so that one bad argument
@@ -98,8 +140,12 @@ impl Context {
 
     /// The daemon serving this database, found through its lock file; `None` when no
     /// daemon serves it, and then this command holds the database's shared lock until it
-    /// ends, so that a daemon starting meanwhile cannot miss its writes.
+    /// ends, so that a daemon starting meanwhile cannot miss its writes. With `--connect`,
+    /// always that daemon (or an error): never a database of this host.
     pub(super) async fn daemon(&self) -> Result<Option<Client>, CliError> {
+        if let Some(r) = &self.remote {
+            return r.connect().await.map(Some);
+        }
         match lock::owner(&self.db).map_err(|e| CliError::failed(e.to_string()))? {
             Owner::Daemon(sock) => match Client::connect(&sock).await? {
                 Some(c) => Ok(Some(c)),
@@ -154,8 +200,10 @@ impl Context {
         )))
     }
 
+    /// A pool this host's config (or the built-in `default`) knows; over `--connect` the
+    /// remote daemon decides.
     pub(super) fn check_pool(&self, pool: &str) -> Result<(), CliError> {
-        if pool == DEFAULT_POOL || self.config.pools.contains_key(pool) {
+        if self.remote.is_some() || pool == DEFAULT_POOL || self.config.pools.contains_key(pool) {
             Ok(())
         } else {
             Err(CliError::usage(format!(

@@ -24,10 +24,10 @@ pub(super) async fn edit(
     }
     let fields =
         edit_fields(url.clone(), label.clone(), changes.clone()).map_err(CliError::usage)?;
-    let id = ctx.resolve_ids(&[target.to_string()])?[0];
+    let endpoint = ctx.endpoint_refs(&[target.to_string()])?.remove(0);
     let view: EndpointView = if let Some(mut c) = ctx.daemon().await? {
         let req = Request::Edit(EditMessage {
-            endpoint: EndpointRef::Id(id),
+            endpoint,
             url,
             label,
             tags: (!changes.is_empty()).then_some(changes),
@@ -37,6 +37,9 @@ pub(super) async fn edit(
             _ => return Err(unexpected("edit")),
         }
     } else {
+        let EndpointRef::Id(id) = endpoint else {
+            unreachable!("resolved against this host's database")
+        };
         let engine = ctx.engine()?;
         let row = engine
             .edit(id, fields.url, fields.label, fields.tags)

@@ -85,6 +85,20 @@ pub(super) fn daemon_error(e: ErrorBody) -> CliError {
         ErrorCode::BadRequest | ErrorCode::UnknownPool | ErrorCode::UnknownOp => {
             CliError::usage(e.message)
         }
+        // The CLI sends the lease token first (the least a scraper needs): an operator
+        // holding both learns which one went.
+        ErrorCode::Forbidden => {
+            let lease_set =
+                std::env::var_os(crate::server::token::LEASE_ENV).is_some_and(|v| !v.is_empty());
+            CliError::usage(if lease_set {
+                format!(
+                    "{} (PROXYPOOL_LEASE_TOKEN is set, and is sent before PROXYPOOL_TOKEN: unset it for operator commands)",
+                    e.message
+                )
+            } else {
+                e.message
+            })
+        }
         _ => CliError::failed(e.message),
     }
 }

@@ -41,6 +41,7 @@ pub(super) fn parse_since(s: &str, now: SystemTime) -> Result<SystemTime, CliErr
 }
 
 pub(super) async fn events(ctx: &Context, a: EventsArgs) -> Result<(), CliError> {
+    ctx.local("events")?;
     check_kinds(&a.kind)?;
     let since = a
         .since

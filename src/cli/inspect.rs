@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use serde_json::json;
 
+use super::client::Client;
 use super::table::{print_show, print_table, s, table};
 use super::{call, parse_state, unexpected, CliError, Context};
 use crate::endpoint::EndpointId;
@@ -25,6 +26,12 @@ pub(super) async fn list(
         return super::pairs::list_for(ctx, pool, state, &d, json).await;
     }
     let state = parse_state(state.as_deref())?;
+    if ctx.remote.is_some() {
+        if show_secrets {
+            ctx.local("list --show-secrets")?;
+        }
+        return list_remote(ctx, pool, state, tags, json).await;
+    }
     let store = ctx.store_to_read()?;
     let mut rows = store.list(pool.as_deref(), state)?;
     if let Some(p) = pool.as_deref() {
@@ -37,27 +44,90 @@ pub(super) async fn list(
         }
     }
     rows.retain(|r| r.tags.contains_all(&tags));
-    if json {
-        // Rows of a pool mean the daemon holds that pool; without rows there is nothing
-        // to ask (and a pool unknown to the daemon would be an error there).
-        let stats = if rows.is_empty() {
-            HashMap::new()
-        } else {
-            daemon_stats(ctx, pool, None).await?
-        };
-        let v: Vec<_> = rows
-            .iter()
-            .map(|r| {
-                let mut v = r.view(show_secrets);
-                v.stats = stats.get(&r.id).copied();
-                v
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    // Per-endpoint statistics live in the daemon's memory: ask it when one runs. Rows of
+    // a pool mean the daemon holds that pool; without rows there is nothing to ask (and a
+    // pool unknown to the daemon would be an error there).
+    let daemon = if rows.is_empty() {
+        None
     } else {
-        print_table(&rows, show_secrets);
+        ctx.daemon().await?
+    };
+    let (stats, from) = match daemon {
+        Some(mut c) => (
+            endpoint_stats(&mut c, pool, None).await?,
+            Some(c.address().to_string()),
+        ),
+        None => (HashMap::new(), None),
+    };
+    let views: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            let mut v = r.view(show_secrets);
+            v.stats = stats.get(&r.id).copied();
+            v
+        })
+        .collect();
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&views).unwrap_or_default()
+        );
+    } else {
+        print_table(
+            &views,
+            &read_from(&ctx.db.display().to_string(), from.as_deref()),
+        );
     }
     Ok(())
+}
+
+/// `list` over `--connect`: the daemon's `endpoints` answer (passwords redacted).
+async fn list_remote(
+    ctx: &Context,
+    pool: Option<String>,
+    state: Option<crate::health::State>,
+    tags: Tags,
+    json: bool,
+) -> Result<(), CliError> {
+    let Some(mut c) = ctx.daemon().await? else {
+        return Err(unexpected("endpoints"));
+    };
+    let req = Request::Endpoints(EndpointsMessage {
+        pool,
+        state: state.map(|s| s.as_str().to_string()),
+        endpoint: None,
+        tags: (!tags.is_empty()).then_some(tags),
+    });
+    let views = match call(&mut c, &req).await? {
+        Payload::Endpoints { endpoints } => endpoints,
+        _ => return Err(unexpected("endpoints")),
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&views).unwrap_or_default()
+        );
+        return Ok(());
+    }
+    let database = daemon_database(&mut c).await?;
+    print_table(&views, &read_from(&database, Some(c.address())));
+    Ok(())
+}
+
+/// Where a command read: `database PATH, daemon ADDRESS` (or `no daemon`).
+fn read_from(database: &str, daemon: Option<&str>) -> String {
+    match daemon {
+        Some(d) => format!("database {database}, daemon {d}"),
+        None => format!("database {database}, no daemon"),
+    }
+}
+
+/// The database a daemon names in its `status` answer.
+async fn daemon_database(c: &mut Client) -> Result<String, CliError> {
+    match call(c, &Request::Status(StatusMessage { pool: None })).await? {
+        Payload::Status { database, .. } => Ok(database.unwrap_or_else(|| "(not named)".into())),
+        _ => Err(unexpected("status")),
+    }
 }
 
 pub(super) async fn show(
@@ -66,6 +136,7 @@ pub(super) async fn show(
     json: bool,
     events: usize,
 ) -> Result<(), CliError> {
+    ctx.local("show")?;
     let store = ctx.store_to_read()?;
     let row = store.resolve(&endpoint)?;
     let evs = store.recent_events(Some(row.id), events)?;
@@ -92,16 +163,24 @@ async fn daemon_stats(
     pool: Option<String>,
     endpoint: Option<EndpointId>,
 ) -> Result<HashMap<EndpointId, EndpointStats>, CliError> {
-    let Some(mut c) = ctx.daemon().await? else {
-        return Ok(HashMap::new());
-    };
+    match ctx.daemon().await? {
+        Some(mut c) => endpoint_stats(&mut c, pool, endpoint).await,
+        None => Ok(HashMap::new()),
+    }
+}
+
+async fn endpoint_stats(
+    c: &mut Client,
+    pool: Option<String>,
+    endpoint: Option<EndpointId>,
+) -> Result<HashMap<EndpointId, EndpointStats>, CliError> {
     let req = Request::Endpoints(EndpointsMessage {
         pool,
         state: None,
         endpoint,
         tags: None,
     });
-    match call(&mut c, &req).await? {
+    match call(c, &req).await? {
         Payload::Endpoints { endpoints } => Ok(endpoints
             .into_iter()
             .filter_map(|v| Some((v.id, v.stats?)))
@@ -115,6 +194,7 @@ pub(super) async fn sources(
     pool: Option<String>,
     json: bool,
 ) -> Result<(), CliError> {
+    ctx.local("sources")?;
     let has_sources = ctx.config.pools.values().any(|p| !p.sources.is_empty());
     let rows = if has_sources && !ctx.db_exists() {
         // Nothing stored yet: the configured sources are listed, none sniffed.
@@ -178,19 +258,13 @@ pub(super) async fn status(
     pool: Option<String>,
     json: bool,
 ) -> Result<(), CliError> {
-    ctx.check_db_exists()?;
-    let pools = match ctx.daemon().await? {
-        Some(mut c) => match call(&mut c, &Request::Status(StatusMessage { pool })).await? {
-            Payload::Status { pools } => pools,
-            _ => return Err(unexpected("status")),
-        },
-        None => ctx.engine()?.status(pool.as_deref())?,
-    };
+    let (pools, read) = status_of(ctx, pool).await?;
     if json {
         // Through a `Value`, so the keys print sorted as they always have.
         let v = serde_json::to_value(&pools).unwrap_or_default();
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
+        println!("{read}");
         let mut t = table([
             "POOL",
             "MODE",
@@ -238,4 +312,48 @@ pub(super) async fn status(
         }
     }
     Ok(())
+}
+
+/// The pools' counts, and a line naming where they were read: from the `--connect`
+/// daemon, this database's daemon, or (none running) the database itself.
+async fn status_of(
+    ctx: &Context,
+    pool: Option<String>,
+) -> Result<(Vec<crate::pool::PoolStatus>, String), CliError> {
+    if ctx.remote.is_none() {
+        ctx.check_db_exists()?;
+    }
+    let db = ctx.db.display().to_string();
+    let req = Request::Status(StatusMessage { pool: pool.clone() });
+    if let Some(mut c) = ctx.daemon().await? {
+        return match call(&mut c, &req).await? {
+            Payload::Status { pools, database } => {
+                let database = database.unwrap_or(db);
+                Ok((
+                    pools,
+                    format!("database {database} · daemon {}", c.address()),
+                ))
+            }
+            _ => Err(unexpected("status")),
+        };
+    }
+    let pools = ctx.engine()?.status(pool.as_deref())?;
+    let mut read = format!("database {db} · no daemon serves it: counts read from the database");
+    // A daemon on the configured socket serving another database is how a new shell ends
+    // up reading the wrong one: say so.
+    if let Ok(Some(mut c)) = Client::connect(&ctx.socket).await {
+        if let Ok(Payload::Status {
+            database: Some(other),
+            ..
+        }) = call(&mut c, &Request::Status(StatusMessage { pool: None })).await
+        {
+            if other != db {
+                read.push_str(&format!(
+                    "\nnote: the daemon on {} serves another database, {other} (check --db, PROXYPOOL_DB and the config's [store] path)",
+                    ctx.socket.display()
+                ));
+            }
+        }
+    }
+    Ok((pools, read))
 }

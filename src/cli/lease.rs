@@ -35,8 +35,9 @@ pub(super) async fn lease(ctx: &Context, a: LeaseArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// This database's daemon, else whatever serves the configured socket: leases live only
-/// in a daemon's memory, so without one these commands fail (exit 1).
+/// The `--connect` daemon, else this database's daemon, else whatever serves the
+/// configured socket: leases live only in a daemon's memory, so without one these
+/// commands fail (exit 1).
 pub(super) async fn connect_any(ctx: &Context) -> Result<Client, CliError> {
     let c = match ctx.daemon().await? {
         Some(c) => Some(c),

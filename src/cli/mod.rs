@@ -4,6 +4,7 @@
 
 mod add;
 mod args;
+mod check;
 mod client;
 mod context;
 mod edit;
@@ -11,16 +12,19 @@ mod error;
 mod events;
 mod inspect;
 mod lease;
+mod lines;
 pub mod logging;
 mod operator;
 mod pairs;
 mod probe;
+mod remote;
 mod report;
+mod secrets;
 mod serve;
 mod shell;
 mod table;
 
-pub use args::{Cli, Command, EventsArgs, Global, LeaseArgs, ReportArgs, ShellArg};
+pub use args::{Cli, Command, ConfigAction, EventsArgs, Global, LeaseArgs, ReportArgs, ShellArg};
 pub use context::Context;
 pub use error::CliError;
 
@@ -46,6 +50,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     let ctx = match &cli.command {
         Command::Completions { shell } => return shell::completions(*shell),
         Command::Man { out_dir } => return shell::man(out_dir.as_deref()),
+        Command::Config {
+            action: ConfigAction::Check,
+        } => return check::config_check(&cli.global),
         _ => Context::resolve(&cli.global)?,
     };
     match cli.command {
@@ -60,8 +67,23 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             file,
             pool,
             label,
+            scheme,
+            skip_existing,
             tags,
-        } => import(&ctx, &file, &pool, &label, &parse_tags(&tags)?).await,
+        } => {
+            let opts = add::ImportOptions {
+                pool,
+                label,
+                scheme,
+                on_existing: if skip_existing {
+                    crate::store::OnExisting::Skip
+                } else {
+                    crate::store::OnExisting::Refuse
+                },
+                tags: parse_tags(&tags)?,
+            };
+            import(&ctx, &file, &opts).await
+        }
         Command::List {
             pool,
             state,
@@ -111,7 +133,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Events(a) => events(&ctx, a).await,
         Command::Sources { pool, json } => sources(&ctx, pool, json).await,
         // Answered above.
-        Command::Completions { .. } | Command::Man { .. } => Ok(()),
+        Command::Completions { .. } | Command::Man { .. } | Command::Config { .. } => Ok(()),
     }
 }
 

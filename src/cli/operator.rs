@@ -56,10 +56,12 @@ async fn operator(
     make: impl Fn(EndpointRef) -> (Request, Input),
 ) -> Result<(), CliError> {
     if let Some(mut c) = ctx.daemon().await? {
-        for id in ctx.resolve_ids(targets)? {
-            let (req, _) = make(EndpointRef::Id(id));
+        for r in ctx.endpoint_refs(targets)? {
+            let (req, _) = make(r.clone());
             match call(&mut c, &req).await? {
-                Payload::State { state, .. } => println!("{id}\t{state}"),
+                Payload::State {
+                    state, endpoint, ..
+                } => println!("{}\t{state}", super::table::shown_id(endpoint, &r)),
                 _ => return Err(unexpected("an operator command")),
             }
         }
@@ -79,15 +81,27 @@ async fn operator(
 }
 
 pub(super) async fn remove(ctx: &Context, targets: &[String]) -> Result<(), CliError> {
-    let ids = ctx.resolve_ids(targets)?;
+    let refs = ctx.endpoint_refs(targets)?;
     if let Some(mut c) = ctx.daemon().await? {
-        let endpoints = ids.iter().map(|&id| EndpointRef::Id(id)).collect();
-        call(&mut c, &Request::Remove(RemoveMessage { endpoints })).await?;
+        call(
+            &mut c,
+            &Request::Remove(RemoveMessage {
+                endpoints: refs.clone(),
+            }),
+        )
+        .await?;
     } else {
+        let ids: Vec<_> = refs
+            .iter()
+            .filter_map(|r| match r {
+                EndpointRef::Id(id) => Some(*id),
+                EndpointRef::Url(_) => None,
+            })
+            .collect();
         ctx.store()?.remove(&ids)?;
     }
-    for id in ids {
-        println!("{id}\tremoved");
+    for r in refs {
+        println!("{}\tremoved", crate::endpoint::redact_raw(&r.as_arg()));
     }
     Ok(())
 }

@@ -9,7 +9,7 @@ use super::table::{s, table};
 use super::{call, parse_state, unexpected, CliError, Context};
 use crate::health::State;
 use crate::pool::destinations::normalize;
-use crate::protocol::{EnableMessage, EndpointRef, Payload, Request};
+use crate::protocol::{EnableMessage, Payload, Request};
 use crate::store::fmt_time;
 use crate::store::pairs::PairRow;
 
@@ -44,6 +44,7 @@ pub(super) async fn list_for(
     raw: &str,
     json_out: bool,
 ) -> Result<(), CliError> {
+    ctx.local("list --destination")?;
     let d = destination(raw)?;
     let state = parse_state(state.as_deref())?;
     let store = ctx.store_to_read()?;
@@ -123,21 +124,24 @@ pub(super) async fn enable_pair(
     raw: &str,
 ) -> Result<(), CliError> {
     let d = destination(raw)?;
-    let ids = ctx.resolve_ids(targets)?;
+    let refs = ctx.endpoint_refs(targets)?;
     if let Some(mut c) = ctx.daemon().await? {
-        for id in ids {
+        for r in refs {
             let req = Request::Enable(EnableMessage {
-                endpoint: EndpointRef::Id(id),
+                endpoint: r.clone(),
                 now: None,
                 destination: Some(d.clone()),
             });
             match call(&mut c, &req).await? {
-                Payload::State { state, .. } => println!("{id}\t{d}\t{state}"),
+                Payload::State {
+                    state, endpoint, ..
+                } => println!("{}\t{d}\t{state}", super::table::shown_id(endpoint, &r)),
                 _ => return Err(unexpected("enable --destination")),
             }
         }
         return Ok(());
     }
+    let ids = ctx.resolve_ids(targets)?;
     let engine = ctx.engine()?;
     for id in ids {
         let state = engine.enable_pair(id, &d).await?;

@@ -31,6 +31,9 @@ pub(super) async fn probe(
         ctx.check_pool(p)?;
     }
     let every_pool = targets.is_empty() && pool.is_none();
+    // `--pool P` alone: a pool with nothing to probe is as unusable as a dead one, and
+    // exits alike (1) instead of an empty table and 0.
+    let whole_pool = pool.clone().filter(|_| targets.is_empty());
     let reports: Vec<ProbeReport> = if let Some(mut c) = ctx.daemon().await? {
         // The daemon owns the pool state: let it run the probes and apply the results.
         // A sweep of a large pool takes as long as it takes.
@@ -127,6 +130,11 @@ pub(super) async fn probe(
                 untested.join(", ")
             );
         }
+    }
+    if let (Some(p), true) = (&whole_pool, reports.is_empty()) {
+        return Err(CliError::failed(format!(
+            "pool {p:?} has no endpoints: nothing was probed (add some with `proxypool add --pool {p} URL`)"
+        )));
     }
     let failed = reports
         .iter()

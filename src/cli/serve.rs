@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::secrets::{ServeSecrets, GATEWAY_ENV};
 use super::{CliError, Context};
 use crate::daemon::{self, ServeOptions};
 use crate::pool::engine::{sync_config_endpoints, Engine};
@@ -17,31 +18,30 @@ pub(super) async fn serve(
     gateway: Option<SocketAddr>,
     http: Option<SocketAddr>,
 ) -> Result<(), CliError> {
-    let token = crate::web::token_from_env();
-    if listen_tcp.is_some() && token.is_none() {
+    let secrets = ServeSecrets::read(&ctx.config.token_files, listen_tcp.is_some())?;
+    if listen_tcp.is_some() && !secrets.tcp.any() {
         return Err(CliError::usage(
-            "--listen-tcp needs a token: set PROXYPOOL_TOKEN (clients send it as \"token\")",
+            "--listen-tcp needs a token: set PROXYPOOL_TOKEN (role admin) and/or PROXYPOOL_LEASE_TOKEN (role lease), or [server] token_file / lease_token_file; clients send it as \"token\"",
         ));
     }
-    if let (Some(_), Some(t)) = (listen_tcp, &token) {
-        crate::server::token::validate(t).map_err(|e| CliError::usage(e.to_string()))?;
-    }
     crate::server::socket_file::check(&ctx.socket).map_err(|e| CliError::usage(e.to_string()))?;
-    let mut config = ctx.config.clone();
-    if let Some(addr) = gateway {
-        let mut g = crate::config::GatewayConfig::new(addr);
-        g.token = token.clone();
-        g.check().map_err(|(key, msg)| {
-            CliError::usage(format!(
-                "--gateway: {key}: {msg} (set PROXYPOOL_TOKEN; clients send it as the proxy password)"
-            ))
-        })?;
-        Arc::make_mut(&mut config).gateways.push(g);
-    }
+    let gateway = match gateway {
+        Some(addr) => {
+            let mut g = crate::config::GatewayConfig::new(addr);
+            g.token = secrets.gateway.clone();
+            g.check().map_err(|(key, msg)| {
+                CliError::usage(format!(
+                    "--gateway: {key}: {msg} (set {GATEWAY_ENV}; clients send it as the proxy password)"
+                ))
+            })?;
+            Some(g)
+        }
+        None => None,
+    };
     // `--http` (or PROXYPOOL_HTTP), else `[server] http`, else no HTTP listener.
     let http = http.or(ctx.config.http);
     if let Some(addr) = http {
-        crate::web::check_bind(addr, token.as_deref())
+        crate::web::check_bind(addr, secrets.http.as_deref())
             .map_err(|e| CliError::usage(e.to_string()))?;
     }
     // Own the database before reading it: a second daemon is refused, and CLI commands
@@ -74,13 +74,21 @@ pub(super) async fn serve(
         std::process::exit(1);
     });
     let r = daemon::serve(
-        config,
+        ctx.config.clone(),
         engine,
         ServeOptions {
             socket,
             listen_tcp,
-            token,
+            tokens: secrets.tcp,
+            http_token: secrets.http,
+            gateway,
             http,
+            database: Some(
+                std::path::absolute(&ctx.db)
+                    .unwrap_or_else(|_| ctx.db.clone())
+                    .display()
+                    .to_string(),
+            ),
             lock: Some(held.clone()),
             // The file this daemon started from; else the default path, where a config
             // written after the start is picked up by SIGHUP.

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::health::State;
 use crate::stats::EndpointStats;
-use crate::store::{EndpointRow, EventRow};
+use crate::store::{EndpointRow, EndpointView, EventRow};
 
 /// A table in the CLI's style with this header.
 pub(super) fn table<const N: usize>(header: [&str; N]) -> Table {
@@ -58,7 +58,11 @@ pub(super) fn fmt_event(e: &EventRow) -> String {
 }
 
 pub(super) fn until_text(row: &EndpointRow) -> String {
-    match (row.state, row.cooldown_until) {
+    cooldown_text(row.state, row.cooldown_until)
+}
+
+fn cooldown_text(state: State, until: Option<SystemTime>) -> String {
+    match (state, until) {
         (State::Cooling, Some(t)) => match t.duration_since(SystemTime::now()) {
             Ok(d) => format!(
                 "in {}",
@@ -70,24 +74,26 @@ pub(super) fn until_text(row: &EndpointRow) -> String {
     }
 }
 
-pub(super) fn print_table(rows: &[EndpointRow], secrets: bool) {
+/// The endpoints table, then a footer counting them by state and naming where they were
+/// read (`source`: the database, and the daemon when one answered).
+pub(super) fn print_table(rows: &[EndpointView], source: &str) {
     let mut t = table([
         "ID", "URL", "POOL", "STATE", "REASON", "PHASE", "STREAK", "COOLDOWN", "LABEL", "TAGS",
     ]);
     for r in rows {
+        let until = r
+            .cooldown_until
+            .as_deref()
+            .and_then(crate::wall_time::parse_time);
         t.add_row([
             r.id.to_string(),
-            if secrets {
-                r.url.to_secret_string()
-            } else {
-                r.url.to_redacted_string()
-            },
+            r.url.clone(),
             r.pool.clone(),
             r.state.to_string(),
             r.reason.map(|x| x.to_string()).unwrap_or("-".into()),
             r.phase.map(|x| x.to_string()).unwrap_or("-".into()),
             r.streak.to_string(),
-            until_text(r),
+            cooldown_text(r.state, until),
             r.label.clone().unwrap_or_else(|| "-".into()),
             tags_text(&r.tags),
         ]);
@@ -102,7 +108,7 @@ pub(super) fn print_table(rows: &[EndpointRow], secrets: bool) {
         .filter_map(|s| counts.get(s).map(|n| format!("{n} {s}")))
         .collect();
     println!(
-        "{} endpoints{}{}",
+        "{} endpoints{}{} ({source})",
         rows.len(),
         if summary.is_empty() { "" } else { ": " },
         summary.join(", ")
@@ -205,4 +211,16 @@ pub(super) fn print_show(r: &EndpointRow, evs: &[EventRow], stats: Option<&Endpo
     for e in evs {
         println!("  {}", fmt_event(e));
     }
+}
+
+/// The endpoint's id as the daemon answered it, else as the operator named it (a URL's
+/// password redacted).
+pub(super) fn shown_id(
+    answered: Option<crate::endpoint::EndpointId>,
+    named: &crate::protocol::EndpointRef,
+) -> String {
+    answered.map_or_else(
+        || crate::endpoint::redact_raw(&named.as_arg()),
+        |id| id.to_string(),
+    )
 }

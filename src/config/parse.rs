@@ -17,7 +17,8 @@ use super::raw::{
 };
 use super::{
     Config, ConfigError, Durability, EndpointDecl, GatewayConfig, Mode, PaceConfig, PoolConfig,
-    ProbeConfig, SiteRule, SourceConfig, SourceKind, DEFAULT_EVENTS_RETENTION, DEFAULT_POOL,
+    ProbeConfig, SiteRule, SourceConfig, SourceKind, TokenFiles, DEFAULT_EVENTS_RETENTION,
+    DEFAULT_POOL,
 };
 use crate::endpoint::ProxyUrl;
 use crate::health::blame::{Rules, MAX_DOWN_AFTER};
@@ -27,9 +28,33 @@ use crate::tags::Tags;
 impl Config {
     /// Parse and validate TOML text; relative paths resolve against `base`.
     pub fn parse(text: &str, name: &str, base: Option<&Path>) -> Result<Config, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: name.to_string(),
-            message: e.to_string().trim_end().to_string(),
+        Config::parse_raw(text, name, base).map_err(|e| match e {
+            ConfigError::Invalid {
+                path,
+                key,
+                message,
+                line: None,
+            } => ConfigError::Invalid {
+                line: super::locate::line_of(text, &key),
+                path,
+                key,
+                message,
+            },
+            e => e,
+        })
+    }
+
+    fn parse_raw(text: &str, name: &str, base: Option<&Path>) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            let at = e.span().map_or(0, |s| s.start);
+            let (line, column) = super::locate::line_col(text, at);
+            ConfigError::Parse {
+                path: name.to_string(),
+                line,
+                column,
+                key: e.span().and_then(|s| super::locate::key_at(text, s.start)),
+                message: e.message().split_whitespace().collect::<Vec<_>>().join(" "),
+            }
         })?;
         let file = File { name, base };
         let mut cfg = file.store_and_server(raw.store, raw.server)?;
@@ -69,6 +94,7 @@ impl File<'_> {
             path: self.name.to_string(),
             key,
             message,
+            line: None,
         }
     }
 
@@ -93,9 +119,14 @@ impl File<'_> {
             ),
             None => (None, Durability::default(), DEFAULT_EVENTS_RETENTION),
         };
-        let (socket, http, max_connections, max_tcp_connections) = match server {
-            Some(s) => (s.socket, s.http, s.max_connections, s.max_tcp_connections),
-            None => (None, None, None, None),
+        let server = server.unwrap_or_default();
+        let (socket, http) = (server.socket, server.http);
+        let (max_connections, max_tcp_connections) =
+            (server.max_connections, server.max_tcp_connections);
+        let token_files = TokenFiles {
+            admin: server.token_file.map(|p| self.resolve(p)),
+            lease: server.lease_token_file.map(|p| self.resolve(p)),
+            http: server.http_token_file.map(|p| self.resolve(p)),
         };
         for (key, v) in [
             ("server.max_connections", max_connections),
@@ -116,6 +147,7 @@ impl File<'_> {
             max_connections,
             max_tcp_connections,
             http,
+            token_files,
             events_retention,
             ..Config::default()
         })

@@ -64,7 +64,7 @@ pub(super) struct RawStore {
     pub(super) events_retention: Option<Duration>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawServer {
     pub(super) socket: Option<PathBuf>,
@@ -72,6 +72,9 @@ pub(super) struct RawServer {
     pub(super) max_tcp_connections: Option<usize>,
     #[serde(default, deserialize_with = "de_addr")]
     pub(super) http: Option<std::net::SocketAddr>,
+    pub(super) token_file: Option<PathBuf>,
+    pub(super) lease_token_file: Option<PathBuf>,
+    pub(super) http_token_file: Option<PathBuf>,
 }
 
 fn de_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<std::net::SocketAddr>, D::Error> {

@@ -3,7 +3,8 @@
 //! Pool policies, modes, lease caps, probe settings, sources and new pools apply at once;
 //! `[[endpoint]]` entries that are missing are added. A bad file, a probe setting that
 //! does not build, or a pool removed while it still has endpoints changes nothing and
-//! says why in the log. The store, socket and listeners need a restart.
+//! says why in the log, on one line. The store, socket, listeners and secrets need a
+//! restart: each such key that changed is named in a warning.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -108,18 +109,14 @@ impl Reloader {
         let added = self
             .engine
             .reconfigure(new.pools.values().cloned().collect(), &dropped)?;
-        if new.store_path != self.current.store_path || new.socket != self.current.socket {
-            warn!("[store] and [server] changes apply at the next start of `serve`");
-        }
-        // Gateways listen from the start; a new or changed one would otherwise look applied.
-        // (Running gateways include `--gateway` ones, which no file lists: only additions
-        // and changes can be told apart.)
-        if new
-            .gateways
-            .iter()
-            .any(|g| !self.current.gateways.contains(g))
-        {
-            warn!("[[gateway]] changes apply at the next start of `serve`; the running gateways are unchanged");
+        // Listeners, the store and the secrets are set up once: a change would otherwise
+        // look applied. (A `--gateway` one is no file's, and no reload touches it.)
+        for key in crate::config::restart_only_changes(&self.current, &new) {
+            warn!(
+                key = %key,
+                config = %self.path.display(),
+                "changed in the config, but applies only at the next start of `serve`; the running value is kept"
+            );
         }
         for name in &dropped {
             self.tasks.stop(name);

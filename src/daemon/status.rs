@@ -15,6 +15,23 @@ use crate::web::{StatusError, StatusSource};
 /// Transitions read for the chart at most; beyond that a busy hour shows a lower bound.
 const CHART_CAP: usize = 100_000;
 
+/// Destinations named per pool in "banned on", and per endpoint row.
+const MOST_BANNED: usize = 5;
+
+/// The destinations an endpoint is banned on, at most [`MOST_BANNED`], then `+N more`.
+fn banned_on(engine: &Engine, id: crate::endpoint::EndpointId) -> Vec<String> {
+    let pairs = engine.pairs_of(id);
+    let mut v: Vec<String> = pairs
+        .iter()
+        .take(MOST_BANNED)
+        .map(|p| p.destination.clone())
+        .collect();
+    if pairs.len() > MOST_BANNED {
+        v.push(format!("+{} more", pairs.len() - MOST_BANNED));
+    }
+    v
+}
+
 /// The daemon's [`StatusSource`].
 pub struct DaemonStatus {
     engine: Arc<Engine>,
@@ -65,6 +82,24 @@ impl StatusSource for DaemonStatus {
         Ok(self.engine.views_with_stats(&rows))
     }
 
+    async fn endpoints_for(
+        &self,
+        pool: Option<&str>,
+        destination: &str,
+    ) -> Result<Vec<(EndpointView, State)>, StatusError> {
+        let views = self.endpoints(pool, None).await?;
+        let ids: Vec<_> = views.iter().map(|v| v.id).collect();
+        let states = self.engine.states_for(&ids, destination);
+        Ok(views
+            .into_iter()
+            .zip(states)
+            .map(|(v, st)| {
+                let st = st.unwrap_or(v.state);
+                (v, st)
+            })
+            .collect())
+    }
+
     async fn page(&self, limits: PageLimits) -> Result<PageModel, StatusError> {
         let now = SystemTime::now();
         let hour_ago = now - Duration::from_secs(3600);
@@ -92,6 +127,7 @@ impl StatusSource for DaemonStatus {
                         stats: u.map(|u| u.stats).unwrap_or_default(),
                         live_leases: u.map_or(0, |u| u.live_leases),
                         cooldown_left: u.and_then(|u| u.cooldown_left),
+                        banned_on: banned_on(&self.engine, r.id),
                     }
                 })
                 .collect();
@@ -102,7 +138,11 @@ impl StatusSource for DaemonStatus {
                     .filter(|(p, _)| *p == status.pool)
                     .map(|(_, t)| *t),
             );
+            let banned_pairs = self.engine.pair_bans(&status.pool);
+            let most_banned = self.engine.most_banned(&status.pool, MOST_BANNED);
             pools.push(PoolPage {
+                banned_pairs,
+                most_banned,
                 endpoints_total: status.available
                     + status.cooling
                     + status.probe_allowed

@@ -46,10 +46,14 @@ pub(super) fn empty() -> Body {
     Empty::<Bytes>::new().map_err(|n| match n {}).boxed()
 }
 
+/// One of the gateway's own answers: every body has the same form,
+/// `proxypool gateway: <error>: <message>`, the error being `X-Proxypool-Error`'s value.
 pub(super) fn text(status: StatusCode, error: &str, message: &str) -> Response<Body> {
-    let body = Full::new(Bytes::from(format!("{message}\n")))
-        .map_err(|n| match n {})
-        .boxed();
+    let body = Full::new(Bytes::from(format!(
+        "proxypool gateway: {error}: {message}\n"
+    )))
+    .map_err(|n| match n {})
+    .boxed();
     let mut resp = Response::new(body);
     *resp.status_mut() = status;
     resp.extensions_mut().insert(outcome_of(status, error));
@@ -88,9 +92,9 @@ const PACED: &str = "paced";
 /// The status an HTTP client gets when no upstream could serve its request.
 fn status_of(e: &UpstreamError) -> StatusCode {
     match e {
-        UpstreamError::Exhausted { .. } | UpstreamError::Paced { .. } => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        UpstreamError::Exhausted { .. }
+        | UpstreamError::Empty { .. }
+        | UpstreamError::Paced { .. } => StatusCode::SERVICE_UNAVAILABLE,
         UpstreamError::UnknownPool(_) | UpstreamError::BadRoute(_) => StatusCode::BAD_REQUEST,
         UpstreamError::AllFailed { .. } | UpstreamError::DestinationDown { .. } => {
             StatusCode::BAD_GATEWAY
@@ -120,14 +124,21 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
     let status = status_of(&e);
     match e {
         UpstreamError::Exhausted { pool, retry_after } => {
+            let when = match retry_after {
+                Some(d) => format!("the soonest cooldown ends in {} ms", d.as_millis()),
+                None => "none is cooling: waiting will not help".into(),
+            };
             let mut resp = text(
                 status,
                 "pool_exhausted",
-                &format!("proxypool gateway: pool {pool:?} has no endpoint available"),
+                &format!("pool {pool:?} has no endpoint available; {when}"),
             );
-            let secs = retry_after.map(retry_after_secs).unwrap_or(1);
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            // Only a deadline that exists: `Retry-After: 1` forever teaches a client to
+            // hammer a pool that will not recover by itself.
+            if let Some(d) = retry_after {
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs(d)));
+            }
             resp
         }
         UpstreamError::Paced {
@@ -142,21 +153,22 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
             let mut resp = text(
                 status,
                 PACED,
-                &format!("proxypool gateway: pool {pool:?}: every endpoint that fits was used for {host} too recently (pacing); {when}"),
+                &format!("pool {pool:?}: every endpoint that fits was used for {host} too recently (pacing); {when}"),
             );
             let secs = retry_after.map(retry_after_secs).unwrap_or(1);
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
             resp
         }
-        UpstreamError::BadRoute(m) => {
-            text(status, "bad_request", &format!("proxypool gateway: {m}"))
-        }
-        UpstreamError::UnknownPool(p) => text(
+        UpstreamError::BadRoute(m) => text(status, "bad_request", &m),
+        UpstreamError::Empty { pool } => text(
             status,
-            "unknown_pool",
-            &format!("proxypool gateway: unknown pool {p:?}"),
+            "pool_empty",
+            &format!("pool {pool:?} has no endpoints: waiting will not help"),
         ),
+        UpstreamError::UnknownPool(p) => {
+            text(status, "unknown_pool", &format!("unknown pool {p:?}"))
+        }
         UpstreamError::DestinationDown {
             target,
             retry_after,
@@ -165,7 +177,7 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
                 status,
                 DESTINATION_DOWN,
                 &format!(
-                    "proxypool gateway: destination {target} is down: every upstream that tried it failed to reach it; nothing was dialed (next try in {} ms)",
+                    "destination {target} is down: every upstream that tried it failed to reach it; nothing was dialed (next try in {} ms)",
                     retry_after.as_millis()
                 ),
             );
@@ -184,7 +196,7 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
                 status,
                 last.reason.as_str(),
                 &format!(
-                    "proxypool gateway: {tried} upstream(s) failed; last: {} at {}",
+                    "{tried} upstream(s) failed; last: {} at {}",
                     last.reason, last.phase
                 ),
             );
@@ -192,7 +204,7 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
             resp
         }
         e @ (UpstreamError::Internal(_) | UpstreamError::UnusableUrl { .. }) => {
-            text(status, "internal", &format!("proxypool gateway: {e}"))
+            text(status, "internal", &e.to_string())
         }
     }
 }
@@ -284,6 +296,68 @@ mod tests {
             r.headers().get(ENDPOINT_HEADER).is_none(),
             "no upstream was involved"
         );
+    }
+
+    #[test]
+    fn retry_after_only_when_a_cooldown_ends_and_never_for_an_empty_pool() {
+        let exhausted = |after| UpstreamError::Exhausted {
+            pool: "p".into(),
+            retry_after: after,
+        };
+        let empty = UpstreamError::Empty { pool: "p".into() };
+        // (answer, X-Proxypool-Error, Retry-After)
+        let cases = [
+            (
+                exhausted(Some(std::time::Duration::from_millis(2_500))),
+                "pool_exhausted",
+                Some("3"),
+            ),
+            (exhausted(None), "pool_exhausted", None),
+            (empty, "pool_empty", None),
+        ];
+        for (e, error, retry) in cases {
+            let shown = e.to_string();
+            let r = upstream_error(e);
+            assert_eq!(r.status(), 503, "{shown}");
+            assert_eq!(r.headers()[ERROR_HEADER], error, "{shown}");
+            let got = r
+                .headers()
+                .get(header::RETRY_AFTER)
+                .map(|v| v.to_str().unwrap());
+            assert_eq!(got, retry, "{shown}");
+            assert_eq!(
+                r.extensions().get::<GatewayOutcome>(),
+                Some(&GatewayOutcome::Exhausted)
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn every_answer_of_the_gateway_has_one_form() {
+        let answers = [
+            upstream_error(UpstreamError::Empty { pool: "p".into() }),
+            upstream_error(UpstreamError::UnknownPool("x".into())),
+            text(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "CONNECT needs host:port",
+            ),
+        ];
+        for r in answers {
+            let error = r.headers()[ERROR_HEADER].to_str().unwrap().to_string();
+            let body = r.into_body().collect().await.unwrap().to_bytes();
+            let body = String::from_utf8(body.to_vec()).unwrap();
+            let prefix = format!("proxypool gateway: {error}: ");
+            assert!(body.starts_with(&prefix), "{body:?}");
+            assert!(
+                !body[prefix.len()..].contains("proxypool gateway"),
+                "{body:?}"
+            );
+            assert!(
+                body.ends_with('\n') && body.lines().count() == 1,
+                "{body:?}"
+            );
+        }
     }
 
     #[test]

@@ -212,7 +212,7 @@ async fn not_sent(
             Try::Failed(bad_gateway(
                 endpoint,
                 reason,
-                &format!("proxypool gateway: upstream {endpoint} failed: {reason}"),
+                &format!("upstream {endpoint} failed: {reason}"),
             ))
         }
         Sent::Unsendable => {
@@ -221,7 +221,7 @@ async fn not_sent(
             Try::Failed(bad_gateway(
                 endpoint,
                 Reason::ConnectionReset,
-                "proxypool gateway: the upstream connection closed while the request was sent; it was not re-sent because its body can be sent only once",
+                "the upstream connection closed while the request was sent; it was not re-sent because its body can be sent only once",
             ))
         }
     }
@@ -251,7 +251,7 @@ async fn credentials_refused(
     Try::Failed(bad_gateway(
         endpoint,
         Reason::ProxyAuthRejected,
-        &format!("proxypool gateway: upstream {endpoint} refused its credentials"),
+        &format!("upstream {endpoint} refused its credentials"),
     ))
 }
 
@@ -285,9 +285,7 @@ async fn proxy_failed(
     Try::Failed(bad_gateway(
         endpoint,
         reason,
-        &format!(
-            "proxypool gateway: upstream {endpoint} could not reach the destination ({status})"
-        ),
+        &format!("upstream {endpoint} could not reach the destination ({status})"),
     ))
 }
 

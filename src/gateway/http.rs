@@ -83,7 +83,7 @@ async fn answer(shared: Arc<Shared>, req: Request<Incoming>, slot: Slot) -> Resp
             let mut resp = text(
                 StatusCode::PROXY_AUTHENTICATION_REQUIRED,
                 "proxy_auth_required",
-                "proxypool gateway: send the gateway token as the proxy password",
+                "send the gateway token as the proxy password",
             );
             resp.headers_mut().insert(
                 header::PROXY_AUTHENTICATE,

@@ -40,6 +40,9 @@ pub(super) enum UpstreamError {
         host: String,
         retry_after: Option<Duration>,
     },
+    /// The pool has no endpoint at all: waiting will not help.
+    #[error("pool {pool:?} has no endpoints")]
+    Empty { pool: String },
     /// The client named a pool that does not exist.
     #[error("unknown pool {0:?}")]
     UnknownPool(String),
@@ -170,9 +173,10 @@ impl Upstream {
             )
             .await
             .map_err(|e| match e {
-                EngineError::Pool(PoolError::Exhausted { pool, retry_after }) => {
-                    UpstreamError::Exhausted { pool, retry_after }
-                }
+                EngineError::Pool(PoolError::Exhausted {
+                    pool, retry_after, ..
+                }) => UpstreamError::Exhausted { pool, retry_after },
+                EngineError::Pool(PoolError::Empty { pool, .. }) => UpstreamError::Empty { pool },
                 EngineError::Pool(PoolError::Paced {
                     pool,
                     host,

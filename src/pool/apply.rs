@@ -26,6 +26,21 @@ pub(super) struct Act {
     pub(super) status: Option<u16>,
     /// Whom the failure counted against (docs/blame.md).
     pub(super) blame: Option<Blame>,
+    /// The act's row only when the state changed (a periodic probe's success: the
+    /// statistics count it, the event log would only repeat it).
+    pub(super) only_on_change: bool,
+}
+
+/// The state changes a busy second held back, as one line.
+fn log_summary(s: Option<super::burst::Summary>) {
+    if let Some(s) = s {
+        info!(
+            changes = s.changes,
+            by_reason = %s.reasons(),
+            "state changes summarised (beyond {} lines a second)",
+            super::burst::LINES_PER_SECOND
+        );
+    }
 }
 
 impl Pools {
@@ -54,7 +69,9 @@ impl Pools {
         let mut writes = Vec::new();
         // The act itself (report, probe, trial admission) is one row... unless it was
         // refused: a claim or abandon that did not happen is not an event.
-        if let (Some(kind), false) = (act.kind, step == Step::Refused) {
+        let changed = matches!(step, Step::Changed { .. });
+        let kind = act.kind.filter(|_| changed || !act.only_on_change);
+        if let (Some(kind), false) = (kind, step == Step::Refused) {
             let ev = NewEvent {
                 endpoint: Some(id),
                 kind,
@@ -73,14 +90,19 @@ impl Pools {
         }
         // ...and every change of the persisted state is a `state_changed` row.
         if let Step::Changed { from, to } = &step {
-            info!(
-                endpoint = id,
-                from = %from,
-                to = %to,
-                reason = h.reason.map(|r| r.as_str()).unwrap_or("-"),
-                phase = h.phase.map(|p| p.as_str()).unwrap_or("-"),
-                "state changed"
-            );
+            let reason = h.reason.map(|r| r.as_str()).unwrap_or("-");
+            let admit = self.burst.note(now, reason);
+            log_summary(admit.summary);
+            if admit.show {
+                info!(
+                    endpoint = id,
+                    from = %from,
+                    to = %to,
+                    reason,
+                    phase = h.phase.map(|p| p.as_str()).unwrap_or("-"),
+                    "state changed"
+                );
+            }
             let rec = HealthRecord {
                 id,
                 state: h.state,
@@ -118,6 +140,7 @@ impl Pools {
 
     /// Move cooling endpoints whose deadline passed to `probe_allowed` and expire leases.
     pub fn advance(&mut self, now: Instant, wall: SystemTime) -> Vec<Write> {
+        log_summary(self.burst.flush(now));
         let mut writes = Vec::new();
         for p in 0..self.pools.len() {
             while let Some(&(d, id)) = self.pools[p].cooling.first() {
@@ -139,7 +162,7 @@ impl Pools {
             }
             self.lease_expiry.pop_first();
             if let Some(l) = self.leases.remove(&lid) {
-                self.remember_expired(lid);
+                self.remember_ended(lid, super::Ended::Expired);
                 writes.extend(self.end_lease(lid, l, now, wall, "lease expired"));
             }
         }

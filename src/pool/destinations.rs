@@ -165,6 +165,24 @@ impl Destinations {
         self.banned
     }
 
+    /// The destinations with the most banned (non-available) pairs, most first (ties by
+    /// name), at most `n`: the status page's "banned on" per pool. Visits every view.
+    pub fn most_banned(&self, n: usize) -> Vec<(String, usize)> {
+        let mut v: Vec<(String, usize)> = self
+            .views
+            .iter()
+            .flatten()
+            .map(|v| {
+                let banned = v.pairs.values().filter(|p| p.state != State::Available);
+                (v.name.to_string(), banned.count())
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        v.truncate(n);
+        v
+    }
+
     /// Destinations that have a view.
     pub fn destinations(&self) -> usize {
         self.names.len()

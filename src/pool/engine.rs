@@ -20,7 +20,8 @@ use crate::event_kind::EventKind;
 use crate::health::{Health, Input, State, Step};
 use crate::metrics::Metrics;
 use crate::store::{
-    EndpointRow, EventRow, NewEndpoint, ResolveError, SourceRow, Store, StoreError, Write,
+    EndpointRow, EventRow, NewEndpoint, OnExisting, ResolveError, SourceRow, Store, StoreError,
+    ToInsert, Write,
 };
 
 mod reads;
@@ -122,6 +123,7 @@ impl Engine {
         for r in &store.pairs()? {
             p.restore_pair(r, now, wall);
         }
+        p.log_restored(now);
         let metrics = Arc::new(Metrics::new());
         let commits = opts.record_metrics.then(|| metrics.store_commit());
         if opts.record_metrics {
@@ -237,8 +239,9 @@ impl Engine {
 
     /// Lease an endpoint that fits `want` (destination, schemes, tags), waiting up to
     /// `wait` (docs/selection.md): a paced lease waits at least the pool's `[pool.pace]
-    /// wait`. A pool with a `fallback` that has nothing (exhausted at once, or paced past
-    /// its wait) is served from that pool instead: one hop, the grant names the pool.
+    /// wait`. A pool with a `fallback` that has nothing (empty or exhausted at once, or
+    /// paced past its wait) is served from that pool instead: one hop, the grant names the
+    /// pool.
     pub async fn lease_with(
         &self,
         pool: &str,
@@ -255,17 +258,19 @@ impl Engine {
             return first;
         };
         let e = match first {
-            Err(EngineError::Pool(e @ (PoolError::Exhausted { .. } | PoolError::Paced { .. }))) => {
-                e
-            }
+            Err(EngineError::Pool(
+                e @ (PoolError::Exhausted { .. }
+                | PoolError::Empty { .. }
+                | PoolError::Paced { .. }),
+            )) => e,
             r => return r,
         };
         match self.lease_in(&next, ttl, session, wait, want, false).await {
             // The fallback has nothing either: the first pool's answer says more (its
             // pacing's time to come back, its cooldowns).
-            Err(EngineError::Pool(PoolError::Exhausted { .. } | PoolError::Paced { .. })) => {
-                Err(e.into())
-            }
+            Err(EngineError::Pool(
+                PoolError::Exhausted { .. } | PoolError::Empty { .. } | PoolError::Paced { .. },
+            )) => Err(e.into()),
             r => r,
         }
     }
@@ -411,6 +416,17 @@ impl Engine {
         self.lock().pairs_of(id)
     }
 
+    /// The destinations of a pool with the most banned pairs, at most `n`.
+    pub fn most_banned(&self, pool: &str, n: usize) -> Vec<(String, usize)> {
+        self.lock().most_banned(pool, n)
+    }
+
+    /// Each endpoint's state for a normalised destination (`None`: not held).
+    pub fn states_for(&self, ids: &[EndpointId], destination: &str) -> Vec<Option<State>> {
+        let p = self.lock();
+        ids.iter().map(|&id| p.state_for(id, destination)).collect()
+    }
+
     /// Active pair bans of a pool.
     pub fn pair_bans(&self, pool: &str) -> usize {
         self.lock().pair_bans(pool)
@@ -526,22 +542,26 @@ impl Engine {
     /// Add endpoints as `eps` yields them, all or nothing: an import of millions. The
     /// iterator runs on the store thread inside the one transaction (nothing per endpoint
     /// is held but its id); the first error, its own or the store's, rolls everything back.
-    pub async fn add_from<E>(
+    /// With `OnExisting::Skip`, endpoints already stored are passed over and counted.
+    pub async fn add_from<E, T>(
         &self,
-        eps: impl Iterator<Item = Result<NewEndpoint, E>> + Send + 'static,
-    ) -> Result<Vec<EndpointId>, E>
+        eps: impl Iterator<Item = Result<T, E>> + Send + 'static,
+        on_existing: OnExisting,
+    ) -> Result<(Vec<EndpointId>, u64), E>
     where
         E: From<StoreError> + From<EngineError> + Send + 'static,
+        T: ToInsert + Send + 'static,
     {
-        let ids = self
+        let (ids, skipped) = self
             .writer
             .call(move |s| {
                 let mut ids = Vec::new();
-                s.add_endpoints_from(eps, |id| ids.push(id)).map(|()| ids)
+                s.add_endpoints_from(eps, on_existing, |id| ids.push(id))
+                    .map(|skipped| (ids, skipped))
             })
             .await??;
         self.load_added(&ids).await;
-        Ok(ids)
+        Ok((ids, skipped))
     }
 
     /// Load committed rows into the pools: read back from the store and inserted under

@@ -370,6 +370,7 @@ impl Pools {
             phase: f.phase,
             status: f.status,
             blame: Some(blame),
+            only_on_change: false,
         };
         let input = Input::Failure {
             failure: f,

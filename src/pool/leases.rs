@@ -20,7 +20,7 @@ use super::scoped::{Views, Want};
 use super::select::{Fit, Miss};
 use super::tag_index::{carries, Resolved};
 use super::targets::Admission;
-use super::{Grant, PoolError, Pools, EXPIRED_MEMORY, MAX_SESSIONS};
+use super::{Ended, Grant, PoolError, Pools, ENDED_MEMORY, MAX_SESSIONS};
 
 /// `scope` of a grant that is a pair's trial.
 pub const SCOPE_DESTINATION: &str = "destination";
@@ -122,12 +122,12 @@ impl Choice {
 }
 
 impl Pools {
-    pub(super) fn remember_expired(&mut self, lid: u64) {
-        self.expired.insert(lid, ());
-        self.expired_order.push_back(lid);
-        if self.expired_order.len() > EXPIRED_MEMORY {
-            if let Some(old) = self.expired_order.pop_front() {
-                self.expired.remove(&old);
+    pub(super) fn remember_ended(&mut self, lid: u64, how: Ended) {
+        self.ended.insert(lid, how);
+        self.ended_order.push_back(lid);
+        if self.ended_order.len() > ENDED_MEMORY {
+            if let Some(old) = self.ended_order.pop_front() {
+                self.ended.remove(&old);
             }
         }
     }
@@ -206,9 +206,11 @@ impl Pools {
         let tags = match self.tags.resolve(&want.tags) {
             Ok(Resolved::Ids(ids)) => ids,
             Ok(Resolved::Nothing) => {
+                // A value no endpoint carries: nothing that fits, nothing cooling.
                 let e = PoolError::Exhausted {
                     pool: pool.to_string(),
                     retry_after: None,
+                    filter: Some(format!("tagged {}", want.tags)),
                 };
                 return (Err(e), writes);
             }
@@ -427,8 +429,10 @@ impl Pools {
     }
 
     /// Nothing to lease: paced when an endpoint that fits was passed over for the host
-    /// (when to ask again: the soonest such pair is ready), else exhausted (the soonest
-    /// cooldown end, of a pair too when the lease named a destination with bans).
+    /// (when to ask again: the soonest such pair is ready); a pool without an endpoint
+    /// that fits says so (waiting will not help); else when to ask again, the soonest
+    /// cooldown end of an endpoint that fits (of a pair too when the lease named a
+    /// destination with bans).
     fn nothing_to_lease(&self, pool: &str, ask: &Ask, miss: Miss, now: Instant) -> PoolError {
         let ps = &self.pools[ask.p];
         if let (Some(at), Some(host)) = (miss.paced, ask.paced) {
@@ -439,7 +443,26 @@ impl Pools {
                 wait: ps.pace.wait(),
             };
         }
-        let mut soonest = ps.cooling.first().map(|(d, _)| *d);
+        let filter = ask.want.schemes_text();
+        let fits = |id: &EndpointId| self.entries.get(id).is_some_and(|e| ask.want.fits(e));
+        let none_fit = match ask.want.schemes {
+            None => ps.counts.iter().sum::<usize>() == 0,
+            // Only when a scheme was asked for: a scan, on this refusal alone.
+            Some(_) => !self
+                .entries
+                .iter()
+                .any(|(_, e)| e.pool == ask.p && ask.want.fits(e)),
+        };
+        if none_fit {
+            return PoolError::Empty {
+                pool: pool.to_string(),
+                filter,
+            };
+        }
+        let mut soonest = match ask.want.schemes {
+            None => ps.cooling.first().map(|(d, _)| *d),
+            Some(_) => ps.cooling.iter().find(|(_, id)| fits(id)).map(|(d, _)| *d),
+        };
         if ask.views.any() {
             soonest = match (soonest, ps.dests.next_due()) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -449,6 +472,7 @@ impl Pools {
         PoolError::Exhausted {
             pool: pool.to_string(),
             retry_after: soonest.map(|d| d.saturating_duration_since(now)),
+            filter,
         }
     }
 

@@ -5,6 +5,7 @@
 //! mutex and a group-committing store writer for the daemon and the CLI.
 
 mod apply;
+mod burst;
 #[cfg(test)]
 mod commit_failure_tests;
 pub mod destinations;
@@ -60,12 +61,25 @@ pub enum PoolError {
     /// No such pool.
     #[error("unknown pool {0:?}")]
     UnknownPool(String),
-    /// Nothing can be leased now.
-    #[error("pool {pool:?} has no endpoint available{}", retry_after.map(|d| format!(" (soonest cooldown ends in {} ms)", d.as_millis())).unwrap_or_default())]
+    /// Endpoints exist, none can be leased now.
+    #[error("pool {pool:?} has no {}endpoint available{}", filter.as_ref().map(|f| format!("{f} ")).unwrap_or_default(), retry_after.map(|d| format!(" (the soonest cooldown ends in {})", wait_text(d))).unwrap_or_else(|| " (none is cooling: every one is leased, on trial or disabled)".into()))]
     Exhausted {
         pool: String,
-        /// Time until the soonest cooldown deadline.
+        /// Time until the soonest cooldown deadline (of an endpoint that fits the lease).
         retry_after: Option<Duration>,
+        /// The schemes the lease asked for, as written (`socks5 or http`).
+        filter: Option<String>,
+    },
+    /// The pool has no endpoint at all, or none of the schemes the lease asked for:
+    /// nothing comes by waiting.
+    #[error("{}", match filter {
+        None => format!("pool {pool:?} has no endpoints: add some with `proxypool add URL --pool {pool}` (or [[endpoint]] entries in the config)"),
+        Some(f) => format!("pool {pool:?} has no {f} endpoint at all: the lease asks only for schemes {f}"),
+    })]
+    Empty {
+        pool: String,
+        /// The schemes the lease asked for, when that is why.
+        filter: Option<String>,
     },
     /// The target is down: nothing is dialed until its trial.
     #[error("destination {target:?} is down (every endpoint of pool {pool:?} that tried it failed to reach it); next trial in {} ms", retry_after.as_millis())]
@@ -81,6 +95,9 @@ pub enum PoolError {
     /// The lease existed but expired.
     #[error("lease {0:?} expired")]
     LeaseExpired(String),
+    /// The lease was reported or released already: a lease takes one.
+    #[error("lease {lease:?} was already {how}: a lease takes one report or release")]
+    LeaseEnded { lease: String, how: Ended },
     /// No such endpoint.
     #[error("no endpoint with id {0}")]
     UnknownEndpoint(EndpointId),
@@ -107,6 +124,15 @@ pub enum PoolError {
     /// A lease named a tag key no endpoint carries.
     #[error("unknown tag key {key:?} (keys in use: {})", if known.is_empty() { "none".to_string() } else { known.join(", ") })]
     UnknownTag { key: String, known: Vec<String> },
+}
+
+/// A wait as a message says it: `450ms`, else whole seconds rounded up (`2s`, `1m 5s`).
+fn wait_text(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        return format!("{}ms", d.as_millis());
+    }
+    let secs = d.as_millis().div_ceil(1000) as u64;
+    humantime::format_duration(Duration::from_secs(secs)).to_string()
 }
 
 /// A granted lease.
@@ -229,8 +255,11 @@ pub struct Pools {
     entries: EntryMap,
     leases: FxHashMap<u64, Lease>,
     lease_expiry: BTreeSet<(Instant, u64)>,
-    expired: FxHashMap<u64, ()>,
-    expired_order: VecDeque<u64>,
+    /// How the leases that ended lately ended, so that a second report says so.
+    ended: FxHashMap<u64, Ended>,
+    ended_order: VecDeque<u64>,
+    /// The log-line budget of state changes.
+    burst: burst::Burst,
     sessions: HashMap<(usize, String), EndpointId>,
     /// Ids removed in this process. Ids are never reused, so a row that arrives after its
     /// removal (an `add` racing a `remove`) is stale and must not come back to life.
@@ -253,7 +282,26 @@ pub struct Pools {
     origin: Instant,
 }
 
-const EXPIRED_MEMORY: usize = 65_536;
+/// Ended leases remembered at most.
+const ENDED_MEMORY: usize = 65_536;
+
+/// How a lease ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Expired,
+    Reported,
+    Released,
+}
+
+impl std::fmt::Display for Ended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Ended::Expired => "expired",
+            Ended::Reported => "reported",
+            Ended::Released => "released",
+        })
+    }
+}
 
 /// Sticky session keys remembered at most.
 const MAX_SESSIONS: usize = 65_536;
@@ -276,8 +324,9 @@ impl Pools {
             entries: EntryMap::default(),
             leases: FxHashMap::default(),
             lease_expiry: BTreeSet::new(),
-            expired: FxHashMap::default(),
-            expired_order: VecDeque::new(),
+            ended: FxHashMap::default(),
+            ended_order: VecDeque::new(),
+            burst: burst::Burst::new(burst::LINES_PER_SECOND),
             sessions: HashMap::new(),
             removed: std::collections::HashSet::new(),
             next_lease: 0,
@@ -605,7 +654,8 @@ impl Pools {
         v
     }
 
-    /// The soonest moment something is due (a cooldown deadline or a lease expiry).
+    /// The soonest moment something is due (a cooldown deadline, a lease expiry, a held
+    /// log summary).
     pub fn next_due(&self) -> Option<Instant> {
         let cool = self
             .pools
@@ -618,10 +668,8 @@ impl Pools {
             (a, b) => a.or(b),
         };
         let lease = self.lease_expiry.first().map(|(d, _)| *d);
-        match (cool, lease) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        // A held summary of state-change lines is written when its second is over.
+        [cool, lease, self.burst.due()].into_iter().flatten().min()
     }
 
     /// Whether every endpoint of a pool is cooling or disabled: nothing is available and
@@ -633,6 +681,28 @@ impl Pools {
         };
         let c = &self.pools[p].counts;
         c[0] == 0 && c[2] == 0
+    }
+
+    /// What a start-up restored, as one log line: counts by state, the cooldowns that
+    /// ended while the daemon was stopped (they end on the first tick) and the pairs.
+    pub fn log_restored(&self, now: Instant) {
+        let sum = |i: usize| self.pools.iter().map(|p| p.counts[i]).sum::<usize>();
+        let overdue: usize = self
+            .pools
+            .iter()
+            .map(|p| p.cooling.iter().take_while(|(d, _)| *d <= now).count())
+            .sum();
+        let pairs: usize = self.pools.iter().map(|p| p.dests.len()).sum();
+        tracing::info!(
+            endpoints = self.entries.len(),
+            available = sum(0),
+            cooling = sum(1),
+            cooldown_ended_while_stopped = overdue,
+            probe_allowed = sum(2),
+            disabled = sum(3),
+            pairs,
+            "restored from the store"
+        );
     }
 
     /// Counts by state for one or every pool.

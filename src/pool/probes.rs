@@ -208,6 +208,9 @@ impl Pools {
                 let ev = Act {
                     kind: Some(EventKind::ProbeSuccess),
                     detail,
+                    // A periodic or recovery probe's success is a row only when it
+                    // changed the state; an operator's probe always leaves one.
+                    only_on_change: role != ProbeRole::Operator,
                     ..Default::default()
                 };
                 writes.extend(self.apply(id, input, now, wall, ev).1);

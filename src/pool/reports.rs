@@ -9,7 +9,7 @@ use super::apply::Act;
 use super::evidence::{Proof, Settle};
 use super::leases::Lease;
 use super::scoped::{ReportOn, Reported};
-use super::{Outcome, PoolError, Pools};
+use super::{Ended, Outcome, PoolError, Pools};
 use crate::event_kind::EventKind;
 use crate::health::{Input, State};
 use crate::store::Write;
@@ -104,10 +104,17 @@ impl Pools {
                 self.lease_expiry.remove(&(l.expires, lid));
                 (Ok((lid, l)), writes)
             }
-            None if self.expired.contains_key(&lid) => {
-                (Err(PoolError::LeaseExpired(name.to_string())), writes)
+            None => {
+                let e = match self.ended.get(&lid) {
+                    Some(Ended::Expired) => PoolError::LeaseExpired(name.to_string()),
+                    Some(&how) => PoolError::LeaseEnded {
+                        lease: name.to_string(),
+                        how,
+                    },
+                    None => PoolError::UnknownLease(name.to_string()),
+                };
+                (Err(e), writes)
             }
-            None => (Err(PoolError::UnknownLease(name.to_string())), writes),
         }
     }
 
@@ -121,6 +128,7 @@ impl Pools {
         let (r, mut writes) = self.take_lease(name, now, wall);
         match r {
             Ok((lid, l)) => {
+                self.remember_ended(lid, Ended::Released);
                 writes.extend(self.end_lease(lid, l, now, wall, "released without a report"));
                 (Ok(()), writes)
             }
@@ -159,6 +167,7 @@ impl Pools {
             Ok(v) => v,
             Err(e) => return (Err(e), writes),
         };
+        self.remember_ended(lid, Ended::Reported);
         let Some(e) = self.entries.get(&l.endpoint) else {
             return (Err(PoolError::UnknownLease(name.to_string())), writes);
         };

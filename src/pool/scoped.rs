@@ -71,7 +71,8 @@ impl ReportOn {
 pub enum WantError {
     #[error(transparent)]
     Destination(#[from] DestinationError),
-    #[error("schemes: {0} (expected some of: {list})", list = scheme_list())]
+    /// The scheme's own error already lists the schemes.
+    #[error("schemes: {0}")]
     Scheme(#[source] EndpointError),
     #[error("schemes is empty: name at least one of {}", scheme_list())]
     NoSchemes,
@@ -128,6 +129,17 @@ impl Want {
     /// The target's key: `host:port`, or the host when no port was given.
     pub fn target_key(&self) -> Option<&str> {
         self.target.as_deref().or(self.destination.as_deref())
+    }
+
+    /// The schemes asked for, as a message names them (`socks5 or socks5h`).
+    pub(super) fn schemes_text(&self) -> Option<String> {
+        let m = self.schemes?;
+        let names: Vec<&str> = Scheme::ALL
+            .iter()
+            .filter(|s| m & bit(**s) != 0)
+            .map(|s| s.as_str())
+            .collect();
+        Some(names.join(" or "))
     }
 
     pub(super) fn fits(&self, e: &Entry) -> bool {
@@ -273,6 +285,25 @@ impl Pools {
             .get(&id)
             .map(|e| self.pools[e.pool].dests.pairs_of(id))
             .unwrap_or_default()
+    }
+
+    /// The destinations of a pool with the most banned pairs (status page).
+    pub fn most_banned(&self, pool: &str, n: usize) -> Vec<(String, usize)> {
+        self.by_name
+            .get(pool)
+            .map(|&p| self.pools[p].dests.most_banned(n))
+            .unwrap_or_default()
+    }
+
+    /// An endpoint's state for a normalised destination: its own unless it is available,
+    /// then its pair's (none: available).
+    pub fn state_for(&self, id: EndpointId, destination: &str) -> Option<State> {
+        let e = self.entries.get(&id)?;
+        if e.health.state != State::Available {
+            return Some(e.health.state);
+        }
+        let pair = self.pools[e.pool].dests.pair(destination, id);
+        Some(pair.map_or(State::Available, |p| p.health.state))
     }
 
     /// Active pair bans of a pool (the metric; never per host).

@@ -229,6 +229,10 @@ pub struct ImportMessage {
     /// Tags of every endpoint imported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tags: Option<Tags>,
+    /// Pass over endpoints already in the pool (and lines listed twice), counting them in
+    /// the answer's `skipped`, instead of refusing the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_existing: Option<bool>,
 }
 
 /// `remove`: operator remove (used by the CLI while a daemon runs).

@@ -23,14 +23,21 @@ pub enum ErrorCode {
     /// Lease not known.
     UnknownLease,
     LeaseExpired,
-    /// Nothing to lease.
+    /// The pool has endpoints, none available now (`retry_after_ms` when a cooldown
+    /// ends: the soonest).
     PoolExhausted,
+    /// The pool has no endpoint at all (or none of the schemes asked for): waiting will
+    /// not help.
+    PoolEmpty,
     /// The destination is down: every endpoint that tried failed to reach it
     /// (`retry_after_ms`: until its trial).
     DestinationDown,
     /// Every endpoint that fits was used for the destination too recently (the pool's
     /// pacing; `retry_after_ms`: until the soonest is ready).
     Paced,
+    /// The token's role may not send this op (a lease-role token asking for an operator
+    /// op); nothing changed.
+    Forbidden,
     /// Line over 64 KiB.
     TooLarge,
     /// Server-side failure (nothing was acknowledged).
@@ -93,6 +100,10 @@ pub enum Payload {
     Status {
         /// Per pool.
         pools: Vec<PoolStatus>,
+        /// The database the daemon serves (a path; never a password), so that a client
+        /// knows which one it read.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        database: Option<String>,
     },
     Endpoints {
         endpoints: Vec<EndpointView>,
@@ -101,6 +112,9 @@ pub enum Payload {
     Added {
         /// New ids.
         ids: Vec<EndpointId>,
+        /// `import` with `skip_existing`: the endpoints that were there already.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        skipped: Option<u64>,
     },
     Probes {
         /// One result per endpoint, by id.

@@ -154,7 +154,13 @@ fn responses_round_trip() {
     );
     let cases = [
         exhausted,
-        Response::ok(None, Payload::Added { ids: vec![1, 2] }),
+        Response::ok(
+            None,
+            Payload::Added {
+                ids: vec![1, 2],
+                skipped: None,
+            },
+        ),
         Response::ok(
             None,
             Payload::Lease(Grant {

@@ -41,12 +41,22 @@ impl LiveCell {
 /// What every op's handler is given: never the dispatcher itself.
 pub(super) struct Context<'a> {
     pub(super) engine: &'a Arc<Engine>,
+    /// The database the daemon serves, as `status` names it.
+    pub(super) database: Option<&'a str>,
     live: &'a LiveCell,
 }
 
 impl<'a> Context<'a> {
-    pub(super) fn new(engine: &'a Arc<Engine>, live: &'a LiveCell) -> Self {
-        Context { engine, live }
+    pub(super) fn new(
+        engine: &'a Arc<Engine>,
+        database: Option<&'a str>,
+        live: &'a LiveCell,
+    ) -> Self {
+        Context {
+            engine,
+            database,
+            live,
+        }
     }
 
     /// The config and probers in force now.

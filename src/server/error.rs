@@ -24,9 +24,9 @@ impl OpError {
         OpError::new(ErrorCode::Internal, m)
     }
 
-    /// The same error, saying when to try again (`None`: not known, sent as null).
-    fn retry_after(self, after: Option<Duration>) -> Self {
-        OpError(self.0.retry_after_ms(after.map(|d| d.as_millis() as u64)))
+    /// The same error, saying when to try again.
+    fn retry_after(self, after: Duration) -> Self {
+        OpError(self.0.retry_after_ms(Some(after.as_millis() as u64)))
     }
 
     /// The error object of the response.
@@ -40,20 +40,33 @@ impl From<PoolError> for OpError {
         let message = e.to_string();
         match e {
             PoolError::UnknownPool(_) => OpError::new(ErrorCode::UnknownPool, message),
+            // `retry_after_ms` only when a cooldown ends: without one, a client that
+            // waits would wait for nothing.
             PoolError::Exhausted { retry_after, .. } => {
-                OpError::new(ErrorCode::PoolExhausted, message).retry_after(retry_after)
+                let e = OpError::new(ErrorCode::PoolExhausted, message);
+                match retry_after {
+                    Some(d) => e.retry_after(d),
+                    None => e,
+                }
             }
+            PoolError::Empty { .. } => OpError::new(ErrorCode::PoolEmpty, message),
             PoolError::DestinationDown { retry_after, .. } => {
-                OpError::new(ErrorCode::DestinationDown, message).retry_after(Some(retry_after))
+                OpError::new(ErrorCode::DestinationDown, message).retry_after(retry_after)
             }
             // A session stands in for the lease of a report by session
             // (docs/destinations.md, "Report by session").
-            PoolError::UnknownLease(_) | PoolError::UnknownSession { .. } => {
-                OpError::new(ErrorCode::UnknownLease, message)
-            }
+            PoolError::UnknownLease(_)
+            | PoolError::UnknownSession { .. }
+            | PoolError::LeaseEnded { .. } => OpError::new(ErrorCode::UnknownLease, message),
             PoolError::LeaseExpired(_) => OpError::new(ErrorCode::LeaseExpired, message),
+            // As for an exhausted pool: a time only when one is known (an `in_flight`
+            // cap frees a pair when a lease ends, not at a time).
             PoolError::Paced { retry_after, .. } => {
-                OpError::new(ErrorCode::Paced, message).retry_after(retry_after)
+                let e = OpError::new(ErrorCode::Paced, message);
+                match retry_after {
+                    Some(d) => e.retry_after(d),
+                    None => e,
+                }
             }
             PoolError::UnknownTag { .. } => OpError::bad(message),
             PoolError::UnknownEndpoint(_) | PoolError::MissingReason | PoolError::InvalidTtl(_) => {
@@ -104,6 +117,7 @@ mod tests {
                     url: "http://h:1".into(),
                     pool: "default".into(),
                     id: 1,
+                    line: None,
                 }
                 .into(),
                 ErrorCode::BadRequest,
@@ -128,14 +142,22 @@ mod tests {
         let exhausted = |after| PoolError::Exhausted {
             pool: "p".into(),
             retry_after: after,
+            filter: None,
         };
         let cases = [
             (
                 exhausted(Some(Duration::from_millis(1500))),
                 Some(Some(1500)),
             ),
-            // Nothing cooling: the field is there, and null.
-            (exhausted(None), Some(None)),
+            // Nothing cooling: no deadline to wait for, so no field at all.
+            (exhausted(None), None),
+            (
+                PoolError::Empty {
+                    pool: "p".into(),
+                    filter: None,
+                },
+                None,
+            ),
             (PoolError::UnknownPool("p".into()), None),
             (PoolError::MissingReason, None),
             (

@@ -54,6 +54,7 @@ impl Store {
                 url: new_url.to_redacted_string(),
                 pool: old.pool.clone(),
                 id: other,
+                line: None,
             });
         }
         tx.execute(

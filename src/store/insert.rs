@@ -6,6 +6,7 @@
 //! in `ROWS_PER_INSERT` at a time, and the unique index itself detects duplicates (the
 //! lookup that names the culprit runs only when an insert fails).
 
+use std::borrow::Borrow;
 use std::collections::HashSet;
 use std::sync::LazyLock;
 use std::time::SystemTime;
@@ -40,25 +41,69 @@ static FULL_EVENTS: LazyLock<String> = LazyLock::new(|| events_sql(ROWS_PER_INSE
 const IDENTITY: &str =
     "SELECT id FROM endpoints WHERE pool=?1 AND scheme=?2 AND host=?3 AND port=?4 AND user=?5";
 
+/// What a batch does with an endpoint that is already stored, or listed earlier in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnExisting {
+    /// The whole batch is refused, naming the first one (`add`, `import`).
+    #[default]
+    Refuse,
+    /// It is left as it is and counted (`import --skip-existing`).
+    Skip,
+}
+
+/// A row to insert. An import's rows know the line of the file they came from, so that an
+/// error names it.
+pub trait ToInsert: Borrow<NewEndpoint> {
+    /// The line of the import file, when there is one.
+    fn line(&self) -> Option<usize> {
+        None
+    }
+}
+
+impl ToInsert for NewEndpoint {}
+impl ToInsert for &NewEndpoint {}
+
+/// An endpoint read from line `line` of an import file.
+#[derive(Debug, Clone)]
+pub struct Numbered {
+    pub line: usize,
+    pub endpoint: NewEndpoint,
+}
+
+impl Borrow<NewEndpoint> for Numbered {
+    fn borrow(&self) -> &NewEndpoint {
+        &self.endpoint
+    }
+}
+
+impl ToInsert for Numbered {
+    fn line(&self) -> Option<usize> {
+        Some(self.line)
+    }
+}
+
 impl Store {
     /// Insert endpoints, all or nothing; returns their ids in order.
     pub fn add_endpoints(&mut self, eps: &[NewEndpoint]) -> Result<Vec<EndpointId>, StoreError> {
         let mut ids = Vec::with_capacity(eps.len());
-        self.add_endpoints_from(eps.iter().map(Ok::<_, StoreError>), |id| ids.push(id))?;
+        let rows = eps.iter().map(Ok::<_, StoreError>);
+        self.add_endpoints_from(rows, OnExisting::Refuse, |id| ids.push(id))?;
         Ok(ids)
     }
 
     /// Insert endpoints as an iterator yields them, all or nothing (one transaction; the
     /// first error rolls everything back). Nothing is held per endpoint but its id, handed
-    /// to `added` in order (ids are consecutive), so an import of millions streams.
+    /// to `added` in order (ids are consecutive), so an import of millions streams. With
+    /// `OnExisting::Skip` an endpoint already there is passed over; returns how many were.
     pub fn add_endpoints_from<E, T>(
         &mut self,
         eps: impl Iterator<Item = Result<T, E>>,
+        on_existing: OnExisting,
         mut added: impl FnMut(EndpointId),
-    ) -> Result<(), E>
+    ) -> Result<u64, E>
     where
         E: From<StoreError>,
-        T: std::borrow::Borrow<NewEndpoint>,
+        T: ToInsert,
     {
         // Committing into a deleted file would acknowledge rows that nobody can read.
         self.check_file()?;
@@ -71,8 +116,12 @@ impl Store {
             .map_err(StoreError::from)?;
         tx.pragma_update(None, "cache_size", -BULK_CACHE_KIB)
             .map_err(StoreError::from)?;
-        let r = insert_all(&tx, eps, &mut added);
-        let r = r.and_then(|()| tx.commit().map_err(|e| StoreError::from(e).into()));
+        let r = insert_all(&tx, eps, on_existing, &mut added);
+        let r = r.and_then(|skipped| {
+            tx.commit()
+                .map(|()| skipped)
+                .map_err(|e| StoreError::from(e).into())
+        });
         // After the commit or the rollback (dropping `tx`): back to the usual cache.
         let _ = self.conn.pragma_update(None, "cache_size", cache);
         r
@@ -98,11 +147,12 @@ impl Store {
 fn insert_all<E, T>(
     tx: &Transaction<'_>,
     eps: impl Iterator<Item = Result<T, E>>,
+    on_existing: OnExisting,
     added: &mut impl FnMut(EndpointId),
-) -> Result<(), E>
+) -> Result<u64, E>
 where
     E: From<StoreError>,
-    T: std::borrow::Borrow<NewEndpoint>,
+    T: ToInsert,
 {
     let next: EndpointId = tx
         .query_row(NEXT_ID, [], |r| r.get(0))
@@ -117,8 +167,16 @@ where
     // statement cache each time cleared 1,280 bindings per batch.
     let mut full = None;
     let mut rows: Vec<T> = Vec::with_capacity(ROWS_PER_INSERT);
+    let mut skipped = 0;
     for e in eps {
-        rows.push(e?);
+        let e = e?;
+        // Rows of earlier statements are in the table already (this transaction's); the
+        // ones waiting for the next statement are in `rows`.
+        if on_existing == OnExisting::Skip && exists(tx, e.borrow(), &rows)? {
+            skipped += 1;
+            continue;
+        }
+        rows.push(e);
         if rows.len() == ROWS_PER_INSERT {
             if full.is_none() {
                 full = Some((
@@ -142,7 +200,38 @@ where
             .map_err(StoreError::from)?;
         b.insert(tx, &mut ins, &mut ev, &rows, added)?;
     }
-    Ok(())
+    Ok(skipped)
+}
+
+/// Whether `e` is stored already, or among the `pending` rows.
+fn exists<T: ToInsert>(
+    tx: &Transaction<'_>,
+    e: &NewEndpoint,
+    pending: &[T],
+) -> Result<bool, StoreError> {
+    let u = &e.url;
+    let key = |e: &NewEndpoint| {
+        let u = &e.url;
+        (
+            e.pool.clone(),
+            u.scheme,
+            u.host.clone(),
+            u.port,
+            u.user_key().to_string(),
+        )
+    };
+    let mine = key(e);
+    if pending.iter().any(|p| key(p.borrow()) == mine) {
+        return Ok(true);
+    }
+    let mut find = tx.prepare_cached(IDENTITY)?;
+    let stored: Option<EndpointId> = find
+        .query_row(
+            params![e.pool, u.scheme.as_str(), u.host, u.port, u.user_key()],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(stored.is_some())
 }
 
 struct Batch {
@@ -156,7 +245,7 @@ struct Batch {
 impl Batch {
     /// Insert `rows` and their `added` events with `ins` and `ev`, prepared for
     /// `rows.len()` rows.
-    fn insert<T: std::borrow::Borrow<NewEndpoint>>(
+    fn insert<T: ToInsert>(
         &mut self,
         tx: &Transaction<'_>,
         ins: &mut rusqlite::Statement<'_>,
@@ -213,7 +302,7 @@ impl Batch {
     /// Name the first row of a failed insert that clashes: with a stored endpoint, with an
     /// earlier row of this transaction, or with an earlier row of `rows` (the failed
     /// statement itself was undone, so those are not in the table).
-    fn duplicate<T: std::borrow::Borrow<NewEndpoint>>(
+    fn duplicate<T: ToInsert>(
         &self,
         tx: &Transaction<'_>,
         rows: &[T],
@@ -224,15 +313,16 @@ impl Batch {
             Ok(f) => f,
             Err(e) => return e.into(),
         };
-        for e in rows {
-            let e = e.borrow();
+        for row in rows {
+            let (e, line) = (row.borrow(), row.line());
             let u = &e.url;
             let key = params![e.pool, u.scheme.as_str(), u.host, u.port, u.user_key()];
             let stored: Option<EndpointId> = match find.query_row(key, |r| r.get(0)).optional() {
                 Ok(s) => s,
                 Err(e) => return e.into(),
             };
-            let twice = |url: String, pool: String| StoreError::DuplicateInBatch { url, pool };
+            let twice =
+                |url: String, pool: String| StoreError::DuplicateInBatch { url, pool, line };
             match stored {
                 Some(id) if id >= self.first => {
                     return twice(u.to_redacted_string(), e.pool.clone())
@@ -242,6 +332,7 @@ impl Batch {
                         url: u.to_redacted_string(),
                         pool: e.pool.clone(),
                         id,
+                        line,
                     }
                 }
                 None => {}
@@ -414,7 +505,9 @@ mod tests {
             }
         });
         let mut seen = 0;
-        let err = s.add_endpoints_from(eps, |_| seen += 1).unwrap_err();
+        let err = s
+            .add_endpoints_from(eps, OnExisting::Refuse, |_| seen += 1)
+            .unwrap_err();
         assert!(err.to_string().contains("line 1000"), "{err}");
         assert!(seen > 0, "earlier batches were inserted before the error");
         assert_eq!((count(&s, "endpoints"), count(&s, "events")), (0, 0));
@@ -444,5 +537,69 @@ mod tests {
         assert_eq!(left, 1, "one event kept as the high-water mark");
         let ids = s.add_endpoints(&[ep("http://10.9.0.3:1")]).unwrap();
         assert_eq!(ids, [3], "id 2 belonged to a removed endpoint");
+    }
+
+    fn numbered(line: usize, url: &str) -> Result<Numbered, StoreError> {
+        Ok(Numbered {
+            line,
+            endpoint: ep(url),
+        })
+    }
+
+    #[test]
+    fn skip_existing_adds_only_new_endpoints_across_batches() {
+        let (_d, mut s) = store();
+        let first: Vec<_> = (0..200).map(|i| ep(&format!("http://h{i}:80"))).collect();
+        s.add_endpoints(&first).unwrap();
+        // The updated list: the old 200, 100 new ones, and a new one listed twice (once in
+        // the same statement, once a statement later).
+        let lines: Vec<String> = (0..300)
+            .map(|i| format!("http://h{i}:80"))
+            .chain([
+                "http://u:pw@twice:1".into(),
+                "http://u:other@twice:1".into(),
+            ])
+            .chain((0..130).map(|i| format!("http://h{}:80", 300 + i)))
+            .chain(["http://u:pw@twice:1".into()])
+            .collect();
+        let rows = lines.iter().enumerate().map(|(i, u)| numbered(i + 1, u));
+        let mut ids = Vec::new();
+        let skipped = s
+            .add_endpoints_from(rows, OnExisting::Skip, |id| ids.push(id))
+            .unwrap();
+        assert_eq!((ids.len(), skipped), (100 + 1 + 130, 200 + 2));
+        // Consecutive, after the ones already there.
+        assert_eq!(ids, (201..=431).collect::<Vec<_>>());
+        assert_eq!((count(&s, "endpoints"), count(&s, "events")), (431, 431));
+        // The same list again adds nothing.
+        let rows = lines.iter().enumerate().map(|(i, u)| numbered(i + 1, u));
+        let skipped = s
+            .add_endpoints_from(rows, OnExisting::Skip, |_| panic!("nothing is new"))
+            .unwrap();
+        assert_eq!(skipped, lines.len() as u64);
+    }
+
+    #[test]
+    fn a_refused_import_names_the_line() {
+        let (_d, mut s) = store();
+        s.add_endpoints(&[ep("http://u:pw@old:1")]).unwrap();
+        let cases = [
+            (
+                vec!["http://a:1", "http://u:x@old:1"],
+                "line 2: endpoint http://u:***@old:1 already exists",
+            ),
+            (
+                vec!["http://a:1", "http://b:1", "http://a:1"],
+                "line 3: endpoint http://a:1 is listed twice",
+            ),
+        ];
+        for (lines, want) in cases {
+            let rows = lines.iter().enumerate().map(|(i, u)| numbered(i + 1, u));
+            let e = s
+                .add_endpoints_from(rows, OnExisting::Refuse, |_| {})
+                .unwrap_err();
+            assert!(e.to_string().starts_with(want), "{e}");
+            assert_eq!(count(&s, "endpoints"), 1, "all or nothing");
+        }
     }
 }

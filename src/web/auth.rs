@@ -1,23 +1,19 @@
-//! Who may read: loopback by default; anything else needs a bearer token.
+//! Who may read: loopback by default; anything else needs a bearer token of its own
+//! (never the lease socket's tokens: a Prometheus job is not an operator).
 
 use std::net::SocketAddr;
 
 use hyper::header::{HeaderMap, AUTHORIZATION};
 
 /// The environment variable holding the token.
-pub const TOKEN_ENV: &str = "PROXYPOOL_TOKEN";
+pub const TOKEN_ENV: &str = "PROXYPOOL_HTTP_TOKEN";
 
 /// A listener address that must not be used as configured (CLI exit 2).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum HttpConfigError {
     /// Non-loopback without a token.
-    #[error("http address {0} is not a loopback address: set {TOKEN_ENV} so readers must send `Authorization: Bearer <token>`, or listen on 127.0.0.1")]
+    #[error("http address {0} is not a loopback address: set {TOKEN_ENV} (or [server] http_token_file) so readers must send `Authorization: Bearer <token>`, or listen on 127.0.0.1")]
     TokenRequired(SocketAddr),
-}
-
-/// The token from `PROXYPOOL_TOKEN`; empty counts as unset.
-pub fn token_from_env() -> Option<String> {
-    std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty())
 }
 
 /// Whether `addr` may be served with `token`: loopback always, anything else only with a
@@ -68,7 +64,7 @@ mod tests {
             let r = check_bind(addr, token);
             assert_eq!(r.is_ok(), ok, "{addr} {token:?}");
             if let Err(e) = r {
-                assert!(e.to_string().contains("PROXYPOOL_TOKEN"), "{e}");
+                assert!(e.to_string().contains("PROXYPOOL_HTTP_TOKEN"), "{e}");
                 assert!(e.to_string().contains(&addr.to_string()), "{e}");
             }
         }

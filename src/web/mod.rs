@@ -31,7 +31,7 @@ use crate::pool::PoolStatus;
 use crate::protocol::{self, ErrorCode, Payload};
 use crate::store::EndpointView;
 
-pub use auth::{check_bind, token_from_env, HttpConfigError, TOKEN_ENV};
+pub use auth::{check_bind, HttpConfigError, TOKEN_ENV};
 pub(crate) use page::render_page;
 pub use view::{minute_buckets, EndpointLine, PageLimits, PageModel, PoolPage};
 
@@ -80,6 +80,14 @@ pub trait StatusSource: Send + Sync + 'static {
         state: Option<State>,
     ) -> impl Future<Output = Result<Vec<EndpointView>, StatusError>> + Send;
 
+    /// The endpoints of a pool (or all) with each one's state for `destination`
+    /// (normalised): its own unless it is available, then its pair's.
+    fn endpoints_for(
+        &self,
+        pool: Option<&str>,
+        destination: &str,
+    ) -> impl Future<Output = Result<Vec<(EndpointView, State)>, StatusError>> + Send;
+
     /// Everything the status page shows.
     fn page(
         &self,
@@ -95,7 +103,8 @@ pub struct HttpApp<S> {
 }
 
 impl<S: StatusSource> HttpApp<S> {
-    /// `token`: when set, every request needs `Authorization: Bearer <token>`.
+    /// `token`: when set, every request needs `Authorization: Bearer <token>`, on
+    /// loopback too (an operator who sets one asks for it).
     pub fn new(source: Arc<S>, metrics: Arc<Metrics>, token: Option<String>) -> Self {
         HttpApp {
             source,
@@ -141,15 +150,24 @@ impl<S: StatusSource> HttpApp<S> {
             "/api/status" => match query.only(&["pool"]) {
                 Err(e) => api_error(&e),
                 Ok(()) => match self.source.status(query.get("pool")).await {
-                    Ok(pools) => api_ok(Payload::Status { pools }),
+                    Ok(pools) => api_ok(Payload::Status {
+                        pools,
+                        database: None,
+                    }),
                     Err(e) => api_error(&e),
                 },
             },
-            "/api/endpoints" => match query.only(&["pool", "state"]).and_then(|()| query.state()) {
+            "/api/endpoints" => match query
+                .only(&["pool", "state", "destination"])
+                .and_then(|()| query.state())
+            {
                 Err(e) => api_error(&e),
-                Ok(state) => match self.source.endpoints(query.get("pool"), state).await {
-                    Ok(endpoints) => api_ok(Payload::Endpoints { endpoints }),
-                    Err(e) => api_error(&e),
+                Ok(state) => match query.get("destination") {
+                    Some(d) => self.endpoints_for(query.get("pool"), state, d).await,
+                    None => match self.source.endpoints(query.get("pool"), state).await {
+                        Ok(endpoints) => api_ok(Payload::Endpoints { endpoints }),
+                        Err(e) => api_error(&e),
+                    },
                 },
             },
             _ => match query.only(&[]) {
@@ -169,6 +187,44 @@ impl<S: StatusSource> HttpApp<S> {
         resp.headers_mut()
             .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
         resp
+    }
+}
+
+impl<S: StatusSource> HttpApp<S> {
+    /// `/api/endpoints?destination=D`: each endpoint with `destination` and
+    /// `destination_state`; `state` filters on the state for D.
+    async fn endpoints_for(
+        &self,
+        pool: Option<&str>,
+        state: Option<State>,
+        raw: &str,
+    ) -> Response<Full<Bytes>> {
+        let d = match crate::pool::destinations::normalize(raw) {
+            Ok(d) => d,
+            Err(e) => {
+                let e = StatusError::new(ErrorCode::BadRequest, format!("destination: {e}"));
+                return api_error(&e);
+            }
+        };
+        let rows = match self.source.endpoints_for(pool, &d).await {
+            Ok(rows) => rows,
+            Err(e) => return api_error(&e),
+        };
+        let endpoints: Vec<serde_json::Value> = rows
+            .into_iter()
+            .filter(|(_, st)| state.is_none_or(|s| s == *st))
+            .map(|(view, st)| {
+                let mut v = serde_json::to_value(view).unwrap_or_default();
+                v["destination"] = serde_json::json!(d);
+                v["destination_state"] = serde_json::json!(st);
+                v
+            })
+            .collect();
+        let body = serde_json::json!({"ok": true, "endpoints": endpoints}).to_string();
+        with_type(
+            Response::new(Full::new(Bytes::from(body))),
+            "application/json",
+        )
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
-use super::view::{EndpointLine, PageModel, PoolPage, CHART_MINUTES};
+use super::view::{by_trouble, EndpointLine, PageModel, PoolPage, Trouble, CHART_MINUTES};
 use crate::health::State;
 use crate::store::{fmt_time, EventRow};
 
@@ -17,15 +17,20 @@ h1{font-size:1.4em;margin:0 0 .2em}h2{font-size:1.2em;margin:1.5em 0 .3em}
 table{border-collapse:collapse;width:100%;font-size:13px}th,td{text-align:left;padding:2px 8px;border-bottom:1px solid #eee;vertical-align:top}
 th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .legend span{display:inline-block;margin-right:1em}.sw{display:inline-block;width:.8em;height:.8em;margin-right:.3em;vertical-align:middle}
-.s-available{color:#1d7a32}.s-cooling{color:#a8660b}.s-probe_allowed{color:#2159b5}.s-disabled{color:#666}
+.s-available{color:#1d7a32}.s-cooling{color:#b3261e;font-weight:600}.s-probe_allowed{color:#8a5a00}.s-disabled{color:#666}
 svg{display:block}.url{font-family:ui-monospace,monospace}
+.t{display:inline-block;padding:0 .5em;border-radius:3px;color:#fff;font-weight:600}
+.t-down{background:#b3261e}.t-degraded{background:#c77700}.t-ok{background:#2e7d32}
+tr.down td{background:#fdecea}.bans{color:#b3261e}
 ";
 
+/// Green is usable, red failed and cooling, amber waiting for its one trial, grey taken
+/// out by an operator.
 fn color(s: State) -> &'static str {
     match s {
         State::Available => "#2e9e44",
-        State::Cooling => "#e8a33a",
-        State::ProbeAllowed => "#3a7be8",
+        State::Cooling => "#d64541",
+        State::ProbeAllowed => "#e8a33a",
         State::Disabled => "#999999",
     }
 }
@@ -42,6 +47,8 @@ fn counts(p: &PoolPage) -> [(State, usize); 4] {
 
 /// The whole document.
 pub fn render_page(m: &PageModel) -> String {
+    let mut pools: Vec<&PoolPage> = m.pools.iter().collect();
+    by_trouble(&mut pools);
     let doc = html! {
         (DOCTYPE)
         html lang="en" {
@@ -60,8 +67,10 @@ pub fn render_page(m: &PageModel) -> String {
                 }
                 @if m.pools.is_empty() {
                     p { "No pools configured." }
+                } @else {
+                    (summary(&pools))
                 }
-                @for p in &m.pools {
+                @for p in &pools {
                     (pool_section(p))
                 }
                 section id="events" {
@@ -74,12 +83,56 @@ pub fn render_page(m: &PageModel) -> String {
     doc.into_string()
 }
 
+/// One line per pool, worst first: what an operator must see without scrolling.
+fn summary(pools: &[&PoolPage]) -> Markup {
+    html! {
+        section id="summary" {
+            h2 { "Pools, worst first" }
+            table.summary {
+                thead { tr {
+                    th { "pool" } th { "health" } th { "what is wrong" } th { "endpoints" }
+                    th { "available" } th { "cooling" } th { "awaiting trial" } th { "disabled" }
+                    th { "banned pairs" } th { "banned on" } th { "targets down" } th { "next cooldown ends" }
+                } }
+                tbody {
+                    @for p in pools {
+                        @let s = &p.status;
+                        @let t = p.trouble();
+                        tr class=[(t == Trouble::Down).then_some("down")] data-pool=(s.pool) {
+                            td { (s.pool) }
+                            td { span class={ "t t-" (t.as_str()) } { (t.as_str()) } }
+                            td { (p.verdict()) }
+                            td.num { (s.available + p.unavailable()) }
+                            @for (st, n) in counts(p) {
+                                // A zero is no news: only counts that are there get their colour.
+                                td class={ "num" @if n > 0 { " s-" (st.as_str()) } } { (n) }
+                            }
+                            td.num { (p.banned_pairs) }
+                            td.bans { (banned_list(&p.most_banned)) }
+                            td.num { (s.targets_down) }
+                            td.num { (s.next_deadline_ms.map(|ms| fmt_dur(Duration::from_millis(ms))).unwrap_or_default()) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `site.example (12), other.example (3)`.
+fn banned_list(b: &[(String, usize)]) -> String {
+    b.iter()
+        .map(|(d, n)| format!("{d} ({n})"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn pool_section(p: &PoolPage) -> Markup {
     let s = &p.status;
     let total: usize = counts(p).iter().map(|(_, n)| n).sum();
     html! {
-        section.pool data-pool=(s.pool) {
-            h2 { "Pool " (s.pool) }
+        section.pool data-pool=(s.pool) id={ "pool-" (s.pool) } {
+            h2 { "Pool " (s.pool) " " span class={ "t t-" (p.trouble().as_str()) } { (p.trouble().as_str()) } }
             p.muted {
                 "mode " (s.mode) " · " (total) " endpoints · " (s.leases) " live leases"
                 @if let Some(ms) = s.next_deadline_ms {
@@ -94,6 +147,9 @@ fn pool_section(p: &PoolPage) -> Markup {
                         (st.as_str()) " " (n)
                     }
                 }
+            }
+            @if !p.most_banned.is_empty() {
+                p.bans { "Banned on: " (banned_list(&p.most_banned)) " · " (p.banned_pairs) " banned pairs" }
             }
             @if s.targets_down > 0 {
                 (down_targets(s))
@@ -192,6 +248,7 @@ fn endpoints_table(rows: &[EndpointLine]) -> Markup {
         table.endpoints {
             thead { tr {
                 th { "id" } th { "url" } th { "label" } th { "tags" } th { "state" } th { "reason" } th { "phase" }
+                th { "detail" } th { "banned on" }
                 th { "cooldown left" } th { "success rate" } th { "latency" } th { "leases (live / total)" }
                 th { "bytes (sent / received)" }
             } }
@@ -206,6 +263,8 @@ fn endpoints_table(rows: &[EndpointLine]) -> Markup {
                         td class={ "s-" (v.state.as_str()) } { (v.state.as_str()) }
                         td { (v.reason.map(|r| r.as_str()).unwrap_or("")) }
                         td { (v.phase.map(|p| p.as_str()).unwrap_or("")) }
+                        td { (v.detail.as_deref().unwrap_or("")) }
+                        td.bans { (e.banned_on.join(", ")) }
                         td.num { (e.cooldown_left.map(fmt_dur).unwrap_or_default()) }
                         td.num { (e.stats.success_rate().map(|r| format!("{:.1}%", r * 100.0)).unwrap_or_else(|| "–".into())) }
                         td.num { (e.stats.latency_ms.map(|l| format!("{l:.0} ms")).unwrap_or_else(|| "–".into())) }
@@ -240,7 +299,7 @@ fn events_table(events: &[EventRow]) -> Markup {
         } @else {
             table.events {
                 thead { tr {
-                    th { "at" } th { "kind" } th { "endpoint" } th { "change" } th { "reason" } th { "phase" } th { "detail" }
+                    th { "at" } th { "kind" } th { "endpoint" } th { "destination" } th { "change" } th { "reason" } th { "phase" } th { "blame" } th { "detail" }
                 } }
                 tbody {
                     @for e in events {
@@ -248,6 +307,7 @@ fn events_table(events: &[EventRow]) -> Markup {
                             td { (e.at) }
                             td { (e.kind) }
                             td.num { (e.endpoint.map(|i| i.to_string()).unwrap_or_default()) }
+                            td { (e.destination.as_deref().unwrap_or("")) }
                             td {
                                 @if e.from.is_some() || e.to.is_some() {
                                     (e.from.as_deref().unwrap_or("–")) " → " (e.to.as_deref().unwrap_or("–"))
@@ -255,6 +315,7 @@ fn events_table(events: &[EventRow]) -> Markup {
                             }
                             td { (e.reason.as_deref().unwrap_or("")) }
                             td { (e.phase.as_deref().unwrap_or("")) }
+                            td { (e.blame.as_deref().unwrap_or("")) }
                             td { (e.detail.as_deref().unwrap_or("")) }
                         }
                     }

@@ -54,15 +54,19 @@ pub(crate) fn model() -> PageModel {
                     stats,
                     live_leases: 1,
                     cooldown_left: None,
+                    banned_on: Vec::new(),
                 },
                 EndpointLine {
                     view: view(2, State::Cooling, Some("eu & co")),
                     stats: EndpointStats::default(),
                     live_leases: 0,
                     cooldown_left: Some(Duration::from_millis(90_500)),
+                    banned_on: vec!["shop.example".into(), "+2 more".into()],
                 },
             ],
             endpoints_total: 2,
+            banned_pairs: 4,
+            most_banned: vec![("shop.example".into(), 3), ("news.example".into(), 1)],
         }],
         events: vec![EventRow {
             id: 9,
@@ -163,4 +167,65 @@ fn down_targets_are_listed_with_their_next_trial_and_no_endpoint_blamed() {
     );
     assert!(html.contains("dns_failed"));
     assert!(html.contains("showing 1 of 2"));
+}
+
+#[test]
+fn the_summary_leads_with_the_worst_pool_and_names_bans() {
+    let mut m = model();
+    let mut dead = m.pools[0].clone();
+    dead.status.pool = "dead".into();
+    dead.status.available = 0;
+    dead.status.cooling = 5000;
+    dead.banned_pairs = 0;
+    dead.most_banned.clear();
+    m.pools.push(dead);
+    let html = render_page(&m);
+    let summary = html.find("Pools, worst first").expect("a summary");
+    let first_section = html.find("<section class=\"pool\"").unwrap();
+    assert!(summary < first_section, "the summary comes first");
+    // The dead pool leads, in the summary and in the sections, marked down in red.
+    let row_dead = html.find("data-pool=\"dead\"").unwrap();
+    let row_default = html.find("data-pool=\"default\"").unwrap();
+    assert!(row_dead < row_default, "{html}");
+    assert!(
+        html.contains("<tr class=\"down\" data-pool=\"dead\">"),
+        "{html}"
+    );
+    assert!(html.contains("no endpoint available"));
+    assert!(html.contains("<span class=\"t t-down\">down</span>"));
+    assert!(html.contains("1 cooling of 2, 4 banned pairs"), "{html}");
+    assert!(
+        html.contains("no endpoint available (5000 cooling)"),
+        "{html}"
+    );
+    // Counts that are there get their state's colour; a zero none.
+    assert!(
+        html.contains(r#"<td class="num s-cooling">5000</td>"#),
+        "{html}"
+    );
+    assert!(html.contains(r#"<td class="num">0</td>"#), "{html}");
+    // Banned destinations per pool and per endpoint.
+    assert!(
+        html.contains("shop.example (3), news.example (1)"),
+        "{html}"
+    );
+    assert!(html.contains("shop.example, +2 more"), "{html}");
+    // Cooling is red, not the amber of waiting.
+    assert!(
+        html.contains("fill=\"#d64541\"><title>cooling: 1</title>"),
+        "{html}"
+    );
+}
+
+#[test]
+fn events_show_destination_blame_and_detail_and_endpoints_their_detail() {
+    let mut m = model();
+    m.events[0].destination = Some("shop.example".into());
+    m.events[0].blame = Some("pair".into());
+    m.pools[0].endpoints[1].view.detail = Some("maintenance until Friday".into());
+    let html = render_page(&m);
+    assert!(html.contains("<th>destination</th>") && html.contains("<th>blame</th>"));
+    assert!(html.contains("<td>shop.example</td>"), "{html}");
+    assert!(html.contains("<td>pair</td>"), "{html}");
+    assert!(html.contains("<td>maintenance until Friday</td>"), "{html}");
 }

@@ -43,6 +43,29 @@ impl StatusSource for Fake {
             .collect())
     }
 
+    async fn endpoints_for(
+        &self,
+        pool: Option<&str>,
+        destination: &str,
+    ) -> Result<Vec<(EndpointView, State)>, StatusError> {
+        self.seen
+            .lock()
+            .unwrap()
+            .push(format!("endpoints_for {pool:?} {destination}"));
+        // Endpoint 1 is available but banned on shop.example.
+        let views = self.endpoints(pool, None).await?;
+        Ok(views
+            .into_iter()
+            .map(|v| {
+                let st = match (v.id, destination) {
+                    (1, "shop.example") => State::Cooling,
+                    _ => v.state,
+                };
+                (v, st)
+            })
+            .collect())
+    }
+
     async fn page(&self, limits: PageLimits) -> Result<PageModel, StatusError> {
         assert_eq!(limits, PageLimits::default());
         Ok(page::tests::model())
@@ -135,6 +158,20 @@ async fn routes() {
             "application/json",
             "unknown State \\\"sleepy\\\"",
         ),
+        (
+            Method::GET,
+            "/api/endpoints?destination=Shop.Example.&state=cooling",
+            200,
+            "application/json",
+            r#""destination":"shop.example","destination_state":"cooling""#,
+        ),
+        (
+            Method::GET,
+            "/api/endpoints?destination=bad%20host",
+            400,
+            "application/json",
+            "destination: ",
+        ),
         (Method::GET, "/?x=1", 400, "application/json", "takes none"),
         (Method::GET, "/nope", 404, "text/plain", "not found"),
         (Method::POST, "/metrics", 405, "text/plain", "read-only"),
@@ -157,6 +194,29 @@ async fn routes() {
     let v: serde_json::Value = serde_json::from_str(&b).unwrap();
     assert_eq!(v["endpoints"].as_array().unwrap().len(), 2);
     assert_eq!(v["endpoints"][0]["url"], "http://user:***@10.0.0.1:3128");
+    // By destination: each endpoint's state for it; `state` filters on that state.
+    let (_, _, b) = get(
+        &a,
+        Method::GET,
+        "/api/endpoints?destination=shop.example&state=cooling",
+        None,
+    )
+    .await;
+    let v: serde_json::Value = serde_json::from_str(&b).unwrap();
+    let ids: Vec<_> = v["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["id"].clone(), e["state"].clone()))
+        .collect();
+    assert_eq!(
+        ids,
+        vec![
+            (serde_json::json!(1), serde_json::json!("available")),
+            (serde_json::json!(2), serde_json::json!("cooling"))
+        ],
+        "{b}"
+    );
     let seen = a.source.seen.lock().unwrap().clone();
     assert!(
         seen.contains(&"endpoints None Some(Cooling)".to_string()),

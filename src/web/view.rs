@@ -44,6 +44,8 @@ pub struct EndpointLine {
     pub live_leases: u32,
     /// Time until its cooldown ends, when cooling.
     pub cooldown_left: Option<Duration>,
+    /// Destinations it is banned on (its non-available pairs), at most a few.
+    pub banned_on: Vec<String>,
 }
 
 /// One pool's section.
@@ -57,6 +59,105 @@ pub struct PoolPage {
     pub endpoints: Vec<EndpointLine>,
     /// Endpoints in the pool (more than `endpoints.len()` when the list was cut).
     pub endpoints_total: usize,
+    /// Banned (endpoint, destination) pairs.
+    pub banned_pairs: usize,
+    /// The destinations with the most banned pairs, most first, with their count.
+    pub most_banned: Vec<(String, usize)>,
+}
+
+/// How bad a pool looks; the page lists the worst first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Trouble {
+    Ok,
+    /// Something is cooling, waiting for its trial, disabled or banned, or a target is down;
+    /// endpoints are still available.
+    Degraded,
+    /// Nothing can be leased: no endpoint at all, or none available.
+    Down,
+}
+
+impl Trouble {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trouble::Ok => "ok",
+            Trouble::Degraded => "degraded",
+            Trouble::Down => "down",
+        }
+    }
+}
+
+impl PoolPage {
+    /// Endpoints that are not available.
+    pub fn unavailable(&self) -> usize {
+        let s = &self.status;
+        s.cooling + s.probe_allowed + s.disabled
+    }
+
+    pub fn trouble(&self) -> Trouble {
+        let s = &self.status;
+        if s.available == 0 {
+            Trouble::Down
+        } else if self.unavailable() > 0 || self.banned_pairs > 0 || s.targets_down > 0 {
+            Trouble::Degraded
+        } else {
+            Trouble::Ok
+        }
+    }
+
+    /// What is wrong, in a few words.
+    pub fn verdict(&self) -> String {
+        let s = &self.status;
+        let total = s.available + self.unavailable();
+        let mut parts = Vec::new();
+        if total == 0 {
+            return "no endpoints".into();
+        }
+        let not: Vec<String> = [
+            (s.cooling, "cooling"),
+            (s.probe_allowed, "awaiting trial"),
+            (s.disabled, "disabled"),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect();
+        if s.available == 0 {
+            parts.push(format!("no endpoint available ({})", not.join(", ")));
+        } else if !not.is_empty() {
+            parts.push(format!("{} of {total}", not.join(", ")));
+        }
+        if self.banned_pairs > 0 {
+            parts.push(format!("{} banned pairs", self.banned_pairs));
+        }
+        if s.targets_down > 0 {
+            parts.push(format!("{} targets down", s.targets_down));
+        }
+        if parts.is_empty() {
+            "all available".into()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
+/// Worst first: by trouble, then the share of endpoints not available, how many, banned
+/// pairs, targets down, and the name.
+pub fn by_trouble<P: std::borrow::Borrow<PoolPage>>(pools: &mut [P]) {
+    pools.sort_by(|a, b| {
+        let (a, b) = (a.borrow(), b.borrow());
+        let share = |p: &PoolPage| {
+            let total = p.status.available + p.unavailable();
+            // Per mille, so that the key is an integer.
+            (p.unavailable() * 1000).checked_div(total).unwrap_or(1000)
+        };
+        b.trouble()
+            .cmp(&a.trouble())
+            .then(share(b).cmp(&share(a)))
+            .then(b.unavailable().cmp(&a.unavailable()))
+            .then(b.banned_pairs.cmp(&a.banned_pairs))
+            .then(b.status.targets_down.cmp(&a.status.targets_down))
+            .then(a.status.pool.cmp(&b.status.pool))
+    });
 }
 
 /// The whole page.
@@ -171,6 +272,59 @@ mod tests {
         assert_eq!(b[58], 1);
         assert_eq!(b[0], 1);
         assert_eq!(b.iter().sum::<u32>(), 4);
+    }
+
+    #[test]
+    fn pools_are_listed_worst_first() {
+        let pool = |name: &str, available, cooling, banned_pairs, targets_down| PoolPage {
+            status: PoolStatus {
+                pool: name.into(),
+                available,
+                cooling,
+                targets_down,
+                ..PoolStatus::default()
+            },
+            transitions: [0; CHART_MINUTES],
+            endpoints: Vec::new(),
+            endpoints_total: available + cooling,
+            banned_pairs,
+            most_banned: Vec::new(),
+        };
+        // (pool, trouble, verdict), in the order expected.
+        let want = [
+            (
+                "dead",
+                Trouble::Down,
+                "no endpoint available (5000 cooling)",
+            ),
+            ("empty", Trouble::Down, "no endpoints"),
+            ("half", Trouble::Degraded, "5 cooling of 10"),
+            ("few", Trouble::Degraded, "1 cooling of 10, 3 banned pairs"),
+            ("bans", Trouble::Degraded, "7 banned pairs"),
+            ("sites", Trouble::Degraded, "2 targets down"),
+            ("a-fine", Trouble::Ok, "all available"),
+            ("b-fine", Trouble::Ok, "all available"),
+        ];
+        let mut pools = vec![
+            pool("b-fine", 3, 0, 0, 0),
+            pool("sites", 4, 0, 0, 2),
+            pool("a-fine", 5000, 0, 0, 0),
+            pool("few", 9, 1, 3, 0),
+            pool("dead", 0, 5000, 0, 0),
+            pool("bans", 10, 0, 7, 0),
+            pool("half", 5, 5, 0, 0),
+            pool("empty", 0, 0, 0, 0),
+        ];
+        by_trouble(&mut pools);
+        let got: Vec<(&str, Trouble, String)> = pools
+            .iter()
+            .map(|p| (p.status.pool.as_str(), p.trouble(), p.verdict()))
+            .collect();
+        let want: Vec<(&str, Trouble, String)> = want
+            .iter()
+            .map(|(p, t, v)| (*p, *t, v.to_string()))
+            .collect();
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -82,6 +82,10 @@ impl Home {
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new(program);
         c.env_remove("PROXYPOOL_TOKEN")
+            .env_remove("PROXYPOOL_LEASE_TOKEN")
+            .env_remove("PROXYPOOL_HTTP_TOKEN")
+            .env_remove("PROXYPOOL_GATEWAY_TOKEN")
+            .env_remove("PROXYPOOL_CONNECT")
             .env_remove("PROXYPOOL_HTTP")
             .env_remove("PROXYPOOL_CONFIG")
             .env_remove("RUST_LOG")
@@ -602,4 +606,32 @@ pub fn raise_nofile(want: u64) -> u64 {
         }
     }
     r.rlim_cur as u64
+}
+
+/// One request on a fresh TCP connection to a daemon's `--listen-tcp` address.
+pub fn tcp_req(addr: &str, v: &Value) -> Value {
+    let s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    writeln!(w, "{v}").unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+}
+
+/// `GET path` on a plain HTTP listener with extra header lines; (status, head, body).
+pub fn http_get(addr: &str, path: &str, headers: &str) -> (u16, String, String) {
+    let mut s =
+        std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    let status = head.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, head.to_string(), body.to_string())
 }

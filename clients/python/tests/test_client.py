@@ -175,9 +175,14 @@ def test_async_client_against_daemon(daemon, site, tinyproxy):
 
 
 def test_async_waiting_lease_does_not_hold_up_other_requests(daemon):
+    # One endpoint, disabled: nothing is available, so the lease waits (a pool with no
+    # endpoint at all would answer pool_empty at once).
+    (eid,) = daemon.add("http://127.0.0.1:3128")
+    daemon.cli("disable", str(eid))
+
     async def main():
         c = AsyncClient(daemon.socket, timeout=5)
-        waiting = asyncio.ensure_future(c.lease(wait="1s"))  # the pool is empty: it waits
+        waiting = asyncio.ensure_future(c.lease(wait="1s"))  # nothing available: it waits
         pinging = asyncio.ensure_future(c.ping())
         done, _ = await asyncio.wait([waiting, pinging], return_when=asyncio.FIRST_COMPLETED)
         assert done == {pinging}

@@ -29,6 +29,6 @@ impl Op for AddMessage {
             });
         }
         let ids = cx.engine.add(eps).await?;
-        Ok(Payload::Added { ids })
+        Ok(Payload::Added { ids, skipped: None })
     }
 }

@@ -7,7 +7,7 @@ use crate::pool::engine::initial_state;
 use crate::protocol::{ImportMessage, Payload};
 use crate::server::context::Context;
 use crate::server::error::OpError;
-use crate::store::NewEndpoint;
+use crate::store::{NewEndpoint, Numbered, OnExisting};
 
 /// Largest import file accepted.
 const MAX_IMPORT: u64 = 256 << 20;
@@ -24,9 +24,14 @@ impl Op for ImportMessage {
             path,
             pool,
             label,
+            skip_existing,
             tags,
         } = self;
         let tags = tags.unwrap_or_default();
+        let on_existing = match skip_existing {
+            Some(true) => OnExisting::Skip,
+            _ => OnExisting::Refuse,
+        };
         let file = tokio::task::spawn_blocking(move || open_import(&path))
             .await
             .map_err(|e| OpError::internal(format!("import: {e}")))??;
@@ -46,21 +51,27 @@ impl Op for ImportMessage {
             // Text read from a file is not repeated back: it could be anything.
             Some(
                 ProxyUrl::parse_line(&line)?
-                    .map(|url| NewEndpoint {
-                        url,
-                        pool: pool.clone(),
-                        label: label.clone(),
-                        source: Some("cli".into()),
-                        state,
-                        tags: tags.clone(),
+                    .map(|url| Numbered {
+                        line: n,
+                        endpoint: NewEndpoint {
+                            url,
+                            pool: pool.clone(),
+                            label: label.clone(),
+                            source: Some("cli".into()),
+                            state,
+                            tags: tags.clone(),
+                        },
                     })
                     .map_err(|_| {
                         OpError::bad(format!("line {n} is not a proxy URL; nothing was added"))
                     }),
             )
         });
-        let ids = cx.engine.add_from(eps).await?;
-        Ok(Payload::Added { ids })
+        let (ids, skipped) = cx.engine.add_from(eps, on_existing).await?;
+        Ok(Payload::Added {
+            ids,
+            skipped: (on_existing == OnExisting::Skip).then_some(skipped),
+        })
     }
 }
 

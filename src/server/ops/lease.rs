@@ -9,9 +9,12 @@ use crate::pool::Want;
 use crate::protocol::{LeaseMessage, Payload};
 use crate::server::context::Context;
 use crate::server::error::OpError;
+use crate::server::token::Role;
 use crate::server::DEFAULT_TTL;
 
 impl Op for LeaseMessage {
+    const ROLE: Role = Role::Lease;
+
     async fn answer(self, cx: &Context<'_>) -> Result<Payload, OpError> {
         let want = want(self.destination, self.schemes)?.with_tags(self.tags.unwrap_or_default());
         let pool = self.pool.unwrap_or_else(|| DEFAULT_POOL.to_string());

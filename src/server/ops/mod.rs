@@ -3,7 +3,7 @@
 //! answers a payload or an `OpError`.
 //!
 //! A new op is a file here, its `mod` line and its arm in `route`. What an op allows (the
-//! Unix socket only, and later a role) is an associated const of its `Op` impl, checked
+//! Unix socket only, the role it needs) is an associated const of its `Op` impl, checked
 //! once, in `run`.
 
 mod add;
@@ -26,7 +26,8 @@ use super::context::Context;
 use super::error::OpError;
 use crate::endpoint::EndpointId;
 use crate::pool::PoolError;
-use crate::protocol::{EndpointRef, Payload, Request};
+use crate::protocol::{EndpointRef, ErrorCode, Payload, Request};
+use crate::server::token::Role;
 
 pub use edit::edit_fields;
 
@@ -34,6 +35,10 @@ pub use edit::edit_fields;
 pub(super) trait Op {
     /// Only accepted on the Unix socket (the op reads a file of the daemon's).
     const UNIX_ONLY: bool = false;
+
+    /// The least role that may send it (docs/operators.md, "Tokens and roles"): every op
+    /// is an operator's unless it says otherwise.
+    const ROLE: Role = Role::Admin;
 
     /// Answer the message.
     fn answer(self, cx: &Context<'_>) -> impl Future<Output = Result<Payload, OpError>> + Send;
@@ -46,27 +51,34 @@ pub(super) enum Transport {
     Tcp,
 }
 
+/// Who sent a request: how it arrived, and the role its token granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Caller {
+    pub(super) via: Transport,
+    pub(super) role: Role,
+}
+
 /// The one place each op is routed to its handler.
 pub(super) async fn route(
     req: Request,
-    via: Transport,
+    caller: Caller,
     cx: &Context<'_>,
 ) -> Result<Payload, OpError> {
     let op = req.op();
     match req {
-        Request::Ping(m) => run(op, m, via, cx).await,
-        Request::Lease(m) => run(op, m, via, cx).await,
-        Request::Report(m) => run(op, m, via, cx).await,
-        Request::Release(m) => run(op, m, via, cx).await,
-        Request::Status(m) => run(op, m, via, cx).await,
-        Request::Endpoints(m) => run(op, m, via, cx).await,
-        Request::Disable(m) => run(op, m, via, cx).await,
-        Request::Enable(m) => run(op, m, via, cx).await,
-        Request::Add(m) => run(op, m, via, cx).await,
-        Request::Import(m) => run(op, m, via, cx).await,
-        Request::Probe(m) => run(op, m, via, cx).await,
-        Request::Remove(m) => run(op, m, via, cx).await,
-        Request::Edit(m) => run(op, m, via, cx).await,
+        Request::Ping(m) => run(op, m, caller, cx).await,
+        Request::Lease(m) => run(op, m, caller, cx).await,
+        Request::Report(m) => run(op, m, caller, cx).await,
+        Request::Release(m) => run(op, m, caller, cx).await,
+        Request::Status(m) => run(op, m, caller, cx).await,
+        Request::Endpoints(m) => run(op, m, caller, cx).await,
+        Request::Disable(m) => run(op, m, caller, cx).await,
+        Request::Enable(m) => run(op, m, caller, cx).await,
+        Request::Add(m) => run(op, m, caller, cx).await,
+        Request::Import(m) => run(op, m, caller, cx).await,
+        Request::Probe(m) => run(op, m, caller, cx).await,
+        Request::Remove(m) => run(op, m, caller, cx).await,
+        Request::Edit(m) => run(op, m, caller, cx).await,
     }
 }
 
@@ -74,10 +86,20 @@ pub(super) async fn route(
 async fn run<O: Op>(
     op: &str,
     msg: O,
-    via: Transport,
+    caller: Caller,
     cx: &Context<'_>,
 ) -> Result<Payload, OpError> {
-    if O::UNIX_ONLY && via != Transport::Unix {
+    if !caller.role.allows(O::ROLE) {
+        return Err(OpError::new(
+            ErrorCode::Forbidden,
+            format!(
+                "{op} needs the {} role; this token has the {} role (nothing changed)",
+                O::ROLE,
+                caller.role
+            ),
+        ));
+    }
+    if O::UNIX_ONLY && caller.via != Transport::Unix {
         return Err(OpError::bad(format!(
             "{op} is only accepted on the Unix socket"
         )));

@@ -10,8 +10,11 @@ use crate::pool::{Outcome, PoolError, ReportOn};
 use crate::protocol::{Payload, ReportMessage, ReportOutcome, RetryAfter};
 use crate::server::context::Context;
 use crate::server::error::OpError;
+use crate::server::token::Role;
 
 impl Op for ReportMessage {
+    const ROLE: Role = Role::Lease;
+
     async fn answer(self, cx: &Context<'_>) -> Result<Payload, OpError> {
         let target = Target::new(self.lease, self.pool, self.session)?;
         // The protocol bounds it: finite, >= 0, at most MAX_DURATION.

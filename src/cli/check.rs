@@ -1,0 +1,70 @@
+//! `config check`: validate a config file without a daemon (docs/reference.md, "Command
+//! line"): what `serve` would refuse is refused here, naming the key and its line.
+
+use std::path::PathBuf;
+
+use super::secrets::ServeSecrets;
+use super::{CliError, Global};
+use crate::config::{self, Config};
+
+/// Check the file of `--config` (or `PROXYPOOL_CONFIG`, else the default path); prints a
+/// one-line summary.
+pub(super) fn config_check(g: &Global) -> Result<(), CliError> {
+    let path: PathBuf = match &g.config {
+        Some(p) => p.clone(),
+        None => {
+            let p = config::default_config_path();
+            if !p.exists() {
+                return Err(CliError::usage(format!(
+                    "no config file to check: {} does not exist (give --config FILE or PROXYPOOL_CONFIG)",
+                    p.display()
+                )));
+            }
+            p
+        }
+    };
+    let cfg = Config::load(&path)?;
+    // What `serve` builds from the file before it listens: probe targets, gateway CA files,
+    // the secrets' files.
+    crate::probe::run::probers(&cfg).map_err(|e| CliError::usage(e.to_string()))?;
+    for (i, g) in cfg.gateways.iter().enumerate() {
+        crate::dial::connector(g.ca_file.as_deref())
+            .map_err(|e| CliError::usage(format!("gateway[{i}].ca_file: {e}")))?;
+    }
+    ServeSecrets::read(&cfg.token_files, true)?;
+    println!("{}", summary(&path, &cfg));
+    Ok(())
+}
+
+/// `config F: ok: 2 pools (default, eu), 3 endpoints, 1 gateway, store S, http A`.
+fn summary(path: &std::path::Path, cfg: &Config) -> String {
+    let pools: Vec<&str> = cfg.pools.keys().map(String::as_str).collect();
+    let mut s = format!(
+        "config {}: ok: {} pool{} ({}), {} endpoint{}, {} gateway{}",
+        path.display(),
+        pools.len(),
+        plural(pools.len()),
+        pools.join(", "),
+        cfg.endpoints.len(),
+        plural(cfg.endpoints.len()),
+        cfg.gateways.len(),
+        plural(cfg.gateways.len()),
+    );
+    let db = cfg
+        .store_path
+        .clone()
+        .unwrap_or_else(config::default_db_path);
+    s.push_str(&format!(", database {}", db.display()));
+    if let Some(a) = cfg.http {
+        s.push_str(&format!(", http {a}"));
+    }
+    s
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
