@@ -579,7 +579,7 @@ mod tests {
     #[test]
     fn gateways_parse_with_defaults() {
         let cfg = Config::parse(
-            "[[gateway]]\nlisten = \"127.0.0.1:8899\"\n[[gateway]]\nlisten = \"0.0.0.0:9000\"\ntoken = \"t0k\"\nretries = 0\nretry_status = [429]\nconnect_timeout = \"3s\"\nplain_http = \"tunnel\"\n",
+            "[[gateway]]\nlisten = \"127.0.0.1:8899\"\n[[gateway]]\nlisten = \"0.0.0.0:9000\"\ntoken = \"t0k\"\nretries = 0\nretry_status = [429]\nconnect_timeout = \"3s\"\nplain_http = \"tunnel\"\nresponse_timeout = \"5s\"\nhalf_close_timeout = \"2m\"\n",
             "t.toml",
             None,
         )
@@ -590,11 +590,15 @@ mod tests {
         assert_eq!(g.token, None);
         assert_eq!(g.max_connections, 10_000);
         assert_eq!(g.plain_http, PlainHttp::Forward);
+        assert_eq!(g.response_timeout, Duration::from_secs(30));
+        assert_eq!(g.half_close_timeout, Duration::from_secs(30));
         let g = &cfg.gateways[1];
         assert_eq!(g.token.as_deref(), Some("t0k"));
         assert_eq!((g.retries, g.retry_status.clone()), (0, vec![429]));
         assert_eq!(g.connect_timeout, Duration::from_secs(3));
         assert_eq!(g.plain_http, PlainHttp::Tunnel);
+        assert_eq!(g.response_timeout, Duration::from_secs(5));
+        assert_eq!(g.half_close_timeout, Duration::from_secs(120));
         assert!(!format!("{g:?}").contains("t0k"), "token in Debug");
     }
 
@@ -634,6 +638,14 @@ mod tests {
             (
                 "[[gateway]]\nlisten = \"127.0.0.1:1\"\nconnect_timeout = \"0s\"\n",
                 "gateway[0].connect_timeout",
+            ),
+            (
+                "[[gateway]]\nlisten = \"127.0.0.1:1\"\nresponse_timeout = \"0s\"\n",
+                "gateway[0].response_timeout",
+            ),
+            (
+                "[[gateway]]\nlisten = \"127.0.0.1:1\"\nhalf_close_timeout = \"0ms\"\n",
+                "gateway[0].half_close_timeout",
             ),
             (
                 "[[gateway]]\nlisten = \"127.0.0.1:1\"\nmax_connections = 0\n",

@@ -228,6 +228,31 @@ async fn sweep_loop(
     tracker.close();
 }
 
+/// The descriptors the gateways may hold together: the open-file limit less what the lease
+/// socket, its TCP listener, the HTTP listener and the probers may take at most.
+fn gateway_budget(config: &Config, opts: &ServeOptions) -> usize {
+    use crate::server::fd_limit::{default_caps, gateway_budget, nofile};
+    let nofile = nofile();
+    let (unix, tcp) = default_caps(nofile);
+    let unix = config.max_connections.unwrap_or(unix);
+    let tcp = match opts.listen_tcp {
+        Some(_) => config.max_tcp_connections.unwrap_or(tcp),
+        None => 0,
+    };
+    let http = if opts.http.is_some() {
+        crate::web::MAX_CONNECTIONS
+    } else {
+        0
+    };
+    let probes: usize = config
+        .pools
+        .values()
+        .filter(|p| p.probe.url.is_some())
+        .map(|p| p.probe.concurrency)
+        .sum();
+    gateway_budget(nofile, unix + tcp + http + probes)
+}
+
 /// Run the daemon until `shutdown` is cancelled.
 pub async fn serve(
     config: Arc<Config>,
@@ -256,9 +281,15 @@ pub async fn serve(
         ),
         None => None,
     };
+    let budget = gateway_budget(&config, &opts);
+    if !config.gateways.is_empty() || opts.gateway.is_some() {
+        info!(descriptors = budget, "gateway descriptor budget");
+    }
+    let fds = crate::gateway::Descriptors::new(budget);
     let mut gateways = Vec::new();
     for g in config.gateways.iter().chain(&opts.gateway) {
-        gateways.push(crate::gateway::Gateway::bind(g.clone(), engine.clone()).await?);
+        let gw = crate::gateway::Gateway::bind(g.clone(), engine.clone()).await?;
+        gateways.push(gw.with_descriptors(fds.clone()));
     }
     let http = match opts.http {
         Some(addr) => Some(

@@ -12,7 +12,7 @@ pub mod endpoint;
 pub mod event_kind;
 pub mod gateway;
 pub mod health;
-pub(crate) mod limits;
+pub mod limits;
 pub mod metrics;
 pub mod pool;
 pub mod probe;

@@ -110,6 +110,9 @@ label_enum! {
         /// Every endpoint that fits was used for the destination too recently (503,
         /// `X-Proxypool-Error: paced`).
         Paced => "paced",
+        /// Out of local resources: the gateway's descriptor budget, or this machine's
+        /// descriptors, memory or ports (503; nothing reported).
+        LocalResources => "local_resources",
         /// Wrong or missing gateway token (407).
         Denied => "denied",
         /// Malformed request or unknown routing key.

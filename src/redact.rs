@@ -1,8 +1,13 @@
-//! Credentials out of free text before it is stored or printed.
+//! Credentials and control characters out of free text before it is stored or printed.
 //!
 //! Scrapers put exception texts into a report's `detail`, and those often hold the proxy
 //! URL they used; command sources carry tokens in their argv. Both end up in `events`,
-//! `show`, `list --json` and tables, so they are redacted on the way in.
+//! `show`, `list --json` and tables, so they are redacted on the way in. Any text a client
+//! sends may also hold control characters (a CR/LF that forges a line of `proxypool
+//! events`, an ESC that drives the terminal, a NUL): [`printable`] writes them as escapes,
+//! where text is stored and again where it is printed.
+
+use std::borrow::Cow;
 
 /// What replaces a secret.
 pub const MASK: &str = "***";
@@ -16,6 +21,38 @@ const WITHHELD: &str = "[detail withheld: it held a credential]";
 const SECRET_WORDS: &[&str] = &[
     "pass", "pwd", "token", "secret", "key", "auth", "cred", "cookie",
 ];
+
+/// `text` with every character that is not printable text written as an escape: `\n`,
+/// `\r`, `\t`, else `\u{..}` (C0 and C1 controls, DEL, and the Unicode line separators
+/// and direction overrides that reorder or break a line on a terminal).
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(unprintable) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if unprintable(c) => out.extend(c.escape_unicode()),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// [`printable`] of an optional text.
+pub fn printable_opt(text: Option<&str>) -> Option<Cow<'_, str>> {
+    text.map(printable)
+}
+
+fn unprintable(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}')
+        || ('\u{202a}'..='\u{202e}').contains(&c)
+        || ('\u{2066}'..='\u{2069}').contains(&c)
+}
 
 /// `text` with every `scheme://user:pass@` shown as `scheme://user:***@` and every
 /// non-empty password in `passwords` (raw or percent-encoded) replaced by `***`. The
@@ -142,6 +179,27 @@ pub fn redact_argv(argv: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_become_escapes() {
+        let table = [
+            ("plain text, unicode é ✓", "plain text, unicode é ✓"),
+            ("a\r\nx-injected: 1", "a\\r\\nx-injected: 1"),
+            ("\u{1b}[31mred\u{1b}[0m", "\\u{1b}[31mred\\u{1b}[0m"),
+            ("nul\0byte", "nul\\u{0}byte"),
+            ("tab\there", "tab\\there"),
+            ("del\u{7f} c1\u{85}", "del\\u{7f} c1\\u{85}"),
+            ("rtl\u{202e}txt", "rtl\\u{202e}txt"),
+            ("line\u{2028}sep", "line\\u{2028}sep"),
+        ];
+        for (raw, want) in table {
+            let got = printable(raw);
+            assert_eq!(got, want, "{raw:?}");
+            assert!(!got.chars().any(unprintable), "{got:?}");
+        }
+        assert!(matches!(printable("clean"), Cow::Borrowed(_)));
+        assert_eq!(printable_opt(None), None);
+    }
 
     #[test]
     fn text_table() {

@@ -96,7 +96,7 @@ pub enum StoreError {
     #[error("no endpoint {0}")]
     NotFound(String),
     /// A URL matched endpoints in several pools.
-    #[error("{url} matches endpoints in several pools ({ids}); use the id")]
+    #[error("{url} matches endpoints in several pools ({ids}); use the id or --pool")]
     Ambiguous {
         /// Redacted URL.
         url: String,
@@ -119,6 +119,8 @@ pub struct Store {
     path: PathBuf,
     /// (device, inode) of the file opened: the name must keep meaning this file.
     file: Option<(u64, u64)>,
+    /// The schema versions (before, after) when opening migrated an existing database.
+    migrated: Option<(i64, i64)>,
     /// Commits still to fail, as a full disk would (engine tests).
     #[cfg(test)]
     fail_commits: u32,
@@ -184,6 +186,7 @@ impl Store {
             },
         )?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        let before: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         MIGRATIONS
             .to_latest(&mut conn)
             .map_err(|e| StoreError::Migration {
@@ -192,7 +195,11 @@ impl Store {
                 message: e.to_string().lines().next().unwrap_or_default().to_string(),
             })?;
         restrict(path);
+        let after: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        // A new database (version 0) is created, not migrated.
+        let migrated = (before > 0 && after != before).then_some((before, after));
         Ok(Store {
+            migrated,
             conn,
             file: file_id(path),
             path: path.to_path_buf(),
@@ -215,6 +222,13 @@ impl Store {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The schema versions (before, after) when opening this store migrated an older
+    /// database: every command does, a read-only one as well (it could not read the old
+    /// schema), and says so (docs/reference.md, "Storage").
+    pub fn migrated(&self) -> Option<(i64, i64)> {
+        self.migrated
     }
 
     /// The schema version (number of applied migrations).
@@ -259,7 +273,7 @@ impl Store {
                         // keep them, as a label does.
                         let new_tags = e.tags.to_column().or(tags.clone());
                         if pw != u.password || label != e.label || new_tags != tags {
-                            upd.execute(params![id, u.password, label, new_tags])?;
+                            upd.execute(params![id, u.password, text(&label), new_tags])?;
                         }
                         out.push((id, false));
                     }
@@ -299,17 +313,23 @@ impl Store {
         rows.map(|r| r?).collect()
     }
 
-    /// Resolve an operator's `ID|URL` argument to one endpoint.
-    pub fn resolve(&self, arg: &str) -> Result<EndpointRow, ResolveError> {
+    /// Resolve an operator's `ID|URL` argument to one endpoint, of `pool` when given: the
+    /// same URL may be in several pools, and an id of another pool is not the one meant.
+    pub fn resolve(&self, arg: &str, pool: Option<&str>) -> Result<EndpointRow, ResolveError> {
+        let in_pool = pool.map(|p| format!(" in pool {p:?}")).unwrap_or_default();
         if let Ok(id) = arg.trim().parse::<EndpointId>() {
             return self
                 .get(id)?
-                .ok_or_else(|| ResolveError::NotFound(format!("with id {id}")));
+                .filter(|r| pool.is_none_or(|p| r.pool == p))
+                .ok_or_else(|| ResolveError::NotFound(format!("with id {id}{in_pool}")));
         }
         let url = ProxyUrl::parse(arg).map_err(ResolveError::BadUrl)?;
-        let mut found = self.find(&url, None)?;
+        let mut found = self.find(&url, pool)?;
         match found.len() {
-            0 => Err(ResolveError::NotFound(url.to_redacted_string())),
+            0 => Err(ResolveError::NotFound(format!(
+                "{}{in_pool}",
+                url.to_redacted_string()
+            ))),
             1 => Ok(found.remove(0)),
             _ => Err(ResolveError::Store(StoreError::Ambiguous {
                 url: url.to_redacted_string(),
@@ -535,7 +555,7 @@ fn apply_write(tx: &Connection, w: &Write) -> Result<(), StoreError> {
                 h.state.as_str(),
                 h.reason.map(Reason::as_str),
                 h.phase.map(Phase::as_str),
-                h.detail,
+                text(&h.detail),
                 h.streak,
                 h.reason_streak,
                 h.cooldown_ms.map(|v| v as i64),
@@ -568,7 +588,7 @@ fn apply_write(tx: &Connection, w: &Write) -> Result<(), StoreError> {
                 name,
                 fmt_time(SystemTime::now()),
                 *ok as i64,
-                detail,
+                text(detail),
                 count.map(|c| c as i64)
             ])?;
             Ok(())
@@ -591,8 +611,8 @@ fn insert_new(
         u.port,
         u.user_key(),
         u.password,
-        e.label,
-        e.source,
+        text(&e.label),
+        text(&e.source),
         e.state.as_str(),
         now,
         e.tags.to_column()
@@ -653,13 +673,20 @@ fn insert_event_on(
         ev.to.map(State::as_str),
         ev.reason.map(Reason::as_str),
         ev.phase.map(Phase::as_str),
-        ev.detail,
-        ev.lease,
-        destination,
+        text(&ev.detail),
+        text(&ev.lease),
+        destination.map(crate::redact::printable),
         status,
         ev.blame.map(Blame::as_str),
     ])?;
     Ok(())
+}
+
+/// A free-text column as stored: control characters (a client's CR/LF, ESC, NUL) written
+/// as escapes (`redact::printable`), so no stored text can forge a line or drive a
+/// terminal wherever it is printed later.
+pub(crate) fn text(v: &Option<String>) -> Option<std::borrow::Cow<'_, str>> {
+    crate::redact::printable_opt(v.as_deref())
 }
 
 /// An optional text column holding a name (`reason`, `phase`): None stays None.
@@ -794,9 +821,25 @@ mod tests {
         assert!(!err.to_string().contains(":y@"));
         assert_eq!(s.list(None, None).unwrap().len(), 4);
         assert!(matches!(
-            s.resolve("socks5://a@h:1").unwrap_err(),
+            s.resolve("socks5://a@h:1", None).unwrap_err(),
             ResolveError::Store(StoreError::Ambiguous { .. })
         ));
+        // A pool makes it one; an id of another pool is not found in it.
+        assert_eq!(
+            s.resolve("socks5://a@h:1", Some("other")).unwrap().id,
+            ids[3]
+        );
+        assert_eq!(
+            s.resolve("socks5://a@h:1", Some("default")).unwrap().id,
+            ids[0]
+        );
+        let id = ids[3].to_string();
+        assert_eq!(s.resolve(&id, None).unwrap().id, ids[3]);
+        let err = s.resolve(&id, Some("default")).unwrap_err();
+        assert!(matches!(err, ResolveError::NotFound(_)), "{err}");
+        assert!(err.to_string().contains("in pool \"default\""), "{err}");
+        let err = s.resolve("socks5://a@h:1", Some("nope")).unwrap_err();
+        assert!(err.to_string().contains("in pool \"nope\""), "{err}");
     }
 
     #[test]

@@ -1111,7 +1111,16 @@ fn a_first_migration_database_is_migrated_on_open() {
         .unwrap();
     }
 
-    let out = e.ok(&["list", "--json"]);
+    // A read-only command migrates (it could not read the old schema), and says so.
+    let listed = e.run(&["list", "--json"]);
+    assert_eq!(listed.code, Some(0), "{}", listed.stderr);
+    assert!(
+        listed.stderr.contains("upgraded the database")
+            && listed.stderr.contains("from schema version 1 to 4"),
+        "{}",
+        listed.stderr
+    );
+    let out = listed.stdout;
     assert_no_secret("list of migrated db", &out);
     let rows: Vec<Value> = serde_json::from_str::<Value>(&out)
         .unwrap()
@@ -1129,6 +1138,17 @@ fn a_first_migration_database_is_migrated_on_open() {
     assert_eq!(r["cooldown_ms"], 120000);
     assert_eq!(r["label"], "legacy");
     assert_rfc3339_utc(&r["cooldown_until"]);
+    // Stored until 2999 with a 2 min cooldown: the daemon waits 2 min, and that is shown.
+    let table = e.ok(&["list"]);
+    assert!(
+        table.contains("in 2m") && !table.contains("years"),
+        "{table}"
+    );
+    let shown = e.ok(&["show", "7"]);
+    assert!(
+        shown.contains("(in 2m; stored 2999-01-01") && shown.contains("clamped"),
+        "{shown}"
+    );
 
     let conn = e.sqlite();
     let version: i64 = conn
@@ -1176,8 +1196,9 @@ fn a_first_migration_database_is_migrated_on_open() {
     assert!(new > 7);
     e.ok(&["enable", "--now", "7"]);
     assert_eq!(find(&e.list(), 7)["state"], "available");
-    // Opening again is a no-op.
-    e.ok(&["list"]);
+    // Opening again is a no-op, and says nothing.
+    let again = e.run(&["list"]);
+    assert!(!again.stderr.contains("upgraded"), "{}", again.stderr);
     assert_eq!(e.count("endpoints"), 2);
 }
 

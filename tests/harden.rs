@@ -603,3 +603,49 @@ fn connection_caps_are_configurable_and_zero_is_refused() {
     assert!(second.closed_by_peer(), "over the cap: closed");
     assert_eq!(first.req(&json!({"op": "lease"}))["ok"], json!(true));
 }
+
+/// Ghost leases (issue 20): a `lease` waiting with `wait` whose client closed the socket is
+/// never granted, or is given back at once. One endpoint capped at one lease: when its
+/// holder releases it, a waiter that left must not take it for the lease's whole hour.
+#[test]
+fn a_waiting_lease_whose_client_left_is_never_granted() {
+    let h = Home::new(Some(
+        "[[pool]]\nname = \"default\"\nmax_leases_per_endpoint = 1\n",
+    ));
+    let d = h.serve();
+    let id = h.add(&["http://10.7.0.1:3128"])[0];
+    let mut holder = d.conn();
+    let first = holder.req(&json!({"op": "lease", "ttl": "1h"}));
+    assert_eq!(first["endpoint"], json!(id), "{first}");
+    // A second client waits for the endpoint, then goes away while it waits.
+    let mut waiter = d.conn();
+    waiter
+        .send_raw(b"{\"op\":\"lease\",\"ttl\":\"1h\",\"wait\":\"60s\"}\n")
+        .unwrap();
+    waiter.wait_read_by_peer();
+    drop(waiter);
+    let r = holder.req(&json!({"op": "release", "lease": first["lease"]}));
+    assert_eq!(r["ok"], json!(true), "{r}");
+    // Nobody holds it: the lease the waiter asked for was never granted (or went back).
+    d.wait_for_counts("available", 1, 0);
+    let again = d.req(json!({"op": "lease", "ttl": "1h"}));
+    assert_eq!(again["endpoint"], json!(id), "{again}");
+}
+
+/// A client that shuts down only its sending side after its request (`printf … | nc -N`)
+/// still gets its lease: end of stream alone does not mean nobody reads the answer.
+#[test]
+fn a_lease_asked_then_half_closed_is_still_answered() {
+    let h = Home::new(None);
+    let d = h.serve();
+    let id = h.add(&["http://10.7.0.1:3128"])[0];
+    for _ in 0..20 {
+        let mut c = d.conn();
+        c.send_raw(b"{\"op\":\"lease\",\"ttl\":\"1h\"}\n").unwrap();
+        c.shutdown_write();
+        let r = c.read_json();
+        assert_eq!(r["endpoint"], json!(id), "{r}");
+        let rel = d.req(json!({"op": "release", "lease": r["lease"]}));
+        assert_eq!(rel["ok"], json!(true), "{rel}");
+    }
+}

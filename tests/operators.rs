@@ -630,3 +630,101 @@ fn probing_an_empty_pool_exits_like_a_dead_one() {
     assert_eq!(o.code, Some(1), "{o:?}");
     assert!(o.stderr.contains("1 of 1 probes failed"), "{}", o.stderr);
 }
+
+const TWO_POOLS: &str = r#"
+[[pool]]
+name = "shops"
+mode = "static-no-ping"
+
+[[pool]]
+name = "news"
+mode = "static-no-ping"
+"#;
+
+/// The state of endpoint `id` as `list` has it.
+fn state_of(h: &Home, id: i64) -> String {
+    h.listed(id)["state"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn operator_commands_name_a_url_within_a_pool() {
+    let h = Home::new(Some(TWO_POOLS));
+    let url = "http://10.34.0.1:3128";
+    let shop = ids(&h.ok(&["add", "--pool", "shops", url]))[0];
+    let news = ids(&h.ok(&["add", "--pool", "news", url]))[0];
+
+    // Without a daemon. The URL alone is ambiguous: refused, naming both ids and --pool.
+    let (_, err) = h.fails(2, &["disable", url]);
+    assert!(
+        err.contains(&format!("{shop}, {news}")) && err.contains("--pool"),
+        "{err}"
+    );
+    assert_eq!(
+        (state_of(&h, shop), state_of(&h, news)),
+        ("available".into(), "available".into())
+    );
+    h.ok(&["disable", "--pool", "news", url, "--reason", "rotated out"]);
+    assert_eq!(
+        (state_of(&h, shop), state_of(&h, news)),
+        ("available".into(), "disabled".into())
+    );
+    let shown = h.ok(&["show", "--pool", "shops", url, "--json"]);
+    let shown: Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(shown["id"], json!(shop), "{shown}");
+    // An id of another pool is not the endpoint meant: refused, nothing changes.
+    let (_, err) = h.fails(
+        2,
+        &["enable", "--now", "--pool", "shops", &news.to_string()],
+    );
+    assert!(
+        err.contains(&format!("with id {news} in pool \"shops\"")),
+        "{err}"
+    );
+    assert_eq!(state_of(&h, news), "disabled");
+    let (_, err) = h.fails(2, &["remove", "--pool", "nope", url]);
+    assert!(err.contains("in pool \"nope\""), "{err}");
+    assert_eq!(h.list().len(), 2);
+
+    // Through a daemon, on its socket and over TCP from another host: the same rule.
+    let tcp = addr();
+    let _d = h.serve_with(&["--listen-tcp", &tcp], &[("PROXYPOOL_TOKEN", ADMIN)]);
+    h.ok(&["enable", "--now", "--pool", "news", url]);
+    assert_eq!(state_of(&h, news), "available");
+    let (_, err) = h.fails(2, &["disable", url]);
+    assert!(err.contains("--pool"), "{err}");
+    let client = Home::new(None);
+    let connect = format!("tcp://{tcp}");
+    let env = [
+        ("PROXYPOOL_TOKEN", ADMIN),
+        ("PROXYPOOL_CONNECT", connect.as_str()),
+    ];
+    let o = run_env(&client, &["disable", url], &env);
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.contains("--pool"), "{}", o.stderr);
+    let o = run_env(&client, &["disable", "--pool", "shops", url], &env);
+    assert_eq!(o.code, Some(0), "{o:?}");
+    let o = run_env(
+        &client,
+        &["remove", "--pool", "news", &shop.to_string()],
+        &env,
+    );
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(
+        o.stderr
+            .contains(&format!("with id {shop} in pool \"news\"")),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(
+        (state_of(&h, shop), state_of(&h, news)),
+        ("disabled".into(), "available".into())
+    );
+    let o = run_env(
+        &client,
+        &["edit", "--pool", "news", url, "--label", "n1"],
+        &env,
+    );
+    assert_eq!(o.code, Some(0), "{o:?}");
+    assert_eq!(h.listed(news)["label"], json!("n1"));
+    assert_eq!(h.listed(shop)["label"], Value::Null);
+}

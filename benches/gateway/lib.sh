@@ -60,10 +60,12 @@ gw_cleanup() {
 
 gw_rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 
-# gw_start_nginx DIR PORT [BIG_MIB]: nginx serving DIR/www: /small (~600 bytes of HTML) and
-# /big (BIG_MIB MiB, default 256, sparse so it costs no disk). Sets GW_NGINX_PID.
+# gw_start_nginx DIR PORT [BIG_MIB] [SPLIT_PORT]: nginx serving DIR/www: /small (~600 bytes
+# of HTML) and /big (BIG_MIB MiB, default 256, sparse so it costs no disk). On SPLIT_PORT
+# the same files without `tcp_nopush`: the head goes out in one segment and the body (by
+# sendfile) in another, as many sites in the wild send them. Sets GW_NGINX_PID.
 gw_start_nginx() {
-    local dir=$1 port=$2 big=${3:-256}
+    local dir=$1 port=$2 big=${3:-256} split=${4:-}
     mkdir -p "$dir/www" "$dir/nginx-tmp"
     # Workers run as an unprivileged user when started as root: they must read the files.
     chmod 755 "$dir" "$dir/www"
@@ -98,6 +100,7 @@ http {
         root $dir/www;
         location = /small { default_type text/html; }
     }
+$([[ -n $split ]] && printf '    server {\n        listen 127.0.0.1:%s;\n        root %s/www;\n        tcp_nopush off;\n        location = /small { default_type text/html; }\n    }\n' "$split" "$dir")
 }
 CONF
     nginx -p "$dir" -c "$dir/nginx.conf" >"$dir/nginx.out" 2>&1 &

@@ -15,7 +15,10 @@
 #                      (gateway: plain_http "forward", the default; gateway-tunnel: "tunnel";
 #                      also "haproxy-tcp": HAProxy as a plain TCP forwarder to tinyproxy, the
 #                      cheapest possible extra hop, which parses nothing; Debian `haproxy`)
-#   LOADS="tunnels absolute bulk idle"           loads to run
+#   LOADS="tunnels absolute split bulk idle"     loads to run (split: absolute-form GETs
+#                      to an nginx without tcp_nopush, which writes head and body apart:
+#                      through a relay without TCP_NODELAY such as tinyproxy, a delayed ACK
+#                      on a kept upstream connection costs 40 ms a request)
 #   GWBENCH_TOOLS=/tmp/gwbench-tools   where proxy-chain and pproxy were installed (below)
 #   PROXYPOOL_BIN=...  default: target/release/proxypool, built here with cargo
 #   KEEP=1             keep the temp dir (configs, logs) and print its path
@@ -36,7 +39,7 @@ CLIENTS=${CLIENTS:-8}
 IDLE_TUNNELS=${IDLE_TUNNELS:-10000}
 BIG_MIB=${BIG_MIB:-256}
 FRONTS=${FRONTS:-direct gateway gateway-tunnel haproxy-tcp proxy-chain pproxy}
-LOADS=${LOADS:-tunnels absolute bulk idle}
+LOADS=${LOADS:-tunnels absolute split bulk idle}
 TOOLS=${GWBENCH_TOOLS:-/tmp/gwbench-tools}
 
 gw_need nginx "Debian package nginx-light (apt-get install nginx-light)"
@@ -77,7 +80,10 @@ fi
 # ---- fixtures ----
 NGINX_PORT=$(gw_free_port)
 TP_PORT=$(gw_free_port)
-gw_start_nginx "$D" "$NGINX_PORT" "$BIG_MIB"
+SPLIT_PORT=$(gw_free_port)
+gw_start_nginx "$D" "$NGINX_PORT" "$BIG_MIB" "$SPLIT_PORT"
+gw_wait_port "$SPLIT_PORT" || exit 1
+SPLIT_DEST=127.0.0.1:$SPLIT_PORT
 gw_start_tinyproxy "$D" "$TP_PORT"
 DEST=127.0.0.1:$NGINX_PORT
 UPSTREAM=http://127.0.0.1:$TP_PORT
@@ -177,7 +183,7 @@ for f in "${ORDER[@]}"; do
     fi
 done
 
-declare -A TUN TUN_ERR TUN_FIRST GET GET_BAD GET_SOCK BULK BULK_NOTE MEM MEM_NOTE
+declare -A TUN TUN_ERR TUN_FIRST GET GET_BAD GET_SOCK SPLIT SPLIT_BAD BULK BULK_NOTE MEM MEM_NOTE
 
 kv() { gw_kv "$@"; }
 
@@ -191,19 +197,35 @@ run_tunnels() {
     TUN_FIRST[$f]=$(sed -n 's/.*first_error=\(.*\)/\1/p' <<<"$line")
 }
 
-run_absolute() {
+# wrk_absolute FRONT DEST: absolute-form GETs of DEST/small through FRONT; sets W_RATE,
+# W_BAD (status >= 400) and W_SOCK (socket errors), empty when wrk printed no result.
+wrk_absolute() {
     local f=$1 out line req us
+    W_RATE= W_BAD= W_SOCK=
     out=$(wrk -t 2 -c "$CLIENTS" -d "${DURATION}s" --timeout 5s -s "$HERE/absolute.lua" \
-        "http://127.0.0.1:${PORT[$f]}/" -- "$DEST" /small 2>&1)
+        "http://127.0.0.1:${PORT[$f]}/" -- "$2" /small 2>&1)
     line=$(grep '^WRK ' <<<"$out" || true)
-    [[ -n $line ]] || { gw_log "$f absolute-form: wrk printed no result"; printf '%s\n' "$out" >&2; return; }
-    gw_log "$f absolute-form: $line"
+    [[ -n $line ]] || { gw_log "$f absolute-form to $2: wrk printed no result"; printf '%s\n' "$out" >&2; return; }
+    gw_log "$f absolute-form to $2: $line"
     req=$(kv requests "$line")
     us=$(kv duration_us "$line")
-    GET[$f]=$(awk -v r="$req" -v u="$us" 'BEGIN { printf "%.1f", r / (u / 1e6) }')
-    GET_BAD[$f]=$(kv status "$line")
-    GET_SOCK[$f]=$(awk -v c="$(kv connect "$line")" -v r="$(kv read "$line")" -v w="$(kv write "$line")" \
+    W_RATE=$(awk -v r="$req" -v u="$us" 'BEGIN { printf "%.1f", r / (u / 1e6) }')
+    W_BAD=$(kv status "$line")
+    W_SOCK=$(awk -v c="$(kv connect "$line")" -v r="$(kv read "$line")" -v w="$(kv write "$line")" \
         -v t="$(kv timeout "$line")" 'BEGIN { print c + r + w + t }')
+}
+
+run_absolute() {
+    wrk_absolute "$1" "$DEST"
+    [[ -n $W_RATE ]] || return 0
+    GET[$1]=$W_RATE GET_BAD[$1]=$W_BAD GET_SOCK[$1]=$W_SOCK
+}
+
+# The destination that writes head and body apart (see LOADS above).
+run_split() {
+    wrk_absolute "$1" "$SPLIT_DEST"
+    [[ -n $W_RATE ]] || return 0
+    SPLIT[$1]=$W_RATE SPLIT_BAD[$1]=$W_BAD
 }
 
 # One download at a time, BULK_RUNS times per front, the best kept: a single transfer of a
@@ -260,9 +282,10 @@ for load in $LOADS; do
         case $load in
         tunnels) run_tunnels "$f" ;;
         absolute) run_absolute "$f" ;;
+        split) run_split "$f" ;;
         bulk) run_bulk "$f" ;;
         idle) run_idle "$f" ;;
-        *) gw_log "unknown load '$load' (tunnels absolute bulk idle)"; exit 2 ;;
+        *) gw_log "unknown load '$load' (tunnels absolute split bulk idle)"; exit 2 ;;
         esac
     done
 done
@@ -295,25 +318,26 @@ echo "Gateway benchmark — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(
 echo "Linux $(uname -r), $(tinyproxy -v 2>&1 | head -1), nginx $(nginx -v 2>&1 | sed 's/.*nginx\///'), $CLIENTS clients, ${DURATION}s per cell,"
 echo "load average before $LOAD_BEFORE, after $LOAD_AFTER."
 echo
-echo "| front | CONNECT tunnels/s (errors) | absolute-form GETs/s (status ≥ 400, socket errors) | bulk ${BIG_MIB} MiB via tunnel, MB/s (best of $BULK_RUNS) | RSS per idle tunnel, KiB ($(num "$IDLE_TUNNELS") open) |"
-echo "|---|---:|---:|---:|---:|"
+echo "| front | CONNECT tunnels/s (errors) | absolute-form GETs/s (status ≥ 400, socket errors) | absolute-form GETs/s, head and body apart (status ≥ 400) | bulk ${BIG_MIB} MiB via tunnel, MB/s (best of $BULK_RUNS) | RSS per idle tunnel, KiB ($(num "$IDLE_TUNNELS") open) |"
+echo "|---|---:|---:|---:|---:|---:|"
 for f in "${ORDER[@]}"; do
     t=${TUN[$f]:+$(num "${TUN[$f]}") ($(num "${TUN_ERR[$f]}"))}
     g=${GET[$f]:+$(num "${GET[$f]}") ($(num "${GET_BAD[$f]}"), $(num "${GET_SOCK[$f]}"))}
+    s=${SPLIT[$f]:+$(num "${SPLIT[$f]}") ($(num "${SPLIT_BAD[$f]}"))}
     b=${BULK[$f]:+$(num "${BULK[$f]}")}
     b=${b:-${BULK_NOTE[$f]:-—}}
     m=${MEM[$f]:+$(num "${MEM[$f]}")}
     [[ -n ${MEM_NOTE[$f]:-} ]] && m="$m (${MEM_NOTE[$f]})"
-    echo "| $(label "$f") | ${t:-—} | ${g:-—} | $b | ${m:-—} |"
+    echo "| $(label "$f") | ${t:-—} | ${g:-—} | ${s:-—} | $b | ${m:-—} |"
 done
 echo
-echo "| ratio | tunnels/s | absolute-form GETs/s | bulk MB/s | RSS per idle tunnel |"
-echo "|---|---:|---:|---:|---:|"
+echo "| ratio | tunnels/s | absolute-form GETs/s | head and body apart | bulk MB/s | RSS per idle tunnel |"
+echo "|---|---:|---:|---:|---:|---:|"
 for gw in gateway gateway-tunnel haproxy-tcp; do
     [[ -n ${PORT[$gw]:-} ]] || continue
     for peer in direct proxy-chain pproxy; do
         [[ -n ${PORT[$peer]:-} ]] || continue
-        echo "| $gw / $peer | $(ratio "${TUN[$gw]:-}" "${TUN[$peer]:-}") | $(ratio "${GET[$gw]:-}" "${GET[$peer]:-}") | $(ratio "${BULK[$gw]:-}" "${BULK[$peer]:-}") | $(ratio "${MEM[$gw]:-}" "${MEM[$peer]:-}") |"
+        echo "| $gw / $peer | $(ratio "${TUN[$gw]:-}" "${TUN[$peer]:-}") | $(ratio "${GET[$gw]:-}" "${GET[$peer]:-}") | $(ratio "${SPLIT[$gw]:-}" "${SPLIT[$peer]:-}") | $(ratio "${BULK[$gw]:-}" "${BULK[$peer]:-}") | $(ratio "${MEM[$gw]:-}" "${MEM[$peer]:-}") |"
     done
 done
 echo

@@ -125,6 +125,9 @@ pub enum Command {
     Show {
         /// Id or URL.
         endpoint: String,
+        /// Only endpoints of this pool (a URL may be in several pools).
+        #[arg(long)]
+        pool: Option<String>,
         /// JSON.
         #[arg(long)]
         json: bool,
@@ -137,6 +140,9 @@ pub enum Command {
         /// Ids or URLs.
         #[arg(required = true)]
         endpoints: Vec<String>,
+        /// Only endpoints of this pool (a URL may be in several pools).
+        #[arg(long)]
+        pool: Option<String>,
         /// Why (kept in the event log).
         #[arg(long)]
         reason: Option<String>,
@@ -146,6 +152,9 @@ pub enum Command {
         /// Ids or URLs.
         #[arg(required = true)]
         endpoints: Vec<String>,
+        /// Only endpoints of this pool (a URL may be in several pools).
+        #[arg(long)]
+        pool: Option<String>,
         /// Skip the probe.
         #[arg(long)]
         now: bool,
@@ -158,11 +167,17 @@ pub enum Command {
         /// Ids or URLs.
         #[arg(required = true)]
         endpoints: Vec<String>,
+        /// Only endpoints of this pool (a URL may be in several pools).
+        #[arg(long)]
+        pool: Option<String>,
     },
     /// Replace an endpoint's URL (e.g. a rotated password), label or tags, keeping its id, state and history.
     Edit {
         /// Id or URL.
         endpoint: String,
+        /// Only endpoints of this pool (a URL may be in several pools).
+        #[arg(long)]
+        pool: Option<String>,
         /// New URL, in the same pool (scheme://[user[:password]@]host:port).
         #[arg(long)]
         url: Option<String>,

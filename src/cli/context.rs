@@ -13,6 +13,23 @@ use crate::protocol::{EndpointRef, Payload, Request};
 use crate::store::lock::{self, Owner};
 use crate::store::Store;
 
+/// The endpoints an operator named (`ID|URL` arguments), of one pool when `--pool` is
+/// given: the same URL may be in several pools, and an id of another pool is refused.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Named<'a> {
+    pub args: &'a [String],
+    pub pool: Option<&'a str>,
+}
+
+impl<'a> Named<'a> {
+    pub fn new(args: &'a [String], pool: &'a Option<String>) -> Named<'a> {
+        Named {
+            args,
+            pool: pool.as_deref(),
+        }
+    }
+}
+
 /// Resolved paths and config for a command.
 pub struct Context {
     /// Validated config.
@@ -78,12 +95,21 @@ impl Context {
                 )));
             }
         }
-        Ok(Store::open_with(&self.db, self.config.durability)?)
+        let store = Store::open_with(&self.db, self.config.durability)?;
+        if let Some((before, after)) = store.migrated() {
+            // Never silent: the file changed, and an older proxypool cannot open it now.
+            eprintln!(
+                "proxypool: upgraded the database {} from schema version {before} to {after} (older proxypool versions cannot open it any more)",
+                self.db.display()
+            );
+        }
+        Ok(store)
     }
 
     /// The endpoints an operator named, as the daemon's ops take them: resolved here
     /// (ids) when the database is this host's, else as typed, for the remote daemon.
-    pub(super) fn endpoint_refs(&self, targets: &[String]) -> Result<Vec<EndpointRef>, CliError> {
+    pub(super) fn endpoint_refs(&self, named: &Named) -> Result<Vec<EndpointRef>, CliError> {
+        let targets = named.args;
         if self.remote.is_some() {
             let mut refs: Vec<EndpointRef> = Vec::with_capacity(targets.len());
             for t in targets {
@@ -98,7 +124,7 @@ impl Context {
             return Ok(refs);
         }
         Ok(self
-            .resolve_ids(targets)?
+            .resolve_ids(named)?
             .into_iter()
             .map(EndpointRef::Id)
             .collect())
@@ -113,12 +139,14 @@ impl Context {
     }
 
     /// Resolve every `ID|URL` argument before anything changes, so that one bad argument
-    /// changes nothing; an endpoint named twice counts once.
-    pub(super) fn resolve_ids(&self, targets: &[String]) -> Result<Vec<EndpointId>, CliError> {
+    /// changes nothing; an endpoint named twice counts once. With `pool`, only that pool's
+    /// endpoints are meant (a URL may be in several pools).
+    pub(super) fn resolve_ids(&self, named: &Named) -> Result<Vec<EndpointId>, CliError> {
+        let (targets, pool) = (named.args, named.pool);
         let store = self.open_store()?;
         let mut ids: Vec<EndpointId> = Vec::with_capacity(targets.len());
         for t in targets {
-            let id = store.resolve(t)?.id;
+            let id = store.resolve(t, pool)?.id;
             if !ids.contains(&id) {
                 ids.push(id);
             }

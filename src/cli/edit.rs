@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{call, unexpected, CliError, Context};
+use super::{call, unexpected, CliError, Context, Named};
 use crate::protocol::{EditMessage, EndpointRef, Payload, Request};
 use crate::server::edit_fields;
 use crate::store::EndpointView;
@@ -10,6 +10,7 @@ use crate::store::EndpointView;
 pub(super) async fn edit(
     ctx: &Context,
     target: &str,
+    pool: Option<String>,
     url: Option<String>,
     label: Option<String>,
     tags: &[String],
@@ -24,10 +25,12 @@ pub(super) async fn edit(
     }
     let fields =
         edit_fields(url.clone(), label.clone(), changes.clone()).map_err(CliError::usage)?;
-    let endpoint = ctx.endpoint_refs(&[target.to_string()])?.remove(0);
+    let args = [target.to_string()];
+    let endpoint = ctx.endpoint_refs(&Named::new(&args, &pool))?.remove(0);
     let view: EndpointView = if let Some(mut c) = ctx.daemon().await? {
         let req = Request::Edit(EditMessage {
             endpoint,
+            pool,
             url,
             label,
             tags: (!changes.is_empty()).then_some(changes),

@@ -69,7 +69,7 @@ impl From<EngineError> for CliError {
             EngineError::Store(s) if s.is_input() => CliError::usage(s.to_string()),
             EngineError::Store(s) => CliError::failed(s.to_string()),
             EngineError::Resolve(r) => r.into(),
-            e @ EngineError::Stopped => CliError::failed(e.to_string()),
+            e @ (EngineError::Stopped | EngineError::CallerGone) => CliError::failed(e.to_string()),
         }
     }
 }

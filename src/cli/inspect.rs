@@ -133,12 +133,13 @@ async fn daemon_database(c: &mut Client) -> Result<String, CliError> {
 pub(super) async fn show(
     ctx: &Context,
     endpoint: String,
+    pool: Option<String>,
     json: bool,
     events: usize,
 ) -> Result<(), CliError> {
     ctx.local("show")?;
     let store = ctx.store_to_read()?;
-    let row = store.resolve(&endpoint)?;
+    let row = store.resolve(&endpoint, pool.as_deref())?;
     let evs = store.recent_events(Some(row.id), events)?;
     let stats = daemon_stats(ctx, None, Some(row.id)).await?.remove(&row.id);
     let pairs = store.pairs_of(row.id)?;

@@ -29,7 +29,7 @@ pub use context::Context;
 pub use error::CliError;
 
 use add::{add, import};
-use context::call;
+use context::{call, Named};
 use edit::edit;
 use error::{daemon_error, unexpected};
 use events::events;
@@ -97,22 +97,29 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Show {
             endpoint,
+            pool,
             json,
             events,
-        } => show(&ctx, endpoint, json, events).await,
+        } => show(&ctx, endpoint, pool, json, events).await,
         Command::Edit {
             endpoint,
+            pool,
             url,
             label,
             tags,
-        } => edit(&ctx, &endpoint, url, label, &tags).await,
-        Command::Disable { endpoints, reason } => disable(&ctx, &endpoints, reason).await,
+        } => edit(&ctx, &endpoint, pool, url, label, &tags).await,
+        Command::Disable {
+            endpoints,
+            pool,
+            reason,
+        } => disable(&ctx, &Named::new(&endpoints, &pool), reason).await,
         Command::Enable {
             endpoints,
+            pool,
             now,
             destination,
-        } => enable(&ctx, &endpoints, now, destination).await,
-        Command::Remove { endpoints } => remove(&ctx, &endpoints).await,
+        } => enable(&ctx, &Named::new(&endpoints, &pool), now, destination).await,
+        Command::Remove { endpoints, pool } => remove(&ctx, &Named::new(&endpoints, &pool)).await,
         Command::Probe {
             endpoints,
             all,

@@ -1,6 +1,6 @@
 //! `disable`, `enable` and `remove`.
 
-use super::{call, unexpected, CliError, Context};
+use super::{call, unexpected, CliError, Context, Named};
 use crate::health::Input;
 use crate::protocol::{
     DisableMessage, EnableMessage, EndpointRef, Payload, RemoveMessage, Request,
@@ -9,13 +9,14 @@ use crate::protocol::{
 /// `disable`.
 pub(super) async fn disable(
     ctx: &Context,
-    targets: &[String],
+    targets: &Named<'_>,
     reason: Option<String>,
 ) -> Result<(), CliError> {
     operator(ctx, targets, |r| {
         (
             Request::Disable(DisableMessage {
                 endpoint: r,
+                pool: targets.pool.map(str::to_string),
                 reason: reason.clone(),
             }),
             Input::Disable {
@@ -29,7 +30,7 @@ pub(super) async fn disable(
 /// `enable`: of the endpoints, or (with a destination) of their pairs for it.
 pub(super) async fn enable(
     ctx: &Context,
-    targets: &[String],
+    targets: &Named<'_>,
     now: bool,
     destination: Option<String>,
 ) -> Result<(), CliError> {
@@ -40,6 +41,7 @@ pub(super) async fn enable(
         (
             Request::Enable(EnableMessage {
                 endpoint: r,
+                pool: targets.pool.map(str::to_string),
                 now: Some(now),
                 destination: None,
             }),
@@ -52,7 +54,7 @@ pub(super) async fn enable(
 /// Send each endpoint's act to the daemon, or apply it to the store without one.
 async fn operator(
     ctx: &Context,
-    targets: &[String],
+    targets: &Named<'_>,
     make: impl Fn(EndpointRef) -> (Request, Input),
 ) -> Result<(), CliError> {
     if let Some(mut c) = ctx.daemon().await? {
@@ -80,13 +82,14 @@ async fn operator(
     Ok(())
 }
 
-pub(super) async fn remove(ctx: &Context, targets: &[String]) -> Result<(), CliError> {
+pub(super) async fn remove(ctx: &Context, targets: &Named<'_>) -> Result<(), CliError> {
     let refs = ctx.endpoint_refs(targets)?;
     if let Some(mut c) = ctx.daemon().await? {
         call(
             &mut c,
             &Request::Remove(RemoveMessage {
                 endpoints: refs.clone(),
+                pool: targets.pool.map(str::to_string),
             }),
         )
         .await?;

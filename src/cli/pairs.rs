@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use serde_json::{json, Value};
 
 use super::table::{s, table};
-use super::{call, parse_state, unexpected, CliError, Context};
+use super::{call, parse_state, unexpected, CliError, Context, Named};
 use crate::health::State;
 use crate::pool::destinations::normalize;
 use crate::protocol::{EnableMessage, Payload, Request};
@@ -110,7 +110,19 @@ pub(super) fn print_pairs(pairs: &[PairRow]) {
             line.push_str(&format!(" status={x}"));
         }
         if let Some(u) = r.cooldown_until {
-            line.push_str(&format!(" until={}", fmt_time(u)));
+            // As the daemon counts it: at most the cooldown's length from now.
+            let now = std::time::SystemTime::now();
+            let len = std::time::Duration::from_millis(r.cooldown_ms.unwrap_or(0));
+            let kept = now + crate::health::restored_remaining(u, now, len);
+            if u > kept + std::time::Duration::from_secs(1) {
+                line.push_str(&format!(
+                    " until={} (stored {}, beyond its cooldown: clamped)",
+                    fmt_time(kept),
+                    fmt_time(u)
+                ));
+            } else {
+                line.push_str(&format!(" until={}", fmt_time(u)));
+            }
         }
         println!("{line}");
     }
@@ -120,7 +132,7 @@ pub(super) fn print_pairs(pairs: &[PairRow]) {
 /// one runs, else on the store directly.
 pub(super) async fn enable_pair(
     ctx: &Context,
-    targets: &[String],
+    targets: &Named<'_>,
     raw: &str,
 ) -> Result<(), CliError> {
     let d = destination(raw)?;
@@ -129,6 +141,7 @@ pub(super) async fn enable_pair(
         for r in refs {
             let req = Request::Enable(EnableMessage {
                 endpoint: r.clone(),
+                pool: targets.pool.map(str::to_string),
                 now: None,
                 destination: Some(d.clone()),
             });

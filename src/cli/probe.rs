@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::{call, table, unexpected, CliError, Context};
+use super::{call, table, unexpected, CliError, Context, Named};
 use crate::endpoint::EndpointId;
 use crate::probe::run as probe_run;
 use crate::probe::ProbeReport;
@@ -59,7 +59,7 @@ pub(super) async fn probe(
         let ids: Vec<EndpointId> = if targets.is_empty() {
             engine.ids(pool.as_deref())
         } else {
-            ctx.resolve_ids(&targets)?
+            ctx.resolve_ids(&Named::new(&targets, &pool))?
         };
         let probers =
             probe_run::probers(&ctx.config).map_err(|e| CliError::usage(e.to_string()))?;

@@ -7,6 +7,7 @@ use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
 use serde_json::Value;
 
 use crate::health::State;
+use crate::redact::printable;
 use crate::stats::EndpointStats;
 use crate::store::{EndpointRow, EndpointView, EventRow};
 
@@ -54,23 +55,59 @@ pub(super) fn fmt_event(e: &EventRow) -> String {
             s.push_str(&format!(" {k}={v}"));
         }
     }
-    s
+    // One event, one line: whatever a row holds (stored before its text was made
+    // printable, or by an older version) cannot forge another or drive the terminal.
+    printable(&s).into_owned()
 }
 
-pub(super) fn until_text(row: &EndpointRow) -> String {
-    cooldown_text(row.state, row.cooldown_until)
-}
-
-fn cooldown_text(state: State, until: Option<SystemTime>) -> String {
+/// When a cooling row's cooldown ends as the daemon counts it: a stored end beyond its
+/// cooldown's length from now (a clock that jumped, an old database) is clamped to that
+/// length, as the daemon does when it loads the row (docs/reference.md, "Storage").
+fn cooldown_left(
+    state: State,
+    until: Option<SystemTime>,
+    cooldown_ms: Option<u64>,
+    now: SystemTime,
+) -> Option<Duration> {
     match (state, until) {
-        (State::Cooling, Some(t)) => match t.duration_since(SystemTime::now()) {
-            Ok(d) => format!(
-                "in {}",
-                humantime::format_duration(Duration::from_secs(d.as_secs()))
-            ),
-            Err(_) => "due".into(),
-        },
-        _ => "-".into(),
+        (State::Cooling, Some(t)) => {
+            let len = Duration::from_millis(cooldown_ms.unwrap_or(0));
+            Some(crate::health::restored_remaining(t, now, len))
+        }
+        _ => None,
+    }
+}
+
+fn left_text(left: Option<Duration>) -> String {
+    match left {
+        Some(d) if d.as_secs() > 0 => format!(
+            "in {}",
+            humantime::format_duration(Duration::from_secs(d.as_secs()))
+        ),
+        Some(_) => "due".into(),
+        None => "-".into(),
+    }
+}
+
+fn cooldown_text(state: State, until: Option<SystemTime>, cooldown_ms: Option<u64>) -> String {
+    left_text(cooldown_left(state, until, cooldown_ms, SystemTime::now()))
+}
+
+/// `show`'s `cooldown_until`: the end the daemon keeps, and the stored one when it was
+/// clamped.
+fn until_line(row: &EndpointRow, now: SystemTime) -> String {
+    let Some(stored) = row.cooldown_until else {
+        return "-".into();
+    };
+    let left = cooldown_left(row.state, row.cooldown_until, row.cooldown_ms, now);
+    match left {
+        Some(d) if stored > now + d + Duration::from_secs(1) => format!(
+            "{} ({}; stored {}, beyond its cooldown: clamped)",
+            crate::store::fmt_time(now + d),
+            left_text(left),
+            crate::store::fmt_time(stored)
+        ),
+        _ => format!("{} ({})", crate::store::fmt_time(stored), left_text(left)),
     }
 }
 
@@ -93,8 +130,8 @@ pub(super) fn print_table(rows: &[EndpointView], source: &str) {
             r.reason.map(|x| x.to_string()).unwrap_or("-".into()),
             r.phase.map(|x| x.to_string()).unwrap_or("-".into()),
             r.streak.to_string(),
-            cooldown_text(r.state, until),
-            r.label.clone().unwrap_or_else(|| "-".into()),
+            cooldown_text(r.state, until, r.cooldown_ms),
+            printable(r.label.as_deref().unwrap_or("-")).into_owned(),
             tags_text(&r.tags),
         ]);
     }
@@ -194,18 +231,12 @@ pub(super) fn print_show(r: &EndpointRow, evs: &[EventRow], stats: Option<&Endpo
                 .map(|ms| humantime::format_duration(Duration::from_millis(ms)).to_string())
                 .unwrap_or("-".into()),
         ),
-        (
-            "cooldown_until",
-            r.cooldown_until
-                .map(crate::store::fmt_time)
-                .map(|t| format!("{t} ({})", until_text(r)))
-                .unwrap_or("-".into()),
-        ),
+        ("cooldown_until", until_line(r, SystemTime::now())),
         ("state_changed_at", r.state_changed_at.clone()),
         ("created_at", r.created_at.clone()),
     ];
     for (k, v) in kv.into_iter().chain(stats_lines(stats)) {
-        println!("{k:>16}: {v}");
+        println!("{k:>16}: {}", printable(&v));
     }
     println!("\nrecent events (newest first):");
     for e in evs {
@@ -223,4 +254,56 @@ pub(super) fn shown_id(
         || crate::endpoint::redact_raw(&named.as_arg()),
         |id| id.to_string(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cooling(cooldown_ms: u64, until: SystemTime) -> EndpointRow {
+        EndpointRow {
+            id: 1,
+            url: crate::endpoint::ProxyUrl::parse("http://10.0.0.1:3128").unwrap(),
+            pool: "default".into(),
+            label: None,
+            source: None,
+            state: State::Cooling,
+            reason: None,
+            phase: None,
+            detail: None,
+            streak: 1,
+            reason_streak: 1,
+            cooldown_ms: Some(cooldown_ms),
+            cooldown_until: Some(until),
+            state_changed_at: String::new(),
+            created_at: String::new(),
+            tags: Default::default(),
+        }
+    }
+
+    fn left_of(r: &EndpointRow, now: SystemTime) -> Option<Duration> {
+        cooldown_left(r.state, r.cooldown_until, r.cooldown_ms, now)
+    }
+
+    #[test]
+    fn a_stored_cooldown_is_shown_as_the_daemon_keeps_it() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let year = Duration::from_secs(365 * 86_400);
+        for (len_ms, until, left, clamped) in [
+            // Within its length: as stored.
+            (60_000, now + Duration::from_secs(30), "in 30s", false),
+            // 72 years away with a 1 min cooldown: the daemon waits 1 min.
+            (60_000, now + year * 72, "in 1m", true),
+            (60_000, now - Duration::from_secs(5), "due", false),
+        ] {
+            let row = cooling(len_ms, until);
+            assert_eq!(left_text(left_of(&row, now)), left, "{until:?}");
+            let line = until_line(&row, now);
+            assert!(line.contains(left), "{line}");
+            assert_eq!(line.contains("clamped"), clamped, "{line}");
+        }
+        let mut row = cooling(60_000, now);
+        row.state = State::Available;
+        assert_eq!(left_text(left_of(&row, now)), "-");
+    }
 }

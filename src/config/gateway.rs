@@ -24,6 +24,10 @@ pub struct GatewayConfig {
     pub retry_status: Vec<u16>,
     /// Deadline for reaching the destination through one upstream.
     pub connect_timeout: Duration,
+    /// Deadline for the response head of a plain-HTTP request, once it is sent upstream.
+    pub response_timeout: Duration,
+    /// A tunnel one side has closed ends when the other side sends nothing for this long.
+    pub half_close_timeout: Duration,
     /// The password clients must send; None = no authentication.
     pub token: Option<String>,
     /// Client connections served at once.
@@ -62,6 +66,8 @@ impl GatewayConfig {
             ban_status: vec![403, 429],
             retry_status: Vec::new(),
             connect_timeout: Duration::from_secs(10),
+            response_timeout: Duration::from_secs(30),
+            half_close_timeout: Duration::from_secs(30),
             token: None,
             max_connections: 10_000,
             ca_file: None,
@@ -88,8 +94,14 @@ impl GatewayConfig {
                 return Err((key, format!("{bad} is not an HTTP status (100-599)")));
             }
         }
-        if self.connect_timeout.is_zero() {
-            return Err(("connect_timeout", "must be > 0".into()));
+        for (key, d) in [
+            ("connect_timeout", self.connect_timeout),
+            ("response_timeout", self.response_timeout),
+            ("half_close_timeout", self.half_close_timeout),
+        ] {
+            if d.is_zero() {
+                return Err((key, "must be > 0".into()));
+            }
         }
         if self.max_connections == 0 {
             return Err(("max_connections", "must be >= 1".into()));
@@ -108,6 +120,8 @@ impl fmt::Debug for GatewayConfig {
             .field("ban_status", &self.ban_status)
             .field("retry_status", &self.retry_status)
             .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("half_close_timeout", &self.half_close_timeout)
             .field("token", &self.token.as_ref().map(|_| "***"))
             .field("max_connections", &self.max_connections)
             .field("ca_file", &self.ca_file)

@@ -503,6 +503,8 @@ impl File<'_> {
         gw.ban_status = g.ban_status.unwrap_or(gw.ban_status);
         gw.retry_status = g.retry_status.unwrap_or(gw.retry_status);
         gw.connect_timeout = g.connect_timeout.unwrap_or(gw.connect_timeout);
+        gw.response_timeout = g.response_timeout.unwrap_or(gw.response_timeout);
+        gw.half_close_timeout = g.half_close_timeout.unwrap_or(gw.half_close_timeout);
         gw.token = g.token.filter(|t| !t.is_empty());
         gw.max_connections = g.max_connections.unwrap_or(gw.max_connections);
         gw.ca_file = g.ca_file.map(|p| self.resolve(p));

@@ -49,6 +49,10 @@ pub(super) struct RawGateway {
     pub(super) retry_status: Option<Vec<u16>>,
     #[serde(default, deserialize_with = "de_duration")]
     pub(super) connect_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) response_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) half_close_timeout: Option<Duration>,
     pub(super) token: Option<String>,
     pub(super) max_connections: Option<usize>,
     pub(super) ca_file: Option<PathBuf>,

@@ -111,6 +111,9 @@ pub struct DialFailure {
     pub status: Option<u16>,
     /// `Retry-After` sent with that status.
     pub retry_after: Option<Duration>,
+    /// The failure is this machine's (out of descriptors, memory or local ports): it says
+    /// nothing about the endpoint and is never reported against it.
+    pub local: bool,
 }
 
 impl DialFailure {
@@ -122,6 +125,15 @@ impl DialFailure {
             detail: detail.into(),
             status: None,
             retry_after: None,
+            local: false,
+        }
+    }
+
+    /// A failure on this machine's side (see [`DialFailure::local`]).
+    pub fn on_this_machine(phase: Phase, detail: impl Into<String>) -> DialFailure {
+        DialFailure {
+            local: true,
+            ..DialFailure::new(Reason::ConnectRefused, phase, detail)
         }
     }
 }

@@ -1,19 +1,39 @@
-//! TCP to the proxy, and client-side name resolution for SOCKS variants without remote DNS.
+//! TCP to the proxy (with `TCP_QUICKACK` re-armed after every read), client-side name
+//! resolution for SOCKS variants without remote DNS, and which failures are this
+//! machine's own.
 
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::{Dest, DialFailure};
 use crate::endpoint::ProxyUrl;
 use crate::health::{Phase, Reason};
 
-pub(super) async fn connect(proxy: &ProxyUrl) -> Result<TcpStream, DialFailure> {
+/// Whether `e` is this machine running out of something (descriptors, memory, buffers,
+/// local ports) rather than anything the far side did.
+pub(super) fn is_local_failure(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM | libc::ENOBUFS | libc::EADDRNOTAVAIL)
+    )
+}
+
+pub(super) async fn connect(proxy: &ProxyUrl) -> Result<QuickAck, DialFailure> {
     let phase = Phase::Connect;
     let addrs: Vec<SocketAddr> =
         match tokio::net::lookup_host((proxy.host.as_str(), proxy.port)).await {
             Ok(a) => a.collect(),
+            Err(e) if is_local_failure(&e) => {
+                return Err(DialFailure::on_this_machine(
+                    phase,
+                    format!("resolving proxy host {:?}: {e}", proxy.host),
+                ))
+            }
             Err(e) => {
                 return Err(DialFailure::new(
                     Reason::DnsFailed,
@@ -34,7 +54,14 @@ pub(super) async fn connect(proxy: &ProxyUrl) -> Result<TcpStream, DialFailure> 
         match TcpStream::connect(addr).await {
             Ok(s) => {
                 let _ = s.set_nodelay(true);
-                return Ok(s);
+                return Ok(QuickAck(s));
+            }
+            // Another address would meet the same shortage.
+            Err(e) if is_local_failure(&e) => {
+                return Err(DialFailure::on_this_machine(
+                    phase,
+                    format!("TCP connect to {addr}: {e} (on this machine)"),
+                ))
             }
             Err(e) => last = Some((addr, e)),
         }
@@ -55,6 +82,83 @@ pub(super) async fn connect(proxy: &ProxyUrl) -> Result<TcpStream, DialFailure> 
         phase,
         format!("TCP connect to {addr}: {e}"),
     ))
+}
+
+/// A TCP stream to a proxy that re-arms `TCP_QUICKACK` after every read with data.
+///
+/// Linux delays the ACK of a segment (up to 40 ms) once a connection looks interactive,
+/// hoping to carry it on data of its own. A request sent and its answer read is exactly
+/// that shape, so on a kept connection the ACK of a response's head waits; an upstream
+/// that relays without `TCP_NODELAY` (tinyproxy) then holds the body back under Nagle
+/// until that ACK comes, when the destination wrote head and body apart (nginx without
+/// `tcp_nopush`): 40 ms per request. Quick-ack mode is left again by the kernel on its
+/// own, hence after every read. One `setsockopt` a read; elsewhere than Linux, nothing.
+pub(super) struct QuickAck(TcpStream);
+
+impl QuickAck {
+    fn rearm(&self) {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            let one: libc::c_int = 1;
+            // SAFETY: setsockopt on our own open socket with a c_int option value.
+            unsafe {
+                libc::setsockopt(
+                    self.0.as_raw_fd(),
+                    libc::IPPROTO_TCP,
+                    libc::TCP_QUICKACK,
+                    (&one as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                );
+            }
+        }
+    }
+}
+
+impl AsyncRead for QuickAck {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.0).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.rearm();
+        }
+        r
+    }
+}
+
+impl AsyncWrite for QuickAck {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write(cx, data)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
 }
 
 /// Resolve the destination here, for the SOCKS variants that carry addresses only.
@@ -85,4 +189,89 @@ pub(super) async fn resolve_destination(
             format!("destination {:?} has no {what}", t.host),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn local_shortages_are_told_from_the_far_side() {
+        for (errno, local) in [
+            (libc::EMFILE, true),
+            (libc::ENFILE, true),
+            (libc::ENOMEM, true),
+            (libc::ENOBUFS, true),
+            (libc::EADDRNOTAVAIL, true),
+            (libc::ECONNREFUSED, false),
+            (libc::ETIMEDOUT, false),
+            (libc::EHOSTUNREACH, false),
+            (libc::ENETUNREACH, false),
+            (libc::ECONNRESET, false),
+        ] {
+            let e = io::Error::from_raw_os_error(errno);
+            assert_eq!(is_local_failure(&e), local, "{e}");
+        }
+        assert!(!is_local_failure(&io::Error::other("no errno")));
+    }
+
+    /// `getsockopt(TCP_QUICKACK)` is 1 while the socket acknowledges at once.
+    #[cfg(target_os = "linux")]
+    fn quickack(s: &TcpStream) -> libc::c_int {
+        use std::os::fd::AsRawFd;
+        let mut v: libc::c_int = -1;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt on an open socket into a local c_int.
+        let r = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_QUICKACK,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(r, 0);
+        v
+    }
+
+    /// A request out on `ours`, its answer in, as on a kept connection; 20 times.
+    #[cfg(target_os = "linux")]
+    async fn kept_connection_rhythm<S: AsyncRead + AsyncWrite + Unpin>(
+        ours: &mut S,
+        far: &mut TcpStream,
+    ) {
+        let mut buf = [0u8; 18];
+        for _ in 0..20 {
+            ours.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+            far.read_exact(&mut buf).await.unwrap();
+            far.write_all(b"HTTP/1.1 200 OK\r\n").await.unwrap();
+            ours.read_exact(&mut buf[..17]).await.unwrap();
+        }
+    }
+
+    /// That rhythm puts a plain socket in delayed-ACK mode (what upstream sockets were
+    /// before); through `QuickAck`, every read leaves it acknowledging at once.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn reads_leave_the_socket_in_quick_ack_mode() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut ours = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (mut far, _) = l.accept().await.unwrap();
+        // (Under heavy load a pause between two messages can leave the mode: a few
+        // rounds, so the contrast never depends on the scheduler.)
+        let mut delayed = false;
+        for _ in 0..5 {
+            kept_connection_rhythm(&mut ours, &mut far).await;
+            if quickack(&ours) == 0 {
+                delayed = true;
+                break;
+            }
+        }
+        assert!(delayed, "a plain socket delays its ACKs");
+        let mut ours = QuickAck(ours);
+        kept_connection_rhythm(&mut ours, &mut far).await;
+        assert_eq!(quickack(&ours.0), 1, "re-armed after the read");
+    }
 }

@@ -1,14 +1,13 @@
-//! The gateway's own HTTP answers (errors, the endpoint header) and the destination a
-//! request names; shared by CONNECT and absolute-form.
+//! The gateway's own HTTP answers (errors, the endpoint header); shared by CONNECT and
+//! absolute-form.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::header::{self, HeaderMap, HeaderValue};
-use hyper::{Response, StatusCode, Uri};
+use hyper::{Response, StatusCode};
 
 use super::idle::Body;
 use super::upstream::UpstreamError;
-use crate::dial::Dest;
 use crate::metrics::GatewayOutcome;
 
 /// The response header naming the upstream endpoint id.
@@ -17,18 +16,6 @@ pub const ENDPOINT_HEADER: &str = "x-proxypool-endpoint";
 pub const ERROR_HEADER: &str = "x-proxypool-error";
 /// The response header naming the pool that served the request (its `fallback`, maybe).
 pub const POOL_HEADER: &str = "x-proxypool-pool";
-
-/// The destination of a request target (`host:port`, or an absolute URL's authority).
-pub(super) fn destination(uri: &Uri, default_port: u16) -> Option<Dest> {
-    let auth = uri.authority()?;
-    if auth.host().is_empty() {
-        return None;
-    }
-    Some(Dest::new(
-        auth.host(),
-        auth.port_u16().unwrap_or(default_port),
-    ))
-}
 
 pub(super) fn set_endpoint(h: &mut HeaderMap, endpoint: i64) {
     h.insert(ENDPOINT_HEADER, HeaderValue::from(endpoint));
@@ -74,6 +61,9 @@ pub(super) fn text(status: StatusCode, error: &str, message: &str) -> Response<B
 fn outcome_of(status: StatusCode, error: &str) -> GatewayOutcome {
     match status {
         StatusCode::BAD_GATEWAY if error == DESTINATION_DOWN => GatewayOutcome::DestinationDown,
+        StatusCode::SERVICE_UNAVAILABLE if error == LOCAL_RESOURCES => {
+            GatewayOutcome::LocalResources
+        }
         StatusCode::PROXY_AUTHENTICATION_REQUIRED => GatewayOutcome::Denied,
         StatusCode::BAD_GATEWAY => GatewayOutcome::UpstreamFailed,
         StatusCode::SERVICE_UNAVAILABLE if error == PACED => GatewayOutcome::Paced,
@@ -88,13 +78,16 @@ fn outcome_of(status: StatusCode, error: &str) -> GatewayOutcome {
 const DESTINATION_DOWN: &str = "destination_down";
 /// `X-Proxypool-Error` of a request that pacing turned away (docs/selection.md).
 const PACED: &str = "paced";
+/// `X-Proxypool-Error` of an answer for want of descriptors, memory or local ports.
+pub(super) const LOCAL_RESOURCES: &str = "local_resources";
 
 /// The status an HTTP client gets when no upstream could serve its request.
 fn status_of(e: &UpstreamError) -> StatusCode {
     match e {
         UpstreamError::Exhausted { .. }
         | UpstreamError::Empty { .. }
-        | UpstreamError::Paced { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        | UpstreamError::Paced { .. }
+        | UpstreamError::Local(_) => StatusCode::SERVICE_UNAVAILABLE,
         UpstreamError::UnknownPool(_) | UpstreamError::BadRoute(_) => StatusCode::BAD_REQUEST,
         UpstreamError::AllFailed { .. } | UpstreamError::DestinationDown { .. } => {
             StatusCode::BAD_GATEWAY
@@ -110,6 +103,7 @@ pub(super) fn error_outcome(e: &UpstreamError) -> GatewayOutcome {
     let error = match e {
         UpstreamError::DestinationDown { .. } => DESTINATION_DOWN,
         UpstreamError::Paced { .. } => PACED,
+        UpstreamError::Local(_) => LOCAL_RESOURCES,
         _ => "",
     };
     outcome_of(status_of(e), error)
@@ -161,6 +155,7 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
             resp
         }
         UpstreamError::BadRoute(m) => text(status, "bad_request", &m),
+        UpstreamError::Local(why) => local_resources(&why),
         UpstreamError::Empty { pool } => text(
             status,
             "pool_empty",
@@ -209,21 +204,26 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
     }
 }
 
+/// `503` for want of local resources (this machine's descriptors, memory or ports, or
+/// the gateway's descriptor budget): the client may come back in a second.
+pub(super) fn local_resources(why: &str) -> Response<Body> {
+    let mut resp = text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        LOCAL_RESOURCES,
+        &format!(
+            "out of local resources ({why}); the failure is this machine's, nothing was reported against an upstream"
+        ),
+    );
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::dial::DialFailure;
     use crate::health::{Phase, Reason};
-
-    #[test]
-    fn destinations_from_request_targets() {
-        let u: Uri = "http://Example.com/x".parse().unwrap();
-        assert_eq!(destination(&u, 80), Some(Dest::new("example.com", 80)));
-        let u: Uri = "[::1]:8443".parse().unwrap();
-        assert_eq!(destination(&u, 443), Some(Dest::new("::1", 8443)));
-        let u: Uri = "/relative".parse().unwrap();
-        assert_eq!(destination(&u, 80), None);
-    }
 
     #[test]
     fn gateway_answers_carry_their_outcome() {
@@ -257,6 +257,11 @@ mod tests {
                 text(StatusCode::PROXY_AUTHENTICATION_REQUIRED, "a", "b"),
                 GatewayOutcome::Denied,
             ),
+            (
+                upstream_error(E::Local("Too many open files".into())),
+                GatewayOutcome::LocalResources,
+            ),
+            (local_resources("budget"), GatewayOutcome::LocalResources),
             (
                 text(StatusCode::PAYLOAD_TOO_LARGE, "a", "b"),
                 GatewayOutcome::BadRequest,

@@ -14,11 +14,13 @@ use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::TokioIo;
 use tracing::{debug, info};
 
-use super::answer::{destination, empty, set_endpoint, set_upstream, text, upstream_error};
+use super::answer::{empty, set_endpoint, set_upstream, text, upstream_error};
+use super::deadline::{head_within, BodyEnd, Tracked};
 use super::idle::{Body, IdleKey, Sender};
 use super::lease::LeaseGuard;
 use super::plain::PlainWay;
 use super::routing::Routing;
+use super::target::Target;
 use super::upstream::{failure_outcome, Link, Tries};
 use super::Shared;
 use crate::dial::{self, Dest, DialFailure, Route};
@@ -54,7 +56,7 @@ pub(super) async fn forward(
 /// A client's request, read and ready to go upstream (again, for GET/HEAD).
 struct Outgoing {
     parts: Parts,
-    dest: Dest,
+    target: Target,
     /// A GET/HEAD body (rare, small), kept so the request can be re-sent.
     kept: Option<Bytes>,
     /// Any other body: it streams once.
@@ -65,19 +67,18 @@ impl Outgoing {
     /// The request's destination and hop-by-hop headers checked, a GET/HEAD body read
     /// within `first_request`; or the answer refusing it.
     async fn read(req: Request<Incoming>, first_request: Duration) -> Result<Self, Response<Body>> {
-        let Some(dest) = destination(req.uri(), 80) else {
-            return Err(text(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                "the URL has no host",
-            ));
+        let target = match Target::url(req.uri()) {
+            Ok(t) => t,
+            Err(e) => return Err(text(StatusCode::BAD_REQUEST, "bad_request", &e.to_string())),
         };
         let (mut parts, body) = req.into_parts();
         strip_hop_by_hop(&mut parts.headers);
+        // The gateway's own headers are its to set: a client's never go upstream.
+        strip_own(&mut parts.headers);
         if !matches!(parts.method, Method::GET | Method::HEAD) {
             return Ok(Outgoing {
                 parts,
-                dest,
+                target,
                 kept: None,
                 once: Some(body),
             });
@@ -87,7 +88,7 @@ impl Outgoing {
         match tokio::time::timeout(first_request, collect).await {
             Ok(Ok(b)) => Ok(Outgoing {
                 parts,
-                dest,
+                target,
                 kept: Some(b.to_bytes()),
                 once: None,
             }),
@@ -104,12 +105,16 @@ impl Outgoing {
         }
     }
 
-    /// The body for the next try: the kept one again, or the one-time body (only once).
-    fn body(&mut self) -> Body {
+    /// The body for the next try: the kept one again, or the one-time body (only once),
+    /// which says when it has gone out (the response deadline starts then).
+    fn body(&mut self) -> (Body, Option<Arc<BodyEnd>>) {
         match (&self.kept, self.once.take()) {
-            (Some(b), _) => Full::new(b.clone()).map_err(|n| match n {}).boxed(),
-            (None, Some(b)) => b.boxed(),
-            (None, None) => empty(),
+            (Some(b), _) => (Full::new(b.clone()).map_err(|n| match n {}).boxed(), None),
+            (None, Some(b)) => {
+                let end = Arc::new(BodyEnd::default());
+                (Tracked::new(b, end.clone()).boxed(), Some(end))
+            }
+            (None, None) => (empty(), None),
         }
     }
 
@@ -135,12 +140,12 @@ async fn one_try(shared: &Shared, routing: &Routing, out: &mut Outgoing, tries: 
     let way = PlainWay {
         routes: &shared.plain,
         idle: &shared.idle,
-        dest: &out.dest,
+        dest: &out.target.dest,
         once_body: out.kept.is_none(),
     };
     let (guard, link) = match shared
         .upstream
-        .connect_or_reuse(routing, &out.dest, tries, &way)
+        .connect_or_reuse(routing, &out.target, tries, &way)
         .await
     {
         Ok(v) => v,
@@ -148,22 +153,32 @@ async fn one_try(shared: &Shared, routing: &Routing, out: &mut Outgoing, tries: 
     };
     let (link, key) = match link {
         Link::Dialed(d) => {
-            let key = IdleKey::new(guard.proxy(), &out.dest, d.forward);
+            let key = IdleKey::new(guard.proxy(), &out.target.dest, d.forward);
             (Link::Dialed(d), key)
         }
         Link::Reused((sender, key)) => (Link::Reused(sender), key),
     };
     let forward = key.forward();
     let reuse = shared.plain.reuse();
-    let body = out.body();
+    let (body, body_end) = out.body();
     let req = upstream_request(&out.parts, body, forward.then(|| guard.proxy()), reuse);
     let again = Again {
         parts: &out.parts,
         kept: &out.kept,
-        dest: &out.dest,
+        dest: &out.target.dest,
         forward,
+        body_end: body_end.as_deref(),
     };
     match send(shared, &guard, link, req, again).await {
+        Ok((resp, _)) if framing_conflict(resp.headers()) => {
+            // The connection is not kept: where this body ends is anybody's guess.
+            let f = DialFailure::new(
+                Reason::ProxyProtocolError,
+                Phase::ResponseHead,
+                "the response has both Content-Length and Transfer-Encoding (RFC 9112 §6.3): its body cannot be framed",
+            );
+            not_sent(shared, guard, Sent::Failed(f), out, tries).await
+        }
         Ok((resp, sender)) => {
             let refused_credentials = forward && proxy_auth(resp.status().as_u16(), resp.headers());
             if reuse && !refused_credentials {
@@ -196,24 +211,31 @@ async fn not_sent(
     tries: &mut Tries,
 ) -> Try {
     let endpoint = guard.endpoint();
-    let host = &out.dest.host;
+    let host = &out.target.dest.host;
     match e {
-        Sent::Unreachable(f) if out.resendable(tries) => {
+        Sent::Unreachable(f) if f.local => {
+            // This machine's shortage, not the upstream's: released, not reported.
+            drop(guard);
+            Try::Failed(upstream_error(super::upstream::UpstreamError::Local(
+                f.detail,
+            )))
+        }
+        Sent::Unreachable(f) | Sent::Slow(f) if out.resendable(tries) => {
             // As a failed dial in the attempt loop: reported, and the next upstream.
             info!(endpoint, reason = %f.reason, phase = %f.phase,
                 "gateway upstream failed; trying another");
             shared.upstream.fail(guard, f, host, tries).await;
             Try::Again(None)
         }
-        Sent::Failed(f) | Sent::Unreachable(f) => {
+        Sent::Failed(f) | Sent::Unreachable(f) | Sent::Slow(f) => {
             info!(endpoint, reason = %f.reason, phase = %f.phase, "gateway request failed");
             let reason = f.reason;
+            let message = format!(
+                "upstream {endpoint} failed: {reason} at {}: {}",
+                f.phase, f.detail
+            );
             shared.upstream.fail(guard, f, host, tries).await;
-            Try::Failed(bad_gateway(
-                endpoint,
-                reason,
-                &format!("upstream {endpoint} failed: {reason}"),
-            ))
+            Try::Failed(bad_gateway(endpoint, reason, &message))
         }
         Sent::Unsendable => {
             // The upstream is not blamed for a connection that was idle.
@@ -244,7 +266,10 @@ async fn credentials_refused(
         format!("proxy refused the credentials with {status}"),
     );
     f.status = Some(status);
-    shared.upstream.fail(guard, f, &out.dest.host, tries).await;
+    shared
+        .upstream
+        .fail(guard, f, &out.target.dest.host, tries)
+        .await;
     if out.resendable(tries) {
         return Try::Again(None);
     }
@@ -278,7 +303,10 @@ async fn proxy_failed(
         endpoint,
         status, "gateway upstream could not reach the destination; trying another"
     );
-    shared.upstream.fail(guard, f, &out.dest.host, tries).await;
+    shared
+        .upstream
+        .fail(guard, f, &out.target.dest.host, tries)
+        .await;
     if out.resendable(tries) {
         return Try::Again(None);
     }
@@ -301,7 +329,7 @@ async fn judge(
     let endpoint = guard.endpoint();
     let pool = guard.pool().to_string();
     let status = resp.status().as_u16();
-    let host = &out.dest.host;
+    let host = &out.target.dest.host;
     let outcome = if shared.cfg.ban_status.contains(&status) {
         let mut f = DialFailure::new(
             Reason::DestinationStatus,
@@ -350,6 +378,9 @@ fn to_client(
 ) -> Response<Body> {
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
+    // A destination's `X-Proxypool-*` would pass for the gateway's (a Scrapy middleware
+    // would skip its ban handling on one): only the gateway's own reach the client.
+    strip_own(&mut parts.headers);
     set_upstream(&mut parts.headers, endpoint, pool);
     let mut guard = guard;
     let host = host.to_string();
@@ -376,6 +407,9 @@ enum Sent {
     Unreachable(DialFailure),
     /// A kept connection closed after the request's one-time body went out on it.
     Unsendable,
+    /// No response head within `response_timeout`: reported against the upstream; a
+    /// GET/HEAD goes on through another one.
+    Slow(DialFailure),
 }
 
 /// What it takes to send a request again on a new connection.
@@ -386,6 +420,8 @@ struct Again<'a> {
     dest: &'a Dest,
     /// The request is in absolute form, for a forward proxy.
     forward: bool,
+    /// Set when a one-time body has gone out: the response deadline counts from then.
+    body_end: Option<&'a BodyEnd>,
 }
 
 /// Send `out` on `link`. A kept connection the far side closed (most often just as it was
@@ -403,28 +439,36 @@ async fn send(
         kept,
         dest,
         forward,
+        body_end,
     } = again;
     let metrics = &shared.metrics;
+    let within = shared.cfg.response_timeout;
     let mut sender = match link {
         Link::Dialed(d) => {
             metrics.upstream_connection(false);
-            return exchange(d.io, out).await.map_err(Sent::Failed);
+            return exchange(d.io, out, within, body_end).await;
         }
         Link::Reused(sender) => sender,
     };
     metrics.upstream_connection(true);
-    let mut e = match sender.try_send_request(out).await {
-        Ok(resp) => return Ok((resp, sender)),
-        Err(e) => e,
+    let sent = head_within(within, body_end, sender.try_send_request(out)).await;
+    let mut e = match sent {
+        None => return Err(Sent::Slow(no_head_in(within))),
+        Some(Ok(resp)) => return Ok((resp, sender)),
+        Some(Err(e)) => e,
     };
     debug!(endpoint = guard.endpoint(), error = %e.error(), "gateway idle upstream connection closed");
-    let again = e.take_message().or_else(|| {
-        kept.as_ref().map(|b| {
+    // The request hyper gives back was not written: its body (a one-time body too) still
+    // says when it has gone out. One rebuilt from a kept body is out at once.
+    let (again, body_end) = match e.take_message() {
+        Some(m) => (m, body_end),
+        None => {
+            let b = kept.as_ref().ok_or(Sent::Unsendable)?;
             let body = Full::new(b.clone()).map_err(|n| match n {}).boxed();
-            upstream_request(parts, body, forward.then(|| guard.proxy()), true)
-        })
-    });
-    let again = again.ok_or(Sent::Unsendable)?;
+            let req = upstream_request(parts, body, forward.then(|| guard.proxy()), true);
+            (req, None)
+        }
+    };
     metrics.upstream_connection(false);
     // The same way as the connection it replaces: the request is already in its form.
     let route = if forward {
@@ -437,12 +481,14 @@ async fn send(
         .dial(guard, dest, route)
         .await
         .map_err(Sent::Unreachable)?;
-    exchange(d.io, again).await.map_err(Sent::Failed)
+    exchange(d.io, again, within, body_end).await
 }
 
 /// The request as sent upstream: absolute form with the proxy's credentials to a forward
 /// proxy (`proxy` set), origin form inside a tunnel; `Connection: close` unless the
-/// connection is to be kept.
+/// connection is to be kept. `Host` is always the request target's host and port (RFC
+/// 9112 §3.2.2), never what the client wrote: a name-based virtual host must serve the
+/// site the URL names. Userinfo in the URL goes nowhere.
 fn upstream_request(
     parts: &Parts,
     body: Body,
@@ -453,19 +499,23 @@ fn upstream_request(
     *out.method_mut() = parts.method.clone();
     *out.version_mut() = Version::HTTP_11;
     *out.headers_mut() = parts.headers.clone();
+    let host = host_port(&parts.uri);
     *out.uri_mut() = if proxy.is_some() {
-        parts.uri.clone()
+        format!("http://{host}{}", dial::origin_form(&parts.uri))
+            .parse()
+            .unwrap_or_else(|_| parts.uri.clone())
     } else {
         dial::origin_form(&parts.uri)
             .parse()
             .unwrap_or_else(|_| Uri::from_static("/"))
     };
     let h = out.headers_mut();
-    if !h.contains_key(header::HOST) {
-        if let Some(a) = parts.uri.authority() {
-            if let Ok(v) = HeaderValue::from_str(a.as_str()) {
-                h.insert(header::HOST, v);
-            }
+    match HeaderValue::from_str(&host) {
+        Ok(v) => {
+            h.insert(header::HOST, v);
+        }
+        Err(_) => {
+            h.remove(header::HOST);
         }
     }
     if let Some(auth) = proxy.and_then(dial::basic_auth) {
@@ -480,24 +530,74 @@ fn upstream_request(
 }
 
 /// Send the first request over a new upstream connection, which stays open after it when
-/// the far side allows.
+/// the far side allows; its response head must come `within` that long.
 async fn exchange(
     io: dial::BoxIo,
     req: Request<Body>,
-) -> Result<(Response<Incoming>, Sender), DialFailure> {
+    within: Duration,
+    body_end: Option<&BodyEnd>,
+) -> Result<(Response<Incoming>, Sender), Sent> {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
-        .map_err(|e| dial::hyper_failure(&e, Phase::Request))?;
+        .map_err(|e| Sent::Failed(dial::hyper_failure(&e, Phase::Request)))?;
     tokio::spawn(async move {
         // Errors surface through the response and its body.
         let _ = conn.await;
     });
-    let resp = sender
-        .send_request(req)
+    let resp = head_within(within, body_end, sender.send_request(req))
         .await
-        .map_err(|e| dial::hyper_failure(&e, Phase::ResponseHead))?;
+        .ok_or_else(|| Sent::Slow(no_head_in(within)))?
+        .map_err(|e| Sent::Failed(dial::hyper_failure(&e, Phase::ResponseHead)))?;
     Ok((resp, sender))
 }
+
+/// The failure of a response head that did not come within `response_timeout`.
+fn no_head_in(within: Duration) -> DialFailure {
+    DialFailure::new(
+        Reason::SlowResponse,
+        Phase::ResponseHead,
+        format!(
+            "no response head within the gateway's response_timeout ({})",
+            humantime::format_duration(within)
+        ),
+    )
+}
+
+/// A response whose body length cannot be told: `Content-Length` and `Transfer-Encoding`
+/// both (a request-smuggling shape; RFC 9112 §6.3 has a proxy refuse it).
+fn framing_conflict(h: &HeaderMap) -> bool {
+    h.contains_key(header::TRANSFER_ENCODING) && h.contains_key(header::CONTENT_LENGTH)
+}
+
+/// `host[:port]` of an absolute URL as `Host` wants it: the port only when the URL has one,
+/// an IPv6 address in brackets, no userinfo.
+fn host_port(uri: &Uri) -> String {
+    let host = uri.host().unwrap_or_default();
+    match uri.port_u16() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_string(),
+    }
+}
+
+/// Take out every `X-Proxypool-*` header.
+fn strip_own(h: &mut HeaderMap) {
+    // Most messages have none: nothing is collected then.
+    let own = |n: &HeaderName| {
+        n.as_str()
+            .get(..OWN_PREFIX.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(OWN_PREFIX))
+    };
+    if !h.keys().any(own) {
+        return;
+    }
+    let names: Vec<HeaderName> = h.keys().filter(|n| own(n)).cloned().collect();
+    for n in names {
+        h.remove(n);
+    }
+}
+
+/// The gateway's own header names start with this (`answer::ENDPOINT_HEADER`, …).
+const OWN_PREFIX: &str = "x-proxypool-";
 
 fn proxy_auth(status: u16, headers: &HeaderMap) -> bool {
     dial::proxy_auth_answer(status, headers)
@@ -552,5 +652,56 @@ mod tests {
         let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         left.sort();
         assert_eq!(left, ["cookie", "host"]);
+    }
+
+    #[test]
+    fn own_headers_are_taken_out_whatever_their_case() {
+        let mut h = HeaderMap::new();
+        for k in [
+            "x-proxypool-error",
+            "X-ProxyPool-Endpoint",
+            "x-proxypool-",
+            "x-proxy",
+            "host",
+        ] {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_static("1"),
+            );
+        }
+        strip_own(&mut h);
+        let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        left.sort();
+        assert_eq!(left, ["host", "x-proxy"]);
+    }
+
+    #[test]
+    fn host_comes_from_the_url_and_only_from_it() {
+        let parts = |url: &str, host: &str| {
+            let (p, _) = Request::builder()
+                .uri(url)
+                .header("host", host)
+                .body(())
+                .unwrap()
+                .into_parts();
+            p
+        };
+        let p = parts("http://u:pw@127.0.0.1:8080/a?b=1", "evil.example");
+        let tunnel = upstream_request(&p, empty(), None, true);
+        assert_eq!(tunnel.headers()[header::HOST], "127.0.0.1:8080");
+        assert_eq!(tunnel.uri(), "/a?b=1");
+        let proxy = ProxyUrl::parse("http://127.0.0.1:3128").unwrap();
+        let fwd = upstream_request(&p, empty(), Some(&proxy), false);
+        assert_eq!(fwd.uri(), "http://127.0.0.1:8080/a?b=1");
+        assert_eq!(fwd.headers()[header::HOST], "127.0.0.1:8080");
+        assert_eq!(fwd.headers()[header::CONNECTION], "close");
+        let p = parts("http://Shop.Example/", "x");
+        let r = upstream_request(&p, empty(), None, true);
+        assert_eq!(r.headers()[header::HOST], "Shop.Example");
+        let p = parts("http://[::1]:81/", "x");
+        assert_eq!(
+            upstream_request(&p, empty(), None, true).headers()[header::HOST],
+            "[::1]:81"
+        );
     }
 }

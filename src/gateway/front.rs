@@ -8,6 +8,7 @@ use tokio::net::TcpStream;
 use tracing::debug;
 
 use super::{Shared, Slot};
+use crate::metrics::{GatewayMetrics, GatewayOutcome, GatewayProtocol};
 
 /// What the first byte says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,9 +72,64 @@ pub(super) async fn serve(shared: Arc<Shared>, mut stream: TcpStream, slot: Slot
     }
 }
 
+/// Answer a client the descriptor budget has no room for: `503 local_resources` to an
+/// HTTP client, "no acceptable method" to a SOCKS5 one; then close. A second at most.
+pub(super) async fn refuse(mut stream: TcpStream, metrics: &GatewayMetrics) {
+    let mut head = [0u8; 1024];
+    let n = match tokio::time::timeout(Duration::from_secs(1), stream.read(&mut head)).await {
+        Ok(Ok(n)) if n > 0 => n,
+        _ => return,
+    };
+    let (protocol, answer): (_, &[u8]) = match detect(head[0]) {
+        Front::Socks5 => (GatewayProtocol::Socks5, &[5, 0xFF]),
+        Front::Socks4 => return,
+        Front::Http => {
+            let protocol = if head[..n].starts_with(b"CONNECT ") {
+                GatewayProtocol::HttpConnect
+            } else {
+                GatewayProtocol::HttpForward
+            };
+            (protocol, REFUSED_FOR_DESCRIPTORS.as_bytes())
+        }
+    };
+    metrics.request(protocol, GatewayOutcome::LocalResources);
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = stream.write_all(answer).await;
+        let _ = stream.shutdown().await;
+        // Take in the rest of the request so the close is not a reset that eats the answer.
+        let mut rest = [0u8; 1024];
+        while let Ok(n) = stream.read(&mut rest).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+    debug!("gateway over its descriptor budget; a client was refused");
+}
+
+const REFUSED_FOR_DESCRIPTORS: &str = "HTTP/1.1 503 Service Unavailable\r\n\
+    Content-Type: text/plain; charset=utf-8\r\nX-Proxypool-Error: local_resources\r\n\
+    Retry-After: 1\r\nConnection: close\r\nContent-Length: 135\r\n\r\n\
+    proxypool gateway: local_resources: out of local resources (the gateway holds its descriptor budget); nothing was reported; try again.\n";
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_refusal_is_one_whole_http_answer() {
+        let (head, body) = REFUSED_FOR_DESCRIPTORS.split_once("\r\n\r\n").unwrap();
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("Content-Length: "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(len, body.len(), "{body:?}");
+        assert!(head.starts_with("HTTP/1.1 503 "));
+        assert!(head.contains("\r\nX-Proxypool-Error: local_resources\r\n"));
+    }
 
     #[test]
     fn first_byte_decides() {

@@ -3,6 +3,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
@@ -10,11 +11,12 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tracing::debug;
 
-use super::answer::{destination, empty, set_upstream, text, upstream_error};
+use super::answer::{empty, set_upstream, text, upstream_error};
 use super::idle::Body;
 use super::limits::{Activity, Watched};
 use super::relay::relay;
 use super::routing::{authorize, basic_credentials, Denied, Routing};
+use super::target::Target;
 use super::{Shared, Slot};
 use crate::dial::Route;
 use crate::metrics::{GatewayOutcome, GatewayProtocol};
@@ -28,10 +30,20 @@ pub(super) async fn serve(shared: Arc<Shared>, stream: TcpStream, slot: Slot) {
     let svc = hyper::service::service_fn(move |req| {
         let shared = svc_shared.clone();
         let busy = svc_activity.busy();
+        let activity = svc_activity.clone();
         let slot = slot.clone();
         async move {
             let resp = handle(shared, req, slot).await;
+            // Until its body has gone out, what the client sends is not a late head.
+            let responding = activity.responding();
             drop(busy);
+            let resp = resp.map(|body| {
+                Holding {
+                    body,
+                    _guard: responding,
+                }
+                .boxed()
+            });
             Ok::<_, Infallible>(resp)
         }
     });
@@ -85,10 +97,14 @@ async fn answer(shared: Arc<Shared>, req: Request<Incoming>, slot: Slot) -> Resp
                 "proxy_auth_required",
                 "send the gateway token as the proxy password",
             );
-            resp.headers_mut().insert(
+            let h = resp.headers_mut();
+            h.insert(
                 header::PROXY_AUTHENTICATE,
                 HeaderValue::from_static("Basic realm=\"proxypool\""),
             );
+            // A client without the token gets one answer per connection: it cannot hold
+            // a slot by sending a request now and then (it dials again with the token).
+            h.insert(header::CONNECTION, HeaderValue::from_static("close"));
             return resp;
         }
         Err(Denied::Username(e)) => {
@@ -119,16 +135,13 @@ async fn connect(
     routing: Routing,
     slot: Slot,
 ) -> Response<Body> {
-    let Some(dest) = destination(req.uri(), 443) else {
-        return text(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
-            "CONNECT needs host:port",
-        );
+    let target = match Target::connect(req.uri()) {
+        Ok(t) => t,
+        Err(e) => return text(StatusCode::BAD_REQUEST, "bad_request", &e.to_string()),
     };
     let (mut guard, dialed) = match shared
         .upstream
-        .connect(&routing, &dest, Route::Tunnel)
+        .connect(&routing, &target, Route::Tunnel)
         .await
     {
         Ok(v) => v,
@@ -140,6 +153,7 @@ async fn connect(
     let endpoint = guard.endpoint();
     let pool = guard.pool().to_string();
     let tunnel_shared = shared.clone();
+    let half_close = shared.cfg.half_close_timeout;
     shared.tracker.spawn(async move {
         let tunnel = async {
             match hyper::upgrade::on(req).await {
@@ -150,7 +164,7 @@ async fn connect(
                         // tunnel's life.
                         Ok(parts) => {
                             let client = parts.io.into_inner().into_inner();
-                            relay(client, dialed.io, parts.read_buf.to_vec()).await
+                            relay(client, dialed.io, parts.read_buf.to_vec(), half_close).await
                         }
                         Err(up) => {
                             // Only if the type given to `serve_connection` above changed:
@@ -159,7 +173,7 @@ async fn connect(
                             if cfg!(debug_assertions) {
                                 panic!("hyper gave back an IO type the tunnel does not expect");
                             }
-                            relay(TokioIo::new(up), dialed.io, Vec::new()).await
+                            relay(TokioIo::new(up), dialed.io, Vec::new(), half_close).await
                         }
                     };
                     debug!(endpoint, result = ?r.map_err(|e| e.kind()), "gateway tunnel closed");
@@ -178,4 +192,31 @@ async fn connect(
     let mut resp = Response::new(empty());
     set_upstream(resp.headers_mut(), endpoint, &pool);
     resp
+}
+
+/// A response body that holds `_guard` until it is dropped, and keeps the body's size hint
+/// (a `Content-Length` answer stays one; `map_frame` would make it chunked).
+struct Holding<G> {
+    body: Body,
+    _guard: G,
+}
+
+impl<G: Send + Unpin> hyper::body::Body for Holding<G> {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
 }

@@ -13,6 +13,9 @@ use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use tokio::time::Instant;
 
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::descriptors::Descriptors;
 use crate::dial::Dest;
 use crate::endpoint::ProxyUrl;
 use crate::metrics::GatewayMetrics;
@@ -80,6 +83,8 @@ impl Default for IdleLimits {
 struct Parked {
     sender: Sender,
     since: Instant,
+    /// Its descriptor, of the gateways' budget.
+    _fd: OwnedSemaphorePermit,
 }
 
 #[derive(Default)]
@@ -95,14 +100,20 @@ pub(super) struct IdleConns {
     table: Mutex<Table>,
     limits: IdleLimits,
     metrics: GatewayMetrics,
+    fds: Descriptors,
 }
 
 impl IdleConns {
-    pub(super) fn new(limits: IdleLimits, metrics: GatewayMetrics) -> Arc<IdleConns> {
+    pub(super) fn new(
+        limits: IdleLimits,
+        metrics: GatewayMetrics,
+        fds: Descriptors,
+    ) -> Arc<IdleConns> {
         Arc::new(IdleConns {
             table: Mutex::new(Table::default()),
             limits,
             metrics,
+            fds,
         })
     }
 
@@ -172,9 +183,14 @@ impl IdleConns {
         if list.len() >= self.limits.per_key {
             return;
         }
+        // Kept only within the descriptor budget: clients come first.
+        let Some(fd) = self.fds.idle() else {
+            return;
+        };
         list.push(Parked {
             sender,
             since: Instant::now(),
+            _fd: fd,
         });
         t.total += 1;
         self.metrics.idle_upstream(1);
@@ -291,7 +307,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn keeps_per_key_and_in_all_at_most_the_caps() {
         let m = Metrics::new();
-        let idle = IdleConns::new(limits(2, 3), m.gateway());
+        let idle = IdleConns::new(limits(2, 3), m.gateway(), Descriptors::unlimited());
         let mut servers = Vec::new();
         for _ in 0..3 {
             let (s, srv) = conn().await;
@@ -325,7 +341,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn expired_and_closed_connections_are_never_handed_out() {
-        let idle = IdleConns::new(limits(8, 8), Metrics::new().gateway());
+        let idle = IdleConns::new(
+            limits(8, 8),
+            Metrics::new().gateway(),
+            Descriptors::unlimited(),
+        );
         let (s, _srv) = conn().await;
         idle.park(key(1, Some(80)), s);
         settle(&idle, 1).await;
@@ -360,7 +380,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_once_only_body_takes_only_a_connection_idle_under_a_second() {
-        let idle = IdleConns::new(limits(8, 8), Metrics::new().gateway());
+        let idle = IdleConns::new(
+            limits(8, 8),
+            Metrics::new().gateway(),
+            Descriptors::unlimited(),
+        );
         let (s, _srv) = conn().await;
         idle.park(key(1, Some(80)), s);
         settle(&idle, 1).await;
@@ -378,7 +402,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn nothing_is_kept_after_clear_and_the_gauge_returns_to_zero() {
         let m = Metrics::new();
-        let idle = IdleConns::new(limits(8, 8), m.gateway());
+        let idle = IdleConns::new(limits(8, 8), m.gateway(), Descriptors::unlimited());
         let (s, _srv) = conn().await;
         idle.park(key(1, Some(80)), s);
         settle(&idle, 1).await;
@@ -389,7 +413,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(idle.len(), 0, "parked after the gateway stopped");
-        let other = IdleConns::new(limits(8, 8), m.gateway());
+        let other = IdleConns::new(limits(8, 8), m.gateway(), Descriptors::unlimited());
         let (s, _srv3) = conn().await;
         other.park(key(2, Some(80)), s);
         settle(&other, 1).await;

@@ -1,5 +1,6 @@
-//! Per-connection limits: a first usable request within a deadline, idle keep-alive
-//! closed, head size capped. Time comes from `tokio::time`.
+//! Per-connection limits: a first usable request within a deadline, every request head
+//! within a deadline of its first byte, idle keep-alive closed, head size capped. Time
+//! comes from `tokio::time`.
 
 use std::io;
 use std::pin::Pin;
@@ -9,6 +10,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// The gateway's limits on one client connection.
@@ -16,6 +18,9 @@ use tokio::time::Instant;
 pub struct Limits {
     /// A client that has not sent a complete, usable request by then is closed.
     pub first_request: Duration,
+    /// A request head must be complete this long after its first byte (every head, not
+    /// only the first: a byte now and then must not hold a connection).
+    pub head: Duration,
     /// A keep-alive connection without traffic and without a request in flight is closed.
     pub idle: Duration,
     /// Largest request head (HTTP answers 431 beyond it).
@@ -28,6 +33,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             first_request: Duration::from_secs(10),
+            head: Duration::from_secs(10),
             idle: Duration::from_secs(60),
             max_head: 64 * 1024,
             upstream_idle: super::IdleLimits::default(),
@@ -40,8 +46,15 @@ pub(super) struct Activity {
     start: Instant,
     /// Milliseconds after `start` of the last byte moved.
     last: AtomicU64,
+    /// Milliseconds after `start` (plus one; 0: none) of the first byte of a request head
+    /// not yet complete: read while no request is in flight and no response is going out.
+    head_from: AtomicU64,
     in_flight: AtomicUsize,
+    /// Responses whose bodies are still going out.
+    responding: AtomicUsize,
     served: AtomicBool,
+    /// A head started: its deadline may be nearer than the one the watchdog sleeps to.
+    head_started: Notify,
 }
 
 impl Activity {
@@ -49,42 +62,93 @@ impl Activity {
         Arc::new(Activity {
             start: Instant::now(),
             last: AtomicU64::new(0),
+            head_from: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            responding: AtomicUsize::new(0),
             served: AtomicBool::new(false),
+            head_started: Notify::new(),
         })
     }
 
-    fn touch(&self) {
-        let ms = self.start.elapsed().as_millis() as u64;
-        self.last.fetch_max(ms, Ordering::Relaxed);
+    fn elapsed_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
     }
 
-    /// A request is being handled until the returned guard drops.
+    fn touch(&self) {
+        self.last.fetch_max(self.elapsed_ms(), Ordering::Relaxed);
+    }
+
+    /// Bytes came in. Between requests they are a head's: its clock starts with the first.
+    fn read(&self) {
+        let at = self.elapsed_ms();
+        self.last.fetch_max(at, Ordering::Relaxed);
+        if self.in_flight.load(Ordering::Relaxed) == 0
+            && self.responding.load(Ordering::Relaxed) == 0
+            && self
+                .head_from
+                .compare_exchange(0, at + 1, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.head_started.notify_one();
+        }
+    }
+
+    /// A request (its head complete) is being handled until the returned guard drops.
     pub(super) fn busy(self: &Arc<Self>) -> Busy {
         self.served.store(true, Ordering::Relaxed);
+        self.head_from.store(0, Ordering::Relaxed);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         Busy(self.clone())
+    }
+
+    /// A response body is going out until the returned guard drops: bytes the client
+    /// sends meanwhile are not a head that is late.
+    pub(super) fn responding(self: &Arc<Self>) -> Responding {
+        self.responding.fetch_add(1, Ordering::Relaxed);
+        Responding(self.clone())
     }
 
     /// Resolves when the connection broke a limit; the caller then closes it.
     pub(super) async fn expired(&self, limits: &Limits) -> &'static str {
         loop {
+            // Registered before the state is read, so a head starting meanwhile wakes us.
+            let started = self.head_started.notified();
+            tokio::pin!(started);
+            started.as_mut().enable();
             let now = Instant::now();
-            let deadline = if !self.served.load(Ordering::Relaxed) {
-                self.start + limits.first_request
-            } else if self.in_flight.load(Ordering::Relaxed) > 0 {
-                now + limits.idle
-            } else {
-                self.start + Duration::from_millis(self.last.load(Ordering::Relaxed)) + limits.idle
-            };
+            let (deadline, why) = self.deadline(limits, now);
             if deadline <= now {
-                return if self.served.load(Ordering::Relaxed) {
-                    "idle keep-alive"
-                } else {
-                    "no usable request in time"
-                };
+                return why;
             }
-            tokio::time::sleep_until(deadline).await;
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = started => {}
+            }
+        }
+    }
+
+    /// The nearest limit and what breaking it means.
+    fn deadline(&self, limits: &Limits, now: Instant) -> (Instant, &'static str) {
+        let ms = |v: &AtomicU64| Duration::from_millis(v.load(Ordering::Relaxed));
+        if !self.served.load(Ordering::Relaxed) {
+            return (
+                self.start + limits.first_request,
+                "no usable request in time",
+            );
+        }
+        if self.in_flight.load(Ordering::Relaxed) > 0 {
+            return (now + limits.idle, "idle keep-alive");
+        }
+        let idle = (self.start + ms(&self.last) + limits.idle, "idle keep-alive");
+        let head_from = self.head_from.load(Ordering::Relaxed);
+        if head_from == 0 || self.responding.load(Ordering::Relaxed) > 0 {
+            return idle;
+        }
+        let head = self.start + Duration::from_millis(head_from - 1) + limits.head;
+        if head < idle.0 {
+            (head, "request head not complete in time")
+        } else {
+            idle
         }
     }
 }
@@ -96,6 +160,16 @@ impl Drop for Busy {
     fn drop(&mut self) {
         self.0.touch();
         self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Marks a response body going out.
+pub(super) struct Responding(Arc<Activity>);
+
+impl Drop for Responding {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.responding.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -126,7 +200,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
         let before = buf.filled().len();
         let r = Pin::new(&mut this.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
-            this.activity.touch();
+            this.activity.read();
         }
         r
     }
@@ -207,5 +281,60 @@ mod tests {
             waited >= Duration::from_secs(59) && waited <= Duration::from_secs(61),
             "{waited:?}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_must_complete_within_its_deadline_of_its_first_byte() {
+        let limits = Limits::default();
+        let a = Activity::new();
+        drop(a.busy());
+        let watchdog = {
+            let (a, limits) = (a.clone(), limits.clone());
+            tokio::spawn(async move { a.expired(&limits).await })
+        };
+        // Idle between requests is not a late head.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(!watchdog.is_finished());
+        // A byte every 5 s resets the idle timer, never the head's clock.
+        let first = Instant::now();
+        let trickle = {
+            let a = a.clone();
+            tokio::spawn(async move {
+                loop {
+                    a.read();
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                }
+            })
+        };
+        assert_eq!(watchdog.await.unwrap(), "request head not complete in time");
+        trickle.abort();
+        let took = first.elapsed();
+        assert!(
+            took >= Duration::from_secs(10) && took <= Duration::from_millis(10_002),
+            "{took:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bytes_during_a_request_or_a_response_body_start_no_head_clock() {
+        let limits = Limits::default();
+        let a = Activity::new();
+        let busy = a.busy();
+        a.read(); // a request body
+        drop(busy);
+        let body = a.responding();
+        a.read(); // a client pipelining while its answer streams
+        let (deadline, why) = a.deadline(&limits, Instant::now());
+        assert_eq!(why, "idle keep-alive");
+        assert!(deadline >= Instant::now() + Duration::from_secs(59));
+        drop(body);
+        // A complete head clears its clock.
+        a.read();
+        assert_eq!(
+            a.deadline(&limits, Instant::now()).1,
+            "request head not complete in time"
+        );
+        drop(a.busy());
+        assert_eq!(a.deadline(&limits, Instant::now()).1, "idle keep-alive");
     }
 }

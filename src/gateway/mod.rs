@@ -11,6 +11,8 @@
 
 mod answer;
 mod counted;
+mod deadline;
+mod descriptors;
 mod forward;
 mod front;
 mod http;
@@ -21,6 +23,7 @@ mod plain;
 mod relay;
 mod routing;
 mod socks5;
+mod target;
 mod upstream;
 
 use std::net::SocketAddr;
@@ -37,6 +40,7 @@ use crate::dial::Dialer;
 use crate::metrics::GatewayMetrics;
 use crate::pool::engine::Engine;
 
+pub use descriptors::Descriptors;
 pub use idle::IdleLimits;
 pub use limits::Limits;
 
@@ -56,8 +60,13 @@ pub enum GatewayError {
     Tls(#[from] crate::dial::TlsSetupError),
 }
 
-/// One of the `max_connections` slots, held while the client connection is in use.
-type Slot = Arc<OwnedSemaphorePermit>;
+/// What a client connection holds while it is in use (a tunnel outlives its HTTP
+/// connection task): one of the `max_connections` slots, and its descriptors of the budget.
+type Slot = Arc<(OwnedSemaphorePermit, OwnedSemaphorePermit)>;
+
+/// Refusals (`503` for want of descriptors) answered at once at most; beyond, a new
+/// connection is closed without an answer.
+const MAX_REFUSING: usize = 64;
 
 /// What every connection of one gateway shares.
 struct Shared {
@@ -78,6 +87,7 @@ pub struct Gateway {
     limits: Limits,
     engine: Arc<Engine>,
     dialer: Dialer,
+    fds: Descriptors,
 }
 
 impl Gateway {
@@ -99,7 +109,15 @@ impl Gateway {
             limits: Limits::default(),
             engine,
             dialer,
+            fds: Descriptors::unlimited(),
         })
+    }
+
+    /// Hold client and idle upstream connections within `fds` (shared by the daemon's
+    /// gateways).
+    pub fn with_descriptors(mut self, fds: Descriptors) -> Gateway {
+        self.fds = fds;
+        self
     }
 
     /// Replace the default limits.
@@ -121,7 +139,11 @@ impl Gateway {
         let metrics = self.engine.metrics().gateway();
         let shared = Arc::new(Shared {
             upstream: upstream::Upstream::new(self.engine, self.dialer, &self.cfg),
-            idle: idle::IdleConns::new(self.limits.upstream_idle, metrics.clone()),
+            idle: idle::IdleConns::new(
+                self.limits.upstream_idle,
+                metrics.clone(),
+                self.fds.clone(),
+            ),
             plain: plain::PlainRoutes::new(self.cfg.plain_http),
             metrics,
             cfg: self.cfg,
@@ -130,6 +152,7 @@ impl Gateway {
             shutdown: shutdown.clone(),
         });
         info!(%addr, pool = %shared.cfg.pool, auth = shared.cfg.token.is_some(), "gateway listening");
+        let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
         let idle = shared.idle.clone();
         let sweeper = tokio::spawn({
             let stop = shutdown.clone();
@@ -152,10 +175,22 @@ impl Gateway {
                 debug!(%peer, "gateway at max_connections; connection closed");
                 continue;
             };
+            let Some(fds) = self.fds.client() else {
+                // Over the descriptor budget: the lease socket and the HTTP listener keep
+                // theirs. The client hears why, if an answer can be spared.
+                if let Ok(r) = refusing.clone().try_acquire_owned() {
+                    let metrics = shared.metrics.clone();
+                    tokio::spawn(async move {
+                        front::refuse(stream, &metrics).await;
+                        drop(r);
+                    });
+                }
+                continue;
+            };
             let shared2 = shared.clone();
             let stop = shutdown.clone();
             // A tunnel outlives its HTTP connection task: the slot goes with it.
-            let slot = Arc::new(permit);
+            let slot = Arc::new((permit, fds));
             shared.tracker.spawn(async move {
                 tokio::select! {
                     _ = stop.cancelled() => {}

@@ -9,22 +9,28 @@
 //!
 //! Semantics are those of `copy_bidirectional`: an end of file is passed on as a
 //! half-close (shutdown of the other side's write half), the relay ends when both
-//! directions have ended, and the first error on either side ends both.
+//! directions have ended, and the first error on either side ends both. One addition: once
+//! one direction has ended, the relay also ends when the other moves nothing for
+//! `half_close` (`half_close_timeout`), so a far side that ignores a FIN (or a client that
+//! never closes after the server did) cannot hold the tunnel, its lease and its slot.
 
 use std::future::Future;
 use std::io;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
 
 /// Read size per poll: one loopback segment fits, and a bulk transfer makes few calls.
 const SCRATCH: usize = 32 * 1024;
 
-/// Relay between `a` and `b` until both directions end; bytes moved `(a → b, b → a)`.
-/// `a_to_b` is sent to `b` before anything else (bytes `a` sent ahead of the tunnel).
-pub(super) fn relay<A, B>(a: A, b: B, a_to_b: Vec<u8>) -> Relay<A, B>
+/// Relay between `a` and `b` until both directions end, or one has ended and the other
+/// moved nothing for `half_close`; bytes moved `(a → b, b → a)`. `a_to_b` is sent to `b`
+/// before anything else (bytes `a` sent ahead of the tunnel).
+pub(super) fn relay<A, B>(a: A, b: B, a_to_b: Vec<u8>, half_close: Duration) -> Relay<A, B>
 where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
@@ -34,6 +40,8 @@ where
         b,
         ab: Half::with_pending(a_to_b),
         ba: Half::with_pending(Vec::new()),
+        half_close,
+        quiet: None,
     }
 }
 
@@ -42,6 +50,10 @@ pub(super) struct Relay<A, B> {
     b: B,
     ab: Half,
     ba: Half,
+    half_close: Duration,
+    /// Once one direction has ended: the deadline for the other, and its byte count when
+    /// the deadline was last moved. Boxed only then: an open tunnel carries no timer.
+    quiet: Option<(Pin<Box<Sleep>>, u64)>,
 }
 
 /// One direction.
@@ -168,13 +180,32 @@ where
         let this = self.get_mut();
         let ab = this.ab.poll_move(cx, &mut this.a, &mut this.b)?;
         let ba = this.ba.poll_move(cx, &mut this.b, &mut this.a)?;
-        if ab.is_ready() && ba.is_ready() {
-            Poll::Ready(Ok((this.ab.moved, this.ba.moved)))
-        } else {
-            Poll::Pending
+        let done = Poll::Ready(Ok((this.ab.moved, this.ba.moved)));
+        let open = match (ab.is_ready(), ba.is_ready()) {
+            (true, true) => return done,
+            (false, false) => return Poll::Pending,
+            (true, false) => this.ba.moved,
+            (false, true) => this.ab.moved,
+        };
+        let half_close = this.half_close;
+        let (quiet, seen) = this
+            .quiet
+            .get_or_insert_with(|| (Box::pin(tokio::time::sleep(half_close)), open));
+        if *seen != open {
+            // The open direction moved bytes: its quiet time starts again.
+            *seen = open;
+            quiet.as_mut().reset(Instant::now() + half_close);
+        }
+        match quiet.as_mut().poll(cx) {
+            Poll::Ready(()) => done,
+            Poll::Pending => Poll::Pending,
         }
     }
 }
+
+/// Long enough that no test here meets it unless it means to.
+#[cfg(test)]
+const HALF_CLOSE: Duration = Duration::from_secs(3600);
 
 #[cfg(test)]
 mod tests {
@@ -193,7 +224,7 @@ mod tests {
     ) {
         let (client, a) = duplex(cap);
         let (b, upstream) = duplex(cap);
-        (client, upstream, relay(a, b, early.to_vec()))
+        (client, upstream, relay(a, b, early.to_vec(), HALF_CLOSE))
     }
 
     /// Poll the relay once: it must not be finished.
@@ -284,7 +315,7 @@ mod tests {
     async fn an_idle_tunnel_holds_no_buffer() {
         let (mut client, a) = duplex(1024);
         let (b, mut upstream) = duplex(1024);
-        let mut r = relay(a, b, Vec::with_capacity(512));
+        let mut r = relay(a, b, Vec::with_capacity(512), HALF_CLOSE);
         step(&mut r).await;
         assert_eq!(r.held(), 0, "an empty leftover buffer is not kept");
         client.write_all(b"ping").await.unwrap();
@@ -300,6 +331,43 @@ mod tests {
             std::mem::size_of::<Half>() <= 64,
             "a direction is a few words"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_half_close_the_other_side_has_half_close_to_send_something() {
+        let (client, a) = duplex(1024);
+        let (b, mut upstream) = duplex(1024);
+        let (mut client_r, mut client_w) = tokio::io::split(client);
+        let task = tokio::spawn(relay(a, b, Vec::new(), Duration::from_secs(30)));
+        // The client is done sending; the far side keeps its half open.
+        client_w.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        upstream.read_to_end(&mut rest).await.unwrap();
+        let t0 = Instant::now();
+        // It still answers for a while: every byte gives it another 30 s.
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            upstream.write_all(b"x").await.unwrap();
+            let mut got = [0u8; 1];
+            client_r.read_exact(&mut got).await.unwrap();
+        }
+        assert!(!task.is_finished(), "closed while bytes were moving");
+        let last = Instant::now();
+        // Then silence: the tunnel ends 30 s after the last byte.
+        assert_eq!(task.await.unwrap().unwrap(), (0, 3));
+        assert_eq!(last.elapsed(), Duration::from_secs(30));
+        assert_eq!(t0.elapsed(), Duration::from_secs(90));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_open_tunnel_never_times_out() {
+        let (_client, a) = duplex(1024);
+        let (b, _upstream) = duplex(1024);
+        let mut r = relay(a, b, Vec::new(), Duration::from_secs(30));
+        step(&mut r).await;
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        step(&mut r).await;
+        assert!(r.quiet.is_none(), "no timer while both directions are open");
     }
 
     #[tokio::test]
@@ -389,7 +457,7 @@ mod streams {
             .await
             .unwrap();
         let (mut client, a) = duplex(64 * 1024);
-        let relay_task = tokio::spawn(relay(a, tls, Vec::new()));
+        let relay_task = tokio::spawn(relay(a, tls, Vec::new(), HALF_CLOSE));
         client.write_all(b"ping").await.unwrap();
         let mut pong = [0u8; 4];
         tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut pong))
@@ -420,7 +488,7 @@ mod streams {
         let (mut client, a) = duplex(1024);
         let (b, mut upstream) = duplex(1024);
         let b = BufWriter::with_capacity(64 * 1024, b);
-        let task = tokio::spawn(relay(a, b, b"early".to_vec()));
+        let task = tokio::spawn(relay(a, b, b"early".to_vec(), HALF_CLOSE));
         client.write_all(b"ping").await.unwrap();
         let mut got = [0u8; 9];
         tokio::time::timeout(Duration::from_secs(5), upstream.read_exact(&mut got))
@@ -478,7 +546,7 @@ mod streams {
                 tokio::task::yield_now().await;
             }
         });
-        let mut r = relay(a, b, Vec::new());
+        let mut r = relay(a, b, Vec::new(), HALF_CLOSE);
         let mut max_per_poll = 0u64;
         let mut polls = 0u64;
         let res = std::future::poll_fn(|cx| {

@@ -36,6 +36,9 @@ pub enum RoutingError {
     /// A tag segment whose value is not a tag value.
     #[error("proxy username: {0}")]
     Tag(#[from] TagError),
+    /// A session key the pools do not take (too long, control characters).
+    #[error("session in the proxy username: {0}")]
+    Session(#[from] crate::limits::SessionKeyError),
 }
 
 /// Why a client is turned away before anything is leased.
@@ -82,7 +85,10 @@ pub fn parse_username(user: &str, tag_keys: &BTreeSet<String>) -> Result<Routing
         }
         let slot = match key {
             "pool" => &mut r.pool,
-            "session" => &mut r.session,
+            "session" => {
+                crate::limits::check_session_key(&value)?;
+                &mut r.session
+            }
             _ => {
                 if tags.iter().any(|(k, _)| k == key) {
                     return Err(RoutingError::Repeated(key.to_string()));
@@ -180,6 +186,10 @@ mod tests {
             ("pool-", RoutingError::MissingValue("pool".into())),
             ("pool-a-pool-b", RoutingError::Repeated("pool".into())),
             ("user", unknown("user", &[])),
+            (
+                &format!("session-{}", "k".repeat(129)),
+                RoutingError::Session(crate::limits::SessionKeyError::TooLong(129)),
+            ),
         ];
         for (u, want) in bad {
             assert_eq!(parse_username(u, &none()), Err(want), "{u:?}");

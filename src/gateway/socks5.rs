@@ -11,6 +11,7 @@ use tracing::debug;
 use super::answer::error_outcome;
 use super::relay::relay;
 use super::routing::{authorize, Denied, Routing};
+use super::target::Target;
 use super::upstream::UpstreamError;
 use super::Shared;
 use crate::dial::{Dest, Route};
@@ -237,7 +238,7 @@ async fn negotiate(
     shared: &Shared,
     s: &mut TcpStream,
     buf: &mut Vec<u8>,
-) -> Result<(Routing, Dest), Refused> {
+) -> Result<(Routing, Target), Refused> {
     let methods = read_parsed(s, buf, parse_greeting)
         .await
         .map_err(Refused::gone)?;
@@ -288,7 +289,15 @@ async fn negotiate(
         }
     };
     match read_parsed(s, buf, parse_request).await {
-        Ok(dest) => Ok((routing, dest)),
+        Ok(dest) => match Target::socks(&dest.host, dest.port) {
+            Ok(target) => Ok((routing, target)),
+            Err(e) => {
+                // Not a name or address to pass on (control characters, a port inside
+                // it, port 0): refused before anything is leased.
+                let _ = s.write_all(&reply_bytes(reply::GENERAL)).await;
+                Err(Refused::answered(GatewayOutcome::BadRequest, e.to_string()))
+            }
+        },
         Err(e) => {
             let code = if e.contains("command") {
                 reply::COMMAND
@@ -312,7 +321,7 @@ pub(super) async fn serve(shared: Arc<Shared>, mut s: TcpStream) {
     )
     .await;
     let count = |outcome| shared.metrics.request(GatewayProtocol::Socks5, outcome);
-    let (routing, dest) = match negotiated {
+    let (routing, target) = match negotiated {
         Ok(Ok(v)) => v,
         Ok(Err(r)) => {
             if let Some(outcome) = r.outcome {
@@ -324,7 +333,7 @@ pub(super) async fn serve(shared: Arc<Shared>, mut s: TcpStream) {
     };
     let (mut guard, dialed) = match shared
         .upstream
-        .connect(&routing, &dest, Route::Tunnel)
+        .connect(&routing, &target, Route::Tunnel)
         .await
     {
         Ok(v) => v,
@@ -341,7 +350,7 @@ pub(super) async fn serve(shared: Arc<Shared>, mut s: TcpStream) {
         return;
     }
     // Bytes the client sent right after its request belong to the tunnel: they go first.
-    let r = relay(s, dialed.io, buf).await;
+    let r = relay(s, dialed.io, buf, shared.cfg.half_close_timeout).await;
     debug!(endpoint = guard.endpoint(), result = ?r.map_err(|e| e.kind()), "gateway SOCKS5 tunnel closed");
     // Reported here rather than by the guard's drop: no extra task per tunnel.
     guard.finish().await;

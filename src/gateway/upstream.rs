@@ -12,11 +12,11 @@ use tracing::info;
 use super::counted::{Counted, Counter};
 use super::lease::LeaseGuard;
 use super::routing::Routing;
+use super::target::Target;
 use crate::config::GatewayConfig;
 use crate::dial::{Clock, Dest, DialFailure, Dialed, Dialer, Route};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::Failure;
-use crate::pool::destinations::Place;
 use crate::pool::engine::{Engine, EngineError};
 use crate::pool::{Outcome, PoolError, Want};
 
@@ -62,6 +62,10 @@ pub(super) enum UpstreamError {
         endpoint: EndpointId,
         tried: usize,
     },
+    /// This machine is short of descriptors, memory or local ports (the gateway's own
+    /// descriptor budget included): nothing is reported against any upstream.
+    #[error("out of local resources: {0}")]
+    Local(String),
     /// The engine or store failed.
     #[error("internal error: {0}")]
     Internal(#[source] EngineError),
@@ -230,12 +234,12 @@ impl Upstream {
     pub(super) async fn connect(
         &self,
         routing: &Routing,
-        dest: &Dest,
+        target: &Target,
         route: Route,
     ) -> Result<(LeaseGuard, Dialed), UpstreamError> {
         let mut tries = self.tries();
         let (guard, link) = self
-            .connect_or_reuse(routing, dest, &mut tries, &Fixed(route))
+            .connect_or_reuse(routing, target, &mut tries, &Fixed(route))
             .await?;
         match link {
             Link::Dialed(d) => Ok((guard, d)),
@@ -250,14 +254,14 @@ impl Upstream {
     pub(super) async fn connect_or_reuse<W: Way>(
         &self,
         routing: &Routing,
-        dest: &Dest,
+        target: &Target,
         tries: &mut Tries,
         way: &W,
     ) -> Result<(LeaseGuard, Link<W::Conn>), UpstreamError> {
         // Leases for the place skip its banned pairs and refuse a target that is down;
         // their reports are judged by docs/blame.md.
-        let place = Place::at(&dest.host, dest.port).ok();
-        let want = Want::at(place.as_ref()).with_tags(routing.tags.clone());
+        let dest = &target.dest;
+        let want = Want::at(Some(&target.place)).with_tags(routing.tags.clone());
         // Endpoints granted again after a try: held (so the pool hands out another) until
         // this loop ends, then released.
         let mut held = Vec::new();
@@ -296,6 +300,14 @@ impl Upstream {
             };
             match dialed {
                 Ok(d) => return Ok((guard, Link::Dialed(d))),
+                Err(f) if f.local => {
+                    // Our own shortage says nothing of the upstream: the lease goes back
+                    // unreported, and no other upstream is tried (it would meet the same).
+                    info!(endpoint = guard.endpoint(), detail = %f.detail,
+                        "gateway cannot dial on this machine; nothing reported");
+                    guard.finish().await;
+                    return Err(UpstreamError::Local(f.detail));
+                }
                 Err(f) => {
                     info!(endpoint = guard.endpoint(), reason = %f.reason, phase = %f.phase,
                         attempt = tries.tried.len(), "gateway upstream failed; trying another");

@@ -137,3 +137,69 @@ async fn a_deadline_transition_that_failed_to_persist_is_retried_until_it_lands(
     let _ = stop.send(());
     timer.await.unwrap();
 }
+
+fn banned_by_the_site() -> Outcome {
+    Outcome::Failure(Failure {
+        reason: Some(Reason::DestinationStatus),
+        phase: Some(Phase::ResponseHead),
+        status: Some(403),
+        ..Default::default()
+    })
+}
+
+/// A destination's ban whose commit failed (a full disk) exists nowhere: not in memory,
+/// where it would refuse leases for the site that `show` and `list --destination` never
+/// explain, nor as events for a pair the store never had. One that lands is in both.
+#[tokio::test(start_paused = true)]
+async fn a_pair_ban_whose_commit_fails_is_not_kept_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, id) = open(&dir).await;
+    let ttl = Duration::from_secs(3600);
+    let site = super::Want::parse(Some("shop.example"), None).unwrap();
+    let on = super::ReportOn::to(Some("shop.example"));
+    let g = engine
+        .lease_with("default", ttl, None, Duration::ZERO, &site)
+        .await
+        .unwrap();
+    engine
+        .writer()
+        .call(|s| s.fail_next_commits(1))
+        .await
+        .unwrap();
+    let r = engine.report_on(&g.lease, banned_by_the_site(), &on).await;
+    assert!(matches!(r, Err(EngineError::Store(_))), "{r:?}");
+    assert!(engine.pairs_of(id).is_empty(), "{:?}", engine.pairs_of(id));
+    assert_eq!(engine.pair_bans("default"), 0);
+    let stored_pairs = engine.writer().call(move |s| s.pairs_of(id)).await.unwrap();
+    assert!(stored_pairs.unwrap().is_empty());
+    // The site is still leasable through the endpoint, as the store says.
+    let g = engine
+        .lease_with("default", ttl, None, Duration::ZERO, &site)
+        .await
+        .expect("a ban that was never stored refused the lease");
+    // With room on the disk the same ban lands in memory and in the store.
+    engine
+        .report_on(&g.lease, banned_by_the_site(), &on)
+        .await
+        .unwrap();
+    assert_eq!(engine.pairs_of(id).len(), 1);
+    let stored_pairs = engine.writer().call(move |s| s.pairs_of(id)).await.unwrap();
+    assert_eq!(stored_pairs.unwrap().len(), 1);
+    let r = engine
+        .lease_with("default", ttl, None, Duration::ZERO, &site)
+        .await;
+    assert!(r.is_err(), "banned for the site: {r:?}");
+    // Memory put back after another failed commit keeps the stored ban.
+    engine
+        .writer()
+        .call(|s| s.fail_next_commits(1))
+        .await
+        .unwrap();
+    let g = engine
+        .lease("default", ttl, None, Duration::ZERO)
+        .await
+        .unwrap();
+    let r = engine.report_on(&g.lease, banned_by_the_site(), &on).await;
+    assert!(r.is_err());
+    assert_eq!(engine.pairs_of(id).len(), 1, "the stored ban came back");
+}

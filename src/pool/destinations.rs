@@ -40,7 +40,7 @@ mod name;
 mod pair;
 mod writes;
 
-pub use name::{normalize, normalize_key, place, Place};
+pub use name::{host_and_port, normalize, normalize_key, place, Place};
 use pair::{at, Pair, NONE};
 
 /// Default cap on pairs per pool.

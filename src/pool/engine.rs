@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::{error, warn};
 
 use super::destinations::PairHealth;
@@ -44,6 +45,10 @@ pub enum EngineError {
     Resolve(#[from] ResolveError),
     #[error("store thread stopped")]
     Stopped,
+    /// The caller of a waiting lease went away: nothing was granted (or what was granted
+    /// is given back), since its answer could never be delivered.
+    #[error("the client went away while its lease waited")]
+    CallerGone,
 }
 
 impl From<StoreError> for EngineError {
@@ -195,7 +200,7 @@ impl Engine {
     }
 
     /// After a failed commit: put the endpoints whose writes were lost back to their stored
-    /// rows. The pool lock is held until they are back, so no operation builds on memory
+    /// rows and pairs. The pool lock is held until they are back, so no operation builds on memory
     /// the store never saw; a deadline transition that was lost comes due again at once.
     fn resync(&self) {
         let mut p = self.lock();
@@ -206,8 +211,8 @@ impl Engine {
         match resynced {
             Ok(rows) => {
                 let (now, wall) = (Instant::now(), SystemTime::now());
-                for (id, row) in &rows {
-                    p.restore_row(*id, row.as_ref(), now, wall);
+                for (id, row, pairs) in &rows {
+                    p.restore_row(*id, row.as_ref(), pairs, now, wall);
                 }
                 if !rows.is_empty() {
                     warn!(
@@ -250,9 +255,49 @@ impl Engine {
         wait: Duration,
         want: &Want,
     ) -> Result<Grant, EngineError> {
+        self.lease_waiting(pool, ttl, session, wait, want, None)
+            .await
+            .map(|(g, _)| g)
+    }
+
+    /// [`Engine::lease_with`] for a caller that may go away while it waits: once `gone`
+    /// is cancelled the wait ends with [`EngineError::CallerGone`] and nothing is granted;
+    /// a grant from the wait that races it is given back at once. A lease whose answer
+    /// cannot be delivered is never left behind (nobody could release it). One granted
+    /// without waiting is answered whatever `gone` says: a client that only shut down its
+    /// sending side still reads it.
+    pub async fn lease_while_there(
+        &self,
+        pool: &str,
+        ttl: Duration,
+        session: Option<&str>,
+        wait: Duration,
+        want: &Want,
+        gone: &CancellationToken,
+    ) -> Result<Grant, EngineError> {
+        let (g, waited) = self
+            .lease_waiting(pool, ttl, session, wait, want, Some(gone))
+            .await?;
+        if waited && gone.is_cancelled() {
+            self.release(&g.lease).await?;
+            return Err(EngineError::CallerGone);
+        }
+        Ok(g)
+    }
+
+    /// The pool's lease, then its fallback's when it has nothing (one hop).
+    async fn lease_waiting(
+        &self,
+        pool: &str,
+        ttl: Duration,
+        session: Option<&str>,
+        wait: Duration,
+        want: &Want,
+        gone: Option<&CancellationToken>,
+    ) -> Result<(Grant, bool), EngineError> {
         let fallback = self.lock().fallback(pool);
         let first = self
-            .lease_in(pool, ttl, session, wait, want, fallback.is_some())
+            .lease_in(pool, ttl, session, wait, want, gone, fallback.is_some())
             .await;
         let Some(next) = fallback else {
             return first;
@@ -265,7 +310,10 @@ impl Engine {
             )) => e,
             r => return r,
         };
-        match self.lease_in(&next, ttl, session, wait, want, false).await {
+        match self
+            .lease_in(&next, ttl, session, wait, want, gone, false)
+            .await
+        {
             // The fallback has nothing either: the first pool's answer says more (its
             // pacing's time to come back, its cooldowns).
             Err(EngineError::Pool(
@@ -276,7 +324,8 @@ impl Engine {
     }
 
     /// One pool's lease, waiting as `lease_with` says; `eager`: an exhausted pool answers
-    /// at once (a fallback is there to serve).
+    /// at once (a fallback is there to serve). Returns whether it waited.
+    #[allow(clippy::too_many_arguments)]
     async fn lease_in(
         &self,
         pool: &str,
@@ -284,8 +333,9 @@ impl Engine {
         session: Option<&str>,
         wait: Duration,
         want: &Want,
+        gone: Option<&CancellationToken>,
         eager: bool,
-    ) -> Result<Grant, EngineError> {
+    ) -> Result<(Grant, bool), EngineError> {
         let started = Instant::now();
         // Each attempt says whether it is the request's last (and until when the request
         // may wait): only that one is counted, and the loop below gives up on the same
@@ -309,15 +359,22 @@ impl Engine {
         // The common case answers at once, without registering as a waiter.
         match attempt().await? {
             (Err(PoolError::Exhausted { .. } | PoolError::Paced { .. }), false, _) => {}
-            (r, _, _) => return Ok(r?),
+            (r, _, _) => return Ok((r?, false)),
         }
+        let gone = async {
+            match gone {
+                Some(g) => g.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(gone);
         loop {
             // Registered before the attempt, so a release in between is not missed.
             let freed = self.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
             match attempt().await? {
-                (Ok(g), _, _) => return Ok(g),
+                (Ok(g), _, _) => return Ok((g, true)),
                 (
                     Err(
                         PoolError::Exhausted { retry_after, .. }
@@ -335,6 +392,7 @@ impl Engine {
                     tokio::select! {
                         _ = &mut freed => {}
                         _ = tokio::time::sleep_until(until) => {}
+                        _ = &mut gone => return Err(EngineError::CallerGone),
                     }
                 }
                 (Err(e), _, _) => return Err(e.into()),
@@ -736,11 +794,15 @@ impl Engine {
         Ok(self.writer.call(move |s| s.get(id)).await??)
     }
 
-    /// The stored endpoint an operator's `ID|URL` names.
-    pub async fn resolve(&self, arg: String) -> Result<EndpointId, EngineError> {
+    /// The stored endpoint an operator's `ID|URL` names (of `pool`, when given).
+    pub async fn resolve(
+        &self,
+        arg: String,
+        pool: Option<String>,
+    ) -> Result<EndpointId, EngineError> {
         Ok(self
             .writer
-            .call(move |s| s.resolve(&arg).map(|r| r.id))
+            .call(move |s| s.resolve(&arg, pool.as_deref()).map(|r| r.id))
             .await??)
     }
 

@@ -20,7 +20,7 @@ use super::scoped::{Views, Want};
 use super::select::{Fit, Miss};
 use super::tag_index::{carries, Resolved};
 use super::targets::Admission;
-use super::{Ended, Grant, PoolError, Pools, ENDED_MEMORY, MAX_SESSIONS};
+use super::{Ended, Grant, PoolError, Pools, ENDED_MEMORY};
 
 /// `scope` of a grant that is a pair's trial.
 pub const SCOPE_DESTINATION: &str = "destination";
@@ -308,7 +308,7 @@ impl Pools {
         let Some(key) = session else {
             return Sticky::Rebind;
         };
-        let Some(&id) = self.sessions.get(&(ask.p, key.to_string())) else {
+        let Some(id) = self.sessions.get(self.sessions.at(ask.p, key)) else {
             return Sticky::Rebind;
         };
         let Some(e) = self.entries.get(&id) else {
@@ -477,20 +477,13 @@ impl Pools {
     }
 
     fn bind_session(&mut self, p: usize, key: &str, id: EndpointId) {
-        if self.sessions.len() >= MAX_SESSIONS {
-            // Scrapers that mint a key per request must not grow memory forever: forget
-            // sessions whose endpoint left service, then all if still full.
-            let entries = &self.entries;
-            self.sessions.retain(|_, id| {
-                entries
-                    .get(id)
-                    .is_some_and(|e| e.health.state == State::Available)
-            });
-            if self.sessions.len() >= MAX_SESSIONS {
-                self.sessions.clear();
-            }
-        }
-        self.sessions.insert((p, key.to_string()), id);
+        let s = self.sessions.at(p, key);
+        let entries = &self.entries;
+        self.sessions.bind(s, id, |id| {
+            entries
+                .get(&id)
+                .is_some_and(|e| e.health.state == State::Available)
+        });
     }
 
     /// Record the lease of `choice` and count it against its endpoint.

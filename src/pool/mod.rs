@@ -21,6 +21,7 @@ mod reconfigure;
 mod reports;
 pub(crate) mod scoped;
 mod select;
+mod sessions;
 mod strategy;
 mod tag_index;
 pub(crate) mod targets;
@@ -260,7 +261,7 @@ pub struct Pools {
     ended_order: VecDeque<u64>,
     /// The log-line budget of state changes.
     burst: burst::Burst,
-    sessions: HashMap<(usize, String), EndpointId>,
+    sessions: sessions::Sessions,
     /// Ids removed in this process. Ids are never reused, so a row that arrives after its
     /// removal (an `add` racing a `remove`) is stale and must not come back to life.
     removed: std::collections::HashSet<EndpointId>,
@@ -303,9 +304,6 @@ impl std::fmt::Display for Ended {
     }
 }
 
-/// Sticky session keys remembered at most.
-const MAX_SESSIONS: usize = 65_536;
-
 fn state_idx(s: State) -> usize {
     match s {
         State::Available => 0,
@@ -327,7 +325,7 @@ impl Pools {
             ended: FxHashMap::default(),
             ended_order: VecDeque::new(),
             burst: burst::Burst::new(burst::LINES_PER_SECOND),
-            sessions: HashMap::new(),
+            sessions: sessions::Sessions::new(),
             removed: std::collections::HashSet::new(),
             next_lease: 0,
             gen: 0,
@@ -499,18 +497,27 @@ impl Pools {
     }
 
     /// Make memory match the store for one endpoint after a failed commit: the stored row
-    /// wins (or its absence). Its leases go too: they may stem from a grant that failed.
+    /// wins (or its absence), and so do its stored (endpoint, destination) pairs: a ban
+    /// whose commit failed is not kept in memory, one that is stored comes back. Its
+    /// leases go too: they may stem from a grant that failed.
     pub fn restore_row(
         &mut self,
         id: EndpointId,
         row: Option<&EndpointRow>,
+        pairs: &[crate::store::pairs::PairRow],
         now: Instant,
         wall: SystemTime,
     ) {
+        if let Some(e) = self.entries.get(&id) {
+            self.pools[e.pool].dests.remove_endpoint(id);
+        }
         self.remove_entry(id);
         if let Some(r) = row {
             self.removed.remove(&id);
             self.insert_row(r, now, wall);
+            for pair in pairs {
+                self.restore_pair(pair, now, wall);
+            }
         }
     }
 
@@ -548,7 +555,7 @@ impl Pools {
                 }
             }
         }
-        self.sessions.retain(|_, v| *v != id);
+        self.sessions.forget_endpoint(id);
         if let Some(e) = self.entries.remove(&id) {
             self.tags.release(&e.tags);
             self.pools[e.pool].latencies.moved(e.stats.latency_ms, None);

@@ -206,11 +206,10 @@ impl Pools {
         let Some(&p) = self.by_name.get(pool) else {
             return (Err(PoolError::UnknownPool(pool.to_string())), writes);
         };
-        let key = (p, session.to_string());
+        let key = self.sessions.at(p, session);
         let Some(id) = self
             .sessions
-            .get(&key)
-            .copied()
+            .get(key)
             .filter(|id| self.entries.contains_key(id))
         else {
             let e = PoolError::UnknownSession {
@@ -230,7 +229,7 @@ impl Pools {
         let settled = self.settle(on, outcome, Proof::Answer, now, wall);
         writes.extend(settled.writes);
         if failure {
-            self.sessions.remove(&key);
+            self.sessions.unbind(key);
         }
         let answer = Reported {
             state: self.entries[&id].health.state,

@@ -42,6 +42,9 @@ pub struct ProbeResult {
     pub phases: Vec<(Phase, Duration)>,
     /// Wall time of the whole probe.
     pub total: Duration,
+    /// It failed on this machine's side (out of descriptors, memory, local ports): the
+    /// failure says nothing about the endpoint and is not recorded against it.
+    pub local: bool,
 }
 
 /// A probe configuration that cannot be used.
@@ -223,7 +226,9 @@ impl Prober {
             clock: Clock::start(self.inner.timeout, "probe timeout"),
             status: None,
         };
-        let outcome = self.inner.run(proxy, &mut run).await.map_err(Failure::from);
+        let outcome = self.inner.run(proxy, &mut run).await;
+        let local = outcome.as_ref().is_err_and(|f| f.local);
+        let outcome = outcome.map_err(Failure::from);
         let total = start.elapsed();
         match outcome {
             Ok(()) => ProbeResult {
@@ -232,6 +237,7 @@ impl Prober {
                 status: run.status,
                 phases: run.clock.phases,
                 total,
+                local,
             },
             Err(f) => {
                 tracing::debug!(proxy = %proxy, reason = ?f.reason, phase = ?f.phase, detail = ?f.detail, "probe failed");
@@ -243,6 +249,7 @@ impl Prober {
                     failure: Some(f),
                     phases: run.clock.phases,
                     total,
+                    local,
                 }
             }
         }

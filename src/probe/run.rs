@@ -137,13 +137,19 @@ async fn record_as(
 ) -> Result<ProbeReport, EngineError> {
     let id = report.id;
     let r: ProbeResult = match run_probe(prober, url).await {
+        Some(r) if r.local => {
+            // This machine is short of descriptors or memory: nothing is known of the
+            // endpoint, so nothing is recorded against it (docs/probe.md).
+            let why = r.failure.and_then(|f| f.detail).unwrap_or_default();
+            give_back(engine, id, report.trial, "probe failed on this machine").await?;
+            report.skipped = Some(format!(
+                "the probe could not run on this machine: {why}; nothing was recorded against the endpoint"
+            ));
+            return Ok(report);
+        }
         Some(r) => r,
         None => {
-            if report.trial {
-                engine.abandon(id, "probe task failed").await?;
-            } else {
-                engine.probe_cancel(id);
-            }
+            give_back(engine, id, report.trial, "probe task failed").await?;
             report.skipped = Some("the probe task failed".into());
             return Ok(report);
         }
@@ -175,6 +181,22 @@ async fn record_as(
     };
     report.state = Some(engine.probe_result_as(id, outcome, role, detail).await?);
     Ok(report)
+}
+
+/// A probe that ended without a result gives back what it held: the single recovery
+/// attempt (`trial`), or its probe admission.
+async fn give_back(
+    engine: &Engine,
+    id: EndpointId,
+    trial: bool,
+    why: &str,
+) -> Result<(), EngineError> {
+    if trial {
+        engine.abandon(id, why).await?;
+    } else {
+        engine.probe_cancel(id);
+    }
+    Ok(())
 }
 
 /// An operator's probe of many endpoints (see `probe_targets`), at most `concurrency` at

@@ -181,6 +181,9 @@ pub struct EndpointsMessage {
 #[serde(deny_unknown_fields)]
 pub struct DisableMessage {
     pub endpoint: EndpointRef,
+    /// Name endpoints of this pool only: the same URL may be in several pools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
     /// Operator's text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -191,6 +194,9 @@ pub struct DisableMessage {
 #[serde(deny_unknown_fields)]
 pub struct EnableMessage {
     pub endpoint: EndpointRef,
+    /// Name endpoints of this pool only: the same URL may be in several pools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
     /// Straight to available.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub now: Option<bool>,
@@ -240,6 +246,9 @@ pub struct ImportMessage {
 #[serde(deny_unknown_fields)]
 pub struct RemoveMessage {
     pub endpoints: Vec<EndpointRef>,
+    /// Name endpoints of this pool only: the same URL may be in several pools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
 }
 
 /// `probe`: probe endpoints now (used by the CLI while a daemon runs).
@@ -265,6 +274,9 @@ pub struct ProbeMessage {
 #[serde(deny_unknown_fields)]
 pub struct EditMessage {
     pub endpoint: EndpointRef,
+    /// Name endpoints of this pool only: the same URL may be in several pools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
     /// Replacement URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,

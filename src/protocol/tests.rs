@@ -106,16 +106,19 @@ fn requests_round_trip() {
         }),
         Request::Enable(EnableMessage {
             endpoint: EndpointRef::Id(3),
+            pool: None,
             now: Some(true),
             destination: None,
         }),
         Request::Enable(EnableMessage {
             endpoint: EndpointRef::Id(3),
+            pool: Some("shops".into()),
             now: None,
             destination: Some("shop.example".into()),
         }),
         Request::Remove(RemoveMessage {
             endpoints: vec![EndpointRef::Id(1), EndpointRef::Url("http://h:1".into())],
+            pool: Some("default".into()),
         }),
         Request::Probe(ProbeMessage {
             all: true,
@@ -124,6 +127,7 @@ fn requests_round_trip() {
         }),
         Request::Edit(EditMessage {
             endpoint: EndpointRef::Id(9),
+            pool: None,
             url: Some("socks5://u:new@h:1".into()),
             label: None,
             tags: None,

@@ -1,6 +1,9 @@
 //! One client connection: framed lines in, one response line out per request, in order.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
+
+use bytes::Bytes;
 
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -11,6 +14,13 @@ use tracing::debug;
 use super::handler::request_id;
 use super::{Handler, AUTH_TIMEOUT, SHUTDOWN_GRACE};
 use crate::protocol::{ErrorCode, Response, MAX_LINE};
+
+/// One line as the codec gives it.
+type Frame = Result<Bytes, AnyDelimiterCodecError>;
+
+/// Lines read ahead while a request is answered (a client pipelining); past this many the
+/// connection is not read until the answer is out.
+const READ_AHEAD: usize = 64;
 
 /// Serve one connection until it closes or the server shuts down.
 pub async fn serve_conn<S>(stream: S, handler: Arc<Handler>, tcp: bool, shutdown: CancellationToken)
@@ -23,18 +33,27 @@ where
     let mut framed = Framed::new(stream, codec);
     // A TCP peer must show the token soon: an idle crowd of strangers holds descriptors.
     let mut auth_deadline = tcp.then(|| tokio::time::Instant::now() + AUTH_TIMEOUT);
+    // What was read while a request was being answered, and whether the client closed.
+    let mut ahead: VecDeque<Frame> = VecDeque::new();
+    let mut closed = false;
     loop {
-        let next = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            n = framed.next() => n,
-            _ = async {
-                match auth_deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
+        let next = if let Some(f) = ahead.pop_front() {
+            Some(f)
+        } else if closed {
+            None
+        } else {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                n = framed.next() => n,
+                _ = async {
+                    match auth_deadline {
+                        Some(d) => tokio::time::sleep_until(d).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    debug!("no request with a valid token in time; closing");
+                    break;
                 }
-            } => {
-                debug!("no request with a valid token in time; closing");
-                break;
             }
         };
         let resp = match next {
@@ -42,23 +61,44 @@ where
             Some(Ok(bytes)) => match std::str::from_utf8(&bytes) {
                 Ok(line) => {
                     let line = line.strip_suffix('\r').unwrap_or(line);
+                    let gone = CancellationToken::new();
+                    let answer = handler.answer(line, tcp, &gone);
+                    tokio::pin!(answer);
                     // Requests in flight finish on shutdown, but one that could wait long
-                    // (a `lease` with `wait`) is cut short after a grace period.
-                    tokio::select! {
-                        (r, authorized) = handler.answer(line, tcp) => {
-                            if authorized {
-                                auth_deadline = None;
+                    // (a `lease` with `wait`) is cut short after a grace period. While it
+                    // runs the connection is still read: a client that closed it is gone,
+                    // and a lease waiting for it must not be granted to nobody.
+                    loop {
+                        tokio::select! {
+                            // The socket first: a close that is already there is seen
+                            // before a grant that races it completes (that grant is then
+                            // given back rather than written to nobody).
+                            biased;
+                            n = framed.next(), if !closed && ahead.len() < READ_AHEAD => match n {
+                                Some(Ok(f)) => ahead.push_back(Ok(f)),
+                                Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
+                                    ahead.push_back(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded));
+                                }
+                                None | Some(Err(AnyDelimiterCodecError::Io(_))) => {
+                                    closed = true;
+                                    gone.cancel();
+                                }
+                            },
+                            (r, authorized) = &mut answer => {
+                                if authorized {
+                                    auth_deadline = None;
+                                }
+                                break r;
                             }
-                            r
+                            _ = async {
+                                shutdown.cancelled().await;
+                                tokio::time::sleep(SHUTDOWN_GRACE).await;
+                            } => break Response::err(
+                                request_id(line),
+                                ErrorCode::Internal,
+                                "the daemon is shutting down",
+                            ),
                         }
-                        _ = async {
-                            shutdown.cancelled().await;
-                            tokio::time::sleep(SHUTDOWN_GRACE).await;
-                        } => Response::err(
-                            request_id(line),
-                            ErrorCode::Internal,
-                            "the daemon is shutting down",
-                        ),
                     }
                 }
                 Err(e) => Response::err(

@@ -3,6 +3,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+use tokio_util::sync::CancellationToken;
+
 use crate::config::Config;
 use crate::pool::engine::Engine;
 use crate::probe::Prober;
@@ -44,6 +46,8 @@ pub(super) struct Context<'a> {
     /// The database the daemon serves, as `status` names it.
     pub(super) database: Option<&'a str>,
     live: &'a LiveCell,
+    /// Cancelled when the client's connection has closed: an op that waits stops waiting.
+    pub(super) gone: &'a CancellationToken,
 }
 
 impl<'a> Context<'a> {
@@ -51,11 +55,13 @@ impl<'a> Context<'a> {
         engine: &'a Arc<Engine>,
         database: Option<&'a str>,
         live: &'a LiveCell,
+        gone: &'a CancellationToken,
     ) -> Self {
         Context {
             engine,
             database,
             live,
+            gone,
         }
     }
 

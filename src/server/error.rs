@@ -91,7 +91,10 @@ impl From<EngineError> for OpError {
             EngineError::Resolve(r) if r.is_input() => OpError::bad(r.to_string()),
             EngineError::Store(s) => OpError::internal(s.to_string()),
             EngineError::Resolve(r) => OpError::internal(r.to_string()),
-            e @ EngineError::Stopped => OpError::internal(e.to_string()),
+            // Never delivered: the caller is gone.
+            e @ (EngineError::Stopped | EngineError::CallerGone) => {
+                OpError::internal(e.to_string())
+            }
         }
     }
 }

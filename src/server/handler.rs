@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use super::context::{Context, Live, LiveCell};
 use super::ops::{self, Caller, Transport};
@@ -62,12 +63,18 @@ impl Handler {
 
     /// Answer one request line.
     pub async fn handle_line(&self, line: &str, tcp: bool) -> Response {
-        self.answer(line, tcp).await.0
+        self.answer(line, tcp, &CancellationToken::new()).await.0
     }
 
     /// Answer one request line; also says whether it carried a valid token (always true
     /// off TCP). Before that, a TCP peer learns nothing but that its token is wrong.
-    pub(super) async fn answer(&self, line: &str, tcp: bool) -> (Response, bool) {
+    /// `gone` is cancelled when the client has closed its connection.
+    pub(super) async fn answer(
+        &self,
+        line: &str,
+        tcp: bool,
+        gone: &CancellationToken,
+    ) -> (Response, bool) {
         let caller = if tcp {
             let (id, token) = peek(line);
             match token.and_then(|t| self.tokens.role_of(&t)) {
@@ -87,10 +94,10 @@ impl Handler {
                 role: Role::Admin,
             }
         };
-        (self.checked(line, caller).await, true)
+        (self.checked(line, caller, gone).await, true)
     }
 
-    async fn checked(&self, line: &str, caller: Caller) -> Response {
+    async fn checked(&self, line: &str, caller: Caller, gone: &CancellationToken) -> Response {
         if line.trim().is_empty() {
             return Response::err(
                 None,
@@ -102,7 +109,7 @@ impl Handler {
             Ok(v) => v,
             Err(resp) => return *resp,
         };
-        let cx = Context::new(&self.engine, self.database.as_deref(), &self.live);
+        let cx = Context::new(&self.engine, self.database.as_deref(), &self.live, gone);
         match ops::route(req, caller, &cx).await {
             Ok(payload) => Response::ok(id, payload),
             Err(e) => Response::failure(id, e.into_body()),

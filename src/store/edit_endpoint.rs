@@ -66,7 +66,7 @@ impl Store {
                 new_url.port,
                 new_url.user_key(),
                 new_url.password,
-                new_label,
+                super::text(&new_label),
                 new_tags.to_column()
             ],
         )?;

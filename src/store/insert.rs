@@ -272,8 +272,8 @@ impl Batch {
             ins.raw_bind_parameter(at + 4, u.port)?;
             ins.raw_bind_parameter(at + 5, u.user_key())?;
             ins.raw_bind_parameter(at + 6, &u.password)?;
-            ins.raw_bind_parameter(at + 7, &e.label)?;
-            ins.raw_bind_parameter(at + 8, &e.source)?;
+            ins.raw_bind_parameter(at + 7, super::text(&e.label))?;
+            ins.raw_bind_parameter(at + 8, super::text(&e.source))?;
             ins.raw_bind_parameter(at + 9, e.state.as_str())?;
             ins.raw_bind_parameter(at + 10, e.tags.to_column())?;
         }
@@ -289,7 +289,7 @@ impl Batch {
             ev.raw_bind_parameter(at, self.next + i as i64)?;
             ev.raw_bind_parameter(at + 1, e.state.as_str())?;
             // The `added` event's detail says who added it, as before.
-            ev.raw_bind_parameter(at + 2, &e.source)?;
+            ev.raw_bind_parameter(at + 2, super::text(&e.source))?;
         }
         ev.raw_execute()?;
         for i in 0..n {

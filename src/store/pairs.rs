@@ -108,7 +108,7 @@ pub(crate) fn apply(tx: &Connection, w: &PairWrite) -> Result<(), StoreError> {
                     r.reason.map(Reason::as_str),
                     r.phase.map(Phase::as_str),
                     r.status,
-                    r.detail,
+                    super::text(&r.detail),
                     r.streak,
                     r.reason_streak,
                     r.cooldown_ms.map(|v| v as i64),

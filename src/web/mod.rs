@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONTENT_TYPE};
+use hyper::header::{HeaderValue, ALLOW, CACHE_CONTROL, CONNECTION, CONTENT_TYPE};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -40,7 +40,7 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:9464";
 /// Seconds between the status page's own reloads.
 pub const REFRESH_SECS: u32 = 5;
 /// Connections served at once; more wait in the kernel's backlog.
-const MAX_CONNECTIONS: usize = 256;
+pub const MAX_CONNECTIONS: usize = 256;
 /// A client that has not sent its request head by then is dropped.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -118,8 +118,11 @@ impl<S: StatusSource> HttpApp<S> {
         if let Some(t) = &self.token {
             if !auth::bearer_matches(req.headers(), t) {
                 let mut r = text(StatusCode::UNAUTHORIZED, "a bearer token is required\n");
-                r.headers_mut()
-                    .insert("www-authenticate", HeaderValue::from_static("Bearer"));
+                let h = r.headers_mut();
+                h.insert("www-authenticate", HeaderValue::from_static("Bearer"));
+                // One answer per connection without the token: a stranger cannot hold one
+                // of the listener's slots by asking now and then.
+                h.insert(CONNECTION, HeaderValue::from_static("close"));
                 return r;
             }
         }

@@ -1,6 +1,6 @@
 //! The status page: one server-rendered HTML document, no script, no external asset.
 //! maud escapes every interpolated value, so labels, details and pool names (user text)
-//! always show as text.
+//! always show as text; control characters in them (a NUL, an ESC) show as escapes.
 
 use std::time::Duration;
 
@@ -8,6 +8,7 @@ use maud::{html, Markup, PreEscaped, DOCTYPE};
 
 use super::view::{by_trouble, EndpointLine, PageModel, PoolPage, Trouble, CHART_MINUTES};
 use crate::health::State;
+use crate::redact::printable;
 use crate::store::{fmt_time, EventRow};
 
 const CSS: &str = "
@@ -180,7 +181,7 @@ fn down_targets(s: &crate::pool::PoolStatus) -> Markup {
             tbody {
                 @for t in &s.down_targets {
                     tr {
-                        td { (t.target) }
+                        td { (printable(&t.target)) }
                         td { (fmt_dur(Duration::from_millis(t.retry_after_ms))) }
                         td { (fmt_dur(Duration::from_millis(t.down_for_ms))) }
                         td.num { (t.streak) }
@@ -258,7 +259,7 @@ fn endpoints_table(rows: &[EndpointLine]) -> Markup {
                     tr data-endpoint=(v.id) {
                         td.num { (v.id) }
                         td.url { (v.url) }
-                        td { (v.label.as_deref().unwrap_or("")) }
+                        td { (printable(v.label.as_deref().unwrap_or(""))) }
                         td.tags { (v.tags) }
                         td class={ "s-" (v.state.as_str()) } { (v.state.as_str()) }
                         td { (v.reason.map(|r| r.as_str()).unwrap_or("")) }
@@ -315,8 +316,8 @@ fn events_table(events: &[EventRow]) -> Markup {
                             }
                             td { (e.reason.as_deref().unwrap_or("")) }
                             td { (e.phase.as_deref().unwrap_or("")) }
-                            td { (e.blame.as_deref().unwrap_or("")) }
-                            td { (e.detail.as_deref().unwrap_or("")) }
+                            td { (printable(e.blame.as_deref().unwrap_or(""))) }
+                            td { (printable(e.detail.as_deref().unwrap_or(""))) }
                         }
                     }
                 }

@@ -259,3 +259,37 @@ async fn serves_over_tcp_and_stops() {
     task.await.unwrap();
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }
+
+#[tokio::test]
+async fn a_request_without_the_token_gets_its_401_and_the_connection_closes() {
+    let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(serve(listener, Arc::new(app(Some("s3cret"))), stop.clone()));
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // Keep-alive asked for: a stranger must not keep the slot anyway.
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut out))
+        .await
+        .expect("the connection stayed open after its 401")
+        .unwrap();
+    assert!(out.starts_with("HTTP/1.1 401"), "{out}");
+    assert!(out.contains("connection: close"), "{out}");
+    // With the token, keep-alive as usual: a second request on the same connection.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    for _ in 0..2 {
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 1024];
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &buf[..n]);
+    }
+    stop.cancel();
+    drop(s);
+    task.await.unwrap();
+}

@@ -504,6 +504,11 @@ impl Conn {
         self.writer.flush()
     }
 
+    /// Shut down the sending side (the daemon reads end of stream; answers still arrive).
+    pub fn shutdown_write(&self) {
+        self.writer.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+
     /// Read one line; `Ok(None)` on end of stream.
     pub fn read_line(&mut self) -> std::io::Result<Option<String>> {
         let mut s = String::new();

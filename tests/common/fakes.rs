@@ -736,3 +736,63 @@ pub async fn scripted(acts: Vec<Act>) -> Fake {
     })
     .await
 }
+
+// ---------------------------------------------------------------------------------------
+// Hostile far ends
+
+/// A tarpit: accepts, reads and drops whatever comes, never writes, and never closes,
+/// not even after the other side's FIN (a half-open far side that holds a tunnel).
+pub async fn tarpit() -> Fake {
+    spawn_server(|mut sock, seen| async move {
+        let mut buf = vec![0u8; 4096];
+        loop {
+            match sock.read(&mut buf).await {
+                Ok(0) => {
+                    seen.lock().unwrap().push("eof".into());
+                    // Keep the socket (and our sending half) open for ever.
+                    std::future::pending::<()>().await;
+                }
+                Ok(n) => seen
+                    .lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&buf[..n]).into_owned()),
+                Err(_) => return,
+            }
+        }
+    })
+    .await
+}
+
+/// An upstream proxy that accepts, reads the request head (recorded in `seen`) and never
+/// answers.
+pub async fn silent_upstream() -> Fake {
+    spawn_server(|mut sock, seen| async move {
+        if let Some((head, _)) = read_head(&mut sock).await {
+            seen.lock().unwrap().push(head);
+        }
+        std::future::pending::<()>().await;
+    })
+    .await
+}
+
+/// A keep-alive HTTP destination that writes each response's head and body in two
+/// separate writes (as nginx does without `tcp_nopush`), `body` each time.
+pub async fn split_writes_dest(body: &'static [u8]) -> Fake {
+    spawn_server(move |mut sock, seen| async move {
+        let _ = sock.set_nodelay(true);
+        loop {
+            let Some((head, _)) = read_head(&mut sock).await else {
+                return;
+            };
+            seen.lock().unwrap().push(head);
+            let h = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: text/plain\r\n\r\n",
+                body.len()
+            );
+            if sock.write_all(h.as_bytes()).await.is_err() || sock.write_all(body).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use proxypool::config::{GatewayConfig, PoolConfig};
 use proxypool::endpoint::{EndpointId, ProxyUrl};
-use proxypool::gateway::{Gateway, Limits};
+use proxypool::gateway::{Descriptors, Gateway, Limits};
 use proxypool::health::State;
 use proxypool::pool::engine::Engine;
 use proxypool::store::{EndpointRow, EventRow, NewEndpoint, Store};
@@ -29,6 +29,11 @@ pub fn endpoint(url: &str, pool: &str, tags: &[&str]) -> NewEndpoint {
         state: State::Available,
         tags: proxypool::tags::Tags::parse_args(tags).unwrap(),
     }
+}
+
+/// The pools `default` and `other`, built in.
+fn default_pools() -> Vec<PoolConfig> {
+    vec![PoolConfig::builtin("default"), PoolConfig::builtin("other")]
 }
 
 /// A gateway serving the pools `default` and `other` from a temp database.
@@ -54,8 +59,7 @@ impl Gw {
         limits: Limits,
     ) -> Gw {
         let eps = urls.iter().map(|u| endpoint(u, "default", &[])).collect();
-        let pools = vec![PoolConfig::builtin("default"), PoolConfig::builtin("other")];
-        Gw::start_full(pools, eps, f, limits).await
+        Gw::start_full(default_pools(), eps, f, limits, Descriptors::unlimited()).await
     }
 
     /// Pools `pools` (configured as given), endpoints `eps` (ids in this order).
@@ -64,7 +68,24 @@ impl Gw {
         eps: Vec<NewEndpoint>,
         f: impl FnOnce(&mut GatewayConfig),
     ) -> Gw {
-        Gw::start_full(pools, eps, f, Limits::default()).await
+        Gw::start_full(pools, eps, f, Limits::default(), Descriptors::unlimited()).await
+    }
+
+    /// A gateway whose client and idle upstream connections hold at most `n` descriptors.
+    pub async fn start_descriptors(
+        urls: &[String],
+        f: impl FnOnce(&mut GatewayConfig),
+        n: usize,
+    ) -> Gw {
+        let eps = urls.iter().map(|u| endpoint(u, "default", &[])).collect();
+        Gw::start_full(
+            default_pools(),
+            eps,
+            f,
+            Limits::default(),
+            Descriptors::new(n),
+        )
+        .await
     }
 
     async fn start_full(
@@ -72,6 +93,7 @@ impl Gw {
         eps: Vec<NewEndpoint>,
         f: impl FnOnce(&mut GatewayConfig),
         limits: Limits,
+        fds: Descriptors,
     ) -> Gw {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("gw.db");
@@ -87,7 +109,8 @@ impl Gw {
         let gw = Gateway::bind(cfg, engine.clone())
             .await
             .unwrap()
-            .with_limits(limits);
+            .with_limits(limits)
+            .with_descriptors(fds);
         let addr = gw.local_addr();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(gw.run(shutdown.clone()));

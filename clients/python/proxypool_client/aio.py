@@ -263,13 +263,19 @@ class AsyncClient:
     async def endpoints(self, pool: Optional[str] = None, state: Optional[str] = None) -> List[EndpointInfo]:
         return await self.send(calls.endpoints(pool, state))
 
-    async def disable(self, endpoint: EndpointRef, reason: Optional[str] = None) -> Optional[str]:
-        return await self.send(calls.disable(endpoint, reason))
+    async def disable(
+        self, endpoint: EndpointRef, reason: Optional[str] = None, pool: Optional[str] = None
+    ) -> Optional[str]:
+        return await self.send(calls.disable(endpoint, reason, pool))
 
     async def enable(
-        self, endpoint: EndpointRef, now: Optional[bool] = None, destination: Optional[str] = None
+        self,
+        endpoint: EndpointRef,
+        now: Optional[bool] = None,
+        destination: Optional[str] = None,
+        pool: Optional[str] = None,
     ) -> Optional[str]:
-        return await self.send(calls.enable(endpoint, now, destination))
+        return await self.send(calls.enable(endpoint, now, destination, pool))
 
     async def ping(self) -> str:
         return await self.send(calls.ping())

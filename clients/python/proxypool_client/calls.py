@@ -128,12 +128,17 @@ def endpoints(pool: Optional[str] = None, state: Optional[str] = None) -> Call[L
     return Call("endpoints", {"pool": pool, "state": state}, _endpoints)
 
 
-def disable(endpoint: EndpointRef, reason: Optional[str] = None) -> Call[Optional[str]]:
-    return Call("disable", {"endpoint": endpoint, "reason": reason}, _state)
+def disable(endpoint: EndpointRef, reason: Optional[str] = None, pool: Optional[str] = None) -> Call[Optional[str]]:
+    return Call("disable", {"endpoint": endpoint, "reason": reason, "pool": pool}, _state)
 
 
-def enable(endpoint: EndpointRef, now: Optional[bool] = None, destination: Optional[str] = None) -> Call[Optional[str]]:
-    return Call("enable", {"endpoint": endpoint, "now": now, "destination": destination}, _state)
+def enable(
+    endpoint: EndpointRef,
+    now: Optional[bool] = None,
+    destination: Optional[str] = None,
+    pool: Optional[str] = None,
+) -> Call[Optional[str]]:
+    return Call("enable", {"endpoint": endpoint, "now": now, "destination": destination, "pool": pool}, _state)
 
 
 def _version(reply: Reply) -> str:

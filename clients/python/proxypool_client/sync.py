@@ -243,11 +243,18 @@ class Client:
         """The endpoints, passwords redacted."""
         return self.send(calls.endpoints(pool, state))
 
-    def disable(self, endpoint: EndpointRef, reason: Optional[str] = None) -> Optional[str]:
-        return self.send(calls.disable(endpoint, reason))
+    def disable(self, endpoint: EndpointRef, reason: Optional[str] = None, pool: Optional[str] = None) -> Optional[str]:
+        """Disable the endpoint (of ``pool``, for a URL in several pools)."""
+        return self.send(calls.disable(endpoint, reason, pool))
 
-    def enable(self, endpoint: EndpointRef, now: Optional[bool] = None, destination: Optional[str] = None) -> Optional[str]:
-        return self.send(calls.enable(endpoint, now, destination))
+    def enable(
+        self,
+        endpoint: EndpointRef,
+        now: Optional[bool] = None,
+        destination: Optional[str] = None,
+        pool: Optional[str] = None,
+    ) -> Optional[str]:
+        return self.send(calls.enable(endpoint, now, destination, pool))
 
     def ping(self) -> str:
         """The daemon's version."""

@@ -68,6 +68,8 @@ def test_encode_every_field_when_given():
     }
     assert line(calls.enable(4, now=True, destination="a.org")) == {
         "op": "enable", "endpoint": 4, "now": True, "destination": "a.org", "id": 1}
+    assert line(calls.disable("http://h:1", reason="rotated", pool="shops")) == {
+        "op": "disable", "endpoint": "http://h:1", "reason": "rotated", "pool": "shops", "id": 1}
 
 
 def test_a_lease_call_allows_for_its_wait_and_knows_how_to_give_back():

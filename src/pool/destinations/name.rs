@@ -18,12 +18,32 @@ pub struct Place {
 }
 
 impl Place {
-    /// The place of `host` (already a valid host name or address) at `port`.
+    /// The place of `host` — a host name, an IPv4 or an IPv6 address (brackets optional),
+    /// nothing after it — at `port` (1–65535). The one rule for a destination a client
+    /// names, on every front (docs/gateway.md, "Destinations").
     pub fn at(host: &str, port: u16) -> Result<Place, DestinationError> {
-        let host = normalize(host)?;
+        let (host, attached) = split(host)?;
+        if attached.is_some() {
+            return Err(DestinationError::Invalid {
+                value: host,
+                why: "a host, not host:port",
+            });
+        }
+        if port == 0 {
+            return Err(DestinationError::Invalid {
+                value: host,
+                why: "port 0 is no port",
+            });
+        }
         let target = target_key(&host, Some(port));
         Ok(Place { host, target })
     }
+}
+
+/// A destination given as `host` or `host:port`, checked and split: the host normalised
+/// as `place` keys it, the port when one was given (1–65535).
+pub fn host_and_port(dest: &str) -> Result<(String, Option<u16>), DestinationError> {
+    split(dest)
 }
 
 /// A destination given as `host` or `host:port` (IPv6 in brackets when a port follows).
@@ -150,6 +170,31 @@ mod tests {
             "shop.example:443"
         );
         assert_eq!(Place::at("::1", 443).unwrap().target, "[::1]:443");
+        assert_eq!(Place::at("[::1]", 443).unwrap().host, "::1");
+        assert_eq!(
+            host_and_port("[::1]:8443").unwrap(),
+            ("::1".into(), Some(8443))
+        );
+        assert_eq!(
+            host_and_port("Shop.Example").unwrap(),
+            ("shop.example".into(), None)
+        );
+    }
+
+    #[test]
+    fn a_place_at_a_port_takes_a_bare_host_and_a_real_port() {
+        for (host, port) in [
+            ("shop.example:80", 80),
+            ("127.0.0.1\r\nx-injected:1\r\nx-b", 443),
+            ("a\0b", 443),
+            ("\u{1b}[31m.example", 443),
+            ("a b", 443),
+            ("", 443),
+            ("shop.example", 0),
+            ("[::1]:80", 80),
+        ] {
+            assert!(Place::at(host, port).is_err(), "{host:?} {port}");
+        }
     }
 
     #[test]

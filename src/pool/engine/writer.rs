@@ -10,6 +10,7 @@ use tracing::{debug, error};
 use super::EngineError;
 use crate::endpoint::EndpointId;
 use crate::metrics::AtomicHistogram;
+use crate::store::pairs::PairRow;
 use crate::store::{EndpointRow, Store, StoreError, Write};
 
 /// What a queued write batch resolves to once the store thread ran it.
@@ -17,8 +18,10 @@ pub type Committed = Result<(), Arc<StoreError>>;
 
 type Call = Box<dyn FnOnce(&mut Store) + Send>;
 
-/// The stored rows of the endpoints whose writes failed, to put memory back in line.
-type Resynced = Result<Vec<(EndpointId, Option<EndpointRow>)>, Arc<StoreError>>;
+/// The stored row and pairs of each endpoint whose writes failed, to put memory back in
+/// line.
+pub(super) type Resynced =
+    Result<Vec<(EndpointId, Option<EndpointRow>, Vec<PairRow>)>, Arc<StoreError>>;
 
 enum Job {
     Writes(Vec<Write>, oneshot::Sender<Committed>),
@@ -34,7 +37,7 @@ fn endpoints_of(w: &Write, out: &mut BTreeSet<EndpointId>) {
         Write::Event(ev) => out.extend(ev.endpoint),
         Write::Remove(ids) => out.extend(ids.iter().copied()),
         Write::SourceResult { .. } => {}
-        // Pairs are not reloaded; resyncing their endpoint restores its own health.
+        // A pair is resynced with its endpoint: the endpoint's row and all its pairs.
         Write::Pair(pw) => out.extend(pw.endpoint()),
         Write::EventStatus(ev, _) => out.extend(ev.endpoint),
     }
@@ -118,7 +121,14 @@ impl Writer {
                         Some(Job::Resync(reply)) => {
                             let rows: Result<Vec<_>, StoreError> = dirty
                                 .iter()
-                                .map(|&id| store.get(id).map(|r| (id, r)))
+                                .map(|&id| {
+                                    let row = store.get(id)?;
+                                    let pairs = match row {
+                                        Some(_) => store.pairs_of(id)?,
+                                        None => Vec::new(),
+                                    };
+                                    Ok((id, row, pairs))
+                                })
                                 .collect();
                             let rows = rows.map_err(Arc::new);
                             if rows.is_ok() {

@@ -8,7 +8,7 @@ use crate::server::error::OpError;
 
 impl Op for DisableMessage {
     async fn answer(self, cx: &Context<'_>) -> Result<Payload, OpError> {
-        let id = resolve(cx, &self.endpoint).await?;
+        let id = resolve(cx, &self.endpoint, self.pool.as_deref()).await?;
         let input = Input::Disable {
             detail: self.reason,
         };

@@ -13,7 +13,7 @@ impl Op for EditMessage {
     async fn answer(self, cx: &Context<'_>) -> Result<Payload, OpError> {
         let e = edit_fields(self.url, self.label, self.tags.unwrap_or_default())
             .map_err(OpError::bad)?;
-        let id = resolve(cx, &self.endpoint).await?;
+        let id = resolve(cx, &self.endpoint, self.pool.as_deref()).await?;
         let row = cx.engine.edit(id, e.url, e.label, e.tags).await?;
         Ok(Payload::Endpoints {
             endpoints: vec![row.view(false)],

@@ -10,9 +10,9 @@ use crate::server::error::OpError;
 impl Op for EnableMessage {
     async fn answer(self, cx: &Context<'_>) -> Result<Payload, OpError> {
         match self.destination {
-            Some(d) => enable_pair(cx, self.endpoint, self.now, &d).await,
+            Some(ref d) => enable_pair(cx, &self, d).await,
             None => {
-                let id = resolve(cx, &self.endpoint).await?;
+                let id = resolve(cx, &self.endpoint, self.pool.as_deref()).await?;
                 let input = Input::Enable {
                     now: self.now.unwrap_or(false),
                 };
@@ -31,17 +31,16 @@ impl Op for EnableMessage {
 /// Clear the endpoint's pair for `destination` (docs/destinations.md, "Pairs").
 async fn enable_pair(
     cx: &Context<'_>,
-    endpoint: crate::protocol::EndpointRef,
-    now: Option<bool>,
+    m: &EnableMessage,
     destination: &str,
 ) -> Result<Payload, OpError> {
-    if now.is_some() {
+    if m.now.is_some() {
         return Err(OpError::bad(
             "enable takes `now` or `destination`, not both: a pair is cleared at once",
         ));
     }
     let d = normalize_key(destination).map_err(|e| OpError::bad(format!("destination: {e}")))?;
-    let id = resolve(cx, &endpoint).await?;
+    let id = resolve(cx, &m.endpoint, m.pool.as_deref()).await?;
     let state = cx.engine.enable_pair(id, &d).await?;
     Ok(Payload::State {
         endpoint: Some(id),

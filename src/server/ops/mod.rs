@@ -115,14 +115,27 @@ fn check_pool(cx: &Context<'_>, pool: Option<&str>) -> Result<(), OpError> {
     }
 }
 
-async fn resolve(cx: &Context<'_>, r: &EndpointRef) -> Result<EndpointId, OpError> {
-    Ok(cx.engine.resolve(r.as_arg()).await?)
+/// The endpoint `r` names, of `pool` when the request names one (which must exist).
+async fn resolve(
+    cx: &Context<'_>,
+    r: &EndpointRef,
+    pool: Option<&str>,
+) -> Result<EndpointId, OpError> {
+    check_pool(cx, pool)?;
+    Ok(cx
+        .engine
+        .resolve(r.as_arg(), pool.map(str::to_string))
+        .await?)
 }
 
-async fn resolve_all(cx: &Context<'_>, refs: &[EndpointRef]) -> Result<Vec<EndpointId>, OpError> {
+async fn resolve_all(
+    cx: &Context<'_>,
+    refs: &[EndpointRef],
+    pool: Option<&str>,
+) -> Result<Vec<EndpointId>, OpError> {
     let mut ids = Vec::with_capacity(refs.len());
     for r in refs {
-        ids.push(resolve(cx, r).await?);
+        ids.push(resolve(cx, r, pool).await?);
     }
     Ok(ids)
 }

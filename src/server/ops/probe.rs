@@ -24,7 +24,7 @@ impl Op for ProbeMessage {
             }
             cx.engine.ids(pool.as_deref())
         } else {
-            resolve_all(cx, &endpoints).await?
+            resolve_all(cx, &endpoints, pool.as_deref()).await?
         };
         let every_pool = endpoints.is_empty() && pool.is_none();
         let probers = cx.live().probers;

@@ -71,10 +71,14 @@ impl Target {
     ) -> Result<Target, OpError> {
         match (lease, session) {
             (Some(l), None) if pool.is_none() => Ok(Target::Lease(l)),
-            (None, Some(session)) => Ok(Target::Session {
-                pool: pool.unwrap_or_else(|| DEFAULT_POOL.to_string()),
-                session,
-            }),
+            (None, Some(session)) => {
+                crate::limits::check_session_key(&session)
+                    .map_err(|e| OpError::bad(format!("session: {e}")))?;
+                Ok(Target::Session {
+                    pool: pool.unwrap_or_else(|| DEFAULT_POOL.to_string()),
+                    session,
+                })
+            }
             (Some(_), _) => Err(OpError::bad(
                 "report takes either `lease`, or `pool` and `session`, not both",
             )),
