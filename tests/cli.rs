@@ -1116,7 +1116,7 @@ fn a_first_migration_database_is_migrated_on_open() {
     assert_eq!(listed.code, Some(0), "{}", listed.stderr);
     assert!(
         listed.stderr.contains("upgraded the database")
-            && listed.stderr.contains("from schema version 1 to 4"),
+            && listed.stderr.contains("from schema version 1 to 5"),
         "{}",
         listed.stderr
     );
