@@ -8,6 +8,8 @@
 # load average before and after.
 #
 # Usage: benches/ab.sh BENCH A B [ROUNDS]   e.g. benches/ab.sh destinations main blame 4
+# BENCH_ARGS: words passed to each bench run after `--bench` (e.g. BENCH_ARGS=floors for
+# only the floors table of benches/socket.rs).
 # Needs: git, cargo, python3.
 set -euo pipefail
 
@@ -47,7 +49,8 @@ build "$B" b
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 for i in $(seq 1 "$ROUNDS"); do
     for side in a b; do
-        "$work/$side" --bench > "$work/$side.$i.txt"
+        # shellcheck disable=SC2086 # BENCH_ARGS is a list of words
+        "$work/$side" --bench ${BENCH_ARGS:-} > "$work/$side.$i.txt"
     done
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)

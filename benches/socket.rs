@@ -2,11 +2,21 @@
 //! Unix socket at 1, 8 and 64 connections, side by side with a minimal JSON-lines echo
 //! server on a Unix socket (the floor of this machine's kernel and runtime).
 //!
+//! The floors table measures each daemon load beside the cheapest thing that does the same
+//! work, rounds interleaved (A B A B ...), medians: lease+release beside a server that
+//! answers the same two round trips with the same bytes without reading them (one echo
+//! round trip is the other floor row, for comparison with older figures), and lease +
+//! failure report with `synchronous = full` beside a bare loop of one-row SQLite commits
+//! on the same disk.
+//!
 //! The last table compares lease+release at 8 connections with metrics recorded and
 //! not recorded (`EngineOptions::record_metrics`), two daemons side by side, interleaved.
 //!
-//! Run: `cargo bench --bench socket` (`cargo bench --bench socket -- metrics` runs only
-//! the metrics comparison).
+//! Run: `cargo bench --bench socket` (`cargo bench --bench socket -- floors` runs only
+//! the floors table, `-- metrics` only the metrics comparison). For a profile,
+//! `-- hold release|report [SECONDS]` runs one load (lease+release, or lease + failure
+//! report with `synchronous = full`) at 8 connections for SECONDS (default 20): the
+//! daemon's runtime thread is named `server`, its store thread `proxypool-store`.
 
 mod support;
 
@@ -33,8 +43,38 @@ fn lease_id(resp: &str) -> Option<String> {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Load {
     Echo,
+    /// The recorded lease and release requests, against the replay server.
+    Replay(&'static Exchange),
     LeaseRelease,
     LeaseFailure,
+}
+
+/// A lease+release pair as the daemon saw it: both requests and both answers, verbatim.
+#[derive(PartialEq, Eq)]
+struct Exchange {
+    lease: String,
+    lease_reply: String,
+    release: String,
+    release_reply: String,
+}
+
+impl Exchange {
+    /// One real pair against the daemon at `path`.
+    async fn record(path: &Path) -> Exchange {
+        let mut c = Conn::open(path).await;
+        let lease = "{\"op\":\"lease\",\"ttl\":\"30s\"}\n".to_string();
+        let lease_reply = c.rt(&lease).await.to_string();
+        let id = lease_id(&lease_reply).expect("a lease");
+        let release = format!("{{\"op\":\"release\",\"lease\":\"{id}\"}}\n");
+        let release_reply = c.rt(&release).await.to_string();
+        assert!(release_reply.starts_with("{\"ok\":true"), "{release_reply}");
+        Exchange {
+            lease,
+            lease_reply,
+            release,
+            release_reply,
+        }
+    }
 }
 
 /// Runs `conns` clients for RUN; returns (operations/s, mean µs per operation, errors).
@@ -52,6 +92,18 @@ async fn drive(path: PathBuf, conns: usize, load: Load) -> (f64, f64, u64) {
                     Load::Echo => {
                         let r = c.rt("{\"op\":\"lease\",\"pool\":\"default\"}\n").await;
                         assert!(!r.is_empty());
+                    }
+                    Load::Replay(x) => {
+                        // The same client work as a real pair: the lease id is parsed out
+                        // of the answer.
+                        let r = c.rt(&x.lease).await;
+                        if lease_id(r).is_none() {
+                            errs += 1;
+                        }
+                        let r = c.rt(&x.release).await;
+                        if !r.starts_with("{\"ok\":true") {
+                            errs += 1;
+                        }
                     }
                     Load::LeaseRelease | Load::LeaseFailure => {
                         let r = c.rt("{\"op\":\"lease\",\"ttl\":\"30s\"}\n").await;
@@ -112,6 +164,64 @@ async fn echo_server(l: UnixListener) {
     }
 }
 
+/// The floor of a lease+release pair: answers a connection's lines with the recorded lease
+/// and release answers in turn, without parsing anything.
+async fn replay_server(l: UnixListener, x: &'static Exchange) {
+    loop {
+        let Ok((s, _)) = l.accept().await else { return };
+        tokio::spawn(async move {
+            let (r, mut w) = s.into_split();
+            let mut r = BufReader::new(r);
+            let mut line = String::new();
+            for turn in 0usize.. {
+                line.clear();
+                match r.read_line(&mut line).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {
+                        let reply = if turn % 2 == 0 {
+                            &x.lease_reply
+                        } else {
+                            &x.release_reply
+                        };
+                        if w.write_all(reply.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// One thread committing one-row transactions (WAL, `synchronous = FULL`) in a fresh
+/// database under `dir` for RUN: the floor group commit is measured against. Commits/s.
+fn commit_loop(dir: &Path) -> f64 {
+    let path = dir.join("commit-loop.db");
+    let _ = std::fs::remove_file(&path);
+    for side in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(dir.join(format!("commit-loop.db{side}")));
+    }
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+    conn.pragma_update(None, "synchronous", "FULL").unwrap();
+    conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, at INTEGER, what TEXT)")
+        .unwrap();
+    let mut conn = conn;
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < RUN {
+        let tx = conn.transaction().unwrap();
+        tx.execute(
+            "INSERT INTO t (at, what) VALUES (?1, 'connect_refused')",
+            [n as i64],
+        )
+        .unwrap();
+        tx.commit().unwrap();
+        n += 1;
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
 fn pool_config(cooldown_ms: u64) -> PoolConfig {
     let mut p = PoolConfig::builtin("default");
     let d = Duration::from_millis(cooldown_ms);
@@ -124,7 +234,7 @@ fn pool_config(cooldown_ms: u64) -> PoolConfig {
 
 /// A daemon (engine + socket server) on its own runtime thread, like `proxypool serve`.
 fn start_daemon(dir: &Path, n: usize, name: &str) -> (PathBuf, CancellationToken) {
-    start_daemon_with(dir, n, name, EngineOptions::default())
+    start_daemon_with(dir, n, name, EngineOptions::default(), Durability::Normal)
 }
 
 fn start_daemon_with(
@@ -132,8 +242,9 @@ fn start_daemon_with(
     n: usize,
     name: &str,
     opts: EngineOptions,
+    durability: Durability,
 ) -> (PathBuf, CancellationToken) {
-    let mut store = Store::open_with(&dir.join(format!("{name}.db")), Durability::Normal).unwrap();
+    let mut store = Store::open_with(&dir.join(format!("{name}.db")), durability).unwrap();
     let eps: Vec<NewEndpoint> = support::endpoints(n, "socks5h", 1080);
     store.add_endpoints(&eps).unwrap();
     let sock = dir.join(format!("{name}.sock"));
@@ -166,6 +277,8 @@ where
     std::thread::spawn(move || {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
+            // Named apart from the client's threads, for `perf report --sort comm`.
+            .thread_name("server")
             .enable_all()
             .build()
             .unwrap()
@@ -178,11 +291,17 @@ where
 /// noisy neighbour hits both sides alike; prints each round and the ratio of the sums.
 fn metrics_comparison(dir: &Path, client: &tokio::runtime::Runtime) {
     const ROUNDS: usize = 5;
-    let (on, t_on) = start_daemon_with(dir, 10_000, "metrics-on", EngineOptions::default());
+    let (on, t_on) = start_daemon_with(
+        dir,
+        10_000,
+        "metrics-on",
+        EngineOptions::default(),
+        Durability::Normal,
+    );
     let off_opts = EngineOptions {
         record_metrics: false,
     };
-    let (off, t_off) = start_daemon_with(dir, 10_000, "metrics-off", off_opts);
+    let (off, t_off) = start_daemon_with(dir, 10_000, "metrics-off", off_opts, Durability::Normal);
     println!("\nlease+release, pool of 10,000, 8 connections: metrics on vs off ({ROUNDS} rounds)");
     println!("{:<8} {:>14} {:>14}", "round", "on ops/s", "off ops/s");
     let (mut sum_on, mut sum_off) = (0.0, 0.0);
@@ -214,15 +333,185 @@ fn metrics_comparison(dir: &Path, client: &tokio::runtime::Runtime) {
     t_off.cancel();
 }
 
+/// Rounds of the floors table: each row runs once per round, rows alternating order.
+const FLOOR_ROUNDS: usize = 3;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Runs each of `cells` once per round, A B A B ..., the order flipped every other round;
+/// returns each cell's rates, in round order.
+fn interleaved(cells: &mut [&mut dyn FnMut() -> f64]) -> Vec<Vec<f64>> {
+    let mut rates = vec![Vec::new(); cells.len()];
+    for round in 0..FLOOR_ROUNDS {
+        let mut order: Vec<usize> = (0..cells.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            rates[i].push(cells[i]());
+        }
+    }
+    rates
+}
+
+fn rounds_text(v: &[f64]) -> String {
+    v.iter()
+        .map(|r| format!("{r:.0}"))
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// Each daemon load beside its floor, interleaved, medians of FLOOR_ROUNDS.
+fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
+    let echo_path = dir.join("floor-echo.sock");
+    let p = echo_path.clone();
+    on_own_runtime(move |ready| async move {
+        let l = UnixListener::bind(&p).unwrap();
+        ready.send(()).unwrap();
+        echo_server(l).await;
+    });
+    let (daemon, t1) = start_daemon(dir, 10_000, "floor-lease");
+    let x: &'static Exchange = Box::leak(Box::new(client.block_on(Exchange::record(&daemon))));
+    let replay_path = dir.join("floor-replay.sock");
+    let p = replay_path.clone();
+    on_own_runtime(move |ready| async move {
+        let l = UnixListener::bind(&p).unwrap();
+        ready.send(()).unwrap();
+        replay_server(l, x).await;
+    });
+    let (persisted, t2) = start_daemon_with(
+        dir,
+        10_000,
+        "floor-report",
+        EngineOptions::default(),
+        Durability::Full,
+    );
+    println!(
+        "\nfloors: {FLOOR_ROUNDS} rounds of {RUN:?} per row, rows interleaved, medians \
+         (lease {} B + answer {} B, release {} B + answer {} B)",
+        x.lease.len(),
+        x.lease_reply.len(),
+        x.release.len(),
+        x.release_reply.len()
+    );
+    println!(
+        "{:<48}  {:>5}  {:>12}  {:>10}",
+        "row", "conns", "per s", "µs each"
+    );
+    let cell = |path: &PathBuf, conns: usize, load: Load| {
+        let (rate, _, errs) = client.block_on(drive(path.clone(), conns, load));
+        assert_eq!(errs, 0, "errors in a floors cell");
+        rate
+    };
+    for conns in [1usize, 8] {
+        let rates = interleaved(&mut [
+            &mut || cell(&echo_path, conns, Load::Echo),
+            &mut || cell(&replay_path, conns, Load::Replay(x)),
+            &mut || cell(&daemon, conns, Load::LeaseRelease),
+        ]);
+        let names = [
+            "echo, 1 round trip",
+            "floor: lease+release bytes, 2 round trips",
+            "lease+release, pool of 10,000",
+        ];
+        for (name, r) in names.iter().zip(&rates) {
+            let m = median(r.clone());
+            println!(
+                "{name:<48}  {conns:>5}  {m:>12.0}  {:>10.1}  rounds {}",
+                conns as f64 * 1e6 / m,
+                rounds_text(r)
+            );
+        }
+        let (floor, lease) = (median(rates[1].clone()), median(rates[2].clone()));
+        println!(
+            "{:<48}  {conns:>5}  {:>12.2}  {:>10.2}",
+            "lease+release / replay floor (rate, time)",
+            lease / floor,
+            floor / lease
+        );
+    }
+    let rates = interleaved(&mut [&mut || commit_loop(dir), &mut || {
+        cell(&persisted, 8, Load::LeaseFailure)
+    }]);
+    let names = [
+        "one-row commit loop, synchronous=full",
+        "lease+failure report, synchronous=full",
+    ];
+    for (name, (r, conns)) in names.iter().zip(rates.iter().zip([1usize, 8])) {
+        let m = median(r.clone());
+        println!(
+            "{name:<48}  {conns:>5}  {m:>12.0}  {:>10.1}  rounds {}",
+            conns as f64 * 1e6 / m,
+            rounds_text(r)
+        );
+    }
+    println!(
+        "{:<48}  {:>5}  {:>12.2}",
+        "persisted pairs / one-row commits",
+        8,
+        median(rates[1].clone()) / median(rates[0].clone())
+    );
+    t1.cancel();
+    t2.cancel();
+}
+
+/// One load at 8 connections for `secs`, for a profiler to watch.
+fn hold(dir: &Path, client: &tokio::runtime::Runtime, what: &str, secs: u64) {
+    let (load, durability) = match what {
+        "release" => (Load::LeaseRelease, Durability::Normal),
+        "report" => (Load::LeaseFailure, Durability::Full),
+        other => panic!("hold takes release or report, not {other:?}"),
+    };
+    let opts = EngineOptions::default();
+    let (path, token) = start_daemon_with(dir, 10_000, "hold", opts, durability);
+    println!(
+        "pid {}: {what} at 8 connections for {secs} s",
+        std::process::id()
+    );
+    let (mut ops, start) = (0.0, Instant::now());
+    while start.elapsed() < Duration::from_secs(secs) {
+        let (rate, _, errs) = client.block_on(drive(path.clone(), 8, load));
+        assert_eq!(errs, 0);
+        ops += rate * RUN.as_secs_f64();
+    }
+    println!("{:.0} pairs/s", ops / start.elapsed().as_secs_f64());
+    token.cancel();
+}
+
 fn main() {
     let dir = tempfile::tempdir().unwrap();
-    if std::env::args().any(|a| a == "metrics") {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "hold") {
         let client = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
             .unwrap();
-        metrics_comparison(dir.path(), &client);
+        let what = args.get(i + 1).map_or("release", String::as_str);
+        let secs = args.get(i + 2).and_then(|s| s.parse().ok()).unwrap_or(20);
+        hold(dir.path(), &client, what, secs);
+        return;
+    }
+    let only = |what: &str| args.iter().any(|a| a == what);
+    if only("metrics") || only("floors") {
+        let client = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        if only("floors") {
+            floors(dir.path(), &client);
+        } else {
+            metrics_comparison(dir.path(), &client);
+        }
         return;
     }
     let echo_path = dir.path().join("echo.sock");
@@ -276,5 +565,6 @@ fn main() {
     t1.cancel();
     t2.cancel();
     t3.cancel();
+    floors(dir.path(), &client);
     metrics_comparison(dir.path(), &client);
 }

@@ -19,6 +19,8 @@
 #                      to an nginx without tcp_nopush, which writes head and body apart:
 #                      through a relay without TCP_NODELAY such as tinyproxy, a delayed ACK
 #                      on a kept upstream connection costs 40 ms a request)
+#   ROUNDS=1           rounds of the tunnel and absolute-form loads, fronts interleaved
+#                      (order reversed every other round); medians reported, errors summed
 #   GWBENCH_TOOLS=/tmp/gwbench-tools   where proxy-chain and pproxy were installed (below)
 #   PROXYPOOL_BIN=...  default: target/release/proxypool, built here with cargo
 #   KEEP=1             keep the temp dir (configs, logs) and print its path
@@ -35,6 +37,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 . "$HERE/lib.sh"
 
 DURATION=${DURATION:-10}
+ROUNDS=${ROUNDS:-1}
 CLIENTS=${CLIENTS:-8}
 IDLE_TUNNELS=${IDLE_TUNNELS:-10000}
 BIG_MIB=${BIG_MIB:-256}
@@ -277,18 +280,56 @@ if [[ " $LOADS " == *" bulk "* ]]; then
     gw_log "bulk without a proxy: $NGINX_BULK MB/s"
     note "bulk without any proxy (curl straight to nginx): $NGINX_BULK MB/s"
 fi
-for load in $LOADS; do
-    for f in "${ORDER[@]}"; do
-        case $load in
-        tunnels) run_tunnels "$f" ;;
-        absolute) run_absolute "$f" ;;
-        split) run_split "$f" ;;
-        bulk) run_bulk "$f" ;;
-        idle) run_idle "$f" ;;
-        *) gw_log "unknown load '$load' (tunnels absolute split bulk idle)"; exit 2 ;;
-        esac
+# ROUNDS > 1: the tunnel and absolute-form loads run again, the fronts in reverse order
+# every other round (A B, B A, A B ...); each front's figure is then the median of its
+# rounds and its error counts the sum. The other loads run in the first round only.
+declare -A TUN_R TUN_ERR_R GET_R GET_BAD_R GET_SOCK_R
+median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END {
+    if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+for round in $(seq 1 "$ROUNDS"); do
+    fronts=("${ORDER[@]}")
+    if ((round % 2 == 0)); then
+        fronts=()
+        for ((i = ${#ORDER[@]} - 1; i >= 0; i--)); do fronts+=("${ORDER[$i]}"); done
+    fi
+    for load in $LOADS; do
+        [[ $round == 1 || $load == tunnels || $load == absolute ]] || continue
+        for f in "${fronts[@]}"; do
+            case $load in
+            tunnels)
+                run_tunnels "$f"
+                TUN_R[$f]+="${TUN[$f]} "
+                TUN_ERR_R[$f]=$((${TUN_ERR_R[$f]:-0} + ${TUN_ERR[$f]:-0}))
+                ;;
+            absolute)
+                run_absolute "$f"
+                GET_R[$f]+="${GET[$f]:-} "
+                GET_BAD_R[$f]=$((${GET_BAD_R[$f]:-0} + ${GET_BAD[$f]:-0}))
+                GET_SOCK_R[$f]=$((${GET_SOCK_R[$f]:-0} + ${GET_SOCK[$f]:-0}))
+                ;;
+            split) run_split "$f" ;;
+            bulk) run_bulk "$f" ;;
+            idle) run_idle "$f" ;;
+            *) gw_log "unknown load '$load' (tunnels absolute split bulk idle)"; exit 2 ;;
+            esac
+        done
     done
 done
+if ((ROUNDS > 1)); then
+    for f in "${ORDER[@]}"; do
+        if [[ -n ${TUN_R[$f]:-} ]]; then
+            TUN[$f]=$(median <<<"${TUN_R[$f]}")
+            TUN_ERR[$f]=${TUN_ERR_R[$f]}
+            note "$f tunnels/s by round: ${TUN_R[$f]% }"
+        fi
+        if [[ -n ${GET_R[$f]// /} ]]; then
+            GET[$f]=$(median <<<"${GET_R[$f]}")
+            GET_BAD[$f]=${GET_BAD_R[$f]}
+            GET_SOCK[$f]=${GET_SOCK_R[$f]}
+            note "$f absolute-form GETs/s by round: ${GET_R[$f]% }"
+        fi
+    done
+fi
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---- report ----
@@ -335,7 +376,8 @@ echo "| ratio | tunnels/s | absolute-form GETs/s | head and body apart | bulk MB
 echo "|---|---:|---:|---:|---:|---:|"
 for gw in gateway gateway-tunnel haproxy-tcp; do
     [[ -n ${PORT[$gw]:-} ]] || continue
-    for peer in direct proxy-chain pproxy; do
+    for peer in direct haproxy-tcp proxy-chain pproxy; do
+        [[ $peer != "$gw" ]] || continue
         [[ -n ${PORT[$peer]:-} ]] || continue
         echo "| $gw / $peer | $(ratio "${TUN[$gw]:-}" "${TUN[$peer]:-}") | $(ratio "${GET[$gw]:-}" "${GET[$peer]:-}") | $(ratio "${SPLIT[$gw]:-}" "${SPLIT[$peer]:-}") | $(ratio "${BULK[$gw]:-}" "${BULK[$peer]:-}") | $(ratio "${MEM[$gw]:-}" "${MEM[$peer]:-}") |"
     done

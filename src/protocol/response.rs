@@ -1,5 +1,6 @@
 //! Responses: a success's payload, or an error with its code.
 
+use bytes::{BufMut, BytesMut};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
@@ -229,10 +230,18 @@ impl Response {
 
     /// The serialized object, without the newline.
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).unwrap_or_else(|_| {
-            r#"{"ok":false,"error":{"code":"internal","message":"unserializable response"}}"#
-                .to_string()
-        })
+        serde_json::to_string(self).unwrap_or_else(|_| UNSERIALIZABLE.to_string())
+    }
+
+    /// Append the serialized line, newline included, to `out` (a connection's write
+    /// buffer: no string of its own per response).
+    pub fn write_line(&self, out: &mut BytesMut) {
+        let start = out.len();
+        if serde_json::to_writer((&mut *out).writer(), self).is_err() {
+            out.truncate(start);
+            out.extend_from_slice(UNSERIALIZABLE.as_bytes());
+        }
+        out.put_u8(b'\n');
     }
 
     /// The serialized line, newline included.
@@ -242,6 +251,9 @@ impl Response {
         s
     }
 }
+
+const UNSERIALIZABLE: &str =
+    r#"{"ok":false,"error":{"code":"internal","message":"unserializable response"}}"#;
 
 // A field that is present reads as `Some`, even when it is null: `retry_after_ms: null`
 // means "no cooldown deadline", not "no value".

@@ -67,6 +67,17 @@ fn response_shapes() {
 }
 
 #[test]
+fn a_line_written_into_a_buffer_is_the_line_appended() {
+    let mut buf = bytes::BytesMut::from(&b"held\n"[..]);
+    let a = Response::ok(Some(Value::from(7)), Payload::Empty {});
+    let b = Response::err(None, ErrorCode::UnknownLease, "no lease \"x\"");
+    a.write_line(&mut buf);
+    b.write_line(&mut buf);
+    let want = format!("held\n{}{}", a.to_line(), b.to_line());
+    assert_eq!(std::str::from_utf8(&buf).unwrap(), want);
+}
+
+#[test]
 fn requests_round_trip() {
     let reqs = [
         Request::Lease(LeaseMessage {

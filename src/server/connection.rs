@@ -3,11 +3,11 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, Framed};
+use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, Decoder, Encoder, Framed};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -27,15 +27,16 @@ pub async fn serve_conn<S>(stream: S, handler: Arc<Handler>, tcp: bool, shutdown
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    // Framed on bytes, not `LinesCodec`: a line that is not UTF-8 must get `bad_request`
-    // and leave the connection usable, not end it.
-    let codec = AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), b"\n".to_vec(), MAX_LINE);
-    let mut framed = Framed::new(stream, codec);
+    let mut framed = Framed::new(stream, Lines::new());
     // A TCP peer must show the token soon: an idle crowd of strangers holds descriptors.
     let mut auth_deadline = tcp.then(|| tokio::time::Instant::now() + AUTH_TIMEOUT);
     // What was read while a request was being answered, and whether the client closed.
     let mut ahead: VecDeque<Frame> = VecDeque::new();
     let mut closed = false;
+    // One waiter on the shutdown for the connection's life, not one registered and
+    // dropped per request; the selects are biased, so no random draw per request.
+    let cancelled = shutdown.cancelled();
+    tokio::pin!(cancelled);
     loop {
         let next = if let Some(f) = ahead.pop_front() {
             Some(f)
@@ -43,7 +44,8 @@ where
             None
         } else {
             tokio::select! {
-                _ = shutdown.cancelled() => break,
+                biased;
+                _ = &mut cancelled => break,
                 n = framed.next() => n,
                 _ = async {
                     match auth_deadline {
@@ -91,7 +93,7 @@ where
                                 break r;
                             }
                             _ = async {
-                                shutdown.cancelled().await;
+                                (&mut cancelled).await;
                                 tokio::time::sleep(SHUTDOWN_GRACE).await;
                             } => break Response::err(
                                 request_id(line),
@@ -113,7 +115,7 @@ where
                     ErrorCode::TooLarge,
                     format!("request line longer than {MAX_LINE} bytes; closing"),
                 );
-                let _ = framed.send(r.to_json()).await;
+                let _ = framed.send(&r).await;
                 break;
             }
             Some(Err(AnyDelimiterCodecError::Io(e))) => {
@@ -121,8 +123,45 @@ where
                 break;
             }
         };
-        if framed.send(resp.to_json()).await.is_err() {
+        if framed.send(&resp).await.is_err() {
             break;
         }
+    }
+}
+
+/// Request lines in, response lines out. Framed on bytes, not `LinesCodec`: a line that is
+/// not UTF-8 must get `bad_request` and leave the connection usable, not end it. A
+/// response is serialized straight into the connection's write buffer.
+struct Lines(AnyDelimiterCodec);
+
+impl Lines {
+    fn new() -> Self {
+        Lines(AnyDelimiterCodec::new_with_max_length(
+            b"\n".to_vec(),
+            b"\n".to_vec(),
+            MAX_LINE,
+        ))
+    }
+}
+
+impl Decoder for Lines {
+    type Item = Bytes;
+    type Error = AnyDelimiterCodecError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, Self::Error> {
+        self.0.decode(src)
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Bytes>, Self::Error> {
+        self.0.decode_eof(src)
+    }
+}
+
+impl Encoder<&Response> for Lines {
+    type Error = AnyDelimiterCodecError;
+
+    fn encode(&mut self, r: &Response, dst: &mut BytesMut) -> Result<(), Self::Error> {
+        r.write_line(dst);
+        Ok(())
     }
 }
