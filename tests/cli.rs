@@ -1116,7 +1116,7 @@ fn a_first_migration_database_is_migrated_on_open() {
     assert_eq!(listed.code, Some(0), "{}", listed.stderr);
     assert!(
         listed.stderr.contains("upgraded the database")
-            && listed.stderr.contains("from schema version 1 to 4"),
+            && listed.stderr.contains("from schema version 1 to 5"),
         "{}",
         listed.stderr
     );
@@ -1154,7 +1154,7 @@ fn a_first_migration_database_is_migrated_on_open() {
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 4);
+    assert_eq!(version, 5);
     let has_pairs: i64 = conn
         .query_row(
             "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='destination_pairs'",

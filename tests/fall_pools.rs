@@ -46,6 +46,7 @@ fn pools(fall: u32) -> Pools {
             cooldown_until: None,
             state_changed_at: "2027-01-15T08:00:00.000Z".into(),
             created_at: "2027-01-15T08:00:00.000Z".into(),
+            tags: Default::default(),
         },
         Instant::now(),
         SystemTime::now(),

@@ -41,6 +41,7 @@ fn row(id: EndpointId, pool: &str, state: State) -> EndpointRow {
         cooldown_until: None,
         state_changed_at: "2027-01-15T08:00:00.000Z".into(),
         created_at: "2027-01-15T08:00:00.000Z".into(),
+        tags: Default::default(),
     }
 }
 

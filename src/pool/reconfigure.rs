@@ -94,6 +94,7 @@ mod tests {
             cooldown_until: None,
             state_changed_at: String::new(),
             created_at: String::new(),
+            tags: Default::default(),
         }
     }
 

@@ -1,20 +1,25 @@
 //! `Store::edit_endpoint`: a new URL or label for a stored endpoint.
 
+use std::collections::BTreeMap;
+
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
 use super::{insert_event, read_endpoint, EndpointRow, NewEvent, Store, StoreError, ENDPOINT_COLS};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
+use crate::tags::Tags;
 
 impl Store {
-    /// Replace an endpoint's URL and/or label, keeping its id, state and history, with an
-    /// `edited` event (passwords redacted). `label: Some(None)` clears the label. The new
-    /// URL may not take the identity of another endpoint of the pool.
+    /// Replace an endpoint's URL, label and/or tags, keeping its id, state and history,
+    /// with an `edited` event (passwords redacted). `label: Some(None)` clears the label;
+    /// `tags` sets each key given, an empty value removes it. The new URL may not take the
+    /// identity of another endpoint of the pool.
     pub fn edit_endpoint(
         &mut self,
         id: EndpointId,
         url: Option<&ProxyUrl>,
         label: Option<Option<String>>,
+        tags: &BTreeMap<String, String>,
     ) -> Result<EndpointRow, StoreError> {
         let tx = self
             .conn
@@ -29,6 +34,7 @@ impl Store {
         };
         let new_url = url.cloned().unwrap_or_else(|| old.url.clone());
         let new_label = label.unwrap_or_else(|| old.label.clone());
+        let new_tags = old.tags.edited(tags)?;
         let clash: Option<i64> = tx
             .query_row(
                 "SELECT id FROM endpoints WHERE pool=?1 AND scheme=?2 AND host=?3 AND port=?4 AND user=?5 AND id<>?6",
@@ -52,7 +58,7 @@ impl Store {
             });
         }
         tx.execute(
-            "UPDATE endpoints SET scheme=?2, host=?3, port=?4, user=?5, password=?6, label=?7 WHERE id=?1",
+            "UPDATE endpoints SET scheme=?2, host=?3, port=?4, user=?5, password=?6, label=?7, tags=?8 WHERE id=?1",
             params![
                 id,
                 new_url.scheme.as_str(),
@@ -60,14 +66,15 @@ impl Store {
                 new_url.port,
                 new_url.user_key(),
                 new_url.password,
-                super::text(&new_label)
+                super::text(&new_label),
+                new_tags.to_column()
             ],
         )?;
         insert_event(
             &tx,
             &NewEvent {
                 endpoint: Some(id),
-                detail: Some(edit_detail(&old, &new_url, new_label.as_deref())),
+                detail: Some(edit_detail(&old, &new_url, new_label.as_deref(), &new_tags)),
                 ..NewEvent::new(EventKind::Edited)
             },
         )?;
@@ -75,13 +82,14 @@ impl Store {
         Ok(EndpointRow {
             url: new_url,
             label: new_label,
+            tags: new_tags,
             ..old
         })
     }
 }
 
 /// What an edit changed, for its event: never a password.
-fn edit_detail(old: &EndpointRow, url: &ProxyUrl, label: Option<&str>) -> String {
+fn edit_detail(old: &EndpointRow, url: &ProxyUrl, label: Option<&str>, tags: &Tags) -> String {
     let mut parts = Vec::new();
     let (was, now) = (old.url.to_redacted_string(), url.to_redacted_string());
     if was != now {
@@ -97,6 +105,16 @@ fn edit_detail(old: &EndpointRow, url: &ProxyUrl, label: Option<&str>) -> String
             show(old.label.as_deref()),
             show(label)
         ));
+    }
+    if &old.tags != tags {
+        let show = |t: &Tags| {
+            if t.is_empty() {
+                "none".to_string()
+            } else {
+                t.to_string()
+            }
+        };
+        parts.push(format!("tags {} -> {}", show(&old.tags), show(tags)));
     }
     if parts.is_empty() {
         "nothing changed".to_string()
@@ -127,6 +145,7 @@ mod tests {
             cooldown_until: None,
             state_changed_at: String::new(),
             created_at: String::new(),
+            tags: Tags::parse_args(&["country=us"]).unwrap(),
         }
     }
 
@@ -170,13 +189,20 @@ mod tests {
             ),
         ];
         for (old, old_label, new, new_label, want) in cases {
-            let got = edit_detail(
-                &row(old, old_label),
-                &ProxyUrl::parse(new).unwrap(),
-                new_label,
-            );
-            assert_eq!(got, want, "{old} -> {new}");
+            let old = row(old, old_label);
+            let got = edit_detail(&old, &ProxyUrl::parse(new).unwrap(), new_label, &old.tags);
+            assert_eq!(got, want, "{new}");
             assert!(!got.contains("old") && !got.contains("new"), "{got}");
         }
+        let r = row("http://h:1", None);
+        let tags = Tags::parse_args(&["country=de", "tier=dc"]).unwrap();
+        assert_eq!(
+            edit_detail(&r, &r.url, None, &tags),
+            "tags country=us -> country=de,tier=dc"
+        );
+        assert_eq!(
+            edit_detail(&r, &r.url, None, &Tags::default()),
+            "tags country=us -> none"
+        );
     }
 }

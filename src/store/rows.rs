@@ -10,6 +10,7 @@ use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
 use crate::health::blame::Blame;
 use crate::health::{Phase, Reason, State};
+use crate::tags::Tags;
 
 /// A stored endpoint.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +43,8 @@ pub struct EndpointRow {
     pub state_changed_at: String,
     /// RFC 3339.
     pub created_at: String,
+    /// `key=value` tags (docs/selection.md, "Tags").
+    pub tags: Tags,
 }
 
 /// The JSON shape of an endpoint in `list --json`, `show --json` and the socket.
@@ -66,6 +69,9 @@ pub struct EndpointView {
     pub state_changed_at: String,
     /// RFC 3339 UTC.
     pub created_at: String,
+    /// Tags, an object of strings (`{}` for none).
+    #[serde(default)]
+    pub tags: Tags,
     /// What the running daemon saw the endpoint do (absent without a daemon).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<crate::stats::EndpointStats>,
@@ -93,6 +99,7 @@ impl EndpointRow {
             cooldown_ms: self.cooldown_ms,
             state_changed_at: self.state_changed_at.clone(),
             created_at: self.created_at.clone(),
+            tags: self.tags.clone(),
             stats: None,
         }
     }
@@ -108,6 +115,7 @@ pub struct NewEndpoint {
     pub source: Option<String>,
     /// Initial state (depends on the pool mode).
     pub state: State,
+    pub tags: Tags,
 }
 
 /// An event row.

@@ -21,6 +21,7 @@ fn store() -> (tempfile::TempDir, Store, EndpointId, EndpointId) {
                 label: None,
                 source: None,
                 state: State::Available,
+                tags: Default::default(),
             },
             NewEndpoint {
                 url: ProxyUrl::parse("socks5://b:2").unwrap(),
@@ -28,6 +29,7 @@ fn store() -> (tempfile::TempDir, Store, EndpointId, EndpointId) {
                 label: None,
                 source: None,
                 state: State::Available,
+                tags: Default::default(),
             },
         ])
         .unwrap();
@@ -261,7 +263,7 @@ fn migration_upgrades_a_database_built_by_01_and_02() {
         .unwrap();
     }
     let mut s = Store::open(&path).unwrap();
-    assert_eq!(s.schema_version().unwrap(), 4);
+    assert_eq!(s.schema_version().unwrap(), 5);
     assert_eq!(
         events(&s),
         [("added".to_string(), Some(7), None, None)],
