@@ -104,6 +104,7 @@ async fn run(n: usize) {
             label: None,
             source: None,
             state: State::Available,
+            tags: Default::default(),
         });
     }
     let ids = engine.add(eps).await.unwrap();

@@ -40,6 +40,7 @@ fn row(i: i64) -> EndpointRow {
         rev: 0,
         state_changed_at: String::new(),
         created_at: String::new(),
+        tags: Default::default(),
     }
 }
 
@@ -116,6 +117,7 @@ fn store_with(dir: &std::path::Path, n: i64, d: Durability) -> Store {
             label: None,
             source: None,
             state: State::Available,
+            tags: Default::default(),
         })
         .collect();
     s.add_endpoints(&eps).unwrap();

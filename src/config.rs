@@ -15,6 +15,8 @@ use crate::health::Policy;
 
 mod gateway;
 pub use gateway::{GatewayConfig, PlainHttp};
+pub mod pace;
+pub use pace::{PaceConfig, Select, SiteRule};
 mod locate;
 mod parse;
 mod restart;
@@ -220,6 +222,8 @@ pub struct SourceConfig {
     pub timeout: Duration,
     /// Largest accepted output.
     pub max_bytes: usize,
+    /// Tags given to every endpoint it yields (an entry's own tags win).
+    pub tags: crate::tags::Tags,
     /// Working directory of a `command` source: the config file's folder, so that
     /// relative paths in its arguments mean the same as `path` does.
     pub dir: Option<PathBuf>,
@@ -253,6 +257,15 @@ pub struct PoolConfig {
     pub blame: crate::health::blame::Rules,
     /// Sources (sniffing only), preferred first then config order.
     pub sources: Vec<SourceConfig>,
+    /// `[pool.pace]` (docs/selection.md, "Pacing"); `None`: off.
+    pub pace: Option<PaceConfig>,
+    /// How a lease picks among the endpoints that qualify.
+    pub select: Select,
+    /// An endpoint that just became available is picked less at first, over this long
+    /// (zero: off).
+    pub slow_start: std::time::Duration,
+    /// The pool a lease is served from when this one has nothing (one hop).
+    pub fallback: Option<String>,
 }
 
 impl PoolConfig {
@@ -266,6 +279,10 @@ impl PoolConfig {
             policy: Policy::default(),
             blame: Default::default(),
             sources: Vec::new(),
+            pace: None,
+            select: Select::LeastLeased,
+            slow_start: Duration::ZERO,
+            fallback: None,
         }
     }
 }
@@ -279,6 +296,8 @@ pub struct EndpointDecl {
     pub pool: String,
     /// Optional label.
     pub label: Option<String>,
+    /// `tags = {country = "us"}`.
+    pub tags: crate::tags::Tags,
 }
 
 /// `[store] events_retention` when the config does not say.

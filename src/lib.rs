@@ -23,5 +23,6 @@ pub mod server;
 pub mod sources;
 pub mod stats;
 pub mod store;
+pub mod tags;
 pub(crate) mod wall_time;
 pub mod web;

@@ -78,6 +78,9 @@ label_enum! {
         Trial => "trial",
         /// Nothing to lease (after any `wait`).
         Exhausted => "exhausted",
+        /// Every endpoint that fits was used for the destination too recently (pacing,
+        /// after its `wait`).
+        Paced => "paced",
     }
 }
 
@@ -104,6 +107,9 @@ label_enum! {
         DestinationDown => "destination_down",
         /// The pool had nothing to lease (503).
         Exhausted => "exhausted",
+        /// Every endpoint that fits was used for the destination too recently (503,
+        /// `X-Proxypool-Error: paced`).
+        Paced => "paced",
         /// Out of local resources: the gateway's descriptor budget, or this machine's
         /// descriptors, memory or ports (503; nothing reported).
         LocalResources => "local_resources",
@@ -190,7 +196,8 @@ struct GatewayLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DirectionLabels {
+struct PoolDirectionLabels {
+    pool: String,
     direction: &'static str,
 }
 
@@ -324,11 +331,12 @@ pub struct Metrics {
     transitions: Family<TransitionLabels, Counter>,
     failures: Family<BlameLabels, Counter>,
     targets_dropped: Family<PoolLabels, Counter>,
+    pace_hosts_dropped: Family<PoolLabels, Counter>,
     probe_duration: HistFamily<OutcomeLabels>,
     lease_wait: HistFamily<PoolLabels>,
     gateway_requests: Family<GatewayLabels, Counter>,
     upstream_attempts: Family<OutcomeLabels, Counter>,
-    gateway_bytes: Family<DirectionLabels, Counter>,
+    gateway_bytes: Family<PoolDirectionLabels, Counter>,
     gateway_connections: Family<ConnectionLabels, Counter>,
     gateway_idle: Gauge,
     store_commit: AtomicHistogram,
@@ -358,6 +366,7 @@ impl Metrics {
             transitions: Family::default(),
             failures: Family::default(),
             targets_dropped: Family::default(),
+            pace_hosts_dropped: Family::default(),
             probe_duration: Family::new_with_constructor(probe_hist),
             lease_wait: Family::new_with_constructor(lease_wait_hist),
             gateway_requests: Family::default(),
@@ -390,6 +399,11 @@ impl Metrics {
             "targets_dropped",
             "Targets forgotten to keep the per-pool table within its cap",
             m.targets_dropped.clone(),
+        );
+        registry.register(
+            "pace_hosts_dropped",
+            "Hosts whose pacing state was forgotten to keep the per-pool table within its cap",
+            m.pace_hosts_dropped.clone(),
         );
         registry.register(
             "probe_duration_seconds",
@@ -494,6 +508,16 @@ impl Metrics {
                 targets_dropped: self.targets_dropped.get_or_create_owned(&PoolLabels {
                     pool: pool.to_string(),
                 }),
+                pace_hosts_dropped: self.pace_hosts_dropped.get_or_create_owned(&PoolLabels {
+                    pool: pool.to_string(),
+                }),
+                gateway_bytes: std::array::from_fn(|d| {
+                    self.gateway_bytes
+                        .get_or_create_owned(&PoolDirectionLabels {
+                            pool: pool.to_string(),
+                            direction: Direction::ALL[d].as_str(),
+                        })
+                }),
                 reports: self.reports.clone(),
                 transitions_family: self.transitions.clone(),
             }),
@@ -510,11 +534,6 @@ impl Metrics {
                             protocol: GatewayProtocol::ALL[p].as_str(),
                             outcome: GatewayOutcome::ALL[o].as_str(),
                         })
-                    })
-                }),
-                bytes: std::array::from_fn(|d| {
-                    self.gateway_bytes.get_or_create_owned(&DirectionLabels {
-                        direction: Direction::ALL[d].as_str(),
                     })
                 }),
                 connections: ["new", "reused"].map(|c| {
@@ -543,7 +562,7 @@ impl Metrics {
 
 struct PoolHandles {
     pool: String,
-    leases: [Counter; 3],
+    leases: [Counter; LeaseResult::ALL.len()],
     report_success: Counter,
     report_failure: [OnceLock<Counter>; N_REASONS],
     transitions: Box<[OnceLock<Counter>]>,
@@ -552,6 +571,8 @@ struct PoolHandles {
     upstream: [Counter; 2],
     failures: [Counter; N_BLAMES],
     targets_dropped: Counter,
+    pace_hosts_dropped: Counter,
+    gateway_bytes: [Counter; 2],
     reports: Family<ReportLabels, Counter>,
     transitions_family: Family<TransitionLabels, Counter>,
 }
@@ -632,6 +653,16 @@ impl PoolMetrics {
     pub fn targets_dropped(&self, n: u64) {
         self.inner.targets_dropped.inc_by(n);
     }
+
+    /// Bytes the gateway relayed through an endpoint of the pool, in one direction.
+    pub fn gateway_bytes(&self, direction: Direction, n: u64) {
+        self.inner.gateway_bytes[direction as usize].inc_by(n);
+    }
+
+    /// `n` more hosts' pacing forgotten to stay within the cap.
+    pub fn pace_hosts_dropped(&self, n: u64) {
+        self.inner.pace_hosts_dropped.inc_by(n);
+    }
 }
 
 const N_BLAMES: usize = Blame::ALL.len();
@@ -641,7 +672,6 @@ const N_GATEWAY_OUTCOMES: usize = GatewayOutcome::ALL.len();
 
 struct GatewayHandles {
     requests: [[Counter; N_GATEWAY_OUTCOMES]; N_PROTOCOLS],
-    bytes: [Counter; 2],
     /// `new`, `reused`.
     connections: [Counter; 2],
     idle: Gauge,
@@ -663,11 +693,6 @@ impl GatewayMetrics {
     /// A client request finished.
     pub fn request(&self, protocol: GatewayProtocol, outcome: GatewayOutcome) {
         self.inner.requests[protocol as usize][outcome as usize].inc();
-    }
-
-    /// Bytes relayed in one direction.
-    pub fn bytes(&self, direction: Direction, n: u64) {
-        self.inner.bytes[direction as usize].inc_by(n);
     }
 
     /// An absolute-form request went out on a new or a reused upstream connection.

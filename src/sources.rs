@@ -17,6 +17,7 @@ use crate::event_kind::EventKind;
 use crate::health::{Input, Reason, State};
 use crate::pool::engine::{initial_state, Engine, EngineError};
 use crate::store::{NewEndpoint, NewEvent, Write};
+use crate::tags::Tags;
 
 /// Least time between two sniffs triggered by exhaustion, so a dead provider is not hammered.
 pub const EXHAUSTION_BACKOFF: Duration = Duration::from_secs(30);
@@ -57,9 +58,42 @@ pub enum SourceError {
     Empty,
 }
 
-/// Parse a list: a JSON array of URL strings, or one URL a line with `#` comments.
-/// One bad entry rejects the whole list: a garbled provider answer must change nothing.
-pub fn parse_list(text: &str) -> Result<Vec<ProxyUrl>, SourceError> {
+/// One endpoint a source lists, with the tags the list gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listed {
+    pub url: ProxyUrl,
+    pub tags: Tags,
+}
+
+impl From<ProxyUrl> for Listed {
+    fn from(url: ProxyUrl) -> Listed {
+        Listed {
+            url,
+            tags: Tags::default(),
+        }
+    }
+}
+
+/// A JSON array item: a URL string, or `{"url": "...", "tags": {"country": "us"}}`.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum Item {
+    Url(String),
+    Tagged(TaggedItem),
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TaggedItem {
+    url: String,
+    #[serde(default)]
+    tags: std::collections::BTreeMap<String, String>,
+}
+
+/// Parse a list: a JSON array of URL strings (or `{"url", "tags"}` objects), or one URL a
+/// line with `#` comments. One bad entry rejects the whole list: a garbled provider answer
+/// must change nothing.
+pub fn parse_list(text: &str) -> Result<Vec<Listed>, SourceError> {
     // A byte-order mark (lists saved by Windows editors) is not part of the first URL.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let trimmed = text.trim_start();
@@ -70,25 +104,33 @@ pub fn parse_list(text: &str) -> Result<Vec<ProxyUrl>, SourceError> {
                 line: e.line(),
                 message: format!("invalid JSON array: {e}"),
             })?;
-        for (i, v) in items.iter().enumerate() {
-            let s = v.as_str().ok_or_else(|| SourceError::BadLine {
+        for (i, v) in items.into_iter().enumerate() {
+            let bad = |message: String| SourceError::BadLine {
                 line: i + 1,
-                message: "array items must be URL strings".into(),
-            })?;
-            out.push(ProxyUrl::parse(s).map_err(|e| SourceError::BadLine {
-                line: i + 1,
-                message: e.to_string(),
-            })?);
+                message,
+            };
+            let (url, tags) = match serde_json::from_value::<Item>(v) {
+                Ok(Item::Url(u)) => (u, Default::default()),
+                Ok(Item::Tagged(t)) => (t.url, t.tags),
+                Err(_) => return Err(bad(
+                    "array items must be URL strings or {\"url\": ..., \"tags\": {...}} objects"
+                        .into(),
+                )),
+            };
+            out.push(Listed {
+                url: ProxyUrl::parse(&url).map_err(|e| bad(e.to_string()))?,
+                tags: Tags::try_from(tags).map_err(|e| bad(e.to_string()))?,
+            });
         }
     } else {
         for (i, line) in text.lines().enumerate() {
             let Some(url) = ProxyUrl::parse_line(line) else {
                 continue;
             };
-            out.push(url.map_err(|e| SourceError::BadLine {
+            out.push(Listed::from(url.map_err(|e| SourceError::BadLine {
                 line: i + 1,
                 message: e.to_string(),
-            })?);
+            })?));
         }
     }
     if out.is_empty() {
@@ -97,12 +139,26 @@ pub fn parse_list(text: &str) -> Result<Vec<ProxyUrl>, SourceError> {
     Ok(out)
 }
 
-/// Fetch and parse one source.
-pub async fn fetch(src: &SourceConfig) -> Result<Vec<ProxyUrl>, SourceError> {
+/// Fetch and parse one source; every entry carries the source's `tags` under its own.
+pub async fn fetch(src: &SourceConfig) -> Result<Vec<Listed>, SourceError> {
     let text = tokio::time::timeout(src.timeout, fetch_text(src))
         .await
         .map_err(|_| SourceError::Timeout(src.timeout))??;
-    parse_list(&text)
+    let mut list = parse_list(&text)?;
+    if !src.tags.is_empty() {
+        for (i, l) in list.iter_mut().enumerate() {
+            let own: std::collections::BTreeMap<String, String> = l
+                .tags
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            l.tags = src.tags.edited(&own).map_err(|e| SourceError::BadLine {
+                line: i + 1,
+                message: e.to_string(),
+            })?;
+        }
+    }
+    Ok(list)
 }
 
 async fn fetch_text(src: &SourceConfig) -> Result<String, SourceError> {
@@ -388,19 +444,24 @@ pub async fn reconcile(
     engine: &Engine,
     pool: &PoolConfig,
     source_name: &str,
-    urls: Vec<ProxyUrl>,
+    listed: impl IntoIterator<Item = impl Into<Listed>>,
 ) -> Result<Sniffed, EngineError> {
     let tag = format!("source:{source_name}");
     let mut seen = HashSet::new();
-    let eps: Vec<NewEndpoint> = urls
+    let eps: Vec<NewEndpoint> = listed
         .into_iter()
-        .filter(|u| seen.insert((u.scheme, u.host.clone(), u.port, u.user_key().to_string())))
-        .map(|url| NewEndpoint {
-            url,
+        .map(Into::into)
+        .filter(|l: &Listed| {
+            let u = &l.url;
+            seen.insert((u.scheme, u.host.clone(), u.port, u.user_key().to_string()))
+        })
+        .map(|l| NewEndpoint {
+            url: l.url,
             pool: pool.name.clone(),
             label: None,
             source: Some(tag.clone()),
             state: initial_state(Some(pool)),
+            tags: l.tags,
         })
         .collect();
     let listed = eps.len();
@@ -538,6 +599,21 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(parse_list(r#"["http://a:1", 3]"#).is_err());
+        let tagged =
+            parse_list(r#"["http://a:1", {"url": "http://b:2", "tags": {"country": "us"}}]"#)
+                .unwrap();
+        assert_eq!(tagged[0].tags, Tags::default());
+        assert_eq!(tagged[1].tags.to_string(), "country=us");
+        for bad in [
+            r#"[{"url": "http://b:2", "tags": {"Country": "us"}}]"#,
+            r#"[{"url": "http://b:2", "label": "x"}]"#,
+            r#"[{"tags": {"country": "us"}}]"#,
+        ] {
+            assert!(
+                matches!(parse_list(bad), Err(SourceError::BadLine { line: 1, .. })),
+                "{bad}"
+            );
+        }
         let err = parse_list("socks5://u:sekrit@h\n").unwrap_err().to_string();
         assert!(!err.contains("sekrit"), "{err}");
     }
@@ -546,7 +622,7 @@ mod tests {
         parse_list(text)
             .unwrap()
             .iter()
-            .map(|u| u.to_redacted_string())
+            .map(|l| l.url.to_redacted_string())
             .collect()
     }
 
@@ -571,10 +647,10 @@ mod tests {
             urls("\n  [\n  \"http://u:p@a:1\",\r\n  \"socks4a://b:2\"\n]\n"),
             vec!["http://u:***@a:1".to_string(), "socks4a://b:2".to_string()]
         );
-        // Not an array of strings, not JSON at all, or a trailing mess: the whole answer
-        // is rejected.
+        // Not an array of strings or {url, tags} objects, not JSON at all, or a trailing
+        // mess: the whole answer is rejected.
         for bad in [
-            r#"[{"url": "http://a:1"}]"#,
+            r#"[{"link": "http://a:1"}]"#,
             r#"["http://a:1",]"#,
             r#"["http://a:1"] trailing"#,
             r#"["http://a:1""#,

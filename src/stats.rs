@@ -1,6 +1,7 @@
 //! Per-endpoint usage statistics (docs/observability.md, "Per-endpoint statistics"):
-//! leases, successes, failures, last success and a latency estimate. Pure: the caller
-//! passes the time and the measured durations in.
+//! leases, successes, failures, last success, a latency estimate, the recent failure rate
+//! and the bytes the gateway relayed. Pure: the caller passes the time and the measured
+//! durations in.
 
 use std::time::{Duration, SystemTime};
 
@@ -10,6 +11,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// of uses (a proxy that got slow shows it after ~5 samples) without one outlier owning
 /// the estimate.
 pub const LATENCY_ALPHA: f64 = 0.3;
+
+/// Weight of the newest outcome in the recent failure rate: about the last ten outcomes.
+pub const FAILURE_ALPHA: f64 = 0.1;
 
 /// What the daemon has seen an endpoint do since it started (or since the stats were
 /// restored): counters only grow; the latency is an estimate, not an average.
@@ -26,6 +30,16 @@ pub struct EndpointStats {
     pub last_success: Option<SystemTime>,
     /// EWMA of probe and reported durations, in milliseconds.
     pub latency_ms: Option<f64>,
+    /// EWMA of failures (1) and successes (0): the recent failure rate, 0 before the first
+    /// outcome.
+    #[serde(default)]
+    pub failure_rate: f64,
+    /// Bytes the gateway sent to the endpoint (the client's side of its uses).
+    #[serde(default)]
+    pub bytes_sent: u64,
+    /// Bytes the gateway received from the endpoint.
+    #[serde(default)]
+    pub bytes_received: u64,
 }
 
 fn ser_time<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
@@ -53,6 +67,7 @@ impl EndpointStats {
     /// A use or probe succeeded at `at`, taking `took` when the caller knows it.
     pub fn record_success(&mut self, at: SystemTime, took: Option<Duration>) {
         self.successes = self.successes.saturating_add(1);
+        self.failure_rate += FAILURE_ALPHA * (0.0 - self.failure_rate);
         self.last_success = Some(self.last_success.map_or(at, |t| t.max(at)));
         if let Some(d) = took {
             self.observe_latency(d);
@@ -63,6 +78,13 @@ impl EndpointStats {
     /// a timeout would report the deadline, not how fast the proxy is.
     pub fn record_failure(&mut self) {
         self.failures = self.failures.saturating_add(1);
+        self.failure_rate += FAILURE_ALPHA * (1.0 - self.failure_rate);
+    }
+
+    /// Bytes relayed through the endpoint by the gateway: `sent` to it, `received` from it.
+    pub fn record_bytes(&mut self, sent: u64, received: u64) {
+        self.bytes_sent = self.bytes_sent.saturating_add(sent);
+        self.bytes_received = self.bytes_received.saturating_add(received);
     }
 
     /// Fold one measured duration into the estimate.
@@ -132,9 +154,18 @@ mod tests {
         assert_eq!(s.last_success, Some(t0));
         // Only the success with a duration fed the estimate.
         assert_eq!(s.latency_ms, Some(40.0));
+        // 0.1 after the first success... success, failure, failure, success.
+        let want = [0.0, 1.0, 1.0, 0.0]
+            .iter()
+            .fold(0.0, |r, x| r + FAILURE_ALPHA * (x - r));
+        assert!((s.failure_rate - want).abs() < 1e-12, "{}", s.failure_rate);
+        s.record_bytes(100, 16 << 20);
+        s.record_bytes(1, 1);
+        assert_eq!((s.bytes_sent, s.bytes_received), (101, (16 << 20) + 1));
         let j = serde_json::to_value(s).unwrap();
         assert_eq!(j["last_success"], "2023-11-14T22:13:20.000Z");
         assert_eq!(j["latency_ms"], 40.0);
         assert_eq!(j["leases"], 2);
+        assert_eq!(j["bytes_received"], (16 << 20) + 1);
     }
 }

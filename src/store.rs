@@ -124,6 +124,9 @@ pub enum StoreError {
     /// A row holds a value this version does not understand.
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// An edit's tags cannot be taken.
+    #[error(transparent)]
+    Tags(#[from] crate::tags::TagError),
 }
 
 /// What PostgreSQL said: its own message (tokio-postgres shows only "db error").
@@ -144,6 +147,7 @@ impl StoreError {
                 | StoreError::DuplicateInBatch { .. }
                 | StoreError::NotFound(_)
                 | StoreError::Ambiguous { .. }
+                | StoreError::Tags(_)
         )
     }
 
@@ -447,8 +451,9 @@ impl Store {
         id: EndpointId,
         url: Option<&ProxyUrl>,
         label: Option<Option<String>>,
+        tags: &std::collections::BTreeMap<String, String>,
     ) -> Result<EndpointRow, StoreError> {
-        each!(self, s => s.edit_endpoint(id, url, label))
+        each!(self, s => s.edit_endpoint(id, url, label, tags))
     }
 
     /// Events matching `f` with id > `after`, oldest first.

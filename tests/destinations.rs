@@ -61,6 +61,7 @@ async fn rig(mode: Mode, n: u8) -> Rig {
             label: None,
             source: Some("test".into()),
             state: State::Available,
+            tags: Default::default(),
         })
         .collect();
     engine.add(eps).await.unwrap();
@@ -376,6 +377,7 @@ async fn schemes_filter_leases_and_unknown_ones_are_refused() {
             label: None,
             source: None,
             state: State::Available,
+            tags: Default::default(),
         })
         .collect();
     engine.add(eps).await.unwrap();

@@ -199,6 +199,11 @@ fn every_config_key_is_in_the_table_of_its_section() {
             "pool.source",
             "[[pool]]\nname = \"default\"\nmode = \"sniffing\"\n[[pool.source]]\nkind = \"file\"\n",
         ),
+        ("pool.pace", "[[pool]]\nname = \"default\"\n[pool.pace]\n"),
+        (
+            "pool.pace.site",
+            "[[pool]]\nname = \"default\"\n[[pool.pace.site]]\nhost = \"a\"\n",
+        ),
         ("endpoint", "[[endpoint]]\n"),
         ("gateway", "[[gateway]]\n"),
     ];

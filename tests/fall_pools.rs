@@ -49,6 +49,7 @@ fn pools(fall: u32) -> Pools {
             rev: 0,
             state_changed_at: "2027-01-15T08:00:00.000Z".into(),
             created_at: "2027-01-15T08:00:00.000Z".into(),
+            tags: Default::default(),
         },
         Instant::now(),
     );

@@ -36,7 +36,7 @@ fn attempts(gw: &Gw, pool: &str, outcome: &str) -> u64 {
 fn bytes(gw: &Gw, direction: &str) -> u64 {
     value(
         gw,
-        &format!(r#"proxypool_gateway_bytes_total{{direction="{direction}"}}"#),
+        &format!(r#"proxypool_gateway_bytes_total{{pool="default",direction="{direction}"}}"#),
     )
 }
 

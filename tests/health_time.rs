@@ -44,6 +44,7 @@ fn row(id: EndpointId, pool: &str, state: State) -> EndpointRow {
         rev: 0,
         state_changed_at: "2027-01-15T08:00:00.000Z".into(),
         created_at: "2027-01-15T08:00:00.000Z".into(),
+        tags: Default::default(),
     }
 }
 

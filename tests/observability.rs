@@ -80,6 +80,7 @@ impl TestSource {
             state_changed_at: fmt_time(self.now),
             created_at: fmt_time(self.now),
             stats: None,
+            tags: Default::default(),
         };
         vec![
             v(1, "default", "alpha.example", State::Available, Some(EVIL)),

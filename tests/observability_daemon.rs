@@ -468,7 +468,7 @@ fn the_daemon_gateway_is_counted_in_metrics() {
         let moved = |d: &str| {
             metric_line(
                 &text,
-                &format!(r#"proxypool_gateway_bytes_total{{direction="{d}"}}"#),
+                &format!(r#"proxypool_gateway_bytes_total{{pool="default",direction="{d}"}}"#),
             )
             .is_some_and(|v| v.parse::<u64>().unwrap() > 0)
         };
@@ -486,7 +486,7 @@ fn the_daemon_gateway_is_counted_in_metrics() {
         );
     }
     for d in ["to_upstream", "to_client"] {
-        let series = format!(r#"proxypool_gateway_bytes_total{{direction="{d}"}}"#);
+        let series = format!(r#"proxypool_gateway_bytes_total{{pool="default",direction="{d}"}}"#);
         let n: u64 = metric_line(&text, &series).unwrap().parse().unwrap();
         assert!(n > 0, "{series}\n{text}");
     }

@@ -51,6 +51,7 @@ fn the_session_table_stays_a_few_mib_whatever_keys_clients_send() {
             label: None,
             source: None,
             state: State::Available,
+            tags: Default::default(),
         }])
         .unwrap();
     let now = Instant::now();

@@ -954,7 +954,11 @@ async fn operator_disabled_endpoints_stay_disabled_whatever_the_source_says() {
 async fn reconcile_dedupes_a_list_and_updates_credentials_in_place() {
     let fx = Fx::new(&file_source(Path::new("{dir}/list.txt"), ""));
     let name = fx.pool.sources[0].name();
-    let urls = |v: &[&str]| v.iter().map(|u| ProxyUrl::parse(u).unwrap()).collect();
+    let urls = |v: &[&str]| {
+        v.iter()
+            .map(|u| ProxyUrl::parse(u).unwrap())
+            .collect::<Vec<_>>()
+    };
     let s = sources::reconcile(
         &fx.engine,
         &fx.pool,
@@ -1166,6 +1170,7 @@ async fn a_url_source_sends_its_credentials_as_basic_auth_never_in_host() {
         refresh: Duration::ZERO,
         timeout: Duration::from_secs(5),
         max_bytes: 1 << 20,
+        tags: Default::default(),
         dir: None,
     };
     let urls = sources::fetch(&src).await.unwrap();

@@ -26,6 +26,7 @@ fn ep(url: &str, pool: &str) -> NewEndpoint {
         label: Some("l".into()),
         source: Some("cli".into()),
         state: State::Available,
+        tags: proxypool::tags::Tags::parse_args(&["country=us"]).unwrap(),
     }
 }
 
@@ -215,8 +216,14 @@ fn scenario(s: &mut Store) {
 
     // Edit keeps the id and the history; the event never shows the password.
     let new = ProxyUrl::parse("http://u:rotated@10.0.0.1:3128").unwrap();
-    let edited = s.edit_endpoint(a, Some(&new), Some(None)).unwrap();
+    let tier = [("tier".to_string(), "dc".to_string())]
+        .into_iter()
+        .collect();
+    let edited = s.edit_endpoint(a, Some(&new), Some(None), &tier).unwrap();
     assert_eq!((edited.id, edited.label), (a, None));
+    assert_eq!(edited.tags.to_string(), "country=us,tier=dc");
+    assert_eq!(s.get(a).unwrap().unwrap().tags, edited.tags);
+    assert_eq!(s.get(b).unwrap().unwrap().tags.to_string(), "country=us");
     assert_eq!(
         s.get(a).unwrap().unwrap().url.password.as_deref(),
         Some("rotated")

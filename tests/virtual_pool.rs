@@ -524,6 +524,7 @@ async fn engine_restart_keeps_the_state() {
         label: None,
         source: Some("cli".into()),
         state: State::Available,
+        tags: Default::default(),
     };
     let engine = Engine::open(Store::open(&path).unwrap(), [cfg.clone()]).unwrap();
     let ids = engine.add(vec![new(1), new(2), new(3)]).await.unwrap();

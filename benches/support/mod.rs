@@ -50,6 +50,7 @@ pub fn endpoints(n: usize, scheme: &str, port: u16) -> Vec<NewEndpoint> {
             label: None,
             source: None,
             state: State::Available,
+            tags: Default::default(),
         })
         .collect()
 }

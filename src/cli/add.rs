@@ -10,11 +10,13 @@ use crate::endpoint::{EndpointId, ProxyUrl, Scheme};
 use crate::pool::engine::initial_state;
 use crate::protocol::{AddMessage, ImportMessage, Payload, Request};
 use crate::store::{NewEndpoint, Numbered, OnExisting, StoreError};
+use crate::tags::Tags;
 
 pub(super) fn parse_urls<'a>(
     lines: impl Iterator<Item = (usize, &'a str)>,
     pool: &str,
     label: &Option<String>,
+    tags: &Tags,
     ctx: &Context,
     numbered: bool,
 ) -> Result<Vec<NewEndpoint>, CliError> {
@@ -34,6 +36,7 @@ pub(super) fn parse_urls<'a>(
             label: label.clone(),
             source: Some("cli".into()),
             state,
+            tags: tags.clone(),
         });
     }
     Ok(out)
@@ -46,12 +49,14 @@ pub(super) async fn add(
     urls: &[String],
     pool: &str,
     label: &Option<String>,
+    tags: &Tags,
 ) -> Result<(), CliError> {
     ctx.check_pool(pool)?;
     let eps = parse_urls(
         urls.iter().map(|u| (0, u.as_str())),
         pool,
         label,
+        tags,
         ctx,
         false,
     )?;
@@ -65,12 +70,17 @@ async fn add_endpoints(ctx: &Context, eps: Vec<NewEndpoint>) -> Result<Vec<Endpo
     if let Some(mut c) = ctx.daemon().await? {
         let pool = eps.first().map(|e| e.pool.clone());
         let label = eps.first().and_then(|e| e.label.clone());
+        let tags = eps
+            .first()
+            .map(|e| e.tags.clone())
+            .filter(|t| !t.is_empty());
         let urls: Vec<String> = eps.iter().map(|e| e.url.to_secret_string()).collect();
         let add = AddMessage {
             urls,
             pool,
             label,
             source: None,
+            tags,
         };
         let req = Request::Add(add);
         let line_len = serde_json::to_string(&req).map_or(usize::MAX, |l| l.len());
@@ -87,7 +97,11 @@ async fn add_endpoints(ctx: &Context, eps: Vec<NewEndpoint>) -> Result<Vec<Endpo
             )));
         } else {
             let Request::Add(AddMessage {
-                urls, pool, label, ..
+                urls,
+                pool,
+                label,
+                tags,
+                ..
             }) = req
             else {
                 unreachable!("built as an add above")
@@ -100,6 +114,7 @@ async fn add_endpoints(ctx: &Context, eps: Vec<NewEndpoint>) -> Result<Vec<Endpo
                 pool,
                 label,
                 skip_existing: None,
+                tags,
             });
             let r = call(&mut c, &req).await;
             drop(file);
@@ -182,6 +197,8 @@ pub(super) struct ImportOptions {
     /// The scheme of provider lines without one (`host:port:user:pass`, ...).
     pub(super) scheme: Scheme,
     pub(super) on_existing: OnExisting,
+    /// Tags of every endpoint imported.
+    pub(super) tags: Tags,
 }
 
 impl ImportOptions {
@@ -192,6 +209,7 @@ impl ImportOptions {
             label: self.label.clone(),
             source: Some("cli".into()),
             state: initial_state(ctx.config.pool(&self.pool)),
+            tags: self.tags.clone(),
         }
     }
 
@@ -274,6 +292,7 @@ pub(super) async fn import(
         pool: Some(opts.pool.clone()),
         label: opts.label.clone(),
         skip_existing: (opts.on_existing == OnExisting::Skip).then_some(true),
+        tags: (!opts.tags.is_empty()).then(|| opts.tags.clone()),
     });
     // The daemon's refusal names the line; that nothing changed is said here, as for a
     // refusal of the store.

@@ -74,6 +74,9 @@ pub enum Command {
         /// Label.
         #[arg(long)]
         label: Option<String>,
+        /// Tag every endpoint KEY=VALUE (repeatable), e.g. --tag country=us.
+        #[arg(long = "tag", value_name = "K=V")]
+        tags: Vec<String>,
     },
     /// Import endpoints from a file, one a line ('-' = stdin); a bad line rejects the file.
     ///
@@ -88,6 +91,9 @@ pub enum Command {
         /// Label.
         #[arg(long)]
         label: Option<String>,
+        /// Tag every endpoint KEY=VALUE (repeatable), e.g. --tag country=us.
+        #[arg(long = "tag", value_name = "K=V")]
+        tags: Vec<String>,
         /// Scheme of lines without one (host:port:user:pass, user:pass@host:port, host:port).
         #[arg(long, default_value = "http", value_parser = parse_scheme)]
         scheme: Scheme,
@@ -112,6 +118,9 @@ pub enum Command {
         /// Each endpoint's state for this destination (host).
         #[arg(long)]
         destination: Option<String>,
+        /// Only endpoints with this tag (repeatable: all must match).
+        #[arg(long = "tag", value_name = "K=V", conflicts_with = "destination")]
+        tags: Vec<String>,
     },
     /// Show one endpoint with its recent events.
     Show {
@@ -163,7 +172,7 @@ pub enum Command {
         #[arg(long)]
         pool: Option<String>,
     },
-    /// Replace an endpoint's URL (e.g. a rotated password) or label, keeping its id, state and history.
+    /// Replace an endpoint's URL (e.g. a rotated password), label or tags, keeping its id, state and history.
     Edit {
         /// Id or URL.
         endpoint: String,
@@ -176,6 +185,9 @@ pub enum Command {
         /// New label ("" clears it).
         #[arg(long)]
         label: Option<String>,
+        /// Set a tag KEY=VALUE (repeatable); KEY= removes it.
+        #[arg(long = "tag", value_name = "K=V")]
+        tags: Vec<String>,
     },
     /// Probe endpoints with a full transaction to the pool's probe URL.
     Probe {
@@ -295,6 +307,9 @@ pub struct LeaseArgs {
     /// Only endpoints of this scheme (repeat for several), e.g. socks5h.
     #[arg(long = "scheme", value_name = "SCHEME")]
     pub schemes: Vec<String>,
+    /// Only endpoints with this tag (repeatable: all must match), e.g. country=us.
+    #[arg(long = "tag", value_name = "K=V")]
+    pub tags: Vec<String>,
     /// All fields as JSON.
     #[arg(long)]
     pub json: bool,

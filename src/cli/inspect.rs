@@ -10,6 +10,7 @@ use super::{call, parse_state, unexpected, CliError, Context};
 use crate::endpoint::EndpointId;
 use crate::protocol::{EndpointsMessage, Payload, Request, StatusMessage};
 use crate::stats::EndpointStats;
+use crate::tags::Tags;
 
 /// `list`: the endpoints, or (with a destination) where each stands for it.
 pub(super) async fn list(
@@ -19,6 +20,7 @@ pub(super) async fn list(
     json: bool,
     show_secrets: bool,
     destination: Option<String>,
+    tags: Tags,
 ) -> Result<(), CliError> {
     if let Some(d) = destination {
         return super::pairs::list_for(ctx, pool, state, &d, json).await;
@@ -28,10 +30,10 @@ pub(super) async fn list(
         if show_secrets {
             ctx.local("list --show-secrets")?;
         }
-        return list_remote(ctx, pool, state, json).await;
+        return list_remote(ctx, pool, state, tags, json).await;
     }
     let store = ctx.store_to_read()?;
-    let rows = store.list(pool.as_deref(), state)?;
+    let mut rows = store.list(pool.as_deref(), state)?;
     if let Some(p) = pool.as_deref() {
         // Like `status`: a pool is known from the config or from a stored endpoint.
         let known = ctx.check_pool(p).is_ok()
@@ -41,6 +43,7 @@ pub(super) async fn list(
             ctx.check_pool(p)?;
         }
     }
+    rows.retain(|r| r.tags.contains_all(&tags));
     // Per-endpoint statistics live in the daemon's memory: ask it when one runs. Rows of
     // a pool mean the daemon holds that pool; without rows there is nothing to ask (and a
     // pool unknown to the daemon would be an error there).
@@ -83,6 +86,7 @@ async fn list_remote(
     ctx: &Context,
     pool: Option<String>,
     state: Option<crate::health::State>,
+    tags: Tags,
     json: bool,
 ) -> Result<(), CliError> {
     let Some(mut c) = ctx.daemon().await? else {
@@ -92,6 +96,7 @@ async fn list_remote(
         pool,
         state: state.map(|s| s.as_str().to_string()),
         endpoint: None,
+        tags: (!tags.is_empty()).then_some(tags),
     });
     let views = match call(&mut c, &req).await? {
         Payload::Endpoints { endpoints } => endpoints,
@@ -174,6 +179,7 @@ async fn endpoint_stats(
         pool,
         state: None,
         endpoint,
+        tags: None,
     });
     match call(c, &req).await? {
         Payload::Endpoints { endpoints } => Ok(endpoints

@@ -4,7 +4,8 @@ use super::client::Client;
 use super::{daemon_error, unexpected, CliError, Context, LeaseArgs};
 use crate::protocol::{Dur, LeaseMessage, Payload, Request};
 
-/// The session, destination and schemes go as given: the daemon checks each.
+/// The session, destination and schemes go as given: the daemon checks each (tags are
+/// checked here first, as every `--tag` is).
 pub(super) async fn lease(ctx: &Context, a: LeaseArgs) -> Result<(), CliError> {
     let mut c = connect_any(ctx).await?;
     c.set_timeout(a.wait + super::client::DEFAULT_TIMEOUT);
@@ -15,6 +16,7 @@ pub(super) async fn lease(ctx: &Context, a: LeaseArgs) -> Result<(), CliError> {
         session: a.session,
         destination: a.destination,
         schemes: (!a.schemes.is_empty()).then_some(a.schemes),
+        tags: Some(super::parse_tags(&a.tags)?).filter(|t| !t.is_empty()),
     });
     let resp = c.request(&req).await?;
     if a.json {

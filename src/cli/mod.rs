@@ -58,13 +58,19 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     };
     match cli.command {
         // Endpoints.
-        Command::Add { urls, pool, label } => add(&ctx, &urls, &pool, &label).await,
+        Command::Add {
+            urls,
+            pool,
+            label,
+            tags,
+        } => add(&ctx, &urls, &pool, &label, &parse_tags(&tags)?).await,
         Command::Import {
             file,
             pool,
             label,
             scheme,
             skip_existing,
+            tags,
         } => {
             let opts = add::ImportOptions {
                 pool,
@@ -75,6 +81,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 } else {
                     crate::store::OnExisting::Refuse
                 },
+                tags: parse_tags(&tags)?,
             };
             import(&ctx, &file, &opts).await
         }
@@ -84,7 +91,11 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             json,
             show_secrets,
             destination,
-        } => list(&ctx, pool, state, json, show_secrets, destination).await,
+            tags,
+        } => {
+            let tags = parse_tags(&tags)?;
+            list(&ctx, pool, state, json, show_secrets, destination, tags).await
+        }
         Command::Show {
             endpoint,
             pool,
@@ -96,7 +107,8 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             pool,
             url,
             label,
-        } => edit(&ctx, &endpoint, pool, url, label).await,
+            tags,
+        } => edit(&ctx, &endpoint, pool, url, label, &tags).await,
         Command::Disable {
             endpoints,
             pool,
@@ -132,6 +144,11 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         // Answered above.
         Command::Completions { .. } | Command::Man { .. } | Command::Config { .. } => Ok(()),
     }
+}
+
+/// `--tag K=V` arguments, checked (a bad one is a usage error naming it).
+pub(super) fn parse_tags(args: &[String]) -> Result<crate::tags::Tags, CliError> {
+    crate::tags::Tags::parse_args(args).map_err(|e| CliError::usage(format!("--tag: {e}")))
 }
 
 pub(super) fn parse_state(s: Option<&str>) -> Result<Option<State>, CliError> {

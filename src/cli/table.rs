@@ -115,7 +115,7 @@ fn until_line(row: &EndpointRow, now: SystemTime) -> String {
 /// read (`source`: the database, and the daemon when one answered).
 pub(super) fn print_table(rows: &[EndpointView], source: &str) {
     let mut t = table([
-        "ID", "URL", "POOL", "STATE", "REASON", "PHASE", "STREAK", "COOLDOWN", "LABEL",
+        "ID", "URL", "POOL", "STATE", "REASON", "PHASE", "STREAK", "COOLDOWN", "LABEL", "TAGS",
     ]);
     for r in rows {
         let until = r
@@ -132,6 +132,7 @@ pub(super) fn print_table(rows: &[EndpointView], source: &str) {
             r.streak.to_string(),
             cooldown_text(r.state, until, r.cooldown_ms),
             printable(r.label.as_deref().unwrap_or("-")).into_owned(),
+            tags_text(&r.tags),
         ]);
     }
     println!("{t}");
@@ -161,6 +162,15 @@ pub(super) fn fmt_ms(ms: u64) -> String {
     humantime::format_duration(d).to_string()
 }
 
+/// `k=v,k=v`, or `-` for none.
+fn tags_text(t: &crate::tags::Tags) -> String {
+    if t.is_empty() {
+        "-".into()
+    } else {
+        t.to_string()
+    }
+}
+
 fn stats_lines(st: Option<&EndpointStats>) -> Vec<(&'static str, String)> {
     let Some(st) = st else {
         return vec![("stats", "- (kept in memory by a running daemon)".into())];
@@ -187,6 +197,12 @@ fn stats_lines(st: Option<&EndpointStats>) -> Vec<(&'static str, String)> {
                 .map(|l| format!("{l:.0} ms"))
                 .unwrap_or("-".into()),
         ),
+        (
+            "failure_rate",
+            format!("{:.1}% (recent)", st.failure_rate * 100.0),
+        ),
+        ("bytes_sent", st.bytes_sent.to_string()),
+        ("bytes_received", st.bytes_received.to_string()),
     ]
 }
 
@@ -196,6 +212,7 @@ pub(super) fn print_show(r: &EndpointRow, evs: &[EventRow], stats: Option<&Endpo
         ("url", r.url.to_redacted_string()),
         ("pool", r.pool.clone()),
         ("label", r.label.clone().unwrap_or("-".into())),
+        ("tags", tags_text(&r.tags)),
         ("source", r.source.clone().unwrap_or("-".into())),
         ("state", r.state.to_string()),
         (
@@ -263,6 +280,7 @@ mod tests {
             rev: 0,
             state_changed_at: String::new(),
             created_at: String::new(),
+            tags: Default::default(),
         }
     }
 

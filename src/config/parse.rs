@@ -7,17 +7,23 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::pace::{
+    check_fallbacks, check_in_flight, check_interval, site_host, MAX_PACE_WAIT, MAX_SITES,
+    MAX_SLOW_START,
+};
 use super::raw::{
-    BlameKeys, RawConfig, RawCooldown, RawEndpoint, RawGateway, RawPool, RawProbe, RawServer,
-    RawSource, RawSourceKind, RawStore, RawTargetCooldown,
+    BlameKeys, RawConfig, RawCooldown, RawEndpoint, RawGateway, RawPace, RawPool, RawProbe,
+    RawServer, RawSource, RawSourceKind, RawStore, RawTargetCooldown,
 };
 use super::{
-    Config, ConfigError, Durability, EndpointDecl, GatewayConfig, Mode, PoolConfig, ProbeConfig,
-    SourceConfig, SourceKind, TokenFiles, DEFAULT_EVENTS_RETENTION, DEFAULT_POOL,
+    Config, ConfigError, Durability, EndpointDecl, GatewayConfig, Mode, PaceConfig, PoolConfig,
+    ProbeConfig, SiteRule, SourceConfig, SourceKind, TokenFiles, DEFAULT_EVENTS_RETENTION,
+    DEFAULT_POOL,
 };
 use crate::endpoint::ProxyUrl;
 use crate::health::blame::{Rules, MAX_DOWN_AFTER};
 use crate::health::{Policy, PolicyError, ReasonPolicy};
+use crate::tags::Tags;
 
 impl Config {
     /// Parse and validate TOML text; relative paths resolve against `base`.
@@ -57,6 +63,13 @@ impl Config {
             let pool = file.pool(i, rp, &mut seen)?;
             cfg.pools.insert(pool.name.clone(), pool);
         }
+        let fallbacks = cfg
+            .pools
+            .iter()
+            .map(|(n, p)| (n.clone(), p.fallback.clone()))
+            .collect();
+        check_fallbacks(&fallbacks)
+            .map_err(|(pool, m)| file.invalid(format!("pool.{pool}.fallback"), m))?;
         for (i, e) in raw.endpoints.into_iter().enumerate() {
             let decl = file.endpoint(i, e, &cfg.pools)?;
             cfg.endpoints.push(decl);
@@ -172,7 +185,7 @@ impl File<'_> {
     fn pool(
         &self,
         i: usize,
-        rp: RawPool,
+        mut rp: RawPool,
         seen: &mut BTreeSet<String>,
     ) -> Result<PoolConfig, ConfigError> {
         let key = format!("pool[{i}]");
@@ -190,6 +203,17 @@ impl File<'_> {
         let mut pool = PoolConfig::builtin(&rp.name);
         pool.mode = rp.mode;
         pool.max_leases_per_endpoint = rp.max_leases_per_endpoint;
+        pool.select = rp.select.unwrap_or_default();
+        if let Some(d) = rp.slow_start {
+            if d > MAX_SLOW_START {
+                return Err(self.invalid(format!("{key}.slow_start"), "must be at most 24h".into()));
+            }
+            pool.slow_start = d;
+        }
+        pool.fallback = rp.fallback.clone();
+        if let Some(p) = rp.pace.take() {
+            pool.pace = Some(self.pace(&key, p)?);
+        }
         if let Some(p) = rp.probe {
             self.probe(&key, p, &mut pool.probe)?;
         }
@@ -269,6 +293,53 @@ impl File<'_> {
             .target
             .validate(&format!("{key}.cooldown.target"))
             .map_err(|e: PolicyError| self.invalid(key.to_string(), e.to_string()))
+    }
+
+    /// `[pool.pace]` and its `[[pool.pace.site]]`s.
+    fn pace(&self, key: &str, p: RawPace) -> Result<PaceConfig, ConfigError> {
+        let key = format!("{key}.pace");
+        let interval = p.interval.unwrap_or_default();
+        check_interval(interval).map_err(|m| self.invalid(format!("{key}.interval"), m))?;
+        let in_flight = p.in_flight.unwrap_or(0);
+        check_in_flight(in_flight).map_err(|m| self.invalid(format!("{key}.in_flight"), m))?;
+        let wait = p.wait.unwrap_or_default();
+        if wait > MAX_PACE_WAIT {
+            return Err(self.invalid(format!("{key}.wait"), "must be at most 10m".into()));
+        }
+        if p.sites.len() > MAX_SITES {
+            return Err(self.invalid(
+                format!("{key}.site"),
+                format!("at most {MAX_SITES} sites, got {}", p.sites.len()),
+            ));
+        }
+        let mut sites = BTreeMap::new();
+        for (j, s) in p.sites.into_iter().enumerate() {
+            let skey = format!("{key}.site[{j}]");
+            let host = site_host(&s.host).map_err(|m| self.invalid(format!("{skey}.host"), m))?;
+            if let Some(d) = s.interval {
+                check_interval(d).map_err(|m| self.invalid(format!("{skey}.interval"), m))?;
+            }
+            if let Some(n) = s.in_flight {
+                check_in_flight(n).map_err(|m| self.invalid(format!("{skey}.in_flight"), m))?;
+            }
+            let rule = SiteRule {
+                interval: s.interval,
+                in_flight: s.in_flight,
+            };
+            if sites.insert(host.clone(), rule).is_some() {
+                return Err(self.invalid(
+                    format!("{skey}.host"),
+                    format!("site {host:?} is given twice"),
+                ));
+            }
+        }
+        Ok(PaceConfig {
+            interval,
+            in_flight,
+            wait,
+            slow_down: p.slow_down,
+            sites,
+        })
     }
 
     /// `[pool.probe]`, over the defaults in `pr`.
@@ -364,6 +435,8 @@ impl File<'_> {
             refresh: s.refresh.unwrap_or(Duration::from_secs(600)),
             timeout: s.timeout.unwrap_or(Duration::from_secs(30)),
             max_bytes: s.max_bytes.unwrap_or(4 << 20),
+            tags: Tags::try_from(s.tags)
+                .map_err(|e| self.invalid(format!("{skey}.tags"), e.to_string()))?,
             dir: self.base.map(Path::to_path_buf),
         })
     }
@@ -420,10 +493,13 @@ impl File<'_> {
                 format!("unknown pool {pool:?} (declare it with [[pool]])"),
             ));
         }
+        let tags = Tags::try_from(e.tags)
+            .map_err(|err| self.invalid(format!("{key}.tags"), err.to_string()))?;
         Ok(EndpointDecl {
             url,
             pool,
             label: e.label,
+            tags,
         })
     }
 

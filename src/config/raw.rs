@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 use super::Durability;
-use super::{Mode, PlainHttp};
+use super::{Mode, PlainHttp, Select};
 use crate::health::Reason;
 
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
@@ -111,6 +111,36 @@ pub(super) struct RawPool {
     pub(super) escalate_after: Option<u32>,
     #[serde(default, deserialize_with = "de_duration")]
     pub(super) verdict_window: Option<Duration>,
+    pub(super) pace: Option<RawPace>,
+    pub(super) select: Option<Select>,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) slow_start: Option<Duration>,
+    pub(super) fallback: Option<String>,
+}
+
+/// `[pool.pace]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPace {
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) interval: Option<Duration>,
+    pub(super) in_flight: Option<u32>,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) wait: Option<Duration>,
+    #[serde(default)]
+    pub(super) slow_down: bool,
+    #[serde(default, rename = "site")]
+    pub(super) sites: Vec<RawSite>,
+}
+
+/// `[[pool.pace.site]]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSite {
+    pub(super) host: String,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) interval: Option<Duration>,
+    pub(super) in_flight: Option<u32>,
 }
 
 /// The `[[pool]]` keys of blame, copied out before the pool's tables are taken apart.
@@ -212,6 +242,8 @@ pub(super) struct RawSource {
     #[serde(default, deserialize_with = "de_duration")]
     pub(super) timeout: Option<Duration>,
     pub(super) max_bytes: Option<usize>,
+    #[serde(default)]
+    pub(super) tags: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -220,4 +252,6 @@ pub(super) struct RawEndpoint {
     pub(super) url: String,
     pub(super) pool: Option<String>,
     pub(super) label: Option<String>,
+    #[serde(default)]
+    pub(super) tags: BTreeMap<String, String>,
 }

@@ -148,6 +148,7 @@ impl Reloader {
                 label: d.label.clone(),
                 source: Some("config".into()),
                 state: initial_state(cfg.pool(&d.pool)),
+                tags: d.tags.clone(),
             })
             .collect();
         if !eps.is_empty() {

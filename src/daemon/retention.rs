@@ -107,6 +107,7 @@ mod tests {
                 label: None,
                 source: None,
                 state: crate::health::State::Available,
+                tags: Default::default(),
             }])
             .await
             .unwrap();

@@ -14,9 +14,19 @@ use crate::metrics::GatewayOutcome;
 pub const ENDPOINT_HEADER: &str = "x-proxypool-endpoint";
 /// The response header naming why the gateway itself answered with an error.
 pub const ERROR_HEADER: &str = "x-proxypool-error";
+/// The response header naming the pool that served the request (its `fallback`, maybe).
+pub const POOL_HEADER: &str = "x-proxypool-pool";
 
 pub(super) fn set_endpoint(h: &mut HeaderMap, endpoint: i64) {
     h.insert(ENDPOINT_HEADER, HeaderValue::from(endpoint));
+}
+
+/// The endpoint and the pool that served a request.
+pub(super) fn set_upstream(h: &mut HeaderMap, endpoint: i64, pool: &str) {
+    set_endpoint(h, endpoint);
+    if let Ok(v) = HeaderValue::from_str(pool) {
+        h.insert(POOL_HEADER, v);
+    }
 }
 
 pub(super) fn empty() -> Body {
@@ -56,6 +66,7 @@ fn outcome_of(status: StatusCode, error: &str) -> GatewayOutcome {
         }
         StatusCode::PROXY_AUTHENTICATION_REQUIRED => GatewayOutcome::Denied,
         StatusCode::BAD_GATEWAY => GatewayOutcome::UpstreamFailed,
+        StatusCode::SERVICE_UNAVAILABLE if error == PACED => GatewayOutcome::Paced,
         StatusCode::SERVICE_UNAVAILABLE => GatewayOutcome::Exhausted,
         StatusCode::INTERNAL_SERVER_ERROR => GatewayOutcome::Internal,
         // 400, 408, 413: the request itself was wrong.
@@ -65,16 +76,19 @@ fn outcome_of(status: StatusCode, error: &str) -> GatewayOutcome {
 
 /// `X-Proxypool-Error` of a destination that is down.
 const DESTINATION_DOWN: &str = "destination_down";
+/// `X-Proxypool-Error` of a request that pacing turned away (docs/selection.md).
+const PACED: &str = "paced";
 /// `X-Proxypool-Error` of an answer for want of descriptors, memory or local ports.
 pub(super) const LOCAL_RESOURCES: &str = "local_resources";
 
 /// The status an HTTP client gets when no upstream could serve its request.
 fn status_of(e: &UpstreamError) -> StatusCode {
     match e {
-        UpstreamError::Exhausted { .. } | UpstreamError::Empty { .. } | UpstreamError::Local(_) => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
-        UpstreamError::UnknownPool(_) => StatusCode::BAD_REQUEST,
+        UpstreamError::Exhausted { .. }
+        | UpstreamError::Empty { .. }
+        | UpstreamError::Paced { .. }
+        | UpstreamError::Local(_) => StatusCode::SERVICE_UNAVAILABLE,
+        UpstreamError::UnknownPool(_) | UpstreamError::BadRoute(_) => StatusCode::BAD_REQUEST,
         UpstreamError::AllFailed { .. } | UpstreamError::DestinationDown { .. } => {
             StatusCode::BAD_GATEWAY
         }
@@ -88,6 +102,7 @@ fn status_of(e: &UpstreamError) -> StatusCode {
 pub(super) fn error_outcome(e: &UpstreamError) -> GatewayOutcome {
     let error = match e {
         UpstreamError::DestinationDown { .. } => DESTINATION_DOWN,
+        UpstreamError::Paced { .. } => PACED,
         UpstreamError::Local(_) => LOCAL_RESOURCES,
         _ => "",
     };
@@ -120,6 +135,26 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
             }
             resp
         }
+        UpstreamError::Paced {
+            pool,
+            host,
+            retry_after,
+        } => {
+            let when = match retry_after {
+                Some(d) => format!("the soonest is ready in {} ms", d.as_millis()),
+                None => "one is ready when a use of it ends".to_string(),
+            };
+            let mut resp = text(
+                status,
+                PACED,
+                &format!("pool {pool:?}: every endpoint that fits was used for {host} too recently (pacing); {when}"),
+            );
+            let secs = retry_after.map(retry_after_secs).unwrap_or(1);
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            resp
+        }
+        UpstreamError::BadRoute(m) => text(status, "bad_request", &m),
         UpstreamError::Local(why) => local_resources(&why),
         UpstreamError::Empty { pool } => text(
             status,

@@ -1,4 +1,5 @@
-//! Byte counting on an upstream connection for `proxypool_gateway_bytes_total`.
+//! Byte counting on an upstream connection for `proxypool_gateway_bytes_total{pool}` and
+//! the endpoint's own totals (docs/observability.md, "Per-endpoint statistics").
 //!
 //! The counts are plain fields of the stream (one task owns it), added to the shared
 //! counters once, when the stream is dropped: no atomic per chunk, and the bytes of a
@@ -11,13 +12,26 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use std::sync::Arc;
+
 use crate::dial::BoxIo;
-use crate::metrics::{Direction, GatewayMetrics};
+use crate::endpoint::EndpointId;
+use crate::metrics::{Direction, PoolMetrics};
+use crate::pool::engine::Engine;
+
+/// Where a stream's counts go when it ends.
+pub(super) struct Counter {
+    /// The endpoint's statistics (`None` in tests of the stream alone).
+    pub(super) engine: Option<Arc<Engine>>,
+    pub(super) endpoint: EndpointId,
+    /// The series of the endpoint's pool.
+    pub(super) pool: Option<PoolMetrics>,
+}
 
 /// An upstream stream (after the handshake to the destination) that counts what passes.
 pub(super) struct Counted {
     io: BoxIo,
-    metrics: GatewayMetrics,
+    to: Counter,
     /// Read from the upstream: on its way to the client.
     down: u64,
     /// Written to the upstream: from the client.
@@ -25,10 +39,10 @@ pub(super) struct Counted {
 }
 
 impl Counted {
-    pub(super) fn new(io: BoxIo, metrics: GatewayMetrics) -> Counted {
+    pub(super) fn new(io: BoxIo, to: Counter) -> Counted {
         Counted {
             io,
-            metrics,
+            to,
             down: 0,
             up: 0,
         }
@@ -37,8 +51,15 @@ impl Counted {
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        self.metrics.bytes(Direction::ToUpstream, self.up);
-        self.metrics.bytes(Direction::ToClient, self.down);
+        if let Some(m) = &self.to.pool {
+            m.gateway_bytes(Direction::ToUpstream, self.up);
+            m.gateway_bytes(Direction::ToClient, self.down);
+        }
+        if let Some(e) = &self.to.engine {
+            if self.up > 0 || self.down > 0 {
+                e.record_bytes(self.to.endpoint, self.up, self.down);
+            }
+        }
     }
 }
 
@@ -100,7 +121,8 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn total(m: &Metrics, direction: &str) -> String {
-        let series = format!("proxypool_gateway_bytes_total{{direction=\"{direction}\"}} ");
+        let series =
+            format!("proxypool_gateway_bytes_total{{pool=\"p\",direction=\"{direction}\"}} ");
         m.encode()
             .lines()
             .find_map(|l| l.strip_prefix(&series).map(str::to_string))
@@ -111,7 +133,12 @@ mod tests {
     async fn counts_both_directions_once_when_dropped() {
         let m = Metrics::new();
         let (a, mut b) = tokio::io::duplex(64);
-        let mut c = Counted::new(Box::new(a), m.gateway());
+        let to = Counter {
+            engine: None,
+            endpoint: 1,
+            pool: Some(m.pool("p")),
+        };
+        let mut c = Counted::new(Box::new(a), to);
         c.write_all(b"hello").await.unwrap();
         b.write_all(b"0123456789").await.unwrap();
         let mut got = [0u8; 10];

@@ -14,7 +14,7 @@ use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::TokioIo;
 use tracing::{debug, info};
 
-use super::answer::{empty, set_endpoint, text, upstream_error};
+use super::answer::{empty, set_endpoint, set_upstream, text, upstream_error};
 use super::deadline::{head_within, BodyEnd, Tracked};
 use super::idle::{Body, IdleKey, Sender};
 use super::lease::LeaseGuard;
@@ -327,6 +327,7 @@ async fn judge(
     tries: &Tries,
 ) -> Try {
     let endpoint = guard.endpoint();
+    let pool = guard.pool().to_string();
     let status = resp.status().as_u16();
     let host = &out.target.dest.host;
     let outcome = if shared.cfg.ban_status.contains(&status) {
@@ -354,9 +355,9 @@ async fn judge(
         // Reported now, so the next lease sees it; the answer is kept in case no other
         // upstream answers (its body, should it break off, goes unreported).
         guard.finish().await;
-        return Try::Again(Some(to_client(resp, endpoint, None, host)));
+        return Try::Again(Some(to_client(resp, (endpoint, &pool), None, host)));
     }
-    Try::Answer(to_client(resp, endpoint, Some(guard), host))
+    Try::Answer(to_client(resp, (endpoint, &pool), Some(guard), host))
 }
 
 /// The gateway's `502` for a try through `endpoint` that got no answer.
@@ -366,12 +367,12 @@ fn bad_gateway(endpoint: EndpointId, reason: Reason, message: &str) -> Response<
     resp
 }
 
-/// An upstream's answer as the client gets it: hop-by-hop headers off, the endpoint
-/// named. The lease (`guard`) lives as long as the body streams to the client; a body
+/// An upstream's answer as the client gets it: hop-by-hop headers off, the endpoint and
+/// the pool that served it named. The lease (`guard`) lives as long as the body streams to the client; a body
 /// that breaks off is the upstream path failing mid-response.
 fn to_client(
     resp: Response<Incoming>,
-    endpoint: EndpointId,
+    (endpoint, pool): (EndpointId, &str),
     guard: Option<LeaseGuard>,
     host: &str,
 ) -> Response<Body> {
@@ -380,7 +381,7 @@ fn to_client(
     // A destination's `X-Proxypool-*` would pass for the gateway's (a Scrapy middleware
     // would skip its ban handling on one): only the gateway's own reach the client.
     strip_own(&mut parts.headers);
-    set_endpoint(&mut parts.headers, endpoint);
+    set_upstream(&mut parts.headers, endpoint, pool);
     let mut guard = guard;
     let host = host.to_string();
     let body = body
@@ -477,7 +478,7 @@ async fn send(
     };
     let d = shared
         .upstream
-        .dial(guard.proxy(), dest, route)
+        .dial(guard, dest, route)
         .await
         .map_err(Sent::Unreachable)?;
     exchange(d.io, again, within, body_end).await

@@ -11,7 +11,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tracing::debug;
 
-use super::answer::{empty, set_endpoint, text, upstream_error};
+use super::answer::{empty, set_upstream, text, upstream_error};
 use super::idle::Body;
 use super::limits::{Activity, Watched};
 use super::relay::relay;
@@ -88,6 +88,7 @@ async fn answer(shared: Arc<Shared>, req: Request<Incoming>, slot: Slot) -> Resp
     let routing = match authorize(
         shared.cfg.token.as_deref(),
         creds.as_ref().map(|(u, p)| (u.as_str(), p.as_str())),
+        &shared.upstream.tag_keys(),
     ) {
         Ok(r) => r,
         Err(Denied::Token) => {
@@ -150,6 +151,7 @@ async fn connect(
     // TLS), so a ban's trial it carries waits for a report by session.
     guard.reached().await;
     let endpoint = guard.endpoint();
+    let pool = guard.pool().to_string();
     let tunnel_shared = shared.clone();
     let half_close = shared.cfg.half_close_timeout;
     shared.tracker.spawn(async move {
@@ -188,7 +190,7 @@ async fn connect(
         drop(slot);
     });
     let mut resp = Response::new(empty());
-    set_endpoint(resp.headers_mut(), endpoint);
+    set_upstream(resp.headers_mut(), endpoint, &pool);
     resp
 }
 

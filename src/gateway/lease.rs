@@ -15,6 +15,8 @@ pub(super) struct LeaseGuard {
     engine: Arc<Engine>,
     lease: Option<String>,
     endpoint: EndpointId,
+    /// The pool that served it (the one asked for, or its fallback).
+    pool: String,
     proxy: ProxyUrl,
     outcome: Option<Outcome>,
     /// `proxypool_gateway_upstream_attempts_total` of the lease's pool.
@@ -27,6 +29,7 @@ impl LeaseGuard {
         engine: Arc<Engine>,
         lease: String,
         endpoint: EndpointId,
+        pool: String,
         proxy: ProxyUrl,
         metrics: Option<PoolMetrics>,
     ) -> Self {
@@ -34,6 +37,7 @@ impl LeaseGuard {
             engine,
             lease: Some(lease),
             endpoint,
+            pool,
             proxy,
             outcome: None,
             metrics,
@@ -43,6 +47,10 @@ impl LeaseGuard {
 
     pub(super) fn endpoint(&self) -> EndpointId {
         self.endpoint
+    }
+
+    pub(super) fn pool(&self) -> &str {
+        &self.pool
     }
 
     pub(super) fn proxy(&self) -> &ProxyUrl {

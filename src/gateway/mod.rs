@@ -138,7 +138,7 @@ impl Gateway {
         let slots = Arc::new(Semaphore::new(self.cfg.max_connections));
         let metrics = self.engine.metrics().gateway();
         let shared = Arc::new(Shared {
-            upstream: upstream::Upstream::new(self.engine, self.dialer, &self.cfg, metrics.clone()),
+            upstream: upstream::Upstream::new(self.engine, self.dialer, &self.cfg),
             idle: idle::IdleConns::new(
                 self.limits.upstream_idle,
                 metrics.clone(),

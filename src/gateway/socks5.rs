@@ -261,7 +261,7 @@ async fn negotiate(
                 .await
                 .map_err(Refused::gone)?;
             let (u, p) = (String::from_utf8_lossy(&u), String::from_utf8_lossy(&p));
-            match authorize(token, Some((&u, &p))) {
+            match authorize(token, Some((&u, &p)), &shared.upstream.tag_keys()) {
                 Ok(r) => {
                     s.write_all(&[1, 0])
                         .await

@@ -2,14 +2,14 @@
 //! Every call into the engine lives here or in `lease` (the report or release that ends a
 //! lease).
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::info;
 
-use super::counted::Counted;
+use super::counted::{Counted, Counter};
 use super::lease::LeaseGuard;
 use super::routing::Routing;
 use super::target::Target;
@@ -17,7 +17,6 @@ use crate::config::GatewayConfig;
 use crate::dial::{Clock, Dest, DialFailure, Dialed, Dialer, Route};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::Failure;
-use crate::metrics::GatewayMetrics;
 use crate::pool::engine::{Engine, EngineError};
 use crate::pool::{Outcome, PoolError, Want};
 
@@ -33,12 +32,23 @@ pub(super) enum UpstreamError {
         pool: String,
         retry_after: Option<Duration>,
     },
+    /// Every endpoint that fits was used for the destination too recently (pacing), past
+    /// the pool's `wait`.
+    #[error("pool {pool:?}: every endpoint that fits was used for {host} too recently")]
+    Paced {
+        pool: String,
+        host: String,
+        retry_after: Option<Duration>,
+    },
     /// The pool has no endpoint at all: waiting will not help.
     #[error("pool {pool:?} has no endpoints")]
     Empty { pool: String },
     /// The client named a pool that does not exist.
     #[error("unknown pool {0:?}")]
     UnknownPool(String),
+    /// The username named a tag key no endpoint carries (or the lease cannot be asked).
+    #[error("{0}")]
+    BadRoute(String),
     /// Every endpoint that tried the target failed to reach it: answered at once.
     #[error("destination {target} is down; next trial in {} ms", retry_after.as_millis())]
     DestinationDown {
@@ -136,20 +146,13 @@ pub(super) struct Upstream {
     pool: String,
     retries: u32,
     connect_timeout: Duration,
-    metrics: GatewayMetrics,
 }
 
 impl Upstream {
-    pub(super) fn new(
-        engine: Arc<Engine>,
-        dialer: Dialer,
-        cfg: &GatewayConfig,
-        metrics: GatewayMetrics,
-    ) -> Upstream {
+    pub(super) fn new(engine: Arc<Engine>, dialer: Dialer, cfg: &GatewayConfig) -> Upstream {
         Upstream {
             engine,
             dialer,
-            metrics,
             pool: cfg.pool.clone(),
             retries: cfg.retries,
             connect_timeout: cfg.connect_timeout,
@@ -178,7 +181,20 @@ impl Upstream {
                     pool, retry_after, ..
                 }) => UpstreamError::Exhausted { pool, retry_after },
                 EngineError::Pool(PoolError::Empty { pool, .. }) => UpstreamError::Empty { pool },
+                EngineError::Pool(PoolError::Paced {
+                    pool,
+                    host,
+                    retry_after,
+                    ..
+                }) => UpstreamError::Paced {
+                    pool,
+                    host,
+                    retry_after,
+                },
                 EngineError::Pool(PoolError::UnknownPool(p)) => UpstreamError::UnknownPool(p),
+                EngineError::Pool(e @ PoolError::UnknownTag { .. }) => {
+                    UpstreamError::BadRoute(e.to_string())
+                }
                 EngineError::Pool(PoolError::DestinationDown {
                     target,
                     retry_after,
@@ -201,12 +217,15 @@ impl Upstream {
                 });
             }
         };
+        // Counted against the pool that served it (a fallback's, maybe).
+        let metrics = self.engine.pool_metrics(&grant.pool);
         Ok(LeaseGuard::new(
             self.engine.clone(),
             grant.lease,
             grant.endpoint,
+            grant.pool,
             proxy,
-            self.engine.pool_metrics(pool),
+            metrics,
         ))
     }
 
@@ -242,14 +261,18 @@ impl Upstream {
         // Leases for the place skip its banned pairs and refuse a target that is down;
         // their reports are judged by docs/blame.md.
         let dest = &target.dest;
-        let want = Want::at(Some(&target.place));
+        let want = Want::at(Some(&target.place)).with_tags(routing.tags.clone());
         // Endpoints granted again after a try: held (so the pool hands out another) until
         // this loop ends, then released.
         let mut held = Vec::new();
         while tries.left() && held.len() <= tries.budget {
             let guard = match self.lease(routing, &want).await {
                 Ok(g) => g,
-                Err(UpstreamError::Exhausted { .. }) if tries.last.is_some() => break,
+                Err(UpstreamError::Exhausted { .. } | UpstreamError::Paced { .. })
+                    if tries.last.is_some() =>
+                {
+                    break
+                }
                 Err(e) => return Err(e),
             };
             if !tries.tried.insert(guard.endpoint()) {
@@ -263,7 +286,7 @@ impl Upstream {
             // One connect_timeout for the try, another way through the upstream included.
             let mut clock = Clock::start(self.connect_timeout, "gateway connect_timeout");
             let dialed = loop {
-                match self.dial_on(guard.proxy(), dest, route, &mut clock).await {
+                match self.dial_on(&guard, dest, route, &mut clock).await {
                     Err(f) => match way.fallback(guard.proxy(), route, &f) {
                         Some(other) if other != route => {
                             info!(endpoint = guard.endpoint(), status = f.status,
@@ -317,29 +340,39 @@ impl Upstream {
         }
     }
 
-    /// One dial through `proxy` within `connect_timeout`.
+    /// One dial through the lease's endpoint within `connect_timeout`.
     pub(super) async fn dial(
         &self,
-        proxy: &ProxyUrl,
+        guard: &LeaseGuard,
         dest: &Dest,
         route: Route,
     ) -> Result<Dialed, DialFailure> {
         let mut clock = Clock::start(self.connect_timeout, "gateway connect_timeout");
-        self.dial_on(proxy, dest, route, &mut clock).await
+        self.dial_on(guard, dest, route, &mut clock).await
     }
 
     async fn dial_on(
         &self,
-        proxy: &ProxyUrl,
+        guard: &LeaseGuard,
         dest: &Dest,
         route: Route,
         clock: &mut Clock,
     ) -> Result<Dialed, DialFailure> {
-        let mut d = self.dialer.dial(proxy, dest, route, clock).await?;
+        let mut d = self.dialer.dial(guard.proxy(), dest, route, clock).await?;
         // Counted from here: tunnel payload, or the forwarded request and response; the
         // handshake to the upstream is not relayed traffic.
-        d.io = Box::new(Counted::new(d.io, self.metrics.clone()));
+        let to = Counter {
+            engine: Some(self.engine.clone()),
+            endpoint: guard.endpoint(),
+            pool: self.engine.pool_metrics(guard.pool()),
+        };
+        d.io = Box::new(Counted::new(d.io, to));
         Ok(d)
+    }
+
+    /// The tag keys endpoints carry: what a username may name besides pool and session.
+    pub(super) fn tag_keys(&self) -> Arc<BTreeSet<String>> {
+        self.engine.tag_keys()
     }
 
     /// Report a failure seen on the way to `destination` and wait for it to be recorded;

@@ -129,6 +129,20 @@ pub fn classify(reason: Reason, phase: Option<Phase>, has_destination: bool, pro
     }
 }
 
+/// Whether a ban-class failure is the destination asking to slow down rather than a
+/// ban: `destination_status` with status 429, or 503 with a Retry-After. In a pool whose
+/// `[pool.pace] slow_down` is on, it widens the (endpoint, host) pair's pacing instead of
+/// cooling the pair (docs/blame.md, "Slow down, not banned"); elsewhere it is a ban like
+/// any other.
+pub fn slows_down(reason: Reason, status: Option<u16>, retry_after: Option<Duration>) -> bool {
+    reason == Reason::DestinationStatus
+        && match status {
+            Some(429) => true,
+            Some(503) => retry_after.is_some(),
+            _ => false,
+        }
+}
+
 fn by_reason_and_phase(reason: Reason, phase: Option<Phase>) -> Class {
     use Phase::*;
     let before_greeting = matches!(phase, Some(Connect | ProxyTls));
@@ -280,6 +294,29 @@ mod tests {
             Class::Unreachable => 'U',
             Class::Ban => 'B',
             Class::Destination => 'D',
+        }
+    }
+
+    #[test]
+    fn which_answers_ask_to_slow_down() {
+        let ra = Some(Duration::from_secs(30));
+        let cases = [
+            (Reason::DestinationStatus, Some(429), None, true),
+            (Reason::DestinationStatus, Some(429), ra, true),
+            (Reason::DestinationStatus, Some(503), ra, true),
+            // A 503 without Retry-After says nothing about pace.
+            (Reason::DestinationStatus, Some(503), None, false),
+            (Reason::DestinationStatus, Some(403), ra, false),
+            (Reason::DestinationStatus, None, ra, false),
+            (Reason::BodyMismatch, Some(429), ra, false),
+            (Reason::ProxyRejected, Some(429), ra, false),
+        ];
+        for (reason, status, retry_after, want) in cases {
+            assert_eq!(
+                slows_down(reason, status, retry_after),
+                want,
+                "{reason} {status:?} {retry_after:?}"
+            );
         }
     }
 

@@ -48,7 +48,7 @@ fn every_family_of_the_spec_with_its_labels() {
     p.upstream_attempt(false);
     let g = m.gateway();
     g.request(GatewayProtocol::Socks5, GatewayOutcome::Ok);
-    g.bytes(Direction::ToClient, 1500);
+    p.gateway_bytes(Direction::ToClient, 1500);
     m.store_commit()
         .observe_duration(Duration::from_micros(300));
     let text = m.encode();
@@ -129,7 +129,7 @@ fn every_family_of_the_spec_with_its_labels() {
             "1",
         ),
         (
-            r#"proxypool_gateway_bytes_total{direction="to_client"}"#,
+            r#"proxypool_gateway_bytes_total{pool="default",direction="to_client"}"#,
             "1500",
         ),
         (r#"proxypool_store_commit_seconds_bucket{le="0.0005"}"#, "1"),

@@ -154,6 +154,11 @@ impl Pools {
             };
             writes.push(Write::Transition(rec, ev));
             let (from, to, reason) = (*from, *to, h.reason);
+            if to == State::Available {
+                // Slow start counts from here; and it is a candidate it was not.
+                e.up_since = now.saturating_duration_since(self.origin).as_millis() as u64;
+                self.epoch += 1;
+            }
             self.count_transition(pool, from, to, reason);
         }
         self.index(id);

@@ -28,6 +28,7 @@ async fn open(dir: &tempfile::TempDir) -> (Arc<Engine>, EndpointId) {
             label: None,
             source: None,
             state: State::Available,
+            tags: Default::default(),
         }])
         .unwrap();
     let engine = Engine::open(store, [PoolConfig::builtin("default")]).unwrap();

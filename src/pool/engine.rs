@@ -359,7 +359,11 @@ impl Engine {
             .await
     }
 
-    /// Lease an endpoint that fits `want` (destination, schemes), waiting up to `wait`.
+    /// Lease an endpoint that fits `want` (destination, schemes, tags), waiting up to
+    /// `wait` (docs/selection.md): a paced lease waits at least the pool's `[pool.pace]
+    /// wait`. A pool with a `fallback` that has nothing (empty or exhausted at once, or
+    /// paced past its wait) is served from that pool instead: one hop, the grant names the
+    /// pool.
     pub async fn lease_with(
         &self,
         pool: &str,
@@ -398,6 +402,7 @@ impl Engine {
         Ok(g)
     }
 
+    /// The pool's lease, then its fallback's when it has nothing (one hop).
     async fn lease_waiting(
         &self,
         pool: &str,
@@ -407,14 +412,52 @@ impl Engine {
         want: &Want,
         gone: Option<&CancellationToken>,
     ) -> Result<(Grant, bool), EngineError> {
+        let fallback = self.lock().fallback(pool);
+        let first = self
+            .lease_in(pool, ttl, session, wait, want, gone, fallback.is_some())
+            .await;
+        let Some(next) = fallback else {
+            return first;
+        };
+        let e = match first {
+            Err(EngineError::Pool(
+                e @ (PoolError::Exhausted { .. }
+                | PoolError::Empty { .. }
+                | PoolError::Paced { .. }),
+            )) => e,
+            r => return r,
+        };
+        match self
+            .lease_in(&next, ttl, session, wait, want, gone, false)
+            .await
+        {
+            // The fallback has nothing either: the first pool's answer says more (its
+            // pacing's time to come back, its cooldowns).
+            Err(EngineError::Pool(
+                PoolError::Exhausted { .. } | PoolError::Empty { .. } | PoolError::Paced { .. },
+            )) => Err(e.into()),
+            r => r,
+        }
+    }
+
+    /// One pool's lease, waiting as `lease_with` says; `eager`: an exhausted pool answers
+    /// at once (a fallback is there to serve). Returns whether it waited.
+    #[allow(clippy::too_many_arguments)]
+    async fn lease_in(
+        &self,
+        pool: &str,
+        ttl: Duration,
+        session: Option<&str>,
+        wait: Duration,
+        want: &Want,
+        gone: Option<&CancellationToken>,
+        eager: bool,
+    ) -> Result<(Grant, bool), EngineError> {
         let started = Instant::now();
-        let give_up = started
-            .checked_add(wait)
-            .unwrap_or_else(|| started + crate::limits::MAX_DURATION);
-        // Each attempt says whether it is the request's last: only that one is counted,
-        // and the loop below gives up on the same decision.
-        // A trial whose claim another daemon of the fleet won is withdrawn, and the
-        // request looks again at once (docs/fleet.md, "Ownership").
+        // Each attempt says whether it is the request's last (and until when the request
+        // may wait): only that one is counted, and the loop below gives up on the same
+        // decision. A trial whose claim another daemon of the fleet won is withdrawn, and
+        // the request looks again at once (docs/fleet.md, "Ownership").
         let attempt = || async {
             let mut tries = 0;
             loop {
@@ -422,9 +465,17 @@ impl Engine {
                 let (out, done) = self
                     .run(|p, now, _| {
                         let (r, w) = p.lease_with(pool, ttl, session, want, now);
-                        let last = wait.is_zero() || now >= give_up;
+                        let limit = match &r {
+                            Err(PoolError::Paced { wait: paced, .. }) => wait.max(*paced),
+                            Err(PoolError::Exhausted { .. }) if eager => Duration::ZERO,
+                            _ => wait,
+                        };
+                        let give_up = started
+                            .checked_add(limit)
+                            .unwrap_or_else(|| started + crate::limits::MAX_DURATION);
+                        let last = limit.is_zero() || now >= give_up;
                         p.observe_lease(pool, &r, now - started, last);
-                        ((r, last), w)
+                        ((r, last, give_up), w)
                     })
                     .await?;
                 match &out.0 {
@@ -435,7 +486,7 @@ impl Engine {
                             retry_after: None,
                             filter: None,
                         };
-                        return Ok::<_, EngineError>((Err(e), out.1));
+                        return Ok::<_, EngineError>((Err(e), out.1, out.2));
                     }
                     _ => return Ok(out),
                 }
@@ -443,8 +494,8 @@ impl Engine {
         };
         // The common case answers at once, without registering as a waiter.
         match attempt().await? {
-            (Err(PoolError::Exhausted { .. }), false) => {}
-            (r, _) => return Ok((r?, false)),
+            (Err(PoolError::Exhausted { .. } | PoolError::Paced { .. }), false, _) => {}
+            (r, _, _) => return Ok((r?, false)),
         }
         let gone = async {
             match gone {
@@ -459,8 +510,17 @@ impl Engine {
             tokio::pin!(freed);
             freed.as_mut().enable();
             match attempt().await? {
-                (Ok(g), _) => return Ok((g, true)),
-                (Err(PoolError::Exhausted { retry_after, .. }), false) => {
+                (Ok(g), _, _) => return Ok((g, true)),
+                (
+                    Err(
+                        PoolError::Exhausted { retry_after, .. }
+                        | PoolError::Paced { retry_after, .. },
+                    ),
+                    false,
+                    give_up,
+                ) => {
+                    // Woken by a release (an endpoint or a pair's in_flight freed), or at
+                    // the soonest time something is ready again.
                     let mut until = give_up;
                     if let Some(d) = retry_after {
                         until = until.min(Instant::now() + d);
@@ -471,7 +531,7 @@ impl Engine {
                         _ = &mut gone => return Err(EngineError::CallerGone),
                     }
                 }
-                (Err(e), _) => return Err(e.into()),
+                (Err(e), _, _) => return Err(e.into()),
             }
         }
     }
@@ -746,6 +806,7 @@ pub fn sync_config_endpoints(store: &mut Store, cfg: &Config) -> Result<usize, S
             label: d.label.clone(),
             source: Some("config".into()),
             state: initial_state(cfg.pool(&d.pool)),
+            tags: d.tags.clone(),
         })
         .collect();
     Ok(store

@@ -25,6 +25,10 @@ pub(super) struct Entry {
     pub(super) claim: Option<crate::store::Epoch>,
     /// Usage statistics (in memory: they start again at 0 when the daemon restarts).
     pub(super) stats: crate::stats::EndpointStats,
+    /// Its tags, interned (`TagIndex`), sorted.
+    pub(super) tags: Box<[u32]>,
+    /// When it last became available (ms since the pools' origin): slow start.
+    pub(super) up_since: u64,
 }
 
 /// Endpoints stored densely in load order, found by id through a small index.

@@ -13,7 +13,7 @@ use super::targets::{Judged, Pending, Reached};
 use super::{Outcome, Pools};
 use crate::endpoint::EndpointId;
 use crate::event_kind::EventKind;
-use crate::health::blame::{classify, Blame, Class};
+use crate::health::blame::{classify, slows_down, Blame, Class};
 use crate::health::{Failure, Input, Reason, State, Step};
 use crate::store::pairs::PairWrite;
 use crate::store::{NewEvent, Write};
@@ -120,6 +120,10 @@ impl Pools {
         if proof == Proof::Answer {
             keys.extend(on.host.filter(|h| Some(*h) != on.target));
         }
+        if let (Proof::Answer, Some(h)) = (proof, on.host) {
+            // The host answered: a widened pacing narrows again.
+            self.pools[pool].pace.success(h, id, now);
+        }
         for key in keys {
             let (w, decided) = self.pair_input(pool, key, id, Ok(()), on.lease.clone(), now);
             out.writes.extend(w);
@@ -170,6 +174,10 @@ impl Pools {
                 out.writes.extend(w);
                 (Blame::Endpoint, None)
             }
+            Class::Ban if self.slows_down(pool, on, &f) => {
+                self.slow_at_destination(pool, on, &f, &mut out, now);
+                (Blame::Pair, None)
+            }
             Class::Ban | Class::Destination => {
                 let key = self.fail_at_destination(pool, on, &f, &mut out, now);
                 (Blame::Pair, Some(key))
@@ -194,6 +202,53 @@ impl Pools {
         }
         out.blame = Some(blame);
         out
+    }
+
+    /// The one rule of slow-down (docs/blame.md, "Slow down, not banned"): the pool paces
+    /// with `slow_down`, the use named its host, and the answer asks to slow down.
+    fn slows_down(&self, pool: usize, on: &Settle<'_>, f: &Failure) -> bool {
+        let reason = f.reason.expect("callers check the reason");
+        on.host.is_some()
+            && self.pools[pool].pace.slows_down()
+            && slows_down(reason, f.status, f.retry_after)
+    }
+
+    /// The destination asked to slow down: the (endpoint, host) pair's pacing widens and
+    /// nothing is banned. Reaching it is evidence about the target, as for a ban.
+    fn slow_at_destination(
+        &mut self,
+        pool: usize,
+        on: &Settle<'_>,
+        f: &Failure,
+        out: &mut Settled,
+        now: Instant,
+    ) {
+        if let Some(t) = on.target {
+            let r = self.pools[pool].targets.reached(t, on.id, now);
+            let w = self.apply_reached(pool, t, on.id, r, on.lease.clone(), now);
+            out.writes.extend(w);
+            out.target_trial_decided = on.target_trial;
+        }
+        let host = on.host.expect("slows_down checked the host");
+        let slowed = self.pools[pool]
+            .pace
+            .slow_down(host, on.id, f.retry_after, now);
+        let said = f.detail.clone().unwrap_or_default();
+        let detail = match slowed {
+            Some(s) => format!(
+                "slowed down, not banned: this endpoint uses {host} at most every {} now, the next use in {}{}{said}",
+                fmt_ms(s.spacing),
+                fmt_ms(s.until),
+                if said.is_empty() { "" } else { "; " },
+            ),
+            None => said,
+        };
+        let shown = Failure {
+            detail: Some(detail),
+            ..f.clone()
+        };
+        out.writes
+            .push(self.unblamed_report(on, &shown, host, Blame::Pair));
     }
 
     /// A ban, or a break after the destination was reached: the (endpoint, host) pair.
@@ -311,8 +366,8 @@ impl Pools {
         w
     }
 
-    /// The `report` event of a failure that changed nobody's health (pending, or the
-    /// target's), with the target it was about.
+    /// The `report` event of a failure that changed nobody's health (pending, the
+    /// target's, a slow-down), with the target or host it was about.
     fn unblamed_report(&self, on: &Settle<'_>, f: &Failure, target: &str, blame: Blame) -> Write {
         let state = self.entries[&on.id].health.state;
         Write::Pair(PairWrite::Event {
@@ -620,6 +675,10 @@ pub(super) fn target_event(
             ..NewEvent::new(kind)
         },
     })
+}
+
+fn fmt_ms(d: Duration) -> String {
+    humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string()
 }
 
 fn blame_owner(b: Blame) -> &'static str {

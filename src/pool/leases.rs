@@ -15,7 +15,10 @@ use crate::store::Write;
 use super::apply::Act;
 use super::destinations::{Destinations, Usable};
 use super::evidence::target_event;
+use super::pace::Check;
 use super::scoped::{Views, Want};
+use super::select::{Fit, Miss};
+use super::tag_index::{carries, Resolved};
 use super::targets::Admission;
 use super::{Ended, Grant, PoolError, Pools, ENDED_MEMORY};
 
@@ -46,6 +49,9 @@ pub(super) struct Lease {
     /// A tunnel opened through it (`Pools::reached`): a ban trial it carries waits for a
     /// report when it ends.
     pub(super) reached: bool,
+    /// It counts in its (endpoint, destination) pair's `in_flight` (docs/selection.md,
+    /// "Pacing"): its end is told to the pool's pacing.
+    pub(super) paced: bool,
 }
 
 /// What one lease asks for, resolved once.
@@ -59,6 +65,10 @@ struct Ask<'a> {
     cap: u32,
     /// Endpoints that just failed the target, pending contrast: tried last.
     avoid: Vec<EndpointId>,
+    /// The lease's tags, interned.
+    tags: Box<[u32]>,
+    /// The destination host when the pool paces it and some pair of it is held.
+    paced: Option<&'a str>,
 }
 
 impl Lease {
@@ -72,6 +82,27 @@ impl Ask<'_> {
     fn under_cap(&self, leases: u32) -> bool {
         self.cap == 0 || leases < self.cap
     }
+
+    fn fit(&self) -> Fit<'_> {
+        Fit {
+            p: self.p,
+            cap: self.cap,
+            want: self.want,
+            tags: &self.tags,
+            views: self.views,
+            avoid: &self.avoid,
+        }
+    }
+}
+
+/// What the session's endpoint does for a lease.
+enum Sticky {
+    /// It keeps the session.
+    Keep(Choice),
+    /// It would, but was used for the host too recently: the session waits for it.
+    Paced(Option<u64>),
+    /// Nothing bound, or it left service: the lease is chosen afresh.
+    Rebind,
 }
 
 /// The endpoint a lease goes to, and how.
@@ -112,6 +143,11 @@ impl Pools {
             return;
         };
         let p = &mut self.pools[e.pool];
+        let cap = p.cfg.max_leases_per_endpoint;
+        if delta < 0 && cap != 0 && e.leases == cap {
+            // Under its cap again: a candidate it was not.
+            self.epoch += 1;
+        }
         if e.health.state == State::Available {
             // Round robin: the one just moved goes behind its equals.
             p.ready.forget(e.leases);
@@ -150,11 +186,11 @@ impl Pools {
     }
 
     /// Lease an endpoint of `pool` for `ttl` that fits `want` (a place whose banned
-    /// pairs are skipped, a set of schemes). The steps, in the order docs/leases.md
-    /// ("Selection") gives them: the target's gate (a down target is refused, or this is
-    /// its single trial), the session's endpoint while it stays in service, a pair's
-    /// trial for the place, the oldest waiting trial (`static-no-ping`), the least leased
-    /// endpoint. Each is O(1) amortized and none scans the pool.
+    /// pairs are skipped and whose pacing is kept, schemes, tags). The steps, in the order
+    /// docs/selection.md gives them: the target's gate (a down target is refused, or this
+    /// is its single trial), the session's endpoint while it stays in service, a pair's
+    /// trial for the place, the oldest waiting trial (`static-no-ping`), the pool's
+    /// strategy. Each is O(1) amortized and none scans the pool.
     pub fn lease_with(
         &mut self,
         pool: &str,
@@ -171,11 +207,32 @@ impl Pools {
         let Some(expires) = now.checked_add(ttl) else {
             return (Err(PoolError::InvalidTtl(ttl)), writes);
         };
+        let tags = match self.tags.resolve(&want.tags) {
+            Ok(Resolved::Ids(ids)) => ids,
+            Ok(Resolved::Nothing) => {
+                // A value no endpoint carries: nothing that fits, nothing cooling.
+                let e = PoolError::Exhausted {
+                    pool: pool.to_string(),
+                    retry_after: None,
+                    filter: Some(format!("tagged {}", want.tags)),
+                };
+                return (Err(e), writes);
+            }
+            Err(key) => {
+                let known = self.tags.known().iter().cloned().collect();
+                return (Err(PoolError::UnknownTag { key, known }), writes);
+            }
+        };
         let (target_trial, avoid) = match self.target_gate(p, want, now) {
             Ok(v) => v,
             Err(e) => return (Err(e), writes),
         };
-        let ps = &self.pools[p];
+        let ps = &mut self.pools[p];
+        // Pairs of the host that became idle are forgotten here, before anything is asked.
+        let paced = want
+            .destination
+            .as_deref()
+            .filter(|h| ps.pace.is_on() && ps.pace.prepare(h, now));
         let ask = Ask {
             p,
             want,
@@ -184,17 +241,28 @@ impl Pools {
             views: ps.views(want),
             cap: ps.cfg.max_leases_per_endpoint,
             avoid,
+            tags,
+            paced,
         };
-        let chosen = self
-            .sticky(&ask, session)
-            .or_else(|| self.pair_trial(&ask, now, &mut writes))
-            .or_else(|| self.oldest_trial(&ask, now, &mut writes))
-            .or_else(|| self.least_leased(&ask));
-        let Some(choice) = chosen else {
-            if let (true, Some(t)) = (target_trial, want.target_key()) {
-                self.pools[p].targets.abandon_trial(t, now);
+        let chosen = match self.sticky(&ask, session, now) {
+            Sticky::Keep(c) => Ok(c),
+            Sticky::Paced(at) => Err(Miss { paced: Some(at) }),
+            Sticky::Rebind => match self.pair_trial(&ask, now, &mut writes) {
+                Some(c) => Ok(c),
+                None => match self.oldest_trial(&ask, now, &mut writes) {
+                    Some(c) => Ok(c),
+                    None => self.least_leased(&ask, now),
+                },
+            },
+        };
+        let choice = match chosen {
+            Ok(c) => c,
+            Err(miss) => {
+                if let (true, Some(t)) = (target_trial, want.target_key()) {
+                    self.pools[p].targets.abandon_trial(t, now);
+                }
+                return (Err(self.nothing_to_lease(pool, &ask, miss, now)), writes);
             }
-            return (Err(self.nothing_to_lease(pool, &ask, now)), writes);
         };
         if let Some(key) = session {
             self.bind_session(p, key, choice.id);
@@ -211,7 +279,8 @@ impl Pools {
                 lease,
             ));
         }
-        (self.grant(&ask, choice, target_trial, ttl, expires), writes)
+        let granted = self.grant(&ask, choice, target_trial, ttl, expires, now);
+        (granted, writes)
     }
 
     /// A down target is refused at once (`destination_down`), dialing nothing; once its
@@ -238,15 +307,32 @@ impl Pools {
     }
 
     /// A sticky session whose endpoint is still in service keeps it: a scraper's cookies
-    /// or login must not move to an unproven endpoint.
-    fn sticky(&self, ask: &Ask, session: Option<&str>) -> Option<Choice> {
-        let id = self.sessions.get(self.sessions.at(ask.p, session?))?;
-        let e = self.entries.get(&id)?;
+    /// or login must not move to an unproven endpoint. Used for the host too recently, it
+    /// is waited for (its IP is the session's), not swapped.
+    fn sticky(&self, ask: &Ask, session: Option<&str>, now: Instant) -> Sticky {
+        let Some(key) = session else {
+            return Sticky::Rebind;
+        };
+        let Some(id) = self.sessions.get(self.sessions.at(ask.p, key)) else {
+            return Sticky::Rebind;
+        };
+        let Some(e) = self.entries.get(&id) else {
+            return Sticky::Rebind;
+        };
+        let ps = &self.pools[ask.p];
         let keeps = e.health.state == State::Available
             && ask.under_cap(e.leases)
             && ask.want.fits(e)
-            && self.pools[ask.p].dests_usable(ask.views, id);
-        keeps.then_some(Choice::plain(id, None))
+            && carries(&e.tags, &ask.tags)
+            && ps.dests_usable(ask.views, id);
+        if !keeps {
+            return Sticky::Rebind;
+        }
+        let gate = ask.paced.and_then(|h| ps.pace.gate(h, now));
+        match gate.map(|g| g.check(id)) {
+            Some(Check::Blocked(at)) => Sticky::Paced(at),
+            _ => Sticky::Keep(Choice::plain(id, None)),
+        }
     }
 
     /// A pair's trial is the next lease for its place, in every mode (the prober does not
@@ -272,12 +358,15 @@ impl Pools {
             let lease = Some(self.lease_name(self.next_lease + 1));
             let entries = &self.entries;
             let ps = &mut self.pools[ask.p];
+            let gate = ask.paced.and_then(|h| ps.pace.gate(h, now));
             let ok = |dests: &Destinations, id: EndpointId| {
                 entries.get(&id).is_some_and(|e| {
                     e.health.state == State::Available
                         && ask.under_cap(e.leases)
                         && ask.want.fits(e)
+                        && carries(&e.tags, &ask.tags)
                         && other.is_none_or(|o| dests.usable(o, id) == Usable::Available)
+                        && gate.as_ref().is_none_or(|g| g.check(id) == Check::Ready)
                 })
             };
             let claimed = ps
@@ -302,9 +391,14 @@ impl Pools {
             return None;
         }
         let first = self.pools[ask.p].trials.first().map(|&(_, id)| id);
+        let ps = &self.pools[ask.p];
+        let gate = ask.paced.and_then(|h| ps.pace.gate(h, now));
         let id = first.filter(|&id| {
-            self.entries.get(&id).is_some_and(|e| ask.want.fits(e))
-                && self.pools[ask.p].dests_usable(ask.views, id)
+            self.entries
+                .get(&id)
+                .is_some_and(|e| ask.want.fits(e) && carries(&e.tags, &ask.tags))
+                && ps.dests_usable(ask.views, id)
+                && gate.as_ref().is_none_or(|g| g.check(id) == Check::Ready)
         })?;
         let ev = Act {
             kind: Some(EventKind::TrialAdmitted),
@@ -320,25 +414,29 @@ impl Pools {
         })
     }
 
-    /// The least leased available endpoint (round robin among equals) under the cap.
-    fn least_leased(&mut self, ask: &Ask) -> Option<Choice> {
-        let plain = !ask.views.any() && ask.want.schemes.is_none() && ask.avoid.is_empty();
-        let picked = if plain {
-            self.pick(ask.p)
-                .filter(|&(_, leases)| ask.under_cap(leases))
-        } else {
-            self.pick_where(ask.p, ask.views, ask.want, ask.cap, &ask.avoid)
-        };
-        let (slot, _) = picked?;
-        let (id, _) = self.entries.at(slot)?;
-        Some(Choice::plain(*id, Some(slot)))
+    /// The pool's strategy (`select`) over the available endpoints under the cap that fit
+    /// the lease and are ready for its host.
+    fn least_leased(&mut self, ask: &Ask, now: Instant) -> Result<Choice, Miss> {
+        let (slot, _) = self.choose(&ask.fit(), ask.paced, now)?;
+        let (id, _) = self.entries.at(slot).ok_or(Miss::default())?;
+        Ok(Choice::plain(*id, Some(slot)))
     }
 
-    /// Nothing to lease: a pool without an endpoint that fits says so (waiting will not
-    /// help); else when to ask again, the soonest cooldown end of an endpoint that fits
-    /// (of a pair too when the lease named a destination with bans).
-    fn nothing_to_lease(&self, pool: &str, ask: &Ask, now: Instant) -> PoolError {
+    /// Nothing to lease: paced when an endpoint that fits was passed over for the host
+    /// (when to ask again: the soonest such pair is ready); a pool without an endpoint
+    /// that fits says so (waiting will not help); else when to ask again, the soonest
+    /// cooldown end of an endpoint that fits (of a pair too when the lease named a
+    /// destination with bans).
+    fn nothing_to_lease(&self, pool: &str, ask: &Ask, miss: Miss, now: Instant) -> PoolError {
         let ps = &self.pools[ask.p];
+        if let (Some(at), Some(host)) = (miss.paced, ask.paced) {
+            return PoolError::Paced {
+                pool: pool.to_string(),
+                host: host.to_string(),
+                retry_after: at.map(|ms| ps.pace.instant(ms).saturating_duration_since(now)),
+                wait: ps.pace.wait(),
+            };
+        }
         let filter = ask.want.schemes_text();
         let fits = |id: &EndpointId| self.entries.get(id).is_some_and(|e| ask.want.fits(e));
         let none_fit = match ask.want.schemes {
@@ -390,6 +488,7 @@ impl Pools {
         target_trial: bool,
         ttl: Duration,
         expires: Instant,
+        now: Instant,
     ) -> Result<Grant, PoolError> {
         let Choice {
             id,
@@ -402,6 +501,16 @@ impl Pools {
             .ok_or(PoolError::UnknownEndpoint(id))?;
         self.next_lease += 1;
         let lid = self.next_lease;
+        let ps = &mut self.pools[ask.p];
+        // Every use for a host counts while the pool paces, also one chosen while nothing
+        // of the host was held (the first).
+        let paced = match ask.want.destination.as_deref() {
+            Some(h) if ps.pace.is_on() => ps.pace.record(h, id, now),
+            _ => false,
+        };
+        if paced {
+            self.count_pace_dropped(ask.p);
+        }
         self.leases.insert(
             lid,
             Lease {
@@ -416,6 +525,7 @@ impl Pools {
                 pair_trial: pair_trial.clone(),
                 target_trial,
                 reached: false,
+                paced,
             },
         );
         self.lease_expiry.insert((expires, lid));
@@ -439,6 +549,7 @@ impl Pools {
             } else {
                 pair_trial.map(|_| SCOPE_DESTINATION.to_string())
             },
+            pool: self.pools[ask.p].cfg.name.clone(),
         })
     }
 }

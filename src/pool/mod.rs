@@ -15,12 +15,16 @@ mod evidence;
 mod fleet;
 mod id_index;
 mod leases;
+mod pace;
 mod probes;
 mod ready;
 mod reconfigure;
 mod reports;
 pub(crate) mod scoped;
+mod select;
 mod sessions;
+mod strategy;
+mod tag_index;
 pub(crate) mod targets;
 mod telemetry;
 
@@ -31,8 +35,11 @@ pub use scoped::{ReportOn, Reported, Want};
 use destinations::Destinations;
 use entries::{Entry, EntryMap};
 use leases::Lease;
+use pace::Pace;
 use ready::Ready;
 pub use reconfigure::ReconfigureError;
+use strategy::Latencies;
+use tag_index::TagIndex;
 use targets::Targets;
 pub use telemetry::EndpointUse;
 
@@ -111,6 +118,20 @@ pub enum PoolError {
         "stale claim: the trial of {0} lapsed and was claimed again; this result changed nothing"
     )]
     StaleClaim(String),
+    /// Every endpoint that fits was used for the host too recently (docs/selection.md,
+    /// "Pacing").
+    #[error("pool {pool:?}: every endpoint that fits was used for {host:?} too recently (pacing){}", retry_after.map(|d| format!("; the soonest is ready in {} ms", d.as_millis())).unwrap_or_else(|| "; one is ready when a lease for it ends".into()))]
+    Paced {
+        pool: String,
+        host: String,
+        /// Time until the soonest pair passed over is ready (`None`: when a lease ends).
+        retry_after: Option<Duration>,
+        /// `[pool.pace] wait`: how long a request that says no `wait` waits.
+        wait: Duration,
+    },
+    /// A lease named a tag key no endpoint carries.
+    #[error("unknown tag key {key:?} (keys in use: {})", if known.is_empty() { "none".to_string() } else { known.join(", ") })]
+    UnknownTag { key: String, known: Vec<String> },
 }
 
 /// A wait as a message says it: `450ms`, else whole seconds rounded up (`2s`, `1m 5s`).
@@ -139,6 +160,9 @@ pub struct Grant {
     /// absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
+    /// The pool the endpoint came from: the one asked for, or its `fallback`.
+    #[serde(default)]
+    pub pool: String,
 }
 
 /// Counts of a pool for `status`.
@@ -226,6 +250,12 @@ struct PoolState {
     probe_trial: Option<EndpointId>,
     /// Trials other daemons hold, by when their claims lapse (docs/fleet.md).
     remote: BTreeSet<(Instant, EndpointId)>,
+    /// Uses of each endpoint for each host (docs/selection.md, "Pacing").
+    pace: Pace,
+    /// `pace.dropped()` as last counted in the metric.
+    pace_dropped_seen: u64,
+    /// The latency estimates of its endpoints (the median `fastest` gives the unmeasured).
+    latencies: Latencies,
 }
 
 /// All pools of a process.
@@ -255,6 +285,14 @@ pub struct Pools {
     /// The store cannot be written (docs/fleet.md, "Faults"): no transition comes due and
     /// no trial is admitted until it is back; ordinary leases go on.
     frozen: bool,
+    /// Endpoint tags, interned.
+    tags: TagIndex,
+    /// Bumped whenever an endpoint may have become a candidate it was not before (it
+    /// became available, got new tags, came under its lease cap): a remembered "nothing
+    /// ready" for a host holds only within one epoch.
+    epoch: u64,
+    /// Where per-entry times (`Entry::up_since`) count from.
+    origin: Instant,
 }
 
 /// Ended leases remembered at most.
@@ -308,6 +346,9 @@ impl Pools {
             rng: fastrand::Rng::new(),
             metrics: None,
             frozen: false,
+            tags: TagIndex::default(),
+            epoch: 0,
+            origin: Instant::now(),
         };
         for c in configs {
             p.ensure_pool(c);
@@ -325,13 +366,22 @@ impl Pools {
             let ps = &mut self.pools[i];
             ps.targets.set_rules(cfg.blame.clone());
             ps.probe_target = probes::probe_target(cfg.probe.url.as_deref());
+            ps.pace.set_config(cfg.pace.clone());
             ps.cfg = cfg;
+            // New caps, rules or strategies: what was remembered as nothing ready is stale.
+            self.epoch += 1;
             return i;
         }
         let i = self.pools.len();
         let name = cfg.name.clone();
         let rules = cfg.blame.clone();
         let probe_target = probes::probe_target(cfg.probe.url.as_deref());
+        let pace = Pace::new(
+            cfg.pace.clone(),
+            pace::DEFAULT_MAX_HOSTS,
+            pace::DEFAULT_MAX_PAIRS,
+            self.origin,
+        );
         self.by_name.insert(cfg.name.clone(), i);
         self.pools.push(PoolState {
             cfg,
@@ -347,6 +397,9 @@ impl Pools {
             probe_target,
             probe_trial: None,
             remote: BTreeSet::new(),
+            pace,
+            pace_dropped_seen: 0,
+            latencies: Latencies::default(),
         });
         if let Some(m) = &self.metrics {
             self.pools[i].metrics = Some(m.pool(&self.pools[i].cfg.name));
@@ -396,12 +449,14 @@ impl Pools {
         health.detail = row.detail.clone();
         health.restore_cooldown(row.cooldown_ms, row.cooldown_left, now);
         // A reloaded row (config sync, sources) keeps what the daemon saw it do.
-        let stats = self
+        let (stats, up_since) = self
             .entries
             .get(&row.id)
-            .map(|e| e.stats)
-            .unwrap_or_default();
+            .map(|e| (e.stats, e.up_since))
+            .unwrap_or_else(|| (Default::default(), self.ms(now)));
         self.remove_entry(row.id);
+        let tags = self.tags.intern(&row.tags);
+        self.pools[pool].latencies.moved(None, stats.latency_ms);
         self.entries.insert(
             row.id,
             Entry {
@@ -414,10 +469,48 @@ impl Pools {
                 pa_seq: 0,
                 claim: None,
                 stats,
+                tags,
+                up_since,
             },
         );
+        self.epoch += 1;
         self.index(row.id);
         self.claimed_elsewhere(row, now);
+    }
+
+    /// Milliseconds since the pools' origin.
+    pub(super) fn ms(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.origin).as_millis() as u64
+    }
+
+    /// New tags of a held endpoint (after `edit`).
+    pub fn update_tags(&mut self, id: EndpointId, tags: &crate::tags::Tags) {
+        let ids = self.tags.intern(tags);
+        if let Some(e) = self.entries.get_mut(&id) {
+            let old = std::mem::replace(&mut e.tags, ids);
+            self.tags.release(&old);
+            self.epoch += 1;
+        } else {
+            self.tags.release(&ids);
+        }
+    }
+
+    /// The pacing state `pool` holds: (hosts, pairs) (docs/selection.md, "Memory and
+    /// speed").
+    pub fn pace_held(&self, pool: &str) -> Option<(usize, usize)> {
+        let ps = &self.pools[*self.by_name.get(pool)?];
+        Some((ps.pace.hosts(), ps.pace.pairs()))
+    }
+
+    /// The pool `pool` falls back to, if it names one.
+    pub fn fallback(&self, pool: &str) -> Option<String> {
+        let &p = self.by_name.get(pool)?;
+        self.pools[p].cfg.fallback.clone()
+    }
+
+    /// The tag keys some endpoint carries (what a gateway username may name).
+    pub fn tag_keys(&self) -> Arc<std::collections::BTreeSet<String>> {
+        self.tags.known()
     }
 
     /// Make memory match the store for one endpoint after a failed commit: the stored row
@@ -451,6 +544,7 @@ impl Pools {
             // The store cascades the pair rows with the endpoint's.
             self.pools[e.pool].dests.remove_endpoint(id);
             self.pools[e.pool].targets.remove_endpoint(id);
+            self.pools[e.pool].pace.remove_endpoint(id);
         }
         self.remove_entry(id)
     }
@@ -472,10 +566,16 @@ impl Pools {
                 self.lease_expiry.remove(&(l.expires, k));
                 let p = self.entries[&id].pool;
                 self.pools[p].leases -= 1;
+                if let (true, Some(host)) = (l.paced, l.destination.as_deref()) {
+                    self.pools[p].pace.forget_lease(host, id);
+                }
             }
         }
         self.sessions.forget_endpoint(id);
-        self.entries.remove(&id);
+        if let Some(e) = self.entries.remove(&id) {
+            self.tags.release(&e.tags);
+            self.pools[e.pool].latencies.moved(e.stats.latency_ms, None);
+        }
         true
     }
 

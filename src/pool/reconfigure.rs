@@ -97,6 +97,7 @@ mod tests {
             rev: 0,
             state_changed_at: String::new(),
             created_at: String::new(),
+            tags: Default::default(),
         }
     }
 

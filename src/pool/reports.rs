@@ -15,6 +15,13 @@ use crate::health::{Input, State};
 use crate::store::Write;
 
 impl Pools {
+    /// A lease that counted in its pair's `in_flight` no longer does.
+    fn end_paced(&mut self, pool: usize, l: &Lease, now: Instant) {
+        if let (true, Some(host)) = (l.paced, l.destination.as_deref()) {
+            self.pools[pool].pace.end(host, l.endpoint, now);
+        }
+    }
+
     /// Drop a lease's hold on its endpoint; an unreported trial is abandoned. A ban trial
     /// that a tunnel carried is held for `verdict_window` first, for a report by session
     /// to decide it (docs/blame.md, "What a tunnel proves").
@@ -24,6 +31,7 @@ impl Pools {
         };
         let pool = e.pool;
         self.pools[pool].leases -= 1;
+        self.end_paced(pool, &l, now);
         let mut writes = Vec::new();
         // Named only when an event needs it: most leases end with nothing to record.
         let named = l.pair_trial.is_some() || l.target_trial || l.trial;
@@ -144,16 +152,16 @@ impl Pools {
             Err(e) => return (Err(e), writes),
         };
         self.remember_ended(lid, Ended::Reported);
-        if !self.entries.contains_key(&l.endpoint) {
+        let Some(pool) = self.entries.get(&l.endpoint).map(|e| e.pool) else {
             return (Err(PoolError::UnknownLease(name.to_string())), writes);
-        }
+        };
         if let Some(what) = self.stale(&l) {
             // Claimed again elsewhere since: this result changes nothing.
             writes.extend(self.end_lease(lid, l, now, "its trial was claimed again"));
             return (Err(PoolError::StaleClaim(what)), writes);
         }
-        let e = &self.entries[&l.endpoint];
-        self.pools[e.pool].leases -= 1;
+        self.pools[pool].leases -= 1;
+        self.end_paced(pool, &l, now);
         let id = l.endpoint;
         let (host, target) = match &on.place {
             Some(p) => (Some(p.host.as_str()), Some(p.target.as_str())),

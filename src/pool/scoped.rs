@@ -1,6 +1,6 @@
 //! Per-destination wiring of the pools (docs/destinations.md, docs/blame.md): what a
-//! lease wants (host, target, schemes), selection that skips banned pairs without
-//! scanning the pool, report by session, and the operator's view of pairs.
+//! lease wants (host, target, schemes, tags), whether an endpoint's pairs allow it,
+//! report by session, and the operator's view of pairs.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -8,16 +8,18 @@ use std::time::SystemTime;
 use tokio::time::Instant;
 use tracing::warn;
 
-use super::destinations::{place, DestRef, DestinationError, PairHealth, Place, Usable};
+use super::destinations::{
+    place, DestRef, DestinationError, Destinations, PairHealth, Place, Usable,
+};
 use super::entries::Entry;
 use super::evidence::{Proof, Settle};
-use super::ready::live_at;
 use super::{Outcome, PoolError, PoolState, Pools};
 use crate::endpoint::{EndpointError, EndpointId, Scheme};
 use crate::health::blame::Blame;
 use crate::health::State;
 use crate::store::pairs::PairRow;
 use crate::store::Write;
+use crate::tags::Tags;
 
 /// What a report did: the endpoint's state afterwards, and whom a failure counted
 /// against.
@@ -41,6 +43,8 @@ pub struct Want {
     pub target: Option<Arc<str>>,
     /// Bit set of acceptable schemes (by `Scheme::ALL` index); `None`: any.
     pub schemes: Option<u8>,
+    /// Tags every endpoint leased must carry (docs/selection.md, "Tags").
+    pub tags: Tags,
 }
 
 /// What a report says besides its outcome.
@@ -115,7 +119,13 @@ impl Want {
                 .filter(|p| p.target != p.host)
                 .map(|p| Arc::from(p.target.as_str())),
             schemes: None,
+            tags: Tags::default(),
         }
+    }
+
+    /// The same, for endpoints carrying every one of `tags`.
+    pub fn with_tags(self, tags: Tags) -> Want {
+        Want { tags, ..self }
     }
 
     /// The target's key: `host:port`, or the host when no port was given.
@@ -167,77 +177,18 @@ impl PoolState {
     /// Whether endpoint `id` may be leased for the place: its pairs of both views are
     /// available.
     pub(super) fn dests_usable(&self, v: Views, id: EndpointId) -> bool {
-        let ok =
-            |d: Option<DestRef>| d.is_none_or(|d| self.dests.usable(d, id) == Usable::Available);
-        ok(v.host) && ok(v.target)
+        usable(&self.dests, v, id)
     }
 }
 
+/// Whether endpoint `id` may be leased for the place of `v`: its pairs of both views are
+/// available.
+pub(super) fn usable(dests: &Destinations, v: Views, id: EndpointId) -> bool {
+    let ok = |d: Option<DestRef>| d.is_none_or(|d| dests.usable(d, id) == Usable::Available);
+    ok(v.host) && ok(v.target)
+}
+
 impl Pools {
-    /// The least-leased available endpoint of pool `p` that fits `want` and is not
-    /// banned for `dref`: (slot, live leases).
-    ///
-    /// An item that does not fit goes to the back of its level (it is live, so moving it
-    /// leaves nothing stale); a level is given up after its live count, so each lease
-    /// skips B/(L−B) items on average over a level of L with B banned, and a destination
-    /// where everything is banned answers after one pass. Endpoints in `avoid` (they just
-    /// failed the target, pending contrast) are passed over too, unless nothing else fits.
-    pub(super) fn pick_where(
-        &mut self,
-        p: usize,
-        views: Views,
-        want: &Want,
-        cap: u32,
-        avoid: &[EndpointId],
-    ) -> Option<(u32, u32)> {
-        let found = self.pick_once(p, views, want, cap, avoid);
-        if found.is_none() && !avoid.is_empty() {
-            return self.pick_once(p, views, want, cap, &[]);
-        }
-        found
-    }
-
-    fn pick_once(
-        &mut self,
-        p: usize,
-        views: Views,
-        want: &Want,
-        cap: u32,
-        avoid: &[EndpointId],
-    ) -> Option<(u32, u32)> {
-        let entries = &self.entries;
-        let ps = &mut self.pools[p];
-        for level in 0..ps.ready.levels.len() {
-            if cap != 0 && level as u32 >= cap {
-                return None;
-            }
-            let live = ps.ready.live[level];
-            let mut seen = 0;
-            while seen < live {
-                let Some(&(slot, gen)) = ps.ready.levels[level].front() else {
-                    break;
-                };
-                let q = &mut ps.ready.levels[level];
-                if !live_at(entries, slot, gen, p, level as u32) {
-                    q.pop_front();
-                    continue;
-                }
-                seen += 1;
-                let Some((id, e)) = entries.at(slot) else {
-                    q.pop_front();
-                    continue;
-                };
-                // A pair waiting for its trial had its chance in `claim_trial`, which
-                // asks the same questions: here it counts as banned.
-                if want.fits(e) && ps.dests_usable(views, *id) && !avoid.contains(id) {
-                    return Some((slot, level as u32));
-                }
-                ps.ready.levels[level].rotate_left(1);
-            }
-        }
-        None
-    }
-
     /// Report on the endpoint bound to a sticky session (no lease: e.g. a ban seen inside
     /// an HTTPS tunnel of the gateway). A failure unbinds the session, so its next
     /// request gets another endpoint. Returns the endpoint's state.

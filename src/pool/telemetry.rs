@@ -59,7 +59,15 @@ impl Pools {
             Ok(g) if g.trial => m.lease(LeaseResult::Trial, waited),
             Ok(_) => m.lease(LeaseResult::Granted, waited),
             Err(PoolError::Exhausted { .. }) if last => m.lease(LeaseResult::Exhausted, waited),
+            Err(PoolError::Paced { .. }) if last => m.lease(LeaseResult::Paced, waited),
             Err(_) => {}
+        }
+    }
+
+    /// Bytes the gateway relayed through `id` (its statistics).
+    pub fn record_bytes(&mut self, id: EndpointId, sent: u64, received: u64) {
+        if let Some(e) = self.entries.get_mut(&id) {
+            e.stats.record_bytes(sent, received);
         }
     }
 
@@ -70,7 +78,10 @@ impl Pools {
             return;
         };
         if ok {
+            let old = e.stats.latency_ms;
             e.stats.observe_latency(took);
+            // The pool median `fastest` gives the unmeasured follows every estimate.
+            self.pools[e.pool].latencies.moved(old, e.stats.latency_ms);
         }
         if let Some(m) = self.pools[e.pool].metrics.as_ref() {
             m.probe(ok, took);
@@ -90,10 +101,12 @@ impl Pools {
         let Some(e) = self.entries.get_mut(&id) else {
             return;
         };
+        let old = e.stats.latency_ms;
         match failure {
             None => e.stats.record_success(wall, took),
             Some(_) => e.stats.record_failure(),
         }
+        self.pools[e.pool].latencies.moved(old, e.stats.latency_ms);
         if !report {
             return;
         }
@@ -118,6 +131,18 @@ impl Pools {
             }
         }
         ps.targets_dropped_seen = dropped;
+    }
+
+    /// Hosts whose pacing was forgotten since last counted (after a use was recorded).
+    pub(super) fn count_pace_dropped(&mut self, pool: usize) {
+        let ps = &mut self.pools[pool];
+        let dropped = ps.pace.dropped();
+        if dropped > ps.pace_dropped_seen {
+            if let Some(m) = ps.metrics.as_ref() {
+                m.pace_hosts_dropped(dropped - ps.pace_dropped_seen);
+            }
+            ps.pace_dropped_seen = dropped;
+        }
     }
 
     pub(super) fn count_transition(

@@ -3,10 +3,13 @@
 //! A new op is a message struct here, a variant of `Request`, its name in `OPS` and in
 //! `Request::op`; the server answers it in its own file under `src/server/ops/`.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::values::{duration_ms, Dur, EndpointRef, ReportOutcome, RetryAfter};
 use crate::endpoint::EndpointId;
+use crate::tags::Tags;
 
 /// Every op the server knows.
 pub const OPS: &[&str] = &[
@@ -89,6 +92,9 @@ pub struct LeaseMessage {
     /// `duration_ms`").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schemes: Option<Vec<String>>,
+    /// Only endpoints with every one of these tags (docs/selection.md, "Tags").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Tags>,
 }
 
 /// `report`: say how a lease (or the endpoint bound to a session) went.
@@ -165,6 +171,9 @@ pub struct EndpointsMessage {
     /// Only this endpoint (`show` asks for one endpoint's statistics).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<EndpointId>,
+    /// Only endpoints with every one of these tags.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Tags>,
 }
 
 /// `disable`: operator disable.
@@ -208,6 +217,9 @@ pub struct AddMessage {
     /// Who adds them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// Tags of every endpoint added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Tags>,
 }
 
 /// `import`: operator add of a large batch from a file the CLI wrote (one URL a line).
@@ -220,6 +232,9 @@ pub struct ImportMessage {
     pub pool: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// Tags of every endpoint imported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Tags>,
     /// Pass over endpoints already in the pool (and lines listed twice), counting them in
     /// the answer's `skipped`, instead of refusing the file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -268,6 +283,9 @@ pub struct EditMessage {
     /// New label; "" clears it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// Tags to set; an empty value removes its key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<BTreeMap<String, String>>,
 }
 
 /// `ping`: liveness. Any other field is ignored, as it always was.

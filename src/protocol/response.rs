@@ -33,6 +33,9 @@ pub enum ErrorCode {
     /// The destination is down: every endpoint that tried failed to reach it
     /// (`retry_after_ms`: until its trial).
     DestinationDown,
+    /// Every endpoint that fits was used for the destination too recently (the pool's
+    /// pacing; `retry_after_ms`: until the soonest is ready).
+    Paced,
     /// The token's role may not send this op (a lease-role token asking for an operator
     /// op); nothing changed.
     Forbidden,

@@ -87,6 +87,7 @@ fn requests_round_trip() {
             session: Some("s".into()),
             destination: Some("shop.example".into()),
             schemes: Some(vec!["http".into(), "https".into()]),
+            tags: None,
         }),
         Request::Report(ReportMessage {
             lease: None,
@@ -140,6 +141,7 @@ fn requests_round_trip() {
             pool: None,
             url: Some("socks5://u:new@h:1".into()),
             label: None,
+            tags: None,
         }),
         Request::Ping(PingMessage {}),
     ];
@@ -183,6 +185,7 @@ fn responses_round_trip() {
                 trial: true,
                 expires_in_ms: 30_000,
                 scope: Some("destination".into()),
+                pool: "p".into(),
             }),
         ),
         Response::ok(
@@ -253,7 +256,7 @@ fn wire_requests_read_and_write_the_same_bytes() {
 
 /// Response lines as the daemon writes them: each reads back, and writes the same bytes.
 const WIRE_RESPONSES: &[&str] = &[
-    r#"{"ok":true,"id":7,"lease":"ab-1","proxy":"http://u:p@h:1","endpoint":1,"trial":true,"expires_in_ms":30000,"scope":"destination"}"#,
+    r#"{"ok":true,"id":7,"lease":"ab-1","proxy":"http://u:p@h:1","endpoint":1,"trial":true,"expires_in_ms":30000,"scope":"destination","pool":"default"}"#,
     r#"{"ok":true,"state":"cooling"}"#,
     r#"{"ok":true,"endpoint":4,"state":"available"}"#,
     r#"{"ok":true,"pools":[{"pool":"default","mode":"static","available":1,"cooling":0,"probe_allowed":0,"disabled":0,"leases":0,"next_deadline_ms":null,"targets_down":0}]}"#,

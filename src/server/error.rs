@@ -60,6 +60,16 @@ impl From<PoolError> for OpError {
             | PoolError::LeaseEnded { .. } => OpError::new(ErrorCode::UnknownLease, message),
             PoolError::LeaseExpired(_) => OpError::new(ErrorCode::LeaseExpired, message),
             PoolError::StaleClaim(_) => OpError::new(ErrorCode::StaleClaim, message),
+            // As for an exhausted pool: a time only when one is known (an `in_flight`
+            // cap frees a pair when a lease ends, not at a time).
+            PoolError::Paced { retry_after, .. } => {
+                let e = OpError::new(ErrorCode::Paced, message);
+                match retry_after {
+                    Some(d) => e.retry_after(d),
+                    None => e,
+                }
+            }
+            PoolError::UnknownTag { .. } => OpError::bad(message),
             PoolError::UnknownEndpoint(_) | PoolError::MissingReason | PoolError::InvalidTtl(_) => {
                 OpError::bad(message)
             }
@@ -157,6 +167,22 @@ mod tests {
             ),
             (PoolError::UnknownPool("p".into()), None),
             (PoolError::MissingReason, None),
+            (
+                PoolError::Paced {
+                    pool: "p".into(),
+                    host: "shop.example".into(),
+                    retry_after: Some(Duration::from_millis(12_000)),
+                    wait: Duration::ZERO,
+                },
+                Some(Some(12_000)),
+            ),
+            (
+                PoolError::UnknownTag {
+                    key: "contry".into(),
+                    known: vec!["country".into()],
+                },
+                None,
+            ),
         ];
         for (e, want) in cases {
             let shown = e.to_string();

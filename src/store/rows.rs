@@ -11,6 +11,7 @@ use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
 use crate::health::blame::Blame;
 use crate::health::{Phase, Reason, State};
+use crate::tags::Tags;
 
 /// A stored endpoint.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,6 +52,8 @@ pub struct EndpointRow {
     pub state_changed_at: String,
     /// RFC 3339.
     pub created_at: String,
+    /// `key=value` tags (docs/selection.md, "Tags").
+    pub tags: Tags,
 }
 
 /// A claim's fencing number: it grows with every claim of one trial slot, and a result is
@@ -88,6 +91,9 @@ pub struct EndpointView {
     pub state_changed_at: String,
     /// RFC 3339 UTC.
     pub created_at: String,
+    /// Tags, an object of strings (`{}` for none).
+    #[serde(default)]
+    pub tags: Tags,
     /// What the running daemon saw the endpoint do (absent without a daemon).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<crate::stats::EndpointStats>,
@@ -115,6 +121,7 @@ impl EndpointRow {
             cooldown_ms: self.cooldown_ms,
             state_changed_at: self.state_changed_at.clone(),
             created_at: self.created_at.clone(),
+            tags: self.tags.clone(),
             stats: None,
         }
     }
@@ -130,6 +137,7 @@ pub struct NewEndpoint {
     pub source: Option<String>,
     /// Initial state (depends on the pool mode).
     pub state: State,
+    pub tags: Tags,
 }
 
 /// An event row.
@@ -343,7 +351,12 @@ pub struct SourceRow {
 }
 
 /// What an edit changed, for its event: never a password.
-pub(crate) fn edit_detail(old: &EndpointRow, url: &ProxyUrl, label: Option<&str>) -> String {
+pub(crate) fn edit_detail(
+    old: &EndpointRow,
+    url: &ProxyUrl,
+    label: Option<&str>,
+    tags: &crate::tags::Tags,
+) -> String {
     let mut parts = Vec::new();
     let (was, now) = (old.url.to_redacted_string(), url.to_redacted_string());
     if was != now {
@@ -359,6 +372,16 @@ pub(crate) fn edit_detail(old: &EndpointRow, url: &ProxyUrl, label: Option<&str>
             show(old.label.as_deref()),
             show(label)
         ));
+    }
+    if &old.tags != tags {
+        let show = |t: &crate::tags::Tags| {
+            if t.is_empty() {
+                "none".to_string()
+            } else {
+                t.to_string()
+            }
+        };
+        parts.push(format!("tags {} -> {}", show(&old.tags), show(tags)));
     }
     if parts.is_empty() {
         "nothing changed".to_string()

@@ -18,6 +18,7 @@ use crate::endpoint::{EndpointId, ProxyUrl, Scheme};
 use crate::event_kind::EventKind;
 use crate::health::blame::Blame;
 use crate::health::{restored_remaining, Phase, Reason, State};
+use crate::tags::Tags;
 
 mod edit_endpoint;
 mod history;
@@ -53,14 +54,14 @@ fn file_id(path: &Path) -> Option<(u64, u64)> {
 /// is the larger of the live maximum and the maximum in `events`.
 const INSERT_ENDPOINT: &str =
     "INSERT INTO endpoints (id, pool, scheme, host, port, user, password, label, \
-     source, state, streak, state_changed_at, created_at) VALUES (\
+     source, state, tags, streak, state_changed_at, created_at) VALUES (\
      (SELECT MAX(m) + 1 FROM (SELECT COALESCE(MAX(id), 0) AS m FROM endpoints \
       UNION ALL SELECT COALESCE(MAX(endpoint), 0) FROM events)), \
-     ?1,?2,?3,?4,?5,?6,?7,?8,?9,0,?10,?10)";
+     ?1,?2,?3,?4,?5,?6,?7,?8,?9,?11,0,?10,?10)";
 
 const ENDPOINT_COLS: &str = "id, pool, scheme, host, port, user, password, label, source, state, \
      reason, phase, detail, streak, reason_streak, cooldown_ms, cooldown_until, \
-     state_changed_at, created_at";
+     state_changed_at, created_at, tags";
 
 impl Sqlite {
     /// Open (creating and migrating) the database at `path` with default durability.
@@ -163,25 +164,30 @@ impl Sqlite {
         let mut out = Vec::with_capacity(eps.len());
         {
             let mut find = tx.prepare_cached(
-                "SELECT id, password, label FROM endpoints WHERE pool=?1 AND scheme=?2 AND host=?3 AND port=?4 AND user=?5",
+                "SELECT id, password, label, tags FROM endpoints WHERE pool=?1 AND scheme=?2 AND host=?3 AND port=?4 AND user=?5",
             )?;
-            let mut upd =
-                tx.prepare_cached("UPDATE endpoints SET password=?2, label=?3 WHERE id=?1")?;
+            let mut upd = tx.prepare_cached(
+                "UPDATE endpoints SET password=?2, label=?3, tags=?4 WHERE id=?1",
+            )?;
             let mut ins = tx.prepare_cached(INSERT_ENDPOINT)?;
             let now = fmt_time(SystemTime::now());
             for e in eps {
                 let u = &e.url;
-                let existing: Option<(i64, Option<String>, Option<String>)> = find
+                type Found = (i64, Option<String>, Option<String>, Option<String>);
+                let existing: Option<Found> = find
                     .query_row(
                         params![e.pool, u.scheme.as_str(), u.host, u.port, u.user_key()],
-                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
                     )
                     .optional()?;
                 match existing {
-                    Some((id, pw, label)) => {
+                    Some((id, pw, label, tags)) => {
                         let label = e.label.clone().or(label);
-                        if pw != u.password || label != e.label {
-                            upd.execute(params![id, u.password, text(&label)])?;
+                        // Tags given (config, a source) replace the stored ones; none given
+                        // keep them, as a label does.
+                        let new_tags = e.tags.to_column().or(tags.clone());
+                        if pw != u.password || label != e.label || new_tags != tags {
+                            upd.execute(params![id, u.password, text(&label), new_tags])?;
                         }
                         out.push((id, false));
                     }
@@ -485,7 +491,8 @@ fn insert_new(
         text(&e.label),
         text(&e.source),
         e.state.as_str(),
-        now
+        now,
+        e.tags.to_column()
     ])?;
     let id = tx.last_insert_rowid();
     insert_event(
@@ -672,6 +679,8 @@ fn read_endpoint(r: &Row<'_>) -> rusqlite::Result<Result<EndpointRow, StoreError
             rev: 0,
             state_changed_at: r.get(17)?,
             created_at: r.get(18)?,
+            tags: Tags::from_column(r.get::<_, Option<String>>(19)?.as_deref())
+                .map_err(|e| corrupt(&e.to_string()))?,
         })
     };
     Ok(build())
@@ -695,6 +704,7 @@ mod tests {
             label: None,
             source: Some("cli".into()),
             state: State::Available,
+            tags: Tags::default(),
         }
     }
 

@@ -248,9 +248,10 @@ fn endpoints_table(rows: &[EndpointLine]) -> Markup {
     html! {
         table.endpoints {
             thead { tr {
-                th { "id" } th { "url" } th { "label" } th { "state" } th { "reason" } th { "phase" }
+                th { "id" } th { "url" } th { "label" } th { "tags" } th { "state" } th { "reason" } th { "phase" }
                 th { "detail" } th { "banned on" }
                 th { "cooldown left" } th { "success rate" } th { "latency" } th { "leases (live / total)" }
+                th { "bytes (sent / received)" }
             } }
             tbody {
                 @for e in rows {
@@ -259,6 +260,7 @@ fn endpoints_table(rows: &[EndpointLine]) -> Markup {
                         td.num { (v.id) }
                         td.url { (v.url) }
                         td { (printable(v.label.as_deref().unwrap_or(""))) }
+                        td.tags { (v.tags) }
                         td class={ "s-" (v.state.as_str()) } { (v.state.as_str()) }
                         td { (v.reason.map(|r| r.as_str()).unwrap_or("")) }
                         td { (v.phase.map(|p| p.as_str()).unwrap_or("")) }
@@ -268,11 +270,27 @@ fn endpoints_table(rows: &[EndpointLine]) -> Markup {
                         td.num { (e.stats.success_rate().map(|r| format!("{:.1}%", r * 100.0)).unwrap_or_else(|| "–".into())) }
                         td.num { (e.stats.latency_ms.map(|l| format!("{l:.0} ms")).unwrap_or_else(|| "–".into())) }
                         td.num { (e.live_leases) " / " (e.stats.leases) }
+                        td.num { (fmt_bytes(e.stats.bytes_sent)) " / " (fmt_bytes(e.stats.bytes_received)) }
                     }
                 }
             }
         }
     }
+}
+
+/// Bytes as an operator reads them: `512 B`, `16.0 MiB`.
+fn fmt_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
 }
 
 fn events_table(events: &[EventRow]) -> Markup {

@@ -25,11 +25,13 @@ pub(crate) fn model() -> PageModel {
         state_changed_at: fmt_time(now),
         created_at: fmt_time(now),
         stats: None,
+        tags: crate::tags::Tags::parse_args(&["country=us"]).unwrap(),
     };
     let mut stats = EndpointStats::default();
     stats.record_lease();
     stats.record_success(now, Some(Duration::from_millis(120)));
     stats.record_failure();
+    stats.record_bytes(2048, 16 << 20);
     PageModel {
         generated_at: now,
         version: "0.1.0".into(),
@@ -119,6 +121,12 @@ fn page_shows_what_an_operator_needs() {
     assert!(html.contains(">50.0%<"));
     assert!(html.contains(">120 ms<"));
     assert!(html.contains(">1 / 1<"));
+    // Tags and the bytes the gateway relayed.
+    assert!(
+        html.contains(r#"<td class="tags">country=us</td>"#),
+        "{html}"
+    );
+    assert!(html.contains(">2.0 KiB / 16.0 MiB<"), "{html}");
     assert!(html.contains("available → cooling"));
 }
 

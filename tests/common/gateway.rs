@@ -19,6 +19,23 @@ use tokio_util::sync::CancellationToken;
 
 use super::fakes::{header, read_head};
 
+/// An available endpoint of `pool` at `url` carrying `tags` (`K=V`).
+pub fn endpoint(url: &str, pool: &str, tags: &[&str]) -> NewEndpoint {
+    NewEndpoint {
+        url: ProxyUrl::parse(url).unwrap(),
+        pool: pool.into(),
+        label: None,
+        source: None,
+        state: State::Available,
+        tags: proxypool::tags::Tags::parse_args(tags).unwrap(),
+    }
+}
+
+/// The pools `default` and `other`, built in.
+fn default_pools() -> Vec<PoolConfig> {
+    vec![PoolConfig::builtin("default"), PoolConfig::builtin("other")]
+}
+
 /// A gateway serving the pools `default` and `other` from a temp database.
 pub struct Gw {
     pub addr: SocketAddr,
@@ -41,7 +58,17 @@ impl Gw {
         f: impl FnOnce(&mut GatewayConfig),
         limits: Limits,
     ) -> Gw {
-        Gw::start_full(urls, f, limits, Descriptors::unlimited()).await
+        let eps = urls.iter().map(|u| endpoint(u, "default", &[])).collect();
+        Gw::start_full(default_pools(), eps, f, limits, Descriptors::unlimited()).await
+    }
+
+    /// Pools `pools` (configured as given), endpoints `eps` (ids in this order).
+    pub async fn start_pools(
+        pools: Vec<PoolConfig>,
+        eps: Vec<NewEndpoint>,
+        f: impl FnOnce(&mut GatewayConfig),
+    ) -> Gw {
+        Gw::start_full(pools, eps, f, Limits::default(), Descriptors::unlimited()).await
     }
 
     /// A gateway whose client and idle upstream connections hold at most `n` descriptors.
@@ -50,11 +77,20 @@ impl Gw {
         f: impl FnOnce(&mut GatewayConfig),
         n: usize,
     ) -> Gw {
-        Gw::start_full(urls, f, Limits::default(), Descriptors::new(n)).await
+        let eps = urls.iter().map(|u| endpoint(u, "default", &[])).collect();
+        Gw::start_full(
+            default_pools(),
+            eps,
+            f,
+            Limits::default(),
+            Descriptors::new(n),
+        )
+        .await
     }
 
     async fn start_full(
-        urls: &[String],
+        pools: Vec<PoolConfig>,
+        eps: Vec<NewEndpoint>,
         f: impl FnOnce(&mut GatewayConfig),
         limits: Limits,
         fds: Descriptors,
@@ -62,22 +98,8 @@ impl Gw {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("gw.db");
         let store = Store::open(&db).unwrap();
-        let engine = Engine::open(
-            store,
-            [PoolConfig::builtin("default"), PoolConfig::builtin("other")],
-        )
-        .unwrap();
-        let eps = urls
-            .iter()
-            .map(|u| NewEndpoint {
-                url: ProxyUrl::parse(u).unwrap(),
-                pool: "default".into(),
-                label: None,
-                source: None,
-                state: State::Available,
-            })
-            .collect();
-        let ids = if urls.is_empty() {
+        let engine = Engine::open(store, pools).unwrap();
+        let ids = if eps.is_empty() {
             Vec::new()
         } else {
             engine.add(eps).await.unwrap()

@@ -194,6 +194,7 @@ impl VirtualPool {
                 label: Some(format!("vp{i}")),
                 source: Some("test".into()),
                 state,
+                tags: Default::default(),
             })
             .collect();
         let ids = store.add_endpoints(&eps).unwrap();

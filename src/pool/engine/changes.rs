@@ -1,6 +1,8 @@
 //! What an operator (or a source) changes while the engine runs: endpoints added, synced,
-//! removed, an endpoint's URL or label (`edit`, keeping its id, state and history), and
-//! the pool configs (`reconfigure`, on SIGHUP).
+//! removed, an endpoint's URL, label or tags (`edit`, keeping its id, state and history),
+//! and the pool configs (`reconfigure`, on SIGHUP).
+
+use std::collections::BTreeMap;
 
 use tokio::time::Instant;
 use tracing::info;
@@ -12,20 +14,28 @@ use crate::pool::ReconfigureError;
 use crate::store::{EndpointRow, NewEndpoint, OnExisting, StoreError, ToInsert, Write};
 
 impl Engine {
-    /// Replace an endpoint's URL and/or label (`Some(None)` clears it). The row commits
-    /// first; leases granted from then on hand out the new URL.
+    /// Replace an endpoint's URL and/or label (`Some(None)` clears it), set or remove
+    /// tags (an empty value removes its key). The row commits first; leases granted from
+    /// then on hand out the new URL and select by the new tags.
     pub async fn edit(
         &self,
         id: EndpointId,
         url: Option<ProxyUrl>,
         label: Option<Option<String>>,
+        tags: BTreeMap<String, String>,
     ) -> Result<EndpointRow, EngineError> {
         self.writable()?;
         let row = self
             .writer
-            .call(move |s| s.edit_endpoint(id, url.as_ref(), label))
+            .call(move |s| s.edit_endpoint(id, url.as_ref(), label, &tags))
             .await??;
-        self.lock().update_url(id, row.url.clone());
+        {
+            let mut p = self.lock();
+            p.update_url(id, row.url.clone());
+            p.update_tags(id, &row.tags);
+        }
+        // New tags may make the endpoint what a waiting lease asks for.
+        self.notify_waiters();
         info!(endpoint = id, url = %row.url.to_redacted_string(), "endpoint edited");
         Ok(row)
     }

@@ -57,6 +57,16 @@ impl Engine {
         self.lock().metrics_of(pool).cloned()
     }
 
+    /// The gateway relayed `sent` bytes to endpoint `id` and `received` from it.
+    pub fn record_bytes(&self, id: EndpointId, sent: u64, received: u64) {
+        self.lock().record_bytes(id, sent, received);
+    }
+
+    /// The tag keys some endpoint carries (what a gateway username may name).
+    pub fn tag_keys(&self) -> std::sync::Arc<std::collections::BTreeSet<String>> {
+        self.lock().tag_keys()
+    }
+
     /// A probe of `id` finished after `took` (duration histogram, latency estimate).
     pub fn observe_probe(&self, id: EndpointId, ok: bool, took: Duration) {
         self.lock().observe_probe(id, ok, took);
@@ -293,6 +303,7 @@ mod tests {
                 label: None,
                 source: None,
                 state: State::Available,
+                tags: Default::default(),
             }])
             .await
             .unwrap();

@@ -25,6 +25,7 @@ impl Op for AddMessage {
                 label: self.label.clone(),
                 source: Some(source.clone()),
                 state: initial_state(cfg),
+                tags: self.tags.clone().unwrap_or_default(),
             });
         }
         let ids = cx.engine.add(eps).await?;

@@ -1,4 +1,4 @@
-//! `endpoints`: the endpoints of a pool or state, or one endpoint, with statistics.
+//! `endpoints`: the endpoints of a pool, state or tags, or one endpoint, with statistics.
 
 use super::{check_pool, Op};
 use crate::health::State;
@@ -12,13 +12,14 @@ impl Op for EndpointsMessage {
             pool,
             state,
             endpoint,
+            tags,
         } = self;
         let state = state
             .map(|s| s.parse::<State>())
             .transpose()
             .map_err(|e| OpError::bad(e.to_string()))?;
         check_pool(cx, pool.as_deref())?;
-        let rows = match endpoint {
+        let mut rows: Vec<_> = match endpoint {
             Some(id) => cx
                 .engine
                 .row(id)
@@ -29,6 +30,9 @@ impl Op for EndpointsMessage {
                 .collect(),
             None => cx.engine.rows(pool, state).await?,
         };
+        if let Some(want) = tags.filter(|t| !t.is_empty()) {
+            rows.retain(|r| r.tags.contains_all(&want));
+        }
         Ok(Payload::Endpoints {
             endpoints: cx.engine.views_with_stats(&rows),
         })

@@ -25,7 +25,9 @@ impl Op for ImportMessage {
             pool,
             label,
             skip_existing,
+            tags,
         } = self;
+        let tags = tags.unwrap_or_default();
         let on_existing = match skip_existing {
             Some(true) => OnExisting::Skip,
             _ => OnExisting::Refuse,
@@ -57,6 +59,7 @@ impl Op for ImportMessage {
                             label: label.clone(),
                             source: Some("cli".into()),
                             state,
+                            tags: tags.clone(),
                         },
                     })
                     .map_err(|_| {

@@ -1,4 +1,4 @@
-//! `lease`: take an endpoint of a pool, for a destination and schemes if given.
+//! `lease`: take an endpoint of a pool, for a destination, schemes and tags if given.
 
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ impl Op for LeaseMessage {
     const ROLE: Role = Role::Lease;
 
     async fn answer(self, cx: &Context<'_>) -> Result<Payload, OpError> {
-        let want = want(self.destination, self.schemes)?;
+        let want = want(self.destination, self.schemes)?.with_tags(self.tags.unwrap_or_default());
         if let Some(s) = &self.session {
             check_session_key(s).map_err(|e| OpError::bad(format!("session: {e}")))?;
         }

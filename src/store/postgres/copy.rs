@@ -61,11 +61,11 @@ pub fn copy_from_sqlite(from: &Sqlite, to: &Postgres) -> Result<Copied, StoreErr
                 tx.execute(
                     "INSERT INTO endpoints (id, pool, scheme, host, port, \"user\", password, label, \
                        source, state, reason, phase, detail, streak, reason_streak, cooldown_ms, \
-                       cooldown_until, state_changed_at, created_at, rev) \
+                       cooldown_until, state_changed_at, created_at, tags, rev) \
                      SELECT *, $19 FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[], \
                        $5::int[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
                        $11::text[], $12::text[], $13::text[], $14::int[], $15::int[], $16::bigint[], \
-                       $17::timestamptz[], $18::timestamptz[], $20::timestamptz[])",
+                       $17::timestamptz[], $18::timestamptz[], $20::timestamptz[], $21::text[])",
                     &[
                         &cols.id,
                         &cols.pool,
@@ -87,6 +87,7 @@ pub fn copy_from_sqlite(from: &Sqlite, to: &Postgres) -> Result<Copied, StoreErr
                         &cols.state_changed_at,
                         &seq,
                         &cols.created_at,
+                        &cols.tags,
                     ],
                 )
                 .await?;
@@ -220,6 +221,7 @@ struct EndpointCols {
     user: Vec<String>,
     password: Vec<Option<String>>,
     label: Vec<Option<String>>,
+    tags: Vec<Option<String>>,
     source: Vec<Option<String>>,
     state: Vec<String>,
     reason: Vec<Option<String>>,
@@ -243,6 +245,7 @@ impl EndpointCols {
         self.user.push(r.url.user_key().to_string());
         self.password.push(r.url.password.clone());
         self.label.push(r.label.clone());
+        self.tags.push(r.tags.to_column());
         self.source.push(r.source.clone());
         self.state.push(r.state.as_str().to_string());
         self.reason.push(r.reason.map(|x| x.as_str().to_string()));

@@ -29,10 +29,11 @@ const IDENTITY: &str = "SELECT id FROM endpoints WHERE pool = $1 AND scheme = $2
      AND port = $4 AND \"user\" = $5";
 
 const INSERT: &str = "INSERT INTO endpoints (id, pool, scheme, host, port, \"user\", password, \
-       label, source, state, streak, state_changed_at, created_at, rev) \
-     SELECT i, p, sc, h, po, u, pw, l, so, st, 0, now(), now(), $11 \
+       label, source, state, tags, streak, state_changed_at, created_at, rev) \
+     SELECT i, p, sc, h, po, u, pw, l, so, st, tg, 0, now(), now(), $11 \
      FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[], \
-       $7::text[], $8::text[], $9::text[], $10::text[]) AS v(i, p, sc, h, po, u, pw, l, so, st)";
+       $7::text[], $8::text[], $9::text[], $10::text[], $12::text[]) \
+       AS v(i, p, sc, h, po, u, pw, l, so, st, tg)";
 
 /// The `added` events of a batch: (endpoint, state, detail) each.
 const ADDED: &str = "INSERT INTO events (endpoint, kind, to_state, detail) \
@@ -61,6 +62,7 @@ struct Batch {
     labels: Vec<Option<String>>,
     sources: Vec<Option<String>>,
     states: Vec<String>,
+    tags: Vec<Option<String>>,
 }
 
 impl Batch {
@@ -76,6 +78,7 @@ impl Batch {
             labels: Vec::with_capacity(rows.len()),
             sources: Vec::with_capacity(rows.len()),
             states: Vec::with_capacity(rows.len()),
+            tags: Vec::with_capacity(rows.len()),
         };
         for (i, e) in rows.iter().enumerate() {
             let e = e.borrow();
@@ -89,6 +92,7 @@ impl Batch {
             b.labels.push(super::text(&e.label));
             b.sources.push(super::text(&e.source));
             b.states.push(e.state.as_str().to_string());
+            b.tags.push(e.tags.to_column());
         }
         b
     }
@@ -108,6 +112,7 @@ impl Batch {
                 &self.sources,
                 &self.states,
                 &seq,
+                &self.tags,
             ],
         )
         .await?;
@@ -143,7 +148,7 @@ impl Postgres {
                     let port = i32::from(u.port);
                     let found = tx
                         .query_opt(
-                            "SELECT id, password, label FROM endpoints WHERE pool = $1 AND scheme = $2 \
+                            "SELECT id, password, label, tags FROM endpoints WHERE pool = $1 AND scheme = $2 \
                              AND host = $3 AND port = $4 AND \"user\" = $5",
                             &[&e.pool, &u.scheme.as_str(), &u.host, &port, &u.user_key()],
                         )
@@ -153,11 +158,15 @@ impl Postgres {
                             let id: i64 = row.get(0);
                             let pw: Option<String> = row.get(1);
                             let label: Option<String> = row.get(2);
+                            let tags: Option<String> = row.get(3);
                             let label_new = super::text(&e.label.clone().or(label.clone()));
-                            if pw != u.password || label != label_new {
+                            // Tags given (config, a source) replace the stored ones; none
+                            // given keep them, as a label does.
+                            let tags_new = e.tags.to_column().or(tags.clone());
+                            if pw != u.password || label != label_new || tags != tags_new {
                                 tx.execute(
-                                    "UPDATE endpoints SET password = $2, label = $3, rev = $4 WHERE id = $1",
-                                    &[&id, &u.password, &label_new, &seq],
+                                    "UPDATE endpoints SET password = $2, label = $3, tags = $5, rev = $4 WHERE id = $1",
+                                    &[&id, &u.password, &label_new, &seq, &tags_new],
                                 )
                                 .await?;
                                 changed = true;
@@ -289,6 +298,7 @@ impl Postgres {
         id: EndpointId,
         url: Option<&ProxyUrl>,
         label: Option<Option<String>>,
+        tags: &std::collections::BTreeMap<String, String>,
     ) -> Result<EndpointRow, StoreError> {
         self.block(async {
             let mut c = self.client().await?;
@@ -305,6 +315,10 @@ impl Postgres {
                 };
                 let new_url = url.cloned().unwrap_or_else(|| old.url.clone());
                 let new_label = super::text(&label.unwrap_or_else(|| old.label.clone()));
+                let new_tags = match old.tags.edited(tags) {
+                    Ok(t) => t,
+                    Err(e) => return Ok(Err(e.into())),
+                };
                 let port = i32::from(new_url.port);
                 let clash = tx
                     .query_opt(
@@ -329,7 +343,7 @@ impl Postgres {
                 }
                 tx.execute(
                     "UPDATE endpoints SET scheme = $2, host = $3, port = $4, \"user\" = $5, \
-                     password = $6, label = $7, rev = $8 WHERE id = $1",
+                     password = $6, label = $7, rev = $8, tags = $9 WHERE id = $1",
                     &[
                         &id,
                         &new_url.scheme.as_str(),
@@ -339,10 +353,16 @@ impl Postgres {
                         &new_url.password,
                         &new_label,
                         &seq,
+                        &new_tags.to_column(),
                     ],
                 )
                 .await?;
-                let detail = crate::store::rows::edit_detail(&old, &new_url, new_label.as_deref());
+                let detail = crate::store::rows::edit_detail(
+                    &old,
+                    &new_url,
+                    new_label.as_deref(),
+                    &new_tags,
+                );
                 tx.execute(
                     "INSERT INTO events (endpoint, kind, detail) VALUES ($1, $2, $3)",
                     &[&id, &EventKind::Edited.as_str(), &detail],
@@ -353,6 +373,7 @@ impl Postgres {
                 Ok(Ok(EndpointRow {
                     url: new_url,
                     label: new_label,
+                    tags: new_tags,
                     rev: seq,
                     ..old
                 }))

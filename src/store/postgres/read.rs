@@ -30,7 +30,7 @@ pub(crate) const ENDPOINT_COLS: &str = concat!(
     left_ms!("claim_until"),
     ", LEAST(COALESCE(cooldown_ms, 0), ",
     left_ms!("cooldown_until"),
-    ")"
+    "), tags"
 );
 
 /// The columns `pair_row` reads (`p` the pair, `e` its endpoint).
@@ -102,6 +102,8 @@ pub(crate) fn endpoint_row(r: &Row) -> Result<EndpointRow, StoreError> {
         rev: r.get(19),
         state_changed_at: fmt_time(r.get::<_, SystemTime>(17)),
         created_at: fmt_time(r.get::<_, SystemTime>(18)),
+        tags: crate::tags::Tags::from_column(r.get::<_, Option<String>>(23).as_deref())
+            .map_err(|e| bad(&e.to_string()))?,
     })
 }
 

@@ -1,5 +1,7 @@
 //! `Sqlite::edit_endpoint`: a new URL or label for a stored endpoint.
 
+use std::collections::BTreeMap;
+
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
 use super::{
@@ -10,14 +12,16 @@ use crate::event_kind::EventKind;
 use crate::store::rows::edit_detail;
 
 impl Sqlite {
-    /// Replace an endpoint's URL and/or label, keeping its id, state and history, with an
-    /// `edited` event (passwords redacted). `label: Some(None)` clears the label. The new
-    /// URL may not take the identity of another endpoint of the pool.
+    /// Replace an endpoint's URL, label and/or tags, keeping its id, state and history,
+    /// with an `edited` event (passwords redacted). `label: Some(None)` clears the label;
+    /// `tags` sets each key given, an empty value removes it. The new URL may not take the
+    /// identity of another endpoint of the pool.
     pub fn edit_endpoint(
         &mut self,
         id: EndpointId,
         url: Option<&ProxyUrl>,
         label: Option<Option<String>>,
+        tags: &BTreeMap<String, String>,
     ) -> Result<EndpointRow, StoreError> {
         let tx = self
             .conn
@@ -32,6 +36,7 @@ impl Sqlite {
         };
         let new_url = url.cloned().unwrap_or_else(|| old.url.clone());
         let new_label = label.unwrap_or_else(|| old.label.clone());
+        let new_tags = old.tags.edited(tags)?;
         let clash: Option<i64> = tx
             .query_row(
                 "SELECT id FROM endpoints WHERE pool=?1 AND scheme=?2 AND host=?3 AND port=?4 AND user=?5 AND id<>?6",
@@ -55,7 +60,7 @@ impl Sqlite {
             });
         }
         tx.execute(
-            "UPDATE endpoints SET scheme=?2, host=?3, port=?4, user=?5, password=?6, label=?7 WHERE id=?1",
+            "UPDATE endpoints SET scheme=?2, host=?3, port=?4, user=?5, password=?6, label=?7, tags=?8 WHERE id=?1",
             params![
                 id,
                 new_url.scheme.as_str(),
@@ -63,14 +68,15 @@ impl Sqlite {
                 new_url.port,
                 new_url.user_key(),
                 new_url.password,
-                super::text(&new_label)
+                super::text(&new_label),
+                new_tags.to_column()
             ],
         )?;
         insert_event(
             &tx,
             &NewEvent {
                 endpoint: Some(id),
-                detail: Some(edit_detail(&old, &new_url, new_label.as_deref())),
+                detail: Some(edit_detail(&old, &new_url, new_label.as_deref(), &new_tags)),
                 ..NewEvent::new(EventKind::Edited)
             },
         )?;
@@ -78,6 +84,7 @@ impl Sqlite {
         Ok(EndpointRow {
             url: new_url,
             label: new_label,
+            tags: new_tags,
             ..old
         })
     }
@@ -87,6 +94,7 @@ impl Sqlite {
 mod tests {
     use super::*;
     use crate::health::State;
+    use crate::tags::Tags;
 
     fn row(url: &str, label: Option<&str>) -> EndpointRow {
         EndpointRow {
@@ -108,6 +116,7 @@ mod tests {
             rev: 0,
             state_changed_at: String::new(),
             created_at: String::new(),
+            tags: Tags::parse_args(&["country=us"]).unwrap(),
         }
     }
 
@@ -151,13 +160,20 @@ mod tests {
             ),
         ];
         for (old, old_label, new, new_label, want) in cases {
-            let got = edit_detail(
-                &row(old, old_label),
-                &ProxyUrl::parse(new).unwrap(),
-                new_label,
-            );
-            assert_eq!(got, want, "{old} -> {new}");
+            let old = row(old, old_label);
+            let got = edit_detail(&old, &ProxyUrl::parse(new).unwrap(), new_label, &old.tags);
+            assert_eq!(got, want, "{new}");
             assert!(!got.contains("old") && !got.contains("new"), "{got}");
         }
+        let r = row("http://h:1", None);
+        let tags = Tags::parse_args(&["country=de", "tier=dc"]).unwrap();
+        assert_eq!(
+            edit_detail(&r, &r.url, None, &tags),
+            "tags country=us -> country=de,tier=dc"
+        );
+        assert_eq!(
+            edit_detail(&r, &r.url, None, &Tags::default()),
+            "tags country=us -> none"
+        );
     }
 }

@@ -19,7 +19,7 @@ use crate::event_kind::EventKind;
 use crate::store::Numbered;
 use crate::store::{OnExisting, ToInsert};
 
-/// Rows per multi-row `INSERT`: 128 rows × 10 parameters stays far below SQLite's limit of
+/// Rows per multi-row `INSERT`: 128 rows × 11 parameters stays far below SQLite's limit of
 /// 32,766 parameters, and larger statements gained nothing measurable.
 const ROWS_PER_INSERT: usize = 128;
 
@@ -224,7 +224,7 @@ impl Batch {
         }
         ins.raw_bind_parameter(1, &self.now)?;
         for (i, e) in rows.iter().enumerate() {
-            let (e, at) = (e.borrow(), 2 + i * 10);
+            let (e, at) = (e.borrow(), 2 + i * PER_ROW);
             let u = &e.url;
             ins.raw_bind_parameter(at, self.next + i as i64)?;
             ins.raw_bind_parameter(at + 1, &e.pool)?;
@@ -236,6 +236,7 @@ impl Batch {
             ins.raw_bind_parameter(at + 7, super::text(&e.label))?;
             ins.raw_bind_parameter(at + 8, super::text(&e.source))?;
             ins.raw_bind_parameter(at + 9, e.state.as_str())?;
+            ins.raw_bind_parameter(at + 10, e.tags.to_column())?;
         }
         match ins.raw_execute() {
             Ok(_) => {}
@@ -310,19 +311,22 @@ fn is_unique_violation(e: &rusqlite::Error) -> bool {
         if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE)
 }
 
-/// `INSERT` of `n` endpoints: ?1 is the time, then 10 parameters per row.
+/// Parameters of one row in `endpoints_sql`.
+const PER_ROW: usize = 11;
+
+/// `INSERT` of `n` endpoints: ?1 is the time, then `PER_ROW` parameters per row.
 fn endpoints_sql(n: usize) -> String {
     let mut sql = String::from(
         "INSERT INTO endpoints (id, pool, scheme, host, port, user, password, label, \
-         source, state, streak, state_changed_at, created_at) VALUES ",
+         source, state, tags, streak, state_changed_at, created_at) VALUES ",
     );
     for i in 0..n {
-        let p = 2 + i * 10;
+        let p = 2 + i * PER_ROW;
         if i > 0 {
             sql.push(',');
         }
         sql.push('(');
-        for k in 0..10 {
+        for k in 0..PER_ROW {
             sql.push_str(&format!("?{},", p + k));
         }
         sql.push_str("0,?1,?1)");
@@ -357,6 +361,7 @@ mod tests {
             label: None,
             source: Some("cli".into()),
             state: State::Available,
+            tags: Default::default(),
         }
     }
 
@@ -379,7 +384,7 @@ mod tests {
             "INSERT INTO events (at, endpoint, kind, to_state, detail) VALUES (?1,?3,?2,?4,?5),(?1,?6,?2,?7,?8)"
         );
         let sql = endpoints_sql(2);
-        assert!(sql.ends_with("(?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,0,?1,?1),(?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,0,?1,?1)"), "{sql}");
+        assert!(sql.ends_with("(?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,0,?1,?1),(?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,0,?1,?1)"), "{sql}");
     }
 
     #[test]

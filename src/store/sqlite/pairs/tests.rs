@@ -22,6 +22,7 @@ fn store() -> (tempfile::TempDir, Sqlite, EndpointId, EndpointId) {
                 label: None,
                 source: None,
                 state: State::Available,
+                tags: Default::default(),
             },
             NewEndpoint {
                 url: ProxyUrl::parse("socks5://b:2").unwrap(),
@@ -29,6 +30,7 @@ fn store() -> (tempfile::TempDir, Sqlite, EndpointId, EndpointId) {
                 label: None,
                 source: None,
                 state: State::Available,
+                tags: Default::default(),
             },
         ])
         .unwrap();

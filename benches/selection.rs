@@ -1,0 +1,265 @@
+//! Choosing must stay cheap (issue 23, "Speed"): side by side in one run, in process on
+//! `Pools` (selection alone, where a scan of the pool would show at once), 10,000
+//! endpoints in one pool, lease+release per second:
+//!
+//! - pacing on but never binding (`interval = 0`, `in_flight = 0`) vs off, one host
+//!   (target ≥ 0.95×);
+//! - pacing binding (`interval = 500ms`: each host's recent endpoints are passed over,
+//!   hundreds of thousands of pairs held) vs off, each lease for one of 1,000 hosts drawn
+//!   at random (target ≥ 0.8×);
+//! - `select = "fastest"` vs `least_leased`, no destination, every endpoint measured
+//!   (target ≥ 0.9×);
+//!
+//! and the memory per paced (endpoint, host) pair (target ≤ 64 bytes), from a counting
+//! allocator: the live bytes after a run with pacing, less those after the same run
+//! without, over the pairs held. Cells alternate over several rounds and the best round of
+//! each is kept: the machine may be shared and noisy.
+//!
+//! Run: `cargo bench --bench selection`
+
+mod support;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use proxypool::config::{PaceConfig, PoolConfig, Select};
+use proxypool::pool::{Outcome, Pools, ReportOn, Want};
+use proxypool::store::EndpointRow;
+
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
+        unsafe { System.realloc(p, l, new) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+const ENDPOINTS: usize = 10_000;
+const HOSTS: usize = 1_000;
+const CELL: Duration = Duration::from_millis(1500);
+const ROUNDS: usize = 3;
+const TTL: Duration = Duration::from_secs(30);
+
+fn pace(interval: Duration) -> PaceConfig {
+    PaceConfig {
+        interval,
+        in_flight: 0,
+        wait: Duration::ZERO,
+        slow_down: false,
+        sites: Default::default(),
+    }
+}
+
+fn rows() -> Vec<EndpointRow> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = proxypool::store::Store::open(&dir.path().join("sel.db")).unwrap();
+    store
+        .add_endpoints(&support::endpoints(ENDPOINTS, "http", 3128))
+        .unwrap();
+    store.list(None, None).unwrap()
+}
+
+fn pools(rows: &[EndpointRow], f: impl FnOnce(&mut PoolConfig)) -> Pools {
+    let mut c = PoolConfig::builtin("default");
+    f(&mut c);
+    let mut p = Pools::new([c]);
+    let now = tokio::time::Instant::now();
+    for r in rows {
+        p.insert_row(r, now);
+    }
+    p
+}
+
+/// How one cell asks.
+#[derive(Clone, Copy)]
+enum Ask {
+    /// Every lease for this host.
+    One(&'static str),
+    /// Each lease for one of `HOSTS` hosts, drawn at random.
+    Many,
+    /// No destination; each use reported with a latency (feeds `fastest`).
+    Measured,
+}
+
+/// `n` leases (and releases or reports) as `ask` says; returns how many were granted.
+fn run(p: &mut Pools, ask: Ask, wants: &[Want], rng: &mut fastrand::Rng, n: usize) -> usize {
+    let mut granted = 0;
+    for i in 0..n {
+        let now = tokio::time::Instant::now();
+        let wall = SystemTime::now();
+        let want = match ask {
+            Ask::One(_) => &wants[0],
+            Ask::Many => &wants[rng.usize(..wants.len())],
+            Ask::Measured => &wants[0],
+        };
+        let (g, _) = p.lease_with("default", TTL, None, want, now);
+        let Ok(g) = g else { continue };
+        granted += 1;
+        match ask {
+            Ask::Measured => {
+                let on = ReportOn {
+                    duration: Some(Duration::from_millis(
+                        20 + (g.endpoint as u64 * 7 + i as u64) % 200,
+                    )),
+                    ..ReportOn::default()
+                };
+                p.report_with(&g.lease, Outcome::Success, &on, now, wall)
+                    .0
+                    .unwrap();
+            }
+            _ => {
+                p.release(&g.lease, now).0.unwrap();
+            }
+        }
+    }
+    granted
+}
+
+fn wants(ask: Ask) -> Vec<Want> {
+    match ask {
+        Ask::One(h) => vec![Want::parse(Some(h), None).unwrap()],
+        Ask::Many => (0..HOSTS)
+            .map(|i| Want::parse(Some(&format!("site{i}.example")), None).unwrap())
+            .collect(),
+        Ask::Measured => vec![Want::default()],
+    }
+}
+
+/// Lease+release per second for one cell.
+fn cell(p: &mut Pools, ask: Ask, wants: &[Want], rng: &mut fastrand::Rng) -> (f64, f64) {
+    let start = Instant::now();
+    let (mut n, mut granted) = (0, 0);
+    while start.elapsed() < CELL {
+        granted += run(p, ask, wants, rng, 1000);
+        n += 1000;
+    }
+    let s = start.elapsed().as_secs_f64();
+    (n as f64 / s, granted as f64 / n as f64)
+}
+
+fn best(v: &[(f64, f64)]) -> (f64, f64) {
+    v.iter()
+        .copied()
+        .fold((0.0, 0.0), |a, b| if b.0 > a.0 { b } else { a })
+}
+
+/// Live bytes per pair held after `n` leases for random hosts with `interval` (an hour:
+/// nothing is forgotten), less the same run without pacing.
+fn bytes_per_pair(rows: &[EndpointRow], n: usize) -> (f64, usize) {
+    let many = wants(Ask::Many);
+    let measure = |f: &dyn Fn(&mut PoolConfig)| {
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut p = pools(rows, f);
+        let before = LIVE.load(Ordering::Relaxed);
+        run(&mut p, Ask::Many, &many, &mut rng, n);
+        let live = LIVE.load(Ordering::Relaxed) - before;
+        let held = p.pace_held("default").unwrap().1;
+        drop(p);
+        (live, held)
+    };
+    let (off, _) = measure(&|_| {});
+    let (on, pairs) = measure(&|c| c.pace = Some(pace(Duration::from_secs(3600))));
+    ((on - off) as f64 / pairs as f64, pairs)
+}
+
+fn main() {
+    let rows = rows();
+    let cells: Vec<(&str, Ask, Pools)> = vec![
+        (
+            "off, one host",
+            Ask::One("shop.example"),
+            pools(&rows, |_| {}),
+        ),
+        (
+            "on (interval 0, in_flight 0), one host",
+            Ask::One("shop.example"),
+            pools(&rows, |c| c.pace = Some(pace(Duration::ZERO))),
+        ),
+        ("off, 1,000 hosts", Ask::Many, pools(&rows, |_| {})),
+        (
+            "binding (interval 500ms), 1,000 hosts",
+            Ask::Many,
+            pools(&rows, |c| c.pace = Some(pace(Duration::from_millis(500)))),
+        ),
+        (
+            "least_leased, measured",
+            Ask::Measured,
+            pools(&rows, |_| {}),
+        ),
+        (
+            "fastest, measured",
+            Ask::Measured,
+            pools(&rows, |c| c.select = Select::Fastest),
+        ),
+    ];
+    let mut cells: Vec<(&str, Ask, Pools, Vec<Want>)> = cells
+        .into_iter()
+        .map(|(n, a, p)| (n, a, p, wants(a)))
+        .collect();
+    let mut rng = fastrand::Rng::with_seed(23);
+    let mut out = vec![Vec::new(); cells.len()];
+    for _ in 0..ROUNDS {
+        for (i, (_, ask, p, w)) in cells.iter_mut().enumerate() {
+            out[i].push(cell(p, *ask, w, &mut rng));
+        }
+    }
+    println!(
+        "{:<44}  {:>12}  {:>8}",
+        "lease+release (10,000 endpoints)", "per second", "granted"
+    );
+    let mut rate = Vec::new();
+    for (i, (name, _, p, _)) in cells.iter().enumerate() {
+        let (r, g) = best(&out[i]);
+        rate.push(r);
+        let held = p.pace_held("default").unwrap();
+        println!(
+            "{name:<44}  {r:>12.0}  {:>7.1}%  ({} hosts, {} pairs held)",
+            g * 100.0,
+            held.0,
+            held.1
+        );
+    }
+    println!();
+    println!("{:<44}  {:>8}  {:>8}", "ratio", "measured", "target");
+    println!(
+        "{:<44}  {:>7.2}x  {:>8}",
+        "pacing on, not binding / off",
+        rate[1] / rate[0],
+        ">= 0.95x"
+    );
+    println!(
+        "{:<44}  {:>7.2}x  {:>8}",
+        "pacing binding / off (1,000 hosts)",
+        rate[3] / rate[2],
+        ">= 0.8x"
+    );
+    println!(
+        "{:<44}  {:>7.2}x  {:>8}",
+        "fastest / least_leased",
+        rate[5] / rate[4],
+        ">= 0.9x"
+    );
+    let (bytes, pairs) = bytes_per_pair(&rows, 300_000);
+    println!();
+    println!(
+        "{:<44}  {:>8.1}  {:>8}",
+        format!("bytes per paced pair ({pairs} pairs)"),
+        bytes,
+        "<= 64"
+    );
+}

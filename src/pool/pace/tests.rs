@@ -1,0 +1,386 @@
+//! Pacing as tables: each case a config and steps at exact times (milliseconds from the
+//! start), each step what is done and what a check of the endpoint must then say.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::*;
+use crate::config::{PaceConfig, SiteRule};
+
+const SHOP: &str = "shop.example";
+const OTHER: &str = "other.example";
+
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    /// A lease of the endpoint for the host (after checking it is ready).
+    Use,
+    /// Its lease ended.
+    End,
+    /// The host answered 429, with this Retry-After in ms.
+    Slow(Option<u64>),
+    /// The host answered.
+    Ok,
+    /// Only check.
+    Look,
+}
+
+/// What a check says: ready, or blocked until this ms (`None`: until a release).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Want {
+    Ready,
+    Until(Option<u64>),
+}
+
+fn pace(interval: u64, in_flight: u32, slow_down: bool) -> PaceConfig {
+    PaceConfig {
+        interval: Duration::from_millis(interval),
+        in_flight,
+        wait: Duration::from_secs(10),
+        slow_down,
+        sites: Default::default(),
+    }
+}
+
+fn check(p: &mut Pace, host: &str, id: EndpointId, t: Instant) -> Want {
+    let base = p.origin;
+    p.prepare(host, t);
+    match p.gate(host, t).map(|g| g.check(id)) {
+        None | Some(Check::Ready) => Want::Ready,
+        Some(Check::Blocked(at)) => Want::Until(at.map(|ms| {
+            let t = p.instant(ms);
+            (t - base).as_millis() as u64
+        })),
+    }
+}
+
+/// Run `steps` (ms, host, endpoint, op, what a check says right after the op).
+fn run(name: &str, cfg: PaceConfig, steps: &[(u64, &str, EndpointId, Op, Want)]) {
+    let t0 = Instant::now();
+    let mut p = Pace::new(Some(cfg), 1000, 100_000, t0);
+    for (i, &(ms, host, id, op, want)) in steps.iter().enumerate() {
+        let t = t0 + Duration::from_millis(ms);
+        match op {
+            Op::Use => {
+                assert_eq!(
+                    check(&mut p, host, id, t),
+                    Want::Ready,
+                    "{name} step {i}: a use needs a ready pair"
+                );
+                p.record(host, id, t);
+            }
+            Op::End => p.end(host, id, t),
+            Op::Slow(after) => {
+                p.slow_down(host, id, after.map(Duration::from_millis), t);
+            }
+            Op::Ok => p.success(host, id, t),
+            Op::Look => {}
+        }
+        assert_eq!(
+            check(&mut p, host, id, t),
+            want,
+            "{name} step {i} at {ms} ms"
+        );
+    }
+}
+
+#[test]
+fn interval_spaces_uses_of_one_endpoint_for_one_host() {
+    use Op::*;
+    use Want::*;
+    run(
+        "interval 2s",
+        pace(2000, 0, false),
+        &[
+            (0, SHOP, 1, Use, Until(Some(2000))),
+            // The lease ending does not move the next use: the interval counts from
+            // the lease.
+            (300, SHOP, 1, End, Until(Some(2000))),
+            (1999, SHOP, 1, Look, Until(Some(2000))),
+            // Another endpoint, and another host, are not held back.
+            (1000, SHOP, 2, Look, Ready),
+            (1000, OTHER, 1, Look, Ready),
+            (2000, SHOP, 1, Look, Ready),
+            (2000, SHOP, 1, Use, Until(Some(4000))),
+        ],
+    );
+}
+
+#[test]
+fn in_flight_caps_live_leases_until_one_ends() {
+    use Op::*;
+    use Want::*;
+    run(
+        "in_flight 1",
+        pace(0, 1, false),
+        &[
+            (0, SHOP, 1, Use, Until(None)),
+            (60_000, SHOP, 1, Look, Until(None)),
+            (60_000, SHOP, 2, Look, Ready),
+            (60_001, SHOP, 1, End, Ready),
+        ],
+    );
+    run(
+        "in_flight 2 with interval 1s",
+        pace(1000, 2, false),
+        &[
+            (0, SHOP, 1, Use, Until(Some(1000))),
+            (1000, SHOP, 1, Use, Until(Some(2000))),
+            // Two live: the interval passed, the cap holds.
+            (2500, SHOP, 1, Look, Until(None)),
+            (2600, SHOP, 1, End, Ready),
+        ],
+    );
+}
+
+#[test]
+fn slow_down_widens_up_to_16x_and_at_least_retry_after() {
+    use Op::*;
+    use Want::*;
+    run(
+        "429s through one endpoint",
+        pace(2000, 0, true),
+        &[
+            (0, SHOP, 1, Use, Until(Some(2000))),
+            // ×2: 4 s from the answer.
+            (100, SHOP, 1, Slow(None), Until(Some(4100))),
+            (4100, SHOP, 1, Use, Until(Some(8100))),
+            // ×4: 8 s.
+            (4200, SHOP, 1, Slow(None), Until(Some(12_200))),
+            // ×8, ×16, and ×16 stays the most.
+            (12_200, SHOP, 1, Slow(None), Until(Some(28_200))),
+            (28_200, SHOP, 1, Slow(None), Until(Some(60_200))),
+            (60_200, SHOP, 1, Slow(None), Until(Some(92_200))),
+            // Another endpoint for the host is not slowed.
+            (60_200, SHOP, 2, Look, Ready),
+        ],
+    );
+    run(
+        "a Retry-After longer than the widening wins",
+        pace(2000, 0, true),
+        &[
+            (0, SHOP, 1, Slow(Some(120_000)), Until(Some(120_000))),
+            (120_000, SHOP, 1, Use, Until(Some(124_000))),
+        ],
+    );
+    run(
+        "no interval: the widening starts from 1 s",
+        pace(0, 0, true),
+        &[
+            (0, SHOP, 1, Slow(None), Until(Some(2000))),
+            (2000, SHOP, 1, Use, Until(Some(4000))),
+        ],
+    );
+}
+
+#[test]
+fn successes_narrow_a_widened_spacing_again() {
+    use Op::*;
+    use Want::*;
+    let mut steps = vec![
+        (0, SHOP, 1, Slow(None), Until(Some(4000))),
+        (4000, SHOP, 1, Slow(None), Until(Some(12_000))),
+    ];
+    // ×4 now: four successes later ×2, four more ×1 (a use is spaced by what held when
+    // it was granted; the success after it narrows the next).
+    let mut t = 12_000;
+    for (spacing, n) in [(8000, 4), (4000, 4)] {
+        for _ in 0..n {
+            steps.push((t, SHOP, 1, Use, Until(Some(t + spacing))));
+            steps.push((t, SHOP, 1, Ok, Until(Some(t + spacing))));
+            t += spacing;
+        }
+    }
+    steps.push((t, SHOP, 1, Use, Until(Some(t + 2000))));
+    run("narrowing", pace(2000, 0, true), &steps);
+}
+
+#[test]
+fn a_site_override_paces_its_host_only() {
+    use Op::*;
+    use Want::*;
+    let mut cfg = pace(2000, 0, false);
+    cfg.sites.insert(
+        SHOP.into(),
+        SiteRule {
+            interval: Some(Duration::from_secs(12)),
+            in_flight: Some(1),
+        },
+    );
+    run(
+        "shop.example every 12 s, one at a time",
+        cfg,
+        &[
+            (0, SHOP, 1, Use, Until(Some(12_000))),
+            (0, OTHER, 1, Use, Until(Some(2000))),
+            (12_000, SHOP, 1, Look, Until(None)),
+            (12_000, SHOP, 1, End, Ready),
+            (2000, OTHER, 1, Look, Ready),
+        ],
+    );
+}
+
+#[test]
+fn nothing_is_held_when_nothing_binds() {
+    let t0 = Instant::now();
+    let mut p = Pace::new(Some(pace(0, 0, false)), 10, 10, t0);
+    for id in 0..100 {
+        assert!(!p.record(SHOP, id, t0), "no count to keep");
+    }
+    assert_eq!((p.hosts(), p.pairs()), (0, 0));
+    let mut off = Pace::new(None, 10, 10, t0);
+    assert!(!off.record(SHOP, 1, t0));
+    assert_eq!(off.slow_down(SHOP, 1, None, t0), None);
+    assert_eq!((off.hosts(), off.pairs()), (0, 0));
+}
+
+#[test]
+fn idle_pairs_are_forgotten_and_hosts_are_bounded() {
+    let t0 = Instant::now();
+    let mut p = Pace::new(Some(pace(1000, 1, false)), 2, 1000, t0);
+    p.record(SHOP, 1, t0);
+    p.record(SHOP, 2, t0);
+    assert_eq!(p.pairs(), 2);
+    p.end(SHOP, 1, t0 + Duration::from_millis(10));
+    // Ready and idle: forgotten when the host is next looked at.
+    assert!(p.prepare(SHOP, t0 + Duration::from_millis(1000)));
+    assert_eq!(p.pairs(), 1, "endpoint 2 is still in flight");
+    assert_eq!(
+        p.pair(SHOP, 2, t0 + Duration::from_millis(1000)),
+        Some((0, 1, 0))
+    );
+    // A slowed pair is kept while ready: it remembers its widening.
+    let mut s = Pace::new(Some(pace(1000, 0, true)), 2, 1000, t0);
+    s.slow_down(SHOP, 1, None, t0);
+    assert!(
+        s.prepare(SHOP, t0 + Duration::from_secs(60)),
+        "kept while slowed"
+    );
+    assert_eq!(
+        s.pair(SHOP, 1, t0 + Duration::from_secs(60)),
+        Some((0, 0, 1))
+    );
+    // Hosts past the cap: the least recently used goes, counted.
+    p.record(OTHER, 1, t0);
+    p.record("third.example", 1, t0);
+    assert_eq!((p.hosts(), p.dropped()), (2, 1));
+    assert!(
+        p.pair(SHOP, 2, t0).is_none(),
+        "shop.example was the least recent"
+    );
+    // Pairs past the cap: whole hosts go.
+    let mut q = Pace::new(Some(pace(1000, 0, false)), 100, 3, t0);
+    for id in 0..3 {
+        q.record(SHOP, id, t0);
+    }
+    q.record(OTHER, 9, t0);
+    assert_eq!((q.hosts(), q.pairs(), q.dropped()), (1, 1, 1));
+    q.remove_endpoint(9);
+    assert_eq!(q.pairs(), 0);
+}
+
+#[test]
+fn nothing_ready_is_remembered_until_something_changes() {
+    let t0 = Instant::now();
+    let mut p = Pace::new(Some(pace(2000, 1, false)), 10, 10, t0);
+    p.record(SHOP, 1, t0);
+    let dry = Dry {
+        epoch: 7,
+        sig: 42,
+        until: Some(2000),
+    };
+    p.set_dry(SHOP, dry);
+    let at = |ms| t0 + Duration::from_millis(ms);
+    assert_eq!(p.dry(SHOP, 7, 42, at(1999)), Some(Some(2000)));
+    assert_eq!(p.dry(SHOP, 7, 42, at(2000)), None, "its time came");
+    assert_eq!(p.dry(SHOP, 8, 42, at(10)), None, "the pool changed");
+    assert_eq!(p.dry(SHOP, 7, 43, at(10)), None, "another question");
+    assert_eq!(p.dry(OTHER, 7, 42, at(10)), None);
+    p.end(SHOP, 1, at(20));
+    assert_eq!(
+        p.dry(SHOP, 7, 42, at(30)),
+        None,
+        "a release may have made one ready"
+    );
+}
+
+#[test]
+fn reload_gives_held_hosts_their_new_rule() {
+    let t0 = Instant::now();
+    let mut p = Pace::new(Some(pace(2000, 0, false)), 10, 10, t0);
+    p.record(SHOP, 1, t0);
+    p.set_config(Some(pace(5000, 0, false)));
+    p.record(SHOP, 2, t0);
+    assert_eq!(p.pair(SHOP, 2, t0), Some((5000, 1, 0)));
+    assert_eq!(p.wait(), Duration::from_secs(10));
+    assert!(p.is_on() && !p.slows_down());
+}
+
+/// A pair's size: the budget is 64 bytes per paced pair, map and queues included (see
+/// BENCHMARKS.md for the measured total).
+#[test]
+fn a_pair_is_small() {
+    assert_eq!(std::mem::size_of::<Pair>(), 8);
+    assert_eq!(std::mem::size_of::<(EndpointId, Pair)>(), 16);
+}
+
+/// A pair's ready time is 32 bits of ms: past 24.8 days of uptime the origin moves and
+/// every held time with it, so spacing holds across the move and after it.
+#[test]
+fn times_survive_the_origin_moving_forward() {
+    let t0 = Instant::now();
+    let mut p = Pace::new(Some(pace(2000, 0, true)), 1000, 100_000, t0);
+    let day = Duration::from_secs(24 * 3600);
+    // Just before the move: a pair spaced 2 s, another slowed for a minute.
+    let before = t0 + Duration::from_millis(REBASE_AT - 1000);
+    p.prepare(SHOP, before);
+    p.record(SHOP, 1, before);
+    p.slow_down(SHOP, 2, Some(Duration::from_secs(60)), before);
+    // The next use moves the origin.
+    let after = before + Duration::from_millis(1500);
+    assert_eq!(
+        check(&mut p, SHOP, 1, after),
+        Want::Until(Some(REBASE_AT + 1000))
+    );
+    assert!(p.origin > t0, "the origin moved");
+    assert_eq!(
+        check(&mut p, SHOP, 1, after + Duration::from_millis(500)),
+        Want::Ready
+    );
+    let blocked = p.gate(SHOP, after).unwrap().check(2);
+    let Check::Blocked(Some(ms)) = blocked else {
+        panic!("{blocked:?}")
+    };
+    assert_eq!(p.instant(ms), before + Duration::from_secs(60));
+    // Long after, uses are spaced as ever.
+    let late = t0 + 60 * day;
+    p.prepare(SHOP, late);
+    p.record(SHOP, 3, late);
+    let blocked = p.gate(SHOP, late).unwrap().check(3);
+    let Check::Blocked(Some(ms)) = blocked else {
+        panic!("{blocked:?}")
+    };
+    assert_eq!(p.instant(ms), late + Duration::from_secs(2));
+    // A Retry-After beyond 16 days holds for 16 days.
+    let r = p.slow_down(SHOP, 4, Some(400 * day), late).unwrap();
+    assert_eq!(r.until, 16 * day);
+}
+
+/// A site's host in the config and a lease's destination name one host the same way.
+#[test]
+fn site_hosts_are_normalised_as_destinations_are() {
+    for raw in [
+        "Shop.Example",
+        "shop.example.",
+        "127.0.0.1",
+        "[::1]",
+        "2001:DB8::1",
+        "a-b_c.example",
+    ] {
+        assert_eq!(
+            crate::config::pace::site_host(raw).ok(),
+            crate::pool::destinations::normalize(raw).ok(),
+            "{raw}"
+        );
+    }
+}

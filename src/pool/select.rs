@@ -1,0 +1,330 @@
+//! Choosing among the endpoints that qualify (docs/selection.md): what a candidate must
+//! be (`Fit`), the least leased one found by rotating the ready queues, `random` and
+//! `fastest` by sampling them, and slow start. No step scans the pool: an item that does
+//! not fit goes behind its equals, a sample is a random index into the queues.
+
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use rustc_hash::FxHasher;
+use tokio::time::Instant;
+
+use super::destinations::Destinations;
+use super::entries::{Entry, EntryMap};
+use super::pace::{Check, Dry, Gate};
+use super::ready::{live_at, Ready};
+use super::scoped::{usable, Views, Want};
+use super::strategy::{score, warm_weight};
+use super::tag_index::carries;
+use super::Pools;
+use crate::config::Select;
+use crate::endpoint::EndpointId;
+
+/// Random candidates drawn before the rotating pass takes over.
+const SAMPLE_TRIES: usize = 32;
+/// Candidates slow start may turn down in one lease before it takes the next.
+const MAX_REJECTED: u32 = 8;
+
+/// What a candidate must be for one lease, besides available and ready.
+pub(super) struct Fit<'a> {
+    pub(super) p: usize,
+    /// `max_leases_per_endpoint` (0: no cap).
+    pub(super) cap: u32,
+    pub(super) want: &'a Want,
+    /// Interned tags every candidate carries.
+    pub(super) tags: &'a [u32],
+    pub(super) views: Views,
+    /// Endpoints that just failed the target: passed over first.
+    pub(super) avoid: &'a [EndpointId],
+}
+
+impl Fit<'_> {
+    /// Schemes, tags, bans and `avoid` (not pacing, not the lease cap).
+    pub(super) fn fits(&self, dests: &Destinations, id: EndpointId, e: &Entry) -> bool {
+        self.want.fits(e)
+            && carries(&e.tags, self.tags)
+            && usable(dests, self.views, id)
+            && !self.avoid.contains(&id)
+    }
+
+    /// Whether the lease asks nothing of a candidate but that it is available.
+    fn plain(&self) -> bool {
+        !self.views.any()
+            && self.want.schemes.is_none()
+            && self.avoid.is_empty()
+            && self.tags.is_empty()
+    }
+
+    /// What the lease asks besides its host, as the key of a remembered "nothing ready".
+    pub(super) fn sig(&self) -> u64 {
+        let mut h = FxHasher::default();
+        (self.want.schemes, self.tags, self.cap).hash(&mut h);
+        h.finish()
+    }
+}
+
+/// Why nothing was chosen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Miss {
+    /// An endpoint that fits was passed over by pacing: the soonest such one is ready
+    /// then (ms since the pace origin), or `None` when only a release readies one.
+    pub(super) paced: Option<Option<u64>>,
+}
+
+impl Miss {
+    pub(super) fn blocked(&mut self, at: Option<u64>) {
+        self.paced = Some(match (self.paced, at) {
+            (Some(Some(a)), Some(b)) => Some(a.min(b)),
+            (Some(a), None) => a,
+            (_, b) => b,
+        });
+    }
+}
+
+/// Slow start for one lease: candidates are taken with their weight.
+struct Warm<'r> {
+    over: Duration,
+    now: u64,
+    rng: &'r mut fastrand::Rng,
+    rejected: u32,
+}
+
+impl Warm<'_> {
+    fn accept(&mut self, e: &Entry) -> bool {
+        if self.over.is_zero() || self.rejected >= MAX_REJECTED {
+            return true;
+        }
+        let age = Duration::from_millis(self.now.saturating_sub(e.up_since));
+        if self.rng.f64() < warm_weight(age, self.over) {
+            return true;
+        }
+        self.rejected += 1;
+        false
+    }
+}
+
+fn check(gate: Option<&Gate>, id: EndpointId) -> Check {
+    gate.map_or(Check::Ready, |g| g.check(id))
+}
+
+/// The least leased candidate, round robin among equals: a candidate that does not fit
+/// (or is paced, or turned down by slow start) goes behind its equals; a level is given up
+/// after its live count, so each lease skips B/(L−B) items on average over a level of L
+/// with B unfit, and a host where nothing fits answers after one pass. `(slot, level)`.
+fn rotate(
+    entries: &EntryMap,
+    ready: &mut Ready,
+    dests: &Destinations,
+    gate: Option<&Gate>,
+    fit: &Fit,
+    warm: &mut Warm,
+    miss: &mut Miss,
+) -> Option<(u32, u32)> {
+    // A candidate slow start turned down, taken when the pass finds no other.
+    let mut spare = None;
+    for level in 0..ready.levels.len() {
+        if fit.cap != 0 && level as u32 >= fit.cap {
+            break;
+        }
+        let live = ready.live[level];
+        let mut seen = 0;
+        while seen < live {
+            let Some(&(slot, gen)) = ready.levels[level].front() else {
+                break;
+            };
+            if !live_at(entries, slot, gen, fit.p, level as u32) {
+                ready.levels[level].pop_front();
+                continue;
+            }
+            seen += 1;
+            let Some((id, e)) = entries.at(slot) else {
+                ready.levels[level].pop_front();
+                continue;
+            };
+            // A pair waiting for its trial had its chance in `claim_trial`, which asks the
+            // same questions: here it counts as banned.
+            if fit.fits(dests, *id, e) {
+                match check(gate, *id) {
+                    Check::Blocked(at) => miss.blocked(at),
+                    Check::Ready if warm.accept(e) => return Some((slot, level as u32)),
+                    Check::Ready => {
+                        spare = spare.or(Some((slot, level as u32)));
+                    }
+                }
+            }
+            ready.levels[level].rotate_left(1);
+        }
+        if spare.is_some() {
+            return spare;
+        }
+    }
+    spare
+}
+
+/// Stale items a queue may hold beyond twice its live ones before a sampling strategy
+/// drops them: few enough that a draw finds a live item at least one time in four (the
+/// least-leased walk tolerates 64; amortised the same, one retain per that many pushes).
+const SAMPLE_SLACK: usize = 4;
+
+/// Drop the stale items of every queue that holds more than `SAMPLE_SLACK` beyond twice
+/// its live ones, so that `sample`'s draws stay likely to hit.
+fn tidy(entries: &EntryMap, ready: &mut Ready, p: usize) {
+    for (level, q) in ready.levels.iter_mut().enumerate() {
+        if q.len() > 2 * ready.live[level] + SAMPLE_SLACK {
+            q.retain(|&(slot, gen)| live_at(entries, slot, gen, p, level as u32));
+        }
+    }
+}
+
+/// A uniformly random candidate (every live endpoint is one item of the queues; stale
+/// items are drawn and refused), within `SAMPLE_TRIES` draws.
+fn sample(
+    entries: &EntryMap,
+    ready: &Ready,
+    dests: &Destinations,
+    gate: Option<&Gate>,
+    fit: &Fit,
+    rng: &mut fastrand::Rng,
+) -> Option<(u32, u32)> {
+    let levels = match fit.cap {
+        0 => ready.levels.len(),
+        c => ready.levels.len().min(c as usize),
+    };
+    let total: usize = ready.levels[..levels].iter().map(|q| q.len()).sum();
+    if total == 0 {
+        return None;
+    }
+    for _ in 0..SAMPLE_TRIES {
+        let mut i = rng.usize(..total);
+        let mut level = 0;
+        while i >= ready.levels[level].len() {
+            i -= ready.levels[level].len();
+            level += 1;
+        }
+        let (slot, gen) = ready.levels[level][i];
+        if !live_at(entries, slot, gen, fit.p, level as u32) {
+            continue;
+        }
+        let Some((id, e)) = entries.at(slot) else {
+            continue;
+        };
+        if fit.fits(dests, *id, e) && check(gate, *id) == Check::Ready {
+            return Some((slot, level as u32));
+        }
+    }
+    None
+}
+
+impl Pools {
+    /// The pool's strategy over the candidates that fit, are ready for the host (`host`:
+    /// paced, its pairs prepared) and under the cap: (slot, live leases), or why none.
+    pub(super) fn choose(
+        &mut self,
+        fit: &Fit,
+        host: Option<&str>,
+        now: Instant,
+    ) -> Result<(u32, u32), Miss> {
+        let ps = &self.pools[fit.p];
+        let (select, over) = (ps.cfg.select, ps.cfg.slow_start);
+        // A host where a pass found nothing ready, asked the same again before anything
+        // changed, is answered without another pass.
+        let memo = host.filter(|_| !fit.views.any() && fit.avoid.is_empty());
+        let sig = fit.sig();
+        if let Some(until) = memo.and_then(|h| ps.pace.dry(h, self.epoch, sig, now)) {
+            return Err(Miss { paced: Some(until) });
+        }
+        if host.is_none() && fit.plain() && over.is_zero() && select == Select::LeastLeased {
+            return self
+                .pick(fit.p)
+                .filter(|&(_, leases)| fit.cap == 0 || leases < fit.cap)
+                .ok_or(Miss::default());
+        }
+        let now_ms = self.ms(now);
+        let entries = &self.entries;
+        let ps = &mut self.pools[fit.p];
+        let gate = host.and_then(|h| ps.pace.gate(h, now));
+        let mut warm = Warm {
+            over,
+            now: now_ms,
+            rng: &mut self.rng,
+            rejected: 0,
+        };
+        let dests = &ps.dests;
+        let mut picked = None;
+        if select != Select::LeastLeased {
+            tidy(entries, &mut ps.ready, fit.p);
+            for _ in 0..=MAX_REJECTED {
+                let a = sample(entries, &ps.ready, dests, gate.as_ref(), fit, warm.rng);
+                let Some(a) = a else { break };
+                let best = match select {
+                    Select::Fastest => {
+                        let b = sample(entries, &ps.ready, dests, gate.as_ref(), fit, warm.rng)
+                            .unwrap_or(a);
+                        let stats = |(slot, _): (u32, u32)| entries.at(slot).map(|(_, e)| e.stats);
+                        let (sa, sb) = (stats(a), stats(b));
+                        // The median (a walk of its buckets) only when a candidate needs it.
+                        let unmeasured = [sa, sb].iter().flatten().any(|s| s.latency_ms.is_none());
+                        let median = if unmeasured {
+                            ps.latencies.median()
+                        } else {
+                            None
+                        };
+                        let score_of = |s: Option<crate::stats::EndpointStats>| {
+                            s.map_or(f64::MAX, |s| score(s.latency_ms, s.failure_rate, median))
+                        };
+                        let (a_score, b_score) = (score_of(sa), score_of(sb));
+                        if b_score < a_score {
+                            b
+                        } else {
+                            a
+                        }
+                    }
+                    _ => a,
+                };
+                if entries.at(best.0).is_some_and(|(_, e)| warm.accept(e)) {
+                    picked = Some(best);
+                    break;
+                }
+            }
+        }
+        let mut miss = Miss::default();
+        let found = picked.or_else(|| {
+            let ready = &mut ps.ready;
+            let first = rotate(
+                entries,
+                ready,
+                dests,
+                gate.as_ref(),
+                fit,
+                &mut warm,
+                &mut miss,
+            );
+            if first.is_none() && !fit.avoid.is_empty() {
+                // Nothing else fits: the endpoints that just failed the target after all.
+                let again = Fit { avoid: &[], ..*fit };
+                return rotate(
+                    entries,
+                    ready,
+                    dests,
+                    gate.as_ref(),
+                    &again,
+                    &mut warm,
+                    &mut miss,
+                );
+            }
+            first
+        });
+        if let Some(found) = found {
+            return Ok(found);
+        }
+        if let (Some(h), Some(until)) = (memo, miss.paced) {
+            let dry = Dry {
+                epoch: self.epoch,
+                sig,
+                until,
+            };
+            self.pools[fit.p].pace.set_dry(h, dry);
+        }
+        Err(miss)
+    }
+}

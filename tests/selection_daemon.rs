@@ -1,0 +1,295 @@
+//! Choosing with the real binary (docs/selection.md): tags through the CLI (`add`, `edit`,
+//! `list`, `show`, `lease`) and the socket (`lease`, `endpoints`, `edit`), with and
+//! without a daemon; bad tags and bad pacing or fallback settings refused naming them,
+//! nothing changed; a paced lease waiting for its pair and answering `paced`; a fallback
+//! pool serving and named in the answer.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::daemon::{err_code, ok, Home};
+use serde_json::{json, Value};
+
+const CONFIG: &str = r#"
+[[pool]]
+name = "default"
+
+[[pool]]
+name = "shops"
+fallback = "spare"
+
+[pool.pace]
+interval = "300ms"
+in_flight = 1
+wait = "1s"
+
+[[pool.pace.site]]
+host = "slow.example"
+interval = "1h"
+
+[[pool]]
+name = "spare"
+max_leases_per_endpoint = 1
+
+[[endpoint]]
+url = "http://10.9.0.1:3128"
+pool = "shops"
+tags = {country = "us", tier = "dc"}
+
+[[endpoint]]
+url = "http://10.9.0.2:3128"
+pool = "spare"
+"#;
+
+fn tags_of(v: &Value) -> Value {
+    v["tags"].clone()
+}
+
+#[test]
+fn tags_through_the_cli_without_and_with_a_daemon() {
+    let h = Home::new(Some(CONFIG));
+    let ids = common::daemon::ids(&h.ok(&[
+        "add",
+        "http://10.0.0.1:8080",
+        "http://10.0.0.2:8080",
+        "--tag",
+        "country=de",
+        "--tag",
+        "tier=res",
+    ]));
+    let plain = h.add(&["http://10.0.0.3:8080"])[0];
+    assert_eq!(
+        tags_of(&h.listed(ids[0])),
+        json!({"country": "de", "tier": "res"})
+    );
+    assert_eq!(tags_of(&h.listed(plain)), json!({}));
+    // The config's endpoint carries its tags.
+    let us: Vec<Value> = h.list_with(&["--tag", "country=us"]);
+    assert_eq!(us.len(), 1);
+    assert_eq!(us[0]["pool"], "shops");
+    // Filters: every tag must match.
+    let de = h.list_with(&["--tag", "country=de", "--tag", "tier=res"]);
+    assert_eq!(de.len(), 2);
+    assert!(h
+        .list_with(&["--tag", "country=de", "--tag", "tier=dc"])
+        .is_empty());
+    let table = h.ok(&["list", "--tag", "country=de"]);
+    assert!(
+        table.contains("TAGS") && table.contains("country=de,tier=res"),
+        "{table}"
+    );
+    // Bad tags: exit 2 naming them, nothing added.
+    let before = h.list().len();
+    for (args, says) in [
+        (
+            vec!["add", "http://10.0.0.9:1", "--tag", "Country=us"],
+            "lower-case letter",
+        ),
+        (
+            vec!["add", "http://10.0.0.9:1", "--tag", "country"],
+            "KEY=VALUE",
+        ),
+        (
+            vec!["add", "http://10.0.0.9:1", "--tag", "pool=x"],
+            "reserved",
+        ),
+        (
+            vec!["add", "http://10.0.0.9:1", "--tag", "a=1", "--tag", "a=2"],
+            "twice",
+        ),
+        (vec!["list", "--tag", "country=u s"], "letters, digits"),
+    ] {
+        let (_, err) = h.fails(2, &args);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    assert_eq!(h.list().len(), before);
+    // edit without a daemon: set one, remove another.
+    let out = h.ok(&[
+        "edit",
+        &ids[0].to_string(),
+        "--tag",
+        "country=fr",
+        "--tag",
+        "tier=",
+    ]);
+    assert!(out.contains("country=fr"), "{out}");
+    assert_eq!(tags_of(&h.listed(ids[0])), json!({"country": "fr"}));
+    let shown = h.ok(&["show", &ids[0].to_string()]);
+    assert!(shown.contains("country=fr"), "{shown}");
+    let ev = h.events_with(&["--kind", "edited"]);
+    assert!(
+        ev.iter().any(|e| e["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("tags country=de,tier=res -> country=fr"))),
+        "{ev:?}"
+    );
+
+    // With a daemon: edit goes through it and the next lease selects by the new tags.
+    let d = h.serve();
+    h.ok(&["edit", &ids[1].to_string(), "--tag", "country=fr"]);
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        let out = h.ok(&["lease", "--tag", "country=fr", "--json"]);
+        let v: Value = serde_json::from_str(&out).unwrap();
+        got.push(v["endpoint"].as_i64().unwrap());
+        d.req(json!({"op": "release", "lease": v["lease"]}));
+    }
+    got.sort();
+    assert_eq!(got, [ids[0], ids[0], ids[1], ids[1]]);
+    // An unknown key: exit 1 with the daemon's bad_request naming it.
+    let o = h.run(&["lease", "--tag", "contry=fr"]);
+    assert_ne!(o.code, Some(0));
+    assert!(o.stderr.contains("contry"), "{}", o.stderr);
+    // list --json shows the daemon's statistics, bytes included.
+    let v = h.listed(ids[0]);
+    assert_eq!(v["stats"]["bytes_received"], 0, "{v}");
+    assert_eq!(v["stats"]["bytes_sent"], 0, "{v}");
+}
+
+#[test]
+fn tags_through_the_socket() {
+    let h = Home::new(Some(CONFIG));
+    let d = h.serve();
+    let added = ok(d.req(json!({
+        "op": "add",
+        "urls": ["http://10.1.0.1:1", "http://10.1.0.2:1"],
+        "tags": {"country": "de"}
+    })));
+    let ids: Vec<i64> = added["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    let g = ok(d.req(json!({"op": "lease", "tags": {"country": "de"}})));
+    assert!(ids.contains(&g["endpoint"].as_i64().unwrap()));
+    assert_eq!(g["pool"], "default");
+    let listed = ok(d.req(json!({"op": "endpoints", "tags": {"country": "de"}})));
+    assert_eq!(listed["endpoints"].as_array().unwrap().len(), 2);
+    assert_eq!(listed["endpoints"][0]["tags"], json!({"country": "de"}));
+    let edited =
+        ok(d.req(json!({"op": "edit", "endpoint": ids[1], "tags": {"country": "", "tier": "dc"}})));
+    assert_eq!(edited["endpoints"][0]["tags"], json!({"tier": "dc"}));
+    let g = ok(d.req(json!({"op": "lease", "tags": {"tier": "dc"}, "pool": "default"})));
+    assert_eq!(g["endpoint"], ids[1]);
+    // Bad input: bad_request naming the problem, nothing changed.
+    for (req, says) in [
+        (json!({"op": "lease", "tags": {"contry": "de"}}), "contry"),
+        (
+            json!({"op": "lease", "tags": {"Country": "de"}}),
+            "lower-case",
+        ),
+        (json!({"op": "lease", "tags": ["country=de"]}), "map"),
+        (
+            json!({"op": "add", "urls": ["http://10.1.0.3:1"], "tags": {"session": "x"}}),
+            "reserved",
+        ),
+        (
+            json!({"op": "edit", "endpoint": ids[0], "tags": {"bad key": "x"}}),
+            "bad key",
+        ),
+    ] {
+        let r = d.req(req.clone());
+        assert_eq!(err_code(&r), "bad_request", "{req}: {r}");
+        assert!(
+            r["error"]["message"].as_str().unwrap().contains(says),
+            "{req}: {r}"
+        );
+    }
+    // A value nobody carries: exhausted, not an error of the request.
+    let r = d.req(json!({"op": "lease", "tags": {"country": "fr"}}));
+    assert_eq!(err_code(&r), "pool_exhausted", "{r}");
+    assert_eq!(h.list().len(), 4);
+}
+
+#[test]
+fn a_paced_lease_waits_for_its_pair_then_falls_back_then_answers_paced() {
+    let h = Home::new(Some(CONFIG));
+    let d = h.serve();
+    let lease = |dest: &str| d.req(json!({"op": "lease", "pool": "shops", "destination": dest}));
+    let release = |g: &Value| ok(d.req(json!({"op": "release", "lease": g["lease"]})));
+    let first = ok(lease("shop.example"));
+    assert_eq!(first["pool"], "shops");
+    release(&first);
+    // The pool's wait (1 s) holds the next lease until the interval (300 ms) passed.
+    let t = Instant::now();
+    let second = ok(lease("shop.example"));
+    assert!(
+        t.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        (&second["endpoint"], &second["pool"]),
+        (&first["endpoint"], &json!("shops"))
+    );
+    // in_flight = 1 while it is out: past the wait the fallback pool serves, and says so.
+    let t = Instant::now();
+    let third = ok(lease("shop.example"));
+    assert!(
+        t.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(third["pool"], "spare", "{third}");
+    release(&second);
+    // The site override spaces slow.example by an hour.
+    let slow = ok(lease("slow.example"));
+    assert_eq!(slow["pool"], "shops");
+    release(&slow);
+    // The spare endpoint is at its cap (third is out): the answer is the first pool's.
+    let r = lease("slow.example");
+    assert_eq!(err_code(&r), "paced", "{r}");
+    let after = r["retry_after_ms"].as_u64().unwrap();
+    assert!(after > 3_590_000 && after <= 3_600_000, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("slow.example"),
+        "{r}"
+    );
+    // Leases without a destination are not paced.
+    let plain = ok(d.req(json!({"op": "lease", "pool": "shops"})));
+    assert_eq!(plain["pool"], "shops");
+    let status = d.req(json!({"op": "status", "pool": "shops"}));
+    assert_eq!(
+        status["pools"][0]["available"], 1,
+        "pacing never changes health: {status}"
+    );
+}
+
+#[test]
+fn bad_pacing_tags_and_fallbacks_are_config_errors_naming_the_key() {
+    let cases = [
+        ("[[pool]]\nname = \"a\"\nfallback = \"zz\"\n", "pool.a.fallback", "unknown pool \"zz\""),
+        ("[[pool]]\nname = \"a\"\nfallback = \"a\"\n", "pool.a.fallback", "itself"),
+        (
+            "[[pool]]\nname = \"a\"\nfallback = \"b\"\n[[pool]]\nname = \"b\"\nfallback = \"a\"\n",
+            "fallback",
+            "cycle",
+        ),
+        ("[[pool]]\nname = \"a\"\n[pool.pace]\ninterval = \"25h\"\n", "pool.a.pace.interval", "24h"),
+        ("[[pool]]\nname = \"a\"\n[pool.pace]\nwait = \"11m\"\n", "pool.a.pace.wait", "10m"),
+        ("[[pool]]\nname = \"a\"\n[pool.pace]\nin_flight = 70000\n", "pool.a.pace.in_flight", "65535"),
+        (
+            "[[pool]]\nname = \"a\"\n[[pool.pace.site]]\nhost = \"https://x.example/\"\n",
+            "pool.a.pace.site[0].host",
+            "not a URL",
+        ),
+        (
+            "[[pool]]\nname = \"a\"\n[[pool.pace.site]]\nhost = \"x.example\"\n[[pool.pace.site]]\nhost = \"X.example\"\n",
+            "pool.a.pace.site[1].host",
+            "twice",
+        ),
+        ("[[pool]]\nname = \"a\"\nselect = \"smartest\"\n", "select", "fastest"),
+        ("[[pool]]\nname = \"a\"\nslow_start = \"2d\"\n", "pool.a.slow_start", "24h"),
+        ("[[endpoint]]\nurl = \"http://h:1\"\ntags = {Country = \"us\"}\n", "endpoint[0].tags", "lower-case"),
+    ];
+    for (text, key, says) in cases {
+        let h = Home::new(Some(text));
+        let (_, err) = h.fails(2, &["list"]);
+        assert!(err.contains(key) && err.contains(says), "{text}\n{err}");
+    }
+}
