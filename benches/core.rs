@@ -4,7 +4,7 @@
 //! Run: `cargo bench --bench core`
 
 use std::hint::black_box;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use proxypool::config::{Durability, PoolConfig};
 use proxypool::endpoint::ProxyUrl;
@@ -35,6 +35,9 @@ fn row(i: i64) -> EndpointRow {
         reason_streak: 0,
         cooldown_ms: None,
         cooldown_until: None,
+        cooldown_left: None,
+        claim: None,
+        rev: 0,
         state_changed_at: String::new(),
         created_at: String::new(),
         tags: Default::default(),
@@ -43,9 +46,9 @@ fn row(i: i64) -> EndpointRow {
 
 fn pools_with(n: i64) -> Pools {
     let mut p = Pools::new([PoolConfig::builtin("default")]);
-    let (now, wall) = (tokio::time::Instant::now(), SystemTime::now());
+    let now = tokio::time::Instant::now();
     for i in 1..=n {
-        p.insert_row(&row(i), now, wall);
+        p.insert_row(&row(i), now);
     }
     p
 }
@@ -53,16 +56,15 @@ fn pools_with(n: i64) -> Pools {
 /// ns per lease+release pair, best of 5 runs of `iters` pairs.
 fn choose_cost(n: i64, iters: u32) -> f64 {
     let mut p = pools_with(n);
-    let wall = SystemTime::now();
     let ttl = Duration::from_secs(60);
     let mut best = f64::MAX;
     for _ in 0..5 {
         let t = Instant::now();
         for _ in 0..iters {
             let now = tokio::time::Instant::now();
-            let (g, _) = p.lease("default", ttl, None, now, wall);
+            let (g, _) = p.lease("default", ttl, None, now);
             let g = g.unwrap();
-            let (r, _) = p.release(black_box(&g.lease), now, wall);
+            let (r, _) = p.release(black_box(&g.lease), now);
             r.unwrap();
         }
         best = best.min(t.elapsed().as_nanos() as f64 / iters as f64);
@@ -84,6 +86,8 @@ fn transition(id: i64, n: u32) -> Write {
     Write::Transition(
         HealthRecord {
             id,
+            from: State::Available,
+            trial: None,
             state: State::Cooling,
             reason: Some(Reason::ConnectRefused),
             phase: Some(Phase::Connect),
@@ -91,7 +95,7 @@ fn transition(id: i64, n: u32) -> Write {
             streak: n,
             reason_streak: n,
             cooldown_ms: Some(60_000),
-            cooldown_until: Some(SystemTime::now() + Duration::from_secs(60)),
+            cooldown_left: Some(Duration::from_secs(60)),
         },
         NewEvent {
             endpoint: Some(id),
@@ -155,9 +159,9 @@ fn main() {
     let rows: Vec<EndpointRow> = (1..=100_000).map(row).collect();
     let before = rss_bytes();
     let mut p = Pools::new([PoolConfig::builtin("default")]);
-    let (now, wall) = (tokio::time::Instant::now(), SystemTime::now());
+    let now = tokio::time::Instant::now();
     for r in &rows {
-        p.insert_row(r, now, wall);
+        p.insert_row(r, now);
     }
     let after = rss_bytes();
     println!(

@@ -16,7 +16,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use proxypool::config::{Config, Durability, PoolConfig};
 use proxypool::event_kind::EventKind;
@@ -39,11 +39,13 @@ const CONNS: usize = 8;
 const CELL: Duration = Duration::from_millis(1500);
 const ROUNDS: usize = 3;
 
-fn pair(endpoint: i64, destination: String, until: SystemTime) -> PairWrite {
+fn pair(endpoint: i64, destination: String, until: Duration) -> PairWrite {
     PairWrite::Upsert(
         PairRecord {
             endpoint,
             destination,
+            from: State::Available,
+            trial: None,
             state: State::Cooling,
             reason: Some(Reason::DestinationStatus),
             phase: None,
@@ -52,7 +54,7 @@ fn pair(endpoint: i64, destination: String, until: SystemTime) -> PairWrite {
             streak: 1,
             reason_streak: 1,
             cooldown_ms: Some(3_600_000),
-            cooldown_until: Some(until),
+            cooldown_left: Some(until),
         },
         NewEvent {
             endpoint: Some(endpoint),
@@ -67,7 +69,7 @@ fn seeded_store(path: &Path) -> Store {
     let mut store = Store::open_with(path, Durability::Normal).unwrap();
     let eps: Vec<NewEndpoint> = support::endpoints(ENDPOINTS, "http", 3128);
     let ids = store.add_endpoints(&eps).unwrap();
-    let until = SystemTime::now() + Duration::from_secs(3600);
+    let until = Duration::from_secs(3600);
     let mut w: Vec<PairWrite> = ids
         .iter()
         .step_by(ENDPOINTS / BANNED_FOR_D)
@@ -172,10 +174,9 @@ fn in_process(p: &mut Pools, want: &Want) -> f64 {
     while start.elapsed() < CELL {
         for _ in 0..1000 {
             let now = tokio::time::Instant::now();
-            let wall = SystemTime::now();
-            let (g, _) = p.lease_with("default", ttl, None, want, now, wall);
+            let (g, _) = p.lease_with("default", ttl, None, want, now);
             let g = g.unwrap();
-            let (r, _) = p.release(&g.lease, now, wall);
+            let (r, _) = p.release(&g.lease, now);
             r.unwrap();
         }
         n += 1000;
@@ -194,12 +195,12 @@ fn main() {
 
     // In process first (the daemon's threads are not running yet).
     let mut pools = Pools::new([pool_config()]);
-    let (now, wall) = (tokio::time::Instant::now(), SystemTime::now());
+    let now = tokio::time::Instant::now();
     for r in store.list(None, None).unwrap() {
-        pools.insert_row(&r, now, wall);
+        pools.insert_row(&r, now);
     }
     for r in store.pairs().unwrap() {
-        pools.restore_pair(&r, now, wall);
+        pools.restore_pair(&r, now);
     }
     assert_eq!(pools.pair_bans("default"), 15_000);
     let wants = [

@@ -78,9 +78,9 @@ fn pools(rows: &[EndpointRow], f: impl FnOnce(&mut PoolConfig)) -> Pools {
     let mut c = PoolConfig::builtin("default");
     f(&mut c);
     let mut p = Pools::new([c]);
-    let (now, wall) = (tokio::time::Instant::now(), SystemTime::now());
+    let now = tokio::time::Instant::now();
     for r in rows {
-        p.insert_row(r, now, wall);
+        p.insert_row(r, now);
     }
     p
 }
@@ -107,7 +107,7 @@ fn run(p: &mut Pools, ask: Ask, wants: &[Want], rng: &mut fastrand::Rng, n: usiz
             Ask::Many => &wants[rng.usize(..wants.len())],
             Ask::Measured => &wants[0],
         };
-        let (g, _) = p.lease_with("default", TTL, None, want, now, wall);
+        let (g, _) = p.lease_with("default", TTL, None, want, now);
         let Ok(g) = g else { continue };
         granted += 1;
         match ask {
@@ -123,7 +123,7 @@ fn run(p: &mut Pools, ask: Ask, wants: &[Want], rng: &mut fastrand::Rng, n: usiz
                     .unwrap();
             }
             _ => {
-                p.release(&g.lease, now, wall).0.unwrap();
+                p.release(&g.lease, now).0.unwrap();
             }
         }
     }

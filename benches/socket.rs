@@ -300,6 +300,7 @@ fn metrics_comparison(dir: &Path, client: &tokio::runtime::Runtime) {
     );
     let off_opts = EngineOptions {
         record_metrics: false,
+        ..EngineOptions::default()
     };
     let (off, t_off) = start_daemon_with(dir, 10_000, "metrics-off", off_opts, Durability::Normal);
     println!("\nlease+release, pool of 10,000, 8 connections: metrics on vs off ({ROUNDS} rounds)");

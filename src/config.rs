@@ -334,6 +334,11 @@ pub struct Config {
     pub path: Option<PathBuf>,
     /// `[store] path`, resolved.
     pub store_path: Option<PathBuf>,
+    /// `[store] url`: a PostgreSQL database that several daemons share (docs/fleet.md).
+    pub store_url: Option<String>,
+    /// `[store] claim_hold`: how long a trial's claim holds in PostgreSQL without renewal
+    /// (docs/fleet.md, "Ownership"); `None`: the default.
+    pub claim_hold: Option<Duration>,
     /// `[store] synchronous`.
     pub durability: Durability,
     /// `[server] socket`, resolved.
@@ -364,6 +369,8 @@ impl Default for Config {
         Config {
             path: None,
             store_path: None,
+            store_url: None,
+            claim_hold: None,
             durability: Durability::default(),
             socket: None,
             http: None,

@@ -211,36 +211,29 @@ impl Health {
         self.state == State::Disabled && self.reason == Some(Reason::Operator)
     }
 
-    /// The wall-clock end of the cooldown, as stored: only a cooling health has one, and
-    /// a deadline already past is `wall` itself. [`restored_remaining`] reads it back.
-    pub fn cooldown_until(
-        &self,
-        now: Instant,
-        wall: std::time::SystemTime,
-    ) -> Option<std::time::SystemTime> {
+    /// What is left of the cooldown at `now`, as stored: only a cooling health has one,
+    /// and a deadline already past leaves zero. The store turns it into a deadline by its
+    /// own clock.
+    pub fn cooldown_left(&self, now: Instant) -> Option<Duration> {
         match (self.state, self.deadline) {
-            (State::Cooling, Some(d)) => Some(wall + d.saturating_duration_since(now)),
+            (State::Cooling, Some(d)) => Some(d.saturating_duration_since(now)),
             _ => None,
         }
     }
 
     /// The cooldown of a stored health, back on the monotonic clock: its length from
-    /// `cooldown_ms`, and a cooling one ends
-    /// `clamp(cooldown_until − wall, 0, cooldown_ms)` after `now`.
+    /// `cooldown_ms`, and a cooling one ends `left` after `now` (what the store read:
+    /// `clamp(cooldown_until − its now, 0, cooldown_ms)`; none reads as due now).
     pub fn restore_cooldown(
         &mut self,
         cooldown_ms: Option<u64>,
-        cooldown_until: Option<std::time::SystemTime>,
+        left: Option<Duration>,
         now: Instant,
-        wall: std::time::SystemTime,
     ) {
         self.cooldown = cooldown_ms.map(Duration::from_millis);
         if self.state == State::Cooling {
             let len = self.cooldown.unwrap_or(Duration::ZERO);
-            let left = cooldown_until
-                .map(|u| restored_remaining(u, wall, len))
-                .unwrap_or(Duration::ZERO);
-            self.deadline = Some(now + left);
+            self.deadline = Some(now + left.unwrap_or(Duration::ZERO).min(len));
         }
     }
 }

@@ -340,6 +340,7 @@ pub struct Metrics {
     gateway_connections: Family<ConnectionLabels, Counter>,
     gateway_idle: Gauge,
     store_commit: AtomicHistogram,
+    store_up: Gauge,
 }
 
 impl fmt::Debug for Metrics {
@@ -374,6 +375,7 @@ impl Metrics {
             gateway_connections: Family::default(),
             gateway_idle: Gauge::default(),
             store_commit: AtomicHistogram::new(COMMIT_BUCKETS),
+            store_up: Gauge::default(),
             registry: Registry::default(),
         };
         // Counter names go in without `_total`: the encoder appends it.
@@ -443,8 +445,19 @@ impl Metrics {
             "Duration of store commits (one group of writes)",
             m.store_commit.clone(),
         );
+        registry.register(
+            "store_up",
+            "1 while the store answers, 0 while it cannot be reached (PostgreSQL: leases go on, writes are refused)",
+            m.store_up.clone(),
+        );
+        m.store_up.set(1);
         registry.register_collector(Box::new(m.gauges.clone()));
         Metrics { registry, ..m }
+    }
+
+    /// Whether the store answers (`proxypool_store_up`).
+    pub fn set_store_up(&self, up: bool) {
+        self.store_up.set(i64::from(up));
     }
 
     /// Set the scrape-time source of the gauges (once; later calls are ignored and return

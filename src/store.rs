@@ -1,35 +1,30 @@
-//! SQLite storage: the only module that writes SQL.
+//! Storage: the one seam between the pools and a database. `Store` is SQLite (one daemon,
+//! the default) or PostgreSQL (several daemons serving one pool, docs/fleet.md); each
+//! backend is one file under `store/` and the only code that writes its SQL. The rows it
+//! reads and the writes it applies (`rows`, `pairs`) are plain data, the same for both.
 
 use std::path::{Path, PathBuf};
-use std::sync::LazyLock;
-use std::time::{Duration, SystemTime};
-
-use include_dir::{include_dir, Dir};
-use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
-use rusqlite_migration::Migrations;
+use std::time::SystemTime;
 
 use crate::config::Durability;
-use crate::endpoint::{EndpointId, ProxyUrl, Scheme};
-use crate::event_kind::EventKind;
-use crate::health::blame::Blame;
-use crate::health::{Phase, Reason, State};
-use crate::tags::Tags;
+use crate::endpoint::{EndpointId, ProxyUrl};
+use crate::health::State;
 
-mod edit_endpoint;
-mod history;
-mod insert;
-pub use insert::{Numbered, OnExisting, ToInsert};
 pub(crate) mod lock;
-pub use history::EventFilter;
 pub mod pairs;
+pub mod postgres;
 mod rows;
-pub use rows::{
-    EndpointRow, EndpointView, EventRow, HealthRecord, NewEndpoint, NewEvent, SourceRow, Write,
-};
+pub mod sqlite;
 
-static MIGRATIONS_DIR: Dir = include_dir!("$CARGO_MANIFEST_DIR/migrations");
-static MIGRATIONS: LazyLock<Migrations<'static>> =
-    LazyLock::new(|| Migrations::from_directory(&MIGRATIONS_DIR).expect("migrations/ is valid"));
+pub use postgres::{PgTarget, Postgres};
+pub use rows::{
+    Applied, Claim, ClaimOn, ClaimResult, EndpointRow, EndpointView, Epoch, EventRow, Fresh,
+    HealthRecord, NewEndpoint, NewEvent, Numbered, OnExisting, RowClaim, SourceRow, ToInsert,
+    Unclaim, Write,
+};
+pub use sqlite::Sqlite;
+
+pub use crate::wall_time::{fmt_time, parse_time};
 
 /// `line N: ` before an import error, when the line is known.
 fn at_line(line: Option<usize>) -> String {
@@ -42,10 +37,33 @@ pub enum StoreError {
     /// SQLite failed.
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// PostgreSQL answered with an error (the statement failed; the server is reachable).
+    #[error("database error: {}", pg_message(.0))]
+    Postgres(#[source] tokio_postgres::Error),
+    /// PostgreSQL cannot be reached or its connection broke: nothing was committed.
+    #[error("store unavailable: {target}: {why}")]
+    Unavailable {
+        /// The database, without its password.
+        target: String,
+        /// What failed (never a password).
+        why: String,
+    },
+    /// A PostgreSQL URL or its TLS settings are unusable.
+    #[error("{0}")]
+    Config(String),
+    /// A trial's report came after its claim lapsed and the slot was claimed again: it
+    /// changed nothing.
+    #[error("stale claim: the trial of {what} lapsed and was claimed again; this result was not applied")]
+    StaleClaim {
+        /// Whose trial (`endpoint 7`, `endpoint 7 for example.com`).
+        what: String,
+        /// The rows as they are, for memory to follow.
+        fresh: Vec<Fresh>,
+    },
     /// Applying migrations failed.
     #[error("cannot migrate database {path}: {message}")]
     Migration {
-        /// Database file.
+        /// Database file, or the PostgreSQL target without its password.
         path: PathBuf,
         /// What failed.
         message: String,
@@ -111,131 +129,214 @@ pub enum StoreError {
     Tags(#[from] crate::tags::TagError),
 }
 
-pub use crate::wall_time::{fmt_time, parse_time};
-
-/// The SQLite store.
-pub struct Store {
-    conn: Connection,
-    path: PathBuf,
-    /// (device, inode) of the file opened: the name must keep meaning this file.
-    file: Option<(u64, u64)>,
-    /// The schema versions (before, after) when opening migrated an existing database.
-    migrated: Option<(i64, i64)>,
-    /// Commits still to fail, as a full disk would (engine tests).
-    #[cfg(test)]
-    fail_commits: u32,
+/// What PostgreSQL said: its own message (tokio-postgres shows only "db error").
+fn pg_message(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => db.message().to_string(),
+        None => e.to_string(),
+    }
 }
 
-fn file_id(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+impl StoreError {
+    /// The request named something wrong (a duplicate, a missing endpoint): the caller's
+    /// mistake, to be answered as bad input. Everything else is a failure of the database.
+    pub fn is_input(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Duplicate { .. }
+                | StoreError::DuplicateInBatch { .. }
+                | StoreError::NotFound(_)
+                | StoreError::Ambiguous { .. }
+                | StoreError::Tags(_)
+        )
+    }
+
+    /// The database could not be reached: the same request may go through once it is back.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable { .. })
+    }
 }
 
-/// Insert an endpoint with an id never used before. Events outlive their endpoint (no
-/// foreign key), so a plain `INTEGER PRIMARY KEY` would hand the id of a removed endpoint
-/// (the highest one) to the next insert, and that endpoint would inherit the removed
-/// one's event history. Every endpoint has an `added` event, so the largest id ever used
-/// is the larger of the live maximum and the maximum in `events`.
-const INSERT_ENDPOINT: &str =
-    "INSERT INTO endpoints (id, pool, scheme, host, port, user, password, label, \
-     source, state, tags, streak, state_changed_at, created_at) VALUES (\
-     (SELECT MAX(m) + 1 FROM (SELECT COALESCE(MAX(id), 0) AS m FROM endpoints \
-      UNION ALL SELECT COALESCE(MAX(endpoint), 0) FROM events)), \
-     ?1,?2,?3,?4,?5,?6,?7,?8,?9,?11,0,?10,?10)";
+/// Why an operator's `ID|URL` did not name one endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// Neither an id nor a valid URL.
+    #[error("{0}")]
+    BadUrl(crate::endpoint::EndpointError),
+    /// Nothing matched.
+    #[error("no endpoint {0}")]
+    NotFound(String),
+    /// Store failure or ambiguity.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
-const ENDPOINT_COLS: &str = "id, pool, scheme, host, port, user, password, label, source, state, \
-     reason, phase, detail, streak, reason_streak, cooldown_ms, cooldown_until, \
-     state_changed_at, created_at, tags";
+impl ResolveError {
+    /// See [`StoreError::is_input`].
+    pub fn is_input(&self) -> bool {
+        match self {
+            ResolveError::BadUrl(_) | ResolveError::NotFound(_) => true,
+            ResolveError::Store(e) => e.is_input(),
+        }
+    }
+}
+
+/// Which events `events` prints.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EventFilter {
+    /// Only this endpoint.
+    pub endpoint: Option<EndpointId>,
+    /// Only these kinds (any of them); empty = every kind.
+    pub kinds: Vec<String>,
+    /// Only events at or after this time.
+    pub since: Option<SystemTime>,
+}
+
+/// An optional text column holding a name (`reason`, `phase`): None stays None.
+pub(crate) fn parse_col<T: std::str::FromStr>(v: Option<&str>) -> Result<Option<T>, T::Err> {
+    v.map(str::parse).transpose()
+}
+
+/// Where the pool's state lives: `--db`, `PROXYPOOL_DB`, `[store] path` or `[store] url`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Location {
+    /// A SQLite file.
+    File(PathBuf),
+    /// A PostgreSQL database shared by a fleet of daemons.
+    Postgres(Box<PgTarget>),
+}
+
+impl Location {
+    /// A `--db` value: a `postgres://` or `postgresql://` URL, else a SQLite path.
+    pub fn parse(value: &Path) -> Result<Location, StoreError> {
+        match value.to_str() {
+            Some(s) if postgres::is_url(s) => Ok(Location::Postgres(Box::new(PgTarget::parse(s)?))),
+            _ => Ok(Location::File(value.to_path_buf())),
+        }
+    }
+
+    /// What to call it in messages and `status`: the path, or the PostgreSQL hosts and
+    /// database without the password.
+    pub fn describe(&self) -> String {
+        match self {
+            Location::File(p) => p.display().to_string(),
+            Location::Postgres(t) => t.describe(),
+        }
+    }
+}
+
+/// How a store is opened.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenOptions {
+    /// SQLite's `synchronous` setting.
+    pub durability: Durability,
+    /// PostgreSQL: how long a trial's claim holds without renewal.
+    pub claim_hold: std::time::Duration,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            durability: Durability::default(),
+            claim_hold: postgres::DEFAULT_CLAIM_HOLD,
+        }
+    }
+}
+
+/// The store: one of the backends, with the same operations.
+pub enum Store {
+    /// One daemon, one file.
+    Sqlite(Sqlite),
+    /// A fleet of daemons, one database.
+    Postgres(Postgres),
+}
+
+/// Run the same call on whichever backend this is.
+macro_rules! each {
+    ($self:expr, $s:ident => $e:expr) => {
+        match $self {
+            Store::Sqlite($s) => $e,
+            Store::Postgres($s) => $e,
+        }
+    };
+}
+
+impl From<Sqlite> for Store {
+    fn from(s: Sqlite) -> Store {
+        Store::Sqlite(s)
+    }
+}
+
+impl From<Postgres> for Store {
+    fn from(s: Postgres) -> Store {
+        Store::Postgres(s)
+    }
+}
 
 impl Store {
-    /// Open (creating and migrating) the database at `path` with default durability.
+    /// Open (creating and migrating) the SQLite database at `path` with default durability.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        Store::open_with(path, Durability::default())
+        Ok(Sqlite::open(path)?.into())
     }
 
-    /// Open (creating and migrating) the database at `path`.
+    /// Open (creating and migrating) the SQLite database at `path`.
     pub fn open_with(path: &Path, durability: Durability) -> Result<Store, StoreError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            // The database holds proxy passwords: a folder we create is ours alone.
-            use std::os::unix::fs::DirBuilderExt;
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(|source| StoreError::CreateDir {
-                    path: dir.to_path_buf(),
-                    source,
-                })?;
-        }
-        check_single_link(path)?;
-        // Two processes opening a new database at once must not both run the migrations.
-        let _migrating = lock::migration(path).map_err(|e| StoreError::Migration {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
-        let mut conn = Connection::open(path)?;
-        // Another process (CLI vs daemon) may hold the write lock briefly.
-        conn.busy_timeout(Duration::from_secs(10))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(
-            None,
-            "synchronous",
-            match durability {
-                Durability::Normal => "NORMAL",
-                Durability::Full => "FULL",
-            },
-        )?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        let before: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-        MIGRATIONS
-            .to_latest(&mut conn)
-            .map_err(|e| StoreError::Migration {
-                path: path.to_path_buf(),
-                // The first line says what failed; the rest would be the SQL text.
-                message: e.to_string().lines().next().unwrap_or_default().to_string(),
-            })?;
-        restrict(path);
-        let after: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-        // A new database (version 0) is created, not migrated.
-        let migrated = (before > 0 && after != before).then_some((before, after));
-        Ok(Store {
-            migrated,
-            conn,
-            file: file_id(path),
-            path: path.to_path_buf(),
-            #[cfg(test)]
-            fail_commits: 0,
-        })
+        Ok(Sqlite::open_with(path, durability)?.into())
     }
 
-    /// Whether the database's name still refers to the file opened (not deleted, not
-    /// replaced). One `stat`, cheap enough before every commit.
+    /// Open the store at `at`, bringing its schema up to date.
+    pub fn open_at(at: &Location, opts: OpenOptions) -> Result<Store, StoreError> {
+        match at {
+            Location::File(p) => Store::open_with(p, opts.durability),
+            Location::Postgres(t) => Ok(Postgres::open(t, opts.claim_hold)?.into()),
+        }
+    }
+
+    /// Whether several daemons share this store (PostgreSQL): claims are confirmed in it
+    /// and changes are followed (docs/fleet.md).
+    pub fn shared(&self) -> bool {
+        matches!(self, Store::Postgres(_))
+    }
+
+    /// The PostgreSQL store, when this is one.
+    pub fn postgres(&self) -> Option<&Postgres> {
+        match self {
+            Store::Postgres(p) => Some(p),
+            Store::Sqlite(_) => None,
+        }
+    }
+
+    /// The database, for messages: a path, or hosts and database without the password.
+    pub fn describe(&self) -> String {
+        match self {
+            Store::Sqlite(s) => s.path().display().to_string(),
+            Store::Postgres(p) => p.target().describe(),
+        }
+    }
+
+    /// Whether the database is still the one opened (SQLite: the file was not deleted or
+    /// replaced; PostgreSQL: always).
     pub fn check_file(&self) -> Result<(), StoreError> {
-        if self.file.is_some() && file_id(&self.path) != self.file {
-            return Err(StoreError::FileGone {
-                path: self.path.clone(),
-            });
+        match self {
+            Store::Sqlite(s) => s.check_file(),
+            Store::Postgres(_) => Ok(()),
         }
-        Ok(())
-    }
-
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// The schema versions (before, after) when opening this store migrated an older
-    /// database: every command does, a read-only one as well (it could not read the old
-    /// schema), and says so (docs/reference.md, "Storage").
-    pub fn migrated(&self) -> Option<(i64, i64)> {
-        self.migrated
     }
 
     /// The schema version (number of applied migrations).
     pub fn schema_version(&self) -> Result<i64, StoreError> {
-        Ok(self
-            .conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))?)
+        each!(self, s => s.schema_version())
+    }
+
+    /// The schema versions (before, after) when opening this store migrated an older
+    /// database: every command does, a read-only one as well (it could not read the old
+    /// schema), and says so (docs/reference.md, "Storage"). SQLite only: PostgreSQL's
+    /// migration logs what it applied.
+    pub fn migrated(&self) -> Option<(i64, i64)> {
+        match self {
+            Store::Sqlite(s) => s.migrated(),
+            Store::Postgres(_) => None,
+        }
     }
 
     /// Insert the endpoints that do not exist yet (config sync, sources); existing ones
@@ -244,73 +345,17 @@ impl Store {
         &mut self,
         eps: &[NewEndpoint],
     ) -> Result<Vec<(EndpointId, bool)>, StoreError> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut out = Vec::with_capacity(eps.len());
-        {
-            let mut find = tx.prepare_cached(
-                "SELECT id, password, label, tags FROM endpoints WHERE pool=?1 AND scheme=?2 AND host=?3 AND port=?4 AND user=?5",
-            )?;
-            let mut upd = tx.prepare_cached(
-                "UPDATE endpoints SET password=?2, label=?3, tags=?4 WHERE id=?1",
-            )?;
-            let mut ins = tx.prepare_cached(INSERT_ENDPOINT)?;
-            let now = fmt_time(SystemTime::now());
-            for e in eps {
-                let u = &e.url;
-                type Found = (i64, Option<String>, Option<String>, Option<String>);
-                let existing: Option<Found> = find
-                    .query_row(
-                        params![e.pool, u.scheme.as_str(), u.host, u.port, u.user_key()],
-                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-                    )
-                    .optional()?;
-                match existing {
-                    Some((id, pw, label, tags)) => {
-                        let label = e.label.clone().or(label);
-                        // Tags given (config, a source) replace the stored ones; none given
-                        // keep them, as a label does.
-                        let new_tags = e.tags.to_column().or(tags.clone());
-                        if pw != u.password || label != e.label || new_tags != tags {
-                            upd.execute(params![id, u.password, text(&label), new_tags])?;
-                        }
-                        out.push((id, false));
-                    }
-                    None => out.push((insert_new(&tx, &mut ins, e, &now)?, true)),
-                }
-            }
-        }
-        tx.commit()?;
-        Ok(out)
+        each!(self, s => s.ensure_endpoints(eps))
     }
 
     /// One endpoint by id.
     pub fn get(&self, id: EndpointId) -> Result<Option<EndpointRow>, StoreError> {
-        let sql = format!("SELECT {ENDPOINT_COLS} FROM endpoints WHERE id=?1");
-        let mut st = self.conn.prepare_cached(&sql)?;
-        let row = st.query_row([id], read_endpoint).optional()?;
-        row.transpose()
+        each!(self, s => s.get(id))
     }
 
     /// Endpoints with this URL's identity, in any pool (or in `pool`).
     pub fn find(&self, url: &ProxyUrl, pool: Option<&str>) -> Result<Vec<EndpointRow>, StoreError> {
-        let sql = format!(
-            "SELECT {ENDPOINT_COLS} FROM endpoints WHERE scheme=?1 AND host=?2 AND port=?3 AND user=?4 \
-             AND (?5 IS NULL OR pool=?5) ORDER BY id"
-        );
-        let mut st = self.conn.prepare_cached(&sql)?;
-        let rows = st.query_map(
-            params![
-                url.scheme.as_str(),
-                url.host,
-                url.port,
-                url.user_key(),
-                pool
-            ],
-            read_endpoint,
-        )?;
-        rows.map(|r| r?).collect()
+        each!(self, s => s.find(url, pool))
     }
 
     /// Resolve an operator's `ID|URL` argument to one endpoint, of `pool` when given: the
@@ -348,83 +393,31 @@ impl Store {
         pool: Option<&str>,
         state: Option<State>,
     ) -> Result<Vec<EndpointRow>, StoreError> {
-        let sql = format!(
-            "SELECT {ENDPOINT_COLS} FROM endpoints WHERE (?1 IS NULL OR pool=?1) AND (?2 IS NULL OR state=?2) ORDER BY id"
-        );
-        let mut st = self.conn.prepare_cached(&sql)?;
-        let rows = st.query_map(params![pool, state.map(State::as_str)], read_endpoint)?;
-        rows.map(|r| r?).collect()
+        each!(self, s => s.list(pool, state))
     }
 
     /// Delete endpoints (and only here), writing a `removed` event each; all or nothing.
     pub fn remove(&mut self, ids: &[EndpointId]) -> Result<(), StoreError> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        remove_rows(&tx, ids)?;
-        tx.commit()?;
-        Ok(())
+        each!(self, s => s.remove(ids))
     }
 
-    /// Apply a batch of writes in one transaction.
+    /// Apply a batch of writes in one transaction, all or nothing.
     pub fn write(&mut self, writes: &[Write]) -> Result<(), StoreError> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        for w in writes {
-            apply_write(&tx, w)?;
+        let groups = [writes.to_vec()];
+        match self.write_groups(&groups)?.pop() {
+            Some(r) => r.map(|_| ()),
+            None => Ok(()),
         }
-        tx.commit()?;
-        Ok(())
     }
 
     /// Group commit: apply several independent batches in one transaction, each batch
-    /// atomic on its own (a savepoint), so one bad batch fails alone.
+    /// atomic on its own, so one bad batch fails alone. Each batch's result says what its
+    /// claims got and which rows its guarded writes found changed elsewhere.
     pub fn write_groups(
         &mut self,
         groups: &[Vec<Write>],
-    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        // Committing into a deleted file would acknowledge writes that nobody can read.
-        self.check_file()?;
-        #[cfg(test)]
-        if self.fail_commits > 0 {
-            self.fail_commits -= 1;
-            return Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(
-                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
-                Some("database or disk is full (injected)".into()),
-            )));
-        }
-        let mut tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut out = Vec::with_capacity(groups.len());
-        for g in groups {
-            let sp = tx.savepoint()?;
-            match g.iter().try_for_each(|w| apply_write(&sp, w)) {
-                Ok(()) => {
-                    sp.commit()?;
-                    out.push(Ok(()));
-                }
-                Err(e) => {
-                    drop(sp);
-                    out.push(Err(e));
-                }
-            }
-        }
-        tx.commit()?;
-        Ok(out)
-    }
-
-    /// Fail the next `n` commits as a full disk would.
-    #[cfg(test)]
-    pub(crate) fn fail_next_commits(&mut self, n: u32) {
-        self.fail_commits = n;
-    }
-
-    /// Commits still to fail.
-    #[cfg(test)]
-    pub(crate) fn failing_commits(&self) -> u32 {
-        self.fail_commits
+    ) -> Result<Vec<Result<Applied, StoreError>>, StoreError> {
+        each!(self, s => s.write_groups(groups))
     }
 
     /// Events in order, optionally for one endpoint, with id > `after`.
@@ -434,12 +427,7 @@ impl Store {
         after: i64,
         limit: usize,
     ) -> Result<Vec<EventRow>, StoreError> {
-        let mut st = self.conn.prepare_cached(&format!(
-            "SELECT {EVENT_COLS} FROM events \
-                 WHERE id > ?1 AND (?2 IS NULL OR endpoint=?2) ORDER BY id LIMIT ?3"
-        ))?;
-        let rows = st.query_map(params![after, endpoint, limit as i64], read_event)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        each!(self, s => s.events(endpoint, after, limit))
     }
 
     /// The most recent events of an endpoint, newest first.
@@ -448,447 +436,141 @@ impl Store {
         endpoint: Option<EndpointId>,
         limit: usize,
     ) -> Result<Vec<EventRow>, StoreError> {
-        let mut st = self.conn.prepare_cached(&format!(
-            "SELECT {EVENT_COLS} FROM events \
-                 WHERE (?1 IS NULL OR endpoint=?1) ORDER BY id DESC LIMIT ?2"
-        ))?;
-        let rows = st.query_map(params![endpoint, limit as i64], read_event)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        each!(self, s => s.recent_events(endpoint, limit))
     }
 
     /// The last sniff of each source.
     pub fn sources(&self, pool: Option<&str>) -> Result<Vec<SourceRow>, StoreError> {
-        let mut st = self.conn.prepare_cached(
-            "SELECT pool, name, last_at, last_ok, last_detail, last_count FROM sources \
-             WHERE (?1 IS NULL OR pool=?1) ORDER BY pool, name",
+        each!(self, s => s.sources(pool))
+    }
+
+    /// Replace an endpoint's URL and/or label, keeping its id, state and history, with an
+    /// `edited` event (passwords redacted). `label: Some(None)` clears the label.
+    pub fn edit_endpoint(
+        &mut self,
+        id: EndpointId,
+        url: Option<&ProxyUrl>,
+        label: Option<Option<String>>,
+        tags: &std::collections::BTreeMap<String, String>,
+    ) -> Result<EndpointRow, StoreError> {
+        each!(self, s => s.edit_endpoint(id, url, label, tags))
+    }
+
+    /// Events matching `f` with id > `after`, oldest first.
+    pub fn events_matching(
+        &self,
+        f: &EventFilter,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        each!(self, s => s.events_matching(f, after, limit))
+    }
+
+    /// The last `n` events matching `f`, oldest first.
+    pub fn last_events_matching(
+        &self,
+        f: &EventFilter,
+        n: usize,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        each!(self, s => s.last_events_matching(f, n))
+    }
+
+    /// Delete up to `batch` of the oldest events that happened before `before`; returns
+    /// how many went. Endpoint rows are never touched.
+    pub fn prune_events(&mut self, before: SystemTime, batch: usize) -> Result<usize, StoreError> {
+        each!(self, s => s.prune_events(before, batch))
+    }
+
+    /// `state_changed` times since `since`, with the endpoint's pool, newest first; at
+    /// most `cap` rows are read.
+    pub fn transition_times(
+        &self,
+        since: SystemTime,
+        cap: usize,
+    ) -> Result<Vec<(String, SystemTime)>, StoreError> {
+        each!(self, s => s.transition_times(since, cap))
+    }
+
+    /// Up to `limit` endpoints of a pool for the status page, those that need attention
+    /// (not available) first, then by id.
+    pub fn page_rows(&self, pool: &str, limit: usize) -> Result<Vec<EndpointRow>, StoreError> {
+        each!(self, s => s.page_rows(pool, limit))
+    }
+
+    /// Insert endpoints, all or nothing; returns their ids in order.
+    pub fn add_endpoints(&mut self, eps: &[NewEndpoint]) -> Result<Vec<EndpointId>, StoreError> {
+        let mut ids = Vec::with_capacity(eps.len());
+        self.add_endpoints_from(
+            eps.iter().map(Ok::<_, StoreError>),
+            OnExisting::Refuse,
+            |id| ids.push(id),
         )?;
-        let rows = st.query_map(params![pool], |r| {
-            Ok(SourceRow {
-                pool: r.get(0)?,
-                name: r.get(1)?,
-                last_at: r.get(2)?,
-                last_ok: r.get::<_, Option<i64>>(3)?.map(|v| v != 0),
-                last_detail: r.get(4)?,
-                last_count: r.get(5)?,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        Ok(ids)
     }
-}
 
-/// Make the database files readable by their owner only: they hold proxy passwords.
-/// Refuse a database file with more than one hard link. A missing file is fine (it is
-/// about to be created); `stat` follows symlinks, so a symlink to a single-link file is too.
-fn check_single_link(db: &Path) -> Result<(), StoreError> {
-    use std::os::unix::fs::MetadataExt;
-    match std::fs::metadata(db) {
-        Ok(m) if m.is_file() && m.nlink() > 1 => Err(StoreError::HardLinked {
-            path: db.to_path_buf(),
-            links: m.nlink(),
-        }),
-        _ => Ok(()),
+    /// Insert endpoints as an iterator yields them, all or nothing (one transaction; the
+    /// first error rolls everything back). Nothing is held per endpoint but its id, handed
+    /// to `added` in order (ids are consecutive), so an import of millions streams. With
+    /// `OnExisting::Skip` endpoints already stored (or listed earlier) are passed over;
+    /// returns how many.
+    pub fn add_endpoints_from<E, T>(
+        &mut self,
+        eps: impl Iterator<Item = Result<T, E>>,
+        on_existing: OnExisting,
+        added: impl FnMut(EndpointId),
+    ) -> Result<u64, E>
+    where
+        E: From<StoreError>,
+        T: ToInsert,
+    {
+        each!(self, s => s.add_endpoints_from(eps, on_existing, added))
     }
-}
 
-fn restrict(db: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    for suffix in ["", "-wal", "-shm"] {
-        let mut p = db.as_os_str().to_owned();
-        p.push(suffix);
-        let p = PathBuf::from(p);
-        if let Ok(m) = std::fs::metadata(&p) {
-            if m.permissions().mode() & 0o077 != 0 {
-                let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600));
-            }
+    /// Up to `limit` endpoints with ids in `from..=to`, by id.
+    pub fn rows_between(
+        &self,
+        from: EndpointId,
+        to: EndpointId,
+        limit: usize,
+    ) -> Result<Vec<EndpointRow>, StoreError> {
+        each!(self, s => s.rows_between(from, to, limit))
+    }
+
+    /// Apply pair writes in one transaction, all or nothing.
+    pub fn write_pairs(&mut self, writes: &[pairs::PairWrite]) -> Result<(), StoreError> {
+        let w: Vec<Write> = writes.iter().cloned().map(Write::Pair).collect();
+        self.write(&w)
+    }
+
+    /// Every stored pair (to restore on start), in (endpoint, destination) order.
+    pub fn pairs(&self) -> Result<Vec<pairs::PairRow>, StoreError> {
+        each!(self, s => s.pairs())
+    }
+
+    /// The pairs of one endpoint (`show ID`).
+    pub fn pairs_of(&self, endpoint: EndpointId) -> Result<Vec<pairs::PairRow>, StoreError> {
+        each!(self, s => s.pairs_of(endpoint))
+    }
+
+    /// The pairs of one destination (`list --destination D`).
+    pub fn pairs_for(&self, destination: &str) -> Result<Vec<pairs::PairRow>, StoreError> {
+        each!(self, s => s.pairs_for(destination))
+    }
+
+    /// Fail the next `n` commits as a full disk would (SQLite; engine tests).
+    #[cfg(test)]
+    pub(crate) fn fail_next_commits(&mut self, n: u32) {
+        if let Store::Sqlite(s) = self {
+            s.fail_next_commits(n);
         }
     }
-}
 
-impl StoreError {
-    /// The request named something wrong (a duplicate, a missing endpoint): the caller's
-    /// mistake, to be answered as bad input. Everything else is a failure of the database.
-    pub fn is_input(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Duplicate { .. }
-                | StoreError::DuplicateInBatch { .. }
-                | StoreError::NotFound(_)
-                | StoreError::Ambiguous { .. }
-                | StoreError::Tags(_)
-        )
-    }
-}
-
-impl ResolveError {
-    /// See [`StoreError::is_input`].
-    pub fn is_input(&self) -> bool {
+    /// Commits still to fail.
+    #[cfg(test)]
+    pub(crate) fn failing_commits(&self) -> u32 {
         match self {
-            ResolveError::BadUrl(_) | ResolveError::NotFound(_) => true,
-            ResolveError::Store(e) => e.is_input(),
-        }
-    }
-}
-
-/// Why an operator's `ID|URL` did not name one endpoint.
-#[derive(Debug, thiserror::Error)]
-pub enum ResolveError {
-    /// Neither an id nor a valid URL.
-    #[error("{0}")]
-    BadUrl(crate::endpoint::EndpointError),
-    /// Nothing matched.
-    #[error("no endpoint {0}")]
-    NotFound(String),
-    /// Store failure or ambiguity.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-fn apply_write(tx: &Connection, w: &Write) -> Result<(), StoreError> {
-    match w {
-        Write::Transition(h, ev) => {
-            let mut st = tx.prepare_cached(
-                "UPDATE endpoints SET state=?2, reason=?3, phase=?4, detail=?5, streak=?6, reason_streak=?7, \
-                 cooldown_ms=?8, cooldown_until=?9, state_changed_at=?10 WHERE id=?1",
-            )?;
-            let n = st.execute(params![
-                h.id,
-                h.state.as_str(),
-                h.reason.map(Reason::as_str),
-                h.phase.map(Phase::as_str),
-                text(&h.detail),
-                h.streak,
-                h.reason_streak,
-                h.cooldown_ms.map(|v| v as i64),
-                h.cooldown_until.map(fmt_time),
-                fmt_time(SystemTime::now()),
-            ])?;
-            if n == 0 {
-                return Err(StoreError::NotFound(format!("with id {}", h.id)));
-            }
-            insert_event(tx, ev)
-        }
-        Write::Event(ev) => insert_event(tx, ev),
-        Write::Remove(ids) => remove_rows(tx, ids),
-        Write::Pair(w) => pairs::apply(tx, w),
-        Write::EventStatus(ev, status) => insert_event_on(tx, ev.endpoint, None, *status, ev),
-        Write::SourceResult {
-            pool,
-            name,
-            ok,
-            detail,
-            count,
-        } => {
-            tx.prepare_cached(
-                "INSERT INTO sources (pool, name, last_at, last_ok, last_detail, last_count) VALUES (?1,?2,?3,?4,?5,?6) \
-                 ON CONFLICT(pool, name) DO UPDATE SET last_at=excluded.last_at, last_ok=excluded.last_ok, \
-                 last_detail=excluded.last_detail, last_count=excluded.last_count",
-            )?
-            .execute(params![
-                pool,
-                name,
-                fmt_time(SystemTime::now()),
-                *ok as i64,
-                text(detail),
-                count.map(|c| c as i64)
-            ])?;
-            Ok(())
-        }
-    }
-}
-
-/// Insert one endpoint (with `ins`, prepared from `INSERT_ENDPOINT`) and its `added` event.
-fn insert_new(
-    tx: &Connection,
-    ins: &mut rusqlite::CachedStatement<'_>,
-    e: &NewEndpoint,
-    now: &str,
-) -> Result<EndpointId, StoreError> {
-    let u = &e.url;
-    ins.execute(params![
-        e.pool,
-        u.scheme.as_str(),
-        u.host,
-        u.port,
-        u.user_key(),
-        u.password,
-        text(&e.label),
-        text(&e.source),
-        e.state.as_str(),
-        now,
-        e.tags.to_column()
-    ])?;
-    let id = tx.last_insert_rowid();
-    insert_event(
-        tx,
-        &NewEvent {
-            endpoint: Some(id),
-            to: Some(e.state),
-            detail: e.source.clone(),
-            ..NewEvent::new(EventKind::Added)
-        },
-    )?;
-    Ok(id)
-}
-
-fn remove_rows(tx: &Connection, ids: &[EndpointId]) -> Result<(), StoreError> {
-    let mut seen = std::collections::HashSet::new();
-    for &id in ids.iter().filter(|id| seen.insert(**id)) {
-        let n = tx.execute("DELETE FROM endpoints WHERE id=?1", [id])?;
-        if n == 0 {
-            return Err(StoreError::NotFound(format!("with id {id}")));
-        }
-        insert_event(
-            tx,
-            &NewEvent {
-                endpoint: Some(id),
-                ..NewEvent::new(EventKind::Removed)
-            },
-        )?;
-    }
-    Ok(())
-}
-
-fn insert_event(tx: &Connection, ev: &NewEvent) -> Result<(), StoreError> {
-    insert_event_on(tx, ev.endpoint, None, None, ev)
-}
-
-/// Append `ev` as about `endpoint` (a pair write names its pair's endpoint), with the
-/// pair's `destination` and the report's HTTP `status` (docs/destinations.md, "Events").
-fn insert_event_on(
-    tx: &Connection,
-    endpoint: Option<EndpointId>,
-    destination: Option<&str>,
-    status: Option<u16>,
-    ev: &NewEvent,
-) -> Result<(), StoreError> {
-    tx.prepare_cached(
-        "INSERT INTO events (at, endpoint, kind, from_state, to_state, reason, phase, detail, lease, \
-         destination, status, blame) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
-    )?
-    .execute(params![
-        fmt_time(SystemTime::now()),
-        endpoint,
-        ev.kind.as_str(),
-        ev.from.map(State::as_str),
-        ev.to.map(State::as_str),
-        ev.reason.map(Reason::as_str),
-        ev.phase.map(Phase::as_str),
-        text(&ev.detail),
-        text(&ev.lease),
-        destination.map(crate::redact::printable),
-        status,
-        ev.blame.map(Blame::as_str),
-    ])?;
-    Ok(())
-}
-
-/// A free-text column as stored: control characters (a client's CR/LF, ESC, NUL) written
-/// as escapes (`redact::printable`), so no stored text can forge a line or drive a
-/// terminal wherever it is printed later.
-pub(crate) fn text(v: &Option<String>) -> Option<std::borrow::Cow<'_, str>> {
-    crate::redact::printable_opt(v.as_deref())
-}
-
-/// An optional text column holding a name (`reason`, `phase`): None stays None.
-pub(crate) fn parse_col<T: std::str::FromStr>(v: Option<&str>) -> Result<Option<T>, T::Err> {
-    v.map(str::parse).transpose()
-}
-
-/// The `state`, `reason` and `phase` columns at `at..at + 3`, as endpoints and pairs both
-/// keep them; `corrupt` names the row a value this version does not know is in.
-fn read_names(
-    r: &Row<'_>,
-    at: usize,
-    corrupt: impl Fn(&str) -> StoreError,
-) -> Result<(State, Option<Reason>, Option<Phase>), StoreError> {
-    let state: String = r.get(at)?;
-    let reason: Option<String> = r.get(at + 1)?;
-    let phase: Option<String> = r.get(at + 2)?;
-    Ok((
-        state.parse().map_err(|_| corrupt("state"))?,
-        parse_col(reason.as_deref()).map_err(|_| corrupt("reason"))?,
-        parse_col(phase.as_deref()).map_err(|_| corrupt("phase"))?,
-    ))
-}
-
-/// The `cooldown_ms` and `cooldown_until` columns at `at` and `at + 1`: a negative length
-/// reads as 0 and a time that does not parse as none.
-fn read_cooldown(r: &Row<'_>, at: usize) -> rusqlite::Result<(Option<u64>, Option<SystemTime>)> {
-    let ms: Option<i64> = r.get(at)?;
-    let until: Option<String> = r.get(at + 1)?;
-    Ok((
-        ms.map(|v| v.max(0) as u64),
-        until.as_deref().and_then(parse_time),
-    ))
-}
-
-/// The columns `read_event` reads, in its order.
-pub(crate) const EVENT_COLS: &str =
-    "id, at, kind, endpoint, from_state, to_state, reason, phase, detail, lease, destination, status, blame";
-
-fn read_event(r: &Row<'_>) -> rusqlite::Result<EventRow> {
-    Ok(EventRow {
-        id: r.get(0)?,
-        at: r.get(1)?,
-        kind: r.get(2)?,
-        endpoint: r.get(3)?,
-        from: r.get(4)?,
-        to: r.get(5)?,
-        reason: r.get(6)?,
-        phase: r.get(7)?,
-        detail: r.get(8)?,
-        lease: r.get(9)?,
-        destination: r.get(10)?,
-        status: r.get(11)?,
-        blame: r.get(12)?,
-    })
-}
-
-fn read_endpoint(r: &Row<'_>) -> rusqlite::Result<Result<EndpointRow, StoreError>> {
-    let id: i64 = r.get(0)?;
-    let scheme: String = r.get(2)?;
-    let user: String = r.get(5)?;
-    let corrupt = |what: &str| StoreError::Corrupt(format!("endpoint {id}: {what}"));
-    let build = || -> Result<EndpointRow, StoreError> {
-        let scheme: Scheme = scheme.parse().map_err(|_| corrupt("scheme"))?;
-        let (state, reason, phase) = read_names(r, 9, corrupt)?;
-        let (cooldown_ms, cooldown_until) = read_cooldown(r, 15)?;
-        Ok(EndpointRow {
-            id,
-            url: ProxyUrl {
-                scheme,
-                host: r.get(3)?,
-                port: r.get(4)?,
-                user: (!user.is_empty()).then(|| user.clone()),
-                password: r.get(6)?,
-            },
-            pool: r.get(1)?,
-            label: r.get(7)?,
-            source: r.get(8)?,
-            state,
-            reason,
-            phase,
-            detail: r.get(12)?,
-            streak: r.get(13)?,
-            reason_streak: r.get(14)?,
-            cooldown_ms,
-            cooldown_until,
-            state_changed_at: r.get(17)?,
-            created_at: r.get(18)?,
-            tags: Tags::from_column(r.get::<_, Option<String>>(19)?.as_deref())
-                .map_err(|e| corrupt(&e.to_string()))?,
-        })
-    };
-    Ok(build())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn new_ep(url: &str, pool: &str) -> NewEndpoint {
-        NewEndpoint {
-            url: ProxyUrl::parse(url).unwrap(),
-            pool: pool.into(),
-            label: None,
-            source: Some("cli".into()),
-            state: State::Available,
-            tags: Tags::default(),
-        }
-    }
-
-    #[test]
-    fn identity_includes_user_and_pool() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut s = Store::open(&dir.path().join("t.db")).unwrap();
-        let ids = s
-            .add_endpoints(&[
-                new_ep("socks5://a:x@h:1", "default"),
-                new_ep("socks5://b:x@h:1", "default"),
-                new_ep("socks5://h:1", "default"),
-                new_ep("socks5://a:x@h:1", "other"),
-            ])
-            .unwrap();
-        assert_eq!(ids.len(), 4);
-        // Same identity with another password is a duplicate; the batch changes nothing.
-        let err = s
-            .add_endpoints(&[
-                new_ep("http://h:2", "default"),
-                new_ep("socks5://a:y@h:1", "default"),
-            ])
-            .unwrap_err();
-        assert!(matches!(err, StoreError::Duplicate { .. }), "{err}");
-        assert!(!err.to_string().contains(":y@"));
-        assert_eq!(s.list(None, None).unwrap().len(), 4);
-        assert!(matches!(
-            s.resolve("socks5://a@h:1", None).unwrap_err(),
-            ResolveError::Store(StoreError::Ambiguous { .. })
-        ));
-        // A pool makes it one; an id of another pool is not found in it.
-        assert_eq!(
-            s.resolve("socks5://a@h:1", Some("other")).unwrap().id,
-            ids[3]
-        );
-        assert_eq!(
-            s.resolve("socks5://a@h:1", Some("default")).unwrap().id,
-            ids[0]
-        );
-        let id = ids[3].to_string();
-        assert_eq!(s.resolve(&id, None).unwrap().id, ids[3]);
-        let err = s.resolve(&id, Some("default")).unwrap_err();
-        assert!(matches!(err, ResolveError::NotFound(_)), "{err}");
-        assert!(err.to_string().contains("in pool \"default\""), "{err}");
-        let err = s.resolve("socks5://a@h:1", Some("nope")).unwrap_err();
-        assert!(err.to_string().contains("in pool \"nope\""), "{err}");
-    }
-
-    #[test]
-    fn ids_are_never_reused_after_remove() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut s = Store::open(&dir.path().join("t.db")).unwrap();
-        let a = s.add_endpoints(&[new_ep("http://a:1", "default")]).unwrap()[0];
-        s.remove(&[a]).unwrap();
-        let b = s.add_endpoints(&[new_ep("http://b:1", "default")]).unwrap()[0];
-        assert!(b > a, "id {a} reused as {b}");
-        let c = s
-            .ensure_endpoints(&[new_ep("http://c:1", "default")])
-            .unwrap()[0]
-            .0;
-        assert!(c > b);
-        // The new endpoint has only its own history.
-        let evs = s.recent_events(Some(b), 10).unwrap();
-        assert_eq!(evs.len(), 1, "{evs:?}");
-        assert_eq!(evs[0].kind, "added");
-    }
-
-    #[test]
-    fn times_round_trip() {
-        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_790_000_000_123);
-        assert_eq!(parse_time(&fmt_time(t)), Some(t));
-    }
-
-    #[test]
-    fn concurrent_first_opens_migrate_once_and_files_are_private() {
-        use std::os::unix::fs::PermissionsExt;
-        for round in 0..20 {
-            let dir = tempfile::tempdir().unwrap();
-            let db = dir.path().join(format!("sub/new{round}.db"));
-            let handles: Vec<_> = (0..4)
-                .map(|_| {
-                    let db = db.clone();
-                    std::thread::spawn(move || Store::open(&db).map(|_| ()))
-                })
-                .collect();
-            for h in handles {
-                h.join().unwrap().unwrap();
-            }
-            let mode = std::fs::metadata(&db).unwrap().permissions().mode();
-            assert_eq!(mode & 0o077, 0, "database readable by others: {mode:o}");
-            let dmode = std::fs::metadata(db.parent().unwrap())
-                .unwrap()
-                .permissions()
-                .mode();
-            assert_eq!(dmode & 0o077, 0, "folder open to others: {dmode:o}");
+            Store::Sqlite(s) => s.failing_commits(),
+            Store::Postgres(_) => 0,
         }
     }
 }

@@ -45,9 +45,9 @@ fn lease_with(
     destination: &str,
     session: Option<&str>,
 ) -> Result<Grant, PoolError> {
-    let (now, wall) = vp.now();
+    let (now, _) = vp.now();
     let want = Want::parse(Some(destination), None).unwrap();
-    let (r, w) = vp.pools.lease_with(POOL, TTL, session, &want, now, wall);
+    let (r, w) = vp.pools.lease_with(POOL, TTL, session, &want, now);
     vp.persist(&w);
     r
 }
@@ -98,10 +98,7 @@ async fn two_endpoints_failing_a_target_make_it_down_and_cool_nobody() {
     }
     // Every other place still leases, from every endpoint, and nobody was cooled.
     let other = lease_with(&mut vp, SHOP, None).unwrap();
-    vp.pools
-        .release(&other.lease, vp.now().0, vp.now().1)
-        .0
-        .unwrap();
+    vp.pools.release(&other.lease, vp.now().0).0.unwrap();
     assert!(vp.lease().is_ok());
     all_available_and_unbanned(&vp);
     let events = vp.new_events();
@@ -195,8 +192,8 @@ async fn a_target_trial_given_back_without_an_answer_is_the_next_leases() {
     }
     tokio::time::advance(Duration::from_millis(2200)).await;
     let trial = lease_with(&mut vp, DEAD, None).unwrap();
-    let (now, wall) = vp.now();
-    vp.pools.release(&trial.lease, now, wall).0.unwrap();
+    let (now, _) = vp.now();
+    vp.pools.release(&trial.lease, now).0.unwrap();
     let again = lease_with(&mut vp, DEAD, None).unwrap();
     assert_eq!(
         again.scope.as_deref(),
@@ -246,15 +243,15 @@ async fn a_target_others_reach_cools_only_the_pair_of_the_endpoint_that_cannot()
     for _ in 0..10 {
         let g = lease_with(&mut vp, SHOP, None).unwrap();
         assert_ne!(g.endpoint, bad);
-        let (now, wall) = vp.now();
-        vp.pools.release(&g.lease, now, wall).0.unwrap();
+        let (now, _) = vp.now();
+        vp.pools.release(&g.lease, now).0.unwrap();
     }
     // Another port of the same host is another target: the endpoint serves it.
     let seen: Vec<_> = (0..6)
         .map(|_| {
             let g = lease_with(&mut vp, "shop.example:80", None).unwrap();
-            let (now, wall) = vp.now();
-            vp.pools.release(&g.lease, now, wall).0.unwrap();
+            let (now, _) = vp.now();
+            vp.pools.release(&g.lease, now).0.unwrap();
             g.endpoint
         })
         .collect();
@@ -280,8 +277,8 @@ async fn an_endpoint_that_fails_three_targets_others_reach_cools_endpoint_wide()
             g
         } else {
             let other = lease_with(&mut vp, t, None).unwrap();
-            let (now, wall) = vp.now();
-            vp.pools.release(&g.lease, now, wall).0.unwrap();
+            let (now, _) = vp.now();
+            vp.pools.release(&g.lease, now).0.unwrap();
             other
         };
         assert_eq!(g.endpoint, good);
@@ -351,7 +348,7 @@ fn ban() -> Outcome {
 fn banned_then_due(vp: &mut VirtualPool) -> Grant {
     let g = lease_with(vp, SHOP, Some("s1")).unwrap();
     let (now, wall) = vp.now();
-    vp.pools.release(&g.lease, now, wall).0.unwrap();
+    vp.pools.release(&g.lease, now).0.unwrap();
     let (r, w) = vp.pools.report_session(
         POOL,
         "s1",
@@ -396,8 +393,8 @@ async fn a_tunnel_never_decides_a_ban_and_bans_reported_by_session_back_off() {
     assert_eq!(r.unwrap(), State::Available);
     assert_eq!(pair(&vp).state, State::ProbeAllowed);
     // The client saw a 403 inside, closed the tunnel, then reported by session.
-    let (now, wall) = vp.now();
-    vp.pools.release(&trial.lease, now, wall).0.unwrap();
+    let (now, _) = vp.now();
+    vp.pools.release(&trial.lease, now).0.unwrap();
     tokio::time::advance(Duration::from_secs(3)).await;
     let (now, wall) = vp.now();
     let (r, w) = vp.pools.report_session(
@@ -428,7 +425,7 @@ async fn a_ban_trial_with_no_verdict_is_given_back_with_its_streak() {
     let (now, wall) = vp.now();
     let w = vp.pools.reached(&trial.lease, now, wall).1;
     vp.persist(&w);
-    vp.pools.release(&trial.lease, now, wall).0.unwrap();
+    vp.pools.release(&trial.lease, now).0.unwrap();
     // Held for verdict_window (10 s): no lease for the host through it meanwhile.
     tokio::time::advance(Duration::from_secs(9)).await;
     vp.tick();
@@ -468,7 +465,7 @@ async fn a_probe_target_that_is_down_cools_nobody_and_is_retried_through_one_end
     // Static pools start probe_allowed: make them available first (probes that pass).
     for &id in &vp.ids.clone() {
         let (now, wall) = vp.now();
-        let (ok, w) = vp.pools.try_claim(id, now, wall);
+        let (ok, w) = vp.pools.try_claim(id, now);
         vp.persist(&w);
         assert!(ok);
         let (r, w) = vp
@@ -545,7 +542,7 @@ async fn a_probe_failure_others_prove_wrong_is_the_endpoints() {
     let (a, b) = (vp.ids[0], vp.ids[1]);
     for id in [a, b] {
         let (now, wall) = vp.now();
-        let w = vp.pools.try_claim(id, now, wall).1;
+        let w = vp.pools.try_claim(id, now).1;
         vp.persist(&w);
         let w = vp
             .pools
@@ -573,7 +570,7 @@ async fn a_hundred_thousand_bogus_targets_cool_nobody_and_stay_within_the_cap() 
         let want = Want::parse(Some(&format!("bogus-{i}.invalid:443")), None).unwrap();
         // Twice, as the gateway's retries would: pending, then down.
         for _ in 0..2 {
-            let (g, _) = vp.pools.lease_with(POOL, TTL, None, &want, now, wall);
+            let (g, _) = vp.pools.lease_with(POOL, TTL, None, &want, now);
             let g = g.unwrap();
             let (r, _) =
                 vp.pools

@@ -455,8 +455,8 @@ async fn virtual_pool_audit_trail_with_destinations() {
     advance(BASE).await;
     let t = vp.lease_for(SHOP).unwrap();
     assert_eq!((t.endpoint, t.trial), (1, true));
-    let (now, wall) = vp.now();
-    let (r, w) = vp.pools.release(&t.lease, now, wall);
+    let (now, _) = vp.now();
+    let (r, w) = vp.pools.release(&t.lease, now);
     r.unwrap();
     vp.persist(&w);
     let t2 = vp.lease_for(SHOP).unwrap();

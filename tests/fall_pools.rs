@@ -44,12 +44,14 @@ fn pools(fall: u32) -> Pools {
             reason_streak: 0,
             cooldown_ms: None,
             cooldown_until: None,
+            cooldown_left: None,
+            claim: None,
+            rev: 0,
             state_changed_at: "2027-01-15T08:00:00.000Z".into(),
             created_at: "2027-01-15T08:00:00.000Z".into(),
             tags: Default::default(),
         },
         Instant::now(),
-        SystemTime::now(),
     );
     p
 }
@@ -57,7 +59,7 @@ fn pools(fall: u32) -> Pools {
 /// Lease and report one use; returns the state after and the kinds written.
 fn use_once(p: &mut Pools, outcome: Outcome) -> (State, Vec<&'static str>) {
     let (now, wall) = (Instant::now(), SystemTime::now());
-    let (g, _) = p.lease("p", Duration::from_secs(30), None, now, wall);
+    let (g, _) = p.lease("p", Duration::from_secs(30), None, now);
     let g = g.unwrap();
     let (state, writes) = p.report(&g.lease, outcome, now, wall);
     let kinds = writes

@@ -39,6 +39,9 @@ fn row(id: EndpointId, pool: &str, state: State) -> EndpointRow {
         reason_streak: 0,
         cooldown_ms: None,
         cooldown_until: None,
+        cooldown_left: None,
+        claim: None,
+        rev: 0,
         state_changed_at: "2027-01-15T08:00:00.000Z".into(),
         created_at: "2027-01-15T08:00:00.000Z".into(),
         tags: Default::default(),
@@ -49,9 +52,9 @@ fn row(id: EndpointId, pool: &str, state: State) -> EndpointRow {
 fn pools(mode: Mode, n: i64, state: State, clock: Clock) -> Pools {
     let mut p = Pools::new([pool_cfg("p", mode)]);
     p.seed(7);
-    let (now, wall) = clock.now();
+    let (now, _) = clock.now();
     for id in 1..=n {
-        p.insert_row(&row(id, "p", state), now, wall);
+        p.insert_row(&row(id, "p", state), now);
     }
     p
 }
@@ -61,8 +64,8 @@ fn refused() -> Outcome {
 }
 
 fn lease(p: &mut Pools, clock: Clock) -> Result<Grant, PoolError> {
-    let (now, wall) = clock.now();
-    p.lease("p", TTL, None, now, wall).0
+    let (now, _) = clock.now();
+    p.lease("p", TTL, None, now).0
 }
 
 fn report(p: &mut Pools, g: &Grant, o: Outcome, clock: Clock) -> State {
@@ -93,6 +96,8 @@ fn event_kinds(writes: &[Write]) -> Vec<&'static str> {
             Write::SourceResult { .. } => "source_result",
             Write::Remove(_) => "removed",
             Write::Pair(_) => "pair",
+            Write::Claim(c) => c.event.kind.as_str(),
+            Write::Unclaim(u) => u.event.kind.as_str(),
         })
         .collect()
 }
@@ -180,8 +185,8 @@ async fn thousand_concurrent_claimers_one_winner_repeated() {
             let p = p.clone();
             tasks.push(tokio::spawn(async move {
                 tokio::task::yield_now().await;
-                let (now, wall) = clock.now();
-                p.lock().unwrap().try_claim(1, now, wall)
+                let (now, _) = clock.now();
+                p.lock().unwrap().try_claim(1, now)
             }));
         }
         let mut wins = 0;
@@ -235,8 +240,8 @@ async fn thousand_concurrent_leases_one_trial() {
             let p = p.clone();
             tasks.push(tokio::spawn(async move {
                 tokio::task::yield_now().await;
-                let (now, wall) = clock.now();
-                p.lock().unwrap().lease("p", TTL, None, now, wall).0
+                let (now, _) = clock.now();
+                p.lock().unwrap().lease("p", TTL, None, now).0
             }));
         }
         let mut trials = 0;
@@ -322,13 +327,13 @@ async fn trial_lease_ttl_expiry_gives_the_claim_back() {
     assert_eq!(before.streak, 1);
 
     advance(TTL - MS).await;
-    let (now, wall) = clock.now();
-    assert!(p.advance(now, wall).is_empty(), "not expired yet");
+    let (now, _) = clock.now();
+    assert!(p.advance(now).is_empty(), "not expired yet");
     assert!(health(&p, 1).claimed);
 
     advance(MS).await;
-    let (now, wall) = clock.now();
-    let writes = p.advance(now, wall);
+    let (now, _) = clock.now();
+    let writes = p.advance(now);
     assert_eq!(event_kinds(&writes), vec!["trial_abandoned"]);
     match &writes[0] {
         Write::Event(ev) => {
@@ -369,8 +374,8 @@ async fn trial_lease_expiry_is_seen_by_any_operation() {
     assert_eq!((t.endpoint, t.trial), (1, true));
     advance(TTL + S).await;
     // An ordinary lease runs the expiry first and gets the trial back.
-    let (now, wall) = clock.now();
-    let (g, writes) = p.lease("p", TTL, None, now, wall);
+    let (now, _) = clock.now();
+    let (g, writes) = p.lease("p", TTL, None, now);
     let g = g.unwrap();
     assert_eq!(
         event_kinds(&writes),
@@ -386,8 +391,8 @@ async fn releasing_a_trial_lease_abandons_it() {
     let mut p = pools(Mode::StaticNoPing, 1, State::Available, clock);
     let g = trial_lease(&mut p, clock).await;
     advance(S).await;
-    let (now, wall) = clock.now();
-    let (r, writes) = p.release(&g.lease, now, wall);
+    let (now, _) = clock.now();
+    let (r, writes) = p.release(&g.lease, now);
     r.unwrap();
     assert_eq!(event_kinds(&writes), vec!["trial_abandoned"]);
     let h = health(&p, 1);
@@ -396,7 +401,7 @@ async fn releasing_a_trial_lease_abandons_it() {
         (State::ProbeAllowed, false, 1)
     );
     // Released twice: the answer says it ended already; nothing changes.
-    let (r, w) = p.release(&g.lease, now, wall);
+    let (r, w) = p.release(&g.lease, now);
     assert_eq!(
         r,
         Err(PoolError::LeaseEnded {
@@ -410,7 +415,7 @@ async fn releasing_a_trial_lease_abandons_it() {
     report(&mut p, &t, Outcome::Success, clock);
     let o = lease(&mut p, clock).unwrap();
     assert!(!o.trial);
-    let (r, w) = p.release(&o.lease, now, wall);
+    let (r, w) = p.release(&o.lease, now);
     r.unwrap();
     assert!(w.is_empty());
     assert_eq!(health(&p, 1).state, State::Available);
@@ -456,14 +461,14 @@ async fn static_and_sniffing_leases_never_get_a_trial() {
             );
         }
         let (now, wall) = clock.now();
-        let (c1, w) = p.claim_next("p", now, wall);
+        let (c1, w) = p.claim_next("p", now);
         let (id1, _) = c1.expect("the prober claims");
         assert_eq!(event_kinds(&w), vec!["trial_admitted"]);
         assert!(health(&p, id1).claimed);
-        let (c2, _) = p.claim_next("p", now, wall);
+        let (c2, _) = p.claim_next("p", now);
         let (id2, _) = c2.expect("the other one");
         assert_ne!(id1, id2);
-        let (c3, w) = p.claim_next("p", now, wall);
+        let (c3, w) = p.claim_next("p", now);
         assert!(c3.is_none(), "{mode}: both claimed");
         assert!(w.is_empty());
         // A probe success makes it leasable, never as a trial.
@@ -483,12 +488,12 @@ async fn static_and_sniffing_leases_never_get_a_trial() {
         let h = health(&p, id1);
         assert_eq!((h.state, h.claimed), (State::ProbeAllowed, false));
         // claim_next does, once per endpoint, oldest probe_allowed first.
-        let (now, wall) = clock.now();
-        let (c, _) = p.claim_next("p", now, wall);
+        let (now, _) = clock.now();
+        let (c, _) = p.claim_next("p", now);
         assert_eq!(c.map(|c| c.0), Some(id1));
-        let (c, _) = p.claim_next("p", now, wall);
+        let (c, _) = p.claim_next("p", now);
         assert_eq!(c.map(|c| c.0), Some(id2));
-        let (c, _) = p.claim_next("p", now, wall);
+        let (c, _) = p.claim_next("p", now);
         assert!(c.is_none());
     }
 }
@@ -497,9 +502,9 @@ async fn static_and_sniffing_leases_never_get_a_trial() {
 async fn refused_claims_and_abandons_write_nothing() {
     let clock = Clock::new();
     let mut p = pools(Mode::Static, 1, State::Available, clock);
-    let (now, wall) = clock.now();
+    let (now, _) = clock.now();
     // Not probe_allowed: refused, and no admission is recorded.
-    let (won, w) = p.try_claim(1, now, wall);
+    let (won, w) = p.try_claim(1, now);
     assert!(!won);
     assert!(w.is_empty(), "{w:?}");
     let (r, w) = p.input(
@@ -508,7 +513,6 @@ async fn refused_claims_and_abandons_write_nothing() {
         Some(EventKind::TrialAbandoned),
         None,
         now,
-        wall,
     );
     assert_eq!(r.unwrap().0, Step::Refused);
     assert!(w.is_empty(), "{w:?}");
@@ -519,18 +523,18 @@ async fn a_reused_slot_never_revives_a_removed_endpoints_queue_items() {
     // Same pool: remove, add, cool the newcomer; it must never be leased while cooling.
     let clock = Clock::new();
     let mut p = pools(Mode::StaticNoPing, 3, State::Available, clock);
-    let (now, wall) = clock.now();
+    let (now, _) = clock.now();
     let g = lease(&mut p, clock).unwrap();
     assert_eq!(g.endpoint, 1);
-    p.release(&g.lease, now, wall).0.unwrap();
+    p.release(&g.lease, now).0.unwrap();
     assert!(p.remove_entry(3));
     assert!(p.remove_entry(1));
-    p.insert_row(&row(4, "p", State::Available), now, wall);
+    p.insert_row(&row(4, "p", State::Available), now);
     let g4 = lease(&mut p, clock).unwrap();
     let g4 = if g4.endpoint == 4 {
         g4
     } else {
-        p.release(&g4.lease, now, wall).0.unwrap();
+        p.release(&g4.lease, now).0.unwrap();
         lease(&mut p, clock).unwrap()
     };
     assert_eq!(g4.endpoint, 4);
@@ -538,7 +542,7 @@ async fn a_reused_slot_never_revives_a_removed_endpoints_queue_items() {
     for _ in 0..10 {
         let g = lease(&mut p, clock).unwrap();
         assert_eq!(g.endpoint, 2, "only endpoint 2 is available");
-        p.release(&g.lease, now, wall).0.unwrap();
+        p.release(&g.lease, now).0.unwrap();
     }
 
     // Two pools: a slot freed in pool a and reused by pool b is never leased from a.
@@ -547,15 +551,15 @@ async fn a_reused_slot_never_revives_a_removed_endpoints_queue_items() {
         pool_cfg("b", Mode::StaticNoPing),
     ]);
     for id in [1, 2, 4] {
-        p.insert_row(&row(id, "a", State::Available), now, wall);
+        p.insert_row(&row(id, "a", State::Available), now);
     }
     assert!(p.remove_entry(2));
-    p.insert_row(&row(3, "b", State::Available), now, wall);
+    p.insert_row(&row(3, "b", State::Available), now);
     let mut seen = Vec::new();
     for _ in 0..6 {
-        let g = p.lease("a", TTL, None, now, wall).0.unwrap();
+        let g = p.lease("a", TTL, None, now).0.unwrap();
         seen.push(g.endpoint);
-        p.release(&g.lease, now, wall).0.unwrap();
+        p.release(&g.lease, now).0.unwrap();
     }
     assert!(seen.iter().all(|id| [1, 4].contains(id)), "{seen:?}");
     let st = p.status(None, now).unwrap();
@@ -566,25 +570,25 @@ async fn a_reused_slot_never_revives_a_removed_endpoints_queue_items() {
 async fn a_sticky_session_keeps_its_endpoint_ahead_of_a_trial() {
     let clock = Clock::new();
     let mut p = pools(Mode::StaticNoPing, 2, State::Available, clock);
-    let (now, wall) = clock.now();
-    let g = p.lease("p", TTL, Some("s"), now, wall).0.unwrap();
+    let (now, _) = clock.now();
+    let g = p.lease("p", TTL, Some("s"), now).0.unwrap();
     assert_eq!(g.endpoint, 1);
-    p.release(&g.lease, now, wall).0.unwrap();
+    p.release(&g.lease, now).0.unwrap();
     // Endpoint 2 waits for its single trial.
-    p.input(2, Input::Disable { detail: None }, None, None, now, wall)
+    p.input(2, Input::Disable { detail: None }, None, None, now)
         .0
         .unwrap();
-    p.input(2, Input::Enable { now: false }, None, None, now, wall)
+    p.input(2, Input::Enable { now: false }, None, None, now)
         .0
         .unwrap();
-    let g = p.lease("p", TTL, Some("s"), now, wall).0.unwrap();
+    let g = p.lease("p", TTL, Some("s"), now).0.unwrap();
     assert_eq!(
         (g.endpoint, g.trial),
         (1, false),
         "the session stays on its endpoint"
     );
     // A lease without a session takes the trial.
-    let t = p.lease("p", TTL, None, now, wall).0.unwrap();
+    let t = p.lease("p", TTL, None, now).0.unwrap();
     assert_eq!((t.endpoint, t.trial), (2, true));
 }
 
@@ -595,7 +599,7 @@ async fn a_probe_success_is_an_event_only_when_it_changes_a_state() {
     let mut p = pools(Mode::Static, 1, State::ProbeAllowed, clock);
     let (now, wall) = clock.now();
     // The recovery probe's success changes the state: its row, then state_changed.
-    let (c, _) = p.claim_next("p", now, wall);
+    let (c, _) = p.claim_next("p", now);
     let (id, _) = c.expect("claimed");
     let (st, w) = p.probe_result(id, Outcome::Success, true, None, now, wall);
     assert_eq!(st, Ok(State::Available));

@@ -4,7 +4,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use proxypool::event_kind::EventKind;
 use proxypool::health::{Failure, Input, Phase, Policy, Reason};
@@ -38,7 +38,6 @@ static A: Counting = Counting;
 fn bytes_per_pair(per_dest: &[usize]) -> f64 {
     let policy = Policy::default();
     let now = Instant::now();
-    let wall = SystemTime::now();
     let names: Vec<String> = (0..per_dest.len())
         .map(|i| format!("site-{i}.example"))
         .collect();
@@ -64,7 +63,6 @@ fn bytes_per_pair(per_dest: &[usize]) -> f64 {
                 &policy,
                 // Spread deadlines as real traffic does.
                 now + Duration::from_millis(n as u64 % 10_000),
-                wall,
                 0.0,
             );
             drop(r);

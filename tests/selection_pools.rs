@@ -36,6 +36,9 @@ fn row(id: EndpointId, tags: &[&str]) -> EndpointRow {
         reason_streak: 0,
         cooldown_ms: None,
         cooldown_until: None,
+        cooldown_left: None,
+        claim: None,
+        rev: 0,
         state_changed_at: "2027-01-15T08:00:00.000Z".into(),
         created_at: "2027-01-15T08:00:00.000Z".into(),
         tags: Tags::parse_args(tags).unwrap(),
@@ -67,9 +70,9 @@ fn pace(interval: Duration, in_flight: u32, slow_down: bool) -> PaceConfig {
 fn pools(c: PoolConfig, n: i64, clock: &Clock) -> Pools {
     let mut p = Pools::new([c]);
     p.seed(23);
-    let (now, wall) = clock.now();
+    let (now, _) = clock.now();
     for id in 1..=n {
-        p.insert_row(&row(id, &[]), now, wall);
+        p.insert_row(&row(id, &[]), now);
     }
     p
 }
@@ -79,13 +82,13 @@ fn want(host: Option<&str>) -> Want {
 }
 
 fn lease(p: &mut Pools, host: Option<&str>, clock: &Clock) -> Result<Grant, PoolError> {
-    let (now, wall) = clock.now();
-    p.lease_with("p", TTL, None, &want(host), now, wall).0
+    let (now, _) = clock.now();
+    p.lease_with("p", TTL, None, &want(host), now).0
 }
 
 fn release(p: &mut Pools, g: &Grant, clock: &Clock) {
-    let (now, wall) = clock.now();
-    p.release(&g.lease, now, wall).0.unwrap();
+    let (now, _) = clock.now();
+    p.release(&g.lease, now).0.unwrap();
 }
 
 fn report(p: &mut Pools, g: &Grant, o: Outcome, took: Option<Duration>, clock: &Clock) -> State {
@@ -266,15 +269,15 @@ async fn without_slow_down_a_429_bans_the_pair_and_a_bare_503_always_does() {
 async fn a_paced_session_waits_for_its_endpoint_rather_than_moving() {
     let clock = Clock::new();
     let mut p = pools(cfg(|c| c.pace = Some(pace(5 * S, 0, false))), 2, &clock);
-    let (now, wall) = clock.now();
+    let (now, _) = clock.now();
     let w = want(Some(SHOP));
-    let a = p.lease_with("p", TTL, Some("s1"), &w, now, wall).0.unwrap();
+    let a = p.lease_with("p", TTL, Some("s1"), &w, now).0.unwrap();
     release(&mut p, &a, &clock);
-    let again = p.lease_with("p", TTL, Some("s1"), &w, now, wall).0;
+    let again = p.lease_with("p", TTL, Some("s1"), &w, now).0;
     assert_eq!(paced(again), Some(5 * S));
     advance(5 * S).await;
-    let (now, wall) = clock.now();
-    let b = p.lease_with("p", TTL, Some("s1"), &w, now, wall).0.unwrap();
+    let (now, _) = clock.now();
+    let b = p.lease_with("p", TTL, Some("s1"), &w, now).0.unwrap();
     assert_eq!(b.endpoint, a.endpoint);
 }
 
@@ -282,41 +285,32 @@ async fn a_paced_session_waits_for_its_endpoint_rather_than_moving() {
 async fn tags_select_endpoints_and_an_unknown_key_is_an_error() {
     let clock = Clock::new();
     let mut p = Pools::new([cfg(|_| {})]);
-    let (now, wall) = clock.now();
-    p.insert_row(&row(1, &["country=us", "tier=dc"]), now, wall);
-    p.insert_row(&row(2, &["country=de"]), now, wall);
-    p.insert_row(&row(3, &[]), now, wall);
+    let (now, _) = clock.now();
+    p.insert_row(&row(1, &["country=us", "tier=dc"]), now);
+    p.insert_row(&row(2, &["country=de"]), now);
+    p.insert_row(&row(3, &[]), now);
     let tagged = |t: &[&str]| Want::default().with_tags(Tags::parse_args(t).unwrap());
     for _ in 0..5 {
         let g = p
-            .lease_with("p", TTL, None, &tagged(&["country=de"]), now, wall)
+            .lease_with("p", TTL, None, &tagged(&["country=de"]), now)
             .0
             .unwrap();
         assert_eq!(g.endpoint, 2);
-        p.release(&g.lease, now, wall).0.unwrap();
+        p.release(&g.lease, now).0.unwrap();
         let g = p
-            .lease_with(
-                "p",
-                TTL,
-                None,
-                &tagged(&["tier=dc", "country=us"]),
-                now,
-                wall,
-            )
+            .lease_with("p", TTL, None, &tagged(&["tier=dc", "country=us"]), now)
             .0
             .unwrap();
         assert_eq!(g.endpoint, 1);
-        p.release(&g.lease, now, wall).0.unwrap();
+        p.release(&g.lease, now).0.unwrap();
     }
     // A value nobody carries: nothing fits.
     let r = p
-        .lease_with("p", TTL, None, &tagged(&["country=fr"]), now, wall)
+        .lease_with("p", TTL, None, &tagged(&["country=fr"]), now)
         .0;
     assert!(matches!(r, Err(PoolError::Exhausted { .. })), "{r:?}");
     // A key nobody carries: the caller's mistake, named with the keys in use.
-    let r = p
-        .lease_with("p", TTL, None, &tagged(&["contry=us"]), now, wall)
-        .0;
+    let r = p.lease_with("p", TTL, None, &tagged(&["contry=us"]), now).0;
     let e = r.unwrap_err();
     assert!(matches!(e, PoolError::UnknownTag { .. }));
     assert!(
@@ -329,7 +323,7 @@ async fn tags_select_endpoints_and_an_unknown_key_is_an_error() {
     let mut seen = Vec::new();
     for _ in 0..4 {
         let g = p
-            .lease_with("p", TTL, None, &tagged(&["country=de"]), now, wall)
+            .lease_with("p", TTL, None, &tagged(&["country=de"]), now)
             .0
             .unwrap();
         seen.push(g.endpoint);
@@ -442,8 +436,8 @@ async fn slow_start_raises_a_new_endpoints_share_from_a_tenth_to_full() {
     });
     let mut p = pools(c, 9, &clock);
     advance(100 * S).await;
-    let (now, wall) = clock.now();
-    p.insert_row(&row(10, &[]), now, wall);
+    let (now, _) = clock.now();
+    p.insert_row(&row(10, &[]), now);
     let share = |p: &mut Pools| {
         let got = shares(p, 4000, &HashMap::new(), &clock);
         got.get(&10).copied().unwrap_or(0) as f64 / 4000.0
@@ -461,8 +455,8 @@ async fn slow_start_raises_a_new_endpoints_share_from_a_tenth_to_full() {
     let c = cfg(|c| c.slow_start = 30 * S);
     let mut p = pools(c, 9, &clock);
     advance(100 * S).await;
-    let (now, wall) = clock.now();
-    p.insert_row(&row(10, &[]), now, wall);
+    let (now, _) = clock.now();
+    p.insert_row(&row(10, &[]), now);
     let got = shares(&mut p, 4000, &HashMap::new(), &clock);
     let new = got.get(&10).copied().unwrap_or(0);
     let old = got[&1];

@@ -6,7 +6,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use proxypool::config::PoolConfig;
 use proxypool::endpoint::ProxyUrl;
@@ -54,10 +54,10 @@ fn the_session_table_stays_a_few_mib_whatever_keys_clients_send() {
             tags: Default::default(),
         }])
         .unwrap();
-    let (now, wall) = (Instant::now(), SystemTime::now());
+    let now = Instant::now();
     let mut pools = Pools::new([PoolConfig::builtin("default")]);
     for r in store.list(None, None).unwrap() {
-        pools.insert_row(&r, now, wall);
+        pools.insert_row(&r, now);
     }
     let ttl = Duration::from_secs(60);
     // A key past the bound never reaches the pools: the fronts refuse it.
@@ -69,15 +69,15 @@ fn the_session_table_stays_a_few_mib_whatever_keys_clients_send() {
         k
     };
     let lease = |pools: &mut Pools, k: &str| {
-        let (g, _) = pools.lease("default", ttl, Some(k), now, wall);
-        let (r, _) = pools.release(&g.unwrap().lease, now, wall);
+        let (g, _) = pools.lease("default", ttl, Some(k), now);
+        let (r, _) = pools.release(&g.unwrap().lease, now);
         r.unwrap();
     };
     // Warm up what a lease allocates besides its session: lease maps at their size, and
     // the memory of how leases ended at its cap (65,536), with leases without a session.
     for _ in 0..70_000 {
-        let (g, _) = pools.lease("default", ttl, None, now, wall);
-        let (r, _) = pools.release(&g.unwrap().lease, now, wall);
+        let (g, _) = pools.lease("default", ttl, None, now);
+        let (r, _) = pools.release(&g.unwrap().lease, now);
         r.unwrap();
     }
     for i in 0..1_000 {

@@ -25,8 +25,9 @@ pub struct Cli {
 /// Options accepted before or after the subcommand.
 #[derive(Debug, Args, Clone)]
 pub struct Global {
-    /// SQLite database [default: $XDG_DATA_HOME/proxypool/proxypool.db]
-    #[arg(long, global = true, env = "PROXYPOOL_DB", value_name = "PATH")]
+    /// SQLite database file, or a postgresql:// URL that several daemons share
+    /// [default: $XDG_DATA_HOME/proxypool/proxypool.db]
+    #[arg(long, global = true, env = "PROXYPOOL_DB", value_name = "PATH|URL")]
     pub db: Option<PathBuf>,
     /// Config file [default: $XDG_CONFIG_HOME/proxypool/proxies.toml if it exists]
     #[arg(long, global = true, env = "PROXYPOOL_CONFIG", value_name = "PATH")]
@@ -218,6 +219,16 @@ pub enum Command {
         /// else `[server] http`). A non-loopback ADDR needs PROXYPOOL_TOKEN.
         #[arg(long, value_name = "ADDR", env = "PROXYPOOL_HTTP")]
         http: Option<SocketAddr>,
+    },
+    /// Create or upgrade the database's schema; with --from and --to, move a SQLite pool
+    /// whole into an empty PostgreSQL schema (all or nothing).
+    Migrate {
+        /// The SQLite database to move.
+        #[arg(long, value_name = "PATH", requires = "to")]
+        from: Option<PathBuf>,
+        /// The PostgreSQL database to move it into (postgresql://...).
+        #[arg(long, value_name = "URL", requires = "from")]
+        to: Option<String>,
     },
     /// Lease an endpoint from a running daemon and print its URL.
     Lease(LeaseArgs),

@@ -11,7 +11,7 @@ use crate::endpoint::EndpointId;
 use crate::pool::engine::{sync_config_endpoints, Engine};
 use crate::protocol::{EndpointRef, Payload, Request};
 use crate::store::lock::{self, Owner};
-use crate::store::Store;
+use crate::store::{Location, OpenOptions, Store};
 
 /// The endpoints an operator named (`ID|URL` arguments), of one pool when `--pool` is
 /// given: the same URL may be in several pools, and an id of another pool is refused.
@@ -34,8 +34,10 @@ impl<'a> Named<'a> {
 pub struct Context {
     /// Validated config.
     pub config: Arc<Config>,
-    /// Database path.
+    /// Database path (SQLite; for PostgreSQL the default path, never opened).
     pub db: PathBuf,
+    /// Where the pool's state lives: that file, or a PostgreSQL database.
+    pub at: Location,
     /// Socket path.
     pub socket: PathBuf,
     /// `--connect`: a daemon's TCP listener, instead of this host's daemon or database.
@@ -58,10 +60,23 @@ impl Context {
                 }
             }
         };
-        let db =
-            g.db.clone()
+        // `--db`/PROXYPOOL_DB (a path or a postgresql:// URL), else `[store] url`, else
+        // `[store] path`, else the default file.
+        let named = g.db.clone().or_else(|| {
+            config
+                .store_url
+                .clone()
+                .map(PathBuf::from)
                 .or_else(|| config.store_path.clone())
-                .unwrap_or_else(config::default_db_path);
+        });
+        let at = match &named {
+            Some(v) => Location::parse(v).map_err(|e| CliError::usage(e.to_string()))?,
+            None => Location::File(config::default_db_path()),
+        };
+        let db = match &at {
+            Location::File(p) => p.clone(),
+            Location::Postgres(_) => config::default_db_path(),
+        };
         let socket = g
             .socket
             .clone()
@@ -77,13 +92,32 @@ impl Context {
         Ok(Context {
             config: Arc::new(config),
             db,
+            at,
             socket,
             remote,
             held: std::sync::Mutex::new(None),
         })
     }
 
+    /// Whether the pool lives in PostgreSQL (shared by a fleet; no lock file, no daemon
+    /// in between: operator commands act on the database, docs/fleet.md).
+    pub fn shared(&self) -> bool {
+        matches!(self.at, Location::Postgres(_))
+    }
+
+    fn open_options(&self) -> OpenOptions {
+        let d = OpenOptions::default();
+        OpenOptions {
+            durability: self.config.durability,
+            claim_hold: self.config.claim_hold.unwrap_or(d.claim_hold),
+        }
+    }
+
+    /// Open the store, bringing its schema up to date.
     pub(super) fn open_store(&self) -> Result<Store, CliError> {
+        if self.shared() {
+            return Ok(Store::open_at(&self.at, self.open_options())?);
+        }
         if std::fs::symlink_metadata(&self.db).is_err() {
             // A daemon still holding the lock of a deleted database: creating a new empty
             // one here would hide that every endpoint and event is gone.
@@ -156,6 +190,11 @@ impl Context {
 
     pub(super) fn store(&self) -> Result<Store, CliError> {
         let mut s = self.open_store()?;
+        if self.shared() {
+            // Every daemon follows what is committed, config endpoints included.
+            sync_config_endpoints(&mut s, &self.config)?;
+            return Ok(s);
+        }
         // A running daemon synced the config when it started and owns the pool state:
         // inserting rows behind its back (e.g. re-adding a config endpoint just removed)
         // would make `list` show endpoints that the daemon never leases.
@@ -174,6 +213,10 @@ impl Context {
         if let Some(r) = &self.remote {
             return r.connect().await.map(Some);
         }
+        if self.shared() {
+            // The database is the meeting point: act on it, every daemon follows.
+            return Ok(None);
+        }
         match lock::owner(&self.db).map_err(|e| CliError::failed(e.to_string()))? {
             Owner::Daemon(sock) => match Client::connect(&sock).await? {
                 Some(c) => Ok(Some(c)),
@@ -191,9 +234,15 @@ impl Context {
     }
 
     pub(super) fn engine(&self) -> Result<Arc<Engine>, CliError> {
-        Ok(Engine::open(
+        // A command acts once and ends: it does not follow the fleet.
+        let opts = crate::pool::engine::EngineOptions {
+            follow: false,
+            ..Default::default()
+        };
+        Ok(Engine::open_with(
             self.store()?,
             self.config.pools.values().cloned(),
+            opts,
         )?)
     }
 
@@ -209,7 +258,7 @@ impl Context {
 
     /// Whether the database file exists (without creating it).
     pub(super) fn db_exists(&self) -> bool {
-        std::fs::symlink_metadata(&self.db).is_ok()
+        self.shared() || std::fs::symlink_metadata(&self.db).is_ok()
     }
 
     /// For a command that only reads: an error naming the path when the database does not

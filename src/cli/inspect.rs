@@ -324,7 +324,7 @@ async fn status_of(
     if ctx.remote.is_none() {
         ctx.check_db_exists()?;
     }
-    let db = ctx.db.display().to_string();
+    let db = ctx.at.describe();
     let req = Request::Status(StatusMessage { pool: pool.clone() });
     if let Some(mut c) = ctx.daemon().await? {
         return match call(&mut c, &req).await? {

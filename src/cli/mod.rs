@@ -14,6 +14,7 @@ mod inspect;
 mod lease;
 mod lines;
 pub mod logging;
+mod migrate;
 mod operator;
 mod pairs;
 mod probe;
@@ -133,6 +134,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             gateway,
             http,
         } => serve(&ctx, listen_tcp, gateway, http).await,
+        Command::Migrate { from, to } => migrate::migrate(&ctx, from, to),
         Command::Lease(a) => lease(&ctx, a).await,
         Command::Report(a) => report(&ctx, a).await,
         Command::Release { lease } => release(&ctx, lease).await,

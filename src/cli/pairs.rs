@@ -30,7 +30,7 @@ pub(super) fn pair_json(p: &PairRow) -> Value {
         "detail": r.detail,
         "streak": r.streak,
         "cooldown_ms": r.cooldown_ms,
-        "cooldown_until": r.cooldown_until.map(fmt_time),
+        "cooldown_until": p.cooldown_until.map(fmt_time),
         "state_changed_at": p.state_changed_at,
     })
 }
@@ -109,7 +109,7 @@ pub(super) fn print_pairs(pairs: &[PairRow]) {
         if let Some(x) = r.status {
             line.push_str(&format!(" status={x}"));
         }
-        if let Some(u) = r.cooldown_until {
+        if let Some(u) = p.cooldown_until {
             // As the daemon counts it: at most the cooldown's length from now.
             let now = std::time::SystemTime::now();
             let len = std::time::Duration::from_millis(r.cooldown_ms.unwrap_or(0));

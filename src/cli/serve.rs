@@ -47,16 +47,24 @@ pub(super) async fn serve(
     // Own the database before reading it: a second daemon is refused, and CLI commands
     // writing right now finish first (their writes are then in what we load).
     let socket = std::path::absolute(&ctx.socket).unwrap_or_else(|_| ctx.socket.clone());
-    let held = Arc::new(
-        lock::daemon_lock(&ctx.db, Duration::from_secs(10))
-            .map_err(|e| CliError::failed(e.to_string()))?,
-    );
+    // PostgreSQL is shared by design: no lock, several daemons serve it at once
+    // (docs/fleet.md).
+    let held = match ctx.shared() {
+        true => None,
+        false => Some(Arc::new(
+            lock::daemon_lock(&ctx.db, Duration::from_secs(10))
+                .map_err(|e| CliError::failed(e.to_string()))?,
+        )),
+    };
     // Idle clients must not run the daemon out of descriptors at a low default soft limit.
     let nofile = crate::server::fd_limit::raise_nofile();
     tracing::debug!(nofile, "open-file limit");
     // Not `ctx.open_store()`: that refuses a missing database whose lock a daemon holds,
     // and the daemon holding it now is this one, about to create it.
-    let mut store = crate::store::Store::open_with(&ctx.db, ctx.config.durability)?;
+    let mut store = match ctx.shared() {
+        true => ctx.open_store()?,
+        false => crate::store::Store::open_with(&ctx.db, ctx.config.durability)?,
+    };
     sync_config_endpoints(&mut store, &ctx.config)?;
     let engine = Engine::open(store, ctx.config.pools.values().cloned())?;
     let shutdown = CancellationToken::new();
@@ -83,13 +91,14 @@ pub(super) async fn serve(
             http_token: secrets.http,
             gateway,
             http,
-            database: Some(
-                std::path::absolute(&ctx.db)
+            database: Some(match ctx.shared() {
+                true => ctx.at.describe(),
+                false => std::path::absolute(&ctx.db)
                     .unwrap_or_else(|_| ctx.db.clone())
                     .display()
                     .to_string(),
-            ),
-            lock: Some(held.clone()),
+            }),
+            lock: held.clone(),
             // The file this daemon started from; else the default path, where a config
             // written after the start is picked up by SIGHUP.
             reload_from: Some(
@@ -109,7 +118,9 @@ pub(super) async fn serve(
         }
         e => CliError::failed(e.to_string()),
     });
-    lock::clear(&held);
+    if let Some(held) = &held {
+        lock::clear(held);
+    }
     r
 }
 

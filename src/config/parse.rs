@@ -111,6 +111,32 @@ impl File<'_> {
         store: Option<RawStore>,
         server: Option<RawServer>,
     ) -> Result<Config, ConfigError> {
+        if let Some(s) = &store {
+            if let Some(url) = &s.url {
+                if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                    return Err(self.invalid(
+                        "store.url".to_string(),
+                        "must start with postgres:// or postgresql:// (a SQLite file is [store] path)"
+                            .to_string(),
+                    ));
+                }
+                if s.path.is_some() {
+                    return Err(self.invalid(
+                        "store.url".to_string(),
+                        "name one store: [store] path (SQLite) or url (PostgreSQL), not both"
+                            .to_string(),
+                    ));
+                }
+            }
+        }
+        let store_url = store.as_ref().and_then(|s| s.url.clone());
+        let claim_hold = store.as_ref().and_then(|s| s.claim_hold);
+        if claim_hold.is_some_and(|h| h < Duration::from_secs(1)) {
+            return Err(self.invalid(
+                "store.claim_hold".to_string(),
+                "must be at least 1s (a daemon renews its claims every third of it)".to_string(),
+            ));
+        }
         let (store_path, durability, events_retention) = match store {
             Some(s) => (
                 s.path.map(|p| self.resolve(p)),
@@ -142,6 +168,8 @@ impl File<'_> {
         }
         Ok(Config {
             store_path,
+            store_url,
+            claim_hold,
             durability,
             socket: socket.map(|p| self.resolve(p)),
             max_connections,

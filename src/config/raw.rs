@@ -63,6 +63,9 @@ pub(super) struct RawGateway {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawStore {
     pub(super) path: Option<PathBuf>,
+    pub(super) url: Option<String>,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) claim_hold: Option<Duration>,
     pub(super) synchronous: Option<Durability>,
     #[serde(default, deserialize_with = "de_duration")]
     pub(super) events_retention: Option<Duration>,

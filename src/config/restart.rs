@@ -13,6 +13,8 @@ pub fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
         }
     };
     changed("store.path", old.store_path != new.store_path);
+    changed("store.url", old.store_url != new.store_url);
+    changed("store.claim_hold", old.claim_hold != new.claim_hold);
     changed("store.synchronous", old.durability != new.durability);
     changed(
         "store.events_retention",

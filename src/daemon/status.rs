@@ -64,6 +64,10 @@ fn source_error(e: EngineError) -> StatusError {
 }
 
 impl StatusSource for DaemonStatus {
+    fn store_up(&self) -> bool {
+        self.engine.store_up()
+    }
+
     async fn status(&self, pool: Option<&str>) -> Result<Vec<PoolStatus>, StatusError> {
         self.engine.status(pool).map_err(source_error)
     }

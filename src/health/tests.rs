@@ -1333,12 +1333,11 @@ fn validate_rejects_bad_values_naming_the_key() {
 }
 
 #[test]
-fn cooldown_until_is_the_wall_clock_deadline_of_a_cooling_health() {
+fn cooldown_left_is_what_remains_of_a_cooling_health() {
     let now = Instant::now();
-    let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
     let cases = [
-        (Cooling, Some(now + 30 * S), Some(wall + 30 * S)),
-        (Cooling, Some(now), Some(wall)),
+        (Cooling, Some(now + 30 * S), Some(30 * S)),
+        (Cooling, Some(now), Some(Duration::ZERO)),
         (Cooling, None, None),
         // A deadline left from an earlier cooldown means nothing in another state.
         (Available, Some(now + 30 * S), None),
@@ -1348,53 +1347,42 @@ fn cooldown_until_is_the_wall_clock_deadline_of_a_cooling_health() {
     for (state, deadline, want) in cases {
         let mut h = Health::new(state);
         h.deadline = deadline;
-        assert_eq!(h.cooldown_until(now, wall), want, "{state:?} {deadline:?}");
+        assert_eq!(h.cooldown_left(now), want, "{state:?} {deadline:?}");
     }
-    // A deadline already past is now.
+    // A deadline already past leaves nothing.
     let mut h = Health::new(Cooling);
     h.deadline = Some(now);
-    assert_eq!(h.cooldown_until(now + 5 * S, wall), Some(wall));
+    assert_eq!(h.cooldown_left(now + 5 * S), Some(Duration::ZERO));
 }
 
 #[test]
 fn restore_cooldown_rebuilds_a_stored_deadline_on_the_monotonic_clock() {
     let now = Instant::now();
-    let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-    // (state, cooldown_ms, cooldown_until, deadline wanted)
+    // (state, cooldown_ms, left as the store read it, deadline wanted)
     let cases = [
-        (
-            Cooling,
-            Some(60_000),
-            Some(wall + 25 * S),
-            Some(now + 25 * S),
-        ),
-        // Clamped to the cooldown's length (a wall clock moved back meanwhile).
-        (
-            Cooling,
-            Some(60_000),
-            Some(wall + 600 * S),
-            Some(now + 60 * S),
-        ),
+        (Cooling, Some(60_000), Some(25 * S), Some(now + 25 * S)),
+        // Clamped to the cooldown's length.
+        (Cooling, Some(60_000), Some(600 * S), Some(now + 60 * S)),
         // Over while the daemon was down, or never stored: due at once.
-        (Cooling, Some(60_000), Some(wall - S), Some(now)),
+        (Cooling, Some(60_000), Some(Duration::ZERO), Some(now)),
         (Cooling, Some(60_000), None, Some(now)),
-        (Cooling, None, Some(wall + 25 * S), Some(now)),
+        (Cooling, None, Some(25 * S), Some(now)),
         // Only a cooling health has a deadline.
-        (ProbeAllowed, Some(60_000), Some(wall + 25 * S), None),
+        (ProbeAllowed, Some(60_000), Some(25 * S), None),
         (Available, None, None, None),
     ];
-    for (state, ms, until, want) in cases {
+    for (state, ms, left, want) in cases {
         let mut h = Health::new(state);
-        h.restore_cooldown(ms, until, now, wall);
-        assert_eq!(h.deadline, want, "{state:?} {ms:?} {until:?}");
+        h.restore_cooldown(ms, left, now);
+        assert_eq!(h.deadline, want, "{state:?} {ms:?} {left:?}");
         assert_eq!(h.cooldown, ms.map(Duration::from_millis), "{state:?}");
     }
-    // What `cooldown_until` stores, `restore_cooldown` reads back.
+    // What `cooldown_left` stores, `restore_cooldown` reads back.
     let mut h = Health::new(Cooling);
     h.deadline = Some(now + 42 * S);
     h.cooldown = Some(60 * S);
     let mut back = Health::new(Cooling);
-    back.restore_cooldown(Some(60_000), h.cooldown_until(now, wall), now, wall);
+    back.restore_cooldown(Some(60_000), h.cooldown_left(now), now);
     assert_eq!(back.deadline, h.deadline);
 }
 

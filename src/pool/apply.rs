@@ -1,7 +1,5 @@
 //! Transitions: apply an input to an endpoint, and what each act records.
 
-use std::time::SystemTime;
-
 use tokio::time::Instant;
 use tracing::info;
 
@@ -9,7 +7,7 @@ use crate::endpoint::EndpointId;
 use crate::event_kind::EventKind;
 use crate::health::blame::Blame;
 use crate::health::{Input, State, Step};
-use crate::store::{HealthRecord, NewEvent, Write};
+use crate::store::{Claim, ClaimOn, HealthRecord, NewEvent, Unclaim, Write};
 
 use super::{PoolError, Pools};
 
@@ -26,6 +24,8 @@ pub(super) struct Act {
     pub(super) status: Option<u16>,
     /// Whom the failure counted against (docs/blame.md).
     pub(super) blame: Option<Blame>,
+    /// A claim's hold in the store: the lease's ttl, or the probe's time (docs/fleet.md).
+    pub(super) hold: Option<std::time::Duration>,
     /// The act's row only when the state changed (a periodic probe's success: the
     /// statistics count it, the event log would only repeat it).
     pub(super) only_on_change: bool,
@@ -43,6 +43,9 @@ fn log_summary(s: Option<super::burst::Summary>) {
     }
 }
 
+/// How long a claim made without a stated hold holds in the store.
+pub(super) const DEFAULT_HOLD: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl Pools {
     /// Apply an input to an endpoint, keeping indexes in sync; returns the step and the
     /// writes that record it.
@@ -51,7 +54,6 @@ impl Pools {
         id: EndpointId,
         input: Input,
         now: Instant,
-        wall: SystemTime,
         act: Act,
     ) -> (Step, Vec<Write>) {
         let jitter = self.rng.f64() * 2.0 - 1.0;
@@ -62,9 +64,19 @@ impl Pools {
             .expect("caller checked the endpoint");
         let from = e.health.state;
         let pool = e.pool;
+        // A trial's outcome is applied only while this daemon's claim is the current one.
+        let ours = e.claim;
+        let deciding = matches!(
+            input,
+            Input::Success { trial: true } | Input::Failure { trial: true, .. }
+        );
         // Disjoint fields: the policy is borrowed, not cloned, on every transition.
         let policy = &self.pools[e.pool].cfg.policy;
         let step = e.health.apply(input, policy, now, jitter);
+        if matches!(step, Step::Claimed | Step::Changed { .. } | Step::Abandoned) {
+            // A claim lives from its confirmation (`claim_won`) to its trial's end.
+            e.claim = None;
+        }
         let h = &e.health;
         let mut writes = Vec::new();
         // The act itself (report, probe, trial admission) is one row... unless it was
@@ -83,9 +95,22 @@ impl Pools {
                 lease: act.lease.clone(),
                 blame: act.blame,
             };
-            writes.push(match act.status {
-                Some(s) => Write::EventStatus(ev, Some(s)),
-                None => Write::Event(ev),
+            writes.push(match (&step, kind, ours, act.status) {
+                // The store confirms the claim; the event is written only if it does.
+                (Step::Claimed, EventKind::TrialAdmitted, _, _) => Write::Claim(Claim {
+                    on: ClaimOn::Endpoint(id),
+                    hold: act.hold.unwrap_or(DEFAULT_HOLD),
+                    event: ev,
+                }),
+                (Step::Abandoned, EventKind::TrialAbandoned, Some(epoch), _) => {
+                    Write::Unclaim(Unclaim {
+                        on: ClaimOn::Endpoint(id),
+                        epoch,
+                        event: ev,
+                    })
+                }
+                (_, _, _, Some(s)) => Write::EventStatus(ev, Some(s)),
+                (_, _, _, None) => Write::Event(ev),
             });
         }
         // ...and every change of the persisted state is a `state_changed` row.
@@ -105,6 +130,8 @@ impl Pools {
             }
             let rec = HealthRecord {
                 id,
+                from: *from,
+                trial: if deciding { ours } else { None },
                 state: h.state,
                 reason: h.reason,
                 phase: h.phase,
@@ -112,7 +139,7 @@ impl Pools {
                 streak: h.streak,
                 reason_streak: h.reason_streak,
                 cooldown_ms: h.cooldown.map(|d| d.as_millis() as u64),
-                cooldown_until: h.cooldown_until(now, wall),
+                cooldown_left: h.cooldown_left(now),
             };
             let ev = NewEvent {
                 endpoint: Some(id),
@@ -139,20 +166,25 @@ impl Pools {
     }
 
     /// Move cooling endpoints whose deadline passed to `probe_allowed` and expire leases.
-    pub fn advance(&mut self, now: Instant, wall: SystemTime) -> Vec<Write> {
+    pub fn advance(&mut self, now: Instant) -> Vec<Write> {
         log_summary(self.burst.flush(now));
         let mut writes = Vec::new();
         for p in 0..self.pools.len() {
+            if self.frozen {
+                // The store is away: deadlines wait for it (docs/fleet.md, "Faults").
+                break;
+            }
+            self.lapse_remote_claims(p, now);
             while let Some(&(d, id)) = self.pools[p].cooling.first() {
                 if d > now {
                     break;
                 }
-                let (_, w) = self.apply(id, Input::DeadlinePassed, now, wall, Act::default());
+                let (_, w) = self.apply(id, Input::DeadlinePassed, now, Act::default());
                 writes.extend(w);
             }
             let ps = &mut self.pools[p];
             if ps.dests.next_due().is_some_and(|d| d <= now) {
-                let w = ps.dests.advance(&ps.cfg.policy, now, wall);
+                let w = ps.dests.advance(&ps.cfg.policy, now);
                 writes.extend(w.into_iter().map(Write::Pair));
             }
         }
@@ -163,7 +195,7 @@ impl Pools {
             self.lease_expiry.pop_first();
             if let Some(l) = self.leases.remove(&lid) {
                 self.remember_ended(lid, super::Ended::Expired);
-                writes.extend(self.end_lease(lid, l, now, wall, "lease expired"));
+                writes.extend(self.end_lease(lid, l, now, "lease expired"));
             }
         }
         writes
@@ -177,9 +209,8 @@ impl Pools {
         kind: Option<EventKind>,
         detail: Option<String>,
         now: Instant,
-        wall: SystemTime,
     ) -> (Result<(Step, State), PoolError>, Vec<Write>) {
-        let mut writes = self.advance(now, wall);
+        let mut writes = self.advance(now);
         if !self.entries.contains_key(&id) {
             return (Err(PoolError::UnknownEndpoint(id)), writes);
         }
@@ -205,7 +236,7 @@ impl Pools {
             detail,
             ..Default::default()
         };
-        let (step, w) = self.apply(id, input, now, wall, ev);
+        let (step, w) = self.apply(id, input, now, ev);
         writes.extend(w);
         if let (Step::Refused, Some(action)) = (&step, operator) {
             // Every operator action leaves a row, also one that found nothing to change.

@@ -24,7 +24,6 @@
 //! destination, while the bans are what must stay small.
 
 use std::collections::{BTreeSet, VecDeque};
-use std::time::SystemTime;
 
 use rustc_hash::FxHashMap;
 use tokio::time::Instant;
@@ -249,13 +248,16 @@ impl Destinations {
         v
     }
 
-    /// Load a stored pair on start, rebuilding a cooling deadline as
-    /// `clamp(cooldown_until − now_wall, 0, cooldown_ms)` from `now`.
+    /// Load a stored pair (on start, or as another daemon left it), its cooling deadline
+    /// `left` from `now` as the store read it. `claim`: the trial is out elsewhere for
+    /// that long (docs/fleet.md, "Ownership"). What only this daemon knows of the pair
+    /// (failures counting towards `fall`, its own claim while the row still shows it) is
+    /// kept.
     pub fn restore(
         &mut self,
         rec: &PairRecord,
+        claim: Option<crate::store::RowClaim>,
         now: Instant,
-        wall: SystemTime,
     ) -> Result<(), DestinationError> {
         let name = normalize_key(&rec.destination)?;
         let mut h = Health::new(rec.state);
@@ -263,16 +265,106 @@ impl Destinations {
         h.reason_streak = rec.reason_streak;
         h.reason = rec.reason;
         h.phase = rec.phase;
-        h.restore_cooldown(rec.cooldown_ms, rec.cooldown_until, now, wall);
+        h.restore_cooldown(rec.cooldown_ms, rec.cooldown_left, now);
         let slot = self.slot_for(&name);
-        let existed = self.take(slot, rec.endpoint).is_some();
-        if !existed && !self.room() {
+        let old = self.take(slot, rec.endpoint);
+        if old.is_none() && !self.room() {
             self.drop_if_empty(slot);
             return Err(self.cap_error());
         }
-        let pair = Pair::from_health(&h, rec.status, self.epoch);
+        if let Some(o) = old.filter(|o| o.state == rec.state) {
+            h.fails = o.fails;
+        }
+        let mut pair = Pair::from_health(&h, rec.status, self.epoch);
+        let ours = old.and_then(|o| o.epoch());
+        match (rec.state, claim) {
+            (State::ProbeAllowed, Some(c)) if ours == Some(c.epoch) => {
+                pair.claimed = true;
+                pair.set_epoch(ours);
+                pair.deadline = old.map_or(NONE, |o| o.deadline);
+            }
+            (State::ProbeAllowed, Some(c)) if !c.left.is_zero() => {
+                // Another daemon's trial: nobody here may take it until it lapses.
+                pair.claimed = true;
+                pair.deadline = pair::ticks(self.epoch, now + c.left);
+            }
+            _ => {}
+        }
         self.put(slot, rec.endpoint, pair, true);
         Ok(())
+    }
+
+    /// Every pair held, as (endpoint, destination).
+    pub fn keys(&self) -> Vec<(EndpointId, String)> {
+        self.views
+            .iter()
+            .flatten()
+            .flat_map(|v| v.pairs.keys().map(|&id| (id, v.name.to_string())))
+            .collect()
+    }
+
+    /// The pair has no row any more (it recovered elsewhere): forget it.
+    pub fn forget(&mut self, destination: &str, id: EndpointId) {
+        if let Some(d) = self.lookup(destination) {
+            if self.take(d.0, id).is_some() {
+                self.drop_if_empty(d.0);
+            }
+        }
+    }
+
+    /// Whether another daemon holds the pair's trial (claimed here, not by us, and
+    /// lapsing at a deadline).
+    pub fn claimed_remotely(&self, key: &str, id: EndpointId) -> bool {
+        self.lookup(key)
+            .and_then(|d| self.view(d.0))
+            .and_then(|v| v.pairs.get(&id))
+            .is_some_and(|p| {
+                p.state == State::ProbeAllowed
+                    && p.claimed
+                    && p.epoch().is_none()
+                    && p.deadline != NONE
+            })
+    }
+
+    /// This daemon's confirmed claim of the pair's trial, if it holds one.
+    pub fn our_claim(&self, key: &str, id: EndpointId) -> Option<crate::store::Epoch> {
+        let d = self.lookup(key)?;
+        let p = self.view(d.0)?.pairs.get(&id)?;
+        p.claimed.then_some(p.epoch()).flatten()
+    }
+
+    /// The store confirmed the claim of the pair's trial: it is this daemon's, under
+    /// `epoch`.
+    pub fn claim_won(&mut self, key: &str, id: EndpointId, epoch: crate::store::Epoch) -> bool {
+        let Some(d) = self.lookup(key) else {
+            return false;
+        };
+        match self
+            .views
+            .get_mut(d.0 as usize)
+            .and_then(Option::as_mut)
+            .and_then(|v| v.pairs.get_mut(&id))
+        {
+            Some(p) if p.state == State::ProbeAllowed && p.claimed => {
+                p.set_epoch(Some(epoch));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Another daemon holds the pair's trial: give up the claim taken in memory (the
+    /// pair's row, read with the answer, then says how long theirs holds).
+    pub fn claim_lost(&mut self, key: &str, id: EndpointId) {
+        let Some(d) = self.lookup(key) else {
+            return;
+        };
+        if let Some(mut p) = self.take(d.0, id) {
+            if p.state == State::ProbeAllowed && p.epoch().is_none() {
+                p.claimed = false;
+            }
+            self.put(d.0, id, p, true);
+        }
     }
 
     /// Apply a report or probe input on a pair (`destination` already normalised);
@@ -290,7 +382,6 @@ impl Destinations {
         act: Option<NewEvent>,
         policy: &Policy,
         now: Instant,
-        wall: SystemTime,
         jitter: f64,
     ) -> PairStep {
         // Callers normalise once at the protocol boundary; a raw name would open a
@@ -327,6 +418,12 @@ impl Destinations {
         let from = h.state;
         let was_waiting = pair.state == State::ProbeAllowed && !pair.claimed;
         let failure = matches!(input, Input::Failure { .. });
+        // A trial's outcome is applied only while this daemon's claim is the current one.
+        let deciding = matches!(
+            input,
+            Input::Success { trial: true } | Input::Failure { trial: true, .. }
+        );
+        let ours = pair.epoch();
         let step = h.apply(input, policy, now, jitter);
         // The pair keeps the status of the failure that banned it; the act's event
         // carries the status of this report.
@@ -357,11 +454,16 @@ impl Destinations {
             });
         }
         if let Step::Changed { from, to } = step {
+            let trial = if deciding { ours } else { None };
             writes.push(writes::transition(
-                &name, id, from, to, &h, kept, act, now, wall,
+                &name, id, from, to, &h, kept, act, trial, now,
             ));
         }
-        let after = Pair::from_health(&h, kept, self.epoch);
+        let mut after = Pair::from_health(&h, kept, self.epoch);
+        // A claim lives from its confirmation to its trial's end.
+        if !matches!(step, Step::Claimed | Step::Changed { .. } | Step::Abandoned) {
+            after.set_epoch(ours);
+        }
         if after.needed() {
             self.put(slot, id, after, !was_waiting);
         } else {
@@ -376,25 +478,36 @@ impl Destinations {
 
     /// Claim the trial of one pair by compare-and-set: of any number of callers at the
     /// same instant, exactly one gets `true`.
+    /// The claim is taken in memory; the `Claim` write among the step's writes asks the
+    /// store to confirm it (`hold`: how long it holds there), with the `trial_admitted`
+    /// event written only if it does.
+    #[allow(clippy::too_many_arguments)]
     pub fn try_claim(
         &mut self,
         d: DestRef,
         id: EndpointId,
         lease: Option<String>,
+        hold: std::time::Duration,
         policy: &Policy,
         now: Instant,
-        wall: SystemTime,
     ) -> PairStep {
         let name = match self.view(d.0) {
             Some(v) => v.name.to_string(),
             None => return self.refused(),
         };
-        let act = Some(NewEvent {
-            lease,
-            ..NewEvent::new(EventKind::TrialAdmitted)
-        });
-        let r = self.apply(&name, id, Input::Claim, None, act, policy, now, wall, 0.0);
+        let mut r = self.apply(&name, id, Input::Claim, None, None, policy, now, 0.0);
         if r.step == Step::Claimed {
+            r.writes.push(PairWrite::Claim(crate::store::Claim {
+                on: crate::store::ClaimOn::Pair(id, name.clone()),
+                hold,
+                event: NewEvent {
+                    endpoint: Some(id),
+                    from: Some(State::ProbeAllowed),
+                    to: Some(State::ProbeAllowed),
+                    lease,
+                    ..NewEvent::new(EventKind::TrialAdmitted)
+                },
+            }));
             if let Some(v) = self.views[d.0 as usize].as_mut() {
                 v.trials.retain(|&e| e != id);
             }
@@ -404,14 +517,15 @@ impl Destinations {
 
     /// Claim the oldest waiting trial of a destination whose endpoint `ok` accepts (the
     /// caller's endpoint-wide checks: available, under the lease cap).
+    #[allow(clippy::too_many_arguments)]
     pub fn claim_trial(
         &mut self,
         d: DestRef,
         mut ok: impl FnMut(&Destinations, EndpointId) -> bool,
         lease: Option<String>,
+        hold: std::time::Duration,
         policy: &Policy,
         now: Instant,
-        wall: SystemTime,
     ) -> Option<(EndpointId, PairStep)> {
         let mut i = 0;
         let mut found = None;
@@ -436,12 +550,14 @@ impl Destinations {
             }
         }
         let id = found?;
-        let r = self.try_claim(d, id, lease, policy, now, wall);
+        let r = self.try_claim(d, id, lease, hold, policy, now);
         (r.step == Step::Claimed).then_some((id, r))
     }
 
     /// The trial of a pair ended without an outcome: give the slot back.
     #[allow(clippy::too_many_arguments)]
+    /// Only this daemon's own claim is given back (with an `Unclaim` write); another
+    /// daemon's is not ours to end.
     pub fn abandon(
         &mut self,
         destination: &str,
@@ -450,24 +566,35 @@ impl Destinations {
         lease: Option<String>,
         policy: &Policy,
         now: Instant,
-        wall: SystemTime,
     ) -> PairStep {
-        let act = Some(NewEvent {
-            detail: Some(why.to_string()),
-            lease,
-            ..NewEvent::new(EventKind::TrialAbandoned)
-        });
-        self.apply(
+        let Some(epoch) = self.our_claim(destination, id) else {
+            return self.refused();
+        };
+        let mut r = self.apply(
             destination,
             id,
             Input::Abandon,
             None,
-            act,
+            None,
             policy,
             now,
-            wall,
             0.0,
-        )
+        );
+        if r.step == Step::Abandoned {
+            r.writes.push(PairWrite::Unclaim(crate::store::Unclaim {
+                on: crate::store::ClaimOn::Pair(id, destination.to_string()),
+                epoch,
+                event: NewEvent {
+                    endpoint: Some(id),
+                    from: Some(State::ProbeAllowed),
+                    to: Some(State::ProbeAllowed),
+                    detail: Some(why.to_string()),
+                    lease,
+                    ..NewEvent::new(EventKind::TrialAbandoned)
+                },
+            }));
+        }
+        r
     }
 
     /// `enable ID --destination D`: clear the pair (it becomes `available`).
@@ -506,6 +633,8 @@ impl Destinations {
             writes: vec![PairWrite::Delete {
                 endpoint: id,
                 destination: destination.to_string(),
+                from,
+                trial: None,
                 event: NewEvent {
                     endpoint: Some(id),
                     from: Some(from),
@@ -520,7 +649,7 @@ impl Destinations {
 
     /// Move cooling pairs whose deadline passed to `probe_allowed`, and give back the
     /// trials whose verdict window after their tunnel ended without a verdict.
-    pub fn advance(&mut self, policy: &Policy, now: Instant, wall: SystemTime) -> Vec<PairWrite> {
+    pub fn advance(&mut self, policy: &Policy, now: Instant) -> Vec<PairWrite> {
         let mut writes = Vec::new();
         while let Some(&(d, slot, id)) = self.deadlines.first() {
             if at(self.epoch, d) > now {
@@ -531,12 +660,22 @@ impl Destinations {
                 continue;
             };
             let held = self.is_claimed(&name, id);
-            let r = if held {
+            let ours = self.our_claim(&name, id).is_some();
+            let r = if held && ours {
                 let why = "no report decided it within verdict_window after its tunnel closed";
-                self.abandon(&name, id, why, None, policy, now, wall)
+                self.abandon(&name, id, why, None, policy, now)
+            } else if held {
+                // Another daemon's claim lapsed without news: the trial is free again.
+                self.deadlines.remove(&(d, slot, id));
+                if let Some(mut p) = self.take(slot, id) {
+                    p.claimed = false;
+                    p.deadline = NONE;
+                    self.put(slot, id, p, true);
+                }
+                continue;
             } else {
                 let input = Input::DeadlinePassed;
-                self.apply(&name, id, input, None, None, policy, now, wall, 0.0)
+                self.apply(&name, id, input, None, None, policy, now, 0.0)
             };
             if r.step == Step::Refused || self.deadlines.contains(&(d, slot, id)) {
                 // Not a live deadline any more; never loop on it.

@@ -4,25 +4,24 @@
 //! which things happened; callers are answered only after their writes committed.
 
 mod changes;
+mod fleet;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, warn};
 
-use super::destinations::PairHealth;
-use super::{Grant, Outcome, PoolError, PoolStatus, Pools, ProbeRole, ReportOn, Reported, Want};
+use super::{Grant, Outcome, PoolError, Pools, ProbeRole, ReportOn, Reported, Want};
 use crate::config::{Config, PoolConfig};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
 use crate::health::{Health, Input, State, Step};
 use crate::metrics::Metrics;
 use crate::store::{
-    EndpointRow, EventRow, NewEndpoint, OnExisting, ResolveError, SourceRow, Store, StoreError,
-    ToInsert, Write,
+    Applied, ClaimOn, ClaimResult, NewEndpoint, ResolveError, Store, StoreError, Write,
 };
 
 mod reads;
@@ -72,12 +71,17 @@ fn earlier(now: Option<Instant>, was: Option<Instant>) -> bool {
     }
 }
 
-async fn committed(rx: oneshot::Receiver<Committed>) -> Result<(), EngineError> {
-    match rx.await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(EngineError::Store(e)),
-        Err(_) => Err(EngineError::Stopped),
-    }
+/// Tries of one lease request when its trial's claim goes to another daemon each time.
+const CLAIM_TRIES: usize = 8;
+
+/// What an op's committed writes did besides being durable, as far as its caller cares
+/// (docs/fleet.md): leases withdrawn because their trial went to another daemon, claims
+/// lost, rows found changed elsewhere (memory follows them now).
+#[derive(Debug, Default)]
+struct Done {
+    withdrawn: Vec<String>,
+    lost: Vec<ClaimOn>,
+    changed_elsewhere: Vec<EndpointId>,
 }
 
 /// One endpoint as the pools hold it right now.
@@ -99,6 +103,10 @@ pub struct Engine {
     /// The registry the pools and the writer record into (also when recording is off:
     /// `/metrics` then shows the gauges only).
     metrics: Arc<Metrics>,
+    /// A store several daemons share (PostgreSQL): what following them takes.
+    fleet: Option<fleet::Fleet>,
+    /// The store, for messages: a path, or hosts and database without the password.
+    store_name: String,
 }
 
 impl Engine {
@@ -117,7 +125,10 @@ impl Engine {
         opts: EngineOptions,
     ) -> Result<Arc<Engine>, EngineError> {
         let mut p = Pools::new(pools);
-        let (now, wall) = (Instant::now(), SystemTime::now());
+        // Following starts at the change before the rows are read: whatever commits while
+        // they load is applied again, never missed.
+        let follow_from = store.postgres().map(|pg| pg.change_seq()).transpose()?;
+        let now = Instant::now();
         // In slices: a million stored rows never sit in memory next to the pools built
         // from them (the peak, and the resident size left behind, would nearly double).
         let mut from = EndpointId::MIN;
@@ -127,7 +138,7 @@ impl Engine {
                 break;
             };
             for r in &rows {
-                p.insert_row(r, now, wall);
+                p.insert_row(r, now);
             }
             match last.checked_add(1) {
                 Some(next) => from = next,
@@ -135,7 +146,7 @@ impl Engine {
             }
         }
         for r in &store.pairs()? {
-            p.restore_pair(r, now, wall);
+            p.restore_pair(r, now);
         }
         p.log_restored(now);
         let metrics = Arc::new(Metrics::new());
@@ -145,14 +156,27 @@ impl Engine {
             // their series too, still in pool-index order.
             p.attach_metrics(metrics.clone());
         }
+        let fleet = store.postgres().cloned().map(fleet::Fleet::new);
+        let feed = match (store.postgres(), follow_from) {
+            (Some(pg), Some(from)) if opts.follow => {
+                Some(crate::store::postgres::Feed::new(pg.clone(), from))
+            }
+            _ => None,
+        };
+        let store_name = store.describe();
         let engine = Arc::new(Engine {
             pools: Mutex::new(p),
             writer: Writer::spawn_timed(store, commits),
             freed: Notify::new(),
             rescheduled: Notify::new(),
             metrics,
+            fleet,
+            store_name,
         });
         reads::set_gauge_source(&engine);
+        if let Some(feed) = feed {
+            engine.spawn_follower(feed);
+        }
         Ok(engine)
     }
 
@@ -184,8 +208,17 @@ impl Engine {
         &self,
         f: impl FnOnce(&mut Pools, Instant, SystemTime) -> (T, Vec<Write>),
     ) -> Result<T, EngineError> {
+        Ok(self.run(f).await?.0)
+    }
+
+    /// [`Engine::with`], also saying what the commit did besides being durable.
+    async fn run<T>(
+        &self,
+        f: impl FnOnce(&mut Pools, Instant, SystemTime) -> (T, Vec<Write>),
+    ) -> Result<(T, Done), EngineError> {
         let rx;
         let out;
+        let mut keys = Vec::new();
         {
             let mut p = self.lock();
             let before = p.next_due();
@@ -196,35 +229,104 @@ impl Engine {
             if earlier(p.next_due(), before) {
                 self.rescheduled.notify_one();
             }
+            if let Some(fl) = &self.fleet {
+                keys = fleet::keys(&writes);
+                fl.begin(&keys);
+            }
             // Nothing to persist (most leases and releases): no round trip to the store.
             rx = (!writes.is_empty()).then(|| self.writer.queue(writes));
             out = o;
         }
-        if let Some(rx) = rx {
-            if let Err(e) = committed(rx).await {
-                if matches!(e, EngineError::Store(_)) {
-                    self.resync();
+        let Some(rx) = rx else {
+            return Ok((out, Done::default()));
+        };
+        let committed = rx.await;
+        if let (Some(fl), false) = (&self.fleet, keys.is_empty()) {
+            let seq = match &committed {
+                Ok(Ok(a)) => Some(a.seq),
+                _ => None,
+            };
+            fl.end(&keys, seq);
+        }
+        match committed {
+            Ok(Ok(applied)) => Ok((out, self.settle(applied))),
+            Ok(Err(e)) => Err(self.failed(e)),
+            Err(_) => Err(EngineError::Stopped),
+        }
+    }
+
+    /// After a commit: claims the store confirmed or gave to another daemon, rows found
+    /// changed elsewhere.
+    fn settle(&self, applied: Applied) -> Done {
+        let mut done = Done::default();
+        if applied.claims.is_empty() && applied.fresh.is_empty() {
+            return done;
+        }
+        let now = Instant::now();
+        let mut p = self.lock();
+        for c in &applied.claims {
+            match c {
+                ClaimResult::Won { on, epoch } => p.claim_won(on, *epoch),
+                ClaimResult::Lost { on, .. } => {
+                    done.withdrawn.extend(p.claim_lost(on, now));
+                    done.lost.push(on.clone());
                 }
-                return Err(e);
             }
         }
-        Ok(out)
+        self.follow_fresh(&mut p, &applied.fresh, now);
+        done.changed_elsewhere = applied
+            .fresh
+            .iter()
+            .map(|f| match f {
+                crate::store::Fresh::Endpoint(id, _) | crate::store::Fresh::Pair(id, _, _) => *id,
+            })
+            .collect();
+        drop(p);
+        self.rescheduled.notify_one();
+        self.notify_waiters();
+        done
+    }
+
+    /// A commit that failed: memory goes back to what the store holds, and the caller
+    /// hears why (a stale claim changed nothing; an unreachable store is retried by
+    /// whoever asked).
+    fn failed(&self, e: std::sync::Arc<StoreError>) -> EngineError {
+        if let StoreError::StaleClaim { what, fresh } = &*e {
+            let mut p = self.lock();
+            self.follow_fresh(&mut p, fresh, Instant::now());
+            drop(p);
+            self.resync();
+            return PoolError::StaleClaim(what.clone()).into();
+        }
+        if e.is_unavailable() {
+            self.store_down(&e);
+        }
+        self.resync();
+        EngineError::Store(e)
     }
 
     /// After a failed commit: put the endpoints whose writes were lost back to their stored
     /// rows and pairs. The pool lock is held until they are back, so no operation builds on memory
     /// the store never saw; a deadline transition that was lost comes due again at once.
-    fn resync(&self) {
+    /// In a fleet the leases stay (they are this daemon's, and nobody else's to end).
+    /// Returns whether memory is back in line (else writes stay refused).
+    fn resync(&self) -> bool {
         let mut p = self.lock();
         // Blocking under the lock is deliberate and rare (a failing disk).
         let Some(resynced) = self.writer.resynced() else {
-            return;
+            return false;
         };
-        match resynced {
+        let ok = match resynced {
             Ok(rows) => {
-                let (now, wall) = (Instant::now(), SystemTime::now());
+                let now = Instant::now();
                 for (id, row, pairs) in &rows {
-                    p.restore_row(*id, row.as_ref(), pairs, now, wall);
+                    match (&self.fleet, row) {
+                        (Some(_), Some(r)) => p.refresh_row(r, now),
+                        (Some(_), None) => {
+                            p.remove_for_good(*id);
+                        }
+                        (None, _) => p.restore_row(*id, row.as_ref(), pairs, now),
+                    }
                 }
                 if !rows.is_empty() {
                     warn!(
@@ -232,14 +334,17 @@ impl Engine {
                         "re-synced endpoints from the store after a failed commit"
                     );
                 }
+                true
             }
             Err(e) => {
-                error!(error = %e, "cannot re-read endpoints after a failed commit; writes stay refused")
+                error!(error = %e, "cannot re-read endpoints after a failed commit; writes stay refused");
+                false
             }
-        }
+        };
         drop(p);
         self.rescheduled.notify_one();
         self.notify_waiters();
+        ok
     }
 
     /// Lease an endpoint, waiting up to `wait` for one to become available.
@@ -351,22 +456,41 @@ impl Engine {
         let started = Instant::now();
         // Each attempt says whether it is the request's last (and until when the request
         // may wait): only that one is counted, and the loop below gives up on the same
-        // decision.
-        let attempt = || {
-            self.with(|p, now, wall| {
-                let (r, w) = p.lease_with(pool, ttl, session, want, now, wall);
-                let limit = match &r {
-                    Err(PoolError::Paced { wait: paced, .. }) => wait.max(*paced),
-                    Err(PoolError::Exhausted { .. }) if eager => Duration::ZERO,
-                    _ => wait,
-                };
-                let give_up = started
-                    .checked_add(limit)
-                    .unwrap_or_else(|| started + crate::limits::MAX_DURATION);
-                let last = limit.is_zero() || now >= give_up;
-                p.observe_lease(pool, &r, now - started, last);
-                ((r, last, give_up), w)
-            })
+        // decision. A trial whose claim another daemon of the fleet won is withdrawn, and
+        // the request looks again at once (docs/fleet.md, "Ownership").
+        let attempt = || async {
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                let (out, done) = self
+                    .run(|p, now, _| {
+                        let (r, w) = p.lease_with(pool, ttl, session, want, now);
+                        let limit = match &r {
+                            Err(PoolError::Paced { wait: paced, .. }) => wait.max(*paced),
+                            Err(PoolError::Exhausted { .. }) if eager => Duration::ZERO,
+                            _ => wait,
+                        };
+                        let give_up = started
+                            .checked_add(limit)
+                            .unwrap_or_else(|| started + crate::limits::MAX_DURATION);
+                        let last = limit.is_zero() || now >= give_up;
+                        p.observe_lease(pool, &r, now - started, last);
+                        ((r, last, give_up), w)
+                    })
+                    .await?;
+                match &out.0 {
+                    Ok(g) if done.withdrawn.contains(&g.lease) && tries < CLAIM_TRIES => {}
+                    Ok(g) if done.withdrawn.contains(&g.lease) => {
+                        let e = PoolError::Exhausted {
+                            pool: pool.to_string(),
+                            retry_after: None,
+                            filter: None,
+                        };
+                        return Ok::<_, EngineError>((Err(e), out.1, out.2));
+                    }
+                    _ => return Ok(out),
+                }
+            }
         };
         // The common case answers at once, without registering as a waiter.
         match attempt().await? {
@@ -414,9 +538,7 @@ impl Engine {
 
     /// Release a lease.
     pub async fn release(&self, lease: &str) -> Result<(), EngineError> {
-        let r = self
-            .with_notify(|p, now, wall| p.release(lease, now, wall))
-            .await?;
+        let r = self.with_notify(|p, now, _| p.release(lease, now)).await?;
         Ok(r?)
     }
 
@@ -434,10 +556,23 @@ impl Engine {
         outcome: Outcome,
         on: &ReportOn,
     ) -> Result<Reported, EngineError> {
-        let r = self
-            .with_notify(|p, now, wall| p.report_with(lease, outcome, on, now, wall))
+        self.writable()?;
+        let (r, done) = self
+            .run(|p, now, wall| p.report_with(lease, outcome, on, now, wall))
             .await?;
-        Ok(r?)
+        self.notify_waiters();
+        Ok(self.as_it_is(r?, &done))
+    }
+
+    /// A report whose transition another daemon's came before answers the state the
+    /// endpoint is in now (the report is a late one, docs/fleet.md).
+    fn as_it_is(&self, mut r: Reported, done: &Done) -> Reported {
+        if done.changed_elsewhere.contains(&r.endpoint) {
+            if let Some(h) = self.lock().health(r.endpoint) {
+                r.state = h.state;
+            }
+        }
+        r
     }
 
     /// A tunnel opened through the lease's endpoint to its target: the endpoint and the
@@ -450,11 +585,6 @@ impl Engine {
         Ok(r?)
     }
 
-    /// When `target` of `pool` is down (docs/blame.md): the time until its trial.
-    pub fn target_down(&self, pool: &str, target: &str) -> Option<Duration> {
-        self.lock().target_down(pool, target, Instant::now())
-    }
-
     /// Report on the endpoint bound to a sticky session; a failure unbinds it.
     pub async fn report_session(
         &self,
@@ -463,10 +593,12 @@ impl Engine {
         outcome: Outcome,
         on: &ReportOn,
     ) -> Result<Reported, EngineError> {
-        let r = self
-            .with_notify(|p, now, wall| p.report_session(pool, session, outcome, on, now, wall))
+        self.writable()?;
+        let (r, done) = self
+            .run(|p, now, wall| p.report_session(pool, session, outcome, on, now, wall))
             .await?;
-        Ok(r?)
+        self.notify_waiters();
+        Ok(self.as_it_is(r?, &done))
     }
 
     /// Clear one (endpoint, destination) pair; returns the pair's state (`available`).
@@ -475,15 +607,19 @@ impl Engine {
         id: EndpointId,
         destination: &str,
     ) -> Result<State, EngineError> {
-        let r = self
-            .with_notify(|p, now, wall| p.enable_pair(id, destination, now, wall))
-            .await?;
-        Ok(r?)
-    }
-
-    /// The endpoint's non-available pairs.
-    pub fn pairs_of(&self, id: EndpointId) -> Vec<PairHealth> {
-        self.lock().pairs_of(id)
+        self.writable()?;
+        for tries in 1.. {
+            let (r, done) = self
+                .run(|p, now, _| p.enable_pair(id, destination, now))
+                .await?;
+            self.notify_waiters();
+            // Changed elsewhere meanwhile: act on what it is now.
+            if done.changed_elsewhere.contains(&id) && tries < CLAIM_TRIES {
+                continue;
+            }
+            return Ok(r?);
+        }
+        unreachable!("the loop returns")
     }
 
     /// The destinations of a pool with the most banned pairs, at most `n`.
@@ -497,11 +633,6 @@ impl Engine {
         ids.iter().map(|&id| p.state_for(id, destination)).collect()
     }
 
-    /// Active pair bans of a pool.
-    pub fn pair_bans(&self, pool: &str) -> usize {
-        self.lock().pair_bans(pool)
-    }
-
     /// Apply an operator or source input to an endpoint.
     pub async fn input(
         &self,
@@ -510,10 +641,20 @@ impl Engine {
         kind: Option<EventKind>,
         detail: Option<String>,
     ) -> Result<(Step, State), EngineError> {
-        let r = self
-            .with_notify(|p, now, wall| p.input(id, input, kind, detail, now, wall))
-            .await?;
-        Ok(r?)
+        self.writable()?;
+        for tries in 1.. {
+            let (r, done) = self
+                .run(|p, now, _| p.input(id, input.clone(), kind, detail.clone(), now))
+                .await?;
+            self.notify_waiters();
+            // Changed elsewhere meanwhile (another daemon, a CLI command): the act applies
+            // to what the endpoint is now.
+            if done.changed_elsewhere.contains(&id) && tries < CLAIM_TRIES {
+                continue;
+            }
+            return Ok(r?);
+        }
+        unreachable!("the loop returns")
     }
 
     /// Claim the next recovery attempt of a pool (prober).
@@ -521,12 +662,14 @@ impl Engine {
         &self,
         pool: &str,
     ) -> Result<Option<(EndpointId, ProxyUrl)>, EngineError> {
-        self.with(|p, now, wall| p.claim_next(pool, now, wall))
-            .await
+        let (claimed, done) = self.run(|p, now, _| p.claim_next(pool, now)).await?;
+        // Another daemon probes it: the prober looks for the next one.
+        Ok(claimed.filter(|(id, _)| !done.lost.contains(&ClaimOn::Endpoint(*id))))
     }
 
     /// Persist writes that are not transitions (pool-level events), in order.
     pub async fn record(&self, writes: Vec<Write>) -> Result<(), EngineError> {
+        self.writable()?;
         self.with(|_, _, _| ((), writes)).await
     }
 
@@ -552,7 +695,8 @@ impl Engine {
 
     /// Try to take one endpoint's single recovery attempt.
     pub async fn try_claim(&self, id: EndpointId) -> Result<bool, EngineError> {
-        self.with(|p, now, wall| p.try_claim(id, now, wall)).await
+        let (won, done) = self.run(|p, now, _| p.try_claim(id, now)).await?;
+        Ok(won && !done.lost.contains(&ClaimOn::Endpoint(id)))
     }
 
     /// Resolves on the next change that may make an endpoint leasable or probeable.
@@ -584,10 +728,16 @@ impl Engine {
         role: ProbeRole,
         detail: Option<String>,
     ) -> Result<State, EngineError> {
-        let r = self
-            .with_notify(|p, now, wall| p.probe_result_as(id, outcome, role, detail, now, wall))
+        self.writable()?;
+        let (r, done) = self
+            .run(|p, now, wall| p.probe_result_as(id, outcome, role, detail, now, wall))
             .await?;
-        Ok(r?)
+        self.notify_waiters();
+        let state = r?;
+        if done.changed_elsewhere.contains(&id) {
+            return Ok(self.lock().health(id).map_or(state, |h| h.state));
+        }
+        Ok(state)
     }
 
     /// Hand a claimed probe attempt back without an outcome.
@@ -600,243 +750,6 @@ impl Engine {
         )
         .await
         .map(|_| ())
-    }
-
-    /// Add endpoints (all or nothing) to the store and the pools.
-    pub async fn add(&self, eps: Vec<NewEndpoint>) -> Result<Vec<EndpointId>, EngineError> {
-        let ids = self.writer.call(move |s| s.add_endpoints(&eps)).await??;
-        self.load_added(&ids).await;
-        Ok(ids)
-    }
-
-    /// Add endpoints as `eps` yields them, all or nothing: an import of millions. The
-    /// iterator runs on the store thread inside the one transaction (nothing per endpoint
-    /// is held but its id); the first error, its own or the store's, rolls everything back.
-    /// With `OnExisting::Skip`, endpoints already stored are passed over and counted.
-    pub async fn add_from<E, T>(
-        &self,
-        eps: impl Iterator<Item = Result<T, E>> + Send + 'static,
-        on_existing: OnExisting,
-    ) -> Result<(Vec<EndpointId>, u64), E>
-    where
-        E: From<StoreError> + From<EngineError> + Send + 'static,
-        T: ToInsert + Send + 'static,
-    {
-        let (ids, skipped) = self
-            .writer
-            .call(move |s| {
-                let mut ids = Vec::new();
-                s.add_endpoints_from(eps, on_existing, |id| ids.push(id))
-                    .map(|skipped| (ids, skipped))
-            })
-            .await??;
-        self.load_added(&ids).await;
-        Ok((ids, skipped))
-    }
-
-    /// Load committed rows into the pools: read back from the store and inserted under
-    /// the pool lock in slices, each slice its own call on the store thread and its own
-    /// hold of the lock, so neither reports nor leases wait behind a million-row import.
-    /// Ids of one batch are consecutive; a row edited meanwhile is read as edited, and
-    /// one removed meanwhile stays out (see `Pools::insert_row`).
-    ///
-    /// The rows are committed: the add has happened whatever this read does, so it never
-    /// fails the add. A slice that cannot be read is tried again with a growing pause;
-    /// after that the rest stays out of the pools until the next start, said in the log.
-    async fn load_added(&self, ids: &[EndpointId]) {
-        let (Some(&first), Some(&last)) = (ids.first(), ids.last()) else {
-            return;
-        };
-        let mut from = first;
-        while from <= last {
-            let mut pause = std::time::Duration::from_millis(50);
-            let rows = loop {
-                let read = self
-                    .writer
-                    .call(move |s| s.rows_between(from, last, LOAD_SLICE))
-                    .await;
-                // A stopped store thread will not come back: no point trying again.
-                let again =
-                    matches!(read, Ok(Err(_))) && pause <= std::time::Duration::from_secs(2);
-                match read.and_then(|r| r.map_err(EngineError::from)) {
-                    Ok(rows) => break rows,
-                    Err(e) if again => {
-                        tracing::warn!(from, last, error = %e, "reading added endpoints back failed; trying again");
-                    }
-                    Err(e) => {
-                        tracing::error!(from, last, error = %e,
-                            "added endpoints are stored but could not be loaded; they are leasable after a restart");
-                        return;
-                    }
-                }
-                tokio::time::sleep(pause).await;
-                pause *= 2;
-            };
-            let Some(end) = rows.last().map(|r| r.id) else {
-                break;
-            };
-            {
-                let mut p = self.lock();
-                let (now, wall) = (Instant::now(), SystemTime::now());
-                for r in &rows {
-                    p.insert_row(r, now, wall);
-                }
-            }
-            // Dropped outside the lock.
-            drop(rows);
-            // A lease waiting on an empty pool need not wait for the last slice.
-            self.notify_waiters();
-            from = end + 1;
-            if from <= last {
-                tokio::task::yield_now().await;
-            }
-        }
-        self.rescheduled.notify_one();
-    }
-
-    /// Insert missing endpoints (config sync, sources); returns (id, added).
-    pub async fn ensure(
-        &self,
-        eps: Vec<NewEndpoint>,
-    ) -> Result<Vec<(EndpointId, bool)>, EngineError> {
-        let (res, rows) = self
-            .writer
-            .call(move |s| -> Result<_, StoreError> {
-                let res = s.ensure_endpoints(&eps)?;
-                let mut rows = Vec::new();
-                for (id, _) in &res {
-                    rows.extend(s.get(*id)?);
-                }
-                Ok((res, rows))
-            })
-            .await??;
-        {
-            let mut p = self.lock();
-            let (now, wall) = (Instant::now(), SystemTime::now());
-            for (r, (_, added)) in rows.iter().zip(&res) {
-                if *added || p.health(r.id).is_none() {
-                    p.insert_row(r, now, wall);
-                } else {
-                    p.update_url(r.id, r.url.clone());
-                }
-            }
-        }
-        self.notify_waiters();
-        Ok(res)
-    }
-
-    /// Delete endpoints (all or nothing). Memory and the queued delete change under one
-    /// lock, so no transition of a removed endpoint can be queued after its delete.
-    pub async fn remove(&self, ids: Vec<EndpointId>) -> Result<(), EngineError> {
-        self.with(|p, _, _| {
-            for id in &ids {
-                p.remove_for_good(*id);
-            }
-            ((), vec![Write::Remove(ids.clone())])
-        })
-        .await
-    }
-
-    /// Counts by state.
-    pub fn status(&self, pool: Option<&str>) -> Result<Vec<PoolStatus>, EngineError> {
-        Ok(self.lock().status(pool, Instant::now())?)
-    }
-
-    /// The endpoint's URL, pool and health, read together.
-    pub fn endpoint(&self, id: EndpointId) -> Option<EndpointNow> {
-        let p = self.lock();
-        Some(EndpointNow {
-            url: p.url(id)?.clone(),
-            pool: p.pool_of(id)?.to_string(),
-            health: p.health(id)?.clone(),
-        })
-    }
-
-    pub fn health(&self, id: EndpointId) -> Option<Health> {
-        self.lock().health(id).cloned()
-    }
-
-    pub fn url(&self, id: EndpointId) -> Option<ProxyUrl> {
-        self.lock().url(id).cloned()
-    }
-
-    pub fn pool_of(&self, id: EndpointId) -> Option<String> {
-        self.lock().pool_of(id).map(str::to_string)
-    }
-
-    /// Whether the pool is configured (known to the engine).
-    pub fn has_pool(&self, pool: &str) -> bool {
-        self.lock().pool_config(pool).is_some()
-    }
-
-    /// Every endpoint id, of one pool or all.
-    pub fn ids(&self, pool: Option<&str>) -> Vec<EndpointId> {
-        self.lock().ids(pool)
-    }
-
-    /// Ids of the pool's available endpoints (periodic checks).
-    pub fn available_ids(&self, pool: &str) -> Vec<EndpointId> {
-        self.lock().available_ids(pool)
-    }
-
-    /// Nothing in the pool can be leased now.
-    pub fn exhausted(&self, pool: &str) -> bool {
-        self.lock().exhausted(pool)
-    }
-
-    /// Endpoints held in memory.
-    pub fn endpoint_count(&self) -> usize {
-        self.lock().len()
-    }
-
-    /// Stored endpoint rows, in id order (runs after the writes queued before it).
-    pub async fn rows(
-        &self,
-        pool: Option<String>,
-        state: Option<State>,
-    ) -> Result<Vec<EndpointRow>, EngineError> {
-        Ok(self
-            .writer
-            .call(move |s| s.list(pool.as_deref(), state))
-            .await??)
-    }
-
-    /// One stored endpoint row.
-    pub async fn row(&self, id: EndpointId) -> Result<Option<EndpointRow>, EngineError> {
-        Ok(self.writer.call(move |s| s.get(id)).await??)
-    }
-
-    /// The stored endpoint an operator's `ID|URL` names (of `pool`, when given).
-    pub async fn resolve(
-        &self,
-        arg: String,
-        pool: Option<String>,
-    ) -> Result<EndpointId, EngineError> {
-        Ok(self
-            .writer
-            .call(move |s| s.resolve(&arg, pool.as_deref()).map(|r| r.id))
-            .await??)
-    }
-
-    /// Stored events after event id `after`, oldest first.
-    pub async fn events(
-        &self,
-        endpoint: Option<EndpointId>,
-        after: i64,
-        limit: usize,
-    ) -> Result<Vec<EventRow>, EngineError> {
-        Ok(self
-            .writer
-            .call(move |s| s.events(endpoint, after, limit))
-            .await??)
-    }
-
-    /// Each source's last sniff result.
-    pub async fn sources(&self, pool: Option<String>) -> Result<Vec<SourceRow>, EngineError> {
-        Ok(self
-            .writer
-            .call(move |s| s.sources(pool.as_deref()))
-            .await??)
     }
 
     /// Expire leases and end cooldowns on time, whether or not anyone calls.
@@ -855,7 +768,7 @@ impl Engine {
                 _ = self.rescheduled.notified() => continue,
                 _ = sleep => {}
             }
-            match self.with(|p, now, wall| ((), p.advance(now, wall))).await {
+            match self.with(|p, now, _| ((), p.advance(now))).await {
                 Ok(()) => self.notify_waiters(),
                 Err(e) => {
                     warn!(error = %e, "could not persist deadline transitions; retrying");

@@ -19,6 +19,10 @@ pub(super) struct Entry {
     pub(super) gen: u64,
     /// Sequence in the probe_allowed queue.
     pub(super) pa_seq: u64,
+    /// This daemon's confirmed claim of the endpoint's trial (docs/fleet.md, "Ownership"):
+    /// none while unclaimed, while a claim waits for the store, or while another daemon
+    /// holds it.
+    pub(super) claim: Option<crate::store::Epoch>,
     /// Usage statistics (in memory: they start again at 0 when the daemon restarts).
     pub(super) stats: crate::stats::EndpointStats,
     /// Its tags, interned (`TagIndex`), sorted.

@@ -88,8 +88,8 @@ impl Pools {
         };
         self.count_outcome(id, failure, on.took, wall, true);
         let settled = match outcome {
-            Outcome::Success => self.settle_success(&on, proof, now, wall),
-            Outcome::Failure(f) => self.settle_failure(&on, f, now, wall),
+            Outcome::Success => self.settle_success(&on, proof, now),
+            Outcome::Failure(f) => self.settle_failure(&on, f, now),
         };
         if let Some(b) = settled.blame {
             let pool = self.entries.get(&id).map(|e| e.pool);
@@ -100,20 +100,14 @@ impl Pools {
         settled
     }
 
-    fn settle_success(
-        &mut self,
-        on: &Settle<'_>,
-        proof: Proof,
-        now: Instant,
-        wall: SystemTime,
-    ) -> Settled {
+    fn settle_success(&mut self, on: &Settle<'_>, proof: Proof, now: Instant) -> Settled {
         let id = on.id;
         let pool = self.entries[&id].pool;
         let mut out = Settled::default();
         match on.target {
             Some(t) => {
                 let r = self.pools[pool].targets.reached(t, id, now);
-                let w = self.apply_reached(pool, t, id, r, on.lease.clone(), now, wall);
+                let w = self.apply_reached(pool, t, id, r, on.lease.clone(), now);
                 out.writes.extend(w);
                 out.target_trial_decided = on.target_trial;
             }
@@ -131,7 +125,7 @@ impl Pools {
             self.pools[pool].pace.success(h, id, now);
         }
         for key in keys {
-            let (w, decided) = self.pair_input(pool, key, id, Ok(()), on.lease.clone(), now, wall);
+            let (w, decided) = self.pair_input(pool, key, id, Ok(()), on.lease.clone(), now);
             out.writes.extend(w);
             out.pair_trial_decided |= decided && on.pair_trial == Some(key);
         }
@@ -140,7 +134,7 @@ impl Pools {
             let waits = proof == Proof::Tunnel && on.host == Some(k) && on.target != Some(k);
             if !waits && !out.pair_trial_decided {
                 out.writes
-                    .extend(self.abandon_pair(pool, k, id, on.lease.clone(), now, wall));
+                    .extend(self.abandon_pair(pool, k, id, on.lease.clone(), now));
             }
         }
         let h = &self.entries[&id].health;
@@ -154,7 +148,7 @@ impl Pools {
                 .then(|| format!("late result ignored: endpoint is {cur_state}")),
             ..Default::default()
         };
-        let (step, w) = self.apply(id, Input::Success { trial: on.trial }, now, wall, ev);
+        let (step, w) = self.apply(id, Input::Success { trial: on.trial }, now, ev);
         out.writes.extend(w);
         out.endpoint_trial_decided = on.trial && matches!(step, Step::Changed { .. });
         if let Step::Recorded { late: true } = step {
@@ -163,13 +157,7 @@ impl Pools {
         out
     }
 
-    fn settle_failure<'a>(
-        &mut self,
-        on: &Settle<'a>,
-        f: Failure,
-        now: Instant,
-        wall: SystemTime,
-    ) -> Settled {
+    fn settle_failure<'a>(&mut self, on: &Settle<'a>, f: Failure, now: Instant) -> Settled {
         let id = on.id;
         let pool = self.entries[&id].pool;
         let reason = f.reason.expect("callers check the reason");
@@ -182,20 +170,20 @@ impl Pools {
                     let w = self.abandon_target_trial(pool, t, on, now);
                     out.writes.extend(w);
                 }
-                let w = self.endpoint_failure(on, f, Blame::Endpoint, now, wall);
+                let w = self.endpoint_failure(on, f, Blame::Endpoint, now);
                 out.writes.extend(w);
                 (Blame::Endpoint, None)
             }
             Class::Ban if self.slows_down(pool, on, &f) => {
-                self.slow_at_destination(pool, on, &f, &mut out, now, wall);
+                self.slow_at_destination(pool, on, &f, &mut out, now);
                 (Blame::Pair, None)
             }
             Class::Ban | Class::Destination => {
-                let key = self.fail_at_destination(pool, on, &f, &mut out, now, wall);
+                let key = self.fail_at_destination(pool, on, &f, &mut out, now);
                 (Blame::Pair, Some(key))
             }
             class @ (Class::Refused | Class::Unreachable) => {
-                self.fail_to_reach(pool, on, class, &f, &mut out, now, wall)
+                self.fail_to_reach(pool, on, class, &f, &mut out, now)
             }
         };
         if on.trial && blame != Blame::Endpoint && !out.endpoint_trial_decided {
@@ -206,12 +194,11 @@ impl Pools {
                 lease: on.lease.clone(),
                 ..Default::default()
             };
-            out.writes
-                .extend(self.apply(id, Input::Abandon, now, wall, ev).1);
+            out.writes.extend(self.apply(id, Input::Abandon, now, ev).1);
         }
         if let Some(k) = on.pair_trial.filter(|k| decided_key != Some(*k)) {
             out.writes
-                .extend(self.abandon_pair(pool, k, id, on.lease.clone(), now, wall));
+                .extend(self.abandon_pair(pool, k, id, on.lease.clone(), now));
         }
         out.blame = Some(blame);
         out
@@ -235,11 +222,10 @@ impl Pools {
         f: &Failure,
         out: &mut Settled,
         now: Instant,
-        wall: SystemTime,
     ) {
         if let Some(t) = on.target {
             let r = self.pools[pool].targets.reached(t, on.id, now);
-            let w = self.apply_reached(pool, t, on.id, r, on.lease.clone(), now, wall);
+            let w = self.apply_reached(pool, t, on.id, r, on.lease.clone(), now);
             out.writes.extend(w);
             out.target_trial_decided = on.target_trial;
         }
@@ -274,17 +260,16 @@ impl Pools {
         f: &Failure,
         out: &mut Settled,
         now: Instant,
-        wall: SystemTime,
     ) -> &'a str {
         if let Some(t) = on.target {
             let r = self.pools[pool].targets.reached(t, on.id, now);
-            let w = self.apply_reached(pool, t, on.id, r, on.lease.clone(), now, wall);
+            let w = self.apply_reached(pool, t, on.id, r, on.lease.clone(), now);
             out.writes.extend(w);
             out.target_trial_decided = on.target_trial;
         }
         let key = on.host.or(on.target).expect("a place was named");
         let fail = Err((f, Blame::Pair));
-        let (w, decided) = self.pair_input(pool, key, on.id, fail, on.lease.clone(), now, wall);
+        let (w, decided) = self.pair_input(pool, key, on.id, fail, on.lease.clone(), now);
         out.writes.extend(w);
         out.pair_trial_decided = decided && on.pair_trial == Some(key);
         key
@@ -301,7 +286,6 @@ impl Pools {
         f: &Failure,
         out: &mut Settled,
         now: Instant,
-        wall: SystemTime,
     ) -> (Blame, Option<&'a str>) {
         let t = on.target.or(on.host).expect("a place was named");
         let alone = self.alone(pool);
@@ -323,15 +307,14 @@ impl Pools {
         match blame {
             Blame::Pair => {
                 let fail = Err((f, Blame::Pair));
-                let (w, decided) =
-                    self.pair_input(pool, t, on.id, fail, on.lease.clone(), now, wall);
+                let (w, decided) = self.pair_input(pool, t, on.id, fail, on.lease.clone(), now);
                 out.writes.extend(w);
                 out.pair_trial_decided = decided && on.pair_trial == Some(t);
                 decided_key = Some(t);
             }
             // Probes only; a report's confirmed failure is its pair's.
             Blame::Endpoint => {
-                let w = self.endpoint_failure(on, f.clone(), blame, now, wall);
+                let w = self.endpoint_failure(on, f.clone(), blame, now);
                 out.writes.extend(w);
             }
             Blame::Pending | Blame::Target => {
@@ -341,7 +324,7 @@ impl Pools {
             }
         }
         if judged.escalate {
-            out.writes.extend(self.escalate(on, f, t, now, wall));
+            out.writes.extend(self.escalate(on, f, t, now));
             out.endpoint_trial_decided = on.trial;
         }
         (blame, decided_key)
@@ -354,7 +337,6 @@ impl Pools {
         f: Failure,
         blame: Blame,
         now: Instant,
-        wall: SystemTime,
     ) -> Vec<Write> {
         let id = on.id;
         let h = &self.entries[&id].health;
@@ -370,13 +352,14 @@ impl Pools {
             phase: f.phase,
             status: f.status,
             blame: Some(blame),
+            hold: None,
             only_on_change: false,
         };
         let input = Input::Failure {
             failure: f,
             trial: on.trial,
         };
-        let (step, w) = self.apply(id, input, now, wall, ev);
+        let (step, w) = self.apply(id, input, now, ev);
         if let Step::Recorded { late: true } = step {
             info!(endpoint = id, state = %cur_state, "late result ignored");
         }
@@ -406,14 +389,7 @@ impl Pools {
 
     /// Escalation: the endpoint fails, on `escalate_after` distinct targets, what other
     /// endpoints reach; it reaches nothing and cools endpoint-wide.
-    fn escalate(
-        &mut self,
-        on: &Settle<'_>,
-        f: &Failure,
-        last: &str,
-        now: Instant,
-        wall: SystemTime,
-    ) -> Vec<Write> {
+    fn escalate(&mut self, on: &Settle<'_>, f: &Failure, last: &str, now: Instant) -> Vec<Write> {
         let pool = self.entries[&on.id].pool;
         let n = self.pools[pool].cfg.blame.escalate_after;
         info!(
@@ -437,7 +413,7 @@ impl Pools {
             lease: on.lease.clone(),
             ..Settle::default()
         };
-        self.endpoint_failure(&on, failure, Blame::Endpoint, now, wall)
+        self.endpoint_failure(&on, failure, Blame::Endpoint, now)
     }
 
     /// A success or failure on the pair (endpoint `id`, `key`). A success touches only a
@@ -452,7 +428,6 @@ impl Pools {
         what: Result<(), (&Failure, Blame)>,
         lease: Option<String>,
         now: Instant,
-        wall: SystemTime,
     ) -> (Vec<Write>, bool) {
         let trial = self.pools[pool].dests.is_claimed(key, id);
         let (input, status, act) = match what {
@@ -492,7 +467,6 @@ impl Pools {
             Some(act),
             &ps.cfg.policy,
             now,
-            wall,
             jitter,
         );
         let decided = trial && matches!(r.step, Step::Changed { .. });
@@ -507,13 +481,10 @@ impl Pools {
         id: EndpointId,
         lease: Option<String>,
         now: Instant,
-        wall: SystemTime,
     ) -> Vec<Write> {
         let ps = &mut self.pools[pool];
         let why = "the report did not decide the pair";
-        let r = ps
-            .dests
-            .abandon(key, id, why, lease, &ps.cfg.policy, now, wall);
+        let r = ps.dests.abandon(key, id, why, lease, &ps.cfg.policy, now);
         r.writes.into_iter().map(Write::Pair).collect()
     }
 
@@ -547,7 +518,6 @@ impl Pools {
         r: Reached,
         lease: Option<String>,
         now: Instant,
-        wall: SystemTime,
     ) -> Vec<Write> {
         let mut writes = Vec::new();
         if let Some(down_for) = r.up {
@@ -565,7 +535,7 @@ impl Pools {
             ));
         }
         for p in r.confirmed {
-            writes.extend(self.confirm(pool, target, by, p, now, wall));
+            writes.extend(self.confirm(pool, target, by, p, now));
         }
         for id in r.escalated {
             let live = self
@@ -581,7 +551,7 @@ impl Pools {
                     Reason::UpstreamUnreachable,
                     Some(crate::health::Phase::ProxyHandshake),
                 );
-                writes.extend(self.escalate(&on, &f, target, now, wall));
+                writes.extend(self.escalate(&on, &f, target, now));
             }
         }
         writes
@@ -594,7 +564,6 @@ impl Pools {
         by: EndpointId,
         p: Pending,
         now: Instant,
-        wall: SystemTime,
     ) -> Vec<Write> {
         let live = self
             .entries
@@ -616,7 +585,7 @@ impl Pools {
                 failure: f,
                 trial: false,
             };
-            return self.apply(p.endpoint, input, now, wall, ev).1;
+            return self.apply(p.endpoint, input, now, ev).1;
         }
         // One row: the pair's transition, blamed and explained.
         let act = NewEvent {
@@ -640,7 +609,6 @@ impl Pools {
             Some(act),
             &ps.cfg.policy,
             now,
-            wall,
             jitter,
         );
         r.writes.into_iter().map(Write::Pair).collect()

@@ -2,7 +2,7 @@
 //! endpoint. What comes back on a lease is in `reports`.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -33,6 +33,10 @@ pub(super) struct Lease {
     pub(super) expires: Instant,
     /// The endpoint's single recovery attempt.
     pub(super) trial: bool,
+    /// The store's epoch of that trial's claim, once confirmed (docs/fleet.md).
+    pub(super) epoch: Option<crate::store::Epoch>,
+    /// The store's epoch of the pair trial's claim, once confirmed.
+    pub(super) pair_epoch: Option<crate::store::Epoch>,
     /// The destination host the lease was taken for.
     pub(super) destination: Option<Arc<str>>,
     /// The target `host:port` it was taken for, when a port was given (else the host is
@@ -54,6 +58,8 @@ pub(super) struct Lease {
 struct Ask<'a> {
     p: usize,
     want: &'a Want,
+    /// How long the lease lives: a trial's claim holds that long at most.
+    ttl: Duration,
     views: Views,
     /// `max_leases_per_endpoint` (0: no cap).
     cap: u32,
@@ -175,9 +181,8 @@ impl Pools {
         ttl: Duration,
         session: Option<&str>,
         now: Instant,
-        wall: SystemTime,
     ) -> (Result<Grant, PoolError>, Vec<Write>) {
-        self.lease_with(pool, ttl, session, &Want::default(), now, wall)
+        self.lease_with(pool, ttl, session, &Want::default(), now)
     }
 
     /// Lease an endpoint of `pool` for `ttl` that fits `want` (a place whose banned
@@ -193,9 +198,8 @@ impl Pools {
         session: Option<&str>,
         want: &Want,
         now: Instant,
-        wall: SystemTime,
     ) -> (Result<Grant, PoolError>, Vec<Write>) {
-        let mut writes = self.advance(now, wall);
+        let mut writes = self.advance(now);
         let Some(&p) = self.by_name.get(pool) else {
             return (Err(PoolError::UnknownPool(pool.to_string())), writes);
         };
@@ -232,6 +236,7 @@ impl Pools {
         let ask = Ask {
             p,
             want,
+            ttl,
             // A hash lookup each: a place without bans has no view and costs nothing more.
             views: ps.views(want),
             cap: ps.cfg.max_leases_per_endpoint,
@@ -242,9 +247,9 @@ impl Pools {
         let chosen = match self.sticky(&ask, session, now) {
             Sticky::Keep(c) => Ok(c),
             Sticky::Paced(at) => Err(Miss { paced: Some(at) }),
-            Sticky::Rebind => match self.pair_trial(&ask, now, wall, &mut writes) {
+            Sticky::Rebind => match self.pair_trial(&ask, now, &mut writes) {
                 Some(c) => Ok(c),
-                None => match self.oldest_trial(&ask, now, wall, &mut writes) {
+                None => match self.oldest_trial(&ask, now, &mut writes) {
                     Some(c) => Ok(c),
                     None => self.least_leased(&ask, now),
                 },
@@ -332,13 +337,7 @@ impl Pools {
 
     /// A pair's trial is the next lease for its place, in every mode (the prober does not
     /// know the scraper's pages): the host's ban pairs first, then the target's.
-    fn pair_trial(
-        &mut self,
-        ask: &Ask,
-        now: Instant,
-        wall: SystemTime,
-        writes: &mut Vec<Write>,
-    ) -> Option<Choice> {
+    fn pair_trial(&mut self, ask: &Ask, now: Instant, writes: &mut Vec<Write>) -> Option<Choice> {
         let keys = [
             (ask.views.host, ask.want.destination.as_ref()),
             (ask.views.target, ask.want.target.as_ref()),
@@ -347,7 +346,7 @@ impl Pools {
             let (Some(d), Some(key)) = (view, key) else {
                 continue;
             };
-            if !self.pools[ask.p].dests.trials_waiting(d) {
+            if self.frozen || !self.pools[ask.p].dests.trials_waiting(d) {
                 continue;
             }
             // The place's other view must not ban the endpoint.
@@ -372,7 +371,7 @@ impl Pools {
             };
             let claimed = ps
                 .dests
-                .claim_trial(d, ok, lease, &ps.cfg.policy, now, wall);
+                .claim_trial(d, ok, lease, ask.ttl, &ps.cfg.policy, now);
             if let Some((id, r)) = claimed {
                 writes.extend(r.writes.into_iter().map(Write::Pair));
                 return Some(Choice {
@@ -387,14 +386,8 @@ impl Pools {
     /// Trials before ordinary leases, so that recovery cannot starve behind them
     /// (`static-no-ping`: the lease is the probe). The oldest only: a lease never scans
     /// the trial queue.
-    fn oldest_trial(
-        &mut self,
-        ask: &Ask,
-        now: Instant,
-        wall: SystemTime,
-        writes: &mut Vec<Write>,
-    ) -> Option<Choice> {
-        if self.pools[ask.p].cfg.mode != Mode::StaticNoPing {
+    fn oldest_trial(&mut self, ask: &Ask, now: Instant, writes: &mut Vec<Write>) -> Option<Choice> {
+        if self.frozen || self.pools[ask.p].cfg.mode != Mode::StaticNoPing {
             return None;
         }
         let first = self.pools[ask.p].trials.first().map(|&(_, id)| id);
@@ -410,9 +403,10 @@ impl Pools {
         let ev = Act {
             kind: Some(EventKind::TrialAdmitted),
             lease: Some(self.lease_name(self.next_lease + 1)),
+            hold: Some(ask.ttl),
             ..Default::default()
         };
-        let (step, w) = self.apply(id, Input::Claim, now, wall, ev);
+        let (step, w) = self.apply(id, Input::Claim, now, ev);
         writes.extend(w);
         (step == Step::Claimed).then_some(Choice {
             trial: true,
@@ -524,6 +518,8 @@ impl Pools {
                 slot,
                 expires,
                 trial,
+                epoch: None,
+                pair_epoch: None,
                 destination: ask.want.destination.clone(),
                 target: ask.want.target.clone(),
                 pair_trial: pair_trial.clone(),

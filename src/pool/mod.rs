@@ -12,6 +12,7 @@ pub mod destinations;
 pub mod engine;
 mod entries;
 mod evidence;
+mod fleet;
 mod id_index;
 mod leases;
 mod pace;
@@ -46,7 +47,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde::Serialize;
 use tokio::time::Instant;
@@ -111,6 +112,12 @@ pub enum PoolError {
     /// A report by session named a session with no endpoint bound to it.
     #[error("no endpoint is bound to session {session:?} in pool {pool:?} (it was never leased, or a failure unbound it)")]
     UnknownSession { pool: String, session: String },
+    /// A trial's result after its claim lapsed and the trial was claimed again (by
+    /// another daemon of the fleet): it changed nothing.
+    #[error(
+        "stale claim: the trial of {0} lapsed and was claimed again; this result changed nothing"
+    )]
+    StaleClaim(String),
     /// Every endpoint that fits was used for the host too recently (docs/selection.md,
     /// "Pacing").
     #[error("pool {pool:?}: every endpoint that fits was used for {host:?} too recently (pacing){}", retry_after.map(|d| format!("; the soonest is ready in {} ms", d.as_millis())).unwrap_or_else(|| "; one is ready when a lease for it ends".into()))]
@@ -241,6 +248,8 @@ struct PoolState {
     probe_target: Option<Box<str>>,
     /// The endpoint whose probe is the probe target's single trial now.
     probe_trial: Option<EndpointId>,
+    /// Trials other daemons hold, by when their claims lapse (docs/fleet.md).
+    remote: BTreeSet<(Instant, EndpointId)>,
     /// Uses of each endpoint for each host (docs/selection.md, "Pacing").
     pace: Pace,
     /// `pace.dropped()` as last counted in the metric.
@@ -273,6 +282,9 @@ pub struct Pools {
     rng: fastrand::Rng,
     /// Where new pools resolve their series (see `attach_metrics`).
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// The store cannot be written (docs/fleet.md, "Faults"): no transition comes due and
+    /// no trial is admitted until it is back; ordinary leases go on.
+    frozen: bool,
     /// Endpoint tags, interned.
     tags: TagIndex,
     /// Bumped whenever an endpoint may have become a candidate it was not before (it
@@ -333,6 +345,7 @@ impl Pools {
             seq: 0,
             rng: fastrand::Rng::new(),
             metrics: None,
+            frozen: false,
             tags: TagIndex::default(),
             epoch: 0,
             origin: Instant::now(),
@@ -383,6 +396,7 @@ impl Pools {
             targets_dropped_seen: 0,
             probe_target,
             probe_trial: None,
+            remote: BTreeSet::new(),
             pace,
             pace_dropped_seen: 0,
             latencies: Latencies::default(),
@@ -416,9 +430,10 @@ impl Pools {
         self.entries.is_empty()
     }
 
-    /// Load a stored endpoint. Cooling deadlines are rebuilt as
-    /// `clamp(cooldown_until − now_wall, 0, cooldown_ms)` from `now`.
-    pub fn insert_row(&mut self, row: &EndpointRow, now: Instant, wall: SystemTime) {
+    /// Load a stored endpoint: a cooling deadline is what the store read as left of it
+    /// (`clamp(cooldown_until − its now, 0, cooldown_ms)`) after `now`; a trial another
+    /// daemon holds stays theirs until its claim lapses.
+    pub fn insert_row(&mut self, row: &EndpointRow, now: Instant) {
         if self.removed.contains(&row.id) {
             return;
         }
@@ -432,7 +447,7 @@ impl Pools {
         health.reason = row.reason;
         health.phase = row.phase;
         health.detail = row.detail.clone();
-        health.restore_cooldown(row.cooldown_ms, row.cooldown_until, now, wall);
+        health.restore_cooldown(row.cooldown_ms, row.cooldown_left, now);
         // A reloaded row (config sync, sources) keeps what the daemon saw it do.
         let (stats, up_since) = self
             .entries
@@ -452,6 +467,7 @@ impl Pools {
                 leases: 0,
                 gen: 0,
                 pa_seq: 0,
+                claim: None,
                 stats,
                 tags,
                 up_since,
@@ -459,6 +475,7 @@ impl Pools {
         );
         self.epoch += 1;
         self.index(row.id);
+        self.claimed_elsewhere(row, now);
     }
 
     /// Milliseconds since the pools' origin.
@@ -506,7 +523,6 @@ impl Pools {
         row: Option<&EndpointRow>,
         pairs: &[crate::store::pairs::PairRow],
         now: Instant,
-        wall: SystemTime,
     ) {
         if let Some(e) = self.entries.get(&id) {
             self.pools[e.pool].dests.remove_endpoint(id);
@@ -514,9 +530,9 @@ impl Pools {
         self.remove_entry(id);
         if let Some(r) = row {
             self.removed.remove(&id);
-            self.insert_row(r, now, wall);
+            self.insert_row(r, now);
             for pair in pairs {
-                self.restore_pair(pair, now, wall);
+                self.restore_pair(pair, now);
             }
         }
     }
@@ -607,6 +623,7 @@ impl Pools {
             }
             State::ProbeAllowed => {
                 p.trials.remove(&(e.pa_seq, id));
+                p.remote.retain(|&(_, r)| r != id);
             }
             State::Disabled => {}
         }
@@ -664,17 +681,28 @@ impl Pools {
     /// The soonest moment something is due (a cooldown deadline, a lease expiry, a held
     /// log summary).
     pub fn next_due(&self) -> Option<Instant> {
+        let lease = self.lease_expiry.first().map(|(d, _)| *d);
+        if self.frozen {
+            // Nothing persisted comes due while the store is away.
+            return lease;
+        }
         let cool = self
             .pools
             .iter()
-            .filter_map(|p| p.cooling.first().map(|(d, _)| *d))
+            .filter_map(|p| {
+                let c = p.cooling.first().map(|(d, _)| *d);
+                let r = p.remote.first().map(|(d, _)| *d);
+                match (c, r) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
+            })
             .min();
         let pairs = self.pools.iter().filter_map(|p| p.dests.next_due()).min();
         let cool = match (cool, pairs) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let lease = self.lease_expiry.first().map(|(d, _)| *d);
         // A held summary of state-change lines is written when its second is over.
         [cool, lease, self.burst.due()].into_iter().flatten().min()
     }

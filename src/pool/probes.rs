@@ -85,12 +85,14 @@ impl Pools {
         &mut self,
         pool: &str,
         now: Instant,
-        wall: SystemTime,
     ) -> (Option<(EndpointId, ProxyUrl)>, Vec<Write>) {
-        let mut writes = self.advance(now, wall);
+        let mut writes = self.advance(now);
         let Some(&p) = self.by_name.get(pool) else {
             return (None, writes);
         };
+        if self.frozen {
+            return (None, writes);
+        }
         let Some(&(_, id)) = self.pools[p].trials.first() else {
             return (None, writes);
         };
@@ -100,9 +102,10 @@ impl Pools {
         let ev = Act {
             kind: Some(EventKind::TrialAdmitted),
             detail: Some("probe".into()),
+            hold: Some(self.pools[p].cfg.probe.timeout + super::fleet::PROBE_HOLD_MARGIN),
             ..Default::default()
         };
-        let (step, w) = self.apply(id, Input::Claim, now, wall, ev);
+        let (step, w) = self.apply(id, Input::Claim, now, ev);
         writes.extend(w);
         if step == Step::Claimed {
             (Some((id, self.entries[&id].url.clone())), writes)
@@ -113,21 +116,20 @@ impl Pools {
     }
 
     /// Try to claim one specific endpoint's recovery attempt.
-    pub fn try_claim(
-        &mut self,
-        id: EndpointId,
-        now: Instant,
-        wall: SystemTime,
-    ) -> (bool, Vec<Write>) {
-        let mut writes = self.advance(now, wall);
-        if !self.entries.contains_key(&id) {
+    pub fn try_claim(&mut self, id: EndpointId, now: Instant) -> (bool, Vec<Write>) {
+        let mut writes = self.advance(now);
+        let Some(p) = self.entries.get(&id).map(|e| e.pool) else {
+            return (false, writes);
+        };
+        if self.frozen {
             return (false, writes);
         }
         let ev = Act {
             kind: Some(EventKind::TrialAdmitted),
+            hold: Some(self.pools[p].cfg.probe.timeout + super::fleet::PROBE_HOLD_MARGIN),
             ..Default::default()
         };
-        let (step, w) = self.apply(id, Input::Claim, now, wall, ev);
+        let (step, w) = self.apply(id, Input::Claim, now, ev);
         writes.extend(w);
         (step == Step::Claimed, writes)
     }
@@ -179,10 +181,14 @@ impl Pools {
         wall: SystemTime,
     ) -> (Result<State, PoolError>, Vec<Write>) {
         let trial = role == ProbeRole::Trial;
-        let mut writes = self.advance(now, wall);
+        let mut writes = self.advance(now);
         let Some(p) = self.entries.get(&id).map(|e| e.pool) else {
             return (Err(PoolError::UnknownEndpoint(id)), writes);
         };
+        if trial && self.claimed_remotely(id) {
+            // Our probe's claim lapsed and another daemon holds the trial now.
+            return (Err(PoolError::StaleClaim(format!("endpoint {id}"))), writes);
+        }
         let target_trial = self.pools[p].probe_trial == Some(id);
         if target_trial {
             self.pools[p].probe_trial = None;
@@ -197,7 +203,7 @@ impl Pools {
             Outcome::Success => {
                 if let Some(t) = target.as_deref() {
                     let r = self.pools[p].targets.reached(t, id, now);
-                    writes.extend(self.apply_reached(p, t, id, r, None, now, wall));
+                    writes.extend(self.apply_reached(p, t, id, r, None, now));
                 }
                 let input = if role == ProbeRole::Operator {
                     // An operator's probe is an operator act: it ends a cooldown.
@@ -213,7 +219,7 @@ impl Pools {
                     only_on_change: role != ProbeRole::Operator,
                     ..Default::default()
                 };
-                writes.extend(self.apply(id, input, now, wall, ev).1);
+                writes.extend(self.apply(id, input, now, ev).1);
             }
             Outcome::Failure(f) => {
                 let judged = self.probe_blame(p, id, &f, target.as_deref(), target_trial, now);
@@ -241,7 +247,7 @@ impl Pools {
                     blame: Some(blame),
                     ..Default::default()
                 };
-                let (step, w) = self.apply(id, input, now, wall, ev);
+                let (step, w) = self.apply(id, input, now, ev);
                 writes.extend(w);
                 if step == Step::Refused {
                     // Nothing to give back (a periodic check): the event still says what

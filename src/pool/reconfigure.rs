@@ -67,7 +67,7 @@ impl Pools {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, SystemTime};
+    use std::time::Duration;
 
     use tokio::time::Instant;
 
@@ -92,6 +92,9 @@ mod tests {
             reason_streak: 0,
             cooldown_ms: None,
             cooldown_until: None,
+            cooldown_left: None,
+            claim: None,
+            rev: 0,
             state_changed_at: String::new(),
             created_at: String::new(),
             tags: Default::default(),
@@ -108,10 +111,10 @@ mod tests {
     /// endpoint whose pool was never configured.
     fn pools() -> Pools {
         let mut p = Pools::new([cfg("default", 60), cfg("a", 60), cfg("empty", 60)]);
-        let (now, wall) = (Instant::now(), SystemTime::now());
-        p.insert_row(&row(1, "default"), now, wall);
-        p.insert_row(&row(2, "a"), now, wall);
-        p.insert_row(&row(3, "legacy"), now, wall);
+        let now = Instant::now();
+        p.insert_row(&row(1, "default"), now);
+        p.insert_row(&row(2, "a"), now);
+        p.insert_row(&row(3, "legacy"), now);
         p
     }
 

@@ -25,14 +25,7 @@ impl Pools {
     /// Drop a lease's hold on its endpoint; an unreported trial is abandoned. A ban trial
     /// that a tunnel carried is held for `verdict_window` first, for a report by session
     /// to decide it (docs/blame.md, "What a tunnel proves").
-    pub(super) fn end_lease(
-        &mut self,
-        lid: u64,
-        l: Lease,
-        now: Instant,
-        wall: SystemTime,
-        why: &str,
-    ) -> Vec<Write> {
+    pub(super) fn end_lease(&mut self, lid: u64, l: Lease, now: Instant, why: &str) -> Vec<Write> {
         let Some((_, e)) = self.entries.at(l.slot).filter(|(id, _)| *id == l.endpoint) else {
             return Vec::new();
         };
@@ -55,15 +48,9 @@ impl Pools {
                     .checked_add(window)
                     .is_some_and(|until| ps.dests.hold(key, l.endpoint, until));
             if !held {
-                let r = ps.dests.abandon(
-                    key,
-                    l.endpoint,
-                    why,
-                    lease.clone(),
-                    &ps.cfg.policy,
-                    now,
-                    wall,
-                );
+                let r = ps
+                    .dests
+                    .abandon(key, l.endpoint, why, lease.clone(), &ps.cfg.policy, now);
                 writes.extend(r.writes.into_iter().map(Write::Pair));
             }
         }
@@ -75,14 +62,17 @@ impl Pools {
             };
             writes.extend(self.abandon_target_trial(pool, t, &on, now));
         }
-        if l.trial {
+        // Only this daemon's own claim is given back: a trial claimed again elsewhere is
+        // not ours to end (docs/fleet.md, "Ownership").
+        let ours = self.stale(&l).is_none() && !self.claimed_remotely(l.endpoint);
+        if l.trial && ours {
             let ev = Act {
                 kind: Some(EventKind::TrialAbandoned),
                 detail: Some(why.to_string()),
                 lease,
                 ..Default::default()
             };
-            let (_, w) = self.apply(l.endpoint, Input::Abandon, now, wall, ev);
+            let (_, w) = self.apply(l.endpoint, Input::Abandon, now, ev);
             writes.extend(w);
         }
         self.set_leases_at(l.slot, -1);
@@ -93,9 +83,8 @@ impl Pools {
         &mut self,
         name: &str,
         now: Instant,
-        wall: SystemTime,
     ) -> (Result<(u64, Lease), PoolError>, Vec<Write>) {
-        let writes = self.advance(now, wall);
+        let writes = self.advance(now);
         let Some(lid) = self.parse_lease(name) else {
             return (Err(PoolError::UnknownLease(name.to_string())), writes);
         };
@@ -119,17 +108,12 @@ impl Pools {
     }
 
     /// Give a lease back without an outcome (a trial is abandoned).
-    pub fn release(
-        &mut self,
-        name: &str,
-        now: Instant,
-        wall: SystemTime,
-    ) -> (Result<(), PoolError>, Vec<Write>) {
-        let (r, mut writes) = self.take_lease(name, now, wall);
+    pub fn release(&mut self, name: &str, now: Instant) -> (Result<(), PoolError>, Vec<Write>) {
+        let (r, mut writes) = self.take_lease(name, now);
         match r {
             Ok((lid, l)) => {
                 self.remember_ended(lid, Ended::Released);
-                writes.extend(self.end_lease(lid, l, now, wall, "released without a report"));
+                writes.extend(self.end_lease(lid, l, now, "released without a report"));
                 (Ok(()), writes)
             }
             Err(e) => (Err(e), writes),
@@ -162,16 +146,20 @@ impl Pools {
         if let Err(e) = outcome.check_reason() {
             return (Err(e), Vec::new());
         }
-        let (r, mut writes) = self.take_lease(name, now, wall);
+        let (r, mut writes) = self.take_lease(name, now);
         let (lid, l) = match r {
             Ok(v) => v,
             Err(e) => return (Err(e), writes),
         };
         self.remember_ended(lid, Ended::Reported);
-        let Some(e) = self.entries.get(&l.endpoint) else {
+        let Some(pool) = self.entries.get(&l.endpoint).map(|e| e.pool) else {
             return (Err(PoolError::UnknownLease(name.to_string())), writes);
         };
-        let pool = e.pool;
+        if let Some(what) = self.stale(&l) {
+            // Claimed again elsewhere since: this result changes nothing.
+            writes.extend(self.end_lease(lid, l, now, "its trial was claimed again"));
+            return (Err(PoolError::StaleClaim(what)), writes);
+        }
         self.pools[pool].leases -= 1;
         self.end_paced(pool, &l, now);
         let id = l.endpoint;
@@ -193,6 +181,7 @@ impl Pools {
         writes.extend(settled.writes);
         self.set_leases_at(l.slot, -1);
         let answer = Reported {
+            endpoint: id,
             state: self.entries[&id].health.state,
             blame: settled.blame,
         };
@@ -209,13 +198,16 @@ impl Pools {
         now: Instant,
         wall: SystemTime,
     ) -> (Result<State, PoolError>, Vec<Write>) {
-        let mut writes = self.advance(now, wall);
+        let mut writes = self.advance(now);
         let Some(lid) = self.parse_lease(name) else {
             return (Err(PoolError::UnknownLease(name.to_string())), writes);
         };
         let Some(l) = self.leases.get(&lid) else {
             return (Err(PoolError::UnknownLease(name.to_string())), writes);
         };
+        if let Some(what) = self.stale(l) {
+            return (Err(PoolError::StaleClaim(what)), writes);
+        }
         let (id, trial, target_trial) = (l.endpoint, l.trial, l.target_trial);
         let (host, target, pair_trial) = (
             l.destination.clone(),

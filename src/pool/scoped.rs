@@ -25,6 +25,8 @@ use crate::tags::Tags;
 /// against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reported {
+    /// The endpoint reported on.
+    pub endpoint: crate::endpoint::EndpointId,
     pub state: State,
     pub blame: Option<Blame>,
 }
@@ -202,7 +204,7 @@ impl Pools {
         if let Err(e) = outcome.check_reason() {
             return (Err(e), Vec::new());
         }
-        let mut writes = self.advance(now, wall);
+        let mut writes = self.advance(now);
         let Some(&p) = self.by_name.get(pool) else {
             return (Err(PoolError::UnknownPool(pool.to_string())), writes);
         };
@@ -232,6 +234,7 @@ impl Pools {
             self.sessions.unbind(key);
         }
         let answer = Reported {
+            endpoint: id,
             state: self.entries[&id].health.state,
             blame: settled.blame,
         };
@@ -240,12 +243,12 @@ impl Pools {
 
     /// Load a stored pair on start (same clamp rule as endpoints). A pair whose endpoint
     /// is not held is skipped; one over the pool's cap is left out with a warning.
-    pub fn restore_pair(&mut self, row: &PairRow, now: Instant, wall: SystemTime) {
+    pub fn restore_pair(&mut self, row: &PairRow, now: Instant) {
         let Some(e) = self.entries.get(&row.record.endpoint) else {
             return;
         };
         let ps = &mut self.pools[e.pool];
-        if let Err(err) = ps.dests.restore(&row.record, now, wall) {
+        if let Err(err) = ps.dests.restore(&row.record, row.claim, now) {
             warn!(endpoint = row.record.endpoint, error = %err, "stored pair not restored");
         }
     }
@@ -256,9 +259,8 @@ impl Pools {
         id: EndpointId,
         destination: &str,
         now: Instant,
-        wall: SystemTime,
     ) -> (Result<State, PoolError>, Vec<Write>) {
-        let mut writes = self.advance(now, wall);
+        let mut writes = self.advance(now);
         let Some(e) = self.entries.get(&id) else {
             return (Err(PoolError::UnknownEndpoint(id)), writes);
         };
@@ -276,6 +278,11 @@ impl Pools {
     ) -> Option<std::time::Duration> {
         let &p = self.by_name.get(pool)?;
         self.pools[p].targets.down_for(target, now)
+    }
+
+    /// Every pair held, of every pool, as (endpoint, destination).
+    pub fn pair_keys(&self) -> Vec<(EndpointId, String)> {
+        self.pools.iter().flat_map(|p| p.dests.keys()).collect()
     }
 
     /// The non-available pairs of an endpoint.

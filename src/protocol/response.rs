@@ -41,6 +41,11 @@ pub enum ErrorCode {
     Forbidden,
     /// Line over 64 KiB.
     TooLarge,
+    /// A trial's report after its claim lapsed and the trial was claimed again (by another
+    /// daemon of a fleet): it changed nothing.
+    StaleClaim,
+    /// The store (PostgreSQL) cannot be reached: nothing was written; try again.
+    StoreUnavailable,
     /// Server-side failure (nothing was acknowledged).
     Internal,
 }

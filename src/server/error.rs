@@ -59,6 +59,7 @@ impl From<PoolError> for OpError {
             | PoolError::UnknownSession { .. }
             | PoolError::LeaseEnded { .. } => OpError::new(ErrorCode::UnknownLease, message),
             PoolError::LeaseExpired(_) => OpError::new(ErrorCode::LeaseExpired, message),
+            PoolError::StaleClaim(_) => OpError::new(ErrorCode::StaleClaim, message),
             // As for an exhausted pool: a time only when one is known (an `in_flight`
             // cap frees a pair when a lease ends, not at a time).
             PoolError::Paced { retry_after, .. } => {
@@ -88,6 +89,9 @@ impl From<EngineError> for OpError {
             EngineError::Pool(p) => p.into(),
             // A full disk or a broken database is never the caller's fault.
             EngineError::Store(s) if s.is_input() => OpError::bad(s.to_string()),
+            EngineError::Store(s) if s.is_unavailable() => {
+                OpError::new(ErrorCode::StoreUnavailable, s.to_string())
+            }
             EngineError::Resolve(r) if r.is_input() => OpError::bad(r.to_string()),
             EngineError::Store(s) => OpError::internal(s.to_string()),
             EngineError::Resolve(r) => OpError::internal(r.to_string()),

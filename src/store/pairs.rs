@@ -1,21 +1,27 @@
-//! Storage of per-destination health (docs/destinations.md, "Pairs"): the non-available
-//! (endpoint, destination) pairs and their events. Each write is atomic with its event.
+//! Per-destination health as stored (docs/destinations.md, "Pairs"): the non-available
+//! (endpoint, destination) pairs and the writes that change them. Each write is atomic with
+//! its event.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-use rusqlite::{params, Connection, ErrorCode, Row, TransactionBehavior};
-
-use super::{fmt_time, insert_event_on, read_cooldown, read_names, NewEvent, Store, StoreError};
+use super::{Claim, Epoch, NewEvent, RowClaim, Unclaim};
 use crate::endpoint::EndpointId;
 use crate::health::{Phase, Reason, State};
 
-/// The persisted health of a pair after a transition to a non-available state.
+/// The persisted health of a pair: after a transition to a non-available state (a write),
+/// or as stored (a read).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PairRecord {
     /// Endpoint.
     pub endpoint: EndpointId,
     /// Normalised destination host.
     pub destination: String,
+    /// The state the transition starts from (`available`: the pair has no row yet). A
+    /// store shared by several daemons applies the write only while the row is still in
+    /// it (docs/fleet.md, "Ownership"). A read leaves it at the state read.
+    pub from: State,
+    /// The claim whose outcome this transition is, when it decides the pair's trial.
+    pub trial: Option<Epoch>,
     /// State (never `available`: a recovered pair is deleted).
     pub state: State,
     /// Reason.
@@ -32,8 +38,9 @@ pub struct PairRecord {
     pub reason_streak: u32,
     /// Cooldown length.
     pub cooldown_ms: Option<u64>,
-    /// Wall-clock deadline.
-    pub cooldown_until: Option<SystemTime>,
+    /// Time left of a cooling pair's cooldown: when the transition happened (a write; the
+    /// store turns it into a deadline by its own clock), or as the store read it.
+    pub cooldown_left: Option<Duration>,
 }
 
 /// A stored pair, as loaded on start.
@@ -43,6 +50,12 @@ pub struct PairRow {
     pub pool: String,
     /// The health.
     pub record: PairRecord,
+    /// The stored end of the cooldown, as shown.
+    pub cooldown_until: Option<SystemTime>,
+    /// The trial claimed in the database, when one is out (PostgreSQL only).
+    pub claim: Option<RowClaim>,
+    /// The change that last wrote the row (PostgreSQL; 0 in SQLite).
+    pub rev: i64,
     /// RFC 3339 of the last transition.
     pub state_changed_at: String,
 }
@@ -58,6 +71,10 @@ pub enum PairWrite {
         endpoint: EndpointId,
         /// Destination.
         destination: String,
+        /// The state the pair leaves (the guard of a shared store).
+        from: State,
+        /// The claim whose outcome this is, when it decides the pair's trial.
+        trial: Option<Epoch>,
         /// The event (its `endpoint` is set from the pair).
         event: NewEvent,
     },
@@ -70,6 +87,10 @@ pub enum PairWrite {
         /// The event.
         event: NewEvent,
     },
+    /// Confirm the pair's trial claimed in memory.
+    Claim(Claim),
+    /// Give the pair's claimed trial back.
+    Unclaim(Unclaim),
 }
 
 impl PairWrite {
@@ -79,151 +100,8 @@ impl PairWrite {
             PairWrite::Upsert(r, _) => Some(r.endpoint),
             PairWrite::Delete { endpoint, .. } => Some(*endpoint),
             PairWrite::Event { event, .. } => event.endpoint,
+            PairWrite::Claim(c) => Some(c.on.endpoint()),
+            PairWrite::Unclaim(u) => Some(u.on.endpoint()),
         }
     }
 }
-
-/// Apply one pair write inside the caller's transaction (for group commit).
-pub(crate) fn apply(tx: &Connection, w: &PairWrite) -> Result<(), StoreError> {
-    match w {
-        PairWrite::Upsert(r, ev) => {
-            debug_assert_ne!(r.state, State::Available, "available pairs have no row");
-            // A transition without a detail (a deadline passing) keeps the one that
-            // explains the ban: pairs hold no detail in memory.
-            let res = tx
-                .prepare_cached(
-                    "INSERT INTO destination_pairs (endpoint, destination, state, reason, phase, status, \
-                     detail, streak, reason_streak, cooldown_ms, cooldown_until, state_changed_at) \
-                     VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12) \
-                     ON CONFLICT (endpoint, destination) DO UPDATE SET state=excluded.state, \
-                     reason=excluded.reason, phase=excluded.phase, status=excluded.status, \
-                     detail=COALESCE(excluded.detail, destination_pairs.detail), streak=excluded.streak, reason_streak=excluded.reason_streak, \
-                     cooldown_ms=excluded.cooldown_ms, cooldown_until=excluded.cooldown_until, \
-                     state_changed_at=excluded.state_changed_at",
-                )?
-                .execute(params![
-                    r.endpoint,
-                    r.destination,
-                    r.state.as_str(),
-                    r.reason.map(Reason::as_str),
-                    r.phase.map(Phase::as_str),
-                    r.status,
-                    super::text(&r.detail),
-                    r.streak,
-                    r.reason_streak,
-                    r.cooldown_ms.map(|v| v as i64),
-                    r.cooldown_until.map(fmt_time),
-                    fmt_time(SystemTime::now()),
-                ]);
-            match res {
-                Ok(_) => {}
-                // The endpoint is gone (removed while the report was in flight).
-                Err(rusqlite::Error::SqliteFailure(e, _))
-                    if e.code == ErrorCode::ConstraintViolation =>
-                {
-                    return Err(StoreError::NotFound(format!("with id {}", r.endpoint)));
-                }
-                Err(e) => return Err(e.into()),
-            }
-            insert_event_on(tx, Some(r.endpoint), Some(&r.destination), r.status, ev)
-        }
-        PairWrite::Delete {
-            endpoint,
-            destination,
-            event,
-        } => {
-            // Idempotent: the end state (no row) is what matters; a row already gone with
-            // its endpoint (ON DELETE CASCADE) is not an error.
-            tx.prepare_cached(
-                "DELETE FROM destination_pairs WHERE endpoint=?1 AND destination=?2",
-            )?
-            .execute(params![endpoint, destination])?;
-            insert_event_on(tx, Some(*endpoint), Some(destination), None, event)
-        }
-        PairWrite::Event {
-            destination,
-            status,
-            event,
-        } => {
-            // Events about a target (`target_down`) have no endpoint.
-            insert_event_on(tx, event.endpoint, Some(destination), *status, event)
-        }
-    }
-}
-
-const PAIR_COLS: &str = "e.pool, p.endpoint, p.destination, p.state, p.reason, p.phase, p.status, \
-     p.detail, p.streak, p.reason_streak, p.cooldown_ms, p.cooldown_until, p.state_changed_at";
-
-fn read_pair(r: &Row<'_>) -> rusqlite::Result<Result<PairRow, StoreError>> {
-    let endpoint: EndpointId = r.get(1)?;
-    let destination: String = r.get(2)?;
-    let corrupt =
-        |what: &str| StoreError::Corrupt(format!("pair ({endpoint}, {destination}): {what}"));
-    let build = || -> Result<PairRow, StoreError> {
-        let (state, reason, phase) = read_names(r, 3, corrupt)?;
-        let (cooldown_ms, cooldown_until) = read_cooldown(r, 10)?;
-        Ok(PairRow {
-            pool: r.get(0)?,
-            record: PairRecord {
-                endpoint,
-                destination: destination.clone(),
-                state,
-                reason,
-                phase,
-                status: r.get(6)?,
-                detail: r.get(7)?,
-                streak: r.get(8)?,
-                reason_streak: r.get(9)?,
-                cooldown_ms,
-                cooldown_until,
-            },
-            state_changed_at: r.get(12)?,
-        })
-    };
-    Ok(build())
-}
-
-impl Store {
-    /// Apply pair writes in one transaction, all or nothing.
-    pub fn write_pairs(&mut self, writes: &[PairWrite]) -> Result<(), StoreError> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        for w in writes {
-            apply(&tx, w)?;
-        }
-        tx.commit()?;
-        Ok(())
-    }
-
-    /// Every stored pair (to restore on start), in (endpoint, destination) order.
-    pub fn pairs(&self) -> Result<Vec<PairRow>, StoreError> {
-        self.query_pairs("", params![])
-    }
-
-    /// The pairs of one endpoint (`show ID`).
-    pub fn pairs_of(&self, endpoint: EndpointId) -> Result<Vec<PairRow>, StoreError> {
-        self.query_pairs("WHERE p.endpoint=?1", params![endpoint])
-    }
-
-    /// The pairs of one destination (`list --destination D`).
-    pub fn pairs_for(&self, destination: &str) -> Result<Vec<PairRow>, StoreError> {
-        self.query_pairs("WHERE p.destination=?1", params![destination])
-    }
-
-    fn query_pairs(
-        &self,
-        filter: &str,
-        args: &[&dyn rusqlite::ToSql],
-    ) -> Result<Vec<PairRow>, StoreError> {
-        let mut st = self.conn.prepare_cached(&format!(
-            "SELECT {PAIR_COLS} FROM destination_pairs p JOIN endpoints e ON e.id = p.endpoint \
-             {filter} ORDER BY p.endpoint, p.destination"
-        ))?;
-        let rows = st.query_map(args, read_pair)?;
-        rows.map(|r| r?).collect()
-    }
-}
-
-#[cfg(test)]
-mod tests;

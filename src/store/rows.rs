@@ -1,7 +1,8 @@
 //! The rows the store reads and the writes it applies, as plain data shared with the pool
 //! engine, the server and the CLI.
 
-use std::time::SystemTime;
+use std::borrow::Borrow;
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
@@ -37,14 +38,35 @@ pub struct EndpointRow {
     pub reason_streak: u32,
     /// Length of the current/last cooldown.
     pub cooldown_ms: Option<u64>,
-    /// Wall-clock end of the cooldown.
+    /// The stored end of the cooldown, as shown (the database's clock).
     pub cooldown_until: Option<SystemTime>,
+    /// What is left of a cooling endpoint's cooldown as the store read it:
+    /// `clamp(cooldown_until − the store's now, 0, cooldown_ms)`.
+    pub cooldown_left: Option<Duration>,
+    /// The trial claimed in the database, when one is out (PostgreSQL; SQLite keeps claims
+    /// in memory).
+    pub claim: Option<RowClaim>,
+    /// The change that last wrote the row (PostgreSQL's change sequence; 0 in SQLite).
+    pub rev: i64,
     /// RFC 3339.
     pub state_changed_at: String,
     /// RFC 3339.
     pub created_at: String,
     /// `key=value` tags (docs/selection.md, "Tags").
     pub tags: Tags,
+}
+
+/// A claim's fencing number: it grows with every claim of one trial slot, and a result is
+/// applied only while its claim's epoch is the slot's current one.
+pub type Epoch = i64;
+
+/// A trial claimed in the database, as a row read shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowClaim {
+    /// The slot's current epoch.
+    pub epoch: Epoch,
+    /// Time until the claim lapses by the database's clock (zero: lapsed).
+    pub left: Duration,
 }
 
 /// The JSON shape of an endpoint in `list --json`, `show --json` and the socket.
@@ -191,6 +213,12 @@ impl NewEvent {
 pub struct HealthRecord {
     /// Endpoint.
     pub id: EndpointId,
+    /// The state the transition starts from: a store shared by several daemons applies it
+    /// only while the row is still in it (docs/fleet.md, "Ownership").
+    pub from: State,
+    /// The claim whose outcome this transition is, when it decides a trial: applied only
+    /// while that claim is the slot's current one.
+    pub trial: Option<Epoch>,
     pub state: State,
     pub reason: Option<Reason>,
     pub phase: Option<Phase>,
@@ -200,8 +228,79 @@ pub struct HealthRecord {
     pub reason_streak: u32,
     /// Cooldown length.
     pub cooldown_ms: Option<u64>,
-    /// Wall-clock deadline.
-    pub cooldown_until: Option<SystemTime>,
+    /// Time left of the cooldown when the transition happened; the store turns it into a
+    /// deadline by its own clock.
+    pub cooldown_left: Option<Duration>,
+}
+
+/// Whose trial a claim is about.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ClaimOn {
+    /// An endpoint's single recovery attempt.
+    Endpoint(EndpointId),
+    /// An (endpoint, destination) pair's.
+    Pair(EndpointId, String),
+}
+
+impl ClaimOn {
+    /// The endpoint the trial goes through.
+    pub fn endpoint(&self) -> EndpointId {
+        match self {
+            ClaimOn::Endpoint(id) | ClaimOn::Pair(id, _) => *id,
+        }
+    }
+}
+
+/// A trial claimed in memory, to be confirmed by the store: of any number of daemons
+/// claiming one slot at once, exactly one wins (docs/fleet.md, "Ownership").
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claim {
+    pub on: ClaimOn,
+    /// How long the claim holds unless renewed: it lapses by the store's clock.
+    pub hold: Duration,
+    /// The `trial_admitted` event, written only when the claim is won.
+    pub event: NewEvent,
+}
+
+/// A claimed trial given back without an outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unclaim {
+    pub on: ClaimOn,
+    /// The claim given back (nothing happens when the slot was claimed again since).
+    pub epoch: Epoch,
+    /// The `trial_abandoned` event.
+    pub event: NewEvent,
+}
+
+/// What the store says of one claim.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClaimResult {
+    /// Confirmed: the trial is this caller's, under `epoch`.
+    Won { on: ClaimOn, epoch: Epoch },
+    /// Another daemon holds it, for `left` more (zero: not claimable, e.g. the state moved
+    /// on).
+    Lost { on: ClaimOn, left: Duration },
+}
+
+/// A row as the store holds it after a write found it changed elsewhere: memory follows it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fresh {
+    /// An endpoint's row (None: removed).
+    Endpoint(EndpointId, Option<Box<EndpointRow>>),
+    /// A pair's row (None: no row, the pair is available).
+    Pair(EndpointId, String, Option<Box<pairs::PairRow>>),
+}
+
+/// What one committed batch of writes did besides being durable.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Applied {
+    /// The results of its claims, in order.
+    pub claims: Vec<ClaimResult>,
+    /// Rows a guarded write found changed by someone else: the write did not happen, and
+    /// here is what the row holds instead.
+    pub fresh: Vec<Fresh>,
+    /// The change number the commit gave the rows it wrote (PostgreSQL; 0 in SQLite).
+    pub seq: i64,
 }
 
 /// One durable write; a batch of them commits atomically.
@@ -217,6 +316,10 @@ pub enum Write {
     Pair(pairs::PairWrite),
     /// An endpoint-scoped event that carries the HTTP status of its report.
     EventStatus(NewEvent, Option<u16>),
+    /// Confirm a trial claimed in memory.
+    Claim(Claim),
+    /// Give a claimed trial back.
+    Unclaim(Unclaim),
     /// Record a source's last sniff.
     SourceResult {
         pool: String,
@@ -245,4 +348,85 @@ pub struct SourceRow {
     pub last_detail: Option<String>,
     /// How many endpoints it returned.
     pub last_count: Option<i64>,
+}
+
+/// What an edit changed, for its event: never a password.
+pub(crate) fn edit_detail(
+    old: &EndpointRow,
+    url: &ProxyUrl,
+    label: Option<&str>,
+    tags: &crate::tags::Tags,
+) -> String {
+    let mut parts = Vec::new();
+    let (was, now) = (old.url.to_redacted_string(), url.to_redacted_string());
+    if was != now {
+        parts.push(format!("url {was} -> {now}"));
+    }
+    if old.url.password != url.password {
+        parts.push("password changed".to_string());
+    }
+    if old.label.as_deref() != label {
+        let show = |l: Option<&str>| l.map(|l| format!("{l:?}")).unwrap_or("none".into());
+        parts.push(format!(
+            "label {} -> {}",
+            show(old.label.as_deref()),
+            show(label)
+        ));
+    }
+    if &old.tags != tags {
+        let show = |t: &crate::tags::Tags| {
+            if t.is_empty() {
+                "none".to_string()
+            } else {
+                t.to_string()
+            }
+        };
+        parts.push(format!("tags {} -> {}", show(&old.tags), show(tags)));
+    }
+    if parts.is_empty() {
+        "nothing changed".to_string()
+    } else {
+        parts.join("; ")
+    }
+}
+
+/// What a batch does with an endpoint that is already stored, or listed earlier in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnExisting {
+    /// The whole batch is refused, naming the first one (`add`, `import`).
+    #[default]
+    Refuse,
+    /// It is left as it is and counted (`import --skip-existing`).
+    Skip,
+}
+
+/// A row to insert. An import's rows know the line of the file they came from, so that an
+/// error names it.
+pub trait ToInsert: Borrow<NewEndpoint> {
+    /// The line of the import file, when there is one.
+    fn line(&self) -> Option<usize> {
+        None
+    }
+}
+
+impl ToInsert for NewEndpoint {}
+impl ToInsert for &NewEndpoint {}
+
+/// An endpoint read from line `line` of an import file.
+#[derive(Debug, Clone)]
+pub struct Numbered {
+    pub line: usize,
+    pub endpoint: NewEndpoint,
+}
+
+impl Borrow<NewEndpoint> for Numbered {
+    fn borrow(&self) -> &NewEndpoint {
+        &self.endpoint
+    }
+}
+
+impl ToInsert for Numbered {
+    fn line(&self) -> Option<usize> {
+        Some(self.line)
+    }
 }

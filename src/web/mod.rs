@@ -93,6 +93,11 @@ pub trait StatusSource: Send + Sync + 'static {
         &self,
         limits: PageLimits,
     ) -> impl Future<Output = Result<PageModel, StatusError>> + Send;
+
+    /// Whether the store answers (PostgreSQL can be away, docs/fleet.md, "Faults").
+    fn store_up(&self) -> bool {
+        true
+    }
 }
 
 /// The listener's shared state.
@@ -145,6 +150,9 @@ impl<S: StatusSource> HttpApp<S> {
             Err(e) => return api_error(&StatusError::new(ErrorCode::BadRequest, e)),
         };
         let mut resp = match path {
+            "/healthz" if !self.source.store_up() => {
+                text(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable\n")
+            }
             "/healthz" => text(StatusCode::OK, "ok\n"),
             "/metrics" => with_type(
                 Response::new(Full::new(Bytes::from(self.metrics.encode()))),

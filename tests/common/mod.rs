@@ -17,6 +17,9 @@
 //! - `common::eventually` (and `eventually_async`, `holds_for`) — wait for a state by
 //!   polling it with a deadline; never a fixed sleep.
 //! - `common::markdown` — sections, tables and code spans of the docs, for tests/docs.rs.
+//! - `common::postgres` — a private PostgreSQL cluster (initdb and the server as an
+//!   unprivileged user, a temp dir, a free port, scram): one per test binary (`shared()`), a
+//!   fresh database per test; `Cluster::start()` for a test that stops its server.
 //!
 //! Each test binary compiles all of it and uses a part, hence the blanket allow.
 #![allow(dead_code)]
@@ -25,6 +28,7 @@ pub mod daemon;
 pub mod fakes;
 pub mod gateway;
 pub mod markdown;
+pub mod postgres;
 pub mod tools;
 pub mod upstreams;
 pub mod vpool;

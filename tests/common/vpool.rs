@@ -15,7 +15,7 @@ use proxypool::health::{Cooldown, Failure, Health, Input, Phase, Policy, Reason,
 use proxypool::pool::engine::initial_state;
 use proxypool::pool::ReportOn;
 use proxypool::pool::{Grant, Outcome, PoolError, Pools, Want};
-use proxypool::store::{EndpointRow, EventRow, NewEndpoint, Store, Write};
+use proxypool::store::{ClaimResult, EndpointRow, EventRow, NewEndpoint, Store, Write};
 use tokio::time::Instant;
 
 pub const POOL: &str = "vp";
@@ -201,9 +201,9 @@ impl VirtualPool {
         let clock = Clock::new();
         let mut pools = Pools::new([cfg.clone()]);
         pools.seed(1);
-        let (now, wall) = clock.now();
+        let (now, _) = clock.now();
         for r in store.list(Some(POOL), None).unwrap() {
-            pools.insert_row(&r, now, wall);
+            pools.insert_row(&r, now);
         }
         VirtualPool {
             dir,
@@ -225,23 +225,35 @@ impl VirtualPool {
     }
 
     /// Make writes durable, as the engine does before answering.
+    /// A claim the store confirms is this pool's, as the engine settles it.
     pub fn persist(&mut self, writes: &[Write]) {
-        self.store.write(writes).unwrap();
+        let applied = self
+            .store
+            .write_groups(&[writes.to_vec()])
+            .unwrap()
+            .pop()
+            .expect("one batch, one result")
+            .unwrap();
+        for c in &applied.claims {
+            if let ClaimResult::Won { on, epoch } = c {
+                self.pools.claim_won(on, *epoch);
+            }
+        }
     }
 
     /// Lease without using it yet.
     pub fn lease(&mut self) -> Result<Grant, PoolError> {
-        let (now, wall) = self.now();
-        let (r, w) = self.pools.lease(POOL, TTL, None, now, wall);
+        let (now, _) = self.now();
+        let (r, w) = self.pools.lease(POOL, TTL, None, now);
         self.persist(&w);
         r
     }
 
     /// Lease for a destination (normalised) without using it yet.
     pub fn lease_for(&mut self, destination: &str) -> Result<Grant, PoolError> {
-        let (now, wall) = self.now();
+        let (now, _) = self.now();
         let want = Want::parse(Some(destination), None).unwrap();
-        let (r, w) = self.pools.lease_with(POOL, TTL, None, &want, now, wall);
+        let (r, w) = self.pools.lease_with(POOL, TTL, None, &want, now);
         self.persist(&w);
         r
     }
@@ -295,7 +307,7 @@ impl VirtualPool {
         let (now, wall) = self.now();
         let trial = self.health(id).state == State::ProbeAllowed;
         if trial {
-            let (won, w) = self.pools.try_claim(id, now, wall);
+            let (won, w) = self.pools.try_claim(id, now);
             self.persist(&w);
             assert!(won, "claim {id}");
         }
@@ -308,18 +320,18 @@ impl VirtualPool {
 
     /// Operator / source input.
     pub fn input(&mut self, id: EndpointId, input: Input, detail: Option<&str>) -> Step {
-        let (now, wall) = self.now();
+        let (now, _) = self.now();
         let (r, w) = self
             .pools
-            .input(id, input, None, detail.map(String::from), now, wall);
+            .input(id, input, None, detail.map(String::from), now);
         self.persist(&w);
         r.unwrap().0
     }
 
     /// Let the pool notice deadlines and lease expiries.
     pub fn tick(&mut self) {
-        let (now, wall) = self.now();
-        let w = self.pools.advance(now, wall);
+        let (now, _) = self.now();
+        let w = self.pools.advance(now);
         self.persist(&w);
     }
 

@@ -6,7 +6,7 @@ use tokio::time::Instant;
 
 use crate::health::{Health, Phase, Reason, State};
 
-/// Compact health of one pair: 40 bytes. The deadline is kept as whole milliseconds
+/// Compact health of one pair: 48 bytes. The deadline is kept as whole milliseconds
 /// after the pool's `epoch` (rounded up, so a pair is never released early), and
 /// `NONE` stands for "no deadline" / "no cooldown".
 #[derive(Debug, Clone, Copy)]
@@ -19,6 +19,11 @@ pub(super) struct Pair {
     pub(super) status: Option<u16>,
     pub(super) state: State,
     pub(super) claimed: bool,
+    /// This daemon's confirmed claim of the trial (docs/fleet.md, "Ownership"): none while
+    /// unclaimed, while a claim waits for the store, or while another daemon holds it.
+    /// Kept as epoch + 1 (0: none) so that it takes 8 bytes, not 16: epochs are never
+    /// negative. See [`Pair::epoch`].
+    pub(super) claim: u64,
     pub(super) reason: Option<Reason>,
     pub(super) phase: Option<Phase>,
 }
@@ -51,9 +56,19 @@ impl Pair {
             status: None,
             state: State::Available,
             claimed: false,
+            claim: 0,
             reason: None,
             phase: None,
         }
+    }
+
+    /// This daemon's confirmed claim of the trial, if any.
+    pub(super) fn epoch(&self) -> Option<crate::store::Epoch> {
+        self.claim.checked_sub(1).map(|e| e as crate::store::Epoch)
+    }
+
+    pub(super) fn set_epoch(&mut self, epoch: Option<crate::store::Epoch>) {
+        self.claim = epoch.map_or(0, |e| e.max(0) as u64 + 1);
     }
 
     pub(super) fn health(&self, epoch: Instant) -> Health {
@@ -79,6 +94,7 @@ impl Pair {
             status,
             state: h.state,
             claimed: h.claimed,
+            claim: 0,
             reason: h.reason,
             phase: h.phase,
         }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use super::pair::ticks;
 use super::*;
@@ -11,6 +11,7 @@ use crate::health::{Cooldown, Failure, Phase, ReasonPolicy};
 
 const S: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);
+const HOLD: Duration = Duration::from_secs(15);
 const SHOP: &str = "shop.example";
 const NEWS: &str = "news.example";
 
@@ -25,10 +26,6 @@ fn policy() -> Policy {
         reasons: BTreeMap::new(),
         fall: 1,
     }
-}
-
-fn wall0() -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)
 }
 
 fn ban(status: u16) -> Input {
@@ -52,17 +49,7 @@ fn on(d: &mut Destinations, p: &Policy, dest: &str, id: EndpointId, input: Input
         Input::Failure { failure, .. } => failure.status,
         _ => None,
     };
-    d.apply(
-        dest,
-        id,
-        input,
-        status,
-        report(),
-        p,
-        Instant::now(),
-        wall0(),
-        0.0,
-    )
+    d.apply(dest, id, input, status, report(), p, Instant::now(), 0.0)
 }
 
 fn usable(d: &Destinations, dest: &str, id: EndpointId) -> Usable {
@@ -76,6 +63,8 @@ fn kinds(w: &[PairWrite]) -> Vec<&'static str> {
             PairWrite::Upsert(..) => "upsert",
             PairWrite::Delete { .. } => "delete",
             PairWrite::Event { event, .. } => event.kind.as_str(),
+            PairWrite::Claim(c) => c.event.kind.as_str(),
+            PairWrite::Unclaim(u) => u.event.kind.as_str(),
         })
         .collect()
 }
@@ -145,7 +134,7 @@ async fn pair_cooldown_then_exactly_one_trial_for_that_destination() {
             assert_eq!(rec.destination, SHOP);
             assert_eq!(rec.status, Some(403));
             assert_eq!(rec.cooldown_ms, Some(10_000));
-            assert_eq!(rec.cooldown_until, Some(wall0() + 10 * S));
+            assert_eq!(rec.cooldown_left, Some(10 * S));
             assert_eq!(ev.kind, EventKind::StateChanged);
             assert_eq!(ev.detail.as_deref(), Some("HTTP 403"));
         }
@@ -156,7 +145,7 @@ async fn pair_cooldown_then_exactly_one_trial_for_that_destination() {
 
     // Deadline − 1 ms: still banned for shop, usable for every other destination.
     tokio::time::advance(10 * S - MS).await;
-    assert_eq!(d.advance(&p, Instant::now(), wall0()), []);
+    assert_eq!(d.advance(&p, Instant::now()), []);
     assert_eq!(usable(&d, SHOP, 1), Usable::Banned);
     assert_eq!(usable(&d, SHOP, 2), Usable::Available);
     assert_eq!(usable(&d, NEWS, 1), Usable::Available);
@@ -168,7 +157,7 @@ async fn pair_cooldown_then_exactly_one_trial_for_that_destination() {
 
     // At the deadline exactly one trial for shop.
     tokio::time::advance(MS).await;
-    let w = d.advance(&p, Instant::now(), wall0());
+    let w = d.advance(&p, Instant::now());
     assert_eq!(kinds(&w), ["upsert"]);
     assert_eq!(usable(&d, SHOP, 1), Usable::Trial);
     let shop = d.lookup(SHOP).unwrap();
@@ -177,18 +166,18 @@ async fn pair_cooldown_then_exactly_one_trial_for_that_destination() {
             shop,
             |_, _| true,
             Some("l-1".into()),
+            HOLD,
             &p,
             Instant::now(),
-            wall0(),
         )
         .expect("one trial");
     assert_eq!(id, 1);
     assert_eq!(kinds(&r.writes), ["trial_admitted"]);
     assert!(d
-        .claim_trial(shop, |_, _| true, None, &p, Instant::now(), wall0())
+        .claim_trial(shop, |_, _| true, None, HOLD, &p, Instant::now())
         .is_none());
     assert_eq!(
-        d.try_claim(shop, 1, None, &p, Instant::now(), wall0()).step,
+        d.try_claim(shop, 1, None, HOLD, &p, Instant::now()).step,
         Step::Refused
     );
     assert_eq!(usable(&d, SHOP, 1), Usable::Banned, "trial in flight");
@@ -216,19 +205,21 @@ async fn trial_waits_for_an_endpoint_the_caller_accepts_and_abandon_gives_it_bac
     on(&mut d, &p, SHOP, 1, ban(403));
     on(&mut d, &p, SHOP, 2, ban(403));
     tokio::time::advance(10 * S).await;
-    d.advance(&p, Instant::now(), wall0());
+    d.advance(&p, Instant::now());
     let shop = d.lookup(SHOP).unwrap();
     // Endpoint 1 is cooling endpoint-wide: its pair's trial waits, 2's goes first.
     let (id, _) = d
-        .claim_trial(shop, |_, e| e != 1, None, &p, Instant::now(), wall0())
+        .claim_trial(shop, |_, e| e != 1, None, HOLD, &p, Instant::now())
         .unwrap();
     assert_eq!(id, 2);
-    let r = d.abandon(SHOP, 2, "lease expired", None, &p, Instant::now(), wall0());
+    // Only a claim the store confirmed can be given back.
+    assert!(d.claim_won(SHOP, 2, 1));
+    let r = d.abandon(SHOP, 2, "lease expired", None, &p, Instant::now());
     assert_eq!(r.step, Step::Abandoned);
     assert_eq!(kinds(&r.writes), ["trial_abandoned"]);
     assert_eq!(usable(&d, SHOP, 2), Usable::Trial);
     let (id, _) = d
-        .claim_trial(shop, |_, _| true, None, &p, Instant::now(), wall0())
+        .claim_trial(shop, |_, _| true, None, HOLD, &p, Instant::now())
         .unwrap();
     assert_eq!(id, 1, "oldest waiting first");
 }
@@ -250,15 +241,15 @@ async fn stampede_of_500_at_a_pairs_deadline_admits_exactly_one() {
             // The pool lock: every lease advances the deadlines, then claims.
             let mut g = d.lock().unwrap();
             let now = Instant::now();
-            let mut writes = g.advance(&p, now, wall0());
+            let mut writes = g.advance(&p, now);
             let shop = g.lookup(SHOP).unwrap();
             // Half ask for this pair by id (selection met it in the ready queue), half
             // for the destination's next trial.
             let r = if i % 2 == 0 {
-                Some(g.try_claim(shop, 7, Some(format!("l-{i}")), &p, now, wall0()))
+                Some(g.try_claim(shop, 7, Some(format!("l-{i}")), HOLD, &p, now))
                     .filter(|r| r.step == Step::Claimed)
             } else {
-                g.claim_trial(shop, |_, _| true, None, &p, now, wall0())
+                g.claim_trial(shop, |_, _| true, None, HOLD, &p, now)
                     .map(|(_, r)| r)
             };
             writes.extend(r.into_iter().flat_map(|r| r.writes));
@@ -283,12 +274,13 @@ async fn stampede_of_500_at_a_pairs_deadline_admits_exactly_one() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn restore_clamps_to_the_cooldown_length() {
+async fn restore_takes_what_the_store_read_as_left() {
     let now = Instant::now();
-    let wall = wall0();
-    let rec = |endpoint, until: SystemTime| PairRecord {
+    let rec = |endpoint, left: Duration| PairRecord {
         endpoint,
         destination: "Shop.Example".into(),
+        from: State::Cooling,
+        trial: None,
         state: State::Cooling,
         reason: Some(Reason::DestinationStatus),
         phase: Some(Phase::ResponseHead),
@@ -297,38 +289,51 @@ async fn restore_clamps_to_the_cooldown_length() {
         streak: 2,
         reason_streak: 2,
         cooldown_ms: Some(60_000),
-        cooldown_until: Some(until),
+        cooldown_left: Some(left),
     };
     let mut d = Destinations::new("default", DEFAULT_MAX_PAIRS);
-    // Clock jumped back: never longer than its own length.
-    d.restore(&rec(1, wall + 600 * S), now, wall).unwrap();
+    // Never longer than its own length.
+    d.restore(&rec(1, 600 * S), None, now).unwrap();
     // Ordinary remaining time.
-    d.restore(&rec(2, wall + 20 * S), now, wall).unwrap();
-    // Already past: due at once, never negative.
-    d.restore(&rec(3, wall - 5 * S), now, wall).unwrap();
+    d.restore(&rec(2, 20 * S), None, now).unwrap();
+    // Already past: due at once.
+    d.restore(&rec(3, Duration::ZERO), None, now).unwrap();
     let pair = |id| d.pair(SHOP, id).unwrap().health;
     assert_eq!(pair(1).deadline, Some(now + 60 * S));
     assert_eq!(pair(2).deadline, Some(now + 20 * S));
     assert_eq!(pair(3).deadline, Some(now));
     assert_eq!(pair(2).streak, 2);
     assert_eq!(d.next_due(), Some(now));
-    let w = d.advance(&policy(), now, wall);
+    let w = d.advance(&policy(), now);
     assert_eq!(kinds(&w), ["upsert"]);
     assert_eq!(usable(&d, SHOP, 3), Usable::Trial);
     assert_eq!(usable(&d, SHOP, 2), Usable::Banned);
     let pa = PairRecord {
         state: State::ProbeAllowed,
-        cooldown_until: None,
-        ..rec(4, wall)
+        cooldown_left: None,
+        ..rec(4, S)
     };
-    d.restore(&pa, now, wall).unwrap();
+    d.restore(&pa, None, now).unwrap();
     assert_eq!(usable(&d, SHOP, 4), Usable::Trial);
+    // Another daemon holds the trial of a fifth: not ours to take until it lapses.
+    let held = PairRecord {
+        state: State::ProbeAllowed,
+        cooldown_left: None,
+        ..rec(6, S)
+    };
+    let claim = crate::store::RowClaim {
+        epoch: 3,
+        left: 5 * S,
+    };
+    d.restore(&held, Some(claim), now).unwrap();
+    assert!(d.claimed_remotely(SHOP, 6));
+    assert_eq!(usable(&d, SHOP, 6), Usable::Banned);
     let bad = PairRecord {
         destination: "not a host".into(),
-        ..rec(5, wall)
+        ..rec(5, S)
     };
-    assert!(d.restore(&bad, now, wall).is_err());
-    assert_eq!(d.banned(), 4);
+    assert!(d.restore(&bad, None, now).is_err());
+    assert_eq!(d.banned(), 5);
 }
 
 #[tokio::test(start_paused = true)]
@@ -371,10 +376,10 @@ async fn disable_after_per_reason_on_pairs() {
     // Another reason on another pair of the same endpoint does not count.
     on(&mut d, &p, NEWS, 1, ban(403));
     tokio::time::advance(10 * S).await;
-    d.advance(&p, Instant::now(), wall0());
+    d.advance(&p, Instant::now());
     let shop = d.lookup(SHOP).unwrap();
     assert_eq!(
-        d.try_claim(shop, 1, None, &p, Instant::now(), wall0()).step,
+        d.try_claim(shop, 1, None, HOLD, &p, Instant::now()).step,
         Step::Claimed
     );
     let mut trial = ban(403);
@@ -393,12 +398,12 @@ async fn disable_after_per_reason_on_pairs() {
         PairWrite::Upsert(rec, _) => {
             assert_eq!(rec.state, State::Disabled);
             assert_eq!(rec.reason_streak, 2);
-            assert_eq!(rec.cooldown_until, None);
+            assert_eq!(rec.cooldown_left, None);
         }
         w => panic!("{w:?}"),
     }
     tokio::time::advance(3600 * S).await;
-    d.advance(&p, Instant::now(), wall0());
+    d.advance(&p, Instant::now());
     assert_eq!(usable(&d, SHOP, 1), Usable::Banned, "disabled stays");
     assert_eq!(usable(&d, NEWS, 1), Usable::Trial);
     assert_eq!(d.pairs_of(1).len(), 2);
@@ -454,10 +459,7 @@ async fn cap_on_pairs_refuses_new_bans_and_keeps_the_endpoint_usable() {
     assert_eq!(d.banned(), 2);
     // An existing pair still moves.
     tokio::time::advance(10 * S).await;
-    assert_eq!(
-        kinds(&d.advance(&p, Instant::now(), wall0())),
-        ["upsert", "upsert"]
-    );
+    assert_eq!(kinds(&d.advance(&p, Instant::now())), ["upsert", "upsert"]);
     let rec = PairRecord {
         endpoint: 2,
         destination: "d.example".into(),
@@ -469,10 +471,12 @@ async fn cap_on_pairs_refuses_new_bans_and_keeps_the_endpoint_usable() {
         streak: 1,
         reason_streak: 1,
         cooldown_ms: None,
-        cooldown_until: None,
+        cooldown_left: None,
+        from: State::Disabled,
+        trial: None,
     };
     assert_eq!(
-        d.restore(&rec, Instant::now(), wall0()),
+        d.restore(&rec, None, Instant::now()),
         Err(DestinationError::CapReached {
             pool: "default".into(),
             cap: 2
@@ -495,9 +499,10 @@ async fn removing_an_endpoint_forgets_its_pairs_everywhere() {
 }
 
 #[test]
-fn a_pair_is_40_bytes() {
-    // The memory budget (≤ 200 bytes per banned pair, tests/pair_memory.rs) rests on it.
-    assert_eq!(std::mem::size_of::<Pair>(), 40);
+fn a_pair_is_48_bytes() {
+    // The memory budget (≤ 200 bytes per banned pair, tests/pair_memory.rs) rests on it;
+    // 8 of them hold the epoch of a trial's claim (docs/fleet.md, "Ownership").
+    assert_eq!(std::mem::size_of::<Pair>(), 48);
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,7 +1,5 @@
 //! The durable writes (and their one tracing line) of a pair's acts and transitions.
 
-use std::time::SystemTime;
-
 use tokio::time::Instant;
 use tracing::info;
 
@@ -55,8 +53,8 @@ pub(super) fn transition(
     h: &Health,
     status: Option<u16>,
     act: Option<NewEvent>,
+    trial: Option<crate::store::Epoch>,
     now: Instant,
-    wall: SystemTime,
 ) -> PairWrite {
     info!(
         endpoint = id,
@@ -86,6 +84,8 @@ pub(super) fn transition(
         return PairWrite::Delete {
             endpoint: id,
             destination: name.to_string(),
+            from,
+            trial,
             event,
         };
     }
@@ -93,6 +93,8 @@ pub(super) fn transition(
         PairRecord {
             endpoint: id,
             destination: name.to_string(),
+            from,
+            trial,
             state: h.state,
             reason: h.reason,
             phase: h.phase,
@@ -101,7 +103,7 @@ pub(super) fn transition(
             streak: h.streak,
             reason_streak: h.reason_streak,
             cooldown_ms: h.cooldown.map(|d| d.as_millis() as u64),
-            cooldown_until: h.cooldown_until(now, wall),
+            cooldown_left: h.cooldown_left(now),
         },
         event,
     )

@@ -5,11 +5,13 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use super::{Engine, EngineError};
-use crate::endpoint::EndpointId;
+use super::{EndpointNow, Engine, EngineError};
+use crate::endpoint::{EndpointId, ProxyUrl};
+use crate::health::{Health, State};
 use crate::metrics::{GaugeSnapshot, Metrics, PoolMetrics};
-use crate::pool::EndpointUse;
-use crate::store::EndpointView;
+use crate::pool::destinations::PairHealth;
+use crate::pool::{EndpointUse, PoolStatus};
+use crate::store::{EndpointRow, EndpointView, EventRow, SourceRow};
 
 /// How [`Engine::open_with`] sets the engine up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,12 +19,16 @@ pub struct EngineOptions {
     /// Record metrics on the lease, report, probe and commit paths. Off only to measure
     /// what recording costs (`benches/socket.rs`).
     pub record_metrics: bool,
+    /// Follow what other daemons of a fleet commit (PostgreSQL; docs/fleet.md). A CLI
+    /// command that acts once and ends does not.
+    pub follow: bool,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
             record_metrics: true,
+            follow: true,
         }
     }
 }
@@ -93,6 +99,132 @@ impl Engine {
             v.stats = p.endpoint_use(v.id, now).map(|u| u.stats);
         }
         views
+    }
+}
+
+/// What the pools hold now, and stored rows read in order with queued writes.
+impl Engine {
+    /// The store, for messages and `status`: a path, or hosts and database without the
+    /// password.
+    pub fn store_name(&self) -> &str {
+        &self.store_name
+    }
+
+    /// Counts by state.
+    pub fn status(&self, pool: Option<&str>) -> Result<Vec<PoolStatus>, EngineError> {
+        Ok(self.lock().status(pool, Instant::now())?)
+    }
+
+    /// The endpoint's URL, pool and health, read together.
+    pub fn endpoint(&self, id: EndpointId) -> Option<EndpointNow> {
+        let p = self.lock();
+        Some(EndpointNow {
+            url: p.url(id)?.clone(),
+            pool: p.pool_of(id)?.to_string(),
+            health: p.health(id)?.clone(),
+        })
+    }
+
+    pub fn health(&self, id: EndpointId) -> Option<Health> {
+        self.lock().health(id).cloned()
+    }
+
+    pub fn url(&self, id: EndpointId) -> Option<ProxyUrl> {
+        self.lock().url(id).cloned()
+    }
+
+    pub fn pool_of(&self, id: EndpointId) -> Option<String> {
+        self.lock().pool_of(id).map(str::to_string)
+    }
+
+    /// Whether the pool is configured (known to the engine).
+    pub fn has_pool(&self, pool: &str) -> bool {
+        self.lock().pool_config(pool).is_some()
+    }
+
+    /// Every endpoint id, of one pool or all.
+    pub fn ids(&self, pool: Option<&str>) -> Vec<EndpointId> {
+        self.lock().ids(pool)
+    }
+
+    /// Ids of the pool's available endpoints (periodic checks).
+    pub fn available_ids(&self, pool: &str) -> Vec<EndpointId> {
+        self.lock().available_ids(pool)
+    }
+
+    /// Nothing in the pool can be leased now.
+    pub fn exhausted(&self, pool: &str) -> bool {
+        self.lock().exhausted(pool)
+    }
+
+    /// Endpoints held in memory.
+    pub fn endpoint_count(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Stored endpoint rows, in id order (runs after the writes queued before it).
+    pub async fn rows(
+        &self,
+        pool: Option<String>,
+        state: Option<State>,
+    ) -> Result<Vec<EndpointRow>, EngineError> {
+        Ok(self
+            .writer
+            .call(move |s| s.list(pool.as_deref(), state))
+            .await??)
+    }
+
+    /// One stored endpoint row.
+    pub async fn row(&self, id: EndpointId) -> Result<Option<EndpointRow>, EngineError> {
+        Ok(self.writer.call(move |s| s.get(id)).await??)
+    }
+
+    /// The stored endpoint an operator's `ID|URL` names.
+    pub async fn resolve(
+        &self,
+        arg: String,
+        pool: Option<String>,
+    ) -> Result<EndpointId, EngineError> {
+        Ok(self
+            .writer
+            .call(move |s| s.resolve(&arg, pool.as_deref()).map(|r| r.id))
+            .await??)
+    }
+
+    /// Stored events after event id `after`, oldest first.
+    pub async fn events(
+        &self,
+        endpoint: Option<EndpointId>,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<EventRow>, EngineError> {
+        Ok(self
+            .writer
+            .call(move |s| s.events(endpoint, after, limit))
+            .await??)
+    }
+
+    /// Each source's last sniff result.
+    pub async fn sources(&self, pool: Option<String>) -> Result<Vec<SourceRow>, EngineError> {
+        Ok(self
+            .writer
+            .call(move |s| s.sources(pool.as_deref()))
+            .await??)
+    }
+
+    /// The endpoint's non-available pairs.
+    pub fn pairs_of(&self, id: EndpointId) -> Vec<PairHealth> {
+        self.lock().pairs_of(id)
+    }
+
+    /// Active pair bans of a pool.
+    pub fn pair_bans(&self, pool: &str) -> usize {
+        self.lock().pair_bans(pool)
+    }
+
+    /// When `target` of `pool` is down (docs/blame.md): the time until its trial.
+    pub fn target_down(&self, pool: &str, target: &str) -> Option<Duration> {
+        self.lock().target_down(pool, target, Instant::now())
     }
 }
 
@@ -301,6 +433,7 @@ mod tests {
     async fn recording_off_leaves_only_the_gauges() {
         let (_dir, e, _) = engine(EngineOptions {
             record_metrics: false,
+            ..EngineOptions::default()
         })
         .await;
         let g = e

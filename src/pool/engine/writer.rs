@@ -12,10 +12,11 @@ use super::EngineError;
 use crate::endpoint::EndpointId;
 use crate::metrics::AtomicHistogram;
 use crate::store::pairs::PairRow;
-use crate::store::{EndpointRow, Store, StoreError, Write};
+use crate::store::{Applied, EndpointRow, Store, StoreError, Write};
 
-/// What a queued write batch resolves to once the store thread ran it.
-pub type Committed = Result<(), Arc<StoreError>>;
+/// What a queued write batch resolves to once the store thread ran it: what its claims
+/// got and which rows it found changed elsewhere (docs/fleet.md), or why it failed.
+pub type Committed = Result<Applied, Arc<StoreError>>;
 
 type Call = Box<dyn FnOnce(&mut Store) + Send>;
 
@@ -41,6 +42,12 @@ fn endpoints_of(w: &Write, out: &mut BTreeSet<EndpointId>) {
         // A pair is resynced with its endpoint: the endpoint's row and all its pairs.
         Write::Pair(pw) => out.extend(pw.endpoint()),
         Write::EventStatus(ev, _) => out.extend(ev.endpoint),
+        Write::Claim(c) => {
+            out.insert(c.on.endpoint());
+        }
+        Write::Unclaim(u) => {
+            out.insert(u.on.endpoint());
+        }
     }
 }
 
@@ -240,7 +247,7 @@ impl Writer {
     pub fn queue(&self, writes: Vec<Write>) -> oneshot::Receiver<Committed> {
         let (ack, rx) = oneshot::channel();
         if writes.is_empty() {
-            let _ = ack.send(Ok(()));
+            let _ = ack.send(Ok(Applied::default()));
         } else if self.tx.send(Job::Writes(writes, ack)).is_err() {
             // The receiver sees a closed channel and reports it.
         }

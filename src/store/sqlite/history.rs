@@ -1,4 +1,4 @@
-//! Queries for observability: filtered event reads, retention pruning, the status page's
+//! SQLite queries for observability: filtered event reads, retention pruning, the status page's
 //! endpoint sample and transition times.
 
 use std::time::SystemTime;
@@ -7,47 +7,34 @@ use rusqlite::params_from_iter;
 use rusqlite::types::Value;
 
 use super::{fmt_time, parse_time, read_endpoint, read_event, EndpointRow, EventRow};
-use super::{Store, StoreError, ENDPOINT_COLS};
-use crate::endpoint::EndpointId;
+use super::{Sqlite, StoreError, ENDPOINT_COLS};
+use crate::store::EventFilter;
 
-/// Which events `events` prints.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct EventFilter {
-    /// Only this endpoint.
-    pub endpoint: Option<EndpointId>,
-    /// Only these kinds (any of them); empty = every kind.
-    pub kinds: Vec<String>,
-    /// Only events at or after this time.
-    pub since: Option<SystemTime>,
-}
-
-impl EventFilter {
-    /// The WHERE clause (after `id > ?1`) and its parameters.
-    fn clause(&self) -> (String, Vec<Value>) {
-        let mut sql = String::new();
-        let mut args = Vec::new();
-        if let Some(e) = self.endpoint {
-            sql.push_str(" AND endpoint = ?");
-            args.push(Value::Integer(e));
-        }
-        if !self.kinds.is_empty() {
-            sql.push_str(" AND kind IN (");
-            sql.push_str(&vec!["?"; self.kinds.len()].join(","));
-            sql.push(')');
-            args.extend(self.kinds.iter().map(|k| Value::Text(k.clone())));
-        }
-        if let Some(t) = self.since {
-            // `at` is fixed-width RFC 3339 UTC, so text order is time order.
-            sql.push_str(" AND at >= ?");
-            args.push(Value::Text(fmt_time(t)));
-        }
-        (sql, args)
+/// The WHERE clause (after `id > ?1`) of `f` and its parameters.
+fn clause(f: &EventFilter) -> (String, Vec<Value>) {
+    let mut sql = String::new();
+    let mut args = Vec::new();
+    if let Some(e) = f.endpoint {
+        sql.push_str(" AND endpoint = ?");
+        args.push(Value::Integer(e));
     }
+    if !f.kinds.is_empty() {
+        sql.push_str(" AND kind IN (");
+        sql.push_str(&vec!["?"; f.kinds.len()].join(","));
+        sql.push(')');
+        args.extend(f.kinds.iter().map(|k| Value::Text(k.clone())));
+    }
+    if let Some(t) = f.since {
+        // `at` is fixed-width RFC 3339 UTC, so text order is time order.
+        sql.push_str(" AND at >= ?");
+        args.push(Value::Text(fmt_time(t)));
+    }
+    (sql, args)
 }
 
 use super::EVENT_COLS;
 
-impl Store {
+impl Sqlite {
     /// Events matching `f` with id > `after`, oldest first.
     pub fn events_matching(
         &self,
@@ -55,7 +42,7 @@ impl Store {
         after: i64,
         limit: usize,
     ) -> Result<Vec<EventRow>, StoreError> {
-        let (clause, mut args) = f.clause();
+        let (clause, mut args) = clause(f);
         let sql =
             format!("SELECT {EVENT_COLS} FROM events WHERE id > ?{clause} ORDER BY id LIMIT ?");
         args.insert(0, Value::Integer(after));
@@ -71,7 +58,7 @@ impl Store {
         f: &EventFilter,
         n: usize,
     ) -> Result<Vec<EventRow>, StoreError> {
-        let (clause, mut args) = f.clause();
+        let (clause, mut args) = clause(f);
         let sql = format!(
             "SELECT {EVENT_COLS} FROM events WHERE id > ?{clause} ORDER BY id DESC LIMIT ?"
         );

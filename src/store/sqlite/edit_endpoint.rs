@@ -1,15 +1,17 @@
-//! `Store::edit_endpoint`: a new URL or label for a stored endpoint.
+//! `Sqlite::edit_endpoint`: a new URL or label for a stored endpoint.
 
 use std::collections::BTreeMap;
 
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
-use super::{insert_event, read_endpoint, EndpointRow, NewEvent, Store, StoreError, ENDPOINT_COLS};
+use super::{
+    insert_event, read_endpoint, EndpointRow, NewEvent, Sqlite, StoreError, ENDPOINT_COLS,
+};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
-use crate::tags::Tags;
+use crate::store::rows::edit_detail;
 
-impl Store {
+impl Sqlite {
     /// Replace an endpoint's URL, label and/or tags, keeping its id, state and history,
     /// with an `edited` event (passwords redacted). `label: Some(None)` clears the label;
     /// `tags` sets each key given, an empty value removes it. The new URL may not take the
@@ -88,45 +90,11 @@ impl Store {
     }
 }
 
-/// What an edit changed, for its event: never a password.
-fn edit_detail(old: &EndpointRow, url: &ProxyUrl, label: Option<&str>, tags: &Tags) -> String {
-    let mut parts = Vec::new();
-    let (was, now) = (old.url.to_redacted_string(), url.to_redacted_string());
-    if was != now {
-        parts.push(format!("url {was} -> {now}"));
-    }
-    if old.url.password != url.password {
-        parts.push("password changed".to_string());
-    }
-    if old.label.as_deref() != label {
-        let show = |l: Option<&str>| l.map(|l| format!("{l:?}")).unwrap_or("none".into());
-        parts.push(format!(
-            "label {} -> {}",
-            show(old.label.as_deref()),
-            show(label)
-        ));
-    }
-    if &old.tags != tags {
-        let show = |t: &Tags| {
-            if t.is_empty() {
-                "none".to_string()
-            } else {
-                t.to_string()
-            }
-        };
-        parts.push(format!("tags {} -> {}", show(&old.tags), show(tags)));
-    }
-    if parts.is_empty() {
-        "nothing changed".to_string()
-    } else {
-        parts.join("; ")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::health::State;
+    use crate::tags::Tags;
 
     fn row(url: &str, label: Option<&str>) -> EndpointRow {
         EndpointRow {
@@ -143,6 +111,9 @@ mod tests {
             reason_streak: 0,
             cooldown_ms: None,
             cooldown_until: None,
+            cooldown_left: None,
+            claim: None,
+            rev: 0,
             state_changed_at: String::new(),
             created_at: String::new(),
             tags: Tags::parse_args(&["country=us"]).unwrap(),

@@ -6,16 +6,18 @@
 //! in `ROWS_PER_INSERT` at a time, and the unique index itself detects duplicates (the
 //! lookup that names the culprit runs only when an insert fails).
 
-use std::borrow::Borrow;
 use std::collections::HashSet;
 use std::sync::LazyLock;
 use std::time::SystemTime;
 
 use rusqlite::{params, OptionalExtension, Transaction, TransactionBehavior};
 
-use super::{fmt_time, read_endpoint, EndpointRow, NewEndpoint, Store, StoreError, ENDPOINT_COLS};
+use super::{fmt_time, read_endpoint, EndpointRow, NewEndpoint, Sqlite, StoreError, ENDPOINT_COLS};
 use crate::endpoint::EndpointId;
 use crate::event_kind::EventKind;
+#[cfg(test)]
+use crate::store::Numbered;
+use crate::store::{OnExisting, ToInsert};
 
 /// Rows per multi-row `INSERT`: 128 rows × 11 parameters stays far below SQLite's limit of
 /// 32,766 parameters, and larger statements gained nothing measurable.
@@ -41,48 +43,7 @@ static FULL_EVENTS: LazyLock<String> = LazyLock::new(|| events_sql(ROWS_PER_INSE
 const IDENTITY: &str =
     "SELECT id FROM endpoints WHERE pool=?1 AND scheme=?2 AND host=?3 AND port=?4 AND user=?5";
 
-/// What a batch does with an endpoint that is already stored, or listed earlier in it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnExisting {
-    /// The whole batch is refused, naming the first one (`add`, `import`).
-    #[default]
-    Refuse,
-    /// It is left as it is and counted (`import --skip-existing`).
-    Skip,
-}
-
-/// A row to insert. An import's rows know the line of the file they came from, so that an
-/// error names it.
-pub trait ToInsert: Borrow<NewEndpoint> {
-    /// The line of the import file, when there is one.
-    fn line(&self) -> Option<usize> {
-        None
-    }
-}
-
-impl ToInsert for NewEndpoint {}
-impl ToInsert for &NewEndpoint {}
-
-/// An endpoint read from line `line` of an import file.
-#[derive(Debug, Clone)]
-pub struct Numbered {
-    pub line: usize,
-    pub endpoint: NewEndpoint,
-}
-
-impl Borrow<NewEndpoint> for Numbered {
-    fn borrow(&self) -> &NewEndpoint {
-        &self.endpoint
-    }
-}
-
-impl ToInsert for Numbered {
-    fn line(&self) -> Option<usize> {
-        Some(self.line)
-    }
-}
-
-impl Store {
+impl Sqlite {
     /// Insert endpoints, all or nothing; returns their ids in order.
     pub fn add_endpoints(&mut self, eps: &[NewEndpoint]) -> Result<Vec<EndpointId>, StoreError> {
         let mut ids = Vec::with_capacity(eps.len());
@@ -404,13 +365,13 @@ mod tests {
         }
     }
 
-    fn store() -> (tempfile::TempDir, Store) {
+    fn store() -> (tempfile::TempDir, Sqlite) {
         let dir = tempfile::tempdir().unwrap();
-        let s = Store::open(&dir.path().join("t.db")).unwrap();
+        let s = Sqlite::open(&dir.path().join("t.db")).unwrap();
         (dir, s)
     }
 
-    fn count(s: &Store, table: &str) -> i64 {
+    fn count(s: &Sqlite, table: &str) -> i64 {
         s.conn
             .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
             .unwrap()

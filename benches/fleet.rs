@@ -1,0 +1,464 @@
+//! Several daemons on one PostgreSQL database against one daemon on SQLite, side by side in
+//! one run (docs/fleet.md; numbers in BENCHMARKS.md):
+//!
+//! 1. ordinary leases per second (lease + release, 8 clients): one daemon on SQLite and one
+//!    on PostgreSQL, rounds interleaved;
+//! 2. persisted transitions per second (lease + a failure report that cools the endpoint,
+//!    8 clients) through one daemon on each, and pgbench's rate of the same UPDATE + INSERT
+//!    transaction at 8 clients on the same server (`synchronous_commit` on, fsync on);
+//! 3. propagation of a change from one daemon to another (a failure acknowledged by A until
+//!    B's status shows it): p50 and p99;
+//! 4. three daemons against one: aggregate transitions/s and leases/s, with the CPU spent
+//!    per operation by the daemons and by PostgreSQL.
+//!
+//! The real binary (release) and a private PostgreSQL cluster (tests/common/postgres.rs).
+//! Run: `cargo bench --bench fleet` (needs Debian's `postgresql`; prints a note without it).
+
+#[allow(dead_code)]
+#[path = "../tests/common/tools.rs"]
+mod tools;
+
+#[allow(dead_code)]
+#[path = "../tests/common/wait.rs"]
+mod wait;
+#[allow(unused_imports)]
+use wait::{eventually, eventually_async};
+
+#[allow(dead_code)]
+#[path = "../tests/common/postgres.rs"]
+mod postgres;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_proxypool");
+const CLIENTS: usize = 8;
+const CELL: Duration = Duration::from_secs(3);
+const ROUNDS: usize = 3;
+/// Endpoints per database: transitions use them up (each cools for an hour).
+const ENDPOINTS: usize = 60_000;
+
+const CONFIG: &str = r#"
+[[pool]]
+name = "default"
+mode = "static-no-ping"
+
+[pool.cooldown]
+base = "1h"
+factor = 1.0
+max = "1h"
+jitter = 0.0
+"#;
+
+struct Conn {
+    w: UnixStream,
+    r: BufReader<UnixStream>,
+}
+
+impl Conn {
+    fn new(sock: &Path) -> Conn {
+        let w = UnixStream::connect(sock).unwrap();
+        Conn {
+            r: BufReader::new(w.try_clone().unwrap()),
+            w,
+        }
+    }
+    fn req(&mut self, v: &Value) -> Value {
+        let mut line = serde_json::to_string(v).unwrap();
+        line.push('\n');
+        self.w.write_all(line.as_bytes()).unwrap();
+        let mut out = String::new();
+        self.r.read_line(&mut out).unwrap();
+        serde_json::from_str(&out).unwrap()
+    }
+}
+
+/// A home (socket, XDG dirs, config) on the database `db` (a path or a URL).
+struct Home {
+    dir: tempfile::TempDir,
+    db: String,
+}
+
+impl Home {
+    fn new(db: Option<&str>) -> Home {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("proxies.toml"), CONFIG).unwrap();
+        let db = db
+            .map(str::to_string)
+            .unwrap_or_else(|| dir.path().join("pp.db").display().to_string());
+        Home { dir, db }
+    }
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("pp.sock")
+    }
+    fn cmd(&self) -> Command {
+        let mut c = Command::new(BIN);
+        let d = self.dir.path();
+        c.env("PROXYPOOL_DB", &self.db)
+            .env("PROXYPOOL_SOCKET", self.socket())
+            .env("PROXYPOOL_CONFIG", d.join("proxies.toml"))
+            .env("XDG_DATA_HOME", d)
+            .env("XDG_RUNTIME_DIR", d)
+            .env("HOME", d)
+            .env_remove("PROXYPOOL_TOKEN")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null());
+        c
+    }
+    fn import(&self, n: usize, tag: u32) {
+        let file = self.dir.path().join("list.txt");
+        let text: String = (0..n)
+            .map(|i| {
+                format!(
+                    "http://10.{tag}.{}.{}:{}\n",
+                    (i / 250) % 250,
+                    i % 250,
+                    1000 + i / 62_500
+                )
+            })
+            .collect();
+        std::fs::write(&file, text).unwrap();
+        let out = self.cmd().arg("import").arg(&file).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    fn serve(&self) -> Daemon {
+        let log = std::fs::File::create(self.dir.path().join("daemon.log")).unwrap();
+        let child = self
+            .cmd()
+            .arg("serve")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let sock = self.socket();
+        let t0 = Instant::now();
+        while UnixStream::connect(&sock).is_err() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "daemon did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Daemon { child, sock }
+    }
+}
+
+struct Daemon {
+    child: Child,
+    sock: PathBuf,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// CPU seconds (user + system) of a process and, with `children`, of its child processes.
+fn cpu(pid: u32, children: bool) -> f64 {
+    let tick = 100.0; // USER_HZ on Linux
+    let read = |p: u32| -> Option<(u32, f64)> {
+        let s = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+        let rest = &s[s.rfind(')')? + 2..];
+        let f: Vec<&str> = rest.split(' ').collect();
+        let ppid = f[1].parse().ok()?;
+        let t = f[11].parse::<f64>().ok()? + f[12].parse::<f64>().ok()?;
+        Some((ppid, t / tick))
+    };
+    let mut total = read(pid).map_or(0.0, |(_, t)| t);
+    if children {
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            if let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) {
+                if let Some((ppid, t)) = read(p) {
+                    if ppid == pid {
+                        total += t;
+                    }
+                }
+            }
+        }
+    }
+    total
+}
+
+/// `CLIENTS` connections spread over `socks` for `CELL`; each op is `op`; ops per second.
+fn drive(socks: &[PathBuf], op: fn(&mut Conn) -> bool) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            let (sock, stop, done) = (socks[i % socks.len()].clone(), stop.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut c = Conn::new(&sock);
+                while !stop.load(Ordering::Relaxed) {
+                    if op(&mut c) {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    let t0 = Instant::now();
+    std::thread::sleep(CELL);
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / t0.elapsed().as_secs_f64()
+}
+
+fn lease_release(c: &mut Conn) -> bool {
+    let g = c.req(&json!({"op": "lease", "pool": "default", "ttl": "30s"}));
+    if g["ok"] != json!(true) {
+        return false;
+    }
+    c.req(&json!({"op": "release", "lease": g["lease"]}))["ok"] == json!(true)
+}
+
+fn transition(c: &mut Conn) -> bool {
+    let g = c.req(&json!({"op": "lease", "pool": "default", "ttl": "30s"}));
+    if g["ok"] != json!(true) {
+        return false;
+    }
+    let r = c.req(&json!({"op": "report", "lease": g["lease"], "outcome": "failure", "reason": "connect_refused", "phase": "connect"}));
+    r["state"] == json!("cooling")
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let Some(pg) = postgres::Cluster::start_durable() else {
+        return;
+    };
+    println!("load average before: {}", load());
+    let pg_url = pg.database();
+    let lite = Home::new(None);
+    let fleet: Vec<Home> = (0..3).map(|_| Home::new(Some(&pg_url))).collect();
+    lite.import(ENDPOINTS, 1);
+    fleet[0].import(ENDPOINTS, 2);
+    let dl = lite.serve();
+    let d0 = fleet[0].serve();
+
+    // 1. Leases: interleaved rounds.
+    let (mut l_lite, mut l_pg) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        l_lite.push(drive(std::slice::from_ref(&dl.sock), lease_release));
+        l_pg.push(drive(std::slice::from_ref(&d0.sock), lease_release));
+    }
+    let (l_lite, l_pg) = (median(l_lite), median(l_pg));
+    println!("\n1. ordinary leases/s (lease + release, {CLIENTS} clients, median of {ROUNDS} × {CELL:?})");
+    println!(
+        "{:<28} {:>12}",
+        "one daemon on SQLite",
+        format!("{l_lite:.0}")
+    );
+    println!(
+        "{:<28} {:>12}",
+        "one daemon on PostgreSQL",
+        format!("{l_pg:.0}")
+    );
+    println!(
+        "{:<28} {:>12}",
+        "PostgreSQL / SQLite",
+        format!("{:.2}", l_pg / l_lite)
+    );
+
+    // 2. Transitions, and pgbench's UPDATE + INSERT.
+    let (mut t_lite, mut t_pg) = (Vec::new(), Vec::new());
+    let d0_cpu = cpu(d0.child.id(), false);
+    let pg_cpu = cpu(pg.server_pid().unwrap(), true);
+    for _ in 0..ROUNDS {
+        t_lite.push(drive(std::slice::from_ref(&dl.sock), transition));
+        t_pg.push(drive(std::slice::from_ref(&d0.sock), transition));
+    }
+    let one_cpu = (
+        cpu(d0.child.id(), false) - d0_cpu,
+        cpu(pg.server_pid().unwrap(), true) - pg_cpu,
+    );
+    let one_ops: f64 = t_pg.iter().sum::<f64>() * CELL.as_secs_f64();
+    let (t_lite, t_pg) = (median(t_lite), median(t_pg));
+    let script = lite.dir.path().join("tx.sql");
+    std::fs::write(
+        &script,
+        "\\set id random(1, 60000)\nBEGIN;\nUPDATE bench_endpoints SET state = 'cooling', streak = streak + 1, \
+         cooldown_ms = 3600000, cooldown_until = now() + interval '1 hour', state_changed_at = now() WHERE id = :id;\n\
+         INSERT INTO bench_events (at, endpoint, kind, from_state, to_state, reason, phase) \
+         VALUES (now(), :id, 'state_changed', 'available', 'cooling', 'connect_refused', 'connect');\nEND;\n",
+    )
+    .unwrap();
+    let db = pg_url.rsplit('/').next().unwrap();
+    // pgbench writes copies of the tables (same columns, indexes and constraints): the
+    // daemons' rows must not change behind their backs.
+    pg.sql(
+        db,
+        "CREATE TABLE bench_endpoints (LIKE endpoints INCLUDING ALL); \
+         INSERT INTO bench_endpoints SELECT * FROM endpoints; \
+         CREATE TABLE bench_events (LIKE events INCLUDING ALL)",
+    );
+    let out = Command::new("pgbench")
+        .args(["-n", "-c", &CLIENTS.to_string(), "-j", "2", "-T", "3", "-f"])
+        .arg(&script)
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &pg.port().to_string(),
+            "-U",
+            postgres::USER,
+            db,
+        ])
+        .env("PGPASSWORD", postgres::PASSWORD)
+        .output()
+        .expect("pgbench (postgresql-contrib or postgresql-client)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let tps: f64 = text
+        .lines()
+        .find(|l| l.starts_with("tps"))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN);
+    println!("\n2. persisted transitions/s (lease + failure report, {CLIENTS} clients; synchronous_commit on, fsync on)");
+    println!(
+        "{:<28} {:>12}",
+        "one daemon on SQLite",
+        format!("{t_lite:.0}")
+    );
+    println!(
+        "{:<28} {:>12}",
+        "one daemon on PostgreSQL",
+        format!("{t_pg:.0}")
+    );
+    println!(
+        "{:<28} {:>12}",
+        "pgbench UPDATE + INSERT",
+        format!("{tps:.0}")
+    );
+    println!(
+        "{:<28} {:>12}",
+        "daemon / pgbench",
+        format!("{:.2}", t_pg / tps)
+    );
+
+    // 3. Propagation from daemon 0 to daemon 1.
+    let d1 = fleet[1].serve();
+    let mut a = Conn::new(&d0.sock);
+    let mut b = Conn::new(&d1.sock);
+    let cooling = |c: &mut Conn| {
+        c.req(&json!({"op": "status", "pool": "default"}))["pools"][0]["cooling"]
+            .as_u64()
+            .unwrap()
+    };
+    // Let daemon 1 settle after its start (it loaded the rows; nothing else writes now).
+    let mut last = cooling(&mut b);
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = cooling(&mut b);
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    let mut lat = Vec::new();
+    for _ in 0..200 {
+        let before = cooling(&mut b);
+        assert!(transition(&mut a));
+        let t = Instant::now();
+        while cooling(&mut b) == before {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "a change did not reach daemon 1"
+            );
+        }
+        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    println!("\n3. propagation daemon 0 -> daemon 1 (200 failures, acknowledged until seen)");
+    println!(
+        "{:<28} {:>12}",
+        "p50 ms",
+        format!("{:.1}", lat[lat.len() / 2])
+    );
+    println!(
+        "{:<28} {:>12}",
+        "p99 ms",
+        format!("{:.1}", lat[lat.len() * 99 / 100])
+    );
+    println!(
+        "{:<28} {:>12}",
+        "max ms",
+        format!("{:.1}", lat[lat.len() - 1])
+    );
+
+    // 4. Three daemons against one.
+    let d2 = fleet[2].serve();
+    let socks = [d0.sock.clone(), d1.sock.clone(), d2.sock.clone()];
+    let pids = [d0.child.id(), d1.child.id(), d2.child.id()];
+    let daemons_cpu = || pids.iter().map(|&p| cpu(p, false)).sum::<f64>();
+    let (c0, p0) = (daemons_cpu(), cpu(pg.server_pid().unwrap(), true));
+    let mut t3 = Vec::new();
+    for _ in 0..ROUNDS {
+        t3.push(drive(&socks, transition));
+    }
+    let three_cpu = (daemons_cpu() - c0, cpu(pg.server_pid().unwrap(), true) - p0);
+    let three_ops: f64 = t3.iter().sum::<f64>() * CELL.as_secs_f64();
+    let t3 = median(t3);
+    let mut l3 = Vec::new();
+    for _ in 0..ROUNDS {
+        l3.push(drive(&socks, lease_release));
+    }
+    let l3 = median(l3);
+    println!(
+        "\n4. three daemons against one ({CLIENTS} clients spread over them; CPU per transition)"
+    );
+    println!("{:<28} {:>12} {:>12}", "", "one", "three");
+    println!(
+        "{:<28} {:>12} {:>12}",
+        "transitions/s",
+        format!("{t_pg:.0}"),
+        format!("{t3:.0}")
+    );
+    println!(
+        "{:<28} {:>12} {:>12}",
+        "leases/s",
+        format!("{l_pg:.0}"),
+        format!("{l3:.0}")
+    );
+    println!(
+        "{:<28} {:>12} {:>12}",
+        "daemon CPU µs/transition",
+        format!("{:.0}", one_cpu.0 / one_ops * 1e6),
+        format!("{:.0}", three_cpu.0 / three_ops * 1e6)
+    );
+    println!(
+        "{:<28} {:>12} {:>12}",
+        "PostgreSQL CPU µs/transition",
+        format!("{:.0}", one_cpu.1 / one_ops * 1e6),
+        format!("{:.0}", three_cpu.1 / three_ops * 1e6)
+    );
+    println!("\nload average after: {}", load());
+}

@@ -1,0 +1,2 @@
+-- The fleet's coordination (postgres.sql) has no SQLite counterpart: one daemon serves a
+-- SQLite file, its claims stay in memory and nobody else needs to hear of its changes.

@@ -1,0 +1,402 @@
+//! The engine in a fleet (docs/fleet.md): following what other daemons and CLI commands
+//! commit, keeping this daemon's claims from lapsing, and going on from memory while the
+//! database is away.
+//!
+//! A follower thread reads the change feed (woken by the database's notification, or by
+//! its poll when one is lost) and applies each row to the pools. A row this daemon is
+//! writing right now waits: applying it would undo what memory already holds and the
+//! write has not told yet (`Track`), and one older than this daemon's own last write of it
+//! is its echo.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{error, info, warn};
+
+use super::{Engine, EngineError};
+use crate::endpoint::EndpointId;
+use crate::store::pairs::PairWrite;
+use crate::store::postgres::{Changes, Feed};
+use crate::store::{Fresh, Postgres, StoreError, Write};
+
+/// How long the follower waits for a notification before it looks anyway.
+const POLL: Duration = Duration::from_millis(250);
+
+/// Reconnecting backs off from this to `BACKOFF_MAX`.
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// A row as the follower keys it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) enum Key {
+    Endpoint(EndpointId),
+    Pair(EndpointId, String),
+}
+
+/// The rows a batch of writes touches.
+pub(super) fn keys(writes: &[Write]) -> Vec<Key> {
+    let mut out = Vec::new();
+    for w in writes {
+        match w {
+            Write::Transition(h, _) => out.push(Key::Endpoint(h.id)),
+            Write::Claim(c) | Write::Pair(PairWrite::Claim(c)) => out.push(key_of(&c.on)),
+            Write::Unclaim(u) | Write::Pair(PairWrite::Unclaim(u)) => out.push(key_of(&u.on)),
+            Write::Remove(ids) => out.extend(ids.iter().map(|&id| Key::Endpoint(id))),
+            Write::Pair(PairWrite::Upsert(r, _)) => {
+                out.push(Key::Pair(r.endpoint, r.destination.clone()))
+            }
+            Write::Pair(PairWrite::Delete {
+                endpoint,
+                destination,
+                ..
+            }) => out.push(Key::Pair(*endpoint, destination.clone())),
+            Write::Event(_)
+            | Write::EventStatus(..)
+            | Write::Pair(PairWrite::Event { .. })
+            | Write::SourceResult { .. } => {}
+        }
+    }
+    out
+}
+
+fn key_of(on: &crate::store::ClaimOn) -> Key {
+    match on {
+        crate::store::ClaimOn::Endpoint(id) => Key::Endpoint(*id),
+        crate::store::ClaimOn::Pair(id, d) => Key::Pair(*id, d.clone()),
+    }
+}
+
+/// Which rows this daemon is writing, and the change of its own last write of each.
+#[derive(Default)]
+struct Track {
+    inflight: HashMap<Key, u32>,
+    own: HashMap<Key, i64>,
+    /// Rows that changed elsewhere while this daemon was writing them: read again.
+    deferred: HashSet<Key>,
+}
+
+/// What the engine keeps for its fleet.
+pub(super) struct Fleet {
+    pg: Postgres,
+    track: Mutex<Track>,
+    up: AtomicBool,
+}
+
+impl Fleet {
+    pub(super) fn new(pg: Postgres) -> Fleet {
+        Fleet {
+            pg,
+            track: Mutex::new(Track::default()),
+            up: AtomicBool::new(true),
+        }
+    }
+
+    fn track(&self) -> std::sync::MutexGuard<'_, Track> {
+        self.track.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes of `keys` are on their way to the store.
+    pub(super) fn begin(&self, keys: &[Key]) {
+        let mut t = self.track();
+        for k in keys {
+            *t.inflight.entry(k.clone()).or_default() += 1;
+        }
+    }
+
+    /// They were answered; committed as change `seq` when it is given.
+    pub(super) fn end(&self, keys: &[Key], seq: Option<i64>) {
+        let mut t = self.track();
+        for k in keys {
+            if let Some(n) = t.inflight.get_mut(k) {
+                *n -= 1;
+                if *n == 0 {
+                    t.inflight.remove(k);
+                }
+            }
+            if let Some(seq) = seq {
+                let own = t.own.entry(k.clone()).or_default();
+                *own = (*own).max(seq);
+            }
+        }
+    }
+
+    /// Whether the row `k` as read (`rev`: its change, or none for a row read right after
+    /// a write of ours found it changed) may be applied now; if not because it is being
+    /// written, it is read again later.
+    fn may_apply(&self, t: &mut Track, k: &Key, rev: Option<i64>) -> bool {
+        if t.inflight.contains_key(k) {
+            t.deferred.insert(k.clone());
+            return false;
+        }
+        match (rev, t.own.get(k)) {
+            (Some(rev), Some(&own)) => rev > own,
+            _ => true,
+        }
+    }
+}
+
+impl Engine {
+    /// Whether the store answers (always, for SQLite).
+    pub fn store_up(&self) -> bool {
+        self.fleet
+            .as_ref()
+            .is_none_or(|f| f.up.load(Ordering::Relaxed))
+    }
+
+    /// Refuse, before anything changes, an op that must write while the store is away
+    /// (docs/fleet.md, "Faults").
+    pub(super) fn writable(&self) -> Result<(), EngineError> {
+        match &self.fleet {
+            Some(f) if !f.up.load(Ordering::Relaxed) => Err(StoreError::Unavailable {
+                target: f.pg.target().describe(),
+                why: "not reachable; reconnecting".into(),
+            }
+            .into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The store could not be reached: leases go on from memory, nothing persisted comes
+    /// due, writes are refused until it is back.
+    pub(super) fn store_down(&self, e: &StoreError) {
+        let Some(f) = &self.fleet else {
+            return;
+        };
+        if f.up.swap(false, Ordering::Relaxed) {
+            error!(error = %e, "store unavailable: leases go on from memory, writes are refused until it is back");
+        }
+        self.metrics.set_store_up(false);
+        self.lock().set_frozen(true);
+    }
+
+    /// The store answers again: put memory back in line with what could not be written,
+    /// then let deadlines and trials run again.
+    fn store_back(&self) -> bool {
+        let Some(f) = &self.fleet else {
+            return true;
+        };
+        if f.up.load(Ordering::Relaxed) {
+            return true;
+        }
+        if !self.resync() {
+            return false;
+        }
+        f.up.store(true, Ordering::Relaxed);
+        self.metrics.set_store_up(true);
+        self.lock().set_frozen(false);
+        info!(database = %f.pg.target().describe(), "store reachable again");
+        self.rescheduled.notify_one();
+        self.notify_waiters();
+        true
+    }
+
+    /// Rows as the store holds them now, read right after a write of ours found them
+    /// changed: memory follows, unless another write of ours to them is on its way.
+    pub(super) fn follow_fresh(&self, p: &mut super::Pools, fresh: &[Fresh], now: Instant) {
+        let Some(f) = &self.fleet else {
+            return;
+        };
+        let mut t = f.track();
+        for fr in fresh {
+            match fr {
+                Fresh::Endpoint(id, row) => {
+                    if !f.may_apply(&mut t, &Key::Endpoint(*id), None) {
+                        continue;
+                    }
+                    match row {
+                        Some(r) => p.refresh_row(r, now),
+                        None => {
+                            p.remove_for_good(*id);
+                        }
+                    }
+                }
+                Fresh::Pair(id, d, row) => {
+                    if !f.may_apply(&mut t, &Key::Pair(*id, d.clone()), None) {
+                        continue;
+                    }
+                    match row {
+                        Some(r) => p.refresh_pair(r, now),
+                        None => p.forget_pair(*id, d),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Apply what the feed read (changes after `base`).
+    fn follow(&self, ch: &Changes, base: i64) {
+        let Some(f) = &self.fleet else {
+            return;
+        };
+        let now = Instant::now();
+        let mut p = self.lock();
+        let mut t = f.track();
+        // A row read now that this daemon wrote at or before `base` is at least as new as
+        // that write.
+        t.own.retain(|_, seq| *seq > base);
+        if ch.reload {
+            let keep: HashSet<EndpointId> = ch.endpoints.iter().map(|r| r.id).collect();
+            for id in p.ids(None) {
+                if !keep.contains(&id) {
+                    p.remove_for_good(id);
+                }
+            }
+            let pairs: HashSet<(EndpointId, &str)> = ch
+                .pairs
+                .iter()
+                .map(|r| (r.record.endpoint, r.record.destination.as_str()))
+                .collect();
+            for (id, d) in p.pair_keys() {
+                if !pairs.contains(&(id, d.as_str())) {
+                    p.forget_pair(id, &d);
+                }
+            }
+        }
+        for r in &ch.endpoints {
+            if f.may_apply(&mut t, &Key::Endpoint(r.id), Some(r.rev)) {
+                p.refresh_row(r, now);
+            }
+        }
+        for r in &ch.pairs {
+            let k = Key::Pair(r.record.endpoint, r.record.destination.clone());
+            if f.may_apply(&mut t, &k, Some(r.rev)) {
+                p.refresh_pair(r, now);
+            }
+        }
+        for (rev, id, d) in &ch.removed {
+            match d {
+                // Ids are never reused: a removal always wins.
+                None => {
+                    p.remove_for_good(*id);
+                }
+                Some(d) => {
+                    let k = Key::Pair(*id, d.clone());
+                    if f.may_apply(&mut t, &k, Some(*rev)) {
+                        p.forget_pair(*id, d);
+                    }
+                }
+            }
+        }
+        drop(t);
+        drop(p);
+        if !ch.endpoints.is_empty() || !ch.pairs.is_empty() || !ch.removed.is_empty() {
+            self.rescheduled.notify_one();
+            self.notify_waiters();
+        }
+    }
+
+    /// Rows that waited for a write of ours: read them again.
+    fn deferred(&self, feed: &Feed) -> Result<(), StoreError> {
+        let Some(f) = &self.fleet else {
+            return Ok(());
+        };
+        let keys: Vec<Key> = f.track().deferred.drain().collect();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<EndpointId> = keys
+            .iter()
+            .filter_map(|k| match k {
+                Key::Endpoint(id) => Some(*id),
+                Key::Pair(..) => None,
+            })
+            .collect();
+        let pairs: Vec<(EndpointId, String)> = keys
+            .iter()
+            .filter_map(|k| match k {
+                Key::Pair(id, d) => Some((*id, d.clone())),
+                Key::Endpoint(_) => None,
+            })
+            .collect();
+        let mut fresh = feed.endpoints(&ids)?;
+        fresh.extend(feed.pairs(&pairs)?);
+        let mut p = self.lock();
+        self.follow_fresh(&mut p, &fresh, Instant::now());
+        drop(p);
+        self.rescheduled.notify_one();
+        self.notify_waiters();
+        Ok(())
+    }
+
+    /// Keep this daemon's claims from lapsing: each holds `claim_hold` more, or until its
+    /// lease ends if that is sooner.
+    fn renew(&self, feed: &Feed) -> Result<(), StoreError> {
+        let Some(f) = &self.fleet else {
+            return Ok(());
+        };
+        let hold = f.pg.claim_hold();
+        let claims: Vec<_> = self
+            .lock()
+            .claims_held(Instant::now())
+            .into_iter()
+            .map(|(on, epoch, left)| (on, epoch, left.min(hold)))
+            .collect();
+        feed.renew(&claims).map(|_| ())
+    }
+
+    /// Follow the fleet on a thread of its own until the engine is dropped.
+    pub(super) fn spawn_follower(self: &Arc<Self>, mut feed: Feed) {
+        let weak: Weak<Engine> = Arc::downgrade(self);
+        let every = self
+            .fleet
+            .as_ref()
+            .map_or(Duration::from_secs(5), |f| f.pg.claim_hold() / 3);
+        let spawned = std::thread::Builder::new()
+            .name("proxypool-follow".into())
+            .spawn(move || {
+                let mut backoff = BACKOFF_MIN;
+                let mut renewed = std::time::Instant::now();
+                let mut more = false;
+                loop {
+                    if weak.strong_count() == 0 {
+                        return;
+                    }
+                    let base = feed.position();
+                    let read = feed.next(if more { Duration::ZERO } else { POLL });
+                    let Some(engine) = weak.upgrade() else {
+                        return;
+                    };
+                    let step = read.and_then(|ch| {
+                        more = ch.more;
+                        if !engine.store_back() {
+                            return Err(StoreError::Unavailable {
+                                target: feed_target(&engine),
+                                why: "writes that failed could not be read back yet".into(),
+                            });
+                        }
+                        engine.follow(&ch, base);
+                        engine.deferred(&feed)?;
+                        if renewed.elapsed() >= every {
+                            engine.renew(&feed)?;
+                            renewed = std::time::Instant::now();
+                        }
+                        Ok(())
+                    });
+                    match step {
+                        Ok(()) => backoff = BACKOFF_MIN,
+                        Err(e) => {
+                            engine.store_down(&e);
+                            drop(engine);
+                            more = false;
+                            std::thread::sleep(backoff);
+                            backoff = (backoff * 2).min(BACKOFF_MAX);
+                        }
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            warn!(error = %e, "cannot start following the fleet; changes of other daemons arrive only at restart");
+        }
+    }
+}
+
+fn feed_target(engine: &Engine) -> String {
+    engine
+        .fleet
+        .as_ref()
+        .map(|f| f.pg.target().describe())
+        .unwrap_or_default()
+}

@@ -1,0 +1,327 @@
+//! What the pools learn from a store that several daemons share (docs/fleet.md): claims
+//! the store confirmed or refused, rows another daemon (or a CLI command) changed, and the
+//! store being away. Nothing here knows which store it is: the engine hands in what the
+//! store said.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::leases::Lease;
+use super::Pools;
+use crate::endpoint::EndpointId;
+use crate::health::{Health, State};
+use crate::store::pairs::PairRow;
+use crate::store::{ClaimOn, EndpointRow, Epoch};
+
+/// A probe trial's claim holds this much longer than the probe may take.
+pub(super) const PROBE_HOLD_MARGIN: Duration = Duration::from_secs(5);
+
+impl Pools {
+    /// Whether the store is away: then no transition comes due and no trial is admitted,
+    /// and ordinary leases go on from what is known (docs/fleet.md, "Faults").
+    pub fn set_frozen(&mut self, frozen: bool) {
+        self.frozen = frozen;
+    }
+
+    /// See [`Pools::set_frozen`].
+    pub fn is_frozen(&self) -> bool {
+        self.frozen
+    }
+
+    /// The store confirmed the claim `on`: the trial is this daemon's under `epoch`, and
+    /// the lease that carries it (if a lease does) knows it.
+    pub fn claim_won(&mut self, on: &ClaimOn, epoch: Epoch) {
+        match on {
+            ClaimOn::Endpoint(id) => {
+                let Some(e) = self.entries.get_mut(id) else {
+                    return;
+                };
+                if e.health.state != State::ProbeAllowed || !e.health.claimed {
+                    return;
+                }
+                e.claim = Some(epoch);
+                for l in self.leases.values_mut() {
+                    if l.endpoint == *id && l.trial && l.epoch.is_none() {
+                        l.epoch = Some(epoch);
+                    }
+                }
+            }
+            ClaimOn::Pair(id, key) => {
+                let Some(p) = self.entries.get(id).map(|e| e.pool) else {
+                    return;
+                };
+                if !self.pools[p].dests.claim_won(key, *id, epoch) {
+                    return;
+                }
+                for l in self.leases.values_mut() {
+                    let carries =
+                        l.endpoint == *id && l.pair_trial.as_deref() == Some(key.as_str());
+                    if carries && l.pair_epoch.is_none() {
+                        l.pair_epoch = Some(epoch);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Another daemon holds the trial `on`: the claim taken in memory is given up, and
+    /// the leases granted on it are withdrawn (their names are returned: those requests
+    /// look again). The row read with the store's answer then says how long the other
+    /// claim holds.
+    pub fn claim_lost(&mut self, on: &ClaimOn, now: Instant) -> Vec<String> {
+        let id = on.endpoint();
+        let carried: Vec<u64> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| {
+                l.endpoint == id
+                    && match on {
+                        ClaimOn::Endpoint(_) => l.trial && l.epoch.is_none(),
+                        ClaimOn::Pair(_, key) => {
+                            l.pair_trial.as_deref() == Some(key.as_str()) && l.pair_epoch.is_none()
+                        }
+                    }
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        let mut names = Vec::with_capacity(carried.len());
+        for lid in carried {
+            if let Some(l) = self.leases.remove(&lid) {
+                self.lease_expiry.remove(&(l.expires, lid));
+                names.push(self.lease_name(lid));
+                self.withdraw(l, now);
+            }
+        }
+        match on {
+            ClaimOn::Endpoint(_) => {
+                let unclaim = self.entries.get(&id).is_some_and(|e| {
+                    e.health.state == State::ProbeAllowed && e.health.claimed && e.claim.is_none()
+                });
+                if unclaim {
+                    self.unindex(id);
+                    if let Some(e) = self.entries.get_mut(&id) {
+                        e.health.claimed = false;
+                    }
+                    self.index(id);
+                }
+            }
+            ClaimOn::Pair(_, key) => {
+                if let Some(p) = self.entries.get(&id).map(|e| e.pool) {
+                    self.pools[p].dests.claim_lost(key, id);
+                }
+            }
+        }
+        names
+    }
+
+    /// Undo a lease that was granted on a claim another daemon won: no event, no outcome.
+    fn withdraw(&mut self, l: Lease, now: Instant) {
+        let Some(p) = self
+            .entries
+            .at(l.slot)
+            .filter(|(id, _)| *id == l.endpoint)
+            .map(|(_, e)| e.pool)
+        else {
+            return;
+        };
+        self.pools[p].leases -= 1;
+        if let (true, Some(t)) = (l.target_trial, l.target_key()) {
+            self.pools[p].targets.abandon_trial(t, now);
+        }
+        self.sessions.forget_endpoint(l.endpoint);
+        self.set_leases_at(l.slot, -1);
+    }
+
+    /// Whether another daemon holds the trial of endpoint `id`.
+    pub(super) fn claimed_remotely(&self, id: EndpointId) -> bool {
+        self.entries
+            .get(&id)
+            .is_some_and(|e| self.pools[e.pool].remote.iter().any(|&(_, r)| r == id))
+    }
+
+    /// After loading `row` into its entry: a trial another daemon holds stays theirs
+    /// until its claim lapses.
+    pub(super) fn claimed_elsewhere(&mut self, row: &EndpointRow, now: Instant) {
+        let Some(c) = row.claim.filter(|c| !c.left.is_zero()) else {
+            return;
+        };
+        let Some(e) = self.entries.get(&row.id) else {
+            return;
+        };
+        if e.health.state != State::ProbeAllowed || e.claim == Some(c.epoch) {
+            return;
+        }
+        self.unindex(row.id);
+        let Some(e) = self.entries.get_mut(&row.id) else {
+            return;
+        };
+        e.health.claimed = true;
+        e.claim = None;
+        let p = e.pool;
+        self.index(row.id);
+        self.pools[p].remote.insert((now + c.left, row.id));
+    }
+
+    /// Trials other daemons held whose claims lapsed without news: free again.
+    pub(super) fn lapse_remote_claims(&mut self, p: usize, now: Instant) {
+        while let Some(&(d, id)) = self.pools[p].remote.first() {
+            if d > now {
+                break;
+            }
+            self.pools[p].remote.pop_first();
+            let lapsed = self.entries.get(&id).is_some_and(|e| {
+                e.health.state == State::ProbeAllowed && e.health.claimed && e.claim.is_none()
+            });
+            if lapsed {
+                self.unindex(id);
+                if let Some(e) = self.entries.get_mut(&id) {
+                    e.health.claimed = false;
+                }
+                self.index(id);
+            }
+        }
+    }
+
+    /// The row of an endpoint as the store holds it now (written by another daemon or a
+    /// CLI command, or found changed by a write of ours): memory follows it, keeping what
+    /// only this daemon knows (leases, statistics, failures counting towards `fall` while
+    /// the state stays, its own claim while the row still names it). A trial this daemon
+    /// held that was claimed again elsewhere is over: its lease's result will be refused.
+    pub fn refresh_row(&mut self, row: &EndpointRow, now: Instant) {
+        if self.removed.contains(&row.id) {
+            return;
+        }
+        let same_pool = self
+            .entries
+            .get(&row.id)
+            .map(|e| self.pools[e.pool].cfg.name == row.pool);
+        match same_pool {
+            None | Some(false) => {
+                self.insert_row(row, now);
+                return;
+            }
+            Some(true) => {}
+        }
+        if self.entries.get(&row.id).is_some_and(|e| e.url != row.url) {
+            self.update_url(row.id, row.url.clone());
+        }
+        let was_remote = self.claimed_remotely(row.id);
+        self.unindex(row.id);
+        let e = self.entries.get_mut(&row.id).expect("held");
+        let ours = e.claim;
+        let mut h = Health::new(row.state);
+        h.streak = row.streak;
+        h.reason_streak = row.reason_streak;
+        h.reason = row.reason;
+        h.phase = row.phase;
+        h.detail = row.detail.clone();
+        h.restore_cooldown(row.cooldown_ms, row.cooldown_left, now);
+        if e.health.state == row.state {
+            h.fails = e.health.fails;
+        }
+        let claim = row.claim;
+        let mut remote_until = None;
+        let mut ended = false;
+        match (row.state, claim) {
+            (State::ProbeAllowed, Some(c)) if ours == Some(c.epoch) => h.claimed = true,
+            (State::ProbeAllowed, Some(c)) if !c.left.is_zero() => {
+                h.claimed = true;
+                e.claim = None;
+                remote_until = Some(now + c.left);
+            }
+            (State::ProbeAllowed, _) => {
+                // Nobody holds it in the store: only a claim of ours still waiting for the
+                // store's answer stays.
+                h.claimed = e.health.claimed
+                    && ours.is_none()
+                    && !was_remote
+                    && e.health.state == State::ProbeAllowed;
+                e.claim = None;
+            }
+            (_, c) => {
+                // Not probe_allowed: whatever trial there was is over. Ended by an act that
+                // was no trial (an operator's), it leaves our lease an ordinary one.
+                ended = ours.is_some() && c.map(|c| c.epoch) == ours;
+                e.claim = None;
+            }
+        }
+        e.health = h;
+        let p = e.pool;
+        self.index(row.id);
+        if let Some(until) = remote_until {
+            self.pools[p].remote.insert((until, row.id));
+        }
+        if ended {
+            for l in self.leases.values_mut().filter(|l| l.endpoint == row.id) {
+                l.trial = false;
+            }
+        }
+    }
+
+    /// A pair row as the store holds it now.
+    pub fn refresh_pair(&mut self, row: &PairRow, now: Instant) {
+        let Some(p) = self.entries.get(&row.record.endpoint).map(|e| e.pool) else {
+            return;
+        };
+        if let Err(e) = self.pools[p].dests.restore(&row.record, row.claim, now) {
+            tracing::warn!(endpoint = row.record.endpoint, error = %e, "pair not followed");
+        }
+    }
+
+    /// The pair (`id`, `destination`) has no row any more: it is available.
+    pub fn forget_pair(&mut self, id: EndpointId, destination: &str) {
+        if let Some(p) = self.entries.get(&id).map(|e| e.pool) {
+            self.pools[p].dests.forget(destination, id);
+        }
+    }
+
+    /// The claims this daemon holds now, each with how long its trial may still run (the
+    /// lease's time left, or the probe's), for the store to keep them from lapsing.
+    pub fn claims_held(&self, now: Instant) -> Vec<(ClaimOn, Epoch, Duration)> {
+        let mut out = Vec::new();
+        let mut by_lease = std::collections::HashSet::new();
+        for l in self.leases.values() {
+            let left = l.expires.saturating_duration_since(now);
+            let Some(e) = self.entries.get(&l.endpoint) else {
+                continue;
+            };
+            if let (true, Some(epoch)) = (l.trial, l.epoch) {
+                if e.claim == Some(epoch) {
+                    out.push((ClaimOn::Endpoint(l.endpoint), epoch, left));
+                    by_lease.insert(l.endpoint);
+                }
+            }
+            if let (Some(key), Some(epoch)) = (l.pair_trial.as_deref(), l.pair_epoch) {
+                if self.pools[e.pool].dests.our_claim(key, l.endpoint) == Some(epoch) {
+                    out.push((ClaimOn::Pair(l.endpoint, key.to_string()), epoch, left));
+                }
+            }
+        }
+        // The prober's claims: no lease carries them.
+        for (id, e) in self.entries.iter() {
+            if let (Some(epoch), false) = (e.claim, by_lease.contains(id)) {
+                let hold = self.pools[e.pool].cfg.probe.timeout + PROBE_HOLD_MARGIN;
+                out.push((ClaimOn::Endpoint(*id), epoch, hold));
+            }
+        }
+        out
+    }
+
+    /// Whether the lease's trial was claimed again elsewhere since it was granted: its
+    /// result must change nothing (docs/fleet.md, "Ownership"). Names whose trial.
+    pub(super) fn stale(&self, l: &Lease) -> Option<String> {
+        let e = self.entries.get(&l.endpoint)?;
+        if let (true, Some(epoch)) = (l.trial, l.epoch) {
+            if e.claim != Some(epoch) {
+                return Some(format!("endpoint {}", l.endpoint));
+            }
+        }
+        if let (Some(key), Some(epoch)) = (l.pair_trial.as_deref(), l.pair_epoch) {
+            if self.pools[e.pool].dests.our_claim(key, l.endpoint) != Some(epoch) {
+                return Some(format!("endpoint {} for {key}", l.endpoint));
+            }
+        }
+        None
+    }
+}

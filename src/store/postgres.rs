@@ -1,0 +1,489 @@
+//! PostgreSQL: one database that a fleet of daemons serves at once (docs/fleet.md).
+//!
+//! The store's calls are synchronous, like SQLite's, so the engine's store thread and the
+//! CLI use either backend the same way. Underneath, tokio-postgres runs on a runtime of
+//! its own (one thread): its connections' I/O is driven there, and a call waits for its
+//! future on the calling thread, so it works from the store thread, from a CLI command and
+//! from inside another runtime alike.
+//!
+//! Every transaction that writes takes the next value of the fleet's change sequence
+//! first (`fleet_sequence`, one row, locked until commit): change numbers and event ids
+//! then follow commit order, which is what lets a daemon follow the others by "every row
+//! changed after N" without missing one (`feed`).
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, SystemTime};
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::Row;
+
+use super::pairs::PairRow;
+use super::{EndpointRow, EventFilter, EventRow, SourceRow, StoreError};
+use crate::endpoint::{EndpointId, ProxyUrl};
+use crate::health::State;
+
+mod copy;
+mod endpoints;
+pub mod feed;
+mod read;
+mod schema;
+mod target;
+mod write;
+
+pub use copy::{copy_from_sqlite, Copied};
+pub use feed::{Changes, Feed};
+pub use schema::migrations;
+pub use target::{is_url, redact_url, PgTarget};
+
+use read::{endpoint_row, event_row, pair_row, ENDPOINT_COLS, EVENT_COLS, PAIR_COLS};
+
+/// Connections one process keeps at most: the store thread's, the status page's and the
+/// CLI's reads, claim renewals. The change feed has one more of its own.
+const POOL_SIZE: usize = 4;
+
+/// How long a call waits for a free connection or a new one before the store counts as
+/// unavailable.
+const WAIT: Duration = Duration::from_secs(10);
+
+struct Inner {
+    rt: Option<tokio::runtime::Runtime>,
+    pool: Pool,
+    target: PgTarget,
+    /// How long a claim holds without renewal (`[store] claim_hold`).
+    claim_hold: Duration,
+}
+
+/// How long a claim holds without renewal unless `[store] claim_hold` says otherwise.
+pub const DEFAULT_CLAIM_HOLD: Duration = Duration::from_secs(15);
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks, which is refused inside another runtime (a CLI
+        // command, a test): let its thread wind down on its own.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// A PostgreSQL store. Cheap to clone: clones share the connections.
+#[derive(Clone)]
+pub struct Postgres {
+    inner: Arc<Inner>,
+}
+
+/// Run `f` to completion on this thread. Only the runtime's resources (sockets, timers) need
+/// its context, entered by the caller; the futures themselves are polled here.
+fn block_on<F: Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}
+
+/// A free-text column as stored: control characters written as escapes, as SQLite's
+/// (`redact::printable`).
+pub(super) fn text(v: &Option<String>) -> Option<String> {
+    crate::redact::printable_opt(v.as_deref()).map(std::borrow::Cow::into_owned)
+}
+
+/// Whether a PostgreSQL error means "not reachable now" (the connection broke, the server
+/// is shutting down or starting, a failover left us on a read-only standby) rather than a
+/// statement the server refused.
+fn is_connection_error(e: &tokio_postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    match e.code() {
+        None => true,
+        Some(code) => {
+            let c = code.code();
+            // Connection exceptions, shutdown or startup in progress, a read-only standby
+            // (a failover not followed yet), too many connections.
+            c.starts_with("08") || c.starts_with("57P") || c == "25006" || c == "53300"
+        }
+    }
+}
+
+impl Postgres {
+    /// Connect to `target` and bring its schema up to date (several daemons at once are
+    /// safe: the migration holds an advisory lock).
+    pub fn open(target: &PgTarget, claim_hold: Duration) -> Result<Postgres, StoreError> {
+        let pg = Postgres::connect(target, claim_hold)?;
+        pg.migrate()?;
+        Ok(pg)
+    }
+
+    /// Connect without touching the schema.
+    pub fn connect(target: &PgTarget, claim_hold: Duration) -> Result<Postgres, StoreError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("proxypool-pg")
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Config(format!("cannot start the PostgreSQL runtime: {e}")))?;
+        let tls = target.connector()?;
+        let mgr = Manager::from_config(
+            target.config().clone(),
+            tls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = {
+            let _g = rt.enter();
+            Pool::builder(mgr)
+                .max_size(POOL_SIZE)
+                .runtime(deadpool_postgres::Runtime::Tokio1)
+                .wait_timeout(Some(WAIT))
+                .create_timeout(Some(WAIT))
+                .recycle_timeout(Some(WAIT))
+                .build()
+                .map_err(|e| StoreError::Config(format!("connection pool: {e}")))?
+        };
+        Ok(Postgres {
+            inner: Arc::new(Inner {
+                rt: Some(rt),
+                pool,
+                target: target.clone(),
+                claim_hold,
+            }),
+        })
+    }
+
+    /// How long a claim holds without renewal.
+    pub fn claim_hold(&self) -> Duration {
+        self.inner.claim_hold
+    }
+
+    /// The database this store is connected to.
+    pub fn target(&self) -> &PgTarget {
+        &self.inner.target
+    }
+
+    /// Run an async body on this store's runtime and wait for it here.
+    pub(super) fn block<T>(&self, f: impl Future<Output = T>) -> T {
+        let rt = self
+            .inner
+            .rt
+            .as_ref()
+            .expect("runtime lives as long as the store");
+        let _g = rt.enter();
+        block_on(f)
+    }
+
+    /// A pooled connection.
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.inner.pool.get().await.map_err(|e| {
+            use deadpool_postgres::PoolError as P;
+            let why = match e {
+                P::Backend(b) => {
+                    // A refused login or a missing database: no retry will help.
+                    if let Some(db) = b.as_db_error() {
+                        let c = db.code().code();
+                        if c.starts_with("28") || c == "3D000" {
+                            return StoreError::Config(format!(
+                                "cannot use the database {}: {}",
+                                self.inner.target.describe(),
+                                db.message()
+                            ));
+                        }
+                    }
+                    return self.err(b);
+                }
+                P::Timeout(_) => "timed out connecting".to_string(),
+                other => other.to_string(),
+            };
+            StoreError::Unavailable {
+                target: self.inner.target.describe(),
+                why,
+            }
+        })
+    }
+
+    /// A PostgreSQL error as a store error: unavailable when the connection is the
+    /// problem.
+    pub(super) fn err(&self, e: tokio_postgres::Error) -> StoreError {
+        if is_connection_error(&e) {
+            let why = match e.as_db_error() {
+                Some(db) => db.message().to_string(),
+                None => {
+                    let mut s = e.to_string();
+                    let mut src = std::error::Error::source(&e);
+                    while let Some(inner) = src {
+                        s.push_str(": ");
+                        s.push_str(&inner.to_string());
+                        src = inner.source();
+                    }
+                    s
+                }
+            };
+            StoreError::Unavailable {
+                target: self.inner.target.describe(),
+                why,
+            }
+        } else {
+            StoreError::Postgres(e)
+        }
+    }
+
+    /// Rows of a read-only query.
+    fn rows(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        self.block(async {
+            let c = self.client().await?;
+            let st = c.prepare_cached(sql).await.map_err(|e| self.err(e))?;
+            c.query(&st, params).await.map_err(|e| self.err(e))
+        })
+    }
+
+    /// The schema version (number of applied migrations).
+    pub fn schema_version(&self) -> Result<i64, StoreError> {
+        self.block(async {
+            let c = self.client().await?;
+            schema::version(&c).await.map_err(|e| self.err(e))
+        })
+    }
+
+    /// Create or upgrade the schema.
+    pub fn migrate(&self) -> Result<i64, StoreError> {
+        self.block(async {
+            let mut c = self.client().await?;
+            schema::migrate(&mut c, &self.inner.target)
+                .await
+                .map_err(|e| match e {
+                    schema::MigrateError::Pg(e) => self.err(e),
+                    schema::MigrateError::Store(s) => s,
+                })
+        })
+    }
+
+    /// The change sequence now: following from here misses nothing committed after it.
+    pub fn change_seq(&self) -> Result<i64, StoreError> {
+        let rows = self.rows("SELECT change_seq FROM fleet_sequence WHERE id = 1", &[])?;
+        Ok(rows.first().map_or(0, |r| r.get(0)))
+    }
+
+    /// One endpoint by id.
+    pub fn get(&self, id: EndpointId) -> Result<Option<EndpointRow>, StoreError> {
+        let sql = format!("SELECT {ENDPOINT_COLS} FROM endpoints WHERE id = $1");
+        self.rows(&sql, &[&id])?
+            .iter()
+            .map(endpoint_row)
+            .next()
+            .transpose()
+    }
+
+    /// Endpoints with this URL's identity, in any pool (or in `pool`).
+    pub fn find(&self, url: &ProxyUrl, pool: Option<&str>) -> Result<Vec<EndpointRow>, StoreError> {
+        let sql = format!(
+            "SELECT {ENDPOINT_COLS} FROM endpoints WHERE scheme = $1 AND host = $2 AND port = $3 \
+             AND \"user\" = $4 AND ($5::text IS NULL OR pool = $5) ORDER BY id"
+        );
+        let port = i32::from(url.port);
+        self.rows(
+            &sql,
+            &[
+                &url.scheme.as_str(),
+                &url.host,
+                &port,
+                &url.user_key(),
+                &pool,
+            ],
+        )?
+        .iter()
+        .map(endpoint_row)
+        .collect()
+    }
+
+    /// Endpoints filtered by pool and state, by id.
+    pub fn list(
+        &self,
+        pool: Option<&str>,
+        state: Option<State>,
+    ) -> Result<Vec<EndpointRow>, StoreError> {
+        let sql = format!(
+            "SELECT {ENDPOINT_COLS} FROM endpoints WHERE ($1::text IS NULL OR pool = $1) \
+             AND ($2::text IS NULL OR state = $2) ORDER BY id"
+        );
+        self.rows(&sql, &[&pool, &state.map(State::as_str)])?
+            .iter()
+            .map(endpoint_row)
+            .collect()
+    }
+
+    /// Up to `limit` endpoints with ids in `from..=to`, by id.
+    pub fn rows_between(
+        &self,
+        from: EndpointId,
+        to: EndpointId,
+        limit: usize,
+    ) -> Result<Vec<EndpointRow>, StoreError> {
+        let sql = format!(
+            "SELECT {ENDPOINT_COLS} FROM endpoints WHERE id >= $1 AND id <= $2 ORDER BY id LIMIT $3"
+        );
+        self.rows(&sql, &[&from, &to, &(limit as i64)])?
+            .iter()
+            .map(endpoint_row)
+            .collect()
+    }
+
+    /// Up to `limit` endpoints of a pool for the status page, not available first.
+    pub fn page_rows(&self, pool: &str, limit: usize) -> Result<Vec<EndpointRow>, StoreError> {
+        let sql = format!(
+            "SELECT {ENDPOINT_COLS} FROM endpoints WHERE pool = $1 \
+             ORDER BY state = 'available', id LIMIT $2"
+        );
+        self.rows(&sql, &[&pool, &(limit as i64)])?
+            .iter()
+            .map(endpoint_row)
+            .collect()
+    }
+
+    /// Events in order, optionally for one endpoint, with id > `after`.
+    pub fn events(
+        &self,
+        endpoint: Option<EndpointId>,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        let sql = format!(
+            "SELECT {EVENT_COLS} FROM events WHERE id > $1 AND ($2::bigint IS NULL OR endpoint = $2) \
+             ORDER BY id LIMIT $3"
+        );
+        let rows = self.rows(
+            &sql,
+            &[&after, &endpoint, &(limit.min(i64::MAX as usize) as i64)],
+        )?;
+        Ok(rows.iter().map(event_row).collect())
+    }
+
+    /// The most recent events of an endpoint, newest first.
+    pub fn recent_events(
+        &self,
+        endpoint: Option<EndpointId>,
+        limit: usize,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        let sql = format!(
+            "SELECT {EVENT_COLS} FROM events WHERE ($1::bigint IS NULL OR endpoint = $1) \
+             ORDER BY id DESC LIMIT $2"
+        );
+        let rows = self.rows(&sql, &[&endpoint, &(limit as i64)])?;
+        Ok(rows.iter().map(event_row).collect())
+    }
+
+    /// Events matching `f` with id > `after`, oldest first.
+    pub fn events_matching(
+        &self,
+        f: &EventFilter,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        let sql = format!(
+            "SELECT {EVENT_COLS} FROM events WHERE id > $1 AND ($2::bigint IS NULL OR endpoint = $2) \
+             AND (cardinality($3::text[]) = 0 OR kind = ANY($3)) \
+             AND ($4::timestamptz IS NULL OR at >= $4) ORDER BY id LIMIT $5"
+        );
+        let rows = self.rows(
+            &sql,
+            &[&after, &f.endpoint, &f.kinds, &f.since, &(limit as i64)],
+        )?;
+        Ok(rows.iter().map(event_row).collect())
+    }
+
+    /// The last `n` events matching `f`, oldest first.
+    pub fn last_events_matching(
+        &self,
+        f: &EventFilter,
+        n: usize,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        let sql = format!(
+            "SELECT {EVENT_COLS} FROM events WHERE ($1::bigint IS NULL OR endpoint = $1) \
+             AND (cardinality($2::text[]) = 0 OR kind = ANY($2)) \
+             AND ($3::timestamptz IS NULL OR at >= $3) ORDER BY id DESC LIMIT $4"
+        );
+        let rows = self.rows(&sql, &[&f.endpoint, &f.kinds, &f.since, &(n as i64)])?;
+        let mut v: Vec<EventRow> = rows.iter().map(event_row).collect();
+        v.reverse();
+        Ok(v)
+    }
+
+    /// `state_changed` times since `since`, with the endpoint's pool, newest first.
+    pub fn transition_times(
+        &self,
+        since: SystemTime,
+        cap: usize,
+    ) -> Result<Vec<(String, SystemTime)>, StoreError> {
+        let rows = self.rows(
+            "SELECT n.pool, e.at FROM (SELECT at, kind, endpoint FROM events ORDER BY id DESC LIMIT $2) e \
+             JOIN endpoints n ON n.id = e.endpoint WHERE e.kind = 'state_changed' AND e.at >= $1 \
+             ORDER BY e.at DESC",
+            &[&since, &(cap as i64)],
+        )?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    /// The last sniff of each source.
+    pub fn sources(&self, pool: Option<&str>) -> Result<Vec<SourceRow>, StoreError> {
+        let rows = self.rows(
+            "SELECT pool, name, last_at, last_ok, last_detail, last_count FROM sources \
+             WHERE ($1::text IS NULL OR pool = $1) ORDER BY pool, name",
+            &[&pool],
+        )?;
+        Ok(rows
+            .iter()
+            .map(|r| SourceRow {
+                pool: r.get(0),
+                name: r.get(1),
+                last_at: r.get::<_, Option<SystemTime>>(2).map(super::fmt_time),
+                last_ok: r.get(3),
+                last_detail: r.get(4),
+                last_count: r.get(5),
+            })
+            .collect())
+    }
+
+    /// Every stored pair, in (endpoint, destination) order.
+    pub fn pairs(&self) -> Result<Vec<PairRow>, StoreError> {
+        self.query_pairs("", &[])
+    }
+
+    /// The pairs of one endpoint.
+    pub fn pairs_of(&self, endpoint: EndpointId) -> Result<Vec<PairRow>, StoreError> {
+        self.query_pairs("WHERE p.endpoint = $1", &[&endpoint])
+    }
+
+    /// The pairs of one destination.
+    pub fn pairs_for(&self, destination: &str) -> Result<Vec<PairRow>, StoreError> {
+        self.query_pairs("WHERE p.destination = $1", &[&destination])
+    }
+
+    fn query_pairs(
+        &self,
+        filter: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<PairRow>, StoreError> {
+        let sql = format!(
+            "SELECT {PAIR_COLS} FROM destination_pairs p JOIN endpoints e ON e.id = p.endpoint \
+             {filter} ORDER BY p.endpoint, p.destination"
+        );
+        self.rows(&sql, params)?.iter().map(pair_row).collect()
+    }
+}

@@ -1,0 +1,298 @@
+//! `proxypool migrate --from PATH.db --to postgresql://…`: a SQLite pool moved whole into
+//! an empty PostgreSQL schema — endpoints with their ids, states and cooldowns, pairs,
+//! events with their ids and times, sources — in one transaction: all or nothing.
+
+use std::time::SystemTime;
+
+use super::write::{CHANNEL, LOCK};
+use super::Postgres;
+use crate::store::{parse_time, Sqlite, StoreError};
+
+/// Rows sent per statement.
+const CHUNK: usize = 5000;
+
+/// What a move copied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Copied {
+    pub endpoints: usize,
+    pub pairs: usize,
+    pub events: usize,
+    pub sources: usize,
+}
+
+fn time(s: &str) -> Result<SystemTime, StoreError> {
+    parse_time(s).ok_or_else(|| StoreError::Corrupt(format!("time {s:?} does not parse")))
+}
+
+/// Copy everything `from` holds into `to`, whose schema must be empty of rows.
+pub fn copy_from_sqlite(from: &Sqlite, to: &Postgres) -> Result<Copied, StoreError> {
+    let endpoints = from.list(None, None)?;
+    let pairs = from.pairs()?;
+    let sources = from.sources(None)?;
+    to.block(async {
+        let mut c = to.client().await?;
+        let r: Result<Result<Copied, StoreError>, tokio_postgres::Error> = async {
+            let tx = c.transaction().await?;
+            let seq: i64 = tx.query_one(LOCK, &[]).await?.get(0);
+            let used: i64 = tx
+                .query_one(
+                    "SELECT (SELECT count(*) FROM endpoints) + (SELECT count(*) FROM events) \
+                     + (SELECT count(*) FROM destination_pairs) + (SELECT count(*) FROM sources)",
+                    &[],
+                )
+                .await?
+                .get(0);
+            if used > 0 {
+                return Ok(Err(StoreError::Migration {
+                    path: to.target().describe().into(),
+                    message: "the PostgreSQL schema already holds endpoints or events; \
+                              a move needs an empty one (nothing was copied)"
+                        .into(),
+                }));
+            }
+            let mut copied = Copied::default();
+            for chunk in endpoints.chunks(CHUNK) {
+                let mut cols = EndpointCols::default();
+                for r in chunk {
+                    if let Err(e) = cols.push(r) {
+                        return Ok(Err(e));
+                    }
+                }
+                tx.execute(
+                    "INSERT INTO endpoints (id, pool, scheme, host, port, \"user\", password, label, \
+                       source, state, reason, phase, detail, streak, reason_streak, cooldown_ms, \
+                       cooldown_until, state_changed_at, created_at, tags, rev) \
+                     SELECT *, $19 FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[], \
+                       $5::int[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
+                       $11::text[], $12::text[], $13::text[], $14::int[], $15::int[], $16::bigint[], \
+                       $17::timestamptz[], $18::timestamptz[], $20::timestamptz[], $21::text[])",
+                    &[
+                        &cols.id,
+                        &cols.pool,
+                        &cols.scheme,
+                        &cols.host,
+                        &cols.port,
+                        &cols.user,
+                        &cols.password,
+                        &cols.label,
+                        &cols.source,
+                        &cols.state,
+                        &cols.reason,
+                        &cols.phase,
+                        &cols.detail,
+                        &cols.streak,
+                        &cols.reason_streak,
+                        &cols.cooldown_ms,
+                        &cols.cooldown_until,
+                        &cols.state_changed_at,
+                        &seq,
+                        &cols.created_at,
+                        &cols.tags,
+                    ],
+                )
+                .await?;
+                copied.endpoints += chunk.len();
+            }
+            for chunk in pairs.chunks(CHUNK) {
+                let mut ids = Vec::new();
+                let mut dests = Vec::new();
+                let mut states = Vec::new();
+                let mut reasons = Vec::new();
+                let mut phases = Vec::new();
+                let mut statuses = Vec::new();
+                let mut details = Vec::new();
+                let mut streaks = Vec::new();
+                let mut rstreaks = Vec::new();
+                let mut ms = Vec::new();
+                let mut untils = Vec::new();
+                let mut changed = Vec::new();
+                for p in chunk {
+                    let r = &p.record;
+                    ids.push(r.endpoint);
+                    dests.push(r.destination.clone());
+                    states.push(r.state.as_str().to_string());
+                    reasons.push(r.reason.map(|x| x.as_str().to_string()));
+                    phases.push(r.phase.map(|x| x.as_str().to_string()));
+                    statuses.push(r.status.map(i32::from));
+                    details.push(r.detail.clone());
+                    streaks.push(r.streak as i32);
+                    rstreaks.push(r.reason_streak as i32);
+                    ms.push(r.cooldown_ms.map(|v| v as i64));
+                    untils.push(p.cooldown_until);
+                    match time(&p.state_changed_at) {
+                        Ok(t) => changed.push(t),
+                        Err(e) => return Ok(Err(e)),
+                    }
+                }
+                tx.execute(
+                    "INSERT INTO destination_pairs (endpoint, destination, state, reason, phase, \
+                       status, detail, streak, reason_streak, cooldown_ms, cooldown_until, \
+                       state_changed_at, rev) \
+                     SELECT *, $13 FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[], \
+                       $5::text[], $6::int[], $7::text[], $8::int[], $9::int[], $10::bigint[], \
+                       $11::timestamptz[], $12::timestamptz[])",
+                    &[
+                        &ids, &dests, &states, &reasons, &phases, &statuses, &details, &streaks,
+                        &rstreaks, &ms, &untils, &changed, &seq,
+                    ],
+                )
+                .await?;
+                copied.pairs += chunk.len();
+            }
+            let mut after = 0;
+            loop {
+                let evs = match from.events(None, after, CHUNK) {
+                    Ok(v) => v,
+                    Err(e) => return Ok(Err(e)),
+                };
+                let Some(last) = evs.last().map(|e| e.id) else {
+                    break;
+                };
+                let mut cols = EventCols::default();
+                for e in &evs {
+                    if let Err(err) = cols.push(e) {
+                        return Ok(Err(err));
+                    }
+                }
+                tx.execute(
+                    "INSERT INTO events (id, at, endpoint, kind, from_state, to_state, reason, phase, \
+                       detail, lease, destination, status, blame) \
+                     SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::text[], \
+                       $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
+                       $11::text[], $12::int[], $13::text[])",
+                    &[
+                        &cols.id,
+                        &cols.at,
+                        &cols.endpoint,
+                        &cols.kind,
+                        &cols.from,
+                        &cols.to,
+                        &cols.reason,
+                        &cols.phase,
+                        &cols.detail,
+                        &cols.lease,
+                        &cols.destination,
+                        &cols.status,
+                        &cols.blame,
+                    ],
+                )
+                .await?;
+                copied.events += evs.len();
+                after = last;
+            }
+            // New events continue after the copied ones.
+            tx.execute(
+                "SELECT setval(pg_get_serial_sequence('events', 'id'), \
+                   GREATEST((SELECT COALESCE(MAX(id), 0) FROM events), 1), \
+                   (SELECT COUNT(*) > 0 FROM events))",
+                &[],
+            )
+            .await?;
+            for s in &sources {
+                let at = match s.last_at.as_deref().map(time).transpose() {
+                    Ok(t) => t,
+                    Err(e) => return Ok(Err(e)),
+                };
+                tx.execute(
+                    "INSERT INTO sources (pool, name, last_at, last_ok, last_detail, last_count) \
+                     VALUES ($1, $2, $3, $4, $5, $6)",
+                    &[&s.pool, &s.name, &at, &s.last_ok, &s.last_detail, &s.last_count],
+                )
+                .await?;
+                copied.sources += 1;
+            }
+            tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &seq.to_string()])
+                .await?;
+            tx.commit().await?;
+            Ok(Ok(copied))
+        }
+        .await;
+        r.map_err(|e| to.err(e))?
+    })
+}
+
+#[derive(Default)]
+struct EndpointCols {
+    id: Vec<i64>,
+    pool: Vec<String>,
+    scheme: Vec<String>,
+    host: Vec<String>,
+    port: Vec<i32>,
+    user: Vec<String>,
+    password: Vec<Option<String>>,
+    label: Vec<Option<String>>,
+    tags: Vec<Option<String>>,
+    source: Vec<Option<String>>,
+    state: Vec<String>,
+    reason: Vec<Option<String>>,
+    phase: Vec<Option<String>>,
+    detail: Vec<Option<String>>,
+    streak: Vec<i32>,
+    reason_streak: Vec<i32>,
+    cooldown_ms: Vec<Option<i64>>,
+    cooldown_until: Vec<Option<SystemTime>>,
+    state_changed_at: Vec<SystemTime>,
+    created_at: Vec<SystemTime>,
+}
+
+impl EndpointCols {
+    fn push(&mut self, r: &crate::store::EndpointRow) -> Result<(), StoreError> {
+        self.id.push(r.id);
+        self.pool.push(r.pool.clone());
+        self.scheme.push(r.url.scheme.as_str().to_string());
+        self.host.push(r.url.host.clone());
+        self.port.push(i32::from(r.url.port));
+        self.user.push(r.url.user_key().to_string());
+        self.password.push(r.url.password.clone());
+        self.label.push(r.label.clone());
+        self.tags.push(r.tags.to_column());
+        self.source.push(r.source.clone());
+        self.state.push(r.state.as_str().to_string());
+        self.reason.push(r.reason.map(|x| x.as_str().to_string()));
+        self.phase.push(r.phase.map(|x| x.as_str().to_string()));
+        self.detail.push(r.detail.clone());
+        self.streak.push(r.streak as i32);
+        self.reason_streak.push(r.reason_streak as i32);
+        self.cooldown_ms.push(r.cooldown_ms.map(|v| v as i64));
+        self.cooldown_until.push(r.cooldown_until);
+        self.state_changed_at.push(time(&r.state_changed_at)?);
+        self.created_at.push(time(&r.created_at)?);
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct EventCols {
+    id: Vec<i64>,
+    at: Vec<SystemTime>,
+    endpoint: Vec<Option<i64>>,
+    kind: Vec<String>,
+    from: Vec<Option<String>>,
+    to: Vec<Option<String>>,
+    reason: Vec<Option<String>>,
+    phase: Vec<Option<String>>,
+    detail: Vec<Option<String>>,
+    lease: Vec<Option<String>>,
+    destination: Vec<Option<String>>,
+    status: Vec<Option<i32>>,
+    blame: Vec<Option<String>>,
+}
+
+impl EventCols {
+    fn push(&mut self, e: &crate::store::EventRow) -> Result<(), StoreError> {
+        self.id.push(e.id);
+        self.at.push(time(&e.at)?);
+        self.endpoint.push(e.endpoint);
+        self.kind.push(e.kind.clone());
+        self.from.push(e.from.clone());
+        self.to.push(e.to.clone());
+        self.reason.push(e.reason.clone());
+        self.phase.push(e.phase.clone());
+        self.detail.push(e.detail.clone());
+        self.lease.push(e.lease.clone());
+        self.destination.push(e.destination.clone());
+        self.status.push(e.status.map(i32::from));
+        self.blame.push(e.blame.clone());
+        Ok(())
+    }
+}

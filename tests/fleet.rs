@@ -1,0 +1,598 @@
+//! Several daemons serving one pool in PostgreSQL (docs/fleet.md), end to end: the real
+//! binary, a private PostgreSQL cluster (tests/common/postgres.rs), three daemons on one
+//! database, each with its own socket.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use common::daemon::{err_code, Daemon, Home};
+use common::eventually;
+use common::postgres::{self, PASSWORD};
+
+/// Static, no probes, a 3 s cooldown (no jitter, no growth): long enough to see it
+/// everywhere, short enough to wait out.
+const CONFIG: &str = r#"
+[[pool]]
+name = "default"
+mode = "static-no-ping"
+
+[pool.cooldown]
+base = "3s"
+factor = 1.0
+max = "3s"
+jitter = 0.0
+"#;
+
+/// How long the others may take to apply a change (docs/fleet.md, "Propagation"): 1 s,
+/// plus room for a loaded test machine. The benchmark measures the real figure.
+const PROPAGATION: Duration = Duration::from_secs(3);
+
+/// A home of its own (socket, XDG dirs) whose store is the database `url`.
+fn home(url: &str) -> Home {
+    let mut h = Home::new(Some(CONFIG));
+    h.db = PathBuf::from(url);
+    h
+}
+
+fn lease(d: &Daemon) -> Value {
+    d.req(json!({"op": "lease", "pool": "default", "ttl": "30s"}))
+}
+
+fn fail(d: &Daemon, lease: &str) -> Value {
+    d.req(json!({"op": "report", "lease": lease, "outcome": "failure", "reason": "connect_refused", "phase": "connect"}))
+}
+
+fn count(d: &Daemon, state: &str) -> u64 {
+    d.status()[state].as_u64().unwrap()
+}
+
+/// Wait until `d` shows `n` endpoints in `state`.
+fn sees(d: &Daemon, state: &str, n: u64) {
+    eventually(PROPAGATION, &format!("{n} {state} on a daemon"), || {
+        let s = d.status();
+        if s[state] == json!(n) {
+            Ok(())
+        } else {
+            Err(s.to_string())
+        }
+    });
+}
+
+#[test]
+fn operator_commands_act_on_the_database_with_no_daemon() {
+    let Some(pg) = postgres::shared() else { return };
+    let h = home(&pg.database());
+    let ids = h.add(&["http://u:s3cret@10.1.0.1:3128", "socks5://10.1.0.2:1080"]);
+    assert_eq!(ids.len(), 2);
+    let list = h.list();
+    assert_eq!(list.len(), 2);
+    assert!(!h.ok(&["list"]).contains("s3cret"));
+    h.ok(&["disable", &ids[0].to_string(), "--reason", "maintenance"]);
+    assert_eq!(h.listed(ids[0])["state"], "disabled");
+    h.ok(&["enable", "--now", &ids[0].to_string()]);
+    assert_eq!(h.listed(ids[0])["state"], "available");
+    h.ok(&["edit", &ids[1].to_string(), "--label", "second"]);
+    assert_eq!(h.listed(ids[1])["label"], "second");
+    let show = h.ok(&["show", &ids[0].to_string()]);
+    assert!(show.contains("10.1.0.1"), "{show}");
+    h.ok(&["remove", &ids[1].to_string()]);
+    assert_eq!(h.list().len(), 1);
+    let kinds: Vec<String> = h
+        .events()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_string())
+        .collect();
+    for k in ["added", "state_changed", "edited", "removed"] {
+        assert!(kinds.iter().any(|x| x == k), "{k} in {kinds:?}");
+    }
+    let status = h.ok(&["status"]);
+    assert!(status.contains("default"), "{status}");
+    assert!(
+        status.contains("database postgresql://proxypool@127.0.0.1:"),
+        "{status}"
+    );
+    // Import streams a file in one transaction, all or nothing.
+    let file = h.path("list.txt");
+    std::fs::write(&file, "http://10.1.1.1:3128\nhttp://10.1.1.2:3128\n").unwrap();
+    h.ok(&["import", file.to_str().unwrap()]);
+    std::fs::write(&file, "http://10.1.1.3:3128\nnot a url\n").unwrap();
+    h.fails(2, &["import", file.to_str().unwrap()]);
+    assert_eq!(h.list().len(), 3);
+    let migrate = h.ok(&["migrate"]);
+    assert!(migrate.contains("127.0.0.1"), "{migrate}");
+    for out in [status, migrate, h.ok(&["events"])] {
+        assert!(!out.contains(PASSWORD) && !out.contains("s3cret"), "{out}");
+    }
+}
+
+#[test]
+fn a_bad_store_url_is_refused_with_exit_2_and_no_password() {
+    let h = Home::new(None);
+    let (_, err) = h.fails(
+        2,
+        &[
+            "list",
+            "--db",
+            "postgresql://u:Leaky-99@db.invalid/x?sslmode=bogus",
+        ],
+    );
+    assert!(err.contains("sslmode"), "{err}");
+    assert!(!err.contains("Leaky-99"), "{err}");
+    let cfg = Home::new(Some("[store]\nurl = \"mysql://x\"\n"));
+    let (_, err) = cfg.fails(2, &["list"]);
+    assert!(err.contains("store.url"), "{err}");
+}
+
+#[test]
+fn a_failure_on_one_daemon_is_honoured_by_the_others_and_a_cli_act_reaches_all() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let homes: Vec<Home> = (0..3).map(|_| home(&url)).collect();
+    let ids = homes[0].add(&["http://10.2.0.1:3128", "http://10.2.0.2:3128"]);
+    let ds: Vec<Daemon> = homes.iter().map(|h| h.serve()).collect();
+    for d in &ds {
+        sees(d, "available", 2);
+    }
+
+    // A failure reported to daemon 0 cools the endpoint on 1 and 2.
+    let g = lease(&ds[0]);
+    assert_eq!(g["ok"], json!(true), "{g}");
+    let bad = g["endpoint"].as_i64().unwrap();
+    let r = fail(&ds[0], g["lease"].as_str().unwrap());
+    assert_eq!(r["state"], "cooling", "{r}");
+    for d in &ds[1..] {
+        sees(d, "cooling", 1);
+        // And they lease only the other one meanwhile.
+        for _ in 0..4 {
+            let g = lease(d);
+            assert_ne!(g["endpoint"].as_i64(), Some(bad), "{g}");
+            d.req(json!({"op": "release", "lease": g["lease"]}));
+        }
+    }
+
+    // A CLI act with no daemon in between: the database, then every daemon.
+    let other = if bad == ids[0] { ids[1] } else { ids[0] };
+    homes[2].ok(&["disable", &other.to_string()]);
+    for d in &ds {
+        sees(d, "disabled", 1);
+    }
+    // A new endpoint added by the CLI is leased by every daemon.
+    homes[1].add(&["http://10.2.0.3:3128"]);
+    for d in &ds {
+        sees(d, "available", 1);
+    }
+}
+
+#[test]
+fn a_stampede_of_500_over_three_daemons_at_the_end_of_a_cooldown_admits_one_trial() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let homes: Vec<Home> = (0..3).map(|_| home(&url)).collect();
+    let id = homes[0].add(&["http://10.3.0.1:3128"])[0];
+    let ds: Vec<Daemon> = homes.iter().map(|h| h.serve()).collect();
+    let g = lease(&ds[0]);
+    fail(&ds[0], g["lease"].as_str().unwrap());
+    for d in &ds {
+        sees(d, "cooling", 1);
+    }
+    // Every connection is open and waiting before the cooldown ends.
+    let sockets: Vec<PathBuf> = ds.iter().map(|d| d.socket.clone()).collect();
+    let barrier = Arc::new(Barrier::new(500));
+    let until = Instant::now() + Duration::from_secs(3);
+    let threads: Vec<_> = (0..500)
+        .map(|i| {
+            let (sock, barrier) = (sockets[i % 3].clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut c = common::daemon::Conn::connect(&sock);
+                barrier.wait();
+                // Ask until the trial went to someone (or a few seconds after the end).
+                loop {
+                    let r = c.req(&json!({"op": "lease", "pool": "default", "ttl": "30s"}));
+                    if r["ok"] == json!(true) {
+                        return Some(r);
+                    }
+                    assert_eq!(err_code(&r), "pool_exhausted", "{r}");
+                    if Instant::now() > until + Duration::from_secs(4) {
+                        return None;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        })
+        .collect();
+    let grants: Vec<Value> = threads
+        .into_iter()
+        .filter_map(|t| t.join().unwrap())
+        .collect();
+    assert_eq!(grants.len(), 1, "exactly one trial: {grants:?}");
+    assert_eq!(grants[0]["trial"], json!(true));
+    assert_eq!(grants[0]["endpoint"], json!(id));
+    let admitted = homes[0].events_with(&["--kind", "trial_admitted"]).len();
+    assert_eq!(admitted, 1, "one trial_admitted in the database");
+    let _ = count(&ds[0], "probe_allowed");
+}
+
+#[test]
+fn a_sqlite_pool_moves_whole_into_postgres() {
+    let Some(pg) = postgres::shared() else { return };
+    let lite = Home::new(Some(CONFIG));
+    let ids = lite.add(&[
+        "http://u:pw@10.4.0.1:3128",
+        "socks5://10.4.0.2:1080",
+        "http://10.4.0.3:3128",
+    ]);
+    lite.ok(&["disable", &ids[2].to_string(), "--reason", "gone"]);
+    {
+        // A cooldown and a pair, through a daemon.
+        let d = lite.serve();
+        let g = d.req(
+            json!({"op": "lease", "pool": "default", "ttl": "30s", "destination": "shop.example"}),
+        );
+        let r = d.req(json!({"op": "report", "lease": g["lease"], "outcome": "failure", "reason": "destination_status", "phase": "response_head", "status": 403}));
+        assert_eq!(r["ok"], json!(true), "{r}");
+        let g = d.req(json!({"op": "lease", "pool": "default", "ttl": "30s"}));
+        fail(&d, g["lease"].as_str().unwrap());
+    }
+    let before = lite.list_with(&["--show-secrets"]);
+    let events_before = lite.events();
+    let url = pg.database();
+    let out = lite.ok(&["migrate", "--from", lite.db.to_str().unwrap(), "--to", &url]);
+    assert!(!out.contains(PASSWORD), "{out}");
+    let moved = home(&url);
+    let after = moved.list_with(&["--show-secrets"]);
+    let key = |v: &Value| {
+        (
+            v["id"].clone(),
+            v["url"].clone(),
+            v["state"].clone(),
+            v["reason"].clone(),
+            v["streak"].clone(),
+            v["cooldown_ms"].clone(),
+            v["cooldown_until"].clone(),
+        )
+    };
+    assert_eq!(
+        after.iter().map(key).collect::<Vec<_>>(),
+        before.iter().map(key).collect::<Vec<_>>()
+    );
+    let ev = |v: &Vec<Value>| {
+        v.iter()
+            .map(|e| {
+                (
+                    e["id"].clone(),
+                    e["kind"].clone(),
+                    e["endpoint"].clone(),
+                    e["at"].clone(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ev(&moved.events()), ev(&events_before));
+    let pairs = moved.list_with(&["--destination", "shop.example"]);
+    assert!(
+        pairs.iter().any(|v| v.to_string().contains("cooling")),
+        "{pairs:?}"
+    );
+    // A second move into the same schema changes nothing.
+    let (_, err) = lite.fails(
+        1,
+        &["migrate", "--from", lite.db.to_str().unwrap(), "--to", &url],
+    );
+    assert!(err.contains("empty"), "{err}");
+    assert_eq!(moved.list().len(), 3);
+    // New ids continue after the moved ones.
+    let next = moved.add(&["http://10.4.0.9:3128"])[0];
+    assert!(next > *ids.iter().max().unwrap(), "{next}");
+}
+
+/// `CONFIG` with claims that lapse 2 s after their daemon's last renewal.
+fn config_with_hold() -> String {
+    format!("[store]\nclaim_hold = \"2s\"\n{CONFIG}")
+}
+
+/// GET `path` from the HTTP listener on `port`: (status, body).
+fn http(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let status = text[9..12].parse().unwrap();
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (status, body)
+}
+
+fn store_up(port: u16) -> String {
+    let (_, m) = http(port, "/metrics");
+    m.lines()
+        .find(|l| l.starts_with("proxypool_store_up"))
+        .unwrap_or("no proxypool_store_up")
+        .to_string()
+}
+
+#[test]
+fn a_stopped_daemon_loses_its_trial_by_database_time_and_its_late_report_is_stale() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let homes: Vec<Home> = (0..2)
+        .map(|_| {
+            let mut h = Home::new(Some(&config_with_hold()));
+            h.db = PathBuf::from(&url);
+            h
+        })
+        .collect();
+    homes[0].add(&["http://10.5.0.1:3128"]);
+    let mut ds: Vec<Daemon> = homes.iter().map(|h| h.serve()).collect();
+    let g = lease(&ds[0]);
+    fail(&ds[0], g["lease"].as_str().unwrap());
+    sees(&ds[1], "cooling", 1);
+    // After the cooldown, daemon 0 takes the trial with a long lease, then stalls.
+    let trial = eventually(Duration::from_secs(10), "daemon 0 gets the trial", || {
+        let g = d_lease(&ds[0], "120s");
+        if g["ok"] == json!(true) {
+            Ok(g)
+        } else {
+            Err(g.to_string())
+        }
+    });
+    assert_eq!(trial["trial"], json!(true), "{trial}");
+    let pid = ds[0].pid() as i32;
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    // Daemon 1 may not take it while the claim holds; it may once it lapsed (2 s after
+    // its last renewal, by the database's clock).
+    let g = d_lease(&ds[1], "30s");
+    assert_eq!(err_code(&g), "pool_exhausted", "{g}");
+    let second = eventually(
+        Duration::from_secs(15),
+        "the claim lapses; daemon 1 takes the trial",
+        || {
+            let g = d_lease(&ds[1], "30s");
+            if g["ok"] == json!(true) {
+                Ok(g)
+            } else {
+                Err(g.to_string())
+            }
+        },
+    );
+    assert_eq!(second["trial"], json!(true), "{second}");
+    let r = ds[1].req(json!({"op": "report", "lease": second["lease"], "outcome": "success"}));
+    assert_eq!(r["state"], "available", "{r}");
+    // Daemon 0 wakes up and reports a failure on its old trial: it changes nothing.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let late = fail(&ds[0], trial["lease"].as_str().unwrap());
+    assert_eq!(err_code(&late), "stale_claim", "{late}");
+    for d in &ds {
+        sees(d, "available", 1);
+    }
+    let admitted = homes[1].events_with(&["--kind", "trial_admitted"]).len();
+    assert_eq!(admitted, 2);
+    ds[0].kill9();
+}
+
+fn d_lease(d: &Daemon, ttl: &str) -> Value {
+    d.req(json!({"op": "lease", "pool": "default", "ttl": ttl}))
+}
+
+#[test]
+fn postgres_stopped_and_started_under_load() {
+    // A cluster of its own: this test stops it.
+    let Some(pg) = postgres::Cluster::start() else {
+        return;
+    };
+    let url = pg.database();
+    let a = home(&url);
+    let b = home(&url);
+    a.add(&["http://10.6.0.1:3128", "http://10.6.0.2:3128"]);
+    let port = common::tools::free_port();
+    let da = a.serve_with(&["--http", &format!("127.0.0.1:{port}")], &[]);
+    let db = b.serve();
+    assert_eq!(http(port, "/healthz"), (200, "ok\n".to_string()));
+    assert!(store_up(port).ends_with(" 1"), "{}", store_up(port));
+
+    pg.stop_server();
+    // Leases go on from memory; a report must write, and answers store_unavailable.
+    let g = lease(&da);
+    assert_eq!(g["ok"], json!(true), "{g}");
+    let r = eventually(
+        Duration::from_secs(15),
+        "a write answers store_unavailable",
+        || {
+            let g = lease(&da);
+            let r = fail(&da, g["lease"].as_str().unwrap());
+            if err_code(&r) == "store_unavailable" {
+                Ok(r)
+            } else {
+                Err(r.to_string())
+            }
+        },
+    );
+    assert!(!r.to_string().contains(PASSWORD), "{r}");
+    assert_eq!(
+        count(&da, "cooling"),
+        0,
+        "nothing unacknowledged is applied"
+    );
+    eventually(
+        Duration::from_secs(10),
+        "/healthz says store_unavailable",
+        || match http(port, "/healthz") {
+            (503, body) if body.contains("store_unavailable") => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    assert!(store_up(port).ends_with(" 0"), "{}", store_up(port));
+    for _ in 0..5 {
+        let g = lease(&da);
+        assert_eq!(g["ok"], json!(true), "leases go on: {g}");
+        da.req(json!({"op": "release", "lease": g["lease"]}));
+    }
+    assert!(!da.log_text().contains(PASSWORD));
+
+    pg.start_server();
+    eventually(
+        Duration::from_secs(20),
+        "/healthz is ok again",
+        || match http(port, "/healthz") {
+            (200, _) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    assert!(store_up(port).ends_with(" 1"), "{}", store_up(port));
+    // Writes go through again, and the other daemon (which lost the store too) catches up.
+    let r = eventually(
+        Duration::from_secs(10),
+        "a failure is written again",
+        || {
+            let g = lease(&da);
+            let r = fail(&da, g["lease"].as_str().unwrap());
+            if r["ok"] == json!(true) {
+                Ok(r)
+            } else {
+                Err(r.to_string())
+            }
+        },
+    );
+    assert_eq!(r["state"], "cooling", "{r}");
+    sees(&db, "cooling", 1);
+}
+
+#[test]
+fn kill_9_of_every_daemon_under_load_loses_no_acknowledged_report() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let homes: Vec<Home> = (0..3).map(|_| home(&url)).collect();
+    let urls: Vec<String> = (1..=60)
+        .map(|i| format!("http://10.7.0.{i}:3128"))
+        .collect();
+    let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    homes[0].add(&refs);
+    let mut ds: Vec<Daemon> = homes.iter().map(|h| h.serve()).collect();
+    // Clients on every daemon fail what they lease and keep what was acknowledged.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..6)
+        .map(|i| {
+            let (sock, stop) = (ds[i % 3].socket.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut acked = Vec::new();
+                let Ok(mut c) = common::daemon::Conn::try_connect(&sock) else {
+                    return acked;
+                };
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Ok(g) = c.try_req(&json!({"op": "lease", "pool": "default", "ttl": "30s"})) else {
+                        break;
+                    };
+                    if g["ok"] != json!(true) {
+                        continue;
+                    }
+                    let rep = json!({"op": "report", "lease": g["lease"], "outcome": "failure", "reason": "connect_refused", "phase": "connect"});
+                    match c.try_req(&rep) {
+                        Ok(r) if r["ok"] == json!(true) => acked.push(g["endpoint"].as_i64().unwrap()),
+                        Ok(_) => {}
+                        Err(_) => break,
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    eventually(Duration::from_secs(20), "some reports acknowledged", || {
+        let n = homes[0].list_with(&["--state", "cooling"]).len();
+        if n >= 10 {
+            Ok(())
+        } else {
+            Err(format!("{n} cooling"))
+        }
+    });
+    for d in &mut ds {
+        d.kill9();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked: Vec<i64> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    assert!(!acked.is_empty());
+    // Every acknowledged failure is in the database (cooling, or further on; never
+    // available without a trial, and the cooldown is 3 s).
+    let rows = homes[0].list();
+    for id in &acked {
+        let row = rows.iter().find(|r| r["id"] == json!(id)).unwrap();
+        assert!(
+            row["streak"].as_u64().unwrap() >= 1,
+            "acknowledged failure of {id} lost: {row}"
+        );
+    }
+    let failures = homes[0]
+        .events_with(&["--kind", "report", "--limit", "100000"])
+        .len();
+    assert!(
+        failures >= acked.len(),
+        "{failures} report events for {} acknowledged",
+        acked.len()
+    );
+    // The daemons start again from what was committed.
+    let d = homes[1].serve();
+    assert!(count(&d, "cooling") + count(&d, "probe_allowed") + count(&d, "available") == 60);
+}
+
+#[test]
+fn a_daemon_started_after_many_changes_follows_the_next_ones() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    // Cooldowns of an hour: nothing comes due while the second daemon starts.
+    let config = CONFIG.replace("\"3s\"", "\"1h\"");
+    let home = |url: &str| {
+        let mut h = Home::new(Some(&config));
+        h.db = PathBuf::from(url);
+        h
+    };
+    let a = home(&url);
+    let b = home(&url);
+    let file = a.path("many.txt");
+    let text: String = (0..5_000)
+        .map(|i| {
+            format!(
+                "http://10.9.{}.{}:{}\n",
+                (i / 250) % 250,
+                i % 250,
+                1000 + i / 62_500
+            )
+        })
+        .collect();
+    std::fs::write(&file, text).unwrap();
+    a.ok(&["import", file.to_str().unwrap()]);
+    let da = a.serve();
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let sock = da.socket.clone();
+            std::thread::spawn(move || {
+                let mut c = common::daemon::Conn::connect(&sock);
+                for _ in 0..250 {
+                    let g = c.req(&json!({"op": "lease", "pool": "default", "ttl": "30s"}));
+                    c.req(&json!({"op": "report", "lease": g["lease"], "outcome": "failure", "reason": "connect_refused", "phase": "connect"}));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let n = count(&da, "cooling");
+    let db = b.serve();
+    sees(&db, "cooling", n);
+    for i in 1..=20 {
+        let g = lease(&da);
+        let r = fail(&da, g["lease"].as_str().unwrap());
+        assert_eq!(r["state"], "cooling", "{r}");
+        sees(&db, "cooling", n + i);
+    }
+}
