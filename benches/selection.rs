@@ -17,34 +17,17 @@
 //!
 //! Run: `cargo bench --bench selection`
 
+#[path = "../tests/common/counting.rs"]
+mod counting;
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use proxypool::config::{PaceConfig, PoolConfig, Select};
 use proxypool::pool::{Outcome, Pools, ReportOn, Want};
 use proxypool::store::EndpointRow;
 
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
-        unsafe { System.realloc(p, l, new) }
-    }
-}
+use counting::{live, Counting};
 
 #[global_allocator]
 static A: Counting = Counting;
@@ -165,9 +148,9 @@ fn bytes_per_pair(rows: &[EndpointRow], n: usize) -> (f64, usize) {
     let measure = |f: &dyn Fn(&mut PoolConfig)| {
         let mut rng = fastrand::Rng::with_seed(7);
         let mut p = pools(rows, f);
-        let before = LIVE.load(Ordering::Relaxed);
+        let before = live();
         run(&mut p, Ask::Many, &many, &mut rng, n);
-        let live = LIVE.load(Ordering::Relaxed) - before;
+        let live = live() - before;
         let held = p.pace_held("default").unwrap().1;
         drop(p);
         (live, held)

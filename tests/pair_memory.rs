@@ -2,8 +2,8 @@
 //! allocator (live bytes before and after). Budget: ≤ 200 bytes per banned pair.
 //! One test in this binary, so no other test allocates while it measures.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+mod common;
+
 use std::time::Duration;
 
 use proxypool::event_kind::EventKind;
@@ -12,24 +12,7 @@ use proxypool::pool::destinations::{Destinations, DEFAULT_MAX_PAIRS};
 use proxypool::store::NewEvent;
 use tokio::time::Instant;
 
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
-        unsafe { System.realloc(p, l, new) }
-    }
-}
+use common::counting::{live, Counting};
 
 #[global_allocator]
 static A: Counting = Counting;
@@ -41,7 +24,7 @@ fn bytes_per_pair(per_dest: &[usize]) -> f64 {
     let names: Vec<String> = (0..per_dest.len())
         .map(|i| format!("site-{i}.example"))
         .collect();
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = live();
     let mut d = Destinations::new("default", DEFAULT_MAX_PAIRS);
     let mut n = 0;
     for (name, &count) in names.iter().zip(per_dest) {
@@ -70,7 +53,7 @@ fn bytes_per_pair(per_dest: &[usize]) -> f64 {
         }
     }
     assert_eq!(d.banned(), n);
-    let live = LIVE.load(Ordering::Relaxed) - before;
+    let live = live() - before;
     drop(d);
     live as f64 / n as f64
 }

@@ -4,8 +4,8 @@
 //! keys of 40 KB once took the daemon from 14 to 171 MB). One test in this binary, so no
 //! other test allocates while it measures.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+mod common;
+
 use std::time::Duration;
 
 use proxypool::config::PoolConfig;
@@ -16,24 +16,7 @@ use proxypool::pool::Pools;
 use proxypool::store::{NewEndpoint, Store};
 use tokio::time::Instant;
 
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
-        unsafe { System.realloc(p, l, new) }
-    }
-}
+use common::counting::{live, Counting};
 
 #[global_allocator]
 static A: Counting = Counting;
@@ -83,17 +66,17 @@ fn the_session_table_stays_a_few_mib_whatever_keys_clients_send() {
     for i in 0..1_000 {
         lease(&mut pools, &key(i));
     }
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = live();
     // Four times the cap of distinct keys of the longest length: the table fills, is
     // forgotten and fills again; it never holds more than the cap.
     let mut peak = 0isize;
     for i in 1_000..4 * 65_536 {
         lease(&mut pools, &key(i));
         if i % 4096 == 0 {
-            peak = peak.max(LIVE.load(Ordering::Relaxed) - before);
+            peak = peak.max(live() - before);
         }
     }
-    let peak = peak.max(LIVE.load(Ordering::Relaxed) - before) as f64 / MIB;
+    let peak = peak.max(live() - before) as f64 / MIB;
     println!("session table at its worst: {peak:.1} MiB");
     assert!(
         peak <= 4.0,

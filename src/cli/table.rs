@@ -262,25 +262,12 @@ mod tests {
 
     fn cooling(cooldown_ms: u64, until: SystemTime) -> EndpointRow {
         EndpointRow {
-            id: 1,
-            url: crate::endpoint::ProxyUrl::parse("http://10.0.0.1:3128").unwrap(),
-            pool: "default".into(),
-            label: None,
-            source: None,
             state: State::Cooling,
-            reason: None,
-            phase: None,
-            detail: None,
             streak: 1,
             reason_streak: 1,
             cooldown_ms: Some(cooldown_ms),
             cooldown_until: Some(until),
-            cooldown_left: None,
-            claim: None,
-            rev: 0,
-            state_changed_at: String::new(),
-            created_at: String::new(),
-            tags: Default::default(),
+            ..EndpointRow::fixture(1, "http://10.0.0.1:3128", "default")
         }
     }
 

@@ -73,32 +73,10 @@ mod tests {
 
     use super::*;
     use crate::config::Mode;
-    use crate::endpoint::ProxyUrl;
-    use crate::health::State;
     use crate::store::EndpointRow;
 
     fn row(id: i64, pool: &str) -> EndpointRow {
-        EndpointRow {
-            id,
-            url: ProxyUrl::parse(&format!("http://10.0.0.{id}:3128")).unwrap(),
-            pool: pool.into(),
-            label: None,
-            source: None,
-            state: State::Available,
-            reason: None,
-            phase: None,
-            detail: None,
-            streak: 0,
-            reason_streak: 0,
-            cooldown_ms: None,
-            cooldown_until: None,
-            cooldown_left: None,
-            claim: None,
-            rev: 0,
-            state_changed_at: String::new(),
-            created_at: String::new(),
-            tags: Default::default(),
-        }
+        EndpointRow::fixture(id, &format!("http://10.0.0.{id}:3128"), pool)
     }
 
     fn cfg(name: &str, base_secs: u64) -> PoolConfig {

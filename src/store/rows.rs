@@ -56,6 +56,35 @@ pub struct EndpointRow {
     pub tags: Tags,
 }
 
+#[cfg(test)]
+impl EndpointRow {
+    /// An available endpoint `id` at `url` in `pool`, never failed: the base that unit
+    /// tests change the fields they are about in.
+    pub(crate) fn fixture(id: EndpointId, url: &str, pool: &str) -> EndpointRow {
+        EndpointRow {
+            id,
+            url: ProxyUrl::parse(url).unwrap(),
+            pool: pool.into(),
+            label: None,
+            source: None,
+            state: State::Available,
+            reason: None,
+            phase: None,
+            detail: None,
+            streak: 0,
+            reason_streak: 0,
+            cooldown_ms: None,
+            cooldown_until: None,
+            cooldown_left: None,
+            claim: None,
+            rev: 0,
+            state_changed_at: String::new(),
+            created_at: String::new(),
+            tags: Tags::default(),
+        }
+    }
+}
+
 /// A claim's fencing number: it grows with every claim of one trial slot, and a result is
 /// applied only while its claim's epoch is the slot's current one.
 pub type Epoch = i64;

@@ -16,6 +16,8 @@
 //!   tokio clock, scripted endpoints, an event auditor; `Clock` for pool-level tests.
 //! - `common::eventually` (and `eventually_async`, `holds_for`) — wait for a state by
 //!   polling it with a deadline; never a fixed sleep.
+//! - `common::counting` — a counting global allocator (live heap bytes) for memory tests;
+//!   a binary that uses it declares it its `#[global_allocator]`.
 //! - `common::markdown` — sections, tables and code spans of the docs, for tests/docs.rs.
 //! - `common::postgres` — a private PostgreSQL cluster (initdb and the server as an
 //!   unprivileged user, a temp dir, a free port, scram): one per test binary (`shared()`), a
@@ -24,6 +26,7 @@
 //! Each test binary compiles all of it and uses a part, hence the blanket allow.
 #![allow(dead_code)]
 
+pub mod counting;
 pub mod daemon;
 pub mod fakes;
 pub mod gateway;

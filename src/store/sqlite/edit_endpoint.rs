@@ -93,30 +93,13 @@ impl Sqlite {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::State;
     use crate::tags::Tags;
 
     fn row(url: &str, label: Option<&str>) -> EndpointRow {
         EndpointRow {
-            id: 1,
-            url: ProxyUrl::parse(url).unwrap(),
-            pool: "default".into(),
             label: label.map(str::to_string),
-            source: None,
-            state: State::Available,
-            reason: None,
-            phase: None,
-            detail: None,
-            streak: 0,
-            reason_streak: 0,
-            cooldown_ms: None,
-            cooldown_until: None,
-            cooldown_left: None,
-            claim: None,
-            rev: 0,
-            state_changed_at: String::new(),
-            created_at: String::new(),
             tags: Tags::parse_args(&["country=us"]).unwrap(),
+            ..EndpointRow::fixture(1, url, "default")
         }
     }
 

@@ -1,0 +1,35 @@
+//! A counting global allocator for memory tests and benches: live heap bytes, read before
+//! and after building a structure. A binary that uses it declares it itself (so the other
+//! test binaries keep the system allocator):
+//!
+//! ```ignore
+//! #[global_allocator]
+//! static A: Counting = Counting;
+//! ```
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+pub struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+/// Heap bytes allocated and not yet freed, through `Counting`.
+pub fn live() -> isize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
+        unsafe { System.realloc(p, l, new) }
+    }
+}
