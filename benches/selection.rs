@@ -15,7 +15,8 @@
 //! without, over the pairs held. Cells alternate over several rounds and the best round of
 //! each is kept: the machine may be shared and noisy.
 //!
-//! Run: `cargo bench --bench selection`
+//! Run: `cargo bench --bench selection` (`-- WORD`: only the cells whose name holds WORD,
+//! for a profile of one; the ratios then need both of their cells).
 
 #[path = "../tests/common/counting.rs"]
 mod counting;
@@ -190,6 +191,22 @@ fn main() {
             pools(&rows, |c| c.select = Select::Fastest),
         ),
     ];
+    let only: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with("--"));
+    if let Some(word) = &only {
+        let mut cells = cells;
+        cells.retain(|(n, _, _)| n.contains(word.as_str()));
+        for (name, ask, mut p) in cells {
+            let w = wants(ask);
+            let mut rng = fastrand::Rng::with_seed(23);
+            let (r, g) = best(
+                &(0..ROUNDS)
+                    .map(|_| cell(&mut p, ask, &w, &mut rng))
+                    .collect::<Vec<_>>(),
+            );
+            println!("{name:<44}  {r:>12.0}  {:>7.1}%", g * 100.0);
+        }
+        return;
+    }
     let mut cells: Vec<(&str, Ask, Pools, Vec<Want>)> = cells
         .into_iter()
         .map(|(n, a, p)| (n, a, p, wants(a)))

@@ -15,7 +15,7 @@ use crate::store::Write;
 use super::apply::Act;
 use super::destinations::{Destinations, Usable};
 use super::evidence::target_event;
-use super::pace::Check;
+use super::pace::{Check, HostRef, Visit};
 use super::scoped::{Views, Want};
 use super::select::{Fit, Miss};
 use super::tag_index::{carries, Resolved};
@@ -50,8 +50,8 @@ pub(super) struct Lease {
     /// report when it ends.
     pub(super) reached: bool,
     /// It counts in its (endpoint, destination) pair's `in_flight` (docs/selection.md,
-    /// "Pacing"): its end is told to the pool's pacing.
-    pub(super) paced: bool,
+    /// "Pacing"): its end is told to the pool's pacing, at this handle of the host.
+    pub(super) paced: Option<HostRef>,
 }
 
 /// What one lease asks for, resolved once.
@@ -67,8 +67,8 @@ struct Ask<'a> {
     avoid: Vec<EndpointId>,
     /// The lease's tags, interned.
     tags: Box<[u32]>,
-    /// The destination host when the pool paces it and some pair of it is held.
-    paced: Option<&'a str>,
+    /// The destination host as the pool's pacing found it (one lookup per lease).
+    visit: Visit,
 }
 
 impl Lease {
@@ -228,11 +228,12 @@ impl Pools {
             Err(e) => return (Err(e), writes),
         };
         let ps = &mut self.pools[p];
-        // Pairs of the host that became idle are forgotten here, before anything is asked.
-        let paced = want
-            .destination
-            .as_deref()
-            .filter(|h| ps.pace.is_on() && ps.pace.prepare(h, now));
+        // The host's one lookup; pairs of it that became idle are forgotten here, before
+        // anything is asked.
+        let visit = match want.destination.as_deref() {
+            Some(h) => ps.pace.visit(h, now),
+            None => Visit::Skip,
+        };
         let ask = Ask {
             p,
             want,
@@ -242,7 +243,7 @@ impl Pools {
             cap: ps.cfg.max_leases_per_endpoint,
             avoid,
             tags,
-            paced,
+            visit,
         };
         let chosen = match self.sticky(&ask, session, now) {
             Sticky::Keep(c) => Ok(c),
@@ -328,7 +329,7 @@ impl Pools {
         if !keeps {
             return Sticky::Rebind;
         }
-        let gate = ask.paced.and_then(|h| ps.pace.gate(h, now));
+        let gate = ps.pace.gate(ask.visit, now);
         match gate.map(|g| g.check(id)) {
             Some(Check::Blocked(at)) => Sticky::Paced(at),
             _ => Sticky::Keep(Choice::plain(id, None)),
@@ -358,7 +359,7 @@ impl Pools {
             let lease = Some(self.lease_name(self.next_lease + 1));
             let entries = &self.entries;
             let ps = &mut self.pools[ask.p];
-            let gate = ask.paced.and_then(|h| ps.pace.gate(h, now));
+            let gate = ps.pace.gate(ask.visit, now);
             let ok = |dests: &Destinations, id: EndpointId| {
                 entries.get(&id).is_some_and(|e| {
                     e.health.state == State::Available
@@ -392,7 +393,7 @@ impl Pools {
         }
         let first = self.pools[ask.p].trials.first().map(|&(_, id)| id);
         let ps = &self.pools[ask.p];
-        let gate = ask.paced.and_then(|h| ps.pace.gate(h, now));
+        let gate = ps.pace.gate(ask.visit, now);
         let id = first.filter(|&id| {
             self.entries
                 .get(&id)
@@ -417,7 +418,7 @@ impl Pools {
     /// The pool's strategy (`select`) over the available endpoints under the cap that fit
     /// the lease and are ready for its host.
     fn least_leased(&mut self, ask: &Ask, now: Instant) -> Result<Choice, Miss> {
-        let (slot, _) = self.choose(&ask.fit(), ask.paced, now)?;
+        let (slot, _) = self.choose(&ask.fit(), ask.visit, now)?;
         let (id, _) = self.entries.at(slot).ok_or(Miss::default())?;
         Ok(Choice::plain(*id, Some(slot)))
     }
@@ -429,7 +430,7 @@ impl Pools {
     /// destination with bans).
     fn nothing_to_lease(&self, pool: &str, ask: &Ask, miss: Miss, now: Instant) -> PoolError {
         let ps = &self.pools[ask.p];
-        if let (Some(at), Some(host)) = (miss.paced, ask.paced) {
+        if let (Some(at), Some(host)) = (miss.paced, ask.want.destination.as_deref()) {
             return PoolError::Paced {
                 pool: pool.to_string(),
                 host: host.to_string(),
@@ -501,14 +502,13 @@ impl Pools {
             .ok_or(PoolError::UnknownEndpoint(id))?;
         self.next_lease += 1;
         let lid = self.next_lease;
-        let ps = &mut self.pools[ask.p];
         // Every use for a host counts while the pool paces, also one chosen while nothing
         // of the host was held (the first).
-        let paced = match ask.want.destination.as_deref() {
-            Some(h) if ps.pace.is_on() => ps.pace.record(h, id, now),
-            _ => false,
+        let paced = match (ask.visit, ask.want.destination.as_deref()) {
+            (Visit::Skip, _) | (_, None) => None,
+            (v, Some(h)) => self.pools[ask.p].pace.record(v, h, id, now),
         };
-        if paced {
+        if paced.is_some() {
             self.count_pace_dropped(ask.p);
         }
         self.leases.insert(

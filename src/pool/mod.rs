@@ -566,8 +566,8 @@ impl Pools {
                 self.lease_expiry.remove(&(l.expires, k));
                 let p = self.entries[&id].pool;
                 self.pools[p].leases -= 1;
-                if let (true, Some(host)) = (l.paced, l.destination.as_deref()) {
-                    self.pools[p].pace.forget_lease(host, id);
+                if let Some(r) = l.paced {
+                    self.pools[p].pace.forget_lease(r, id);
                 }
             }
         }

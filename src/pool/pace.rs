@@ -6,13 +6,18 @@
 //! `t` is kept until `t + interval` and its last lease ended, then forgotten. Hosts are
 //! kept in least-recently-used order; past `max_hosts` hosts or `max_pairs` pairs the
 //! least recently used host is forgotten whole (`dropped` counts them).
+//!
+//! A lease finds its host once (`visit`: one hash lookup) and does everything else from
+//! the handle it gets (`HostRef`: a slot in the slab of hosts and that slot's
+//! generation): the ready checks, the record of its use, and its end, which the lease
+//! carries the handle to. A pool whose rules bind nothing and that holds no host is not
+//! looked up at all.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
-use lru::LruCache;
-use rustc_hash::{FxBuildHasher, FxHashMap};
+use rustc_hash::FxHashMap;
 use tokio::time::Instant;
 
 use crate::config::PaceConfig;
@@ -183,15 +188,77 @@ pub(super) struct Slowed {
     pub(super) until: Duration,
 }
 
+/// A held host, as a lease found it: its slot in the slab and the slot's generation, so
+/// that a host dropped meanwhile (its slot reused) is not taken for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct HostRef {
+    slot: u32,
+    gen: u32,
+}
+
+/// How a lease for a host stands with pacing, found with one lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Visit {
+    /// Nothing is paced for it: its use is not recorded (pacing off, or no rule binds
+    /// and no host is held).
+    Skip,
+    /// The host is not held: nothing holds an endpoint back; its use is recorded when
+    /// its rule binds.
+    Fresh,
+    /// The host is held.
+    Held(HostRef),
+}
+
+/// No slot (an end of the least-recently-used list).
+const NIL: u32 = u32::MAX;
+
+/// One slot of the slab: a host, or a free slot (its name empty, its maps freed).
+struct Slot {
+    name: Box<str>,
+    gen: u32,
+    host: Host,
+}
+
+/// A slot's neighbours in least-recently-used order, apart from the slots so that
+/// moving a host to the front touches 8 bytes of each neighbour, not its whole slot.
+#[derive(Clone, Copy)]
+struct Link {
+    /// More recently used.
+    prev: u32,
+    /// Less recently used.
+    next: u32,
+}
+
 /// The pacing state of one pool.
 pub(super) struct Pace {
     cfg: Option<PaceConfig>,
-    hosts: LruCache<Box<str>, Host, FxBuildHasher>,
+    /// Some rule of `cfg` binds (an interval or an in-flight cap, the pool's or a site's):
+    /// set with the config, so a pool whose rules bind nothing skips the lookup.
+    binds: bool,
+    index: FxHashMap<Box<str>, u32>,
+    slots: Vec<Slot>,
+    links: Vec<Link>,
+    free: Vec<u32>,
+    /// Most and least recently used slots.
+    head: u32,
+    tail: u32,
     pairs: usize,
+    /// Pairs held with a widened spacing (a success narrows only those).
+    widened: usize,
     max_hosts: usize,
     max_pairs: usize,
     dropped: u64,
+    /// Leases answered `paced`, ever.
+    refused: u64,
     origin: Instant,
+}
+
+fn rule_binds(cfg: &PaceConfig) -> bool {
+    cfg.interval > Duration::ZERO
+        || cfg.in_flight > 0
+        || cfg.sites.values().any(|s| {
+            s.interval.is_some_and(|i| i > Duration::ZERO) || s.in_flight.is_some_and(|n| n > 0)
+        })
 }
 
 impl Pace {
@@ -204,12 +271,20 @@ impl Pace {
         origin: Instant,
     ) -> Pace {
         Pace {
+            binds: cfg.as_ref().is_some_and(rule_binds),
             cfg,
-            hosts: LruCache::unbounded_with_hasher(FxBuildHasher),
+            index: FxHashMap::default(),
+            slots: Vec::new(),
+            links: Vec::new(),
+            free: Vec::new(),
+            head: NIL,
+            tail: NIL,
             pairs: 0,
+            widened: 0,
             max_hosts: max_hosts.max(1),
             max_pairs: max_pairs.max(1),
             dropped: 0,
+            refused: 0,
             origin,
         }
     }
@@ -217,18 +292,16 @@ impl Pace {
     /// New settings (a reload): every held host takes its new rule at once.
     pub(super) fn set_config(&mut self, cfg: Option<PaceConfig>) {
         if let Some(c) = &cfg {
-            for (name, h) in self.hosts.iter_mut() {
-                let (interval, cap) = c.rule_for(name);
-                h.interval = interval.as_millis() as u64;
-                h.cap = cap;
-                h.dry = None;
+            for &i in self.index.values() {
+                let s = &mut self.slots[i as usize];
+                let (interval, cap) = c.rule_for(&s.name);
+                s.host.interval = interval.as_millis() as u64;
+                s.host.cap = cap;
+                s.host.dry = None;
             }
         }
+        self.binds = cfg.as_ref().is_some_and(rule_binds);
         self.cfg = cfg;
-    }
-
-    pub(super) fn is_on(&self) -> bool {
-        self.cfg.is_some()
     }
 
     /// `[pool.pace] wait`.
@@ -260,7 +333,8 @@ impl Pace {
     /// already past become 0: past either way).
     fn rebase(&mut self, shift: u64) {
         self.origin += Duration::from_millis(shift);
-        for (_, h) in self.hosts.iter_mut() {
+        for &i in self.index.values() {
+            let h = &mut self.slots[i as usize].host;
             for p in h.pairs.values_mut() {
                 p.ready = p.ready().saturating_sub(shift) as u32;
             }
@@ -280,76 +354,185 @@ impl Pace {
         self.origin + Duration::from_millis(ms)
     }
 
-    /// Before a lease for `host`: forget its pairs that became idle, and mark it used.
-    /// Returns whether any pair of it is held (else nothing is paced for it now).
-    pub(super) fn prepare(&mut self, host: &str, now: Instant) -> bool {
-        let now = self.now_ms(now);
-        let Some(h) = self.hosts.get_mut(host) else {
-            return false;
-        };
-        let gone = h.prune(now);
-        let held = !h.pairs.is_empty();
-        self.pairs -= gone;
-        held
+    fn host(&self, r: HostRef) -> Option<&Host> {
+        self.slots
+            .get(r.slot as usize)
+            .filter(|s| s.gen == r.gen)
+            .map(|s| &s.host)
     }
 
-    /// The gate to check endpoints by for `host` (after `prepare`), or `None` when nothing
-    /// is paced for it.
-    pub(super) fn gate(&self, host: &str, now: Instant) -> Option<Gate<'_>> {
-        let host = self.hosts.peek(host).filter(|h| !h.pairs.is_empty())?;
+    fn host_mut(&mut self, r: HostRef) -> Option<&mut Host> {
+        self.slots
+            .get_mut(r.slot as usize)
+            .filter(|s| s.gen == r.gen)
+            .map(|s| &mut s.host)
+    }
+
+    fn unlink(&mut self, i: u32) {
+        let Link { prev, next } = self.links[i as usize];
+        match prev {
+            NIL => self.head = next,
+            p => self.links[p as usize].next = next,
+        }
+        match next {
+            NIL => self.tail = prev,
+            n => self.links[n as usize].prev = prev,
+        }
+    }
+
+    fn push_front(&mut self, i: u32) {
+        self.links[i as usize] = Link {
+            prev: NIL,
+            next: self.head,
+        };
+        match self.head {
+            NIL => self.tail = i,
+            h => self.links[h as usize].prev = i,
+        }
+        self.head = i;
+    }
+
+    /// Mark slot `i` the most recently used.
+    fn touch(&mut self, i: u32) {
+        if self.head != i {
+            self.unlink(i);
+            self.push_front(i);
+        }
+    }
+
+    /// Hold `host` (not held yet) with its rule; its handle.
+    fn insert(&mut self, host: &str, h: Host) -> HostRef {
+        let i = match self.free.pop() {
+            Some(i) => {
+                let s = &mut self.slots[i as usize];
+                s.name = host.into();
+                s.host = h;
+                i
+            }
+            None => {
+                let i = self.slots.len() as u32;
+                self.slots.push(Slot {
+                    name: host.into(),
+                    gen: 0,
+                    host: h,
+                });
+                self.links.push(Link {
+                    prev: NIL,
+                    next: NIL,
+                });
+                i
+            }
+        };
+        self.index.insert(host.into(), i);
+        self.push_front(i);
+        HostRef {
+            slot: i,
+            gen: self.slots[i as usize].gen,
+        }
+    }
+
+    /// Forget the host in slot `i` whole; its slot is free for another (a new
+    /// generation, so handles to this one find nothing).
+    fn remove_slot(&mut self, i: u32) {
+        self.unlink(i);
+        let s = &mut self.slots[i as usize];
+        let name = std::mem::take(&mut s.name);
+        let h = std::mem::replace(&mut s.host, Host::new((Duration::ZERO, 0)));
+        s.gen = s.gen.wrapping_add(1);
+        self.index.remove(&name);
+        self.pairs -= h.pairs.len();
+        self.widened -= h.pairs.values().filter(|p| p.exp > 0).count();
+        self.free.push(i);
+    }
+
+    /// The one lookup of a lease for `host`: whether pacing holds anything for it (and its
+    /// handle then). A held host becomes the most recently used and forgets its pairs that
+    /// became idle.
+    pub(super) fn visit(&mut self, host: &str, now: Instant) -> Visit {
+        if self.cfg.is_none() || (!self.binds && self.index.is_empty()) {
+            return Visit::Skip;
+        }
+        let now = self.now_ms(now);
+        let Some(&i) = self.index.get(host) else {
+            return if self.binds {
+                Visit::Fresh
+            } else {
+                Visit::Skip
+            };
+        };
+        self.touch(i);
+        let s = &mut self.slots[i as usize];
+        let gone = s.host.prune(now);
+        let gen = s.gen;
+        self.pairs -= gone;
+        Visit::Held(HostRef { slot: i, gen })
+    }
+
+    /// The gate to check endpoints by for a visited host, or `None` when nothing holds
+    /// an endpoint back for it.
+    pub(super) fn gate(&self, v: Visit, now: Instant) -> Option<Gate<'_>> {
+        let Visit::Held(r) = v else { return None };
+        let host = self.host(r).filter(|h| !h.pairs.is_empty())?;
         Some(Gate {
             host,
             now: self.ms(now),
         })
     }
 
-    /// The remembered "nothing ready" of `host`, if it still holds for a lease asking
-    /// `sig` at pool `epoch`: when to ask again (`Some(None)`: after a release).
-    pub(super) fn dry(
-        &self,
-        host: &str,
-        epoch: u64,
-        sig: u64,
-        now: Instant,
-    ) -> Option<Option<u64>> {
-        let d = self.hosts.peek(host)?.dry?;
+    /// The remembered "nothing ready" of a visited host, if it still holds for a lease
+    /// asking `sig` at pool `epoch`: when to ask again (`Some(None)`: after a release).
+    pub(super) fn dry(&self, v: Visit, epoch: u64, sig: u64, now: Instant) -> Option<Option<u64>> {
+        let Visit::Held(r) = v else { return None };
+        let d = self.host(r)?.dry?;
         let now = self.ms(now);
         let holds = d.epoch == epoch && d.sig == sig && d.until.is_none_or(|u| now < u);
         holds.then_some(d.until)
     }
 
-    /// Remember that nothing was ready for `host`.
-    pub(super) fn set_dry(&mut self, host: &str, dry: Dry) {
-        if let Some(h) = self.hosts.peek_mut(host) {
-            h.dry = Some(dry);
+    /// Remember that nothing was ready for a visited host.
+    pub(super) fn set_dry(&mut self, v: Visit, dry: Dry) {
+        if let Visit::Held(r) = v {
+            if let Some(h) = self.host_mut(r) {
+                h.dry = Some(dry);
+            }
         }
     }
 
-    /// A lease of `id` for `host` was granted at `now`. Returns whether it counts in the
-    /// pair's `in_flight` (its end must then be told with `end`).
-    pub(super) fn record(&mut self, host: &str, id: EndpointId, now: Instant) -> bool {
-        if self.cfg.is_none() {
-            return false;
-        }
-        let now = self.now_ms(now);
-        let Some(cfg) = &self.cfg else {
-            return false;
-        };
-        if !self.hosts.contains(host) {
-            let rule = cfg.rule_for(host);
-            let h = Host::new(rule);
-            if !h.binds() {
-                // Nothing to space and nothing to count: nothing held.
-                return false;
+    /// A lease answered `paced` (for `status`).
+    pub(super) fn count_refused(&mut self) {
+        self.refused += 1;
+    }
+
+    /// A lease of `id` for `host` (as `visit` found it) was granted at `now`. Returns the
+    /// host's handle when the lease counts in the pair's `in_flight` (its end must then
+    /// be told with `end`).
+    pub(super) fn record(
+        &mut self,
+        v: Visit,
+        host: &str,
+        id: EndpointId,
+        now: Instant,
+    ) -> Option<HostRef> {
+        let r = match v {
+            Visit::Skip => return None,
+            Visit::Held(r) => r,
+            Visit::Fresh => {
+                let h = Host::new(self.cfg.as_ref()?.rule_for(host));
+                if !h.binds() {
+                    // Nothing to space and nothing to count: nothing held.
+                    return None;
+                }
+                self.insert(host, h)
             }
-            self.hosts.put(host.into(), h);
-        }
-        let Some(h) = self.hosts.get_mut(host) else {
-            return false;
         };
-        let added = !h.pairs.contains_key(&id);
+        let now = self.now_ms(now);
+        let h = self.host_mut(r)?;
         let interval = h.interval;
-        let p = h.pairs.entry(id).or_default();
+        let mut added = false;
+        let p = h.pairs.entry(id).or_insert_with(|| {
+            added = true;
+            Pair::default()
+        });
         let next = now + spacing(interval, p.exp);
         p.set_ready(p.ready().max(next), now);
         p.in_flight = p.in_flight.saturating_add(1);
@@ -357,15 +540,16 @@ impl Pace {
         h.due_at(at, id, now);
         if added {
             self.pairs += 1;
-            self.evict(host);
+            self.evict(r.slot);
         }
-        true
+        Some(r)
     }
 
     /// A lease counted by `record` ended (report, release or expiry).
-    pub(super) fn end(&mut self, host: &str, id: EndpointId, now: Instant) {
+    pub(super) fn end(&mut self, r: HostRef, id: EndpointId, now: Instant) {
         let now = self.now_ms(now);
-        let Some(h) = self.hosts.peek_mut(host) else {
+        let Some(h) = self.host_mut(r) else {
+            // Dropped meanwhile: nothing of it is held.
             return;
         };
         // A release may make the endpoint ready: what was remembered as dry is not.
@@ -383,8 +567,8 @@ impl Pace {
 
     /// A lease counted by `record` is dropped with its endpoint's entry (no time known):
     /// it no longer counts.
-    pub(super) fn forget_lease(&mut self, host: &str, id: EndpointId) {
-        let Some(h) = self.hosts.peek_mut(host) else {
+    pub(super) fn forget_lease(&mut self, r: HostRef, id: EndpointId) {
+        let Some(h) = self.host_mut(r) else {
             return;
         };
         h.dry = None;
@@ -406,17 +590,26 @@ impl Pace {
         retry_after: Option<Duration>,
         now: Instant,
     ) -> Option<Slowed> {
-        self.cfg.as_ref()?;
+        let rule = self.cfg.as_ref()?.rule_for(host);
         let at = self.now_ms(now);
-        let cfg = self.cfg.as_ref()?;
-        if !self.hosts.contains(host) {
-            let rule = cfg.rule_for(host);
-            self.hosts.put(host.into(), Host::new(rule));
-        }
-        let h = self.hosts.get_mut(host)?;
-        let added = !h.pairs.contains_key(&id);
+        let r = match self.index.get(host) {
+            Some(&i) => {
+                self.touch(i);
+                HostRef {
+                    slot: i,
+                    gen: self.slots[i as usize].gen,
+                }
+            }
+            None => self.insert(host, Host::new(rule)),
+        };
+        let h = self.host_mut(r)?;
         let interval = h.interval;
-        let p = h.pairs.entry(id).or_default();
+        let mut added = false;
+        let p = h.pairs.entry(id).or_insert_with(|| {
+            added = true;
+            Pair::default()
+        });
+        let widened = p.exp == 0;
         p.exp = (p.exp + 1).min(MAX_EXP);
         p.calm = 0;
         let spacing = spacing(interval, p.exp);
@@ -425,9 +618,12 @@ impl Pace {
         let until = p.ready();
         h.dry = None;
         h.due_at(until, id, at);
+        if widened {
+            self.widened += 1;
+        }
         if added {
             self.pairs += 1;
-            self.evict(host);
+            self.evict(r.slot);
         }
         Some(Slowed {
             spacing: Duration::from_millis(spacing),
@@ -436,12 +632,16 @@ impl Pace {
     }
 
     /// The host answered through `id`: a widened spacing narrows again after
-    /// `CALM_AFTER` of these in a row.
+    /// `CALM_AFTER` of these in a row. No lookup while nothing is widened.
     pub(super) fn success(&mut self, host: &str, id: EndpointId, now: Instant) {
+        if self.widened == 0 {
+            return;
+        }
         let now = self.now_ms(now);
-        let Some(h) = self.hosts.peek_mut(host) else {
+        let Some(&i) = self.index.get(host) else {
             return;
         };
+        let h = &mut self.slots[i as usize].host;
         let Some(p) = h.pairs.get_mut(&id) else {
             return;
         };
@@ -455,31 +655,32 @@ impl Pace {
             if p.exp == 0 {
                 let at = p.ready().max(now);
                 h.due_at(at, id, now);
+                self.widened -= 1;
             }
         }
     }
 
     /// The endpoint is gone: its pairs too.
     pub(super) fn remove_endpoint(&mut self, id: EndpointId) {
-        for (_, h) in self.hosts.iter_mut() {
-            if h.pairs.remove(&id).is_some() {
+        for &i in self.index.values() {
+            if let Some(p) = self.slots[i as usize].host.pairs.remove(&id) {
                 self.pairs -= 1;
+                if p.exp > 0 {
+                    self.widened -= 1;
+                }
             }
         }
     }
 
-    /// Forget least recently used hosts (never `keep`, just used) past the caps.
-    fn evict(&mut self, keep: &str) {
-        while self.hosts.len() > self.max_hosts || self.pairs > self.max_pairs {
-            let Some((name, h)) = self.hosts.pop_lru() else {
-                return;
-            };
-            if &*name == keep {
+    /// Forget least recently used hosts (never slot `keep`, just used) past the caps.
+    fn evict(&mut self, keep: u32) {
+        while self.index.len() > self.max_hosts || self.pairs > self.max_pairs {
+            let last = self.tail;
+            if last == NIL || last == keep {
                 // The only host left: keep it whole.
-                self.hosts.put(name, h);
                 return;
             }
-            self.pairs -= h.pairs.len();
+            self.remove_slot(last);
             self.dropped += 1;
         }
     }
@@ -489,6 +690,11 @@ impl Pace {
         self.dropped
     }
 
+    /// Leases answered `paced`, ever.
+    pub(super) fn refused(&self) -> u64 {
+        self.refused
+    }
+
     /// Pairs held.
     pub(super) fn pairs(&self) -> usize {
         self.pairs
@@ -496,15 +702,15 @@ impl Pace {
 
     /// Hosts held.
     pub(super) fn hosts(&self) -> usize {
-        self.hosts.len()
+        self.index.len()
     }
 
-    /// How a pair stands, for tests and the status of a pair: (ready in ms from now,
-    /// in flight, widening exponent).
+    /// How a pair stands, for tests: (ready in ms from now, in flight, widening exponent).
     #[cfg(test)]
     fn pair(&self, host: &str, id: EndpointId, now: Instant) -> Option<(u64, u16, u8)> {
         let now = self.ms(now);
-        let p = self.hosts.peek(host)?.pairs.get(&id)?;
+        let &i = self.index.get(host)?;
+        let p = self.slots[i as usize].host.pairs.get(&id)?;
         Some((p.ready().saturating_sub(now), p.in_flight, p.exp))
     }
 }

@@ -17,8 +17,8 @@ use crate::store::Write;
 impl Pools {
     /// A lease that counted in its pair's `in_flight` no longer does.
     fn end_paced(&mut self, pool: usize, l: &Lease, now: Instant) {
-        if let (true, Some(host)) = (l.paced, l.destination.as_deref()) {
-            self.pools[pool].pace.end(host, l.endpoint, now);
+        if let Some(r) = l.paced {
+            self.pools[pool].pace.end(r, l.endpoint, now);
         }
     }
 

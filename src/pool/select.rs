@@ -11,10 +11,10 @@ use tokio::time::Instant;
 
 use super::destinations::Destinations;
 use super::entries::{Entry, EntryMap};
-use super::pace::{Check, Dry, Gate};
+use super::pace::{Check, Dry, Gate, Visit};
 use super::ready::{live_at, Ready};
 use super::scoped::{usable, Views, Want};
-use super::strategy::{score, warm_weight};
+use super::strategy::{score, warm_weight, Latencies};
 use super::tag_index::carries;
 use super::Pools;
 use crate::config::Select;
@@ -161,48 +161,39 @@ fn rotate(
     spare
 }
 
-/// Stale items a queue may hold beyond twice its live ones before a sampling strategy
-/// drops them: few enough that a draw finds a live item at least one time in four (the
-/// least-leased walk tolerates 64; amortised the same, one retain per that many pushes).
-const SAMPLE_SLACK: usize = 4;
-
-/// Drop the stale items of every queue that holds more than `SAMPLE_SLACK` beyond twice
-/// its live ones, so that `sample`'s draws stay likely to hit.
-fn tidy(entries: &EntryMap, ready: &mut Ready, p: usize) {
-    for (level, q) in ready.levels.iter_mut().enumerate() {
-        if q.len() > 2 * ready.live[level] + SAMPLE_SLACK {
-            q.retain(|&(slot, gen)| live_at(entries, slot, gen, p, level as u32));
-        }
-    }
+/// The level a sampling strategy draws from: the lowest with a live endpoint, under the
+/// lease cap (the least leased, as `least_leased` would take them, so both candidates
+/// come from one queue).
+fn sample_level(ready: &Ready, cap: u32) -> Option<usize> {
+    let levels = match cap {
+        0 => ready.levels.len(),
+        c => ready.levels.len().min(c as usize),
+    };
+    (0..levels).find(|&l| ready.live[l] > 0)
 }
 
-/// A uniformly random candidate (every live endpoint is one item of the queues; stale
-/// items are drawn and refused), within `SAMPLE_TRIES` draws.
+/// A uniformly random candidate of one level (every live endpoint of it is one item;
+/// stale items are drawn too), within `SAMPLE_TRIES` draws. A stale item drawn is removed
+/// on the spot (the queue's last item takes its place), so no pass tidies the queue
+/// first: each stale item costs one draw, once, and a queue stays likely to hit.
 fn sample(
     entries: &EntryMap,
-    ready: &Ready,
+    ready: &mut Ready,
+    level: usize,
     dests: &Destinations,
     gate: Option<&Gate>,
     fit: &Fit,
     rng: &mut fastrand::Rng,
 ) -> Option<(u32, u32)> {
-    let levels = match fit.cap {
-        0 => ready.levels.len(),
-        c => ready.levels.len().min(c as usize),
-    };
-    let total: usize = ready.levels[..levels].iter().map(|q| q.len()).sum();
-    if total == 0 {
-        return None;
-    }
+    let q = &mut ready.levels[level];
     for _ in 0..SAMPLE_TRIES {
-        let mut i = rng.usize(..total);
-        let mut level = 0;
-        while i >= ready.levels[level].len() {
-            i -= ready.levels[level].len();
-            level += 1;
+        if q.is_empty() {
+            return None;
         }
-        let (slot, gen) = ready.levels[level][i];
+        let i = rng.usize(..q.len());
+        let (slot, gen) = q[i];
         if !live_at(entries, slot, gen, fit.p, level as u32) {
+            q.swap_remove_back(i);
             continue;
         }
         let Some((id, e)) = entries.at(slot) else {
@@ -215,25 +206,47 @@ fn sample(
     None
 }
 
+/// `fastest`'s duel: the one of `a` and `b` with the better score.
+fn better(entries: &EntryMap, latencies: &Latencies, a: (u32, u32), b: (u32, u32)) -> (u32, u32) {
+    let stats = |(slot, _): (u32, u32)| entries.at(slot).map(|(_, e)| &e.stats);
+    let (sa, sb) = (stats(a), stats(b));
+    // The median (a walk of its buckets) only when a candidate needs it.
+    let unmeasured = [sa, sb].iter().flatten().any(|s| s.latency_ms.is_none());
+    let median = if unmeasured { latencies.median() } else { None };
+    let score_of = |s: Option<&crate::stats::EndpointStats>| {
+        s.map_or(f64::MAX, |s| score(s.latency_ms, s.failure_rate, median))
+    };
+    if score_of(sb) < score_of(sa) {
+        b
+    } else {
+        a
+    }
+}
+
 impl Pools {
-    /// The pool's strategy over the candidates that fit, are ready for the host (`host`:
-    /// paced, its pairs prepared) and under the cap: (slot, live leases), or why none.
+    /// The pool's strategy over the candidates that fit, are ready for the host (as the
+    /// pool's pacing found it) and under the cap: (slot, live leases), or why none.
     pub(super) fn choose(
         &mut self,
         fit: &Fit,
-        host: Option<&str>,
+        visit: Visit,
         now: Instant,
     ) -> Result<(u32, u32), Miss> {
         let ps = &self.pools[fit.p];
         let (select, over) = (ps.cfg.select, ps.cfg.slow_start);
         // A host where a pass found nothing ready, asked the same again before anything
         // changed, is answered without another pass.
-        let memo = host.filter(|_| !fit.views.any() && fit.avoid.is_empty());
-        let sig = fit.sig();
-        if let Some(until) = memo.and_then(|h| ps.pace.dry(h, self.epoch, sig, now)) {
+        // Something of the host is held back: else the lease is chosen as if unpaced.
+        let held = ps.pace.gate(visit, now).is_some();
+        let memo = held && !fit.views.any() && fit.avoid.is_empty();
+        let sig = if memo { fit.sig() } else { 0 };
+        if let Some(until) = memo
+            .then(|| ps.pace.dry(visit, self.epoch, sig, now))
+            .flatten()
+        {
             return Err(Miss { paced: Some(until) });
         }
-        if host.is_none() && fit.plain() && over.is_zero() && select == Select::LeastLeased {
+        if !held && fit.plain() && over.is_zero() && select == Select::LeastLeased {
             return self
                 .pick(fit.p)
                 .filter(|&(_, leases)| fit.cap == 0 || leases < fit.cap)
@@ -242,7 +255,7 @@ impl Pools {
         let now_ms = self.ms(now);
         let entries = &self.entries;
         let ps = &mut self.pools[fit.p];
-        let gate = host.and_then(|h| ps.pace.gate(h, now));
+        let gate = ps.pace.gate(visit, now);
         let mut warm = Warm {
             over,
             now: now_ms,
@@ -251,33 +264,23 @@ impl Pools {
         };
         let dests = &ps.dests;
         let mut picked = None;
-        if select != Select::LeastLeased {
-            tidy(entries, &mut ps.ready, fit.p);
+        let level = match select {
+            Select::LeastLeased => None,
+            _ => sample_level(&ps.ready, fit.cap),
+        };
+        if let Some(level) = level {
+            let ready = &mut ps.ready;
             for _ in 0..=MAX_REJECTED {
-                let a = sample(entries, &ps.ready, dests, gate.as_ref(), fit, warm.rng);
-                let Some(a) = a else { break };
+                let draw = |ready: &mut Ready, rng: &mut fastrand::Rng| {
+                    sample(entries, ready, level, dests, gate.as_ref(), fit, rng)
+                };
+                let Some(a) = draw(ready, warm.rng) else {
+                    break;
+                };
                 let best = match select {
                     Select::Fastest => {
-                        let b = sample(entries, &ps.ready, dests, gate.as_ref(), fit, warm.rng)
-                            .unwrap_or(a);
-                        let stats = |(slot, _): (u32, u32)| entries.at(slot).map(|(_, e)| e.stats);
-                        let (sa, sb) = (stats(a), stats(b));
-                        // The median (a walk of its buckets) only when a candidate needs it.
-                        let unmeasured = [sa, sb].iter().flatten().any(|s| s.latency_ms.is_none());
-                        let median = if unmeasured {
-                            ps.latencies.median()
-                        } else {
-                            None
-                        };
-                        let score_of = |s: Option<crate::stats::EndpointStats>| {
-                            s.map_or(f64::MAX, |s| score(s.latency_ms, s.failure_rate, median))
-                        };
-                        let (a_score, b_score) = (score_of(sa), score_of(sb));
-                        if b_score < a_score {
-                            b
-                        } else {
-                            a
-                        }
+                        let b = draw(ready, warm.rng).unwrap_or(a);
+                        better(entries, &ps.latencies, a, b)
                     }
                     _ => a,
                 };
@@ -317,13 +320,13 @@ impl Pools {
         if let Some(found) = found {
             return Ok(found);
         }
-        if let (Some(h), Some(until)) = (memo, miss.paced) {
+        if let (true, Some(until)) = (memo, miss.paced) {
             let dry = Dry {
                 epoch: self.epoch,
                 sig,
                 until,
             };
-            self.pools[fit.p].pace.set_dry(h, dry);
+            self.pools[fit.p].pace.set_dry(visit, dry);
         }
         Err(miss)
     }

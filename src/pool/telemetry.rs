@@ -46,12 +46,18 @@ impl Pools {
     /// wait and try again (only the request's final answer counts). Unknown pools are not
     /// counted: their names come from clients and would make the label set unbounded.
     pub fn observe_lease(
-        &self,
+        &mut self,
         pool: &str,
         result: &Result<Grant, PoolError>,
         waited: Duration,
         last: bool,
     ) {
+        if let (Err(PoolError::Paced { .. }), true, Some(&p)) =
+            (result, last, self.by_name.get(pool))
+        {
+            // For `status`, with or without metrics.
+            self.pools[p].pace.count_refused();
+        }
         let Some(m) = self.by_name.get(pool).and_then(|&p| self.pool_metrics(p)) else {
             return;
         };

@@ -32,6 +32,48 @@ enum Want {
     Until(Option<u64>),
 }
 
+/// The lease path by host name, as a lease takes it: one `visit`, then the handle.
+impl Pace {
+    fn record_named(&mut self, host: &str, id: EndpointId, now: Instant) -> bool {
+        let v = self.visit(host, now);
+        self.record(v, host, id, now).is_some()
+    }
+
+    fn end_named(&mut self, host: &str, id: EndpointId, now: Instant) {
+        if let Some(r) = self.held(host) {
+            self.end(r, id, now);
+        }
+    }
+
+    /// Whether any pair of `host` is held after its idle ones are forgotten.
+    fn prepare_named(&mut self, host: &str, now: Instant) -> bool {
+        let v = self.visit(host, now);
+        matches!(v, Visit::Held(r) if !self.host(r).unwrap().pairs.is_empty())
+    }
+
+    fn gate_named(&self, host: &str, now: Instant) -> Option<Gate<'_>> {
+        self.gate(Visit::Held(self.held(host)?), now)
+    }
+
+    fn dry_named(&self, host: &str, epoch: u64, sig: u64, now: Instant) -> Option<Option<u64>> {
+        self.dry(Visit::Held(self.held(host)?), epoch, sig, now)
+    }
+
+    fn set_dry_named(&mut self, host: &str, dry: Dry) {
+        if let Some(r) = self.held(host) {
+            self.set_dry(Visit::Held(r), dry);
+        }
+    }
+
+    fn held(&self, host: &str) -> Option<HostRef> {
+        let &slot = self.index.get(host)?;
+        Some(HostRef {
+            slot,
+            gen: self.slots[slot as usize].gen,
+        })
+    }
+}
+
 fn pace(interval: u64, in_flight: u32, slow_down: bool) -> PaceConfig {
     PaceConfig {
         interval: Duration::from_millis(interval),
@@ -44,8 +86,8 @@ fn pace(interval: u64, in_flight: u32, slow_down: bool) -> PaceConfig {
 
 fn check(p: &mut Pace, host: &str, id: EndpointId, t: Instant) -> Want {
     let base = p.origin;
-    p.prepare(host, t);
-    match p.gate(host, t).map(|g| g.check(id)) {
+    p.prepare_named(host, t);
+    match p.gate_named(host, t).map(|g| g.check(id)) {
         None | Some(Check::Ready) => Want::Ready,
         Some(Check::Blocked(at)) => Want::Until(at.map(|ms| {
             let t = p.instant(ms);
@@ -67,9 +109,9 @@ fn run(name: &str, cfg: PaceConfig, steps: &[(u64, &str, EndpointId, Op, Want)])
                     Want::Ready,
                     "{name} step {i}: a use needs a ready pair"
                 );
-                p.record(host, id, t);
+                p.record_named(host, id, t);
             }
-            Op::End => p.end(host, id, t),
+            Op::End => p.end_named(host, id, t),
             Op::Slow(after) => {
                 p.slow_down(host, id, after.map(Duration::from_millis), t);
             }
@@ -225,11 +267,11 @@ fn nothing_is_held_when_nothing_binds() {
     let t0 = Instant::now();
     let mut p = Pace::new(Some(pace(0, 0, false)), 10, 10, t0);
     for id in 0..100 {
-        assert!(!p.record(SHOP, id, t0), "no count to keep");
+        assert!(!p.record_named(SHOP, id, t0), "no count to keep");
     }
     assert_eq!((p.hosts(), p.pairs()), (0, 0));
     let mut off = Pace::new(None, 10, 10, t0);
-    assert!(!off.record(SHOP, 1, t0));
+    assert!(!off.record_named(SHOP, 1, t0));
     assert_eq!(off.slow_down(SHOP, 1, None, t0), None);
     assert_eq!((off.hosts(), off.pairs()), (0, 0));
 }
@@ -238,12 +280,12 @@ fn nothing_is_held_when_nothing_binds() {
 fn idle_pairs_are_forgotten_and_hosts_are_bounded() {
     let t0 = Instant::now();
     let mut p = Pace::new(Some(pace(1000, 1, false)), 2, 1000, t0);
-    p.record(SHOP, 1, t0);
-    p.record(SHOP, 2, t0);
+    p.record_named(SHOP, 1, t0);
+    p.record_named(SHOP, 2, t0);
     assert_eq!(p.pairs(), 2);
-    p.end(SHOP, 1, t0 + Duration::from_millis(10));
+    p.end_named(SHOP, 1, t0 + Duration::from_millis(10));
     // Ready and idle: forgotten when the host is next looked at.
-    assert!(p.prepare(SHOP, t0 + Duration::from_millis(1000)));
+    assert!(p.prepare_named(SHOP, t0 + Duration::from_millis(1000)));
     assert_eq!(p.pairs(), 1, "endpoint 2 is still in flight");
     assert_eq!(
         p.pair(SHOP, 2, t0 + Duration::from_millis(1000)),
@@ -253,7 +295,7 @@ fn idle_pairs_are_forgotten_and_hosts_are_bounded() {
     let mut s = Pace::new(Some(pace(1000, 0, true)), 2, 1000, t0);
     s.slow_down(SHOP, 1, None, t0);
     assert!(
-        s.prepare(SHOP, t0 + Duration::from_secs(60)),
+        s.prepare_named(SHOP, t0 + Duration::from_secs(60)),
         "kept while slowed"
     );
     assert_eq!(
@@ -261,8 +303,8 @@ fn idle_pairs_are_forgotten_and_hosts_are_bounded() {
         Some((0, 0, 1))
     );
     // Hosts past the cap: the least recently used goes, counted.
-    p.record(OTHER, 1, t0);
-    p.record("third.example", 1, t0);
+    p.record_named(OTHER, 1, t0);
+    p.record_named("third.example", 1, t0);
     assert_eq!((p.hosts(), p.dropped()), (2, 1));
     assert!(
         p.pair(SHOP, 2, t0).is_none(),
@@ -271,9 +313,9 @@ fn idle_pairs_are_forgotten_and_hosts_are_bounded() {
     // Pairs past the cap: whole hosts go.
     let mut q = Pace::new(Some(pace(1000, 0, false)), 100, 3, t0);
     for id in 0..3 {
-        q.record(SHOP, id, t0);
+        q.record_named(SHOP, id, t0);
     }
-    q.record(OTHER, 9, t0);
+    q.record_named(OTHER, 9, t0);
     assert_eq!((q.hosts(), q.pairs(), q.dropped()), (1, 1, 1));
     q.remove_endpoint(9);
     assert_eq!(q.pairs(), 0);
@@ -283,22 +325,22 @@ fn idle_pairs_are_forgotten_and_hosts_are_bounded() {
 fn nothing_ready_is_remembered_until_something_changes() {
     let t0 = Instant::now();
     let mut p = Pace::new(Some(pace(2000, 1, false)), 10, 10, t0);
-    p.record(SHOP, 1, t0);
+    p.record_named(SHOP, 1, t0);
     let dry = Dry {
         epoch: 7,
         sig: 42,
         until: Some(2000),
     };
-    p.set_dry(SHOP, dry);
+    p.set_dry_named(SHOP, dry);
     let at = |ms| t0 + Duration::from_millis(ms);
-    assert_eq!(p.dry(SHOP, 7, 42, at(1999)), Some(Some(2000)));
-    assert_eq!(p.dry(SHOP, 7, 42, at(2000)), None, "its time came");
-    assert_eq!(p.dry(SHOP, 8, 42, at(10)), None, "the pool changed");
-    assert_eq!(p.dry(SHOP, 7, 43, at(10)), None, "another question");
-    assert_eq!(p.dry(OTHER, 7, 42, at(10)), None);
-    p.end(SHOP, 1, at(20));
+    assert_eq!(p.dry_named(SHOP, 7, 42, at(1999)), Some(Some(2000)));
+    assert_eq!(p.dry_named(SHOP, 7, 42, at(2000)), None, "its time came");
+    assert_eq!(p.dry_named(SHOP, 8, 42, at(10)), None, "the pool changed");
+    assert_eq!(p.dry_named(SHOP, 7, 43, at(10)), None, "another question");
+    assert_eq!(p.dry_named(OTHER, 7, 42, at(10)), None);
+    p.end_named(SHOP, 1, at(20));
     assert_eq!(
-        p.dry(SHOP, 7, 42, at(30)),
+        p.dry_named(SHOP, 7, 42, at(30)),
         None,
         "a release may have made one ready"
     );
@@ -308,12 +350,12 @@ fn nothing_ready_is_remembered_until_something_changes() {
 fn reload_gives_held_hosts_their_new_rule() {
     let t0 = Instant::now();
     let mut p = Pace::new(Some(pace(2000, 0, false)), 10, 10, t0);
-    p.record(SHOP, 1, t0);
+    p.record_named(SHOP, 1, t0);
     p.set_config(Some(pace(5000, 0, false)));
-    p.record(SHOP, 2, t0);
+    p.record_named(SHOP, 2, t0);
     assert_eq!(p.pair(SHOP, 2, t0), Some((5000, 1, 0)));
     assert_eq!(p.wait(), Duration::from_secs(10));
-    assert!(p.is_on() && !p.slows_down());
+    assert!(p.cfg.is_some() && !p.slows_down());
 }
 
 /// A pair's size: the budget is 64 bytes per paced pair, map and queues included (see
@@ -333,8 +375,8 @@ fn times_survive_the_origin_moving_forward() {
     let day = Duration::from_secs(24 * 3600);
     // Just before the move: a pair spaced 2 s, another slowed for a minute.
     let before = t0 + Duration::from_millis(REBASE_AT - 1000);
-    p.prepare(SHOP, before);
-    p.record(SHOP, 1, before);
+    p.prepare_named(SHOP, before);
+    p.record_named(SHOP, 1, before);
     p.slow_down(SHOP, 2, Some(Duration::from_secs(60)), before);
     // The next use moves the origin.
     let after = before + Duration::from_millis(1500);
@@ -347,16 +389,16 @@ fn times_survive_the_origin_moving_forward() {
         check(&mut p, SHOP, 1, after + Duration::from_millis(500)),
         Want::Ready
     );
-    let blocked = p.gate(SHOP, after).unwrap().check(2);
+    let blocked = p.gate_named(SHOP, after).unwrap().check(2);
     let Check::Blocked(Some(ms)) = blocked else {
         panic!("{blocked:?}")
     };
     assert_eq!(p.instant(ms), before + Duration::from_secs(60));
     // Long after, uses are spaced as ever.
     let late = t0 + 60 * day;
-    p.prepare(SHOP, late);
-    p.record(SHOP, 3, late);
-    let blocked = p.gate(SHOP, late).unwrap().check(3);
+    p.prepare_named(SHOP, late);
+    p.record_named(SHOP, 3, late);
+    let blocked = p.gate_named(SHOP, late).unwrap().check(3);
     let Check::Blocked(Some(ms)) = blocked else {
         panic!("{blocked:?}")
     };
