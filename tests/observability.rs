@@ -80,6 +80,7 @@ impl TestSource {
             state_changed_at: fmt_time(self.now),
             created_at: fmt_time(self.now),
             stats: None,
+            destination_state: None,
             tags: Default::default(),
         };
         vec![

@@ -293,3 +293,131 @@ fn bad_pacing_tags_and_fallbacks_are_config_errors_naming_the_key() {
         assert!(err.contains(key) && err.contains(says), "{text}\n{err}");
     }
 }
+
+/// `list --tag` with `--destination`, and the `endpoints` op with `tags` and
+/// `destination`: both filters apply (the tags choose the endpoints, the destination adds
+/// each one's state for it).
+#[test]
+fn tags_and_a_destination_apply_together() {
+    let h = Home::new(Some(CONFIG));
+    let us = common::daemon::ids(&h.ok(&[
+        "add",
+        "http://10.0.1.1:8080",
+        "http://10.0.1.2:8080",
+        "--tag",
+        "country=us",
+    ]));
+    let de = h.add(&["http://10.0.1.3:8080"])[0];
+    h.ok(&["edit", &de.to_string(), "--tag", "country=de"]);
+    let d = h.serve();
+    // Ban the first US endpoint for shop.example (tags choose it in the default pool).
+    let g = ok(d.req(json!({"op": "lease", "destination": "shop.example",
+        "tags": {"country": "us"}})));
+    let banned = g["endpoint"].as_i64().unwrap();
+    ok(d.req(
+        json!({"op": "report", "lease": g["lease"], "outcome": "failure",
+        "reason": "destination_status", "phase": "response_head", "status": 403}),
+    ));
+    let by_id = |rows: &Value| -> Vec<(i64, Value)> {
+        let mut v: Vec<_> = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["id"].as_i64().unwrap(), r["destination_state"].clone()))
+            .collect();
+        v.sort_by_key(|(id, _)| *id);
+        v
+    };
+    let other = *us.iter().find(|&&id| id != banned).unwrap();
+    let mut want = vec![(banned, json!("cooling")), (other, json!("available"))];
+    want.sort_by_key(|(id, _)| *id);
+    // The socket op.
+    let r = ok(d.req(json!({"op": "endpoints", "pool": "default",
+        "tags": {"country": "us"}, "destination": "Shop.Example"})));
+    assert_eq!(by_id(&r["endpoints"]), want, "{r}");
+    let r = ok(d.req(
+        json!({"op": "endpoints", "pool": "default", "tags": {"country": "de"},
+        "destination": "shop.example"}),
+    ));
+    assert_eq!(
+        by_id(&r["endpoints"]),
+        vec![(de, json!("available"))],
+        "{r}"
+    );
+    // `state` is then the state for the destination.
+    let r = ok(d.req(json!({"op": "endpoints", "tags": {"country": "us"},
+        "destination": "shop.example", "state": "cooling"})));
+    assert_eq!(by_id(&r["endpoints"]), vec![(banned, json!("cooling"))], "{r}");
+    let r = d.req(json!({"op": "endpoints", "destination": "shop.example/x"}));
+    assert_eq!(err_code(&r), "bad_request", "{r}");
+    // The CLI.
+    let out = h.ok(&[
+        "list",
+        "--pool",
+        "default",
+        "--tag",
+        "country=us",
+        "--destination",
+        "shop.example",
+        "--json",
+    ]);
+    let rows: Value = serde_json::from_str(&out).unwrap();
+    let got: Vec<(i64, Value)> = {
+        let mut v: Vec<_> = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["id"].as_i64().unwrap(), r["destination_state"].clone()))
+            .collect();
+        v.sort_by_key(|(id, _)| *id);
+        v
+    };
+    assert_eq!(got, want, "{out}");
+    let table = h.ok(&[
+        "list",
+        "--tag",
+        "country=de",
+        "--destination",
+        "shop.example",
+    ]);
+    assert!(table.contains("10.0.1.3"), "{table}");
+    assert!(!table.contains("10.0.1.1"), "{table}");
+}
+
+/// `status` shows what a pool's pacing holds (hosts, pairs, hosts dropped, leases
+/// answered `paced`) on the socket and in the CLI (table and --json); a pool that does
+/// not pace shows none.
+#[test]
+fn status_shows_pacing_state() {
+    let h = Home::new(Some(CONFIG));
+    let d = h.serve();
+    let g = ok(d.req(json!({"op": "lease", "pool": "shops", "destination": "slow.example"})));
+    ok(d.req(json!({"op": "release", "lease": g["lease"]})));
+    // The spare pool's endpoint is taken, so the fallback cannot serve: paced.
+    let spare = ok(d.req(json!({"op": "lease", "pool": "spare"})));
+    let r = d.req(json!({"op": "lease", "pool": "shops", "destination": "slow.example"}));
+    assert_eq!(err_code(&r), "paced", "{r}");
+    let s = ok(d.req(json!({"op": "status", "pool": "shops"})));
+    assert_eq!(
+        s["pools"][0]["pace"],
+        json!({"hosts": 1, "pairs": 1, "hosts_dropped": 0, "paced": 1}),
+        "{s}"
+    );
+    let s = ok(d.req(json!({"op": "status", "pool": "spare"})));
+    assert!(s["pools"][0].get("pace").is_none(), "{s}");
+    let out = h.ok(&["status", "--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let shops = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pool"] == "shops")
+        .unwrap();
+    assert_eq!(shops["pace"]["paced"], 1, "{out}");
+    let table = h.ok(&["status"]);
+    assert!(
+        table.contains("pool shops: pacing holds 1 host(s), 1 pair(s); 0 host(s) dropped, 1 lease(s) answered paced"),
+        "{table}"
+    );
+    ok(d.req(json!({"op": "release", "lease": spare["lease"]})));
+}

@@ -119,7 +119,7 @@ pub enum Command {
         #[arg(long)]
         destination: Option<String>,
         /// Only endpoints with this tag (repeatable: all must match).
-        #[arg(long = "tag", value_name = "K=V", conflicts_with = "destination")]
+        #[arg(long = "tag", value_name = "K=V")]
         tags: Vec<String>,
     },
     /// Show one endpoint with its recent events.

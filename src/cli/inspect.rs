@@ -23,7 +23,7 @@ pub(super) async fn list(
     tags: Tags,
 ) -> Result<(), CliError> {
     if let Some(d) = destination {
-        return super::pairs::list_for(ctx, pool, state, &d, json).await;
+        return super::pairs::list_for(ctx, pool, state, &tags, &d, json).await;
     }
     let state = parse_state(state.as_deref())?;
     if ctx.remote.is_some() {
@@ -97,6 +97,7 @@ async fn list_remote(
         state: state.map(|s| s.as_str().to_string()),
         endpoint: None,
         tags: (!tags.is_empty()).then_some(tags),
+        destination: None,
     });
     let views = match call(&mut c, &req).await? {
         Payload::Endpoints { endpoints } => endpoints,
@@ -180,6 +181,7 @@ async fn endpoint_stats(
         state: None,
         endpoint,
         tags: None,
+        destination: None,
     });
     match call(c, &req).await? {
         Payload::Endpoints { endpoints } => Ok(endpoints
@@ -295,6 +297,14 @@ pub(super) async fn status(
         println!("{t}");
         // What is down is the sites', not the proxies': say which, so nobody goes
         // looking for a broken proxy.
+        for p in &pools {
+            if let Some(pc) = &p.pace {
+                println!(
+                    "\npool {}: pacing holds {} host(s), {} pair(s); {} host(s) dropped, {} lease(s) answered paced",
+                    p.pool, pc.hosts, pc.pairs, pc.hosts_dropped, pc.paced
+                );
+            }
+        }
         for p in pools.iter().filter(|p| !p.down_targets.is_empty()) {
             println!(
                 "\npool {}: targets down (no endpoint blamed for them)",

@@ -12,6 +12,7 @@ use crate::pool::destinations::normalize;
 use crate::protocol::{EnableMessage, Payload, Request};
 use crate::store::fmt_time;
 use crate::store::pairs::PairRow;
+use crate::tags::Tags;
 
 /// A destination typed by an operator, normalised; a bad one is a usage error (exit 2).
 pub(super) fn destination(raw: &str) -> Result<String, CliError> {
@@ -41,6 +42,7 @@ pub(super) async fn list_for(
     ctx: &Context,
     pool: Option<String>,
     state: Option<String>,
+    tags: &Tags,
     raw: &str,
     json_out: bool,
 ) -> Result<(), CliError> {
@@ -48,7 +50,8 @@ pub(super) async fn list_for(
     let d = destination(raw)?;
     let state = parse_state(state.as_deref())?;
     let store = ctx.store_to_read()?;
-    let rows = store.list(pool.as_deref(), state)?;
+    let mut rows = store.list(pool.as_deref(), state)?;
+    rows.retain(|r| r.tags.contains_all(tags));
     let pairs: HashMap<_, _> = store
         .pairs_for(&d)?
         .into_iter()

@@ -188,6 +188,22 @@ pub struct PoolStatus {
     /// The down targets, soonest trial first (at most 50).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub down_targets: Vec<DownTargetView>,
+    /// The pool's pacing state, when it paces (docs/selection.md, "Pacing").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pace: Option<PaceStatus>,
+}
+
+/// What a pool's pacing holds, as `status` shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct PaceStatus {
+    /// Hosts with some (endpoint, host) pair held.
+    pub hosts: usize,
+    /// (endpoint, host) pairs held.
+    pub pairs: usize,
+    /// Hosts forgotten to stay within the bounds (least recently used first), ever.
+    pub hosts_dropped: u64,
+    /// Lease requests answered `paced`, ever (the final answer of each, after its wait).
+    pub paced: u64,
 }
 
 /// A down target as `status` shows it.
@@ -780,6 +796,7 @@ impl Pools {
                             reason: t.reason,
                         })
                         .collect(),
+                    pace: p.pace.status(),
                 }
             })
             .collect())

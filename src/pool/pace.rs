@@ -690,9 +690,15 @@ impl Pace {
         self.dropped
     }
 
-    /// Leases answered `paced`, ever.
-    pub(super) fn refused(&self) -> u64 {
-        self.refused
+    /// What `status` shows of it, when the pool paces.
+    pub(super) fn status(&self) -> Option<super::PaceStatus> {
+        self.cfg.as_ref()?;
+        Some(super::PaceStatus {
+            hosts: self.index.len(),
+            pairs: self.pairs,
+            hosts_dropped: self.dropped,
+            paced: self.refused,
+        })
     }
 
     /// Pairs held.

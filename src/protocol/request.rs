@@ -174,6 +174,9 @@ pub struct EndpointsMessage {
     /// Only endpoints with every one of these tags.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tags: Option<Tags>,
+    /// Each endpoint's state for this destination (host) too (`destination_state`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<String>,
 }
 
 /// `disable`: operator disable.

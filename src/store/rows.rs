@@ -126,6 +126,10 @@ pub struct EndpointView {
     /// What the running daemon saw the endpoint do (absent without a daemon).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<crate::stats::EndpointStats>,
+    /// Its state for the destination an `endpoints` request named: its (endpoint,
+    /// destination) pair's when it is available and that pair is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination_state: Option<State>,
 }
 
 impl EndpointRow {
@@ -152,6 +156,7 @@ impl EndpointRow {
             created_at: self.created_at.clone(),
             tags: self.tags.clone(),
             stats: None,
+            destination_state: None,
         }
     }
 }

@@ -155,6 +155,12 @@ fn pool_section(p: &PoolPage) -> Markup {
             @if s.targets_down > 0 {
                 (down_targets(s))
             }
+            @if let Some(pc) = &s.pace {
+                p.pace {
+                    "Pacing: " (pc.hosts) " hosts, " (pc.pairs) " pairs held · "
+                    (pc.hosts_dropped) " hosts dropped · " (pc.paced) " leases answered paced"
+                }
+            }
             h3 { "Transitions, last hour (per minute)" }
             (transitions_chart(&p.transitions))
             h3 {

@@ -25,6 +25,7 @@ pub(crate) fn model() -> PageModel {
         state_changed_at: fmt_time(now),
         created_at: fmt_time(now),
         stats: None,
+        destination_state: None,
         tags: crate::tags::Tags::parse_args(&["country=us"]).unwrap(),
     };
     let mut stats = EndpointStats::default();
@@ -228,4 +229,21 @@ fn events_show_destination_blame_and_detail_and_endpoints_their_detail() {
     assert!(html.contains("<td>shop.example</td>"), "{html}");
     assert!(html.contains("<td>pair</td>"), "{html}");
     assert!(html.contains("<td>maintenance until Friday</td>"), "{html}");
+}
+
+#[test]
+fn a_pacing_pool_shows_what_its_pacing_holds() {
+    let mut m = model();
+    assert!(!render_page(&m).contains("Pacing:"), "a pool that does not pace");
+    m.pools[0].status.pace = Some(crate::pool::PaceStatus {
+        hosts: 3,
+        pairs: 41,
+        hosts_dropped: 2,
+        paced: 7,
+    });
+    let html = render_page(&m);
+    assert!(
+        html.contains("Pacing: 3 hosts, 41 pairs held · 2 hosts dropped · 7 leases answered paced"),
+        "{html}"
+    );
 }

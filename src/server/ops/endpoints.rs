@@ -2,6 +2,7 @@
 
 use super::{check_pool, Op};
 use crate::health::State;
+use crate::pool::destinations::normalize;
 use crate::protocol::{EndpointsMessage, Payload};
 use crate::server::context::Context;
 use crate::server::error::OpError;
@@ -13,12 +14,19 @@ impl Op for EndpointsMessage {
             state,
             endpoint,
             tags,
+            destination,
         } = self;
+        let destination = destination
+            .map(|d| normalize(&d))
+            .transpose()
+            .map_err(|e| OpError::bad(format!("destination: {e}")))?;
         let state = state
             .map(|s| s.parse::<State>())
             .transpose()
             .map_err(|e| OpError::bad(e.to_string()))?;
         check_pool(cx, pool.as_deref())?;
+        // With a destination, `state` is the state for it (as `/api/endpoints` has it).
+        let row_state = if destination.is_some() { None } else { state };
         let mut rows: Vec<_> = match endpoint {
             Some(id) => cx
                 .engine
@@ -26,15 +34,21 @@ impl Op for EndpointsMessage {
                 .await?
                 .into_iter()
                 .filter(|r| pool.as_ref().is_none_or(|p| *p == r.pool))
-                .filter(|r| state.is_none_or(|s| s == r.state))
+                .filter(|r| row_state.is_none_or(|s| s == r.state))
                 .collect(),
-            None => cx.engine.rows(pool, state).await?,
+            None => cx.engine.rows(pool, row_state).await?,
         };
         if let Some(want) = tags.filter(|t| !t.is_empty()) {
             rows.retain(|r| r.tags.contains_all(&want));
         }
-        Ok(Payload::Endpoints {
-            endpoints: cx.engine.views_with_stats(&rows),
-        })
+        let mut endpoints = cx.engine.views_with_stats(&rows);
+        if let Some(d) = destination {
+            let ids: Vec<_> = endpoints.iter().map(|v| v.id).collect();
+            for (v, st) in endpoints.iter_mut().zip(cx.engine.states_for(&ids, &d)) {
+                v.destination_state = Some(st.unwrap_or(v.state));
+            }
+            endpoints.retain(|v| state.is_none_or(|s| v.destination_state == Some(s)));
+        }
+        Ok(Payload::Endpoints { endpoints })
     }
 }
