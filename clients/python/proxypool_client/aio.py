@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from typing import Any, AsyncIterator, Awaitable, Iterable, List, Optional, Set, TypeVar, Union
+from typing import Any, AsyncIterator, Awaitable, Iterable, List, Mapping, Optional, Set, TypeVar, Union
 
 from . import calls
 from .address import Address, AddressLike, TcpAddress, UnixAddress, parse_address, resolve_token
@@ -228,9 +228,10 @@ class AsyncClient:
         session: Optional[str] = None,
         destination: Optional[str] = None,
         schemes: Union[str, Iterable[str], None] = None,
+        tags: Optional[Mapping[str, str]] = None,
     ) -> AsyncLease:
         """As ``Client.lease``."""
-        reply = await self.send(calls.lease(pool, ttl, wait, session, destination, schemes))
+        reply = await self.send(calls.lease(pool, ttl, wait, session, destination, schemes, tags))
         return AsyncLease(self, reply, destination, pool)
 
     async def report(
@@ -305,11 +306,12 @@ class AsyncClient:
         session: Optional[str] = None,
         destination: Optional[str] = None,
         schemes: Union[str, Iterable[str], None] = None,
+        tags: Optional[Mapping[str, str]] = None,
     ) -> AsyncIterator[AsyncLease]:
         """``async with client.leased() as lease:`` -- the same rules as ``Client.leased``.
         The report or release at the end runs to completion even if the task is cancelled
         again meanwhile (in the background then; ``close()`` waits for it)."""
-        lease = await self.lease(pool, ttl, wait, session, destination, schemes)
+        lease = await self.lease(pool, ttl, wait, session, destination, schemes, tags)
         try:
             yield lease
         except BaseException as exc:

@@ -40,6 +40,16 @@ def _give_back(reply: Reply) -> Call[None]:
     return release(cast(str, reply["lease"]))
 
 
+def lease_tags(tags: Optional[Mapping[str, str]]) -> Optional[dict]:
+    """A lease's ``tags`` as sent: an object of strings (every one must match), or None
+    for none. Keys and values are checked by the daemon (``bad_request`` naming them)."""
+    if not tags:
+        return None
+    if not isinstance(tags, Mapping):
+        raise TypeError("tags must be a mapping of tag key to value, e.g. {'country': 'us'}, not %r" % (tags,))
+    return {str(k): str(v) for k, v in tags.items()}
+
+
 def lease(
     pool: str = "default",
     ttl: Optional[Duration] = None,
@@ -47,6 +57,7 @@ def lease(
     session: Optional[str] = None,
     destination: Optional[str] = None,
     schemes: Union[str, Iterable[str], None] = None,
+    tags: Optional[Mapping[str, str]] = None,
 ) -> Call[Reply]:
     if isinstance(schemes, str):
         schemes = [schemes]
@@ -57,6 +68,7 @@ def lease(
         session=session,
         destination=destination,
         schemes=None if schemes is None else [str(s) for s in schemes],
+        tags=lease_tags(tags),
     )
     return Call("lease", fields, _grant, wait=seconds(fields["wait"]), undo=_give_back)
 

@@ -6,13 +6,31 @@ the gateway's own answers say (``X-Proxypool-Endpoint``, ``X-Proxypool-Error``,
 from __future__ import annotations
 
 import secrets
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 from urllib.parse import quote, urlsplit
 
 from scrapy.http import Response
 
+TAGS_META = "proxypool_tags"  # request.meta key: {"country": "us"} for this request
+
 ENDPOINT_HEADER = b"X-Proxypool-Endpoint"
 ERROR_HEADER = b"X-Proxypool-Error"
+
+
+def tags_setting(value: Any, where: str) -> Optional[Dict[str, str]]:
+    """Tags as a setting or ``meta`` key gives them: a mapping of strings (None or empty:
+    none). The daemon checks keys and values (an unknown key is ``bad_request``); here only
+    the shape, and what a gateway username cannot carry ("-" splits its segments)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ValueError("%s must be a mapping of tag key to value, e.g. {'country': 'us'}, not %r" % (where, value))
+    tags = {str(k): "" if v is None else str(v) for k, v in value.items()}
+    for k, v in tags.items():
+        if not k or "-" in k or "-" in v:
+            raise ValueError("%s: tag %r=%r cannot be asked for (a key is needed, and '-' splits gateway usernames)"
+                             % (where, k, v))
+    return tags or None
 
 
 def same_proxy(a: Optional[str], b: Optional[str]) -> bool:
@@ -71,18 +89,21 @@ class GatewayRoute:
         self.pool = pool
         self._sessions: Dict[str, str] = {}  # slot -> session id
 
-    def username(self, session: str) -> str:
+    def username(self, session: str, tags: Optional[Mapping[str, str]] = None) -> str:
         parts = ["pool", self.pool] if self.pool else []
+        # A segment per tag key (`country-us`), as the gateway reads them.
+        for k in sorted(tags or {}):
+            parts += [k, tags[k]]  # type: ignore[index]
         return "-".join(parts + ["session", session])
 
-    def proxy_for(self, slot: str) -> Tuple[str, str, bool]:
-        """The proxy URL for a request of ``slot``, its session, and whether that session
-        is new."""
+    def proxy_for(self, slot: str, tags: Optional[Mapping[str, str]] = None) -> Tuple[str, str, bool]:
+        """The proxy URL for a request of ``slot`` (leasing only endpoints with ``tags``),
+        its session, and whether that session is new."""
         sid = self._sessions.get(slot)
         new = sid is None
         if sid is None:
             sid = self._sessions[slot] = secrets.token_hex(6)
-        user = quote(self.username(sid), safe="")
+        user = quote(self.username(sid, tags), safe="")
         cred = "%s:%s@" % (user, quote(self.token, safe="")) if self.token else "%s:@" % user
         return "%s://%s%s:%d" % (self.scheme, cred, self.host, self.port), sid, new
 

@@ -51,7 +51,15 @@ from .exceptions import (
 )
 from .lease import AsyncLease
 from .models import PoolStatus
-from .scrapy_gateway import GatewayRoute, endpoint_of, error_of, retry_after_seconds, same_proxy
+from .scrapy_gateway import (
+    TAGS_META,
+    GatewayRoute,
+    endpoint_of,
+    error_of,
+    retry_after_seconds,
+    same_proxy,
+    tags_setting,
+)
 
 log = logging.getLogger("proxypool_client.scrapy")
 
@@ -66,6 +74,7 @@ SETTINGS: Dict[str, Any] = {
     "PROXYPOOL_LEASE_TTL": None,  # default: DOWNLOAD_TIMEOUT + 30 s
     "PROXYPOOL_LEASE_WAIT": "30s",  # how long a lease may wait for a free endpoint
     "PROXYPOOL_DESTINATIONS": True,  # send the request's host as `destination`
+    "PROXYPOOL_TAGS": None,  # {"country": "us"}: only endpoints with these tags; meta["proxypool_tags"] per request
     "PROXYPOOL_BAN_STATUSES": [403, 429],
     "PROXYPOOL_RESPONSE_IS_BAN": None,  # callable or dotted path: (request, response) -> bool|None
     "PROXYPOOL_MAX_RETRIES": 5,  # retries of a page after a ban or a proxy failure
@@ -138,6 +147,13 @@ class ProxyPoolMiddleware:
         self.ttl = ttl if ttl is not None else s.getfloat("DOWNLOAD_TIMEOUT", 180) + 30
         self.wait = s.get("PROXYPOOL_LEASE_WAIT", "30s")
         self.destinations = s.getbool("PROXYPOOL_DESTINATIONS", True)
+        try:
+            raw = s.get("PROXYPOOL_TAGS")
+            # A JSON object in a string, as from the command line (-s PROXYPOOL_TAGS=...).
+            raw = s.getdict("PROXYPOOL_TAGS") if isinstance(raw, str) else raw
+            self.tags = tags_setting(raw, "PROXYPOOL_TAGS")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         self.ban_statuses = frozenset(int(x) for x in s.getlist("PROXYPOOL_BAN_STATUSES", [403, 429]))
         cb = s.get("PROXYPOOL_RESPONSE_IS_BAN")
         self.response_is_ban_setting: Optional[Callable[[Request, Response], Optional[bool]]] = (
@@ -355,7 +371,8 @@ class ProxyPoolMiddleware:
         attempt = 0
         while True:
             try:
-                return await self.client.lease(pool, self.ttl, self.wait, destination=destination, schemes=self.schemes)
+                return await self.client.lease(pool, self.ttl, self.wait, destination=destination, schemes=self.schemes,
+                                               tags=self._tags(request))
             except (PoolExhausted, Paced, DestinationDown, StoreUnavailable) as e:
                 fatal: Optional[ProxyPoolError] = e if isinstance(e, PoolEmpty) else None
                 if type(e) is PoolExhausted and e.retry_after_ms is None:
@@ -480,9 +497,22 @@ class ProxyPoolMiddleware:
         assert self.gateway is not None
         return self.gateway.username(session)
 
+    def _tags(self, request: Request) -> Optional[Dict[str, str]]:
+        """The tags a request asks for: ``PROXYPOOL_TAGS``, each key of
+        ``meta["proxypool_tags"]`` replacing the setting's (an empty value drops it)."""
+        own = request.meta.get(TAGS_META)
+        if own is None:
+            return self.tags
+        try:
+            own = tags_setting(own, 'meta["%s"]' % TAGS_META)
+        except ValueError as e:
+            raise self._ignore(str(e)) from None
+        merged = dict(self.tags or {}, **(own or {}))
+        return {k: v for k, v in merged.items() if v} or None
+
     def _gateway_proxy(self, request: Request) -> None:
         assert self.gateway is not None
-        proxy, sid, new = self.gateway.proxy_for(self._slot(request))
+        proxy, sid, new = self.gateway.proxy_for(self._slot(request), self._tags(request))
         if new:
             self._inc("sessions")
         request.meta["proxy"] = proxy

@@ -9,7 +9,7 @@ import itertools
 import socket
 import threading
 import time
-from typing import Any, Iterable, Iterator, List, Optional, TypeVar, Union
+from typing import Any, Iterable, Iterator, List, Mapping, Optional, TypeVar, Union
 
 from . import calls
 from .address import AddressLike, TcpAddress, UnixAddress, parse_address, resolve_token
@@ -200,11 +200,12 @@ class Client:
         session: Optional[str] = None,
         destination: Optional[str] = None,
         schemes: Union[str, Iterable[str], None] = None,
+        tags: Optional[Mapping[str, str]] = None,
     ) -> Lease:
         """Lease an endpoint. ``ttl``/``wait`` are seconds or strings like ``"30s"``;
-        ``destination`` (a host) and ``schemes`` (e.g. ``["http", "https"]``) narrow the
-        choice."""
-        reply = self.send(calls.lease(pool, ttl, wait, session, destination, schemes))
+        ``destination`` (a host), ``schemes`` (e.g. ``["http", "https"]``) and ``tags``
+        (e.g. ``{"country": "us"}``: endpoints carrying every one) narrow the choice."""
+        reply = self.send(calls.lease(pool, ttl, wait, session, destination, schemes, tags))
         return Lease(self, reply, destination, pool)
 
     def report(
@@ -286,6 +287,7 @@ class Client:
         session: Optional[str] = None,
         destination: Optional[str] = None,
         schemes: Union[str, Iterable[str], None] = None,
+        tags: Optional[Mapping[str, str]] = None,
     ) -> Iterator[Lease]:
         """Lease for the duration of a ``with`` block.
 
@@ -295,7 +297,7 @@ class Client:
         lease. The exception is always re-raised; a report that cannot be delivered on a
         normal exit (lease expired, daemon restarting) is logged, never raised.
         """
-        lease = self.lease(pool, ttl, wait, session, destination, schemes)
+        lease = self.lease(pool, ttl, wait, session, destination, schemes, tags)
         try:
             yield lease
         except BaseException as exc:

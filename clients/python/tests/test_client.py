@@ -355,3 +355,39 @@ def test_readme_example_works_without_pysocks_in_a_pool_with_socks(daemon, site,
     p = fetch_without_pysocks(daemon, block.replace(', schemes=["http", "https"]', ""), urls)
     assert p.returncode != 0 and "Missing dependencies for SOCKS support" in p.stderr, p.stderr[-3000:]
     assert "pip install 'requests[socks]'" in p.stderr and "schemes=['http', 'https']" in p.stderr
+
+
+def test_lease_by_tags_sync_and_asyncio(daemon):
+    (us,) = [int(x) for x in daemon.cli("add", "http://127.0.0.1:3128", "--tag", "country=us").stdout.split()]
+    (de,) = [int(x) for x in daemon.cli("add", "http://127.0.0.1:3129", "--tag", "country=de").stdout.split()]
+    with daemon.client(timeout=5) as c:
+        for _ in range(3):
+            with c.leased(tags={"country": "de"}) as lease:
+                assert lease.endpoint == de
+            lease = c.lease(tags={"country": "us"}, destination="shop.example")
+            assert lease.endpoint == us
+            c.release(lease)
+        # A key no endpoint carries is the client's mistake, named; a value nobody
+        # carries is an exhausted pool.
+        with pytest.raises(BadRequest, match="contry"):
+            c.lease(tags={"contry": "us"})
+        with pytest.raises(PoolExhausted):
+            c.lease(tags={"country": "fr"})
+        with pytest.raises(TypeError):
+            c.lease(tags=["country=us"])
+        assert sum(p["leases"] for p in c.status()) == 0
+
+    async def main():
+        c = AsyncClient(daemon.socket, timeout=5)
+        try:
+            lease = await c.lease(tags={"country": "us"})
+            assert lease.endpoint == us
+            await c.release(lease)
+            async with c.leased(tags={"country": "de"}) as lease:
+                assert lease.endpoint == de
+            with pytest.raises(BadRequest, match="contry"):
+                await c.lease(tags={"contry": "us"})
+        finally:
+            await c.close()
+
+    asyncio.run(main())

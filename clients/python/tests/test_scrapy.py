@@ -665,3 +665,60 @@ def test_backoff(retry_after, attempt, max_delay, want):
     from proxypool_client.scrapy_middleware import backoff
 
     assert backoff(retry_after, attempt, max_delay) == want
+
+
+def test_tags_by_setting_and_by_request_meta_in_lease_mode(daemon):
+    need_module("scrapy")
+    from scrapy import Request
+    from scrapy.exceptions import IgnoreRequest
+
+    from proxypool_client.scrapy_middleware import ConfigError, ProxyPoolMiddleware
+
+    (us,) = [int(x) for x in daemon.cli("add", "http://127.0.0.1:1", "--tag", "country=us").stdout.split()]
+    (de,) = [int(x) for x in daemon.cli("add", "http://127.0.0.1:2", "--tag", "country=de").stdout.split()]
+    crawler = crawler_for({"PROXYPOOL_SOCKET": daemon.socket, "PROXYPOOL_LEASE_WAIT": "0s",
+                           "PROXYPOOL_EXHAUSTED_RETRIES": 0, "PROXYPOOL_TAGS": {"country": "us"}})
+    mw = ProxyPoolMiddleware.from_crawler(crawler)
+
+    async def go():
+        got = []
+        for meta in ({}, {"proxypool_tags": {"country": "de"}}, {}, {"proxypool_tags": {"country": None}}):
+            req = Request("http://shop.example/%d" % len(got), meta=dict(meta))
+            await mw.process_request(req)
+            got.append(req.meta["proxypool_endpoint"])
+            await mw._live.pop(req.meta["_proxypool_lease"])[1].release()
+        # A key nobody carries drops the page, naming the key.
+        req = Request("http://shop.example/x", meta={"proxypool_tags": {"contry": "us"}})
+        with pytest.raises(IgnoreRequest, match="contry"):
+            await mw.process_request(req)
+        req = Request("http://shop.example/y", meta={"proxypool_tags": "country=us"})
+        with pytest.raises(IgnoreRequest, match="mapping"):
+            await mw.process_request(req)
+        await mw.spider_closed()
+        return got
+
+    got = asyncio.run(go())
+    assert got[:3] == [us, de, us], got
+    assert got[3] in (us, de)
+    with pytest.raises(ConfigError, match="PROXYPOOL_TAGS"):
+        ProxyPoolMiddleware.from_crawler(crawler_for({"PROXYPOOL_TAGS": ["country=us"]}))
+    with daemon.client(timeout=5) as c:
+        assert sum(p["leases"] for p in c.status()) == 0
+
+
+def test_gateway_usernames_carry_tags():
+    from scrapy import Request
+
+    rec = Recorder([])
+    mw = gateway_mw(rec, PROXYPOOL_TAGS='{"country": "us"}')
+
+    async def go():
+        a = Request("https://a.example/1")
+        b = Request("https://b.example/1", meta={"proxypool_tags": {"tier": "res"}})
+        for r in (a, b):
+            await mw.process_request(r)
+        return a, b
+
+    a, b = asyncio.run(go())
+    assert a.meta["proxy"].startswith("http://pool-shop-country-us-session-"), a.meta["proxy"]
+    assert b.meta["proxy"].startswith("http://pool-shop-country-us-tier-res-session-"), b.meta["proxy"]
