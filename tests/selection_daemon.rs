@@ -347,7 +347,11 @@ fn tags_and_a_destination_apply_together() {
     // `state` is then the state for the destination.
     let r = ok(d.req(json!({"op": "endpoints", "tags": {"country": "us"},
         "destination": "shop.example", "state": "cooling"})));
-    assert_eq!(by_id(&r["endpoints"]), vec![(banned, json!("cooling"))], "{r}");
+    assert_eq!(
+        by_id(&r["endpoints"]),
+        vec![(banned, json!("cooling"))],
+        "{r}"
+    );
     let r = d.req(json!({"op": "endpoints", "destination": "shop.example/x"}));
     assert_eq!(err_code(&r), "bad_request", "{r}");
     // The CLI.

@@ -27,7 +27,7 @@ use std::collections::{BTreeSet, VecDeque};
 
 use rustc_hash::FxHashMap;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::endpoint::EndpointId;
 use crate::event_kind::EventKind;
@@ -37,6 +37,8 @@ use crate::store::NewEvent;
 
 mod name;
 mod pair;
+mod trials;
+mod views;
 mod writes;
 
 pub use name::{host_and_port, normalize, normalize_key, place, Place};
@@ -312,61 +314,6 @@ impl Destinations {
         }
     }
 
-    /// Whether another daemon holds the pair's trial (claimed here, not by us, and
-    /// lapsing at a deadline).
-    pub fn claimed_remotely(&self, key: &str, id: EndpointId) -> bool {
-        self.lookup(key)
-            .and_then(|d| self.view(d.0))
-            .and_then(|v| v.pairs.get(&id))
-            .is_some_and(|p| {
-                p.state == State::ProbeAllowed
-                    && p.claimed
-                    && p.epoch().is_none()
-                    && p.deadline != NONE
-            })
-    }
-
-    /// This daemon's confirmed claim of the pair's trial, if it holds one.
-    pub fn our_claim(&self, key: &str, id: EndpointId) -> Option<crate::store::Epoch> {
-        let d = self.lookup(key)?;
-        let p = self.view(d.0)?.pairs.get(&id)?;
-        p.claimed.then_some(p.epoch()).flatten()
-    }
-
-    /// The store confirmed the claim of the pair's trial: it is this daemon's, under
-    /// `epoch`.
-    pub fn claim_won(&mut self, key: &str, id: EndpointId, epoch: crate::store::Epoch) -> bool {
-        let Some(d) = self.lookup(key) else {
-            return false;
-        };
-        match self
-            .views
-            .get_mut(d.0 as usize)
-            .and_then(Option::as_mut)
-            .and_then(|v| v.pairs.get_mut(&id))
-        {
-            Some(p) if p.state == State::ProbeAllowed && p.claimed => {
-                p.set_epoch(Some(epoch));
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Another daemon holds the pair's trial: give up the claim taken in memory (the
-    /// pair's row, read with the answer, then says how long theirs holds).
-    pub fn claim_lost(&mut self, key: &str, id: EndpointId) {
-        let Some(d) = self.lookup(key) else {
-            return;
-        };
-        if let Some(mut p) = self.take(d.0, id) {
-            if p.state == State::ProbeAllowed && p.epoch().is_none() {
-                p.claimed = false;
-            }
-            self.put(d.0, id, p, true);
-        }
-    }
-
     /// Apply a report or probe input on a pair (`destination` already normalised);
     /// `act` is the event of the act itself (`report`), written unless the input was
     /// refused. A failure on a pair that does not exist creates it, unless the cap is
@@ -476,127 +423,6 @@ impl Destinations {
         }
     }
 
-    /// Claim the trial of one pair by compare-and-set: of any number of callers at the
-    /// same instant, exactly one gets `true`.
-    /// The claim is taken in memory; the `Claim` write among the step's writes asks the
-    /// store to confirm it (`hold`: how long it holds there), with the `trial_admitted`
-    /// event written only if it does.
-    #[allow(clippy::too_many_arguments)]
-    pub fn try_claim(
-        &mut self,
-        d: DestRef,
-        id: EndpointId,
-        lease: Option<String>,
-        hold: std::time::Duration,
-        policy: &Policy,
-        now: Instant,
-    ) -> PairStep {
-        let name = match self.view(d.0) {
-            Some(v) => v.name.to_string(),
-            None => return self.refused(),
-        };
-        let mut r = self.apply(&name, id, Input::Claim, None, None, policy, now, 0.0);
-        if r.step == Step::Claimed {
-            r.writes.push(PairWrite::Claim(crate::store::Claim {
-                on: crate::store::ClaimOn::Pair(id, name.clone()),
-                hold,
-                event: NewEvent {
-                    endpoint: Some(id),
-                    from: Some(State::ProbeAllowed),
-                    to: Some(State::ProbeAllowed),
-                    lease,
-                    ..NewEvent::new(EventKind::TrialAdmitted)
-                },
-            }));
-            if let Some(v) = self.views[d.0 as usize].as_mut() {
-                v.trials.retain(|&e| e != id);
-            }
-        }
-        r
-    }
-
-    /// Claim the oldest waiting trial of a destination whose endpoint `ok` accepts (the
-    /// caller's endpoint-wide checks: available, under the lease cap).
-    #[allow(clippy::too_many_arguments)]
-    pub fn claim_trial(
-        &mut self,
-        d: DestRef,
-        mut ok: impl FnMut(&Destinations, EndpointId) -> bool,
-        lease: Option<String>,
-        hold: std::time::Duration,
-        policy: &Policy,
-        now: Instant,
-    ) -> Option<(EndpointId, PairStep)> {
-        let mut i = 0;
-        let mut found = None;
-        loop {
-            let v = self.views.get(d.0 as usize)?.as_ref()?;
-            let Some(&id) = v.trials.get(i) else {
-                break;
-            };
-            let waiting = v
-                .pairs
-                .get(&id)
-                .is_some_and(|p| p.state == State::ProbeAllowed && !p.claimed);
-            if !waiting {
-                if let Some(v) = self.views[d.0 as usize].as_mut() {
-                    v.trials.remove(i);
-                }
-            } else if ok(self, id) {
-                found = Some(id);
-                break;
-            } else {
-                i += 1;
-            }
-        }
-        let id = found?;
-        let r = self.try_claim(d, id, lease, hold, policy, now);
-        (r.step == Step::Claimed).then_some((id, r))
-    }
-
-    /// The trial of a pair ended without an outcome: give the slot back.
-    #[allow(clippy::too_many_arguments)]
-    /// Only this daemon's own claim is given back (with an `Unclaim` write); another
-    /// daemon's is not ours to end.
-    pub fn abandon(
-        &mut self,
-        destination: &str,
-        id: EndpointId,
-        why: &str,
-        lease: Option<String>,
-        policy: &Policy,
-        now: Instant,
-    ) -> PairStep {
-        let Some(epoch) = self.our_claim(destination, id) else {
-            return self.refused();
-        };
-        let mut r = self.apply(
-            destination,
-            id,
-            Input::Abandon,
-            None,
-            None,
-            policy,
-            now,
-            0.0,
-        );
-        if r.step == Step::Abandoned {
-            r.writes.push(PairWrite::Unclaim(crate::store::Unclaim {
-                on: crate::store::ClaimOn::Pair(id, destination.to_string()),
-                epoch,
-                event: NewEvent {
-                    endpoint: Some(id),
-                    from: Some(State::ProbeAllowed),
-                    to: Some(State::ProbeAllowed),
-                    detail: Some(why.to_string()),
-                    lease,
-                    ..NewEvent::new(EventKind::TrialAbandoned)
-                },
-            }));
-        }
-        r
-    }
-
     /// `enable ID --destination D`: clear the pair (it becomes `available`).
     pub fn enable(&mut self, destination: &str, id: EndpointId) -> PairStep {
         debug_assert_eq!(normalize_key(destination).as_deref(), Ok(destination));
@@ -686,158 +512,12 @@ impl Destinations {
         writes
     }
 
-    /// Whether the pair (endpoint `id`, `key`) has its trial out: a report about the pair
-    /// decides that trial, whoever claimed it.
-    pub fn is_claimed(&self, key: &str, id: EndpointId) -> bool {
-        self.lookup(key)
-            .and_then(|d| self.view(d.0))
-            .and_then(|v| v.pairs.get(&id))
-            .is_some_and(|p| p.state == State::ProbeAllowed && p.claimed)
-    }
-
-    /// Keep a claimed trial out until `until`: the tunnel that carried it closed, and a
-    /// report may still decide it (docs/blame.md, "What a tunnel proves"). Then it is
-    /// given back. Returns false when the pair has no trial out.
-    pub fn hold(&mut self, key: &str, id: EndpointId, until: Instant) -> bool {
-        let Some(d) = self.lookup(key) else {
-            return false;
-        };
-        let slot = d.0;
-        let ticks = pair::ticks(self.epoch, until);
-        let Some(p) = self
-            .views
-            .get_mut(slot as usize)
-            .and_then(Option::as_mut)
-            .and_then(|v| v.pairs.get_mut(&id))
-            .filter(|p| p.state == State::ProbeAllowed && p.claimed)
-        else {
-            return false;
-        };
-        if p.deadline != NONE {
-            self.deadlines.remove(&(p.deadline, slot, id));
-        }
-        p.deadline = ticks;
-        self.deadlines.insert((ticks, slot, id));
-        true
-    }
-
     /// Forget an endpoint's pairs (after `remove`; the store cascades its rows).
     pub fn remove_endpoint(&mut self, id: EndpointId) {
         for slot in 0..self.views.len() as u32 {
             if self.take(slot, id).is_some() {
                 self.drop_if_empty(slot);
             }
-        }
-    }
-
-    fn view(&self, slot: u32) -> Option<&View> {
-        self.views.get(slot as usize).and_then(Option::as_ref)
-    }
-
-    fn slot_for(&mut self, name: &str) -> u32 {
-        if let Some(&i) = self.names.get(name) {
-            return i;
-        }
-        let view = View {
-            name: name.into(),
-            pairs: FxHashMap::default(),
-            trials: VecDeque::new(),
-        };
-        let i = match self.free.pop() {
-            Some(i) => {
-                self.views[i as usize] = Some(view);
-                i
-            }
-            None => {
-                self.views.push(Some(view));
-                (self.views.len() - 1) as u32
-            }
-        };
-        self.names.insert(name.into(), i);
-        i
-    }
-
-    fn drop_if_empty(&mut self, slot: u32) {
-        if self.view(slot).is_some_and(|v| v.pairs.is_empty()) {
-            if let Some(v) = self.views[slot as usize].take() {
-                self.names.remove(&v.name);
-                self.free.push(slot);
-            }
-        }
-    }
-
-    /// Remove a pair from its view and the deadline queue (its trial item goes stale).
-    fn take(&mut self, slot: u32, id: EndpointId) -> Option<Pair> {
-        let v = self.views.get_mut(slot as usize)?.as_mut()?;
-        let p = v.pairs.remove(&id)?;
-        if p.deadline != NONE {
-            self.deadlines.remove(&(p.deadline, slot, id));
-        }
-        self.pairs -= 1;
-        if p.state != State::Available {
-            self.banned -= 1;
-        }
-        Some(p)
-    }
-
-    /// Insert a pair; `queue_trial`: it was not already waiting in the trial queue.
-    fn put(&mut self, slot: u32, id: EndpointId, mut p: Pair, queue_trial: bool) {
-        let v = self.views[slot as usize].as_mut().expect("live view");
-        match p.state {
-            // A cooldown, or a trial held after its tunnel closed (`hold`).
-            State::Cooling | State::ProbeAllowed
-                if p.deadline != NONE && (p.claimed || p.state == State::Cooling) =>
-            {
-                self.deadlines.insert((p.deadline, slot, id));
-            }
-            State::ProbeAllowed if !p.claimed => {
-                // A hold that ended gives the trial back without a deadline.
-                p.deadline = NONE;
-                if queue_trial {
-                    v.trials.push_back(id);
-                }
-            }
-            _ => {}
-        }
-        if p.state != State::Available {
-            self.banned += 1;
-        }
-        self.pairs += 1;
-        v.pairs.insert(id, p);
-        if self.pairs < self.cap {
-            self.warned = false;
-        }
-    }
-
-    /// Whether one more pair fits; warns once each time the cap is reached.
-    fn room(&mut self) -> bool {
-        if self.pairs < self.cap {
-            return true;
-        }
-        if !self.warned {
-            self.warned = true;
-            warn!(
-                pool = %self.pool,
-                cap = self.cap,
-                "destination pair cap reached: new per-destination bans are not recorded \
-                 (those endpoints stay usable for their destination) until pairs recover"
-            );
-        }
-        false
-    }
-
-    fn cap_error(&self) -> DestinationError {
-        DestinationError::CapReached {
-            pool: self.pool.clone(),
-            cap: self.cap,
-        }
-    }
-
-    fn refused(&self) -> PairStep {
-        PairStep {
-            step: Step::Refused,
-            state: State::Available,
-            writes: Vec::new(),
         }
     }
 }

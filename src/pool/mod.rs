@@ -11,10 +11,12 @@ mod commit_failure_tests;
 pub mod destinations;
 pub mod engine;
 mod entries;
+mod error;
 mod evidence;
 mod fleet;
 mod id_index;
 mod leases;
+mod membership;
 mod pace;
 mod probes;
 mod ready;
@@ -23,6 +25,7 @@ mod reports;
 pub(crate) mod scoped;
 mod select;
 mod sessions;
+mod status;
 mod strategy;
 mod tag_index;
 pub(crate) mod targets;
@@ -34,10 +37,12 @@ pub use scoped::{ReportOn, Reported, Want};
 
 use destinations::Destinations;
 use entries::{Entry, EntryMap};
+pub use error::PoolError;
 use leases::Lease;
 use pace::Pace;
 use ready::Ready;
 pub use reconfigure::ReconfigureError;
+pub use status::{DownTargetView, PaceStatus, PoolStatus};
 use strategy::Latencies;
 use tag_index::TagIndex;
 use targets::Targets;
@@ -47,7 +52,6 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
-use std::time::Duration;
 
 use serde::Serialize;
 use tokio::time::Instant;
@@ -55,93 +59,6 @@ use tokio::time::Instant;
 use crate::config::PoolConfig;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::{Failure, Health, State};
-use crate::store::EndpointRow;
-
-/// Errors of pool operations, each mapping to a protocol error code.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum PoolError {
-    /// No such pool.
-    #[error("unknown pool {0:?}")]
-    UnknownPool(String),
-    /// Endpoints exist, none can be leased now.
-    #[error("pool {pool:?} has no {}endpoint available{}", filter.as_ref().map(|f| format!("{f} ")).unwrap_or_default(), retry_after.map(|d| format!(" (the soonest cooldown ends in {})", wait_text(d))).unwrap_or_else(|| " (none is cooling: every one is leased, on trial or disabled)".into()))]
-    Exhausted {
-        pool: String,
-        /// Time until the soonest cooldown deadline (of an endpoint that fits the lease).
-        retry_after: Option<Duration>,
-        /// The schemes the lease asked for, as written (`socks5 or http`).
-        filter: Option<String>,
-    },
-    /// The pool has no endpoint at all, or none of the schemes the lease asked for:
-    /// nothing comes by waiting.
-    #[error("{}", match filter {
-        None => format!("pool {pool:?} has no endpoints: add some with `proxypool add URL --pool {pool}` (or [[endpoint]] entries in the config)"),
-        Some(f) => format!("pool {pool:?} has no {f} endpoint at all: the lease asks only for schemes {f}"),
-    })]
-    Empty {
-        pool: String,
-        /// The schemes the lease asked for, when that is why.
-        filter: Option<String>,
-    },
-    /// The target is down: nothing is dialed until its trial.
-    #[error("destination {target:?} is down (every endpoint of pool {pool:?} that tried it failed to reach it); next trial in {} ms", retry_after.as_millis())]
-    DestinationDown {
-        pool: String,
-        target: String,
-        /// Time until its trial.
-        retry_after: Duration,
-    },
-    /// The lease id is not known.
-    #[error("unknown lease {0:?}")]
-    UnknownLease(String),
-    /// The lease existed but expired.
-    #[error("lease {0:?} expired")]
-    LeaseExpired(String),
-    /// The lease was reported or released already: a lease takes one.
-    #[error("lease {lease:?} was already {how}: a lease takes one report or release")]
-    LeaseEnded { lease: String, how: Ended },
-    /// No such endpoint.
-    #[error("no endpoint with id {0}")]
-    UnknownEndpoint(EndpointId),
-    /// A lease lifetime the clock cannot represent.
-    #[error("ttl {0:?} is too long")]
-    InvalidTtl(Duration),
-    /// A failure report without a reason.
-    #[error("a failure report needs a reason (one of: {})", crate::health::Reason::ALL.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", "))]
-    MissingReason,
-    /// A report by session named a session with no endpoint bound to it.
-    #[error("no endpoint is bound to session {session:?} in pool {pool:?} (it was never leased, or a failure unbound it)")]
-    UnknownSession { pool: String, session: String },
-    /// A trial's result after its claim lapsed and the trial was claimed again (by
-    /// another daemon of the fleet): it changed nothing.
-    #[error(
-        "stale claim: the trial of {0} lapsed and was claimed again; this result changed nothing"
-    )]
-    StaleClaim(String),
-    /// Every endpoint that fits was used for the host too recently (docs/selection.md,
-    /// "Pacing").
-    #[error("pool {pool:?}: every endpoint that fits was used for {host:?} too recently (pacing){}", retry_after.map(|d| format!("; the soonest is ready in {} ms", d.as_millis())).unwrap_or_else(|| "; one is ready when a lease for it ends".into()))]
-    Paced {
-        pool: String,
-        host: String,
-        /// Time until the soonest pair passed over is ready (`None`: when a lease ends).
-        retry_after: Option<Duration>,
-        /// `[pool.pace] wait`: how long a request that says no `wait` waits.
-        wait: Duration,
-    },
-    /// A lease named a tag key no endpoint carries.
-    #[error("unknown tag key {key:?} (keys in use: {})", if known.is_empty() { "none".to_string() } else { known.join(", ") })]
-    UnknownTag { key: String, known: Vec<String> },
-}
-
-/// A wait as a message says it: `450ms`, else whole seconds rounded up (`2s`, `1m 5s`).
-fn wait_text(d: Duration) -> String {
-    if d < Duration::from_secs(1) {
-        return format!("{}ms", d.as_millis());
-    }
-    let secs = d.as_millis().div_ceil(1000) as u64;
-    humantime::format_duration(Duration::from_secs(secs)).to_string()
-}
 
 /// A granted lease.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
@@ -164,63 +81,6 @@ pub struct Grant {
     #[serde(default)]
     pub pool: String,
 }
-
-/// Counts of a pool for `status`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
-pub struct PoolStatus {
-    pub pool: String,
-    pub mode: String,
-    /// Endpoints available.
-    pub available: usize,
-    /// Endpoints cooling.
-    pub cooling: usize,
-    /// Endpoints waiting for their single attempt.
-    pub probe_allowed: usize,
-    /// Endpoints disabled.
-    pub disabled: usize,
-    /// Live leases.
-    pub leases: usize,
-    /// Time until the soonest cooldown ends.
-    pub next_deadline_ms: Option<u64>,
-    /// Targets that are down (docs/blame.md).
-    #[serde(default)]
-    pub targets_down: usize,
-    /// The down targets, soonest trial first (at most 50).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub down_targets: Vec<DownTargetView>,
-    /// The pool's pacing state, when it paces (docs/selection.md, "Pacing").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pace: Option<PaceStatus>,
-}
-
-/// What a pool's pacing holds, as `status` shows it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct PaceStatus {
-    /// Hosts with some (endpoint, host) pair held.
-    pub hosts: usize,
-    /// (endpoint, host) pairs held.
-    pub pairs: usize,
-    /// Hosts forgotten to stay within the bounds (least recently used first), ever.
-    pub hosts_dropped: u64,
-    /// Lease requests answered `paced`, ever (the final answer of each, after its wait).
-    pub paced: u64,
-}
-
-/// A down target as `status` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct DownTargetView {
-    pub target: String,
-    /// Time until its trial (0: due, or out).
-    pub retry_after_ms: u64,
-    /// Failed trials in a row, the failures that made it down counted as one.
-    pub streak: u32,
-    pub reason: Option<crate::health::Reason>,
-    /// How long it has been down.
-    pub down_for_ms: u64,
-}
-
-/// Down targets listed per pool in `status` at most.
-const DOWN_TARGETS_SHOWN: usize = 50;
 
 /// What a report did.
 #[derive(Debug, Clone, PartialEq)]
@@ -446,69 +306,9 @@ impl Pools {
         self.entries.is_empty()
     }
 
-    /// Load a stored endpoint: a cooling deadline is what the store read as left of it
-    /// (`clamp(cooldown_until − its now, 0, cooldown_ms)`) after `now`; a trial another
-    /// daemon holds stays theirs until its claim lapses.
-    pub fn insert_row(&mut self, row: &EndpointRow, now: Instant) {
-        if self.removed.contains(&row.id) {
-            return;
-        }
-        let pool = match self.by_name.get(&row.pool) {
-            Some(&i) => i,
-            None => self.ensure_pool(PoolConfig::builtin(&row.pool)),
-        };
-        let mut health = Health::new(row.state);
-        health.streak = row.streak;
-        health.reason_streak = row.reason_streak;
-        health.reason = row.reason;
-        health.phase = row.phase;
-        health.detail = row.detail.clone();
-        health.restore_cooldown(row.cooldown_ms, row.cooldown_left, now);
-        // A reloaded row (config sync, sources) keeps what the daemon saw it do.
-        let (stats, up_since) = self
-            .entries
-            .get(&row.id)
-            .map(|e| (e.stats, e.up_since))
-            .unwrap_or_else(|| (Default::default(), self.ms(now)));
-        self.remove_entry(row.id);
-        let tags = self.tags.intern(&row.tags);
-        self.pools[pool].latencies.moved(None, stats.latency_ms);
-        self.entries.insert(
-            row.id,
-            Entry {
-                url: row.url.clone(),
-                secret: row.url.to_secret_string().into(),
-                pool,
-                health,
-                leases: 0,
-                gen: 0,
-                pa_seq: 0,
-                claim: None,
-                stats,
-                tags,
-                up_since,
-            },
-        );
-        self.epoch += 1;
-        self.index(row.id);
-        self.claimed_elsewhere(row, now);
-    }
-
     /// Milliseconds since the pools' origin.
     pub(super) fn ms(&self, now: Instant) -> u64 {
         now.saturating_duration_since(self.origin).as_millis() as u64
-    }
-
-    /// New tags of a held endpoint (after `edit`).
-    pub fn update_tags(&mut self, id: EndpointId, tags: &crate::tags::Tags) {
-        let ids = self.tags.intern(tags);
-        if let Some(e) = self.entries.get_mut(&id) {
-            let old = std::mem::replace(&mut e.tags, ids);
-            self.tags.release(&old);
-            self.epoch += 1;
-        } else {
-            self.tags.release(&ids);
-        }
     }
 
     /// The pacing state `pool` holds: (hosts, pairs) (docs/selection.md, "Memory and
@@ -529,80 +329,6 @@ impl Pools {
         self.tags.known()
     }
 
-    /// Make memory match the store for one endpoint after a failed commit: the stored row
-    /// wins (or its absence), and so do its stored (endpoint, destination) pairs: a ban
-    /// whose commit failed is not kept in memory, one that is stored comes back. Its
-    /// leases go too: they may stem from a grant that failed.
-    pub fn restore_row(
-        &mut self,
-        id: EndpointId,
-        row: Option<&EndpointRow>,
-        pairs: &[crate::store::pairs::PairRow],
-        now: Instant,
-    ) {
-        if let Some(e) = self.entries.get(&id) {
-            self.pools[e.pool].dests.remove_endpoint(id);
-        }
-        self.remove_entry(id);
-        if let Some(r) = row {
-            self.removed.remove(&id);
-            self.insert_row(r, now);
-            for pair in pairs {
-                self.restore_pair(pair, now);
-            }
-        }
-    }
-
-    /// Forget a deleted endpoint and refuse any later row with its id.
-    pub fn remove_for_good(&mut self, id: EndpointId) -> bool {
-        self.removed.insert(id);
-        if let Some(e) = self.entries.get(&id) {
-            // The store cascades the pair rows with the endpoint's.
-            self.pools[e.pool].dests.remove_endpoint(id);
-            self.pools[e.pool].targets.remove_endpoint(id);
-            self.pools[e.pool].pace.remove_endpoint(id);
-        }
-        self.remove_entry(id)
-    }
-
-    /// Forget an endpoint (after `remove`), with its leases.
-    pub fn remove_entry(&mut self, id: EndpointId) -> bool {
-        if !self.entries.contains_key(&id) {
-            return false;
-        }
-        self.unindex(id);
-        let lease_ids: Vec<u64> = self
-            .leases
-            .iter()
-            .filter(|(_, l)| l.endpoint == id)
-            .map(|(k, _)| *k)
-            .collect();
-        for k in lease_ids {
-            if let Some(l) = self.leases.remove(&k) {
-                self.lease_expiry.remove(&(l.expires, k));
-                let p = self.entries[&id].pool;
-                self.pools[p].leases -= 1;
-                if let Some(r) = l.paced {
-                    self.pools[p].pace.forget_lease(r, id);
-                }
-            }
-        }
-        self.sessions.forget_endpoint(id);
-        if let Some(e) = self.entries.remove(&id) {
-            self.tags.release(&e.tags);
-            self.pools[e.pool].latencies.moved(e.stats.latency_ms, None);
-        }
-        true
-    }
-
-    /// Update the URL (password, label changes) of a held endpoint.
-    pub fn update_url(&mut self, id: EndpointId, url: ProxyUrl) {
-        if let Some(e) = self.entries.get_mut(&id) {
-            e.secret = url.to_secret_string().into();
-            e.url = url;
-        }
-    }
-
     /// Current health of an endpoint.
     pub fn health(&self, id: EndpointId) -> Option<&Health> {
         self.entries.get(&id).map(|e| &e.health)
@@ -618,65 +344,6 @@ impl Pools {
     /// URL of an endpoint.
     pub fn url(&self, id: EndpointId) -> Option<&ProxyUrl> {
         self.entries.get(&id).map(|e| &e.url)
-    }
-
-    fn unindex(&mut self, id: EndpointId) {
-        let Some(e) = self.entries.get_mut(&id) else {
-            return;
-        };
-        let p = &mut self.pools[e.pool];
-        p.counts[state_idx(e.health.state)] -= 1;
-        match e.health.state {
-            State::Available => {
-                p.ready.forget(e.leases);
-                self.gen += 1;
-                e.gen = self.gen;
-            }
-            State::Cooling => {
-                if let Some(d) = e.health.deadline {
-                    p.cooling.remove(&(d, id));
-                }
-            }
-            State::ProbeAllowed => {
-                p.trials.remove(&(e.pa_seq, id));
-                p.remote.retain(|&(_, r)| r != id);
-            }
-            State::Disabled => {}
-        }
-    }
-
-    fn index(&mut self, id: EndpointId) {
-        self.seq += 1;
-        let seq = self.seq;
-        let Some(slot) = self.entries.slot(&id) else {
-            return;
-        };
-        let Some((_, e)) = self.entries.at_mut(slot) else {
-            return;
-        };
-        let p = &mut self.pools[e.pool];
-        p.counts[state_idx(e.health.state)] += 1;
-        match e.health.state {
-            State::Available => {
-                self.gen += 1;
-                e.gen = self.gen;
-                p.ready.push(e.leases, slot, e.gen);
-                let (pool, level) = (e.pool, e.leases);
-                self.compact_ready(pool, level);
-            }
-            State::Cooling => {
-                let d = e.health.deadline.unwrap_or_else(Instant::now);
-                e.health.deadline = Some(d);
-                p.cooling.insert((d, id));
-            }
-            State::ProbeAllowed => {
-                if !e.health.claimed {
-                    e.pa_seq = seq;
-                    p.trials.insert((seq, id));
-                }
-            }
-            State::Disabled => {}
-        }
     }
 
     /// Available endpoints of a pool (for periodic checks), in id order.
@@ -754,52 +421,6 @@ impl Pools {
             pairs,
             "restored from the store"
         );
-    }
-
-    /// Counts by state for one or every pool.
-    pub fn status(&self, pool: Option<&str>, now: Instant) -> Result<Vec<PoolStatus>, PoolError> {
-        let idx: Vec<usize> = match pool {
-            Some(name) => vec![*self
-                .by_name
-                .get(name)
-                .ok_or_else(|| PoolError::UnknownPool(name.to_string()))?],
-            None => (0..self.pools.len())
-                .filter(|&i| self.is_current(i))
-                .collect(),
-        };
-        Ok(idx
-            .into_iter()
-            .map(|i| {
-                let p = &self.pools[i];
-                PoolStatus {
-                    pool: p.cfg.name.clone(),
-                    mode: p.cfg.mode.to_string(),
-                    available: p.counts[0],
-                    cooling: p.counts[1],
-                    probe_allowed: p.counts[2],
-                    disabled: p.counts[3],
-                    leases: p.leases,
-                    next_deadline_ms: p
-                        .cooling
-                        .first()
-                        .map(|(d, _)| d.saturating_duration_since(now).as_millis() as u64),
-                    targets_down: p.targets.down_count(),
-                    down_targets: p
-                        .targets
-                        .down_list(now, DOWN_TARGETS_SHOWN)
-                        .into_iter()
-                        .map(|t| DownTargetView {
-                            retry_after_ms: t.retry_after.as_millis() as u64,
-                            down_for_ms: t.down_for.as_millis() as u64,
-                            target: t.target,
-                            streak: t.streak,
-                            reason: t.reason,
-                        })
-                        .collect(),
-                    pace: p.pace.status(),
-                }
-            })
-            .collect())
     }
 
     /// Endpoint ids of a pool (or all), in id order.

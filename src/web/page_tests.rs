@@ -234,7 +234,10 @@ fn events_show_destination_blame_and_detail_and_endpoints_their_detail() {
 #[test]
 fn a_pacing_pool_shows_what_its_pacing_holds() {
     let mut m = model();
-    assert!(!render_page(&m).contains("Pacing:"), "a pool that does not pace");
+    assert!(
+        !render_page(&m).contains("Pacing:"),
+        "a pool that does not pace"
+    );
     m.pools[0].status.pace = Some(crate::pool::PaceStatus {
         hosts: 3,
         pairs: 41,

@@ -7,7 +7,7 @@ request carries only what its caller asked for.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, List, Mapping, Optional, Protocol, Union, cast
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Protocol, Union, cast
 
 from .models import Duration, EndpointInfo, Outcome, PoolStatus, Reply
 from .protocol import Call, duration, field, seconds
@@ -40,7 +40,7 @@ def _give_back(reply: Reply) -> Call[None]:
     return release(cast(str, reply["lease"]))
 
 
-def lease_tags(tags: Optional[Mapping[str, str]]) -> Optional[dict]:
+def lease_tags(tags: Optional[Mapping[str, str]]) -> Optional[Dict[str, str]]:
     """A lease's ``tags`` as sent: an object of strings (every one must match), or None
     for none. Keys and values are checked by the daemon (``bad_request`` naming them)."""
     if not tags:
