@@ -426,3 +426,98 @@ fn site_hosts_are_normalised_as_destinations_are() {
         );
     }
 }
+
+/// A lease keeps its host's handle: a host dropped meanwhile (its slot reused by another)
+/// is recognised by the slot's generation, and ending the old lease touches nothing of
+/// the new host.
+#[test]
+fn a_handle_to_a_dropped_host_finds_nothing() {
+    let t0 = Instant::now();
+    let mut p = Pace::new(Some(pace(1000, 1, false)), 1, 1000, t0);
+    let v = p.visit(SHOP, t0);
+    assert_eq!(v, Visit::Fresh);
+    let shop = p.record(v, SHOP, 1, t0).expect("counted");
+    // One host at most: OTHER drops SHOP, and a third host takes SHOP's slot.
+    let v = p.visit(OTHER, t0);
+    p.record(v, OTHER, 1, t0).expect("counted");
+    let v = p.visit("third.example", t0);
+    let third = p.record(v, "third.example", 1, t0).expect("counted");
+    assert_eq!((p.hosts(), p.dropped()), (1, 2));
+    assert_eq!(shop.slot, third.slot, "the slot is reused");
+    assert_ne!(shop.gen, third.gen);
+    p.end(shop, 1, t0 + Duration::from_millis(5));
+    p.forget_lease(shop, 1);
+    assert_eq!(
+        p.pair("third.example", 1, t0),
+        Some((1000, 1, 0)),
+        "untouched"
+    );
+    p.end(third, 1, t0 + Duration::from_millis(5));
+    assert_eq!(p.pair("third.example", 1, t0), Some((1000, 0, 0)));
+    // A host visited again is found by the same handle.
+    assert_eq!(p.visit("third.example", t0), Visit::Held(third));
+}
+
+/// Where no rule binds and no host is held, a lease is not looked up at all; a slowed
+/// pair makes its host held, and then only that host is.
+#[test]
+fn nothing_is_looked_up_where_nothing_binds() {
+    let t0 = Instant::now();
+    let mut p = Pace::new(Some(pace(0, 0, true)), 10, 10, t0);
+    assert_eq!(p.visit(SHOP, t0), Visit::Skip);
+    let mut off = Pace::new(None, 10, 10, t0);
+    assert_eq!(off.visit(SHOP, t0), Visit::Skip);
+    p.slow_down(SHOP, 1, None, t0);
+    let Visit::Held(r) = p.visit(SHOP, t0) else {
+        panic!("a slowed host is held")
+    };
+    assert_eq!(
+        p.visit(OTHER, t0),
+        Visit::Skip,
+        "another host binds nothing"
+    );
+    // Its use is recorded (spaced by the widening) though the rule binds nothing.
+    let at = t0 + Duration::from_secs(2);
+    let v = p.visit(SHOP, at);
+    assert_eq!(v, Visit::Held(r));
+    assert_eq!(p.record(v, SHOP, 1, at), Some(r));
+    assert_eq!(p.pair(SHOP, 1, at), Some((2000, 1, 1)));
+    // A site that binds makes the pool look up every host.
+    let mut cfg = pace(0, 0, false);
+    cfg.sites.insert(
+        SHOP.into(),
+        SiteRule {
+            interval: Some(Duration::from_secs(1)),
+            in_flight: None,
+        },
+    );
+    let mut s = Pace::new(Some(cfg), 10, 10, t0);
+    assert_eq!(s.visit(OTHER, t0), Visit::Fresh);
+    assert_eq!(
+        s.record(Visit::Fresh, OTHER, 1, t0),
+        None,
+        "its rule binds nothing"
+    );
+    assert!(s.record(Visit::Fresh, SHOP, 1, t0).is_some());
+}
+
+/// Successes narrow only widened pairs, and are not looked up while none is: the count
+/// of widened pairs follows slow-downs, narrowing, removal and dropped hosts.
+#[test]
+fn the_widened_count_follows_every_change() {
+    let t0 = Instant::now();
+    let mut p = Pace::new(Some(pace(1000, 0, true)), 1, 1000, t0);
+    p.slow_down(SHOP, 1, None, t0);
+    p.slow_down(SHOP, 2, None, t0);
+    assert_eq!(p.widened, 2);
+    for _ in 0..CALM_AFTER {
+        p.success(SHOP, 1, t0);
+    }
+    assert_eq!((p.widened, p.pair(SHOP, 1, t0).map(|x| x.2)), (1, Some(0)));
+    p.remove_endpoint(2);
+    assert_eq!(p.widened, 0);
+    p.slow_down(SHOP, 3, None, t0);
+    // SHOP dropped for OTHER (one host at most): its widened pair goes with it.
+    p.slow_down(OTHER, 1, None, t0);
+    assert_eq!((p.widened, p.dropped()), (1, 1));
+}
