@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use tokio_postgres::Transaction;
 
 use super::read::{endpoint_row, ENDPOINT_COLS};
-use super::write::{CHANNEL, EVENTS, LOCK, TOMBSTONES};
+use super::statements::{lock_and_number, CHANNEL, EVENTS, NOTIFY, TOMBSTONES};
 use super::Postgres;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
@@ -40,14 +40,12 @@ const ADDED: &str = "INSERT INTO events (endpoint, kind, to_state, detail) \
      SELECT e, 'added', s, d FROM UNNEST($1::bigint[], $2::text[], $3::text[]) \
      WITH ORDINALITY AS v(e, s, d, o) ORDER BY o";
 
-async fn notify(tx: &Transaction<'_>, seq: i64) -> Result<(), tokio_postgres::Error> {
-    tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &seq.to_string()])
-        .await
-        .map(|_| ())
+async fn notify(tx: &Transaction<'_>) -> Result<(), tokio_postgres::Error> {
+    tx.execute(NOTIFY, &[&CHANNEL]).await.map(|_| ())
 }
 
 async fn lock(tx: &Transaction<'_>) -> Result<i64, tokio_postgres::Error> {
-    Ok(tx.query_one(LOCK, &[]).await?.get(0))
+    lock_and_number(tx).await
 }
 
 /// The columns of `INSERT` for a batch of new endpoints starting at id `first`.
@@ -184,7 +182,7 @@ impl Postgres {
                     }
                 }
                 if changed {
-                    notify(&tx, seq).await?;
+                    notify(&tx).await?;
                 }
                 tx.commit().await?;
                 Ok(out)
@@ -285,7 +283,7 @@ impl Postgres {
                 any = true;
             }
             if any {
-                notify(&tx, seq).await.map_err(pg)?;
+                notify(&tx).await.map_err(pg)?;
             }
             tx.commit().await.map_err(pg)?;
             Ok(skipped)
@@ -368,7 +366,7 @@ impl Postgres {
                     &[&id, &EventKind::Edited.as_str(), &detail],
                 )
                 .await?;
-                notify(&tx, seq).await?;
+                notify(&tx).await?;
                 tx.commit().await?;
                 Ok(Ok(EndpointRow {
                     url: new_url,
@@ -396,7 +394,7 @@ impl Postgres {
             let mut c = self.client().await?;
             let r: Result<Result<(), StoreError>, tokio_postgres::Error> = async {
                 let tx = c.transaction().await?;
-                let seq = lock(&tx).await?;
+                lock(&tx).await?;
                 let rows = tx
                     .query(
                         "DELETE FROM endpoints WHERE id = ANY($1::bigint[]) RETURNING id",
@@ -429,8 +427,8 @@ impl Postgres {
                     ],
                 )
                 .await?;
-                tx.execute(TOMBSTONES, &[&seq, &distinct, &none]).await?;
-                notify(&tx, seq).await?;
+                tx.execute(TOMBSTONES, &[&distinct, &none]).await?;
+                notify(&tx).await?;
                 tx.commit().await?;
                 Ok(Ok(()))
             }
@@ -457,11 +455,14 @@ impl Postgres {
                         &[&before, &(batch as i64)],
                     )
                     .await?;
+                // Changes and tombstones of one transaction share its `at`: they go together.
                 let pruned = c
                     .query_one(
-                        "WITH d AS (DELETE FROM fleet_removals \
-                           WHERE at < now() - $1::bigint * interval '1 second' RETURNING rev) \
-                         SELECT MAX(rev) FROM d",
+                        "WITH d AS (DELETE FROM fleet_changes \
+                           WHERE at < now() - $1::bigint * interval '1 second' RETURNING xid), \
+                         r AS (DELETE FROM fleet_removals \
+                           WHERE at < now() - $1::bigint * interval '1 second') \
+                         SELECT MAX(xid::text::bigint) FROM d",
                         &[&TOMBSTONE_KEEP_SECS],
                     )
                     .await?;
