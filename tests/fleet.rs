@@ -596,3 +596,56 @@ fn a_daemon_started_after_many_changes_follows_the_next_ones() {
         sees(&db, "cooling", n + i);
     }
 }
+
+#[test]
+fn a_change_numbered_first_and_committed_last_reaches_every_daemon() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let homes: Vec<Home> = (0..4).map(|_| home(&url)).collect();
+    let ids = homes[0].add(&["http://10.7.0.1:3128", "http://10.7.0.2:3128"]);
+    let (x, y) = (ids[0], ids[1]);
+    let ds: Vec<Daemon> = homes[..3].iter().map(|h| h.serve()).collect();
+    for d in &ds {
+        sees(d, "available", 2);
+    }
+    // A writer takes its change number and writes X, then stays open (as a slow
+    // transaction of another daemon would), and sends no notification: only polling can
+    // find its change.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        client
+            .batch_execute(&format!(
+                "BEGIN; \
+                 INSERT INTO fleet_changes (seq) VALUES (nextval('fleet_change_seq')); \
+                 UPDATE endpoints SET state = 'disabled', detail = 'held', \
+                   state_changed_at = now(), rev = currval('fleet_change_seq') WHERE id = {x}"
+            ))
+            .await
+            .unwrap();
+        client
+    });
+    let held: i64 = rt
+        .block_on(client.query_one("SELECT currval('fleet_change_seq')", &[]))
+        .unwrap()
+        .get(0);
+    // Meanwhile a CLI act (no daemon on its socket) takes a later number and commits.
+    homes[3].ok(&["disable", &y.to_string()]);
+    let db = url.rsplit('/').next().unwrap();
+    let later: i64 = pg
+        .sql(db, &format!("SELECT rev FROM endpoints WHERE id = {y}"))
+        .parse()
+        .unwrap();
+    assert!(held < later, "numbers: held {held}, committed {later}");
+    for d in &ds {
+        sees(d, "disabled", 1);
+    }
+    // Now the first-numbered change commits: every daemon still finds it.
+    rt.block_on(client.batch_execute("COMMIT")).unwrap();
+    for d in &ds {
+        sees(d, "disabled", 2);
+    }
+}
