@@ -608,9 +608,35 @@ fn a_change_numbered_first_and_committed_last_reaches_every_daemon() {
     for d in &ds {
         sees(d, "available", 2);
     }
-    // A writer takes its change number and writes X, then stays open (as a slow
-    // transaction of another daemon would), and sends no notification: only polling can
-    // find its change.
+    // `events --follow` (no daemon on its socket: it reads the database).
+    let mut follow = homes[3]
+        .cmd()
+        .args(["events", "--json", "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = follow.stdout.take().unwrap();
+    let (line_tx, lines) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for l in std::io::BufReader::new(stdout).lines() {
+            let Ok(v) = serde_json::from_str(&l.unwrap()) else {
+                continue;
+            };
+            if line_tx.send(v).is_err() {
+                break;
+            }
+        }
+    });
+    // It has started once it prints the backlog (the two `added`).
+    for _ in 0..2 {
+        lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the backlog");
+    }
+    // A writer takes its change number, writes X and its event, then stays open (as a
+    // slow transaction of another daemon would), and sends no notification: only polling
+    // can find its change.
     let rt = tokio::runtime::Runtime::new().unwrap();
     let client = rt.block_on(async {
         let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
@@ -622,7 +648,9 @@ fn a_change_numbered_first_and_committed_last_reaches_every_daemon() {
                 "BEGIN; \
                  INSERT INTO fleet_changes (seq) VALUES (nextval('fleet_change_seq')); \
                  UPDATE endpoints SET state = 'disabled', detail = 'held', \
-                   state_changed_at = now(), rev = currval('fleet_change_seq') WHERE id = {x}"
+                   state_changed_at = now(), rev = currval('fleet_change_seq') WHERE id = {x}; \
+                 INSERT INTO events (endpoint, kind, from_state, to_state, detail) \
+                   VALUES ({x}, 'state_changed', 'available', 'disabled', 'held')"
             ))
             .await
             .unwrap();
@@ -643,9 +671,33 @@ fn a_change_numbered_first_and_committed_last_reaches_every_daemon() {
     for d in &ds {
         sees(d, "disabled", 1);
     }
-    // Now the first-numbered change commits: every daemon still finds it.
+    let mut followed = Vec::new();
+    let saw = |endpoint: i64, followed: &mut Vec<Value>| {
+        let deadline = Instant::now() + PROPAGATION;
+        while !followed.iter().any(|e| e["endpoint"] == json!(endpoint)) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match lines.recv_timeout(left) {
+                Ok(e) => followed.push(e),
+                Err(_) => panic!(
+                    "events --follow did not print endpoint {endpoint}'s event: {followed:?}"
+                ),
+            }
+        }
+    };
+    saw(y, &mut followed);
+    // Now the first-numbered change commits: every daemon still finds it, and so does
+    // the follow, though its event id is below one it printed.
     rt.block_on(client.batch_execute("COMMIT")).unwrap();
     for d in &ds {
         sees(d, "disabled", 2);
     }
+    saw(x, &mut followed);
+    let held_event = followed.iter().find(|e| e["endpoint"] == json!(x)).unwrap();
+    let later_event = followed.iter().find(|e| e["endpoint"] == json!(y)).unwrap();
+    assert!(
+        held_event["id"].as_i64() < later_event["id"].as_i64(),
+        "{followed:?}"
+    );
+    let _ = follow.kill();
+    let _ = follow.wait();
 }

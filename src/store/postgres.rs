@@ -27,6 +27,7 @@ use crate::health::State;
 mod copy;
 mod endpoints;
 pub mod feed;
+mod follow;
 mod guard;
 mod outcome;
 mod read;
@@ -37,6 +38,7 @@ mod write;
 
 pub use copy::{copy_from_sqlite, Copied};
 pub use feed::{Changes, Feed};
+pub use follow::FollowAt;
 pub use schema::migrations;
 pub use target::{is_url, redact_url, PgTarget};
 

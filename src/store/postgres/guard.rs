@@ -39,15 +39,52 @@ pub(super) fn opt_i32(v: Option<u16>) -> Option<i32> {
     v.map(i32::from)
 }
 
-/// The guarded statements of `writes`, sent at once; one `Found` per write.
+/// The first row a write locks: endpoints before pairs, each by key. Every daemon sends
+/// its guarded statements in this order, so two batches that touch the same rows wait for
+/// one another instead of deadlocking (PostgreSQL would abort one after a second).
+fn lock_order(w: &Write) -> (u8, EndpointId, &str) {
+    match w {
+        Write::Transition(h, _) => (0, h.id, ""),
+        Write::Claim(c) | Write::Pair(PairWrite::Claim(c)) => on_order(&c.on),
+        Write::Unclaim(u) | Write::Pair(PairWrite::Unclaim(u)) => on_order(&u.on),
+        Write::Remove(ids) => (0, ids.iter().copied().min().unwrap_or(0), ""),
+        Write::Pair(PairWrite::Upsert(r, _)) => (1, r.endpoint, &r.destination),
+        Write::Pair(PairWrite::Delete {
+            endpoint,
+            destination,
+            ..
+        }) => (1, *endpoint, destination),
+        Write::Event(_)
+        | Write::EventStatus(..)
+        | Write::Pair(PairWrite::Event { .. })
+        | Write::SourceResult { .. } => (2, 0, ""),
+    }
+}
+
+fn on_order(on: &ClaimOn) -> (u8, EndpointId, &str) {
+    match on {
+        ClaimOn::Endpoint(id) => (0, *id, ""),
+        ClaimOn::Pair(id, d) => (1, *id, d),
+    }
+}
+
+/// The guarded statements of `writes`, sent at once in lock order; one `Found` per write,
+/// in the order of `writes`.
 pub(super) async fn guard_all(
     c: &Client,
     st: &Stmts,
     writes: &[&Write],
     hold: Duration,
 ) -> Result<Vec<Found>, tokio_postgres::Error> {
-    let futs = writes.iter().map(|w| guard(c, st, w, hold));
-    join_all(futs).await.into_iter().collect()
+    let mut order: Vec<usize> = (0..writes.len()).collect();
+    order.sort_by(|&a, &b| lock_order(writes[a]).cmp(&lock_order(writes[b])));
+    let futs = order.iter().map(|&i| guard(c, st, writes[i], hold));
+    let sent = join_all(futs).await;
+    let mut found = vec![Found::Plain; writes.len()];
+    for (i, r) in order.into_iter().zip(sent) {
+        found[i] = r?;
+    }
+    Ok(found)
 }
 
 fn hold_ms(c: &Claim, hold: Duration) -> i64 {
