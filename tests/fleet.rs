@@ -701,3 +701,194 @@ fn a_change_numbered_first_and_committed_last_reaches_every_daemon() {
     let _ = follow.kill();
     let _ = follow.wait();
 }
+
+/// A cooldown of an hour: what cooled stays cooling for the whole test.
+const LONG_COOLDOWN: &str = r#"
+[[pool]]
+name = "default"
+mode = "static-no-ping"
+
+[pool.cooldown]
+base = "1h"
+factor = 1.0
+max = "1h"
+jitter = 0.0
+"#;
+
+fn long_home(url: &str) -> Home {
+    let mut h = Home::new(Some(LONG_COOLDOWN));
+    h.db = PathBuf::from(url);
+    h
+}
+
+/// Lease and fail one endpoint; the state it was left in.
+fn lease_and_fail(d: &Daemon) -> Value {
+    let g = lease(d);
+    match g["lease"].as_str() {
+        Some(l) => fail(d, l),
+        None => g,
+    }
+}
+
+#[test]
+fn tls_to_postgres_is_used_checked_and_required() {
+    let ca = common::fakes::TestCa::new("proxypool test PostgreSQL CA");
+    let files = tempfile::tempdir().unwrap();
+    let (cert, key) = ca.leaf_pem_files(files.path());
+    let Some(pg) = postgres::Cluster::start_tls(&cert, &key) else {
+        return;
+    };
+    let url = pg.database();
+    let ca_pem = ca.write_pem(files.path());
+    let other_dir = tempfile::tempdir().unwrap();
+    let other_pem = common::fakes::TestCa::new("someone else").write_pem(other_dir.path());
+
+    // sslmode=require: the CLI adds over TLS.
+    let required = long_home(&format!("{url}?sslmode=require"));
+    required.add(&["http://10.8.0.1:3128", "http://10.8.0.2:3128"]);
+    // verify-full with the CA: a daemon serves and writes over TLS, and so does the CLI.
+    let verified = long_home(&format!(
+        "{url}?sslmode=verify-full&sslrootcert={}",
+        ca_pem.display()
+    ));
+    assert_eq!(verified.list().len(), 2);
+    let d = verified.serve();
+    sees(&d, "available", 2);
+    let r = lease_and_fail(&d);
+    assert_eq!(r["state"], "cooling", "{r}");
+    let db = url.rsplit('/').next().unwrap();
+    assert_eq!(
+        pg.sql(
+            db,
+            &format!(
+                "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+                 WHERE a.datname = '{db}' AND a.pid <> pg_backend_pid() AND NOT s.ssl"
+            )
+        ),
+        "0",
+        "every connection is TLS"
+    );
+    drop(d);
+
+    // verify-full with a CA that did not sign the server's certificate: refused, and the
+    // error says it is the TLS handshake (never the password).
+    let wrong = long_home(&format!(
+        "{url}?sslmode=verify-full&sslrootcert={}",
+        other_pem.display()
+    ));
+    let o = wrong.run(&["list"]);
+    assert_ne!(o.code, Some(0), "{o:?}");
+    assert!(o.stderr.contains("TLS"), "{}", o.stderr);
+    assert!(!o.stderr.contains(PASSWORD), "{}", o.stderr);
+
+    // sslmode=disable where the server takes TLS logins only: refused by the server, and
+    // the error says so.
+    let plain = long_home(&format!("{url}?sslmode=disable"));
+    let o = plain.run(&["list"]);
+    assert_ne!(o.code, Some(0), "{o:?}");
+    assert!(o.stderr.contains("no encryption"), "{}", o.stderr);
+    assert!(!o.stderr.contains(PASSWORD), "{}", o.stderr);
+}
+
+#[test]
+fn a_url_without_a_password_logs_in_with_the_password_file() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let db = url.rsplit('/').next().unwrap();
+    let bare = format!(
+        "postgresql://{}@127.0.0.1:{}/{db}",
+        postgres::USER,
+        pg.port()
+    );
+    let h = long_home(&bare);
+    let passfile = h.path("pgpass");
+    std::fs::write(
+        &passfile,
+        format!(
+            "# host:port:db:user:password\n127.0.0.1:{}:{db}:{}:{PASSWORD}\n",
+            pg.port(),
+            postgres::USER
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &passfile,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let run = |with_file: bool| {
+        let mut c = h.cmd();
+        c.args(["add", "http://10.9.0.1:3128"])
+            .env_remove("PGPASSWORD");
+        if with_file {
+            c.env("PGPASSFILE", &passfile);
+        } else {
+            c.env_remove("PGPASSFILE");
+        }
+        c.output().unwrap()
+    };
+    // Without it there is no password to give: refused, with the database named.
+    let o = run(false);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(db), "{err}");
+    // With it: logged in.
+    let o = run(true);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(pg.sql(db, "SELECT count(*) FROM endpoints"), "1");
+}
+
+#[test]
+fn a_failover_to_the_promoted_standby_is_followed_and_loses_nothing_acknowledged() {
+    let Some(primary) = postgres::Cluster::start() else {
+        return;
+    };
+    let standby = primary.start_standby();
+    primary.make_synchronous();
+    let url = primary.database();
+    let db = url.rsplit('/').next().unwrap();
+    let both = format!(
+        "postgresql://{}:{PASSWORD}@127.0.0.1:{},127.0.0.1:{}/{db}?target_session_attrs=read-write",
+        postgres::USER,
+        primary.port(),
+        standby.port()
+    );
+    let h = long_home(&both);
+    h.add(&[
+        "http://10.10.0.1:3128",
+        "http://10.10.0.2:3128",
+        "http://10.10.0.3:3128",
+        "http://10.10.0.4:3128",
+    ]);
+    let d = h.serve();
+    sees(&d, "available", 4);
+    // Acknowledged on the primary, and (synchronous) on the standby.
+    for _ in 0..2 {
+        let r = lease_and_fail(&d);
+        assert_eq!(r["state"], "cooling", "{r}");
+    }
+
+    primary.stop_server();
+    standby.promote();
+    // The daemon finds the new primary (the second host) and writes go on.
+    let r = eventually(
+        Duration::from_secs(30),
+        "a write after the failover",
+        || {
+            let r = lease_and_fail(&d);
+            if r["state"] == "cooling" {
+                Ok(r)
+            } else {
+                Err(r.to_string())
+            }
+        },
+    );
+    assert!(!r.to_string().contains(PASSWORD), "{r}");
+    // Nothing acknowledged before the stop was lost.
+    assert_eq!(
+        standby.sql(db, "SELECT count(*) FROM endpoints WHERE state = 'cooling'"),
+        "3"
+    );
+    sees(&d, "cooling", 3);
+    assert!(!d.log_text().contains(PASSWORD));
+}
