@@ -43,7 +43,7 @@ const CLIENTS: usize = 8;
 const CELL: Duration = Duration::from_secs(3);
 const ROUNDS: usize = 3;
 /// Endpoints per database: transitions use them up (each cools for an hour).
-const ENDPOINTS: usize = 60_000;
+const ENDPOINTS: usize = 120_000;
 
 const CONFIG: &str = r#"
 [[pool]]
@@ -194,9 +194,14 @@ fn cpu(pid: u32, children: bool) -> f64 {
 
 /// `CLIENTS` connections spread over `socks` for `CELL`; each op is `op`; ops per second.
 fn drive(socks: &[PathBuf], op: fn(&mut Conn) -> bool) -> f64 {
+    drive_n(CLIENTS, socks, op)
+}
+
+/// `clients` connections spread over `socks` for `CELL`; ops per second.
+fn drive_n(clients: usize, socks: &[PathBuf], op: fn(&mut Conn) -> bool) -> f64 {
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
-    let threads: Vec<_> = (0..CLIENTS)
+    let threads: Vec<_> = (0..clients)
         .map(|i| {
             let (sock, stop, done) = (socks[i % socks.len()].clone(), stop.clone(), done.clone());
             std::thread::spawn(move || {
@@ -314,10 +319,10 @@ fn main() {
     let script = lite.dir.path().join("tx.sql");
     std::fs::write(
         &script,
-        "\\set id random(1, 60000)\nBEGIN;\nUPDATE bench_endpoints SET state = 'cooling', streak = streak + 1, \
+        format!("\\set id random(1, {ENDPOINTS})\nBEGIN;\nUPDATE bench_endpoints SET state = 'cooling', streak = streak + 1, \
          cooldown_ms = 3600000, cooldown_until = now() + interval '1 hour', state_changed_at = now() WHERE id = :id;\n\
          INSERT INTO bench_events (at, endpoint, kind, from_state, to_state, reason, phase) \
-         VALUES (now(), :id, 'state_changed', 'available', 'cooling', 'connect_refused', 'connect');\nEND;\n",
+         VALUES (now(), :id, 'state_changed', 'available', 'cooling', 'connect_refused', 'connect');\nEND;\n"),
     )
     .unwrap();
     let db = db.as_str();
@@ -458,6 +463,15 @@ fn main() {
         l3.push(drive(&socks, lease_release));
     }
     let l3 = median(l3);
+    // The same three with CLIENTS each: as many writers per daemon as the one had, so
+    // each daemon's group commits are as large.
+    let commits24 = commits();
+    let mut t24 = Vec::new();
+    for _ in 0..ROUNDS {
+        t24.push(drive_n(3 * CLIENTS, &socks, transition));
+    }
+    let batch24 = t24.iter().sum::<f64>() * CELL.as_secs_f64() / (commits() - commits24);
+    let t24 = median(t24);
     println!(
         "\n4. three daemons against one ({CLIENTS} clients spread over them; CPU per transition)"
     );
@@ -479,6 +493,18 @@ fn main() {
         "leases/s",
         format!("{l_pg:.0}"),
         format!("{l3:.0}")
+    );
+    println!(
+        "{:<28} {:>12} {:>12}",
+        format!("transitions/s, {} clients", 3 * CLIENTS),
+        "",
+        format!("{t24:.0}")
+    );
+    println!(
+        "{:<28} {:>12} {:>12}",
+        "  transitions per commit",
+        "",
+        format!("{batch24:.1}")
     );
     println!(
         "{:<28} {:>12} {:>12}",

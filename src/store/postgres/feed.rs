@@ -30,6 +30,10 @@ use crate::store::{ClaimOn, EndpointRow, Epoch, Fresh, StoreError};
 /// Endpoint rows read per call: an import of millions arrives in slices.
 const SLICE: i64 = 20_000;
 
+/// Reads woken by notifications are at least this far apart: each costs every daemon a
+/// few statements, and under a stream of commits one read covers many of them.
+const GAP: Duration = Duration::from_millis(10);
+
 /// What changed since the last call.
 #[derive(Debug, Default)]
 pub struct Changes {
@@ -75,6 +79,7 @@ pub struct Feed {
     at: Position,
     slicing: Option<Slicing>,
     listener: Option<Listener>,
+    last_read: std::time::Instant,
 }
 
 impl Feed {
@@ -89,6 +94,7 @@ impl Feed {
             },
             slicing: None,
             listener: None,
+            last_read: std::time::Instant::now(),
         }
     }
 
@@ -154,9 +160,16 @@ impl Feed {
         let listening = self.listen();
         if self.slicing.is_none() {
             if let (Ok(()), Some(l)) = (&listening, self.listener.as_mut()) {
+                let last = self.last_read;
                 let closed = self.pg.block(async {
                     match tokio::time::timeout(wait, l.rx.recv()).await {
                         Ok(Some(())) => {
+                            // Under a stream of commits, one read for all that arrive
+                            // within `GAP` of the last one.
+                            let since = last.elapsed();
+                            if since < GAP {
+                                tokio::time::sleep(GAP - since).await;
+                            }
                             while l.rx.try_recv().is_ok() {}
                             false
                         }
@@ -172,6 +185,7 @@ impl Feed {
                 std::thread::sleep(wait);
             }
         }
+        self.last_read = std::time::Instant::now();
         let changes = self.read()?;
         // Listening failed but reading worked: try again next time, the poll covers it.
         drop(listening);
@@ -314,6 +328,68 @@ enum Next {
     Done(Position),
 }
 
+/// The changes to apply now (not applied yet, from transactions with ids from `at.xmin`
+/// on), where the feed stands after them, and whether changes it never read were pruned.
+async fn listed(
+    tx: &tokio_postgres::Transaction<'_>,
+    at: &Position,
+) -> Result<(Vec<i64>, Position, bool), tokio_postgres::Error> {
+    let head = tx
+        .query_one(
+            "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, removed_through \
+             FROM fleet_sequence WHERE id = 1",
+            &[],
+        )
+        .await?;
+    let (xmin, pruned): (i64, i64) = (head.get(0), head.get(1));
+    let listed = tx
+        .query(
+            "SELECT seq, xid::text::bigint FROM fleet_changes \
+             WHERE xid >= $1::bigint::text::xid8",
+            &[&at.xmin],
+        )
+        .await?;
+    let mut done = Position {
+        xmin,
+        seen: HashMap::new(),
+    };
+    let mut seqs = Vec::new();
+    for r in &listed {
+        let (seq, xid): (i64, i64) = (r.get(0), r.get(1));
+        if !at.seen.contains_key(&seq) {
+            seqs.push(seq);
+        }
+        if xid >= xmin {
+            done.seen.insert(seq, xid);
+        }
+    }
+    seqs.sort_unstable();
+    Ok((seqs, done, pruned >= at.xmin))
+}
+
+/// The removals those changes made that still hold. A pair deleted and written again since
+/// (by a change that took its number earlier and committed later) is there: its row says
+/// so, not the tombstone.
+async fn removals(
+    tx: &tokio_postgres::Transaction<'_>,
+    seqs: &[i64],
+) -> Result<Vec<(i64, EndpointId, Option<String>)>, tokio_postgres::Error> {
+    let rows = tx
+        .query(
+            "SELECT r.rev, r.endpoint, r.destination FROM fleet_removals r \
+             WHERE r.rev = ANY($1::bigint[]) AND (r.destination IS NULL OR NOT EXISTS ( \
+               SELECT 1 FROM destination_pairs p \
+               WHERE p.endpoint = r.endpoint AND p.destination = r.destination)) \
+             ORDER BY r.rev",
+            &[&seqs],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
+}
+
 /// One read in the snapshot of `tx`; see the module documentation.
 async fn read_in(
     tx: &tokio_postgres::Transaction<'_>,
@@ -323,37 +399,8 @@ async fn read_in(
     let (seqs, after, done, reload) = match slicing {
         Some(s) => (s.seqs.clone(), s.after, s.done.clone(), false),
         None => {
-            let head = tx
-                .query_one(
-                    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, removed_through \
-                     FROM fleet_sequence WHERE id = 1",
-                    &[],
-                )
-                .await?;
-            let (xmin, pruned): (i64, i64) = (head.get(0), head.get(1));
-            let listed = tx
-                .query(
-                    "SELECT seq, xid::text::bigint FROM fleet_changes \
-                     WHERE xid >= $1::bigint::text::xid8",
-                    &[&at.xmin],
-                )
-                .await?;
-            let mut done = Position {
-                xmin,
-                seen: HashMap::new(),
-            };
-            let mut seqs = Vec::new();
-            for r in &listed {
-                let (seq, xid): (i64, i64) = (r.get(0), r.get(1));
-                if !at.seen.contains_key(&seq) {
-                    seqs.push(seq);
-                }
-                if xid >= xmin {
-                    done.seen.insert(seq, xid);
-                }
-            }
-            seqs.sort_unstable();
-            (seqs, (i64::MIN, EndpointId::MIN), done, pruned >= at.xmin)
+            let (seqs, done, reload) = listed(tx, at).await?;
+            (seqs, (i64::MIN, EndpointId::MIN), done, reload)
         }
     };
     let mut out = Changes {
@@ -412,21 +459,7 @@ async fn read_in(
         }
     }
     if !reload {
-        // A pair deleted and written again since (by a change that took its number
-        // earlier and committed later) is there: its row says so, not the tombstone.
-        let removed = tx
-            .query(
-                "SELECT r.rev, r.endpoint, r.destination FROM fleet_removals r \
-                 WHERE r.rev = ANY($1::bigint[]) AND (r.destination IS NULL OR NOT EXISTS ( \
-                   SELECT 1 FROM destination_pairs p \
-                   WHERE p.endpoint = r.endpoint AND p.destination = r.destination)) \
-                 ORDER BY r.rev",
-                &[&seqs],
-            )
-            .await?;
-        for r in &removed {
-            out.removed.push((r.get(0), r.get(1), r.get(2)));
-        }
+        out.removed = removals(tx, &seqs).await?;
     }
     out.seqs = seqs;
     Ok(Ok((out, Next::Done(done))))

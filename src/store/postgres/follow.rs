@@ -43,6 +43,60 @@ impl FollowAt {
     }
 }
 
+/// The start: events up to `at.after` are history, printed or not.
+async fn start(
+    tx: &tokio_postgres::Transaction<'_>,
+    at: &mut FollowAt,
+    xmin: i64,
+) -> Result<(), tokio_postgres::Error> {
+    at.xmin = xmin;
+    for r in &tx
+        .query(
+            "SELECT id, xid::text::bigint FROM events \
+             WHERE xid >= $1::bigint::text::xid8 AND id <= $2",
+            &[&xmin, &at.after],
+        )
+        .await?
+    {
+        at.seen.insert(r.get(0), r.get(1));
+    }
+    Ok(())
+}
+
+impl FollowAt {
+    /// The events of `rows` (read in a snapshot with `xmin`) not printed yet; where the
+    /// follow stands after them (`more`: the read hit its limit, go on past its last id).
+    fn take(&mut self, rows: &[tokio_postgres::Row], xmin: i64, more: bool) -> Vec<EventRow> {
+        let from_id = self.pass.as_ref().map_or(i64::MIN, |p| p.last_id);
+        let pass_xmin = self.pass.as_ref().map_or(xmin, |p| p.xmin);
+        let mut out = Vec::new();
+        for r in rows {
+            let id: i64 = r.get(0);
+            let xid: Option<i64> = r.get(13);
+            if self.seen.contains_key(&id) {
+                continue;
+            }
+            out.push(event_row(r));
+            if let Some(xid) = xid {
+                self.seen.insert(id, xid);
+            }
+        }
+        if more {
+            let last_id = rows.last().map_or(from_id, |r| r.get(0));
+            self.pass = Some(Pass {
+                last_id,
+                xmin: pass_xmin,
+            });
+        } else {
+            self.pass = None;
+            self.xmin = pass_xmin;
+            self.after = self.after.max(rows.last().map_or(self.after, |r| r.get(0)));
+            self.seen.retain(|_, xid| *xid >= pass_xmin);
+        }
+        out
+    }
+}
+
 impl Postgres {
     /// The events matching `f` committed since the last call, oldest id first; `true` when
     /// more are waiting (the limit was hit).
@@ -70,18 +124,7 @@ impl Postgres {
                     .await?
                     .get(0);
                 if at.xmin < 0 {
-                    // The start: events up to `after` are history, printed or not.
-                    at.xmin = xmin;
-                    for r in &tx
-                        .query(
-                            "SELECT id, xid::text::bigint FROM events \
-                             WHERE xid >= $1::bigint::text::xid8 AND id <= $2",
-                            &[&xmin, &at.after],
-                        )
-                        .await?
-                    {
-                        at.seen.insert(r.get(0), r.get(1));
-                    }
+                    start(&tx, at, xmin).await?;
                 }
                 let from_id = at.pass.as_ref().map_or(i64::MIN, |p| p.last_id);
                 let sql = format!(
@@ -106,32 +149,8 @@ impl Postgres {
                     )
                     .await?;
                 tx.commit().await?;
-                let pass_xmin = at.pass.as_ref().map_or(xmin, |p| p.xmin);
-                let mut out = Vec::new();
-                for r in &rows {
-                    let id: i64 = r.get(0);
-                    let xid: Option<i64> = r.get(13);
-                    if at.seen.contains_key(&id) {
-                        continue;
-                    }
-                    out.push(event_row(r));
-                    if let Some(xid) = xid {
-                        at.seen.insert(id, xid);
-                    }
-                }
                 let more = rows.len() as i64 == limit;
-                if more {
-                    let last_id = rows.last().map_or(from_id, |r| r.get(0));
-                    at.pass = Some(Pass {
-                        last_id,
-                        xmin: pass_xmin,
-                    });
-                } else {
-                    at.pass = None;
-                    at.xmin = pass_xmin;
-                    at.after = at.after.max(rows.last().map_or(at.after, |r| r.get(0)));
-                    at.seen.retain(|_, xid| *xid >= pass_xmin);
-                }
+                let out = at.take(&rows, xmin, more);
                 Ok((out, more))
             }
             .await;
