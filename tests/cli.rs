@@ -736,8 +736,8 @@ fn redaction_script(trace: bool) {
         (vec![s("list"), s("--json")], 0),
         (vec![s("show"), url.clone()], 0),
         (vec![s("show"), s("--json"), url.clone()], 0),
-        // Probing by URL resolves the endpoint; the prober itself is still a placeholder
-        // (src/probe.rs), so only the usage path is exercised here.
+        // Probing by URL resolves the endpoint before the concurrency is refused; real
+        // probes are tested in probe_faults.rs and local_failures.rs.
         (vec![s("probe"), s("--concurrency"), s("0"), url.clone()], 2),
         (vec![s("disable"), url.clone(), s("--reason"), s("x")], 0),
         (vec![s("enable"), url.clone()], 0),
@@ -822,6 +822,23 @@ fn config_unknown_key_is_rejected_with_key_and_line() {
     let (_, err) = e.fails(2, &["list", "--config", cfg2.to_str().unwrap()]);
     assert!(err.contains("listen") && err.contains("line 3"), "{err}");
     assert!(!e.path("x.db").exists());
+
+    // A bad policy value: its own line and its key once, not the pool's line.
+    for (value, problem) in [
+        ("fall = 0", "fall must be >= 1"),
+        ("factor = 0.5", "factor must be >= 1, got 0.5"),
+    ] {
+        let cfg3 = e.path("c3.toml");
+        std::fs::write(
+            &cfg3,
+            format!("# a pool\n\n[[pool]]\nname = \"eu\"\n[pool.cooldown]\n{value}\n"),
+        )
+        .unwrap();
+        let (_, err) = e.fails(2, &["config", "check", "--config", cfg3.to_str().unwrap()]);
+        let key = format!("pool.eu.cooldown.{}", value.split(' ').next().unwrap());
+        assert!(err.contains(&format!("line 6: {key}: {problem}")), "{err}");
+        assert_eq!(err.matches("pool.eu").count(), 1, "{err}");
+    }
 }
 
 #[test]
@@ -1034,6 +1051,23 @@ fn probe_needs_targets_and_lease_needs_a_daemon() {
     e.fails(2, &["lease", "--ttl", "forever"]);
     // Operator commands work without a daemon.
     assert_eq!(e.list().len(), 1);
+
+    // Looking for a daemon that is not there leaves nothing behind: no database, no lock
+    // file, no folder.
+    let fresh = Home::new(None);
+    for args in [
+        &["lease"][..],
+        &["report", "l-1", "--outcome", "success"],
+        &["release", "l-1"],
+    ] {
+        fresh.fails(1, args);
+    }
+    let data = fresh.path("data");
+    let left: Vec<_> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|d| d.unwrap().path())
+        .collect();
+    assert!(left.is_empty(), "left behind in {data:?}: {left:?}");
 }
 
 #[test]
