@@ -411,7 +411,7 @@ fn postgres_stopped_and_started_under_load() {
     // Leases go on from memory; a report must write, and answers store_unavailable before
     // anything changes. (A report that races the stop, before the daemon noticed, also
     // answers store_unavailable; its transition may stay in memory until the store is
-    // back: docs/fleet.md, "What is supported".)
+    // back: docs/fleet.md, "What is supported, and what is not yet".)
     let g = lease(&da);
     assert_eq!(g["ok"], json!(true), "{g}");
     let r = fail(&da, g["lease"].as_str().unwrap());
