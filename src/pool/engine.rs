@@ -27,7 +27,7 @@ use crate::store::{
 mod reads;
 pub use reads::EngineOptions;
 mod writer;
-pub use writer::{Committed, Writer};
+pub use writer::{CommitCounts, Committed, Writer};
 
 /// Errors of engine operations.
 #[derive(Debug, thiserror::Error)]
@@ -216,10 +216,22 @@ impl Engine {
         &self,
         f: impl FnOnce(&mut Pools, Instant, SystemTime) -> (T, Vec<Write>),
     ) -> Result<(T, Done), EngineError> {
+        self.run_as(Commit::Durable, f).await
+    }
+
+    /// [`Engine::run`], waiting for the commit as `commit` says.
+    async fn run_as<T>(
+        &self,
+        commit: Commit,
+        f: impl FnOnce(&mut Pools, Instant, SystemTime) -> (T, Vec<Write>),
+    ) -> Result<(T, Done), EngineError> {
         let rx;
         let out;
         let mut keys = Vec::new();
-        {
+        // One daemon's claims are its own: writes nobody is answered for need no commit
+        // to be waited for. A fleet's claims are won in the store, so they wait.
+        let ride = commit != Commit::Durable && self.fleet.is_none();
+        let watched = {
             let mut p = self.lock();
             let before = p.next_due();
             let (o, writes) = f(&mut p, Instant::now(), SystemTime::now());
@@ -233,13 +245,39 @@ impl Engine {
                 keys = fleet::keys(&writes);
                 fl.begin(&keys);
             }
-            // Nothing to persist (most leases and releases): no round trip to the store.
-            rx = (!writes.is_empty()).then(|| self.writer.queue(writes));
             out = o;
-        }
-        let Some(rx) = rx else {
-            return Ok((out, Done::default()));
+            if writes.is_empty() {
+                // Nothing to persist (most leases and releases): no round trip to the store.
+                return Ok((out, Done::default()));
+            }
+            if ride {
+                for c in Applied::one_daemon(&writes).claims {
+                    if let ClaimResult::Won { on, epoch } = c {
+                        p.claim_won(&on, epoch);
+                    }
+                }
+                // Queued in order under the lock: a report that follows commits with these
+                // or after them. A failed commit refuses every later write until memory
+                // is re-synced (`Writer`), so nothing builds on what was lost.
+                rx = self.writer.ride(writes);
+                commit == Commit::RideWatched
+            } else {
+                rx = self.writer.queue(writes);
+                false
+            }
         };
+        if ride {
+            if !watched {
+                return Ok((out, Done::default()));
+            }
+            // A waiting lease need not wait for this commit either.
+            self.notify_waiters();
+            return match rx.await {
+                Ok(Ok(_)) => Ok((out, Done::default())),
+                Ok(Err(e)) => Err(self.failed(e)),
+                Err(_) => Err(EngineError::Stopped),
+            };
+        }
         let committed = rx.await;
         if let (Some(fl), false) = (&self.fleet, keys.is_empty()) {
             let seq = match &committed {
@@ -463,7 +501,7 @@ impl Engine {
             loop {
                 tries += 1;
                 let (out, done) = self
-                    .run(|p, now, _| {
+                    .run_as(Commit::Ride, |p, now, _| {
                         let (r, w) = p.lease_with(pool, ttl, session, want, now);
                         let limit = match &r {
                             Err(PoolError::Paced { wait: paced, .. }) => wait.max(*paced),
@@ -768,8 +806,11 @@ impl Engine {
                 _ = self.rescheduled.notified() => continue,
                 _ = sleep => {}
             }
-            match self.with(|p, now, _| ((), p.advance(now))).await {
-                Ok(()) => self.notify_waiters(),
+            let advanced = self
+                .run_as(Commit::RideWatched, |p, now, _| ((), p.advance(now)))
+                .await;
+            match advanced {
+                Ok(_) => self.notify_waiters(),
                 Err(e) => {
                     warn!(error = %e, "could not persist deadline transitions; retrying");
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -789,10 +830,29 @@ impl Engine {
         Ok(self.writer.call(|s| s.check_file()).await??)
     }
 
+    /// How full the store's commits have been so far (the benchmarks print it).
+    pub fn commit_sizes(&self) -> CommitCounts {
+        self.writer.commit_sizes()
+    }
+
     /// Wait until every queued write is committed.
     pub async fn flush(&self) -> Result<(), EngineError> {
         self.writer.call(|_| ()).await
     }
+}
+
+/// What a caller of [`Engine::run_as`] waits for before it goes on (docs/leases.md,
+/// "Durability").
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Commit {
+    /// Its writes are durable: a report, an operator's action, anything acknowledged.
+    Durable,
+    /// Nothing: the writes are nobody's acknowledgment (a trial's claim; after a restart
+    /// the attempt is admitted again) and ride in the next commit.
+    Ride,
+    /// The commit its writes ride in, to hear of a failure (the timer retries); waiters
+    /// are woken once the writes are queued.
+    RideWatched,
 }
 
 /// Make the endpoints declared in the config exist in the store (never removes any).
