@@ -263,66 +263,12 @@ pub async fn serve(
     // Listening before anything slow (the startup sniff) happens: a SIGHUP's default
     // action would end the process.
     let hup = opts.reload_from.as_ref().map(|_| Reloader::listen());
-    let listener = server::bind_unix(&opts.socket).await?;
-    if let Some(held) = &opts.lock {
-        crate::store::lock::publish(held, &opts.socket).map_err(|source| ServerError::Bind {
-            path: "the database lock file".into(),
-            source,
-        })?;
-    }
-    let tcp = match opts.listen_tcp {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|source| ServerError::Bind {
-                    path: addr.to_string(),
-                    source,
-                })?,
-        ),
-        None => None,
-    };
-    let budget = gateway_budget(&config, &opts);
-    if !config.gateways.is_empty() || opts.gateway.is_some() {
-        info!(descriptors = budget, "gateway descriptor budget");
-    }
-    let fds = crate::gateway::Descriptors::new(budget);
-    let mut gateways = Vec::new();
-    for g in config.gateways.iter().chain(&opts.gateway) {
-        let gw = crate::gateway::Gateway::bind(g.clone(), engine.clone()).await?;
-        gateways.push(gw.with_descriptors(fds.clone()));
-    }
-    let http = match opts.http {
-        Some(addr) => Some(
-            crate::web::bind(addr)
-                .await
-                .map_err(|source| ServerError::Bind {
-                    path: format!("http {addr}"),
-                    source,
-                })?,
-        ),
-        None => None,
-    };
+    let listeners = Listeners::bind(&config, &engine, &opts).await?;
     let probers = probers(&config)?;
     let tracker = TaskTracker::new();
     tracker.spawn(engine.clone().run_timer(shutdown.clone().cancelled_owned()));
     let mut tasks = PoolTasks::new(engine.clone(), tracker.clone(), shutdown.clone());
-    for pool in config.pools.values() {
-        if !pool.sources.is_empty() {
-            // Sniff on startup before the first lease is answered, so that the first
-            // lease already sees the sniffed list; and before the prober starts, so the
-            // startup sniff's events (`sniff_on_startup` ... `sniff_success`) are one
-            // uninterrupted run in the event log.
-            tokio::select! {
-                // A signal during a slow provider fetch stops the start-up at once.
-                _ = shutdown.cancelled() => break,
-                r = sources::sniff(&engine, pool, sources::Trigger::Startup) => {
-                    if let Err(e) = r {
-                        warn!(pool = %pool.name, error = %e, "startup sniff could not be recorded");
-                    }
-                }
-            }
-        }
-    }
+    startup_sniff(&config, &engine, &shutdown).await;
     for pool in config.pools.values() {
         tasks.start(pool, probers.get(&pool.name), false);
     }
@@ -336,6 +282,12 @@ pub async fn serve(
         let reloader = Reloader::new(path, config.clone(), engine.clone(), handler.clone(), tasks);
         tracker.spawn(reloader.run(hup, shutdown.clone()));
     }
+    let Listeners {
+        unix,
+        tcp,
+        gateways,
+        http,
+    } = listeners;
     let tcp_addr = tcp.as_ref().and_then(|l| l.local_addr().ok());
     if let Some(l) = tcp {
         tracker.spawn(server::run_tcp(l, handler.clone(), shutdown.clone()));
@@ -362,29 +314,8 @@ pub async fn serve(
         Retention::new(config.events_retention),
         shutdown.clone(),
     ));
-    info!(
-        database = %opts.database.as_deref().unwrap_or("-"),
-        socket = %opts.socket.display(),
-        tcp = %show_addr(tcp_addr),
-        gateway = %show_addrs(&gateway),
-        http = %show_addr(http_addr),
-        pools = %pools_line(&engine.gauges()),
-        "serving"
-    );
-    let endpoints: u64 = engine
-        .gauges()
-        .pools
-        .iter()
-        .map(|p| p.endpoints.iter().sum::<u64>())
-        .sum();
-    if endpoints == 0 {
-        // A first start on defaults: say what to do next instead of serving nothing.
-        info!(
-            config = %opts.reload_from.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "-".into()),
-            "no endpoints yet: add some with `proxypool add URL` or `proxypool import FILE`, or list them as [[endpoint]] (or a sniffing pool's sources) in the config file and send SIGHUP"
-        );
-    }
-    server::run(listener, handler, shutdown.clone()).await;
+    announce(&engine, &opts, tcp_addr, &gateway, http_addr);
+    server::run(unix, handler, shutdown.clone()).await;
     tracker.close();
     tracker.wait().await;
     crate::server::socket_file::remove_own(&opts.socket);
@@ -394,6 +325,115 @@ pub async fn serve(
     engine.flush().await?;
     info!("stopped");
     Ok(())
+}
+
+/// Every listener the daemon serves, bound before anything is served so that a port in
+/// use fails the start with the address named.
+struct Listeners {
+    unix: tokio::net::UnixListener,
+    tcp: Option<tokio::net::TcpListener>,
+    gateways: Vec<crate::gateway::Gateway>,
+    http: Option<tokio::net::TcpListener>,
+}
+
+impl Listeners {
+    async fn bind(
+        config: &Config,
+        engine: &Arc<Engine>,
+        opts: &ServeOptions,
+    ) -> Result<Listeners, DaemonError> {
+        let unix = server::bind_unix(&opts.socket).await?;
+        if let Some(held) = &opts.lock {
+            crate::store::lock::publish(held, &opts.socket).map_err(|source| {
+                ServerError::Bind {
+                    path: "the database lock file".into(),
+                    source,
+                }
+            })?;
+        }
+        let tcp = match opts.listen_tcp {
+            Some(addr) => Some(bind_tcp(addr, addr.to_string()).await?),
+            None => None,
+        };
+        let budget = gateway_budget(config, opts);
+        if !config.gateways.is_empty() || opts.gateway.is_some() {
+            info!(descriptors = budget, "gateway descriptor budget");
+        }
+        let fds = crate::gateway::Descriptors::new(budget);
+        let mut gateways = Vec::new();
+        for g in config.gateways.iter().chain(&opts.gateway) {
+            let gw = crate::gateway::Gateway::bind(g.clone(), engine.clone()).await?;
+            gateways.push(gw.with_descriptors(fds.clone()));
+        }
+        let http = match opts.http {
+            Some(addr) => Some(bind_tcp(addr, format!("http {addr}")).await?),
+            None => None,
+        };
+        Ok(Listeners {
+            unix,
+            tcp,
+            gateways,
+            http,
+        })
+    }
+}
+
+async fn bind_tcp(addr: SocketAddr, path: String) -> Result<tokio::net::TcpListener, ServerError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Bind { path, source })
+}
+
+/// Sniff every pool with sources before the first lease is answered, so that the first
+/// lease already sees the sniffed list; and before the prober starts, so the startup
+/// sniff's events (`sniff_on_startup` ... `sniff_success`) are one uninterrupted run in
+/// the event log.
+async fn startup_sniff(config: &Config, engine: &Arc<Engine>, shutdown: &CancellationToken) {
+    for pool in config.pools.values() {
+        if pool.sources.is_empty() {
+            continue;
+        }
+        tokio::select! {
+            // A signal during a slow provider fetch stops the start-up at once.
+            _ = shutdown.cancelled() => return,
+            r = sources::sniff(engine, pool, sources::Trigger::Startup) => {
+                if let Err(e) = r {
+                    warn!(pool = %pool.name, error = %e, "startup sniff could not be recorded");
+                }
+            }
+        }
+    }
+}
+
+/// The one `serving` line, and on a first start with nothing to serve, what to do next.
+fn announce(
+    engine: &Engine,
+    opts: &ServeOptions,
+    tcp: Option<SocketAddr>,
+    gateway: &[SocketAddr],
+    http: Option<SocketAddr>,
+) {
+    let gauges = engine.gauges();
+    info!(
+        database = %opts.database.as_deref().unwrap_or("-"),
+        socket = %opts.socket.display(),
+        tcp = %show_addr(tcp),
+        gateway = %show_addrs(gateway),
+        http = %show_addr(http),
+        pools = %pools_line(&gauges),
+        "serving"
+    );
+    let endpoints: u64 = gauges
+        .pools
+        .iter()
+        .map(|p| p.endpoints.iter().sum::<u64>())
+        .sum();
+    if endpoints == 0 {
+        info!(
+            config = %opts.reload_from.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "-".into()),
+            "no endpoints yet: add some with `proxypool add URL` or `proxypool import FILE`, or list them as [[endpoint]] (or a sniffing pool's sources) in the config file and send SIGHUP"
+        );
+    }
 }
 
 fn show_addr(a: Option<SocketAddr>) -> String {

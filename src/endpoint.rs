@@ -176,6 +176,87 @@ fn redact_userinfo(rest: &str) -> String {
     }
 }
 
+/// `user[:password]` of a URL, percent-decoded.
+fn credentials(ui: &str, red: &str) -> Result<(Option<String>, Option<String>), EndpointError> {
+    let (u, p) = match ui.split_once(':') {
+        Some((u, p)) => (u, Some(p)),
+        None => (ui, None),
+    };
+    let u = percent_decoded(u, red)?;
+    if u.is_empty() {
+        return Err(EndpointError::EmptyUser(red.to_string()));
+    }
+    let p = p.map(|p| percent_decoded(p, red)).transpose()?;
+    Ok((Some(u), p))
+}
+
+fn percent_decoded(s: &str, red: &str) -> Result<String, EndpointError> {
+    // percent_decode_str passes a '%' without two hex digits through unchanged; a URL
+    // with one is malformed (RFC 3986), and guessing what the operator meant would
+    // silently store a different password.
+    let b = s.as_bytes();
+    let well_formed = b.iter().enumerate().all(|(i, &c)| {
+        c != b'%'
+            || (b.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+    });
+    if !well_formed {
+        return Err(EndpointError::BadEncoding(red.to_string()));
+    }
+    percent_decode_str(s)
+        .decode_utf8()
+        .map(|c| c.into_owned())
+        .map_err(|_| EndpointError::BadEncoding(red.to_string()))
+}
+
+/// `host:port` or `[v6]:port`; the port 1-65535 in digits only.
+fn host_and_port(hostport: &str, red: String) -> Result<(String, u16), EndpointError> {
+    if hostport.is_empty() {
+        return Err(EndpointError::MissingHost(red));
+    }
+    let (host, port) = if let Some(after) = hostport.strip_prefix('[') {
+        let close = after.find(']').ok_or_else(|| EndpointError::InvalidHost {
+            host: hostport.to_string(),
+            url: red.clone(),
+        })?;
+        let lit = &after[..close];
+        let v6: Ipv6Addr = lit.parse().map_err(|_| EndpointError::InvalidHost {
+            host: lit.to_string(),
+            url: red.clone(),
+        })?;
+        let tail = &after[close + 1..];
+        let port = tail
+            .strip_prefix(':')
+            .ok_or_else(|| EndpointError::MissingPort(red.clone()))?;
+        (v6.to_string(), port)
+    } else {
+        let (h, p) = hostport
+            .rsplit_once(':')
+            .ok_or_else(|| EndpointError::MissingPort(red.clone()))?;
+        if h.contains(':') {
+            // Bare IPv6 without brackets is ambiguous with the port separator.
+            return Err(EndpointError::InvalidHost {
+                host: h.to_string(),
+                url: red.clone(),
+            });
+        }
+        if h.is_empty() {
+            return Err(EndpointError::MissingHost(red.clone()));
+        }
+        (validate_host(h, &red)?, p)
+    };
+    if port.is_empty() {
+        return Err(EndpointError::MissingPort(red));
+    }
+    match port.parse() {
+        Ok(p) if p > 0 && port.bytes().all(|b| b.is_ascii_digit()) => Ok((host, p)),
+        _ => Err(EndpointError::InvalidPort {
+            port: port.to_string(),
+            url: red,
+        }),
+    }
+}
+
 impl ProxyUrl {
     /// One line of a URL list (import files, plain-text sources): none for a blank line or
     /// a `#` comment, else the parsed URL.
@@ -207,83 +288,9 @@ impl ProxyUrl {
         }
         let (user, password) = match userinfo {
             None => (None, None),
-            Some(ui) => {
-                let (u, p) = match ui.split_once(':') {
-                    Some((u, p)) => (u, Some(p)),
-                    None => (ui, None),
-                };
-                let dec = |s: &str| {
-                    // percent_decode_str passes a '%' without two hex digits through
-                    // unchanged; a URL with one is malformed (RFC 3986), and guessing what
-                    // the operator meant would silently store a different password.
-                    let b = s.as_bytes();
-                    let well_formed = b.iter().enumerate().all(|(i, &c)| {
-                        c != b'%'
-                            || (b.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
-                                && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
-                    });
-                    if !well_formed {
-                        return Err(EndpointError::BadEncoding(red.clone()));
-                    }
-                    percent_decode_str(s)
-                        .decode_utf8()
-                        .map(|c| c.into_owned())
-                        .map_err(|_| EndpointError::BadEncoding(red.clone()))
-                };
-                let u = dec(u)?;
-                if u.is_empty() {
-                    return Err(EndpointError::EmptyUser(red));
-                }
-                let p = p.map(dec).transpose()?;
-                (Some(u), p)
-            }
+            Some(ui) => credentials(ui, &red)?,
         };
-        if hostport.is_empty() {
-            return Err(EndpointError::MissingHost(red));
-        }
-        let (host, port) = if let Some(after) = hostport.strip_prefix('[') {
-            let close = after.find(']').ok_or_else(|| EndpointError::InvalidHost {
-                host: hostport.to_string(),
-                url: red.clone(),
-            })?;
-            let lit = &after[..close];
-            let v6: Ipv6Addr = lit.parse().map_err(|_| EndpointError::InvalidHost {
-                host: lit.to_string(),
-                url: red.clone(),
-            })?;
-            let tail = &after[close + 1..];
-            let port = tail
-                .strip_prefix(':')
-                .ok_or_else(|| EndpointError::MissingPort(red.clone()))?;
-            (v6.to_string(), port)
-        } else {
-            let (h, p) = hostport
-                .rsplit_once(':')
-                .ok_or_else(|| EndpointError::MissingPort(red.clone()))?;
-            if h.contains(':') {
-                // Bare IPv6 without brackets is ambiguous with the port separator.
-                return Err(EndpointError::InvalidHost {
-                    host: h.to_string(),
-                    url: red.clone(),
-                });
-            }
-            if h.is_empty() {
-                return Err(EndpointError::MissingHost(red.clone()));
-            }
-            (validate_host(h, &red)?, p)
-        };
-        if port.is_empty() {
-            return Err(EndpointError::MissingPort(red));
-        }
-        let port: u16 = match port.parse() {
-            Ok(p) if p > 0 && port.bytes().all(|b| b.is_ascii_digit()) => p,
-            _ => {
-                return Err(EndpointError::InvalidPort {
-                    port: port.to_string(),
-                    url: red,
-                })
-            }
-        };
+        let (host, port) = host_and_port(hostport, red)?;
         Ok(ProxyUrl {
             scheme,
             host,

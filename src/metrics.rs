@@ -18,21 +18,29 @@
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use crate::health::blame::Blame;
-use crate::health::{Reason, State};
 
+mod gateway;
+mod gauges;
 mod histogram;
+mod labels;
+mod pool;
+
+use gateway::GatewayHandles;
+pub use gateway::GatewayMetrics;
+use gauges::Gauges;
+pub use gauges::{GaugeSnapshot, GaugeSource, PoolGauges};
 pub use histogram::AtomicHistogram;
+use labels::*;
+pub use labels::{Direction, GatewayOutcome, GatewayProtocol, LeaseResult};
+use pool::PoolHandles;
+pub use pool::PoolMetrics;
 
 /// `Content-Type` of [`Metrics::encode`]'s output (Prometheus text format 0.0.4).
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -53,159 +61,6 @@ pub const COMMIT_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0,
 ];
 
-macro_rules! label_enum {
-    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident => $s:literal),+ $(,)? }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum $name { $($(#[$vm])* $variant),+ }
-        impl $name {
-            /// Every value, in declaration order (the order of the handle arrays).
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
-            /// The label value.
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $s),+ }
-            }
-        }
-    };
-}
-
-label_enum! {
-    /// `result` of `proxypool_leases_total`.
-    LeaseResult {
-        /// An ordinary lease.
-        Granted => "granted",
-        /// The single recovery attempt.
-        Trial => "trial",
-        /// Nothing to lease (after any `wait`).
-        Exhausted => "exhausted",
-        /// Every endpoint that fits was used for the destination too recently (pacing,
-        /// after its `wait`).
-        Paced => "paced",
-    }
-}
-
-label_enum! {
-    /// `protocol` of `proxypool_gateway_requests_total`.
-    GatewayProtocol {
-        /// HTTP `CONNECT`.
-        HttpConnect => "http_connect",
-        /// HTTP absolute-form request.
-        HttpForward => "http_forward",
-        /// SOCKS5 `CONNECT`.
-        Socks5 => "socks5",
-    }
-}
-
-label_enum! {
-    /// `outcome` of `proxypool_gateway_requests_total`.
-    GatewayOutcome {
-        /// Served through an upstream.
-        Ok => "ok",
-        /// Every upstream tried failed (502 / SOCKS5 error).
-        UpstreamFailed => "upstream_failed",
-        /// The destination is down: answered at once, nothing dialed (502 / SOCKS5 0x04).
-        DestinationDown => "destination_down",
-        /// The pool had nothing to lease (503).
-        Exhausted => "exhausted",
-        /// Every endpoint that fits was used for the destination too recently (503,
-        /// `X-Proxypool-Error: paced`).
-        Paced => "paced",
-        /// Out of local resources: the gateway's descriptor budget, or this machine's
-        /// descriptors, memory or ports (503; nothing reported).
-        LocalResources => "local_resources",
-        /// Wrong or missing gateway token (407).
-        Denied => "denied",
-        /// Malformed request or unknown routing key.
-        BadRequest => "bad_request",
-        /// The gateway itself failed (store error, unusable stored URL): 500.
-        Internal => "internal",
-    }
-}
-
-label_enum! {
-    /// `direction` of `proxypool_gateway_bytes_total`.
-    Direction {
-        /// Bytes from the client sent on to the upstream.
-        ToUpstream => "to_upstream",
-        /// Bytes from the upstream sent back to the client.
-        ToClient => "to_client",
-    }
-}
-
-const OUTCOMES: [&str; 2] = ["success", "failure"];
-const NO_REASON: &str = "none";
-const N_STATES: usize = 4;
-const N_REASONS: usize = 14;
-// Keeps the index arithmetic honest if a state or reason is added.
-const _: () = assert!(State::ALL.len() == N_STATES && Reason::ALL.len() == N_REASONS);
-
-fn outcome(ok: bool) -> &'static str {
-    OUTCOMES[usize::from(!ok)]
-}
-
-fn state_idx(s: State) -> usize {
-    s as usize
-}
-
-fn reason_idx(r: Option<Reason>) -> usize {
-    r.map_or(0, |r| r as usize + 1)
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PoolLabels {
-    pool: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct LeaseLabels {
-    pool: String,
-    result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReportLabels {
-    pool: String,
-    outcome: &'static str,
-    reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct BlameLabels {
-    pool: String,
-    blame: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TransitionLabels {
-    pool: String,
-    from: &'static str,
-    to: &'static str,
-    reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabels {
-    pool: String,
-    outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct GatewayLabels {
-    protocol: &'static str,
-    outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PoolDirectionLabels {
-    pool: String,
-    direction: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ConnectionLabels {
-    connection: &'static str,
-}
-
 type HistFamily<L> = Family<L, AtomicHistogram, fn() -> AtomicHistogram>;
 
 fn probe_hist() -> AtomicHistogram {
@@ -214,112 +69,6 @@ fn probe_hist() -> AtomicHistogram {
 
 fn lease_wait_hist() -> AtomicHistogram {
     AtomicHistogram::new(LEASE_WAIT_BUCKETS)
-}
-
-/// Per-pool gauge values, taken at scrape time.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PoolGauges {
-    /// Pool name (from the config).
-    pub pool: String,
-    /// Endpoints by state, in `State::ALL` order.
-    pub endpoints: [u64; N_STATES],
-    /// (endpoint, destination) pairs that are not available.
-    pub destination_bans: u64,
-    /// Targets that are down.
-    pub targets_down: u64,
-}
-
-/// What the gauges show at one scrape.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct GaugeSnapshot {
-    /// One entry per configured pool.
-    pub pools: Vec<PoolGauges>,
-}
-
-impl GaugeSnapshot {
-    /// Aggregate per-endpoint states (`(pool index into names, state)`) into per-pool
-    /// counts, for a caller that does not keep counts itself. Entries with an index out of
-    /// range are ignored.
-    pub fn count_states(
-        names: &[String],
-        states: impl IntoIterator<Item = (usize, State)>,
-    ) -> Self {
-        let mut pools: Vec<PoolGauges> = names
-            .iter()
-            .map(|n| PoolGauges {
-                pool: n.clone(),
-                ..PoolGauges::default()
-            })
-            .collect();
-        for (p, s) in states {
-            if let Some(g) = pools.get_mut(p) {
-                g.endpoints[state_idx(s)] += 1;
-            }
-        }
-        GaugeSnapshot { pools }
-    }
-}
-
-/// The scrape-time callback. It runs on the scraping task: it must be quick and must not
-/// hold a lock the lease path needs for longer than a copy of counts.
-pub type GaugeSource = Box<dyn Fn() -> GaugeSnapshot + Send + Sync>;
-
-#[derive(Clone, Default)]
-struct Gauges {
-    source: Arc<OnceLock<GaugeSource>>,
-}
-
-impl fmt::Debug for Gauges {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Gauges")
-            .field("set", &self.source.get().is_some())
-            .finish()
-    }
-}
-
-impl Collector for Gauges {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let Some(source) = self.source.get() else {
-            return Ok(());
-        };
-        // One snapshot feeds both families, so they agree with each other.
-        let snap = source();
-        {
-            let mut m = encoder.encode_descriptor(
-                "endpoints",
-                "Endpoints by health state",
-                None,
-                MetricType::Gauge,
-            )?;
-            for p in &snap.pools {
-                for (s, n) in State::ALL.iter().zip(p.endpoints) {
-                    let labels = [("pool", p.pool.as_str()), ("state", s.as_str())];
-                    m.encode_family(&labels)?.encode_gauge(&n)?;
-                }
-            }
-        }
-        let mut m = encoder.encode_descriptor(
-            "destination_bans",
-            "(endpoint, destination) pairs that are cooling, waiting for a trial or disabled",
-            None,
-            MetricType::Gauge,
-        )?;
-        for p in &snap.pools {
-            m.encode_family(&[("pool", p.pool.as_str())])?
-                .encode_gauge(&p.destination_bans)?;
-        }
-        let mut m = encoder.encode_descriptor(
-            "targets_down",
-            "Targets (host:port) that every endpoint tried failed to reach: down, with their own cooldown",
-            None,
-            MetricType::Gauge,
-        )?;
-        for p in &snap.pools {
-            m.encode_family(&[("pool", p.pool.as_str())])?
-                .encode_gauge(&p.targets_down)?;
-        }
-        Ok(())
-    }
 }
 
 /// The process's registry and every family docs/observability.md, "Metrics", lists.
@@ -557,153 +306,6 @@ impl Metrics {
         // well-formed prefix, which is better than no answer at all.
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
         out
-    }
-}
-
-struct PoolHandles {
-    pool: String,
-    leases: [Counter; LeaseResult::ALL.len()],
-    report_success: Counter,
-    report_failure: [OnceLock<Counter>; N_REASONS],
-    transitions: Box<[OnceLock<Counter>]>,
-    probe: [AtomicHistogram; 2],
-    lease_wait: AtomicHistogram,
-    upstream: [Counter; 2],
-    failures: [Counter; N_BLAMES],
-    targets_dropped: Counter,
-    pace_hosts_dropped: Counter,
-    gateway_bytes: [Counter; 2],
-    reports: Family<ReportLabels, Counter>,
-    transitions_family: Family<TransitionLabels, Counter>,
-}
-
-/// One pool's pre-resolved series. Cloning is an `Arc` clone; every method is lock-free
-/// except the first use of a (from, to, reason) or failure-reason series.
-#[derive(Clone)]
-pub struct PoolMetrics {
-    inner: Arc<PoolHandles>,
-}
-
-impl fmt::Debug for PoolMetrics {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PoolMetrics")
-            .field("pool", &self.inner.pool)
-            .finish()
-    }
-}
-
-impl PoolMetrics {
-    /// A lease request finished with `result` after `waited`.
-    pub fn lease(&self, result: LeaseResult, waited: Duration) {
-        self.inner.leases[result as usize].inc();
-        self.inner.lease_wait.observe_duration(waited);
-    }
-
-    /// A success report.
-    pub fn report_success(&self) {
-        self.inner.report_success.inc();
-    }
-
-    /// A failure report with its reason.
-    pub fn report_failure(&self, reason: Reason) {
-        let h = &self.inner;
-        h.report_failure[reason as usize]
-            .get_or_init(|| {
-                h.reports.get_or_create_owned(&ReportLabels {
-                    pool: h.pool.clone(),
-                    outcome: OUTCOMES[1],
-                    reason: reason.as_str(),
-                })
-            })
-            .inc();
-    }
-
-    /// A persisted state change.
-    pub fn transition(&self, from: State, to: State, reason: Option<Reason>) {
-        let h = &self.inner;
-        let i = (state_idx(from) * N_STATES + state_idx(to)) * (N_REASONS + 1) + reason_idx(reason);
-        h.transitions[i]
-            .get_or_init(|| {
-                h.transitions_family.get_or_create_owned(&TransitionLabels {
-                    pool: h.pool.clone(),
-                    from: from.as_str(),
-                    to: to.as_str(),
-                    reason: reason.map_or(NO_REASON, |r| r.as_str()),
-                })
-            })
-            .inc();
-    }
-
-    /// A probe transaction finished.
-    pub fn probe(&self, ok: bool, took: Duration) {
-        self.inner.probe[usize::from(!ok)].observe_duration(took);
-    }
-
-    /// A gateway attempt through one of this pool's upstreams.
-    pub fn upstream_attempt(&self, ok: bool) {
-        self.inner.upstream[usize::from(!ok)].inc();
-    }
-
-    /// A failure, by whom it counted against.
-    pub fn failure(&self, blame: Blame) {
-        self.inner.failures[blame as usize].inc();
-    }
-
-    /// `n` more targets forgotten to stay within the cap.
-    pub fn targets_dropped(&self, n: u64) {
-        self.inner.targets_dropped.inc_by(n);
-    }
-
-    /// Bytes the gateway relayed through an endpoint of the pool, in one direction.
-    pub fn gateway_bytes(&self, direction: Direction, n: u64) {
-        self.inner.gateway_bytes[direction as usize].inc_by(n);
-    }
-
-    /// `n` more hosts' pacing forgotten to stay within the cap.
-    pub fn pace_hosts_dropped(&self, n: u64) {
-        self.inner.pace_hosts_dropped.inc_by(n);
-    }
-}
-
-const N_BLAMES: usize = Blame::ALL.len();
-
-const N_PROTOCOLS: usize = GatewayProtocol::ALL.len();
-const N_GATEWAY_OUTCOMES: usize = GatewayOutcome::ALL.len();
-
-struct GatewayHandles {
-    requests: [[Counter; N_GATEWAY_OUTCOMES]; N_PROTOCOLS],
-    /// `new`, `reused`.
-    connections: [Counter; 2],
-    idle: Gauge,
-}
-
-/// The gateway's pre-resolved series.
-#[derive(Clone)]
-pub struct GatewayMetrics {
-    inner: Arc<GatewayHandles>,
-}
-
-impl fmt::Debug for GatewayMetrics {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GatewayMetrics").finish_non_exhaustive()
-    }
-}
-
-impl GatewayMetrics {
-    /// A client request finished.
-    pub fn request(&self, protocol: GatewayProtocol, outcome: GatewayOutcome) {
-        self.inner.requests[protocol as usize][outcome as usize].inc();
-    }
-
-    /// An absolute-form request went out on a new or a reused upstream connection.
-    pub fn upstream_connection(&self, reused: bool) {
-        self.inner.connections[usize::from(reused)].inc();
-    }
-
-    /// Idle upstream connections kept went up (or down) by `delta`; several gateways add
-    /// into one gauge.
-    pub fn idle_upstream(&self, delta: i64) {
-        self.inner.idle.inc_by(delta);
     }
 }
 

@@ -736,8 +736,8 @@ fn redaction_script(trace: bool) {
         (vec![s("list"), s("--json")], 0),
         (vec![s("show"), url.clone()], 0),
         (vec![s("show"), s("--json"), url.clone()], 0),
-        // Probing by URL resolves the endpoint; the prober itself is still a placeholder
-        // (src/probe.rs), so only the usage path is exercised here.
+        // Probing by URL resolves the endpoint before the concurrency is refused; real
+        // probes are tested in probe_faults.rs and local_failures.rs.
         (vec![s("probe"), s("--concurrency"), s("0"), url.clone()], 2),
         (vec![s("disable"), url.clone(), s("--reason"), s("x")], 0),
         (vec![s("enable"), url.clone()], 0),

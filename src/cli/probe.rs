@@ -34,102 +34,42 @@ pub(super) async fn probe(
     // `--pool P` alone: a pool with nothing to probe is as unusable as a dead one, and
     // exits alike (1) instead of an empty table and 0.
     let whole_pool = pool.clone().filter(|_| targets.is_empty());
-    let reports: Vec<ProbeReport> = if let Some(mut c) = ctx.daemon().await? {
-        // The daemon owns the pool state: let it run the probes and apply the results.
-        // A sweep of a large pool takes as long as it takes.
-        c.set_timeout(Duration::from_secs(24 * 3600));
-        let req = Request::Probe(ProbeMessage {
-            endpoints: targets.into_iter().map(EndpointRef::Url).collect(),
-            pool,
-            all,
-            concurrency: Some(concurrency),
-        });
-        let reports = match call(&mut c, &req).await? {
-            Payload::Probes { results } => results,
-            _ => return Err(unexpected("probe")),
-        };
-        if json_out {
-            for r in &reports {
-                println!("{}", serde_json::to_string(r).unwrap_or_default());
-            }
-        }
-        reports
-    } else {
-        let engine = ctx.engine()?;
-        let ids: Vec<EndpointId> = if targets.is_empty() {
-            engine.ids(pool.as_deref())
-        } else {
-            ctx.resolve_ids(&Named::new(&targets, &pool))?
-        };
-        let probers =
-            probe_run::probers(&ctx.config).map_err(|e| CliError::usage(e.to_string()))?;
-        let ids = probe_run::probe_targets(&engine, &probers, ids, every_pool)
-            .map_err(CliError::usage)?;
-        let bar = if std::io::stderr().is_terminal() && !json_out {
-            let b = ProgressBar::new(ids.len() as u64);
-            b.set_style(
-                ProgressStyle::with_template("{spinner} probing [{bar:30}] {pos}/{len} {msg}")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
-            b
-        } else {
-            ProgressBar::hidden()
-        };
-        let reports = probe_run::probe_many(&engine, &probers, ids, concurrency, |rep| {
+    let reports = match ctx.daemon().await? {
+        Some(mut c) => {
+            // The daemon owns the pool state: let it run the probes and apply the
+            // results. A sweep of a large pool takes as long as it takes.
+            c.set_timeout(Duration::from_secs(24 * 3600));
+            let req = Request::Probe(ProbeMessage {
+                endpoints: targets.into_iter().map(EndpointRef::Url).collect(),
+                pool,
+                all,
+                concurrency: Some(concurrency),
+            });
+            let reports = match call(&mut c, &req).await? {
+                Payload::Probes { results } => results,
+                _ => return Err(unexpected("probe")),
+            };
             if json_out {
-                println!("{}", serde_json::to_string(rep).unwrap_or_default());
+                reports.iter().for_each(print_json);
             }
-            bar.inc(1);
-        })
-        .await?;
-        bar.finish_and_clear();
-        engine.flush().await?;
-        reports
+            reports
+        }
+        None => {
+            in_process(
+                ctx,
+                &Named::new(&targets, &pool),
+                every_pool,
+                concurrency,
+                json_out,
+            )
+            .await?
+        }
     };
     if !json_out {
-        let mut t = table([
-            "ID", "URL", "RESULT", "REASON", "PHASE", "STATUS", "STATE", "TOTAL", "PHASES",
-        ]);
-        for r in &reports {
-            t.add_row([
-                r.id.to_string(),
-                r.url.clone(),
-                if r.skipped.is_some() {
-                    "skipped".into()
-                } else if r.ok {
-                    "ok".into()
-                } else {
-                    "FAILED".into()
-                },
-                r.reason.map(|x| x.to_string()).unwrap_or("-".into()),
-                r.phase.map(|x| x.to_string()).unwrap_or("-".into()),
-                r.status.map(|x| x.to_string()).unwrap_or("-".into()),
-                r.state.map(|x| x.to_string()).unwrap_or("-".into()),
-                format!("{:.0}ms", r.total_ms),
-                r.phases_ms
-                    .iter()
-                    .map(|(p, ms)| format!("{p}={ms:.0}"))
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            ]);
-        }
-        println!("{t}");
+        print_table(&reports);
     }
     if every_pool {
-        // Said once, so that a sweep that passed over some pools is not read as "all ok".
-        let untested: Vec<&str> = ctx
-            .config
-            .pools
-            .values()
-            .filter(|p| p.probe.url.is_none())
-            .map(|p| p.name.as_str())
-            .collect();
-        if !untested.is_empty() {
-            eprintln!(
-                "note: pools without [pool.probe] url are never probed: {}",
-                untested.join(", ")
-            );
-        }
+        note_unprobed(ctx);
     }
     if let (Some(p), true) = (&whole_pool, reports.is_empty()) {
         return Err(CliError::failed(format!(
@@ -147,4 +87,96 @@ pub(super) async fn probe(
         )));
     }
     Ok(())
+}
+
+/// No daemon: probe here and apply the results to the database, with a progress bar on
+/// a terminal.
+async fn in_process(
+    ctx: &Context,
+    named: &Named<'_>,
+    every_pool: bool,
+    concurrency: usize,
+    json_out: bool,
+) -> Result<Vec<ProbeReport>, CliError> {
+    let engine = ctx.engine()?;
+    let ids: Vec<EndpointId> = if named.args.is_empty() {
+        engine.ids(named.pool)
+    } else {
+        ctx.resolve_ids(named)?
+    };
+    let probers = probe_run::probers(&ctx.config).map_err(|e| CliError::usage(e.to_string()))?;
+    let ids =
+        probe_run::probe_targets(&engine, &probers, ids, every_pool).map_err(CliError::usage)?;
+    let bar = if std::io::stderr().is_terminal() && !json_out {
+        let b = ProgressBar::new(ids.len() as u64);
+        b.set_style(
+            ProgressStyle::with_template("{spinner} probing [{bar:30}] {pos}/{len} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+    let reports = probe_run::probe_many(&engine, &probers, ids, concurrency, |rep| {
+        if json_out {
+            print_json(rep);
+        }
+        bar.inc(1);
+    })
+    .await?;
+    bar.finish_and_clear();
+    engine.flush().await?;
+    Ok(reports)
+}
+
+fn print_json(r: &ProbeReport) {
+    println!("{}", serde_json::to_string(r).unwrap_or_default());
+}
+
+fn print_table(reports: &[ProbeReport]) {
+    let mut t = table([
+        "ID", "URL", "RESULT", "REASON", "PHASE", "STATUS", "STATE", "TOTAL", "PHASES",
+    ]);
+    let dash = |x: Option<String>| x.unwrap_or_else(|| "-".into());
+    for r in reports {
+        t.add_row([
+            r.id.to_string(),
+            r.url.clone(),
+            if r.skipped.is_some() {
+                "skipped".into()
+            } else if r.ok {
+                "ok".into()
+            } else {
+                "FAILED".into()
+            },
+            dash(r.reason.map(|x| x.to_string())),
+            dash(r.phase.map(|x| x.to_string())),
+            dash(r.status.map(|x| x.to_string())),
+            dash(r.state.map(|x| x.to_string())),
+            format!("{:.0}ms", r.total_ms),
+            r.phases_ms
+                .iter()
+                .map(|(p, ms)| format!("{p}={ms:.0}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        ]);
+    }
+    println!("{t}");
+}
+
+/// Said once, so that a sweep that passed over some pools is not read as "all ok".
+fn note_unprobed(ctx: &Context) {
+    let untested: Vec<&str> = ctx
+        .config
+        .pools
+        .values()
+        .filter(|p| p.probe.url.is_none())
+        .map(|p| p.name.as_str())
+        .collect();
+    if !untested.is_empty() {
+        eprintln!(
+            "note: pools without [pool.probe] url are never probed: {}",
+            untested.join(", ")
+        );
+    }
 }

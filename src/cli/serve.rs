@@ -25,19 +25,7 @@ pub(super) async fn serve(
         ));
     }
     crate::server::socket_file::check(&ctx.socket).map_err(|e| CliError::usage(e.to_string()))?;
-    let gateway = match gateway {
-        Some(addr) => {
-            let mut g = crate::config::GatewayConfig::new(addr);
-            g.token = secrets.gateway.clone();
-            g.check().map_err(|(key, msg)| {
-                CliError::usage(format!(
-                    "--gateway: {key}: {msg} (set {GATEWAY_ENV}; clients send it as the proxy password)"
-                ))
-            })?;
-            Some(g)
-        }
-        None => None,
-    };
+    let gateway = gateway_flag(gateway, &secrets)?;
     // `--http` (or PROXYPOOL_HTTP), else `[server] http`, else no HTTP listener.
     let http = http.or(ctx.config.http);
     if let Some(addr) = http {
@@ -68,19 +56,7 @@ pub(super) async fn serve(
     sync_config_endpoints(&mut store, &ctx.config)?;
     let engine = Engine::open(store, ctx.config.pools.values().cloned())?;
     let shutdown = CancellationToken::new();
-    let sd = shutdown.clone();
-    let own_socket = socket.clone();
-    tokio::spawn(async move {
-        wait_for_signal().await;
-        tracing::info!("shutting down");
-        sd.cancel();
-        // A second signal means "now": do not wait for the orderly stop. Acknowledged
-        // writes are already committed; the socket file is ours and goes too.
-        wait_for_signal().await;
-        eprintln!("proxypool: second signal, exiting at once");
-        crate::server::socket_file::remove_own(&own_socket);
-        std::process::exit(1);
-    });
+    on_signals(shutdown.clone(), socket.clone());
     let r = daemon::serve(
         ctx.config.clone(),
         engine,
@@ -91,13 +67,7 @@ pub(super) async fn serve(
             http_token: secrets.http,
             gateway,
             http,
-            database: Some(match ctx.shared() {
-                true => ctx.at.describe(),
-                false => std::path::absolute(&ctx.db)
-                    .unwrap_or_else(|_| ctx.db.clone())
-                    .display()
-                    .to_string(),
-            }),
+            database: Some(database_name(ctx)),
             lock: held.clone(),
             // The file this daemon started from; else the default path, where a config
             // written after the start is picked up by SIGHUP.
@@ -122,6 +92,51 @@ pub(super) async fn serve(
         lock::clear(held);
     }
     r
+}
+
+/// `--gateway ADDR`: a gateway on the built-in defaults with the token from the
+/// environment.
+fn gateway_flag(
+    gateway: Option<SocketAddr>,
+    secrets: &ServeSecrets,
+) -> Result<Option<crate::config::GatewayConfig>, CliError> {
+    let Some(addr) = gateway else {
+        return Ok(None);
+    };
+    let mut g = crate::config::GatewayConfig::new(addr);
+    g.token = secrets.gateway.clone();
+    g.check().map_err(|(key, msg)| {
+        CliError::usage(format!(
+            "--gateway: {key}: {msg} (set {GATEWAY_ENV}; clients send it as the proxy password)"
+        ))
+    })?;
+    Ok(Some(g))
+}
+
+/// The first signal asks for an orderly stop; a second one means "now".
+fn on_signals(shutdown: CancellationToken, own_socket: std::path::PathBuf) {
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        shutdown.cancel();
+        // Acknowledged writes are already committed; the socket file is ours and goes too.
+        wait_for_signal().await;
+        eprintln!("proxypool: second signal, exiting at once");
+        crate::server::socket_file::remove_own(&own_socket);
+        std::process::exit(1);
+    });
+}
+
+/// The database as the `serving` line names it: PostgreSQL's URL without its password,
+/// or the SQLite file's absolute path.
+fn database_name(ctx: &Context) -> String {
+    match ctx.shared() {
+        true => ctx.at.describe(),
+        false => std::path::absolute(&ctx.db)
+            .unwrap_or_else(|_| ctx.db.clone())
+            .display()
+            .to_string(),
+    }
 }
 
 pub(super) async fn wait_for_signal() {

@@ -8,6 +8,7 @@ use hyper::{Response, StatusCode};
 
 use super::idle::Body;
 use super::upstream::UpstreamError;
+use crate::endpoint::EndpointId;
 use crate::metrics::GatewayOutcome;
 
 /// The response header naming the upstream endpoint id.
@@ -116,107 +117,117 @@ fn retry_after_secs(d: std::time::Duration) -> u64 {
 
 pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
     let status = status_of(&e);
-    match e {
-        UpstreamError::Exhausted { pool, retry_after } => {
-            let when = match retry_after {
-                Some(d) => format!("the soonest cooldown ends in {} ms", d.as_millis()),
-                None => "none is cooling: waiting will not help".into(),
-            };
-            let mut resp = text(
-                status,
-                "pool_exhausted",
-                &format!("pool {pool:?} has no endpoint available; {when}"),
-            );
-            // Only a deadline that exists: `Retry-After: 1` forever teaches a client to
-            // hammer a pool that will not recover by itself.
-            if let Some(d) = retry_after {
-                resp.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs(d)));
-            }
-            resp
-        }
-        UpstreamError::Paced {
-            pool,
-            host,
-            retry_after,
-        } => {
-            let when = match retry_after {
-                Some(d) => format!("the soonest is ready in {} ms", d.as_millis()),
-                None => "one is ready when a use of it ends".to_string(),
-            };
-            let mut resp = text(
-                status,
-                PACED,
-                &format!("pool {pool:?}: every endpoint that fits was used for {host} too recently (pacing); {when}"),
-            );
-            let secs = retry_after.map(retry_after_secs).unwrap_or(1);
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-            resp
-        }
-        UpstreamError::BadRoute(m) => text(status, "bad_request", &m),
-        UpstreamError::Local(why) => local_resources(&why),
-        UpstreamError::Empty { pool } => text(
-            status,
-            "pool_empty",
-            &format!("pool {pool:?} has no endpoints: waiting will not help"),
-        ),
-        UpstreamError::UnknownPool(p) => {
-            text(status, "unknown_pool", &format!("unknown pool {p:?}"))
-        }
-        UpstreamError::DestinationDown {
-            target,
-            retry_after,
-        } => {
-            let mut resp = text(
-                status,
-                DESTINATION_DOWN,
-                &format!(
-                    "destination {target} is down: every upstream that tried it failed to reach it; nothing was dialed (next try in {} ms)",
-                    retry_after.as_millis()
-                ),
-            );
-            resp.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(retry_after_secs(retry_after)),
-            );
-            resp
-        }
-        UpstreamError::AllFailed {
-            last,
-            endpoint,
-            tried,
-        } => {
-            let mut resp = text(
-                status,
-                last.reason.as_str(),
-                &format!(
-                    "{tried} upstream(s) failed; last: {} at {}",
-                    last.reason, last.phase
-                ),
-            );
-            set_endpoint(resp.headers_mut(), endpoint);
-            resp
-        }
-        e @ (UpstreamError::Internal(_) | UpstreamError::UnusableUrl { .. }) => {
-            text(status, "internal", &e.to_string())
-        }
+    let said = Said::of(e);
+    let mut resp = text(status, said.code, &said.message);
+    if let Some(secs) = said.retry_after_secs {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
+    if let Some(endpoint) = said.endpoint {
+        set_endpoint(resp.headers_mut(), endpoint);
+    }
+    resp
 }
 
-/// `503` for want of local resources (this machine's descriptors, memory or ports, or
-/// the gateway's descriptor budget): the client may come back in a second.
-pub(super) fn local_resources(why: &str) -> Response<Body> {
-    let mut resp = text(
-        StatusCode::SERVICE_UNAVAILABLE,
-        LOCAL_RESOURCES,
-        &format!(
-            "out of local resources ({why}); the failure is this machine's, nothing was reported against an upstream"
-        ),
-    );
-    resp.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    resp
+/// What an error answer says: its `X-Proxypool-Error` code, its text, when to come back
+/// and which endpoint the last try went through.
+struct Said {
+    code: &'static str,
+    message: String,
+    retry_after_secs: Option<u64>,
+    endpoint: Option<EndpointId>,
+}
+
+impl Said {
+    fn new(code: &'static str, message: String) -> Said {
+        Said {
+            code,
+            message,
+            retry_after_secs: None,
+            endpoint: None,
+        }
+    }
+
+    fn of(e: UpstreamError) -> Said {
+        match e {
+            UpstreamError::Exhausted { pool, retry_after } => {
+                let when = match retry_after {
+                    Some(d) => format!("the soonest cooldown ends in {} ms", d.as_millis()),
+                    None => "none is cooling: waiting will not help".into(),
+                };
+                Said {
+                    // Only a deadline that exists: `Retry-After: 1` forever teaches a
+                    // client to hammer a pool that will not recover by itself.
+                    retry_after_secs: retry_after.map(retry_after_secs),
+                    ..Said::new(
+                        "pool_exhausted",
+                        format!("pool {pool:?} has no endpoint available; {when}"),
+                    )
+                }
+            }
+            UpstreamError::Paced {
+                pool,
+                host,
+                retry_after,
+            } => {
+                let when = match retry_after {
+                    Some(d) => format!("the soonest is ready in {} ms", d.as_millis()),
+                    None => "one is ready when a use of it ends".to_string(),
+                };
+                Said {
+                    retry_after_secs: Some(retry_after.map(retry_after_secs).unwrap_or(1)),
+                    ..Said::new(
+                        PACED,
+                        format!("pool {pool:?}: every endpoint that fits was used for {host} too recently (pacing); {when}"),
+                    )
+                }
+            }
+            UpstreamError::BadRoute(m) => Said::new("bad_request", m),
+            UpstreamError::Empty { pool } => Said::new(
+                "pool_empty",
+                format!("pool {pool:?} has no endpoints: waiting will not help"),
+            ),
+            UpstreamError::UnknownPool(p) => Said::new("unknown_pool", format!("unknown pool {p:?}")),
+            UpstreamError::DestinationDown {
+                target,
+                retry_after,
+            } => Said {
+                retry_after_secs: Some(retry_after_secs(retry_after)),
+                ..Said::new(
+                    DESTINATION_DOWN,
+                    format!(
+                        "destination {target} is down: every upstream that tried it failed to reach it; nothing was dialed (next try in {} ms)",
+                        retry_after.as_millis()
+                    ),
+                )
+            },
+            UpstreamError::AllFailed {
+                last,
+                endpoint,
+                tried,
+            } => Said {
+                endpoint: Some(endpoint),
+                ..Said::new(
+                    last.reason.as_str(),
+                    format!(
+                        "{tried} upstream(s) failed; last: {} at {}",
+                        last.reason, last.phase
+                    ),
+                )
+            },
+            UpstreamError::Local(why) => Said {
+                // The failure is this machine's: a second later it may be over.
+                retry_after_secs: Some(1),
+                ..Said::new(
+                    LOCAL_RESOURCES,
+                    format!("out of local resources ({why}); the failure is this machine's, nothing was reported against an upstream"),
+                )
+            },
+            e @ (UpstreamError::Internal(_) | UpstreamError::UnusableUrl { .. }) => {
+                Said::new("internal", e.to_string())
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -261,7 +272,6 @@ mod tests {
                 upstream_error(E::Local("Too many open files".into())),
                 GatewayOutcome::LocalResources,
             ),
-            (local_resources("budget"), GatewayOutcome::LocalResources),
             (
                 text(StatusCode::PAYLOAD_TOO_LARGE, "a", "b"),
                 GatewayOutcome::BadRequest,

@@ -1,4 +1,7 @@
 use super::*;
+use std::time::Duration;
+
+use crate::health::{Reason, State};
 
 fn sample(lines: &str, name_and_labels: &str) -> Option<String> {
     lines

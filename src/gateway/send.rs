@@ -1,0 +1,141 @@
+//! Sending one request on an upstream connection, a kept one or a new one, with the
+//! response head's deadline.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::http::request::Parts;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tracing::debug;
+
+use super::deadline::{head_within, BodyEnd};
+use super::headers::upstream_request;
+use super::idle::{Body, Sender};
+use super::lease::LeaseGuard;
+use super::upstream::Link;
+use super::Shared;
+use crate::dial::{self, Dest, DialFailure, Route};
+use crate::health::{Phase, Reason};
+
+/// Why a request did not get a response head.
+pub(super) enum Sent {
+    /// The upstream path failed; reported against the upstream.
+    Failed(DialFailure),
+    /// A new connection to replace a kept one that closed could not be made: reported
+    /// against the upstream, and nothing reached the destination.
+    Unreachable(DialFailure),
+    /// A kept connection closed after the request's one-time body went out on it.
+    Unsendable,
+    /// No response head within `response_timeout`: reported against the upstream; a
+    /// GET/HEAD goes on through another one.
+    Slow(DialFailure),
+}
+
+/// What it takes to send a request again on a new connection.
+pub(super) struct Again<'a> {
+    pub(super) parts: &'a Parts,
+    /// A GET/HEAD body, kept.
+    pub(super) kept: &'a Option<Bytes>,
+    pub(super) dest: &'a Dest,
+    /// The request is in absolute form, for a forward proxy.
+    pub(super) forward: bool,
+    /// Set when a one-time body has gone out: the response deadline counts from then.
+    pub(super) body_end: Option<&'a BodyEnd>,
+}
+
+/// Send `out` on `link`. A kept connection the far side closed (most often just as it was
+/// taken) is no fault of the upstream: the request goes again on a new connection through
+/// the same upstream when it can be had again (not written yet, or a kept GET/HEAD body).
+pub(super) async fn send(
+    shared: &Shared,
+    guard: &LeaseGuard,
+    link: Link<Sender>,
+    out: Request<Body>,
+    again: Again<'_>,
+) -> Result<(Response<Incoming>, Sender), Sent> {
+    let Again {
+        parts,
+        kept,
+        dest,
+        forward,
+        body_end,
+    } = again;
+    let metrics = &shared.metrics;
+    let within = shared.cfg.response_timeout;
+    let mut sender = match link {
+        Link::Dialed(d) => {
+            metrics.upstream_connection(false);
+            return exchange(d.io, out, within, body_end).await;
+        }
+        Link::Reused(sender) => sender,
+    };
+    metrics.upstream_connection(true);
+    let sent = head_within(within, body_end, sender.try_send_request(out)).await;
+    let mut e = match sent {
+        None => return Err(Sent::Slow(no_head_in(within))),
+        Some(Ok(resp)) => return Ok((resp, sender)),
+        Some(Err(e)) => e,
+    };
+    debug!(endpoint = guard.endpoint(), error = %e.error(), "gateway idle upstream connection closed");
+    // The request hyper gives back was not written: its body (a one-time body too) still
+    // says when it has gone out. One rebuilt from a kept body is out at once.
+    let (again, body_end) = match e.take_message() {
+        Some(m) => (m, body_end),
+        None => {
+            let b = kept.as_ref().ok_or(Sent::Unsendable)?;
+            let body = Full::new(b.clone()).map_err(|n| match n {}).boxed();
+            let req = upstream_request(parts, body, forward.then(|| guard.proxy()), true);
+            (req, None)
+        }
+    };
+    metrics.upstream_connection(false);
+    // The same way as the connection it replaces: the request is already in its form.
+    let route = if forward {
+        Route::PlainHttp
+    } else {
+        Route::Tunnel
+    };
+    let d = shared
+        .upstream
+        .dial(guard, dest, route)
+        .await
+        .map_err(Sent::Unreachable)?;
+    exchange(d.io, again, within, body_end).await
+}
+
+/// Send the first request over a new upstream connection, which stays open after it when
+/// the far side allows; its response head must come `within` that long.
+async fn exchange(
+    io: dial::BoxIo,
+    req: Request<Body>,
+    within: Duration,
+    body_end: Option<&BodyEnd>,
+) -> Result<(Response<Incoming>, Sender), Sent> {
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| Sent::Failed(dial::hyper_failure(&e, Phase::Request)))?;
+    tokio::spawn(async move {
+        // Errors surface through the response and its body.
+        let _ = conn.await;
+    });
+    let resp = head_within(within, body_end, sender.send_request(req))
+        .await
+        .ok_or_else(|| Sent::Slow(no_head_in(within)))?
+        .map_err(|e| Sent::Failed(dial::hyper_failure(&e, Phase::ResponseHead)))?;
+    Ok((resp, sender))
+}
+
+/// The failure of a response head that did not come within `response_timeout`.
+fn no_head_in(within: Duration) -> DialFailure {
+    DialFailure::new(
+        Reason::SlowResponse,
+        Phase::ResponseHead,
+        format!(
+            "no response head within the gateway's response_timeout ({})",
+            humantime::format_duration(within)
+        ),
+    )
+}
