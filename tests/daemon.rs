@@ -1107,13 +1107,19 @@ fn a_reported_trial_survives_kill_9_with_its_claim_stored_before_the_report() {
     let g = ok(c.req(&json!({"op": "lease", "ttl": "1h"})));
     assert_eq!(g["trial"], json!(true));
     let lease = lease_id(&g);
-    let r = ok(c.req(&json!({"op": "report", "lease": lease, "outcome": "failure",
-        "reason": "connect_refused", "phase": "connect"})));
+    let r = ok(c.req(
+        &json!({"op": "report", "lease": lease, "outcome": "failure",
+        "reason": "connect_refused", "phase": "connect"}),
+    ));
     assert_eq!(r["state"], json!("cooling"));
     d.kill9();
     let _d = h.serve();
     let e = h.listed(id);
-    assert_eq!((&e["state"], &e["streak"]), (&json!("cooling"), &json!(2)), "{e}");
+    assert_eq!(
+        (&e["state"], &e["streak"]),
+        (&json!("cooling"), &json!(2)),
+        "{e}"
+    );
     let of_lease = |kind: &str| -> Vec<i64> {
         events_of(&h, kind)
             .iter()
@@ -1123,7 +1129,10 @@ fn a_reported_trial_survives_kill_9_with_its_claim_stored_before_the_report() {
     };
     let (claimed, reported) = (of_lease("trial_admitted"), of_lease("report"));
     assert_eq!((claimed.len(), reported.len()), (1, 1), "{:?}", h.events());
-    assert!(claimed[0] < reported[0], "claim {claimed:?} after report {reported:?}");
+    assert!(
+        claimed[0] < reported[0],
+        "claim {claimed:?} after report {reported:?}"
+    );
 }
 
 /// With nobody writing after it, a trial's claim still reaches the database.
@@ -1137,13 +1146,17 @@ fn a_trial_claim_alone_is_committed_soon() {
     let g = ok(d.req(json!({"op": "lease", "ttl": "1h"})));
     assert_eq!(g["trial"], json!(true));
     let lease = lease_id(&g);
-    common::eventually(Duration::from_secs(10), "the trial_admitted event stored", || {
-        let found = events_of(&h, "trial_admitted");
-        match found.iter().any(|e| e["lease"] == json!(lease)) {
-            true => Ok(()),
-            false => Err(format!("{found:?}")),
-        }
-    });
+    common::eventually(
+        Duration::from_secs(10),
+        "the trial_admitted event stored",
+        || {
+            let found = events_of(&h, "trial_admitted");
+            match found.iter().any(|e| e["lease"] == json!(lease)) {
+                true => Ok(()),
+                false => Err(format!("{found:?}")),
+            }
+        },
+    );
 }
 
 #[test]
