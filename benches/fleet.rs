@@ -43,7 +43,7 @@ const CLIENTS: usize = 8;
 const CELL: Duration = Duration::from_secs(3);
 const ROUNDS: usize = 3;
 /// Endpoints per database: transitions use them up (each cools for an hour).
-const ENDPOINTS: usize = 60_000;
+const ENDPOINTS: usize = 120_000;
 
 const CONFIG: &str = r#"
 [[pool]]
@@ -194,9 +194,14 @@ fn cpu(pid: u32, children: bool) -> f64 {
 
 /// `CLIENTS` connections spread over `socks` for `CELL`; each op is `op`; ops per second.
 fn drive(socks: &[PathBuf], op: fn(&mut Conn) -> bool) -> f64 {
+    drive_n(CLIENTS, socks, op)
+}
+
+/// `clients` connections spread over `socks` for `CELL`; ops per second.
+fn drive_n(clients: usize, socks: &[PathBuf], op: fn(&mut Conn) -> bool) -> f64 {
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
-    let threads: Vec<_> = (0..CLIENTS)
+    let threads: Vec<_> = (0..clients)
         .map(|i| {
             let (sock, stop, done) = (socks[i % socks.len()].clone(), stop.clone(), done.clone());
             std::thread::spawn(move || {
@@ -288,59 +293,83 @@ fn main() {
     );
 
     // 2. Transitions, and pgbench's UPDATE + INSERT.
-    let (mut t_lite, mut t_pg) = (Vec::new(), Vec::new());
-    let d0_cpu = cpu(d0.child.id(), false);
-    let pg_cpu = cpu(pg.server_pid().unwrap(), true);
-    for _ in 0..ROUNDS {
-        t_lite.push(drive(std::slice::from_ref(&dl.sock), transition));
-        t_pg.push(drive(std::slice::from_ref(&d0.sock), transition));
-    }
-    let one_cpu = (
-        cpu(d0.child.id(), false) - d0_cpu,
-        cpu(pg.server_pid().unwrap(), true) - pg_cpu,
-    );
-    let one_ops: f64 = t_pg.iter().sum::<f64>() * CELL.as_secs_f64();
-    let (t_lite, t_pg) = (median(t_lite), median(t_pg));
+    let db = pg_url.rsplit('/').next().unwrap().to_string();
+    // Every writing transaction records its change number: their count is the number of
+    // group commits.
+    let commits = || -> f64 {
+        pg.sql(&db, "SELECT count(*) FROM fleet_changes")
+            .parse()
+            .unwrap()
+    };
     let script = lite.dir.path().join("tx.sql");
     std::fs::write(
         &script,
-        "\\set id random(1, 60000)\nBEGIN;\nUPDATE bench_endpoints SET state = 'cooling', streak = streak + 1, \
+        format!("\\set id random(1, {ENDPOINTS})\nBEGIN;\nUPDATE bench_endpoints SET state = 'cooling', streak = streak + 1, \
          cooldown_ms = 3600000, cooldown_until = now() + interval '1 hour', state_changed_at = now() WHERE id = :id;\n\
          INSERT INTO bench_events (at, endpoint, kind, from_state, to_state, reason, phase) \
-         VALUES (now(), :id, 'state_changed', 'available', 'cooling', 'connect_refused', 'connect');\nEND;\n",
+         VALUES (now(), :id, 'state_changed', 'available', 'cooling', 'connect_refused', 'connect');\nEND;\n"),
     )
     .unwrap();
-    let db = pg_url.rsplit('/').next().unwrap();
     // pgbench writes copies of the tables (same columns, indexes and constraints): the
-    // daemons' rows must not change behind their backs.
+    // daemons' rows must not change behind their backs. A checkpoint after the imports, so
+    // none falls on the first cells.
     pg.sql(
-        db,
+        &db,
         "CREATE TABLE bench_endpoints (LIKE endpoints INCLUDING ALL); \
          INSERT INTO bench_endpoints SELECT * FROM endpoints; \
          CREATE TABLE bench_events (LIKE events INCLUDING ALL)",
     );
-    let out = Command::new("pgbench")
-        .args(["-n", "-c", &CLIENTS.to_string(), "-j", "2", "-T", "3", "-f"])
-        .arg(&script)
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &pg.port().to_string(),
-            "-U",
-            postgres::USER,
-            db,
-        ])
-        .env("PGPASSWORD", postgres::PASSWORD)
-        .output()
-        .expect("pgbench (postgresql-contrib or postgresql-client)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let tps: f64 = text
-        .lines()
-        .find(|l| l.starts_with("tps"))
-        .and_then(|l| l.split_whitespace().nth(2))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN);
+    pg.sql(&db, "CHECKPOINT");
+    let pgbench = || -> f64 {
+        let out = Command::new("pgbench")
+            .args(["-n", "-c", &CLIENTS.to_string(), "-j", "2", "-T"])
+            .arg(CELL.as_secs().to_string())
+            .arg("-f")
+            .arg(&script)
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &pg.port().to_string(),
+                "-U",
+                postgres::USER,
+                &db,
+            ])
+            .env("PGPASSWORD", postgres::PASSWORD)
+            .output()
+            .expect("pgbench (postgresql-contrib or postgresql-client)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.lines()
+            .find(|l| l.starts_with("tps"))
+            .and_then(|l| l.split_whitespace().nth(2))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN)
+    };
+    // Rounds interleaved: SQLite, the daemon on PostgreSQL, pgbench; CPU counted over the
+    // daemon's cells only.
+    let (mut t_lite, mut t_pg, mut t_bench) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut one_cpu, mut one_commits) = ((0.0, 0.0), 0.0);
+    for _ in 0..ROUNDS {
+        t_lite.push(drive(std::slice::from_ref(&dl.sock), transition));
+        let (c0, p0, n0) = (
+            cpu(d0.child.id(), false),
+            cpu(pg.server_pid().unwrap(), true),
+            commits(),
+        );
+        t_pg.push(drive(std::slice::from_ref(&d0.sock), transition));
+        one_cpu.0 += cpu(d0.child.id(), false) - c0;
+        one_cpu.1 += cpu(pg.server_pid().unwrap(), true) - p0;
+        one_commits += commits() - n0;
+        t_bench.push(pgbench());
+    }
+    let rounds: Vec<String> = t_pg
+        .iter()
+        .zip(&t_bench)
+        .map(|(d, b)| format!("{:.2}", d / b))
+        .collect();
+    let one_ops: f64 = t_pg.iter().sum::<f64>() * CELL.as_secs_f64();
+    let one_batch = one_ops / one_commits;
+    let (t_lite, t_pg, tps) = (median(t_lite), median(t_pg), median(t_bench));
     println!("\n2. persisted transitions/s (lease + failure report, {CLIENTS} clients; synchronous_commit on, fsync on)");
     println!(
         "{:<28} {:>12}",
@@ -362,6 +391,21 @@ fn main() {
         "daemon / pgbench",
         format!("{:.2}", t_pg / tps)
     );
+    println!("{:<28} {:>12}", "  each round", rounds.join(" "));
+    // Where a group commit's time goes: its statements (BEGIN, the change number, one
+    // guarded UPDATE per transition; the events' INSERT, NOTIFY, COMMIT) go out in two
+    // round trips, then the WAL flush.
+    println!(
+        "{:<28} {:>12}",
+        "transitions per commit",
+        format!("{one_batch:.1}")
+    );
+    println!(
+        "{:<28} {:>12}",
+        "statements per commit",
+        format!("{:.1}", one_batch + 5.0)
+    );
+    println!("{:<28} {:>12}", "round trips per commit", "2");
 
     // 3. Propagation from daemon 0 to daemon 1.
     let d1 = fleet[1].serve();
@@ -420,18 +464,29 @@ fn main() {
     let pids = [d0.child.id(), d1.child.id(), d2.child.id()];
     let daemons_cpu = || pids.iter().map(|&p| cpu(p, false)).sum::<f64>();
     let (c0, p0) = (daemons_cpu(), cpu(pg.server_pid().unwrap(), true));
+    let commits3 = commits();
     let mut t3 = Vec::new();
     for _ in 0..ROUNDS {
         t3.push(drive(&socks, transition));
     }
     let three_cpu = (daemons_cpu() - c0, cpu(pg.server_pid().unwrap(), true) - p0);
     let three_ops: f64 = t3.iter().sum::<f64>() * CELL.as_secs_f64();
+    let three_batch = three_ops / (commits() - commits3);
     let t3 = median(t3);
     let mut l3 = Vec::new();
     for _ in 0..ROUNDS {
         l3.push(drive(&socks, lease_release));
     }
     let l3 = median(l3);
+    // The same three with CLIENTS each: as many writers per daemon as the one had, so
+    // each daemon's group commits are as large.
+    let commits24 = commits();
+    let mut t24 = Vec::new();
+    for _ in 0..ROUNDS {
+        t24.push(drive_n(3 * CLIENTS, &socks, transition));
+    }
+    let batch24 = t24.iter().sum::<f64>() * CELL.as_secs_f64() / (commits() - commits24);
+    let t24 = median(t24);
     println!(
         "\n4. three daemons against one ({CLIENTS} clients spread over them; CPU per transition)"
     );
@@ -444,9 +499,27 @@ fn main() {
     );
     println!(
         "{:<28} {:>12} {:>12}",
+        "transitions per commit",
+        format!("{one_batch:.1}"),
+        format!("{three_batch:.1}")
+    );
+    println!(
+        "{:<28} {:>12} {:>12}",
         "leases/s",
         format!("{l_pg:.0}"),
         format!("{l3:.0}")
+    );
+    println!(
+        "{:<28} {:>12} {:>12}",
+        format!("transitions/s, {} clients", 3 * CLIENTS),
+        "",
+        format!("{t24:.0}")
+    );
+    println!(
+        "{:<28} {:>12} {:>12}",
+        "  transitions per commit",
+        "",
+        format!("{batch24:.1}")
     );
     println!(
         "{:<28} {:>12} {:>12}",

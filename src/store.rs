@@ -192,6 +192,20 @@ pub struct EventFilter {
     pub since: Option<SystemTime>,
 }
 
+/// Where `proxypool events --follow` stands (`Store::follow_events`).
+#[derive(Debug, Clone, Default)]
+pub struct EventCursor {
+    after: i64,
+    fleet: Option<postgres::FollowAt>,
+}
+
+impl EventCursor {
+    /// Follow after event `after` (what was printed before).
+    pub fn after(after: i64) -> EventCursor {
+        EventCursor { after, fleet: None }
+    }
+}
+
 /// An optional text column holding a name (`reason`, `phase`): None stays None.
 pub(crate) fn parse_col<T: std::str::FromStr>(v: Option<&str>) -> Result<Option<T>, T::Err> {
     v.map(str::parse).transpose()
@@ -464,6 +478,34 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<EventRow>, StoreError> {
         each!(self, s => s.events_matching(f, after, limit))
+    }
+
+    /// The events matching `f` committed since the last call (`proxypool events
+    /// --follow`), oldest first; `true` when more are waiting. On SQLite one writer commits
+    /// ids in order; on PostgreSQL several do not, and the cursor follows transactions.
+    pub fn follow_events(
+        &self,
+        f: &EventFilter,
+        at: &mut EventCursor,
+        limit: usize,
+    ) -> Result<(Vec<EventRow>, bool), StoreError> {
+        match self {
+            Store::Sqlite(s) => {
+                let batch = s.events_matching(f, at.after, limit)?;
+                if let Some(e) = batch.last() {
+                    at.after = e.id;
+                }
+                let more = batch.len() == limit;
+                Ok((batch, more))
+            }
+            Store::Postgres(s) => {
+                let after = at.after;
+                let fleet = at
+                    .fleet
+                    .get_or_insert_with(|| postgres::FollowAt::after(after));
+                s.follow_events(f, fleet, limit)
+            }
+        }
     }
 
     /// The last `n` events matching `f`, oldest first.

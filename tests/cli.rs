@@ -822,6 +822,23 @@ fn config_unknown_key_is_rejected_with_key_and_line() {
     let (_, err) = e.fails(2, &["list", "--config", cfg2.to_str().unwrap()]);
     assert!(err.contains("listen") && err.contains("line 3"), "{err}");
     assert!(!e.path("x.db").exists());
+
+    // A bad policy value: its own line and its key once, not the pool's line.
+    for (value, problem) in [
+        ("fall = 0", "fall must be >= 1"),
+        ("factor = 0.5", "factor must be >= 1, got 0.5"),
+    ] {
+        let cfg3 = e.path("c3.toml");
+        std::fs::write(
+            &cfg3,
+            format!("# a pool\n\n[[pool]]\nname = \"eu\"\n[pool.cooldown]\n{value}\n"),
+        )
+        .unwrap();
+        let (_, err) = e.fails(2, &["config", "check", "--config", cfg3.to_str().unwrap()]);
+        let key = format!("pool.eu.cooldown.{}", value.split(' ').next().unwrap());
+        assert!(err.contains(&format!("line 6: {key}: {problem}")), "{err}");
+        assert_eq!(err.matches("pool.eu").count(), 1, "{err}");
+    }
 }
 
 #[test]
@@ -1034,6 +1051,23 @@ fn probe_needs_targets_and_lease_needs_a_daemon() {
     e.fails(2, &["lease", "--ttl", "forever"]);
     // Operator commands work without a daemon.
     assert_eq!(e.list().len(), 1);
+
+    // Looking for a daemon that is not there leaves nothing behind: no database, no lock
+    // file, no folder.
+    let fresh = Home::new(None);
+    for args in [
+        &["lease"][..],
+        &["report", "l-1", "--outcome", "success"],
+        &["release", "l-1"],
+    ] {
+        fresh.fails(1, args);
+    }
+    let data = fresh.path("data");
+    let left: Vec<_> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|d| d.unwrap().path())
+        .collect();
+    assert!(left.is_empty(), "left behind in {data:?}: {left:?}");
 }
 
 #[test]

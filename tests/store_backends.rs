@@ -373,8 +373,13 @@ fn the_schema_is_the_same_in_both_dialects() {
         want.insert(t, cols);
     }
     // PostgreSQL, less what only a fleet needs.
-    let fleet_only = ["fleet_sequence", "fleet_removals", "proxypool_schema"];
-    let fleet_cols = ["rev", "claim_epoch", "claim_until"];
+    let fleet_only = [
+        "fleet_sequence",
+        "fleet_changes",
+        "fleet_removals",
+        "proxypool_schema",
+    ];
+    let fleet_cols = ["rev", "claim_epoch", "claim_until", "xid"];
     let db = url.rsplit('/').next().unwrap();
     let out = pg.sql(
         db,

@@ -233,6 +233,16 @@ impl Context {
         }
     }
 
+    /// The daemon as [`Context::daemon`] finds it, for commands that need one and touch
+    /// no database themselves (`lease`, `report`, `release`): where no lock file exists no
+    /// daemon serves this database, and looking must not leave one (or its folder) behind.
+    pub(super) async fn running_daemon(&self) -> Result<Option<Client>, CliError> {
+        if self.remote.is_none() && !self.shared() && !lock::lock_path(&self.db).exists() {
+            return Ok(None);
+        }
+        self.daemon().await
+    }
+
     pub(super) fn engine(&self) -> Result<Arc<Engine>, CliError> {
         // A command acts once and ends: it does not follow the fleet.
         let opts = crate::pool::engine::EngineOptions {

@@ -79,19 +79,30 @@ pub(super) async fn events(ctx: &Context, a: EventsArgs) -> Result<(), CliError>
         // Following starts after the newest event, matching or not.
         after = after.max(store.recent_events(None, 1)?.first().map_or(0, |e| e.id));
     }
+    if !a.follow {
+        loop {
+            let batch = store.events_matching(&filter, after, 1000)?;
+            for e in &batch {
+                if !print(e) {
+                    return Ok(());
+                }
+                after = e.id;
+            }
+            if batch.len() < 1000 {
+                return Ok(());
+            }
+        }
+    }
+    let mut cursor = crate::store::EventCursor::after(after);
     loop {
-        let batch = store.events_matching(&filter, after, 1000)?;
+        let (batch, more) = store.follow_events(&filter, &mut cursor, 1000)?;
         for e in &batch {
             if !print(e) {
                 return Ok(());
             }
-            after = e.id;
         }
-        if batch.len() == 1000 {
+        if more {
             continue;
-        }
-        if !a.follow {
-            return Ok(());
         }
         let _ = std::io::stdout().flush();
         tokio::time::sleep(Duration::from_millis(200)).await;

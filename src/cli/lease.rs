@@ -39,7 +39,7 @@ pub(super) async fn lease(ctx: &Context, a: LeaseArgs) -> Result<(), CliError> {
 /// configured socket: leases live only in a daemon's memory, so without one these
 /// commands fail (exit 1).
 pub(super) async fn connect_any(ctx: &Context) -> Result<Client, CliError> {
-    let c = match ctx.daemon().await? {
+    let c = match ctx.running_daemon().await? {
         Some(c) => Some(c),
         None => Client::connect(&ctx.socket).await?,
     };

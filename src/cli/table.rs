@@ -48,6 +48,7 @@ pub(super) fn fmt_event(e: &EventRow) -> String {
     for (k, v) in [
         ("reason", &e.reason),
         ("phase", &e.phase),
+        ("blame", &e.blame),
         ("lease", &e.lease),
         ("detail", &e.detail),
     ] {
@@ -295,5 +296,28 @@ mod tests {
         let mut row = cooling(60_000, now);
         row.state = State::Available;
         assert_eq!(left_text(left_of(&row, now)), "-");
+    }
+
+    #[test]
+    fn an_event_line_says_whom_a_failure_counted_against() {
+        let e = EventRow {
+            id: 7,
+            at: "2026-12-01T00:00:00Z".into(),
+            kind: "report".into(),
+            endpoint: Some(3),
+            from: None,
+            to: None,
+            reason: Some("connect_timeout".into()),
+            phase: Some("connect".into()),
+            detail: None,
+            lease: Some("l-1".into()),
+            destination: Some("shop.example".into()),
+            status: None,
+            blame: Some("pair".into()),
+        };
+        assert_eq!(
+            fmt_event(&e),
+            "2026-12-01T00:00:00Z #7 report endpoint=3 destination=shop.example reason=connect_timeout phase=connect blame=pair lease=l-1"
+        );
     }
 }

@@ -227,7 +227,7 @@ impl File<'_> {
         };
         pool.policy
             .validate(&format!("{key}.cooldown"))
-            .map_err(|e: PolicyError| self.invalid(key.clone(), e.to_string()))?;
+            .map_err(|e: PolicyError| self.invalid(e.key().to_string(), e.problem()))?;
         self.blame(&key, &blame_keys, target_cooldown, &mut pool.blame)?;
         let mut sources = rp
             .sources
@@ -292,7 +292,7 @@ impl File<'_> {
         rules
             .target
             .validate(&format!("{key}.cooldown.target"))
-            .map_err(|e: PolicyError| self.invalid(key.to_string(), e.to_string()))
+            .map_err(|e: PolicyError| self.invalid(e.key().to_string(), e.problem()))
     }
 
     /// `[pool.pace]` and its `[[pool.pace.site]]`s.

@@ -125,6 +125,32 @@ pub enum PolicyError {
     },
 }
 
+impl PolicyError {
+    /// The config key the value was given at.
+    pub fn key(&self) -> &str {
+        match self {
+            PolicyError::Factor { key, .. }
+            | PolicyError::Jitter { key, .. }
+            | PolicyError::BaseAboveMax { key, .. }
+            | PolicyError::ZeroBase { key }
+            | PolicyError::ZeroDisableAfter { key }
+            | PolicyError::ZeroFall { key } => key,
+        }
+    }
+
+    /// What is wrong, without the key (for an error that names the key itself).
+    pub fn problem(&self) -> String {
+        let all = self.to_string();
+        match all
+            .strip_prefix(self.key())
+            .and_then(|r| r.strip_prefix(": "))
+        {
+            Some(rest) => rest.to_string(),
+            None => all,
+        }
+    }
+}
+
 impl Policy {
     /// The effective cooldown for a reason (pool default with overrides applied).
     pub fn cooldown_for(&self, reason: Option<Reason>) -> Cooldown {

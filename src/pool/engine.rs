@@ -127,7 +127,7 @@ impl Engine {
         let mut p = Pools::new(pools);
         // Following starts at the change before the rows are read: whatever commits while
         // they load is applied again, never missed.
-        let follow_from = store.postgres().map(|pg| pg.change_seq()).transpose()?;
+        let follow_from = store.postgres().map(|pg| pg.feed_start()).transpose()?;
         let now = Instant::now();
         // In slices: a million stored rows never sit in memory next to the pools built
         // from them (the peak, and the resident size left behind, would nearly double).

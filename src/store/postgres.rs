@@ -6,10 +6,9 @@
 //! future on the calling thread, so it works from the store thread, from a CLI command and
 //! from inside another runtime alike.
 //!
-//! Every transaction that writes takes the next value of the fleet's change sequence
-//! first (`fleet_sequence`, one row, locked until commit): change numbers and event ids
-//! then follow commit order, which is what lets a daemon follow the others by "every row
-//! changed after N" without missing one (`feed`).
+//! Every transaction that writes takes a change number from a sequence and records it with
+//! its transaction id (`statements`); writers do not queue on a shared row, so numbers
+//! commit in any order, and a daemon follows the others by transaction ids (`feed`).
 
 use std::future::Future;
 use std::pin::pin;
@@ -28,13 +27,18 @@ use crate::health::State;
 mod copy;
 mod endpoints;
 pub mod feed;
+mod follow;
+mod guard;
+mod outcome;
 mod read;
 mod schema;
+mod statements;
 mod target;
 mod write;
 
 pub use copy::{copy_from_sqlite, Copied};
 pub use feed::{Changes, Feed};
+pub use follow::FollowAt;
 pub use schema::migrations;
 pub use target::{is_url, redact_url, PgTarget};
 
@@ -275,9 +279,13 @@ impl Postgres {
         })
     }
 
-    /// The change sequence now: following from here misses nothing committed after it.
-    pub fn change_seq(&self) -> Result<i64, StoreError> {
-        let rows = self.rows("SELECT change_seq FROM fleet_sequence WHERE id = 1", &[])?;
+    /// Where a feed starts (`Feed::new`): read before the state it follows is loaded, it
+    /// misses nothing committed after.
+    pub fn feed_start(&self) -> Result<i64, StoreError> {
+        let rows = self.rows(
+            "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint",
+            &[],
+        )?;
         Ok(rows.first().map_or(0, |r| r.get(0)))
     }
 

@@ -70,6 +70,8 @@ pub struct Cluster {
     /// fsync on (benchmarks): tests turn it off, they do not test the server's own
     /// crash safety.
     durable: bool,
+    /// More `-c name=value` settings of the server (TLS).
+    settings: Vec<String>,
 }
 
 impl Cluster {
@@ -85,17 +87,51 @@ impl Cluster {
     }
 
     fn start_with(durable: bool) -> Option<Cluster> {
+        let c = Cluster::init(durable)?;
+        c.start_server();
+        Some(c)
+    }
+
+    /// A cluster of its own that speaks TLS with this certificate and key (PEM files) and
+    /// refuses logins without it (pg_hba `hostssl`).
+    pub fn start_tls(cert: &Path, key: &Path) -> Option<Cluster> {
+        let mut c = Cluster::init(false)?;
+        let (crt, k) = (c.root.join("server.crt"), c.root.join("server.key"));
+        std::fs::copy(cert, &crt).unwrap();
+        std::fs::copy(key, &k).unwrap();
+        // The server refuses a key others can read.
+        std::fs::set_permissions(&k, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        if let Some((uid, gid)) = c.ids {
+            chown(&crt, uid, gid);
+            chown(&k, uid, gid);
+        }
+        c.settings = vec![
+            "ssl=on".into(),
+            format!("ssl_cert_file={}", crt.display()),
+            format!("ssl_key_file={}", k.display()),
+        ];
+        let hba = c.root.join("data/pg_hba.conf");
+        let text = std::fs::read_to_string(&hba).unwrap();
+        let ssl_only: String = text
+            .lines()
+            .map(|l| match l.strip_prefix("host ") {
+                Some(rest) => format!("hostssl {rest}\n"),
+                None => format!("{l}\n"),
+            })
+            .collect();
+        std::fs::write(&hba, ssl_only).unwrap();
+        c.start_server();
+        Some(c)
+    }
+
+    /// initdb, not started.
+    fn init(durable: bool) -> Option<Cluster> {
         let bin = bin_dir()?;
         let ids = is_root().then_some((65534u32, 65534u32));
-        let root = tempfile::Builder::new()
-            .prefix("proxypool-pg-")
-            .tempdir()
-            .expect("temp dir")
-            .keep();
+        let root = Cluster::new_root(ids);
         let pwfile = root.join("pw");
         std::fs::write(&pwfile, PASSWORD).unwrap();
         if let Some((uid, gid)) = ids {
-            chown(&root, uid, gid);
             chown(&pwfile, uid, gid);
         }
         let data = root.join("data");
@@ -117,7 +153,7 @@ impl Cluster {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        let c = Cluster {
+        Some(Cluster {
             bin,
             root,
             port: free_port(),
@@ -125,9 +161,87 @@ impl Cluster {
             server: Mutex::new(None),
             next_db: AtomicUsize::new(0),
             durable,
+            settings: Vec::new(),
+        })
+    }
+
+    /// A temp folder the server user owns.
+    fn new_root(ids: Option<(u32, u32)>) -> PathBuf {
+        let root = tempfile::Builder::new()
+            .prefix("proxypool-pg-")
+            .tempdir()
+            .expect("temp dir")
+            .keep();
+        if let Some((uid, gid)) = ids {
+            chown(&root, uid, gid);
+        }
+        root
+    }
+
+    /// A streaming standby of this cluster (`pg_basebackup -R`, WAL streamed), started on
+    /// a port of its own; it follows until promoted.
+    pub fn start_standby(&self) -> Cluster {
+        let root = Cluster::new_root(self.ids);
+        let data = root.join("data");
+        let out = as_server(Command::new(self.bin.join("pg_basebackup")), self.ids)
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", USER])
+            .args([
+                "-D",
+                data.to_str().unwrap(),
+                "-R",
+                "-X",
+                "stream",
+                "--no-sync",
+            ])
+            .env("PGPASSWORD", PASSWORD)
+            .output()
+            .expect("run pg_basebackup");
+        assert!(
+            out.status.success(),
+            "pg_basebackup failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let c = Cluster {
+            bin: self.bin.clone(),
+            root,
+            port: free_port(),
+            ids: self.ids,
+            server: Mutex::new(None),
+            next_db: AtomicUsize::new(0),
+            durable: self.durable,
+            settings: self.settings.clone(),
         };
         c.start_server();
-        Some(c)
+        c
+    }
+
+    /// Commit only once a standby has the commit too (`synchronous_standby_names`), and
+    /// wait until one streams as synchronous.
+    pub fn make_synchronous(&self) {
+        self.sql(
+            "postgres",
+            "ALTER SYSTEM SET synchronous_standby_names = '*'",
+        );
+        self.sql("postgres", "SELECT pg_reload_conf()");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.sql(
+            "postgres",
+            "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'",
+        ) != "1"
+        {
+            assert!(
+                Instant::now() < deadline,
+                "no synchronous standby within 60 s: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Promote a standby to primary, and wait until it takes writes.
+    pub fn promote(&self) {
+        assert_eq!(self.sql("postgres", "SELECT pg_promote(true, 60)"), "t");
     }
 
     /// The server's process id (its backends are its children).
@@ -197,6 +311,7 @@ impl Cluster {
             .arg("-c")
             .arg(format!("unix_socket_directories={}", self.root.display()))
             .args(["-c", "max_connections=200"])
+            .args(self.settings.iter().flat_map(|v| ["-c", v.as_str()]))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);

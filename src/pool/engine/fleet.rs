@@ -226,17 +226,14 @@ impl Engine {
         }
     }
 
-    /// Apply what the feed read (changes after `base`).
-    fn follow(&self, ch: &Changes, base: i64) {
+    /// Apply what the feed read.
+    fn follow(&self, ch: &Changes) {
         let Some(f) = &self.fleet else {
             return;
         };
         let now = Instant::now();
         let mut p = self.lock();
         let mut t = f.track();
-        // A row read now that this daemon wrote at or before `base` is at least as new as
-        // that write.
-        t.own.retain(|_, seq| *seq > base);
         if ch.reload {
             let keep: HashSet<EndpointId> = ch.endpoints.iter().map(|r| r.id).collect();
             for id in p.ids(None) {
@@ -279,6 +276,12 @@ impl Engine {
                     }
                 }
             }
+        }
+        // The feed lists each change once: a row this daemon wrote in one of these is not
+        // read again as of that change, and any later change of it has a larger `rev`.
+        if !ch.seqs.is_empty() && !t.own.is_empty() {
+            let applied: HashSet<i64> = ch.seqs.iter().copied().collect();
+            t.own.retain(|_, seq| !applied.contains(seq));
         }
         drop(t);
         drop(p);
@@ -354,7 +357,6 @@ impl Engine {
                     if weak.strong_count() == 0 {
                         return;
                     }
-                    let base = feed.position();
                     let read = feed.next(if more { Duration::ZERO } else { POLL });
                     let Some(engine) = weak.upgrade() else {
                         return;
@@ -367,7 +369,7 @@ impl Engine {
                                 why: "writes that failed could not be read back yet".into(),
                             });
                         }
-                        engine.follow(&ch, base);
+                        engine.follow(&ch);
                         engine.deferred(&feed)?;
                         if renewed.elapsed() >= every {
                             engine.renew(&feed)?;

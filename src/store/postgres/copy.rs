@@ -4,7 +4,7 @@
 
 use std::time::SystemTime;
 
-use super::write::{CHANNEL, LOCK};
+use super::statements::{lock_and_number, CHANNEL, NOTIFY};
 use super::Postgres;
 use crate::store::{parse_time, Sqlite, StoreError};
 
@@ -33,7 +33,7 @@ pub fn copy_from_sqlite(from: &Sqlite, to: &Postgres) -> Result<Copied, StoreErr
         let mut c = to.client().await?;
         let r: Result<Result<Copied, StoreError>, tokio_postgres::Error> = async {
             let tx = c.transaction().await?;
-            let seq: i64 = tx.query_one(LOCK, &[]).await?.get(0);
+            let seq = lock_and_number(&tx).await?;
             let used: i64 = tx
                 .query_one(
                     "SELECT (SELECT count(*) FROM endpoints) + (SELECT count(*) FROM events) \
@@ -201,7 +201,7 @@ pub fn copy_from_sqlite(from: &Sqlite, to: &Postgres) -> Result<Copied, StoreErr
                 .await?;
                 copied.sources += 1;
             }
-            tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &seq.to_string()])
+            tx.execute(NOTIFY, &[&CHANNEL])
                 .await?;
             tx.commit().await?;
             Ok(Ok(copied))

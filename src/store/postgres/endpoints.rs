@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use tokio_postgres::Transaction;
 
 use super::read::{endpoint_row, ENDPOINT_COLS};
-use super::write::{CHANNEL, EVENTS, LOCK, TOMBSTONES};
+use super::statements::{lock_and_number, CHANNEL, EVENTS, NOTIFY, TOMBSTONES};
 use super::Postgres;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
@@ -40,14 +40,12 @@ const ADDED: &str = "INSERT INTO events (endpoint, kind, to_state, detail) \
      SELECT e, 'added', s, d FROM UNNEST($1::bigint[], $2::text[], $3::text[]) \
      WITH ORDINALITY AS v(e, s, d, o) ORDER BY o";
 
-async fn notify(tx: &Transaction<'_>, seq: i64) -> Result<(), tokio_postgres::Error> {
-    tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &seq.to_string()])
-        .await
-        .map(|_| ())
+async fn notify(tx: &Transaction<'_>) -> Result<(), tokio_postgres::Error> {
+    tx.execute(NOTIFY, &[&CHANNEL]).await.map(|_| ())
 }
 
 async fn lock(tx: &Transaction<'_>) -> Result<i64, tokio_postgres::Error> {
-    Ok(tx.query_one(LOCK, &[]).await?.get(0))
+    lock_and_number(tx).await
 }
 
 /// The columns of `INSERT` for a batch of new endpoints starting at id `first`.
@@ -128,6 +126,35 @@ fn is_unique_violation(e: &tokio_postgres::Error) -> bool {
     e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION)
 }
 
+/// The ids of `eps` when every one is stored as given already (nothing to write).
+async fn unchanged(
+    c: &tokio_postgres::Client,
+    eps: &[NewEndpoint],
+) -> Result<Option<Vec<(EndpointId, bool)>>, tokio_postgres::Error> {
+    let mut out = Vec::with_capacity(eps.len());
+    for e in eps {
+        let u = &e.url;
+        let port = i32::from(u.port);
+        let found = c
+            .query_opt(
+                "SELECT id, password, label, tags FROM endpoints WHERE pool = $1 AND scheme = $2 \
+                 AND host = $3 AND port = $4 AND \"user\" = $5",
+                &[&e.pool, &u.scheme.as_str(), &u.host, &port, &u.user_key()],
+            )
+            .await?;
+        let Some(row) = found else { return Ok(None) };
+        let label: Option<String> = row.get(2);
+        let tags: Option<String> = row.get(3);
+        let label_new = super::text(&e.label.clone().or(label.clone()));
+        let tags_new = e.tags.to_column().or(tags.clone());
+        if row.get::<_, Option<String>>(1) != u.password || label != label_new || tags != tags_new {
+            return Ok(None);
+        }
+        out.push((row.get(0), false));
+    }
+    Ok(Some(out))
+}
+
 impl Postgres {
     /// Insert the endpoints that do not exist yet; existing ones get their password and
     /// label refreshed. Returns (id, newly added) per input.
@@ -135,9 +162,17 @@ impl Postgres {
         &mut self,
         eps: &[NewEndpoint],
     ) -> Result<Vec<(EndpointId, bool)>, StoreError> {
+        if eps.is_empty() {
+            return Ok(Vec::new());
+        }
         self.block(async {
             let mut c = self.client().await?;
             let r: Result<_, tokio_postgres::Error> = async {
+                // A daemon's start syncs its config: when nothing is new, it need not wait
+                // for the tables (`lock`).
+                if let Some(same) = unchanged(&c, eps).await? {
+                    return Ok(same);
+                }
                 let tx = c.transaction().await?;
                 let seq = lock(&tx).await?;
                 let mut next: i64 = tx.query_one(NEXT_ID, &[]).await?.get(0);
@@ -184,7 +219,7 @@ impl Postgres {
                     }
                 }
                 if changed {
-                    notify(&tx, seq).await?;
+                    notify(&tx).await?;
                 }
                 tx.commit().await?;
                 Ok(out)
@@ -285,7 +320,7 @@ impl Postgres {
                 any = true;
             }
             if any {
-                notify(&tx, seq).await.map_err(pg)?;
+                notify(&tx).await.map_err(pg)?;
             }
             tx.commit().await.map_err(pg)?;
             Ok(skipped)
@@ -368,7 +403,7 @@ impl Postgres {
                     &[&id, &EventKind::Edited.as_str(), &detail],
                 )
                 .await?;
-                notify(&tx, seq).await?;
+                notify(&tx).await?;
                 tx.commit().await?;
                 Ok(Ok(EndpointRow {
                     url: new_url,
@@ -396,7 +431,7 @@ impl Postgres {
             let mut c = self.client().await?;
             let r: Result<Result<(), StoreError>, tokio_postgres::Error> = async {
                 let tx = c.transaction().await?;
-                let seq = lock(&tx).await?;
+                lock(&tx).await?;
                 let rows = tx
                     .query(
                         "DELETE FROM endpoints WHERE id = ANY($1::bigint[]) RETURNING id",
@@ -429,8 +464,8 @@ impl Postgres {
                     ],
                 )
                 .await?;
-                tx.execute(TOMBSTONES, &[&seq, &distinct, &none]).await?;
-                notify(&tx, seq).await?;
+                tx.execute(TOMBSTONES, &[&distinct, &none]).await?;
+                notify(&tx).await?;
                 tx.commit().await?;
                 Ok(Ok(()))
             }
@@ -457,11 +492,14 @@ impl Postgres {
                         &[&before, &(batch as i64)],
                     )
                     .await?;
+                // Changes and tombstones of one transaction share its `at`: they go together.
                 let pruned = c
                     .query_one(
-                        "WITH d AS (DELETE FROM fleet_removals \
-                           WHERE at < now() - $1::bigint * interval '1 second' RETURNING rev) \
-                         SELECT MAX(rev) FROM d",
+                        "WITH d AS (DELETE FROM fleet_changes \
+                           WHERE at < now() - $1::bigint * interval '1 second' RETURNING xid), \
+                         r AS (DELETE FROM fleet_removals \
+                           WHERE at < now() - $1::bigint * interval '1 second') \
+                         SELECT MAX(xid::text::bigint) FROM d",
                         &[&TOMBSTONE_KEEP_SECS],
                     )
                     .await?;

@@ -1,20 +1,27 @@
-//! Following the fleet: what other daemons (and CLI commands) changed, in commit order.
+//! Following the fleet: what other daemons (and CLI commands) changed.
 //!
 //! Every writing transaction notifies `proxypool_changes` after commit; the feed listens on
 //! a connection of its own and, woken by a notification or by its poll interval (so a lost
-//! notification only delays), reads the rows whose change number is past the last one it
-//! saw, and the removals (docs/fleet.md, "Propagation"). A daemon that was away longer
-//! than the removals are kept reloads everything.
+//! notification only delays), reads what changed (docs/fleet.md, "Propagation").
+//!
+//! Change numbers are taken before commit, so they commit in any order: "every number past
+//! the last one seen" would miss a transaction that took its number first and committed
+//! last. The feed goes by transaction ids instead. A read's snapshot has an `xmin`: every
+//! transaction with a smaller id had ended when it was taken, so whatever commits later
+//! was made by a transaction with an id of at least that. Each read therefore takes the
+//! changes (`fleet_changes`) of transactions with ids from the previous read's `xmin` on,
+//! less those it already applied, and the rows, pairs and removals those changes wrote
+//! (`rev`). A daemon that was away longer than changes are kept reloads everything.
 
-use std::time::Duration;
-
+use std::collections::HashMap;
 use std::future::Future;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 
 use super::read::{endpoint_row, pair_row, ENDPOINT_COLS, PAIR_COLS};
-use super::write::CHANNEL;
+use super::statements::CHANNEL;
 use super::Postgres;
 use crate::endpoint::EndpointId;
 use crate::store::pairs::PairRow;
@@ -23,20 +30,24 @@ use crate::store::{ClaimOn, EndpointRow, Epoch, Fresh, StoreError};
 /// Endpoint rows read per call: an import of millions arrives in slices.
 const SLICE: i64 = 20_000;
 
+/// Reads woken by notifications are at least this far apart: each costs every daemon a
+/// few statements, and under a stream of commits one read covers many of them.
+const GAP: Duration = Duration::from_millis(10);
+
 /// What changed since the last call.
 #[derive(Debug, Default)]
 pub struct Changes {
-    /// The change number everything up to which is now included.
-    pub seq: i64,
-    /// Removals and recoveries were pruned past the last change seen: `endpoints` and
-    /// `pairs` are everything, and whatever is not in them is gone.
+    /// The changes whose rows this read applies (each change number once, ever).
+    pub seqs: Vec<i64>,
+    /// Removals and recoveries were pruned past the last read: `endpoints` and `pairs` are
+    /// everything, and whatever is not in them is gone.
     pub reload: bool,
-    /// Endpoint rows written since, with their current content.
+    /// Endpoint rows written by those changes, with their current content.
     pub endpoints: Vec<EndpointRow>,
-    /// Pair rows written since.
+    /// Pair rows written by them.
     pub pairs: Vec<PairRow>,
-    /// Endpoints removed (`None`) and pairs deleted (`Some(destination)`), with the change
-    /// that did it.
+    /// Endpoints removed (`None`) and pairs deleted and not written again since
+    /// (`Some(destination)`), with the change that did it.
     pub removed: Vec<(i64, EndpointId, Option<String>)>,
     /// More is waiting (a large change arrives in slices): call again at once.
     pub more: bool,
@@ -46,30 +57,45 @@ struct Listener {
     rx: mpsc::UnboundedReceiver<()>,
 }
 
-/// A reader of the change sequence; see the module documentation.
+/// A large change read in slices: the changes it reads, the last endpoint (rev, id) read,
+/// and where the feed stands once it is done.
+struct Slicing {
+    seqs: Vec<i64>,
+    after: (i64, EndpointId),
+    done: Position,
+}
+
+/// Where the feed stands: the `xmin` of its last read, and the changes it applied whose
+/// transaction ids are at least that (they are listed again by the next read).
+#[derive(Debug, Clone, Default)]
+struct Position {
+    xmin: i64,
+    seen: HashMap<i64, i64>,
+}
+
+/// A reader of the fleet's changes; see the module documentation.
 pub struct Feed {
     pg: Postgres,
-    last: i64,
-    /// While a large change is read in slices: (the change it reads up to, the last
-    /// endpoint (rev, id) read).
-    slicing: Option<(i64, (i64, EndpointId))>,
+    at: Position,
+    slicing: Option<Slicing>,
     listener: Option<Listener>,
+    last_read: std::time::Instant,
 }
 
 impl Feed {
-    /// Follow from change `from` (read before the state it applies to was loaded).
-    pub fn new(pg: Postgres, from: i64) -> Feed {
+    /// Follow from `xmin` (`Postgres::feed_start`, read before the state it applies to was
+    /// loaded).
+    pub fn new(pg: Postgres, xmin: i64) -> Feed {
         Feed {
             pg,
-            last: from,
+            at: Position {
+                xmin,
+                seen: HashMap::new(),
+            },
             slicing: None,
             listener: None,
+            last_read: std::time::Instant::now(),
         }
-    }
-
-    /// The last change included.
-    pub fn position(&self) -> i64 {
-        self.last
     }
 
     /// Connect the listening session if it is not up: its own connection (not pooled),
@@ -134,9 +160,16 @@ impl Feed {
         let listening = self.listen();
         if self.slicing.is_none() {
             if let (Ok(()), Some(l)) = (&listening, self.listener.as_mut()) {
+                let last = self.last_read;
                 let closed = self.pg.block(async {
                     match tokio::time::timeout(wait, l.rx.recv()).await {
                         Ok(Some(())) => {
+                            // Under a stream of commits, one read for all that arrive
+                            // within `GAP` of the last one.
+                            let since = last.elapsed();
+                            if since < GAP {
+                                tokio::time::sleep(GAP - since).await;
+                            }
                             while l.rx.try_recv().is_ok() {}
                             false
                         }
@@ -152,6 +185,7 @@ impl Feed {
                 std::thread::sleep(wait);
             }
         }
+        self.last_read = std::time::Instant::now();
         let changes = self.read()?;
         // Listening failed but reading worked: try again next time, the poll covers it.
         drop(listening);
@@ -159,93 +193,29 @@ impl Feed {
     }
 
     fn read(&mut self) -> Result<Changes, StoreError> {
-        /// What one read found, and where the next slice of a long catch-up starts.
-        type Slice = (Changes, Option<(i64, i64)>);
         let pg = self.pg.clone();
-        let (last, slicing) = (self.last, self.slicing);
-        let (out, cursor) = pg.block(async {
+        let (at, slicing) = (&self.at, &self.slicing);
+        let (out, next) = pg.block(async {
             let mut c = pg.client().await?;
-            let r: Result<Result<Slice, StoreError>, tokio_postgres::Error> = async {
+            let r: Result<Result<(Changes, Next), StoreError>, tokio_postgres::Error> = async {
                 let tx = c
                     .build_transaction()
                     .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
                     .read_only(true)
                     .start()
                     .await?;
-                let head = tx
-                    .query_one(
-                        "SELECT change_seq, removed_through FROM fleet_sequence WHERE id = 1",
-                        &[],
-                    )
-                    .await?;
-                let (now_seq, pruned): (i64, i64) = (head.get(0), head.get(1));
-                let (upto, after) = slicing.unwrap_or((now_seq, (last, EndpointId::MAX)));
-                let mut out = Changes {
-                    seq: upto,
-                    ..Changes::default()
-                };
-                if upto <= last {
-                    out.seq = last;
-                    return Ok(Ok((out, None)));
-                }
-                out.reload = pruned > last && slicing.is_none();
-                let (from, after, limit) = if out.reload {
-                    (0, (0, 0), i64::MAX)
-                } else {
-                    (last, after, SLICE)
-                };
-                let sql = format!(
-                    "SELECT {ENDPOINT_COLS} FROM endpoints WHERE (rev, id) > ($1, $2) \
-                         AND rev > $3 AND rev <= $4 ORDER BY rev, id LIMIT $5"
-                );
-                let rows = tx
-                    .query(&sql, &[&after.0, &after.1, &from, &upto, &limit])
-                    .await?;
-                for r in &rows {
-                    match endpoint_row(r) {
-                        Ok(row) => out.endpoints.push(row),
-                        Err(e) => return Ok(Err(e)),
-                    }
-                }
-                if rows.len() as i64 == limit {
-                    let cursor = out.endpoints.last().map(|r| (r.rev, r.id));
-                    out.more = true;
-                    return Ok(Ok((out, cursor)));
-                }
-                let pairs = format!(
-                    "SELECT {PAIR_COLS} FROM destination_pairs p \
-                         JOIN endpoints e ON e.id = p.endpoint \
-                         WHERE p.rev > $1 AND p.rev <= $2 ORDER BY p.rev"
-                );
-                for r in &tx.query(&pairs, &[&from, &upto]).await? {
-                    match pair_row(r) {
-                        Ok(row) => out.pairs.push(row),
-                        Err(e) => return Ok(Err(e)),
-                    }
-                }
-                if !out.reload {
-                    let removed = tx
-                        .query(
-                            "SELECT rev, endpoint, destination FROM fleet_removals \
-                                 WHERE rev > $1 AND rev <= $2 ORDER BY rev",
-                            &[&from, &upto],
-                        )
-                        .await?;
-                    for r in &removed {
-                        out.removed.push((r.get(0), r.get(1), r.get(2)));
-                    }
-                }
+                let out = read_in(&tx, at, slicing.as_ref()).await?;
                 tx.commit().await?;
-                Ok(Ok((out, None)))
+                Ok(out)
             }
             .await;
             r.map_err(|e| pg.err(e))?
         })?;
-        match cursor {
-            Some(c) => self.slicing = Some((out.seq, c)),
-            None => {
+        match next {
+            Next::Slice(s) => self.slicing = Some(s),
+            Next::Done(p) => {
                 self.slicing = None;
-                self.last = self.last.max(out.seq);
+                self.at = p;
             }
         }
         Ok(out)
@@ -350,4 +320,147 @@ impl Feed {
             })
             .collect())
     }
+}
+
+/// Where a read leaves the feed.
+enum Next {
+    Slice(Slicing),
+    Done(Position),
+}
+
+/// The changes to apply now (not applied yet, from transactions with ids from `at.xmin`
+/// on), where the feed stands after them, and whether changes it never read were pruned.
+async fn listed(
+    tx: &tokio_postgres::Transaction<'_>,
+    at: &Position,
+) -> Result<(Vec<i64>, Position, bool), tokio_postgres::Error> {
+    let head = tx
+        .query_one(
+            "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, removed_through \
+             FROM fleet_sequence WHERE id = 1",
+            &[],
+        )
+        .await?;
+    let (xmin, pruned): (i64, i64) = (head.get(0), head.get(1));
+    let listed = tx
+        .query(
+            "SELECT seq, xid::text::bigint FROM fleet_changes \
+             WHERE xid >= $1::bigint::text::xid8",
+            &[&at.xmin],
+        )
+        .await?;
+    let mut done = Position {
+        xmin,
+        seen: HashMap::new(),
+    };
+    let mut seqs = Vec::new();
+    for r in &listed {
+        let (seq, xid): (i64, i64) = (r.get(0), r.get(1));
+        if !at.seen.contains_key(&seq) {
+            seqs.push(seq);
+        }
+        if xid >= xmin {
+            done.seen.insert(seq, xid);
+        }
+    }
+    seqs.sort_unstable();
+    Ok((seqs, done, pruned >= at.xmin))
+}
+
+/// The removals those changes made that still hold. A pair deleted and written again since
+/// (by a change that took its number earlier and committed later) is there: its row says
+/// so, not the tombstone.
+async fn removals(
+    tx: &tokio_postgres::Transaction<'_>,
+    seqs: &[i64],
+) -> Result<Vec<(i64, EndpointId, Option<String>)>, tokio_postgres::Error> {
+    let rows = tx
+        .query(
+            "SELECT r.rev, r.endpoint, r.destination FROM fleet_removals r \
+             WHERE r.rev = ANY($1::bigint[]) AND (r.destination IS NULL OR NOT EXISTS ( \
+               SELECT 1 FROM destination_pairs p \
+               WHERE p.endpoint = r.endpoint AND p.destination = r.destination)) \
+             ORDER BY r.rev",
+            &[&seqs],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
+}
+
+/// One read in the snapshot of `tx`; see the module documentation.
+async fn read_in(
+    tx: &tokio_postgres::Transaction<'_>,
+    at: &Position,
+    slicing: Option<&Slicing>,
+) -> Result<Result<(Changes, Next), StoreError>, tokio_postgres::Error> {
+    let (seqs, after, done, reload) = match slicing {
+        Some(s) => (s.seqs.clone(), s.after, s.done.clone(), false),
+        None => {
+            let (seqs, done, reload) = listed(tx, at).await?;
+            (seqs, (i64::MIN, EndpointId::MIN), done, reload)
+        }
+    };
+    let mut out = Changes {
+        reload,
+        ..Changes::default()
+    };
+    if seqs.is_empty() && !reload {
+        return Ok(Ok((out, Next::Done(done))));
+    }
+    let rows = if reload {
+        let sql = format!("SELECT {ENDPOINT_COLS} FROM endpoints ORDER BY id");
+        tx.query(&sql, &[]).await?
+    } else {
+        let sql = format!(
+            "SELECT {ENDPOINT_COLS} FROM endpoints WHERE rev = ANY($1::bigint[]) \
+             AND (rev, id) > ($2, $3) ORDER BY rev, id LIMIT $4"
+        );
+        tx.query(&sql, &[&seqs, &after.0, &after.1, &SLICE]).await?
+    };
+    for r in &rows {
+        match endpoint_row(r) {
+            Ok(row) => out.endpoints.push(row),
+            Err(e) => return Ok(Err(e)),
+        }
+    }
+    if !reload && rows.len() as i64 == SLICE {
+        let last = out.endpoints.last().map_or(after, |r| (r.rev, r.id));
+        out.more = true;
+        return Ok(Ok((
+            out,
+            Next::Slice(Slicing {
+                seqs,
+                after: last,
+                done,
+            }),
+        )));
+    }
+    let filter = if reload {
+        ""
+    } else {
+        "WHERE p.rev = ANY($1::bigint[])"
+    };
+    let pairs = format!(
+        "SELECT {PAIR_COLS} FROM destination_pairs p JOIN endpoints e ON e.id = p.endpoint \
+         {filter} ORDER BY p.rev"
+    );
+    let pair_rows = if reload {
+        tx.query(&pairs, &[]).await?
+    } else {
+        tx.query(&pairs, &[&seqs]).await?
+    };
+    for r in &pair_rows {
+        match pair_row(r) {
+            Ok(row) => out.pairs.push(row),
+            Err(e) => return Ok(Err(e)),
+        }
+    }
+    if !reload {
+        out.removed = removals(tx, &seqs).await?;
+    }
+    out.seqs = seqs;
+    Ok(Ok((out, Next::Done(done))))
 }

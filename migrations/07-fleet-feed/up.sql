@@ -1,0 +1,2 @@
+-- The fleet's change feed (postgres.sql) has no SQLite counterpart: one daemon serves a
+-- SQLite file and nobody else needs to hear of its changes.

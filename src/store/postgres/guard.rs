@@ -1,0 +1,258 @@
+//! The guarded statement of each write of a batch, and what it found: a transition applies
+//! only while the row is still in the state it starts from (and, when it decides a trial,
+//! only while that trial's claim is current); a claim only when nobody holds the slot
+//! (docs/fleet.md, "Ownership"). Sent at once: tokio-postgres pipelines statements whose
+//! futures are polled together.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use tokio_postgres::{Client, Row};
+
+use super::statements::Stmts;
+use crate::endpoint::EndpointId;
+use crate::health::{Phase, Reason, State};
+use crate::store::pairs::PairWrite;
+use crate::store::{Claim, ClaimOn, Unclaim, Write};
+
+/// What the guarded statement of one write found.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Found {
+    /// Nothing to guard (events, sources).
+    Plain,
+    Applied,
+    /// The row was no longer in the state the write starts from.
+    Conflict,
+    /// A trial's result under a claim that is not the current one.
+    Stale,
+    /// A remove named an endpoint that is gone.
+    Missing(EndpointId),
+    Won(i64),
+    Lost(Duration),
+}
+
+fn ms(d: Option<Duration>) -> Option<i64> {
+    d.map(|d| d.as_millis().min(i64::MAX as u128) as i64)
+}
+
+pub(super) fn opt_i32(v: Option<u16>) -> Option<i32> {
+    v.map(i32::from)
+}
+
+/// The first row a write locks: endpoints before pairs, each by key. Every daemon sends
+/// its guarded statements in this order, so two batches that touch the same rows wait for
+/// one another instead of deadlocking (PostgreSQL would abort one after a second).
+fn lock_order(w: &Write) -> (u8, EndpointId, &str) {
+    match w {
+        Write::Transition(h, _) => (0, h.id, ""),
+        Write::Claim(c) | Write::Pair(PairWrite::Claim(c)) => on_order(&c.on),
+        Write::Unclaim(u) | Write::Pair(PairWrite::Unclaim(u)) => on_order(&u.on),
+        Write::Remove(ids) => (0, ids.iter().copied().min().unwrap_or(0), ""),
+        Write::Pair(PairWrite::Upsert(r, _)) => (1, r.endpoint, &r.destination),
+        Write::Pair(PairWrite::Delete {
+            endpoint,
+            destination,
+            ..
+        }) => (1, *endpoint, destination),
+        Write::Event(_)
+        | Write::EventStatus(..)
+        | Write::Pair(PairWrite::Event { .. })
+        | Write::SourceResult { .. } => (2, 0, ""),
+    }
+}
+
+fn on_order(on: &ClaimOn) -> (u8, EndpointId, &str) {
+    match on {
+        ClaimOn::Endpoint(id) => (0, *id, ""),
+        ClaimOn::Pair(id, d) => (1, *id, d),
+    }
+}
+
+/// The guarded statements of `writes`, sent at once in lock order; one `Found` per write,
+/// in the order of `writes`.
+pub(super) async fn guard_all(
+    c: &Client,
+    st: &Stmts,
+    writes: &[&Write],
+    hold: Duration,
+) -> Result<Vec<Found>, tokio_postgres::Error> {
+    let mut order: Vec<usize> = (0..writes.len()).collect();
+    order.sort_by(|&a, &b| lock_order(writes[a]).cmp(&lock_order(writes[b])));
+    let futs = order.iter().map(|&i| guard(c, st, writes[i], hold));
+    let sent = join_all(futs).await;
+    let mut found = vec![Found::Plain; writes.len()];
+    for (i, r) in order.into_iter().zip(sent) {
+        found[i] = r?;
+    }
+    Ok(found)
+}
+
+fn hold_ms(c: &Claim, hold: Duration) -> i64 {
+    c.hold.min(hold).as_millis().max(1).min(i64::MAX as u128) as i64
+}
+
+/// A guarded result: (rows applied, the slot's claim epoch before).
+fn judged(row: &Row, trial: Option<i64>) -> Found {
+    let n: i64 = row.get(0);
+    let epoch: Option<i64> = row.get(1);
+    match (n, trial) {
+        (1.., _) => Found::Applied,
+        (_, Some(t)) if epoch.is_some_and(|e| e != t) => Found::Stale,
+        _ => Found::Conflict,
+    }
+}
+
+fn claimed(row: &Row) -> Found {
+    let won: Option<i64> = row.get(0);
+    let left: Option<i64> = row.get(1);
+    match won {
+        Some(e) => Found::Won(e),
+        None => Found::Lost(Duration::from_millis(left.unwrap_or(0).max(0) as u64)),
+    }
+}
+
+async fn guard(
+    c: &Client,
+    st: &Stmts,
+    w: &Write,
+    hold: Duration,
+) -> Result<Found, tokio_postgres::Error> {
+    Ok(match w {
+        Write::Transition(h, _) => {
+            let row = c
+                .query_one(
+                    &st.transition,
+                    &[
+                        &h.id,
+                        &h.state.as_str(),
+                        &h.reason.map(Reason::as_str),
+                        &h.phase.map(Phase::as_str),
+                        &super::text(&h.detail),
+                        &(h.streak as i32),
+                        &(h.reason_streak as i32),
+                        &h.cooldown_ms.map(|v| v.min(i64::MAX as u64) as i64),
+                        &ms(h.cooldown_left),
+                        &h.from.as_str(),
+                        &h.trial,
+                    ],
+                )
+                .await?;
+            judged(&row, h.trial)
+        }
+        Write::Claim(cl) | Write::Pair(PairWrite::Claim(cl)) => claim(c, st, cl, hold).await?,
+        Write::Unclaim(u) | Write::Pair(PairWrite::Unclaim(u)) => unclaim(c, st, u).await?,
+        Write::Remove(ids) => {
+            let mut distinct = ids.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            let rows = c.query(&st.remove, &[&distinct]).await?;
+            let gone: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+            match distinct.iter().find(|id| !gone.contains(id)) {
+                Some(&missing) => Found::Missing(missing),
+                None => Found::Applied,
+            }
+        }
+        Write::Pair(PairWrite::Upsert(r, _)) if r.from == State::Available => {
+            let n = c
+                .execute(
+                    &st.pair_insert,
+                    &[
+                        &r.endpoint,
+                        &r.destination,
+                        &r.state.as_str(),
+                        &r.reason.map(Reason::as_str),
+                        &r.phase.map(Phase::as_str),
+                        &opt_i32(r.status),
+                        &super::text(&r.detail),
+                        &(r.streak as i32),
+                        &(r.reason_streak as i32),
+                        &r.cooldown_ms.map(|v| v.min(i64::MAX as u64) as i64),
+                        &ms(r.cooldown_left),
+                    ],
+                )
+                .await?;
+            if n > 0 {
+                Found::Applied
+            } else {
+                Found::Conflict
+            }
+        }
+        Write::Pair(PairWrite::Upsert(r, _)) => {
+            let row = c
+                .query_one(
+                    &st.pair_update,
+                    &[
+                        &r.endpoint,
+                        &r.destination,
+                        &r.state.as_str(),
+                        &r.reason.map(Reason::as_str),
+                        &r.phase.map(Phase::as_str),
+                        &opt_i32(r.status),
+                        &super::text(&r.detail),
+                        &(r.streak as i32),
+                        &(r.reason_streak as i32),
+                        &r.cooldown_ms.map(|v| v.min(i64::MAX as u64) as i64),
+                        &ms(r.cooldown_left),
+                        &r.from.as_str(),
+                        &r.trial,
+                    ],
+                )
+                .await?;
+            judged(&row, r.trial)
+        }
+        Write::Pair(PairWrite::Delete {
+            endpoint,
+            destination,
+            from,
+            trial,
+            ..
+        }) => {
+            let row = c
+                .query_one(
+                    &st.pair_delete,
+                    &[endpoint, destination, &from.as_str(), trial],
+                )
+                .await?;
+            judged(&row, *trial)
+        }
+        Write::Event(_)
+        | Write::EventStatus(..)
+        | Write::Pair(PairWrite::Event { .. })
+        | Write::SourceResult { .. } => Found::Plain,
+    })
+}
+
+async fn claim(
+    c: &Client,
+    st: &Stmts,
+    cl: &Claim,
+    hold: Duration,
+) -> Result<Found, tokio_postgres::Error> {
+    let ms = hold_ms(cl, hold);
+    let row = match &cl.on {
+        ClaimOn::Endpoint(id) => c.query_one(&st.claim, &[id, &ms]).await?,
+        ClaimOn::Pair(id, d) => c.query_one(&st.pair_claim, &[id, d, &ms]).await?,
+    };
+    Ok(claimed(&row))
+}
+
+async fn unclaim(c: &Client, st: &Stmts, u: &Unclaim) -> Result<Found, tokio_postgres::Error> {
+    let n = match &u.on {
+        ClaimOn::Endpoint(id) => c.execute(&st.unclaim, &[id, &u.epoch]).await?,
+        ClaimOn::Pair(id, d) => c.execute(&st.pair_unclaim, &[id, d, &u.epoch]).await?,
+    };
+    // A claim given back after the slot was claimed again: nothing to give back.
+    Ok(if n > 0 {
+        Found::Applied
+    } else {
+        Found::Conflict
+    })
+}
+
+/// Whether a batch must not apply: a trial's result under a stale claim, or a removal of
+/// an endpoint that is gone.
+pub(super) fn bad_group(founds: &[Found]) -> bool {
+    founds
+        .iter()
+        .any(|f| matches!(f, Found::Stale | Found::Missing(_)))
+}

@@ -1,0 +1,315 @@
+//! What a batch leaves besides its guarded rows — the events of the writes that happened,
+//! tombstones, source rows — and what its callers learn: claims won or lost, and the rows
+//! that changed under them as they are now.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use tokio_postgres::Client;
+
+use super::guard::{opt_i32, Found};
+use super::read::{endpoint_row, pair_row, ENDPOINT_COLS, PAIR_COLS};
+use super::statements::Stmts;
+use crate::endpoint::EndpointId;
+use crate::health::blame::Blame;
+use crate::store::pairs::PairWrite;
+use crate::store::{ClaimOn, ClaimResult, Fresh, NewEvent, StoreError, Write};
+
+/// One row of `fleet_removals`.
+type Tombstone = (EndpointId, Option<String>);
+
+/// The columns of `EVENTS`, one vector each.
+#[derive(Default)]
+struct EventCols {
+    endpoint: Vec<Option<i64>>,
+    kind: Vec<String>,
+    from: Vec<Option<String>>,
+    to: Vec<Option<String>>,
+    reason: Vec<Option<String>>,
+    phase: Vec<Option<String>>,
+    detail: Vec<Option<String>>,
+    lease: Vec<Option<String>>,
+    destination: Vec<Option<String>>,
+    status: Vec<Option<i32>>,
+    blame: Vec<Option<String>>,
+}
+
+impl EventCols {
+    fn push(
+        &mut self,
+        ev: &NewEvent,
+        endpoint: Option<EndpointId>,
+        destination: Option<&str>,
+        status: Option<u16>,
+    ) {
+        self.endpoint.push(endpoint);
+        self.kind.push(ev.kind.as_str().to_string());
+        self.from.push(ev.from.map(|s| s.as_str().to_string()));
+        self.to.push(ev.to.map(|s| s.as_str().to_string()));
+        self.reason.push(ev.reason.map(|r| r.as_str().to_string()));
+        self.phase.push(ev.phase.map(|p| p.as_str().to_string()));
+        self.detail.push(super::text(&ev.detail));
+        self.lease.push(super::text(&ev.lease));
+        self.destination
+            .push(destination.map(|d| crate::redact::printable(d).into_owned()));
+        self.status.push(opt_i32(status));
+        self.blame
+            .push(ev.blame.map(|b: Blame| b.as_str().to_string()));
+    }
+
+    fn is_empty(&self) -> bool {
+        self.kind.is_empty()
+    }
+}
+
+fn pair_dest(on: &ClaimOn) -> Option<&str> {
+    match on {
+        ClaimOn::Pair(_, d) => Some(d),
+        ClaimOn::Endpoint(_) => None,
+    }
+}
+
+/// What a batch leaves besides its guarded rows: its events (those of writes that
+/// happened), tombstones, source rows; and what its caller learns.
+#[derive(Default)]
+pub(super) struct Outcome {
+    events: EventCols,
+    pub(super) tombstones: Vec<Tombstone>,
+    pub(super) changed: bool,
+    pub(super) claims: Vec<ClaimResult>,
+    /// Keys whose rows go back to the caller.
+    pub(super) fresh_endpoints: Vec<EndpointId>,
+    pub(super) fresh_pairs: Vec<(EndpointId, String)>,
+}
+
+impl Outcome {
+    pub(super) fn add(&mut self, w: &Write, f: &Found) {
+        let applied = matches!(f, Found::Applied | Found::Plain | Found::Won(_));
+        self.changed |=
+            matches!(f, Found::Applied | Found::Won(_)) && !matches!(w, Write::Event(_));
+        match (w, f) {
+            (Write::Transition(h, ev), _) => {
+                if applied {
+                    self.events.push(ev, ev.endpoint, None, None);
+                } else {
+                    self.fresh_endpoints.push(h.id);
+                }
+            }
+            (Write::Event(ev), _) => self.events.push(ev, ev.endpoint, None, None),
+            (Write::EventStatus(ev, s), _) => self.events.push(ev, ev.endpoint, None, *s),
+            (Write::Remove(ids), _) => {
+                let mut seen = std::collections::HashSet::new();
+                for &id in ids.iter().filter(|id| seen.insert(**id)) {
+                    let ev = NewEvent {
+                        endpoint: Some(id),
+                        ..NewEvent::new(crate::event_kind::EventKind::Removed)
+                    };
+                    self.events.push(&ev, Some(id), None, None);
+                    self.tombstones.push((id, None));
+                }
+            }
+            (Write::Claim(c) | Write::Pair(PairWrite::Claim(c)), Found::Won(epoch)) => {
+                self.events
+                    .push(&c.event, Some(c.on.endpoint()), pair_dest(&c.on), None);
+                self.claims.push(ClaimResult::Won {
+                    on: c.on.clone(),
+                    epoch: *epoch,
+                });
+            }
+            (Write::Claim(c) | Write::Pair(PairWrite::Claim(c)), f) => {
+                let left = match f {
+                    Found::Lost(d) => *d,
+                    _ => Duration::ZERO,
+                };
+                self.claims.push(ClaimResult::Lost {
+                    on: c.on.clone(),
+                    left,
+                });
+                self.fresh_key(&c.on);
+            }
+            (Write::Unclaim(u) | Write::Pair(PairWrite::Unclaim(u)), _) => {
+                if applied {
+                    self.events
+                        .push(&u.event, Some(u.on.endpoint()), pair_dest(&u.on), None);
+                } else {
+                    self.fresh_key(&u.on);
+                }
+            }
+            (Write::Pair(PairWrite::Upsert(r, ev)), _) => {
+                if applied {
+                    self.events
+                        .push(ev, Some(r.endpoint), Some(&r.destination), r.status);
+                } else {
+                    self.fresh_pairs.push((r.endpoint, r.destination.clone()));
+                }
+            }
+            (
+                Write::Pair(PairWrite::Delete {
+                    endpoint,
+                    destination,
+                    event,
+                    ..
+                }),
+                _,
+            ) => {
+                if applied {
+                    self.events
+                        .push(event, Some(*endpoint), Some(destination), None);
+                    self.tombstones.push((*endpoint, Some(destination.clone())));
+                } else {
+                    self.fresh_pairs.push((*endpoint, destination.clone()));
+                }
+            }
+            (
+                Write::Pair(PairWrite::Event {
+                    destination,
+                    status,
+                    event,
+                }),
+                _,
+            ) => self
+                .events
+                .push(event, event.endpoint, Some(destination), *status),
+            (Write::SourceResult { .. }, _) => {}
+        }
+    }
+
+    fn fresh_key(&mut self, on: &ClaimOn) {
+        match on {
+            ClaimOn::Endpoint(id) => self.fresh_endpoints.push(*id),
+            ClaimOn::Pair(id, d) => self.fresh_pairs.push((*id, d.clone())),
+        }
+    }
+}
+
+/// Write what `out` holds besides the guarded rows, and the batch's source results.
+pub(super) async fn finish(
+    c: &Client,
+    st: &Stmts,
+    writes: &[&Write],
+    out: &Outcome,
+) -> Result<(), tokio_postgres::Error> {
+    let e = &out.events;
+    let events = async {
+        if e.is_empty() {
+            return Ok(0);
+        }
+        c.execute(
+            &st.events,
+            &[
+                &e.endpoint,
+                &e.kind,
+                &e.from,
+                &e.to,
+                &e.reason,
+                &e.phase,
+                &e.detail,
+                &e.lease,
+                &e.destination,
+                &e.status,
+                &e.blame,
+            ],
+        )
+        .await
+    };
+    let (ids, dests): (Vec<i64>, Vec<Option<String>>) = out.tombstones.iter().cloned().unzip();
+    let tombstones = async {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        c.execute(&st.tombstones, &[&ids, &dests]).await
+    };
+    let sources = join_all(writes.iter().filter_map(|w| match w {
+        Write::SourceResult {
+            pool,
+            name,
+            ok,
+            detail,
+            count,
+        } => Some(async move {
+            let count = count.map(|c| c as i64);
+            c.execute(&st.source, &[pool, name, ok, detail, &count])
+                .await
+        }),
+        _ => None,
+    }));
+    let (a, b, c) = futures_util::join!(events, tombstones, sources);
+    a?;
+    b?;
+    c.into_iter().collect::<Result<Vec<_>, _>>()?;
+    Ok(())
+}
+
+/// The rows of `out`'s fresh keys, as they are now.
+pub(super) async fn fresh(
+    c: &Client,
+    out: &Outcome,
+) -> Result<Result<Vec<Fresh>, StoreError>, tokio_postgres::Error> {
+    let mut v = Vec::new();
+    if !out.fresh_endpoints.is_empty() {
+        let sql = format!("SELECT {ENDPOINT_COLS} FROM endpoints WHERE id = ANY($1::bigint[])");
+        let rows = c.query(&sql, &[&out.fresh_endpoints]).await?;
+        let mut found = Vec::new();
+        for r in &rows {
+            match endpoint_row(r) {
+                Ok(row) => found.push(row),
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        for &id in &out.fresh_endpoints {
+            let row = found.iter().find(|r| r.id == id).cloned().map(Box::new);
+            v.push(Fresh::Endpoint(id, row));
+        }
+    }
+    if !out.fresh_pairs.is_empty() {
+        let (ids, dests): (Vec<i64>, Vec<String>) = out.fresh_pairs.iter().cloned().unzip();
+        let sql = format!(
+            "SELECT {PAIR_COLS} FROM destination_pairs p JOIN endpoints e ON e.id = p.endpoint \
+             WHERE (p.endpoint, p.destination) IN \
+               (SELECT * FROM UNNEST($1::bigint[], $2::text[]))"
+        );
+        let rows = c.query(&sql, &[&ids, &dests]).await?;
+        let mut found = Vec::new();
+        for r in &rows {
+            match pair_row(r) {
+                Ok(row) => found.push(row),
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        for (id, d) in &out.fresh_pairs {
+            let row = found
+                .iter()
+                .find(|p| p.record.endpoint == *id && &p.record.destination == d)
+                .cloned()
+                .map(Box::new);
+            v.push(Fresh::Pair(*id, d.clone(), row));
+        }
+    }
+    Ok(Ok(v))
+}
+
+/// The error a batch that must not apply answers with.
+pub(super) fn group_error(writes: &[&Write], founds: &[Found], fresh: Vec<Fresh>) -> StoreError {
+    for (w, f) in writes.iter().zip(founds) {
+        match f {
+            Found::Missing(id) => return StoreError::NotFound(format!("with id {id}")),
+            Found::Stale => {
+                let what = match w {
+                    Write::Transition(h, _) => format!("endpoint {}", h.id),
+                    Write::Pair(PairWrite::Upsert(r, _)) => {
+                        format!("endpoint {} for {}", r.endpoint, r.destination)
+                    }
+                    Write::Pair(PairWrite::Delete {
+                        endpoint,
+                        destination,
+                        ..
+                    }) => format!("endpoint {endpoint} for {destination}"),
+                    _ => "a trial".to_string(),
+                };
+                return StoreError::StaleClaim { what, fresh };
+            }
+            _ => {}
+        }
+    }
+    StoreError::Corrupt("a batch refused without a reason".into())
+}

@@ -1,0 +1,189 @@
+//! The SQL of a group commit, and the change number every writing transaction takes.
+//!
+//! A transaction's change number is `nextval('fleet_change_seq')`, recorded in
+//! `fleet_changes` with the transaction's id (`NEXT`, its first statement); the statements
+//! after it read it back as `currval(...)` on the same session, so the whole batch goes out
+//! at once without waiting for the number. Every guarded write sets `rev` to it only where
+//! the row's `rev` is smaller: a row's `rev` then grows in commit order even though the
+//! numbers of concurrent transactions commit in any order (a row that a transaction with a
+//! larger number already changed is a conflict, as a changed state is).
+
+use futures_util::future::join_all;
+use tokio_postgres::Statement;
+
+/// The channel every daemon listens on; the payload is the change number.
+pub(crate) const CHANNEL: &str = "proxypool_changes";
+
+/// Take this transaction's change number and record it with the transaction's id.
+pub(super) const NEXT: &str =
+    "INSERT INTO fleet_changes (seq) VALUES (nextval('fleet_change_seq')) RETURNING seq";
+
+/// Operator commands (adding, syncing, editing, removing endpoints; the move from SQLite)
+/// lock the tables they change first, so the number they take next is larger than any
+/// `rev` already committed, and no writer with a smaller number is half-way through.
+pub(super) const LOCK_TABLES: &str =
+    "LOCK TABLE endpoints, destination_pairs IN SHARE ROW EXCLUSIVE MODE";
+
+/// Lock the tables as `LOCK_TABLES` says, then take the change number.
+pub(super) async fn lock_and_number(
+    tx: &tokio_postgres::Transaction<'_>,
+) -> Result<i64, tokio_postgres::Error> {
+    tx.batch_execute(LOCK_TABLES).await?;
+    Ok(tx.query_one(NEXT, &[]).await?.get(0))
+}
+
+pub(super) const NOTIFY: &str = "SELECT pg_notify($1, currval('fleet_change_seq')::text)";
+
+pub(super) const TRANSITION: &str =
+    "WITH cur AS (SELECT claim_epoch FROM endpoints WHERE id = $1), \
+     u AS (UPDATE endpoints SET state = $2, reason = $3, phase = $4, detail = $5, streak = $6, \
+       reason_streak = $7, cooldown_ms = $8, \
+       cooldown_until = now() + $9::bigint * interval '1 millisecond', \
+       state_changed_at = now(), rev = currval('fleet_change_seq'), claim_until = NULL \
+     WHERE id = $1 AND state = $10::text AND ($11::bigint IS NULL OR claim_epoch = $11) \
+       AND rev < currval('fleet_change_seq') \
+       AND NOT ($10::text = 'cooling' AND $2::text = 'probe_allowed' \
+                AND COALESCE(cooldown_until > now(), false)) \
+     RETURNING 1) \
+     SELECT (SELECT count(*) FROM u), (SELECT claim_epoch FROM cur)";
+
+pub(super) const CLAIM: &str = "WITH cur AS (SELECT claim_until FROM endpoints WHERE id = $1), \
+     u AS (UPDATE endpoints SET claim_epoch = currval('fleet_change_seq'), \
+       claim_until = now() + $2::bigint * interval '1 millisecond', \
+       rev = currval('fleet_change_seq') \
+     WHERE id = $1 AND state = 'probe_allowed' AND (claim_until IS NULL OR claim_until <= now()) \
+       AND rev < currval('fleet_change_seq') \
+     RETURNING claim_epoch) \
+     SELECT (SELECT claim_epoch FROM u), (SELECT GREATEST(0, CEIL(COALESCE(EXTRACT(EPOCH FROM \
+       (claim_until - now())), 0) * 1000))::bigint FROM cur)";
+
+pub(super) const UNCLAIM: &str = "UPDATE endpoints SET claim_until = NULL, \
+       rev = currval('fleet_change_seq') \
+     WHERE id = $1 AND claim_epoch = $2 AND claim_until IS NOT NULL \
+       AND rev < currval('fleet_change_seq') RETURNING 1";
+
+pub(super) const PAIR_CLAIM: &str = "WITH cur AS (SELECT claim_until FROM destination_pairs \
+       WHERE endpoint = $1 AND destination = $2), \
+     u AS (UPDATE destination_pairs SET claim_epoch = currval('fleet_change_seq'), \
+       claim_until = now() + $3::bigint * interval '1 millisecond', \
+       rev = currval('fleet_change_seq') \
+     WHERE endpoint = $1 AND destination = $2 AND state = 'probe_allowed' \
+       AND (claim_until IS NULL OR claim_until <= now()) \
+       AND rev < currval('fleet_change_seq') RETURNING claim_epoch) \
+     SELECT (SELECT claim_epoch FROM u), (SELECT GREATEST(0, CEIL(COALESCE(EXTRACT(EPOCH FROM \
+       (claim_until - now())), 0) * 1000))::bigint FROM cur)";
+
+pub(super) const PAIR_UNCLAIM: &str = "UPDATE destination_pairs SET claim_until = NULL, \
+       rev = currval('fleet_change_seq') \
+     WHERE endpoint = $1 AND destination = $2 AND claim_epoch = $3 AND claim_until IS NOT NULL \
+       AND rev < currval('fleet_change_seq') RETURNING 1";
+
+pub(super) const PAIR_INSERT: &str = "INSERT INTO destination_pairs (endpoint, destination, \
+       state, reason, phase, status, detail, streak, reason_streak, cooldown_ms, \
+       cooldown_until, state_changed_at, rev) \
+     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
+       now() + $11::bigint * interval '1 millisecond', now(), currval('fleet_change_seq') \
+     WHERE EXISTS (SELECT 1 FROM endpoints WHERE id = $1) \
+     ON CONFLICT (endpoint, destination) DO NOTHING RETURNING 1";
+
+pub(super) const PAIR_UPDATE: &str = "WITH cur AS (SELECT claim_epoch FROM destination_pairs \
+       WHERE endpoint = $1 AND destination = $2), \
+     u AS (UPDATE destination_pairs SET state = $3, reason = $4, phase = $5, status = $6, \
+       detail = COALESCE($7, detail), streak = $8, reason_streak = $9, cooldown_ms = $10, \
+       cooldown_until = now() + $11::bigint * interval '1 millisecond', \
+       state_changed_at = now(), rev = currval('fleet_change_seq'), claim_until = NULL \
+     WHERE endpoint = $1 AND destination = $2 AND state = $12::text \
+       AND ($13::bigint IS NULL OR claim_epoch = $13) \
+       AND rev < currval('fleet_change_seq') \
+       AND NOT ($12::text = 'cooling' AND $3::text = 'probe_allowed' \
+                AND COALESCE(cooldown_until > now(), false)) \
+     RETURNING 1) \
+     SELECT (SELECT count(*) FROM u), (SELECT claim_epoch FROM cur)";
+
+pub(super) const PAIR_DELETE: &str = "WITH cur AS (SELECT claim_epoch FROM destination_pairs \
+       WHERE endpoint = $1 AND destination = $2), \
+     d AS (DELETE FROM destination_pairs WHERE endpoint = $1 AND destination = $2 \
+       AND state = $3::text AND ($4::bigint IS NULL OR claim_epoch = $4) \
+       AND rev < currval('fleet_change_seq') RETURNING 1) \
+     SELECT (SELECT count(*) FROM d), (SELECT claim_epoch FROM cur)";
+
+pub(super) const REMOVE: &str = "DELETE FROM endpoints WHERE id = ANY($1::bigint[]) RETURNING id";
+
+pub(super) const EVENTS: &str =
+    "INSERT INTO events (endpoint, kind, from_state, to_state, reason, \
+       phase, detail, lease, destination, status, blame) \
+     SELECT e, k, f, t, r, p, d, l, ds, s, b FROM UNNEST($1::bigint[], $2::text[], $3::text[], \
+       $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::int[], \
+       $11::text[]) WITH ORDINALITY AS v(e, k, f, t, r, p, d, l, ds, s, b, o) ORDER BY o";
+
+pub(super) const TOMBSTONES: &str = "INSERT INTO fleet_removals (rev, endpoint, destination) \
+     SELECT currval('fleet_change_seq'), e, d FROM UNNEST($1::bigint[], $2::text[]) AS v(e, d)";
+
+pub(super) const SOURCE: &str = "INSERT INTO sources (pool, name, last_at, last_ok, last_detail, \
+       last_count) \
+     VALUES ($1, $2, now(), $3, $4, $5) ON CONFLICT (pool, name) DO UPDATE SET \
+     last_at = excluded.last_at, last_ok = excluded.last_ok, \
+     last_detail = excluded.last_detail, last_count = excluded.last_count";
+
+/// The statements of a batch, prepared once per connection (the pool's cache keeps them).
+pub(super) struct Stmts {
+    pub next: Statement,
+    pub transition: Statement,
+    pub claim: Statement,
+    pub unclaim: Statement,
+    pub pair_claim: Statement,
+    pub pair_unclaim: Statement,
+    pub pair_insert: Statement,
+    pub pair_update: Statement,
+    pub pair_delete: Statement,
+    pub remove: Statement,
+    pub events: Statement,
+    pub tombstones: Statement,
+    pub source: Statement,
+    pub notify: Statement,
+}
+
+impl Stmts {
+    pub(super) async fn prepare(
+        c: &deadpool_postgres::Object,
+    ) -> Result<Stmts, tokio_postgres::Error> {
+        let all = join_all(
+            [
+                NEXT,
+                TRANSITION,
+                CLAIM,
+                UNCLAIM,
+                PAIR_CLAIM,
+                PAIR_UNCLAIM,
+                PAIR_INSERT,
+                PAIR_UPDATE,
+                PAIR_DELETE,
+                REMOVE,
+                EVENTS,
+                TOMBSTONES,
+                SOURCE,
+                NOTIFY,
+            ]
+            .map(|sql| c.prepare_cached(sql)),
+        )
+        .await;
+        let mut it = all.into_iter();
+        let mut next = || it.next().expect("one per statement");
+        Ok(Stmts {
+            next: next()?,
+            transition: next()?,
+            claim: next()?,
+            unclaim: next()?,
+            pair_claim: next()?,
+            pair_unclaim: next()?,
+            pair_insert: next()?,
+            pair_update: next()?,
+            pair_delete: next()?,
+            remove: next()?,
+            events: next()?,
+            tombstones: next()?,
+            source: next()?,
+            notify: next()?,
+        })
+    }
+}
