@@ -9,7 +9,8 @@ end of its cooldown (an endpoint update and a `state_changed` event), its trial'
 `state_changed` event), each caller's writes in a savepoint as the store thread runs them.
 The WAL is not checkpointed during the run, so its size counts the frames.
 
-Run: python3 benches/wal_frames.py [PAIRS_PER_COMMIT] [INDEX_TO_DROP ...]
+Run: python3 benches/wal_frames.py [PAIRS_PER_COMMIT] [INDEX_TO_DROP ...]; UPTO=07 applies
+the migrations up to that number only (the schema before a later one).
 """
 import glob
 import os
@@ -20,7 +21,12 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCHEMA = "\n".join(open(f).read() for f in sorted(glob.glob(os.path.join(ROOT, "migrations/*/up.sql"))))
+UPTO = os.environ.get("UPTO", "99")
+SCHEMA = "\n".join(
+    open(f).read()
+    for f in sorted(glob.glob(os.path.join(ROOT, "migrations/*/up.sql")))
+    if os.path.basename(os.path.dirname(f))[:2] <= UPTO
+)
 NOW = "2026-12-01T16:00:00.000Z"
 EVENT = ("INSERT INTO events (at, endpoint, kind, from_state, to_state, reason, phase, detail, "
          "lease, destination, status, blame) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)")
@@ -35,7 +41,7 @@ def run(dir, drop, cycling, pairs, commits=300):
     c.execute("PRAGMA synchronous=FULL")
     c.executescript(SCHEMA)
     for index in drop:
-        c.execute(f"DROP INDEX {index}")
+        c.execute(f"DROP INDEX IF EXISTS {index}")
     c.execute("BEGIN")
     for i in range(1, 10_001):
         c.execute(
