@@ -1,2 +1,4 @@
--- SQLite only (up.sql): PostgreSQL keeps its endpoints_pool_state index for now.
-SELECT 1; -- a statement, so this version is applied and recorded like any other
+-- endpoints_pool_state (pool, state) served no query here either: `WHERE pool = ?` is
+-- served by the UNIQUE (pool, scheme, host, port, "user") index, and every state change
+-- moved the endpoint's entry in it.
+DROP INDEX IF EXISTS endpoints_pool_state;
