@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proxypool::config::{Config, Durability, PoolConfig};
-use proxypool::pool::engine::{Engine, EngineOptions};
+use proxypool::pool::engine::{CommitCounts, Engine, EngineOptions};
 use proxypool::server::{self, Handler};
 use proxypool::store::{NewEndpoint, Store};
 use support::Conn;
@@ -244,6 +244,20 @@ fn start_daemon_with(
     opts: EngineOptions,
     durability: Durability,
 ) -> (PathBuf, CancellationToken) {
+    let (path, token, _) = start_daemon_engine(dir, n, name, opts, durability);
+    (path, token)
+}
+
+/// [`start_daemon_with`], also handing back the engine (to read its commit sizes).
+fn start_daemon_engine(
+    dir: &Path,
+    n: usize,
+    name: &str,
+    opts: EngineOptions,
+    durability: Durability,
+) -> (PathBuf, CancellationToken, Arc<Engine>) {
+    let slot = Arc::new(std::sync::OnceLock::new());
+    let slot2 = slot.clone();
     let mut store = Store::open_with(&dir.join(format!("{name}.db")), durability).unwrap();
     let eps: Vec<NewEndpoint> = support::endpoints(n, "socks5h", 1080);
     store.add_endpoints(&eps).unwrap();
@@ -254,6 +268,7 @@ fn start_daemon_with(
         // 200 ms cooldowns: failure reports keep cycling endpoints through
         // cooling -> probe_allowed -> trial, every report a persisted transition.
         let engine = Engine::open_with(store, [pool_config(200)], opts).unwrap();
+        let _ = slot2.set(engine.clone());
         tokio::spawn(engine.clone().run_timer(tok2.clone().cancelled_owned()));
         let l = server::bind_unix(&sock2).await.unwrap();
         let h = Arc::new(Handler::new(
@@ -264,7 +279,43 @@ fn start_daemon_with(
         ready.send(()).unwrap();
         server::run(l, h, tok2).await;
     });
-    (sock, token)
+    let engine = slot.get().expect("set before ready").clone();
+    (sock, token, engine)
+}
+
+/// What the commits between two readings carried: per commit, callers answered, groups
+/// (callers and writes that rode along) and writes; and how many commits answered each
+/// number of callers.
+fn commit_sizes_text(before: &CommitCounts, after: &CommitCounts) -> String {
+    let commits = (after.commits - before.commits).max(1) as f64;
+    let hist: Vec<u64> = after
+        .by_callers
+        .iter()
+        .zip(&before.by_callers)
+        .map(|(a, b)| a - b)
+        .collect();
+    let callers: u64 = hist.iter().enumerate().map(|(i, n)| i as u64 * n).sum();
+    let last = hist.iter().rposition(|&n| n > 0).unwrap_or(0);
+    let shown: Vec<String> = hist[..=last]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            if i + 1 == hist.len() {
+                format!("17+:{n}")
+            } else {
+                format!("{i}:{n}")
+            }
+        })
+        .collect();
+    format!(
+        "{} commits; per commit {:.2} callers (at least: 17+ counted as 17), {:.2} groups, \
+         {:.2} writes; commits by callers {}",
+        after.commits - before.commits,
+        callers as f64 / commits,
+        (after.groups - before.groups) as f64 / commits,
+        (after.writes - before.writes) as f64 / commits,
+        shown.join(" ")
+    )
 }
 
 /// Run a server on its own 1-thread runtime; returns once it says it is ready.
@@ -388,7 +439,7 @@ fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
         ready.send(()).unwrap();
         replay_server(l, x).await;
     });
-    let (persisted, t2) = start_daemon_with(
+    let (persisted, t2, persisted_engine) = start_daemon_engine(
         dir,
         10_000,
         "floor-report",
@@ -439,9 +490,11 @@ fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
             floor / lease
         );
     }
+    let sizes_before = persisted_engine.commit_sizes();
     let rates = interleaved(&mut [&mut || commit_loop(dir), &mut || {
         cell(&persisted, 8, Load::LeaseFailure)
     }]);
+    let sizes = commit_sizes_text(&sizes_before, &persisted_engine.commit_sizes());
     let names = [
         "one-row commit loop, synchronous=full",
         "lease+failure report, synchronous=full",
@@ -460,6 +513,7 @@ fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
         8,
         median(rates[1].clone()) / median(rates[0].clone())
     );
+    println!("persisted pairs' commits: {sizes}");
     t1.cancel();
     t2.cancel();
 }
@@ -472,7 +526,8 @@ fn hold(dir: &Path, client: &tokio::runtime::Runtime, what: &str, secs: u64) {
         other => panic!("hold takes release or report, not {other:?}"),
     };
     let opts = EngineOptions::default();
-    let (path, token) = start_daemon_with(dir, 10_000, "hold", opts, durability);
+    let (path, token, engine) = start_daemon_engine(dir, 10_000, "hold", opts, durability);
+    let before = engine.commit_sizes();
     println!(
         "pid {}: {what} at 8 connections for {secs} s",
         std::process::id()
@@ -484,6 +539,10 @@ fn hold(dir: &Path, client: &tokio::runtime::Runtime, what: &str, secs: u64) {
         ops += rate * RUN.as_secs_f64();
     }
     println!("{:.0} pairs/s", ops / start.elapsed().as_secs_f64());
+    println!(
+        "commits: {}",
+        commit_sizes_text(&before, &engine.commit_sizes())
+    );
     token.cancel();
 }
 

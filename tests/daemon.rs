@@ -1094,6 +1094,71 @@ fn a_claimed_trial_is_admitted_again_after_kill_9() {
     );
 }
 
+/// A trial's lease is answered before its claim is stored (the claim rides in the next
+/// commit), but an acknowledged report of that trial has the claim stored before it.
+#[test]
+fn a_reported_trial_survives_kill_9_with_its_claim_stored_before_the_report() {
+    let h = Home::new(Some(ONE_SECOND_COOLDOWN));
+    let mut d = h.serve();
+    let id = h.add(&["http://10.4.2.2:3128"])[0];
+    cool_all(&d, &[id]);
+    d.wait_for_counts("probe_allowed", 1, 0);
+    let mut c = d.conn();
+    let g = ok(c.req(&json!({"op": "lease", "ttl": "1h"})));
+    assert_eq!(g["trial"], json!(true));
+    let lease = lease_id(&g);
+    let r = ok(c.req(
+        &json!({"op": "report", "lease": lease, "outcome": "failure",
+        "reason": "connect_refused", "phase": "connect"}),
+    ));
+    assert_eq!(r["state"], json!("cooling"));
+    d.kill9();
+    let _d = h.serve();
+    let e = h.listed(id);
+    assert_eq!(
+        (&e["state"], &e["streak"]),
+        (&json!("cooling"), &json!(2)),
+        "{e}"
+    );
+    let of_lease = |kind: &str| -> Vec<i64> {
+        events_of(&h, kind)
+            .iter()
+            .filter(|e| e["lease"] == json!(lease))
+            .map(|e| e["id"].as_i64().unwrap())
+            .collect()
+    };
+    let (claimed, reported) = (of_lease("trial_admitted"), of_lease("report"));
+    assert_eq!((claimed.len(), reported.len()), (1, 1), "{:?}", h.events());
+    assert!(
+        claimed[0] < reported[0],
+        "claim {claimed:?} after report {reported:?}"
+    );
+}
+
+/// With nobody writing after it, a trial's claim still reaches the database.
+#[test]
+fn a_trial_claim_alone_is_committed_soon() {
+    let h = Home::new(Some(ONE_SECOND_COOLDOWN));
+    let d = h.serve();
+    let id = h.add(&["http://10.4.2.3:3128"])[0];
+    cool_all(&d, &[id]);
+    d.wait_for_counts("probe_allowed", 1, 0);
+    let g = ok(d.req(json!({"op": "lease", "ttl": "1h"})));
+    assert_eq!(g["trial"], json!(true));
+    let lease = lease_id(&g);
+    common::eventually(
+        Duration::from_secs(10),
+        "the trial_admitted event stored",
+        || {
+            let found = events_of(&h, "trial_admitted");
+            match found.iter().any(|e| e["lease"] == json!(lease)) {
+                true => Ok(()),
+                false => Err(format!("{found:?}")),
+            }
+        },
+    );
+}
+
 #[test]
 fn lease_with_wait_returns_the_trial_when_the_cooldown_ends() {
     let h = Home::new(Some(ONE_SECOND_COOLDOWN));

@@ -11,23 +11,24 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::{error, warn};
 
-use super::{Grant, Outcome, PoolError, Pools, ProbeRole, ReportOn, Reported, Want};
-use crate::config::{Config, PoolConfig};
+use super::{PoolError, Pools};
+use crate::config::PoolConfig;
 use crate::endpoint::{EndpointId, ProxyUrl};
-use crate::event_kind::EventKind;
-use crate::health::{Health, Input, State, Step};
+use crate::health::Health;
 use crate::metrics::Metrics;
-use crate::store::{
-    Applied, ClaimOn, ClaimResult, NewEndpoint, ResolveError, Store, StoreError, Write,
-};
+use crate::store::{Applied, ClaimOn, ClaimResult, ResolveError, Store, StoreError, Write};
 
+mod declared;
+mod leasing;
+mod probing;
 mod reads;
+mod reporting;
+pub use declared::{initial_state, sync_config_endpoints};
 pub use reads::EngineOptions;
 mod writer;
-pub use writer::{Committed, Writer};
+pub use writer::{CommitCounts, Committed, Writer};
 
 /// Errors of engine operations.
 #[derive(Debug, thiserror::Error)]
@@ -216,10 +217,22 @@ impl Engine {
         &self,
         f: impl FnOnce(&mut Pools, Instant, SystemTime) -> (T, Vec<Write>),
     ) -> Result<(T, Done), EngineError> {
+        self.run_as(Commit::Durable, f).await
+    }
+
+    /// [`Engine::run`], waiting for the commit as `commit` says.
+    async fn run_as<T>(
+        &self,
+        commit: Commit,
+        f: impl FnOnce(&mut Pools, Instant, SystemTime) -> (T, Vec<Write>),
+    ) -> Result<(T, Done), EngineError> {
         let rx;
         let out;
         let mut keys = Vec::new();
-        {
+        // One daemon's claims are its own: writes nobody is answered for need no commit
+        // to be waited for. A fleet's claims are won in the store, so they wait.
+        let ride = commit != Commit::Durable && self.fleet.is_none();
+        let watched = {
             let mut p = self.lock();
             let before = p.next_due();
             let (o, writes) = f(&mut p, Instant::now(), SystemTime::now());
@@ -233,13 +246,39 @@ impl Engine {
                 keys = fleet::keys(&writes);
                 fl.begin(&keys);
             }
-            // Nothing to persist (most leases and releases): no round trip to the store.
-            rx = (!writes.is_empty()).then(|| self.writer.queue(writes));
             out = o;
-        }
-        let Some(rx) = rx else {
-            return Ok((out, Done::default()));
+            if writes.is_empty() {
+                // Nothing to persist (most leases and releases): no round trip to the store.
+                return Ok((out, Done::default()));
+            }
+            if ride {
+                for c in Applied::one_daemon(&writes).claims {
+                    if let ClaimResult::Won { on, epoch } = c {
+                        p.claim_won(&on, epoch);
+                    }
+                }
+                // Queued in order under the lock: a report that follows commits with these
+                // or after them. A failed commit refuses every later write until memory
+                // is re-synced (`Writer`), so nothing builds on what was lost.
+                rx = self.writer.ride(writes);
+                commit == Commit::RideWatched
+            } else {
+                rx = self.writer.queue(writes);
+                false
+            }
         };
+        if ride {
+            if !watched {
+                return Ok((out, Done::default()));
+            }
+            // A waiting lease need not wait for this commit either.
+            self.notify_waiters();
+            return match rx.await {
+                Ok(Ok(_)) => Ok((out, Done::default())),
+                Ok(Err(e)) => Err(self.failed(e)),
+                Err(_) => Err(EngineError::Stopped),
+            };
+        }
         let committed = rx.await;
         if let (Some(fl), false) = (&self.fleet, keys.is_empty()) {
             let seq = match &committed {
@@ -347,411 +386,6 @@ impl Engine {
         ok
     }
 
-    /// Lease an endpoint, waiting up to `wait` for one to become available.
-    pub async fn lease(
-        &self,
-        pool: &str,
-        ttl: Duration,
-        session: Option<&str>,
-        wait: Duration,
-    ) -> Result<Grant, EngineError> {
-        self.lease_with(pool, ttl, session, wait, &Want::default())
-            .await
-    }
-
-    /// Lease an endpoint that fits `want` (destination, schemes, tags), waiting up to
-    /// `wait` (docs/selection.md): a paced lease waits at least the pool's `[pool.pace]
-    /// wait`. A pool with a `fallback` that has nothing (empty or exhausted at once, or
-    /// paced past its wait) is served from that pool instead: one hop, the grant names the
-    /// pool.
-    pub async fn lease_with(
-        &self,
-        pool: &str,
-        ttl: Duration,
-        session: Option<&str>,
-        wait: Duration,
-        want: &Want,
-    ) -> Result<Grant, EngineError> {
-        self.lease_waiting(pool, ttl, session, wait, want, None)
-            .await
-            .map(|(g, _)| g)
-    }
-
-    /// [`Engine::lease_with`] for a caller that may go away while it waits: once `gone`
-    /// is cancelled the wait ends with [`EngineError::CallerGone`] and nothing is granted;
-    /// a grant from the wait that races it is given back at once. A lease whose answer
-    /// cannot be delivered is never left behind (nobody could release it). One granted
-    /// without waiting is answered whatever `gone` says: a client that only shut down its
-    /// sending side still reads it.
-    pub async fn lease_while_there(
-        &self,
-        pool: &str,
-        ttl: Duration,
-        session: Option<&str>,
-        wait: Duration,
-        want: &Want,
-        gone: &CancellationToken,
-    ) -> Result<Grant, EngineError> {
-        let (g, waited) = self
-            .lease_waiting(pool, ttl, session, wait, want, Some(gone))
-            .await?;
-        if waited && gone.is_cancelled() {
-            self.release(&g.lease).await?;
-            return Err(EngineError::CallerGone);
-        }
-        Ok(g)
-    }
-
-    /// The pool's lease, then its fallback's when it has nothing (one hop).
-    async fn lease_waiting(
-        &self,
-        pool: &str,
-        ttl: Duration,
-        session: Option<&str>,
-        wait: Duration,
-        want: &Want,
-        gone: Option<&CancellationToken>,
-    ) -> Result<(Grant, bool), EngineError> {
-        let fallback = self.lock().fallback(pool);
-        let first = self
-            .lease_in(pool, ttl, session, wait, want, gone, fallback.is_some())
-            .await;
-        let Some(next) = fallback else {
-            return first;
-        };
-        let e = match first {
-            Err(EngineError::Pool(
-                e @ (PoolError::Exhausted { .. }
-                | PoolError::Empty { .. }
-                | PoolError::Paced { .. }),
-            )) => e,
-            r => return r,
-        };
-        match self
-            .lease_in(&next, ttl, session, wait, want, gone, false)
-            .await
-        {
-            // The fallback has nothing either: the first pool's answer says more (its
-            // pacing's time to come back, its cooldowns).
-            Err(EngineError::Pool(
-                PoolError::Exhausted { .. } | PoolError::Empty { .. } | PoolError::Paced { .. },
-            )) => Err(e.into()),
-            r => r,
-        }
-    }
-
-    /// One pool's lease, waiting as `lease_with` says; `eager`: an exhausted pool answers
-    /// at once (a fallback is there to serve). Returns whether it waited.
-    #[allow(clippy::too_many_arguments)]
-    async fn lease_in(
-        &self,
-        pool: &str,
-        ttl: Duration,
-        session: Option<&str>,
-        wait: Duration,
-        want: &Want,
-        gone: Option<&CancellationToken>,
-        eager: bool,
-    ) -> Result<(Grant, bool), EngineError> {
-        let started = Instant::now();
-        // Each attempt says whether it is the request's last (and until when the request
-        // may wait): only that one is counted, and the loop below gives up on the same
-        // decision. A trial whose claim another daemon of the fleet won is withdrawn, and
-        // the request looks again at once (docs/fleet.md, "Ownership").
-        let attempt = || async {
-            let mut tries = 0;
-            loop {
-                tries += 1;
-                let (out, done) = self
-                    .run(|p, now, _| {
-                        let (r, w) = p.lease_with(pool, ttl, session, want, now);
-                        let limit = match &r {
-                            Err(PoolError::Paced { wait: paced, .. }) => wait.max(*paced),
-                            Err(PoolError::Exhausted { .. }) if eager => Duration::ZERO,
-                            _ => wait,
-                        };
-                        let give_up = started
-                            .checked_add(limit)
-                            .unwrap_or_else(|| started + crate::limits::MAX_DURATION);
-                        let last = limit.is_zero() || now >= give_up;
-                        p.observe_lease(pool, &r, now - started, last);
-                        ((r, last, give_up), w)
-                    })
-                    .await?;
-                match &out.0 {
-                    Ok(g) if done.withdrawn.contains(&g.lease) && tries < CLAIM_TRIES => {}
-                    Ok(g) if done.withdrawn.contains(&g.lease) => {
-                        let e = PoolError::Exhausted {
-                            pool: pool.to_string(),
-                            retry_after: None,
-                            filter: None,
-                        };
-                        return Ok::<_, EngineError>((Err(e), out.1, out.2));
-                    }
-                    _ => return Ok(out),
-                }
-            }
-        };
-        // The common case answers at once, without registering as a waiter.
-        match attempt().await? {
-            (Err(PoolError::Exhausted { .. } | PoolError::Paced { .. }), false, _) => {}
-            (r, _, _) => return Ok((r?, false)),
-        }
-        let gone = async {
-            match gone {
-                Some(g) => g.cancelled().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::pin!(gone);
-        loop {
-            // Registered before the attempt, so a release in between is not missed.
-            let freed = self.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            match attempt().await? {
-                (Ok(g), _, _) => return Ok((g, true)),
-                (
-                    Err(
-                        PoolError::Exhausted { retry_after, .. }
-                        | PoolError::Paced { retry_after, .. },
-                    ),
-                    false,
-                    give_up,
-                ) => {
-                    // Woken by a release (an endpoint or a pair's in_flight freed), or at
-                    // the soonest time something is ready again.
-                    let mut until = give_up;
-                    if let Some(d) = retry_after {
-                        until = until.min(Instant::now() + d);
-                    }
-                    tokio::select! {
-                        _ = &mut freed => {}
-                        _ = tokio::time::sleep_until(until) => {}
-                        _ = &mut gone => return Err(EngineError::CallerGone),
-                    }
-                }
-                (Err(e), _, _) => return Err(e.into()),
-            }
-        }
-    }
-
-    /// Release a lease.
-    pub async fn release(&self, lease: &str) -> Result<(), EngineError> {
-        let r = self.with_notify(|p, now, _| p.release(lease, now)).await?;
-        Ok(r?)
-    }
-
-    /// Report a lease's outcome; returns the endpoint's state.
-    pub async fn report(&self, lease: &str, outcome: Outcome) -> Result<State, EngineError> {
-        let r = self.report_on(lease, outcome, &ReportOn::default()).await?;
-        Ok(r.state)
-    }
-
-    /// Report a lease's outcome with what the report says besides it (where the use went;
-    /// its duration). Returns the endpoint's state and whom a failure counted against.
-    pub async fn report_on(
-        &self,
-        lease: &str,
-        outcome: Outcome,
-        on: &ReportOn,
-    ) -> Result<Reported, EngineError> {
-        self.writable()?;
-        let (r, done) = self
-            .run(|p, now, wall| p.report_with(lease, outcome, on, now, wall))
-            .await?;
-        self.notify_waiters();
-        Ok(self.as_it_is(r?, &done))
-    }
-
-    /// A report whose transition another daemon's came before answers the state the
-    /// endpoint is in now (the report is a late one, docs/fleet.md).
-    fn as_it_is(&self, mut r: Reported, done: &Done) -> Reported {
-        if done.changed_elsewhere.contains(&r.endpoint) {
-            if let Some(h) = self.lock().health(r.endpoint) {
-                r.state = h.state;
-            }
-        }
-        r
-    }
-
-    /// A tunnel opened through the lease's endpoint to its target: the endpoint and the
-    /// target's reachability are proven, a ban inside is not (docs/blame.md). The lease
-    /// goes on.
-    pub async fn reached(&self, lease: &str) -> Result<State, EngineError> {
-        let r = self
-            .with_notify(|p, now, wall| p.reached(lease, now, wall))
-            .await?;
-        Ok(r?)
-    }
-
-    /// Report on the endpoint bound to a sticky session; a failure unbinds it.
-    pub async fn report_session(
-        &self,
-        pool: &str,
-        session: &str,
-        outcome: Outcome,
-        on: &ReportOn,
-    ) -> Result<Reported, EngineError> {
-        self.writable()?;
-        let (r, done) = self
-            .run(|p, now, wall| p.report_session(pool, session, outcome, on, now, wall))
-            .await?;
-        self.notify_waiters();
-        Ok(self.as_it_is(r?, &done))
-    }
-
-    /// Clear one (endpoint, destination) pair; returns the pair's state (`available`).
-    pub async fn enable_pair(
-        &self,
-        id: EndpointId,
-        destination: &str,
-    ) -> Result<State, EngineError> {
-        self.writable()?;
-        for tries in 1.. {
-            let (r, done) = self
-                .run(|p, now, _| p.enable_pair(id, destination, now))
-                .await?;
-            self.notify_waiters();
-            // Changed elsewhere meanwhile: act on what it is now.
-            if done.changed_elsewhere.contains(&id) && tries < CLAIM_TRIES {
-                continue;
-            }
-            return Ok(r?);
-        }
-        unreachable!("the loop returns")
-    }
-
-    /// The destinations of a pool with the most banned pairs, at most `n`.
-    pub fn most_banned(&self, pool: &str, n: usize) -> Vec<(String, usize)> {
-        self.lock().most_banned(pool, n)
-    }
-
-    /// Each endpoint's state for a normalised destination (`None`: not held).
-    pub fn states_for(&self, ids: &[EndpointId], destination: &str) -> Vec<Option<State>> {
-        let p = self.lock();
-        ids.iter().map(|&id| p.state_for(id, destination)).collect()
-    }
-
-    /// Apply an operator or source input to an endpoint.
-    pub async fn input(
-        &self,
-        id: EndpointId,
-        input: Input,
-        kind: Option<EventKind>,
-        detail: Option<String>,
-    ) -> Result<(Step, State), EngineError> {
-        self.writable()?;
-        for tries in 1.. {
-            let (r, done) = self
-                .run(|p, now, _| p.input(id, input.clone(), kind, detail.clone(), now))
-                .await?;
-            self.notify_waiters();
-            // Changed elsewhere meanwhile (another daemon, a CLI command): the act applies
-            // to what the endpoint is now.
-            if done.changed_elsewhere.contains(&id) && tries < CLAIM_TRIES {
-                continue;
-            }
-            return Ok(r?);
-        }
-        unreachable!("the loop returns")
-    }
-
-    /// Claim the next recovery attempt of a pool (prober).
-    pub async fn claim_next(
-        &self,
-        pool: &str,
-    ) -> Result<Option<(EndpointId, ProxyUrl)>, EngineError> {
-        let (claimed, done) = self.run(|p, now, _| p.claim_next(pool, now)).await?;
-        // Another daemon probes it: the prober looks for the next one.
-        Ok(claimed.filter(|(id, _)| !done.lost.contains(&ClaimOn::Endpoint(*id))))
-    }
-
-    /// Persist writes that are not transitions (pool-level events), in order.
-    pub async fn record(&self, writes: Vec<Write>) -> Result<(), EngineError> {
-        self.writable()?;
-        self.with(|_, _, _| ((), writes)).await
-    }
-
-    /// Admit a probe of `id`: refused, with the time until its trial, while the pool's
-    /// probe target is down; the one probe admitted then is the target's trial.
-    pub fn probe_admit(&self, id: EndpointId) -> Result<(), Duration> {
-        self.lock().probe_admit(id, Instant::now())
-    }
-
-    /// When the pool's probe target is down: the time until its trial.
-    pub fn probe_target_down(&self, pool: &str) -> Option<Duration> {
-        self.lock().probe_target_down(pool, Instant::now())
-    }
-
-    /// A probe admitted by `probe_admit` did not run: give back the probe target's trial
-    /// if it was that.
-    pub fn probe_cancel(&self, id: EndpointId) {
-        let mut p = self.lock();
-        if let Some(pool) = p.pool_index_of(id) {
-            p.end_probe_trial(pool, id, Instant::now());
-        }
-    }
-
-    /// Try to take one endpoint's single recovery attempt.
-    pub async fn try_claim(&self, id: EndpointId) -> Result<bool, EngineError> {
-        let (won, done) = self.run(|p, now, _| p.try_claim(id, now)).await?;
-        Ok(won && !done.lost.contains(&ClaimOn::Endpoint(id)))
-    }
-
-    /// Resolves on the next change that may make an endpoint leasable or probeable.
-    pub fn changed(&self) -> tokio::sync::futures::Notified<'_> {
-        self.freed.notified()
-    }
-
-    /// Record a probe result.
-    pub async fn probe_result(
-        &self,
-        id: EndpointId,
-        outcome: Outcome,
-        trial: bool,
-        detail: Option<String>,
-    ) -> Result<State, EngineError> {
-        let role = if trial {
-            ProbeRole::Trial
-        } else {
-            ProbeRole::Check
-        };
-        self.probe_result_as(id, outcome, role, detail).await
-    }
-
-    /// Record a probe result, by who ran it.
-    pub async fn probe_result_as(
-        &self,
-        id: EndpointId,
-        outcome: Outcome,
-        role: ProbeRole,
-        detail: Option<String>,
-    ) -> Result<State, EngineError> {
-        self.writable()?;
-        let (r, done) = self
-            .run(|p, now, wall| p.probe_result_as(id, outcome, role, detail, now, wall))
-            .await?;
-        self.notify_waiters();
-        let state = r?;
-        if done.changed_elsewhere.contains(&id) {
-            return Ok(self.lock().health(id).map_or(state, |h| h.state));
-        }
-        Ok(state)
-    }
-
-    /// Hand a claimed probe attempt back without an outcome.
-    pub async fn abandon(&self, id: EndpointId, why: &str) -> Result<(), EngineError> {
-        self.input(
-            id,
-            Input::Abandon,
-            Some(EventKind::TrialAbandoned),
-            Some(why.to_string()),
-        )
-        .await
-        .map(|_| ())
-    }
-
     /// Expire leases and end cooldowns on time, whether or not anyone calls.
     pub async fn run_timer(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
@@ -768,8 +402,11 @@ impl Engine {
                 _ = self.rescheduled.notified() => continue,
                 _ = sleep => {}
             }
-            match self.with(|p, now, _| ((), p.advance(now))).await {
-                Ok(()) => self.notify_waiters(),
+            let advanced = self
+                .run_as(Commit::RideWatched, |p, now, _| ((), p.advance(now)))
+                .await;
+            match advanced {
+                Ok(_) => self.notify_waiters(),
                 Err(e) => {
                     warn!(error = %e, "could not persist deadline transitions; retrying");
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -789,39 +426,29 @@ impl Engine {
         Ok(self.writer.call(|s| s.check_file()).await??)
     }
 
+    /// How full the store's commits have been so far (the benchmarks print it).
+    pub fn commit_sizes(&self) -> CommitCounts {
+        self.writer.commit_sizes()
+    }
+
     /// Wait until every queued write is committed.
     pub async fn flush(&self) -> Result<(), EngineError> {
         self.writer.call(|_| ()).await
     }
 }
 
-/// Make the endpoints declared in the config exist in the store (never removes any).
-pub fn sync_config_endpoints(store: &mut Store, cfg: &Config) -> Result<usize, StoreError> {
-    let eps: Vec<NewEndpoint> = cfg
-        .endpoints
-        .iter()
-        .map(|d| NewEndpoint {
-            url: d.url.clone(),
-            pool: d.pool.clone(),
-            label: d.label.clone(),
-            source: Some("config".into()),
-            state: initial_state(cfg.pool(&d.pool)),
-            tags: d.tags.clone(),
-        })
-        .collect();
-    Ok(store
-        .ensure_endpoints(&eps)?
-        .iter()
-        .filter(|(_, added)| *added)
-        .count())
-}
-
-/// The state a new endpoint starts in, by pool mode (docs/reference.md, "Pools and modes").
-pub fn initial_state(pool: Option<&PoolConfig>) -> State {
-    match pool.map(|p| p.mode.prober_recovers()) {
-        Some(true) => State::ProbeAllowed,
-        _ => State::Available,
-    }
+/// What a caller of [`Engine::run_as`] waits for before it goes on (docs/leases.md,
+/// "Durability").
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Commit {
+    /// Its writes are durable: a report, an operator's action, anything acknowledged.
+    Durable,
+    /// Nothing: the writes are nobody's acknowledgment (a trial's claim; after a restart
+    /// the attempt is admitted again) and ride in the next commit.
+    Ride,
+    /// The commit its writes ride in, to hear of a failure (the timer retries); waiters
+    /// are woken once the writes are queued.
+    RideWatched,
 }
 
 #[cfg(test)]

@@ -279,6 +279,19 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// The destinations of a pool with the most banned pairs, at most `n`.
+    pub fn most_banned(&self, pool: &str, n: usize) -> Vec<(String, usize)> {
+        self.lock().most_banned(pool, n)
+    }
+
+    /// Each endpoint's state for a normalised destination (`None`: not held).
+    pub fn states_for(&self, ids: &[EndpointId], destination: &str) -> Vec<Option<State>> {
+        let p = self.lock();
+        ids.iter().map(|&id| p.state_for(id, destination)).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

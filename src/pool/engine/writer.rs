@@ -2,6 +2,7 @@
 //! callers into one commit, and running reads in order with them.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -26,9 +27,19 @@ pub(super) type Resynced =
     Result<Vec<(EndpointId, Option<EndpointRow>, Vec<PairRow>)>, Arc<StoreError>>;
 
 enum Job {
-    Writes(Vec<Write>, oneshot::Sender<Committed>),
+    Writes(Queued),
     Call(Call),
     Resync(mpsc::Sender<Resynced>),
+}
+
+/// One caller's writes, atomic together.
+struct Queued {
+    writes: Vec<Write>,
+    ack: oneshot::Sender<Committed>,
+    /// Someone is answered only once these are durable (a report, an operator's action):
+    /// the batch commits for them without delay. Writes that nobody waits on (a trial's
+    /// claim, a cooldown's end) ride in the next commit instead.
+    urgent: bool,
 }
 
 fn endpoints_of(w: &Write, out: &mut BTreeSet<EndpointId>) {
@@ -72,13 +83,19 @@ struct Pace {
 struct Batch {
     groups: Vec<Vec<Write>>,
     acks: Vec<oneshot::Sender<Committed>>,
+    /// Groups someone is answered for (urgent).
+    callers: usize,
+    /// Writes in all groups.
+    writes: usize,
     after: Option<Job>,
 }
 
 impl Batch {
     /// `first` and every write queued behind it; then, while fewer callers are in the
     /// batch than the previous commit answered plus those that were already waiting, wait
-    /// for the rest, at most as long as the previous commit took (and `MAX_GATHER`).
+    /// for the rest, at most as long as the previous commit took (and `MAX_GATHER`). A
+    /// batch of writes nobody waits on waits up to `MAX_GATHER` for a caller to commit
+    /// with (or for a read, which commits them first).
     ///
     /// The wait is what makes concurrent callers share commits: a caller's next write
     /// arrives one client round trip after its answer, when the next commit has already
@@ -99,29 +116,37 @@ impl Batch {
         let mut b = Batch {
             groups: Vec::new(),
             acks: Vec::new(),
+            callers: 0,
+            writes: 0,
             after: None,
         };
-        let mut n = 0;
         let mut next = Some(first);
         while let Some(job) = next.take() {
-            if !b.take(job, &mut n) {
+            if !b.take(job) {
                 return b;
             }
-            if n < MAX_BATCH {
+            if b.writes < MAX_BATCH {
                 next = rx.try_recv().ok();
             }
         }
         // Callers answered by the last commit come back; those queued already are here.
-        let present = if waited { 0 } else { b.groups.len() };
-        let expected = pace.answered + present;
-        let until = Instant::now() + pace.took.min(cap);
-        while b.groups.len() < expected && n < MAX_BATCH {
+        let present = if waited { 0 } else { b.callers };
+        // Writes that ride wait for one caller at least.
+        let expected = (pace.answered + present).max(1);
+        let started = Instant::now();
+        while b.callers < expected && b.writes < MAX_BATCH {
+            let until = started
+                + if b.callers == 0 {
+                    cap
+                } else {
+                    pace.took.min(cap)
+                };
             let Some(left) = until.checked_duration_since(Instant::now()) else {
                 break;
             };
             match rx.recv_timeout(left) {
                 Ok(job) => {
-                    if !b.take(job, &mut n) {
+                    if !b.take(job) {
                         break;
                     }
                 }
@@ -132,12 +157,13 @@ impl Batch {
     }
 
     /// Add a write job (false: it was another job, which ends the batch).
-    fn take(&mut self, job: Job, n: &mut usize) -> bool {
+    fn take(&mut self, job: Job) -> bool {
         match job {
-            Job::Writes(w, ack) => {
-                *n += w.len();
-                self.groups.push(w);
-                self.acks.push(ack);
+            Job::Writes(q) => {
+                self.writes += q.writes.len();
+                self.callers += usize::from(q.urgent);
+                self.groups.push(q.writes);
+                self.acks.push(q.ack);
                 true
             }
             other => {
@@ -148,10 +174,55 @@ impl Batch {
     }
 }
 
+/// How full the commits were: commits by the callers they answered, and the writes and
+/// groups they carried (the benchmarks print them; docs/leases.md, "Durability").
+#[derive(Default)]
+pub struct CommitSizes {
+    /// Commits by callers answered: 0, 1, …, 16, and more than 16 in the last.
+    by_callers: [AtomicU64; 18],
+    writes: AtomicU64,
+    groups: AtomicU64,
+}
+
+/// [`CommitSizes`] as read at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitCounts {
+    /// Commits by callers answered: index `i` for `i` callers, the last for more than 16.
+    pub by_callers: Vec<u64>,
+    pub commits: u64,
+    pub writes: u64,
+    pub groups: u64,
+}
+
+impl CommitSizes {
+    fn note(&self, callers: usize, groups: usize, writes: usize) {
+        let i = callers.min(self.by_callers.len() - 1);
+        self.by_callers[i].fetch_add(1, Ordering::Relaxed);
+        self.groups.fetch_add(groups as u64, Ordering::Relaxed);
+        self.writes.fetch_add(writes as u64, Ordering::Relaxed);
+    }
+
+    /// The counts so far.
+    pub fn read(&self) -> CommitCounts {
+        let by_callers: Vec<u64> = self
+            .by_callers
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect();
+        CommitCounts {
+            commits: by_callers.iter().sum(),
+            by_callers,
+            writes: self.writes.load(Ordering::Relaxed),
+            groups: self.groups.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// Handle to the store thread. Batches writes of concurrent callers into one commit.
 #[derive(Clone)]
 pub struct Writer {
     tx: mpsc::Sender<Job>,
+    sizes: Arc<CommitSizes>,
 }
 
 /// Most writes folded into one commit.
@@ -169,6 +240,8 @@ impl Writer {
     /// [`Writer::spawn`], observing each group commit's duration into `commits`.
     pub fn spawn_timed(mut store: Store, commits: Option<AtomicHistogram>) -> Writer {
         let (tx, rx) = mpsc::channel::<Job>();
+        let sizes = Arc::new(CommitSizes::default());
+        let counted = sizes.clone();
         std::thread::Builder::new()
             .name("proxypool-store".into())
             .spawn(move || {
@@ -182,6 +255,8 @@ impl Writer {
                     let Batch {
                         groups,
                         acks,
+                        callers,
+                        writes,
                         after,
                     } = Batch::gather(&rx, first, waited, &pace);
                     if !groups.is_empty() {
@@ -194,12 +269,13 @@ impl Writer {
                             }),
                         };
                         pace = Pace {
-                            answered: groups.len(),
+                            answered: callers,
                             took: started.elapsed(),
                         };
                         if let Some(h) = &commits {
                             h.observe_duration(pace.took);
                         }
+                        counted.note(callers, groups.len(), writes);
                         let results: Vec<Committed> = match results {
                             Ok(rs) => rs.into_iter().map(|r| r.map_err(Arc::new)).collect(),
                             Err(e) => vec![Err(e); groups.len()],
@@ -240,18 +316,43 @@ impl Writer {
                 debug!("store thread stopped");
             })
             .expect("spawn store thread");
-        Writer { tx }
+        Writer { tx, sizes }
     }
 
-    /// Queue writes; the receiver resolves once they are committed.
+    /// Queue writes a caller is answered for once they are durable; the receiver resolves
+    /// once they are committed. The commit starts without delay.
     pub fn queue(&self, writes: Vec<Write>) -> oneshot::Receiver<Committed> {
+        self.send(writes, true)
+    }
+
+    /// Queue writes nobody is answered for: they ride in the next commit a caller's
+    /// writes start, in order with everything queued (or after `MAX_GATHER` without one).
+    /// The receiver resolves once they are committed; it may be dropped.
+    pub fn ride(&self, writes: Vec<Write>) -> oneshot::Receiver<Committed> {
+        self.send(writes, false)
+    }
+
+    fn send(&self, writes: Vec<Write>, urgent: bool) -> oneshot::Receiver<Committed> {
         let (ack, rx) = oneshot::channel();
         if writes.is_empty() {
             let _ = ack.send(Ok(Applied::default()));
-        } else if self.tx.send(Job::Writes(writes, ack)).is_err() {
+        } else if self
+            .tx
+            .send(Job::Writes(Queued {
+                writes,
+                ack,
+                urgent,
+            }))
+            .is_err()
+        {
             // The receiver sees a closed channel and reports it.
         }
         rx
+    }
+
+    /// How full the commits have been so far.
+    pub fn commit_sizes(&self) -> CommitCounts {
+        self.sizes.read()
     }
 
     /// Run `f` on the store thread, in order with queued writes.
@@ -281,10 +382,23 @@ impl Writer {
 mod tests {
     use super::*;
 
-    fn write(tx: &mpsc::Sender<Job>) {
+    fn send(tx: &mpsc::Sender<Job>, urgent: bool) {
         let (ack, _) = oneshot::channel();
-        tx.send(Job::Writes(vec![Write::Remove(vec![1])], ack))
-            .unwrap();
+        let writes = vec![Write::Remove(vec![1])];
+        tx.send(Job::Writes(Queued {
+            writes,
+            ack,
+            urgent,
+        }))
+        .unwrap();
+    }
+
+    fn write(tx: &mpsc::Sender<Job>) {
+        send(tx, true);
+    }
+
+    fn ride(tx: &mpsc::Sender<Job>) {
+        send(tx, false);
     }
 
     #[test]
@@ -346,5 +460,76 @@ mod tests {
         // A fourth write is the next batch's.
         write(&tx);
         assert!(matches!(rx.try_recv(), Ok(Job::Writes(..))));
+    }
+
+    #[test]
+    fn writes_that_ride_wait_for_a_caller_and_commit_with_it() {
+        let (tx, rx) = mpsc::channel();
+        ride(&tx);
+        let (first, waited) = next_job(&rx).unwrap();
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            write(&tx);
+            tx
+        });
+        let started = Instant::now();
+        let b = Batch::gather_within(
+            &rx,
+            first,
+            waited,
+            &Pace::default(),
+            Duration::from_secs(60),
+        );
+        assert_eq!((b.groups.len(), b.callers, b.writes), (2, 1, 2));
+        assert!(started.elapsed() < Duration::from_secs(30));
+        drop(sender.join().unwrap());
+    }
+
+    #[test]
+    fn writes_that_ride_commit_alone_once_the_cap_passed() {
+        let (tx, rx) = mpsc::channel();
+        ride(&tx);
+        ride(&tx);
+        let (first, waited) = next_job(&rx).unwrap();
+        let started = Instant::now();
+        let cap = Duration::from_millis(50);
+        let b = Batch::gather_within(&rx, first, waited, &Pace::default(), cap);
+        assert!(started.elapsed() >= cap);
+        assert_eq!((b.groups.len(), b.callers), (2, 0));
+        assert!(b.after.is_none());
+        drop(tx);
+    }
+
+    #[test]
+    fn a_read_behind_writes_that_ride_commits_them_at_once() {
+        let (tx, rx) = mpsc::channel();
+        ride(&tx);
+        tx.send(Job::Call(Box::new(|_| {}))).unwrap();
+        let (first, waited) = next_job(&rx).unwrap();
+        let started = Instant::now();
+        let b = Batch::gather_within(
+            &rx,
+            first,
+            waited,
+            &Pace::default(),
+            Duration::from_secs(60),
+        );
+        assert!(started.elapsed() < Duration::from_secs(30));
+        assert_eq!((b.groups.len(), b.callers), (1, 0));
+        assert!(matches!(b.after, Some(Job::Call(_))));
+    }
+
+    #[test]
+    fn commit_sizes_count_commits_by_callers() {
+        let sizes = CommitSizes::default();
+        sizes.note(0, 2, 3);
+        sizes.note(8, 16, 24);
+        sizes.note(40, 40, 40);
+        let c = sizes.read();
+        assert_eq!((c.commits, c.groups, c.writes), (3, 58, 67));
+        assert_eq!(
+            (c.by_callers[0], c.by_callers[8], c.by_callers[17]),
+            (1, 1, 1)
+        );
     }
 }

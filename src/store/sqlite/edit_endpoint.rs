@@ -4,12 +4,13 @@ use std::collections::BTreeMap;
 
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
-use super::{
-    insert_event, read_endpoint, EndpointRow, NewEvent, Sqlite, StoreError, ENDPOINT_COLS,
-};
+use super::endpoints::{read_endpoint, ENDPOINT_COLS};
+use super::events::insert_event;
+use super::Sqlite;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
 use crate::store::rows::edit_detail;
+use crate::store::{EndpointRow, NewEvent, StoreError};
 
 impl Sqlite {
     /// Replace an endpoint's URL, label and/or tags, keeping its id, state and history,

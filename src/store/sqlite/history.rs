@@ -6,9 +6,11 @@ use std::time::SystemTime;
 use rusqlite::params_from_iter;
 use rusqlite::types::Value;
 
-use super::{fmt_time, parse_time, read_endpoint, read_event, EndpointRow, EventRow};
-use super::{Sqlite, StoreError, ENDPOINT_COLS};
+use super::endpoints::{read_endpoint, ENDPOINT_COLS};
+use super::events::{read_event, EVENT_COLS};
+use super::Sqlite;
 use crate::store::EventFilter;
+use crate::store::{fmt_time, parse_time, EndpointRow, EventRow, StoreError};
 
 /// The WHERE clause (after `id > ?1`) of `f` and its parameters.
 fn clause(f: &EventFilter) -> (String, Vec<Value>) {
@@ -31,8 +33,6 @@ fn clause(f: &EventFilter) -> (String, Vec<Value>) {
     }
     (sql, args)
 }
-
-use super::EVENT_COLS;
 
 impl Sqlite {
     /// Events matching `f` with id > `after`, oldest first.

@@ -12,11 +12,13 @@ use std::time::SystemTime;
 
 use rusqlite::{params, OptionalExtension, Transaction, TransactionBehavior};
 
-use super::{fmt_time, read_endpoint, EndpointRow, NewEndpoint, Sqlite, StoreError, ENDPOINT_COLS};
+use super::endpoints::{read_endpoint, ENDPOINT_COLS};
+use super::Sqlite;
 use crate::endpoint::EndpointId;
 use crate::event_kind::EventKind;
 #[cfg(test)]
 use crate::store::Numbered;
+use crate::store::{fmt_time, EndpointRow, NewEndpoint, StoreError};
 use crate::store::{OnExisting, ToInsert};
 
 /// Rows per multi-row `INSERT`: 128 rows × 11 parameters stays far below SQLite's limit of

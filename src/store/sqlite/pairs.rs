@@ -6,12 +6,13 @@ use std::time::SystemTime;
 
 use rusqlite::{params, Connection, ErrorCode, Row, TransactionBehavior};
 
-use super::{
-    deadline_of, fmt_time, insert_event_on, read_cooldown, read_names, Sqlite, StoreError,
-};
+use super::endpoints::{deadline_of, read_cooldown, read_names};
+use super::events::insert_event_on;
+use super::Sqlite;
 use crate::endpoint::EndpointId;
 use crate::health::{Phase, Reason, State};
 use crate::store::pairs::{PairRecord, PairRow, PairWrite};
+use crate::store::{fmt_time, StoreError};
 
 /// Apply one pair write inside the caller's transaction (for group commit).
 pub(crate) fn apply(tx: &Connection, w: &PairWrite) -> Result<(), StoreError> {

@@ -1,0 +1,131 @@
+//! SQLite's group commit: the writes of several callers in one transaction, each caller's
+//! atomic on its own (a savepoint).
+
+use std::time::SystemTime;
+
+use rusqlite::{params, Connection, TransactionBehavior};
+
+use super::endpoints::{deadline_of, remove_rows};
+use super::events::{insert_event, insert_event_on};
+use super::{pairs, text, Sqlite};
+use crate::health::{Phase, Reason};
+use crate::store::{fmt_time, Applied, StoreError, Write};
+
+impl Sqlite {
+    /// Apply a batch of writes in one transaction.
+    pub fn write(&mut self, writes: &[Write]) -> Result<(), StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for w in writes {
+            apply_write(&tx, w)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Group commit: apply several independent batches in one transaction, each batch
+    /// atomic on its own (a savepoint), so one bad batch fails alone.
+    pub fn write_groups(
+        &mut self,
+        groups: &[Vec<Write>],
+    ) -> Result<Vec<Result<Applied, StoreError>>, StoreError> {
+        // Committing into a deleted file would acknowledge writes that nobody can read.
+        self.check_file()?;
+        #[cfg(test)]
+        if self.fail_commits > 0 {
+            self.fail_commits -= 1;
+            return Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+                Some("database or disk is full (injected)".into()),
+            )));
+        }
+        let mut tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut out = Vec::with_capacity(groups.len());
+        for g in groups {
+            let sp = tx.savepoint()?;
+            match g.iter().try_for_each(|w| apply_write(&sp, w)) {
+                Ok(()) => {
+                    sp.commit()?;
+                    out.push(Ok(Applied::one_daemon(g)));
+                }
+                Err(e) => {
+                    drop(sp);
+                    out.push(Err(e));
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// Fail the next `n` commits as a full disk would.
+    #[cfg(test)]
+    pub(crate) fn fail_next_commits(&mut self, n: u32) {
+        self.fail_commits = n;
+    }
+
+    /// Commits still to fail.
+    #[cfg(test)]
+    pub(crate) fn failing_commits(&self) -> u32 {
+        self.fail_commits
+    }
+}
+
+fn apply_write(tx: &Connection, w: &Write) -> Result<(), StoreError> {
+    match w {
+        Write::Transition(h, ev) => {
+            let mut st = tx.prepare_cached(
+                "UPDATE endpoints SET state=?2, reason=?3, phase=?4, detail=?5, streak=?6, reason_streak=?7, \
+                 cooldown_ms=?8, cooldown_until=?9, state_changed_at=?10 WHERE id=?1",
+            )?;
+            let n = st.execute(params![
+                h.id,
+                h.state.as_str(),
+                h.reason.map(Reason::as_str),
+                h.phase.map(Phase::as_str),
+                text(&h.detail),
+                h.streak,
+                h.reason_streak,
+                h.cooldown_ms.map(|v| v as i64),
+                deadline_of(h.cooldown_left).map(fmt_time),
+                fmt_time(SystemTime::now()),
+            ])?;
+            if n == 0 {
+                return Err(StoreError::NotFound(format!("with id {}", h.id)));
+            }
+            insert_event(tx, ev)
+        }
+        Write::Event(ev) => insert_event(tx, ev),
+        Write::Remove(ids) => remove_rows(tx, ids),
+        Write::Pair(w) => pairs::apply(tx, w),
+        Write::EventStatus(ev, status) => insert_event_on(tx, ev.endpoint, None, *status, ev),
+        // One daemon: a claim in memory is the claim; only its event is stored.
+        Write::Claim(c) => pairs::apply(tx, &crate::store::pairs::PairWrite::Claim(c.clone())),
+        Write::Unclaim(u) => pairs::apply(tx, &crate::store::pairs::PairWrite::Unclaim(u.clone())),
+        Write::SourceResult {
+            pool,
+            name,
+            ok,
+            detail,
+            count,
+        } => {
+            tx.prepare_cached(
+                "INSERT INTO sources (pool, name, last_at, last_ok, last_detail, last_count) VALUES (?1,?2,?3,?4,?5,?6) \
+                 ON CONFLICT(pool, name) DO UPDATE SET last_at=excluded.last_at, last_ok=excluded.last_ok, \
+                 last_detail=excluded.last_detail, last_count=excluded.last_count",
+            )?
+            .execute(params![
+                pool,
+                name,
+                fmt_time(SystemTime::now()),
+                *ok as i64,
+                text(detail),
+                count.map(|c| c as i64)
+            ])?;
+            Ok(())
+        }
+    }
+}
