@@ -172,7 +172,9 @@ impl Gate<'_> {
     pub(super) fn check(&self, id: EndpointId) -> Check {
         match self.host.pairs.get(&id) {
             Some(p) if !self.host.ready(p, self.now) => {
-                Check::Blocked((p.ready() > self.now).then_some(p.ready()))
+                // At `in_flight`, its interval passing frees nothing: only a lease's end.
+                let full = self.host.cap > 0 && u32::from(p.in_flight) >= self.host.cap;
+                Check::Blocked((p.ready() > self.now && !full).then_some(p.ready()))
             }
             _ => Check::Ready,
         }

@@ -167,10 +167,22 @@ fn in_flight_caps_live_leases_until_one_ends() {
         pace(1000, 2, false),
         &[
             (0, SHOP, 1, Use, Until(Some(1000))),
-            (1000, SHOP, 1, Use, Until(Some(2000))),
-            // Two live: the interval passed, the cap holds.
+            // Two live: the interval passing frees nothing, only an end does (no time to
+            // come back at is told).
+            (1000, SHOP, 1, Use, Until(None)),
             (2500, SHOP, 1, Look, Until(None)),
             (2600, SHOP, 1, End, Ready),
+        ],
+    );
+    run(
+        "in_flight 1 with interval 5s",
+        pace(5000, 1, false),
+        &[
+            (0, SHOP, 1, Use, Until(None)),
+            (4000, SHOP, 1, Look, Until(None)),
+            // Ended early: now the interval is what holds it, until 5 s.
+            (4100, SHOP, 1, End, Until(Some(5000))),
+            (5000, SHOP, 1, Look, Ready),
         ],
     );
 }
@@ -253,7 +265,7 @@ fn a_site_override_paces_its_host_only() {
         "shop.example every 12 s, one at a time",
         cfg,
         &[
-            (0, SHOP, 1, Use, Until(Some(12_000))),
+            (0, SHOP, 1, Use, Until(None)),
             (0, OTHER, 1, Use, Until(Some(2000))),
             (12_000, SHOP, 1, Look, Until(None)),
             (12_000, SHOP, 1, End, Ready),
