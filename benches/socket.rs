@@ -548,6 +548,19 @@ fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
     ] {
         println!("{name:<48}  {:>5}  {ratio:>12.2}", "");
     }
+    let by_round = |a: usize, b: usize| {
+        let r: Vec<String> = (0..FLOOR_ROUNDS)
+            .map(|i| format!("{:.2}", rates[a][i] / rates[b][i]))
+            .collect();
+        r.join("/")
+    };
+    println!(
+        "by round: the same rows bare / one-row commits {}; persisted pairs / the same rows \
+         bare {}; daemon's endpoints / one-row {}",
+        by_round(1, 0),
+        by_round(3, 1),
+        by_round(2, 0)
+    );
     println!(
         "the same rows, bare: {:.0} µs per commit of 8 pairs ({:.0} µs on the daemon's \
          endpoints), against {:.0} µs per one-row commit",
