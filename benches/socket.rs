@@ -7,7 +7,10 @@
 //! answers the same two round trips with the same bytes without reading them (one echo
 //! round trip is the other floor row, for comparison with older figures), and lease +
 //! failure report with `synchronous = full` beside a bare loop of one-row SQLite commits
-//! on the same disk.
+//! on the same disk and beside "the same rows, bare": one thread replaying, on a plain
+//! connection, what one of the daemon's commits of 8 pairs writes (traced from a daemon's
+//! store, `socket/same_rows.rs`), on random endpoints of the pool and, as a second row,
+//! the traced commits themselves on the daemon's own endpoints.
 //!
 //! The last table compares lease+release at 8 connections with metrics recorded and
 //! not recorded (`EngineOptions::record_metrics`), two daemons side by side, interleaved.
@@ -18,6 +21,8 @@
 //! report with `synchronous = full`) at 8 connections for SECONDS (default 20): the
 //! daemon's runtime thread is named `server`, its store thread `proxypool-store`.
 
+#[path = "socket/same_rows.rs"]
+mod same_rows;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -490,16 +495,30 @@ fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
             floor / lease
         );
     }
+    let commit = traced_commit(dir, &cell);
+    let bare = std::cell::RefCell::new(same_rows::Bare::open(dir, 10_000));
+    let replayed = bare.borrow_mut().check(&commit);
+    assert!(
+        replayed == commit.composition,
+        "the replay wrote {}, the daemon {}",
+        replayed.text(),
+        commit.composition.text()
+    );
     let sizes_before = persisted_engine.commit_sizes();
-    let rates = interleaved(&mut [&mut || commit_loop(dir), &mut || {
-        cell(&persisted, 8, Load::LeaseFailure)
-    }]);
+    let rates = interleaved(&mut [
+        &mut || commit_loop(dir),
+        &mut || bare.borrow_mut().run(&commit, 8, RUN),
+        &mut || bare.borrow_mut().run_as_traced(&commit, 8, RUN),
+        &mut || cell(&persisted, 8, Load::LeaseFailure),
+    ]);
     let sizes = commit_sizes_text(&sizes_before, &persisted_engine.commit_sizes());
     let names = [
         "one-row commit loop, synchronous=full",
+        "the same rows, bare (8 pairs a commit)",
+        "the same rows, bare, the daemon's endpoints",
         "lease+failure report, synchronous=full",
     ];
-    for (name, (r, conns)) in names.iter().zip(rates.iter().zip([1usize, 8])) {
+    for (name, (r, conns)) in names.iter().zip(rates.iter().zip([1usize, 1, 1, 8])) {
         let m = median(r.clone());
         println!(
             "{name:<48}  {conns:>5}  {m:>12.0}  {:>10.1}  rounds {}",
@@ -507,15 +526,86 @@ fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
             rounds_text(r)
         );
     }
+    let [one_row, same, as_traced, persisted_rate] = [0, 1, 2, 3].map(|i| median(rates[i].clone()));
+    for (name, ratio) in [
+        (
+            "persisted pairs / one-row commits",
+            persisted_rate / one_row,
+        ),
+        (
+            "persisted pairs / the same rows bare",
+            persisted_rate / same,
+        ),
+        ("the same rows bare / one-row commits", same / one_row),
+        (
+            "persisted / same rows, daemon's endpoints",
+            persisted_rate / as_traced,
+        ),
+        (
+            "same rows, daemon's endpoints / one-row",
+            as_traced / one_row,
+        ),
+    ] {
+        println!("{name:<48}  {:>5}  {ratio:>12.2}", "");
+    }
+    let by_round = |a: usize, b: usize| {
+        let r: Vec<String> = (0..FLOOR_ROUNDS)
+            .map(|i| format!("{:.2}", rates[a][i] / rates[b][i]))
+            .collect();
+        r.join("/")
+    };
     println!(
-        "{:<48}  {:>5}  {:>12.2}",
-        "persisted pairs / one-row commits",
-        8,
-        median(rates[1].clone()) / median(rates[0].clone())
+        "by round: the same rows bare / one-row commits {}; persisted pairs / the same rows \
+         bare {}; daemon's endpoints / one-row {}",
+        by_round(1, 0),
+        by_round(3, 1),
+        by_round(2, 0)
+    );
+    println!(
+        "the same rows, bare: {:.0} µs per commit of 8 pairs ({:.0} µs on the daemon's \
+         endpoints), against {:.0} µs per one-row commit",
+        8e6 / same,
+        8e6 / as_traced,
+        1e6 / one_row
     );
     println!("persisted pairs' commits: {sizes}");
     t1.cancel();
     t2.cancel();
+}
+
+/// One of the daemon's commits of 8 lease + failure-report pairs as its store ran it: a
+/// daemon of its own (`synchronous = full`, its store connection traced) warmed up by one
+/// run of the load, then traced for another.
+fn traced_commit(dir: &Path, cell: &dyn Fn(&PathBuf, usize, Load) -> f64) -> same_rows::Commit {
+    let (sock, token, _) = same_rows::traced(|| {
+        start_daemon_engine(
+            dir,
+            10_000,
+            "floor-traced",
+            EngineOptions::default(),
+            Durability::Full,
+        )
+    });
+    cell(&sock, 8, Load::LeaseFailure);
+    let log = same_rows::record(|| {
+        cell(&sock, 8, Load::LeaseFailure);
+    });
+    token.cancel();
+    let c = same_rows::pick(&log, 8);
+    println!(
+        "a daemon commit of 8 pairs ({} of the {} traced commits answering 8 reports, of {} \
+         traced): {}; endpoints {:?}; the {} such commits wrote {:.1} rows on {:.1} endpoints \
+         on average",
+        c.alike,
+        c.full,
+        c.traced,
+        c.composition.text(),
+        c.ids,
+        c.full,
+        c.mean_rows,
+        c.mean_endpoints
+    );
+    c
 }
 
 /// One load at 8 connections for `secs`, for a profiler to watch.
