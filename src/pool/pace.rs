@@ -14,7 +14,6 @@
 //! looked up at all.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
 use rustc_hash::FxHashMap;
@@ -22,6 +21,10 @@ use tokio::time::Instant;
 
 use crate::config::PaceConfig;
 use crate::endpoint::EndpointId;
+
+mod host;
+use host::{spacing, Host, Pair};
+pub(super) use host::{Check, Dry, Gate, Slowed};
 
 /// Hosts held per pool at most.
 pub(super) const DEFAULT_MAX_HOSTS: usize = 65_536;
@@ -32,163 +35,14 @@ const MAX_EXP: u8 = 4;
 /// Successes at one widening before it is halved again.
 const CALM_AFTER: u8 = 4;
 /// The spacing widened when the interval is shorter.
-const SLOW_BASE: Duration = Duration::from_secs(1);
+pub(super) const SLOW_BASE: Duration = Duration::from_secs(1);
 
 /// Times past this many ms since the origin move the origin forward (`Pace::rebase`):
 /// a pair's ready time fits in 32 bits (24.8 days, plus the longest spacing ahead).
 const REBASE_AT: u64 = 1 << 31;
 /// A pair is never held back longer than this (16 × the longest interval): its ready
 /// time stays within 32 bits of the origin.
-const MAX_HOLD: u64 = 16 * 24 * 3600 * 1000;
-
-/// One (endpoint, host) pair: 8 bytes (16 with its key in the host's map).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Pair {
-    /// Milliseconds (since the pool's origin) from which it may be used again.
-    ready: u32,
-    /// Live leases of the endpoint for the host.
-    in_flight: u16,
-    /// The spacing is the interval × 2^exp (slow-down).
-    exp: u8,
-    /// Successes since the last change of `exp`.
-    calm: u8,
-}
-
-/// "Nothing was ready for this host", remembered so that asking again before anything
-/// changed costs no pass over the pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Dry {
-    /// The pool's epoch then (see `Pools::epoch`).
-    pub(super) epoch: u64,
-    /// What the lease asked for besides the host (schemes, tags).
-    pub(super) sig: u64,
-    /// When the first of the pairs passed over is ready again; `None`: only a release.
-    pub(super) until: Option<u64>,
-}
-
-struct Host {
-    interval: u64,
-    cap: u32,
-    pairs: FxHashMap<EndpointId, Pair>,
-    /// (ready, endpoint) of pairs that may be forgotten then, about in time order.
-    due: VecDeque<(u64, EndpointId)>,
-    /// The same for pairs slowed down far beyond the interval (rare).
-    late: BinaryHeap<Reverse<(u64, EndpointId)>>,
-    dry: Option<Dry>,
-}
-
-impl Pair {
-    fn ready(&self) -> u64 {
-        u64::from(self.ready)
-    }
-
-    /// Ready at `ms` (at most `MAX_HOLD` past `now`).
-    fn set_ready(&mut self, ms: u64, now: u64) {
-        self.ready = ms.min(now + MAX_HOLD).min(u64::from(u32::MAX)) as u32;
-    }
-}
-
-impl Host {
-    fn new((interval, cap): (Duration, u32)) -> Host {
-        Host {
-            interval: interval.as_millis() as u64,
-            cap,
-            pairs: FxHashMap::default(),
-            due: VecDeque::new(),
-            late: BinaryHeap::new(),
-            dry: None,
-        }
-    }
-
-    fn binds(&self) -> bool {
-        self.interval > 0 || self.cap > 0
-    }
-
-    fn ready(&self, p: &Pair, now: u64) -> bool {
-        p.ready() <= now && (self.cap == 0 || u32::from(p.in_flight) < self.cap)
-    }
-
-    /// Remember to look at `id` again at `at`.
-    fn due_at(&mut self, at: u64, id: EndpointId, now: u64) {
-        if at <= now.saturating_add(self.interval) {
-            self.due.push_back((at, id));
-        } else {
-            self.late.push(Reverse((at, id)));
-        }
-    }
-
-    /// Forget the pairs that are ready, idle and not slowed; returns how many.
-    fn prune(&mut self, now: u64) -> usize {
-        let mut gone = 0;
-        loop {
-            let next = match (self.due.front(), self.late.peek()) {
-                (Some(&(t, id)), _) if t <= now => {
-                    self.due.pop_front();
-                    id
-                }
-                (_, Some(&Reverse((t, id)))) if t <= now => {
-                    self.late.pop();
-                    id
-                }
-                _ => break,
-            };
-            let idle = self
-                .pairs
-                .get(&next)
-                .is_some_and(|p| p.ready() <= now && p.in_flight == 0 && p.exp == 0);
-            if idle {
-                self.pairs.remove(&next);
-                gone += 1;
-            }
-        }
-        gone
-    }
-}
-
-/// `interval` widened `exp` times: ×2^exp, from 1 s when the interval is shorter.
-fn spacing(interval: u64, exp: u8) -> u64 {
-    if exp == 0 {
-        return interval;
-    }
-    interval.max(SLOW_BASE.as_millis() as u64) << exp
-}
-
-/// Whether an endpoint may be used for the host now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Check {
-    Ready,
-    /// Used too recently: ready at this time (ms since the origin), or `None` when only
-    /// a release makes it ready (it is at `in_flight`).
-    Blocked(Option<u64>),
-}
-
-/// What the selection consults for one lease: the host's pairs, read-only.
-pub(super) struct Gate<'a> {
-    host: &'a Host,
-    now: u64,
-}
-
-impl Gate<'_> {
-    pub(super) fn check(&self, id: EndpointId) -> Check {
-        match self.host.pairs.get(&id) {
-            Some(p) if !self.host.ready(p, self.now) => {
-                // At `in_flight`, its interval passing frees nothing: only a lease's end.
-                let full = self.host.cap > 0 && u32::from(p.in_flight) >= self.host.cap;
-                Check::Blocked((p.ready() > self.now && !full).then_some(p.ready()))
-            }
-            _ => Check::Ready,
-        }
-    }
-}
-
-/// A slow-down's effect on a pair, for its event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Slowed {
-    /// The pair's spacing now.
-    pub(super) spacing: Duration,
-    /// Until when it is not used.
-    pub(super) until: Duration,
-}
+pub(super) const MAX_HOLD: u64 = 16 * 24 * 3600 * 1000;
 
 /// A held host, as a lease found it: its slot in the slab and the slot's generation, so
 /// that a host dropped meanwhile (its slot reused) is not taken for it.

@@ -1,0 +1,160 @@
+//! One host's pacing: its rule, the pairs it holds and when each may be forgotten, and
+//! the read-only gate a lease's selection consults.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::Duration;
+
+use rustc_hash::FxHashMap;
+
+use super::{MAX_HOLD, SLOW_BASE};
+use crate::endpoint::EndpointId;
+
+/// One (endpoint, host) pair: 8 bytes (16 with its key in the host's map).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Pair {
+    /// Milliseconds (since the pool's origin) from which it may be used again.
+    pub(super) ready: u32,
+    /// Live leases of the endpoint for the host.
+    pub(super) in_flight: u16,
+    /// The spacing is the interval × 2^exp (slow-down).
+    pub(super) exp: u8,
+    /// Successes since the last change of `exp`.
+    pub(super) calm: u8,
+}
+
+/// "Nothing was ready for this host", remembered so that asking again before anything
+/// changed costs no pass over the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::pool) struct Dry {
+    /// The pool's epoch then (see `Pools::epoch`).
+    pub(in crate::pool) epoch: u64,
+    /// What the lease asked for besides the host (schemes, tags).
+    pub(in crate::pool) sig: u64,
+    /// When the first of the pairs passed over is ready again; `None`: only a release.
+    pub(in crate::pool) until: Option<u64>,
+}
+
+pub(super) struct Host {
+    pub(super) interval: u64,
+    pub(super) cap: u32,
+    pub(super) pairs: FxHashMap<EndpointId, Pair>,
+    /// (ready, endpoint) of pairs that may be forgotten then, about in time order.
+    pub(super) due: VecDeque<(u64, EndpointId)>,
+    /// The same for pairs slowed down far beyond the interval (rare).
+    pub(super) late: BinaryHeap<Reverse<(u64, EndpointId)>>,
+    pub(super) dry: Option<Dry>,
+}
+
+impl Pair {
+    pub(super) fn ready(&self) -> u64 {
+        u64::from(self.ready)
+    }
+
+    /// Ready at `ms` (at most `MAX_HOLD` past `now`).
+    pub(super) fn set_ready(&mut self, ms: u64, now: u64) {
+        self.ready = ms.min(now + MAX_HOLD).min(u64::from(u32::MAX)) as u32;
+    }
+}
+
+impl Host {
+    pub(super) fn new((interval, cap): (Duration, u32)) -> Host {
+        Host {
+            interval: interval.as_millis() as u64,
+            cap,
+            pairs: FxHashMap::default(),
+            due: VecDeque::new(),
+            late: BinaryHeap::new(),
+            dry: None,
+        }
+    }
+
+    pub(super) fn binds(&self) -> bool {
+        self.interval > 0 || self.cap > 0
+    }
+
+    pub(super) fn ready(&self, p: &Pair, now: u64) -> bool {
+        p.ready() <= now && (self.cap == 0 || u32::from(p.in_flight) < self.cap)
+    }
+
+    /// Remember to look at `id` again at `at`.
+    pub(super) fn due_at(&mut self, at: u64, id: EndpointId, now: u64) {
+        if at <= now.saturating_add(self.interval) {
+            self.due.push_back((at, id));
+        } else {
+            self.late.push(Reverse((at, id)));
+        }
+    }
+
+    /// Forget the pairs that are ready, idle and not slowed; returns how many.
+    pub(super) fn prune(&mut self, now: u64) -> usize {
+        let mut gone = 0;
+        loop {
+            let next = match (self.due.front(), self.late.peek()) {
+                (Some(&(t, id)), _) if t <= now => {
+                    self.due.pop_front();
+                    id
+                }
+                (_, Some(&Reverse((t, id)))) if t <= now => {
+                    self.late.pop();
+                    id
+                }
+                _ => break,
+            };
+            let idle = self
+                .pairs
+                .get(&next)
+                .is_some_and(|p| p.ready() <= now && p.in_flight == 0 && p.exp == 0);
+            if idle {
+                self.pairs.remove(&next);
+                gone += 1;
+            }
+        }
+        gone
+    }
+}
+
+/// `interval` widened `exp` times: ×2^exp, from 1 s when the interval is shorter.
+pub(super) fn spacing(interval: u64, exp: u8) -> u64 {
+    if exp == 0 {
+        return interval;
+    }
+    interval.max(SLOW_BASE.as_millis() as u64) << exp
+}
+
+/// Whether an endpoint may be used for the host now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::pool) enum Check {
+    Ready,
+    /// Used too recently: ready at this time (ms since the origin), or `None` when only
+    /// a release makes it ready (it is at `in_flight`).
+    Blocked(Option<u64>),
+}
+
+/// What the selection consults for one lease: the host's pairs, read-only.
+pub(in crate::pool) struct Gate<'a> {
+    pub(super) host: &'a Host,
+    pub(super) now: u64,
+}
+
+impl Gate<'_> {
+    pub(in crate::pool) fn check(&self, id: EndpointId) -> Check {
+        match self.host.pairs.get(&id) {
+            Some(p) if !self.host.ready(p, self.now) => {
+                // At `in_flight`, its interval passing frees nothing: only a lease's end.
+                let full = self.host.cap > 0 && u32::from(p.in_flight) >= self.host.cap;
+                Check::Blocked((p.ready() > self.now && !full).then_some(p.ready()))
+            }
+            _ => Check::Ready,
+        }
+    }
+}
+
+/// A slow-down's effect on a pair, for its event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::pool) struct Slowed {
+    /// The pair's spacing now.
+    pub(in crate::pool) spacing: Duration,
+    /// Until when it is not used.
+    pub(in crate::pool) until: Duration,
+}
