@@ -14,8 +14,8 @@ use crate::store::Write;
 
 use super::apply::Act;
 use super::destinations::{Destinations, Usable};
-use super::evidence::target_event;
 use super::pace::{Check, HostRef, Visit};
+use super::pair_target::target_event;
 use super::scoped::{Views, Want};
 use super::select::{Fit, Miss};
 use super::tag_index::{carries, Resolved};

@@ -18,6 +18,7 @@ mod id_index;
 mod leases;
 mod membership;
 mod pace;
+mod pair_target;
 mod probes;
 mod ready;
 mod reconfigure;

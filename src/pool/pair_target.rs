@@ -1,0 +1,281 @@
+//! What evidence does to a pair or a target (docs/blame.md): a success or failure on a
+//! pair and its trial given back, a target's trial, up or down, and the pending failures
+//! a success confirms.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::info;
+
+use super::apply::Act;
+use super::evidence::Settle;
+use super::targets::{Judged, Pending, Reached};
+use super::Pools;
+use crate::endpoint::EndpointId;
+use crate::event_kind::EventKind;
+use crate::health::blame::Blame;
+use crate::health::{Failure, Input, Reason, State, Step};
+use crate::store::pairs::PairWrite;
+use crate::store::{NewEvent, Write};
+
+impl Pools {
+    /// A success or failure on the pair (endpoint `id`, `key`). A success touches only a
+    /// pair that is held; a failure creates one. Returns the writes and whether the
+    /// pair's trial was decided.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn pair_input(
+        &mut self,
+        pool: usize,
+        key: &str,
+        id: EndpointId,
+        what: Result<(), (&Failure, Blame)>,
+        lease: Option<String>,
+        now: Instant,
+    ) -> (Vec<Write>, bool) {
+        let trial = self.pools[pool].dests.is_claimed(key, id);
+        let (input, status, act) = match what {
+            Ok(()) => {
+                if self.pools[pool].dests.pair(key, id).is_none() {
+                    return (Vec::new(), false);
+                }
+                let act = NewEvent {
+                    lease,
+                    ..NewEvent::new(EventKind::Report)
+                };
+                (Input::Success { trial }, None, act)
+            }
+            Err((f, blame)) => {
+                let act = NewEvent {
+                    reason: f.reason,
+                    phase: f.phase,
+                    detail: f.detail.clone(),
+                    lease,
+                    blame: Some(blame),
+                    ..NewEvent::new(EventKind::Report)
+                };
+                let input = Input::Failure {
+                    failure: f.clone(),
+                    trial,
+                };
+                (input, f.status, act)
+            }
+        };
+        let jitter = self.rng.f64() * 2.0 - 1.0;
+        let ps = &mut self.pools[pool];
+        let r = ps.dests.apply(
+            key,
+            id,
+            input,
+            status,
+            Some(act),
+            &ps.cfg.policy,
+            now,
+            jitter,
+        );
+        let decided = trial && matches!(r.step, Step::Changed { .. });
+        (r.writes.into_iter().map(Write::Pair).collect(), decided)
+    }
+
+    /// Give back the trial of pair (endpoint `id`, `key`) that a report did not decide.
+    pub(super) fn abandon_pair(
+        &mut self,
+        pool: usize,
+        key: &str,
+        id: EndpointId,
+        lease: Option<String>,
+        now: Instant,
+    ) -> Vec<Write> {
+        let ps = &mut self.pools[pool];
+        let why = "the report did not decide the pair";
+        let r = ps.dests.abandon(key, id, why, lease, &ps.cfg.policy, now);
+        r.writes.into_iter().map(Write::Pair).collect()
+    }
+
+    /// The target's trial ended without an answer about the target.
+    pub(super) fn abandon_target_trial(
+        &mut self,
+        pool: usize,
+        target: &str,
+        on: &Settle<'_>,
+        now: Instant,
+    ) -> Vec<Write> {
+        self.pools[pool].targets.abandon_trial(target, now);
+        vec![target_event(
+            target,
+            Some(on.id),
+            EventKind::TrialAbandoned,
+            None,
+            "the target's trial got no answer about the target; the next use is the trial",
+            on.lease.clone(),
+        )]
+    }
+
+    /// What a success through `by` did to the target: up again, and others' pending
+    /// failures confirmed (each cools the pair, or for a probe's the endpoint).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn apply_reached(
+        &mut self,
+        pool: usize,
+        target: &str,
+        by: EndpointId,
+        r: Reached,
+        lease: Option<String>,
+        now: Instant,
+    ) -> Vec<Write> {
+        let mut writes = Vec::new();
+        if let Some(down_for) = r.up {
+            info!(pool = %self.pools[pool].cfg.name, target, endpoint = by, "target up");
+            writes.push(target_event(
+                target,
+                Some(by),
+                EventKind::TargetUp,
+                None,
+                &format!(
+                    "reached through endpoint {by} after {} down",
+                    humantime::format_duration(Duration::from_millis(down_for.as_millis() as u64))
+                ),
+                lease,
+            ));
+        }
+        for p in r.confirmed {
+            writes.extend(self.confirm(pool, target, by, p, now));
+        }
+        for id in r.escalated {
+            let live = self
+                .entries
+                .get(&id)
+                .is_some_and(|e| e.pool == pool && e.health.state == State::Available);
+            if live {
+                let on = Settle {
+                    id,
+                    ..Settle::default()
+                };
+                let f = Failure::new(
+                    Reason::UpstreamUnreachable,
+                    Some(crate::health::Phase::ProxyHandshake),
+                );
+                writes.extend(self.escalate(&on, &f, target, now));
+            }
+        }
+        writes
+    }
+
+    fn confirm(
+        &mut self,
+        pool: usize,
+        target: &str,
+        by: EndpointId,
+        p: Pending,
+        now: Instant,
+    ) -> Vec<Write> {
+        let live = self
+            .entries
+            .get(&p.endpoint)
+            .is_some_and(|e| e.pool == pool && e.health.state == State::Available);
+        if !live {
+            return Vec::new();
+        }
+        let f = p.failure(by);
+        if p.probe {
+            let ev = Act {
+                detail: f.detail.clone(),
+                reason: f.reason,
+                phase: f.phase,
+                blame: Some(Blame::Endpoint),
+                ..Default::default()
+            };
+            let input = Input::Failure {
+                failure: f,
+                trial: false,
+            };
+            return self.apply(p.endpoint, input, now, ev).1;
+        }
+        // One row: the pair's transition, blamed and explained.
+        let act = NewEvent {
+            reason: f.reason,
+            phase: f.phase,
+            detail: f.detail.clone(),
+            blame: Some(Blame::Pair),
+            ..NewEvent::new(EventKind::StateChanged)
+        };
+        let jitter = self.rng.f64() * 2.0 - 1.0;
+        let ps = &mut self.pools[pool];
+        let input = Input::Failure {
+            failure: f,
+            trial: false,
+        };
+        let r = ps.dests.apply(
+            target,
+            p.endpoint,
+            input,
+            None,
+            Some(act),
+            &ps.cfg.policy,
+            now,
+            jitter,
+        );
+        r.writes.into_iter().map(Write::Pair).collect()
+    }
+
+    /// `target_down` when a target went down or its trial failed.
+    pub(super) fn target_news(
+        &self,
+        pool: usize,
+        target: &str,
+        judged: &Judged,
+        f: &Failure,
+        lease: Option<String>,
+    ) -> Option<Write> {
+        let next = judged.down_for?;
+        let next = humantime::format_duration(Duration::from_millis(next.as_millis() as u64));
+        let name = &self.pools[pool].cfg.name;
+        let detail = if judged.verdict.target_goes_down {
+            let n = judged.absolved.len() + 1;
+            info!(pool = %name, target, endpoints = n, reason = ?f.reason.map(|r| r.as_str()), "target down");
+            format!("{n} endpoints failed it and none reached it; its trial in {next}")
+        } else {
+            info!(pool = %name, target, reason = ?f.reason.map(|r| r.as_str()), "target trial failed");
+            format!("its trial failed; the next in {next}")
+        };
+        Some(Write::Pair(PairWrite::Event {
+            destination: target.to_string(),
+            status: f.status,
+            event: NewEvent {
+                reason: f.reason,
+                phase: f.phase,
+                detail: Some(detail),
+                lease,
+                blame: Some(Blame::Target),
+                ..NewEvent::new(EventKind::TargetDown)
+            },
+        }))
+    }
+
+    /// The pool has no other endpoint in service to contrast with.
+    pub(super) fn alone(&self, pool: usize) -> bool {
+        let c = &self.pools[pool].counts;
+        c[0] + c[1] + c[2] <= 1
+    }
+}
+
+/// An event about a target (no pair row): its trial, up, down.
+pub(super) fn target_event(
+    target: &str,
+    endpoint: Option<EndpointId>,
+    kind: EventKind,
+    reason: Option<Reason>,
+    detail: &str,
+    lease: Option<String>,
+) -> Write {
+    Write::Pair(PairWrite::Event {
+        destination: target.to_string(),
+        status: None,
+        event: NewEvent {
+            endpoint,
+            reason,
+            detail: Some(detail.to_string()),
+            lease,
+            ..NewEvent::new(kind)
+        },
+    })
+}
