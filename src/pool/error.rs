@@ -91,3 +91,14 @@ fn wait_text(d: Duration) -> String {
     let secs = d.as_millis().div_ceil(1000) as u64;
     humantime::format_duration(Duration::from_secs(secs)).to_string()
 }
+
+impl PoolError {
+    /// The pool has nothing to lease right now (empty, exhausted or paced): the case a
+    /// `fallback` pool is there for.
+    pub(crate) fn nothing_to_lease(&self) -> bool {
+        matches!(
+            self,
+            PoolError::Exhausted { .. } | PoolError::Empty { .. } | PoolError::Paced { .. }
+        )
+    }
+}

@@ -83,11 +83,7 @@ impl Engine {
             return first;
         };
         let e = match first {
-            Err(EngineError::Pool(
-                e @ (PoolError::Exhausted { .. }
-                | PoolError::Empty { .. }
-                | PoolError::Paced { .. }),
-            )) => e,
+            Err(EngineError::Pool(e)) if e.nothing_to_lease() => e,
             r => return r,
         };
         match self
@@ -96,9 +92,7 @@ impl Engine {
         {
             // The fallback has nothing either: the first pool's answer says more (its
             // pacing's time to come back, its cooldowns).
-            Err(EngineError::Pool(
-                PoolError::Exhausted { .. } | PoolError::Empty { .. } | PoolError::Paced { .. },
-            )) => Err(e.into()),
+            Err(EngineError::Pool(f)) if f.nothing_to_lease() => Err(e.into()),
             r => r,
         }
     }
