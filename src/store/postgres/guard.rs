@@ -152,53 +152,46 @@ async fn guard(
                 None => Found::Applied,
             }
         }
-        Write::Pair(PairWrite::Upsert(r, _)) if r.from == State::Available => {
-            let n = c
-                .execute(
-                    &st.pair_insert,
-                    &[
-                        &r.endpoint,
-                        &r.destination,
-                        &r.state.as_str(),
-                        &r.reason.map(Reason::as_str),
-                        &r.phase.map(Phase::as_str),
-                        &opt_i32(r.status),
-                        &super::text(&r.detail),
-                        &(r.streak as i32),
-                        &(r.reason_streak as i32),
-                        &r.cooldown_ms.map(|v| v.min(i64::MAX as u64) as i64),
-                        &ms(r.cooldown_left),
-                    ],
-                )
-                .await?;
-            if n > 0 {
-                Found::Applied
-            } else {
-                Found::Conflict
-            }
-        }
         Write::Pair(PairWrite::Upsert(r, _)) => {
-            let row = c
-                .query_one(
-                    &st.pair_update,
-                    &[
-                        &r.endpoint,
-                        &r.destination,
-                        &r.state.as_str(),
-                        &r.reason.map(Reason::as_str),
-                        &r.phase.map(Phase::as_str),
-                        &opt_i32(r.status),
-                        &super::text(&r.detail),
-                        &(r.streak as i32),
-                        &(r.reason_streak as i32),
-                        &r.cooldown_ms.map(|v| v.min(i64::MAX as u64) as i64),
-                        &ms(r.cooldown_left),
-                        &r.from.as_str(),
-                        &r.trial,
-                    ],
-                )
-                .await?;
-            judged(&row, r.trial)
+            // The row's values, in the order both statements take them.
+            let (state, reason, phase) = (
+                r.state.as_str(),
+                r.reason.map(Reason::as_str),
+                r.phase.map(Phase::as_str),
+            );
+            let (status, detail) = (opt_i32(r.status), super::text(&r.detail));
+            let (streak, reason_streak) = (r.streak as i32, r.reason_streak as i32);
+            let cooldown_ms = r.cooldown_ms.map(|v| v.min(i64::MAX as u64) as i64);
+            let left = ms(r.cooldown_left);
+            let from = r.from.as_str();
+            let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
+                &r.endpoint,
+                &r.destination,
+                &state,
+                &reason,
+                &phase,
+                &status,
+                &detail,
+                &streak,
+                &reason_streak,
+                &cooldown_ms,
+                &left,
+            ];
+            if r.from == State::Available {
+                let n = c.execute(&st.pair_insert, &params).await?;
+                if n > 0 {
+                    Found::Applied
+                } else {
+                    Found::Conflict
+                }
+            } else {
+                params.extend([
+                    &from as &(dyn tokio_postgres::types::ToSql + Sync),
+                    &r.trial,
+                ]);
+                let row = c.query_one(&st.pair_update, &params).await?;
+                judged(&row, r.trial)
+            }
         }
         Write::Pair(PairWrite::Delete {
             endpoint,
