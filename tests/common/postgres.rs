@@ -144,6 +144,8 @@ impl Cluster {
                 "UTF8",
                 "--no-sync",
                 "--no-instructions",
+                // 1 MiB WAL segments: a cluster is 28 MB on disk, not 39.
+                "--wal-segsize=1",
             ])
             .output()
             .expect("run initdb");
@@ -318,6 +320,9 @@ impl Cluster {
         if !self.durable {
             // Test speed: the server's own crash safety is not what the tests check.
             cmd.args(["-c", "fsync=off", "-c", "full_page_writes=off"]);
+            // Bounded WAL (the default keeps up to 1 GB between checkpoints): the suite
+            // runs on machines with little disk to spare.
+            cmd.args(["-c", "min_wal_size=4MB", "-c", "max_wal_size=64MB"]);
         }
         // SAFETY: prctl is async-signal-safe; it runs in the child between fork and exec,
         // after the uid change (which would clear it).
