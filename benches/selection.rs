@@ -10,6 +10,16 @@
 //! - `select = "fastest"` vs `least_leased`, no destination, every endpoint measured
 //!   (target ≥ 0.9×);
 //!
+//! and two floors beside them, to tell the cost of the job from the cost of the code:
+//!
+//! - "floor: off + one random 8-byte update": the off cell that also reads and writes one
+//!   random 8-byte word per lease in a table of `FLOOR_PAIRS` words (4 MB: the ready times
+//!   of the pairs the binding cell holds, with no key and no slack). Pacing must keep and
+//!   touch at least that much state at random per lease, which no cache of this machine
+//!   holds;
+//! - "random, measured": one uniformly random candidate (`select = "random"`), the least a
+//!   sampling strategy reads: a random endpoint's entry instead of the next one in order;
+//!
 //! and the memory per paced (endpoint, host) pair (target ≤ 64 bytes), from a counting
 //! allocator: the live bytes after a run with pacing, less those after the same run
 //! without, over the pairs held. Cells alternate over several rounds and the best round of
@@ -38,6 +48,9 @@ const HOSTS: usize = 1_000;
 const CELL: Duration = Duration::from_millis(1500);
 const ROUNDS: usize = 3;
 const TTL: Duration = Duration::from_secs(30);
+/// The pairs the binding cell keeps live: each lease's pair stays 500 ms, at about a
+/// million leases a second.
+const FLOOR_PAIRS: usize = 500_000;
 
 fn pace(interval: Duration) -> PaceConfig {
     PaceConfig {
@@ -78,19 +91,37 @@ enum Ask {
     Many,
     /// No destination; each use reported with a latency (feeds `fastest`).
     Measured,
+    /// As `Many`, and each lease updates one random word of a table of this many.
+    Touching(usize),
 }
 
 /// `n` leases (and releases or reports) as `ask` says; returns how many were granted.
 fn run(p: &mut Pools, ask: Ask, wants: &[Want], rng: &mut fastrand::Rng, n: usize) -> usize {
+    thread_local! {
+        // The floor's table, kept across calls as pacing keeps its pairs.
+        static TABLE: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let mut table = TABLE.take();
+    let touch = match ask {
+        Ask::Touching(words) => {
+            table.resize(words, 0);
+            true
+        }
+        _ => false,
+    };
     let mut granted = 0;
     for i in 0..n {
         let now = tokio::time::Instant::now();
         let wall = SystemTime::now();
         let want = match ask {
             Ask::One(_) => &wants[0],
-            Ask::Many => &wants[rng.usize(..wants.len())],
+            Ask::Many | Ask::Touching(_) => &wants[rng.usize(..wants.len())],
             Ask::Measured => &wants[0],
         };
+        if touch {
+            let w = rng.usize(..table.len());
+            table[w] = std::hint::black_box(table[w]).wrapping_add(i as u64);
+        }
         let (g, _) = p.lease_with("default", TTL, None, want, now);
         let Ok(g) = g else { continue };
         granted += 1;
@@ -111,13 +142,14 @@ fn run(p: &mut Pools, ask: Ask, wants: &[Want], rng: &mut fastrand::Rng, n: usiz
             }
         }
     }
+    TABLE.set(table);
     granted
 }
 
 fn wants(ask: Ask) -> Vec<Want> {
     match ask {
         Ask::One(h) => vec![Want::parse(Some(h), None).unwrap()],
-        Ask::Many => (0..HOSTS)
+        Ask::Many | Ask::Touching(_) => (0..HOSTS)
             .map(|i| Want::parse(Some(&format!("site{i}.example")), None).unwrap())
             .collect(),
         Ask::Measured => vec![Want::default()],
@@ -190,6 +222,16 @@ fn main() {
             Ask::Measured,
             pools(&rows, |c| c.select = Select::Fastest),
         ),
+        (
+            "floor: off + one random 8-byte update",
+            Ask::Touching(FLOOR_PAIRS),
+            pools(&rows, |_| {}),
+        ),
+        (
+            "random, measured",
+            Ask::Measured,
+            pools(&rows, |c| c.select = Select::Random),
+        ),
     ];
     let only: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with("--"));
     if let Some(word) = &only {
@@ -253,6 +295,18 @@ fn main() {
         "fastest / least_leased",
         rate[5] / rate[4],
         ">= 0.9x"
+    );
+    println!(
+        "{:<44}  {:>7.2}x  {:>8}",
+        "floor: off + one random 8-byte update / off",
+        rate[6] / rate[2],
+        "(floor)"
+    );
+    println!(
+        "{:<44}  {:>7.2}x  {:>8}",
+        "random / least_leased",
+        rate[7] / rate[4],
+        "(floor)"
     );
     let (bytes, pairs) = bytes_per_pair(&rows, 300_000);
     println!();

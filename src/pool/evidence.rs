@@ -121,7 +121,7 @@ impl Pools {
         }
         if let (Proof::Answer, Some(h)) = (proof, on.host) {
             // The host answered: a widened pacing narrows again.
-            self.pools[pool].pace.success(h, id, now);
+            self.pools[pool].pace.success(h, id);
         }
         for key in keys {
             let (w, decided) = self.pair_input(pool, key, id, Ok(()), on.lease.clone(), now);

@@ -126,7 +126,7 @@ impl Pools {
                 let p = self.entries[&id].pool;
                 self.pools[p].leases -= 1;
                 if let Some(r) = l.paced {
-                    self.pools[p].pace.forget_lease(r, id);
+                    self.pools[p].pace.end(r, id);
                 }
             }
         }

@@ -2,10 +2,11 @@
 //! host, so that a lease for a host takes only an endpoint whose (endpoint, host) pair is
 //! ready. Pure: the caller passes the time in.
 //!
-//! Only pairs that are not ready, or that remember a slow-down, are held: a pair used at
-//! `t` is kept until `t + interval` and its last lease ended, then forgotten. Hosts are
-//! kept in least-recently-used order; past `max_hosts` hosts or `max_pairs` pairs the
-//! least recently used host is forgotten whole (`dropped` counts them).
+//! A pair used at `t` says something until `t + interval` and its last lease's end (or
+//! while it remembers a slow-down); after that it is forgotten when its host's table is
+//! next tidied (`Host::tidy`). Hosts are kept in least-recently-used order; past
+//! `max_hosts` hosts or `max_pairs` pairs the least recently used host is forgotten whole
+//! (`dropped` counts them).
 //!
 //! A lease finds its host once (`visit`: one hash lookup) and does everything else from
 //! the handle it gets (`HostRef`: a slot in the slab of hosts and that slot's
@@ -13,7 +14,6 @@
 //! carries the handle to. A pool whose rules bind nothing and that holds no host is not
 //! looked up at all.
 
-use std::cmp::Reverse;
 use std::time::Duration;
 
 use rustc_hash::FxHashMap;
@@ -23,7 +23,7 @@ use crate::config::PaceConfig;
 use crate::endpoint::EndpointId;
 
 mod host;
-use host::{spacing, Host, Pair};
+use host::{spacing, Host};
 pub(super) use host::{Check, Dry, Gate, Slowed};
 
 /// Hosts held per pool at most.
@@ -194,14 +194,6 @@ impl Pace {
             for p in h.pairs.values_mut() {
                 p.ready = p.ready().saturating_sub(shift) as u32;
             }
-            for (t, _) in h.due.iter_mut() {
-                *t = t.saturating_sub(shift);
-            }
-            h.late = h
-                .late
-                .drain()
-                .map(|Reverse((t, id))| Reverse((t.saturating_sub(shift), id)))
-                .collect();
             h.dry = None;
         }
     }
@@ -308,7 +300,8 @@ impl Pace {
         if self.cfg.is_none() || (!self.binds && self.index.is_empty()) {
             return Visit::Skip;
         }
-        let now = self.now_ms(now);
+        // Only for the rebase: a visit reads no time.
+        self.now_ms(now);
         let Some(&i) = self.index.get(host) else {
             return if self.binds {
                 Visit::Fresh
@@ -317,11 +310,10 @@ impl Pace {
             };
         };
         self.touch(i);
-        let s = &mut self.slots[i as usize];
-        let gone = s.host.prune(now);
-        let gen = s.gen;
-        self.pairs -= gone;
-        Visit::Held(HostRef { slot: i, gen })
+        Visit::Held(HostRef {
+            slot: i,
+            gen: self.slots[i as usize].gen,
+        })
     }
 
     /// The gate to check endpoints by for a visited host, or `None` when nothing holds
@@ -384,56 +376,25 @@ impl Pace {
         let now = self.now_ms(now);
         let h = self.host_mut(r)?;
         let interval = h.interval;
-        let mut added = false;
-        let p = h.pairs.entry(id).or_insert_with(|| {
-            added = true;
-            Pair::default()
-        });
+        let (p, added) = h.pair(id, now);
         let next = now + spacing(interval, p.exp);
         p.set_ready(p.ready().max(next), now);
         p.in_flight = p.in_flight.saturating_add(1);
-        let at = p.ready();
-        h.due_at(at, id, now);
-        if added {
-            self.pairs += 1;
-            self.evict(r.slot);
-        }
+        self.settle(r.slot, added);
         Some(r)
     }
 
-    /// A lease counted by `record` ended (report, release or expiry).
-    pub(super) fn end(&mut self, r: HostRef, id: EndpointId, now: Instant) {
-        let now = self.now_ms(now);
+    /// A lease counted by `record` ended (report, release, expiry, or its endpoint's
+    /// entry dropped).
+    pub(super) fn end(&mut self, r: HostRef, id: EndpointId) {
         let Some(h) = self.host_mut(r) else {
             // Dropped meanwhile: nothing of it is held.
             return;
         };
         // A release may make the endpoint ready: what was remembered as dry is not.
         h.dry = None;
-        let Some(p) = h.pairs.get_mut(&id) else {
-            return;
-        };
-        p.in_flight = p.in_flight.saturating_sub(1);
-        // Still spaced: the look at `ready` that `record` scheduled finds it idle then.
-        // Past it, that look found it busy and kept it: look again now.
-        if p.in_flight == 0 && p.ready() <= now {
-            h.due_at(now, id, now);
-        }
-    }
-
-    /// A lease counted by `record` is dropped with its endpoint's entry (no time known):
-    /// it no longer counts.
-    pub(super) fn forget_lease(&mut self, r: HostRef, id: EndpointId) {
-        let Some(h) = self.host_mut(r) else {
-            return;
-        };
-        h.dry = None;
         if let Some(p) = h.pairs.get_mut(&id) {
             p.in_flight = p.in_flight.saturating_sub(1);
-            if p.in_flight == 0 {
-                let at = p.ready();
-                h.late.push(Reverse((at, id)));
-            }
         }
     }
 
@@ -460,11 +421,7 @@ impl Pace {
         };
         let h = self.host_mut(r)?;
         let interval = h.interval;
-        let mut added = false;
-        let p = h.pairs.entry(id).or_insert_with(|| {
-            added = true;
-            Pair::default()
-        });
+        let (p, added) = h.pair(id, at);
         let widened = p.exp == 0;
         p.exp = (p.exp + 1).min(MAX_EXP);
         p.calm = 0;
@@ -473,14 +430,10 @@ impl Pace {
         p.set_ready(p.ready().max(at + spacing.max(hold)), at);
         let until = p.ready();
         h.dry = None;
-        h.due_at(until, id, at);
         if widened {
             self.widened += 1;
         }
-        if added {
-            self.pairs += 1;
-            self.evict(r.slot);
-        }
+        self.settle(r.slot, added);
         Some(Slowed {
             spacing: Duration::from_millis(spacing),
             until: Duration::from_millis(until - at),
@@ -489,11 +442,10 @@ impl Pace {
 
     /// The host answered through `id`: a widened spacing narrows again after
     /// `CALM_AFTER` of these in a row. No lookup while nothing is widened.
-    pub(super) fn success(&mut self, host: &str, id: EndpointId, now: Instant) {
+    pub(super) fn success(&mut self, host: &str, id: EndpointId) {
         if self.widened == 0 {
             return;
         }
-        let now = self.now_ms(now);
         let Some(&i) = self.index.get(host) else {
             return;
         };
@@ -509,8 +461,6 @@ impl Pace {
             p.exp -= 1;
             p.calm = 0;
             if p.exp == 0 {
-                let at = p.ready().max(now);
-                h.due_at(at, id, now);
                 self.widened -= 1;
             }
         }
@@ -525,6 +475,15 @@ impl Pace {
                     self.widened -= 1;
                 }
             }
+        }
+    }
+
+    /// Count a pair `Host::pair` added to slot `keep` (less those its tidying forgot), and
+    /// stay within the caps.
+    fn settle(&mut self, keep: u32, added: Option<usize>) {
+        if let Some(gone) = added {
+            self.pairs = self.pairs + 1 - gone;
+            self.evict(keep);
         }
     }
 

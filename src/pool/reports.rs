@@ -16,9 +16,9 @@ use crate::store::Write;
 
 impl Pools {
     /// A lease that counted in its pair's `in_flight` no longer does.
-    fn end_paced(&mut self, pool: usize, l: &Lease, now: Instant) {
+    fn end_paced(&mut self, pool: usize, l: &Lease) {
         if let Some(r) = l.paced {
-            self.pools[pool].pace.end(r, l.endpoint, now);
+            self.pools[pool].pace.end(r, l.endpoint);
         }
     }
 
@@ -31,7 +31,7 @@ impl Pools {
         };
         let pool = e.pool;
         self.pools[pool].leases -= 1;
-        self.end_paced(pool, &l, now);
+        self.end_paced(pool, &l);
         let mut writes = Vec::new();
         // Named only when an event needs it: most leases end with nothing to record.
         let named = l.pair_trial.is_some() || l.target_trial || l.trial;
@@ -161,7 +161,7 @@ impl Pools {
             return (Err(PoolError::StaleClaim(what)), writes);
         }
         self.pools[pool].leases -= 1;
-        self.end_paced(pool, &l, now);
+        self.end_paced(pool, &l);
         let id = l.endpoint;
         let (host, target) = match &on.place {
             Some(p) => (Some(p.host.as_str()), Some(p.target.as_str())),

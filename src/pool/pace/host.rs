@@ -1,8 +1,6 @@
 //! One host's pacing: its rule, the pairs it holds and when each may be forgotten, and
 //! the read-only gate a lease's selection consults.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
 use rustc_hash::FxHashMap;
@@ -38,11 +36,10 @@ pub(in crate::pool) struct Dry {
 pub(super) struct Host {
     pub(super) interval: u64,
     pub(super) cap: u32,
+    /// Pairs past their spacing, idle and not slowed stay here until the table is tidied
+    /// (`tidy`, when it would grow): forgetting one the moment it is ready would cost a
+    /// lookup of a pair nobody asks about.
     pub(super) pairs: FxHashMap<EndpointId, Pair>,
-    /// (ready, endpoint) of pairs that may be forgotten then, about in time order.
-    pub(super) due: VecDeque<(u64, EndpointId)>,
-    /// The same for pairs slowed down far beyond the interval (rare).
-    pub(super) late: BinaryHeap<Reverse<(u64, EndpointId)>>,
     pub(super) dry: Option<Dry>,
 }
 
@@ -55,6 +52,11 @@ impl Pair {
     pub(super) fn set_ready(&mut self, ms: u64, now: u64) {
         self.ready = ms.min(now + MAX_HOLD).min(u64::from(u32::MAX)) as u32;
     }
+
+    /// Whether it still says anything at `now`: not ready yet, in flight, or slowed.
+    pub(super) fn holds(&self, now: u64) -> bool {
+        self.ready() > now || self.in_flight > 0 || self.exp > 0
+    }
 }
 
 impl Host {
@@ -63,8 +65,6 @@ impl Host {
             interval: interval.as_millis() as u64,
             cap,
             pairs: FxHashMap::default(),
-            due: VecDeque::new(),
-            late: BinaryHeap::new(),
             dry: None,
         }
     }
@@ -77,38 +77,26 @@ impl Host {
         p.ready() <= now && (self.cap == 0 || u32::from(p.in_flight) < self.cap)
     }
 
-    /// Remember to look at `id` again at `at`.
-    pub(super) fn due_at(&mut self, at: u64, id: EndpointId, now: u64) {
-        if at <= now.saturating_add(self.interval) {
-            self.due.push_back((at, id));
-        } else {
-            self.late.push(Reverse((at, id)));
-        }
+    /// The pair of `id`, new when none is held (the table tidied first); with, for a new
+    /// one, how many pairs the tidying forgot.
+    pub(super) fn pair(&mut self, id: EndpointId, now: u64) -> (&mut Pair, Option<usize>) {
+        let added = (!self.pairs.contains_key(&id)).then(|| self.tidy(now));
+        (self.pairs.entry(id).or_default(), added)
     }
 
-    /// Forget the pairs that are ready, idle and not slowed; returns how many.
-    pub(super) fn prune(&mut self, now: u64) -> usize {
-        let mut gone = 0;
-        loop {
-            let next = match (self.due.front(), self.late.peek()) {
-                (Some(&(t, id)), _) if t <= now => {
-                    self.due.pop_front();
-                    id
-                }
-                (_, Some(&Reverse((t, id)))) if t <= now => {
-                    self.late.pop();
-                    id
-                }
-                _ => break,
-            };
-            let idle = self
-                .pairs
-                .get(&next)
-                .is_some_and(|p| p.ready() <= now && p.in_flight == 0 && p.exp == 0);
-            if idle {
-                self.pairs.remove(&next);
-                gone += 1;
-            }
+    /// Before a new pair goes in: when the table is full, forget the pairs that say
+    /// nothing any more; when that frees less than a quarter, double the table, so that
+    /// a pass over C pairs comes at most once per C/4 new ones. Returns how many went.
+    fn tidy(&mut self, now: u64) -> usize {
+        let cap = self.pairs.capacity();
+        if self.pairs.len() < cap {
+            return 0;
+        }
+        let before = self.pairs.len();
+        self.pairs.retain(|_, p| p.holds(now));
+        let gone = before - self.pairs.len();
+        if gone < cap / 4 {
+            self.pairs.reserve(cap);
         }
         gone
     }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::host::Pair;
 use super::*;
 use crate::config::{PaceConfig, SiteRule};
 
@@ -39,13 +40,13 @@ impl Pace {
         self.record(v, host, id, now).is_some()
     }
 
-    fn end_named(&mut self, host: &str, id: EndpointId, now: Instant) {
+    fn end_named(&mut self, host: &str, id: EndpointId) {
         if let Some(r) = self.held(host) {
-            self.end(r, id, now);
+            self.end(r, id);
         }
     }
 
-    /// Whether any pair of `host` is held after its idle ones are forgotten.
+    /// Whether any pair of `host` is held.
     fn prepare_named(&mut self, host: &str, now: Instant) -> bool {
         let v = self.visit(host, now);
         matches!(v, Visit::Held(r) if !self.host(r).unwrap().pairs.is_empty())
@@ -111,11 +112,11 @@ fn run(name: &str, cfg: PaceConfig, steps: &[(u64, &str, EndpointId, Op, Want)])
                 );
                 p.record_named(host, id, t);
             }
-            Op::End => p.end_named(host, id, t),
+            Op::End => p.end_named(host, id),
             Op::Slow(after) => {
                 p.slow_down(host, id, after.map(Duration::from_millis), t);
             }
-            Op::Ok => p.success(host, id, t),
+            Op::Ok => p.success(host, id),
             Op::Look => {}
         }
         assert_eq!(
@@ -291,29 +292,50 @@ fn nothing_is_held_when_nothing_binds() {
 #[test]
 fn idle_pairs_are_forgotten_and_hosts_are_bounded() {
     let t0 = Instant::now();
+    let ms = |n| t0 + Duration::from_millis(n);
     let mut p = Pace::new(Some(pace(1000, 1, false)), 2, 1000, t0);
     p.record_named(SHOP, 1, t0);
     p.record_named(SHOP, 2, t0);
     assert_eq!(p.pairs(), 2);
-    p.end_named(SHOP, 1, t0 + Duration::from_millis(10));
-    // Ready and idle: forgotten when the host is next looked at.
-    assert!(p.prepare_named(SHOP, t0 + Duration::from_millis(1000)));
-    assert_eq!(p.pairs(), 1, "endpoint 2 is still in flight");
+    p.end_named(SHOP, 1);
+    // Ready and idle at 1000: forgotten when a new pair finds the host's table full.
+    let mut id = 3;
+    while p.pair(SHOP, 1, ms(1000)).is_some() {
+        p.record_named(SHOP, id, ms(1000));
+        id += 1;
+        assert!(id < 10, "pair 1 never forgotten");
+    }
     assert_eq!(
-        p.pair(SHOP, 2, t0 + Duration::from_millis(1000)),
-        Some((0, 1, 0))
+        p.pair(SHOP, 2, ms(1000)),
+        Some((0, 1, 0)),
+        "in flight: kept"
+    );
+    assert_eq!(
+        p.pair(SHOP, 3, ms(1000)),
+        Some((1000, 1, 0)),
+        "spaced: kept"
     );
     // A slowed pair is kept while ready: it remembers its widening.
     let mut s = Pace::new(Some(pace(1000, 0, true)), 2, 1000, t0);
     s.slow_down(SHOP, 1, None, t0);
-    assert!(
-        s.prepare_named(SHOP, t0 + Duration::from_secs(60)),
+    for id in 2..100 {
+        s.record_named(SHOP, id, ms(60_000 + id as u64 * 1000));
+        s.end_named(SHOP, id);
+    }
+    assert!(s.pairs() < 10, "the others were forgotten: {}", s.pairs());
+    assert_eq!(
+        s.pair(SHOP, 1, ms(200_000)),
+        Some((0, 0, 1)),
         "kept while slowed"
     );
-    assert_eq!(
-        s.pair(SHOP, 1, t0 + Duration::from_secs(60)),
-        Some((0, 0, 1))
-    );
+    // One use of each of 10,000 endpoints, each spaced out by the next: what is held
+    // stays bounded, not one pair per endpoint ever used.
+    let mut b = Pace::new(Some(pace(1000, 0, false)), 2, 1_000_000, t0);
+    for id in 0..10_000 {
+        b.record_named(SHOP, id, ms(id as u64 * 1000));
+        b.end_named(SHOP, id);
+        assert!(b.pairs() <= 3, "{} pairs held after {id}", b.pairs());
+    }
     // Hosts past the cap: the least recently used goes, counted.
     p.record_named(OTHER, 1, t0);
     p.record_named("third.example", 1, t0);
@@ -350,7 +372,7 @@ fn nothing_ready_is_remembered_until_something_changes() {
     assert_eq!(p.dry_named(SHOP, 8, 42, at(10)), None, "the pool changed");
     assert_eq!(p.dry_named(SHOP, 7, 43, at(10)), None, "another question");
     assert_eq!(p.dry_named(OTHER, 7, 42, at(10)), None);
-    p.end_named(SHOP, 1, at(20));
+    p.end_named(SHOP, 1);
     assert_eq!(
         p.dry_named(SHOP, 7, 42, at(30)),
         None,
@@ -457,14 +479,13 @@ fn a_handle_to_a_dropped_host_finds_nothing() {
     assert_eq!((p.hosts(), p.dropped()), (1, 2));
     assert_eq!(shop.slot, third.slot, "the slot is reused");
     assert_ne!(shop.gen, third.gen);
-    p.end(shop, 1, t0 + Duration::from_millis(5));
-    p.forget_lease(shop, 1);
+    p.end(shop, 1);
     assert_eq!(
         p.pair("third.example", 1, t0),
         Some((1000, 1, 0)),
         "untouched"
     );
-    p.end(third, 1, t0 + Duration::from_millis(5));
+    p.end(third, 1);
     assert_eq!(p.pair("third.example", 1, t0), Some((1000, 0, 0)));
     // A host visited again is found by the same handle.
     assert_eq!(p.visit("third.example", t0), Visit::Held(third));
@@ -523,7 +544,7 @@ fn the_widened_count_follows_every_change() {
     p.slow_down(SHOP, 2, None, t0);
     assert_eq!(p.widened, 2);
     for _ in 0..CALM_AFTER {
-        p.success(SHOP, 1, t0);
+        p.success(SHOP, 1);
     }
     assert_eq!((p.widened, p.pair(SHOP, 1, t0).map(|x| x.2)), (1, Some(0)));
     p.remove_endpoint(2);
