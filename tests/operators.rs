@@ -243,6 +243,47 @@ fn the_cli_on_another_host_reaches_the_daemon_over_tcp() {
         "{}",
         o.stdout
     );
+    // Where each endpoint stands for one destination, from the daemon: the cooling one
+    // is cooling for it too.
+    let o = run_env(&client, &["list", "--destination", "Shop.Example"], &admin);
+    assert_eq!(o.code, Some(0), "{o:?}");
+    assert!(o.stdout.contains("FOR shop.example"), "{}", o.stdout);
+    let row = |ip: &str| {
+        let line = o
+            .stdout
+            .lines()
+            .find(|l| l.contains(ip))
+            .unwrap_or_default();
+        line.split(|c: char| c.is_whitespace() || c == '│')
+            .filter(|w| !w.is_empty())
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(row("10.33.0.1").last().map(String::as_str), Some("cooling"));
+    assert_eq!(
+        row("10.33.0.2").last().map(String::as_str),
+        Some("available")
+    );
+    let o = run_env(
+        &client,
+        &[
+            "list",
+            "--destination",
+            "shop.example",
+            "--state",
+            "available",
+            "--json",
+        ],
+        &admin,
+    );
+    assert_eq!(o.code, Some(0), "{o:?}");
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v.as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(v[0]["destination"], "shop.example");
+    assert_eq!(v[0]["destination_state"], "available");
+    let o = run_env(&client, &["list", "--destination", "bad host"], &admin);
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.contains("--destination"), "{}", o.stderr);
     // Operator commands need the admin role: the lease token is sent first.
     let both = [
         ("PROXYPOOL_LEASE_TOKEN", LEASE),
