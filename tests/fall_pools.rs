@@ -2,57 +2,25 @@
 //! write a `report` event and change no state; the N-th cools with the first cooldown; a
 //! success resets.
 
+mod common;
+
 use std::time::{Duration, SystemTime};
 
-use proxypool::config::{Mode, PoolConfig};
-use proxypool::endpoint::ProxyUrl;
-use proxypool::health::{Cooldown, Failure, Phase, Policy, Reason, State};
+use proxypool::config::Mode;
+use proxypool::health::{Failure, Phase, Reason, State};
 use proxypool::pool::{Outcome, Pools};
-use proxypool::store::{EndpointRow, Write};
+use proxypool::store::Write;
 use tokio::time::Instant;
+
+use common::vpool::{endpoint_row, pool_config};
 
 const BASE: Duration = Duration::from_secs(60);
 
 fn pools(fall: u32) -> Pools {
-    let cfg = PoolConfig {
-        mode: Mode::StaticNoPing,
-        policy: Policy {
-            cooldown: Cooldown {
-                base: BASE,
-                factor: 2.0,
-                max: Duration::from_secs(1800),
-                jitter: 0.0,
-            },
-            fall,
-            ..Policy::default()
-        },
-        ..PoolConfig::builtin("p")
-    };
+    let mut cfg = pool_config("p", Mode::StaticNoPing, BASE, Duration::from_secs(1800));
+    cfg.policy.fall = fall;
     let mut p = Pools::new([cfg]);
-    p.insert_row(
-        &EndpointRow {
-            id: 1,
-            url: ProxyUrl::parse("socks5://u:pw@10.0.0.1:1080").unwrap(),
-            pool: "p".into(),
-            label: None,
-            source: None,
-            state: State::Available,
-            reason: None,
-            phase: None,
-            detail: None,
-            streak: 0,
-            reason_streak: 0,
-            cooldown_ms: None,
-            cooldown_until: None,
-            cooldown_left: None,
-            claim: None,
-            rev: 0,
-            state_changed_at: "2027-01-15T08:00:00.000Z".into(),
-            created_at: "2027-01-15T08:00:00.000Z".into(),
-            tags: Default::default(),
-        },
-        Instant::now(),
-    );
+    p.insert_row(&endpoint_row(1, "p", State::Available), Instant::now());
     p
 }
 

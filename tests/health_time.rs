@@ -7,14 +7,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use proxypool::config::{Mode, PoolConfig};
-use proxypool::endpoint::{EndpointId, ProxyUrl};
+use proxypool::endpoint::EndpointId;
 use proxypool::event_kind::EventKind;
 use proxypool::health::{Health, Input, State, Step};
 use proxypool::pool::{Grant, Outcome, PoolError, Pools};
-use proxypool::store::{EndpointRow, Write};
+use proxypool::store::Write;
 use tokio::time::{advance, Instant};
 
-use common::vpool::{failure, pool_config, Clock, TTL};
+use common::vpool::{endpoint_row, failure, pool_config, Clock, TTL};
 
 const MS: Duration = Duration::from_millis(1);
 const S: Duration = Duration::from_secs(1);
@@ -24,37 +24,13 @@ fn pool_cfg(name: &str, mode: Mode) -> PoolConfig {
     pool_config(name, mode, BASE, MAX)
 }
 
-fn row(id: EndpointId, pool: &str, state: State) -> EndpointRow {
-    EndpointRow {
-        id,
-        url: ProxyUrl::parse(&format!("socks5://u{id}:pw@10.0.0.{id}:1080")).unwrap(),
-        pool: pool.into(),
-        label: None,
-        source: Some("test".into()),
-        state,
-        reason: None,
-        phase: None,
-        detail: None,
-        streak: 0,
-        reason_streak: 0,
-        cooldown_ms: None,
-        cooldown_until: None,
-        cooldown_left: None,
-        claim: None,
-        rev: 0,
-        state_changed_at: "2027-01-15T08:00:00.000Z".into(),
-        created_at: "2027-01-15T08:00:00.000Z".into(),
-        tags: Default::default(),
-    }
-}
-
 /// A single pool `p` of `mode` with endpoints 1..=n in `state`.
 fn pools(mode: Mode, n: i64, state: State, clock: Clock) -> Pools {
     let mut p = Pools::new([pool_cfg("p", mode)]);
     p.seed(7);
     let (now, _) = clock.now();
     for id in 1..=n {
-        p.insert_row(&row(id, "p", state), now);
+        p.insert_row(&endpoint_row(id, "p", state), now);
     }
     p
 }
@@ -529,7 +505,7 @@ async fn a_reused_slot_never_revives_a_removed_endpoints_queue_items() {
     p.release(&g.lease, now).0.unwrap();
     assert!(p.remove_entry(3));
     assert!(p.remove_entry(1));
-    p.insert_row(&row(4, "p", State::Available), now);
+    p.insert_row(&endpoint_row(4, "p", State::Available), now);
     let g4 = lease(&mut p, clock).unwrap();
     let g4 = if g4.endpoint == 4 {
         g4
@@ -551,10 +527,10 @@ async fn a_reused_slot_never_revives_a_removed_endpoints_queue_items() {
         pool_cfg("b", Mode::StaticNoPing),
     ]);
     for id in [1, 2, 4] {
-        p.insert_row(&row(id, "a", State::Available), now);
+        p.insert_row(&endpoint_row(id, "a", State::Available), now);
     }
     assert!(p.remove_entry(2));
-    p.insert_row(&row(3, "b", State::Available), now);
+    p.insert_row(&endpoint_row(3, "b", State::Available), now);
     let mut seen = Vec::new();
     for _ in 0..6 {
         let g = p.lease("a", TTL, None, now).0.unwrap();

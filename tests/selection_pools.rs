@@ -8,14 +8,14 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use proxypool::config::{Mode, PaceConfig, PoolConfig, Select, SiteRule};
-use proxypool::endpoint::{EndpointId, ProxyUrl};
+use proxypool::endpoint::EndpointId;
 use proxypool::health::{Failure, Phase, Reason, State};
 use proxypool::pool::{Grant, Outcome, PoolError, Pools, ReportOn, Want};
 use proxypool::store::EndpointRow;
 use proxypool::tags::Tags;
 use tokio::time::advance;
 
-use common::vpool::{pool_config, Clock, TTL};
+use common::vpool::{endpoint_row, pool_config, Clock, TTL};
 
 const SHOP: &str = "shop.example";
 const OTHER: &str = "other.example";
@@ -23,25 +23,8 @@ const S: Duration = Duration::from_secs(1);
 
 fn row(id: EndpointId, tags: &[&str]) -> EndpointRow {
     EndpointRow {
-        id,
-        url: ProxyUrl::parse(&format!("socks5://u{id}:pw@10.0.0.{id}:1080")).unwrap(),
-        pool: "p".into(),
-        label: None,
-        source: Some("test".into()),
-        state: State::Available,
-        reason: None,
-        phase: None,
-        detail: None,
-        streak: 0,
-        reason_streak: 0,
-        cooldown_ms: None,
-        cooldown_until: None,
-        cooldown_left: None,
-        claim: None,
-        rev: 0,
-        state_changed_at: "2027-01-15T08:00:00.000Z".into(),
-        created_at: "2027-01-15T08:00:00.000Z".into(),
         tags: Tags::parse_args(tags).unwrap(),
+        ..endpoint_row(id, "p", State::Available)
     }
 }
 

@@ -26,6 +26,7 @@ use crate::health::State;
 
 mod copy;
 mod endpoints;
+mod event_cols;
 pub mod feed;
 mod follow;
 mod guard;

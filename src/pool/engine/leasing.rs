@@ -9,6 +9,16 @@ use tokio_util::sync::CancellationToken;
 use super::{Commit, Engine, EngineError, CLAIM_TRIES};
 use crate::pool::{Grant, PoolError, Want};
 
+/// One lease request as the pools see it, whichever pool of the fallback hop serves it.
+#[derive(Clone, Copy)]
+struct Ask<'a> {
+    pool: &'a str,
+    ttl: Duration,
+    session: Option<&'a str>,
+    wait: Duration,
+    want: &'a Want,
+}
+
 impl Engine {
     /// Lease an endpoint, waiting up to `wait` for one to become available.
     pub async fn lease(
@@ -35,9 +45,14 @@ impl Engine {
         wait: Duration,
         want: &Want,
     ) -> Result<Grant, EngineError> {
-        self.lease_waiting(pool, ttl, session, wait, want, None)
-            .await
-            .map(|(g, _)| g)
+        let ask = Ask {
+            pool,
+            ttl,
+            session,
+            wait,
+            want,
+        };
+        self.lease_waiting(ask, None).await.map(|(g, _)| g)
     }
 
     /// [`Engine::lease_with`] for a caller that may go away while it waits: once `gone`
@@ -55,9 +70,14 @@ impl Engine {
         want: &Want,
         gone: &CancellationToken,
     ) -> Result<Grant, EngineError> {
-        let (g, waited) = self
-            .lease_waiting(pool, ttl, session, wait, want, Some(gone))
-            .await?;
+        let ask = Ask {
+            pool,
+            ttl,
+            session,
+            wait,
+            want,
+        };
+        let (g, waited) = self.lease_waiting(ask, Some(gone)).await?;
         if waited && gone.is_cancelled() {
             self.release(&g.lease).await?;
             return Err(EngineError::CallerGone);
@@ -68,17 +88,11 @@ impl Engine {
     /// The pool's lease, then its fallback's when it has nothing (one hop).
     async fn lease_waiting(
         &self,
-        pool: &str,
-        ttl: Duration,
-        session: Option<&str>,
-        wait: Duration,
-        want: &Want,
+        ask: Ask<'_>,
         gone: Option<&CancellationToken>,
     ) -> Result<(Grant, bool), EngineError> {
-        let fallback = self.lock().fallback(pool);
-        let first = self
-            .lease_in(pool, ttl, session, wait, want, gone, fallback.is_some())
-            .await;
+        let fallback = self.lock().fallback(ask.pool);
+        let first = self.lease_in(ask, gone, fallback.is_some()).await;
         let Some(next) = fallback else {
             return first;
         };
@@ -86,10 +100,7 @@ impl Engine {
             Err(EngineError::Pool(e)) if e.nothing_to_lease() => e,
             r => return r,
         };
-        match self
-            .lease_in(&next, ttl, session, wait, want, gone, false)
-            .await
-        {
+        match self.lease_in(Ask { pool: &next, ..ask }, gone, false).await {
             // The fallback has nothing either: the first pool's answer says more (its
             // pacing's time to come back, its cooldowns).
             Err(EngineError::Pool(f)) if f.nothing_to_lease() => Err(e.into()),
@@ -99,17 +110,19 @@ impl Engine {
 
     /// One pool's lease, waiting as `lease_with` says; `eager`: an exhausted pool answers
     /// at once (a fallback is there to serve). Returns whether it waited.
-    #[allow(clippy::too_many_arguments)]
     async fn lease_in(
         &self,
-        pool: &str,
-        ttl: Duration,
-        session: Option<&str>,
-        wait: Duration,
-        want: &Want,
+        ask: Ask<'_>,
         gone: Option<&CancellationToken>,
         eager: bool,
     ) -> Result<(Grant, bool), EngineError> {
+        let Ask {
+            pool,
+            ttl,
+            session,
+            wait,
+            want,
+        } = ask;
         let started = Instant::now();
         // Each attempt says whether it is the request's last (and until when the request
         // may wait): only that one is counted, and the loop below gives up on the same

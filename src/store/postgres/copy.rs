@@ -4,6 +4,9 @@
 
 use std::time::SystemTime;
 
+use tokio_postgres::types::ToSql;
+
+use super::event_cols::EventCols;
 use super::statements::{lock_and_number, CHANNEL, NOTIFY};
 use super::Postgres;
 use crate::store::{parse_time, Sqlite, StoreError};
@@ -149,32 +152,24 @@ pub fn copy_from_sqlite(from: &Sqlite, to: &Postgres) -> Result<Copied, StoreErr
                     break;
                 };
                 let mut cols = EventCols::default();
+                let (mut ids, mut ats) = (Vec::new(), Vec::new());
                 for e in &evs {
-                    if let Err(err) = cols.push(e) {
-                        return Ok(Err(err));
+                    match time(&e.at) {
+                        Ok(at) => ats.push(at),
+                        Err(err) => return Ok(Err(err)),
                     }
+                    ids.push(e.id);
+                    cols.push_stored(e);
                 }
+                let mut params: Vec<&(dyn ToSql + Sync)> = vec![&ids, &ats];
+                params.extend(cols.params());
                 tx.execute(
                     "INSERT INTO events (id, at, endpoint, kind, from_state, to_state, reason, phase, \
                        detail, lease, destination, status, blame) \
                      SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::text[], \
                        $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
                        $11::text[], $12::int[], $13::text[])",
-                    &[
-                        &cols.id,
-                        &cols.at,
-                        &cols.endpoint,
-                        &cols.kind,
-                        &cols.from,
-                        &cols.to,
-                        &cols.reason,
-                        &cols.phase,
-                        &cols.detail,
-                        &cols.lease,
-                        &cols.destination,
-                        &cols.status,
-                        &cols.blame,
-                    ],
+                    &params,
                 )
                 .await?;
                 copied.events += evs.len();
@@ -257,42 +252,6 @@ impl EndpointCols {
         self.cooldown_until.push(r.cooldown_until);
         self.state_changed_at.push(time(&r.state_changed_at)?);
         self.created_at.push(time(&r.created_at)?);
-        Ok(())
-    }
-}
-
-#[derive(Default)]
-struct EventCols {
-    id: Vec<i64>,
-    at: Vec<SystemTime>,
-    endpoint: Vec<Option<i64>>,
-    kind: Vec<String>,
-    from: Vec<Option<String>>,
-    to: Vec<Option<String>>,
-    reason: Vec<Option<String>>,
-    phase: Vec<Option<String>>,
-    detail: Vec<Option<String>>,
-    lease: Vec<Option<String>>,
-    destination: Vec<Option<String>>,
-    status: Vec<Option<i32>>,
-    blame: Vec<Option<String>>,
-}
-
-impl EventCols {
-    fn push(&mut self, e: &crate::store::EventRow) -> Result<(), StoreError> {
-        self.id.push(e.id);
-        self.at.push(time(&e.at)?);
-        self.endpoint.push(e.endpoint);
-        self.kind.push(e.kind.clone());
-        self.from.push(e.from.clone());
-        self.to.push(e.to.clone());
-        self.reason.push(e.reason.clone());
-        self.phase.push(e.phase.clone());
-        self.detail.push(e.detail.clone());
-        self.lease.push(e.lease.clone());
-        self.destination.push(e.destination.clone());
-        self.status.push(e.status.map(i32::from));
-        self.blame.push(e.blame.clone());
         Ok(())
     }
 }

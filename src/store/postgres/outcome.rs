@@ -7,60 +7,16 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio_postgres::Client;
 
-use super::guard::{opt_i32, Found};
+use super::event_cols::EventCols;
+use super::guard::Found;
 use super::read::{endpoint_row, pair_row, ENDPOINT_COLS, PAIR_COLS};
 use super::statements::Stmts;
 use crate::endpoint::EndpointId;
-use crate::health::blame::Blame;
 use crate::store::pairs::PairWrite;
 use crate::store::{ClaimOn, ClaimResult, Fresh, NewEvent, StoreError, Write};
 
 /// One row of `fleet_removals`.
 type Tombstone = (EndpointId, Option<String>);
-
-/// The columns of `EVENTS`, one vector each.
-#[derive(Default)]
-struct EventCols {
-    endpoint: Vec<Option<i64>>,
-    kind: Vec<String>,
-    from: Vec<Option<String>>,
-    to: Vec<Option<String>>,
-    reason: Vec<Option<String>>,
-    phase: Vec<Option<String>>,
-    detail: Vec<Option<String>>,
-    lease: Vec<Option<String>>,
-    destination: Vec<Option<String>>,
-    status: Vec<Option<i32>>,
-    blame: Vec<Option<String>>,
-}
-
-impl EventCols {
-    fn push(
-        &mut self,
-        ev: &NewEvent,
-        endpoint: Option<EndpointId>,
-        destination: Option<&str>,
-        status: Option<u16>,
-    ) {
-        self.endpoint.push(endpoint);
-        self.kind.push(ev.kind.as_str().to_string());
-        self.from.push(ev.from.map(|s| s.as_str().to_string()));
-        self.to.push(ev.to.map(|s| s.as_str().to_string()));
-        self.reason.push(ev.reason.map(|r| r.as_str().to_string()));
-        self.phase.push(ev.phase.map(|p| p.as_str().to_string()));
-        self.detail.push(super::text(&ev.detail));
-        self.lease.push(super::text(&ev.lease));
-        self.destination
-            .push(destination.map(|d| crate::redact::printable(d).into_owned()));
-        self.status.push(opt_i32(status));
-        self.blame
-            .push(ev.blame.map(|b: Blame| b.as_str().to_string()));
-    }
-
-    fn is_empty(&self) -> bool {
-        self.kind.is_empty()
-    }
-}
 
 fn pair_dest(on: &ClaimOn) -> Option<&str> {
     match on {
@@ -90,13 +46,13 @@ impl Outcome {
         match (w, f) {
             (Write::Transition(h, ev), _) => {
                 if applied {
-                    self.events.push(ev, ev.endpoint, None, None);
+                    self.events.push_new(ev, ev.endpoint, None, None);
                 } else {
                     self.fresh_endpoints.push(h.id);
                 }
             }
-            (Write::Event(ev), _) => self.events.push(ev, ev.endpoint, None, None),
-            (Write::EventStatus(ev, s), _) => self.events.push(ev, ev.endpoint, None, *s),
+            (Write::Event(ev), _) => self.events.push_new(ev, ev.endpoint, None, None),
+            (Write::EventStatus(ev, s), _) => self.events.push_new(ev, ev.endpoint, None, *s),
             (Write::Remove(ids), _) => {
                 let mut seen = std::collections::HashSet::new();
                 for &id in ids.iter().filter(|id| seen.insert(**id)) {
@@ -104,13 +60,13 @@ impl Outcome {
                         endpoint: Some(id),
                         ..NewEvent::new(crate::event_kind::EventKind::Removed)
                     };
-                    self.events.push(&ev, Some(id), None, None);
+                    self.events.push_new(&ev, Some(id), None, None);
                     self.tombstones.push((id, None));
                 }
             }
             (Write::Claim(c) | Write::Pair(PairWrite::Claim(c)), Found::Won(epoch)) => {
                 self.events
-                    .push(&c.event, Some(c.on.endpoint()), pair_dest(&c.on), None);
+                    .push_new(&c.event, Some(c.on.endpoint()), pair_dest(&c.on), None);
                 self.claims.push(ClaimResult::Won {
                     on: c.on.clone(),
                     epoch: *epoch,
@@ -130,7 +86,7 @@ impl Outcome {
             (Write::Unclaim(u) | Write::Pair(PairWrite::Unclaim(u)), _) => {
                 if applied {
                     self.events
-                        .push(&u.event, Some(u.on.endpoint()), pair_dest(&u.on), None);
+                        .push_new(&u.event, Some(u.on.endpoint()), pair_dest(&u.on), None);
                 } else {
                     self.fresh_key(&u.on);
                 }
@@ -138,7 +94,7 @@ impl Outcome {
             (Write::Pair(PairWrite::Upsert(r, ev)), _) => {
                 if applied {
                     self.events
-                        .push(ev, Some(r.endpoint), Some(&r.destination), r.status);
+                        .push_new(ev, Some(r.endpoint), Some(&r.destination), r.status);
                 } else {
                     self.fresh_pairs.push((r.endpoint, r.destination.clone()));
                 }
@@ -154,7 +110,7 @@ impl Outcome {
             ) => {
                 if applied {
                     self.events
-                        .push(event, Some(*endpoint), Some(destination), None);
+                        .push_new(event, Some(*endpoint), Some(destination), None);
                     self.tombstones.push((*endpoint, Some(destination.clone())));
                 } else {
                     self.fresh_pairs.push((*endpoint, destination.clone()));
@@ -169,7 +125,7 @@ impl Outcome {
                 _,
             ) => self
                 .events
-                .push(event, event.endpoint, Some(destination), *status),
+                .push_new(event, event.endpoint, Some(destination), *status),
             (Write::SourceResult { .. }, _) => {}
         }
     }
@@ -194,23 +150,7 @@ pub(super) async fn finish(
         if e.is_empty() {
             return Ok(0);
         }
-        c.execute(
-            &st.events,
-            &[
-                &e.endpoint,
-                &e.kind,
-                &e.from,
-                &e.to,
-                &e.reason,
-                &e.phase,
-                &e.detail,
-                &e.lease,
-                &e.destination,
-                &e.status,
-                &e.blame,
-            ],
-        )
-        .await
+        c.execute(&st.events, &e.params()).await
     };
     let (ids, dests): (Vec<i64>, Vec<Option<String>>) = out.tombstones.iter().cloned().unzip();
     let tombstones = async {
