@@ -150,7 +150,7 @@ impl Pools {
         }
         if e.health.state == State::Available {
             // Round robin: the one just moved goes behind its equals.
-            p.ready.forget(e.leases);
+            p.ready.forget(e.leases, slot, e.gen);
             e.leases = e.leases.saturating_add_signed(delta);
             self.gen += 1;
             e.gen = self.gen;

@@ -147,14 +147,17 @@ impl Pools {
     }
 
     pub(super) fn unindex(&mut self, id: EndpointId) {
-        let Some(e) = self.entries.get_mut(&id) else {
+        let Some(slot) = self.entries.slot(&id) else {
+            return;
+        };
+        let Some((_, e)) = self.entries.at_mut(slot) else {
             return;
         };
         let p = &mut self.pools[e.pool];
         p.counts[state_idx(e.health.state)] -= 1;
         match e.health.state {
             State::Available => {
-                p.ready.forget(e.leases);
+                p.ready.forget(e.leases, slot, e.gen);
                 self.gen += 1;
                 e.gen = self.gen;
             }

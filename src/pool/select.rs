@@ -184,7 +184,7 @@ fn sample(
     gate: Option<&Gate>,
     fit: &Fit,
     rng: &mut fastrand::Rng,
-) -> Option<(u32, u32)> {
+) -> Option<((u32, u32), usize)> {
     let q = &mut ready.levels[level];
     for _ in 0..SAMPLE_TRIES {
         if q.is_empty() {
@@ -200,7 +200,7 @@ fn sample(
             continue;
         };
         if fit.fits(dests, *id, e) && check(gate, *id) == Check::Ready {
-            return Some((slot, level as u32));
+            return Some(((slot, level as u32), i));
         }
     }
     None
@@ -271,15 +271,17 @@ impl Pools {
         if let Some(level) = level {
             let ready = &mut ps.ready;
             for _ in 0..=MAX_REJECTED {
-                let draw = |ready: &mut Ready, rng: &mut fastrand::Rng| {
-                    sample(entries, ready, level, dests, gate.as_ref(), fit, rng)
+                let draw = |ready: &mut Ready, rng: &mut fastrand::Rng, which| {
+                    let (c, i) = sample(entries, ready, level, dests, gate.as_ref(), fit, rng)?;
+                    ready.drew(which, level, i);
+                    Some(c)
                 };
-                let Some(a) = draw(ready, warm.rng) else {
+                let Some(a) = draw(ready, warm.rng, 0) else {
                     break;
                 };
                 let best = match select {
                     Select::Fastest => {
-                        let b = draw(ready, warm.rng).unwrap_or(a);
+                        let b = draw(ready, warm.rng, 1).unwrap_or(a);
                         better(entries, &ps.latencies, a, b)
                     }
                     _ => a,
