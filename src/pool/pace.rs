@@ -376,12 +376,16 @@ impl Pace {
         let now = self.now_ms(now);
         let h = self.host_mut(r)?;
         let interval = h.interval;
+        let counted = h.cap > 0;
         let (p, added) = h.pair(id, now);
         let next = now + spacing(interval, p.exp);
         p.set_ready(p.ready().max(next), now);
-        p.in_flight = p.in_flight.saturating_add(1);
+        if counted {
+            p.in_flight = p.in_flight.saturating_add(1);
+        }
         self.settle(r.slot, added);
-        Some(r)
+        // Without an in-flight cap a lease's end readies nothing: it is not told.
+        counted.then_some(r)
     }
 
     /// A lease counted by `record` ended (report, release, expiry, or its endpoint's

@@ -387,7 +387,11 @@ fn reload_gives_held_hosts_their_new_rule() {
     p.record_named(SHOP, 1, t0);
     p.set_config(Some(pace(5000, 0, false)));
     p.record_named(SHOP, 2, t0);
-    assert_eq!(p.pair(SHOP, 2, t0), Some((5000, 1, 0)));
+    // No in-flight cap: the lease is not counted, its end is not told.
+    assert_eq!(p.pair(SHOP, 2, t0), Some((5000, 0, 0)));
+    p.set_config(Some(pace(5000, 1, false)));
+    assert!(p.record_named(SHOP, 3, t0), "counted under a cap");
+    assert_eq!(p.pair(SHOP, 3, t0), Some((5000, 1, 0)));
     assert_eq!(p.wait(), Duration::from_secs(10));
     assert!(p.cfg.is_some() && !p.slows_down());
 }
@@ -513,8 +517,8 @@ fn nothing_is_looked_up_where_nothing_binds() {
     let at = t0 + Duration::from_secs(2);
     let v = p.visit(SHOP, at);
     assert_eq!(v, Visit::Held(r));
-    assert_eq!(p.record(v, SHOP, 1, at), Some(r));
-    assert_eq!(p.pair(SHOP, 1, at), Some((2000, 1, 1)));
+    assert_eq!(p.record(v, SHOP, 1, at), None, "no cap: nothing to count");
+    assert_eq!(p.pair(SHOP, 1, at), Some((2000, 0, 1)));
     // A site that binds makes the pool look up every host.
     let mut cfg = pace(0, 0, false);
     cfg.sites.insert(
@@ -531,7 +535,8 @@ fn nothing_is_looked_up_where_nothing_binds() {
         None,
         "its rule binds nothing"
     );
-    assert!(s.record(Visit::Fresh, SHOP, 1, t0).is_some());
+    s.record(Visit::Fresh, SHOP, 1, t0);
+    assert_eq!(s.pair(SHOP, 1, t0), Some((1000, 0, 0)), "recorded");
 }
 
 /// Successes narrow only widened pairs, and are not looked up while none is: the count
