@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use common::daemon::{err_code, Daemon, Home};
-use common::eventually;
 use common::postgres::{self, PASSWORD};
+use common::{eventually, holds_for};
 
 /// Static, no probes, a 3 s cooldown (no jitter, no growth): long enough to see it
 /// everywhere, short enough to wait out.
@@ -888,4 +888,87 @@ fn a_failover_to_the_promoted_standby_is_followed_and_loses_nothing_acknowledged
     );
     sees(&d, "cooling", 3);
     assert!(!d.log_text().contains(PASSWORD));
+}
+
+/// The lock every transaction takes just before it inserts events (its key is in
+/// `src/store/postgres/statements.rs`, `EVENTS_LOCK`).
+const EVENTS_LOCK: &str = "SELECT pg_advisory_xact_lock(7378984100003398005)";
+
+/// Event ids commit in id order across the fleet: while another transaction holds an
+/// event id it has not committed, no daemon commits a larger one, so a reader of
+/// `events` by "id greater than the last one seen" never skips an event.
+#[test]
+fn event_ids_commit_in_order_across_the_fleet() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    let h = home(&url);
+    h.add(&["http://10.9.0.1:3128"]);
+    let d = h.serve();
+    let g = lease(&d);
+    // Another writer of the database takes an event id and holds it uncommitted.
+    let mut held = Command::new("psql")
+        .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", &url])
+        .env_remove("PGPASSFILE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run psql");
+    let mut to_psql = held.stdin.take().unwrap();
+    let mut from_psql = BufReader::new(held.stdout.take().unwrap());
+    writeln!(
+        to_psql,
+        "BEGIN; {EVENTS_LOCK}; INSERT INTO events (kind, detail) VALUES ('note', 'held') RETURNING id;"
+    )
+    .unwrap();
+    let mut line = String::new();
+    while line.trim().parse::<i64>().is_err() {
+        line.clear();
+        assert!(from_psql.read_line(&mut line).unwrap() > 0, "psql ended");
+    }
+    let held_id: i64 = line.trim().parse().unwrap();
+    // The daemon's report waits for it: nothing it writes is committed meanwhile.
+    let lease_id = g["lease"].as_str().unwrap().to_string();
+    let mut conn = d.conn();
+    let report = std::thread::spawn(move || {
+        conn.req(
+            &json!({"op": "report", "lease": lease_id, "outcome": "failure",
+                         "reason": "connect_refused", "phase": "connect"}),
+        )
+    });
+    holds_for(
+        Duration::from_secs(1),
+        "no event committed past the held id",
+        || {
+            let newest = pg.sql(&db, "SELECT COALESCE(max(id), 0) FROM events");
+            match (
+                newest.parse::<i64>().unwrap() < held_id,
+                report.is_finished(),
+            ) {
+                (true, false) => Ok(()),
+                seen => Err(format!("newest {newest}, report answered: {}", seen.1)),
+            }
+        },
+    );
+    writeln!(to_psql, "COMMIT;").unwrap();
+    drop(to_psql);
+    assert!(held.wait().unwrap().success());
+    let r = report.join().unwrap();
+    assert_eq!(r["state"], "cooling", "{r}");
+    // Everything the daemon wrote comes after the held event.
+    let ids = pg.sql(
+        &db,
+        &format!("SELECT count(*) FROM events WHERE id < {held_id} AND kind <> 'added'"),
+    );
+    assert_eq!(ids, "0", "an event numbered before the held one");
+    let after = pg.sql(
+        &db,
+        &format!("SELECT count(*) FROM events WHERE id > {held_id}"),
+    );
+    assert!(
+        after.parse::<i64>().unwrap() >= 1,
+        "the report's events: {after}"
+    );
 }

@@ -146,6 +146,13 @@ pub(super) async fn finish(
     out: &Outcome,
 ) -> Result<(), tokio_postgres::Error> {
     let e = &out.events;
+    // Sent first, in the same round trip (`statements::EVENTS_LOCK`).
+    let lock = async {
+        if e.is_empty() {
+            return Ok(0);
+        }
+        c.execute(&st.events_lock, &[]).await
+    };
     let events = async {
         if e.is_empty() {
             return Ok(0);
@@ -173,7 +180,8 @@ pub(super) async fn finish(
         }),
         _ => None,
     }));
-    let (a, b, c) = futures_util::join!(events, tombstones, sources);
+    let (l, a, b, c) = futures_util::join!(lock, events, tombstones, sources);
+    l?;
     a?;
     b?;
     c.into_iter().collect::<Result<Vec<_>, _>>()?;

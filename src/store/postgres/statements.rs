@@ -24,11 +24,22 @@ pub(super) const NEXT: &str =
 pub(super) const LOCK_TABLES: &str =
     "LOCK TABLE endpoints, destination_pairs IN SHARE ROW EXCLUSIVE MODE";
 
-/// Lock the tables as `LOCK_TABLES` says, then take the change number.
+/// Event ids come from a sequence when a row is inserted, so without more they would
+/// commit in any order across the daemons of a fleet, and a reader asking for the events
+/// "after the last id I saw" could skip one that committed after a larger id. Every
+/// transaction takes this lock just before it inserts events and keeps it to its end: ids
+/// are then taken, and committed, one transaction after another. It is the last lock a
+/// group commit takes (its rows are locked before), and operator commands take it right
+/// after their table lock, so no two transactions wait for each other through it.
+pub(super) const EVENTS_LOCK: &str = "SELECT pg_advisory_xact_lock(7378984100003398005)";
+
+/// Lock the tables as `LOCK_TABLES` says and events as `EVENTS_LOCK` does, then take the
+/// change number.
 pub(super) async fn lock_and_number(
     tx: &tokio_postgres::Transaction<'_>,
 ) -> Result<i64, tokio_postgres::Error> {
     tx.batch_execute(LOCK_TABLES).await?;
+    tx.batch_execute(EVENTS_LOCK).await?;
     Ok(tx.query_one(NEXT, &[]).await?.get(0))
 }
 
@@ -137,6 +148,7 @@ pub(super) struct Stmts {
     pub pair_update: Statement,
     pub pair_delete: Statement,
     pub remove: Statement,
+    pub events_lock: Statement,
     pub events: Statement,
     pub tombstones: Statement,
     pub source: Statement,
@@ -159,6 +171,7 @@ impl Stmts {
                 PAIR_UPDATE,
                 PAIR_DELETE,
                 REMOVE,
+                EVENTS_LOCK,
                 EVENTS,
                 TOMBSTONES,
                 SOURCE,
@@ -180,6 +193,7 @@ impl Stmts {
             pair_update: next()?,
             pair_delete: next()?,
             remove: next()?,
+            events_lock: next()?,
             events: next()?,
             tombstones: next()?,
             source: next()?,
