@@ -7,7 +7,6 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use proxypool::config::{Durability, PoolConfig};
-use proxypool::endpoint::ProxyUrl;
 use proxypool::event_kind::EventKind;
 use proxypool::health::{Phase, Reason, State};
 use proxypool::pool::engine::Writer;
@@ -15,32 +14,15 @@ use proxypool::pool::Pools;
 use proxypool::store::{EndpointRow, HealthRecord, NewEndpoint, NewEvent, Store, Write};
 
 fn row(i: i64) -> EndpointRow {
+    let url = format!(
+        "socks5h://user{i}:pass-{i:08}@10.{}.{}.{}:1080",
+        (i >> 16) & 255,
+        (i >> 8) & 255,
+        i & 255
+    );
     EndpointRow {
-        id: i,
-        url: ProxyUrl::parse(&format!(
-            "socks5h://user{i}:pass-{i:08}@10.{}.{}.{}:1080",
-            (i >> 16) & 255,
-            (i >> 8) & 255,
-            i & 255
-        ))
-        .unwrap(),
-        pool: "default".into(),
-        label: None,
         source: Some("cli".into()),
-        state: State::Available,
-        reason: None,
-        phase: None,
-        detail: None,
-        streak: 0,
-        reason_streak: 0,
-        cooldown_ms: None,
-        cooldown_until: None,
-        cooldown_left: None,
-        claim: None,
-        rev: 0,
-        state_changed_at: String::new(),
-        created_at: String::new(),
-        tags: Default::default(),
+        ..EndpointRow::fixture(i, &url, "default")
     }
 }
 

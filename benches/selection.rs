@@ -278,36 +278,22 @@ fn main() {
     }
     println!();
     println!("{:<44}  {:>8}  {:>8}", "ratio", "measured", "target");
-    println!(
-        "{:<44}  {:>7.2}x  {:>8}",
-        "pacing on, not binding / off",
-        rate[1] / rate[0],
-        ">= 0.95x"
-    );
-    println!(
-        "{:<44}  {:>7.2}x  {:>8}",
-        "pacing binding / off (1,000 hosts)",
-        rate[3] / rate[2],
-        ">= 0.8x"
-    );
-    println!(
-        "{:<44}  {:>7.2}x  {:>8}",
-        "fastest / least_leased",
-        rate[5] / rate[4],
-        ">= 0.9x"
-    );
-    println!(
-        "{:<44}  {:>7.2}x  {:>8}",
-        "floor: off + one random 8-byte update / off",
-        rate[6] / rate[2],
-        "(floor)"
-    );
-    println!(
-        "{:<44}  {:>7.2}x  {:>8}",
-        "random / least_leased",
-        rate[7] / rate[4],
-        "(floor)"
-    );
+    // (what, numerator cell, denominator cell, target)
+    let ratios = [
+        ("pacing on, not binding / off", 1, 0, ">= 0.95x"),
+        ("pacing binding / off (1,000 hosts)", 3, 2, ">= 0.8x"),
+        ("fastest / least_leased", 5, 4, ">= 0.9x"),
+        (
+            "floor: off + one random 8-byte update / off",
+            6,
+            2,
+            "(floor)",
+        ),
+        ("random / least_leased", 7, 4, "(floor)"),
+    ];
+    for (what, n, d, target) in ratios {
+        println!("{what:<44}  {:>7.2}x  {target:>8}", rate[n] / rate[d]);
+    }
     let (bytes, pairs) = bytes_per_pair(&rows, 300_000);
     println!();
     println!(

@@ -2,12 +2,13 @@
 
 use std::collections::HashMap;
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::client::Client;
 use super::table::{print_show, print_table, s, table};
 use super::{call, parse_state, unexpected, CliError, Context};
 use crate::endpoint::EndpointId;
+use crate::health::State;
 use crate::protocol::{EndpointsMessage, Payload, Request, StatusMessage};
 use crate::stats::EndpointStats;
 use crate::tags::Tags;
@@ -23,6 +24,11 @@ pub(super) async fn list(
     tags: Tags,
 ) -> Result<(), CliError> {
     if let Some(d) = destination {
+        if ctx.remote.is_some() {
+            let d = super::pairs::destination(&d)?;
+            let state = parse_state(state.as_deref())?;
+            return list_for_remote(ctx, pool, state, &tags, &d, json).await;
+        }
         return super::pairs::list_for(ctx, pool, state, &tags, &d, json).await;
     }
     let state = parse_state(state.as_deref())?;
@@ -85,24 +91,18 @@ pub(super) async fn list(
 async fn list_remote(
     ctx: &Context,
     pool: Option<String>,
-    state: Option<crate::health::State>,
+    state: Option<State>,
     tags: Tags,
     json: bool,
 ) -> Result<(), CliError> {
-    let Some(mut c) = ctx.daemon().await? else {
-        return Err(unexpected("endpoints"));
-    };
-    let req = Request::Endpoints(EndpointsMessage {
+    let ask = EndpointsMessage {
         pool,
         state: state.map(|s| s.as_str().to_string()),
         endpoint: None,
         tags: (!tags.is_empty()).then_some(tags),
         destination: None,
-    });
-    let views = match call(&mut c, &req).await? {
-        Payload::Endpoints { endpoints } => endpoints,
-        _ => return Err(unexpected("endpoints")),
     };
+    let (mut c, views) = daemon_endpoints(ctx, ask).await?;
     if json {
         println!(
             "{}",
@@ -113,6 +113,68 @@ async fn list_remote(
     let database = daemon_database(&mut c).await?;
     print_table(&views, &read_from(&database, Some(c.address())));
     Ok(())
+}
+
+/// `list --destination D` over `--connect`: the daemon's `endpoints` answer for D. The
+/// daemon answers each endpoint's state for D; a pair's reason and status are in the
+/// database, which only a command on the daemon's host reads.
+async fn list_for_remote(
+    ctx: &Context,
+    pool: Option<String>,
+    state: Option<State>,
+    tags: &Tags,
+    d: &str,
+    json_out: bool,
+) -> Result<(), CliError> {
+    let ask = EndpointsMessage {
+        pool,
+        state: None,
+        endpoint: None,
+        tags: (!tags.is_empty()).then(|| tags.clone()),
+        destination: Some(d.to_string()),
+    };
+    let (_, mut views) = daemon_endpoints(ctx, ask).await?;
+    // `--state` is the endpoint's own state, as on the daemon's host.
+    views.retain(|v| state.is_none_or(|s| v.state == s));
+    if json_out {
+        let v: Vec<Value> = views
+            .iter()
+            .map(|view| {
+                let mut v = serde_json::to_value(view).unwrap_or_default();
+                v["destination"] = json!(d);
+                v
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(());
+    }
+    let head = format!("FOR {d}");
+    let mut t = table(["ID", "POOL", "URL", "STATE", &head]);
+    for v in &views {
+        t.add_row([
+            v.id.to_string(),
+            v.pool.clone(),
+            v.url.clone(),
+            v.state.to_string(),
+            v.destination_state.unwrap_or(v.state).to_string(),
+        ]);
+    }
+    println!("{t}");
+    Ok(())
+}
+
+/// The `--connect` daemon's `endpoints` answer, and the connection it came on.
+async fn daemon_endpoints(
+    ctx: &Context,
+    ask: EndpointsMessage,
+) -> Result<(Client, Vec<crate::store::EndpointView>), CliError> {
+    let Some(mut c) = ctx.daemon().await? else {
+        return Err(unexpected("endpoints"));
+    };
+    match call(&mut c, &Request::Endpoints(ask)).await? {
+        Payload::Endpoints { endpoints } => Ok((c, endpoints)),
+        _ => Err(unexpected("endpoints")),
+    }
 }
 
 /// Where a command read: `database PATH, daemon ADDRESS` (or `no daemon`).

@@ -9,7 +9,7 @@ use super::table::{s, table};
 use super::{call, parse_state, unexpected, CliError, Context, Named};
 use crate::health::State;
 use crate::pool::destinations::normalize;
-use crate::protocol::{EnableMessage, EndpointsMessage, Payload, Request};
+use crate::protocol::{EnableMessage, Payload, Request};
 use crate::store::fmt_time;
 use crate::store::pairs::PairRow;
 use crate::tags::Tags;
@@ -48,9 +48,6 @@ pub(super) async fn list_for(
 ) -> Result<(), CliError> {
     let d = destination(raw)?;
     let state = parse_state(state.as_deref())?;
-    if ctx.remote.is_some() {
-        return list_for_remote(ctx, pool, state, tags, &d, json_out).await;
-    }
     let store = ctx.store_to_read()?;
     let mut rows = store.list(pool.as_deref(), state)?;
     rows.retain(|r| r.tags.contains_all(tags));
@@ -92,60 +89,6 @@ pub(super) async fn list_for(
                 .map(|x| x.to_string())
                 .unwrap_or("-".into()),
             s(&json!(p.and_then(|p| p.record.status))),
-        ]);
-    }
-    println!("{t}");
-    Ok(())
-}
-
-/// `list --destination D` over `--connect`: the daemon's `endpoints` answer for D. The
-/// daemon answers each endpoint's state for D; a pair's reason and status are in the
-/// database, which only a command on the daemon's host reads.
-async fn list_for_remote(
-    ctx: &Context,
-    pool: Option<String>,
-    state: Option<State>,
-    tags: &Tags,
-    d: &str,
-    json_out: bool,
-) -> Result<(), CliError> {
-    let Some(mut c) = ctx.daemon().await? else {
-        return Err(unexpected("endpoints"));
-    };
-    let req = Request::Endpoints(EndpointsMessage {
-        pool,
-        state: None,
-        endpoint: None,
-        tags: (!tags.is_empty()).then(|| tags.clone()),
-        destination: Some(d.to_string()),
-    });
-    let mut views = match call(&mut c, &req).await? {
-        Payload::Endpoints { endpoints } => endpoints,
-        _ => return Err(unexpected("endpoints")),
-    };
-    // `--state` is the endpoint's own state, as on the daemon's host.
-    views.retain(|v| state.is_none_or(|s| v.state == s));
-    if json_out {
-        let v: Vec<Value> = views
-            .iter()
-            .map(|view| {
-                let mut v = serde_json::to_value(view).unwrap_or_default();
-                v["destination"] = json!(d);
-                v
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-        return Ok(());
-    }
-    let head = format!("FOR {d}");
-    let mut t = table(["ID", "POOL", "URL", "STATE", &head]);
-    for v in &views {
-        t.add_row([
-            v.id.to_string(),
-            v.pool.clone(),
-            v.url.clone(),
-            v.state.to_string(),
-            v.destination_state.unwrap_or(v.state).to_string(),
         ]);
     }
     println!("{t}");

@@ -56,11 +56,11 @@ pub struct EndpointRow {
     pub tags: Tags,
 }
 
-#[cfg(test)]
 impl EndpointRow {
-    /// An available endpoint `id` at `url` in `pool`, never failed: the base that unit
-    /// tests change the fields they are about in.
-    pub(crate) fn fixture(id: EndpointId, url: &str, pool: &str) -> EndpointRow {
+    /// An available endpoint `id` at `url` in `pool`, never failed: the base that tests
+    /// and benchmarks change the fields they are about in (panics on a bad URL).
+    #[doc(hidden)]
+    pub fn fixture(id: EndpointId, url: &str, pool: &str) -> EndpointRow {
         EndpointRow {
             id,
             url: ProxyUrl::parse(url).unwrap(),

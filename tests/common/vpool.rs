@@ -98,25 +98,11 @@ pub fn pool_config(name: &str, mode: Mode, base: Duration, max: Duration) -> Poo
 /// never failed): the base that pool-level tests change the fields they are about in.
 pub fn endpoint_row(id: EndpointId, pool: &str, state: State) -> EndpointRow {
     EndpointRow {
-        id,
-        url: ProxyUrl::parse(&format!("socks5://u{id}:pw@10.0.0.{id}:1080")).unwrap(),
-        pool: pool.into(),
-        label: None,
         source: Some("test".into()),
         state,
-        reason: None,
-        phase: None,
-        detail: None,
-        streak: 0,
-        reason_streak: 0,
-        cooldown_ms: None,
-        cooldown_until: None,
-        cooldown_left: None,
-        claim: None,
-        rev: 0,
         state_changed_at: "2027-01-15T08:00:00.000Z".into(),
         created_at: "2027-01-15T08:00:00.000Z".into(),
-        tags: Default::default(),
+        ..EndpointRow::fixture(id, &format!("socks5://u{id}:pw@10.0.0.{id}:1080"), pool)
     }
 }
 

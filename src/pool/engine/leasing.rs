@@ -19,6 +19,24 @@ struct Ask<'a> {
     want: &'a Want,
 }
 
+impl<'a> Ask<'a> {
+    fn new(
+        pool: &'a str,
+        ttl: Duration,
+        session: Option<&'a str>,
+        wait: Duration,
+        want: &'a Want,
+    ) -> Self {
+        Ask {
+            pool,
+            ttl,
+            session,
+            wait,
+            want,
+        }
+    }
+}
+
 impl Engine {
     /// Lease an endpoint, waiting up to `wait` for one to become available.
     pub async fn lease(
@@ -45,13 +63,7 @@ impl Engine {
         wait: Duration,
         want: &Want,
     ) -> Result<Grant, EngineError> {
-        let ask = Ask {
-            pool,
-            ttl,
-            session,
-            wait,
-            want,
-        };
+        let ask = Ask::new(pool, ttl, session, wait, want);
         self.lease_waiting(ask, None).await.map(|(g, _)| g)
     }
 
@@ -70,13 +82,7 @@ impl Engine {
         want: &Want,
         gone: &CancellationToken,
     ) -> Result<Grant, EngineError> {
-        let ask = Ask {
-            pool,
-            ttl,
-            session,
-            wait,
-            want,
-        };
+        let ask = Ask::new(pool, ttl, session, wait, want);
         let (g, waited) = self.lease_waiting(ask, Some(gone)).await?;
         if waited && gone.is_cancelled() {
             self.release(&g.lease).await?;

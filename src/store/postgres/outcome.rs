@@ -146,18 +146,18 @@ pub(super) async fn finish(
     out: &Outcome,
 ) -> Result<(), tokio_postgres::Error> {
     let e = &out.events;
-    // Sent first, in the same round trip (`statements::EVENTS_LOCK`).
-    let lock = async {
-        if e.is_empty() {
-            return Ok(0);
-        }
-        c.execute(&st.events_lock, &[]).await
-    };
     let events = async {
         if e.is_empty() {
             return Ok(0);
         }
-        c.execute(&st.events, &e.params()).await
+        // The lock first, in the same round trip (`statements::EVENTS_LOCK`).
+        let params = e.params();
+        let (locked, inserted) = futures_util::join!(
+            c.execute(&st.events_lock, &[]),
+            c.execute(&st.events, &params)
+        );
+        locked?;
+        inserted
     };
     let (ids, dests): (Vec<i64>, Vec<Option<String>>) = out.tombstones.iter().cloned().unzip();
     let tombstones = async {
@@ -180,8 +180,7 @@ pub(super) async fn finish(
         }),
         _ => None,
     }));
-    let (l, a, b, c) = futures_util::join!(lock, events, tombstones, sources);
-    l?;
+    let (a, b, c) = futures_util::join!(events, tombstones, sources);
     a?;
     b?;
     c.into_iter().collect::<Result<Vec<_>, _>>()?;

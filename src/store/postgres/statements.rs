@@ -38,8 +38,8 @@ pub(super) const EVENTS_LOCK: &str = "SELECT pg_advisory_xact_lock(7378984100003
 pub(super) async fn lock_and_number(
     tx: &tokio_postgres::Transaction<'_>,
 ) -> Result<i64, tokio_postgres::Error> {
-    tx.batch_execute(LOCK_TABLES).await?;
-    tx.batch_execute(EVENTS_LOCK).await?;
+    tx.batch_execute(&format!("{LOCK_TABLES}; {EVENTS_LOCK}"))
+        .await?;
     Ok(tx.query_one(NEXT, &[]).await?.get(0))
 }
 
