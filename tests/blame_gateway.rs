@@ -67,7 +67,7 @@ async fn site() -> Fake {
 #[tokio::test]
 async fn a_dead_name_a_closed_port_and_a_dead_site_cool_no_real_proxy() {
     let site = site().await;
-    let closed = closed_port().await;
+    let closed = closed_port();
     let Some(tp) = tinyproxy(&[443, site.port(), closed]).await else {
         return;
     };
@@ -246,7 +246,7 @@ async fn a_target_that_comes_back_is_tried_once_at_its_deadline_and_used_again()
         .map(|p| format!("http://127.0.0.1:{}", p.port()))
         .collect();
     let gw = Gw::start(&urls, |c| c.retries = 1).await;
-    let port = closed_port().await;
+    let port = closed_port();
     let target = format!("127.0.0.1:{port}");
     // Nothing listens: both proxies answer 502, the target is down.
     assert_down(&roundtrip(gw.addr, &connect_to(&target)).await);

@@ -361,7 +361,7 @@ fn a_probe_site_that_goes_down_cools_nobody_and_is_retried_by_its_own_cooldown()
         rt.block_on(http_proxy(HttpProxyCfg::default())),
         rt.block_on(http_proxy(HttpProxyCfg::default())),
     ];
-    let port = rt.block_on(closed_port());
+    let port = closed_port();
     let cfg = format!(
         r#"
 [[pool]]

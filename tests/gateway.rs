@@ -17,7 +17,7 @@ async fn http_upstream() -> Fake {
 }
 
 async fn dead() -> String {
-    url("http", closed_port().await)
+    url("http", closed_port())
 }
 
 #[tokio::test]

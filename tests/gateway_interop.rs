@@ -125,7 +125,7 @@ async fn curl_through_gateway_to_tinyproxy() {
     let gw = Gw::start(&[up], |_| {}).await;
     curl_all_fronts(&gw, &d, &curl, "127.0.0.1").await;
     // Dial first: a tunnel tinyproxy refuses is the gateway's 502, with the reason.
-    let closed = closed_port().await;
+    let closed = closed_port();
     let args: Vec<String> = [
         "-sS",
         "-o",

@@ -117,10 +117,7 @@ async fn every_front_counts_its_successful_requests_attempts_and_bytes() {
 async fn failures_count_each_attempt_and_the_request_outcome() {
     let d = dest(DestCfg::default()).await;
     let up = http_proxy(HttpProxyCfg::default()).await;
-    let dead = [
-        url("http", closed_port().await),
-        url("http", closed_port().await),
-    ];
+    let dead = [url("http", closed_port()), url("http", closed_port())];
     // Two dead, one good, two retries: one request, three attempts, served.
     let urls = [dead[0].clone(), dead[1].clone(), url("http", up.port())];
     let gw = Gw::start(&urls, |g| g.retries = 2).await;

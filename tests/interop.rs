@@ -119,7 +119,7 @@ async fn tinyproxy_right_password() {
 /// site's status; by CONNECT the same.
 #[tokio::test]
 async fn tinyproxy_cannot_reach_a_site_that_is_down() {
-    let closed = common::fakes::closed_port().await;
+    let closed = common::fakes::closed_port();
     let Some(tp) = upstreams::tinyproxy(&[closed]).await else {
         return;
     };
@@ -250,7 +250,7 @@ async fn dante_closed_destination_is_upstream_unreachable() {
     let Some(d) = dante().await else {
         return;
     };
-    let port = closed_port().await;
+    let port = closed_port();
     let cfg = ProbeConfig {
         url: Some(format!("http://127.0.0.1:{port}/")),
         timeout: Duration::from_secs(5),

@@ -10,6 +10,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::daemon::*;
+use common::fakes::closed_port;
 use serde_json::{json, Value};
 
 /// A "proxy" that answers every request with `200` and a body, standing for a working
@@ -39,12 +40,6 @@ fn spawn_answering_proxy() -> u16 {
         }
     });
     port
-}
-
-/// A port nothing listens on.
-fn closed_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 fn events_of(h: &Home, kind: &str) -> Vec<Value> {

@@ -82,7 +82,7 @@ async fn plain_dest() -> Fake {
 
 #[tokio::test]
 async fn refused_port_is_connect_refused() {
-    let port = closed_port().await;
+    let port = closed_port();
     let r = probe(
         &cfg("http://127.0.0.1:9/"),
         &format!("http://127.0.0.1:{port}"),

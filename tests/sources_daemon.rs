@@ -467,7 +467,7 @@ fn serve_asks_only_a_working_preferred_source_and_falls_back_in_config_order() {
 #[test]
 fn serve_sniffs_on_exhaustion_once_and_a_listed_operator_disabled_endpoint_stays_disabled() {
     let net = Net::new(1);
-    let closed = net._rt.block_on(fakes::closed_port());
+    let closed = fakes::closed_port();
     let h0 = tempfile::tempdir().unwrap();
     let list = h0.path().join("list.txt");
     let dead = format!("http://127.0.0.1:{closed}");
