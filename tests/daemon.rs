@@ -1216,7 +1216,7 @@ fn static_mode_prober_recovers_through_a_real_proxy_and_leases_are_never_trials(
     let pport = proxy.port();
     let silent_fake = rt.block_on(scripted(vec![Act::Hang]));
     let silent = silent_fake.port();
-    let closed = free_port();
+    let closed = common::fakes::closed_port();
     let cfg = format!(
         r#"
 [[pool]]

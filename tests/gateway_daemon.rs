@@ -8,14 +8,7 @@ use std::time::Duration;
 
 use common::daemon::*;
 use common::fakes::{self, dest, http_proxy, DestCfg, HttpProxyCfg};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use common::tools::free_port;
 
 #[test]
 fn non_loopback_gateway_without_token_refuses_to_start() {

@@ -13,6 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 // ---------------------------------------------------------------------------------------
 
 use common::daemon::{lease_id, ok as ok_resp, Home};
+use common::tools::free_port;
 use serde_json::{json, Value};
 
 /// A static-no-ping pool with a ten-minute cooldown, so a failure leaves a deadline.
@@ -46,14 +47,6 @@ fn get_blocking(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
         let (head, body) = out.split_once("\r\n\r\n").unwrap();
         (head[9..12].parse().unwrap(), body.to_string())
     })
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn promtool_check(text: &str) {

@@ -31,7 +31,7 @@ fn addr() -> String {
 
 /// An endpoint nothing listens on: a gateway's dial through it is refused at once.
 fn closed_endpoint() -> String {
-    format!("http://127.0.0.1:{}", free_port())
+    format!("http://127.0.0.1:{}", common::fakes::closed_port())
 }
 
 #[test]
