@@ -190,11 +190,28 @@ declare -A TUN TUN_ERR TUN_FIRST GET GET_BAD GET_SOCK SPLIT SPLIT_BAD BULK BULK_
 
 kv() { gw_kv "$@"; }
 
+# The front's own CPU (user and system ticks of its process, threads included; for
+# "direct", tinyproxy's main process only), read around a cell: what one operation costs
+# the front itself, beside the rate that all processes on the machine's cores share.
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+cpu_ticks() { awk '{ print $14, $15 }' "/proc/$1/stat" 2>/dev/null || echo "0 0"; }
+# cpu_note FRONT WHAT OPS "U0 S0": a note with the µs of user and system CPU per operation.
+cpu_note() {
+    local u0 s0 u1 s1 per
+    read -r u0 s0 <<<"$4"
+    read -r u1 s1 <<<"$(cpu_ticks "${PID[$1]}")"
+    per=$(awk -v n="$3" -v u=$(((u1 - u0) * TICK_US)) -v s=$(((s1 - s0) * TICK_US)) \
+        'BEGIN { if (n > 0) printf "user %.1f µs, system %.1f µs", u / n, s / n }')
+    [[ -z $per ]] || note "$1 CPU per $2: $per"
+}
+
 run_tunnels() {
-    local f=$1 line
+    local f=$1 line cpu
+    cpu=$(cpu_ticks "${PID[$f]}")
     line=$("$LOADGEN" tunnels --proxy "127.0.0.1:${PORT[$f]}" --target "$DEST" --path /small \
         --clients "$CLIENTS" --secs "$DURATION")
     gw_log "$f tunnels: $line"
+    cpu_note "$f" tunnel "$(kv ok "$line")" "$cpu"
     TUN[$f]=$(kv rate "$line")
     TUN_ERR[$f]=$(kv errors "$line")
     TUN_FIRST[$f]=$(sed -n 's/.*first_error=\(.*\)/\1/p' <<<"$line")
@@ -219,8 +236,11 @@ wrk_absolute() {
 }
 
 run_absolute() {
+    local cpu
+    cpu=$(cpu_ticks "${PID[$1]}")
     wrk_absolute "$1" "$DEST"
     [[ -n $W_RATE ]] || return 0
+    cpu_note "$1" "absolute-form GET" "$(awk -v r="$W_RATE" -v d="$DURATION" 'BEGIN { printf "%d", r * d }')" "$cpu"
     GET[$1]=$W_RATE GET_BAD[$1]=$W_BAD GET_SOCK[$1]=$W_SOCK
 }
 
