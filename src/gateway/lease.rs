@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
 use crate::endpoint::{EndpointId, ProxyUrl};
@@ -13,6 +14,8 @@ use crate::pool::Outcome;
 /// without one. Dropping covers every way a use ends (done, error, client gone, shutdown).
 pub(super) struct LeaseGuard {
     engine: Arc<Engine>,
+    /// Where a guard dropped mid-use gives its lease back: a task the gateway waits for.
+    tracker: TaskTracker,
     lease: Option<String>,
     endpoint: EndpointId,
     /// The pool that served it (the one asked for, or its fallback).
@@ -27,6 +30,7 @@ pub(super) struct LeaseGuard {
 impl LeaseGuard {
     pub(super) fn new(
         engine: Arc<Engine>,
+        tracker: TaskTracker,
         lease: String,
         endpoint: EndpointId,
         pool: String,
@@ -35,6 +39,7 @@ impl LeaseGuard {
     ) -> Self {
         LeaseGuard {
             engine,
+            tracker,
             lease: Some(lease),
             endpoint,
             pool,
@@ -102,12 +107,16 @@ impl Drop for LeaseGuard {
         };
         let engine = self.engine.clone();
         let (endpoint, outcome) = (self.endpoint, self.outcome.take());
-        // Drop cannot wait; the runtime is gone only when the process is stopping, and
-        // then the lease dies with the in-memory table anyway.
+        // Drop cannot wait: the give-back runs in a task of the gateway's tracker, so the
+        // gateway stops only after it. Without a runtime the process is stopping, and then
+        // the lease dies with the in-memory table anyway.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                give_back(&engine, &lease, endpoint, outcome).await;
-            });
+            self.tracker.spawn_on(
+                async move {
+                    give_back(&engine, &lease, endpoint, outcome).await;
+                },
+                &rt,
+            );
         }
     }
 }

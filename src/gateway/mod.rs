@@ -139,8 +139,9 @@ impl Gateway {
         let addr = self.local_addr();
         let slots = Arc::new(Semaphore::new(self.cfg.max_connections));
         let metrics = self.engine.metrics().gateway();
+        let tracker = TaskTracker::new();
         let shared = Arc::new(Shared {
-            upstream: upstream::Upstream::new(self.engine, self.dialer, &self.cfg),
+            upstream: upstream::Upstream::new(self.engine, self.dialer, &self.cfg, tracker.clone()),
             idle: idle::IdleConns::new(
                 self.limits.upstream_idle,
                 metrics.clone(),
@@ -150,7 +151,7 @@ impl Gateway {
             metrics,
             cfg: self.cfg,
             limits: self.limits,
-            tracker: TaskTracker::new(),
+            tracker,
             shutdown: shutdown.clone(),
         });
         info!(%addr, pool = %shared.cfg.pool, auth = shared.cfg.token.is_some(), "gateway listening");

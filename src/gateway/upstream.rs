@@ -7,6 +7,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_util::task::TaskTracker;
 use tracing::info;
 
 use super::counted::{Counted, Counter};
@@ -146,16 +147,25 @@ pub(super) struct Upstream {
     pool: String,
     retries: u32,
     connect_timeout: Duration,
+    /// The gateway's tasks: a lease dropped mid-use is given back in one of them, which
+    /// the gateway waits for before it stops.
+    tracker: TaskTracker,
 }
 
 impl Upstream {
-    pub(super) fn new(engine: Arc<Engine>, dialer: Dialer, cfg: &GatewayConfig) -> Upstream {
+    pub(super) fn new(
+        engine: Arc<Engine>,
+        dialer: Dialer,
+        cfg: &GatewayConfig,
+        tracker: TaskTracker,
+    ) -> Upstream {
         Upstream {
             engine,
             dialer,
             pool: cfg.pool.clone(),
             retries: cfg.retries,
             connect_timeout: cfg.connect_timeout,
+            tracker,
         }
     }
 
@@ -221,6 +231,7 @@ impl Upstream {
         let metrics = self.engine.pool_metrics(&grant.pool);
         Ok(LeaseGuard::new(
             self.engine.clone(),
+            self.tracker.clone(),
             grant.lease,
             grant.endpoint,
             grant.pool,
