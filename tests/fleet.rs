@@ -132,7 +132,16 @@ fn a_bad_store_url_is_refused_with_exit_2_and_no_password() {
 fn a_failure_on_one_daemon_is_honoured_by_the_others_and_a_cli_act_reaches_all() {
     let Some(pg) = postgres::shared() else { return };
     let url = pg.database();
-    let homes: Vec<Home> = (0..3).map(|_| home(&url)).collect();
+    // A cooldown that outlasts what follows (two daemons seeing it, eight leases) on a
+    // loaded machine: the endpoint must still be cooling when the last one looks.
+    let config = CONFIG.replace("\"3s\"", "\"60s\"");
+    let homes: Vec<Home> = (0..3)
+        .map(|_| {
+            let mut h = Home::new(Some(&config));
+            h.db = PathBuf::from(&url);
+            h
+        })
+        .collect();
     let ids = homes[0].add(&["http://10.2.0.1:3128", "http://10.2.0.2:3128"]);
     let ds: Vec<Daemon> = homes.iter().map(|h| h.serve()).collect();
     for d in &ds {
@@ -290,12 +299,12 @@ fn a_sqlite_pool_moves_whole_into_postgres() {
     assert!(next > *ids.iter().max().unwrap(), "{next}");
 }
 
-/// `CONFIG` with claims that lapse 2 s after their daemon's last renewal.
+/// `CONFIG` with claims that lapse 4 s after their daemon's last renewal.
 /// With a cooldown of 6 s: longer than a loaded machine may take to show the cooling on
 /// the other daemon, so that it is seen before the cooldown ends.
 fn config_with_hold() -> String {
     let config = CONFIG.replace("\"3s\"", "\"6s\"");
-    format!("[store]\nclaim_hold = \"2s\"\n{config}")
+    format!("[store]\nclaim_hold = \"4s\"\n{config}")
 }
 
 /// GET `path` from the HTTP listener on `port`: (status, body).
@@ -351,7 +360,7 @@ fn a_stopped_daemon_loses_its_trial_by_database_time_and_its_late_report_is_stal
     assert_eq!(trial["trial"], json!(true), "{trial}");
     let pid = ds[0].pid() as i32;
     unsafe { libc::kill(pid, libc::SIGSTOP) };
-    // Daemon 1 may not take it while the claim holds; it may once it lapsed (2 s after
+    // Daemon 1 may not take it while the claim holds; it may once it lapsed (4 s after
     // its last renewal, by the database's clock).
     let g = d_lease(&ds[1], "30s");
     assert_eq!(err_code(&g), "pool_exhausted", "{g}");

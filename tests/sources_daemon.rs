@@ -348,12 +348,12 @@ fn serve_refresh_replaces_the_sniffed_set_ignores_a_broken_list_and_takes_back_a
     };
     let n0 = failures(&h);
     write_file(&list, "<html><body>502 Bad Gateway</body></html>\n");
-    common::eventually(Duration::from_secs(5), "two sniff_failures", || {
+    common::eventually(Duration::from_secs(10), "two sniff_failures", || {
         at_least(&h, n0 + 2)
     });
     write_file(&list, "");
     let n1 = failures(&h);
-    common::eventually(Duration::from_secs(3), "one more sniff_failure", || {
+    common::eventually(Duration::from_secs(10), "one more sniff_failure", || {
         at_least(&h, n1 + 1)
     });
     assert_eq!(h.list(), before, "a broken list changed something");

@@ -1,4 +1,4 @@
--- Per-destination health (SPEC §13). Only pairs that are not `available` have a row: a
+-- Per-destination health (docs/destinations.md). Only pairs that are not `available` have a row: a
 -- pair that recovers is deleted (with an event), so the table holds the bans, not the
 -- cross product of endpoints and every site ever visited.
 --

@@ -208,15 +208,17 @@ pub enum Command {
     },
     /// Run the daemon: health core, prober, sources and the lease socket.
     Serve {
-        /// Also listen on TCP (requires PROXYPOOL_TOKEN).
+        /// Also listen on TCP (requires a token: PROXYPOOL_TOKEN, PROXYPOOL_LEASE_TOKEN or
+        /// `[server] token_file` / `lease_token_file`).
         #[arg(long, value_name = "ADDR")]
         listen_tcp: Option<SocketAddr>,
         /// Also run a rotating gateway (HTTP proxy + SOCKS5) on ADDR; a non-loopback
-        /// address requires PROXYPOOL_TOKEN, which clients send as the proxy password.
+        /// address requires PROXYPOOL_GATEWAY_TOKEN, which clients send as the proxy
+        /// password.
         #[arg(long, value_name = "ADDR")]
         gateway: Option<SocketAddr>,
         /// Serve /metrics, the status page and the JSON API on ADDR (e.g. 127.0.0.1:9464;
-        /// else `[server] http`). A non-loopback ADDR needs PROXYPOOL_TOKEN.
+        /// else `[server] http`). A non-loopback ADDR needs PROXYPOOL_HTTP_TOKEN.
         #[arg(long, value_name = "ADDR", env = "PROXYPOOL_HTTP")]
         http: Option<SocketAddr>,
     },

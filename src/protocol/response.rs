@@ -56,8 +56,9 @@ pub struct ErrorBody {
     pub code: ErrorCode,
     /// Human message (never a password).
     pub message: String,
-    /// Present when the error says when to try again: the milliseconds until then, or
-    /// null when that is not known (`pool_exhausted`: until the soonest cooldown ends).
+    /// Present only when the error says when to try again: the milliseconds until then
+    /// (`pool_exhausted`: until the soonest cooldown ends). The daemon leaves it out when
+    /// no time is known; a `null` from a peer reads as `Some(None)`.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",

@@ -120,22 +120,11 @@ pub fn proxy_requests(proxy: &Fake, user: &str, pass: &str) -> Vec<(String, bool
         .collect()
 }
 
-/// A port on 127.0.0.1 where nothing listens: a connection to it is refused.
-///
-/// The port stays bound (never listening) for the rest of the test process. Released,
-/// it could be handed to another test's listener, or chosen as the local port of an
-/// outbound connection to it, which the kernel then connects to itself; either turns
-/// "refused" into whatever that socket answers. With `SO_REUSEADDR` on it, a test can
-/// still listen on the port later (a target that comes back), while the kernel's own
-/// choices of a free port skip it.
+/// A port on 127.0.0.1 where nothing listens: a connection to it is refused. Held for
+/// the test process, as `tools::free_port` explains, so nothing else takes it; a test may
+/// still listen on it later (a target that comes back).
 pub fn closed_port() -> u16 {
-    static HELD: Mutex<Vec<tokio::net::TcpSocket>> = Mutex::new(Vec::new());
-    let s = tokio::net::TcpSocket::new_v4().unwrap();
-    s.set_reuseaddr(true).unwrap();
-    s.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let port = s.local_addr().unwrap().port();
-    HELD.lock().unwrap().push(s);
-    port
+    super::tools::free_port()
 }
 
 // ---------------------------------------------------------------------------------------
