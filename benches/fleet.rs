@@ -19,6 +19,10 @@
 mod tools;
 
 #[allow(dead_code)]
+#[path = "../tests/common/ports.rs"]
+mod ports;
+
+#[allow(dead_code)]
 #[path = "../tests/common/wait.rs"]
 mod wait;
 #[allow(unused_imports)]

@@ -9,6 +9,10 @@
 #[allow(dead_code)]
 mod fakes;
 
+#[allow(dead_code)]
+#[path = "../tests/common/ports.rs"]
+mod ports;
+
 use std::fmt::Write as _;
 use std::process::{Command, Stdio};
 use std::time::Instant;

@@ -120,11 +120,11 @@ pub fn proxy_requests(proxy: &Fake, user: &str, pass: &str) -> Vec<(String, bool
         .collect()
 }
 
-/// A port on 127.0.0.1 where nothing listens: a connection to it is refused. Held for
-/// the test process, as `tools::free_port` explains, so nothing else takes it; a test may
-/// still listen on it later (a target that comes back).
+/// A port on 127.0.0.1 where nothing listens: a connection to it is refused. Reserved for
+/// the test process (`ports`), so nothing else takes it; a test may still listen on it
+/// later (a target that comes back).
 pub fn closed_port() -> u16 {
-    super::tools::free_port()
+    super::ports::reserve()
 }
 
 // ---------------------------------------------------------------------------------------

@@ -19,6 +19,8 @@
 //! - `common::counting` — a counting global allocator (live heap bytes) for memory tests;
 //!   a binary that uses it declares it its `#[global_allocator]`.
 //! - `common::markdown` — sections, tables and code spans of the docs, for tests/docs.rs.
+//! - `common::ports` — ports on 127.0.0.1 reserved for the test process (`free_port()`,
+//!   `closed_port()` hand them out): nothing else can take one between its choice and use.
 //! - `common::postgres` — a private PostgreSQL cluster (initdb and the server as an
 //!   unprivileged user, a temp dir, a free port, scram): one per test binary (`shared()`), a
 //!   fresh database per test; `Cluster::start()` for a test that stops its server.
@@ -31,6 +33,7 @@ pub mod daemon;
 pub mod fakes;
 pub mod gateway;
 pub mod markdown;
+pub mod ports;
 pub mod postgres;
 pub mod tools;
 pub mod upstreams;
