@@ -196,7 +196,7 @@ CONF
 }
 
 # gw_cpu_ticks PID: user + system CPU (clock ticks) of PID and every live descendant
-# (nginx's worker, tinyproxy's children), from /proc/*/stat.
+# (nginx's worker; tinyproxy's, when a build forks them), from /proc/*/stat.
 gw_cpu_ticks() {
     python3 - "$1" <<'PY'
 import os, sys

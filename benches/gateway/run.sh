@@ -190,16 +190,21 @@ declare -A TUN TUN_ERR TUN_FIRST GET GET_BAD GET_SOCK SPLIT SPLIT_BAD BULK BULK_
 
 kv() { gw_kv "$@"; }
 
-# The front's own CPU (user and system ticks of its process, threads included; for
-# "direct", tinyproxy's main process only), read around a cell: what one operation costs
-# the front itself, beside the rate that all processes on the machine's cores share.
+# The front's own CPU (user and system ticks of its process, threads included), read around
+# a cell: what one operation costs the front itself, beside the rate that all processes on
+# the machine's cores share.
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
-cpu_ticks() { awk '{ print $14, $15 }' "/proc/$1/stat" 2>/dev/null || echo "0 0"; }
-# cpu_note FRONT WHAT OPS "U0 S0": a note with the µs of user and system CPU per operation.
+# cpu_ticks PID: "USER SYSTEM" ticks, the fields after the command name's closing paren.
+cpu_ticks() {
+    sed -n 's/^.*) //p' "/proc/$1/stat" 2>/dev/null | awk '{ print $12, $13 }'
+}
+# cpu_note FRONT WHAT OPS "U0 S0": a note with the µs of user and system CPU per operation
+# (none when the front is gone or nothing was counted).
 cpu_note() {
     local u0 s0 u1 s1 per
     read -r u0 s0 <<<"$4"
     read -r u1 s1 <<<"$(cpu_ticks "${PID[$1]}")"
+    [[ -n $u0 && -n $u1 && $u1 -ge $u0 && $s1 -ge $s0 ]] || return 0
     per=$(awk -v n="$3" -v u=$(((u1 - u0) * TICK_US)) -v s=$(((s1 - s0) * TICK_US)) \
         'BEGIN { if (n > 0) printf "user %.1f µs, system %.1f µs", u / n, s / n }')
     [[ -z $per ]] || note "$1 CPU per $2: $per"
@@ -218,16 +223,18 @@ run_tunnels() {
 }
 
 # wrk_absolute FRONT DEST: absolute-form GETs of DEST/small through FRONT; sets W_RATE,
-# W_BAD (status >= 400) and W_SOCK (socket errors), empty when wrk printed no result.
+# W_REQ (requests done), W_BAD (status >= 400) and W_SOCK (socket errors), empty when wrk
+# printed no result.
 wrk_absolute() {
     local f=$1 out line req us
-    W_RATE= W_BAD= W_SOCK=
+    W_RATE= W_BAD= W_SOCK= W_REQ=
     out=$(wrk -t 2 -c "$CLIENTS" -d "${DURATION}s" --timeout 5s -s "$HERE/absolute.lua" \
         "http://127.0.0.1:${PORT[$f]}/" -- "$2" /small 2>&1)
     line=$(grep '^WRK ' <<<"$out" || true)
     [[ -n $line ]] || { gw_log "$f absolute-form to $2: wrk printed no result"; printf '%s\n' "$out" >&2; return; }
     gw_log "$f absolute-form to $2: $line"
     req=$(kv requests "$line")
+    W_REQ=$req
     us=$(kv duration_us "$line")
     W_RATE=$(awk -v r="$req" -v u="$us" 'BEGIN { printf "%.1f", r / (u / 1e6) }')
     W_BAD=$(kv status "$line")
@@ -240,7 +247,7 @@ run_absolute() {
     cpu=$(cpu_ticks "${PID[$1]}")
     wrk_absolute "$1" "$DEST"
     [[ -n $W_RATE ]] || return 0
-    cpu_note "$1" "absolute-form GET" "$(awk -v r="$W_RATE" -v d="$DURATION" 'BEGIN { printf "%d", r * d }')" "$cpu"
+    cpu_note "$1" "absolute-form GET" "$W_REQ" "$cpu"
     GET[$1]=$W_RATE GET_BAD[$1]=$W_BAD GET_SOCK[$1]=$W_SOCK
 }
 

@@ -218,7 +218,8 @@ pub enum Command {
         #[arg(long, value_name = "ADDR")]
         gateway: Option<SocketAddr>,
         /// Serve /metrics, the status page and the JSON API on ADDR (e.g. 127.0.0.1:9464;
-        /// else `[server] http`). A non-loopback ADDR needs PROXYPOOL_HTTP_TOKEN.
+        /// else `[server] http`). A non-loopback ADDR needs PROXYPOOL_HTTP_TOKEN (or
+        /// `[server] http_token_file`).
         #[arg(long, value_name = "ADDR", env = "PROXYPOOL_HTTP")]
         http: Option<SocketAddr>,
     },
