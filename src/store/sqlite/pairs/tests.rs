@@ -332,3 +332,35 @@ fn pair_writes_ride_the_group_commit() {
     assert!(matches!(results[1], Err(StoreError::NotFound(_))));
     assert_eq!(s.pairs().unwrap().len(), 1);
 }
+
+#[test]
+fn a_failing_batch_leaves_nothing_of_its_earlier_writes() {
+    let (_d, mut s, a, _) = store();
+    let upsert = |id, host: &str| {
+        crate::store::Write::Pair(PairWrite::Upsert(
+            cooling(id, host, 1),
+            ev(EventKind::StateChanged, State::Available, State::Cooling),
+        ))
+    };
+    let results = s
+        .write_groups(&[
+            // Its first write applies, its second fails: the first is undone with it.
+            vec![upsert(a, "one.example"), upsert(424_242, "one.example")],
+            // The batches before and after it commit.
+            vec![upsert(a, "two.example")],
+        ])
+        .unwrap();
+    assert!(matches!(results[0], Err(StoreError::NotFound(_))));
+    assert!(results[1].is_ok());
+    let hosts: Vec<String> = s
+        .pairs()
+        .unwrap()
+        .into_iter()
+        .map(|p| p.record.destination)
+        .collect();
+    assert_eq!(hosts, ["two.example"]);
+    // And the transaction is clean for the next commit.
+    let results = s.write_groups(&[vec![upsert(a, "three.example")]]).unwrap();
+    assert!(results[0].is_ok());
+    assert_eq!(s.pairs().unwrap().len(), 2);
+}
