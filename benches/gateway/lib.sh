@@ -195,9 +195,10 @@ CONF
     gw_wait_port "$port" 20 || { cat "$dir/serve.out" >&2; return 1; }
 }
 
-# gw_cpu_ticks PID: user + system CPU (clock ticks) of PID and every live descendant
-# (nginx's worker; tinyproxy's, when a build forks them), from /proc/*/stat.
-gw_cpu_ticks() {
+# gw_cpu_split PID: "USER SYSTEM" CPU (clock ticks) of PID and every live descendant
+# (nginx's worker; tinyproxy's, when a build forks them), from /proc/*/stat; "0 0" once
+# PID is gone.
+gw_cpu_split() {
     python3 - "$1" <<'PY'
 import os, sys
 root = int(sys.argv[1])
@@ -210,15 +211,23 @@ for p in os.listdir("/proc"):
         except OSError:
             continue
         rest = s[s.rindex(")") + 2:].split()
-        procs[int(p)] = (int(rest[1]), int(rest[11]) + int(rest[12]))  # ppid, utime + stime
-total, todo = 0, [root]
+        procs[int(p)] = (int(rest[1]), int(rest[11]), int(rest[12]))  # ppid, utime, stime
+user, system, todo = 0, 0, [root]
 while todo:
     p = todo.pop()
     if p in procs:
-        total += procs[p][1]
-        todo.extend(c for c, (pp, _) in procs.items() if pp == p)
-print(total)
+        user += procs[p][1]
+        system += procs[p][2]
+        todo.extend(c for c, (pp, _, _) in procs.items() if pp == p)
+print(user, system)
 PY
+}
+
+# gw_cpu_ticks PID: user + system CPU (clock ticks), as gw_cpu_split counts it.
+gw_cpu_ticks() {
+    local u s
+    read -r u s <<<"$(gw_cpu_split "$1")"
+    echo $((u + s))
 }
 
 # gw_kv KEY LINE: the value of KEY=... in a `key=value` line.

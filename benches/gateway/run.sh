@@ -190,20 +190,16 @@ declare -A TUN TUN_ERR TUN_FIRST GET GET_BAD GET_SOCK SPLIT SPLIT_BAD BULK BULK_
 
 kv() { gw_kv "$@"; }
 
-# The front's own CPU (user and system ticks of its process, threads included), read around
-# a cell: what one operation costs the front itself, beside the rate that all processes on
-# the machine's cores share.
+# The front's own CPU (user and system ticks of its process and any children, threads
+# included; `gw_cpu_split`), read around a cell: what one operation costs the front itself,
+# beside the rate that all processes on the machine's cores share.
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
-# cpu_ticks PID: "USER SYSTEM" ticks, the fields after the command name's closing paren.
-cpu_ticks() {
-    sed -n 's/^.*) //p' "/proc/$1/stat" 2>/dev/null | awk '{ print $12, $13 }'
-}
 # cpu_note FRONT WHAT OPS "U0 S0": a note with the µs of user and system CPU per operation
 # (none when the front is gone or nothing was counted).
 cpu_note() {
     local u0 s0 u1 s1 per
     read -r u0 s0 <<<"$4"
-    read -r u1 s1 <<<"$(cpu_ticks "${PID[$1]}")"
+    read -r u1 s1 <<<"$(gw_cpu_split "${PID[$1]}")"
     [[ -n $u0 && -n $u1 && $u1 -ge $u0 && $s1 -ge $s0 ]] || return 0
     per=$(awk -v n="$3" -v u=$(((u1 - u0) * TICK_US)) -v s=$(((s1 - s0) * TICK_US)) \
         'BEGIN { if (n > 0) printf "user %.1f µs, system %.1f µs", u / n, s / n }')
@@ -212,7 +208,7 @@ cpu_note() {
 
 run_tunnels() {
     local f=$1 line cpu
-    cpu=$(cpu_ticks "${PID[$f]}")
+    cpu=$(gw_cpu_split "${PID[$f]}")
     line=$("$LOADGEN" tunnels --proxy "127.0.0.1:${PORT[$f]}" --target "$DEST" --path /small \
         --clients "$CLIENTS" --secs "$DURATION")
     gw_log "$f tunnels: $line"
@@ -244,7 +240,7 @@ wrk_absolute() {
 
 run_absolute() {
     local cpu
-    cpu=$(cpu_ticks "${PID[$1]}")
+    cpu=$(gw_cpu_split "${PID[$1]}")
     wrk_absolute "$1" "$DEST"
     [[ -n $W_RATE ]] || return 0
     cpu_note "$1" "absolute-form GET" "$W_REQ" "$cpu"

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use std::collections::hash_map::Entry;
+
 use rustc_hash::FxHashMap;
 
 use super::{MAX_HOLD, SLOW_BASE};
@@ -80,8 +82,17 @@ impl Host {
     /// The pair of `id`, new when none is held (the table tidied first); with, for a new
     /// one, how many pairs the tidying forgot.
     pub(super) fn pair(&mut self, id: EndpointId, now: u64) -> (&mut Pair, Option<usize>) {
-        let added = (!self.pairs.contains_key(&id)).then(|| self.tidy(now));
-        (self.pairs.entry(id).or_default(), added)
+        // One lookup unless the table is full: only then may a new pair need a tidy first.
+        let full = self.pairs.len() >= self.pairs.capacity();
+        let gone = if full && !self.pairs.contains_key(&id) {
+            self.tidy(now)
+        } else {
+            0
+        };
+        match self.pairs.entry(id) {
+            Entry::Occupied(o) => (o.into_mut(), None),
+            Entry::Vacant(v) => (v.insert(Pair::default()), Some(gone)),
+        }
     }
 
     /// Before a new pair goes in: when the table is full, forget the pairs that say

@@ -346,7 +346,7 @@ fn a_failing_batch_leaves_nothing_of_its_earlier_writes() {
         .write_groups(&[
             // Its first write applies, its second fails: the first is undone with it.
             vec![upsert(a, "one.example"), upsert(424_242, "one.example")],
-            // The batches before and after it commit.
+            // The batch after it commits.
             vec![upsert(a, "two.example")],
         ])
         .unwrap();
