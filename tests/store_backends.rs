@@ -330,69 +330,6 @@ fn every_store_operation_on_postgres() {
     assert_eq!(s.list(None, None).unwrap().len(), 3);
 }
 
-/// A group commit whose every guard applies takes one transaction; one whose guard finds
-/// a row changed is redone, and only what applied is written. Sequence numbers are not
-/// transactional, so an attempt given back shows as a change number skipped.
-#[test]
-fn a_commit_is_redone_only_when_a_guard_does_not_apply() {
-    let Some(pg) = postgres::shared() else { return };
-    let mut s = pg_store(&pg.database());
-    let ids = s
-        .add_endpoints(&[
-            ep("http://10.0.0.1:1", "default"),
-            ep("http://10.0.0.2:1", "default"),
-            ep("http://10.0.0.3:1", "default"),
-        ])
-        .unwrap();
-    let (a, b, c) = (ids[0], ids[1], ids[2]);
-    let seq = |r: &[Result<proxypool::store::Applied, StoreError>]| {
-        r.iter()
-            .map(|r| r.as_ref().unwrap().seq)
-            .collect::<Vec<_>>()
-    };
-    let changed_events = |s: &Store, id| {
-        s.events(Some(id), 0, 100)
-            .unwrap()
-            .iter()
-            .filter(|e| e.kind == "state_changed")
-            .count()
-    };
-
-    // Every guard applies: one change number for the whole commit, none skipped.
-    let first = s
-        .write_groups(&[
-            vec![cooled(a, Duration::from_secs(60))],
-            vec![Write::Pair(pair(b, "shop.example"))],
-        ])
-        .unwrap();
-    let second = s
-        .write_groups(&[vec![cooled(b, Duration::from_secs(60))]])
-        .unwrap();
-    let (first, second) = (seq(&first), seq(&second));
-    assert_eq!(first[0], first[1], "one transaction");
-    assert_eq!(second[0], first[0] + 1, "nothing redone");
-    assert_eq!(s.pairs_of(b).unwrap().len(), 1);
-
-    // `a` is cooling already, so its second cooling finds the row changed: the commit is
-    // redone, `c` still cools, and `a` gets neither a write nor an event.
-    let r = s
-        .write_groups(&[
-            vec![cooled(a, Duration::from_secs(60))],
-            vec![cooled(c, Duration::from_secs(60))],
-        ])
-        .unwrap();
-    let third = seq(&r);
-    assert_eq!(third[1], second[0] + 2, "one attempt given back");
-    assert!(
-        matches!(r[0].as_ref().unwrap().fresh.as_slice(), [Fresh::Endpoint(id, Some(_))] if *id == a),
-        "{:?}",
-        r[0]
-    );
-    assert!(r[1].as_ref().unwrap().fresh.is_empty());
-    assert_eq!(s.get(c).unwrap().unwrap().state, State::Cooling);
-    assert_eq!((changed_events(&s, a), changed_events(&s, c)), (1, 1));
-}
-
 #[test]
 fn the_schema_is_the_same_in_both_dialects() {
     let Some(pg) = postgres::shared() else { return };

@@ -30,7 +30,6 @@ mod event_cols;
 pub mod feed;
 mod follow;
 mod guard;
-mod one_trip;
 mod outcome;
 mod read;
 mod schema;

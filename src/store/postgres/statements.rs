@@ -118,18 +118,6 @@ pub(super) const PAIR_DELETE: &str = "WITH cur AS (SELECT claim_epoch FROM desti
        AND rev < currval('fleet_change_seq') RETURNING 1) \
      SELECT (SELECT count(*) FROM d), (SELECT claim_epoch FROM cur)";
 
-/// The one-round-trip commit's check (`write::one_trip`), sent after its guarded
-/// statements: every guarded write applied exactly when each of its keys (`$1` endpoint
-/// ids, `$2`/`$3` pairs, as many keys as writes) now carries this transaction's change
-/// number, which only its own write of that key can have set. Otherwise it divides by
-/// zero, which aborts the transaction before its events are written.
-pub(super) const ALL_APPLIED: &str = "SELECT 1 / ((\
-       (SELECT count(*) FROM endpoints WHERE id = ANY($1::bigint[]) \
-         AND rev = currval('fleet_change_seq')) = cardinality($1::bigint[]) \
-       AND (SELECT count(*) FROM destination_pairs WHERE (endpoint, destination) IN \
-         (SELECT * FROM UNNEST($2::bigint[], $3::text[])) \
-         AND rev = currval('fleet_change_seq')) = cardinality($2::bigint[]))::int)";
-
 pub(super) const REMOVE: &str = "DELETE FROM endpoints WHERE id = ANY($1::bigint[]) RETURNING id";
 
 pub(super) const EVENTS: &str =
@@ -160,7 +148,6 @@ pub(super) struct Stmts {
     pub pair_update: Statement,
     pub pair_delete: Statement,
     pub remove: Statement,
-    pub all_applied: Statement,
     pub events_lock: Statement,
     pub events: Statement,
     pub tombstones: Statement,
@@ -184,7 +171,6 @@ impl Stmts {
                 PAIR_UPDATE,
                 PAIR_DELETE,
                 REMOVE,
-                ALL_APPLIED,
                 EVENTS_LOCK,
                 EVENTS,
                 TOMBSTONES,
@@ -207,7 +193,6 @@ impl Stmts {
             pair_update: next()?,
             pair_delete: next()?,
             remove: next()?,
-            all_applied: next()?,
             events_lock: next()?,
             events: next()?,
             tombstones: next()?,

@@ -5,10 +5,9 @@
 //! `state_changed` event) not happen, and the row as it is goes back to the caller for
 //! memory to follow (docs/fleet.md, "Ownership").
 //!
-//! Most commits take one round trip (`one_trip`). The rest, and those it gives back, take
-//! two: `BEGIN`, the change number and every guarded statement of the batch at once
-//! (pipelined); then the events, tombstones and source rows, the notification and
-//! `COMMIT`, again at once. A trial result under a stale claim, or an
+//! The fast path is two round trips: `BEGIN`, the change number and every guarded
+//! statement of the batch at once (pipelined); then the events, tombstones and source rows,
+//! the notification and `COMMIT`, again at once. A trial result under a stale claim, or an
 //! error, must leave nothing of its own batch behind: then the transaction is redone batch
 //! by batch, each in a savepoint.
 
@@ -18,7 +17,6 @@ use futures_util::future::join_all;
 use tokio_postgres::Client;
 
 use super::guard::{bad_group, guard_all, Found};
-use super::one_trip::one_trip;
 use super::outcome::{finish, fresh, group_error, Outcome};
 use super::statements::{Stmts, CHANNEL};
 use super::Postgres;
@@ -65,11 +63,6 @@ impl Postgres {
         self.block(async {
             let c = self.client().await?;
             let st = Stmts::prepare(&c).await.map_err(|e| self.err(e))?;
-            match one_trip(&c, &st, groups, hold).await {
-                Ok(Some(done)) => return Ok(done),
-                Ok(None) => {}
-                Err(e) => return Err(self.err(e)),
-            }
             match self.fast(&c, &st, groups, hold).await {
                 Ok(Some(done)) => return Ok(done),
                 Ok(None) => {}
