@@ -7,6 +7,8 @@
 //! - `idle`: opens `--count` CONNECT tunnels and holds them idle, reading the front's
 //!   resident memory (`/proc/PID/status`) before and after; then checks a sample of the
 //!   tunnels still carries a GET, so the memory is that of live tunnels.
+//! - `floor`: not a load but a front: the bare relay `floor` describes, run with the
+//!   same two worker threads as the gateway's runtime.
 //!
 //! Run by hand: `cargo bench --bench gateway_load -- tunnels --proxy 127.0.0.1:8888
 //! --target 127.0.0.1:8080`. Without a mode (as in a plain `cargo bench`) it says so and
@@ -46,6 +48,13 @@ enum Mode {
         #[arg(long, default_value_t = 10.0)]
         secs: f64,
     },
+    /// A bare relay to serve as a front (see `floor`).
+    Floor {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long)]
+        upstream: SocketAddr,
+    },
     Idle {
         #[arg(long)]
         proxy: SocketAddr,
@@ -65,6 +74,69 @@ enum Mode {
         #[arg(long, default_value_t = 2.0)]
         settle: f64,
     },
+}
+
+/// `floor`: the least a CONNECT-and-forward proxy written with tokio must do for each
+/// request, and nothing more: read the head, dial the one upstream, send it the head (a
+/// CONNECT as it came), read the upstream's answer and answer the client, then copy bytes
+/// both ways. No lease, no parse beyond the head's end, no limits, no report: the floor
+/// of doing the gateway's job on this runtime, beside HAProxy's, which does less.
+async fn floor(listen: SocketAddr, upstream: SocketAddr) {
+    let l = tokio::net::TcpListener::bind(listen).await.expect("bind");
+    loop {
+        let Ok((c, _)) = l.accept().await else {
+            continue;
+        };
+        tokio::spawn(async move {
+            let _ = floor_client(c, upstream).await;
+        });
+    }
+}
+
+async fn floor_client(mut c: TcpStream, upstream: SocketAddr) -> Result<(), Fail> {
+    c.set_nodelay(true).map_err(|e| Fail::Io("nodelay", e))?;
+    let mut head = Vec::with_capacity(4096);
+    loop {
+        let end = match read_head(&mut c, &mut head, "client head").await {
+            Ok(end) => end,
+            // The client is done with this connection.
+            Err(_) => return Ok(()),
+        };
+        let mut up = TcpStream::connect(upstream).await.map_err(Fail::Connect)?;
+        up.set_nodelay(true).map_err(|e| Fail::Io("nodelay", e))?;
+        up.write_all(&head[..end])
+            .await
+            .map_err(|e| Fail::Io("upstream head", e))?;
+        if head.starts_with(b"CONNECT ") {
+            let early = head[end..].to_vec();
+            let mut answer = Vec::with_capacity(512);
+            let n = read_head(&mut up, &mut answer, "upstream answer").await?;
+            if !is_200(&answer) {
+                return Err(Fail::ConnectStatus(status_line(&answer)));
+            }
+            let mut out = b"HTTP/1.1 200 Connection established\r\n\r\n".to_vec();
+            out.extend_from_slice(&answer[n..]);
+            c.write_all(&out).await.map_err(|e| Fail::Io("answer", e))?;
+            if !early.is_empty() {
+                up.write_all(&early)
+                    .await
+                    .map_err(|e| Fail::Io("early", e))?;
+            }
+            let _ = tokio::io::copy_bidirectional(&mut c, &mut up).await;
+            return Ok(());
+        }
+        // A request in absolute form: the upstream answers it and closes (tinyproxy does),
+        // so its bytes go to the client up to that close; the client may send the next.
+        if end < head.len() {
+            up.write_all(&head[end..])
+                .await
+                .map_err(|e| Fail::Io("body", e))?;
+        }
+        let (mut r, _w) = up.split();
+        tokio::io::copy(&mut r, &mut c)
+            .await
+            .map_err(|e| Fail::Io("response", e))?;
+    }
 }
 
 /// One step of a tunnel, so an error line says where it failed.
@@ -349,6 +421,7 @@ fn main() {
             clients,
             secs,
         } => rt.block_on(tunnels(proxy, target, path, clients, secs)),
+        Mode::Floor { listen, upstream } => rt.block_on(floor(listen, upstream)),
         Mode::Idle {
             proxy,
             target,

@@ -14,7 +14,9 @@
 #   FRONTS="direct gateway gateway-tunnel haproxy-tcp proxy-chain pproxy"   rows to run
 #                      (gateway: plain_http "forward", the default; gateway-tunnel: "tunnel";
 #                      also "haproxy-tcp": HAProxy as a plain TCP forwarder to tinyproxy, the
-#                      cheapest possible extra hop, which parses nothing; Debian `haproxy`)
+#                      cheapest possible extra hop, which parses nothing; Debian `haproxy`;
+#                      and "tokio-floor": the bare relay of benches/gateway_load.rs, the
+#                      least the gateway's job costs on its own runtime)
 #   LOADS="tunnels absolute split bulk idle"     loads to run (split: absolute-form GETs
 #                      to an nginx without tcp_nopush, which writes head and body apart:
 #                      through a relay without TCP_NODELAY such as tinyproxy, a delayed ACK
@@ -157,6 +159,16 @@ CONF
         gw_wait_port "$p" 20 || { cat "$D/haproxy.out" >&2; exit 1; }
         start_front haproxy-tcp "$p" "$pid"
         ;;
+    tokio-floor)
+        # The bare relay of benches/gateway_load.rs (`floor`): what doing the gateway's
+        # job on tokio costs at the least, nothing else done.
+        p=$(gw_free_port)
+        "$LOADGEN" floor --listen "127.0.0.1:$p" --upstream "127.0.0.1:$TP_PORT" >"$D/tokio-floor.out" 2>&1 &
+        pid=$!
+        gw_track "$pid"
+        gw_wait_port "$p" 20 || { cat "$D/tokio-floor.out" >&2; exit 1; }
+        start_front tokio-floor "$p" "$pid"
+        ;;
     pproxy)
         if [[ ! -x $TOOLS/venv/bin/pproxy ]]; then
             note "pproxy row skipped: needs \`python3 -m venv $TOOLS/venv && $TOOLS/venv/bin/pip install pproxy\`"
@@ -170,7 +182,7 @@ CONF
         start_front pproxy "$p" "$pid"
         ;;
     *)
-        gw_log "unknown front '$f' (direct gateway gateway-tunnel haproxy-tcp proxy-chain pproxy)"
+        gw_log "unknown front '$f' (direct gateway gateway-tunnel haproxy-tcp tokio-floor proxy-chain pproxy)"
         exit 2
         ;;
     esac
@@ -373,6 +385,7 @@ label() {
     gateway-tunnel) echo "proxypool gateway (plain_http = \"tunnel\") → tinyproxy" ;;
     proxy-chain) echo "proxy-chain $(sed -n 's/.*"version": "\(.*\)".*/\1/p' "$TOOLS/node_modules/proxy-chain/package.json" | head -1) → tinyproxy" ;;
     haproxy-tcp) echo "HAProxy $(haproxy -v 2>/dev/null | awk 'NR == 1 {print $3}') as a TCP forwarder → tinyproxy" ;;
+    tokio-floor) echo "a bare tokio relay (read the head, dial, CONNECT, answer, copy) → tinyproxy" ;;
     pproxy) echo "pproxy $("$TOOLS/venv/bin/pproxy" --version 2>/dev/null | awk '{print $NF}') → tinyproxy" ;;
     esac
 }
@@ -397,9 +410,9 @@ done
 echo
 echo "| ratio | tunnels/s | absolute-form GETs/s | head and body apart | bulk MB/s | RSS per idle tunnel |"
 echo "|---|---:|---:|---:|---:|---:|"
-for gw in gateway gateway-tunnel haproxy-tcp; do
+for gw in gateway gateway-tunnel tokio-floor haproxy-tcp; do
     [[ -n ${PORT[$gw]:-} ]] || continue
-    for peer in direct haproxy-tcp proxy-chain pproxy; do
+    for peer in direct tokio-floor haproxy-tcp proxy-chain pproxy; do
         [[ $peer != "$gw" ]] || continue
         [[ -n ${PORT[$peer]:-} ]] || continue
         echo "| $gw / $peer | $(ratio "${TUN[$gw]:-}" "${TUN[$peer]:-}") | $(ratio "${GET[$gw]:-}" "${GET[$peer]:-}") | $(ratio "${SPLIT[$gw]:-}" "${SPLIT[$peer]:-}") | $(ratio "${BULK[$gw]:-}" "${BULK[$peer]:-}") | $(ratio "${MEM[$gw]:-}" "${MEM[$peer]:-}") |"
