@@ -179,7 +179,9 @@ fn cpu(pid: u32, children: bool) -> f64 {
         let f: Vec<&str> = rest.split(' ').collect();
         let ppid = f[1].parse().ok()?;
         let t = f[11].parse::<f64>().ok()? + f[12].parse::<f64>().ok()?;
-        Some((ppid, t / tick))
+        // With its children: those it has reaped (their time is added to its own then).
+        let reaped = f[13].parse::<f64>().ok()? + f[14].parse::<f64>().ok()?;
+        Some((ppid, (t + if children { reaped } else { 0.0 }) / tick))
     };
     let mut total = read(pid).map_or(0.0, |(_, t)| t);
     if children {
@@ -194,6 +196,24 @@ fn cpu(pid: u32, children: bool) -> f64 {
         }
     }
     total
+}
+
+/// How many processes have `pid` as their parent.
+fn children(pid: u32) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let rest = &s[s.rfind(')')? + 2..];
+                    rest.split(' ').nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .count()
 }
 
 /// `CLIENTS` connections spread over `socks` for `CELL`; each op is `op`; ops per second.
@@ -353,6 +373,7 @@ fn main() {
     // daemon's cells only.
     let (mut t_lite, mut t_pg, mut t_bench) = (Vec::new(), Vec::new(), Vec::new());
     let (mut one_cpu, mut one_commits) = ((0.0, 0.0), 0.0);
+    let (mut bench_cpu, mut bench_ops) = (0.0, 0.0);
     for _ in 0..ROUNDS {
         t_lite.push(drive(std::slice::from_ref(&dl.sock), transition));
         let (c0, p0, n0) = (
@@ -364,7 +385,17 @@ fn main() {
         one_cpu.0 += cpu(d0.child.id(), false) - c0;
         one_cpu.1 += cpu(pg.server_pid().unwrap(), true) - p0;
         one_commits += commits() - n0;
-        t_bench.push(pgbench());
+        let server = pg.server_pid().unwrap();
+        let (p0, n0) = (cpu(server, true), children(server));
+        let rate = pgbench();
+        // Its backends are gone once the postmaster has no more children than before.
+        let until = Instant::now() + Duration::from_secs(5);
+        while children(server) > n0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        t_bench.push(rate);
+        bench_cpu += cpu(pg.server_pid().unwrap(), true) - p0;
+        bench_ops += rate * CELL.as_secs_f64();
     }
     let rounds: Vec<String> = t_pg
         .iter()
@@ -410,6 +441,18 @@ fn main() {
         format!("{:.1}", one_batch + 5.0)
     );
     println!("{:<28} {:>12}", "round trips per commit", "2");
+    // The server's own CPU for one transition and for one pgbench transaction (its
+    // backends exit with pgbench: counted once the postmaster has reaped them).
+    println!(
+        "{:<28} {:>12}",
+        "PostgreSQL CPU µs, daemon",
+        format!("{:.0}", one_cpu.1 / one_ops * 1e6)
+    );
+    println!(
+        "{:<28} {:>12}",
+        "PostgreSQL CPU µs, pgbench",
+        format!("{:.0}", bench_cpu / bench_ops * 1e6)
+    );
 
     // 3. Propagation from daemon 0 to daemon 1.
     let d1 = fleet[1].serve();
