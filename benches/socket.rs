@@ -25,11 +25,6 @@
 mod same_rows;
 mod support;
 
-// The daemon's code runs here in process: with the binary's allocator (src/main.rs), and
-// the floors beside it with the same one.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
