@@ -7,8 +7,8 @@
 //! - `idle`: opens `--count` CONNECT tunnels and holds them idle, reading the front's
 //!   resident memory (`/proc/PID/status`) before and after; then checks a sample of the
 //!   tunnels still carries a GET, so the memory is that of live tunnels.
-//! - `floor`: not a load but a front: the bare relay `floor` describes, run with the
-//!   same two worker threads as the gateway's runtime.
+//! - `floor`: not a load but a front: the bare relay `floor` describes (run.sh gives it
+//!   one worker thread per core, as the daemon's runtime has).
 //!
 //! Run by hand: `cargo bench --bench gateway_load -- tunnels --proxy 127.0.0.1:8888
 //! --target 127.0.0.1:8080`. Without a mode (as in a plain `cargo bench`) it says so and
@@ -80,15 +80,31 @@ enum Mode {
 /// request, and nothing more: read the head, dial the one upstream, send it the head (a
 /// CONNECT as it came), read the upstream's answer and answer the client, then copy bytes
 /// both ways. No lease, no parse beyond the head's end, no limits, no report: the floor
-/// of doing the gateway's job on this runtime, beside HAProxy's, which does less.
+/// of doing the gateway's job on this runtime, beside HAProxy's, which does less. An
+/// absolute-form response is copied until the upstream closes, and the client's
+/// connection stays open for its next request: fine for responses with a length (the
+/// bench's nginx), not for one that ends with the connection.
 async fn floor(listen: SocketAddr, upstream: SocketAddr) {
     let l = tokio::net::TcpListener::bind(listen).await.expect("bind");
+    let reported = Arc::new(AtomicBool::new(false));
     loop {
-        let Ok((c, _)) = l.accept().await else {
-            continue;
+        let c = match l.accept().await {
+            Ok((c, _)) => c,
+            Err(e) => {
+                // Out of descriptors, most likely: give the others time to close.
+                eprintln!("floor: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
         };
+        let reported = reported.clone();
         tokio::spawn(async move {
-            let _ = floor_client(c, upstream).await;
+            if let Err(e) = floor_client(c, upstream).await {
+                // The first failure only: the load's own error count says how many.
+                if !reported.swap(true, Ordering::Relaxed) {
+                    eprintln!("floor: first failure: {e}");
+                }
+            }
         });
     }
 }

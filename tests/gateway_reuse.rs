@@ -171,6 +171,8 @@ async fn a_connection_closed_while_idle_is_replaced_without_blaming_the_upstream
     assert_eq!(heads.len(), 3, "{heads:?}");
     assert!(heads[2].starts_with("GET /second"), "{}", heads[2]);
     assert_eq!(up.seen().len(), 2);
+    // The kept connection carried the request (so it counts as reused), then a new one.
+    assert_eq!((gw.metric(NEW), gw.metric(REUSED)), (2.0, 1.0));
     let row = gw.row(gw.ids[0]);
     assert_eq!((row.state, row.streak), (State::Available, 0));
     assert!(
@@ -198,6 +200,8 @@ async fn a_body_sent_once_on_a_closed_connection_is_not_sent_again() {
     // Once, not twice; and the upstream is not blamed for the idle connection.
     let posts = d.seen().iter().filter(|h| h.starts_with("POST")).count();
     assert_eq!(posts, 1);
+    // It went out on the kept connection, and on no new one.
+    assert_eq!((gw.metric(NEW), gw.metric(REUSED)), (1.0, 1.0));
     assert_eq!(gw.row(gw.ids[0]).streak, 0);
 }
 

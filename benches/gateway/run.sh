@@ -15,8 +15,9 @@
 #                      (gateway: plain_http "forward", the default; gateway-tunnel: "tunnel";
 #                      also "haproxy-tcp": HAProxy as a plain TCP forwarder to tinyproxy, the
 #                      cheapest possible extra hop, which parses nothing; Debian `haproxy`;
-#                      and "tokio-floor": the bare relay of benches/gateway_load.rs, the
-#                      least the gateway's job costs on its own runtime)
+#                      and "tokio-floor", not in the default list: the bare relay of
+#                      benches/gateway_load.rs, the least the gateway's job costs on its
+#                      own runtime)
 #   LOADS="tunnels absolute split bulk idle"     loads to run (split: absolute-form GETs
 #                      to an nginx without tcp_nopush, which writes head and body apart:
 #                      through a relay without TCP_NODELAY such as tinyproxy, a delayed ACK
@@ -163,7 +164,7 @@ CONF
         # The bare relay of benches/gateway_load.rs (`floor`): what doing the gateway's
         # job on tokio costs at the least, nothing else done.
         p=$(gw_free_port)
-        "$LOADGEN" floor --listen "127.0.0.1:$p" --upstream "127.0.0.1:$TP_PORT" >"$D/tokio-floor.out" 2>&1 &
+        "$LOADGEN" --threads "$(nproc)" floor --listen "127.0.0.1:$p" --upstream "127.0.0.1:$TP_PORT" >"$D/tokio-floor.out" 2>&1 &
         pid=$!
         gw_track "$pid"
         gw_wait_port "$p" 20 || { cat "$D/tokio-floor.out" >&2; exit 1; }

@@ -98,7 +98,6 @@ pub(super) async fn send(
             (req, None)
         }
     };
-    metrics.upstream_connection(false);
     // The same way as the connection it replaces: the request is already in its form.
     let route = if forward {
         Route::PlainHttp
@@ -110,6 +109,7 @@ pub(super) async fn send(
         .dial(guard, dest, route)
         .await
         .map_err(Sent::Unreachable)?;
+    metrics.upstream_connection(false);
     exchange(d.io, again, within, body_end).await
 }
 
