@@ -170,51 +170,52 @@ impl Drop for Daemon {
     }
 }
 
-/// CPU seconds (user + system) of a process and, with `children`, of its child processes:
-/// those alive now and those it has reaped.
-fn cpu(pid: u32, children: bool) -> f64 {
-    let tick = 100.0; // USER_HZ on Linux
-    let read = |p: u32| -> Option<(u32, f64)> {
-        let s = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
-        let rest = &s[s.rfind(')')? + 2..];
-        let f: Vec<&str> = rest.split(' ').collect();
-        let ppid = f[1].parse().ok()?;
-        let t = f[11].parse::<f64>().ok()? + f[12].parse::<f64>().ok()?;
-        // With its children: those it has reaped (their time is added to its own then).
-        let reaped = f[13].parse::<f64>().ok()? + f[14].parse::<f64>().ok()?;
-        Some((ppid, (t + if children { reaped } else { 0.0 }) / tick))
-    };
-    let mut total = read(pid).map_or(0.0, |(_, t)| t);
-    if children {
-        for e in std::fs::read_dir("/proc").unwrap().flatten() {
-            if let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) {
-                if let Some((ppid, t)) = read(p) {
-                    if ppid == pid {
-                        total += t;
-                    }
-                }
-            }
-        }
-    }
-    total
+/// A process's parent and CPU seconds (user + system) from `/proc/PID/stat`: its own, and
+/// those of the children it has reaped (added to it when they are).
+struct Stat {
+    ppid: u32,
+    own: f64,
+    reaped: f64,
 }
 
-/// How many processes have `pid` as their parent.
-fn children(pid: u32) -> usize {
+fn stat(pid: u32) -> Option<Stat> {
+    let tick = 100.0; // USER_HZ on Linux
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    let secs = |a: usize, b: usize| -> Option<f64> {
+        Some((f[a].parse::<f64>().ok()? + f[b].parse::<f64>().ok()?) / tick)
+    };
+    Some(Stat {
+        ppid: f[1].parse().ok()?,
+        own: secs(11, 12)?,
+        reaped: secs(13, 14)?,
+    })
+}
+
+/// The live children of `pid`.
+fn children_of(pid: u32) -> impl Iterator<Item = Stat> {
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/stat"))
-                .ok()
-                .and_then(|s| {
-                    let rest = &s[s.rfind(')')? + 2..];
-                    rest.split(' ').nth(1)?.parse::<u32>().ok()
-                })
-                == Some(pid)
-        })
-        .count()
+        .filter_map(stat)
+        .filter(move |s| s.ppid == pid)
+}
+
+/// CPU seconds of a process and, with `children`, of its child processes: those alive now
+/// and those it has reaped.
+fn cpu(pid: u32, children: bool) -> f64 {
+    let Some(me) = stat(pid) else { return 0.0 };
+    if !children {
+        return me.own;
+    }
+    me.own + me.reaped + children_of(pid).map(|c| c.own + c.reaped).sum::<f64>()
+}
+
+/// How many processes have `pid` as their parent.
+fn children(pid: u32) -> usize {
+    children_of(pid).count()
 }
 
 /// `CLIENTS` connections spread over `socks` for `CELL`; each op is `op`; ops per second.

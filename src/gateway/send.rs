@@ -73,25 +73,21 @@ pub(super) async fn send(
         Link::Reused(sender) => sender,
     };
     let sent = head_within(within, body_end, sender.try_send_request(out)).await;
+    // Unless hyper gives the request back unwritten, it went out on the kept connection.
+    if !matches!(&sent, Some(Err(e)) if e.message().is_some()) {
+        metrics.upstream_connection(true);
+    }
     let mut e = match sent {
-        None => {
-            metrics.upstream_connection(true);
-            return Err(Sent::Slow(no_head_in(within)));
-        }
-        Some(Ok(resp)) => {
-            metrics.upstream_connection(true);
-            return Ok((resp, sender));
-        }
+        None => return Err(Sent::Slow(no_head_in(within))),
+        Some(Ok(resp)) => return Ok((resp, sender)),
         Some(Err(e)) => e,
     };
     debug!(endpoint = guard.endpoint(), error = %e.error(), "gateway idle upstream connection closed");
     // The request hyper gives back was not written: its body (a one-time body too) still
-    // says when it has gone out, and the kept connection carried nothing, so it is not
-    // counted as reused. One rebuilt from a kept body is out at once.
+    // says when it has gone out. One rebuilt from a kept body is out at once.
     let (again, body_end) = match e.take_message() {
         Some(m) => (m, body_end),
         None => {
-            metrics.upstream_connection(true);
             let b = kept.as_ref().ok_or(Sent::Unsendable)?;
             let body = Full::new(b.clone()).map_err(|n| match n {}).boxed();
             let req = upstream_request(parts, body, forward.then(|| guard.proxy()), true);
