@@ -23,6 +23,7 @@ use crate::config::PaceConfig;
 use crate::endpoint::EndpointId;
 
 mod host;
+mod id_table;
 use host::{spacing, Host};
 pub(super) use host::{Check, Dry, Gate, Slowed};
 
@@ -397,7 +398,7 @@ impl Pace {
         };
         // A release may make the endpoint ready: what was remembered as dry is not.
         h.dry = None;
-        if let Some(p) = h.pairs.get_mut(&id) {
+        if let Some(p) = h.pairs.get_mut(id) {
             p.in_flight = p.in_flight.saturating_sub(1);
         }
     }
@@ -454,7 +455,7 @@ impl Pace {
             return;
         };
         let h = &mut self.slots[i as usize].host;
-        let Some(p) = h.pairs.get_mut(&id) else {
+        let Some(p) = h.pairs.get_mut(id) else {
             return;
         };
         if p.exp == 0 {
@@ -473,7 +474,7 @@ impl Pace {
     /// The endpoint is gone: its pairs too.
     pub(super) fn remove_endpoint(&mut self, id: EndpointId) {
         for &i in self.index.values() {
-            if let Some(p) = self.slots[i as usize].host.pairs.remove(&id) {
+            if let Some(p) = self.slots[i as usize].host.pairs.remove(id) {
                 self.pairs -= 1;
                 if p.exp > 0 {
                     self.widened -= 1;
@@ -535,7 +536,7 @@ impl Pace {
     fn pair(&self, host: &str, id: EndpointId, now: Instant) -> Option<(u64, u16, u8)> {
         let now = self.ms(now);
         let &i = self.index.get(host)?;
-        let p = self.slots[i as usize].host.pairs.get(&id)?;
+        let p = self.slots[i as usize].host.pairs.get(id)?;
         Some((p.ready().saturating_sub(now), p.in_flight, p.exp))
     }
 }

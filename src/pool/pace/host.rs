@@ -3,14 +3,11 @@
 
 use std::time::Duration;
 
-use std::collections::hash_map::Entry;
-
-use rustc_hash::FxHashMap;
-
+use super::id_table::IdTable;
 use super::{MAX_HOLD, SLOW_BASE};
 use crate::endpoint::EndpointId;
 
-/// One (endpoint, host) pair: 8 bytes (16 with its key in the host's map).
+/// One (endpoint, host) pair: 8 bytes (16 with its key in the host's table).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct Pair {
     /// Milliseconds (since the pool's origin) from which it may be used again.
@@ -41,7 +38,7 @@ pub(super) struct Host {
     /// Pairs past their spacing, idle and not slowed stay here until the table is tidied
     /// (`tidy`, when it would grow): forgetting one the moment it is ready would cost a
     /// lookup of a pair nobody asks about.
-    pub(super) pairs: FxHashMap<EndpointId, Pair>,
+    pub(super) pairs: IdTable<Pair>,
     pub(super) dry: Option<Dry>,
 }
 
@@ -66,7 +63,7 @@ impl Host {
         Host {
             interval: interval.as_millis() as u64,
             cap,
-            pairs: FxHashMap::default(),
+            pairs: IdTable::default(),
             dry: None,
         }
     }
@@ -84,14 +81,14 @@ impl Host {
     pub(super) fn pair(&mut self, id: EndpointId, now: u64) -> (&mut Pair, Option<usize>) {
         // One lookup unless the table is full: only then may a new pair need a tidy first.
         let full = self.pairs.len() >= self.pairs.capacity();
-        let gone = if full && !self.pairs.contains_key(&id) {
+        let gone = if full && !self.pairs.contains_key(id) {
             self.tidy(now)
         } else {
             0
         };
-        match self.pairs.entry(id) {
-            Entry::Occupied(o) => (o.into_mut(), None),
-            Entry::Vacant(v) => (v.insert(Pair::default()), Some(gone)),
+        match self.pairs.get_or_insert(id) {
+            (p, false) => (p, None),
+            (p, true) => (p, Some(gone)),
         }
     }
 
@@ -104,7 +101,7 @@ impl Host {
             return 0;
         }
         let before = self.pairs.len();
-        self.pairs.retain(|_, p| p.holds(now));
+        self.pairs.retain(|p| p.holds(now));
         let gone = before - self.pairs.len();
         if gone < cap / 4 {
             self.pairs.reserve(cap);
@@ -138,7 +135,7 @@ pub(in crate::pool) struct Gate<'a> {
 
 impl Gate<'_> {
     pub(in crate::pool) fn check(&self, id: EndpointId) -> Check {
-        match self.host.pairs.get(&id) {
+        match self.host.pairs.get(id) {
             Some(p) if !self.host.ready(p, self.now) => {
                 // At `in_flight`, its interval passing frees nothing: only a lease's end.
                 let full = self.host.cap > 0 && u32::from(p.in_flight) >= self.host.cap;
