@@ -20,7 +20,7 @@ use super::scoped::{Views, Want};
 use super::select::{Fit, Miss};
 use super::tag_index::{carries, Resolved};
 use super::targets::Admission;
-use super::{Ended, Grant, PoolError, Pools, ENDED_MEMORY};
+use super::{Ended, Grant, PoolError, Pools};
 
 /// `scope` of a grant that is a pair's trial.
 pub const SCOPE_DESTINATION: &str = "destination";
@@ -129,13 +129,7 @@ impl Choice {
 
 impl Pools {
     pub(super) fn remember_ended(&mut self, lid: u64, how: Ended) {
-        self.ended.insert(lid, how);
-        self.ended_order.push_back(lid);
-        if self.ended_order.len() > ENDED_MEMORY {
-            if let Some(old) = self.ended_order.pop_front() {
-                self.ended.remove(&old);
-            }
-        }
+        self.ended.remember(lid, how);
     }
 
     pub(super) fn set_leases_at(&mut self, slot: u32, delta: i32) {

@@ -10,6 +10,7 @@ mod burst;
 mod commit_failure_tests;
 pub mod destinations;
 pub mod engine;
+mod ended;
 mod entries;
 mod error;
 mod evidence;
@@ -49,7 +50,7 @@ use tag_index::TagIndex;
 use targets::Targets;
 pub use telemetry::EndpointUse;
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -143,8 +144,7 @@ pub struct Pools {
     leases: FxHashMap<u64, Lease>,
     lease_expiry: BTreeSet<(Instant, u64)>,
     /// How the leases that ended lately ended, so that a second report says so.
-    ended: FxHashMap<u64, Ended>,
-    ended_order: VecDeque<u64>,
+    ended: ended::EndedLeases,
     /// The log-line budget of state changes.
     burst: burst::Burst,
     sessions: sessions::Sessions,
@@ -171,9 +171,6 @@ pub struct Pools {
     /// Where per-entry times (`Entry::up_since`) count from.
     origin: Instant,
 }
-
-/// Ended leases remembered at most.
-const ENDED_MEMORY: usize = 65_536;
 
 /// How a lease ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,8 +208,7 @@ impl Pools {
             entries: EntryMap::default(),
             leases: FxHashMap::default(),
             lease_expiry: BTreeSet::new(),
-            ended: FxHashMap::default(),
-            ended_order: VecDeque::new(),
+            ended: ended::EndedLeases::default(),
             burst: burst::Burst::new(burst::LINES_PER_SECOND),
             sessions: sessions::Sessions::new(),
             removed: std::collections::HashSet::new(),

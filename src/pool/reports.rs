@@ -94,9 +94,9 @@ impl Pools {
                 (Ok((lid, l)), writes)
             }
             None => {
-                let e = match self.ended.get(&lid) {
+                let e = match self.ended.get(lid) {
                     Some(Ended::Expired) => PoolError::LeaseExpired(name.to_string()),
-                    Some(&how) => PoolError::LeaseEnded {
+                    Some(how) => PoolError::LeaseEnded {
                         lease: name.to_string(),
                         how,
                     },
