@@ -9,8 +9,8 @@ mod burst;
 #[cfg(test)]
 mod commit_failure_tests;
 pub mod destinations;
-pub mod engine;
 mod ended;
+pub mod engine;
 mod entries;
 mod error;
 mod evidence;
