@@ -53,7 +53,11 @@ fn count(d: &Daemon, state: &str) -> u64 {
 
 /// Wait until `d` shows `n` endpoints in `state`.
 fn sees(d: &Daemon, state: &str, n: u64) {
-    eventually(PROPAGATION, &format!("{n} {state} on a daemon"), || {
+    sees_within(d, state, n, PROPAGATION);
+}
+
+fn sees_within(d: &Daemon, state: &str, n: u64, budget: Duration) {
+    eventually(budget, &format!("{n} {state} on a daemon"), || {
         let s = d.status();
         if s[state] == json!(n) {
             Ok(())
@@ -347,7 +351,12 @@ fn a_stopped_daemon_loses_its_trial_by_database_time_and_its_late_report_is_stal
     let g = lease(&ds[0]);
     let r = fail(&ds[0], g["lease"].as_str().unwrap());
     assert_eq!(r["state"], "cooling", "{r}");
-    sees(&ds[1], "cooling", 1);
+    // This test is about claims, not propagation's speed (the test above and the fleet
+    // bench hold that): it only needs daemon 1 to know of the cooldown before going on.
+    // With the other fleet tests running beside it on 2 cores, daemon 1 once took more
+    // than 3 s to show it (1 run in 11 under two CPU hogs; cause not found), so it gets
+    // a longer budget here. A change that never arrives still fails.
+    sees_within(&ds[1], "cooling", 1, Duration::from_secs(15));
     // After the cooldown, daemon 0 takes the trial with a long lease, then stalls.
     let trial = eventually(Duration::from_secs(15), "daemon 0 gets the trial", || {
         let g = d_lease(&ds[0], "120s");
