@@ -101,11 +101,18 @@ impl Host {
             return 0;
         }
         let before = self.pairs.len();
-        self.pairs.retain(|p| p.holds(now));
-        let gone = before - self.pairs.len();
-        if gone < cap / 4 {
-            self.pairs.reserve(cap);
-        }
+        let mut gone = 0;
+        self.pairs.retain(
+            |p| p.holds(now),
+            |kept| {
+                gone = before - kept;
+                if gone < cap / 4 {
+                    cap
+                } else {
+                    0
+                }
+            },
+        );
         gone
     }
 }

@@ -74,19 +74,26 @@ impl<V: Copy + Default> IdTable<V> {
         self.slots.len() - 1
     }
 
+    /// `Ok` the slot holding `id`, or `Err` the vacant slot ending its run (where it would
+    /// go). The table must have slots.
+    fn probe(&self, id: EndpointId) -> Result<usize, usize> {
+        let mask = self.mask();
+        let mut i = home(id, self.shift);
+        loop {
+            match self.slots[i].0 {
+                k if k == id => return Ok(i),
+                VACANT => return Err(i),
+                _ => i = (i + 1) & mask,
+            }
+        }
+    }
+
     /// The slot holding `id`, if any.
     fn find(&self, id: EndpointId) -> Option<usize> {
         if self.slots.is_empty() {
             return None;
         }
-        let mut i = home(id, self.shift);
-        loop {
-            match self.slots[i].0 {
-                k if k == id => return Some(i),
-                VACANT => return None,
-                _ => i = (i + 1) & self.mask(),
-            }
-        }
+        self.probe(id).ok()
     }
 
     pub(super) fn get(&self, id: EndpointId) -> Option<&V> {
@@ -117,16 +124,12 @@ impl<V: Copy + Default> IdTable<V> {
         if self.used >= self.capacity() {
             self.reserve(1);
         }
-        let mut i = home(id, self.shift);
-        loop {
-            match self.slots[i].0 {
-                k if k == id => return (&mut self.slots[i].1, false),
-                VACANT => {
-                    self.slots[i] = (id, V::default());
-                    self.used += 1;
-                    return (&mut self.slots[i].1, true);
-                }
-                _ => i = (i + 1) & self.mask(),
+        match self.probe(id) {
+            Ok(i) => (&mut self.slots[i].1, false),
+            Err(i) => {
+                self.slots[i] = (id, V::default());
+                self.used += 1;
+                (&mut self.slots[i].1, true)
             }
         }
     }
@@ -165,40 +168,47 @@ impl<V: Copy + Default> IdTable<V> {
     }
 
     /// Room for `more` entries beyond those held: the table doubles until they fit.
-    pub(super) fn reserve(&mut self, more: usize) {
-        let need = self.used + more;
-        if need <= self.capacity() {
-            return;
+    fn reserve(&mut self, more: usize) {
+        if self.used + more > self.capacity() {
+            self.rebuild(self.used + more, |_| true);
         }
+    }
+
+    /// Keep only the entries `keep` says yes to, with room for as many more beyond them as
+    /// `room` answers for the number kept (the table never shrinks): one counting pass
+    /// and one rebuild.
+    pub(super) fn retain(
+        &mut self,
+        mut keep: impl FnMut(&V) -> bool,
+        room: impl FnOnce(usize) -> usize,
+    ) {
+        if self.odd.as_ref().is_some_and(|v| !keep(v)) {
+            self.odd = None;
+        }
+        let kept = self
+            .slots
+            .iter()
+            .filter(|s| s.0 != VACANT && keep(&s.1))
+            .count();
+        let more = room(kept + usize::from(self.odd.is_some()));
+        self.rebuild(kept + more, keep);
+    }
+
+    /// Put the kept entries into a table of at least the present size, doubled until
+    /// `need` of them fit.
+    fn rebuild(&mut self, need: usize, mut keep: impl FnMut(&V) -> bool) {
         let mut slots = self.slots.len().max(FIRST);
         while limit(slots) < need {
             slots *= 2;
         }
-        self.rebuild(slots, |_| true);
-    }
-
-    /// Keep only the entries `keep` says yes to.
-    pub(super) fn retain(&mut self, mut keep: impl FnMut(&V) -> bool) {
-        if self.odd.as_ref().is_some_and(|v| !keep(v)) {
-            self.odd = None;
-        }
-        self.rebuild(self.slots.len(), keep);
-    }
-
-    /// Put the kept entries into a table of `slots` slots.
-    fn rebuild(&mut self, slots: usize, mut keep: impl FnMut(&V) -> bool) {
         let old = std::mem::replace(&mut self.slots, vec![(VACANT, V::default()); slots].into());
         self.shift = 64 - slots.trailing_zeros();
         self.used = 0;
-        let mask = slots.wrapping_sub(1);
         for &(k, v) in old.iter() {
             if k == VACANT || !keep(&v) {
                 continue;
             }
-            let mut i = home(k, self.shift);
-            while self.slots[i].0 != VACANT {
-                i = (i + 1) & mask;
-            }
+            let (Ok(i) | Err(i)) = self.probe(k);
             self.slots[i] = (k, v);
             self.used += 1;
         }
@@ -250,7 +260,7 @@ mod tests {
                     5..=7 => assert_eq!(t.remove(id), m.remove(&id), "step {step}"),
                     8 => {
                         let cut = rng.u32(..=step.max(1));
-                        t.retain(|&v| v >= cut);
+                        t.retain(|&v| v >= cut, |_| 0);
                         m.retain(|_, v| *v >= cut);
                     }
                     _ => assert_eq!(t.get(id), m.get(&id), "step {step}"),
