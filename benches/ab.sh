@@ -3,7 +3,7 @@
 # from its own checkout (a temporary git worktree, the repository's target dir shared), then
 # the two binaries run alternately, A B A B ..., ROUNDS times each. Output lines are split
 # into fields at runs of two or more spaces (the benches print aligned tables): a line
-# whose first field is text and whose next fields are numbers is a row, and each numeric
+# whose first field is text and whose next fields are numbers (or ratios, "0.84x") is a row, and each numeric
 # column gets its median per side and B / A (a trailing text field is ignored). Prints the
 # load average before and after.
 #
@@ -59,7 +59,8 @@ cat "$work/b.1.txt"
 python3 - "$work" "$ROUNDS" <<'PY'
 import re, statistics, sys
 work, rounds = sys.argv[1], int(sys.argv[2])
-num = re.compile(r"^[\d.]+$")
+# A number, or a ratio the bench prints with a trailing "x" (its median is a ratio too).
+num = re.compile(r"^[\d.]+x?$")
 rows, order = {}, []
 for side in "ab":
     for i in range(1, rounds + 1):
@@ -81,7 +82,7 @@ for side in "ab":
             if key not in rows:
                 rows[key] = {"a": [], "b": []}
                 order.append(key)
-            rows[key][side].append([float(x) for x in t[k:]])
+            rows[key][side].append([float(x.rstrip("x")) for x in t[k:]])
 print(f"\nmedians of {rounds} runs each, run alternately: A | B | B/A per numeric column")
 for key in order:
     a, b = rows[key]["a"], rows[key]["b"]

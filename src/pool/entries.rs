@@ -6,6 +6,7 @@ use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::Health;
 
 use super::id_index::IdIndex;
+use super::prefetch::prefetch_line;
 
 pub(super) struct Entry {
     pub(super) url: ProxyUrl,
@@ -139,14 +140,3 @@ impl std::ops::Index<&EndpointId> for EntryMap {
         self.get(id).expect("endpoint is held")
     }
 }
-
-#[cfg(target_arch = "x86_64")]
-fn prefetch_line(p: *const u8) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-    // SAFETY: SSE is part of every x86_64 target, and a prefetch is a hint that never
-    // faults, whatever the address.
-    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>()) };
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn prefetch_line(_: *const u8) {}
