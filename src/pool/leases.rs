@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::{Mode, Select};
+use crate::config::Mode;
 use crate::endpoint::EndpointId;
 use crate::event_kind::EventKind;
 use crate::health::{Input, State, Step};
@@ -228,12 +228,6 @@ impl Pools {
             Some(h) => ps.pace.visit(h, now),
             None => Visit::Skip,
         };
-        // The least leased pass checks the front first: its pair's miss starts now.
-        if matches!(visit, Visit::Held(_)) && ps.cfg.select == Select::LeastLeased {
-            if let Some((id, _)) = ps.ready.front().and_then(|s| self.entries.at(s)) {
-                ps.pace.prefetch_pair(visit, *id);
-            }
-        }
         let ask = Ask {
             p,
             want,

@@ -317,16 +317,6 @@ impl Pace {
         })
     }
 
-    /// Ask the cache for where the visited host keeps the pair of `id`, the candidate a
-    /// lease most likely checks first: the miss overlaps the work before the check.
-    pub(super) fn prefetch_pair(&self, v: Visit, id: EndpointId) {
-        if let Visit::Held(r) = v {
-            if let Some(h) = self.host(r) {
-                h.pairs.prefetch(id);
-            }
-        }
-    }
-
     /// The gate to check endpoints by for a visited host, or `None` when nothing holds
     /// an endpoint back for it.
     pub(super) fn gate(&self, v: Visit, now: Instant) -> Option<Gate<'_>> {

@@ -111,12 +111,6 @@ impl Ready {
         slots
     }
 
-    /// The slot of the item the least leased pass looks at first (it may be stale).
-    pub(super) fn front(&self) -> Option<u32> {
-        let level = self.live.iter().position(|&n| n > 0)?;
-        self.levels[level].front().map(|&(slot, _)| slot)
-    }
-
     pub(super) fn needs_compaction(&self, level: u32) -> bool {
         let l = level as usize;
         self.levels[l].len() > 2 * self.live[l] + 64

@@ -14,7 +14,6 @@
 //! bulk with `retain`, which rebuilds the table.
 
 use crate::endpoint::EndpointId;
-use crate::pool::prefetch::prefetch_line;
 
 /// The key of a vacant slot. An id equal to it (possible only in a hand-edited database)
 /// is held apart in `odd`.
@@ -86,13 +85,6 @@ impl<V: Copy + Default> IdTable<V> {
                 VACANT => return Err(i),
                 _ => i = (i + 1) & mask,
             }
-        }
-    }
-
-    /// Ask the cache for the line where a lookup of `id` starts (`prefetch`).
-    pub(super) fn prefetch(&self, id: EndpointId) {
-        if let Some(s) = self.slots.get(home(id, self.shift)) {
-            prefetch_line((s as *const (EndpointId, V)).cast());
         }
     }
 
