@@ -19,21 +19,6 @@ pub(super) struct Ready {
     /// removed when its endpoint leaves the level, instead of staying there stale for a
     /// later draw to hit. An index that no longer holds the item is ignored.
     pub(super) drawn: [(usize, usize); 2],
-    /// The candidates of the next random draws, drawn at the end of the last one so that
-    /// their entries are already on their way into the cache (`Ahead`).
-    pub(super) ahead: [Option<Ahead>; 2],
-}
-
-/// A candidate drawn one lease early: a queue item and where it was. A sampling strategy
-/// reads the entries of random endpoints, each a cache miss in a large pool; drawn (and
-/// prefetched) while the caller is busy with the lease just given, the next lease's
-/// candidates cost a cache hit. Still a uniform draw: it is taken only while the item is
-/// where it was drawn and its endpoint is still as it was, else a fresh one is drawn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Ahead {
-    pub(super) level: usize,
-    pub(super) index: usize,
-    pub(super) item: (u32, u64),
 }
 
 /// No draw (a level no pool has).
@@ -45,7 +30,6 @@ impl Default for Ready {
             levels: Vec::new(),
             live: Vec::new(),
             drawn: [NO_DRAW; 2],
-            ahead: [None; 2],
         }
     }
 }
@@ -80,35 +64,6 @@ impl Ready {
     /// of a duel).
     pub(super) fn drew(&mut self, which: usize, level: usize, index: usize) {
         self.drawn[which & 1] = (level, index);
-    }
-
-    /// The index of the candidate drawn ahead for draw `which` of `level`, if it is still
-    /// where it was drawn (taken: each is used once).
-    pub(super) fn take_ahead(&mut self, which: usize, level: usize) -> Option<usize> {
-        let a = self.ahead[which & 1].take()?;
-        let q = self.levels.get(level)?;
-        (a.level == level && q.get(a.index) == Some(&a.item)).then_some(a.index)
-    }
-
-    /// Draw the candidates of the next `n` draws of `level` (at most two) now; returns
-    /// their slots, to prefetch.
-    pub(super) fn draw_ahead(
-        &mut self,
-        level: usize,
-        n: usize,
-        rng: &mut fastrand::Rng,
-    ) -> [Option<u32>; 2] {
-        let mut slots = [None; 2];
-        let Some(q) = self.levels.get(level).filter(|q| !q.is_empty()) else {
-            return slots;
-        };
-        for (which, slot) in slots.iter_mut().enumerate().take(n) {
-            let index = rng.usize(..q.len());
-            let item = q[index];
-            self.ahead[which] = Some(Ahead { level, index, item });
-            *slot = Some(item.0);
-        }
-        slots
     }
 
     pub(super) fn needs_compaction(&self, level: u32) -> bool {
@@ -189,35 +144,5 @@ mod tests {
         r.drew(0, 0, 1);
         r.forget(0, 1, 999);
         assert_eq!(queue(&r, 0), [0, 1, 4, 3]);
-    }
-
-    #[test]
-    fn a_candidate_drawn_ahead_is_taken_once_and_only_where_it_was_drawn() {
-        let mut r = Ready::default();
-        for slot in 0..8 {
-            r.push(0, slot, 100 + u64::from(slot));
-        }
-        r.push(1, 9, 109);
-        let mut rng = fastrand::Rng::with_seed(7);
-        let [a, b] = r.draw_ahead(0, 2, &mut rng);
-        let a = a.unwrap();
-        assert!(b.is_some());
-        let index_of = |r: &Ready, slot| r.levels[0].iter().position(|&(s, _)| s == slot);
-        // Taken where it was drawn, once; not for another level.
-        assert_eq!(r.take_ahead(0, 0), index_of(&r, a));
-        assert_eq!(r.take_ahead(0, 0), None);
-        assert_eq!(r.take_ahead(1, 1), None);
-        // One draw only: the second stays empty.
-        let [c, none] = r.draw_ahead(0, 1, &mut rng);
-        assert!(c.is_some() && none.is_none());
-        assert_eq!(r.ahead[1], None);
-        // The queue moved under it (the item at its index is another): a fresh draw.
-        let i = r.ahead[0].unwrap().index;
-        r.drew(0, 0, i);
-        let (slot, gen) = r.levels[0][i];
-        r.forget(0, slot, gen);
-        assert_eq!(r.take_ahead(0, 0), None);
-        // An empty level draws nothing.
-        assert_eq!(r.draw_ahead(5, 2, &mut rng), [None, None]);
     }
 }
