@@ -3,9 +3,9 @@
 # from its own checkout (a temporary git worktree, the repository's target dir shared), then
 # the two binaries run alternately, A B A B ..., ROUNDS times each. Output lines are split
 # into fields at runs of two or more spaces (the benches print aligned tables): a line
-# whose first field is text and whose next fields are numbers (or ratios, "0.84x") is a row, and each numeric
-# column gets its median per side and B / A (a trailing text field is ignored). Prints the
-# load average before and after.
+# whose first field is text and whose next fields are numbers (or ratios, "0.84x") is a
+# row, and each numeric column gets its median per side and B / A (a trailing text field
+# is ignored). Prints the load average before and after.
 #
 # Usage: benches/ab.sh BENCH A B [ROUNDS]   e.g. benches/ab.sh destinations main blame 4
 # BENCH_ARGS: words passed to each bench run after `--bench` (e.g. BENCH_ARGS=floors for
