@@ -360,6 +360,31 @@ async fn fastest_prefers_the_fast_endpoint_and_follows_it_when_it_slows() {
     );
 }
 
+/// Two endpoints, the smallest pool where a biased draw shows: a duel of two uniform
+/// draws (with replacement) is won by the fast one unless both draws are the slow one,
+/// three in four; a single draw of `random` is a coin. The bounds are 5 standard
+/// deviations of the binomial either side.
+#[tokio::test(start_paused = true)]
+async fn sampling_draws_stay_uniform_in_a_pool_of_two() {
+    let clock = Clock::new();
+    let mut p = pools(cfg(|c| c.select = Select::Fastest), 2, &clock);
+    let lat = HashMap::from([(1, 20), (2, 400)]);
+    shares(&mut p, 20, &lat, &clock);
+    let got = shares(&mut p, 4000, &lat, &clock);
+    let fast = got.get(&1).copied().unwrap_or(0);
+    assert!(
+        (2863..=3137).contains(&fast),
+        "fastest: the fast one won {fast} of 4000 duels, 3000 expected: {got:?}"
+    );
+    let mut p = pools(cfg(|c| c.select = Select::Random), 2, &clock);
+    let got = shares(&mut p, 4000, &HashMap::new(), &clock);
+    let one = got.get(&1).copied().unwrap_or(0);
+    assert!(
+        (1842..=2158).contains(&one),
+        "random: endpoint 1 got {one} of 4000, 2000 expected: {got:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn fastest_weighs_recent_failures_and_scores_the_unmeasured_as_the_median() {
     let clock = Clock::new();

@@ -6,6 +6,7 @@ use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::Health;
 
 use super::id_index::IdIndex;
+use super::prefetch::prefetch_line;
 
 pub(super) struct Entry {
     pub(super) url: ProxyUrl,
@@ -64,6 +65,32 @@ impl EntryMap {
 
     pub(super) fn at_mut(&mut self, slot: u32) -> Option<&mut (EndpointId, Entry)> {
         self.slots.get_mut(slot as usize).and_then(Option::as_mut)
+    }
+
+    /// Ask the cache for the entry in `slot` ahead of its use (`Ahead`): every line of
+    /// it, since a candidate's checks and score read fields across the whole entry.
+    pub(super) fn prefetch(&self, slot: u32) {
+        let Some(s) = self.slots.get(slot as usize) else {
+            return;
+        };
+        let start = (s as *const Option<(EndpointId, Entry)>).cast::<u8>();
+        let len = std::mem::size_of_val(s);
+        for off in (0..len).step_by(64) {
+            prefetch_line(start.wrapping_add(off));
+        }
+    }
+
+    /// Ask the cache for the credentials of the entry in `slot`, which a lease hands out
+    /// (an `Arc` elsewhere on the heap, read and counted by the grant): issued when a
+    /// candidate is chosen, the miss overlaps the lease's bookkeeping.
+    pub(super) fn prefetch_secret(&self, slot: u32) {
+        if let Some((_, e)) = self.at(slot) {
+            // The grant counts the `Arc` (its counts sit just before the text) and the
+            // caller reads the text: both lines.
+            let text = e.secret.as_ptr();
+            prefetch_line(text.wrapping_sub(2 * std::mem::size_of::<usize>()));
+            prefetch_line(text);
+        }
     }
 
     pub(super) fn contains_key(&self, id: &EndpointId) -> bool {

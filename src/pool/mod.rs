@@ -20,6 +20,7 @@ mod leases;
 mod membership;
 mod pace;
 mod pair_target;
+mod prefetch;
 mod probes;
 mod ready;
 mod reconfigure;

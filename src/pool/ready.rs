@@ -19,6 +19,26 @@ pub(super) struct Ready {
     /// removed when its endpoint leaves the level, instead of staying there stale for a
     /// later draw to hit. An index that no longer holds the item is ignored.
     pub(super) drawn: [(usize, usize); 2],
+    /// The random numbers of the next two draws, drawn at the end of the last lease so
+    /// that the entries they point at are already on their way into the cache (`Ahead`).
+    pub(super) ahead: [Option<Ahead>; 2],
+}
+
+/// A draw made one lease early. A sampling strategy reads the entries of random
+/// endpoints, each a cache miss in a large pool; drawn (and prefetched) while the caller
+/// is busy with the lease just given, the next lease's candidates are usually a cache
+/// hit. What is kept is the random number, not the item it pointed at: it is scaled to
+/// the queue as the queue is when it is used, so the draw is uniform over that queue
+/// whatever moved in between (keeping the item instead, and dropping it when it moved,
+/// favours the items that did not move: the last lease's loser). A queue that changed
+/// only makes the prefetch miss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Ahead(u64);
+
+/// An index in `0..len` from a uniform 64-bit number (multiply and keep the high half;
+/// its bias, at most `len / 2^64`, is far below anything a draw can show).
+fn scale(r: u64, len: usize) -> usize {
+    ((u128::from(r) * len as u128) >> 64) as usize
 }
 
 /// No draw (a level no pool has).
@@ -30,6 +50,7 @@ impl Default for Ready {
             levels: Vec::new(),
             live: Vec::new(),
             drawn: [NO_DRAW; 2],
+            ahead: [None; 2],
         }
     }
 }
@@ -64,6 +85,31 @@ impl Ready {
     /// of a duel).
     pub(super) fn drew(&mut self, which: usize, level: usize, index: usize) {
         self.drawn[which & 1] = (level, index);
+    }
+
+    /// The index for draw `which` in a queue of `len` items, from the number drawn ahead
+    /// for it (taken: each is used once).
+    pub(super) fn take_ahead(&mut self, which: usize, len: usize) -> Option<usize> {
+        let Ahead(r) = self.ahead[which & 1].take()?;
+        (len > 0).then(|| scale(r, len))
+    }
+
+    /// Draw the numbers of the next `n` draws (at most two) now; returns the slots they
+    /// point at in `level` as it is now, to prefetch.
+    pub(super) fn draw_ahead(
+        &mut self,
+        level: usize,
+        n: usize,
+        rng: &mut fastrand::Rng,
+    ) -> [Option<u32>; 2] {
+        let mut slots = [None; 2];
+        let q = self.levels.get(level);
+        for (which, slot) in slots.iter_mut().enumerate().take(n) {
+            let r = rng.u64(..);
+            self.ahead[which] = Some(Ahead(r));
+            *slot = q.filter(|q| !q.is_empty()).map(|q| q[scale(r, q.len())].0);
+        }
+        slots
     }
 
     pub(super) fn needs_compaction(&self, level: u32) -> bool {
@@ -144,5 +190,47 @@ mod tests {
         r.drew(0, 0, 1);
         r.forget(0, 1, 999);
         assert_eq!(queue(&r, 0), [0, 1, 4, 3]);
+    }
+
+    #[test]
+    fn a_number_drawn_ahead_is_taken_once_and_scaled_to_the_queue_as_it_is_then() {
+        let mut r = Ready::default();
+        for slot in 0..8 {
+            r.push(0, slot, 100 + u64::from(slot));
+        }
+        let mut rng = fastrand::Rng::with_seed(7);
+        let [a, b] = r.draw_ahead(0, 2, &mut rng);
+        let Some(Ahead(n)) = r.ahead[0] else {
+            panic!("nothing drawn ahead")
+        };
+        // The slot to prefetch is the one the number points at now.
+        assert_eq!(a, Some(r.levels[0][scale(n, 8)].0));
+        assert!(b.is_some());
+        // Used with the queue's length at the time, once.
+        assert_eq!(r.take_ahead(0, 3), Some(scale(n, 3)));
+        assert_eq!(r.take_ahead(0, 3), None);
+        // An empty queue uses nothing; one draw leaves the second empty.
+        assert_eq!(r.take_ahead(1, 0), None);
+        let [c, none] = r.draw_ahead(0, 1, &mut rng);
+        assert!(c.is_some() && none.is_none());
+        assert_eq!(r.ahead[1], None);
+        // A level with no queue still draws (the number is good for any queue).
+        assert_eq!(r.draw_ahead(5, 2, &mut rng), [None, None]);
+        assert!(r.ahead[0].is_some() && r.ahead[1].is_some());
+    }
+
+    #[test]
+    fn scaled_numbers_cover_the_queue_evenly() {
+        let mut rng = fastrand::Rng::with_seed(11);
+        let mut counts = [0u32; 3];
+        for _ in 0..30_000 {
+            counts[scale(rng.u64(..), 3)] += 1;
+        }
+        assert!(
+            counts.iter().all(|&c| (9_500..10_500).contains(&c)),
+            "{counts:?}"
+        );
+        assert_eq!(scale(u64::MAX, 10), 9);
+        assert_eq!(scale(0, 10), 0);
     }
 }

@@ -176,21 +176,26 @@ fn sample_level(ready: &Ready, cap: u32) -> Option<usize> {
 /// stale items are drawn too), within `SAMPLE_TRIES` draws. A stale item drawn is removed
 /// on the spot (the queue's last item takes its place), so no pass tidies the queue
 /// first: each stale item costs one draw, once, and a queue stays likely to hit.
+/// The first draw uses the number drawn ahead for draw `which` (`Ahead`).
+#[allow(clippy::too_many_arguments)]
 fn sample(
     entries: &EntryMap,
     ready: &mut Ready,
     level: usize,
+    which: usize,
     dests: &Destinations,
     gate: Option<&Gate>,
     fit: &Fit,
     rng: &mut fastrand::Rng,
 ) -> Option<((u32, u32), usize)> {
+    let len = ready.levels[level].len();
+    let mut early = ready.take_ahead(which, len);
     let q = &mut ready.levels[level];
     for _ in 0..SAMPLE_TRIES {
         if q.is_empty() {
             return None;
         }
-        let i = rng.usize(..q.len());
+        let i = early.take().unwrap_or_else(|| rng.usize(..q.len()));
         let (slot, gen) = q[i];
         if !live_at(entries, slot, gen, fit.p, level as u32) {
             q.swap_remove_back(i);
@@ -272,7 +277,8 @@ impl Pools {
             let ready = &mut ps.ready;
             for _ in 0..=MAX_REJECTED {
                 let draw = |ready: &mut Ready, rng: &mut fastrand::Rng, which| {
-                    let (c, i) = sample(entries, ready, level, dests, gate.as_ref(), fit, rng)?;
+                    let g = gate.as_ref();
+                    let (c, i) = sample(entries, ready, level, which, dests, g, fit, rng)?;
                     ready.drew(which, level, i);
                     Some(c)
                 };
@@ -290,6 +296,10 @@ impl Pools {
                     picked = Some(best);
                     break;
                 }
+            }
+            let n = if select == Select::Fastest { 2 } else { 1 };
+            for slot in ready.draw_ahead(level, n, warm.rng).into_iter().flatten() {
+                entries.prefetch(slot);
             }
         }
         let mut miss = Miss::default();
@@ -320,6 +330,7 @@ impl Pools {
             first
         });
         if let Some(found) = found {
+            self.entries.prefetch_secret(found.0);
             return Ok(found);
         }
         if let (true, Some(until)) = (memo, miss.paced) {
