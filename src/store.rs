@@ -10,12 +10,14 @@ use crate::config::Durability;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::State;
 
+mod group_commit;
 pub(crate) mod lock;
 pub mod pairs;
 pub mod postgres;
 mod rows;
 pub mod sqlite;
 
+pub use group_commit::GroupCommit;
 pub use postgres::{PgTarget, Postgres};
 pub use rows::{
     Applied, Claim, ClaimOn, ClaimResult, EndpointRow, EndpointView, Epoch, EventRow, Fresh,

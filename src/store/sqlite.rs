@@ -21,6 +21,7 @@ mod insert;
 pub(super) mod pairs;
 mod sources;
 mod write;
+pub use write::Groups;
 
 pub(super) static MIGRATIONS_DIR: Dir = include_dir!("$CARGO_MANIFEST_DIR/migrations");
 pub(super) static MIGRATIONS: LazyLock<Migrations<'static>> =

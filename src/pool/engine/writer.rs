@@ -102,8 +102,17 @@ impl Batch {
     /// started with the writes that queued during the last one. Without it, callers that
     /// write on every request split into two halves that commit alternately (measured:
     /// 4.1 groups per commit with 8 such callers; docs/leases.md, "Durability").
-    fn gather(rx: &mpsc::Receiver<Job>, first: Job, waited: bool, pace: &Pace) -> Batch {
-        Batch::gather_within(rx, first, waited, pace, MAX_GATHER)
+    ///
+    /// Each group taken is handed to `add` at once (the open commit applies it), so the
+    /// wait for the callers still to come overlaps the work of those already here.
+    fn gather(
+        rx: &mpsc::Receiver<Job>,
+        first: Job,
+        waited: bool,
+        pace: &Pace,
+        add: &mut dyn FnMut(&[Write]),
+    ) -> Batch {
+        Batch::gather_within(rx, first, waited, pace, MAX_GATHER, add)
     }
 
     fn gather_within(
@@ -112,6 +121,7 @@ impl Batch {
         waited: bool,
         pace: &Pace,
         cap: Duration,
+        add: &mut dyn FnMut(&[Write]),
     ) -> Batch {
         let mut b = Batch {
             groups: Vec::new(),
@@ -122,7 +132,7 @@ impl Batch {
         };
         let mut next = Some(first);
         while let Some(job) = next.take() {
-            if !b.take(job) {
+            if !b.take(job, add) {
                 return b;
             }
             if b.writes < MAX_BATCH {
@@ -146,7 +156,7 @@ impl Batch {
             };
             match rx.recv_timeout(left) {
                 Ok(job) => {
-                    if !b.take(job) {
+                    if !b.take(job, add) {
                         break;
                     }
                 }
@@ -157,9 +167,10 @@ impl Batch {
     }
 
     /// Add a write job (false: it was another job, which ends the batch).
-    fn take(&mut self, job: Job) -> bool {
+    fn take(&mut self, job: Job, add: &mut dyn FnMut(&[Write])) -> bool {
         match job {
             Job::Writes(q) => {
+                add(&q.writes);
                 self.writes += q.writes.len();
                 self.callers += usize::from(q.urgent);
                 self.groups.push(q.writes);
@@ -171,6 +182,54 @@ impl Batch {
                 false
             }
         }
+    }
+}
+
+/// A batch committed: its groups, their results (or what failed them all) and the time
+/// the store spent on it, waits for callers left out.
+struct Done {
+    batch: Batch,
+    results: Result<Vec<Result<Applied, StoreError>>, Arc<StoreError>>,
+    took: Duration,
+}
+
+/// Gather a batch from its first write and commit it. The commit opens at once and each
+/// group is applied as it is taken, so the callers already here are written while the
+/// thread waits for the others (`Batch::gather`); a poisoned store refuses them all.
+fn commit_batch(
+    store: &mut Store,
+    rx: &mpsc::Receiver<Job>,
+    first: Job,
+    waited: bool,
+    pace: &Pace,
+    poisoned: &Option<Arc<StoreError>>,
+) -> Done {
+    if let Some(e) = poisoned {
+        let batch = Batch::gather(rx, first, waited, pace, &mut |_| {});
+        return Done {
+            batch,
+            results: Err(e.clone()),
+            took: Duration::ZERO,
+        };
+    }
+    let mut open = store.begin_groups();
+    let mut busy = Duration::ZERO;
+    let batch = Batch::gather(rx, first, waited, pace, &mut |g| {
+        if let Ok(gc) = &mut open {
+            let t = Instant::now();
+            gc.add(g);
+            busy += t.elapsed();
+        }
+    });
+    let started = Instant::now();
+    let results = open.and_then(|gc| gc.commit(&batch.groups)).map_err(|e| {
+        error!(error = %e, "store commit failed");
+        Arc::new(e)
+    });
+    Done {
+        batch,
+        results,
+        took: busy + started.elapsed(),
     }
 }
 
@@ -252,42 +311,38 @@ impl Writer {
                 let mut dirty = BTreeSet::new();
                 let mut pace = Pace::default();
                 while let Some((first, waited)) = next_job(&rx) {
-                    let Batch {
-                        groups,
-                        acks,
-                        callers,
-                        writes,
-                        after,
-                    } = Batch::gather(&rx, first, waited, &pace);
-                    if !groups.is_empty() {
-                        let started = std::time::Instant::now();
-                        let results = match &poisoned {
-                            Some(e) => Err(e.clone()),
-                            None => store.write_groups(&groups).map_err(|e| {
-                                error!(error = %e, "store commit failed");
-                                Arc::new(e)
-                            }),
-                        };
-                        pace = Pace {
-                            answered: callers,
-                            took: started.elapsed(),
-                        };
-                        if let Some(h) = &commits {
-                            h.observe_duration(pace.took);
-                        }
-                        counted.note(callers, groups.len(), writes);
-                        let results: Vec<Committed> = match results {
-                            Ok(rs) => rs.into_iter().map(|r| r.map_err(Arc::new)).collect(),
-                            Err(e) => vec![Err(e); groups.len()],
-                        };
-                        for ((ack, r), g) in acks.into_iter().zip(results).zip(&groups) {
-                            if let Err(e) = &r {
-                                g.iter().for_each(|w| endpoints_of(w, &mut dirty));
-                                poisoned.get_or_insert_with(|| e.clone());
+                    let after = match first {
+                        Job::Writes(_) => {
+                            let done =
+                                commit_batch(&mut store, &rx, first, waited, &pace, &poisoned);
+                            let Done {
+                                batch: b,
+                                results,
+                                took,
+                            } = done;
+                            pace = Pace {
+                                answered: b.callers,
+                                took,
+                            };
+                            if let Some(h) = &commits {
+                                h.observe_duration(took);
                             }
-                            let _ = ack.send(r);
+                            counted.note(b.callers, b.groups.len(), b.writes);
+                            let results: Vec<Committed> = match results {
+                                Ok(rs) => rs.into_iter().map(|r| r.map_err(Arc::new)).collect(),
+                                Err(e) => vec![Err(e); b.groups.len()],
+                            };
+                            for ((ack, r), g) in b.acks.into_iter().zip(results).zip(&b.groups) {
+                                if let Err(e) = &r {
+                                    g.iter().for_each(|w| endpoints_of(w, &mut dirty));
+                                    poisoned.get_or_insert_with(|| e.clone());
+                                }
+                                let _ = ack.send(r);
+                            }
+                            b.after
                         }
-                    }
+                        other => Some(other),
+                    };
                     // Calls run after the writes queued before them, keeping order.
                     match after {
                         Some(Job::Call(c)) => c(&mut store),
@@ -410,8 +465,13 @@ mod tests {
         tx.send(Job::Call(Box::new(|_| {}))).unwrap();
         write(&tx);
         let (first, waited) = next_job(&rx).unwrap();
-        let b = Batch::gather(&rx, first, waited, &Pace::default());
+        // Each group is handed on (applied) as it is taken.
+        let mut added = Vec::new();
+        let b = Batch::gather(&rx, first, waited, &Pace::default(), &mut |g| {
+            added.push(g.len())
+        });
         assert_eq!((b.groups.len(), b.acks.len()), (3, 3));
+        assert_eq!(added, [1, 1, 1]);
         assert!(matches!(b.after, Some(Job::Call(_))));
         // The write behind the call is the next batch's.
         assert!(matches!(rx.try_recv(), Ok(Job::Writes(..))));
@@ -428,7 +488,7 @@ mod tests {
             took: Duration::ZERO,
         };
         let (first, waited) = next_job(&rx).unwrap();
-        let b = Batch::gather(&rx, first, waited, &pace);
+        let b = Batch::gather(&rx, first, waited, &pace, &mut |_| {});
         assert_eq!(b.groups.len(), 1);
         assert!(b.after.is_none());
     }
@@ -453,7 +513,14 @@ mod tests {
             tx
         });
         let started = Instant::now();
-        let b = Batch::gather_within(&rx, first, waited, &pace, Duration::from_secs(60));
+        let b = Batch::gather_within(
+            &rx,
+            first,
+            waited,
+            &pace,
+            Duration::from_secs(60),
+            &mut |_| {},
+        );
         assert_eq!(b.groups.len(), 3);
         assert!(started.elapsed() < Duration::from_secs(30));
         let tx = sender.join().unwrap();
@@ -479,6 +546,7 @@ mod tests {
             waited,
             &Pace::default(),
             Duration::from_secs(60),
+            &mut |_| {},
         );
         assert_eq!((b.groups.len(), b.callers, b.writes), (2, 1, 2));
         assert!(started.elapsed() < Duration::from_secs(30));
@@ -493,7 +561,7 @@ mod tests {
         let (first, waited) = next_job(&rx).unwrap();
         let started = Instant::now();
         let cap = Duration::from_millis(50);
-        let b = Batch::gather_within(&rx, first, waited, &Pace::default(), cap);
+        let b = Batch::gather_within(&rx, first, waited, &Pace::default(), cap, &mut |_| {});
         assert!(started.elapsed() >= cap);
         assert_eq!((b.groups.len(), b.callers), (2, 0));
         assert!(b.after.is_none());
@@ -513,6 +581,7 @@ mod tests {
             waited,
             &Pace::default(),
             Duration::from_secs(60),
+            &mut |_| {},
         );
         assert!(started.elapsed() < Duration::from_secs(30));
         assert_eq!((b.groups.len(), b.callers), (1, 0));

@@ -30,6 +30,16 @@ impl Sqlite {
         &mut self,
         groups: &[Vec<Write>],
     ) -> Result<Vec<Result<Applied, StoreError>>, StoreError> {
+        let mut tx = self.begin_groups()?;
+        for g in groups {
+            tx.add(g);
+        }
+        tx.commit()
+    }
+
+    /// Open a group commit (`Groups`): its transaction starts now, and each group is
+    /// applied as it is added.
+    pub fn begin_groups(&mut self) -> Result<Groups<'_>, StoreError> {
         // Committing into a deleted file would acknowledge writes that nobody can read.
         self.check_file()?;
         #[cfg(test)]
@@ -40,25 +50,14 @@ impl Sqlite {
                 Some("database or disk is full (injected)".into()),
             )));
         }
-        let mut tx = self
+        let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut out = Vec::with_capacity(groups.len());
-        for g in groups {
-            let sp = tx.savepoint()?;
-            match g.iter().try_for_each(|w| apply_write(&sp, w)) {
-                Ok(()) => {
-                    sp.commit()?;
-                    out.push(Ok(Applied::one_daemon(g)));
-                }
-                Err(e) => {
-                    drop(sp);
-                    out.push(Err(e));
-                }
-            }
-        }
-        tx.commit()?;
-        Ok(out)
+        Ok(Groups {
+            tx,
+            out: Vec::new(),
+            failed: None,
+        })
     }
 
     /// Fail the next `n` commits as a full disk would.
@@ -71,6 +70,50 @@ impl Sqlite {
     #[cfg(test)]
     pub(crate) fn failing_commits(&self) -> u32 {
         self.fail_commits
+    }
+}
+
+/// A group commit under way: one transaction, each caller's group in a savepoint of its
+/// own, applied when it is added, so the work of the callers already here is done while
+/// the store thread waits for the rest (docs/leases.md, "Durability").
+pub struct Groups<'a> {
+    tx: rusqlite::Transaction<'a>,
+    out: Vec<Result<Applied, StoreError>>,
+    /// A failure of the transaction itself (not of one group): the commit fails whole.
+    failed: Option<StoreError>,
+}
+
+impl Groups<'_> {
+    /// Apply one caller's group: all of it, or (its savepoint rolled back) none of it and
+    /// its error as its result.
+    pub fn add(&mut self, group: &[Write]) {
+        if self.failed.is_some() {
+            return;
+        }
+        let sp = match self.tx.savepoint() {
+            Ok(sp) => sp,
+            Err(e) => return self.failed = Some(e.into()),
+        };
+        match group.iter().try_for_each(|w| apply_write(&sp, w)) {
+            Ok(()) => match sp.commit() {
+                Ok(()) => self.out.push(Ok(Applied::one_daemon(group))),
+                Err(e) => self.failed = Some(e.into()),
+            },
+            Err(e) => {
+                drop(sp);
+                self.out.push(Err(e));
+            }
+        }
+    }
+
+    /// Commit every group added: each one's result, in order, or the error that failed
+    /// them all (nothing is committed then).
+    pub fn commit(self) -> Result<Vec<Result<Applied, StoreError>>, StoreError> {
+        if let Some(e) = self.failed {
+            return Err(e);
+        }
+        self.tx.commit()?;
+        Ok(self.out)
     }
 }
 
