@@ -93,9 +93,9 @@ struct Batch {
 impl Batch {
     /// `first` and every write queued behind it; then, while fewer callers are in the
     /// batch than the previous commit answered plus those that were already waiting, wait
-    /// for the rest, at most as long as the previous commit took (and `MAX_GATHER`). A
-    /// batch of writes nobody waits on waits up to `MAX_GATHER` for a caller to commit
-    /// with (or for a read, which commits them first).
+    /// for the rest, at most as long as the previous commit took (and `cap`: `MAX_GATHER`
+    /// in the store thread). A batch of writes nobody waits on waits up to `cap` for a
+    /// caller to commit with (or for a read, which commits them first).
     ///
     /// The wait is what makes concurrent callers share commits: a caller's next write
     /// arrives one client round trip after its answer, when the next commit has already
@@ -106,16 +106,6 @@ impl Batch {
     /// Each group taken is handed to `add` at once (the open commit applies it), so the
     /// wait for the callers still to come overlaps the work of those already here.
     fn gather(
-        rx: &mpsc::Receiver<Job>,
-        first: Job,
-        waited: bool,
-        pace: &Pace,
-        add: &mut dyn FnMut(&[Write]),
-    ) -> Batch {
-        Batch::gather_within(rx, first, waited, pace, MAX_GATHER, add)
-    }
-
-    fn gather_within(
         rx: &mpsc::Receiver<Job>,
         first: Job,
         waited: bool,
@@ -196,16 +186,18 @@ struct Done {
 /// Gather a batch from its first write and commit it. The commit opens at once and each
 /// group is applied as it is taken, so the callers already here are written while the
 /// thread waits for the others (`Batch::gather`); a poisoned store refuses them all.
+#[allow(clippy::too_many_arguments)]
 fn commit_batch(
     store: &mut Store,
     rx: &mpsc::Receiver<Job>,
     first: Job,
     waited: bool,
     pace: &Pace,
+    cap: Duration,
     poisoned: &Option<Arc<StoreError>>,
 ) -> Done {
     if let Some(e) = poisoned {
-        let batch = Batch::gather(rx, first, waited, pace, &mut |_| {});
+        let batch = Batch::gather(rx, first, waited, pace, cap, &mut |_| {});
         return Done {
             batch,
             results: Err(e.clone()),
@@ -214,7 +206,7 @@ fn commit_batch(
     }
     let mut open = store.begin_groups();
     let mut busy = Duration::ZERO;
-    let batch = Batch::gather(rx, first, waited, pace, &mut |g| {
+    let batch = Batch::gather(rx, first, waited, pace, cap, &mut |g| {
         if let Ok(gc) = &mut open {
             let t = Instant::now();
             gc.add(g);
@@ -313,8 +305,9 @@ impl Writer {
                 while let Some((first, waited)) = next_job(&rx) {
                     let after = match first {
                         Job::Writes(_) => {
-                            let done =
-                                commit_batch(&mut store, &rx, first, waited, &pace, &poisoned);
+                            let done = commit_batch(
+                                &mut store, &rx, first, waited, &pace, MAX_GATHER, &poisoned,
+                            );
                             let Done {
                                 batch: b,
                                 results,
@@ -467,7 +460,7 @@ mod tests {
         let (first, waited) = next_job(&rx).unwrap();
         // Each group is handed on (applied) as it is taken.
         let mut added = Vec::new();
-        let b = Batch::gather(&rx, first, waited, &Pace::default(), &mut |g| {
+        let b = Batch::gather(&rx, first, waited, &Pace::default(), MAX_GATHER, &mut |g| {
             added.push(g.len())
         });
         assert_eq!((b.groups.len(), b.acks.len()), (3, 3));
@@ -488,7 +481,7 @@ mod tests {
             took: Duration::ZERO,
         };
         let (first, waited) = next_job(&rx).unwrap();
-        let b = Batch::gather(&rx, first, waited, &pace, &mut |_| {});
+        let b = Batch::gather(&rx, first, waited, &pace, MAX_GATHER, &mut |_| {});
         assert_eq!(b.groups.len(), 1);
         assert!(b.after.is_none());
     }
@@ -513,7 +506,7 @@ mod tests {
             tx
         });
         let started = Instant::now();
-        let b = Batch::gather_within(
+        let b = Batch::gather(
             &rx,
             first,
             waited,
@@ -540,7 +533,7 @@ mod tests {
             tx
         });
         let started = Instant::now();
-        let b = Batch::gather_within(
+        let b = Batch::gather(
             &rx,
             first,
             waited,
@@ -561,7 +554,7 @@ mod tests {
         let (first, waited) = next_job(&rx).unwrap();
         let started = Instant::now();
         let cap = Duration::from_millis(50);
-        let b = Batch::gather_within(&rx, first, waited, &Pace::default(), cap, &mut |_| {});
+        let b = Batch::gather(&rx, first, waited, &Pace::default(), cap, &mut |_| {});
         assert!(started.elapsed() >= cap);
         assert_eq!((b.groups.len(), b.callers), (2, 0));
         assert!(b.after.is_none());
@@ -575,7 +568,7 @@ mod tests {
         tx.send(Job::Call(Box::new(|_| {}))).unwrap();
         let (first, waited) = next_job(&rx).unwrap();
         let started = Instant::now();
-        let b = Batch::gather_within(
+        let b = Batch::gather(
             &rx,
             first,
             waited,
@@ -586,6 +579,78 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(30));
         assert_eq!((b.groups.len(), b.callers), (1, 0));
         assert!(matches!(b.after, Some(Job::Call(_))));
+    }
+
+    fn send_writes(tx: &mpsc::Sender<Job>, writes: Vec<Write>) -> oneshot::Receiver<Committed> {
+        let (ack, rx) = oneshot::channel();
+        let q = Queued {
+            writes,
+            ack,
+            urgent: true,
+        };
+        tx.send(Job::Writes(q)).unwrap();
+        rx
+    }
+
+    fn operator_event(detail: &str) -> Vec<Write> {
+        vec![Write::Event(crate::store::NewEvent {
+            detail: Some(detail.into()),
+            ..crate::store::NewEvent::new(crate::event_kind::EventKind::Operator)
+        })]
+    }
+
+    /// The commit opens with the first write and applies it before the wait for the
+    /// second; both land in the one commit, in order. A poisoned store writes nothing.
+    #[test]
+    fn groups_taken_while_a_batch_waits_commit_with_the_first_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("p.db")).unwrap();
+        let (tx, rx) = mpsc::channel();
+        send_writes(&tx, operator_event("first"));
+        let pace = Pace {
+            answered: 1,
+            took: Duration::from_secs(60),
+        };
+        let (first, waited) = next_job(&rx).unwrap();
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            send_writes(&tx, operator_event("late"));
+            tx
+        });
+        let done = commit_batch(
+            &mut store,
+            &rx,
+            first,
+            waited,
+            &pace,
+            Duration::from_secs(60),
+            &None,
+        );
+        let tx = sender.join().unwrap();
+        assert_eq!((done.batch.groups.len(), done.batch.callers), (2, 2));
+        let results = done.results.unwrap();
+        assert!(results.len() == 2 && results.iter().all(Result::is_ok));
+        let details = |store: &Store| -> Vec<Option<String>> {
+            let events = store.events(None, 0, 10).unwrap();
+            events.into_iter().map(|e| e.detail).collect()
+        };
+        let want = [Some("first".to_string()), Some("late".to_string())];
+        assert_eq!(details(&store), want);
+
+        send_writes(&tx, operator_event("refused"));
+        let (first, waited) = next_job(&rx).unwrap();
+        let poison = Some(Arc::new(StoreError::Sqlite(rusqlite::Error::InvalidQuery)));
+        let done = commit_batch(
+            &mut store,
+            &rx,
+            first,
+            waited,
+            &Pace::default(),
+            MAX_GATHER,
+            &poison,
+        );
+        assert!(done.results.is_err());
+        assert_eq!(details(&store), want);
     }
 
     #[test]
