@@ -177,7 +177,7 @@ impl Batch {
 
 /// A batch committed: its groups, their results (or what failed them all) and the time
 /// the store spent on it, waits for callers left out.
-struct Done {
+struct Finished {
     batch: Batch,
     results: Result<Vec<Result<Applied, StoreError>>, Arc<StoreError>>,
     took: Duration,
@@ -195,10 +195,10 @@ fn commit_batch(
     pace: &Pace,
     cap: Duration,
     poisoned: &Option<Arc<StoreError>>,
-) -> Done {
+) -> Finished {
     if let Some(e) = poisoned {
         let batch = Batch::gather(rx, first, waited, pace, cap, &mut |_| {});
-        return Done {
+        return Finished {
             batch,
             results: Err(e.clone()),
             took: Duration::ZERO,
@@ -218,7 +218,7 @@ fn commit_batch(
         error!(error = %e, "store commit failed");
         Arc::new(e)
     });
-    Done {
+    Finished {
         batch,
         results,
         took: busy + started.elapsed(),
@@ -308,7 +308,7 @@ impl Writer {
                             let done = commit_batch(
                                 &mut store, &rx, first, waited, &pace, MAX_GATHER, &poisoned,
                             );
-                            let Done {
+                            let Finished {
                                 batch: b,
                                 results,
                                 took,
