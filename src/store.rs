@@ -433,7 +433,11 @@ impl Store {
         &mut self,
         groups: &[Vec<Write>],
     ) -> Result<Vec<Result<Applied, StoreError>>, StoreError> {
-        each!(self, s => s.write_groups(groups))
+        let mut gc = self.begin_groups()?;
+        for g in groups {
+            gc.add(g);
+        }
+        gc.commit(groups)
     }
 
     /// Events in order, optionally for one endpoint, with id > `after`.
