@@ -312,6 +312,62 @@ fn every_store_operation_on_sqlite() {
     scenario(&mut s);
 }
 
+/// SQLite applies groups without savepoints and redoes the batch group by group when one
+/// fails: a group that fails after writing a row must leave nothing, and the groups on
+/// either side of it are committed as if it had never come.
+#[test]
+fn a_group_that_fails_part_way_leaves_nothing_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let mut s = Store::open(&path).unwrap();
+    let ids = s
+        .add_endpoints(&[
+            ep("http://10.0.0.1:1", "default"),
+            ep("http://10.0.0.2:1", "default"),
+            ep("http://10.0.0.3:1", "default"),
+            ep("http://10.0.0.4:1", "default"),
+        ])
+        .unwrap();
+    let [a, b, c, d] = ids[..] else {
+        panic!("{ids:?}")
+    };
+    let left = Duration::from_secs(60);
+    let missing = 424_242;
+    let r = s
+        .write_groups(&[
+            vec![cooled(a, left)],
+            vec![cooled(b, left), cooled(missing, left)],
+            vec![cooled(c, left)],
+            vec![cooled(missing, left)],
+            vec![cooled(d, left)],
+        ])
+        .unwrap();
+    let ok: Vec<bool> = r.iter().map(Result::is_ok).collect();
+    assert_eq!(ok, [true, false, true, false, true]);
+    assert!(matches!(r[1], Err(StoreError::NotFound(_))), "{:?}", r[1]);
+    drop(s);
+    // What was committed, read back after a reopen.
+    let s = Store::open(&path).unwrap();
+    let state = |id| s.get(id).unwrap().unwrap().state;
+    assert_eq!(
+        [state(a), state(b), state(c), state(d)],
+        [
+            State::Cooling,
+            State::Available,
+            State::Cooling,
+            State::Cooling
+        ]
+    );
+    let changed: Vec<_> = s
+        .events(None, 0, 100)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "state_changed")
+        .map(|e| e.endpoint)
+        .collect();
+    assert_eq!(changed, [Some(a), Some(c), Some(d)]);
+}
+
 fn pg_store(url: &str) -> Store {
     let at = Location::parse(std::path::Path::new(url)).unwrap();
     Store::open_at(&at, OpenOptions::default()).unwrap()

@@ -41,7 +41,7 @@ impl GroupCommit<'_> {
         groups: &[Vec<Write>],
     ) -> Result<Vec<Result<Applied, StoreError>>, StoreError> {
         match self {
-            GroupCommit::Sqlite(g) => g.commit(),
+            GroupCommit::Sqlite(g) => g.commit(groups),
             GroupCommit::Postgres(p) => p.write_groups(groups),
         }
     }

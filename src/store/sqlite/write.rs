@@ -1,5 +1,5 @@
 //! SQLite's group commit: the writes of several callers in one transaction, each caller's
-//! atomic on its own (a savepoint).
+//! atomic on its own.
 
 use std::time::SystemTime;
 
@@ -34,7 +34,7 @@ impl Sqlite {
         for g in groups {
             tx.add(g);
         }
-        tx.commit()
+        tx.commit(groups)
     }
 
     /// Open a group commit (`Groups`): its transaction starts now, and each group is
@@ -50,12 +50,10 @@ impl Sqlite {
                 Some("database or disk is full (injected)".into()),
             )));
         }
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        self.conn.execute_batch("BEGIN IMMEDIATE")?;
         Ok(Groups {
-            tx,
-            out: Vec::new(),
+            conn: &mut self.conn,
+            redo: false,
             failed: None,
         })
     }
@@ -73,47 +71,92 @@ impl Sqlite {
     }
 }
 
-/// A group commit under way: one transaction, each caller's group in a savepoint of its
-/// own, applied when it is added, so the work of the callers already here is done while
-/// the store thread waits for the rest (docs/leases.md, "Durability").
+/// A group commit under way: one transaction, each caller's group applied when it is
+/// added, so the work of the callers already here is done while the store thread waits
+/// for the rest (docs/leases.md, "Durability").
+///
+/// Groups are applied without savepoints: a savepoint makes SQLite copy every page it
+/// changes a first time, and a commit takes one per caller. A group that fails part-way
+/// has left some of its rows in the transaction, so then the commit rolls everything back
+/// and redoes the batch group by group, each in a savepoint, as it would have been.
+/// Failures are rare (an endpoint removed while its report was on the way), commits many.
 pub struct Groups<'a> {
-    tx: rusqlite::Transaction<'a>,
-    out: Vec<Result<Applied, StoreError>>,
+    conn: &'a mut Connection,
+    /// A group failed: the batch is redone at commit.
+    redo: bool,
     /// A failure of the transaction itself (not of one group): the commit fails whole.
     failed: Option<StoreError>,
 }
 
 impl Groups<'_> {
-    /// Apply one caller's group: all of it, or (its savepoint rolled back) none of it and
-    /// its error as its result.
+    /// Apply one caller's group. A group that fails marks the batch to be redone, and
+    /// the groups after it wait for that.
     pub fn add(&mut self, group: &[Write]) {
-        if self.failed.is_some() {
+        if self.failed.is_some() || self.redo {
             return;
         }
-        let sp = match self.tx.savepoint() {
-            Ok(sp) => sp,
-            Err(e) => return self.failed = Some(e.into()),
-        };
-        match group.iter().try_for_each(|w| apply_write(&sp, w)) {
-            Ok(()) => match sp.commit() {
-                Ok(()) => self.out.push(Ok(Applied::one_daemon(group))),
-                Err(e) => self.failed = Some(e.into()),
-            },
-            Err(e) => {
-                drop(sp);
-                self.out.push(Err(e));
+        if let Err(e) = group.iter().try_for_each(|w| apply_write(self.conn, w)) {
+            self.redo = true;
+            // SQLite ends the transaction itself on some errors (a full disk, an I/O
+            // error): then no group of it can be kept.
+            if self.conn.is_autocommit() {
+                self.failed = Some(e);
             }
         }
     }
 
-    /// Commit every group added: each one's result, in order, or the error that failed
-    /// them all (nothing is committed then).
-    pub fn commit(self) -> Result<Vec<Result<Applied, StoreError>>, StoreError> {
-        if let Some(e) = self.failed {
+    /// Commit the batch: `groups` are the groups added, in order. Each one's result, or
+    /// the error that failed them all (nothing is committed then).
+    pub fn commit(
+        mut self,
+        groups: &[Vec<Write>],
+    ) -> Result<Vec<Result<Applied, StoreError>>, StoreError> {
+        if let Some(e) = self.failed.take() {
             return Err(e);
         }
-        self.tx.commit()?;
-        Ok(self.out)
+        let out = if self.redo {
+            self.redo_in_savepoints(groups)?
+        } else {
+            groups.iter().map(|g| Ok(Applied::one_daemon(g))).collect()
+        };
+        self.conn.execute_batch("COMMIT")?;
+        Ok(out)
+    }
+
+    /// Roll back, then apply each group in a savepoint of its own: all of it, or none of
+    /// it and its error as its result.
+    fn redo_in_savepoints(
+        &mut self,
+        groups: &[Vec<Write>],
+    ) -> Result<Vec<Result<Applied, StoreError>>, StoreError> {
+        self.conn.execute_batch("ROLLBACK; BEGIN IMMEDIATE")?;
+        let mut out = Vec::with_capacity(groups.len());
+        for g in groups {
+            let sp = self.conn.savepoint()?;
+            match g.iter().try_for_each(|w| apply_write(&sp, w)) {
+                Ok(()) => {
+                    sp.commit()?;
+                    out.push(Ok(Applied::one_daemon(g)));
+                }
+                Err(e) => {
+                    drop(sp);
+                    if self.conn.is_autocommit() {
+                        return Err(e);
+                    }
+                    out.push(Err(e));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for Groups<'_> {
+    /// A commit never reached (or one that failed) leaves nothing behind.
+    fn drop(&mut self) {
+        if !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
     }
 }
 
