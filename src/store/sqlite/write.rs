@@ -25,7 +25,7 @@ impl Sqlite {
     }
 
     /// Group commit: apply several independent batches in one transaction, each batch
-    /// atomic on its own (a savepoint), so one bad batch fails alone.
+    /// atomic on its own, so one bad batch fails alone (`Groups`).
     pub fn write_groups(
         &mut self,
         groups: &[Vec<Write>],
