@@ -314,6 +314,15 @@ impl Store {
         matches!(self, Store::Postgres(_))
     }
 
+    /// This store for the one thread that will use it (the store thread): PostgreSQL's
+    /// connections are then driven by that thread (`Postgres::driven_by_caller`).
+    pub fn for_one_thread(self) -> Result<Store, StoreError> {
+        Ok(match self {
+            Store::Postgres(p) => Store::Postgres(p.driven_by_caller()?),
+            s => s,
+        })
+    }
+
     /// The PostgreSQL store, when this is one.
     pub fn postgres(&self) -> Option<&Postgres> {
         match self {

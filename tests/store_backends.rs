@@ -386,6 +386,35 @@ fn every_store_operation_on_postgres() {
     assert_eq!(s.list(None, None).unwrap().len(), 3);
 }
 
+/// The store thread's store drives its own connections, and nothing reads their sockets
+/// between its calls: a restart of the server meanwhile must not fail the next call.
+#[test]
+fn a_store_for_one_thread_outlives_a_restart_of_postgres() {
+    // A cluster of its own: this test stops it.
+    let Some(pg) = postgres::Cluster::start() else {
+        return;
+    };
+    let url = pg.database();
+    let mut s = pg_store(&url).for_one_thread().unwrap();
+    let ids = s
+        .add_endpoints(&[
+            ep("http://10.0.0.1:1", "default"),
+            ep("http://10.0.0.2:1", "default"),
+        ])
+        .unwrap();
+    s.write(&[cooled(ids[0], Duration::from_secs(60))]).unwrap();
+    for round in 0..2 {
+        pg.stop_server();
+        pg.start_server();
+        // The first call after each restart, read then write.
+        assert_eq!(s.list(None, None).unwrap().len(), 2, "round {round}");
+        let r = s.write_groups(&[vec![cooled(ids[1], Duration::from_secs(60))]]);
+        assert!(r.unwrap()[0].is_ok(), "round {round}");
+    }
+    let s = pg_store(&url);
+    assert_eq!(s.get(ids[1]).unwrap().unwrap().state, State::Cooling);
+}
+
 #[test]
 fn the_schema_is_the_same_in_both_dialects() {
     let Some(pg) = postgres::shared() else { return };

@@ -167,7 +167,7 @@ impl Engine {
         let store_name = store.describe();
         let engine = Arc::new(Engine {
             pools: Mutex::new(p),
-            writer: Writer::spawn_timed(store, commits),
+            writer: Writer::spawn_timed(store.for_one_thread()?, commits),
             freed: Notify::new(),
             rescheduled: Notify::new(),
             metrics,

@@ -49,6 +49,26 @@ use read::{endpoint_row, event_row, pair_row, ENDPOINT_COLS, EVENT_COLS, PAIR_CO
 /// CLI's reads, claim renewals. The change feed has one more of its own.
 const POOL_SIZE: usize = 4;
 
+/// Connections of a store `driven_by_caller`: its one thread uses one at a time.
+const CALLER_POOL_SIZE: usize = 2;
+
+/// Who drives a store's connections (`Postgres::driven_by_caller`).
+#[derive(Clone, Copy)]
+enum Driver {
+    /// A runtime thread of the store's own: any thread may call.
+    OwnThread,
+    /// The thread that waits on them.
+    Caller,
+}
+
+/// Let a runtime driven by its caller read what reached its sockets while nobody was
+/// waiting (an end of connection), and run the tasks that wakes, before a call: the
+/// first yield polls the sockets without blocking, the second runs the woken tasks.
+async fn settle() {
+    tokio::task::yield_now().await;
+    tokio::task::yield_now().await;
+}
+
 /// How long a call waits for a free connection or a new one before the store counts as
 /// unavailable.
 const WAIT: Duration = Duration::from_secs(10);
@@ -135,12 +155,36 @@ impl Postgres {
 
     /// Connect without touching the schema.
     pub fn connect(target: &PgTarget, claim_hold: Duration) -> Result<Postgres, StoreError> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("proxypool-pg")
-            .enable_all()
-            .build()
-            .map_err(|e| StoreError::Config(format!("cannot start the PostgreSQL runtime: {e}")))?;
+        Postgres::connect_on(target, claim_hold, Driver::OwnThread)
+    }
+
+    /// The same database on connections of their own, driven by the one thread that
+    /// uses them (the store thread) while it waits for them: each round trip of its
+    /// commits then wakes no other thread. With a runtime thread in between, a commit's
+    /// two round trips cost four hand-offs between threads, which on two cores came to
+    /// about a tenth of the persisted transitions (BENCHMARKS.md). Other threads keep
+    /// using `self`: a second thread waiting on these connections would only wait for
+    /// the first one's turn.
+    pub fn driven_by_caller(&self) -> Result<Postgres, StoreError> {
+        Postgres::connect_on(&self.inner.target, self.inner.claim_hold, Driver::Caller)
+    }
+
+    fn connect_on(
+        target: &PgTarget,
+        claim_hold: Duration,
+        driver: Driver,
+    ) -> Result<Postgres, StoreError> {
+        let rt = match driver {
+            Driver::OwnThread => tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("proxypool-pg")
+                .enable_all()
+                .build(),
+            Driver::Caller => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build(),
+        }
+        .map_err(|e| StoreError::Config(format!("cannot start the PostgreSQL runtime: {e}")))?;
         let tls = target.connector()?;
         let mgr = Manager::from_config(
             target.config().clone(),
@@ -152,7 +196,10 @@ impl Postgres {
         let pool = {
             let _g = rt.enter();
             Pool::builder(mgr)
-                .max_size(POOL_SIZE)
+                .max_size(match driver {
+                    Driver::OwnThread => POOL_SIZE,
+                    Driver::Caller => CALLER_POOL_SIZE,
+                })
                 .runtime(deadpool_postgres::Runtime::Tokio1)
                 .wait_timeout(Some(WAIT))
                 .create_timeout(Some(WAIT))
@@ -187,6 +234,15 @@ impl Postgres {
             .rt
             .as_ref()
             .expect("runtime lives as long as the store");
+        if rt.handle().runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread {
+            // `driven_by_caller`: this thread runs the connections' tasks as it waits.
+            // Between calls nothing reads their sockets, so a connection the server
+            // closed meanwhile is not known closed yet: let them see that first.
+            return rt.block_on(async {
+                settle().await;
+                f.await
+            });
+        }
         let _g = rt.enter();
         block_on(f)
     }
