@@ -45,8 +45,9 @@ pub use target::{is_url, redact_url, PgTarget};
 
 use read::{endpoint_row, event_row, pair_row, ENDPOINT_COLS, EVENT_COLS, PAIR_COLS};
 
-/// Connections one process keeps at most: the store thread's, the status page's and the
-/// CLI's reads, claim renewals. The change feed has one more of its own.
+/// Connections one process keeps at most in its shared pool: loading at start, claims and
+/// their renewal, the follower's reads, a CLI command's work. The store thread has its own
+/// (`CALLER_POOL_SIZE`), the change feed's `LISTEN` one more.
 const POOL_SIZE: usize = 4;
 
 /// Connections of a store `driven_by_caller`: its one thread uses one at a time.
