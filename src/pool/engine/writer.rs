@@ -481,7 +481,7 @@ mod tests {
             took: Duration::ZERO,
         };
         let (first, waited) = next_job(&rx).unwrap();
-        let b = Batch::gather(&rx, first, waited, &pace, MAX_GATHER, &mut |_| {});
+        let b = gather(&rx, first, waited, &pace, MAX_GATHER);
         assert_eq!(b.groups.len(), 1);
         assert!(b.after.is_none());
     }
@@ -506,14 +506,7 @@ mod tests {
             tx
         });
         let started = Instant::now();
-        let b = Batch::gather(
-            &rx,
-            first,
-            waited,
-            &pace,
-            Duration::from_secs(60),
-            &mut |_| {},
-        );
+        let b = gather(&rx, first, waited, &pace, Duration::from_secs(60));
         assert_eq!(b.groups.len(), 3);
         assert!(started.elapsed() < Duration::from_secs(30));
         let tx = sender.join().unwrap();
@@ -533,13 +526,12 @@ mod tests {
             tx
         });
         let started = Instant::now();
-        let b = Batch::gather(
+        let b = gather(
             &rx,
             first,
             waited,
             &Pace::default(),
             Duration::from_secs(60),
-            &mut |_| {},
         );
         assert_eq!((b.groups.len(), b.callers, b.writes), (2, 1, 2));
         assert!(started.elapsed() < Duration::from_secs(30));
@@ -554,7 +546,7 @@ mod tests {
         let (first, waited) = next_job(&rx).unwrap();
         let started = Instant::now();
         let cap = Duration::from_millis(50);
-        let b = Batch::gather(&rx, first, waited, &Pace::default(), cap, &mut |_| {});
+        let b = gather(&rx, first, waited, &Pace::default(), cap);
         assert!(started.elapsed() >= cap);
         assert_eq!((b.groups.len(), b.callers), (2, 0));
         assert!(b.after.is_none());
@@ -568,17 +560,27 @@ mod tests {
         tx.send(Job::Call(Box::new(|_| {}))).unwrap();
         let (first, waited) = next_job(&rx).unwrap();
         let started = Instant::now();
-        let b = Batch::gather(
+        let b = gather(
             &rx,
             first,
             waited,
             &Pace::default(),
             Duration::from_secs(60),
-            &mut |_| {},
         );
         assert!(started.elapsed() < Duration::from_secs(30));
         assert_eq!((b.groups.len(), b.callers), (1, 0));
         assert!(matches!(b.after, Some(Job::Call(_))));
+    }
+
+    /// A batch gathered with nothing applied as it comes.
+    fn gather(
+        rx: &mpsc::Receiver<Job>,
+        first: Job,
+        waited: bool,
+        pace: &Pace,
+        cap: Duration,
+    ) -> Batch {
+        Batch::gather(rx, first, waited, pace, cap, &mut |_| {})
     }
 
     fn send_writes(tx: &mpsc::Sender<Job>, writes: Vec<Write>) -> oneshot::Receiver<Committed> {

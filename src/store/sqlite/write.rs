@@ -24,8 +24,9 @@ impl Sqlite {
         Ok(())
     }
 
-    /// Group commit: apply several independent batches in one transaction, each batch
-    /// atomic on its own, so one bad batch fails alone (`Groups`).
+    /// Group commit of `groups` at once, for this module's unit tests: the daemon and
+    /// every other caller go through `Store::write_groups` (`GroupCommit`).
+    #[cfg(test)]
     pub fn write_groups(
         &mut self,
         groups: &[Vec<Write>],
