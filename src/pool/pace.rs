@@ -5,8 +5,9 @@
 //! A pair used at `t` says something until `t + interval` and its last lease's end (or
 //! while it remembers a slow-down); after that it is forgotten when its host's table is
 //! next tidied (`Host::tidy`). Hosts are kept in least-recently-used order; past
-//! `max_hosts` hosts or `max_pairs` pairs the least recently used host is forgotten whole
-//! (`dropped` counts them).
+//! `max_hosts` hosts the least recently used host is forgotten whole (`dropped` counts
+//! them); past `max_pairs` pairs hosts first forget, in turn, what says nothing any more,
+//! and only live pairs filling the cap make hosts go (`Pace::evict`).
 //!
 //! A lease finds its host once (`visit`: one hash lookup) and does everything else from
 //! the handle it gets (`HostRef`: a slot in the slab of hosts and that slot's
@@ -86,6 +87,15 @@ struct Link {
     next: u32,
 }
 
+/// Hosts tidied in turn past `max_pairs` (`Pace::evict`): where the next one is looked
+/// for, and how many were tidied, and pairs freed, since the round began.
+#[derive(Default)]
+struct Round {
+    cursor: usize,
+    hosts: usize,
+    freed: usize,
+}
+
 /// The pacing state of one pool.
 pub(super) struct Pace {
     cfg: Option<PaceConfig>,
@@ -105,6 +115,10 @@ pub(super) struct Pace {
     max_hosts: usize,
     max_pairs: usize,
     dropped: u64,
+    /// Hosts tidied to stay within `max_pairs`, ever.
+    tidied: u64,
+    /// The round of hosts tidied past `max_pairs` so far.
+    round: Round,
     /// Leases answered `paced`, ever.
     refused: u64,
     origin: Instant,
@@ -141,6 +155,8 @@ impl Pace {
             max_hosts: max_hosts.max(1),
             max_pairs: max_pairs.max(1),
             dropped: 0,
+            tidied: 0,
+            round: Round::default(),
             refused: 0,
             origin,
         }
@@ -384,7 +400,7 @@ impl Pace {
         if counted {
             p.in_flight = p.in_flight.saturating_add(1);
         }
-        self.settle(r.slot, added);
+        self.settle(r.slot, added, now);
         // Without an in-flight cap a lease's end readies nothing: it is not told.
         counted.then_some(r)
     }
@@ -438,7 +454,7 @@ impl Pace {
         if widened {
             self.widened += 1;
         }
-        self.settle(r.slot, added);
+        self.settle(r.slot, added, at);
         Some(Slowed {
             spacing: Duration::from_millis(spacing),
             until: Duration::from_millis(until - at),
@@ -483,25 +499,70 @@ impl Pace {
         }
     }
 
-    /// Count a pair `Host::pair` added to slot `keep` (less those its tidying forgot), and
-    /// stay within the caps.
-    fn settle(&mut self, keep: u32, added: Option<usize>) {
+    /// Count a pair `Host::pair` added to slot `keep` at `now` (less those its tidying
+    /// forgot), and stay within the caps.
+    fn settle(&mut self, keep: u32, added: Option<usize>, now: u64) {
         if let Some(gone) = added {
             self.pairs = self.pairs + 1 - gone;
-            self.evict(keep);
+            self.evict(keep, now);
         }
     }
 
-    /// Forget least recently used hosts (never slot `keep`, just used) past the caps.
-    fn evict(&mut self, keep: u32) {
-        while self.index.len() > self.max_hosts || self.pairs > self.max_pairs {
-            let last = self.tail;
-            if last == NIL || last == keep {
-                // The only host left: keep it whole.
-                return;
+    /// Stay within the caps, never dropping slot `keep` (just used). Past `max_hosts`, the
+    /// least recently used hosts go whole. Past `max_pairs`, hosts first forget their
+    /// pairs that say nothing any more: a host's table is tidied only when it fills, so
+    /// such pairs can fill the cap while the live ones are far fewer, and dropping a host
+    /// then would forget pairs still spacing its uses. One host is tidied per new pair
+    /// past the cap, the hosts taken in turn (no lease waits for a pass over them all, so
+    /// the cap may be passed by a pair or two per host meanwhile); when a whole round
+    /// of them freed less than a quarter of the cap, the live pairs fill the rest and
+    /// least recently used hosts go whole, down to three quarters of it.
+    fn evict(&mut self, keep: u32, now: u64) {
+        while self.index.len() > self.max_hosts && self.drop_least_recent(keep) {}
+        if self.pairs <= self.max_pairs {
+            return;
+        }
+        self.tidy_next(now);
+        if self.round.hosts >= self.index.len() {
+            if self.round.freed * 4 < self.max_pairs {
+                let low = self.max_pairs - self.max_pairs / 4;
+                while self.pairs > low && self.drop_least_recent(keep) {}
             }
-            self.remove_slot(last);
-            self.dropped += 1;
+            self.round = Round::default();
+        }
+    }
+
+    /// Forget the least recently used host, unless it is `keep` (the only one left, or
+    /// the one just used: kept whole). Whether one went.
+    fn drop_least_recent(&mut self, keep: u32) -> bool {
+        let last = self.tail;
+        if last == NIL || last == keep {
+            return false;
+        }
+        self.remove_slot(last);
+        self.dropped += 1;
+        true
+    }
+
+    /// The next held host in slot order forgets its pairs that say nothing at `now`
+    /// (`Pair::holds`).
+    fn tidy_next(&mut self, now: u64) {
+        for _ in 0..self.slots.len() {
+            let i = self.round.cursor % self.slots.len();
+            self.round.cursor = i + 1;
+            let s = &mut self.slots[i];
+            // A free slot's name is empty; a held host's never is.
+            if s.name.is_empty() {
+                continue;
+            }
+            let before = s.host.pairs.len();
+            s.host.pairs.retain(|p| p.holds(now), |_| 0);
+            let freed = before - s.host.pairs.len();
+            self.pairs -= freed;
+            self.round.freed += freed;
+            self.round.hosts += 1;
+            self.tidied += 1;
+            return;
         }
     }
 

@@ -344,15 +344,75 @@ fn idle_pairs_are_forgotten_and_hosts_are_bounded() {
         p.pair(SHOP, 2, t0).is_none(),
         "shop.example was the least recent"
     );
-    // Pairs past the cap: whole hosts go.
+    // Live pairs past the cap: once a round of hosts has freed nothing, whole hosts go.
     let mut q = Pace::new(Some(pace(1000, 0, false)), 100, 3, t0);
     for id in 0..3 {
         q.record_named(SHOP, id, t0);
     }
     q.record_named(OTHER, 9, t0);
-    assert_eq!((q.hosts(), q.pairs(), q.dropped()), (1, 1, 1));
+    assert_eq!(
+        (q.hosts(), q.pairs(), q.dropped()),
+        (2, 4, 0),
+        "SHOP tidied"
+    );
+    q.record_named(OTHER, 10, t0);
+    assert_eq!(
+        (q.hosts(), q.pairs(), q.dropped()),
+        (1, 2, 1),
+        "a round freed nothing"
+    );
     q.remove_endpoint(9);
+    q.remove_endpoint(10);
     assert_eq!(q.pairs(), 0);
+}
+
+/// Pairs that say nothing any more count towards `max_pairs` until a tidy: past the cap
+/// hosts forget them first, in turn, and hosts are dropped only when the live pairs fill
+/// the cap. (Dropping a host forgets its pairs, so its next uses would not be spaced.)
+#[test]
+fn past_the_pair_cap_idle_pairs_go_before_any_host() {
+    let t0 = Instant::now();
+    let ms = |n| t0 + Duration::from_millis(n);
+    let mut p = Pace::new(Some(pace(1000, 0, false)), 100, 100, t0);
+    for id in 0..60 {
+        p.record_named(SHOP, id, t0);
+    }
+    // At 2 s SHOP's pairs are ready and idle; OTHER's 60 new ones pass the cap of 100.
+    for id in 0..60 {
+        p.record_named(OTHER, id, ms(2000));
+    }
+    assert_eq!((p.hosts(), p.pairs(), p.dropped(), p.tidied), (2, 60, 0, 1));
+    for id in 0..60 {
+        assert_eq!(p.pair(OTHER, id, ms(2000)), Some((1000, 0, 0)), "{id} kept");
+    }
+    // Live pairs past the cap: once a round of hosts frees too little, the least recently
+    // used go (SHOP, holding nothing, then OTHER), down to three quarters of the cap.
+    let mut id = 0;
+    while p.dropped() < 2 {
+        p.record_named("third.example", id, ms(2000));
+        assert!(p.pairs() <= 100 + 2 * 3, "{} pairs held", p.pairs());
+        id += 1;
+        assert!(id < 100, "never dropped");
+    }
+    assert!(p.pair(OTHER, 0, ms(2000)).is_none(), "OTHER dropped");
+    assert_eq!(p.pairs(), id as usize);
+    assert!(p.pairs() <= 75 + 1, "{}", p.pairs());
+    assert_eq!(
+        p.pair("third.example", id - 1, ms(2000)),
+        Some((1000, 0, 0))
+    );
+    // Each new pair past the cap tidies one host at most, whatever the hosts.
+    let mut q = Pace::new(Some(pace(1, 0, false)), 65_536, 100, t0);
+    for i in 0..10_000u64 {
+        q.record_named(
+            &format!("h{}.example", i % 500),
+            i as EndpointId,
+            ms(10 * i),
+        );
+        assert!(q.tidied <= i + 1);
+    }
+    assert!(q.pairs() <= 100 + 2 * 500, "{}", q.pairs());
+    assert_eq!(q.dropped(), 0, "nothing live was ever over the cap");
 }
 
 #[test]
