@@ -15,15 +15,13 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use proxypool::config::{Config, Durability, PoolConfig};
+use proxypool::config::{Durability, PoolConfig};
 use proxypool::event_kind::EventKind;
 use proxypool::health::{Reason, State};
-use proxypool::pool::engine::Engine;
+use proxypool::pool::engine::EngineOptions;
 use proxypool::pool::{Pools, Want};
-use proxypool::server::{self, Handler};
 use proxypool::store::pairs::{PairRecord, PairWrite};
 use proxypool::store::{NewEndpoint, NewEvent, Store};
 use support::Conn;
@@ -136,34 +134,12 @@ async fn drive(path: PathBuf, dest: Option<&'static str>) -> (f64, u64) {
 }
 
 fn start_daemon(store: Store, sock: PathBuf) -> CancellationToken {
-    let token = CancellationToken::new();
-    let tok = token.clone();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(async move {
-                let engine = Engine::open(store, [pool_config()]).unwrap();
-                assert_eq!(
-                    engine.pair_bans("default"),
-                    BANNED_FOR_D + OTHER_DESTS * OTHER_PER_DEST
-                );
-                tokio::spawn(engine.clone().run_timer(tok.clone().cancelled_owned()));
-                let l = server::bind_unix(&sock).await.unwrap();
-                let h = Arc::new(Handler::new(
-                    engine,
-                    Arc::new(Config::default()),
-                    Default::default(),
-                ));
-                tx.send(()).unwrap();
-                server::run(l, h, tok).await;
-            });
-    });
-    rx.recv().unwrap();
-    token
+    let d = support::daemon_on(store, sock, pool_config(), EngineOptions::default());
+    assert_eq!(
+        d.engine.pair_bans("default"),
+        BANNED_FOR_D + OTHER_DESTS * OTHER_PER_DEST
+    );
+    d.token
 }
 
 /// In process: lease+release per second on `Pools` alone, single thread.

@@ -25,11 +25,18 @@
 //! without, over the pairs held. Cells alternate over several rounds and the best round of
 //! each is kept: the machine may be shared and noisy.
 //!
-//! Run: `cargo bench --bench selection` (`-- WORD`: only the cells whose name holds WORD,
-//! for a profile of one; the ratios then need both of their cells).
+//! A second table (`selection/socket.rs`) measures the first three ratios through the
+//! lease socket, where a scraper leases: the same choices with the socket's own work
+//! around them.
+//!
+//! Run: `cargo bench --bench selection` (`-- socket`: only the socket table; `-- WORD`:
+//! only the in-process cells whose name holds WORD, for a profile of one; the ratios then
+//! need both of their cells).
 
 #[path = "../tests/common/counting.rs"]
 mod counting;
+#[path = "selection/socket.rs"]
+mod socket;
 mod support;
 
 use std::time::{Duration, Instant, SystemTime};
@@ -234,6 +241,11 @@ fn main() {
         ),
     ];
     let only: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with("--"));
+    if only.as_deref() == Some("socket") {
+        let dir = tempfile::tempdir().unwrap();
+        socket::table(dir.path(), ENDPOINTS, HOSTS, pace);
+        return;
+    }
     if let Some(word) = &only {
         let mut cells = cells;
         cells.retain(|(n, _, _)| n.contains(word.as_str()));
@@ -302,4 +314,7 @@ fn main() {
         bytes,
         "<= 64"
     );
+    drop(cells);
+    let dir = tempfile::tempdir().unwrap();
+    socket::table(dir.path(), ENDPOINTS, HOSTS, pace);
 }

@@ -29,10 +29,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use proxypool::config::{Config, Durability, PoolConfig};
+use proxypool::config::{Durability, PoolConfig};
 use proxypool::pool::engine::{CommitCounts, Engine, EngineOptions};
-use proxypool::server::{self, Handler};
-use proxypool::store::{NewEndpoint, Store};
 use support::Conn;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
@@ -261,31 +259,17 @@ fn start_daemon_engine(
     opts: EngineOptions,
     durability: Durability,
 ) -> (PathBuf, CancellationToken, Arc<Engine>) {
-    let slot = Arc::new(std::sync::OnceLock::new());
-    let slot2 = slot.clone();
-    let mut store = Store::open_with(&dir.join(format!("{name}.db")), durability).unwrap();
-    let eps: Vec<NewEndpoint> = support::endpoints(n, "socks5h", 1080);
-    store.add_endpoints(&eps).unwrap();
-    let sock = dir.join(format!("{name}.sock"));
-    let token = CancellationToken::new();
-    let (sock2, tok2) = (sock.clone(), token.clone());
-    on_own_runtime(move |ready| async move {
-        // 200 ms cooldowns: failure reports keep cycling endpoints through
-        // cooling -> probe_allowed -> trial, every report a persisted transition.
-        let engine = Engine::open_with(store, [pool_config(200)], opts).unwrap();
-        let _ = slot2.set(engine.clone());
-        tokio::spawn(engine.clone().run_timer(tok2.clone().cancelled_owned()));
-        let l = server::bind_unix(&sock2).await.unwrap();
-        let h = Arc::new(Handler::new(
-            engine,
-            Arc::new(Config::default()),
-            Default::default(),
-        ));
-        ready.send(()).unwrap();
-        server::run(l, h, tok2).await;
-    });
-    let engine = slot.get().expect("set before ready").clone();
-    (sock, token, engine)
+    // 200 ms cooldowns: failure reports keep cycling endpoints through
+    // cooling -> probe_allowed -> trial, every report a persisted transition.
+    let d = support::daemon(
+        dir,
+        name,
+        &support::endpoints(n, "socks5h", 1080),
+        pool_config(200),
+        opts,
+        durability,
+    );
+    (d.sock, d.token, d.engine)
 }
 
 /// What the commits between two readings carried: per commit, callers answered, groups
@@ -321,26 +305,6 @@ fn commit_sizes_text(before: &CommitCounts, after: &CommitCounts) -> String {
         (after.writes - before.writes) as f64 / commits,
         shown.join(" ")
     )
-}
-
-/// Run a server on its own 1-thread runtime; returns once it says it is ready.
-fn on_own_runtime<F, Fut>(server: F)
-where
-    F: FnOnce(std::sync::mpsc::Sender<()>) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()>,
-{
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            // Named apart from the client's threads, for `perf report --sort comm`.
-            .thread_name("server")
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(server(tx));
-    });
-    rx.recv().unwrap();
 }
 
 /// Lease+release at 8 connections, metrics on vs off: rounds interleaved so that a
@@ -430,7 +394,7 @@ fn rounds_text(v: &[f64]) -> String {
 fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
     let echo_path = dir.join("floor-echo.sock");
     let p = echo_path.clone();
-    on_own_runtime(move |ready| async move {
+    support::on_own_runtime(move |ready| async move {
         let l = UnixListener::bind(&p).unwrap();
         ready.send(()).unwrap();
         echo_server(l).await;
@@ -439,7 +403,7 @@ fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
     let x: &'static Exchange = Box::leak(Box::new(client.block_on(Exchange::record(&daemon))));
     let replay_path = dir.join("floor-replay.sock");
     let p = replay_path.clone();
-    on_own_runtime(move |ready| async move {
+    support::on_own_runtime(move |ready| async move {
         let l = UnixListener::bind(&p).unwrap();
         ready.send(()).unwrap();
         replay_server(l, x).await;
@@ -666,7 +630,7 @@ fn main() {
     }
     let echo_path = dir.path().join("echo.sock");
     let p = echo_path.clone();
-    on_own_runtime(move |ready| async move {
+    support::on_own_runtime(move |ready| async move {
         let l = UnixListener::bind(&p).unwrap();
         ready.send(()).unwrap();
         echo_server(l).await;

@@ -1,13 +1,19 @@
-//! What several benches share: a JSON-lines socket client and synthetic endpoints.
+//! What several benches share: a JSON-lines socket client, synthetic endpoints, and a
+//! daemon on a runtime of its own.
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use proxypool::config::{Config, Durability, PoolConfig};
 use proxypool::endpoint::ProxyUrl;
 use proxypool::health::State;
-use proxypool::store::NewEndpoint;
+use proxypool::pool::engine::{Engine, EngineOptions};
+use proxypool::server::{self, Handler};
+use proxypool::store::{NewEndpoint, Store};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
+use tokio_util::sync::CancellationToken;
 
 /// One connection to the lease socket, a request line at a time.
 pub struct Conn {
@@ -53,4 +59,73 @@ pub fn endpoints(n: usize, scheme: &str, port: u16) -> Vec<NewEndpoint> {
             tags: Default::default(),
         })
         .collect()
+}
+
+/// A daemon (engine + lease socket server) on a runtime thread of its own, as `proxypool
+/// serve` runs it.
+pub struct Daemon {
+    pub sock: PathBuf,
+    pub token: CancellationToken,
+    pub engine: Arc<Engine>,
+}
+
+/// Start a daemon named `name` under `dir` holding `endpoints` in one pool, `pool`.
+pub fn daemon(
+    dir: &Path,
+    name: &str,
+    endpoints: &[NewEndpoint],
+    pool: PoolConfig,
+    opts: EngineOptions,
+    durability: Durability,
+) -> Daemon {
+    let mut store = Store::open_with(&dir.join(format!("{name}.db")), durability).unwrap();
+    store.add_endpoints(endpoints).unwrap();
+    daemon_on(store, dir.join(format!("{name}.sock")), pool, opts)
+}
+
+/// Start a daemon on `store` (opened and filled by the caller), serving `sock`.
+pub fn daemon_on(store: Store, sock: PathBuf, pool: PoolConfig, opts: EngineOptions) -> Daemon {
+    let slot = Arc::new(std::sync::OnceLock::new());
+    let slot2 = slot.clone();
+    let token = CancellationToken::new();
+    let (sock2, tok2) = (sock.clone(), token.clone());
+    on_own_runtime(move |ready| async move {
+        let engine = Engine::open_with(store, [pool], opts).unwrap();
+        let _ = slot2.set(engine.clone());
+        tokio::spawn(engine.clone().run_timer(tok2.clone().cancelled_owned()));
+        let l = server::bind_unix(&sock2).await.unwrap();
+        let h = Arc::new(Handler::new(
+            engine,
+            Arc::new(Config::default()),
+            Default::default(),
+        ));
+        ready.send(()).unwrap();
+        server::run(l, h, tok2).await;
+    });
+    let engine = slot.get().expect("set before ready").clone();
+    Daemon {
+        sock,
+        token,
+        engine,
+    }
+}
+
+/// Run a server on its own 1-thread runtime; returns once it says it is ready.
+pub fn on_own_runtime<F, Fut>(server: F)
+where
+    F: FnOnce(std::sync::mpsc::Sender<()>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            // Named apart from the client's threads, for `perf report --sort comm`.
+            .thread_name("server")
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(server(tx));
+    });
+    rx.recv().unwrap();
 }
