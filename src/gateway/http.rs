@@ -111,11 +111,15 @@ async fn answer(shared: Arc<Shared>, req: Request<Incoming>, slot: Slot) -> Resp
             return text(StatusCode::BAD_REQUEST, "bad_request", &e.to_string())
         }
     };
+    // Each path's future is boxed where it is chosen: the state of a tunnel's dial and of
+    // a forwarded exchange run to kilobytes, and unboxed they would size this future, and
+    // so the one hyper boxes for every request, as the larger of both, copied whole at
+    // every move.
     if req.method() == Method::CONNECT {
-        return connect(shared, req, routing, slot).await;
+        return Box::pin(connect(shared, req, routing, slot)).await;
     }
     match req.uri().scheme_str() {
-        Some("http") => super::forward::forward(shared, req, routing).await,
+        Some("http") => Box::pin(super::forward::forward(shared, req, routing)).await,
         Some(_) => text(
             StatusCode::BAD_REQUEST,
             "bad_request",

@@ -62,6 +62,11 @@ impl LeaseGuard {
         &self.proxy
     }
 
+    /// The series of the pool that served it.
+    pub(super) fn metrics(&self) -> Option<&PoolMetrics> {
+        self.metrics.as_ref()
+    }
+
     /// What to report when the use ends. The first outcome set is the attempt's, counted
     /// now (a tunnel's success when it is established, not hours later when it closes); a
     /// later one (a response body that breaks off) changes the report only.

@@ -375,7 +375,7 @@ impl Upstream {
         let to = Counter {
             engine: Some(self.engine.clone()),
             endpoint: guard.endpoint(),
-            pool: self.engine.pool_metrics(guard.pool()),
+            pool: guard.metrics().cloned(),
         };
         d.io = Box::new(Counted::new(d.io, to));
         Ok(d)
