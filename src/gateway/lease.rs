@@ -22,7 +22,7 @@ pub(super) struct LeaseGuard {
     pool: String,
     proxy: ProxyUrl,
     outcome: Option<Outcome>,
-    /// `proxypool_gateway_upstream_attempts_total` of the lease's pool.
+    /// The series of the pool that served the lease (upstream attempts, bytes relayed).
     metrics: Option<PoolMetrics>,
     counted: bool,
 }

@@ -4,10 +4,11 @@
 //!
 //! A pair used at `t` says something until `t + interval` and its last lease's end (or
 //! while it remembers a slow-down); after that it is forgotten when its host's table is
-//! next tidied (`Host::tidy`). Hosts are kept in least-recently-used order; past
-//! `max_hosts` hosts the least recently used host is forgotten whole (`dropped` counts
-//! them); past `max_pairs` pairs hosts first forget, in turn, what says nothing any more,
-//! and only live pairs filling the cap make hosts go (`Pace::evict`).
+//! next tidied (`Host::tidy`, or `Pace::tidy_next` past the pair cap). Hosts are kept in
+//! least-recently-used order; past `max_hosts` hosts the least recently used host is
+//! forgotten whole (`dropped` counts them); past `max_pairs` pairs hosts first forget, in
+//! turn, what says nothing any more, and only live pairs past the cap make hosts go
+//! (`Pace::evict`).
 //!
 //! A lease finds its host once (`visit`: one hash lookup) and does everything else from
 //! the handle it gets (`HostRef`: a slot in the slab of hosts and that slot's
@@ -88,7 +89,7 @@ struct Link {
 }
 
 /// Hosts tidied in turn past `max_pairs` (`Pace::evict`): where the next one is looked
-/// for, and how many were tidied, and pairs freed, since the round began.
+/// for, and the hosts tidied and pairs freed in the round so far.
 #[derive(Default)]
 struct Round {
     cursor: usize,
@@ -115,8 +116,6 @@ pub(super) struct Pace {
     max_hosts: usize,
     max_pairs: usize,
     dropped: u64,
-    /// Hosts tidied to stay within `max_pairs`, ever.
-    tidied: u64,
     /// The round of hosts tidied past `max_pairs` so far.
     round: Round,
     /// Leases answered `paced`, ever.
@@ -155,7 +154,6 @@ impl Pace {
             max_hosts: max_hosts.max(1),
             max_pairs: max_pairs.max(1),
             dropped: 0,
-            tidied: 0,
             round: Round::default(),
             refused: 0,
             origin,
@@ -512,23 +510,28 @@ impl Pace {
     /// least recently used hosts go whole. Past `max_pairs`, hosts first forget their
     /// pairs that say nothing any more: a host's table is tidied only when it fills, so
     /// such pairs can fill the cap while the live ones are far fewer, and dropping a host
-    /// then would forget pairs still spacing its uses. One host is tidied per new pair
-    /// past the cap, the hosts taken in turn (no lease waits for a pass over them all, so
-    /// the cap may be passed by a pair or two per host meanwhile); when a whole round
-    /// of them freed less than a quarter of the cap, the live pairs fill the rest and
-    /// least recently used hosts go whole, down to three quarters of it.
+    /// for them would forget pairs still spacing its uses. Each new pair past the cap
+    /// tidies one host, the hosts taken in turn (no lease waits for a pass over them all,
+    /// so the count may pass the cap by up to one pair per host meanwhile). Only when a
+    /// whole round of hosts, all past the cap, freed less than a quarter of it, and the
+    /// count is still past it, do least recently used hosts go whole, down to three
+    /// quarters of the cap.
     fn evict(&mut self, keep: u32, now: u64) {
         while self.index.len() > self.max_hosts && self.drop_least_recent(keep) {}
         if self.pairs <= self.max_pairs {
+            // A round counts only tidies made past the cap, one after another.
+            self.round.hosts = 0;
+            self.round.freed = 0;
             return;
         }
-        self.tidy_next(now);
+        self.tidy_next(keep, now);
         if self.round.hosts >= self.index.len() {
-            if self.round.freed * 4 < self.max_pairs {
+            if self.round.freed * 4 < self.max_pairs && self.pairs > self.max_pairs {
                 let low = self.max_pairs - self.max_pairs / 4;
                 while self.pairs > low && self.drop_least_recent(keep) {}
             }
-            self.round = Round::default();
+            self.round.hosts = 0;
+            self.round.freed = 0;
         }
     }
 
@@ -544,9 +547,11 @@ impl Pace {
         true
     }
 
-    /// The next held host in slot order forgets its pairs that say nothing at `now`
-    /// (`Pair::holds`).
-    fn tidy_next(&mut self, now: u64) {
+    /// The next held host in slot order forgets its pairs that say nothing at `now`; a
+    /// host left with none is let go (not counted as dropped: nothing it held is lost,
+    /// and no lease holds its handle, since a pair in flight says something), unless it
+    /// is `keep`.
+    fn tidy_next(&mut self, keep: u32, now: u64) {
         for _ in 0..self.slots.len() {
             let i = self.round.cursor % self.slots.len();
             self.round.cursor = i + 1;
@@ -555,13 +560,14 @@ impl Pace {
             if s.name.is_empty() {
                 continue;
             }
-            let before = s.host.pairs.len();
-            s.host.pairs.retain(|p| p.holds(now), |_| 0);
-            let freed = before - s.host.pairs.len();
+            let freed = s.host.forget_idle(now);
+            let empty = s.host.pairs.is_empty();
             self.pairs -= freed;
             self.round.freed += freed;
             self.round.hosts += 1;
-            self.tidied += 1;
+            if empty && i as u32 != keep {
+                self.remove_slot(i as u32);
+            }
             return;
         }
     }

@@ -92,6 +92,13 @@ impl Host {
         }
     }
 
+    /// Forget the pairs that say nothing at `now`; how many went.
+    pub(super) fn forget_idle(&mut self, now: u64) -> usize {
+        let before = self.pairs.len();
+        self.pairs.retain(|p| p.holds(now), |_| 0);
+        before - self.pairs.len()
+    }
+
     /// Before a new pair goes in: when the table is full, forget the pairs that say
     /// nothing any more; when that frees less than a quarter, double the table, so that
     /// a pass over C pairs comes at most once per C/4 new ones. Returns how many went.

@@ -191,6 +191,10 @@ impl<V: Copy + Default> IdTable<V> {
             .filter(|s| s.0 != VACANT && keep(&s.1))
             .count();
         let more = room(kept + usize::from(self.odd.is_some()));
+        if kept == self.used && kept + more <= self.capacity() {
+            // Nothing goes and nothing must grow: no rebuild.
+            return;
+        }
         self.rebuild(kept + more, keep);
     }
 
