@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use proxypool::config::{Durability, PoolConfig};
 use proxypool::pool::engine::{CommitCounts, Engine, EngineOptions};
-use support::Conn;
+use support::{median, Conn};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
@@ -356,16 +356,6 @@ fn metrics_comparison(dir: &Path, client: &tokio::runtime::Runtime) {
 
 /// Rounds of the floors table: each row runs once per round, rows alternating order.
 const FLOOR_ROUNDS: usize = 3;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
 
 /// Runs each of `cells` once per round, A B A B ..., the order flipped every other round;
 /// returns each cell's rates, in round order.

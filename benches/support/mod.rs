@@ -129,3 +129,14 @@ where
     });
     rx.recv().unwrap();
 }
+
+/// The median of `v` (the mean of the middle two for an even count).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
