@@ -268,10 +268,18 @@ impl ProxyUrl {
     /// Parse `scheme://[user[:password]@]host:port`.
     pub fn parse(input: &str) -> Result<Self, EndpointError> {
         let input = input.trim();
+        // An error names the input with its password hidden. That copy is made only when
+        // there is an error to name: a valid URL (every line of an import, the gateway's
+        // lease on every request) is parsed without it, and an invalid one parsed again.
+        ProxyUrl::parse_naming(input, String::new())
+            .or_else(|_| ProxyUrl::parse_naming(input, redact_raw(input)))
+    }
+
+    /// [`ProxyUrl::parse`] of a trimmed `input`, its errors naming it as `red`.
+    fn parse_naming(input: &str, red: String) -> Result<Self, EndpointError> {
         if input.is_empty() {
             return Err(EndpointError::Empty);
         }
-        let red = redact_raw(input);
         let (scheme, rest) = input
             .split_once("://")
             .ok_or_else(|| EndpointError::MissingScheme(red.clone()))?;
