@@ -123,14 +123,7 @@ async fn drive(path: PathBuf, dest: Option<&'static str>) -> (f64, u64) {
             (ops, bad)
         });
     }
-    let start = Instant::now();
-    let (mut ops, mut bad) = (0, 0);
-    while let Some(r) = set.join_next().await {
-        let (o, b) = r.unwrap();
-        ops += o;
-        bad += b;
-    }
-    (ops as f64 / start.elapsed().as_secs_f64(), bad)
+    support::rate_of(set).await
 }
 
 fn start_daemon(store: Store, sock: PathBuf) -> CancellationToken {

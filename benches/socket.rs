@@ -133,15 +133,7 @@ async fn drive(path: PathBuf, conns: usize, load: Load) -> (f64, f64, u64) {
             (ops, errs)
         });
     }
-    let start = Instant::now();
-    let (mut ops, mut errs) = (0, 0);
-    while let Some(r) = set.join_next().await {
-        let (o, e) = r.unwrap();
-        ops += o;
-        errs += e;
-    }
-    let secs = start.elapsed().as_secs_f64();
-    let rate = ops as f64 / secs;
+    let (rate, errs) = support::rate_of(set).await;
     (rate, conns as f64 * 1e6 / rate, errs)
 }
 

@@ -101,14 +101,7 @@ async fn drive(path: PathBuf, ask: Ask) -> (f64, u64) {
             (ops, errs)
         });
     }
-    let start = Instant::now();
-    let (mut ops, mut errs) = (0, 0);
-    while let Some(r) = set.join_next().await {
-        let (o, e) = r.unwrap();
-        ops += o;
-        errs += e;
-    }
-    (ops as f64 / start.elapsed().as_secs_f64(), errs)
+    support::rate_of(set).await
 }
 
 /// The socket table: rates, the ratios, and how much the binding cell binds.

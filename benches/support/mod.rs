@@ -140,3 +140,16 @@ pub fn median(mut v: Vec<f64>) -> f64 {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
+
+/// Wait for every client of `set`, each giving back (operations, errors): operations a
+/// second since the call, and errors summed.
+pub async fn rate_of(mut set: tokio::task::JoinSet<(u64, u64)>) -> (f64, u64) {
+    let start = std::time::Instant::now();
+    let (mut ops, mut errs) = (0, 0);
+    while let Some(r) = set.join_next().await {
+        let (o, e) = r.unwrap();
+        ops += o;
+        errs += e;
+    }
+    (ops as f64 / start.elapsed().as_secs_f64(), errs)
+}

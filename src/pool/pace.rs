@@ -97,6 +97,14 @@ struct Round {
     freed: usize,
 }
 
+impl Round {
+    /// A new round from where the last one stopped.
+    fn restart(&mut self) {
+        self.hosts = 0;
+        self.freed = 0;
+    }
+}
+
 /// The pacing state of one pool.
 pub(super) struct Pace {
     cfg: Option<PaceConfig>,
@@ -520,8 +528,7 @@ impl Pace {
         while self.index.len() > self.max_hosts && self.drop_least_recent(keep) {}
         if self.pairs <= self.max_pairs {
             // A round counts only tidies made past the cap, one after another.
-            self.round.hosts = 0;
-            self.round.freed = 0;
+            self.round.restart();
             return;
         }
         self.tidy_next(keep, now);
@@ -530,8 +537,7 @@ impl Pace {
                 let low = self.max_pairs - self.max_pairs / 4;
                 while self.pairs > low && self.drop_least_recent(keep) {}
             }
-            self.round.hosts = 0;
-            self.round.freed = 0;
+            self.round.restart();
         }
     }
 

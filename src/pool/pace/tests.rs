@@ -85,6 +85,18 @@ fn pace(interval: u64, in_flight: u32, slow_down: bool) -> PaceConfig {
     }
 }
 
+/// `cfg` with `host` spaced by `interval` ms of its own.
+fn spaced_site(mut cfg: PaceConfig, host: &str, interval: u64) -> PaceConfig {
+    cfg.sites.insert(
+        host.into(),
+        SiteRule {
+            interval: Some(Duration::from_millis(interval)),
+            in_flight: None,
+        },
+    );
+    cfg
+}
+
 fn check(p: &mut Pace, host: &str, id: EndpointId, t: Instant) -> Want {
     let base = p.origin;
     p.prepare_named(host, t);
@@ -374,14 +386,7 @@ fn past_the_pair_cap_idle_pairs_go_before_any_host() {
     let t0 = Instant::now();
     let ms = |n| t0 + Duration::from_millis(n);
     // SHOP spaces uses by 1 s, OTHER by 100 ms.
-    let mut cfg = pace(1000, 0, false);
-    cfg.sites.insert(
-        OTHER.into(),
-        SiteRule {
-            interval: Some(Duration::from_millis(100)),
-            in_flight: None,
-        },
-    );
+    let cfg = spaced_site(pace(1000, 0, false), OTHER, 100);
     let mut p = Pace::new(Some(cfg), 100, 100, t0);
     for id in 0..60 {
         p.record_named(SHOP, id, t0);
@@ -598,14 +603,7 @@ fn nothing_is_looked_up_where_nothing_binds() {
     assert_eq!(p.record(v, SHOP, 1, at), None, "no cap: nothing to count");
     assert_eq!(p.pair(SHOP, 1, at), Some((2000, 0, 1)));
     // A site that binds makes the pool look up every host.
-    let mut cfg = pace(0, 0, false);
-    cfg.sites.insert(
-        SHOP.into(),
-        SiteRule {
-            interval: Some(Duration::from_secs(1)),
-            in_flight: None,
-        },
-    );
+    let cfg = spaced_site(pace(0, 0, false), SHOP, 1000);
     let mut s = Pace::new(Some(cfg), 10, 10, t0);
     assert_eq!(s.visit(OTHER, t0), Visit::Fresh);
     assert_eq!(
