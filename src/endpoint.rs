@@ -85,10 +85,9 @@ impl fmt::Display for Scheme {
 impl FromStr for Scheme {
     type Err = EndpointError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let lower = s.to_ascii_lowercase();
         Scheme::ALL
             .into_iter()
-            .find(|sc| sc.as_str() == lower)
+            .find(|sc| sc.as_str().eq_ignore_ascii_case(s))
             .ok_or_else(|| EndpointError::UnknownScheme(s.to_string()))
     }
 }
@@ -156,10 +155,28 @@ pub struct ProxyUrl {
 /// Redact the password of a URL-looking string for error messages, without parsing it fully.
 pub fn redact_raw(input: &str) -> String {
     let Some(scheme_end) = input.find("://") else {
-        return redact_userinfo(input);
+        if input.contains('@') {
+            return redact_userinfo(input);
+        }
+        return redact_provider_form(input);
     };
     let (head, rest) = input.split_at(scheme_end + 3);
     format!("{head}{}", redact_userinfo(rest))
+}
+
+/// A line without a scheme or an '@' may be a provider's `host:port:user:password`: only
+/// `host:port` is kept (an IPv6 host in brackets whole), anything after it is `***`.
+fn redact_provider_form(input: &str) -> String {
+    let host_end = match input.strip_prefix('[') {
+        Some(rest) => rest.find(']').map_or(input.len(), |i| i + 2),
+        None => input.find(':').unwrap_or(input.len()),
+    };
+    let (host, rest) = input.split_at(host_end);
+    // `rest` is empty or starts at the ':' before the port.
+    match rest.get(1..).and_then(|r| r.find(':')) {
+        Some(i) => format!("{host}{}:***", &rest[..i + 1]),
+        None => input.to_string(),
+    }
 }
 
 fn redact_userinfo(rest: &str) -> String {
@@ -501,6 +518,29 @@ mod tests {
             ProxyUrl::parse("[::1]:80").unwrap_err(),
             EndpointError::MissingScheme("[::1]:80".into())
         );
+    }
+
+    #[test]
+    fn a_provider_line_without_a_scheme_keeps_only_host_and_port() {
+        for (line, shown) in [
+            ("10.0.0.1:8080:alice:pr0v1der", "10.0.0.1:8080:***"),
+            ("proxy.example:3128:alice:pa:ss", "proxy.example:3128:***"),
+            (
+                "[2001:db8::1]:8080:alice:pr0v1der",
+                "[2001:db8::1]:8080:***",
+            ),
+            ("10.0.0.1:8080", "10.0.0.1:8080"),
+            ("[::1]:80", "[::1]:80"),
+            ("proxy.example", "proxy.example"),
+            ("alice:pr0v1der@10.0.0.1:8080", "alice:***@10.0.0.1:8080"),
+        ] {
+            let e = ProxyUrl::parse(line).unwrap_err().to_string();
+            assert!(e.contains(&format!("{shown:?}")), "{line}: {e}");
+            assert!(
+                !e.contains("pr0v1der") && !e.contains("pa:ss"),
+                "{line}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -557,6 +557,20 @@ fn config_check_validates_a_file_without_a_daemon() {
             "[[pool]]\nname = \"eu\"\n[pool.probe]\nurl = \"ftp://x/\"\n",
             "ftp",
         ),
+        // What `serve` refuses before it listens: a reader's address off loopback with
+        // no token, and two listeners on one address.
+        (
+            "[server]\nhttp = \"0.0.0.0:9464\"\n",
+            "server.http: http address 0.0.0.0:9464 is not a loopback address: set PROXYPOOL_HTTP_TOKEN",
+        ),
+        (
+            "[[gateway]]\nlisten = \"127.0.0.1:18080\"\n[[gateway]]\nlisten = \"127.0.0.1:18080\"\n",
+            "gateway[1].listen: 127.0.0.1:18080 is already gateway[0]'s address",
+        ),
+        (
+            "[server]\nhttp = \"127.0.0.1:18081\"\n[[gateway]]\nlisten = \"127.0.0.1:18081\"\n",
+            "gateway[0].listen: 127.0.0.1:18081 is already server.http's address",
+        ),
     ] {
         write(text);
         let o = h.run(&["config", "check", "--config", &f]);
@@ -564,6 +578,14 @@ fn config_check_validates_a_file_without_a_daemon() {
         assert!(o.stderr.contains(want), "{text}: {}", o.stderr);
         assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
     }
+    // With the reader's token the same address passes, as `serve` would start.
+    write("[server]\nhttp = \"0.0.0.0:9464\"\n");
+    let o = run_env(
+        &h,
+        &["config", "check", "--config", &f],
+        &[("PROXYPOOL_HTTP_TOKEN", "a-reader-token-of-some-length")],
+    );
+    assert_eq!(o.code, Some(0), "{o:?}");
     // PROXYPOOL_CONFIG is the file too; none at all is an error saying where it looked.
     let o = run_env(
         &h,
@@ -670,6 +692,15 @@ fn probing_an_empty_pool_exits_like_a_dead_one() {
     let o = h.run(&["probe", "--pool", "eu"]);
     assert_eq!(o.code, Some(1), "{o:?}");
     assert!(o.stderr.contains("1 of 1 probes failed"), "{}", o.stderr);
+    // A pool with no probe target is bad usage, empty or not.
+    let o = h.run(&["probe", "--pool", "default"]);
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(
+        o.stderr
+            .contains("pool \"default\" has no [pool.probe] url"),
+        "{}",
+        o.stderr
+    );
 }
 
 const TWO_POOLS: &str = r#"

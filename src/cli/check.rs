@@ -31,7 +31,11 @@ pub(super) fn config_check(g: &Global) -> Result<(), CliError> {
         crate::dial::connector(g.ca_file.as_deref())
             .map_err(|e| CliError::usage(format!("gateway[{i}].ca_file: {e}")))?;
     }
-    ServeSecrets::read(&cfg.token_files, true)?;
+    let secrets = ServeSecrets::read(&cfg.token_files, true)?;
+    if let Some(addr) = cfg.http {
+        crate::web::check_bind(addr, secrets.http.as_deref())
+            .map_err(|e| CliError::usage(format!("server.http: {e}")))?;
+    }
     println!("{}", summary(&path, &cfg));
     Ok(())
 }

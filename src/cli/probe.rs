@@ -34,6 +34,15 @@ pub(super) async fn probe(
     // `--pool P` alone: a pool with nothing to probe is as unusable as a dead one, and
     // exits alike (1) instead of an empty table and 0.
     let whole_pool = pool.clone().filter(|_| targets.is_empty());
+    // A pool without a probe target is bad usage however many endpoints it has (none
+    // included): said before anything runs.
+    if let Some(p) = &whole_pool {
+        let probers =
+            probe_run::probers(&ctx.config).map_err(|e| CliError::usage(e.to_string()))?;
+        if !probers.contains_key(p) {
+            return Err(CliError::usage(probe_run::no_target(p)));
+        }
+    }
     let reports = match ctx.daemon().await? {
         Some(mut c) => {
             // The daemon owns the pool state: let it run the probes and apply the

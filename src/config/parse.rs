@@ -76,6 +76,20 @@ impl Config {
         }
         for (i, g) in raw.gateways.into_iter().enumerate() {
             let gw = file.gateway(i, g, &cfg.pools)?;
+            // Two listeners on one address: the second could never bind, and `config
+            // check` would pass a file `serve` fails on. Port 0 is a fresh port each time.
+            let taken = cfg
+                .gateways
+                .iter()
+                .position(|o| o.listen == gw.listen)
+                .map(|j| format!("gateway[{j}]"))
+                .or_else(|| (cfg.http == Some(gw.listen)).then(|| "server.http".to_string()));
+            if let Some(other) = taken.filter(|_| gw.listen.port() != 0) {
+                return Err(file.invalid(
+                    format!("gateway[{i}].listen"),
+                    format!("{} is already {other}'s address", gw.listen),
+                ));
+            }
             cfg.gateways.push(gw);
         }
         Ok(cfg)

@@ -61,17 +61,25 @@ impl Dest {
 
     /// `host:port` as CONNECT wants it (IPv6 in brackets).
     pub fn authority(&self) -> String {
-        if self.host.contains(':') {
-            format!("[{}]:{}", self.host, self.port)
-        } else {
-            format!("{}:{}", self.host, self.port)
-        }
+        self.to_string()
     }
 
     fn target_addr(&self) -> TargetAddr<'_> {
         match self.host.parse::<IpAddr>() {
             Ok(ip) => TargetAddr::Ip(SocketAddr::new(ip, self.port)),
             Err(_) => TargetAddr::Domain(Cow::Borrowed(self.host.as_str()), self.port),
+        }
+    }
+}
+
+/// The authority form, `host:port` (IPv6 in brackets): written straight into a request
+/// without a string of its own.
+impl std::fmt::Display for Dest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
         }
     }
 }

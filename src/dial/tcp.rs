@@ -25,24 +25,24 @@ pub(super) fn is_local_failure(e: &io::Error) -> bool {
 
 pub(super) async fn connect(proxy: &ProxyUrl) -> Result<QuickAck, DialFailure> {
     let phase = Phase::Connect;
-    let addrs: Vec<SocketAddr> =
-        match tokio::net::lookup_host((proxy.host.as_str(), proxy.port)).await {
-            Ok(a) => a.collect(),
-            Err(e) if is_local_failure(&e) => {
-                return Err(DialFailure::on_this_machine(
-                    phase,
-                    format!("resolving proxy host {:?}: {e}", proxy.host),
-                ))
-            }
-            Err(e) => {
-                return Err(DialFailure::new(
-                    Reason::DnsFailed,
-                    phase,
-                    format!("resolving proxy host {:?}: {e}", proxy.host),
-                ))
-            }
-        };
-    if addrs.is_empty() {
+    // Walked as resolved: an address literal (most proxies) costs no list.
+    let mut addrs = match tokio::net::lookup_host((proxy.host.as_str(), proxy.port)).await {
+        Ok(a) => a.peekable(),
+        Err(e) if is_local_failure(&e) => {
+            return Err(DialFailure::on_this_machine(
+                phase,
+                format!("resolving proxy host {:?}: {e}", proxy.host),
+            ))
+        }
+        Err(e) => {
+            return Err(DialFailure::new(
+                Reason::DnsFailed,
+                phase,
+                format!("resolving proxy host {:?}: {e}", proxy.host),
+            ))
+        }
+    };
+    if addrs.peek().is_none() {
         return Err(DialFailure::new(
             Reason::DnsFailed,
             phase,

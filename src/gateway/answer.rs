@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
-use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Response, StatusCode};
 
 use super::idle::Body;
@@ -11,12 +11,13 @@ use super::upstream::UpstreamError;
 use crate::endpoint::EndpointId;
 use crate::metrics::GatewayOutcome;
 
+// Names made once: a `&str` name outside the standard set is copied into every map.
 /// The response header naming the upstream endpoint id.
-pub const ENDPOINT_HEADER: &str = "x-proxypool-endpoint";
+pub const ENDPOINT_HEADER: HeaderName = HeaderName::from_static("x-proxypool-endpoint");
 /// The response header naming why the gateway itself answered with an error.
-pub const ERROR_HEADER: &str = "x-proxypool-error";
+pub const ERROR_HEADER: HeaderName = HeaderName::from_static("x-proxypool-error");
 /// The response header naming the pool that served the request (its `fallback`, maybe).
-pub const POOL_HEADER: &str = "x-proxypool-pool";
+pub const POOL_HEADER: HeaderName = HeaderName::from_static("x-proxypool-pool");
 
 pub(super) fn set_endpoint(h: &mut HeaderMap, endpoint: i64) {
     h.insert(ENDPOINT_HEADER, HeaderValue::from(endpoint));

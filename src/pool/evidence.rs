@@ -114,16 +114,14 @@ impl Pools {
         }
         // The target's pair takes any success (it is about reaching it); the host's ban
         // pair only an answer from the destination.
-        let mut keys = Vec::with_capacity(2);
-        keys.extend(on.target);
-        if proof == Proof::Answer {
-            keys.extend(on.host.filter(|h| Some(*h) != on.target));
-        }
+        let host = on
+            .host
+            .filter(|h| proof == Proof::Answer && Some(*h) != on.target);
         if let (Proof::Answer, Some(h)) = (proof, on.host) {
             // The host answered: a widened pacing narrows again.
             self.pools[pool].pace.success(h, id);
         }
-        for key in keys {
+        for key in [on.target, host].into_iter().flatten() {
             let (w, decided) = self.pair_input(pool, key, id, Ok(()), on.lease.clone(), now);
             out.writes.extend(w);
             out.pair_trial_decided |= decided && on.pair_trial == Some(key);

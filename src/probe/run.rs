@@ -56,7 +56,8 @@ pub fn probe_targets(
     }
 }
 
-fn no_target(pool: &str) -> String {
+/// Why `pool`'s endpoints cannot be probed (exit 2 on the CLI).
+pub fn no_target(pool: &str) -> String {
     format!(
         "pool {pool:?} has no [pool.probe] url, so its endpoints are never probed; \
          set one to probe them"

@@ -19,8 +19,9 @@ pub enum SocketFileError {
         /// What it is.
         kind: &'static str,
     },
-    /// A live daemon answers there.
-    #[error("another proxypool daemon is already serving on {0}")]
+    /// A live daemon answers there: of another database (one of the same SQLite database
+    /// is refused earlier, by its lock), or another daemon of a fleet.
+    #[error("another proxypool daemon is already serving on {0}: give this one a socket of its own ([server] socket, --socket or PROXYPOOL_SOCKET)")]
     Live(PathBuf),
     /// Looking at, removing or creating the path failed.
     #[error("cannot prepare socket {path}: {source}")]

@@ -374,6 +374,19 @@ mod tests {
     }
 
     #[test]
+    fn a_provider_line_is_refused_without_its_password() {
+        // The error becomes a sniff_failure event, a log line and the status page's detail.
+        for text in [
+            "http://10.0.0.1:3128\n10.0.0.2:3128:alice:pr0v1der\n",
+            "[\"10.0.0.2:3128:alice:pr0v1der\"]",
+        ] {
+            let e = parse_list(text).unwrap_err().to_string();
+            assert!(e.contains("10.0.0.2:3128:***"), "{e}");
+            assert!(!e.contains("pr0v1der"), "{e}");
+        }
+    }
+
+    #[test]
     fn parses_crlf_indented_comments_blank_lines_and_a_bom() {
         let want = vec!["http://a:1".to_string(), "socks5h://b:2".to_string()];
         assert_eq!(urls("http://a:1\r\nsocks5h://b:2\r\n"), want);

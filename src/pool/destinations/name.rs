@@ -98,7 +98,7 @@ fn split(dest: &str) -> Result<(String, Option<u16>), DestinationError> {
         return Ok((ip.to_string(), None));
     }
     let (host, port) = match s.split_once(':') {
-        Some((h, p)) => (h, port(&format!(":{p}"), &bad)?),
+        Some((h, p)) => (h, Some(port_number(p, &bad)?)),
         None => (s, None),
     };
     let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
@@ -128,13 +128,22 @@ fn port(
 ) -> Result<Option<u16>, DestinationError> {
     match after.strip_prefix(':') {
         None if after.is_empty() => Ok(None),
-        Some(p) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => {
-            match p.parse::<u16>() {
-                Ok(n) if n > 0 => Ok(Some(n)),
-                _ => Err(bad("port out of range")),
-            }
-        }
-        _ => Err(bad("what follows the host is not a port")),
+        Some(p) => port_number(p, bad).map(Some),
+        None => Err(bad("what follows the host is not a port")),
+    }
+}
+
+/// The digits after a host's `:`.
+fn port_number(
+    p: &str,
+    bad: &impl Fn(&'static str) -> DestinationError,
+) -> Result<u16, DestinationError> {
+    if p.is_empty() || p.len() > 5 || !p.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad("what follows the host is not a port"));
+    }
+    match p.parse::<u16>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(bad("port out of range")),
     }
 }
 
