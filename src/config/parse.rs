@@ -45,16 +45,27 @@ impl Config {
     }
 
     fn parse_raw(text: &str, name: &str, base: Option<&Path>) -> Result<Config, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+        let parse_error = |e: toml::de::Error, path: Option<String>| {
             let at = e.span().map_or(0, |s| s.start);
             let (line, column) = super::locate::line_col(text, at);
             ConfigError::Parse {
                 path: name.to_string(),
                 line,
                 column,
-                key: e.span().and_then(|s| super::locate::key_at(text, s.start)),
-                message: e.message().split_whitespace().collect::<Vec<_>>().join(" "),
+                // The key under the error's position; else (a missing key, a table
+                // written as the wrong kind) the path serde was at.
+                key: e
+                    .span()
+                    .and_then(|s| super::locate::key_at(text, s.start))
+                    .or(path),
+                message: plain_message(e.message()),
             }
+        };
+        let de = toml::Deserializer::parse(text).map_err(|e| parse_error(e, None))?;
+        let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let path = (path != ".").then_some(path);
+            parse_error(e.into_inner(), path)
         })?;
         let file = File { name, base };
         let mut cfg = file.store_and_server(raw.store, raw.server)?;
@@ -94,6 +105,25 @@ impl Config {
         }
         Ok(cfg)
     }
+}
+
+/// A parser's message as a user reads it: one line, and a table where it names the type
+/// that holds one (`expected struct RawStore`), an array of tables where it says
+/// sequence.
+fn plain_message(m: &str) -> String {
+    let m = m.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut out = String::with_capacity(m.len());
+    let mut rest = m.as_str();
+    while let Some(i) = rest.find("struct Raw") {
+        out.push_str(&rest[..i]);
+        out.push_str("a table");
+        rest = rest[i + "struct Raw".len()..].trim_start_matches(|c: char| c.is_alphanumeric());
+    }
+    out.push_str(rest);
+    out.replace(
+        "expected a sequence",
+        "expected an array of tables ([[...]])",
+    )
 }
 
 /// The file being parsed: its name for errors, its folder for relative paths.
