@@ -26,13 +26,14 @@ pub struct Cli {
 #[derive(Debug, Args, Clone)]
 pub struct Global {
     /// SQLite database file, or a postgresql:// URL that several daemons share
-    /// [default: $XDG_DATA_HOME/proxypool/proxypool.db]
+    /// [default: config [store] path or url, else $XDG_DATA_HOME/proxypool/proxypool.db]
     #[arg(long, global = true, env = "PROXYPOOL_DB", value_name = "PATH|URL")]
     pub db: Option<PathBuf>,
     /// Config file [default: $XDG_CONFIG_HOME/proxypool/proxies.toml if it exists]
     #[arg(long, global = true, env = "PROXYPOOL_CONFIG", value_name = "PATH")]
     pub config: Option<PathBuf>,
-    /// Daemon socket [default: config [server] socket, else $XDG_RUNTIME_DIR/proxypool.sock]
+    /// Daemon socket [default: config [server] socket, else $XDG_RUNTIME_DIR/proxypool.sock,
+    /// else beside the database, named after it]
     #[arg(long, global = true, env = "PROXYPOOL_SOCKET", value_name = "PATH")]
     pub socket: Option<PathBuf>,
     /// A daemon's TCP listener instead (token: PROXYPOOL_LEASE_TOKEN, else PROXYPOOL_TOKEN)
