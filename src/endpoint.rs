@@ -154,43 +154,70 @@ pub struct ProxyUrl {
 
 /// Redact the password of a URL-looking string for error messages, without parsing it fully.
 pub fn redact_raw(input: &str) -> String {
-    let Some(scheme_end) = input.find("://") else {
-        if input.contains('@') {
-            return redact_userinfo(input);
+    match input.find("://") {
+        Some(i) => {
+            let (head, rest) = input.split_at(i + 3);
+            format!("{head}{}", redact_rest(rest))
         }
-        return redact_provider_form(input);
-    };
-    let (head, rest) = input.split_at(scheme_end + 3);
-    format!("{head}{}", redact_userinfo(rest))
-}
-
-/// A line without a scheme or an '@' may be a provider's `host:port:user:password`: only
-/// `host:port` is kept (an IPv6 host in brackets whole), anything after it is `***`.
-fn redact_provider_form(input: &str) -> String {
-    let host_end = match input.strip_prefix('[') {
-        Some(rest) => rest.find(']').map_or(input.len(), |i| i + 2),
-        None => input.find(':').unwrap_or(input.len()),
-    };
-    let (host, rest) = input.split_at(host_end);
-    // `rest` is empty or starts at the ':' before the port.
-    match rest.get(1..).and_then(|r| r.find(':')) {
-        Some(i) => format!("{host}{}:***", &rest[..i + 1]),
-        None => input.to_string(),
+        None => redact_rest(input),
     }
 }
 
-fn redact_userinfo(rest: &str) -> String {
-    // Userinfo ends at the LAST '@': a raw password may hold '/', '?', '#' or '@'.
-    match rest.rfind('@') {
-        Some(at) => {
-            let (userinfo, tail) = rest.split_at(at);
-            match userinfo.find(':') {
-                Some(colon) => format!("{}:***{tail}", &userinfo[..colon]),
+/// What follows a scheme (or a whole line without one), with anything that may be a
+/// credential masked. `user:password@host:port` keeps its user; the provider forms keep
+/// only their `host:port`: `host:port:user:password` (a password may hold ':' or '@') and
+/// `user:password:host:port`. A line that fits none of them keeps its first field at most.
+fn redact_rest(rest: &str) -> String {
+    if let Some((userinfo, tail)) = rest.rsplit_once('@') {
+        if is_host_port(tail) {
+            return match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:***@{tail}"),
                 None => rest.to_string(),
-            }
+            };
         }
+    }
+    if let Some(hp) = leading_host_port(rest) {
+        return match rest.len() > hp.len() {
+            true => format!("{hp}:***"),
+            false => rest.to_string(),
+        };
+    }
+    if let Some(hp) = trailing_host_port(rest) {
+        return format!("***:{hp}");
+    }
+    match rest.find([':', ',', ' ', '\t', '@', ';', '|']) {
+        Some(i) => format!("{}***", &rest[..=i]),
         None => rest.to_string(),
     }
+}
+
+/// `host:port` (or `[v6]:port`) at the start of `s`, ending at its end or at a ':'.
+fn leading_host_port(s: &str) -> Option<&str> {
+    let host_end = match s.strip_prefix('[') {
+        Some(v6) => v6.find(']')? + 2,
+        None => s.find(':')?,
+    };
+    let after = s[host_end..].strip_prefix(':')?;
+    let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+    let end = host_end + 1 + digits;
+    let ok = (1..=5).contains(&digits)
+        && host_end > 0
+        && !s[..host_end].contains(['@', '/'])
+        && matches!(s.as_bytes().get(end), None | Some(b':'));
+    ok.then(|| &s[..end])
+}
+
+/// Whether `s` is exactly `host:port` (or `[v6]:port`).
+fn is_host_port(s: &str) -> bool {
+    leading_host_port(s).is_some_and(|hp| hp.len() == s.len())
+}
+
+/// `host:port` at the end of `s`, after a ':' (the provider order `user:pass:host:port`).
+fn trailing_host_port(s: &str) -> Option<&str> {
+    let (before, port) = s.rsplit_once(':')?;
+    let (_, host) = before.rsplit_once(':')?;
+    let hp = &s[s.len() - port.len() - host.len() - 1..];
+    is_host_port(hp).then_some(hp)
 }
 
 /// `user[:password]` of a URL, percent-decoded.
@@ -233,7 +260,7 @@ fn host_and_port(hostport: &str, red: String) -> Result<(String, u16), EndpointE
     }
     let (host, port) = if let Some(after) = hostport.strip_prefix('[') {
         let close = after.find(']').ok_or_else(|| EndpointError::InvalidHost {
-            host: hostport.to_string(),
+            host: redact_rest(hostport),
             url: red.clone(),
         })?;
         let lit = &after[..close];
@@ -251,9 +278,14 @@ fn host_and_port(hostport: &str, red: String) -> Result<(String, u16), EndpointE
             .rsplit_once(':')
             .ok_or_else(|| EndpointError::MissingPort(red.clone()))?;
         if h.contains(':') {
-            // Bare IPv6 without brackets is ambiguous with the port separator.
+            // Bare IPv6 without brackets is ambiguous with the port separator. Anything
+            // else with colons may be a provider line: shown masked.
+            let host = match h.parse::<Ipv6Addr>() {
+                Ok(_) => h.to_string(),
+                Err(_) => redact_rest(h),
+            };
             return Err(EndpointError::InvalidHost {
-                host: h.to_string(),
+                host,
                 url: red.clone(),
             });
         }
@@ -267,8 +299,12 @@ fn host_and_port(hostport: &str, red: String) -> Result<(String, u16), EndpointE
     }
     match port.parse() {
         Ok(p) if p > 0 && port.bytes().all(|b| b.is_ascii_digit()) => Ok((host, p)),
+        // Letters where a port belongs may be a password (`http://user:secret`).
         _ => Err(EndpointError::InvalidPort {
-            port: port.to_string(),
+            port: match port.bytes().any(|b| b.is_ascii_alphabetic()) {
+                true => "***".to_string(),
+                false => port.to_string(),
+            },
             url: red,
         }),
     }
@@ -525,10 +561,24 @@ mod tests {
         for (line, shown) in [
             ("10.0.0.1:8080:alice:pr0v1der", "10.0.0.1:8080:***"),
             ("proxy.example:3128:alice:pa:ss", "proxy.example:3128:***"),
+            ("10.0.0.1:8080:alice:pa@ss", "10.0.0.1:8080:***"),
             (
                 "[2001:db8::1]:8080:alice:pr0v1der",
                 "[2001:db8::1]:8080:***",
             ),
+            ("alice:pr0v1der:10.0.0.1:8080", "***:10.0.0.1:8080"),
+            ("[2001:db8::1:8080:alice:pr0v1der", "[2001:***"),
+            ("10.0.0.1,8080,alice,pr0v1der", "10.0.0.1,***"),
+            (
+                "socks5://10.0.0.1:8080:alice:pr0v1der",
+                "socks5://10.0.0.1:8080:***",
+            ),
+            (
+                "socks5://10.0.0.1:8080:alice:pa:ss",
+                "socks5://10.0.0.1:8080:***",
+            ),
+            ("http://alice:pr0v1der", "http://alice:***"),
+            ("http://alice:12345:pa:ss@h:0", "http://alice:***@h:0"),
             ("10.0.0.1:8080", "10.0.0.1:8080"),
             ("[::1]:80", "[::1]:80"),
             ("proxy.example", "proxy.example"),
@@ -536,10 +586,9 @@ mod tests {
         ] {
             let e = ProxyUrl::parse(line).unwrap_err().to_string();
             assert!(e.contains(&format!("{shown:?}")), "{line}: {e}");
-            assert!(
-                !e.contains("pr0v1der") && !e.contains("pa:ss"),
-                "{line}: {e}"
-            );
+            for secret in ["pr0v1der", "pa:ss", "pa@ss", "alice:pa"] {
+                assert!(!e.contains(secret), "{line}: {e}");
+            }
         }
     }
 

@@ -557,6 +557,24 @@ fn config_check_validates_a_file_without_a_daemon() {
             "[[pool]]\nname = \"eu\"\n[pool.probe]\nurl = \"ftp://x/\"\n",
             "ftp",
         ),
+        (
+            "[[gateway]]\nlisten = \"0.0.0.0:18083\"\ntoken = \"a-gateway-token-1\"\n[[gateway]]\nlisten = \"127.0.0.1:18083\"\n",
+            "gateway[1].listen: 127.0.0.1:18083 cannot be bound beside gateway[0] on 0.0.0.0:18083",
+        ),
+        // A parser error with no key under its position still names one, never a type.
+        (
+            "[pool]\nname = \"x\"\n",
+            "pool: invalid type: map, expected an array of tables ([[...]])",
+        ),
+        (
+            "[[pool]]\nname = \"a\"\n\n[[pool]]\nmode = \"static\"\n",
+            "line 4, column 1: pool[1]: missing field `name`",
+        ),
+        ("store = 1\n", "store: invalid type: integer `1`, expected a table"),
+        (
+            "[[gateway]]\nlisten = \"127.0.0.1:18082\"\nban_status = 403\n",
+            "gateway[0].ban_status: invalid type: integer `403`, expected an array\n",
+        ),
         // What `serve` refuses before it listens: a reader's address off loopback with
         // no token, and two listeners on one address.
         (
@@ -565,11 +583,11 @@ fn config_check_validates_a_file_without_a_daemon() {
         ),
         (
             "[[gateway]]\nlisten = \"127.0.0.1:18080\"\n[[gateway]]\nlisten = \"127.0.0.1:18080\"\n",
-            "gateway[1].listen: 127.0.0.1:18080 is already gateway[0]'s address",
+            "gateway[1].listen: 127.0.0.1:18080 cannot be bound beside gateway[0] on 127.0.0.1:18080",
         ),
         (
             "[server]\nhttp = \"127.0.0.1:18081\"\n[[gateway]]\nlisten = \"127.0.0.1:18081\"\n",
-            "gateway[0].listen: 127.0.0.1:18081 is already server.http's address",
+            "gateway[0].listen: 127.0.0.1:18081 cannot be bound beside server.http on 127.0.0.1:18081",
         ),
     ] {
         write(text);

@@ -32,7 +32,13 @@ gw_require_all || exit 2
 
 D=$(mktemp -d /tmp/gwalloc.XXXXXX)
 GROUP=ppalloc$$
+STAT=
 cleanup() {
+    # perf stat first: the kernel keeps probes that are still in use.
+    if [[ -n $STAT ]]; then
+        kill -INT "$STAT" 2>/dev/null || true
+        wait "$STAT" 2>/dev/null || true
+    fi
     perf probe -q -d "$GROUP:*" 2>/dev/null || true
     gw_cleanup
     rm -rf "$D"
@@ -71,6 +77,7 @@ line=$("$LOADGEN" tunnels --proxy "127.0.0.1:$GW_PORT" --target "$DEST" --path /
 sleep 0.5
 kill -INT "$STAT"
 wait "$STAT" || true
+STAT=
 gw_log "tunnels: $line"
 [[ $(gw_kv errors "$line") == 0 ]] || { gw_log "tunnels failed: $line"; exit 1; }
 TUNNELS=$(gw_kv ok "$line")

@@ -33,8 +33,12 @@ pub(super) fn config_check(g: &Global) -> Result<(), CliError> {
     }
     let secrets = ServeSecrets::read(&cfg.token_files, true)?;
     if let Some(addr) = cfg.http {
-        crate::web::check_bind(addr, secrets.http.as_deref())
-            .map_err(|e| CliError::usage(format!("server.http: {e}")))?;
+        crate::web::check_bind(addr, secrets.http.as_deref()).map_err(|e| {
+            CliError::usage(format!(
+                "invalid config {}: server.http: {e}",
+                path.display()
+            ))
+        })?;
     }
     println!("{}", summary(&path, &cfg));
     Ok(())

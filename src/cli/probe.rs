@@ -35,11 +35,10 @@ pub(super) async fn probe(
     // exits alike (1) instead of an empty table and 0.
     let whole_pool = pool.clone().filter(|_| targets.is_empty());
     // A pool without a probe target is bad usage however many endpoints it has (none
-    // included): said before anything runs.
-    if let Some(p) = &whole_pool {
-        let probers =
-            probe_run::probers(&ctx.config).map_err(|e| CliError::usage(e.to_string()))?;
-        if !probers.contains_key(p) {
+    // included): said before anything runs. A remote daemon's config is its own.
+    if let (Some(p), None) = (&whole_pool, &ctx.remote) {
+        let url = ctx.config.pools.get(p).and_then(|c| c.probe.url.as_ref());
+        if url.is_none() {
             return Err(CliError::usage(probe_run::no_target(p)));
         }
     }

@@ -57,8 +57,8 @@ impl Config {
                 key: e
                     .span()
                     .and_then(|s| super::locate::key_at(text, s.start))
-                    .or(path),
-                message: plain_message(e.message()),
+                    .or(path.clone()),
+                message: plain_message(e.message(), path.as_deref()),
             }
         };
         let de = toml::Deserializer::parse(text).map_err(|e| parse_error(e, None))?;
@@ -92,13 +92,17 @@ impl Config {
             let taken = cfg
                 .gateways
                 .iter()
-                .position(|o| o.listen == gw.listen)
-                .map(|j| format!("gateway[{j}]"))
-                .or_else(|| (cfg.http == Some(gw.listen)).then(|| "server.http".to_string()));
-            if let Some(other) = taken.filter(|_| gw.listen.port() != 0) {
+                .position(|o| clash(o.listen, gw.listen))
+                .map(|j| (format!("gateway[{j}]"), cfg.gateways[j].listen))
+                .or_else(|| {
+                    cfg.http
+                        .filter(|h| clash(*h, gw.listen))
+                        .map(|h| ("server.http".to_string(), h))
+                });
+            if let Some((other, at)) = taken {
                 return Err(file.invalid(
                     format!("gateway[{i}].listen"),
-                    format!("{} is already {other}'s address", gw.listen),
+                    format!("{} cannot be bound beside {other} on {at}", gw.listen),
                 ));
             }
             cfg.gateways.push(gw);
@@ -107,10 +111,18 @@ impl Config {
     }
 }
 
+/// Whether two listen addresses cannot both be bound: the same port (not 0, a fresh port
+/// each time) on the same address, or on any address where one is a wildcard (`0.0.0.0`
+/// and `[::]`, dual-stack, take the port on every address).
+fn clash(a: std::net::SocketAddr, b: std::net::SocketAddr) -> bool {
+    let (x, y) = (a.ip().to_canonical(), b.ip().to_canonical());
+    a.port() == b.port() && a.port() != 0 && (x == y || x.is_unspecified() || y.is_unspecified())
+}
+
 /// A parser's message as a user reads it: one line, and a table where it names the type
-/// that holds one (`expected struct RawStore`), an array of tables where it says
-/// sequence.
-fn plain_message(m: &str) -> String {
+/// that holds one (`expected struct RawStore`); at a key that takes `[[...]]` tables, an
+/// array of tables where it says sequence.
+fn plain_message(m: &str, path: Option<&str>) -> String {
     let m = m.split_whitespace().collect::<Vec<_>>().join(" ");
     let mut out = String::with_capacity(m.len());
     let mut rest = m.as_str();
@@ -120,10 +132,16 @@ fn plain_message(m: &str) -> String {
         rest = rest[i + "struct Raw".len()..].trim_start_matches(|c: char| c.is_alphanumeric());
     }
     out.push_str(rest);
-    out.replace(
-        "expected a sequence",
-        "expected an array of tables ([[...]])",
-    )
+    let last = path.and_then(|p| p.rsplit('.').next()).unwrap_or("");
+    let last = last.split('[').next().unwrap_or("");
+    let tables = ["pool", "endpoint", "gateway", "source", "site"];
+    match tables.contains(&last) {
+        true => out.replace(
+            "expected a sequence",
+            "expected an array of tables ([[...]])",
+        ),
+        false => out.replace("expected a sequence", "expected an array"),
+    }
 }
 
 /// The file being parsed: its name for errors, its folder for relative paths.

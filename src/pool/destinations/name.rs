@@ -87,7 +87,7 @@ fn split(dest: &str) -> Result<(String, Option<u16>), DestinationError> {
         return Err(bad("give the host, not a URL"));
     }
     if let Some(rest) = s.strip_prefix('[') {
-        let (inner, after) = rest.split_once(']').ok_or(bad("unclosed '['"))?;
+        let (inner, after) = rest.split_once(']').ok_or_else(|| bad("unclosed '['"))?;
         let port = port(after, &bad)?;
         let ip: Ipv6Addr = inner.parse().map_err(|_| bad("not an IPv6 address"))?;
         return Ok((ip.to_string(), port));
