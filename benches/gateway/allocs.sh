@@ -52,13 +52,9 @@ PP=$(gw_proxypool "$ROOT" "$D/cargo.err")
 cp "$PP" "$D/proxypool"
 PP=$D/proxypool
 
-NGINX_PORT=$(gw_free_port)
-TP_PORT=$(gw_free_port)
+gw_tunnel_fixtures "$D"
 GW_PORT=$(gw_free_port)
-gw_start_nginx "$D" "$NGINX_PORT" 1
-gw_start_tinyproxy "$D" "$TP_PORT"
 gw_start_gateway "$D/gateway" "$PP" "$GW_PORT" forward "http://127.0.0.1:$TP_PORT"
-DEST=127.0.0.1:$NGINX_PORT
 # One warm-up: the first tunnel pays for lazy setup.
 "$LOADGEN" tunnels --proxy "127.0.0.1:$GW_PORT" --target "$DEST" --clients 1 --secs 0.2 >/dev/null
 

@@ -129,6 +129,54 @@ CONF
     gw_wait_port "$port" || { cat "$dir/$name.out" >&2; return 1; }
 }
 
+# gw_tunnel_fixtures DIR: what the per-tunnel scripts (profile, syscalls, allocs) put
+# behind a front: nginx serving /small and one tinyproxy in front of it. Sets NGINX_PORT,
+# TP_PORT and DEST (the nginx address a tunnel asks for).
+gw_tunnel_fixtures() {
+    local dir=$1
+    NGINX_PORT=$(gw_free_port)
+    TP_PORT=$(gw_free_port)
+    gw_start_nginx "$dir" "$NGINX_PORT" 1
+    gw_start_tinyproxy "$dir" "$TP_PORT"
+    DEST=127.0.0.1:$NGINX_PORT
+}
+
+# gw_start_haproxy_tcp DIR PORT UPSTREAM_PORT: HAProxy as a layer-4 forwarder to the
+# upstream on 127.0.0.1 (bytes copied both ways, CONNECT and absolute-form alike reach it
+# untouched: the cheapest possible extra hop), one thread per core like the gateway's
+# runtime. Sets GW_FRONT_PID.
+gw_start_haproxy_tcp() {
+    local dir=$1 port=$2 up=$3
+    cat >"$dir/haproxy.cfg" <<CONF
+global
+    maxconn $((($(ulimit -n) - 200) / 2))
+    nbthread $(nproc)
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 120s
+    timeout server 120s
+listen floor
+    bind 127.0.0.1:$port
+    server tinyproxy 127.0.0.1:$up
+CONF
+    haproxy -db -f "$dir/haproxy.cfg" >"$dir/haproxy.out" 2>&1 &
+    GW_FRONT_PID=$!
+    gw_track "$GW_FRONT_PID"
+    gw_wait_port "$port" 20 || { cat "$dir/haproxy.out" >&2; return 1; }
+}
+
+# gw_start_tokio_floor DIR LOADGEN PORT UPSTREAM_PORT: the bare relay of
+# benches/gateway_load.rs (`floor`), what doing the gateway's job on tokio costs at the
+# least, nothing else done. Sets GW_FRONT_PID.
+gw_start_tokio_floor() {
+    local dir=$1 loadgen=$2 port=$3 up=$4
+    "$loadgen" --threads "$(nproc)" floor --listen "127.0.0.1:$port" --upstream "127.0.0.1:$up" >"$dir/tokio-floor.out" 2>&1 &
+    GW_FRONT_PID=$!
+    gw_track "$GW_FRONT_PID"
+    gw_wait_port "$port" 20 || { cat "$dir/tokio-floor.out" >&2; return 1; }
+}
+
 # gw_loadgen ROOT ERRFILE: prints the path of the load generator (benches/gateway_load.rs),
 # `$LOADGEN` when set, else built here with `cargo bench --no-run` (the bench profile).
 gw_loadgen() {

@@ -40,13 +40,9 @@ ulimit -n "$(ulimit -Hn)"
 LOADGEN=$(gw_loadgen "$ROOT" "$D/cargo.err")
 PP=$(gw_proxypool "$ROOT" "$D/cargo.err")
 
-NGINX_PORT=$(gw_free_port)
-TP_PORT=$(gw_free_port)
+gw_tunnel_fixtures "$D"
 GW_PORT=$(gw_free_port)
-gw_start_nginx "$D" "$NGINX_PORT" 1
-gw_start_tinyproxy "$D" "$TP_PORT"
 gw_start_gateway "$D/gateway" "$PP" "$GW_PORT" forward "http://127.0.0.1:$TP_PORT"
-DEST=127.0.0.1:$NGINX_PORT
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 "$LOADGEN" tunnels --proxy "127.0.0.1:$GW_PORT" --target "$DEST" --path /small \

@@ -139,36 +139,13 @@ for f in $FRONTS; do
             continue
         fi
         p=$(gw_free_port)
-        # Layer 4 only: bytes are copied both ways, CONNECT and absolute-form alike reach
-        # tinyproxy untouched. Two threads, one per core, like the gateway's runtime.
-        cat >"$D/haproxy.cfg" <<CONF
-global
-    maxconn $((($(ulimit -n) - 200) / 2))
-    nbthread $(nproc)
-defaults
-    mode tcp
-    timeout connect 5s
-    timeout client 120s
-    timeout server 120s
-listen floor
-    bind 127.0.0.1:$p
-    server tinyproxy 127.0.0.1:$TP_PORT
-CONF
-        haproxy -db -f "$D/haproxy.cfg" >"$D/haproxy.out" 2>&1 &
-        pid=$!
-        gw_track "$pid"
-        gw_wait_port "$p" 20 || { cat "$D/haproxy.out" >&2; exit 1; }
-        start_front haproxy-tcp "$p" "$pid"
+        gw_start_haproxy_tcp "$D" "$p" "$TP_PORT" || exit 1
+        start_front haproxy-tcp "$p" "$GW_FRONT_PID"
         ;;
     tokio-floor)
-        # The bare relay of benches/gateway_load.rs (`floor`): what doing the gateway's
-        # job on tokio costs at the least, nothing else done.
         p=$(gw_free_port)
-        "$LOADGEN" --threads "$(nproc)" floor --listen "127.0.0.1:$p" --upstream "127.0.0.1:$TP_PORT" >"$D/tokio-floor.out" 2>&1 &
-        pid=$!
-        gw_track "$pid"
-        gw_wait_port "$p" 20 || { cat "$D/tokio-floor.out" >&2; exit 1; }
-        start_front tokio-floor "$p" "$pid"
+        gw_start_tokio_floor "$D" "$LOADGEN" "$p" "$TP_PORT" || exit 1
+        start_front tokio-floor "$p" "$GW_FRONT_PID"
         ;;
     pproxy)
         if [[ ! -x $TOOLS/venv/bin/pproxy ]]; then

@@ -42,33 +42,23 @@ LOADGEN=$(gw_loadgen "$ROOT" "$D/cargo.err")
 PP=
 [[ ${FRONT:-gateway} == gateway ]] && PP=$(gw_proxypool "$ROOT" "$D/cargo.err")
 
-NGINX_PORT=$(gw_free_port)
-TP_PORT=$(gw_free_port)
+gw_tunnel_fixtures "$D"
 GW_PORT=$(gw_free_port)
-gw_start_nginx "$D" "$NGINX_PORT" 1
-gw_start_tinyproxy "$D" "$TP_PORT"
 FRONT=${FRONT:-gateway}
 case $FRONT in
 gateway) gw_start_gateway "$D/gateway" "$PP" "$GW_PORT" forward "http://127.0.0.1:$TP_PORT" ;;
 tokio-floor)
-    "$LOADGEN" --threads "$(nproc)" floor --listen "127.0.0.1:$GW_PORT" --upstream "127.0.0.1:$TP_PORT" >"$D/floor.out" 2>&1 &
-    GW_GATEWAY_PID=$!
-    gw_track "$GW_GATEWAY_PID"
-    gw_wait_port "$GW_PORT" 20 || { cat "$D/floor.out" >&2; exit 1; }
+    gw_start_tokio_floor "$D" "$LOADGEN" "$GW_PORT" "$TP_PORT" || exit 1
+    GW_GATEWAY_PID=$GW_FRONT_PID
     ;;
 haproxy-tcp)
     gw_need haproxy "Debian package haproxy"
     gw_require_all || exit 2
-    printf 'global\n    nbthread %s\ndefaults\n    mode tcp\n    timeout connect 5s\n    timeout client 120s\n    timeout server 120s\nlisten floor\n    bind 127.0.0.1:%s\n    server tinyproxy 127.0.0.1:%s\n' \
-        "$(nproc)" "$GW_PORT" "$TP_PORT" >"$D/haproxy.cfg"
-    haproxy -db -f "$D/haproxy.cfg" >"$D/haproxy.out" 2>&1 &
-    GW_GATEWAY_PID=$!
-    gw_track "$GW_GATEWAY_PID"
-    gw_wait_port "$GW_PORT" 20 || { cat "$D/haproxy.out" >&2; exit 1; }
+    gw_start_haproxy_tcp "$D" "$GW_PORT" "$TP_PORT" || exit 1
+    GW_GATEWAY_PID=$GW_FRONT_PID
     ;;
 *) gw_log "FRONT=$FRONT: gateway, tokio-floor or haproxy-tcp"; exit 2 ;;
 esac
-DEST=127.0.0.1:$NGINX_PORT
 # One warm-up tunnel: the first one pays for lazy setup (the upstream's first dial).
 "$LOADGEN" tunnels --proxy "127.0.0.1:$GW_PORT" --target "$DEST" --clients 1 --secs 0.2 >/dev/null
 
