@@ -15,14 +15,9 @@ use crate::retry_after::parse_retry_after;
 /// A proxy's reply head larger than this is treated as a protocol error.
 const MAX_PROXY_HEAD: usize = 64 * 1024;
 
-pub(super) async fn connect(
-    io: BoxIo,
-    proxy: &ProxyUrl,
-    dest: &Dest,
-    progress: &Progress,
-) -> Result<(BoxIo, u16), DialFailure> {
-    let phase = Phase::ProxyHandshake;
-    // One buffer, written once: a tunnel's request costs no allocation beyond it.
+/// The `CONNECT` request for `dest` through `proxy`: one buffer, written once, so a
+/// tunnel's request costs no allocation beyond it.
+pub(super) fn request(proxy: &ProxyUrl, dest: &Dest) -> String {
     let mut req = String::with_capacity(256);
     let _ = write!(
         req,
@@ -32,15 +27,28 @@ pub(super) async fn connect(
         let _ = write!(req, "Proxy-Authorization: {auth}\r\n");
     }
     req.push_str("\r\n");
+    req
+}
+
+/// Send what of the `CONNECT` request is still `unsent` (the TCP connect may have sent it
+/// already) and read the proxy's answer.
+pub(super) async fn connect(
+    io: BoxIo,
+    unsent: &[u8],
+    progress: &Progress,
+) -> Result<(BoxIo, u16), DialFailure> {
+    let phase = Phase::ProxyHandshake;
     // The reader keeps whatever follows the head; it belongs to the tunnel. A reply head
     // is rarely longer than a few hundred bytes.
     let mut io = BufReader::with_capacity(4096, io);
-    io.write_all(req.as_bytes())
-        .await
-        .map_err(|e| io_failure(&e, phase, "sending CONNECT"))?;
-    io.flush()
-        .await
-        .map_err(|e| io_failure(&e, phase, "sending CONNECT"))?;
+    if !unsent.is_empty() {
+        io.write_all(unsent)
+            .await
+            .map_err(|e| io_failure(&e, phase, "sending CONNECT"))?;
+        io.flush()
+            .await
+            .map_err(|e| io_failure(&e, phase, "sending CONNECT"))?;
+    }
     // An HTTP proxy has no greeting: from here on it is trying to reach the target.
     progress.asked();
     let head = read_proxy_head(&mut io, progress).await?;
@@ -368,7 +376,8 @@ mod tests {
                 .unwrap();
             req
         });
-        let (mut io, status) = connect(Box::new(client), &proxy, &dest, &Progress::default())
+        let req = request(&proxy, &dest);
+        let (mut io, status) = connect(Box::new(client), req.as_bytes(), &Progress::default())
             .await
             .unwrap();
         assert_eq!(status, 200);
@@ -397,7 +406,8 @@ mod tests {
             server.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
             server
         });
-        let (mut io, status) = connect(Box::new(client), &proxy, &dest, &Progress::default())
+        let req = request(&proxy, &dest);
+        let (mut io, status) = connect(Box::new(client), req.as_bytes(), &Progress::default())
             .await
             .unwrap();
         assert_eq!(status, 200);

@@ -254,7 +254,21 @@ impl Dialer {
         route: Route,
         clock: &mut Clock,
     ) -> Result<Dialed, DialFailure> {
-        let tcp = clock.timed(Phase::Connect, tcp::connect(proxy)).await?;
+        // An HTTP proxy's CONNECT is known before the connection is up: to a plain one it
+        // goes with the connect (`tcp::connect`); over TLS the first bytes are the TLS
+        // handshake's.
+        let request = if route == Route::Tunnel && !proxy.scheme.is_socks() {
+            connect::request(proxy, dest)
+        } else {
+            String::new()
+        };
+        let opening = match proxy.scheme {
+            Scheme::Http => request.as_bytes(),
+            _ => &[],
+        };
+        let (tcp, sent) = clock
+            .timed(Phase::Connect, tcp::connect(proxy, opening))
+            .await?;
         let mut io: BoxIo = Box::new(tcp);
         if proxy.scheme == Scheme::Https {
             io = clock
@@ -285,7 +299,7 @@ impl Dialer {
                 connect_status: None,
             });
         }
-        let shake = connect::connect(io, proxy, dest, &progress);
+        let shake = connect::connect(io, &request.as_bytes()[sent..], &progress);
         let (io, status) = clock
             .timed_or(Phase::ProxyHandshake, shake, on_deadline)
             .await?;

@@ -1,6 +1,6 @@
-//! TCP to the proxy (with `TCP_QUICKACK` re-armed after every read), client-side name
-//! resolution for SOCKS variants without remote DNS, and which failures are this
-//! machine's own.
+//! TCP to the proxy (its first bytes sent with the connect, `TCP_QUICKACK` re-armed after
+//! every read), client-side name resolution for SOCKS variants without remote DNS, and
+//! which failures are this machine's own.
 
 use std::io;
 use std::net::SocketAddr;
@@ -23,7 +23,13 @@ pub(super) fn is_local_failure(e: &io::Error) -> bool {
     )
 }
 
-pub(super) async fn connect(proxy: &ProxyUrl) -> Result<QuickAck, DialFailure> {
+/// TCP to `proxy`, with `opening` (the first bytes the proxy reads, when they are known
+/// before the connection is up) sent as soon as the socket can take them; how many of
+/// them went.
+pub(super) async fn connect(
+    proxy: &ProxyUrl,
+    opening: &[u8],
+) -> Result<(QuickAck, usize), DialFailure> {
     let phase = Phase::Connect;
     // Walked as resolved: an address literal (most proxies) costs no list.
     let mut addrs = match tokio::net::lookup_host((proxy.host.as_str(), proxy.port)).await {
@@ -51,11 +57,8 @@ pub(super) async fn connect(proxy: &ProxyUrl) -> Result<QuickAck, DialFailure> {
     }
     let mut last = None;
     for addr in addrs {
-        match TcpStream::connect(addr).await {
-            Ok(s) => {
-                let _ = s.set_nodelay(true);
-                return Ok(QuickAck(s));
-            }
+        match connect_sending(addr, opening).await {
+            Ok((s, sent)) => return Ok((QuickAck(s), sent)),
             // Another address would meet the same shortage.
             Err(e) if is_local_failure(&e) => {
                 return Err(DialFailure::on_this_machine(
@@ -82,6 +85,51 @@ pub(super) async fn connect(proxy: &ProxyUrl) -> Result<QuickAck, DialFailure> {
         phase,
         format!("TCP connect to {addr}: {e}"),
     ))
+}
+
+/// Connect to `addr` and send what of `opening` the socket takes at once.
+///
+/// A connection to a proxy on this host (or a near one) is often up by the time the
+/// non-blocking `connect` returns: the opening then goes straight away, as HAProxy sends
+/// its first bytes, with no wait for the runtime's first writability event and no
+/// `SO_ERROR` check (a send that succeeds proves the connection is up, and one that fails
+/// carries the connect's error). Otherwise (`EAGAIN`: the handshake is still on its way)
+/// this waits for the connection as `TcpStream::connect` does and sends nothing; the
+/// caller writes the opening then.
+async fn connect_sending(addr: SocketAddr, opening: &[u8]) -> io::Result<(TcpStream, usize)> {
+    use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.nonblocking(),
+        Some(Protocol::TCP),
+    )?;
+    socket.set_tcp_nodelay(true)?;
+    match socket.connect(&SockAddr::from(addr)) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    let sent = if opening.is_empty() {
+        0
+    } else {
+        match socket.send(opening) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+            // Up, and already cut by the proxy: the request's own write meets that, in
+            // the handshake's phase, as it would have without this send.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNRESET | libc::EPIPE)) => 0,
+            // The connect's own failure (refused, unreachable).
+            Err(e) => return Err(e),
+        }
+    };
+    let stream = TcpStream::from_std(std::net::TcpStream::from(socket))?;
+    if sent == 0 {
+        stream.writable().await?;
+        if let Some(e) = stream.take_error()? {
+            return Err(e);
+        }
+    }
+    Ok((stream, sent))
 }
 
 /// A TCP stream to a proxy that re-arms `TCP_QUICKACK` after every read with data.
@@ -214,6 +262,66 @@ mod tests {
             assert_eq!(is_local_failure(&e), local, "{e}");
         }
         assert!(!is_local_failure(&io::Error::other("no errno")));
+    }
+
+    #[tokio::test]
+    async fn the_opening_goes_with_a_connect_that_is_up_at_once() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (_s, sent) = connect_sending(l.local_addr().unwrap(), b"CONNECT a:1 HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        assert_eq!(sent, 22, "a loopback connection is up when connect returns");
+        let (mut far, _) = l.accept().await.unwrap();
+        let mut got = [0u8; 22];
+        far.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"CONNECT a:1 HTTP/1.1\r\n");
+    }
+
+    /// A connection still on its way (here: a listener whose accept queue is full drops
+    /// the SYN until there is room) sends nothing and is waited for; the caller writes.
+    #[tokio::test]
+    async fn a_connect_still_on_its_way_sends_nothing_and_is_waited_for() {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let l = socket.listen(0).unwrap();
+        let addr = l.local_addr().unwrap();
+        // Fill the queue: a connect that does not complete in half a second found it full.
+        let mut queued = Vec::new();
+        loop {
+            let c = tokio::time::timeout(
+                std::time::Duration::from_millis(500),
+                TcpStream::connect(addr),
+            );
+            match c.await {
+                Ok(s) => queued.push(s.unwrap()),
+                Err(_) => break,
+            }
+            assert!(queued.len() < 64, "the accept queue never filled");
+        }
+        let dial = tokio::spawn(async move { connect_sending(addr, b"hello").await });
+        // Its first poll sends the SYN (dropped) and tries the opening; only then is there
+        // room. (This test's runtime has one thread: the yield runs it.)
+        tokio::task::yield_now().await;
+        // Room again: the retransmitted SYN (a second later) gets through.
+        for _ in &queued {
+            let _ = l.accept().await.unwrap();
+        }
+        let (mut s, sent) = dial.await.unwrap().unwrap();
+        assert_eq!(sent, 0, "nothing could go before the connection was up");
+        s.write_all(b"hello").await.unwrap();
+        let (mut far, _) = l.accept().await.unwrap();
+        let mut got = [0u8; 5];
+        far.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"hello");
+    }
+
+    #[tokio::test]
+    async fn a_refused_connect_fails_as_before() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        drop(l);
+        let e = connect_sending(addr, b"x").await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");
     }
 
     /// `getsockopt(TCP_QUICKACK)` is 1 while the socket acknowledges at once.
