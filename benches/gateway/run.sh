@@ -335,7 +335,7 @@ if ((ROUNDS > 1)); then
             TUN_ERR[$f]=${TUN_ERR_R[$f]}
             note "$f tunnels/s by round: ${TUN_R[$f]% }"
         fi
-        if [[ -n ${GET_R[$f]// /} ]]; then
+        if [[ -n ${GET_R[$f]:-} && -n ${GET_R[$f]// /} ]]; then
             GET[$f]=$(median <<<"${GET_R[$f]}")
             GET_BAD[$f]=${GET_BAD_R[$f]}
             GET_SOCK[$f]=${GET_SOCK_R[$f]}

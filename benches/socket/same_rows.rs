@@ -346,6 +346,43 @@ pub struct Bare {
     conn: Connection,
     ids: Vec<i64>,
     rng: fastrand::Rng,
+    /// How long each replayed transaction took: on random endpoints, and as traced.
+    took: [Vec<Duration>; 2],
+}
+
+/// A spread of transaction times.
+pub struct Spread {
+    pub count: usize,
+    pub p50: Duration,
+    pub p90: Duration,
+    pub p99: Duration,
+    pub mean: Duration,
+}
+
+impl Spread {
+    fn of(mut v: Vec<Duration>) -> Spread {
+        v.sort();
+        let q = |f: f64| v[((v.len() - 1) as f64 * f) as usize];
+        Spread {
+            count: v.len(),
+            p50: q(0.5),
+            p90: q(0.9),
+            p99: q(0.99),
+            mean: v.iter().sum::<Duration>() / v.len() as u32,
+        }
+    }
+
+    pub fn text(&self) -> String {
+        let us = |d: Duration| d.as_micros();
+        format!(
+            "p50 {} µs, p90 {} µs, p99 {} µs, mean {} µs ({} transactions)",
+            us(self.p50),
+            us(self.p90),
+            us(self.p99),
+            us(self.mean),
+            self.count
+        )
+    }
 }
 
 impl Bare {
@@ -366,7 +403,18 @@ impl Bare {
             conn,
             ids,
             rng: fastrand::Rng::with_seed(25),
+            took: [Vec::new(), Vec::new()],
         }
+    }
+
+    /// The times of the transactions replayed since the last call (or `forget_times`),
+    /// on random endpoints and as traced. Both rows must have run.
+    pub fn spreads(&mut self) -> [Spread; 2] {
+        self.took.each_mut().map(|v| Spread::of(std::mem::take(v)))
+    }
+
+    pub fn forget_times(&mut self) {
+        self.took.iter_mut().for_each(Vec::clear);
     }
 
     /// One transaction writing what `c` wrote, on random endpoints of the pool.
@@ -378,7 +426,9 @@ impl Bare {
                 picked.push(id);
             }
         }
+        let t = Instant::now();
         self.replay(&c.steps, Some(&picked));
+        self.took[0].push(t.elapsed());
     }
 
     /// Runs `steps`, each endpoint id replaced by the one of `ids` in its slot, or as they
@@ -437,7 +487,9 @@ impl Bare {
             if start.elapsed() >= run {
                 break;
             }
+            let t = Instant::now();
             self.replay(steps, None);
+            self.took[1].push(t.elapsed());
             n += 1;
         }
         (n * pairs as u64) as f64 / start.elapsed().as_secs_f64()

@@ -1,6 +1,7 @@
 """Local servers on 127.0.0.1 that misbehave on purpose, and the real proxies
 (tinyproxy, microsocks) the tests drive."""
 
+import atexit
 import http.server
 import os
 import shutil
@@ -350,7 +351,10 @@ class Recorder(object):
     returning one of those. Each connection is served in its own thread."""
 
     def __init__(self, answers):
-        self.path = os.path.join(tempfile.mkdtemp(prefix="pp-rec"), "rec.sock")
+        self.dir = tempfile.mkdtemp(prefix="pp-rec")
+        # Tests rarely close a recorder: its directory goes when the interpreter exits.
+        atexit.register(shutil.rmtree, self.dir, True)
+        self.path = os.path.join(self.dir, "rec.sock")
         self.lines, self.answers = [], list(answers)
         self.lock = threading.Lock()
         self.sock = socket.socket(socket.AF_UNIX)
@@ -392,6 +396,7 @@ class Recorder(object):
 
     def close(self):
         self.sock.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class FakeGateway(object):

@@ -5,6 +5,7 @@ use; the RetryMiddleware copy; gateway mode's usernames, sessions and reports.""
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -556,6 +557,7 @@ def test_an_exhausted_pool_is_waited_for_until_its_cooldown_ends():
         assert d.endpoint(eid)["state"] == "available"
     finally:
         d.stop()
+        shutil.rmtree(d.dir, ignore_errors=True)
 
 
 # -- gateway mode: the gateway's own answers, through a real crawl ------------------------
@@ -617,6 +619,7 @@ def test_crawl_in_lease_mode_over_tcp(site, tinyproxy):
             assert sum(p["leases"] for p in c.status()) == 0
     finally:
         d.stop()
+        shutil.rmtree(d.dir, ignore_errors=True)
 
 
 def test_a_bad_daemon_address_stops_the_crawl_before_it_starts():
