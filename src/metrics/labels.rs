@@ -34,6 +34,8 @@ label_enum! {
         /// Every endpoint that fits was used for the destination too recently (pacing,
         /// after its `wait`).
         Paced => "paced",
+        /// The pool has no endpoint (of the schemes asked for) at all: `pool_empty`.
+        Empty => "empty",
     }
 }
 

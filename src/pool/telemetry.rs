@@ -66,6 +66,8 @@ impl Pools {
             Ok(_) => m.lease(LeaseResult::Granted, waited),
             Err(PoolError::Exhausted { .. }) if last => m.lease(LeaseResult::Exhausted, waited),
             Err(PoolError::Paced { .. }) if last => m.lease(LeaseResult::Paced, waited),
+            // An empty pool answers at once, whatever the request's `wait`.
+            Err(PoolError::Empty { .. }) => m.lease(LeaseResult::Empty, waited),
             Err(_) => {}
         }
     }

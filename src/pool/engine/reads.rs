@@ -307,8 +307,14 @@ mod tests {
         cfg.max_leases_per_endpoint = 1;
         cfg.policy.cooldown.base = Duration::from_secs(60);
         cfg.policy.cooldown.jitter = 0.0;
-        let e =
-            Engine::open_with(Store::open(&dir.path().join("t.db")).unwrap(), [cfg], opts).unwrap();
+        // A second pool with no endpoint at all: its leases are refused `pool_empty`.
+        let spare = PoolConfig::builtin("spare");
+        let e = Engine::open_with(
+            Store::open(&dir.path().join("t.db")).unwrap(),
+            [cfg, spare],
+            opts,
+        )
+        .unwrap();
         let ids = e
             .add(vec![NewEndpoint {
                 url: "http://u:secret@10.0.0.1:8080".parse().unwrap(),
@@ -347,6 +353,16 @@ mod tests {
             )
             .await;
         assert!(r.is_err());
+        // An empty pool's refusal counts at once, even for a request that would wait.
+        assert!(e
+            .lease(
+                "spare",
+                Duration::from_secs(60),
+                None,
+                Duration::from_secs(5)
+            )
+            .await
+            .is_err());
         // Unknown pools are never counted (their names come from clients).
         assert!(e
             .lease("nope", Duration::from_secs(1), None, Duration::ZERO)
@@ -388,6 +404,12 @@ mod tests {
                 r#"proxypool_leases_total{pool="default",result="exhausted"}"#,
                 "1",
             ),
+            (
+                r#"proxypool_leases_total{pool="spare",result="empty"}"#,
+                "1",
+            ),
+            (r#"proxypool_lease_wait_seconds_count{pool="spare"}"#, "1"),
+            (r#"proxypool_lease_wait_seconds_sum{pool="spare"}"#, "0.0"),
             (r#"proxypool_lease_wait_seconds_count{pool="default"}"#, "3"),
             (r#"proxypool_lease_wait_seconds_sum{pool="default"}"#, "5.0"),
             (
