@@ -32,6 +32,9 @@ use wait::{eventually, eventually_async};
 #[path = "../tests/common/postgres.rs"]
 mod postgres;
 
+mod support;
+use support::median;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -264,11 +267,6 @@ fn transition(c: &mut Conn) -> bool {
     }
     let r = c.req(&json!({"op": "report", "lease": g["lease"], "outcome": "failure", "reason": "connect_refused", "phase": "connect"}));
     r["state"] == json!("cooling")
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
 }
 
 fn load() -> String {

@@ -358,6 +358,8 @@ pub struct Spread {
     pub p50: Duration,
     pub p90: Duration,
     pub p99: Duration,
+    pub p999: Duration,
+    pub max: Duration,
     pub mean: Duration,
 }
 
@@ -370,6 +372,8 @@ impl Spread {
             p50: q(0.5),
             p90: q(0.9),
             p99: q(0.99),
+            p999: q(0.999),
+            max: q(1.0),
             mean: v.iter().sum::<Duration>() / v.len() as u32,
         }
     }
@@ -377,10 +381,12 @@ impl Spread {
     pub fn text(&self) -> String {
         let us = |d: Duration| d.as_micros();
         format!(
-            "p50 {} µs, p90 {} µs, p99 {} µs, mean {} µs ({} transactions)",
+            "p50 {} µs, p90 {} µs, p99 {} µs, p99.9 {} µs, max {} µs, mean {} µs ({} transactions)",
             us(self.p50),
             us(self.p90),
             us(self.p99),
+            us(self.p999),
+            us(self.max),
             us(self.mean),
             self.count
         )

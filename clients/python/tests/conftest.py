@@ -77,6 +77,16 @@ class Daemon(object):
         self.proc = None
 
     def start(self):
+        """Start the daemon and wait until it answers. If it does not, the error carries
+        its log, and nothing of it is left behind: no process, no directory."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
+
+    def _start(self):
         env = dict(self.env, RUST_LOG="info")
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([self.bin, "serve"] + self.args, env=env, stdout=subprocess.DEVNULL, stderr=log,
