@@ -326,6 +326,82 @@ fn an_operator_probe_that_succeeds_ends_a_cooldown_and_one_that_fails_does_not_e
     );
 }
 
+/// An operator's probe of a `probe_allowed` endpoint takes its single recovery attempt
+/// (`"trial": true`); when it fails, that attempt failed: the endpoint cools again, and no
+/// claim is left behind to keep it from its next trial. With and without a daemon.
+#[test]
+fn an_operator_probe_that_takes_the_single_trial_and_fails_cools_the_endpoint() {
+    let cfg = "[[pool]]\nname = \"default\"\n[pool.probe]\nurl = \"http://127.0.0.1:9/\"\n\
+               interval = \"0s\"\ntimeout = \"2s\"\n[pool.cooldown]\nbase = \"1s\"\nmax = \"1s\"\n\
+               jitter = 0.0\n";
+    let h = Home::new(Some(cfg));
+    for with_daemon in [false, true] {
+        let d = with_daemon.then(|| h.serve());
+        let dead = closed_port();
+        let id = h.add(&[&format!("http://127.0.0.1:{dead}")])[0].to_string();
+        h.ok(&["disable", &id]);
+        h.ok(&["enable", &id]);
+        assert_eq!(
+            h.listed(id.parse().unwrap())["state"],
+            json!("probe_allowed")
+        );
+        let o = h.run(&["probe", &id, "--json"]);
+        assert_eq!(o.code, Some(1), "{o:?}");
+        let r: Value = serde_json::from_str(o.stdout.trim()).unwrap();
+        assert_eq!(
+            (&r["trial"], &r["state"]),
+            (&json!(true), &json!("cooling")),
+            "{r}"
+        );
+        let row = h.listed(id.parse().unwrap());
+        assert_eq!(
+            (&row["state"], &row["streak"]),
+            (&json!("cooling"), &json!(1)),
+            "{row}"
+        );
+        let ours: Vec<Value> = h
+            .events()
+            .into_iter()
+            .filter(|e| e["endpoint"] == json!(id.parse::<i64>().unwrap()))
+            .collect();
+        let last = &ours[ours.len() - 1];
+        assert_eq!(
+            (&last["kind"], &last["from"], &last["to"]),
+            (
+                &json!("state_changed"),
+                &json!("probe_allowed"),
+                &json!("cooling")
+            ),
+            "{ours:?}"
+        );
+        if let Some(d) = d {
+            // The cooldown (1 s) ends and the next lease is the trial: nothing holds it.
+            let g = eventually_lease(&d);
+            assert_eq!(
+                (&g["endpoint"], &g["trial"]),
+                (&json!(id.parse::<i64>().unwrap()), &json!(true)),
+                "{g}"
+            );
+        }
+        h.ok(&["remove", &id]);
+    }
+}
+
+/// A lease from the daemon, asked until one is granted (a cooldown is ending).
+fn eventually_lease(d: &Daemon) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = d.req(json!({"op": "lease", "wait": "5s"}));
+        if v["ok"] == json!(true) {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no lease granted: {v}"
+        );
+    }
+}
+
 #[test]
 fn completions_and_man_page_come_from_the_command_line_definition() {
     let h = Home::new(Some("this is not toml"));
@@ -337,6 +413,19 @@ fn completions_and_man_page_come_from_the_command_line_definition() {
     }
     let o = h.run(&["completions", "tcsh"]);
     assert_eq!(o.code, Some(2), "{o:?}");
+    // A reader that stops early (`| head -1`) is not a failure, and nothing panics: here
+    // the pipe's reading end is closed before the command writes a byte.
+    for args in [&["completions", "fish"][..], &["man"][..]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = h.cmd().args(args).stdout(writer).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && err.is_empty(),
+            "{args:?}: {:?} {err}",
+            out.status
+        );
+    }
     let man = h.ok(&["man"]);
     assert!(
         man.contains(".TH proxypool 1"),

@@ -15,8 +15,21 @@ pub(super) fn completions(shell: ShellArg) -> Result<(), CliError> {
         ShellArg::Fish => Shell::Fish,
     };
     let mut cmd = Cli::command();
-    clap_complete::generate(shell, &mut cmd, "proxypool", &mut std::io::stdout());
-    Ok(())
+    // Generated into memory: clap_complete panics when its writer fails, and a reader
+    // that stops early (`| head`) is not an error.
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "proxypool", &mut out);
+    to_stdout(&out, "the completion script")
+}
+
+/// Write `out` to stdout; a reader that closed the pipe early is not a failure.
+fn to_stdout(out: &[u8], what: &str) -> Result<(), CliError> {
+    match std::io::stdout().write_all(out) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(CliError::failed(format!("writing {what}: {e}")))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// `proxypool.1` on stdout; with `dir`, it and one `proxypool-SUB.1` per subcommand are
@@ -25,9 +38,7 @@ pub(super) fn man(dir: Option<&Path>) -> Result<(), CliError> {
     let cmd = Cli::command();
     let Some(dir) = dir else {
         let out = render(cmd)?;
-        return std::io::stdout()
-            .write_all(&out)
-            .map_err(|e| CliError::failed(format!("writing the man page: {e}")));
+        return to_stdout(&out, "the man page");
     };
     let mut pages = vec![("proxypool.1".to_string(), render(cmd.clone())?)];
     for sub in cmd.get_subcommands() {

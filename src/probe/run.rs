@@ -175,9 +175,12 @@ async fn record_as(
     };
     engine.observe_probe(id, r.ok, r.total);
     let detail = report.status.map(|s| format!("status {s}"));
-    let role = match (operator, report.trial) {
-        (true, _) => ProbeRole::Operator,
-        (false, true) => ProbeRole::Trial,
+    let role = match (report.trial, operator) {
+        // The probe holds the endpoint's single recovery attempt (an operator's probe of a
+        // `probe_allowed` endpoint claims it too): its result is that attempt's, so a
+        // failure cools the endpoint again, longer, and the claim never outlives it.
+        (true, _) => ProbeRole::Trial,
+        (false, true) => ProbeRole::Operator,
         (false, false) => ProbeRole::Check,
     };
     report.state = Some(engine.probe_result_as(id, outcome, role, detail).await?);
