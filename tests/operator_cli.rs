@@ -353,25 +353,19 @@ fn an_operator_probe_that_takes_the_single_trial_and_fails_cools_the_endpoint() 
             (&json!(true), &json!("cooling")),
             "{r}"
         );
+        // The stored row and events (the 1 s cooldown may have ended since: the streak
+        // and the transition stay).
         let row = h.listed(id.parse().unwrap());
-        assert_eq!(
-            (&row["state"], &row["streak"]),
-            (&json!("cooling"), &json!(1)),
-            "{row}"
-        );
+        assert_eq!(row["streak"], json!(1), "{row}");
         let ours: Vec<Value> = h
             .events()
             .into_iter()
             .filter(|e| e["endpoint"] == json!(id.parse::<i64>().unwrap()))
             .collect();
-        let last = &ours[ours.len() - 1];
-        assert_eq!(
-            (&last["kind"], &last["from"], &last["to"]),
-            (
-                &json!("state_changed"),
-                &json!("probe_allowed"),
-                &json!("cooling")
-            ),
+        assert!(
+            ours.iter().any(|e| e["kind"] == json!("state_changed")
+                && e["from"] == json!("probe_allowed")
+                && e["to"] == json!("cooling")),
             "{ours:?}"
         );
         if let Some(d) = d {
@@ -415,10 +409,24 @@ fn completions_and_man_page_come_from_the_command_line_definition() {
     assert_eq!(o.code, Some(2), "{o:?}");
     // A reader that stops early (`| head -1`) is not a failure, and nothing panics: here
     // the pipe's reading end is closed before the command writes a byte.
-    for args in [&["completions", "fish"][..], &["man"][..]] {
+    let pages = h.dir.path().join("pages");
+    std::fs::create_dir(&pages).unwrap();
+    let to_pages = format!("--out-dir={}", pages.display());
+    for args in [
+        &["completions", "fish"][..],
+        &["man"][..],
+        &["man", &to_pages][..],
+    ] {
         let (reader, writer) = std::io::pipe().unwrap();
         drop(reader);
-        let out = h.cmd().args(args).stdout(writer).output().unwrap();
+        let child = h
+            .cmd()
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = wait_output(child, RUN_LIMIT).expect("finished in time");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
             out.status.success() && err.is_empty(),

@@ -45,13 +45,14 @@ pub(super) fn man(dir: Option<&Path>) -> Result<(), CliError> {
         let name = format!("proxypool-{}", sub.get_name());
         pages.push((format!("{name}.1"), render(sub.clone().name(name))?));
     }
+    let mut written = String::new();
     for (file, text) in pages {
         let path = dir.join(&file);
         std::fs::write(&path, text)
             .map_err(|e| CliError::failed(format!("writing {}: {e}", path.display())))?;
-        println!("{}", path.display());
+        written.push_str(&format!("{}\n", path.display()));
     }
-    Ok(())
+    to_stdout(written.as_bytes(), "the list of pages written")
 }
 
 fn render(cmd: clap::Command) -> Result<Vec<u8>, CliError> {
