@@ -331,21 +331,20 @@ fn an_operator_probe_that_succeeds_ends_a_cooldown_and_one_that_fails_does_not_e
 /// claim is left behind to keep it from its next trial. With and without a daemon.
 #[test]
 fn an_operator_probe_that_takes_the_single_trial_and_fails_cools_the_endpoint() {
-    let cfg = "[[pool]]\nname = \"default\"\n[pool.probe]\nurl = \"http://127.0.0.1:9/\"\n\
-               interval = \"0s\"\ntimeout = \"2s\"\n[pool.cooldown]\nbase = \"1s\"\nmax = \"1s\"\n\
-               jitter = 0.0\n";
-    let h = Home::new(Some(cfg));
+    let cfg = format!(
+        "{ONE_SECOND_COOLDOWN}[pool.probe]\nurl = \"http://127.0.0.1:9/\"\n\
+         interval = \"0s\"\ntimeout = \"2s\"\n"
+    );
+    let h = Home::new(Some(&cfg));
     for with_daemon in [false, true] {
         let d = with_daemon.then(|| h.serve());
         let dead = closed_port();
-        let id = h.add(&[&format!("http://127.0.0.1:{dead}")])[0].to_string();
-        h.ok(&["disable", &id]);
-        h.ok(&["enable", &id]);
-        assert_eq!(
-            h.listed(id.parse().unwrap())["state"],
-            json!("probe_allowed")
-        );
-        let o = h.run(&["probe", &id, "--json"]);
+        let id = h.add(&[&format!("http://127.0.0.1:{dead}")])[0];
+        let arg = id.to_string();
+        h.ok(&["disable", &arg]);
+        h.ok(&["enable", &arg]);
+        assert_eq!(h.listed(id)["state"], json!("probe_allowed"));
+        let o = h.run(&["probe", &arg, "--json"]);
         assert_eq!(o.code, Some(1), "{o:?}");
         let r: Value = serde_json::from_str(o.stdout.trim()).unwrap();
         assert_eq!(
@@ -355,12 +354,12 @@ fn an_operator_probe_that_takes_the_single_trial_and_fails_cools_the_endpoint() 
         );
         // The stored row and events (the 1 s cooldown may have ended since: the streak
         // and the transition stay).
-        let row = h.listed(id.parse().unwrap());
+        let row = h.listed(id);
         assert_eq!(row["streak"], json!(1), "{row}");
         let ours: Vec<Value> = h
             .events()
             .into_iter()
-            .filter(|e| e["endpoint"] == json!(id.parse::<i64>().unwrap()))
+            .filter(|e| e["endpoint"] == json!(id))
             .collect();
         assert!(
             ours.iter().any(|e| e["kind"] == json!("state_changed")
@@ -370,29 +369,21 @@ fn an_operator_probe_that_takes_the_single_trial_and_fails_cools_the_endpoint() 
         );
         if let Some(d) = d {
             // The cooldown (1 s) ends and the next lease is the trial: nothing holds it.
-            let g = eventually_lease(&d);
+            let g = common::eventually(Duration::from_secs(20), "a lease granted", || {
+                let v = d.req(json!({"op": "lease", "wait": "5s"}));
+                if v["ok"] == json!(true) {
+                    Ok(v)
+                } else {
+                    Err(v.to_string())
+                }
+            });
             assert_eq!(
                 (&g["endpoint"], &g["trial"]),
-                (&json!(id.parse::<i64>().unwrap()), &json!(true)),
+                (&json!(id), &json!(true)),
                 "{g}"
             );
         }
-        h.ok(&["remove", &id]);
-    }
-}
-
-/// A lease from the daemon, asked until one is granted (a cooldown is ending).
-fn eventually_lease(d: &Daemon) -> Value {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let v = d.req(json!({"op": "lease", "wait": "5s"}));
-        if v["ok"] == json!(true) {
-            return v;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no lease granted: {v}"
-        );
+        h.ok(&["remove", &arg]);
     }
 }
 
