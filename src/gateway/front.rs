@@ -42,25 +42,43 @@ pub(super) fn client_options(s: &socket2::SockRef<'_>) {
     let _ = s.set_tcp_keepalive(&keepalive);
 }
 
+/// Bytes of a connection's start looked at before choosing its front: a CONNECT head
+/// with a browser's `User-Agent` and a long routing username fits.
+const PEEK: usize = 2048;
+
 /// Serve one accepted client connection to its end.
 pub(super) async fn serve(shared: Arc<Shared>, mut stream: TcpStream, slot: Slot) {
     // Linux copies these from the listener to every accepted socket (set once in
     // `client_options`); five system calls per connection saved.
     #[cfg(not(target_os = "linux"))]
     client_options(&socket2::SockRef::from(&stream));
-    let mut first = [0u8; 1];
+    // As much as a usual CONNECT head: if it came whole, it is served without hyper.
+    let mut first = vec![0u8; PEEK];
     match tokio::time::timeout(shared.limits.first_request, stream.peek(&mut first)).await {
-        Ok(Ok(1)) => {}
+        Ok(Ok(n)) if n > 0 => first.truncate(n),
         Ok(_) => return,
         Err(_) => return debug!("gateway client sent nothing in time; closed"),
     }
     match detect(first[0]) {
         Front::Socks5 => {
+            drop(first);
             super::socks5::serve(shared, stream).await;
             drop(slot);
         }
-        Front::Http => super::http::serve(shared, stream, slot).await,
+        Front::Http => {
+            use super::quick_connect::Left;
+            match super::quick_connect::serve(&shared, stream, slot, first).await {
+                Left::Nothing => {}
+                Left::Untouched(stream, slot) => {
+                    super::http::serve(shared, stream, slot, false).await
+                }
+                Left::Answered(stream, slot) => {
+                    super::http::serve(shared, stream, slot, true).await
+                }
+            }
+        }
         Front::Socks4 => {
+            drop(first);
             // Take in what the client sent (closing with unread bytes would reset the
             // connection before it reads the answer), then SOCKS4 "request rejected".
             let mut hello = [0u8; 512];

@@ -11,19 +11,22 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tracing::debug;
 
-use super::answer::{empty, set_upstream, text, upstream_error};
+use super::answer::text;
 use super::idle::Body;
 use super::limits::{Activity, Watched};
-use super::relay::relay;
-use super::routing::{authorize, basic_credentials, Denied, Routing};
+use super::routing::Routing;
 use super::target::Target;
+use super::tunnel;
 use super::{Shared, Slot};
-use crate::dial::Route;
 use crate::metrics::{GatewayOutcome, GatewayProtocol};
 
-/// Serve one client connection that starts with HTTP.
-pub(super) async fn serve(shared: Arc<Shared>, stream: TcpStream, slot: Slot) {
+/// Serve one client connection that starts with HTTP (`answered`: one of its requests
+/// was answered already, on the quick CONNECT path).
+pub(super) async fn serve(shared: Arc<Shared>, stream: TcpStream, slot: Slot, answered: bool) {
     let activity = Activity::new();
+    if answered {
+        activity.served_before();
+    }
     let io = TokioIo::new(Watched::new(stream, activity.clone()));
     let svc_shared = shared.clone();
     let svc_activity = activity.clone();
@@ -80,36 +83,10 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>, slot: Slot) -> Resp
 }
 
 async fn answer(shared: Arc<Shared>, req: Request<Incoming>, slot: Slot) -> Response<Body> {
-    let creds = req
-        .headers()
-        .get(header::PROXY_AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(basic_credentials);
-    let routing = match authorize(
-        shared.cfg.token.as_deref(),
-        creds.as_ref().map(|(u, p)| (u.as_str(), p.as_str())),
-        &shared.upstream.tag_keys(),
-    ) {
+    let auth = req.headers().get(header::PROXY_AUTHORIZATION);
+    let routing = match tunnel::route(&shared, auth.map(HeaderValue::as_bytes)) {
         Ok(r) => r,
-        Err(Denied::Token) => {
-            let mut resp = text(
-                StatusCode::PROXY_AUTHENTICATION_REQUIRED,
-                "proxy_auth_required",
-                "send the gateway token as the proxy password",
-            );
-            let h = resp.headers_mut();
-            h.insert(
-                header::PROXY_AUTHENTICATE,
-                HeaderValue::from_static("Basic realm=\"proxypool\""),
-            );
-            // A client without the token gets one answer per connection: it cannot hold
-            // a slot by sending a request now and then (it dials again with the token).
-            h.insert(header::CONNECTION, HeaderValue::from_static("close"));
-            return resp;
-        }
-        Err(Denied::Username(e)) => {
-            return text(StatusCode::BAD_REQUEST, "bad_request", &e.to_string())
-        }
+        Err(denied) => return tunnel::refusal(denied),
     };
     // Each path's future is boxed where it is chosen: the state of a tunnel's dial and of
     // a forwarded exchange run to kilobytes, and unboxed they would size this future, and
@@ -133,6 +110,9 @@ async fn answer(shared: Arc<Shared>, req: Request<Incoming>, slot: Slot) -> Resp
     }
 }
 
+/// A CONNECT that hyper read (a head that came in pieces, or one after other requests on
+/// the connection): answered through hyper, the tunnel run in a task of its own once
+/// hyper hands the connection over.
 async fn connect(
     shared: Arc<Shared>,
     req: Request<Incoming>,
@@ -143,58 +123,41 @@ async fn connect(
         Ok(t) => t,
         Err(e) => return text(StatusCode::BAD_REQUEST, "bad_request", &e.to_string()),
     };
-    let (mut guard, dialed) = match shared
-        .upstream
-        .connect(&routing, &target, Route::Tunnel)
-        .await
-    {
+    let opened = match tunnel::open(&shared, &routing, &target).await {
         Ok(v) => v,
-        Err(e) => return upstream_error(e),
+        Err(failure) => return failure,
     };
-    // The tunnel is up: that is all the gateway can judge of it (it cannot see inside
-    // TLS), so a ban's trial it carries waits for a report by session.
-    guard.reached().await;
-    let endpoint = guard.endpoint();
-    let pool = guard.pool().to_string();
+    let resp = opened.answer();
     let tunnel_shared = shared.clone();
-    let half_close = shared.cfg.half_close_timeout;
     shared.tracker.spawn(async move {
-        let tunnel = async {
-            match hyper::upgrade::on(req).await {
-                Ok(up) => {
-                    let r = match up.downcast::<TokioIo<Watched<TcpStream>>>() {
-                        // The client's own socket back from hyper, and what it sent after
-                        // its CONNECT: hyper's read buffer is freed, not kept for the
-                        // tunnel's life.
-                        Ok(parts) => {
-                            let client = parts.io.into_inner().into_inner();
-                            relay(client, dialed.io, parts.read_buf.to_vec(), half_close).await
-                        }
-                        Err(up) => {
-                            // Only if the type given to `serve_connection` above changed:
-                            // still correct (hyper's wrapper replays what it read), but
-                            // the tunnel keeps hyper's buffer. Loud in tests.
-                            if cfg!(debug_assertions) {
-                                panic!("hyper gave back an IO type the tunnel does not expect");
-                            }
-                            relay(TokioIo::new(up), dialed.io, Vec::new(), half_close).await
-                        }
-                    };
-                    debug!(endpoint, result = ?r.map_err(|e| e.kind()), "gateway tunnel closed");
+        match hyper::upgrade::on(req).await {
+            Ok(up) => match up.downcast::<TokioIo<Watched<TcpStream>>>() {
+                // The client's own socket back from hyper, and what it sent after its
+                // CONNECT: hyper's read buffer is freed, not kept for the tunnel's life.
+                Ok(parts) => {
+                    let client = parts.io.into_inner().into_inner();
+                    let early = parts.read_buf.to_vec();
+                    opened.run(&tunnel_shared, client, early).await
                 }
-                Err(e) => debug!(endpoint, error = %e, "client left before the tunnel started"),
+                Err(up) => {
+                    // Only if the type given to `serve_connection` above changed: still
+                    // correct (hyper's wrapper replays what it read), but the tunnel keeps
+                    // hyper's buffer. Loud in tests.
+                    if cfg!(debug_assertions) {
+                        panic!("hyper gave back an IO type the tunnel does not expect");
+                    }
+                    opened
+                        .run(&tunnel_shared, TokioIo::new(up), Vec::new())
+                        .await
+                }
+            },
+            Err(e) => {
+                debug!(error = %e, "hyper did not hand the connection over");
+                opened.abandon().await
             }
-        };
-        tokio::select! {
-            _ = tunnel_shared.shutdown.cancelled() => {}
-            _ = tunnel => {}
         }
-        // Reported here rather than by the guard's drop: no extra task per tunnel.
-        guard.finish().await;
         drop(slot);
     });
-    let mut resp = Response::new(empty());
-    set_upstream(resp.headers_mut(), endpoint, &pool);
     resp
 }
 

@@ -93,6 +93,14 @@ impl Activity {
         }
     }
 
+    /// The connection had a request answered before hyper took it over (the quick
+    /// CONNECT path's failure): the keep-alive limits apply from now, not the first
+    /// request's.
+    pub(super) fn served_before(&self) {
+        self.served.store(true, Ordering::Relaxed);
+        self.touch();
+    }
+
     /// A request (its head complete) is being handled until the returned guard drops.
     pub(super) fn busy(self: &Arc<Self>) -> Busy {
         self.served.store(true, Ordering::Relaxed);

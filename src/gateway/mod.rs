@@ -21,11 +21,13 @@ mod idle;
 mod lease;
 mod limits;
 mod plain;
+mod quick_connect;
 mod relay;
 mod routing;
 mod send;
 mod socks5;
 mod target;
+mod tunnel;
 mod upstream;
 
 use std::net::SocketAddr;

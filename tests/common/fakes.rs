@@ -554,6 +554,12 @@ async fn serve_socks5(
 ) -> std::io::Result<()> {
     let mut hdr = [0u8; 2];
     s.read_exact(&mut hdr).await?;
+    if hdr[0] != 5 {
+        // Not SOCKS5 (an HTTP CONNECT, say): refused at once, as microsocks and dante do,
+        // rather than read as a greeting that announces dozens of methods.
+        s.write_all(&[5, 0xff]).await?;
+        return Ok(());
+    }
     let mut methods = vec![0u8; hdr[1] as usize];
     s.read_exact(&mut methods).await?;
     let mut user = String::new();
