@@ -9,6 +9,7 @@ use std::time::Duration;
 use common::fakes::*;
 use common::gateway::*;
 use proxypool::gateway::Limits;
+use proxypool::health::State;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -178,4 +179,46 @@ async fn after_a_failed_connect_the_connection_keeps_the_keep_alive_limits() {
     // ...and serves the next request.
     let r = request_on(&mut s, &connect_head(443, "")).await;
     assert_eq!(r.status(), 503, "{}", r.head);
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_while_its_tunnel_is_dialed_gives_its_lease_back_at_once() {
+    // An upstream that never answers the CONNECT, and a dial deadline far away: only the
+    // client's leaving can end the wait early.
+    let up = silent_upstream().await;
+    let gw = Gw::start(&[url("http", up.port())], |g| {
+        g.connect_timeout = Duration::from_secs(120)
+    })
+    .await;
+    let mut s = gw.connect().await;
+    s.write_all(&connect_head(443, "")).await.unwrap();
+    common::eventually_async(
+        Duration::from_secs(5),
+        "the upstream was asked for the tunnel",
+        || {
+            let asked = !up.seen().is_empty();
+            async move { asked.then_some(()).ok_or_else(|| "not yet".to_string()) }
+        },
+    )
+    .await;
+    assert_eq!(gw.leases(), 1);
+    drop(s);
+    gw.until_no_leases().await;
+    // Given back unreported: nothing is known of the upstream.
+    assert_eq!(gw.row(gw.ids[0]).state, State::Available);
+}
+
+#[tokio::test]
+async fn a_connect_that_asks_to_close_is_answered_and_closed() {
+    let gw = Gw::start(&[], |_| {}).await;
+    let mut s = gw.connect().await;
+    let r = request_on(&mut s, &connect_head(443, "Connection: close\r\n")).await;
+    assert_eq!(r.status(), 503, "{}", r.head);
+    assert_eq!(r.header("connection"), Some("close"), "{}", r.head);
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest))
+        .await
+        .expect("the connection stayed open")
+        .ok();
+    assert!(rest.is_empty());
 }

@@ -7,6 +7,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::debug;
 
+use super::quick_connect::{self, Left, Tunnel};
 use super::{Shared, Slot};
 use crate::metrics::{GatewayMetrics, GatewayOutcome, GatewayProtocol};
 
@@ -46,8 +47,22 @@ pub(super) fn client_options(s: &socket2::SockRef<'_>) {
 /// with a browser's `User-Agent` and a long routing username fits.
 const PEEK: usize = 2048;
 
-/// Serve one accepted client connection to its end.
-pub(super) async fn serve(shared: Arc<Shared>, mut stream: TcpStream, slot: Slot) {
+/// Serve one accepted client connection to its end, or until the gateway stops.
+pub(super) async fn serve(shared: Arc<Shared>, stream: TcpStream, slot: Slot) {
+    let stopping = shared.shutdown.clone();
+    let tunnel = tokio::select! {
+        _ = stopping.cancelled() => return,
+        tunnel = start(shared.clone(), stream, slot) => tunnel,
+    };
+    // Outside the select: the tunnel watches the shutdown itself, and its report at the
+    // end must not be cut short by it.
+    if let Some(tunnel) = tunnel {
+        tunnel.run(&shared).await;
+    }
+}
+
+/// Choose the front and serve it; a tunnel the quick CONNECT path opened, to run.
+async fn start(shared: Arc<Shared>, mut stream: TcpStream, slot: Slot) -> Option<Box<Tunnel>> {
     // Linux copies these from the listener to every accepted socket (set once in
     // `client_options`); five system calls per connection saved.
     #[cfg(not(target_os = "linux"))]
@@ -56,8 +71,11 @@ pub(super) async fn serve(shared: Arc<Shared>, mut stream: TcpStream, slot: Slot
     let mut first = vec![0u8; PEEK];
     match tokio::time::timeout(shared.limits.first_request, stream.peek(&mut first)).await {
         Ok(Ok(n)) if n > 0 => first.truncate(n),
-        Ok(_) => return,
-        Err(_) => return debug!("gateway client sent nothing in time; closed"),
+        Ok(_) => return None,
+        Err(_) => {
+            debug!("gateway client sent nothing in time; closed");
+            return None;
+        }
     }
     match detect(first[0]) {
         Front::Socks5 => {
@@ -65,18 +83,12 @@ pub(super) async fn serve(shared: Arc<Shared>, mut stream: TcpStream, slot: Slot
             super::socks5::serve(shared, stream).await;
             drop(slot);
         }
-        Front::Http => {
-            use super::quick_connect::Left;
-            match super::quick_connect::serve(&shared, stream, slot, first).await {
-                Left::Nothing => {}
-                Left::Untouched(stream, slot) => {
-                    super::http::serve(shared, stream, slot, false).await
-                }
-                Left::Answered(stream, slot) => {
-                    super::http::serve(shared, stream, slot, true).await
-                }
-            }
-        }
+        Front::Http => match quick_connect::serve(&shared, stream, slot, first).await {
+            Left::Nothing => {}
+            Left::Tunnel(tunnel) => return Some(tunnel),
+            Left::Untouched(stream, slot) => super::http::serve(shared, stream, slot, false).await,
+            Left::Answered(stream, slot) => super::http::serve(shared, stream, slot, true).await,
+        },
         Front::Socks4 => {
             drop(first);
             // Take in what the client sent (closing with unread bytes would reset the
@@ -88,6 +100,7 @@ pub(super) async fn serve(shared: Arc<Shared>, mut stream: TcpStream, slot: Slot
             debug!("gateway refused a SOCKS4 client (SOCKS5 and HTTP only)");
         }
     }
+    None
 }
 
 /// Answer a client the descriptor budget has no room for: `503 local_resources` to an

@@ -192,19 +192,13 @@ impl Gateway {
                 }
                 continue;
             };
-            let shared2 = shared.clone();
-            let stop = shutdown.clone();
             // A tunnel outlives its HTTP connection task: the slot goes with it.
             let slot = Arc::new((permit, fds));
             // Boxed: a client connection's state (hyper's connection among it) runs to
-            // kilobytes, which the task's wrappers would otherwise copy at each move.
-            let serve = Box::pin(front::serve(shared2, stream, slot));
-            shared.tracker.spawn(async move {
-                tokio::select! {
-                    _ = stop.cancelled() => {}
-                    _ = serve => {}
-                }
-            });
+            // kilobytes, which the task's wrappers would otherwise copy at each move. It
+            // ends itself when the gateway stops.
+            let serve = Box::pin(front::serve(shared.clone(), stream, slot));
+            shared.tracker.spawn(serve);
         }
         shared.tracker.close();
         shared.tracker.wait().await;

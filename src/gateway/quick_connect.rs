@@ -16,16 +16,20 @@ use hyper::header::{self, HeaderValue};
 use hyper::Response;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tracing::debug;
 
 use super::idle::Body;
 use super::routing::Routing;
 use super::target::Target;
-use super::tunnel;
+use super::tunnel::{self, Opened};
 use super::{Shared, Slot};
 use crate::metrics::{GatewayOutcome, GatewayProtocol};
 
 /// Headers a CONNECT head may carry and still be served here; more goes to hyper.
 const MAX_HEADERS: usize = 32;
+
+/// Bytes a client may send ahead of its tunnel's `200` that are read and kept meanwhile.
+const MAX_EARLY: usize = 64 * 1024;
 
 /// A CONNECT head the quick path serves.
 struct Head {
@@ -36,16 +40,36 @@ struct Head {
 
 /// What the quick path left of a connection.
 pub(super) enum Left {
-    /// Served to its end.
+    /// Nothing: served to its end, or closed.
     Nothing,
     /// Untouched, for hyper.
     Untouched(TcpStream, Slot),
     /// A failure was answered and the connection stays open for the next request.
     Answered(TcpStream, Slot),
+    /// A tunnel answered `200`, to run.
+    Tunnel(Box<Tunnel>),
 }
 
-/// Serve the connection if `peeked` (its first bytes, still in the socket) holds a whole
-/// CONNECT head this path takes.
+/// A tunnel the quick path opened and answered.
+pub(super) struct Tunnel {
+    opened: Opened,
+    client: TcpStream,
+    /// What the client sent while its tunnel was being opened.
+    early: Vec<u8>,
+    slot: Slot,
+}
+
+impl Tunnel {
+    /// Relay until the tunnel ends or the gateway stops, then report. Run outside any
+    /// cancellation: the report at the end must not be cut short.
+    pub(super) async fn run(self, shared: &Shared) {
+        self.opened.run(shared, self.client, self.early).await;
+        drop(self.slot);
+    }
+}
+
+/// Open and answer the tunnel if `peeked` (the connection's first bytes, still in the
+/// socket) holds a whole CONNECT head this path takes.
 pub(super) async fn serve(
     shared: &Arc<Shared>,
     mut stream: TcpStream,
@@ -56,32 +80,59 @@ pub(super) async fn serve(
         return Left::Untouched(stream, slot);
     };
     // The bytes are there: this read returns at once, and leaves what the client sent
-    // past its head (a TLS hello, often) in the socket for the tunnel.
+    // past its head (a TLS hello, often) in the socket.
     peeked.truncate(head.len);
     if stream.read_exact(&mut peeked).await.is_err() {
         return Left::Nothing;
     }
     drop(peeked);
-    let opened = tunnel::open(shared, &head.routing, &head.target).await;
-    // Not held for the tunnel's life.
-    drop(head);
-    let opened = match opened {
-        Ok(opened) => opened,
-        Err(failure) => {
-            let close = failure.headers().contains_key(header::CONNECTION);
-            if answer(shared, &mut stream, failure).await && !close {
-                return Left::Answered(stream, slot);
-            }
+    let mut early = Vec::new();
+    let opened = tokio::select! {
+        opened = tunnel::open(shared, &head.routing, &head.target) => opened,
+        () = client_left(&mut stream, &mut early) => {
+            // As hyper drops a request whose client is gone: the dial stops, and the
+            // lease (if one was granted) goes back unreported.
+            debug!("gateway client left while its tunnel was being opened");
             return Left::Nothing;
         }
     };
-    if answer(shared, &mut stream, opened.answer()).await {
-        opened.run(shared, stream, Vec::new()).await;
-    } else {
-        opened.abandon().await;
+    // Not held for the tunnel's life.
+    drop(head);
+    match opened {
+        Ok(opened) => {
+            if !answer(shared, &mut stream, opened.answer()).await {
+                // Dropped, the lease goes back unreported.
+                return Left::Nothing;
+            }
+            Left::Tunnel(Box::new(Tunnel {
+                opened,
+                client: stream,
+                early,
+                slot,
+            }))
+        }
+        Err(failure) => {
+            let close = failure.headers().contains_key(header::CONNECTION);
+            if answer(shared, &mut stream, failure).await && !close && early.is_empty() {
+                return Left::Answered(stream, slot);
+            }
+            Left::Nothing
+        }
     }
-    drop(slot);
-    Left::Nothing
+}
+
+/// What the client sends while its tunnel is being opened goes into `early`, up to
+/// `MAX_EARLY`; resolves when the client closes its side or the connection fails.
+async fn client_left(stream: &mut TcpStream, early: &mut Vec<u8>) {
+    while early.len() < MAX_EARLY {
+        early.reserve(4096);
+        match stream.read_buf(early).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+    // Full: the rest waits in the socket, and a close goes unseen until the dial ends.
+    std::future::pending().await
 }
 
 /// The head in `peeked` if it is a whole CONNECT this path serves, checked as hyper and
@@ -100,6 +151,14 @@ fn parse(shared: &Shared, peeked: &[u8]) -> Option<Head> {
     for h in req.headers.iter() {
         if h.name.eq_ignore_ascii_case("content-length")
             || h.name.eq_ignore_ascii_case("transfer-encoding")
+        {
+            return None;
+        }
+        // hyper answers a request that asks to close with `Connection: close`, and closes.
+        if h.name.eq_ignore_ascii_case("connection")
+            && h.value
+                .split(|b| *b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
         {
             return None;
         }
