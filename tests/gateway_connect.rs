@@ -222,3 +222,21 @@ async fn a_connect_that_asks_to_close_is_answered_and_closed() {
         .ok();
     assert!(rest.is_empty());
 }
+
+#[tokio::test]
+async fn credentials_outside_visible_ascii_are_no_credentials_on_both_paths() {
+    let up = http_proxy(HttpProxyCfg::default()).await;
+    let gw = Gw::start(&[url("http", up.port())], |g| {
+        g.token = Some("s3cret".into())
+    })
+    .await;
+    let good = proxy_auth("user", "s3cret");
+    // The same credentials behind an em space: what a lax parser would trim away.
+    let odd = good.replacen("Basic ", "\u{2003}Basic ", 1);
+    let mut s = gw.connect().await;
+    let r = request_on(&mut s, &connect_head(443, &odd)).await;
+    assert_eq!(r.status(), 407, "{}", r.head);
+    let r = roundtrip(gw.addr, &get(443, "/", &odd)).await;
+    assert_eq!(r.status(), 407, "{}", r.head);
+    assert!(up.seen().is_empty(), "{:?}", up.seen());
+}
