@@ -57,6 +57,16 @@ pub(super) fn text(status: StatusCode, error: &str, message: &str) -> Response<B
     resp
 }
 
+/// What `proxypool_gateway_requests_total` counts an answer as: answers the gateway made
+/// itself carry their outcome; anything else came through an upstream (a destination's
+/// own 4xx/5xx included).
+pub(super) fn outcome<B>(resp: &Response<B>) -> GatewayOutcome {
+    resp.extensions()
+        .get::<GatewayOutcome>()
+        .copied()
+        .unwrap_or(GatewayOutcome::Ok)
+}
+
 /// The request outcome of an answer the gateway made itself, by its status (and, for a
 /// 502, its error code): the one mapping (a SOCKS5 client's failure is counted by the
 /// answer an HTTP client would get).

@@ -86,8 +86,9 @@ async fn start(shared: Arc<Shared>, mut stream: TcpStream, slot: Slot) -> Option
         Front::Http => match quick_connect::serve(&shared, stream, slot, first).await {
             Left::Nothing => {}
             Left::Tunnel(tunnel) => return Some(tunnel),
-            Left::Untouched(stream, slot) => super::http::serve(shared, stream, slot, false).await,
-            Left::Answered(stream, slot) => super::http::serve(shared, stream, slot, true).await,
+            Left::Hyper(stream, slot, answered) => {
+                super::http::serve(shared, stream, slot, answered).await
+            }
         },
         Front::Socks4 => {
             drop(first);

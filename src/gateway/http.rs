@@ -5,20 +5,20 @@ use std::sync::Arc;
 
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::header::{self, HeaderValue};
+use hyper::header;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tracing::debug;
 
-use super::answer::text;
+use super::answer::{outcome, text};
 use super::idle::Body;
 use super::limits::{Activity, Watched};
 use super::routing::Routing;
 use super::target::Target;
 use super::tunnel;
 use super::{Shared, Slot};
-use crate::metrics::{GatewayOutcome, GatewayProtocol};
+use crate::metrics::GatewayProtocol;
 
 /// Serve one client connection that starts with HTTP (`answered`: one of its requests
 /// was answered already, on the quick CONNECT path).
@@ -75,16 +75,16 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>, slot: Slot) -> Resp
     };
     let metrics = shared.metrics.clone();
     let resp = answer(shared, req, slot).await;
-    // Answers the gateway made itself carry their outcome; anything else came through an
-    // upstream (a destination's own 4xx/5xx included).
-    let outcome = resp.extensions().get::<GatewayOutcome>().copied();
-    metrics.request(protocol, outcome.unwrap_or(GatewayOutcome::Ok));
+    metrics.request(protocol, outcome(&resp));
     resp
 }
 
 async fn answer(shared: Arc<Shared>, req: Request<Incoming>, slot: Slot) -> Response<Body> {
-    let auth = req.headers().get(header::PROXY_AUTHORIZATION);
-    let routing = match tunnel::route(&shared, auth.map(HeaderValue::as_bytes)) {
+    let auth = req
+        .headers()
+        .get(header::PROXY_AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let routing = match tunnel::route(&shared, auth) {
         Ok(r) => r,
         Err(denied) => return tunnel::refusal(denied),
     };

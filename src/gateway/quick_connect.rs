@@ -18,12 +18,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::debug;
 
+use super::answer::outcome;
 use super::idle::Body;
 use super::routing::Routing;
 use super::target::Target;
 use super::tunnel::{self, Opened};
 use super::{Shared, Slot};
-use crate::metrics::{GatewayOutcome, GatewayProtocol};
+use crate::metrics::GatewayProtocol;
 
 /// Headers a CONNECT head may carry and still be served here; more goes to hyper.
 const MAX_HEADERS: usize = 32;
@@ -42,10 +43,9 @@ struct Head {
 pub(super) enum Left {
     /// Nothing: served to its end, or closed.
     Nothing,
-    /// Untouched, for hyper.
-    Untouched(TcpStream, Slot),
-    /// A failure was answered and the connection stays open for the next request.
-    Answered(TcpStream, Slot),
+    /// For hyper: untouched (`false`), or open for the next request after a failure's
+    /// answer (`true`).
+    Hyper(TcpStream, Slot, bool),
     /// A tunnel answered `200`, to run.
     Tunnel(Box<Tunnel>),
 }
@@ -77,7 +77,7 @@ pub(super) async fn serve(
     mut peeked: Vec<u8>,
 ) -> Left {
     let Some(head) = parse(shared, &peeked) else {
-        return Left::Untouched(stream, slot);
+        return Left::Hyper(stream, slot, false);
     };
     // The bytes are there: this read returns at once, and leaves what the client sent
     // past its head (a TLS hello, often) in the socket.
@@ -114,7 +114,7 @@ pub(super) async fn serve(
         Err(failure) => {
             let close = failure.headers().contains_key(header::CONNECTION);
             if answer(shared, &mut stream, failure).await && !close && early.is_empty() {
-                return Left::Answered(stream, slot);
+                return Left::Hyper(stream, slot, true);
             }
             Left::Nothing
         }
@@ -166,12 +166,14 @@ fn parse(shared: &Shared, peeked: &[u8]) -> Option<Head> {
             if auth.is_some() {
                 return None;
             }
-            auth = Some(h.value);
+            // `HeaderValue::to_str`'s rule, as on hyper's path: httparse has refused
+            // control bytes already, so visible ASCII is ASCII.
+            auth = Some(std::str::from_utf8(h.value).ok().filter(|v| v.is_ascii()));
         }
     }
     let uri = req.path?.parse::<hyper::Uri>().ok()?;
     let target = Target::connect(&uri).ok()?;
-    let routing = tunnel::route(shared, auth).ok()?;
+    let routing = tunnel::route(shared, auth.flatten()).ok()?;
     Some(Head {
         len,
         target,
@@ -182,11 +184,9 @@ fn parse(shared: &Shared, peeked: &[u8]) -> Option<Head> {
 /// Write `resp` to the client, within the idle limit, and count the request by it; false
 /// if the client did not take it.
 async fn answer(shared: &Shared, stream: &mut TcpStream, resp: Response<Body>) -> bool {
-    let outcome = resp.extensions().get::<GatewayOutcome>().copied();
-    shared.metrics.request(
-        GatewayProtocol::HttpConnect,
-        outcome.unwrap_or(GatewayOutcome::Ok),
-    );
+    shared
+        .metrics
+        .request(GatewayProtocol::HttpConnect, outcome(&resp));
     let bytes = encode(resp).await;
     matches!(
         tokio::time::timeout(shared.limits.idle, stream.write_all(&bytes)).await,

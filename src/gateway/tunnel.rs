@@ -23,13 +23,10 @@ pub(super) struct Opened {
     io: BoxIo,
 }
 
-/// The routing a request's `Proxy-Authorization` value asks for.
-pub(super) fn route(shared: &Shared, proxy_auth: Option<&[u8]>) -> Result<Routing, Denied> {
-    // As `HeaderValue::to_str`: visible ASCII only, on both paths.
-    let creds = proxy_auth
-        .filter(|v| v.iter().all(|b| *b == b'\t' || (0x20..0x7f).contains(b)))
-        .and_then(|v| std::str::from_utf8(v).ok())
-        .and_then(basic_credentials);
+/// The routing a request's `Proxy-Authorization` value asks for (`None` when absent or
+/// not visible ASCII).
+pub(super) fn route(shared: &Shared, proxy_auth: Option<&str>) -> Result<Routing, Denied> {
+    let creds = proxy_auth.and_then(basic_credentials);
     authorize(
         shared.cfg.token.as_deref(),
         creds.as_ref().map(|(u, p)| (u.as_str(), p.as_str())),

@@ -262,6 +262,17 @@ pub async fn read_response(s: &mut TcpStream) -> Option<Resp> {
     Some(Resp { head, body })
 }
 
+/// What the gateway still sends on `s` until it closes it (a reset counts as closed);
+/// panics with `what` if it is still open after 5 s.
+pub async fn until_closed(s: &mut TcpStream, what: &str) -> Vec<u8> {
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest))
+        .await
+        .unwrap_or_else(|_| panic!("{what}"))
+        .ok();
+    rest
+}
+
 /// Send raw bytes on a fresh connection and read one response.
 pub async fn roundtrip(addr: SocketAddr, raw: &[u8]) -> Resp {
     let mut s = TcpStream::connect(addr).await.unwrap();
