@@ -62,7 +62,8 @@ fn sees_within(d: &Daemon, state: &str, n: u64, budget: Duration) {
         if s[state] == json!(n) {
             Ok(())
         } else {
-            Err(s.to_string())
+            // Which daemon, and what it did: a fleet's failures are races, seldom rerun.
+            Err(format!("{s}\nits log's last lines:\n{}", d.log_tail(20)))
         }
     });
 }

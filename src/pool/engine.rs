@@ -275,34 +275,42 @@ impl Engine {
             self.notify_waiters();
             return match rx.await {
                 Ok(Ok(_)) => Ok((out, Done::default())),
-                Ok(Err(e)) => Err(self.failed(e)),
+                Ok(Err(e)) => Err(self.failed(e, None)),
                 Err(_) => Err(EngineError::Stopped),
             };
         }
         let committed = rx.await;
-        if let (Some(fl), false) = (&self.fleet, keys.is_empty()) {
-            let seq = match &committed {
-                Ok(Ok(a)) => Some(a.seq),
-                _ => None,
-            };
-            fl.end(&keys, seq);
-        }
+        // In a fleet the write's end and the rows its commit found changed are applied
+        // under one hold of the pool lock: the follower, which waits while the write is
+        // on its way, cannot apply an older or newer row of them in between.
+        let held = match (&self.fleet, keys.is_empty()) {
+            (Some(fl), false) => {
+                let seq = match &committed {
+                    Ok(Ok(a)) => Some(a.seq),
+                    _ => None,
+                };
+                let p = self.lock();
+                fl.end(&keys, seq);
+                Some(p)
+            }
+            _ => None,
+        };
         match committed {
-            Ok(Ok(applied)) => Ok((out, self.settle(applied))),
-            Ok(Err(e)) => Err(self.failed(e)),
+            Ok(Ok(applied)) => Ok((out, self.settle(applied, held))),
+            Ok(Err(e)) => Err(self.failed(e, held)),
             Err(_) => Err(EngineError::Stopped),
         }
     }
 
     /// After a commit: claims the store confirmed or gave to another daemon, rows found
-    /// changed elsewhere.
-    fn settle(&self, applied: Applied) -> Done {
+    /// changed elsewhere (`held`: the pool lock, if the caller holds it).
+    fn settle(&self, applied: Applied, held: Option<MutexGuard<'_, Pools>>) -> Done {
         let mut done = Done::default();
         if applied.claims.is_empty() && applied.fresh.is_empty() {
             return done;
         }
         let now = Instant::now();
-        let mut p = self.lock();
+        let mut p = held.unwrap_or_else(|| self.lock());
         for c in &applied.claims {
             match c {
                 ClaimResult::Won { on, epoch } => p.claim_won(on, *epoch),
@@ -312,7 +320,7 @@ impl Engine {
                 }
             }
         }
-        self.follow_fresh(&mut p, &applied.fresh, now);
+        self.follow_fresh(&mut p, &applied.fresh, fleet::Read::InOurCommit, now);
         done.changed_elsewhere = applied
             .fresh
             .iter()
@@ -328,15 +336,20 @@ impl Engine {
 
     /// A commit that failed: memory goes back to what the store holds, and the caller
     /// hears why (a stale claim changed nothing; an unreachable store is retried by
-    /// whoever asked).
-    fn failed(&self, e: std::sync::Arc<StoreError>) -> EngineError {
+    /// whoever asked; `held`: the pool lock, if the caller holds it).
+    fn failed(
+        &self,
+        e: std::sync::Arc<StoreError>,
+        held: Option<MutexGuard<'_, Pools>>,
+    ) -> EngineError {
         if let StoreError::StaleClaim { what, fresh } = &*e {
-            let mut p = self.lock();
-            self.follow_fresh(&mut p, fresh, Instant::now());
+            let mut p = held.unwrap_or_else(|| self.lock());
+            self.follow_fresh(&mut p, fresh, fleet::Read::InOurCommit, Instant::now());
             drop(p);
             self.resync();
             return PoolError::StaleClaim(what.clone()).into();
         }
+        drop(held);
         if e.is_unavailable() {
             self.store_down(&e);
         }

@@ -370,6 +370,13 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The last `n` lines of its stderr, for a failure's message.
+    pub fn log_tail(&self, n: usize) -> String {
+        let log = self.log_text();
+        let start = log.lines().count().saturating_sub(n);
+        log.lines().skip(start).collect::<Vec<_>>().join("\n")
+    }
+
     /// Process id.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().unwrap().id()

@@ -5,8 +5,9 @@
 //! A follower thread reads the change feed (woken by the database's notification, or by
 //! its poll when one is lost) and applies each row to the pools. A row this daemon is
 //! writing right now waits: applying it would undo what memory already holds and the
-//! write has not told yet (`Track`), and one older than this daemon's own last write of it
-//! is its echo.
+//! write has not told yet (`Track`); it is read again once the write is answered. A row
+//! read as of a change older than this daemon's own last write of it is its echo, or news
+//! that the write has overtaken, and is not applied.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -78,6 +79,69 @@ struct Track {
     deferred: HashSet<Key>,
 }
 
+impl Track {
+    fn begin(&mut self, keys: &[Key]) {
+        for k in keys {
+            *self.inflight.entry(k.clone()).or_default() += 1;
+        }
+    }
+
+    fn end(&mut self, keys: &[Key], seq: Option<i64>) {
+        for k in keys {
+            if let Some(n) = self.inflight.get_mut(k) {
+                *n -= 1;
+                if *n == 0 {
+                    self.inflight.remove(k);
+                }
+            }
+            if let Some(seq) = seq {
+                let own = self.own.entry(k.clone()).or_default();
+                *own = (*own).max(seq);
+            }
+        }
+    }
+
+    /// Whether the row `k` as `read` (`rev`: the change it was read as of, none for a row
+    /// that is gone) may be applied now; if not because it is being written, it is read
+    /// again later.
+    fn may_apply(&mut self, k: &Key, read: Read, rev: Option<i64>) -> bool {
+        if self.inflight.contains_key(k) {
+            self.deferred.insert(k.clone());
+            return false;
+        }
+        match (read, rev, self.own.get(k)) {
+            // Nothing of ours overtook a row our own commit read.
+            (Read::InOurCommit, ..) => true,
+            (_, Some(rev), Some(&own)) => rev > own,
+            _ => true,
+        }
+    }
+
+    /// The feed listed changes `seqs`. It lists each change once: a row this daemon wrote
+    /// in one of them is not read again as of that change by the feed. A row read again
+    /// after a deferral is checked against its own write before this is forgotten (both
+    /// happen on the follower's thread, in that order).
+    fn listed(&mut self, seqs: &[i64]) {
+        if !seqs.is_empty() && !self.own.is_empty() {
+            let applied: HashSet<i64> = seqs.iter().copied().collect();
+            self.own.retain(|_, seq| !applied.contains(seq));
+        }
+    }
+}
+
+/// How a row was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Read {
+    /// By the feed, as of a change it lists.
+    Feed,
+    /// By a commit of ours, which found it changed (applied while that write's end holds
+    /// the pool lock, so no newer row of it is applied in between).
+    InOurCommit,
+    /// Again, after a write of ours made the follower wait: a write of ours answered
+    /// while it was being read is newer.
+    Again,
+}
+
 /// What the engine keeps for its fleet.
 pub(super) struct Fleet {
     pg: Postgres,
@@ -100,41 +164,12 @@ impl Fleet {
 
     /// Writes of `keys` are on their way to the store.
     pub(super) fn begin(&self, keys: &[Key]) {
-        let mut t = self.track();
-        for k in keys {
-            *t.inflight.entry(k.clone()).or_default() += 1;
-        }
+        self.track().begin(keys);
     }
 
     /// They were answered; committed as change `seq` when it is given.
     pub(super) fn end(&self, keys: &[Key], seq: Option<i64>) {
-        let mut t = self.track();
-        for k in keys {
-            if let Some(n) = t.inflight.get_mut(k) {
-                *n -= 1;
-                if *n == 0 {
-                    t.inflight.remove(k);
-                }
-            }
-            if let Some(seq) = seq {
-                let own = t.own.entry(k.clone()).or_default();
-                *own = (*own).max(seq);
-            }
-        }
-    }
-
-    /// Whether the row `k` as read (`rev`: its change, or none for a row read right after
-    /// a write of ours found it changed) may be applied now; if not because it is being
-    /// written, it is read again later.
-    fn may_apply(&self, t: &mut Track, k: &Key, rev: Option<i64>) -> bool {
-        if t.inflight.contains_key(k) {
-            t.deferred.insert(k.clone());
-            return false;
-        }
-        match (rev, t.own.get(k)) {
-            (Some(rev), Some(&own)) => rev > own,
-            _ => true,
-        }
+        self.track().end(keys, seq);
     }
 }
 
@@ -195,7 +230,13 @@ impl Engine {
 
     /// Rows as the store holds them now, read right after a write of ours found them
     /// changed: memory follows, unless another write of ours to them is on its way.
-    pub(super) fn follow_fresh(&self, p: &mut super::Pools, fresh: &[Fresh], now: Instant) {
+    pub(super) fn follow_fresh(
+        &self,
+        p: &mut super::Pools,
+        fresh: &[Fresh],
+        read: Read,
+        now: Instant,
+    ) {
         let Some(f) = &self.fleet else {
             return;
         };
@@ -203,7 +244,7 @@ impl Engine {
         for fr in fresh {
             match fr {
                 Fresh::Endpoint(id, row) => {
-                    if !f.may_apply(&mut t, &Key::Endpoint(*id), None) {
+                    if !t.may_apply(&Key::Endpoint(*id), read, row.as_ref().map(|r| r.rev)) {
                         continue;
                     }
                     match row {
@@ -214,7 +255,8 @@ impl Engine {
                     }
                 }
                 Fresh::Pair(id, d, row) => {
-                    if !f.may_apply(&mut t, &Key::Pair(*id, d.clone()), None) {
+                    let k = Key::Pair(*id, d.clone());
+                    if !t.may_apply(&k, read, row.as_ref().map(|r| r.rev)) {
                         continue;
                     }
                     match row {
@@ -253,13 +295,13 @@ impl Engine {
             }
         }
         for r in &ch.endpoints {
-            if f.may_apply(&mut t, &Key::Endpoint(r.id), Some(r.rev)) {
+            if t.may_apply(&Key::Endpoint(r.id), Read::Feed, Some(r.rev)) {
                 p.refresh_row(r, now);
             }
         }
         for r in &ch.pairs {
             let k = Key::Pair(r.record.endpoint, r.record.destination.clone());
-            if f.may_apply(&mut t, &k, Some(r.rev)) {
+            if t.may_apply(&k, Read::Feed, Some(r.rev)) {
                 p.refresh_pair(r, now);
             }
         }
@@ -271,18 +313,13 @@ impl Engine {
                 }
                 Some(d) => {
                     let k = Key::Pair(*id, d.clone());
-                    if f.may_apply(&mut t, &k, Some(*rev)) {
+                    if t.may_apply(&k, Read::Feed, Some(*rev)) {
                         p.forget_pair(*id, d);
                     }
                 }
             }
         }
-        // The feed lists each change once: a row this daemon wrote in one of these is not
-        // read again as of that change, and any later change of it has a larger `rev`.
-        if !ch.seqs.is_empty() && !t.own.is_empty() {
-            let applied: HashSet<i64> = ch.seqs.iter().copied().collect();
-            t.own.retain(|_, seq| !applied.contains(seq));
-        }
+        t.listed(&ch.seqs);
         drop(t);
         drop(p);
         if !ch.endpoints.is_empty() || !ch.pairs.is_empty() || !ch.removed.is_empty() {
@@ -317,7 +354,7 @@ impl Engine {
         let mut fresh = feed.endpoints(&ids)?;
         fresh.extend(feed.pairs(&pairs)?);
         let mut p = self.lock();
-        self.follow_fresh(&mut p, &fresh, Instant::now());
+        self.follow_fresh(&mut p, &fresh, Read::Again, Instant::now());
         drop(p);
         self.rescheduled.notify_one();
         self.notify_waiters();
@@ -401,4 +438,152 @@ fn feed_target(engine: &Engine) -> String {
         .as_ref()
         .map(|f| f.pg.target().describe())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const K: Key = Key::Endpoint(7);
+
+    /// What memory does with a row of K: each case is the writes of ours around it, then
+    /// the row as read; whether it is applied.
+    #[test]
+    fn which_rows_memory_follows() {
+        struct Case {
+            what: &'static str,
+            before: fn(&mut Track),
+            read: Read,
+            rev: Option<i64>,
+            applied: bool,
+        }
+        let cases = [
+            Case {
+                what: "nothing of ours: any row",
+                before: |_| {},
+                read: Read::Feed,
+                rev: Some(3),
+                applied: true,
+            },
+            Case {
+                what: "a write of ours on its way: wait",
+                before: |t| t.begin(&[K]),
+                read: Read::Feed,
+                rev: Some(9),
+                applied: false,
+            },
+            Case {
+                what: "two writes on their way, one answered: still wait",
+                before: |t| {
+                    t.begin(&[K, K]);
+                    t.end(&[K], Some(5));
+                },
+                read: Read::Feed,
+                rev: Some(9),
+                applied: false,
+            },
+            Case {
+                what: "the echo of our write",
+                before: |t| {
+                    t.begin(&[K]);
+                    t.end(&[K], Some(5));
+                },
+                read: Read::Feed,
+                rev: Some(5),
+                applied: false,
+            },
+            Case {
+                what: "read before our write was answered, applied after it (read again)",
+                before: |t| {
+                    t.begin(&[K]);
+                    t.end(&[K], Some(5));
+                },
+                read: Read::Again,
+                rev: Some(4),
+                applied: false,
+            },
+            Case {
+                what: "read again after our write",
+                before: |t| {
+                    t.begin(&[K]);
+                    t.end(&[K], Some(5));
+                },
+                read: Read::Again,
+                rev: Some(6),
+                applied: true,
+            },
+            Case {
+                what: "a change after our write",
+                before: |t| {
+                    t.begin(&[K]);
+                    t.end(&[K], Some(5));
+                },
+                read: Read::Feed,
+                rev: Some(6),
+                applied: true,
+            },
+            Case {
+                what: "read in our own commit, which found it changed",
+                before: |t| {
+                    t.begin(&[K]);
+                    t.end(&[K], Some(5));
+                },
+                read: Read::InOurCommit,
+                rev: Some(4),
+                applied: true,
+            },
+            Case {
+                what: "gone, read again",
+                before: |t| {
+                    t.begin(&[K]);
+                    t.end(&[K], Some(5));
+                },
+                read: Read::Again,
+                rev: None,
+                applied: true,
+            },
+            Case {
+                what: "a write of ours that failed tells nothing of the row",
+                before: |t| {
+                    t.begin(&[K]);
+                    t.end(&[K], None);
+                },
+                read: Read::Feed,
+                rev: Some(4),
+                applied: true,
+            },
+            Case {
+                what: "our write listed by the feed: it reads newer changes only",
+                before: |t| {
+                    t.begin(&[K]);
+                    t.end(&[K], Some(5));
+                    t.listed(&[5]);
+                },
+                read: Read::Feed,
+                rev: Some(8),
+                applied: true,
+            },
+            Case {
+                what: "another row's write",
+                before: |t| {
+                    t.begin(&[Key::Pair(7, "example.com".into())]);
+                    t.end(&[Key::Pair(7, "example.com".into())], Some(5));
+                },
+                read: Read::Feed,
+                rev: Some(4),
+                applied: true,
+            },
+        ];
+        for c in cases {
+            let mut t = Track::default();
+            (c.before)(&mut t);
+            assert_eq!(t.may_apply(&K, c.read, c.rev), c.applied, "{}", c.what);
+            assert_eq!(
+                t.deferred.contains(&K),
+                t.inflight.contains_key(&K),
+                "{}: read again once answered",
+                c.what
+            );
+        }
+    }
 }
