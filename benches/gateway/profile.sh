@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Where the gateway's own CPU goes under the tunnel load of run.sh: `perf record -g` on the
 # daemon while CLIENTS clients open CONNECT tunnels through it to tinyproxy. Prints the
-# share of samples by shared object (kernel, libc, proxypool...) and the inclusive share
-# of the busiest system calls and of the scheduler, for BENCHMARKS.md.
+# share of samples by shared object (kernel, libc, proxypool...), the inclusive share of
+# the busiest system calls and of the scheduler, and the binary's own busiest functions,
+# for BENCHMARKS.md.
 #
 #   benches/gateway/profile.sh
 #
@@ -58,13 +59,15 @@ gw_log "tunnels: $line"
 
 perf report -i "$D/perf.data" --stdio --no-children --sort dso -g none 2>/dev/null >"$D/dso.txt"
 perf report -i "$D/perf.data" --stdio --children --sort sym -g none 2>/dev/null >"$D/sym.txt"
+perf report -i "$D/perf.data" --stdio --no-children --sort sym -g none \
+    --dsos "$(basename "$PP")" 2>/dev/null >"$D/own.txt"
 samples=$(sed -n 's/^# Samples: \([^ ]*\).*/\1/p' "$D/dso.txt" | head -1)
 
 echo
 echo "Gateway profile — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $CLIENTS clients, ${DURATION}s recorded,"
 echo "$samples samples, $(gw_kv rate "$line") tunnels/s; load average before $LOAD_BEFORE, after $LOAD_AFTER."
 echo
-python3 - "$D/dso.txt" "$D/sym.txt" <<'PY'
+python3 - "$D/dso.txt" "$D/sym.txt" "$D/own.txt" <<'PY'
 import re, sys
 
 def rows(path):
@@ -92,4 +95,14 @@ for f in rows(sys.argv[2]):
     if name and name not in seen and float(f[0][:-1]) >= 1.0:
         seen.add(name)
         print(f"| {name if name.startswith('sched') else '`' + name + '`'} | {f[0]} |")
+print()
+print("| the binary's own code, busiest functions (self) | share of all samples |")
+print("|---|---:|")
+shown = 0
+for f in rows(sys.argv[3]):
+    if shown == 25 or len(f) < 3 or not f[0].endswith("%"):
+        continue
+    shown += 1
+    sym = " ".join(f[2:])[:110].replace("|", "\\|")
+    print(f"| `{sym}` | {f[0]} |")
 PY

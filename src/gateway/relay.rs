@@ -13,7 +13,14 @@
 //! one direction has ended, the relay also ends when the other moves nothing for
 //! `half_close` (`half_close_timeout`), so a far side that ignores a FIN (or a client that
 //! never closes after the server did) cannot hold the tunnel, its lease and its slot.
+//!
+//! A server that answers and closes (`Connection: close`) sends its last bytes and its
+//! FIN back to back. A short read looks once more before it writes: finding the end there
+//! costs no system call the next round would not have made, and the last bytes then go to
+//! a TCP socket with `MSG_MORE`, so they and the FIN leave in one segment (as HAProxy
+//! sends them) instead of two.
 
+use std::any::Any;
 use std::future::Future;
 use std::io;
 use std::mem::MaybeUninit;
@@ -21,7 +28,8 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
 /// Read size per poll: one loopback segment fits, and a bulk transfer makes few calls.
@@ -32,8 +40,8 @@ const SCRATCH: usize = 32 * 1024;
 /// before anything else (bytes `a` sent ahead of the tunnel).
 pub(super) fn relay<A, B>(a: A, b: B, a_to_b: Vec<u8>, half_close: Duration) -> Relay<A, B>
 where
-    A: AsyncRead + AsyncWrite + Unpin,
-    B: AsyncRead + AsyncWrite + Unpin,
+    A: AsyncRead + AsyncWrite + Unpin + 'static,
+    B: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     Relay {
         a,
@@ -66,6 +74,8 @@ struct Half {
     /// Written since the last flush (TLS streams hold bytes until flushed).
     unflushed: bool,
     read_eof: bool,
+    /// A read error found right behind bytes read: returned once they are written.
+    read_err: Option<io::Error>,
     done: bool,
     moved: u64,
 }
@@ -93,14 +103,15 @@ impl Half {
     ) -> Poll<io::Result<()>>
     where
         S: AsyncRead + Unpin,
-        D: AsyncWrite + Unpin,
+        D: AsyncWrite + Unpin + 'static,
     {
         if self.done {
             return Poll::Ready(Ok(()));
         }
         loop {
             while self.at < self.pending.len() {
-                let n = ready!(Pin::new(&mut *dst).poll_write(cx, &self.pending[self.at..]))?;
+                let rest = &self.pending[self.at..];
+                let n = ready!(poll_write(dst, cx, rest, self.read_eof))?;
                 if n == 0 {
                     return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
                 }
@@ -111,6 +122,9 @@ impl Half {
                 // Everything waiting is written: give the memory back.
                 self.pending = Vec::new();
                 self.at = 0;
+            }
+            if let Some(e) = self.read_err.take() {
+                return Poll::Ready(Err(e));
             }
             if self.read_eof {
                 if self.unflushed {
@@ -134,15 +148,25 @@ impl Half {
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Ready(Ok(())) => {}
             }
-            let data = rb.filled();
-            if data.is_empty() {
+            if rb.filled().is_empty() {
                 self.read_eof = true;
                 continue;
             }
+            if rb.remaining() > 0 {
+                // A short read: is the end right behind it? (If not, this read finds the
+                // socket drained, as the next round's would have.)
+                let before = rb.filled().len();
+                match Pin::new(&mut *src).poll_read(cx, &mut rb) {
+                    Poll::Ready(Ok(())) if rb.filled().len() == before => self.read_eof = true,
+                    Poll::Ready(Err(e)) => self.read_err = Some(e),
+                    Poll::Ready(Ok(())) | Poll::Pending => {}
+                }
+            }
+            let data = rb.filled();
             self.moved += data.len() as u64;
             let mut off = 0;
             while off < data.len() {
-                match Pin::new(&mut *dst).poll_write(cx, &data[off..]) {
+                match poll_write(dst, cx, &data[off..], self.read_eof) {
                     Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
                     Poll::Ready(Ok(n)) => {
                         off += n;
@@ -161,6 +185,39 @@ impl Half {
     }
 }
 
+/// Write `buf` to `dst`; `last`: nothing follows but the end of this direction. Then a TCP
+/// socket holds the bytes (`MSG_MORE`) for the shutdown that comes next to send them with
+/// its FIN; other streams write as usual.
+fn poll_write<D>(
+    dst: &mut D,
+    cx: &mut Context<'_>,
+    buf: &[u8],
+    last: bool,
+) -> Poll<io::Result<usize>>
+where
+    D: AsyncWrite + Unpin + 'static,
+{
+    if last {
+        if let Some(tcp) = (dst as &mut dyn Any).downcast_mut::<TcpStream>() {
+            return poll_send_more(tcp, cx, buf);
+        }
+    }
+    Pin::new(dst).poll_write(cx, buf)
+}
+
+fn poll_send_more(tcp: &TcpStream, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    loop {
+        ready!(tcp.poll_write_ready(cx))?;
+        let sent = tcp.try_io(Interest::WRITABLE, || {
+            socket2::SockRef::from(tcp).send_with_flags(buf, libc::MSG_MORE | libc::MSG_NOSIGNAL)
+        });
+        match sent {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            r => return Poll::Ready(r),
+        }
+    }
+}
+
 impl<A, B> Relay<A, B> {
     /// Bytes held on the heap for both directions (zero while the tunnel is idle).
     #[cfg(test)]
@@ -171,8 +228,8 @@ impl<A, B> Relay<A, B> {
 
 impl<A, B> Future for Relay<A, B>
 where
-    A: AsyncRead + AsyncWrite + Unpin,
-    B: AsyncRead + AsyncWrite + Unpin,
+    A: AsyncRead + AsyncWrite + Unpin + 'static,
+    B: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     type Output = io::Result<(u64, u64)>;
 
@@ -504,6 +561,99 @@ mod streams {
         upstream.shutdown().await.unwrap();
         drop(client);
         assert_eq!(task.await.unwrap().unwrap(), (8, 0));
+    }
+
+    /// Segments a TCP socket has received so far (`TCP_INFO`).
+    fn segments_in(s: &TcpStream) -> u32 {
+        use std::os::fd::AsRawFd;
+        let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let rc = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                (&mut info as *mut libc::tcp_info).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+        info.tcpi_segs_in
+    }
+
+    /// Two loopback TCP connections: (the client's end, the relay's client side, the
+    /// relay's upstream side, the upstream's end).
+    async fn tcp_ends() -> (TcpStream, TcpStream, TcpStream, TcpStream) {
+        let l1 = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let l2 = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(l1.local_addr().unwrap()).await.unwrap();
+        let (a, _) = l1.accept().await.unwrap();
+        let b = TcpStream::connect(l2.local_addr().unwrap()).await.unwrap();
+        let (upstream, _) = l2.accept().await.unwrap();
+        (client, a, b, upstream)
+    }
+
+    /// Wait (with a deadline) until `s` has received `n` segments.
+    async fn until_segments_in(s: &TcpStream, n: u32) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while segments_in(s) < n {
+            assert!(
+                Instant::now() < deadline,
+                "{} of {n} segments",
+                segments_in(s)
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// A server that answers and closes: its last bytes and its FIN reach the client in
+    /// one segment, not two.
+    #[tokio::test]
+    async fn the_last_bytes_and_the_end_leave_in_one_segment() {
+        let (mut client, a, b, mut upstream) = tcp_ends().await;
+        let at_start = segments_in(&client);
+        // Both the answer and the end are waiting in the relay's socket before it runs.
+        let b_before = segments_in(&b);
+        upstream
+            .write_all(b"HTTP/1.1 200 OK\r\n\r\nbye")
+            .await
+            .unwrap();
+        upstream.shutdown().await.unwrap();
+        until_segments_in(&b, b_before + 2).await;
+        let task = tokio::spawn(relay(a, b, Vec::new(), HALF_CLOSE));
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"HTTP/1.1 200 OK\r\n\r\nbye");
+        assert_eq!(
+            segments_in(&client) - at_start,
+            1,
+            "the answer and the FIN in one segment"
+        );
+        client.shutdown().await.unwrap();
+        assert_eq!(task.await.unwrap().unwrap(), (0, 22));
+    }
+
+    /// A reset right behind the last bytes: the bytes are delivered, then the relay ends
+    /// with the error.
+    #[tokio::test]
+    async fn bytes_read_before_a_reset_are_delivered_before_the_error() {
+        let (mut client, a, b, upstream) = tcp_ends().await;
+        let b_before = segments_in(&b);
+        let upstream = upstream.into_std().unwrap();
+        socket2::SockRef::from(&upstream)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        std::io::Write::write_all(&mut &upstream, b"last").unwrap();
+        drop(upstream);
+        until_segments_in(&b, b_before + 2).await;
+        let r = relay(a, b, Vec::new(), HALF_CLOSE).await;
+        assert_eq!(
+            r.map_err(|e| e.kind()).unwrap_err(),
+            io::ErrorKind::ConnectionReset
+        );
+        let mut got = [0u8; 4];
+        client.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"last");
     }
 
     /// Bytes moved per poll of the relay stay bounded (cooperative budget) on a bulk

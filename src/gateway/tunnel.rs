@@ -92,7 +92,7 @@ impl Opened {
     /// back and wait for it, so the next lease sees the result.
     pub(super) async fn run<C>(self, shared: &Shared, client: C, early: Vec<u8>)
     where
-        C: AsyncRead + AsyncWrite + Unpin,
+        C: AsyncRead + AsyncWrite + Unpin + 'static,
     {
         let endpoint = self.guard.endpoint();
         let tunnel = relay(client, self.io, early, shared.cfg.half_close_timeout);
