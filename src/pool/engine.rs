@@ -282,16 +282,24 @@ impl Engine {
         let committed = rx.await;
         // In a fleet the write's end and the rows its commit found changed are applied
         // under one hold of the pool lock: the follower, which waits while the write is
-        // on its way, cannot apply an older or newer row of them in between.
+        // on its way, cannot apply another row of them in between.
         let held = match (&self.fleet, keys.is_empty()) {
             (Some(fl), false) => {
-                let seq = match &committed {
-                    Ok(Ok(a)) => Some(a.seq),
-                    _ => None,
+                let (seq, not_written, news) = match &committed {
+                    Ok(Ok(a)) => {
+                        let news = !a.claims.is_empty() || !a.fresh.is_empty();
+                        (Some(a.seq), fleet::not_written(a), news)
+                    }
+                    Ok(Err(e)) => (
+                        None,
+                        Vec::new(),
+                        matches!(**e, StoreError::StaleClaim { .. }),
+                    ),
+                    Err(_) => (None, Vec::new(), false),
                 };
-                let p = self.lock();
-                fl.end(&keys, seq);
-                Some(p)
+                let p = news.then(|| self.lock());
+                fl.end(&keys, seq, &not_written);
+                p
             }
             _ => None,
         };

@@ -63,6 +63,20 @@ pub(super) fn keys(writes: &[Write]) -> Vec<Key> {
     out
 }
 
+/// The rows a commit found changed elsewhere and left as they were: its fresh rows and
+/// the claims it lost.
+pub(super) fn not_written(applied: &crate::store::Applied) -> Vec<Key> {
+    let fresh = applied.fresh.iter().map(|f| match f {
+        Fresh::Endpoint(id, _) => Key::Endpoint(*id),
+        Fresh::Pair(id, d, _) => Key::Pair(*id, d.clone()),
+    });
+    let lost = applied.claims.iter().filter_map(|c| match c {
+        crate::store::ClaimResult::Lost { on, .. } => Some(key_of(on)),
+        crate::store::ClaimResult::Won { .. } => None,
+    });
+    fresh.chain(lost).collect()
+}
+
 fn key_of(on: &crate::store::ClaimOn) -> Key {
     match on {
         crate::store::ClaimOn::Endpoint(id) => Key::Endpoint(*id),
@@ -77,6 +91,10 @@ struct Track {
     own: HashMap<Key, i64>,
     /// Rows that changed elsewhere while this daemon was writing them: read again.
     deferred: HashSet<Key>,
+    /// Rows being read again now, and those of them a write of ours ended on meanwhile
+    /// (what was read may be older than that write: read once more).
+    rereading: HashSet<Key>,
+    overtaken: HashSet<Key>,
 }
 
 impl Track {
@@ -86,7 +104,9 @@ impl Track {
         }
     }
 
-    fn end(&mut self, keys: &[Key], seq: Option<i64>) {
+    /// A write of `keys` was answered: committed as change `seq` when given, except the
+    /// rows in `not_written` (the commit found them changed elsewhere and wrote nothing).
+    fn end(&mut self, keys: &[Key], seq: Option<i64>, not_written: &[Key]) {
         for k in keys {
             if let Some(n) = self.inflight.get_mut(k) {
                 *n -= 1;
@@ -94,33 +114,48 @@ impl Track {
                     self.inflight.remove(k);
                 }
             }
-            if let Some(seq) = seq {
+            if self.rereading.contains(k) {
+                self.overtaken.insert(k.clone());
+            }
+            if let (Some(seq), false) = (seq, not_written.contains(k)) {
                 let own = self.own.entry(k.clone()).or_default();
                 *own = (*own).max(seq);
             }
         }
     }
 
-    /// Whether the row `k` as `read` (`rev`: the change it was read as of, none for a row
-    /// that is gone) may be applied now; if not because it is being written, it is read
-    /// again later.
-    fn may_apply(&mut self, k: &Key, read: Read, rev: Option<i64>) -> bool {
-        if self.inflight.contains_key(k) {
+    /// The rows to read again, from now until [`Track::reread`] (with those of a reading
+    /// that failed).
+    fn take_deferred(&mut self) -> Vec<Key> {
+        let more = std::mem::take(&mut self.deferred);
+        self.rereading.extend(more);
+        self.overtaken.clear();
+        self.rereading.iter().cloned().collect()
+    }
+
+    /// The rows read again have been applied (or not).
+    fn reread(&mut self) {
+        self.rereading.clear();
+        self.overtaken.clear();
+    }
+
+    /// Whether the row `k` as `read` (`rev`: the change the feed read it as of) may be
+    /// applied now; if not because a write of ours is on its way or ended while it was
+    /// read, it is read again later.
+    fn may_apply(&mut self, k: &Key, read: Read) -> bool {
+        if self.inflight.contains_key(k) || (read == Read::Again && self.overtaken.contains(k)) {
             self.deferred.insert(k.clone());
             return false;
         }
-        match (read, rev, self.own.get(k)) {
-            // Nothing of ours overtook a row our own commit read.
-            (Read::InOurCommit, ..) => true,
-            (_, Some(rev), Some(&own)) => rev > own,
+        match (read, self.own.get(k)) {
+            (Read::Feed(rev), Some(&own)) => rev > own,
+            // Read by our own commit, or again with no write of ours ended since: current.
             _ => true,
         }
     }
 
     /// The feed listed changes `seqs`. It lists each change once: a row this daemon wrote
-    /// in one of them is not read again as of that change by the feed. A row read again
-    /// after a deferral is checked against its own write before this is forgotten (both
-    /// happen on the follower's thread, in that order).
+    /// in one of them is not read again as of that change by the feed.
     fn listed(&mut self, seqs: &[i64]) {
         if !seqs.is_empty() && !self.own.is_empty() {
             let applied: HashSet<i64> = seqs.iter().copied().collect();
@@ -132,13 +167,15 @@ impl Track {
 /// How a row was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Read {
-    /// By the feed, as of a change it lists.
-    Feed,
+    /// By the feed, as of the change it lists: older than this daemon's own later write
+    /// of the row (or its echo), it is not applied.
+    Feed(i64),
     /// By a commit of ours, which found it changed (applied while that write's end holds
-    /// the pool lock, so no newer row of it is applied in between).
+    /// the pool lock, so no other row of it is applied in between).
     InOurCommit,
-    /// Again, after a write of ours made the follower wait: a write of ours answered
-    /// while it was being read is newer.
+    /// Again, after a write of ours made the follower wait. Change numbers are taken when
+    /// a transaction starts, so a newer row of ours may carry a smaller one than a row
+    /// read: what counts is whether a write of ours ended while it was being read.
     Again,
 }
 
@@ -168,8 +205,8 @@ impl Fleet {
     }
 
     /// They were answered; committed as change `seq` when it is given.
-    pub(super) fn end(&self, keys: &[Key], seq: Option<i64>) {
-        self.track().end(keys, seq);
+    pub(super) fn end(&self, keys: &[Key], seq: Option<i64>, not_written: &[Key]) {
+        self.track().end(keys, seq, not_written);
     }
 }
 
@@ -244,7 +281,7 @@ impl Engine {
         for fr in fresh {
             match fr {
                 Fresh::Endpoint(id, row) => {
-                    if !t.may_apply(&Key::Endpoint(*id), read, row.as_ref().map(|r| r.rev)) {
+                    if !t.may_apply(&Key::Endpoint(*id), read) {
                         continue;
                     }
                     match row {
@@ -255,8 +292,7 @@ impl Engine {
                     }
                 }
                 Fresh::Pair(id, d, row) => {
-                    let k = Key::Pair(*id, d.clone());
-                    if !t.may_apply(&k, read, row.as_ref().map(|r| r.rev)) {
+                    if !t.may_apply(&Key::Pair(*id, d.clone()), read) {
                         continue;
                     }
                     match row {
@@ -295,13 +331,13 @@ impl Engine {
             }
         }
         for r in &ch.endpoints {
-            if t.may_apply(&Key::Endpoint(r.id), Read::Feed, Some(r.rev)) {
+            if t.may_apply(&Key::Endpoint(r.id), Read::Feed(r.rev)) {
                 p.refresh_row(r, now);
             }
         }
         for r in &ch.pairs {
             let k = Key::Pair(r.record.endpoint, r.record.destination.clone());
-            if t.may_apply(&k, Read::Feed, Some(r.rev)) {
+            if t.may_apply(&k, Read::Feed(r.rev)) {
                 p.refresh_pair(r, now);
             }
         }
@@ -313,7 +349,7 @@ impl Engine {
                 }
                 Some(d) => {
                     let k = Key::Pair(*id, d.clone());
-                    if t.may_apply(&k, Read::Feed, Some(*rev)) {
+                    if t.may_apply(&k, Read::Feed(*rev)) {
                         p.forget_pair(*id, d);
                     }
                 }
@@ -333,7 +369,7 @@ impl Engine {
         let Some(f) = &self.fleet else {
             return Ok(());
         };
-        let keys: Vec<Key> = f.track().deferred.drain().collect();
+        let keys = f.track().take_deferred();
         if keys.is_empty() {
             return Ok(());
         }
@@ -355,6 +391,7 @@ impl Engine {
         fresh.extend(feed.pairs(&pairs)?);
         let mut p = self.lock();
         self.follow_fresh(&mut p, &fresh, Read::Again, Instant::now());
+        f.track().reread();
         drop(p);
         self.rescheduled.notify_one();
         self.notify_waiters();
@@ -446,142 +483,176 @@ mod tests {
 
     const K: Key = Key::Endpoint(7);
 
-    /// What memory does with a row of K: each case is the writes of ours around it, then
-    /// the row as read; whether it is applied.
+    /// A write of ours of K, answered as change `seq`.
+    fn wrote(t: &mut Track, seq: i64) {
+        t.begin(&[K]);
+        t.end(&[K], Some(seq), &[]);
+    }
+
+    /// The follower found K while a write of ours was on its way; that write was answered
+    /// as change 5, and now K is being read again.
+    fn rereading(t: &mut Track) {
+        t.begin(&[K]);
+        assert!(!t.may_apply(&K, Read::Feed(4)));
+        t.end(&[K], Some(5), &[]);
+        assert_eq!(t.take_deferred(), vec![K]);
+    }
+
+    /// What memory does with a row of K: each case is what happened before, then the row
+    /// as read; whether it is applied.
     #[test]
     fn which_rows_memory_follows() {
         struct Case {
             what: &'static str,
             before: fn(&mut Track),
             read: Read,
-            rev: Option<i64>,
             applied: bool,
+            /// Not applied now, but read again later.
+            waits: bool,
         }
         let cases = [
             Case {
                 what: "nothing of ours: any row",
                 before: |_| {},
-                read: Read::Feed,
-                rev: Some(3),
+                read: Read::Feed(3),
                 applied: true,
+                waits: false,
             },
             Case {
                 what: "a write of ours on its way: wait",
                 before: |t| t.begin(&[K]),
-                read: Read::Feed,
-                rev: Some(9),
+                read: Read::Feed(9),
                 applied: false,
+                waits: true,
             },
             Case {
                 what: "two writes on their way, one answered: still wait",
                 before: |t| {
                     t.begin(&[K, K]);
-                    t.end(&[K], Some(5));
+                    t.end(&[K], Some(5), &[]);
                 },
-                read: Read::Feed,
-                rev: Some(9),
+                read: Read::Feed(9),
                 applied: false,
+                waits: true,
             },
             Case {
                 what: "the echo of our write",
-                before: |t| {
-                    t.begin(&[K]);
-                    t.end(&[K], Some(5));
-                },
-                read: Read::Feed,
-                rev: Some(5),
+                before: |t| wrote(t, 5),
+                read: Read::Feed(5),
                 applied: false,
+                waits: false,
             },
             Case {
-                what: "read before our write was answered, applied after it (read again)",
-                before: |t| {
-                    t.begin(&[K]);
-                    t.end(&[K], Some(5));
-                },
-                read: Read::Again,
-                rev: Some(4),
+                what: "the feed's row older than our write",
+                before: |t| wrote(t, 5),
+                read: Read::Feed(4),
                 applied: false,
-            },
-            Case {
-                what: "read again after our write",
-                before: |t| {
-                    t.begin(&[K]);
-                    t.end(&[K], Some(5));
-                },
-                read: Read::Again,
-                rev: Some(6),
-                applied: true,
+                waits: false,
             },
             Case {
                 what: "a change after our write",
-                before: |t| {
-                    t.begin(&[K]);
-                    t.end(&[K], Some(5));
-                },
-                read: Read::Feed,
-                rev: Some(6),
+                before: |t| wrote(t, 5),
+                read: Read::Feed(6),
                 applied: true,
+                waits: false,
             },
             Case {
                 what: "read in our own commit, which found it changed",
-                before: |t| {
-                    t.begin(&[K]);
-                    t.end(&[K], Some(5));
-                },
+                before: |t| wrote(t, 5),
                 read: Read::InOurCommit,
-                rev: Some(4),
                 applied: true,
-            },
-            Case {
-                what: "gone, read again",
-                before: |t| {
-                    t.begin(&[K]);
-                    t.end(&[K], Some(5));
-                },
-                read: Read::Again,
-                rev: None,
-                applied: true,
+                waits: false,
             },
             Case {
                 what: "a write of ours that failed tells nothing of the row",
                 before: |t| {
                     t.begin(&[K]);
-                    t.end(&[K], None);
+                    t.end(&[K], None, &[]);
                 },
-                read: Read::Feed,
-                rev: Some(4),
+                read: Read::Feed(4),
                 applied: true,
+                waits: false,
+            },
+            Case {
+                what: "a commit of ours that found the row changed wrote nothing to it",
+                before: |t| {
+                    t.begin(&[K]);
+                    t.end(&[K], Some(5), &[K]);
+                },
+                read: Read::Feed(4),
+                applied: true,
+                waits: false,
             },
             Case {
                 what: "our write listed by the feed: it reads newer changes only",
                 before: |t| {
-                    t.begin(&[K]);
-                    t.end(&[K], Some(5));
+                    wrote(t, 5);
                     t.listed(&[5]);
                 },
-                read: Read::Feed,
-                rev: Some(8),
+                read: Read::Feed(4),
                 applied: true,
+                waits: false,
             },
             Case {
                 what: "another row's write",
                 before: |t| {
-                    t.begin(&[Key::Pair(7, "example.com".into())]);
-                    t.end(&[Key::Pair(7, "example.com".into())], Some(5));
+                    let pair = Key::Pair(7, "example.com".into());
+                    t.begin(std::slice::from_ref(&pair));
+                    t.end(&[pair], Some(5), &[]);
                 },
-                read: Read::Feed,
-                rev: Some(4),
+                read: Read::Feed(4),
                 applied: true,
+                waits: false,
+            },
+            Case {
+                what: "read again, nothing of ours since",
+                before: rereading,
+                read: Read::Again,
+                applied: true,
+                waits: false,
+            },
+            Case {
+                what: "read again while a write of ours was answered (the read may be older)",
+                before: |t| {
+                    rereading(t);
+                    wrote(t, 6);
+                },
+                read: Read::Again,
+                applied: false,
+                waits: true,
+            },
+            Case {
+                what: "read again while a write of ours is on its way",
+                before: |t| {
+                    rereading(t);
+                    t.begin(&[K]);
+                },
+                read: Read::Again,
+                applied: false,
+                waits: true,
+            },
+            Case {
+                what: "read again after a reading that failed, nothing of ours since",
+                before: |t| {
+                    rereading(t);
+                    wrote(t, 6);
+                    // The reading failed: no `reread`; the next one starts over.
+                    assert_eq!(t.take_deferred(), vec![K]);
+                },
+                read: Read::Again,
+                applied: true,
+                waits: false,
             },
         ];
         for c in cases {
             let mut t = Track::default();
             (c.before)(&mut t);
-            assert_eq!(t.may_apply(&K, c.read, c.rev), c.applied, "{}", c.what);
+            t.deferred.clear();
+            assert_eq!(t.may_apply(&K, c.read), c.applied, "{}", c.what);
             assert_eq!(
                 t.deferred.contains(&K),
-                t.inflight.contains_key(&K),
-                "{}: read again once answered",
+                c.waits,
+                "{}: read again later",
                 c.what
             );
         }
