@@ -196,13 +196,21 @@ cpu_note() {
     [[ -z $per ]] || note "$1 CPU per $2: $per"
 }
 
+# TCP segments sent on the whole machine so far (`OutSegs` of /proc/net/snmp): every hop of
+# a tunnel is on loopback, so their count per tunnel says how the fronts packetise it.
+out_segs() { awk '/^Tcp:/ { n++; if (n == 2) print $12 }' /proc/net/snmp; }
+
 run_tunnels() {
-    local f=$1 line cpu
+    local f=$1 line cpu segs per
     cpu=$(gw_cpu_split "${PID[$f]}")
+    segs=$(out_segs)
     line=$("$LOADGEN" tunnels --proxy "127.0.0.1:${PORT[$f]}" --target "$DEST" --path /small \
         --clients "$CLIENTS" --secs "$DURATION")
+    segs=$(($(out_segs) - segs))
     gw_log "$f tunnels: $line"
     cpu_note "$f" tunnel "$(kv ok "$line")" "$cpu"
+    per=$(awk -v n="$(kv ok "$line")" -v s="$segs" 'BEGIN { if (n > 0) printf "%.2f", s / n }')
+    [[ -z $per ]] || note "$f TCP segments per tunnel (whole machine): $per"
     TUN[$f]=$(kv rate "$line")
     TUN_ERR[$f]=$(kv errors "$line")
     TUN_FIRST[$f]=$(sed -n 's/.*first_error=\(.*\)/\1/p' <<<"$line")
