@@ -280,29 +280,7 @@ impl Engine {
             };
         }
         let committed = rx.await;
-        // In a fleet the write's end and the rows its commit found changed are applied
-        // under one hold of the pool lock: the follower, which waits while the write is
-        // on its way, cannot apply another row of them in between.
-        let held = match (&self.fleet, keys.is_empty()) {
-            (Some(fl), false) => {
-                let (seq, not_written, news) = match &committed {
-                    Ok(Ok(a)) => {
-                        let news = !a.claims.is_empty() || !a.fresh.is_empty();
-                        (Some(a.seq), fleet::not_written(a), news)
-                    }
-                    Ok(Err(e)) => (
-                        None,
-                        Vec::new(),
-                        matches!(**e, StoreError::StaleClaim { .. }),
-                    ),
-                    Err(_) => (None, Vec::new(), false),
-                };
-                let p = news.then(|| self.lock());
-                fl.end(&keys, seq, &not_written);
-                p
-            }
-            _ => None,
-        };
+        let held = self.ended_in_fleet(&keys, &committed);
         match committed {
             Ok(Ok(applied)) => Ok((out, self.settle(applied, held))),
             Ok(Err(e)) => Err(self.failed(e, held)),

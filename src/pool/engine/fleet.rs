@@ -11,9 +11,10 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use tokio::sync::oneshot::error::RecvError;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
@@ -65,7 +66,7 @@ pub(super) fn keys(writes: &[Write]) -> Vec<Key> {
 
 /// The rows a commit found changed elsewhere and left as they were: its fresh rows and
 /// the claims it lost.
-pub(super) fn not_written(applied: &crate::store::Applied) -> Vec<Key> {
+fn not_written(applied: &crate::store::Applied) -> Vec<Key> {
     let fresh = applied.fresh.iter().map(|f| match f {
         Fresh::Endpoint(id, _) => Key::Endpoint(*id),
         Fresh::Pair(id, d, _) => Key::Pair(*id, d.clone()),
@@ -263,6 +264,33 @@ impl Engine {
         self.rescheduled.notify_one();
         self.notify_waiters();
         true
+    }
+
+    /// A write of `keys` was answered (`committed`): the follower may apply them again.
+    /// If the commit found rows changed elsewhere, the pool lock is taken first and handed
+    /// back, so that they are applied under the same hold as the write's end and the
+    /// follower cannot apply another row of them in between.
+    pub(super) fn ended_in_fleet(
+        &self,
+        keys: &[Key],
+        committed: &Result<super::Committed, RecvError>,
+    ) -> Option<MutexGuard<'_, super::Pools>> {
+        let f = self.fleet.as_ref().filter(|_| !keys.is_empty())?;
+        let (seq, not_written, news) = match committed {
+            Ok(Ok(a)) => {
+                let news = !a.claims.is_empty() || !a.fresh.is_empty();
+                (Some(a.seq), not_written(a), news)
+            }
+            Ok(Err(e)) => (
+                None,
+                Vec::new(),
+                matches!(**e, StoreError::StaleClaim { .. }),
+            ),
+            Err(_) => (None, Vec::new(), false),
+        };
+        let held = news.then(|| self.lock());
+        f.end(keys, seq, &not_written);
+        held
     }
 
     /// Rows as the store holds them now, read right after a write of ours found them
