@@ -9,6 +9,9 @@
 //!   tunnels still carries a GET, so the memory is that of live tunnels.
 //! - `floor`: not a load but a front: the bare relay `floor` describes (run.sh gives it
 //!   one worker thread per core, as the daemon's runtime has).
+//! - `hyper-floor`: a front too, for absolute-form requests: the least a forward proxy
+//!   that parses requests and responses with hyper (as the gateway must, to judge the
+//!   status) does per request; see `hyper_floor`.
 //!
 //! Run by hand: `cargo bench --bench gateway_load -- tunnels --proxy 127.0.0.1:8888
 //! --target 127.0.0.1:8080`. Without a mode (as in a plain `cargo bench`) it says so and
@@ -50,6 +53,13 @@ enum Mode {
     },
     /// A bare relay to serve as a front (see `floor`).
     Floor {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long)]
+        upstream: SocketAddr,
+    },
+    /// A bare hyper forward proxy to serve as a front (see `hyper_floor`).
+    HyperFloor {
         #[arg(long)]
         listen: SocketAddr,
         #[arg(long)]
@@ -152,6 +162,48 @@ async fn floor_client(mut c: TcpStream, upstream: SocketAddr) -> Result<(), Fail
         tokio::io::copy(&mut r, &mut c)
             .await
             .map_err(|e| Fail::Io("response", e))?;
+    }
+}
+
+/// `hyper-floor`: an absolute-form request read by hyper's HTTP/1.1 server, sent as it
+/// came over a new connection to the one upstream by hyper's client, and the response
+/// head and body handed back to the client: the gateway's forward path with nothing of
+/// its own (no lease, no header hygiene, no status judged, no limits, no report). Its
+/// rate beside the gateway's says what the gateway's own work costs; beside HAProxy's,
+/// what parsing both heads with hyper costs. CONNECT is not served.
+async fn hyper_floor(listen: SocketAddr, upstream: SocketAddr) {
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+
+    let l = tokio::net::TcpListener::bind(listen).await.expect("bind");
+    loop {
+        let c = match l.accept().await {
+            Ok((c, _)) => c,
+            Err(e) => {
+                eprintln!("hyper-floor: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = c.set_nodelay(true);
+        tokio::spawn(async move {
+            let svc = service_fn(
+                move |req: hyper::Request<hyper::body::Incoming>| async move {
+                    let up = TcpStream::connect(upstream).await?;
+                    up.set_nodelay(true)?;
+                    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(up))
+                        .await
+                        .map_err(std::io::Error::other)?;
+                    tokio::spawn(async move {
+                        let _ = conn.await;
+                    });
+                    send.send_request(req).await.map_err(std::io::Error::other)
+                },
+            );
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(c), svc)
+                .await;
+        });
     }
 }
 
@@ -438,6 +490,7 @@ fn main() {
             secs,
         } => rt.block_on(tunnels(proxy, target, path, clients, secs)),
         Mode::Floor { listen, upstream } => rt.block_on(floor(listen, upstream)),
+        Mode::HyperFloor { listen, upstream } => rt.block_on(hyper_floor(listen, upstream)),
         Mode::Idle {
             proxy,
             target,

@@ -112,6 +112,27 @@ async fn forward_keepalive_reuses_a_proxy_that_keeps_its_connection_open() {
 }
 
 #[tokio::test]
+async fn a_connection_whose_answers_have_no_body_is_kept_all_the_same() {
+    // `Content-Length: 0`: hyper never reads such a body, so the connection goes back to
+    // the idle list when the answer is dropped, not when its body ends.
+    let d = dest(DestCfg {
+        keep_alive: Some(100),
+        body: Vec::new(),
+        ..Default::default()
+    })
+    .await;
+    let (up, gw) = gateway(PlainHttp::Tunnel).await;
+    for i in 0..3 {
+        let r = roundtrip(gw.addr, &get(d.port(), &format!("/{i}"), "")).await;
+        assert_eq!(r.status(), 200, "{}", r.head);
+        assert_eq!(r.text(), "");
+        until_idle(&gw, 1.0).await;
+    }
+    assert_eq!(up.seen().len(), 1, "one CONNECT: {:?}", up.seen());
+    assert_eq!((gw.metric(NEW), gw.metric(REUSED)), (1.0, 2.0));
+}
+
+#[tokio::test]
 async fn a_proxy_that_closes_after_each_answer_gets_a_new_connection_each_time() {
     // The default fake destination answers with `Connection: close`.
     let d = dest(DestCfg::default()).await;

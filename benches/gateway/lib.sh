@@ -177,6 +177,16 @@ gw_start_tokio_floor() {
     gw_wait_port "$port" 20 || { cat "$dir/tokio-floor.out" >&2; return 1; }
 }
 
+# gw_start_hyper_floor DIR LOADGEN PORT UPSTREAM_PORT: the bare hyper forward proxy of
+# benches/gateway_load.rs (`hyper-floor`), absolute-form requests only. Sets GW_FRONT_PID.
+gw_start_hyper_floor() {
+    local dir=$1 loadgen=$2 port=$3 up=$4
+    "$loadgen" --threads "$(nproc)" hyper-floor --listen "127.0.0.1:$port" --upstream "127.0.0.1:$up" >"$dir/hyper-floor.out" 2>&1 &
+    GW_FRONT_PID=$!
+    gw_track "$GW_FRONT_PID"
+    gw_wait_port "$port" 20 || { cat "$dir/hyper-floor.out" >&2; return 1; }
+}
+
 # gw_loadgen ROOT ERRFILE: prints the path of the load generator (benches/gateway_load.rs),
 # `$LOADGEN` when set, else built here with `cargo bench --no-run` (the bench profile).
 gw_loadgen() {

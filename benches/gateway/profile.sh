@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Where the gateway's own CPU goes under the tunnel load of run.sh: `perf record -g` on the
-# daemon while CLIENTS clients open CONNECT tunnels through it to tinyproxy. Prints the
+# Where the gateway's own CPU goes under a load of run.sh: `perf record -g` on the daemon
+# while CLIENTS clients open CONNECT tunnels through it to tinyproxy (LOAD=tunnels) or send
+# absolute-form GETs through it with wrk (LOAD=absolute). Prints the
 # share of samples by shared object (kernel, libc, proxypool...), the inclusive share of
 # the busiest system calls and of the scheduler, and the binary's own busiest functions,
 # for BENCHMARKS.md.
@@ -8,6 +9,7 @@
 #   benches/gateway/profile.sh
 #
 # Environment (all optional):
+#   LOAD=tunnels      tunnels | absolute
 #   DURATION=8        seconds recorded
 #   CLIENTS=8         concurrent clients
 #   PROXYPOOL_BIN=... default: target/release/proxypool, built here with cargo (the
@@ -25,6 +27,12 @@ ROOT=$(cd "$HERE/../.." && pwd)
 
 DURATION=${DURATION:-8}
 CLIENTS=${CLIENTS:-8}
+LOAD=${LOAD:-tunnels}
+case $LOAD in
+tunnels) ;;
+absolute) gw_need wrk "Debian package wrk" ;;
+*) gw_log "LOAD=$LOAD: expected tunnels or absolute"; exit 2 ;;
+esac
 
 gw_need perf "Debian package linux-perf"
 gw_need nginx "Debian package nginx-light"
@@ -46,16 +54,22 @@ GW_PORT=$(gw_free_port)
 gw_start_gateway "$D/gateway" "$PP" "$GW_PORT" forward "http://127.0.0.1:$TP_PORT"
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-"$LOADGEN" tunnels --proxy "127.0.0.1:$GW_PORT" --target "$DEST" --path /small \
-    --clients "$CLIENTS" --secs $((DURATION + 2)) >"$D/load.out" &
-LOAD=$!
-gw_track "$LOAD"
+if [[ $LOAD == tunnels ]]; then
+    "$LOADGEN" tunnels --proxy "127.0.0.1:$GW_PORT" --target "$DEST" --path /small \
+        --clients "$CLIENTS" --secs $((DURATION + 2)) >"$D/load.out" &
+else
+    wrk -t 2 -c "$CLIENTS" -d "$((DURATION + 2))s" --timeout 5s -s "$HERE/absolute.lua" \
+        "http://127.0.0.1:$GW_PORT/" -- "$DEST" /small 2>&1 |
+        awk '/^WRK / { printf "rate=%.1f\n", $3 / ($5 / 1e6) }' FS='[ =]+' >"$D/load.out" &
+fi
+LOADER=$!
+gw_track "$LOADER"
 perf record -q -g -o "$D/perf.data" -p "$GW_GATEWAY_PID" -- sleep "$DURATION" 2>"$D/perf.err" ||
     { cat "$D/perf.err" >&2; exit 1; }
-wait "$LOAD"
+wait "$LOADER"
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 line=$(cat "$D/load.out")
-gw_log "tunnels: $line"
+gw_log "$LOAD: $line"
 
 perf report -i "$D/perf.data" --stdio --no-children --sort dso -g none 2>/dev/null >"$D/dso.txt"
 perf report -i "$D/perf.data" --stdio --children --sort sym -g none 2>/dev/null >"$D/sym.txt"
@@ -65,7 +79,7 @@ samples=$(sed -n 's/^# Samples: \([^ ]*\).*/\1/p' "$D/dso.txt" | head -1)
 
 echo
 echo "Gateway profile — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $CLIENTS clients, ${DURATION}s recorded,"
-echo "$samples samples, $(gw_kv rate "$line") tunnels/s; load average before $LOAD_BEFORE, after $LOAD_AFTER."
+echo "$samples samples, $(gw_kv rate "$line") $([[ $LOAD == tunnels ]] && echo tunnels || echo absolute-form GETs)/s; load average before $LOAD_BEFORE, after $LOAD_AFTER."
 echo
 python3 - "$D/dso.txt" "$D/sym.txt" "$D/own.txt" <<'PY'
 import re, sys

@@ -17,7 +17,9 @@
 #                      cheapest possible extra hop, which parses nothing; Debian `haproxy`;
 #                      and "tokio-floor", not in the default list: the bare relay of
 #                      benches/gateway_load.rs, the least the gateway's job costs on its
-#                      own runtime)
+#                      own runtime; and "hyper-floor", not in the default list either:
+#                      a bare hyper forward proxy, absolute-form GETs only, the least
+#                      the gateway's forward path costs with hyper parsing both heads)
 #   LOADS="tunnels absolute split bulk idle"     loads to run (split: absolute-form GETs
 #                      to an nginx without tcp_nopush, which writes head and body apart:
 #                      through a relay without TCP_NODELAY such as tinyproxy, a delayed ACK
@@ -147,6 +149,11 @@ for f in $FRONTS; do
         gw_start_tokio_floor "$D" "$LOADGEN" "$p" "$TP_PORT" || exit 1
         start_front tokio-floor "$p" "$GW_FRONT_PID"
         ;;
+    hyper-floor)
+        p=$(gw_free_port)
+        gw_start_hyper_floor "$D" "$LOADGEN" "$p" "$TP_PORT" || exit 1
+        start_front hyper-floor "$p" "$GW_FRONT_PID"
+        ;;
     pproxy)
         if [[ ! -x $TOOLS/venv/bin/pproxy ]]; then
             note "pproxy row skipped: needs \`python3 -m venv $TOOLS/venv && $TOOLS/venv/bin/pip install pproxy\`"
@@ -160,7 +167,7 @@ for f in $FRONTS; do
         start_front pproxy "$p" "$pid"
         ;;
     *)
-        gw_log "unknown front '$f' (direct gateway gateway-tunnel haproxy-tcp tokio-floor proxy-chain pproxy)"
+        gw_log "unknown front '$f' (direct gateway gateway-tunnel haproxy-tcp tokio-floor hyper-floor proxy-chain pproxy)"
         exit 2
         ;;
     esac
@@ -168,7 +175,10 @@ done
 
 # Every front must carry both request forms before it is timed.
 for f in "${ORDER[@]}"; do
-    a=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -p -x "127.0.0.1:${PORT[$f]}" "http://$DEST/small" || true)
+    a=200
+    # The hyper floor forwards absolute-form requests only.
+    [[ $f == hyper-floor ]] ||
+        a=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -p -x "127.0.0.1:${PORT[$f]}" "http://$DEST/small" || true)
     b=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -x "127.0.0.1:${PORT[$f]}" "http://$DEST/small" || true)
     if [[ $a != 200 || $b != 200 ]]; then
         gw_log "$f on port ${PORT[$f]} fails the smoke test (CONNECT: $a, absolute-form: $b)"
@@ -316,6 +326,7 @@ for round in $(seq 1 "$ROUNDS"); do
     for load in $LOADS; do
         [[ $round == 1 || $load == tunnels || $load == absolute ]] || continue
         for f in "${fronts[@]}"; do
+            [[ $f != hyper-floor || $load == absolute ]] || continue
             case $load in
             tunnels)
                 run_tunnels "$f"
@@ -372,6 +383,7 @@ label() {
     proxy-chain) echo "proxy-chain $(sed -n 's/.*"version": "\(.*\)".*/\1/p' "$TOOLS/node_modules/proxy-chain/package.json" | head -1) → tinyproxy" ;;
     haproxy-tcp) echo "HAProxy $(haproxy -v 2>/dev/null | awk 'NR == 1 {print $3}') as a TCP forwarder → tinyproxy" ;;
     tokio-floor) echo "a bare tokio relay (read the head, dial, CONNECT, answer, copy) → tinyproxy" ;;
+    hyper-floor) echo "a bare hyper forward proxy (hyper server, a new hyper client connection per request, nothing else) → tinyproxy" ;;
     pproxy) echo "pproxy $("$TOOLS/venv/bin/pproxy" --version 2>/dev/null | awk '{print $NF}') → tinyproxy" ;;
     esac
 }
@@ -396,9 +408,9 @@ done
 echo
 echo "| ratio | tunnels/s | absolute-form GETs/s | head and body apart | bulk MB/s | RSS per idle tunnel |"
 echo "|---|---:|---:|---:|---:|---:|"
-for gw in gateway gateway-tunnel tokio-floor haproxy-tcp; do
+for gw in gateway gateway-tunnel tokio-floor hyper-floor haproxy-tcp; do
     [[ -n ${PORT[$gw]:-} ]] || continue
-    for peer in direct tokio-floor haproxy-tcp proxy-chain pproxy; do
+    for peer in direct tokio-floor hyper-floor haproxy-tcp proxy-chain pproxy; do
         [[ $peer != "$gw" ]] || continue
         [[ -n ${PORT[$peer]:-} ]] || continue
         echo "| $gw / $peer | $(ratio "${TUN[$gw]:-}" "${TUN[$peer]:-}") | $(ratio "${GET[$gw]:-}" "${GET[$peer]:-}") | $(ratio "${SPLIT[$gw]:-}" "${SPLIT[$peer]:-}") | $(ratio "${BULK[$gw]:-}" "${BULK[$peer]:-}") | $(ratio "${MEM[$gw]:-}" "${MEM[$peer]:-}") |"

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # System calls the gateway makes per CONNECT tunnel (connect, `CONNECT host:port`, one
-# small GET inside, close), counted with `strace -c -f` attached to every thread of the
-# daemon while one client opens tunnels through it to tinyproxy. The daemon's idle
+# small GET inside, close) or per absolute-form GET (LOAD=absolute: wrk on one kept
+# connection, `GET http://host/small`), counted with `strace -c -f` attached to every
+# thread of the daemon while one client sends them through it to tinyproxy. The daemon's idle
 # background (timers, the store thread) is counted for as long again with no client, and
 # subtracted. Prints a markdown table for BENCHMARKS.md.
 #
 #   benches/gateway/syscalls.sh
 #
 # Environment (all optional):
+#   LOAD=tunnels      tunnels | absolute (needs wrk, Debian package wrk)
 #   DURATION=3        seconds of tunnels (strace slows the daemon: a few thousand tunnels)
 #   FRONT=gateway     what is traced: the proxypool gateway, "tokio-floor" (the bare relay
 #                     of benches/gateway_load.rs) or "haproxy-tcp" (HAProxy as a TCP
@@ -26,6 +28,12 @@ ROOT=$(cd "$HERE/../.." && pwd)
 . "$HERE/lib.sh"
 
 DURATION=${DURATION:-3}
+LOAD=${LOAD:-tunnels}
+case $LOAD in
+tunnels) UNIT=tunnel ;;
+absolute) UNIT="absolute-form GET" && gw_need wrk "Debian package wrk" ;;
+*) gw_log "LOAD=$LOAD: expected tunnels or absolute"; exit 2 ;;
+esac
 
 gw_need strace "Debian package strace"
 gw_need nginx "Debian package nginx-light"
@@ -79,7 +87,14 @@ count() {
         done
         ((i < 200)) || { gw_log "strace did not attach to ${t##*/}"; exit 1; }
     done
-    if (($#)); then
+    if (($# == 1)) && [[ $1 == absolute ]]; then
+        # wrk's summary as `ok=N errors=M`: the requests it completed, and its connect,
+        # write, status and timeout errors (a read error is a front closing a kept
+        # connection, as HAProxy in front of tinyproxy does after every response).
+        wrk -t 1 -c 1 -d "${secs}s" --timeout 5s -s "$HERE/absolute.lua" \
+            "http://127.0.0.1:$GW_PORT/" -- "$DEST" /small 2>&1 |
+            awk '/^WRK / { print "ok=" $3 " errors=" $7 + $11 + $13 + $15 }' FS='[ =]+'
+    elif (($#)); then
         "$LOADGEN" "$@"
     else
         sleep "$secs"
@@ -89,19 +104,23 @@ count() {
 }
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-line=$(count "$D/busy.txt" "$DURATION" tunnels --proxy "127.0.0.1:$GW_PORT" --target "$DEST" \
-    --path /small --clients 1 --secs "$DURATION")
-gw_log "tunnels: $line"
-[[ $(gw_kv errors "$line") == 0 ]] || { gw_log "tunnels failed: $line"; exit 1; }
+if [[ $LOAD == tunnels ]]; then
+    line=$(count "$D/busy.txt" "$DURATION" tunnels --proxy "127.0.0.1:$GW_PORT" --target "$DEST" \
+        --path /small --clients 1 --secs "$DURATION")
+else
+    line=$(count "$D/busy.txt" "$DURATION" absolute)
+fi
+gw_log "$LOAD: $line"
+[[ $(gw_kv errors "$line") == 0 ]] || { gw_log "$LOAD failed: $line"; exit 1; }
 TUNNELS=$(gw_kv ok "$line")
 count "$D/idle.txt" "$DURATION"
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 echo
-echo "System calls per tunnel of $FRONT — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $TUNNELS tunnels"
+echo "System calls per $UNIT of $FRONT — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $TUNNELS ${UNIT}s"
 echo "in ${DURATION}s under strace from one client, minus ${DURATION}s idle; load average before $LOAD_BEFORE, after $LOAD_AFTER."
 echo
-python3 - "$D/busy.txt" "$D/idle.txt" "$TUNNELS" <<'PY'
+python3 - "$D/busy.txt" "$D/idle.txt" "$TUNNELS" "$UNIT" <<'PY'
 import re, sys
 
 def calls(path):
@@ -113,10 +132,10 @@ def calls(path):
             out[f[-1]] = int(f[3])
     return out
 
-busy, idle, n = calls(sys.argv[1]), calls(sys.argv[2]), int(sys.argv[3])
+busy, idle, n, unit = calls(sys.argv[1]), calls(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 per = {k: (v - idle.get(k, 0)) / n for k, v in busy.items()}
 per = {k: v for k, v in per.items() if v >= 0.05}
-print("| system call | per tunnel |")
+print(f"| system call | per {unit} |")
 print("|---|---:|")
 for k, v in sorted(per.items(), key=lambda kv: -kv[1]):
     print(f"| `{k}` | {v:.2f} |")

@@ -94,6 +94,17 @@ pub enum Route {
     PlainHttp,
 }
 
+/// What a dialed connection will carry. A connection that carries one request and its
+/// answer needs no `TCP_QUICKACK` after its reads (see `tcp::QuickAck`): Linux acknowledges
+/// a new connection's first segments at once anyway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carries {
+    /// One request and its answer, then it closes.
+    OneExchange,
+    /// A tunnel, or a connection kept for further requests.
+    More,
+}
+
 /// A dialed connection.
 pub struct Dialed {
     /// The stream.
@@ -251,7 +262,7 @@ impl Dialer {
         &self,
         proxy: &ProxyUrl,
         dest: &Dest,
-        route: Route,
+        (route, carries): (Route, Carries),
         clock: &mut Clock,
     ) -> Result<Dialed, DialFailure> {
         // An HTTP proxy's CONNECT is known before the connection is up: to a plain one it
@@ -267,7 +278,7 @@ impl Dialer {
             _ => &[],
         };
         let (tcp, sent) = clock
-            .timed(Phase::Connect, tcp::connect(proxy, opening))
+            .timed(Phase::Connect, tcp::connect(proxy, opening, carries))
             .await?;
         let mut io: BoxIo = Box::new(tcp);
         if proxy.scheme == Scheme::Https {

@@ -1,5 +1,5 @@
 //! TCP to the proxy (its first bytes sent with the connect, `TCP_QUICKACK` re-armed after
-//! every read), client-side name resolution for SOCKS variants without remote DNS, and
+//! every read on a connection that carries more than one exchange), client-side name resolution for SOCKS variants without remote DNS, and
 //! which failures are this machine's own.
 
 use std::io;
@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::{Dest, DialFailure};
+use super::{Carries, Dest, DialFailure};
 use crate::endpoint::ProxyUrl;
 use crate::health::{Phase, Reason};
 
@@ -29,6 +29,7 @@ pub(super) fn is_local_failure(e: &io::Error) -> bool {
 pub(super) async fn connect(
     proxy: &ProxyUrl,
     opening: &[u8],
+    carries: Carries,
 ) -> Result<(QuickAck, usize), DialFailure> {
     let phase = Phase::Connect;
     // Walked as resolved: an address literal (most proxies) costs no list.
@@ -58,7 +59,10 @@ pub(super) async fn connect(
     let mut last = None;
     for addr in addrs {
         match connect_sending(addr, opening).await {
-            Ok((s, sent)) => return Ok((QuickAck(s), sent)),
+            Ok((s, sent)) => {
+                let rearm = carries == Carries::More;
+                return Ok((QuickAck { stream: s, rearm }, sent));
+            }
             // Another address would meet the same shortage.
             Err(e) if is_local_failure(&e) => {
                 return Err(DialFailure::on_this_machine(
@@ -148,13 +152,22 @@ async fn connect_sending(addr: SocketAddr, opening: &[u8]) -> io::Result<(TcpStr
 /// until that ACK comes, when the destination wrote head and body apart (nginx without
 /// `tcp_nopush`): 40 ms per request. Quick-ack mode is left again by the kernel on its
 /// own, hence after every read. One `setsockopt` a read; elsewhere than Linux, nothing.
-pub(super) struct QuickAck(TcpStream);
+///
+/// A new connection starts in quick-ack mode and is not interactive yet: one that carries
+/// a single request and its answer (the gateway's default forward path) is not re-armed,
+/// which saves the call and the separate ACK segment it sends for every response.
+pub(super) struct QuickAck {
+    stream: TcpStream,
+    rearm: bool,
+}
 
 impl QuickAck {
     fn rearm(&self) {
         // A failure only costs the delayed ACK this works around.
         #[cfg(target_os = "linux")]
-        let _ = socket2::SockRef::from(&self.0).set_tcp_quickack(true);
+        if self.rearm {
+            let _ = socket2::SockRef::from(&self.stream).set_tcp_quickack(true);
+        }
     }
 }
 
@@ -166,7 +179,7 @@ impl AsyncRead for QuickAck {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let before = buf.filled().len();
-        let r = Pin::new(&mut this.0).poll_read(cx, buf);
+        let r = Pin::new(&mut this.stream).poll_read(cx, buf);
         if buf.filled().len() > before {
             this.rearm();
         }
@@ -180,7 +193,7 @@ impl AsyncWrite for QuickAck {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().0).poll_write(cx, data)
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, data)
     }
 
     fn poll_write_vectored(
@@ -188,19 +201,19 @@ impl AsyncWrite for QuickAck {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().0).poll_write_vectored(cx, bufs)
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.0.is_write_vectored()
+        self.stream.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_flush(cx)
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
     }
 }
 
@@ -375,8 +388,34 @@ mod tests {
             }
         }
         assert!(delayed, "a plain socket delays its ACKs");
-        let mut ours = QuickAck(ours);
+        let mut ours = QuickAck {
+            stream: ours,
+            rearm: true,
+        };
         kept_connection_rhythm(&mut ours, &mut far).await;
-        assert!(quickack(&ours.0), "re-armed after the read");
+        assert!(quickack(&ours.stream), "re-armed after the read");
+    }
+
+    /// A connection dialed for one exchange is left as the kernel has it: its reads
+    /// re-arm nothing, so the rhythm puts it in delayed-ACK mode as it does a plain one.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_connection_for_one_exchange_is_not_re_armed() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ours = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (mut far, _) = l.accept().await.unwrap();
+        let mut ours = QuickAck {
+            stream: ours,
+            rearm: false,
+        };
+        let mut delayed = false;
+        for _ in 0..5 {
+            kept_connection_rhythm(&mut ours, &mut far).await;
+            if !quickack(&ours.stream) {
+                delayed = true;
+                break;
+            }
+        }
+        assert!(delayed, "no re-arm after the reads");
     }
 }

@@ -32,7 +32,7 @@ pub(super) fn set_upstream(h: &mut HeaderMap, endpoint: i64, pool: &str) {
 }
 
 pub(super) fn empty() -> Body {
-    Empty::<Bytes>::new().map_err(|n| match n {}).boxed()
+    Empty::<Bytes>::new().map_err(|n| match n {}).boxed_unsync()
 }
 
 /// One of the gateway's own answers: every body has the same form,
@@ -42,7 +42,7 @@ pub(super) fn text(status: StatusCode, error: &str, message: &str) -> Response<B
         "proxypool gateway: {error}: {message}\n"
     )))
     .map_err(|n| match n {})
-    .boxed();
+    .boxed_unsync();
     let mut resp = Response::new(body);
     *resp.status_mut() = status;
     resp.extensions_mut().insert(outcome_of(status, error));

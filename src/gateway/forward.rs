@@ -15,6 +15,7 @@ use tracing::info;
 
 use super::answer::{empty, set_endpoint, set_upstream, text, upstream_error};
 use super::deadline::{BodyEnd, Tracked};
+use super::driven::Driven;
 use super::headers::{framing_conflict, proxy_auth, strip_hop_by_hop, strip_own, upstream_request};
 use super::idle::{Body, IdleKey};
 use super::lease::LeaseGuard;
@@ -110,10 +111,13 @@ impl Outgoing {
     /// which says when it has gone out (the response deadline starts then).
     fn body(&mut self) -> (Body, Option<Arc<BodyEnd>>) {
         match (&self.kept, self.once.take()) {
-            (Some(b), _) => (Full::new(b.clone()).map_err(|n| match n {}).boxed(), None),
+            (Some(b), _) => (
+                Full::new(b.clone()).map_err(|n| match n {}).boxed_unsync(),
+                None,
+            ),
             (None, Some(b)) => {
                 let end = Arc::new(BodyEnd::default());
-                (Tracked::new(b, end.clone()).boxed(), Some(end))
+                (Tracked::new(b, end.clone()).boxed_unsync(), Some(end))
             }
             (None, None) => (empty(), None),
         }
@@ -152,15 +156,16 @@ async fn one_try(shared: &Shared, routing: &Routing, out: &mut Outgoing, tries: 
         Ok(v) => v,
         Err(e) => return Try::Failed(upstream_error(e)),
     };
-    let (link, key) = match link {
-        Link::Dialed(d) => {
-            let key = IdleKey::new(guard.proxy(), &out.target.dest, d.forward);
-            (Link::Dialed(d), key)
-        }
-        Link::Reused((sender, key)) => (Link::Reused(sender), key),
-    };
-    let forward = key.forward();
     let reuse = shared.plain.reuse();
+    // Where a kept connection goes back to; built only when connections are kept.
+    let (link, forward, key) = match link {
+        Link::Dialed(d) => {
+            let forward = d.forward;
+            let key = reuse.then(|| IdleKey::new(guard.proxy(), &out.target.dest, forward));
+            (Link::Dialed(d), forward, key)
+        }
+        Link::Reused((sender, key)) => (Link::Reused(sender), key.forward(), Some(key)),
+    };
     let (body, body_end) = out.body();
     let req = upstream_request(&out.parts, body, forward.then(|| guard.proxy()), reuse);
     let again = Again {
@@ -171,7 +176,7 @@ async fn one_try(shared: &Shared, routing: &Routing, out: &mut Outgoing, tries: 
         body_end: body_end.as_deref(),
     };
     match send(shared, &guard, link, req, again).await {
-        Ok((resp, _)) if framing_conflict(resp.headers()) => {
+        Ok(resp) if framing_conflict(resp.headers()) => {
             // The connection is not kept: where this body ends is anybody's guess.
             let f = DialFailure::new(
                 Reason::ProxyProtocolError,
@@ -180,11 +185,11 @@ async fn one_try(shared: &Shared, routing: &Routing, out: &mut Outgoing, tries: 
             );
             not_sent(shared, guard, Sent::Failed(f), out, tries).await
         }
-        Ok((resp, sender)) => {
+        Ok(mut resp) => {
             let refused_credentials = forward && proxy_auth(resp.status().as_u16(), resp.headers());
-            if reuse && !refused_credentials {
+            if let Some(key) = key.filter(|_| !refused_credentials) {
                 // Back to the idle list once this response has been read to its end.
-                shared.idle.park(key, sender);
+                resp.body_mut().park_in(shared.idle.clone(), key);
             }
             if refused_credentials {
                 return credentials_refused(shared, guard, resp.status().as_u16(), out, tries)
@@ -323,7 +328,7 @@ async fn proxy_failed(
 async fn judge(
     shared: &Shared,
     mut guard: LeaseGuard,
-    resp: Response<Incoming>,
+    resp: Response<Driven>,
     out: &Outgoing,
     tries: &Tries,
 ) -> Try {
@@ -372,7 +377,7 @@ fn bad_gateway(endpoint: EndpointId, reason: Reason, message: &str) -> Response<
 /// the pool that served it named. The lease (`guard`) lives as long as the body streams to the client; a body
 /// that breaks off is the upstream path failing mid-response.
 fn to_client(
-    resp: Response<Incoming>,
+    resp: Response<Driven>,
     (endpoint, pool): (EndpointId, &str),
     guard: Option<LeaseGuard>,
     host: &str,
@@ -395,6 +400,6 @@ fn to_client(
             }
             e
         })
-        .boxed();
+        .boxed_unsync();
     Response::from_parts(parts, body)
 }

@@ -45,7 +45,7 @@ pub(super) async fn serve(shared: Arc<Shared>, stream: TcpStream, slot: Slot, an
                     body,
                     _guard: responding,
                 }
-                .boxed()
+                .boxed_unsync()
             });
             Ok::<_, Infallible>(resp)
         }

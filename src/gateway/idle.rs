@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
+use http_body_util::combinators::UnsyncBoxBody;
 use tokio::time::Instant;
 
 use tokio::sync::OwnedSemaphorePermit;
@@ -21,7 +21,7 @@ use crate::endpoint::ProxyUrl;
 use crate::metrics::GatewayMetrics;
 
 /// What the gateway sends upstream and answers with.
-pub(super) type Body = BoxBody<Bytes, hyper::Error>;
+pub(super) type Body = UnsyncBoxBody<Bytes, hyper::Error>;
 /// The request side of one upstream HTTP/1.1 connection.
 pub(super) type Sender = hyper::client::conn::http1::SendRequest<Body>;
 

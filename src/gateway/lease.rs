@@ -1,6 +1,8 @@
 //! A lease held for exactly as long as a client uses its upstream.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::task::{Context, Waker};
 
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
@@ -20,7 +22,7 @@ pub(super) struct LeaseGuard {
     endpoint: EndpointId,
     /// The pool that served it (the one asked for, or its fallback).
     pool: String,
-    proxy: ProxyUrl,
+    proxy: Arc<ProxyUrl>,
     outcome: Option<Outcome>,
     /// The series of the pool that served the lease (upstream attempts, bytes relayed).
     metrics: Option<PoolMetrics>,
@@ -34,7 +36,7 @@ impl LeaseGuard {
         lease: String,
         endpoint: EndpointId,
         pool: String,
-        proxy: ProxyUrl,
+        proxy: Arc<ProxyUrl>,
         metrics: Option<PoolMetrics>,
     ) -> Self {
         LeaseGuard {
@@ -112,16 +114,23 @@ impl Drop for LeaseGuard {
         };
         let engine = self.engine.clone();
         let (endpoint, outcome) = (self.endpoint, self.outcome.take());
-        // Drop cannot wait: the give-back runs in a task of the gateway's tracker, so the
-        // gateway stops only after it. Without a runtime the process is stopping, and then
-        // the lease dies with the in-memory table anyway.
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            self.tracker.spawn_on(
-                async move {
-                    give_back(&engine, &lease, endpoint, outcome).await;
-                },
-                &rt,
-            );
+        // Without a runtime the process is stopping, and then the lease dies with the
+        // in-memory table anyway.
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut back = Box::pin(async move {
+            give_back(&engine, &lease, endpoint, outcome).await;
+        });
+        // Most give-backs are done in memory with nothing to wait for: done here, at once,
+        // without a task per request (a spawn, and often a wake-up of another worker
+        // thread). One that must wait for a commit cannot wait in a drop: it goes on in a
+        // task of the gateway's tracker, so the gateway stops only after it. A future
+        // polled once may be polled on by another task: it registers the waker of each
+        // poll.
+        let mut cx = Context::from_waker(Waker::noop());
+        if back.as_mut().poll(&mut cx).is_pending() {
+            self.tracker.spawn_on(back, &rt);
         }
     }
 }

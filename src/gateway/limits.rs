@@ -10,7 +10,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// The gateway's limits on one client connection.
@@ -53,8 +52,6 @@ pub(super) struct Activity {
     /// Responses whose bodies are still going out.
     responding: AtomicUsize,
     served: AtomicBool,
-    /// A head started: its deadline may be nearer than the one the watchdog sleeps to.
-    head_started: Notify,
 }
 
 impl Activity {
@@ -66,7 +63,6 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             responding: AtomicUsize::new(0),
             served: AtomicBool::new(false),
-            head_started: Notify::new(),
         })
     }
 
@@ -84,12 +80,10 @@ impl Activity {
         self.last.fetch_max(at, Ordering::Relaxed);
         if self.in_flight.load(Ordering::Relaxed) == 0
             && self.responding.load(Ordering::Relaxed) == 0
-            && self
-                .head_from
-                .compare_exchange(0, at + 1, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
         {
-            self.head_started.notify_one();
+            let _ =
+                self.head_from
+                    .compare_exchange(0, at + 1, Ordering::Relaxed, Ordering::Relaxed);
         }
     }
 
@@ -117,21 +111,20 @@ impl Activity {
     }
 
     /// Resolves when the connection broke a limit; the caller then closes it.
+    ///
+    /// A head that starts while the watchdog sleeps is due `head` after its first byte, so
+    /// a sleep never longer than `head` ends before that: the watchdog then looks again
+    /// and sleeps to it. Nothing wakes it per request (a timer set anew and a wake-up for
+    /// every head cost more than the rest of this watch).
     pub(super) async fn expired(&self, limits: &Limits) -> &'static str {
+        let most = limits.head.max(Duration::from_millis(1));
         loop {
-            // Registered before the state is read, so a head starting meanwhile wakes us.
-            let started = self.head_started.notified();
-            tokio::pin!(started);
-            started.as_mut().enable();
             let now = Instant::now();
             let (deadline, why) = self.deadline(limits, now);
             if deadline <= now {
                 return why;
             }
-            tokio::select! {
-                _ = tokio::time::sleep_until(deadline) => {}
-                _ = started => {}
-            }
+            tokio::time::sleep_until(deadline.min(now + most)).await;
         }
     }
 

@@ -13,6 +13,7 @@ mod answer;
 mod counted;
 mod deadline;
 mod descriptors;
+mod driven;
 mod forward;
 mod front;
 mod headers;
@@ -29,6 +30,7 @@ mod socks5;
 mod target;
 mod tunnel;
 mod upstream;
+mod urls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::idle::{IdleConns, IdleKey, Sender};
 use super::upstream::Way;
 use crate::config::PlainHttp;
-use crate::dial::{Dest, DialFailure, Route};
+use crate::dial::{Carries, Dest, DialFailure, Route};
 use crate::endpoint::ProxyUrl;
 use crate::health::{Phase, Reason};
 
@@ -140,6 +140,14 @@ impl Way for PlainWay<'_> {
 
     fn fallback(&self, proxy: &ProxyUrl, route: Route, f: &DialFailure) -> Option<Route> {
         self.routes.fallback(proxy, self.dest, route, f)
+    }
+
+    fn carries(&self) -> Carries {
+        if self.routes.reuse() {
+            Carries::More
+        } else {
+            Carries::OneExchange
+        }
     }
 }
 

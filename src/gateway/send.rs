@@ -5,19 +5,19 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
 use hyper::http::request::Parts;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tracing::debug;
 
 use super::deadline::{head_within, BodyEnd};
+use super::driven::{Driven, Held};
 use super::headers::upstream_request;
 use super::idle::{Body, Sender};
 use super::lease::LeaseGuard;
 use super::upstream::Link;
 use super::Shared;
-use crate::dial::{self, Dest, DialFailure, Route};
+use crate::dial::{self, Carries, Dest, DialFailure, Route};
 use crate::health::{Phase, Reason};
 
 /// Why a request did not get a response head.
@@ -49,13 +49,14 @@ pub(super) struct Again<'a> {
 /// Send `out` on `link`. A kept connection the far side closed (most often just as it was
 /// taken) is no fault of the upstream: the request goes again on a new connection through
 /// the same upstream when it can be had again (not written yet, or a kept GET/HEAD body).
+/// The response's body runs the connection it came on (`driven`).
 pub(super) async fn send(
     shared: &Shared,
     guard: &LeaseGuard,
     link: Link<Sender>,
     out: Request<Body>,
     again: Again<'_>,
-) -> Result<(Response<Incoming>, Sender), Sent> {
+) -> Result<Response<Driven>, Sent> {
     let Again {
         parts,
         kept,
@@ -65,21 +66,21 @@ pub(super) async fn send(
     } = again;
     let metrics = &shared.metrics;
     let within = shared.cfg.response_timeout;
-    let mut sender = match link {
+    let mut held = match link {
         Link::Dialed(d) => {
             metrics.upstream_connection(false);
             return exchange(d.io, out, within, body_end).await;
         }
-        Link::Reused(sender) => sender,
+        Link::Reused(sender) => Held::kept(sender),
     };
-    let sent = head_within(within, body_end, sender.try_send_request(out)).await;
+    let sent = head_within(within, body_end, held.try_send(out)).await;
     // Unless hyper gives the request back unwritten, it went out on the kept connection.
     if !matches!(&sent, Some(Err(e)) if e.message().is_some()) {
         metrics.upstream_connection(true);
     }
     let mut e = match sent {
         None => return Err(Sent::Slow(no_head_in(within))),
-        Some(Ok(resp)) => return Ok((resp, sender)),
+        Some(Ok(resp)) => return Ok(held.carry(resp)),
         Some(Err(e)) => e,
     };
     debug!(endpoint = guard.endpoint(), error = %e.error(), "gateway idle upstream connection closed");
@@ -89,7 +90,7 @@ pub(super) async fn send(
         Some(m) => (m, body_end),
         None => {
             let b = kept.as_ref().ok_or(Sent::Unsendable)?;
-            let body = Full::new(b.clone()).map_err(|n| match n {}).boxed();
+            let body = Full::new(b.clone()).map_err(|n| match n {}).boxed_unsync();
             let req = upstream_request(parts, body, forward.then(|| guard.proxy()), true);
             (req, None)
         }
@@ -102,7 +103,8 @@ pub(super) async fn send(
     };
     let d = shared
         .upstream
-        .dial(guard, dest, route)
+        // It stands for a kept connection, and is kept in turn.
+        .dial(guard, dest, (route, Carries::More))
         .await
         .map_err(Sent::Unreachable)?;
     metrics.upstream_connection(false);
@@ -116,19 +118,16 @@ async fn exchange(
     req: Request<Body>,
     within: Duration,
     body_end: Option<&BodyEnd>,
-) -> Result<(Response<Incoming>, Sender), Sent> {
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+) -> Result<Response<Driven>, Sent> {
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
         .map_err(|e| Sent::Failed(dial::hyper_failure(&e, Phase::Request)))?;
-    tokio::spawn(async move {
-        // Errors surface through the response and its body.
-        let _ = conn.await;
-    });
-    let resp = head_within(within, body_end, sender.send_request(req))
+    let mut held = Held::opened(sender, conn);
+    let resp = head_within(within, body_end, held.send(req))
         .await
         .ok_or_else(|| Sent::Slow(no_head_in(within)))?
         .map_err(|e| Sent::Failed(dial::hyper_failure(&e, Phase::ResponseHead)))?;
-    Ok((resp, sender))
+    Ok(held.carry(resp))
 }
 
 /// The failure of a response head that did not come within `response_timeout`.

@@ -14,8 +14,9 @@ use super::counted::{Counted, Counter};
 use super::lease::LeaseGuard;
 use super::routing::Routing;
 use super::target::Target;
+use super::urls::ParsedUrls;
 use crate::config::GatewayConfig;
-use crate::dial::{Clock, Dest, DialFailure, Dialed, Dialer, Route};
+use crate::dial::{Carries, Clock, Dest, DialFailure, Dialed, Dialer, Route};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::Failure;
 use crate::pool::engine::{Engine, EngineError};
@@ -90,6 +91,8 @@ pub(super) trait Way {
     /// After `failure` on `route`: another route through the same upstream, tried at once
     /// and without a report (the upstream refused a way, not the destination).
     fn fallback(&self, proxy: &ProxyUrl, route: Route, failure: &DialFailure) -> Option<Route>;
+    /// What a new connection will carry.
+    fn carries(&self) -> Carries;
 }
 
 /// Always the same route, never an idle connection.
@@ -105,6 +108,10 @@ impl Way for Fixed {
     }
     fn fallback(&self, _: &ProxyUrl, _: Route, _: &DialFailure) -> Option<Route> {
         None
+    }
+    fn carries(&self) -> Carries {
+        // A tunnel carries whatever the client sends through it.
+        Carries::More
     }
 }
 
@@ -150,6 +157,7 @@ pub(super) struct Upstream {
     /// The gateway's tasks: a lease dropped mid-use is given back in one of them, which
     /// the gateway waits for before it stops.
     tracker: TaskTracker,
+    urls: ParsedUrls,
 }
 
 impl Upstream {
@@ -166,6 +174,7 @@ impl Upstream {
             retries: cfg.retries,
             connect_timeout: cfg.connect_timeout,
             tracker,
+            urls: ParsedUrls::default(),
         }
     }
 
@@ -216,7 +225,7 @@ impl Upstream {
                 other => UpstreamError::Internal(other),
             })?;
         // The pool only holds URLs that parsed when they were added.
-        let proxy = match ProxyUrl::parse(&grant.proxy) {
+        let proxy = match self.urls.get(grant.endpoint, &grant.proxy) {
             Ok(p) => p,
             Err(source) => {
                 // Give the lease back: nothing will use it.
@@ -297,7 +306,10 @@ impl Upstream {
             // One connect_timeout for the try, another way through the upstream included.
             let mut clock = Clock::start(self.connect_timeout, "gateway connect_timeout");
             let dialed = loop {
-                match self.dial_on(&guard, dest, route, &mut clock).await {
+                match self
+                    .dial_on(&guard, dest, (route, way.carries()), &mut clock)
+                    .await
+                {
                     Err(f) => match way.fallback(guard.proxy(), route, &f) {
                         Some(other) if other != route => {
                             info!(endpoint = guard.endpoint(), status = f.status,
@@ -356,17 +368,17 @@ impl Upstream {
         &self,
         guard: &LeaseGuard,
         dest: &Dest,
-        route: Route,
+        way: (Route, Carries),
     ) -> Result<Dialed, DialFailure> {
         let mut clock = Clock::start(self.connect_timeout, "gateway connect_timeout");
-        self.dial_on(guard, dest, route, &mut clock).await
+        self.dial_on(guard, dest, way, &mut clock).await
     }
 
     async fn dial_on(
         &self,
         guard: &LeaseGuard,
         dest: &Dest,
-        route: Route,
+        route: (Route, Carries),
         clock: &mut Clock,
     ) -> Result<Dialed, DialFailure> {
         let mut d = self.dialer.dial(guard.proxy(), dest, route, clock).await?;

@@ -22,8 +22,8 @@ use tokio::time::{timeout_at, Instant};
 
 use crate::config::{ProbeConfig, StatusSet};
 use crate::dial::{
-    self, proxy_auth_answer, proxy_failure_answer, BoxIo, Clock, Dest, DialFailure, Dialer, Route,
-    USER_AGENT,
+    self, proxy_auth_answer, proxy_failure_answer, BoxIo, Carries, Clock, Dest, DialFailure,
+    Dialer, Route, USER_AGENT,
 };
 use crate::endpoint::ProxyUrl;
 use crate::health::{Failure, Phase, Reason};
@@ -268,14 +268,15 @@ fn fail(reason: Reason, phase: Phase, detail: impl Into<String>) -> DialFailure 
 
 impl Inner {
     async fn run(&self, proxy: &ProxyUrl, run: &mut Run) -> Result<(), DialFailure> {
-        let route = if self.target.https {
-            Route::Tunnel
+        // A plain probe is one request and its answer; an https one runs TLS in a tunnel.
+        let way = if self.target.https {
+            (Route::Tunnel, Carries::More)
         } else {
-            Route::PlainHttp
+            (Route::PlainHttp, Carries::OneExchange)
         };
         let dialed = self
             .dialer
-            .dial(proxy, &self.target.dest(), route, &mut run.clock)
+            .dial(proxy, &self.target.dest(), way, &mut run.clock)
             .await?;
         if dialed.connect_status.is_some() {
             run.status = dialed.connect_status;
