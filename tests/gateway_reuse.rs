@@ -10,6 +10,7 @@ use common::fakes::*;
 use common::gateway::*;
 use proxypool::config::PlainHttp;
 use proxypool::health::State;
+use tokio::io::AsyncWriteExt;
 
 /// A fake HTTP proxy, and a gateway in `mode` whose pool holds only it.
 async fn gateway(mode: PlainHttp) -> (Fake, Gw) {
@@ -113,7 +114,7 @@ async fn forward_keepalive_reuses_a_proxy_that_keeps_its_connection_open() {
 
 #[tokio::test]
 async fn a_connection_whose_answers_have_no_body_is_kept_all_the_same() {
-    // `Content-Length: 0`: hyper never reads such a body, so the connection goes back to
+    // `Content-Length: 0`: hyper never polls such a body, so the connection goes back to
     // the idle list when the answer is dropped, not when its body ends.
     let d = dest(DestCfg {
         keep_alive: Some(100),
@@ -130,6 +131,25 @@ async fn a_connection_whose_answers_have_no_body_is_kept_all_the_same() {
     }
     assert_eq!(up.seen().len(), 1, "one CONNECT: {:?}", up.seen());
     assert_eq!((gw.metric(NEW), gw.metric(REUSED)), (1.0, 2.0));
+}
+
+#[tokio::test]
+async fn an_answer_before_the_upload_ends_lets_the_upload_finish() {
+    // The destination answers on the head, before the body has come: the rest of the
+    // client's body still goes upstream, so its connection stays usable.
+    let d = keep_alive_dest(1).await;
+    let (_up, gw) = gateway(PlainHttp::Forward).await;
+    let mut s = gw.connect().await;
+    let post = format!(
+        "POST http://127.0.0.1:{0}/up HTTP/1.1\r\nHost: 127.0.0.1:{0}\r\nContent-Length: 10\r\n\r\nhello",
+        d.port()
+    );
+    let r = request_on(&mut s, post.as_bytes()).await;
+    assert_eq!(r.status(), 200, "{}", r.head);
+    s.write_all(b"world").await.unwrap();
+    let r = request_on(&mut s, &get(d.port(), "/next", "")).await;
+    assert_eq!(r.status(), 200, "{}", r.head);
+    assert_eq!(d.seen().len(), 2, "{:?}", d.seen());
 }
 
 #[tokio::test]

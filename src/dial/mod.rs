@@ -94,9 +94,9 @@ pub enum Route {
     PlainHttp,
 }
 
-/// What a dialed connection will carry. A connection that carries one request and its
-/// answer needs no `TCP_QUICKACK` after its reads (see `tcp::QuickAck`): Linux acknowledges
-/// a new connection's first segments at once anyway.
+/// What a dialed connection will carry. A plain connection to an `http://` proxy that
+/// carries one request and its answer needs no `TCP_QUICKACK` after its reads (see
+/// `tcp::QuickAck`); any other does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Carries {
     /// One request and its answer, then it closes.
@@ -262,7 +262,8 @@ impl Dialer {
         &self,
         proxy: &ProxyUrl,
         dest: &Dest,
-        (route, carries): (Route, Carries),
+        route: Route,
+        carries: Carries,
         clock: &mut Clock,
     ) -> Result<Dialed, DialFailure> {
         // An HTTP proxy's CONNECT is known before the connection is up: to a plain one it
@@ -276,6 +277,13 @@ impl Dialer {
         let opening = match proxy.scheme {
             Scheme::Http => request.as_bytes(),
             _ => &[],
+        };
+        // The request is the first thing such a connection sends. A handshake before it
+        // (SOCKS, TLS, CONNECT) is an exchange already, after which Linux delays its ACKs.
+        let carries = if proxy.scheme == Scheme::Http && route == Route::PlainHttp {
+            carries
+        } else {
+            Carries::More
         };
         let (tcp, sent) = clock
             .timed(Phase::Connect, tcp::connect(proxy, opening, carries))

@@ -1,6 +1,7 @@
 //! TCP to the proxy (its first bytes sent with the connect, `TCP_QUICKACK` re-armed after
-//! every read on a connection that carries more than one exchange), client-side name resolution for SOCKS variants without remote DNS, and
-//! which failures are this machine's own.
+//! every read on a connection that carries more than one exchange), client-side name
+//! resolution for SOCKS variants without remote DNS, and which failures are this
+//! machine's own.
 
 use std::io;
 use std::net::SocketAddr;
@@ -153,9 +154,11 @@ async fn connect_sending(addr: SocketAddr, opening: &[u8]) -> io::Result<(TcpStr
 /// `tcp_nopush`): 40 ms per request. Quick-ack mode is left again by the kernel on its
 /// own, hence after every read. One `setsockopt` a read; elsewhere than Linux, nothing.
 ///
-/// A new connection starts in quick-ack mode and is not interactive yet: one that carries
-/// a single request and its answer (the gateway's default forward path) is not re-armed,
-/// which saves the call and the separate ACK segment it sends for every response.
+/// A new connection starts in quick-ack mode and is not interactive yet: one whose first
+/// bytes are a single request, read back as one answer (the gateway's default forward
+/// path to an `http://` proxy), is not re-armed, which saves the call and the separate ACK
+/// segment it sends for every response. Through the same tinyproxy and an nginx that
+/// writes head and body apart, such connections ran with no 40 ms stall.
 pub(super) struct QuickAck {
     stream: TcpStream,
     rearm: bool,

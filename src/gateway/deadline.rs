@@ -28,6 +28,11 @@ impl BodyEnd {
         }
     }
 
+    /// The body has gone out to its end (or failed).
+    pub(super) fn is_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
     async fn wait(&self) {
         loop {
             let notified = self.notify.notified();

@@ -4,9 +4,10 @@
 //! reads and writes the socket, and that half must be polled. A task of its own per
 //! connection costs a spawn per request and a wake-up between tasks at every step (the
 //! head, each part of the body), often across worker threads. A connection the request
-//! dialed is run instead by whoever waits on it: the request's task while the head is
-//! awaited, then the client connection's task as it reads the body. Only a connection kept
-//! for the next request gets a task, when it is parked.
+//! dialed is run instead by the task that serves the client connection, which waits on
+//! it: for the response head, then as it reads the body out to the client. Only a
+//! connection kept for the next request, or one still sending a body after its answer
+//! came, gets a task of its own.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,29 +17,33 @@ use std::task::{Context, Poll};
 use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use hyper::{Request, Response};
 
-use super::idle::{Body, IdleConns, IdleKey, Sender};
-use crate::dial::BoxIo;
-
-/// The half of a new upstream connection that reads and writes its socket.
-pub(super) type Conn = hyper::client::conn::http1::Connection<hyper_util::rt::TokioIo<BoxIo>, Body>;
+use super::deadline::BodyEnd;
+use super::idle::{Body, Conn, IdleConns, IdleKey, Sender};
 
 /// One upstream connection: its sending half, and the socket half when this request
 /// opened it (a kept connection's runs in the task it was parked with).
 pub(super) struct Held {
     sender: Sender,
     conn: Option<Pin<Box<Conn>>>,
+    /// The request's one-time body, which may still be going out when the answer is done.
+    uploading: Option<Arc<BodyEnd>>,
 }
 
 impl Held {
-    pub(super) fn opened(sender: Sender, conn: Conn) -> Held {
+    pub(super) fn opened(sender: Sender, conn: Conn, uploading: Option<Arc<BodyEnd>>) -> Held {
         Held {
             sender,
             conn: Some(Box::pin(conn)),
+            uploading,
         }
     }
 
     pub(super) fn kept(sender: Sender) -> Held {
-        Held { sender, conn: None }
+        Held {
+            sender,
+            conn: None,
+            uploading: None,
+        }
     }
 
     /// Send `req` and wait for its response head, running the connection meanwhile.
@@ -150,25 +155,30 @@ impl HttpBody for Driven {
 
 impl Drop for Driven {
     fn drop(&mut self) {
-        let (Some(held), Some((idle, key))) = (self.held.take(), self.park.take()) else {
-            // Not kept: dropping the connection closes it.
+        let Some(held) = self.held.take() else {
             return;
         };
-        // A body left unread (or one hyper never polled because it is empty) leaves the
-        // connection unusable, except an empty one: hyper says when.
-        if !(self.ended || self.body.is_end_stream()) || held.sender.is_closed() {
-            return;
-        }
+        // A body not read to its end leaves the connection unusable; an empty one, which
+        // hyper never polls, is complete all the same.
+        let complete = self.ended || self.body.is_end_stream();
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        if let Some(conn) = held.conn {
-            // Kept connections are run by a task of their own from now on: nobody waits
-            // on one while it is idle.
-            rt.spawn(async move {
-                let _ = conn.await;
-            });
+        match self.park.take() {
+            Some((idle, key)) if complete && !held.sender.is_closed() => {
+                idle.park(key, held.sender, held.conn);
+            }
+            _ => {
+                // An answer that came before the request's body was all sent (a 413, a
+                // redirect): the body still goes out, as the client is sending it.
+                let sending = held.uploading.as_ref().is_some_and(|e| !e.is_ended());
+                if let (Some(conn), true) = (held.conn, sending) {
+                    rt.spawn(async move {
+                        let _ = conn.await;
+                    });
+                }
+                // Otherwise dropping the connection closes it.
+            }
         }
-        idle.park(key, held.sender);
     }
 }

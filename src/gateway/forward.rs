@@ -16,7 +16,9 @@ use tracing::info;
 use super::answer::{empty, set_endpoint, set_upstream, text, upstream_error};
 use super::deadline::{BodyEnd, Tracked};
 use super::driven::Driven;
-use super::headers::{framing_conflict, proxy_auth, strip_hop_by_hop, strip_own, upstream_request};
+use super::headers::{
+    closes, framing_conflict, proxy_auth, strip_hop_by_hop, strip_own, upstream_request,
+};
 use super::idle::{Body, IdleKey};
 use super::lease::LeaseGuard;
 use super::plain::PlainWay;
@@ -173,7 +175,7 @@ async fn one_try(shared: &Shared, routing: &Routing, out: &mut Outgoing, tries: 
         kept: &out.kept,
         dest: &out.target.dest,
         forward,
-        body_end: body_end.as_deref(),
+        body_end: body_end.as_ref(),
     };
     match send(shared, &guard, link, req, again).await {
         Ok(resp) if framing_conflict(resp.headers()) => {
@@ -187,8 +189,9 @@ async fn one_try(shared: &Shared, routing: &Routing, out: &mut Outgoing, tries: 
         }
         Ok(mut resp) => {
             let refused_credentials = forward && proxy_auth(resp.status().as_u16(), resp.headers());
-            if let Some(key) = key.filter(|_| !refused_credentials) {
-                // Back to the idle list once this response has been read to its end.
+            // Back to the idle list once this response has been read to its end, unless
+            // the far side closes it after this answer (tinyproxy closes after every one).
+            if let Some(key) = key.filter(|_| !refused_credentials && !closes(resp.headers())) {
                 resp.body_mut().park_in(shared.idle.clone(), key);
             }
             if refused_credentials {

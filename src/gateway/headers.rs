@@ -60,6 +60,14 @@ pub(super) fn framing_conflict(h: &HeaderMap) -> bool {
     h.contains_key(header::TRANSFER_ENCODING) && h.contains_key(header::CONTENT_LENGTH)
 }
 
+/// The message says its connection closes after it (`Connection: close`).
+pub(super) fn closes(h: &HeaderMap) -> bool {
+    h.get_all(header::CONNECTION).iter().any(|v| {
+        v.to_str()
+            .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")))
+    })
+}
+
 /// `host[:port]` of an absolute URL as `Host` wants it: the port only when the URL has one,
 /// an IPv6 address in brackets, no userinfo.
 pub(super) fn host_port(uri: &Uri) -> String {

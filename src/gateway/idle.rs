@@ -6,6 +6,7 @@
 //! of the upstream the pool granted is reused.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,6 +25,9 @@ use crate::metrics::GatewayMetrics;
 pub(super) type Body = UnsyncBoxBody<Bytes, hyper::Error>;
 /// The request side of one upstream HTTP/1.1 connection.
 pub(super) type Sender = hyper::client::conn::http1::SendRequest<Body>;
+/// The half of an upstream connection that reads and writes its socket.
+pub(super) type Conn =
+    hyper::client::conn::http1::Connection<hyper_util::rt::TokioIo<crate::dial::BoxIo>, Body>;
 
 /// Where an idle connection leads. The proxy URL is whole (credentials included, in
 /// memory only): an endpoint edited to new credentials or a new address never gets a
@@ -161,15 +165,34 @@ impl IdleConns {
         found
     }
 
-    /// Keep `sender` for the next request once its current response is fully read (hyper
-    /// says so by becoming ready); a connection that closes instead is dropped.
-    pub(super) fn park(self: &Arc<Self>, key: IdleKey, mut sender: Sender) {
+    /// Keep `sender`, whose response the caller read to its end, for the next request once
+    /// hyper is ready for one; a connection that closes instead is dropped. `conn`, when the
+    /// caller ran the connection itself, is run from now on by the same task.
+    pub(super) fn park(
+        self: &Arc<Self>,
+        key: IdleKey,
+        mut sender: Sender,
+        conn: Option<Pin<Box<Conn>>>,
+    ) {
         let idle = self.clone();
         tokio::spawn(async move {
-            // Ready once the response body has been read to its end, however long that
-            // takes; an error if the far side closed or the client dropped the body.
-            if sender.ready().await.is_ok() {
+            let Some(mut conn) = conn else {
+                // Run by a task of its own already.
+                if sender.ready().await.is_ok() {
+                    idle.insert(key, sender);
+                }
+                return;
+            };
+            // Ready once hyper has taken in the response's end; the connection ending
+            // first (the far side closed it) drops both.
+            let ready = tokio::select! {
+                r = sender.ready() => r.is_ok(),
+                _ = conn.as_mut() => false,
+            };
+            if ready {
                 idle.insert(key, sender);
+                // Errors reach whoever sends on it next.
+                let _ = conn.await;
             }
         });
     }
@@ -312,13 +335,13 @@ mod tests {
         for _ in 0..3 {
             let (s, srv) = conn().await;
             servers.push(srv);
-            idle.park(key(1, Some(80)), s);
+            idle.park(key(1, Some(80)), s, None);
         }
         settle(&idle, 2).await;
         for _ in 0..2 {
             let (s, srv) = conn().await;
             servers.push(srv);
-            idle.park(key(2, Some(80)), s);
+            idle.park(key(2, Some(80)), s, None);
         }
         settle(&idle, 3).await;
         assert!(m
@@ -347,14 +370,14 @@ mod tests {
             Descriptors::unlimited(),
         );
         let (s, _srv) = conn().await;
-        idle.park(key(1, Some(80)), s);
+        idle.park(key(1, Some(80)), s, None);
         settle(&idle, 1).await;
         tokio::time::advance(Duration::from_secs(10)).await;
         assert!(idle.take(&key(1, Some(80)), false).is_none(), "idle 10 s");
         assert_eq!(idle.len(), 0);
 
         let (s, srv) = conn().await;
-        idle.park(key(1, Some(80)), s);
+        idle.park(key(1, Some(80)), s, None);
         settle(&idle, 1).await;
         srv.abort();
         let _ = srv.await;
@@ -368,7 +391,7 @@ mod tests {
         );
 
         let (s, _srv) = conn().await;
-        idle.park(key(1, Some(80)), s);
+        idle.park(key(1, Some(80)), s, None);
         settle(&idle, 1).await;
         tokio::time::advance(Duration::from_secs(9)).await;
         idle.sweep();
@@ -386,11 +409,11 @@ mod tests {
             Descriptors::unlimited(),
         );
         let (s, _srv) = conn().await;
-        idle.park(key(1, Some(80)), s);
+        idle.park(key(1, Some(80)), s, None);
         settle(&idle, 1).await;
         tokio::time::advance(Duration::from_millis(999)).await;
         let s = idle.take(&key(1, Some(80)), true).expect("idle 999 ms");
-        idle.park(key(1, Some(80)), s);
+        idle.park(key(1, Some(80)), s, None);
         settle(&idle, 1).await;
         tokio::time::advance(Duration::from_secs(1)).await;
         assert!(idle.take(&key(1, Some(80)), true).is_none(), "idle 1 s");
@@ -404,18 +427,18 @@ mod tests {
         let m = Metrics::new();
         let idle = IdleConns::new(limits(8, 8), m.gateway(), Descriptors::unlimited());
         let (s, _srv) = conn().await;
-        idle.park(key(1, Some(80)), s);
+        idle.park(key(1, Some(80)), s, None);
         settle(&idle, 1).await;
         idle.clear();
         let (s, _srv2) = conn().await;
-        idle.park(key(1, Some(80)), s);
+        idle.park(key(1, Some(80)), s, None);
         for _ in 0..50 {
             tokio::task::yield_now().await;
         }
         assert_eq!(idle.len(), 0, "parked after the gateway stopped");
         let other = IdleConns::new(limits(8, 8), m.gateway(), Descriptors::unlimited());
         let (s, _srv3) = conn().await;
-        other.park(key(2, Some(80)), s);
+        other.park(key(2, Some(80)), s, None);
         settle(&other, 1).await;
         assert!(m
             .encode()

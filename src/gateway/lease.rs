@@ -16,7 +16,8 @@ use crate::pool::Outcome;
 /// without one. Dropping covers every way a use ends (done, error, client gone, shutdown).
 pub(super) struct LeaseGuard {
     engine: Arc<Engine>,
-    /// Where a guard dropped mid-use gives its lease back: a task the gateway waits for.
+    /// Where a dropped guard's give-back goes on when it must wait for a commit: a task
+    /// the gateway waits for.
     tracker: TaskTracker,
     lease: Option<String>,
     endpoint: EndpointId,

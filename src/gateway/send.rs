@@ -1,6 +1,7 @@
 //! Sending one request on an upstream connection, a kept one or a new one, with the
 //! response head's deadline.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -43,7 +44,7 @@ pub(super) struct Again<'a> {
     /// The request is in absolute form, for a forward proxy.
     pub(super) forward: bool,
     /// Set when a one-time body has gone out: the response deadline counts from then.
-    pub(super) body_end: Option<&'a BodyEnd>,
+    pub(super) body_end: Option<&'a Arc<BodyEnd>>,
 }
 
 /// Send `out` on `link`. A kept connection the far side closed (most often just as it was
@@ -73,7 +74,7 @@ pub(super) async fn send(
         }
         Link::Reused(sender) => Held::kept(sender),
     };
-    let sent = head_within(within, body_end, held.try_send(out)).await;
+    let sent = head_within(within, body_end.map(|e| &**e), held.try_send(out)).await;
     // Unless hyper gives the request back unwritten, it went out on the kept connection.
     if !matches!(&sent, Some(Err(e)) if e.message().is_some()) {
         metrics.upstream_connection(true);
@@ -104,7 +105,7 @@ pub(super) async fn send(
     let d = shared
         .upstream
         // It stands for a kept connection, and is kept in turn.
-        .dial(guard, dest, (route, Carries::More))
+        .dial(guard, dest, route, Carries::More)
         .await
         .map_err(Sent::Unreachable)?;
     metrics.upstream_connection(false);
@@ -117,13 +118,13 @@ async fn exchange(
     io: dial::BoxIo,
     req: Request<Body>,
     within: Duration,
-    body_end: Option<&BodyEnd>,
+    body_end: Option<&Arc<BodyEnd>>,
 ) -> Result<Response<Driven>, Sent> {
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
         .await
         .map_err(|e| Sent::Failed(dial::hyper_failure(&e, Phase::Request)))?;
-    let mut held = Held::opened(sender, conn);
-    let resp = head_within(within, body_end, held.send(req))
+    let mut held = Held::opened(sender, conn, body_end.cloned());
+    let resp = head_within(within, body_end.map(|e| &**e), held.send(req))
         .await
         .ok_or_else(|| Sent::Slow(no_head_in(within)))?
         .map_err(|e| Sent::Failed(dial::hyper_failure(&e, Phase::ResponseHead)))?;

@@ -91,7 +91,7 @@ pub(super) trait Way {
     /// After `failure` on `route`: another route through the same upstream, tried at once
     /// and without a report (the upstream refused a way, not the destination).
     fn fallback(&self, proxy: &ProxyUrl, route: Route, failure: &DialFailure) -> Option<Route>;
-    /// What a new connection will carry.
+    /// Whether a new connection carries one request or is kept (`TCP_QUICKACK` or not).
     fn carries(&self) -> Carries;
 }
 
@@ -154,8 +154,8 @@ pub(super) struct Upstream {
     pool: String,
     retries: u32,
     connect_timeout: Duration,
-    /// The gateway's tasks: a lease dropped mid-use is given back in one of them, which
-    /// the gateway waits for before it stops.
+    /// The gateway's tasks: a dropped lease whose give-back must wait for a commit goes on
+    /// in one of them, which the gateway waits for before it stops.
     tracker: TaskTracker,
     urls: ParsedUrls,
 }
@@ -307,7 +307,7 @@ impl Upstream {
             let mut clock = Clock::start(self.connect_timeout, "gateway connect_timeout");
             let dialed = loop {
                 match self
-                    .dial_on(&guard, dest, (route, way.carries()), &mut clock)
+                    .dial_on(&guard, dest, route, way.carries(), &mut clock)
                     .await
                 {
                     Err(f) => match way.fallback(guard.proxy(), route, &f) {
@@ -368,20 +368,25 @@ impl Upstream {
         &self,
         guard: &LeaseGuard,
         dest: &Dest,
-        way: (Route, Carries),
+        route: Route,
+        carries: Carries,
     ) -> Result<Dialed, DialFailure> {
         let mut clock = Clock::start(self.connect_timeout, "gateway connect_timeout");
-        self.dial_on(guard, dest, way, &mut clock).await
+        self.dial_on(guard, dest, route, carries, &mut clock).await
     }
 
     async fn dial_on(
         &self,
         guard: &LeaseGuard,
         dest: &Dest,
-        route: (Route, Carries),
+        route: Route,
+        carries: Carries,
         clock: &mut Clock,
     ) -> Result<Dialed, DialFailure> {
-        let mut d = self.dialer.dial(guard.proxy(), dest, route, clock).await?;
+        let mut d = self
+            .dialer
+            .dial(guard.proxy(), dest, route, carries, clock)
+            .await?;
         // Counted from here: tunnel payload, or the forwarded request and response; the
         // handshake to the upstream is not relayed traffic.
         let to = Counter {

@@ -269,14 +269,14 @@ fn fail(reason: Reason, phase: Phase, detail: impl Into<String>) -> DialFailure 
 impl Inner {
     async fn run(&self, proxy: &ProxyUrl, run: &mut Run) -> Result<(), DialFailure> {
         // A plain probe is one request and its answer; an https one runs TLS in a tunnel.
-        let way = if self.target.https {
+        let (route, carries) = if self.target.https {
             (Route::Tunnel, Carries::More)
         } else {
             (Route::PlainHttp, Carries::OneExchange)
         };
         let dialed = self
             .dialer
-            .dial(proxy, &self.target.dest(), way, &mut run.clock)
+            .dial(proxy, &self.target.dest(), route, carries, &mut run.clock)
             .await?;
         if dialed.connect_status.is_some() {
             run.status = dialed.connect_status;
