@@ -105,6 +105,19 @@ pub enum Carries {
     More,
 }
 
+impl Carries {
+    /// What the TCP connection itself carries on `route` through a `scheme` proxy. Only a
+    /// plain connection to an `http://` proxy sends the request first: a handshake before
+    /// it (SOCKS, TLS, a CONNECT) is an exchange already, after which Linux delays ACKs.
+    fn through(self, scheme: Scheme, route: Route) -> Carries {
+        if scheme == Scheme::Http && route == Route::PlainHttp {
+            self
+        } else {
+            Carries::More
+        }
+    }
+}
+
 /// A dialed connection.
 pub struct Dialed {
     /// The stream.
@@ -278,13 +291,7 @@ impl Dialer {
             Scheme::Http => request.as_bytes(),
             _ => &[],
         };
-        // The request is the first thing such a connection sends. A handshake before it
-        // (SOCKS, TLS, CONNECT) is an exchange already, after which Linux delays its ACKs.
-        let carries = if proxy.scheme == Scheme::Http && route == Route::PlainHttp {
-            carries
-        } else {
-            Carries::More
-        };
+        let carries = carries.through(proxy.scheme, route);
         let (tcp, sent) = clock
             .timed(Phase::Connect, tcp::connect(proxy, opening, carries))
             .await?;
@@ -382,6 +389,30 @@ pub(crate) fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_a_plain_connection_to_an_http_proxy_carries_one_exchange() {
+        use super::{Carries, Route, Scheme};
+        use Carries::{More, OneExchange};
+        let table = [
+            (Scheme::Http, Route::PlainHttp, OneExchange, OneExchange),
+            (Scheme::Http, Route::PlainHttp, More, More),
+            (Scheme::Http, Route::Tunnel, OneExchange, More),
+            (Scheme::Https, Route::PlainHttp, OneExchange, More),
+            (Scheme::Socks4, Route::PlainHttp, OneExchange, More),
+            (Scheme::Socks4a, Route::PlainHttp, OneExchange, More),
+            (Scheme::Socks5, Route::PlainHttp, OneExchange, More),
+            (Scheme::Socks5h, Route::PlainHttp, OneExchange, More),
+            (Scheme::Socks5, Route::Tunnel, More, More),
+        ];
+        for (scheme, route, asked, carried) in table {
+            assert_eq!(
+                asked.through(scheme, route),
+                carried,
+                "{scheme:?} {route:?} {asked:?}"
+            );
+        }
+    }
+
     use super::*;
 
     #[test]
