@@ -6,7 +6,7 @@
 use hyper::Uri;
 
 use crate::dial::Dest;
-use crate::pool::destinations::{host_and_port, DestinationError, Place};
+use crate::pool::destinations::{place_and_port, DestinationError, Place};
 
 /// A destination that passed the check: where to dial, and the place leases are for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,8 +33,7 @@ impl Target {
     /// The target of a CONNECT request (`host:port`, port required).
     pub(super) fn connect(uri: &Uri) -> Result<Target, BadTarget> {
         let authority = uri.authority().ok_or(BadTarget::NoHost)?;
-        let (host, port) = host_and_port(authority.as_str())?;
-        Target::at(&host, port.ok_or(BadTarget::NoPort)?)
+        Target::named(authority.as_str(), None)
     }
 
     /// The target of an absolute-form request: its authority without userinfo, port 80
@@ -45,8 +44,16 @@ impl Target {
         if authority.is_empty() {
             return Err(BadTarget::NoHost);
         }
-        let (host, port) = host_and_port(authority)?;
-        Target::at(&host, port.unwrap_or(80))
+        Target::named(authority, Some(80))
+    }
+
+    /// `host[:port]` checked once (at `default` when it names no port).
+    fn named(authority: &str, default: Option<u16>) -> Result<Target, BadTarget> {
+        let (place, port) = place_and_port(authority, default)?.ok_or(BadTarget::NoPort)?;
+        Ok(Target {
+            dest: Dest::new(&place.host, port),
+            place,
+        })
     }
 
     /// A SOCKS5 request's address and port (a domain as sent, or an address).

@@ -40,6 +40,21 @@ impl Place {
     }
 }
 
+/// A destination given as `host` or `host:port`, checked once: its place at the port it
+/// names, or at `default` when it names none; `None` when it names none and there is no
+/// default (a CONNECT target must have one).
+pub fn place_and_port(
+    dest: &str,
+    default: Option<u16>,
+) -> Result<Option<(Place, u16)>, DestinationError> {
+    let (host, port) = split(dest)?;
+    let Some(port) = port.or(default) else {
+        return Ok(None);
+    };
+    let target = target_key(&host, Some(port));
+    Ok(Some((Place { host, target }, port)))
+}
+
 /// A destination given as `host` or `host:port`, checked and split: the host normalised
 /// as `place` keys it, the port when one was given (1–65535).
 pub fn host_and_port(dest: &str) -> Result<(String, Option<u16>), DestinationError> {
@@ -150,6 +165,43 @@ fn port_number(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_place_and_its_port_follow_the_one_rule() {
+        for (dest, default, want) in [
+            (
+                "Example.COM:8443",
+                None,
+                Some(("example.com", "example.com:8443", 8443)),
+            ),
+            ("example.com", None, None),
+            (
+                "example.com",
+                Some(80),
+                Some(("example.com", "example.com:80", 80)),
+            ),
+            (
+                "example.com:81",
+                Some(80),
+                Some(("example.com", "example.com:81", 81)),
+            ),
+            ("[::1]:8443", None, Some(("::1", "[::1]:8443", 8443))),
+        ] {
+            let got = place_and_port(dest, default).unwrap();
+            let got = got
+                .as_ref()
+                .map(|(p, n)| (p.host.as_str(), p.target.as_str(), *n));
+            assert_eq!(got, want, "{dest}");
+            // The same place as the rule gives with the port spelled out.
+            if let Some((_, target, port)) = want {
+                let host = place(dest).unwrap().host;
+                assert_eq!(Place::at(&host, port).unwrap().target, target, "{dest}");
+            }
+        }
+        for bad in ["", "host:0", "host:x", "http://host", "a..b:80"] {
+            assert!(place_and_port(bad, Some(80)).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn places_keep_the_host_for_bans_and_the_port_for_the_target() {
