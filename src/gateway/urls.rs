@@ -27,18 +27,24 @@ impl ParsedUrls {
         id: EndpointId,
         text: &Arc<str>,
     ) -> Result<Arc<ProxyUrl>, EndpointError> {
-        let mut t = self.by_endpoint.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((seen, url)) = t.get(&id) {
+        if let Some((seen, url)) = self.lock().get(&id) {
             if **seen == **text {
                 return Ok(url.clone());
             }
         }
+        // Parsed without the lock: other leases go on meanwhile.
         let url = Arc::new(ProxyUrl::parse(text)?);
-        if t.len() >= MOST {
+        let mut t = self.lock();
+        if t.len() >= MOST && !t.contains_key(&id) {
             t.clear();
         }
         t.insert(id, (text.clone(), url.clone()));
         Ok(url)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<EndpointId, Parsed>> {
+        // A panic elsewhere while holding it leaves only a cache.
+        self.by_endpoint.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
