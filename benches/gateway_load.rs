@@ -95,27 +95,39 @@ enum Mode {
 /// connection stays open for its next request: fine for responses with a length (the
 /// bench's nginx), not for one that ends with the connection.
 async fn floor(listen: SocketAddr, upstream: SocketAddr) {
-    let l = tokio::net::TcpListener::bind(listen).await.expect("bind");
     let reported = Arc::new(AtomicBool::new(false));
-    loop {
-        let c = match l.accept().await {
-            Ok((c, _)) => c,
-            Err(e) => {
-                // Out of descriptors, most likely: give the others time to close.
-                eprintln!("floor: accept: {e}");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
+    serve_each(listen, "floor", move |c| {
         let reported = reported.clone();
-        tokio::spawn(async move {
+        async move {
             if let Err(e) = floor_client(c, upstream).await {
                 // The first failure only: the load's own error count says how many.
                 if !reported.swap(true, Ordering::Relaxed) {
                     eprintln!("floor: first failure: {e}");
                 }
             }
-        });
+        }
+    })
+    .await
+}
+
+/// Accept on `listen` forever, each connection served by `serve` in a task of its own.
+async fn serve_each<F, Fut>(listen: SocketAddr, who: &str, serve: F)
+where
+    F: Fn(TcpStream) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let l = tokio::net::TcpListener::bind(listen).await.expect("bind");
+    loop {
+        match l.accept().await {
+            Ok((c, _)) => {
+                tokio::spawn(serve(c));
+            }
+            Err(e) => {
+                // Out of descriptors, most likely: give the others time to close.
+                eprintln!("{who}: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
     }
 }
 
@@ -175,36 +187,26 @@ async fn hyper_floor(listen: SocketAddr, upstream: SocketAddr) {
     use hyper::service::service_fn;
     use hyper_util::rt::TokioIo;
 
-    let l = tokio::net::TcpListener::bind(listen).await.expect("bind");
-    loop {
-        let c = match l.accept().await {
-            Ok((c, _)) => c,
-            Err(e) => {
-                eprintln!("hyper-floor: accept: {e}");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
+    serve_each(listen, "hyper-floor", move |c| async move {
         let _ = c.set_nodelay(true);
-        tokio::spawn(async move {
-            let svc = service_fn(
-                move |req: hyper::Request<hyper::body::Incoming>| async move {
-                    let up = TcpStream::connect(upstream).await?;
-                    up.set_nodelay(true)?;
-                    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(up))
-                        .await
-                        .map_err(std::io::Error::other)?;
-                    tokio::spawn(async move {
-                        let _ = conn.await;
-                    });
-                    send.send_request(req).await.map_err(std::io::Error::other)
-                },
-            );
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(c), svc)
-                .await;
-        });
-    }
+        let svc = service_fn(
+            move |req: hyper::Request<hyper::body::Incoming>| async move {
+                let up = TcpStream::connect(upstream).await?;
+                up.set_nodelay(true)?;
+                let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(up))
+                    .await
+                    .map_err(std::io::Error::other)?;
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                send.send_request(req).await.map_err(std::io::Error::other)
+            },
+        );
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(c), svc)
+            .await;
+    })
+    .await
 }
 
 /// One step of a tunnel, so an error line says where it failed.

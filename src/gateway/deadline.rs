@@ -38,7 +38,7 @@ impl BodyEnd {
             let notified = self.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.ended.load(Ordering::Acquire) {
+            if self.is_ended() {
                 return;
             }
             notified.await;

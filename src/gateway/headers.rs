@@ -62,10 +62,16 @@ pub(super) fn framing_conflict(h: &HeaderMap) -> bool {
 
 /// The message says its connection closes after it (`Connection: close`).
 pub(super) fn closes(h: &HeaderMap) -> bool {
-    h.get_all(header::CONNECTION).iter().any(|v| {
-        v.to_str()
-            .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")))
-    })
+    h.get_all(header::CONNECTION)
+        .iter()
+        .any(|v| names_close(v.as_bytes()))
+}
+
+/// A `Connection` header value that has the `close` token.
+pub(super) fn names_close(value: &[u8]) -> bool {
+    value
+        .split(|b| *b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
 }
 
 /// `host[:port]` of an absolute URL as `Host` wants it: the port only when the URL has one,

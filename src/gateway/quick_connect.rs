@@ -19,6 +19,7 @@ use tokio::net::TcpStream;
 use tracing::debug;
 
 use super::answer::outcome;
+use super::headers::names_close;
 use super::idle::Body;
 use super::routing::Routing;
 use super::target::Target;
@@ -155,11 +156,7 @@ fn parse(shared: &Shared, peeked: &[u8]) -> Option<Head> {
             return None;
         }
         // hyper answers a request that asks to close with `Connection: close`, and closes.
-        if h.name.eq_ignore_ascii_case("connection")
-            && h.value
-                .split(|b| *b == b',')
-                .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
-        {
+        if h.name.eq_ignore_ascii_case("connection") && names_close(h.value) {
             return None;
         }
         if h.name.eq_ignore_ascii_case("proxy-authorization") {
