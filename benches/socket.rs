@@ -10,7 +10,11 @@
 //! on the same disk and beside "the same rows, bare": one thread replaying, on a plain
 //! connection, what one of the daemon's commits of 8 pairs writes (traced from a daemon's
 //! store, `socket/same_rows.rs`), on random endpoints of the pool and, as a second row,
-//! the traced commits themselves on the daemon's own endpoints.
+//! the traced commits themselves on the daemon's own endpoints. Two more rows put the
+//! round trips back: "the same rows, answered" (`socket/waited_floor.rs`) is a server that
+//! answers the same lease and report bytes and commits those rows for the reports that
+//! wait on them, knowing how many will come, in commits of 8 and of 4: the floor of
+//! persisted pairs for callers that wait for their answers.
 //!
 //! The last table compares lease+release at 8 connections with metrics recorded and
 //! not recorded (`EngineOptions::record_metrics`), two daemons side by side, interleaved.
@@ -24,6 +28,8 @@
 #[path = "socket/same_rows.rs"]
 mod same_rows;
 mod support;
+#[path = "socket/waited_floor.rs"]
+mod waited_floor;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -52,32 +58,45 @@ enum Load {
     LeaseFailure,
 }
 
-/// A lease+release pair as the daemon saw it: both requests and both answers, verbatim.
+/// A lease and the request after it (a release, or a failure report) as the daemon saw
+/// them: both requests and both answers, verbatim.
 #[derive(PartialEq, Eq)]
 struct Exchange {
     lease: String,
     lease_reply: String,
-    release: String,
-    release_reply: String,
+    then: String,
+    then_reply: String,
 }
 
 impl Exchange {
-    /// One real pair against the daemon at `path`.
-    async fn record(path: &Path) -> Exchange {
+    /// One real pair against the daemon at `path`, `then` making the second request from
+    /// the lease id.
+    async fn record(path: &Path, then: fn(&str) -> String) -> Exchange {
         let mut c = Conn::open(path).await;
         let lease = "{\"op\":\"lease\",\"ttl\":\"30s\"}\n".to_string();
         let lease_reply = c.rt(&lease).await.to_string();
         let id = lease_id(&lease_reply).expect("a lease");
-        let release = format!("{{\"op\":\"release\",\"lease\":\"{id}\"}}\n");
-        let release_reply = c.rt(&release).await.to_string();
-        assert!(release_reply.starts_with("{\"ok\":true"), "{release_reply}");
+        let then = then(&id);
+        let then_reply = c.rt(&then).await.to_string();
+        assert!(then_reply.starts_with("{\"ok\":true"), "{then_reply}");
         Exchange {
             lease,
             lease_reply,
-            release,
-            release_reply,
+            then,
+            then_reply,
         }
     }
+}
+
+fn release_of(id: &str) -> String {
+    format!("{{\"op\":\"release\",\"lease\":\"{id}\"}}\n")
+}
+
+fn failure_of(id: &str) -> String {
+    format!(
+        "{{\"op\":\"report\",\"lease\":\"{id}\",\"outcome\":\"failure\",\
+         \"reason\":\"connect_refused\",\"phase\":\"connect\"}}\n"
+    )
 }
 
 /// Runs `conns` clients for RUN; returns (operations/s, mean µs per operation, errors).
@@ -103,7 +122,7 @@ async fn drive(path: PathBuf, conns: usize, load: Load) -> (f64, f64, u64) {
                         if lease_id(r).is_none() {
                             errs += 1;
                         }
-                        let r = c.rt(&x.release).await;
+                        let r = c.rt(&x.then).await;
                         if !r.starts_with("{\"ok\":true") {
                             errs += 1;
                         }
@@ -115,12 +134,9 @@ async fn drive(path: PathBuf, conns: usize, load: Load) -> (f64, f64, u64) {
                             continue;
                         };
                         let req = if load == Load::LeaseRelease {
-                            format!("{{\"op\":\"release\",\"lease\":\"{id}\"}}\n")
+                            release_of(&id)
                         } else {
-                            format!(
-                                "{{\"op\":\"report\",\"lease\":\"{id}\",\"outcome\":\"failure\",\
-                                 \"reason\":\"connect_refused\",\"phase\":\"connect\"}}\n"
-                            )
+                            failure_of(&id)
                         };
                         let r = c.rt(&req).await;
                         if !r.starts_with("{\"ok\":true") {
@@ -176,7 +192,7 @@ async fn replay_server(l: UnixListener, x: &'static Exchange) {
                         let reply = if turn % 2 == 0 {
                             &x.lease_reply
                         } else {
-                            &x.release_reply
+                            &x.then_reply
                         };
                         if w.write_all(reply.as_bytes()).await.is_err() {
                             return;
@@ -382,7 +398,9 @@ fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
         echo_server(l).await;
     });
     let (daemon, t1) = start_daemon(dir, 10_000, "floor-lease");
-    let x: &'static Exchange = Box::leak(Box::new(client.block_on(Exchange::record(&daemon))));
+    let x: &'static Exchange = Box::leak(Box::new(
+        client.block_on(Exchange::record(&daemon, release_of)),
+    ));
     let replay_path = dir.join("floor-replay.sock");
     let p = replay_path.clone();
     support::on_own_runtime(move |ready| async move {
@@ -402,8 +420,8 @@ fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
          (lease {} B + answer {} B, release {} B + answer {} B)",
         x.lease.len(),
         x.lease_reply.len(),
-        x.release.len(),
-        x.release_reply.len()
+        x.then.len(),
+        x.then_reply.len()
     );
     println!(
         "{:<48}  {:>5}  {:>12}  {:>10}",
@@ -442,7 +460,7 @@ fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
         );
     }
     let commit = traced_commit(dir, &cell);
-    let bare = std::cell::RefCell::new(same_rows::Bare::open(dir, 10_000));
+    let bare = std::cell::RefCell::new(same_rows::Bare::open(dir, "same-rows.db", 10_000));
     let replayed = bare.borrow_mut().check(&commit);
     bare.borrow_mut().forget_times();
     assert!(
@@ -451,12 +469,29 @@ fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
         replayed.text(),
         commit.composition.text()
     );
+    let answered: &'static Exchange = Box::leak(Box::new(
+        client.block_on(Exchange::record(&persisted, failure_of)),
+    ));
+    let waited = |group: usize| {
+        waited_floor::start(
+            dir,
+            &format!("floor-answered-{group}"),
+            10_000,
+            &commit,
+            group,
+            &answered.lease_reply,
+            &answered.then_reply,
+        )
+    };
+    let (whole, halves) = (waited(8), waited(4));
     let sizes_before = persisted_engine.commit_sizes();
     let rates = interleaved(&mut [
         &mut || commit_loop(dir),
         &mut || bare.borrow_mut().run(&commit, 8, RUN),
         &mut || bare.borrow_mut().run_as_traced(&commit, 8, RUN),
         &mut || cell(&persisted, 8, Load::LeaseFailure),
+        &mut || cell(&whole, 8, Load::Replay(answered)),
+        &mut || cell(&halves, 8, Load::Replay(answered)),
     ]);
     let sizes = commit_sizes_text(&sizes_before, &persisted_engine.commit_sizes());
     let names = [
@@ -464,8 +499,10 @@ fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
         "the same rows, bare (8 pairs a commit)",
         "the same rows, bare, the daemon's endpoints",
         "lease+failure report, synchronous=full",
+        "floor: the same rows, answered, commits of 8",
+        "floor: the same rows, answered, commits of 4",
     ];
-    for (name, (r, conns)) in names.iter().zip(rates.iter().zip([1usize, 1, 1, 8])) {
+    for (name, (r, conns)) in names.iter().zip(rates.iter().zip([1usize, 1, 1, 8, 8, 8])) {
         let m = median(r.clone());
         println!(
             "{name:<48}  {conns:>5}  {m:>12.0}  {:>10.1}  rounds {}",
@@ -473,7 +510,9 @@ fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
             rounds_text(r)
         );
     }
-    let [one_row, same, as_traced, persisted_rate] = [0, 1, 2, 3].map(|i| median(rates[i].clone()));
+    let [one_row, same, as_traced, persisted_rate, whole_rate, halves_rate] =
+        [0, 1, 2, 3, 4, 5].map(|i| median(rates[i].clone()));
+    let best_floor = whole_rate.max(halves_rate);
     for (name, ratio) in [
         (
             "persisted pairs / one-row commits",
@@ -492,6 +531,18 @@ fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
             "same rows, daemon's endpoints / one-row",
             as_traced / one_row,
         ),
+        (
+            "answered floor, commits of 8 / one-row",
+            whole_rate / one_row,
+        ),
+        (
+            "answered floor, commits of 4 / one-row",
+            halves_rate / one_row,
+        ),
+        (
+            "persisted pairs / the better answered floor",
+            persisted_rate / best_floor,
+        ),
     ] {
         println!("{name:<48}  {:>5}  {ratio:>12.2}", "");
     }
@@ -503,10 +554,13 @@ fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
     };
     println!(
         "by round: the same rows bare / one-row commits {}; persisted pairs / the same rows \
-         bare {}; daemon's endpoints / one-row {}",
+         bare {}; daemon's endpoints / one-row {}; answered floor of 8 / one-row {}; of 4 / \
+         one-row {}",
         by_round(1, 0),
         by_round(3, 1),
-        by_round(2, 0)
+        by_round(2, 0),
+        by_round(4, 0),
+        by_round(5, 0)
     );
     println!(
         "the same rows, bare: {:.0} µs per commit of 8 pairs ({:.0} µs on the daemon's \

@@ -152,7 +152,7 @@ fn literal(s: &str) -> (Value, usize) {
 
 /// One statement of a commit: the transaction's own, or a row written.
 #[derive(Clone)]
-enum Step {
+pub enum Step {
     Control(String),
     Write {
         sql: String,
@@ -295,6 +295,7 @@ pub struct Commit {
     pub mean_endpoints: f64,
     /// The endpoints this one touched, in the order it first wrote them.
     pub ids: Vec<i64>,
+    pub pairs: usize,
     /// Every traced commit that answered `pairs` reports, in order, as run.
     stream: Vec<Vec<Step>>,
 }
@@ -330,6 +331,7 @@ pub fn pick(log: &[(String, String)], pairs: usize) -> Commit {
         mean_rows,
         mean_endpoints,
         ids: (*ids).clone(),
+        pairs,
         steps: (*steps).clone(),
         stream: full.iter().map(|(_, c, _)| (*c).clone()).collect(),
         endpoints: best.endpoints,
@@ -337,6 +339,25 @@ pub fn pick(log: &[(String, String)], pairs: usize) -> Commit {
         traced: all.len(),
         full: full.len(),
         alike,
+    }
+}
+
+impl Commit {
+    /// The rows of every traced commit of this kind, in order, cut into one share per
+    /// pair it answered (the transaction's own statements left out): what each caller of
+    /// such a commit brought, near enough.
+    pub fn shares(&self) -> Vec<Vec<Step>> {
+        let mut out = Vec::new();
+        for c in &self.stream {
+            let rows: Vec<Step> = c
+                .iter()
+                .filter(|s| matches!(s, Step::Write { .. }))
+                .cloned()
+                .collect();
+            let each = rows.len().div_ceil(self.pairs.max(1)).max(1);
+            out.extend(rows.chunks(each).map(<[Step]>::to_vec));
+        }
+        out
     }
 }
 
@@ -394,8 +415,9 @@ impl Spread {
 }
 
 impl Bare {
-    pub fn open(dir: &Path, n: usize) -> Bare {
-        let path = dir.join("same-rows.db");
+    /// `file` under `dir`, made anew.
+    pub fn open(dir: &Path, file: &str, n: usize) -> Bare {
+        let path = dir.join(file);
         let ids = {
             let mut store = Store::open_with(&path, Durability::Full).unwrap();
             let eps = super::support::endpoints(n, "socks5h", 1080);
@@ -467,6 +489,29 @@ impl Bare {
                 }
             }
         }
+    }
+
+    /// Opens a write transaction.
+    pub fn begin(&self) {
+        self.conn
+            .prepare_cached("BEGIN IMMEDIATE")
+            .unwrap()
+            .execute([])
+            .unwrap();
+    }
+
+    /// Writes `rows` (a share of a traced commit) in the open transaction.
+    pub fn write(&self, rows: &[Step]) {
+        self.replay(rows, None);
+    }
+
+    /// Commits the open transaction.
+    pub fn commit_open(&self) {
+        self.conn
+            .prepare_cached("COMMIT")
+            .unwrap()
+            .execute([])
+            .unwrap();
     }
 
     /// What one replayed transaction writes, traced as the daemon's were.

@@ -1,0 +1,112 @@
+//! "The same rows, answered": the floor of lease + failure-report pairs whose callers wait
+//! for their answers. A server answers the recorded lease with its recorded answer at
+//! once, and the recorded report with its recorded answer once a commit holding that
+//! report's rows is durable. One thread commits: it opens a transaction when the first
+//! report comes, writes each report's share of a traced daemon commit as it comes (as the
+//! daemon's store thread does), and commits when `group` reports are in, or after 5 ms
+//! without one. It knows how many callers will come, which the daemon cannot: nothing
+//! that stores these rows for callers that wait for their answers does better.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixListener;
+use tokio::sync::oneshot;
+
+use super::same_rows::{Bare, Commit, Step};
+
+/// The longest a commit waits for the rest of its group (only the last commits of a run,
+/// whose callers stopped, wait that long).
+const STRAGGLER: Duration = Duration::from_millis(5);
+
+/// Starts the floor on a socket under `dir`, committing `group` reports a transaction, on
+/// a database of `n` endpoints of its own. `lease_reply` and `report_reply` are the
+/// daemon's answers, sent back verbatim.
+pub fn start(
+    dir: &Path,
+    name: &str,
+    n: usize,
+    commit: &Commit,
+    group: usize,
+    lease_reply: &'static str,
+    report_reply: &'static str,
+) -> PathBuf {
+    let bare = Bare::open(dir, &format!("{name}.db"), n);
+    let shares = commit.shares();
+    let (tx, rx) = mpsc::channel::<oneshot::Sender<()>>();
+    std::thread::Builder::new()
+        .name("floor-store".into())
+        .spawn(move || commit_thread(bare, shares, group, rx))
+        .unwrap();
+    let path = dir.join(format!("{name}.sock"));
+    let p = path.clone();
+    super::support::on_own_runtime(move |ready| async move {
+        let l = UnixListener::bind(&p).unwrap();
+        ready.send(()).unwrap();
+        serve(l, tx, lease_reply, report_reply).await;
+    });
+    path
+}
+
+fn commit_thread(
+    bare: Bare,
+    shares: Vec<Vec<Step>>,
+    group: usize,
+    rx: mpsc::Receiver<oneshot::Sender<()>>,
+) {
+    let mut share = shares.iter().cycle();
+    while let Ok(first) = rx.recv() {
+        bare.begin();
+        bare.write(share.next().unwrap());
+        let mut acks = vec![first];
+        while acks.len() < group {
+            let Ok(ack) = rx.recv_timeout(STRAGGLER) else {
+                break;
+            };
+            bare.write(share.next().unwrap());
+            acks.push(ack);
+        }
+        bare.commit_open();
+        for a in acks {
+            let _ = a.send(());
+        }
+    }
+}
+
+async fn serve(
+    l: UnixListener,
+    commits: mpsc::Sender<oneshot::Sender<()>>,
+    lease_reply: &'static str,
+    report_reply: &'static str,
+) {
+    loop {
+        let Ok((s, _)) = l.accept().await else { return };
+        let commits = commits.clone();
+        tokio::spawn(async move {
+            let (r, mut w) = s.into_split();
+            let mut r = BufReader::new(r);
+            let mut line = String::new();
+            for turn in 0usize.. {
+                line.clear();
+                match r.read_line(&mut line).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                let reply = if turn % 2 == 0 {
+                    lease_reply
+                } else {
+                    let (ack, done) = oneshot::channel();
+                    if commits.send(ack).is_err() || done.await.is_err() {
+                        return;
+                    }
+                    report_reply
+                };
+                if w.write_all(reply.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
