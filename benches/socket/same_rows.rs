@@ -345,7 +345,7 @@ pub fn pick(log: &[(String, String)], pairs: usize) -> Commit {
 impl Commit {
     /// The rows of every traced commit of this kind, in order, cut into one share per
     /// pair it answered (the transaction's own statements left out): what each caller of
-    /// such a commit brought, near enough.
+    /// such a commit brought, near enough (the rows that rode along spread over them).
     pub fn shares(&self) -> Vec<Vec<Step>> {
         let mut out = Vec::new();
         for c in &self.stream {
@@ -354,8 +354,13 @@ impl Commit {
                 .filter(|s| matches!(s, Step::Write { .. }))
                 .cloned()
                 .collect();
-            let each = rows.len().div_ceil(self.pairs.max(1)).max(1);
-            out.extend(rows.chunks(each).map(<[Step]>::to_vec));
+            // Exactly `pairs` shares, so that a group of `pairs` reports writes one
+            // traced commit's rows.
+            let parts = self.pairs.max(1);
+            out.extend(
+                (0..parts)
+                    .map(|i| rows[i * rows.len() / parts..(i + 1) * rows.len() / parts].to_vec()),
+            );
         }
         out
     }
