@@ -41,7 +41,7 @@ mod trials;
 mod views;
 mod writes;
 
-pub use name::{host_and_port, normalize, normalize_key, place, place_and_port, Place};
+pub use name::{normalize, normalize_key, place, place_and_port, Place};
 use pair::{at, Pair, NONE};
 
 /// Default cap on pairs per pool.

@@ -55,12 +55,6 @@ pub fn place_and_port(
     Ok(Some((Place { host, target }, port)))
 }
 
-/// A destination given as `host` or `host:port`, checked and split: the host normalised
-/// as `place` keys it, the port when one was given (1–65535).
-pub fn host_and_port(dest: &str) -> Result<(String, Option<u16>), DestinationError> {
-    split(dest)
-}
-
 /// A destination given as `host` or `host:port` (IPv6 in brackets when a port follows).
 pub fn place(dest: &str) -> Result<Place, DestinationError> {
     let (host, port) = split(dest)?;
@@ -232,14 +226,14 @@ mod tests {
         );
         assert_eq!(Place::at("::1", 443).unwrap().target, "[::1]:443");
         assert_eq!(Place::at("[::1]", 443).unwrap().host, "::1");
+        let (p, port) = place_and_port("[::1]:8443", None).unwrap().unwrap();
         assert_eq!(
-            host_and_port("[::1]:8443").unwrap(),
-            ("::1".into(), Some(8443))
+            (p.host.as_str(), p.target.as_str(), port),
+            ("::1", "[::1]:8443", 8443)
         );
-        assert_eq!(
-            host_and_port("Shop.Example").unwrap(),
-            ("shop.example".into(), None)
-        );
+        assert!(place_and_port("Shop.Example", None).unwrap().is_none());
+        let (p, port) = place_and_port("Shop.Example", Some(443)).unwrap().unwrap();
+        assert_eq!((p.host.as_str(), port), ("shop.example", 443));
     }
 
     #[test]
