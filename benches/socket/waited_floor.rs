@@ -21,8 +21,8 @@ use super::same_rows::{Bare, Commit, Step};
 /// whose callers stopped, wait that long).
 const STRAGGLER: Duration = Duration::from_millis(5);
 
-/// Starts the floor on a socket under `dir`, committing `group` reports a transaction, on
-/// a database of `n` endpoints of its own. `lease_reply` and `report_reply` are the
+/// Starts the floor on a socket under `dir`, committing `group` reports a transaction
+/// (a divisor of the pairs of `commit`'s kind), on a database of `n` endpoints of its own. `lease_reply` and `report_reply` are the
 /// daemon's answers, sent back verbatim.
 pub fn start(
     dir: &Path,
@@ -34,6 +34,11 @@ pub fn start(
     report_reply: &'static str,
 ) -> PathBuf {
     let bare = Bare::open(dir, &format!("{name}.db"), n);
+    assert_eq!(
+        commit.pairs % group,
+        0,
+        "a group of {group} splits no traced commit evenly"
+    );
     let shares = commit.shares();
     let (tx, rx) = mpsc::channel::<oneshot::Sender<()>>();
     std::thread::Builder::new()
@@ -56,22 +61,30 @@ fn commit_thread(
     group: usize,
     rx: mpsc::Receiver<oneshot::Sender<()>>,
 ) {
-    let mut share = shares.iter().cycle();
+    let mut at = 0;
+    let next = |at: &mut usize| {
+        let s = &shares[*at % shares.len()];
+        *at += 1;
+        s
+    };
     while let Ok(first) = rx.recv() {
         bare.begin();
-        bare.write(share.next().unwrap());
+        bare.write(next(&mut at));
         let mut acks = vec![first];
         while acks.len() < group {
             let Ok(ack) = rx.recv_timeout(STRAGGLER) else {
                 break;
             };
-            bare.write(share.next().unwrap());
+            bare.write(next(&mut at));
             acks.push(ack);
         }
         bare.commit_open();
         for a in acks {
             let _ = a.send(());
         }
+        // A short commit (the end of a run) must not shift the next ones off the traced
+        // commits' bounds, or each would write two traced commits' endpoints.
+        at = at.next_multiple_of(group);
     }
 }
 
