@@ -420,7 +420,7 @@ impl Spread {
 }
 
 impl Bare {
-    /// `file` under `dir`, made anew.
+    /// At `file` under `dir` (a name not used before in `dir`: a store made there).
     pub fn open(dir: &Path, file: &str, n: usize) -> Bare {
         let path = dir.join(file);
         let ids = {
