@@ -11,9 +11,9 @@
 //! connection, what one of the daemon's commits of 8 pairs writes (traced from a daemon's
 //! store, `socket/same_rows.rs`), on random endpoints of the pool and, as a second row,
 //! the traced commits themselves on the daemon's own endpoints. Two more rows put the
-//! round trips back: "the same rows, answered" (`socket/waited_floor.rs`) is a server that
+//! round trips back: "the same rows, answered" (`socket/replay.rs`) is a lean server that
 //! answers the same lease and report bytes and commits those rows for the reports that
-//! wait on them, knowing how many will come, in commits of 8 and of 4: the floor of
+//! wait on them, knowing how many will come, in commits of 8 and of 4: a floor of
 //! persisted pairs for callers that wait for their answers.
 //!
 //! The last table compares lease+release at 8 connections with metrics recorded and
@@ -25,11 +25,11 @@
 //! report with `synchronous = full`) at 8 connections for SECONDS (default 20): the
 //! daemon's runtime thread is named `server`, its store thread `proxypool-store`.
 
+#[path = "socket/replay.rs"]
+mod replay;
 #[path = "socket/same_rows.rs"]
 mod same_rows;
 mod support;
-#[path = "socket/waited_floor.rs"]
-mod waited_floor;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -52,7 +52,7 @@ fn lease_id(resp: &str) -> Option<String> {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Load {
     Echo,
-    /// The recorded lease and release requests, against the replay server.
+    /// A recorded lease and the request after it, against a replay server.
     Replay(&'static Exchange),
     LeaseRelease,
     LeaseFailure,
@@ -166,35 +166,6 @@ async fn echo_server(l: UnixListener) {
                     Ok(0) | Err(_) => return,
                     Ok(_) => {
                         if w.write_all(line.as_bytes()).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-        });
-    }
-}
-
-/// The floor of a lease+release pair: answers a connection's lines with the recorded lease
-/// and release answers in turn, without parsing anything.
-async fn replay_server(l: UnixListener, x: &'static Exchange) {
-    loop {
-        let Ok((s, _)) = l.accept().await else { return };
-        tokio::spawn(async move {
-            let (r, mut w) = s.into_split();
-            let mut r = BufReader::new(r);
-            let mut line = String::new();
-            for turn in 0usize.. {
-                line.clear();
-                match r.read_line(&mut line).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(_) => {
-                        let reply = if turn % 2 == 0 {
-                            &x.lease_reply
-                        } else {
-                            &x.then_reply
-                        };
-                        if w.write_all(reply.as_bytes()).await.is_err() {
                             return;
                         }
                     }
@@ -401,13 +372,7 @@ fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
     let x: &'static Exchange = Box::leak(Box::new(
         client.block_on(Exchange::record(&daemon, release_of)),
     ));
-    let replay_path = dir.join("floor-replay.sock");
-    let p = replay_path.clone();
-    support::on_own_runtime(move |ready| async move {
-        let l = UnixListener::bind(&p).unwrap();
-        ready.send(()).unwrap();
-        replay_server(l, x).await;
-    });
+    let replay_path = replay::start(dir, "floor-replay", &x.lease_reply, &x.then_reply, None);
     let (persisted, t2, persisted_engine) = start_daemon_engine(
         dir,
         10_000,
@@ -473,7 +438,7 @@ fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
         client.block_on(Exchange::record(&persisted, failure_of)),
     ));
     let waited = |group: usize| {
-        waited_floor::start(
+        replay::start_answered(
             dir,
             &format!("floor-answered-{group}"),
             10_000,
@@ -489,7 +454,11 @@ fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
         &mut || commit_loop(dir),
         &mut || bare.borrow_mut().run(&commit, 8, RUN),
         &mut || bare.borrow_mut().run_as_traced(&commit, 8, RUN),
-        &mut || cell(&persisted, 8, Load::LeaseFailure),
+        &mut || {
+            let rate = cell(&persisted, 8, Load::LeaseFailure);
+            settle(&persisted_engine);
+            rate
+        },
         &mut || cell(&whole, 8, Load::Replay(answered)),
         &mut || cell(&halves, 8, Load::Replay(answered)),
     ]);
@@ -581,6 +550,22 @@ fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
     println!("persisted pairs' commits: {sizes}");
     t1.cancel();
     t2.cancel();
+}
+
+/// Waits until `engine` stops committing (at most 5 s): a load's endpoints still cooling
+/// when it ends have their cooldown ends committed after it, on the same disk as the next
+/// row's commits.
+fn settle(engine: &Engine) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut last = engine.commit_sizes().commits;
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = engine.commit_sizes().commits;
+        if now == last {
+            return;
+        }
+        last = now;
+    }
 }
 
 /// One of the daemon's commits of 8 lease + failure-report pairs as its store ran it: a

@@ -295,6 +295,7 @@ pub struct Commit {
     pub mean_endpoints: f64,
     /// The endpoints this one touched, in the order it first wrote them.
     pub ids: Vec<i64>,
+    /// The reports each of the commits of this kind answered.
     pub pairs: usize,
     /// Every traced commit that answered `pairs` reports, in order, as run.
     stream: Vec<Vec<Step>>,
@@ -420,7 +421,7 @@ impl Spread {
 }
 
 impl Bare {
-    /// At `file` under `dir` (a name not used before in `dir`: a store made there).
+    /// A store made at `dir`/`file` (a name not used before), filled with `n` endpoints.
     pub fn open(dir: &Path, file: &str, n: usize) -> Bare {
         let path = dir.join(file);
         let ids = {
@@ -496,7 +497,8 @@ impl Bare {
         }
     }
 
-    /// Opens a write transaction.
+    /// A write transaction left open for [`Bare::write`]s to come (the replay's own
+    /// transactions are in the traced steps).
     pub fn begin(&self) {
         self.conn
             .prepare_cached("BEGIN IMMEDIATE")
@@ -510,7 +512,6 @@ impl Bare {
         self.replay(rows, None);
     }
 
-    /// Commits the open transaction.
     pub fn commit_open(&self) {
         self.conn
             .prepare_cached("COMMIT")

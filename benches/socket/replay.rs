@@ -1,11 +1,12 @@
-//! "The same rows, answered": the floor of lease + failure-report pairs whose callers wait
-//! for their answers. A server answers the recorded lease with its recorded answer at
-//! once, and the recorded report with its recorded answer once a commit holding that
-//! report's rows is durable. One thread commits: it opens a transaction when the first
-//! report comes, writes each report's share of a traced daemon commit as it comes (as the
-//! daemon's store thread does), and commits when `group` reports are in, or after 5 ms
-//! without one. It knows how many callers will come, which the daemon cannot: nothing
-//! that stores these rows for callers that wait for their answers does better.
+//! The replay servers: a connection's lines answered with recorded answers, in turn,
+//! without parsing anything. For lease+release each answer goes back at once (the floor of
+//! that pair). For lease + failure report ("the same rows, answered") the report's answer
+//! goes back once a commit holding that report's rows is durable: one thread commits,
+//! opening a transaction when the first report comes and writing each report's share of a
+//! traced daemon commit as it comes (as the daemon's store thread does), and committing
+//! when `group` reports are in, or after 5 ms without one. It knows how many callers will
+//! come, which the daemon cannot. It hands reports across threads as the daemon does; a
+//! server committing on its own runtime thread might do better and was not tried.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -17,14 +18,17 @@ use tokio::sync::oneshot;
 
 use super::same_rows::{Bare, Commit, Step};
 
-/// The longest a commit waits for the rest of its group (only the last commits of a run,
-/// whose callers stopped, wait that long).
+/// The longest a commit waits for the rest of its group: a longer gap (the end of a run,
+/// whose callers stopped) commits the reports already in.
 const STRAGGLER: Duration = Duration::from_millis(5);
 
-/// Starts the floor on a socket under `dir`, committing `group` reports a transaction
-/// (a divisor of the pairs of `commit`'s kind), on a database of `n` endpoints of its own. `lease_reply` and `report_reply` are the
-/// daemon's answers, sent back verbatim.
-pub fn start(
+/// Reports waiting for their commit: each sends the commit thread its answer's trigger.
+type Commits = mpsc::Sender<oneshot::Sender<()>>;
+
+/// Starts "the same rows, answered" on a socket under `dir`: `group` reports a commit (a
+/// divisor of the pairs of `commit`'s kind), on a database of `n` endpoints of its own.
+/// `lease_reply` and `report_reply` are the daemon's answers, sent back verbatim.
+pub fn start_answered(
     dir: &Path,
     name: &str,
     n: usize,
@@ -37,20 +41,33 @@ pub fn start(
     assert_eq!(
         commit.pairs % group,
         0,
-        "a group of {group} splits no traced commit evenly"
+        "a group of {group} must divide a traced commit's {} pairs",
+        commit.pairs
     );
     let shares = commit.shares();
-    let (tx, rx) = mpsc::channel::<oneshot::Sender<()>>();
+    let (tx, rx) = mpsc::channel();
     std::thread::Builder::new()
         .name("floor-store".into())
         .spawn(move || commit_thread(bare, shares, group, rx))
         .unwrap();
+    start(dir, name, lease_reply, report_reply, Some(tx))
+}
+
+/// Starts a replay server on `NAME.sock` under `dir`, on a runtime thread of its own;
+/// with `commits`, each second answer waits for its commit.
+pub fn start(
+    dir: &Path,
+    name: &str,
+    lease_reply: &'static str,
+    then_reply: &'static str,
+    commits: Option<Commits>,
+) -> PathBuf {
     let path = dir.join(format!("{name}.sock"));
     let p = path.clone();
     super::support::on_own_runtime(move |ready| async move {
         let l = UnixListener::bind(&p).unwrap();
         ready.send(()).unwrap();
-        serve(l, tx, lease_reply, report_reply).await;
+        serve(l, lease_reply, then_reply, commits).await;
     });
     path
 }
@@ -90,9 +107,9 @@ fn commit_thread(
 
 async fn serve(
     l: UnixListener,
-    commits: mpsc::Sender<oneshot::Sender<()>>,
     lease_reply: &'static str,
-    report_reply: &'static str,
+    then_reply: &'static str,
+    commits: Option<Commits>,
 ) {
     loop {
         let Ok((s, _)) = l.accept().await else { return };
@@ -110,11 +127,13 @@ async fn serve(
                 let reply = if turn % 2 == 0 {
                     lease_reply
                 } else {
-                    let (ack, done) = oneshot::channel();
-                    if commits.send(ack).is_err() || done.await.is_err() {
-                        return;
+                    if let Some(commits) = &commits {
+                        let (ack, done) = oneshot::channel();
+                        if commits.send(ack).is_err() || done.await.is_err() {
+                            return;
+                        }
                     }
-                    report_reply
+                    then_reply
                 };
                 if w.write_all(reply.as_bytes()).await.is_err() {
                     return;
