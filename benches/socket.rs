@@ -14,8 +14,9 @@
 //! the traced commits themselves on the daemon's own endpoints. Two more rows put the
 //! round trips back: "the same rows, answered" (`socket/replay.rs`) is a lean server that
 //! answers the same lease and report bytes and commits those rows for the reports that
-//! wait on them, knowing how many will come, in commits of 8 and of 4: a floor of
-//! persisted pairs for callers that wait for their answers.
+//! wait on them, knowing how many will come, in commits of 8 and of 4 on a commit thread
+//! and in commits of 8 on its runtime thread: a floor of persisted pairs for callers that
+//! wait for their answers.
 //!
 //! The last table compares lease+release at 8 connections with metrics recorded and
 //! not recorded (`EngineOptions::record_metrics`), two daemons side by side, interleaved.

@@ -147,18 +147,22 @@ pub fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
     let answered: &'static Exchange = Box::leak(Box::new(
         client.block_on(Exchange::record(&persisted, failure_of)),
     ));
-    let waited = |group: usize| {
+    let waited = |group: usize, inline: bool| {
         replay::start_answered(
             dir,
-            &format!("floor-answered-{group}"),
+            &format!(
+                "floor-answered-{group}{}",
+                if inline { "-inline" } else { "" }
+            ),
             10_000,
             &commit,
             group,
+            inline,
             &answered.lease_reply,
             &answered.then_reply,
         )
     };
-    let (whole, halves) = (waited(8), waited(4));
+    let (whole, halves, inline) = (waited(8, false), waited(4, false), waited(8, true));
     let sizes_before = persisted_engine.commit_sizes();
     let rates = interleaved(&mut [
         &mut || commit_loop(dir),
@@ -171,6 +175,7 @@ pub fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
         },
         &mut || cell(&whole, 8, Load::Replay(answered)),
         &mut || cell(&halves, 8, Load::Replay(answered)),
+        &mut || cell(&inline, 8, Load::Replay(answered)),
     ]);
     let sizes = commit_sizes_text(&sizes_before, &persisted_engine.commit_sizes());
     let names = [
@@ -180,8 +185,12 @@ pub fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
         "lease+failure report, synchronous=full",
         "floor: the same rows, answered, commits of 8",
         "floor: the same rows, answered, commits of 4",
+        "floor: the same rows, answered inline, of 8",
     ];
-    for (name, (r, conns)) in names.iter().zip(rates.iter().zip([1usize, 1, 1, 8, 8, 8])) {
+    for (name, (r, conns)) in names
+        .iter()
+        .zip(rates.iter().zip([1usize, 1, 1, 8, 8, 8, 8]))
+    {
         let m = median(r.clone());
         println!(
             "{name:<48}  {conns:>5}  {m:>12.0}  {:>10.1}  rounds {}",
@@ -189,9 +198,9 @@ pub fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
             rounds_text(r)
         );
     }
-    let [one_row, same, as_traced, persisted_rate, whole_rate, halves_rate] =
-        [0, 1, 2, 3, 4, 5].map(|i| median(rates[i].clone()));
-    let best_floor = whole_rate.max(halves_rate);
+    let [one_row, same, as_traced, persisted_rate, whole_rate, halves_rate, inline_rate] =
+        [0, 1, 2, 3, 4, 5, 6].map(|i| median(rates[i].clone()));
+    let best_floor = whole_rate.max(halves_rate).max(inline_rate);
     for (name, ratio) in [
         (
             "persisted pairs / one-row commits",
@@ -219,7 +228,11 @@ pub fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
             halves_rate / one_row,
         ),
         (
-            "persisted pairs / the better answered floor",
+            "answered floor inline, of 8 / one-row",
+            inline_rate / one_row,
+        ),
+        (
+            "persisted pairs / the best answered floor",
             persisted_rate / best_floor,
         ),
     ] {
@@ -234,12 +247,13 @@ pub fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
     println!(
         "by round: the same rows bare / one-row commits {}; persisted pairs / the same rows \
          bare {}; daemon's endpoints / one-row {}; answered floor of 8 / one-row {}; of 4 / \
-         one-row {}",
+         one-row {}; inline, of 8 / one-row {}",
         by_round(1, 0),
         by_round(3, 1),
         by_round(2, 0),
         by_round(4, 0),
-        by_round(5, 0)
+        by_round(5, 0),
+        by_round(6, 0)
     );
     println!(
         "the same rows, bare: {:.0} µs per commit of 8 pairs ({:.0} µs on the daemon's \
