@@ -107,11 +107,27 @@ pub fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
         assert_eq!(errs, 0, "errors in a floors cell");
         rate
     };
+    lease_rows(&cell, &echo_path, &replay_path, &daemon, x);
+    persisted_rows(dir, client, &cell, &persisted, &persisted_engine);
+    t1.cancel();
+    t2.cancel();
+}
+
+type Cell<'a> = &'a dyn Fn(&PathBuf, usize, Load) -> f64;
+
+/// Lease+release at 1 and 8 connections beside an echo round trip and the replay floor.
+fn lease_rows(
+    cell: Cell<'_>,
+    echo_path: &PathBuf,
+    replay_path: &PathBuf,
+    daemon: &PathBuf,
+    x: &'static Exchange,
+) {
     for conns in [1usize, 8] {
         let rates = interleaved(&mut [
-            &mut || cell(&echo_path, conns, Load::Echo),
-            &mut || cell(&replay_path, conns, Load::Replay(x)),
-            &mut || cell(&daemon, conns, Load::LeaseRelease),
+            &mut || cell(echo_path, conns, Load::Echo),
+            &mut || cell(replay_path, conns, Load::Replay(x)),
+            &mut || cell(daemon, conns, Load::LeaseRelease),
         ]);
         let names = [
             "echo, 1 round trip",
@@ -134,7 +150,18 @@ pub fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
             floor / lease
         );
     }
-    let commit = traced_commit(dir, &cell);
+}
+
+/// Lease + failure report with `synchronous = full` beside the one-row commit loop, the
+/// bare replays of a traced commit's rows and the answered floors.
+fn persisted_rows(
+    dir: &Path,
+    client: &tokio::runtime::Runtime,
+    cell: Cell<'_>,
+    persisted: &PathBuf,
+    persisted_engine: &Engine,
+) {
+    let commit = traced_commit(dir, cell);
     let bare = std::cell::RefCell::new(same_rows::Bare::open(dir, "same-rows.db", 10_000));
     let replayed = bare.borrow_mut().check(&commit);
     bare.borrow_mut().forget_times();
@@ -145,7 +172,7 @@ pub fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
         commit.composition.text()
     );
     let answered: &'static Exchange = Box::leak(Box::new(
-        client.block_on(Exchange::record(&persisted, failure_of)),
+        client.block_on(Exchange::record(persisted, failure_of)),
     ));
     let waited = |group: usize, inline: bool| {
         replay::start_answered(
@@ -169,8 +196,8 @@ pub fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
         &mut || bare.borrow_mut().run(&commit, 8, RUN),
         &mut || bare.borrow_mut().run_as_traced(&commit, 8, RUN),
         &mut || {
-            let rate = cell(&persisted, 8, Load::LeaseFailure);
-            settle(&persisted_engine);
+            let rate = cell(persisted, 8, Load::LeaseFailure);
+            settle(persisted_engine);
             rate
         },
         &mut || cell(&whole, 8, Load::Replay(answered)),
@@ -198,6 +225,21 @@ pub fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
             rounds_text(r)
         );
     }
+    print_ratios(&rates);
+    // The median transaction against the mean: SQLite checkpoints the WAL in the thread
+    // that commits, once it holds 1,000 pages, and those commits take milliseconds.
+    let [random, traced] = bare.borrow_mut().spreads();
+    println!(
+        "the same rows, bare, each transaction: {} on random endpoints; {} on the \
+         daemon's endpoints",
+        random.text(),
+        traced.text()
+    );
+    println!("persisted pairs' commits: {sizes}");
+}
+
+/// The persisted rows' ratios, of their medians and in each round.
+fn print_ratios(rates: &[Vec<f64>]) {
     let [one_row, same, as_traced, persisted_rate, whole_rate, halves_rate, inline_rate] =
         [0, 1, 2, 3, 4, 5, 6].map(|i| median(rates[i].clone()));
     let best_floor = whole_rate.max(halves_rate).max(inline_rate);
@@ -262,18 +304,6 @@ pub fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
         8e6 / as_traced,
         1e6 / one_row
     );
-    // The median transaction against the mean: SQLite checkpoints the WAL in the thread
-    // that commits, once it holds 1,000 pages, and those commits take milliseconds.
-    let [random, traced] = bare.borrow_mut().spreads();
-    println!(
-        "the same rows, bare, each transaction: {} on random endpoints; {} on the \
-         daemon's endpoints",
-        random.text(),
-        traced.text()
-    );
-    println!("persisted pairs' commits: {sizes}");
-    t1.cancel();
-    t2.cancel();
 }
 
 /// Waits until `engine` stops committing (at most 5 s): a load's endpoints still cooling
@@ -295,7 +325,7 @@ fn settle(engine: &Engine) {
 /// One of the daemon's commits of 8 lease + failure-report pairs as its store ran it: a
 /// daemon of its own (`synchronous = full`, its store connection traced) warmed up by one
 /// run of the load, then traced for another.
-fn traced_commit(dir: &Path, cell: &dyn Fn(&PathBuf, usize, Load) -> f64) -> same_rows::Commit {
+fn traced_commit(dir: &Path, cell: Cell<'_>) -> same_rows::Commit {
     let (sock, token, _) = same_rows::traced(|| {
         start_daemon_engine(
             dir,
