@@ -151,22 +151,15 @@ pub fn table(dir: &Path, endpoints: usize, hosts: usize, pace: fn(Duration) -> P
         .enable_all()
         .build()
         .unwrap();
-    let mut rates = vec![Vec::new(); cells.len()];
-    for round in 0..ROUNDS {
-        let mut order: Vec<usize> = (0..cells.len()).collect();
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        for i in order {
-            let (r, errs) = client.block_on(drive(daemons[i].sock.clone(), cells[i].1));
-            assert_eq!(
-                errs, 0,
-                "{}: every lease and answer must succeed",
-                cells[i].0
-            );
-            rates[i].push(r);
-        }
-    }
+    let rates = support::interleaved(ROUNDS, cells.len(), |i| {
+        let (r, errs) = client.block_on(drive(daemons[i].sock.clone(), cells[i].1));
+        assert_eq!(
+            errs, 0,
+            "{}: every lease and answer must succeed",
+            cells[i].0
+        );
+        r
+    });
     println!();
     println!(
         "{:<44}  {:>12}  (through the socket, {CONNS} connections, medians of {ROUNDS} rounds)",

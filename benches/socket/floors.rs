@@ -46,20 +46,9 @@ fn commit_loop(dir: &Path) -> f64 {
 /// Rounds of the floors table: each row runs once per round, rows alternating order.
 const FLOOR_ROUNDS: usize = 3;
 
-/// Runs each of `cells` once per round, A B A B ..., the order flipped every other round;
-/// returns each cell's rates, in round order.
+/// Each of `cells` run FLOOR_ROUNDS times, interleaved; each cell's rates in round order.
 fn interleaved(cells: &mut [&mut dyn FnMut() -> f64]) -> Vec<Vec<f64>> {
-    let mut rates = vec![Vec::new(); cells.len()];
-    for round in 0..FLOOR_ROUNDS {
-        let mut order: Vec<usize> = (0..cells.len()).collect();
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        for i in order {
-            rates[i].push(cells[i]());
-        }
-    }
-    rates
+    support::interleaved(FLOOR_ROUNDS, cells.len(), |i| cells[i]())
 }
 
 fn rounds_text(v: &[f64]) -> String {

@@ -474,9 +474,7 @@ impl Bare {
     fn replay(&self, steps: &[Step], ids: Option<&[i64]>) {
         for s in steps {
             match s {
-                Step::Control(sql) => {
-                    self.conn.prepare_cached(sql).unwrap().execute([]).unwrap();
-                }
+                Step::Control(sql) => self.control(sql),
                 Step::Write {
                     sql,
                     values,
@@ -500,11 +498,7 @@ impl Bare {
     /// A write transaction left open for [`Bare::write`]s to come (the replay's own
     /// transactions are in the traced steps).
     pub fn begin(&self) {
-        self.conn
-            .prepare_cached("BEGIN IMMEDIATE")
-            .unwrap()
-            .execute([])
-            .unwrap();
+        self.control("BEGIN IMMEDIATE");
     }
 
     /// Writes `rows` (a share of a traced commit) in the open transaction.
@@ -513,11 +507,12 @@ impl Bare {
     }
 
     pub fn commit_open(&self) {
-        self.conn
-            .prepare_cached("COMMIT")
-            .unwrap()
-            .execute([])
-            .unwrap();
+        self.control("COMMIT");
+    }
+
+    /// A statement of the transaction's own (BEGIN, COMMIT, SAVEPOINT ...).
+    fn control(&self, sql: &str) {
+        self.conn.prepare_cached(sql).unwrap().execute([]).unwrap();
     }
 
     /// What one replayed transaction writes, traced as the daemon's were.

@@ -130,6 +130,23 @@ where
     rx.recv().unwrap();
 }
 
+/// Runs cell `i` of `n` (`run(i)`) once per round for `rounds` rounds, A B A B ..., the
+/// order flipped every other round so that neither end of a round favours one cell;
+/// returns each cell's results in round order.
+pub fn interleaved(rounds: usize, n: usize, mut run: impl FnMut(usize) -> f64) -> Vec<Vec<f64>> {
+    let mut out = vec![Vec::new(); n];
+    for round in 0..rounds {
+        let mut order: Vec<usize> = (0..n).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            out[i].push(run(i));
+        }
+    }
+    out
+}
+
 /// The median of `v` (the mean of the middle two for an even count).
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
