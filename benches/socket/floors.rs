@@ -2,11 +2,13 @@
 //! work, rows interleaved (A B A B ..., the order flipped every other round), medians.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proxypool::config::Durability;
 use proxypool::pool::engine::{Engine, EngineOptions};
 use tokio::net::UnixListener;
+use tokio_util::sync::CancellationToken;
 
 use super::support::{self, median};
 use super::{
@@ -97,9 +99,43 @@ pub fn floors(dir: &Path, client: &tokio::runtime::Runtime) {
         rate
     };
     lease_rows(&cell, &echo_path, &replay_path, &daemon, x);
-    persisted_rows(dir, client, &cell, &persisted, &persisted_engine);
+    let (unindexed, t3, unindexed_engine) = start_unindexed(dir);
+    let daemons = Persisted {
+        indexed: (&persisted, &persisted_engine),
+        unindexed: (&unindexed, &unindexed_engine),
+    };
+    persisted_rows(dir, client, &cell, &daemons);
     t1.cancel();
     t2.cancel();
+    t3.cancel();
+}
+
+/// The two `synchronous = full` daemons of the persisted rows: the daemon as it ships, and
+/// one whose database lacks the events' per-endpoint index.
+struct Persisted<'a> {
+    indexed: (&'a PathBuf, &'a Engine),
+    unindexed: (&'a PathBuf, &'a Engine),
+}
+
+/// A `synchronous = full` daemon on a database whose per-endpoint events index
+/// (`events_endpoint`) was dropped before it opened it: what that index costs. Every event
+/// puts an entry into the index leaf of its endpoint, a page of its own for each endpoint
+/// in a pool of 10,000, and each such page is a WAL frame of the commit.
+fn start_unindexed(dir: &Path) -> (PathBuf, CancellationToken, Arc<Engine>) {
+    let name = "floor-report-unindexed";
+    let db = dir.join(format!("{name}.db"));
+    drop(proxypool::store::Store::open(&db).unwrap());
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch("DROP INDEX events_endpoint")
+        .unwrap();
+    start_daemon_engine(
+        dir,
+        10_000,
+        name,
+        EngineOptions::default(),
+        Durability::Full,
+    )
 }
 
 type Cell<'a> = &'a dyn Fn(&PathBuf, usize, Load) -> f64;
@@ -147,9 +183,10 @@ fn persisted_rows(
     dir: &Path,
     client: &tokio::runtime::Runtime,
     cell: Cell<'_>,
-    persisted: &PathBuf,
-    persisted_engine: &Engine,
+    daemons: &Persisted<'_>,
 ) {
+    let (persisted, persisted_engine) = daemons.indexed;
+    let (unindexed, unindexed_engine) = daemons.unindexed;
     let commit = traced_commit(dir, cell);
     let bare = std::cell::RefCell::new(same_rows::Bare::open(dir, "same-rows.db", 10_000));
     let replayed = bare.borrow_mut().check(&commit);
@@ -192,6 +229,11 @@ fn persisted_rows(
         &mut || cell(&whole, 8, Load::Replay(answered)),
         &mut || cell(&halves, 8, Load::Replay(answered)),
         &mut || cell(&inline, 8, Load::Replay(answered)),
+        &mut || {
+            let rate = cell(unindexed, 8, Load::LeaseFailure);
+            settle(unindexed_engine);
+            rate
+        },
     ]);
     let sizes = commit_sizes_text(&sizes_before, &persisted_engine.commit_sizes());
     let names = [
@@ -202,10 +244,11 @@ fn persisted_rows(
         "floor: the same rows, answered, commits of 8",
         "floor: the same rows, answered, commits of 4",
         "floor: the same rows, answered inline, of 8",
+        "lease+failure report, no events_endpoint index",
     ];
     for (name, (r, conns)) in names
         .iter()
-        .zip(rates.iter().zip([1usize, 1, 1, 8, 8, 8, 8]))
+        .zip(rates.iter().zip([1usize, 1, 1, 8, 8, 8, 8, 8]))
     {
         let m = median(r.clone());
         println!(
@@ -229,8 +272,8 @@ fn persisted_rows(
 
 /// The persisted rows' ratios, of their medians and in each round.
 fn print_ratios(rates: &[Vec<f64>]) {
-    let [one_row, same, as_traced, persisted_rate, whole_rate, halves_rate, inline_rate] =
-        [0, 1, 2, 3, 4, 5, 6].map(|i| median(rates[i].clone()));
+    let [one_row, same, as_traced, persisted_rate, whole_rate, halves_rate, inline_rate, unindexed] =
+        [0, 1, 2, 3, 4, 5, 6, 7].map(|i| median(rates[i].clone()));
     let best_floor = whole_rate.max(halves_rate).max(inline_rate);
     for (name, ratio) in [
         (
@@ -266,6 +309,14 @@ fn print_ratios(rates: &[Vec<f64>]) {
             "persisted pairs / the best answered floor",
             persisted_rate / best_floor,
         ),
+        (
+            "no events_endpoint index: pairs / one-row",
+            unindexed / one_row,
+        ),
+        (
+            "no events_endpoint index / persisted pairs",
+            unindexed / persisted_rate,
+        ),
     ] {
         println!("{name:<48}  {:>5}  {ratio:>12.2}", "");
     }
@@ -278,13 +329,16 @@ fn print_ratios(rates: &[Vec<f64>]) {
     println!(
         "by round: the same rows bare / one-row commits {}; persisted pairs / the same rows \
          bare {}; daemon's endpoints / one-row {}; answered floor of 8 / one-row {}; of 4 / \
-         one-row {}; inline, of 8 / one-row {}",
+         one-row {}; inline, of 8 / one-row {}; persisted pairs / one-row {}; no events_endpoint \
+         index / one-row {}",
         by_round(1, 0),
         by_round(3, 1),
         by_round(2, 0),
         by_round(4, 0),
         by_round(5, 0),
-        by_round(6, 0)
+        by_round(6, 0),
+        by_round(3, 0),
+        by_round(7, 0)
     );
     println!(
         "the same rows, bare: {:.0} µs per commit of 8 pairs ({:.0} µs on the daemon's \
