@@ -442,7 +442,14 @@ fn the_schema_is_the_same_in_both_dialects() {
         .unwrap()
         .map(Result::unwrap)
         .collect();
-    for t in tables {
+    // Less what only SQLite's chain of each endpoint's events needs (PostgreSQL keeps its
+    // index on events (endpoint, id) instead).
+    let chain_only = ["removed_endpoints"];
+    let chain_cols = ["prev", "last_event"];
+    for t in tables
+        .into_iter()
+        .filter(|t| !chain_only.contains(&t.as_str()))
+    {
         let cols = conn
             .prepare(&format!("PRAGMA table_info({t})"))
             .unwrap()
@@ -454,6 +461,7 @@ fn the_schema_is_the_same_in_both_dialects() {
             })
             .unwrap()
             .map(Result::unwrap)
+            .filter(|(c, _): &(String, bool)| !chain_cols.contains(&c.as_str()))
             .collect();
         want.insert(t, cols);
     }

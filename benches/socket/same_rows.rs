@@ -174,6 +174,10 @@ fn write_kind(sql: &str, values: &[(usize, Value)]) -> (usize, String) {
         (1, format!("endpoint row -> {}", text(2)))
     } else if sql.starts_with("INSERT INTO events (at, endpoint, kind,") {
         (2, format!("event {}", text(3)))
+    } else if sql.starts_with("UPDATE endpoints SET last_event = ?1 WHERE id = ?2") {
+        // The head of the endpoint's chain of events: the replay writes the traced event
+        // id, a value of the same size in the same row.
+        (2, "endpoint's newest event".into())
     } else {
         panic!("the store ran a write this bench does not know how to replay: {sql}")
     }

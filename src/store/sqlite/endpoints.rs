@@ -18,13 +18,13 @@ use crate::tags::Tags;
 /// Insert an endpoint with an id never used before. Events outlive their endpoint (no
 /// foreign key), so a plain `INTEGER PRIMARY KEY` would hand the id of a removed endpoint
 /// (the highest one) to the next insert, and that endpoint would inherit the removed
-/// one's event history. Every endpoint has an `added` event, so the largest id ever used
-/// is the larger of the live maximum and the maximum in `events`.
+/// one's event history. A removed endpoint leaves a row in `removed_endpoints`, so the
+/// largest id ever used is the larger of the two tables' maximums.
 pub(super) const INSERT_ENDPOINT: &str =
     "INSERT INTO endpoints (id, pool, scheme, host, port, user, password, label, \
      source, state, tags, streak, state_changed_at, created_at) VALUES (\
      (SELECT MAX(m) + 1 FROM (SELECT COALESCE(MAX(id), 0) AS m FROM endpoints \
-      UNION ALL SELECT COALESCE(MAX(endpoint), 0) FROM events)), \
+      UNION ALL SELECT COALESCE(MAX(id), 0) FROM removed_endpoints)), \
      ?1,?2,?3,?4,?5,?6,?7,?8,?9,?11,0,?10,?10)";
 
 pub(super) const ENDPOINT_COLS: &str =
@@ -170,10 +170,8 @@ pub(super) fn insert_new(
 pub(super) fn remove_rows(tx: &Connection, ids: &[EndpointId]) -> Result<(), StoreError> {
     let mut seen = std::collections::HashSet::new();
     for &id in ids.iter().filter(|id| seen.insert(**id)) {
-        let n = tx.execute("DELETE FROM endpoints WHERE id=?1", [id])?;
-        if n == 0 {
-            return Err(StoreError::NotFound(format!("with id {id}")));
-        }
+        // The `removed` event joins the endpoint's chain while its row holds the head; the
+        // head then moves to `removed_endpoints`, which also keeps the id from coming back.
         insert_event(
             tx,
             &NewEvent {
@@ -181,6 +179,15 @@ pub(super) fn remove_rows(tx: &Connection, ids: &[EndpointId]) -> Result<(), Sto
                 ..NewEvent::new(EventKind::Removed)
             },
         )?;
+        let n = tx.execute(
+            "INSERT INTO removed_endpoints (id, last_event) \
+             SELECT id, last_event FROM endpoints WHERE id=?1",
+            [id],
+        )?;
+        if n == 0 {
+            return Err(StoreError::NotFound(format!("with id {id}")));
+        }
+        tx.execute("DELETE FROM endpoints WHERE id=?1", [id])?;
     }
     Ok(())
 }

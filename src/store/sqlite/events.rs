@@ -2,7 +2,8 @@
 
 use std::time::SystemTime;
 
-use rusqlite::{params, Connection, Row};
+use rusqlite::types::Value;
+use rusqlite::{params, params_from_iter, Connection, Row};
 
 use super::{text, Sqlite};
 use crate::endpoint::EndpointId;
@@ -23,9 +24,13 @@ pub(super) fn insert_event_on(
     status: Option<u16>,
     ev: &NewEvent,
 ) -> Result<(), StoreError> {
+    // `prev`: the endpoint's newest event so far, the head of its chain (migration 09),
+    // kept in its row or, once it is removed, in `removed_endpoints`.
     tx.prepare_cached(
         "INSERT INTO events (at, endpoint, kind, from_state, to_state, reason, phase, detail, lease, \
-         destination, status, blame) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
+         destination, status, blame, prev) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12, \
+         CASE WHEN ?2 IS NOT NULL THEN COALESCE((SELECT last_event FROM endpoints WHERE id = ?2), \
+         (SELECT last_event FROM removed_endpoints WHERE id = ?2)) END)",
     )?
     .execute(params![
         fmt_time(SystemTime::now()),
@@ -41,6 +46,16 @@ pub(super) fn insert_event_on(
         status,
         ev.blame.map(Blame::as_str),
     ])?;
+    if let Some(e) = endpoint {
+        let id = tx.last_insert_rowid();
+        let moved = tx
+            .prepare_cached("UPDATE endpoints SET last_event = ?1 WHERE id = ?2")?
+            .execute(params![id, e])?;
+        if moved == 0 {
+            tx.prepare_cached("UPDATE removed_endpoints SET last_event = ?1 WHERE id = ?2")?
+                .execute(params![id, e])?;
+        }
+    }
     Ok(())
 }
 
@@ -66,6 +81,27 @@ pub(super) fn read_event(r: &Row<'_>) -> rusqlite::Result<EventRow> {
     })
 }
 
+/// A `WITH` clause naming `chain(id)`: the ids of one endpoint's events, walked from its
+/// newest (the head in its row, or in `removed_endpoints` once it is removed) through each
+/// event's `prev` (migration 09), down to a given id and at most a given number of them.
+/// Its parameters come first, from [`chain_args`].
+pub(super) const CHAIN: &str = "WITH RECURSIVE chain(id, n) AS (SELECT COALESCE(\
+    (SELECT last_event FROM endpoints WHERE id = ?), \
+    (SELECT last_event FROM removed_endpoints WHERE id = ?)), 1 \
+    UNION ALL SELECT e.prev, c.n + 1 FROM events e JOIN chain c ON e.id = c.id \
+    WHERE e.prev > ? AND c.n < ?) ";
+
+/// [`CHAIN`]'s parameters: `endpoint`'s events with ids above `after`, at most `most`.
+pub(super) fn chain_args(endpoint: EndpointId, after: i64, most: Option<usize>) -> Vec<Value> {
+    let most = most.map_or(i64::MAX, |m| m as i64);
+    vec![
+        Value::Integer(endpoint),
+        Value::Integer(endpoint),
+        Value::Integer(after),
+        Value::Integer(most),
+    ]
+}
+
 impl Sqlite {
     /// Events in order, optionally for one endpoint, with id > `after`.
     pub fn events(
@@ -74,11 +110,20 @@ impl Sqlite {
         after: i64,
         limit: usize,
     ) -> Result<Vec<EventRow>, StoreError> {
+        let Some(e) = endpoint else {
+            let mut st = self.conn.prepare_cached(&format!(
+                "SELECT {EVENT_COLS} FROM events WHERE id > ?1 ORDER BY id LIMIT ?2"
+            ))?;
+            let rows = st.query_map(params![after, limit as i64], read_event)?;
+            return Ok(rows.collect::<Result<_, _>>()?);
+        };
         let mut st = self.conn.prepare_cached(&format!(
-            "SELECT {EVENT_COLS} FROM events \
-                 WHERE id > ?1 AND (?2 IS NULL OR endpoint=?2) ORDER BY id LIMIT ?3"
+            "{CHAIN}SELECT {EVENT_COLS} FROM events \
+             WHERE id IN (SELECT id FROM chain) AND id > ? AND endpoint = ? ORDER BY id LIMIT ?"
         ))?;
-        let rows = st.query_map(params![after, endpoint, limit as i64], read_event)?;
+        let mut args = chain_args(e, after, None);
+        args.extend([after, e, limit as i64].map(Value::Integer));
+        let rows = st.query_map(params_from_iter(args), read_event)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -88,11 +133,23 @@ impl Sqlite {
         endpoint: Option<EndpointId>,
         limit: usize,
     ) -> Result<Vec<EventRow>, StoreError> {
+        let Some(e) = endpoint else {
+            let mut st = self.conn.prepare_cached(&format!(
+                "SELECT {EVENT_COLS} FROM events ORDER BY id DESC LIMIT ?1"
+            ))?;
+            let rows = st.query_map(params![limit as i64], read_event)?;
+            return Ok(rows.collect::<Result<_, _>>()?);
+        };
         let mut st = self.conn.prepare_cached(&format!(
-            "SELECT {EVENT_COLS} FROM events \
-                 WHERE (?1 IS NULL OR endpoint=?1) ORDER BY id DESC LIMIT ?2"
+            "{CHAIN}SELECT {EVENT_COLS} FROM events \
+             WHERE id IN (SELECT id FROM chain) AND endpoint = ? ORDER BY id DESC LIMIT ?"
         ))?;
-        let rows = st.query_map(params![endpoint, limit as i64], read_event)?;
+        let mut args = chain_args(e, 0, Some(limit));
+        args.extend([e, limit as i64].map(Value::Integer));
+        let rows = st.query_map(params_from_iter(args), read_event)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 }
+
+#[cfg(test)]
+mod tests;

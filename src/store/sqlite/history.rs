@@ -7,7 +7,7 @@ use rusqlite::params_from_iter;
 use rusqlite::types::Value;
 
 use super::endpoints::{read_endpoint, ENDPOINT_COLS};
-use super::events::{read_event, EVENT_COLS};
+use super::events::{chain_args, read_event, CHAIN, EVENT_COLS};
 use super::Sqlite;
 use crate::store::EventFilter;
 use crate::store::{fmt_time, parse_time, EndpointRow, EventRow, StoreError};
@@ -17,7 +17,9 @@ fn clause(f: &EventFilter) -> (String, Vec<Value>) {
     let mut sql = String::new();
     let mut args = Vec::new();
     if let Some(e) = f.endpoint {
-        sql.push_str(" AND endpoint = ?");
+        // `chain` is the endpoint's events (`through_chain`); the column check keeps a
+        // damaged chain from showing another endpoint's.
+        sql.push_str(" AND id IN (SELECT id FROM chain) AND endpoint = ?");
         args.push(Value::Integer(e));
     }
     if !f.kinds.is_empty() {
@@ -34,6 +36,15 @@ fn clause(f: &EventFilter) -> (String, Vec<Value>) {
     (sql, args)
 }
 
+/// The `WITH` clause that names `chain` when `f` is about one endpoint (events with ids
+/// above `after`, at most `most`), and its parameters; nothing otherwise.
+fn through_chain(f: &EventFilter, after: i64, most: Option<usize>) -> (&'static str, Vec<Value>) {
+    match f.endpoint {
+        Some(e) => (CHAIN, chain_args(e, after, most)),
+        None => ("", Vec::new()),
+    }
+}
+
 impl Sqlite {
     /// Events matching `f` with id > `after`, oldest first.
     pub fn events_matching(
@@ -42,10 +53,13 @@ impl Sqlite {
         after: i64,
         limit: usize,
     ) -> Result<Vec<EventRow>, StoreError> {
-        let (clause, mut args) = clause(f);
-        let sql =
-            format!("SELECT {EVENT_COLS} FROM events WHERE id > ?{clause} ORDER BY id LIMIT ?");
-        args.insert(0, Value::Integer(after));
+        let (chain, mut args) = through_chain(f, after, None);
+        let (clause, more) = clause(f);
+        let sql = format!(
+            "{chain}SELECT {EVENT_COLS} FROM events WHERE id > ?{clause} ORDER BY id LIMIT ?"
+        );
+        args.push(Value::Integer(after));
+        args.extend(more);
         args.push(Value::Integer(limit as i64));
         let mut st = self.conn.prepare(&sql)?;
         let rows = st.query_map(params_from_iter(args), read_event)?;
@@ -58,11 +72,15 @@ impl Sqlite {
         f: &EventFilter,
         n: usize,
     ) -> Result<Vec<EventRow>, StoreError> {
-        let (clause, mut args) = clause(f);
+        // With nothing else to match, the last `n` of the chain are the last `n` events.
+        let most = (f.kinds.is_empty() && f.since.is_none()).then_some(n);
+        let (chain, mut args) = through_chain(f, 0, most);
+        let (clause, more) = clause(f);
         let sql = format!(
-            "SELECT {EVENT_COLS} FROM events WHERE id > ?{clause} ORDER BY id DESC LIMIT ?"
+            "{chain}SELECT {EVENT_COLS} FROM events WHERE id > ?{clause} ORDER BY id DESC LIMIT ?"
         );
-        args.insert(0, Value::Integer(0));
+        args.push(Value::Integer(0));
+        args.extend(more);
         args.push(Value::Integer(n as i64));
         let mut st = self.conn.prepare(&sql)?;
         let rows = st.query_map(params_from_iter(args), read_event)?;
@@ -74,20 +92,24 @@ impl Sqlite {
     /// Delete up to `batch` of the oldest events that happened before `before`; returns
     /// how many went. Only the `batch` lowest ids are looked at, so one call costs
     /// O(batch) whatever the table's size; ids follow time, so the oldest come first.
-    /// Endpoint rows are never touched.
+    /// Endpoint rows are never touched; a removed endpoint's id is remembered after its
+    /// last event went.
     pub fn prune_events(&mut self, before: SystemTime, batch: usize) -> Result<usize, StoreError> {
-        // New ids continue after the highest id in `endpoints` and in `events`
-        // (`insert::NEXT_ID`). When the highest endpoint id belongs to a removed endpoint,
-        // its newest event stays, however old: else its id would be handed out again.
         let n = self.conn.execute(
             "DELETE FROM events WHERE id IN (SELECT id FROM ( \
-               SELECT id, at FROM events WHERE id IS NOT ( \
-                 SELECT MAX(e.id) FROM events e \
-                 WHERE e.endpoint = (SELECT MAX(endpoint) FROM events) \
-                   AND NOT EXISTS (SELECT 1 FROM endpoints n WHERE n.id = e.endpoint)) \
-               ORDER BY id LIMIT ?2) WHERE at < ?1)",
+               SELECT id, at FROM events ORDER BY id LIMIT ?2) WHERE at < ?1)",
             rusqlite::params![fmt_time(before), batch as i64],
         )?;
+        if n > 0 {
+            // A removed endpoint whose events are all gone keeps its row only so its id
+            // is not handed out again, and the largest id does that for all of them.
+            self.conn.execute(
+                "DELETE FROM removed_endpoints \
+                 WHERE last_event < COALESCE((SELECT MIN(id) FROM events), 9223372036854775807) \
+                   AND id < (SELECT MAX(id) FROM removed_endpoints)",
+                [],
+            )?;
+        }
         Ok(n)
     }
 
