@@ -2,7 +2,10 @@
 -- each event names the endpoint's previous event (`prev`), and the endpoint's row its
 -- newest (`last_event`). The index put an entry for every event into the leaf page of
 -- its endpoint, a random page of its own in each commit; the chain's head sits in the
--- endpoint's row, which the event's state change writes anyway.
+-- endpoint's row, which a state change (most events are one) writes anyway.
+--
+-- The backfill rewrites every event row once: time and WAL space in proportion to the
+-- events kept.
 --
 -- A removed endpoint's head moves to `removed_endpoints`, so its events stay readable
 -- and its id is never handed out again (the next id is one above the largest in

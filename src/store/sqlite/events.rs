@@ -84,12 +84,13 @@ pub(super) fn read_event(r: &Row<'_>) -> rusqlite::Result<EventRow> {
 /// A `WITH` clause naming `chain(id)`: the ids of one endpoint's events, walked from its
 /// newest (the head in its row, or in `removed_endpoints` once it is removed) through each
 /// event's `prev` (migration 09), down to a given id and at most a given number of them.
+/// Each step goes to a lower id, so a walk ends whatever the rows hold.
 /// Its parameters come first, from [`chain_args`].
 pub(super) const CHAIN: &str = "WITH RECURSIVE chain(id, n) AS (SELECT COALESCE(\
     (SELECT last_event FROM endpoints WHERE id = ?), \
     (SELECT last_event FROM removed_endpoints WHERE id = ?)), 1 \
     UNION ALL SELECT e.prev, c.n + 1 FROM events e JOIN chain c ON e.id = c.id \
-    WHERE e.prev > ? AND c.n < ?) ";
+    WHERE e.prev > ? AND e.prev < e.id AND c.n < ?) ";
 
 /// [`CHAIN`]'s parameters: `endpoint`'s events with ids above `after`, at most `most`.
 pub(super) fn chain_args(endpoint: EndpointId, after: i64, most: Option<usize>) -> Vec<Value> {

@@ -12,7 +12,7 @@ use super::Sqlite;
 use crate::store::EventFilter;
 use crate::store::{fmt_time, parse_time, EndpointRow, EventRow, StoreError};
 
-/// The WHERE clause (after `id > ?1`) of `f` and its parameters.
+/// The WHERE clause (after `id > ?`) of `f` and its parameters.
 fn clause(f: &EventFilter) -> (String, Vec<Value>) {
     let mut sql = String::new();
     let mut args = Vec::new();
@@ -95,9 +95,18 @@ impl Sqlite {
     /// Endpoint rows are never touched; a removed endpoint's id is remembered after its
     /// last event went.
     pub fn prune_events(&mut self, before: SystemTime, batch: usize) -> Result<usize, StoreError> {
+        // Two events stay, however old. The newest: SQLite gives a new row the largest id
+        // plus one, so with the table emptied ids would start again at 1 and the chains'
+        // heads would point at new events. And the newest of the removed endpoint with the
+        // largest id, which is what keeps that id from coming back in a copy to PostgreSQL
+        // (its next id is read from `events`). Only a run of the lowest ids goes, up to the
+        // first one that is not old enough (a clock set back leaves no hole in a chain).
         let n = self.conn.execute(
-            "DELETE FROM events WHERE id IN (SELECT id FROM ( \
-               SELECT id, at FROM events ORDER BY id LIMIT ?2) WHERE at < ?1)",
+            "WITH w AS (SELECT id, at FROM events WHERE id < (SELECT MAX(id) FROM events) \
+               ORDER BY id LIMIT ?2) \
+             DELETE FROM events WHERE id IN (SELECT id FROM w WHERE id < COALESCE( \
+               (SELECT MIN(id) FROM w WHERE at >= ?1), 9223372036854775807)) \
+               AND id IS NOT (SELECT last_event FROM removed_endpoints ORDER BY id DESC LIMIT 1)",
             rusqlite::params![fmt_time(before), batch as i64],
         )?;
         if n > 0 {

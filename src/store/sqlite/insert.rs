@@ -21,7 +21,7 @@ use crate::store::Numbered;
 use crate::store::{fmt_time, EndpointRow, NewEndpoint, StoreError};
 use crate::store::{OnExisting, ToInsert};
 
-/// Rows per multi-row `INSERT`: 128 rows × 11 parameters stays far below SQLite's limit of
+/// Rows per multi-row `INSERT`: 128 rows × 12 parameters stays far below SQLite's limit of
 /// 32,766 parameters, and larger statements gained nothing measurable.
 const ROWS_PER_INSERT: usize = 128;
 
@@ -119,9 +119,15 @@ where
     let next: EndpointId = tx
         .query_row(NEXT_ID, [], |r| r.get(0))
         .map_err(StoreError::from)?;
+    let next_event: i64 = tx
+        .query_row("SELECT COALESCE(MAX(id), 0) + 1 FROM events", [], |r| {
+            r.get(0)
+        })
+        .map_err(StoreError::from)?;
     let mut b = Batch {
         first: next,
         next,
+        next_event,
         // One time for the whole batch, as `created_at` always was.
         now: fmt_time(SystemTime::now()),
     };
@@ -201,6 +207,9 @@ struct Batch {
     /// listed twice.
     first: EndpointId,
     next: EndpointId,
+    /// The id the next `added` event gets: given explicitly, so each new endpoint's row is
+    /// written with its newest event (`last_event`, the head of its chain) already.
+    next_event: i64,
     now: String,
 }
 
@@ -238,35 +247,29 @@ impl Batch {
             ins.raw_bind_parameter(at + 8, super::text(&e.source))?;
             ins.raw_bind_parameter(at + 9, e.state.as_str())?;
             ins.raw_bind_parameter(at + 10, e.tags.to_column())?;
+            ins.raw_bind_parameter(at + 11, self.next_event + i as i64)?;
         }
         match ins.raw_execute() {
             Ok(_) => {}
             Err(e) if is_unique_violation(&e) => return Err(self.duplicate(tx, rows, e)),
             Err(e) => return Err(e.into()),
         }
-        let before: i64 = tx
-            .prepare_cached("SELECT COALESCE(MAX(id), 0) FROM events")?
-            .query_row([], |r| r.get(0))?;
         ev.raw_bind_parameter(1, &self.now)?;
         ev.raw_bind_parameter(2, EventKind::Added.as_str())?;
         for (i, e) in rows.iter().enumerate() {
-            let (e, at) = (e.borrow(), 3 + i * 3);
-            ev.raw_bind_parameter(at, self.next + i as i64)?;
-            ev.raw_bind_parameter(at + 1, e.state.as_str())?;
+            let (e, at) = (e.borrow(), 3 + i * 4);
+            ev.raw_bind_parameter(at, self.next_event + i as i64)?;
+            ev.raw_bind_parameter(at + 1, self.next + i as i64)?;
+            ev.raw_bind_parameter(at + 2, e.state.as_str())?;
             // The `added` event's detail says who added it, as before.
-            ev.raw_bind_parameter(at + 2, super::text(&e.source))?;
+            ev.raw_bind_parameter(at + 3, super::text(&e.source))?;
         }
         ev.raw_execute()?;
-        // Each new endpoint's chain of events starts at its `added` event (migration 09).
-        tx.prepare_cached(
-            "UPDATE endpoints SET last_event = e.id \
-             FROM (SELECT id, endpoint FROM events WHERE id > ?1) AS e WHERE endpoints.id = e.endpoint",
-        )?
-        .execute([before])?;
         for i in 0..n {
             added(self.next + i as i64);
         }
         self.next += n as i64;
+        self.next_event += n as i64;
         Ok(())
     }
 
@@ -322,13 +325,13 @@ fn is_unique_violation(e: &rusqlite::Error) -> bool {
 }
 
 /// Parameters of one row in `endpoints_sql`.
-const PER_ROW: usize = 11;
+const PER_ROW: usize = 12;
 
 /// `INSERT` of `n` endpoints: ?1 is the time, then `PER_ROW` parameters per row.
 fn endpoints_sql(n: usize) -> String {
     let mut sql = String::from(
         "INSERT INTO endpoints (id, pool, scheme, host, port, user, password, label, \
-         source, state, tags, streak, state_changed_at, created_at) VALUES ",
+         source, state, tags, last_event, streak, state_changed_at, created_at) VALUES ",
     );
     for i in 0..n {
         let p = 2 + i * PER_ROW;
@@ -345,15 +348,16 @@ fn endpoints_sql(n: usize) -> String {
 }
 
 /// `INSERT` of the `added` events of `n` endpoints: ?1 the time, ?2 the kind, then
-/// (endpoint, state, detail) per row.
+/// (id, endpoint, state, detail) per row.
 fn events_sql(n: usize) -> String {
-    let mut sql = String::from("INSERT INTO events (at, endpoint, kind, to_state, detail) VALUES ");
+    let mut sql =
+        String::from("INSERT INTO events (id, at, endpoint, kind, to_state, detail) VALUES ");
     for i in 0..n {
-        let p = 3 + i * 3;
+        let p = 3 + i * 4;
         if i > 0 {
             sql.push(',');
         }
-        sql.push_str(&format!("(?1,?{},?2,?{},?{})", p, p + 1, p + 2));
+        sql.push_str(&format!("(?{},?1,?{},?2,?{},?{})", p, p + 1, p + 2, p + 3));
     }
     sql
 }
@@ -391,10 +395,10 @@ mod tests {
     fn statements_number_their_parameters_in_order() {
         assert_eq!(
             events_sql(2),
-            "INSERT INTO events (at, endpoint, kind, to_state, detail) VALUES (?1,?3,?2,?4,?5),(?1,?6,?2,?7,?8)"
+            "INSERT INTO events (id, at, endpoint, kind, to_state, detail) VALUES (?3,?1,?4,?2,?5,?6),(?7,?1,?8,?2,?9,?10)"
         );
         let sql = endpoints_sql(2);
-        assert!(sql.ends_with("(?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,0,?1,?1),(?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,0,?1,?1)"), "{sql}");
+        assert!(sql.ends_with("(?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,0,?1,?1),(?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,0,?1,?1)"), "{sql}");
     }
 
     #[test]
@@ -505,7 +509,8 @@ mod tests {
         // Every event is older than the cutoff.
         let future = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
         while s.prune_events(future, 1000).unwrap() > 0 {}
-        assert_eq!(count(&s, "events"), 0);
+        // The newest event stays (endpoint 3's `removed`): ids must keep growing.
+        assert_eq!(count(&s, "events"), 1);
         // Only the largest removed id is still needed.
         let removed: Vec<i64> = s
             .conn

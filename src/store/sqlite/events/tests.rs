@@ -134,7 +134,45 @@ fn an_endpoints_events_are_its_chain_live_removed_imported_and_pruned() {
     let before = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
     while s.prune_events(before, 7).unwrap() > 0 {}
     assert!(s.events(None, 0, 1).unwrap()[0].id > cut);
+    assert_reads_match(&s, everything.iter().copied());
+
+    // Everything old: ids go on growing after it (no new event takes an id a head still
+    // names), and the chains go on from the events that stayed.
+    let future = SystemTime::now() + Duration::from_secs(3600);
+    while s.prune_events(future, 7).unwrap() > 0 {}
+    let left = s.events(None, 0, 100).unwrap();
+    assert!(left.len() <= 2, "{left:?}");
+    for n in 200..260 {
+        write_event(&mut s, &event(everything[n % everything.len()], n));
+    }
     assert_reads_match(&s, everything);
+}
+
+#[test]
+fn pruning_stops_at_the_first_event_young_enough() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Sqlite::open(&dir.path().join("t.db")).unwrap();
+    let id = s.add_endpoints(&[ep(0)]).unwrap()[0];
+    for n in 0..6 {
+        write_event(&mut s, &event(id, n));
+    }
+    // A clock set back: the fourth event looks older than the third.
+    let all = s.events(Some(id), 0, 100).unwrap();
+    let old = |i: usize| {
+        s.conn
+            .execute(
+                "UPDATE events SET at = '2000-01-01T00:00:00.000Z' WHERE id = ?1",
+                [all[i].id],
+            )
+            .unwrap();
+    };
+    for i in [0, 1, 2, 4] {
+        old(i);
+    }
+    let before = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    while s.prune_events(before, 100).unwrap() > 0 {}
+    // The first three went; the fourth waits behind the young one and the chain is whole.
+    assert_eq!(ids(&s.events(Some(id), 0, 100).unwrap()), ids(&all[3..]));
 }
 
 #[test]
