@@ -16,7 +16,8 @@
 //! answers the same lease and report bytes and commits those rows for the reports that
 //! wait on them, knowing how many will come, in commits of 8 and of 4 on a commit thread
 //! and in commits of 8 on its runtime thread: a floor of persisted pairs for callers that
-//! wait for their answers.
+//! wait for their answers. The last row is the daemon on a database given back the index
+//! on events (endpoint, id) that an endpoint's chain of events replaced: what it cost.
 //!
 //! The last table compares lease+release at 8 connections with metrics recorded and
 //! not recorded (`EngineOptions::record_metrics`), two daemons side by side, interleaved.
