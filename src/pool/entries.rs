@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::Health;
 
+use super::chunked::Chunked;
 use super::id_index::IdIndex;
 use super::prefetch::prefetch_line;
 
@@ -34,13 +35,14 @@ pub(super) struct Entry {
 
 /// Endpoints stored densely in load order, found by id through a small index.
 ///
-/// Round robin walks endpoints roughly in load order, so a dense `Vec` turns the walk
+/// Round robin walks endpoints roughly in load order, so dense storage turns the walk
 /// into mostly sequential memory access; a `HashMap<EndpointId, Entry>` scattered every
-/// entry and cost a cache and TLB miss per pick in large pools.
+/// entry and cost a cache and TLB miss per pick in large pools. The slots are chunked
+/// (`Chunked`): a pool that grows never moves its entries.
 #[derive(Default)]
 pub(super) struct EntryMap {
     pub(super) index: IdIndex,
-    pub(super) slots: Vec<Option<(EndpointId, Entry)>>,
+    pub(super) slots: Chunked<Option<(EndpointId, Entry)>>,
     pub(super) free: Vec<u32>,
 }
 

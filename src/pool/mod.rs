@@ -6,6 +6,7 @@
 
 mod apply;
 mod burst;
+mod chunked;
 #[cfg(test)]
 mod commit_failure_tests;
 pub mod destinations;
