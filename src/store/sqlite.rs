@@ -27,6 +27,16 @@ pub(super) static MIGRATIONS_DIR: Dir = include_dir!("$CARGO_MANIFEST_DIR/migrat
 pub(super) static MIGRATIONS: LazyLock<Migrations<'static>> =
     LazyLock::new(|| Migrations::from_directory(&MIGRATIONS_DIR).expect("migrations/ is valid"));
 
+/// A database at `path` as migrations 01 up to `version` left it, for tests of what
+/// opening it with this version's `Sqlite` does.
+#[cfg(test)]
+pub(crate) fn built_to(path: &Path, version: usize) -> Connection {
+    let mut conn = Connection::open(path).unwrap();
+    conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+    MIGRATIONS.to_version(&mut conn, version).unwrap();
+    conn
+}
+
 /// The SQLite store.
 pub struct Sqlite {
     conn: Connection,

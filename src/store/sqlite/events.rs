@@ -3,13 +3,13 @@
 use std::time::SystemTime;
 
 use rusqlite::types::Value;
-use rusqlite::{params, params_from_iter, Connection, Row};
+use rusqlite::{params, Connection, Row};
 
 use super::{text, Sqlite};
 use crate::endpoint::EndpointId;
 use crate::health::blame::Blame;
 use crate::health::{Phase, Reason, State};
-use crate::store::{fmt_time, EventRow, NewEvent, StoreError};
+use crate::store::{fmt_time, EventFilter, EventRow, NewEvent, StoreError};
 
 pub(super) fn insert_event(tx: &Connection, ev: &NewEvent) -> Result<(), StoreError> {
     insert_event_on(tx, ev.endpoint, None, None, ev)
@@ -111,21 +111,11 @@ impl Sqlite {
         after: i64,
         limit: usize,
     ) -> Result<Vec<EventRow>, StoreError> {
-        let Some(e) = endpoint else {
-            let mut st = self.conn.prepare_cached(&format!(
-                "SELECT {EVENT_COLS} FROM events WHERE id > ?1 ORDER BY id LIMIT ?2"
-            ))?;
-            let rows = st.query_map(params![after, limit as i64], read_event)?;
-            return Ok(rows.collect::<Result<_, _>>()?);
+        let f = EventFilter {
+            endpoint,
+            ..EventFilter::default()
         };
-        let mut st = self.conn.prepare_cached(&format!(
-            "{CHAIN}SELECT {EVENT_COLS} FROM events \
-             WHERE id IN (SELECT id FROM chain) AND id > ? AND endpoint = ? ORDER BY id LIMIT ?"
-        ))?;
-        let mut args = chain_args(e, after, None);
-        args.extend([after, e, limit as i64].map(Value::Integer));
-        let rows = st.query_map(params_from_iter(args), read_event)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.events_matching(&f, after, limit)
     }
 
     /// The most recent events of an endpoint, newest first.
@@ -134,21 +124,13 @@ impl Sqlite {
         endpoint: Option<EndpointId>,
         limit: usize,
     ) -> Result<Vec<EventRow>, StoreError> {
-        let Some(e) = endpoint else {
-            let mut st = self.conn.prepare_cached(&format!(
-                "SELECT {EVENT_COLS} FROM events ORDER BY id DESC LIMIT ?1"
-            ))?;
-            let rows = st.query_map(params![limit as i64], read_event)?;
-            return Ok(rows.collect::<Result<_, _>>()?);
+        let f = EventFilter {
+            endpoint,
+            ..EventFilter::default()
         };
-        let mut st = self.conn.prepare_cached(&format!(
-            "{CHAIN}SELECT {EVENT_COLS} FROM events \
-             WHERE id IN (SELECT id FROM chain) AND endpoint = ? ORDER BY id DESC LIMIT ?"
-        ))?;
-        let mut args = chain_args(e, 0, Some(limit));
-        args.extend([e, limit as i64].map(Value::Integer));
-        let rows = st.query_map(params_from_iter(args), read_event)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let mut v = self.last_events_matching(&f, limit)?;
+        v.reverse();
+        Ok(v)
     }
 }
 

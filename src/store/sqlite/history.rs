@@ -61,7 +61,7 @@ impl Sqlite {
         args.push(Value::Integer(after));
         args.extend(more);
         args.push(Value::Integer(limit as i64));
-        let mut st = self.conn.prepare(&sql)?;
+        let mut st = self.conn.prepare_cached(&sql)?;
         let rows = st.query_map(params_from_iter(args), read_event)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
@@ -82,7 +82,7 @@ impl Sqlite {
         args.push(Value::Integer(0));
         args.extend(more);
         args.push(Value::Integer(n as i64));
-        let mut st = self.conn.prepare(&sql)?;
+        let mut st = self.conn.prepare_cached(&sql)?;
         let rows = st.query_map(params_from_iter(args), read_event)?;
         let mut v: Vec<EventRow> = rows.collect::<Result<_, _>>()?;
         v.reverse();

@@ -4,12 +4,9 @@
 
 use std::time::{Duration, SystemTime};
 
-use rusqlite::Connection;
-
 use super::*;
 use crate::endpoint::ProxyUrl;
 use crate::event_kind::EventKind;
-use crate::store::sqlite::MIGRATIONS;
 use crate::store::{EventFilter, NewEndpoint};
 
 fn ep(i: usize) -> NewEndpoint {
@@ -180,9 +177,7 @@ fn a_database_from_before_the_chain_reads_the_same_after_migrating() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("old.db");
     {
-        let mut conn = Connection::open(&path).unwrap();
-        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
-        MIGRATIONS.to_version(&mut conn, 8).unwrap();
+        let conn = crate::store::sqlite::built_to(&path, 8);
         conn.execute_batch(
             "INSERT INTO endpoints (id, pool, scheme, host, port, user, state, streak, \
                state_changed_at, created_at) VALUES \

@@ -3,12 +3,10 @@
 
 use std::time::Duration;
 
-use rusqlite::Connection;
-
 use super::*;
 use crate::endpoint::ProxyUrl;
 use crate::event_kind::EventKind;
-use crate::store::sqlite::{MIGRATIONS, MIGRATIONS_DIR};
+use crate::store::sqlite::MIGRATIONS_DIR;
 use crate::store::{NewEndpoint, NewEvent};
 
 fn store() -> (tempfile::TempDir, Sqlite, EndpointId, EndpointId) {
@@ -271,9 +269,7 @@ fn migration_upgrades_a_database_built_by_01_and_02() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("old.db");
     {
-        let mut conn = Connection::open(&path).unwrap();
-        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
-        MIGRATIONS.to_version(&mut conn, 2).unwrap();
+        let conn = crate::store::sqlite::built_to(&path, 2);
         conn.execute(
             "INSERT INTO endpoints (id, pool, scheme, host, port, state, state_changed_at, created_at) \
              VALUES (7, 'default', 'http', 'h', 1, 'cooling', 'x', 'x')",
