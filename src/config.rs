@@ -240,6 +240,15 @@ impl SourceConfig {
     }
 }
 
+/// `max_leases` when a pool says none: about 36 MB of leases at most.
+pub const DEFAULT_MAX_LEASES: u32 = 100_000;
+
+/// The largest `max_leases` accepted.
+pub const MAX_MAX_LEASES: u32 = 10_000_000;
+
+/// `max_ttl` when a pool says none.
+pub const DEFAULT_MAX_TTL: Duration = Duration::from_secs(3600);
+
 /// A validated pool.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolConfig {
@@ -249,6 +258,12 @@ pub struct PoolConfig {
     pub mode: Mode,
     /// 0 = no cap.
     pub max_leases_per_endpoint: u32,
+    /// Live leases the pool holds at most (socket and gateway alike): a client that
+    /// never gives leases back cannot grow the daemon without bound.
+    pub max_leases: u32,
+    /// The longest `ttl` a socket lease may ask for. A gateway lease lives exactly as long
+    /// as its connection and is not bound by it.
+    pub max_ttl: Duration,
     /// Probe target.
     pub probe: ProbeConfig,
     /// Health policy.
@@ -275,6 +290,8 @@ impl PoolConfig {
             name: name.to_string(),
             mode: Mode::StaticNoPing,
             max_leases_per_endpoint: 0,
+            max_leases: DEFAULT_MAX_LEASES,
+            max_ttl: DEFAULT_MAX_TTL,
             probe: ProbeConfig::default(),
             policy: Policy::default(),
             blame: Default::default(),
@@ -388,7 +405,7 @@ impl Default for Config {
 impl Config {
     /// Read and validate a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = read_regular_file(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
             source,
         })?;
@@ -401,6 +418,37 @@ impl Config {
     pub fn pool(&self, name: &str) -> Option<&PoolConfig> {
         self.pools.get(name)
     }
+}
+
+/// Largest config file read: far above any real one, and a bound on what a wrong path
+/// (a log, a disk image) makes the reader hold.
+const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
+/// A regular file's text. Opened without blocking, so that a FIFO or a device named as the
+/// config is refused at once instead of waiting forever for a writer.
+fn read_regular_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file (a FIFO or a device is never read as a config)",
+        ));
+    }
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} bytes; a config is at most 16 MiB", meta.len()),
+        ));
+    }
+    let mut text = String::new();
+    f.take(MAX_CONFIG_BYTES).read_to_string(&mut text)?;
+    Ok(text)
 }
 
 /// `$XDG_DATA_HOME/proxypool/proxypool.db` (or `~/.local/share/...`).

@@ -29,6 +29,8 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(cli::run(cli)) {
+        // Said on stderr when it happened.
+        Ok(()) if cli::output::write_failed() => ExitCode::from(1),
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("proxypool: {e}");

@@ -61,7 +61,7 @@ pub(super) async fn add(
         false,
     )?;
     for id in add_endpoints(ctx, eps).await? {
-        println!("{id}");
+        outln!("{id}");
     }
     Ok(())
 }

@@ -40,7 +40,7 @@ pub(super) fn config_check(g: &Global) -> Result<(), CliError> {
             ))
         })?;
     }
-    println!("{}", summary(&path, &cfg));
+    outln!("{}", summary(&path, &cfg));
     Ok(())
 }
 

@@ -50,7 +50,7 @@ pub(super) async fn edit(
         engine.flush().await?;
         row.view(false)
     };
-    println!(
+    outln!(
         "{}\t{}\t{}\t{}\t{}",
         view.id,
         view.url,

@@ -1,6 +1,5 @@
 //! `events`.
 
-use std::io::Write as _;
 use std::time::{Duration, SystemTime};
 
 use super::table::fmt_event;
@@ -54,14 +53,14 @@ pub(super) async fn events(ctx: &Context, a: EventsArgs) -> Result<(), CliError>
         since,
     };
     let store = ctx.store_to_read()?;
-    let mut out = std::io::stdout().lock();
-    let mut print = |e: &crate::store::EventRow| {
+    let print = |e: &crate::store::EventRow| {
         let line = if a.json {
             serde_json::to_string(e).unwrap_or_default()
         } else {
             fmt_event(e)
         };
-        writeln!(out, "{line}").is_ok()
+        outln!("{line}");
+        super::output::open()
     };
     // What comes first: the last N (--limit, or the follow backlog), else everything.
     let mut after = 0;
@@ -111,7 +110,6 @@ pub(super) async fn events(ctx: &Context, a: EventsArgs) -> Result<(), CliError>
         if more {
             continue;
         }
-        let _ = std::io::stdout().flush();
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

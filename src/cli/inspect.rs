@@ -74,7 +74,7 @@ pub(super) async fn list(
         })
         .collect();
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&views).unwrap_or_default()
         );
@@ -104,7 +104,7 @@ async fn list_remote(
     };
     let (mut c, views) = daemon_endpoints(ctx, ask).await?;
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&views).unwrap_or_default()
         );
@@ -145,7 +145,7 @@ async fn list_for_remote(
                 v
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(());
     }
     let head = format!("FOR {d}");
@@ -159,7 +159,7 @@ async fn list_for_remote(
             v.destination_state.unwrap_or(v.state).to_string(),
         ]);
     }
-    println!("{t}");
+    outln!("{t}");
     Ok(())
 }
 
@@ -212,7 +212,7 @@ pub(super) async fn show(
         let mut v = serde_json::to_value(view).unwrap_or_default();
         v["pairs"] = pairs.iter().map(super::pairs::pair_json).collect();
         v["events"] = serde_json::to_value(&evs).unwrap_or_default();
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
         print_show(&row, &evs, stats.as_ref());
         super::pairs::print_pairs(&pairs);
@@ -287,7 +287,7 @@ pub(super) async fn sources(
         }
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
     } else {
         let mut t = table([
             "POOL",
@@ -313,7 +313,7 @@ pub(super) async fn sources(
                 s(&o["last_detail"]),
             ]);
         }
-        println!("{t}");
+        outln!("{t}");
     }
     Ok(())
 }
@@ -327,9 +327,9 @@ pub(super) async fn status(
     if json {
         // Through a `Value`, so the keys print sorted as they always have.
         let v = serde_json::to_value(&pools).unwrap_or_default();
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
-        println!("{read}");
+        outln!("{read}");
         let mut t = table([
             "POOL",
             "MODE",
@@ -356,24 +356,24 @@ pub(super) async fn status(
                 p.targets_down.to_string(),
             ]);
         }
-        println!("{t}");
+        outln!("{t}");
         // What is down is the sites', not the proxies': say which, so nobody goes
         // looking for a broken proxy.
         for p in &pools {
             if let Some(pc) = &p.pace {
-                println!(
+                outln!(
                     "\npool {}: pacing holds {} host(s), {} pair(s); {} host(s) dropped, {} lease(s) answered paced",
                     p.pool, pc.hosts, pc.pairs, pc.hosts_dropped, pc.paced
                 );
             }
         }
         for p in pools.iter().filter(|p| !p.down_targets.is_empty()) {
-            println!(
+            outln!(
                 "\npool {}: targets down (no endpoint blamed for them)",
                 p.pool
             );
             for d in &p.down_targets {
-                println!(
+                outln!(
                     "  {}  next trial in {}, down {}, {} failed trial(s), {}",
                     d.target,
                     super::table::fmt_ms(d.retry_after_ms),

@@ -24,12 +24,12 @@ pub(super) async fn lease(ctx: &Context, a: LeaseArgs) -> Result<(), CliError> {
         // A failure prints its error object too (`pool_exhausted` with its
         // `retry_after_ms`), for scripts; the exit code still says it failed.
         let v = serde_json::to_value(&resp).unwrap_or_default();
-        println!("{v}");
+        outln!("{v}");
         resp.into_result().map_err(daemon_error)?;
         return Ok(());
     }
     match resp.into_result().map_err(daemon_error)? {
-        Payload::Lease(g) => println!("{}", g.proxy),
+        Payload::Lease(g) => outln!("{}", g.proxy),
         _ => return Err(unexpected("lease")),
     }
     Ok(())

@@ -17,7 +17,7 @@ pub(super) fn migrate(
         // Several daemons (or commands) at once are safe: the migration holds an advisory
         // lock on PostgreSQL, the file's write lock on SQLite.
         let store = ctx.open_store()?;
-        println!(
+        outln!(
             "schema of {} at version {}",
             store.describe(),
             store.schema_version()?
@@ -50,7 +50,7 @@ pub(super) fn migrate(
     let lite = Sqlite::open(&from)?;
     let pg = Postgres::open(&target, crate::store::postgres::DEFAULT_CLAIM_HOLD)?;
     let c = copy_from_sqlite(&lite, &pg)?;
-    println!(
+    outln!(
         "moved {} endpoints, {} pairs, {} events and {} sources from {} to {}",
         c.endpoints,
         c.pairs,

@@ -2,6 +2,9 @@
 //! resolves paths and reaches the daemon (through `client`) or the store, one file per
 //! command (or small group), `table` renders.
 
+#[macro_use]
+pub mod output;
+
 mod add;
 mod args;
 mod check;

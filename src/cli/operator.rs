@@ -63,7 +63,7 @@ async fn operator(
             match call(&mut c, &req).await? {
                 Payload::State {
                     state, endpoint, ..
-                } => println!("{}\t{state}", super::table::shown_id(endpoint, &r)),
+                } => outln!("{}\t{state}", super::table::shown_id(endpoint, &r)),
                 _ => return Err(unexpected("an operator command")),
             }
         }
@@ -76,7 +76,7 @@ async fn operator(
         let detail =
             matches!(input, Input::Enable { .. }).then(|| "enabled by operator".to_string());
         let (_, state) = engine.input(id, input, None, detail).await?;
-        println!("{id}\t{state}");
+        outln!("{id}\t{state}");
     }
     engine.flush().await?;
     Ok(())
@@ -104,7 +104,7 @@ pub(super) async fn remove(ctx: &Context, targets: &Named<'_>) -> Result<(), Cli
         ctx.store()?.remove(&ids)?;
     }
     for r in refs {
-        println!("{}\tremoved", crate::endpoint::redact_raw(&r.as_arg()));
+        outln!("{}\tremoved", crate::endpoint::redact_raw(&r.as_arg()));
     }
     Ok(())
 }

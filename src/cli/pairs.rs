@@ -72,7 +72,7 @@ pub(super) async fn list_for(
                 v
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(());
     }
     let head = format!("FOR {d}");
@@ -91,17 +91,17 @@ pub(super) async fn list_for(
             s(&json!(p.and_then(|p| p.record.status))),
         ]);
     }
-    println!("{t}");
+    outln!("{t}");
     Ok(())
 }
 
 /// The pairs block of `show`.
 pub(super) fn print_pairs(pairs: &[PairRow]) {
     if pairs.is_empty() {
-        println!("\npairs: none (available for every destination)");
+        outln!("\npairs: none (available for every destination)");
         return;
     }
-    println!("\npairs (not available for these destinations):");
+    outln!("\npairs (not available for these destinations):");
     for p in pairs {
         let r = &p.record;
         let mut line = format!("  {} {}", r.destination, r.state);
@@ -126,7 +126,7 @@ pub(super) fn print_pairs(pairs: &[PairRow]) {
                 line.push_str(&format!(" until={}", fmt_time(u)));
             }
         }
-        println!("{line}");
+        outln!("{line}");
     }
 }
 
@@ -150,7 +150,7 @@ pub(super) async fn enable_pair(
             match call(&mut c, &req).await? {
                 Payload::State {
                     state, endpoint, ..
-                } => println!("{}\t{d}\t{state}", super::table::shown_id(endpoint, &r)),
+                } => outln!("{}\t{d}\t{state}", super::table::shown_id(endpoint, &r)),
                 _ => return Err(unexpected("enable --destination")),
             }
         }
@@ -160,7 +160,7 @@ pub(super) async fn enable_pair(
     let engine = ctx.engine()?;
     for id in ids {
         let state = engine.enable_pair(id, &d).await?;
-        println!("{id}\t{d}\t{state}");
+        outln!("{id}\t{d}\t{state}");
     }
     engine.flush().await?;
     Ok(())

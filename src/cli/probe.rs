@@ -138,7 +138,7 @@ async fn in_process(
 }
 
 fn print_json(r: &ProbeReport) {
-    println!("{}", serde_json::to_string(r).unwrap_or_default());
+    outln!("{}", serde_json::to_string(r).unwrap_or_default());
 }
 
 fn print_table(reports: &[ProbeReport]) {
@@ -169,7 +169,7 @@ fn print_table(reports: &[ProbeReport]) {
                 .join(" "),
         ]);
     }
-    println!("{t}");
+    outln!("{t}");
 }
 
 /// Said once, so that a sweep that passed over some pools is not read as "all ok".

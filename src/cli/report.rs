@@ -40,7 +40,7 @@ pub(super) async fn report(ctx: &Context, a: ReportArgs) -> Result<(), CliError>
     });
     let mut c = connect_any(ctx).await?;
     match call(&mut c, &req).await? {
-        Payload::State { state, .. } => println!("{state}"),
+        Payload::State { state, .. } => outln!("{state}"),
         _ => return Err(unexpected("report")),
     }
     Ok(())
@@ -49,6 +49,6 @@ pub(super) async fn report(ctx: &Context, a: ReportArgs) -> Result<(), CliError>
 pub(super) async fn release(ctx: &Context, lease: String) -> Result<(), CliError> {
     let mut c = connect_any(ctx).await?;
     call(&mut c, &Request::Release(ReleaseMessage { lease })).await?;
-    println!("released");
+    outln!("released");
     Ok(())
 }

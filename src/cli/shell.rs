@@ -1,6 +1,5 @@
 //! `completions` and `man`: generated from the clap definition, so they never drift.
 
-use std::io::Write;
 use std::path::Path;
 
 use clap::CommandFactory;
@@ -24,12 +23,11 @@ pub(super) fn completions(shell: ShellArg) -> Result<(), CliError> {
 
 /// Write `out` to stdout; a reader that closed the pipe early is not a failure.
 fn to_stdout(out: &[u8], what: &str) -> Result<(), CliError> {
-    match std::io::stdout().write_all(out) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(CliError::failed(format!("writing {what}: {e}")))
-        }
-        _ => Ok(()),
+    super::output::bytes(out);
+    if super::output::write_failed() {
+        return Err(CliError::failed(format!("writing {what} failed")));
     }
+    Ok(())
 }
 
 /// `proxypool.1` on stdout; with `dir`, it and one `proxypool-SUB.1` per subcommand are

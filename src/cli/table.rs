@@ -136,7 +136,7 @@ pub(super) fn print_table(rows: &[EndpointView], source: &str) {
             tags_text(&r.tags),
         ]);
     }
-    println!("{t}");
+    outln!("{t}");
     let mut counts: HashMap<State, usize> = HashMap::new();
     for r in rows {
         *counts.entry(r.state).or_default() += 1;
@@ -145,7 +145,7 @@ pub(super) fn print_table(rows: &[EndpointView], source: &str) {
         .iter()
         .filter_map(|s| counts.get(s).map(|n| format!("{n} {s}")))
         .collect();
-    println!(
+    outln!(
         "{} endpoints{}{} ({source})",
         rows.len(),
         if summary.is_empty() { "" } else { ": " },
@@ -237,11 +237,11 @@ pub(super) fn print_show(r: &EndpointRow, evs: &[EventRow], stats: Option<&Endpo
         ("created_at", r.created_at.clone()),
     ];
     for (k, v) in kv.into_iter().chain(stats_lines(stats)) {
-        println!("{k:>16}: {}", printable(&v));
+        outln!("{k:>16}: {}", printable(&v));
     }
-    println!("\nrecent events (newest first):");
+    outln!("\nrecent events (newest first):");
     for e in evs {
-        println!("  {}", fmt_event(e));
+        outln!("  {}", fmt_event(e));
     }
 }
 

@@ -18,7 +18,7 @@ use super::raw::{
 use super::{
     Config, ConfigError, Durability, EndpointDecl, GatewayConfig, Mode, PaceConfig, PoolConfig,
     ProbeConfig, SiteRule, SourceConfig, SourceKind, TokenFiles, DEFAULT_EVENTS_RETENTION,
-    DEFAULT_POOL,
+    DEFAULT_POOL, MAX_MAX_LEASES,
 };
 use crate::endpoint::ProxyUrl;
 use crate::health::blame::{Rules, MAX_DOWN_AFTER};
@@ -265,6 +265,21 @@ impl File<'_> {
         let mut pool = PoolConfig::builtin(&rp.name);
         pool.mode = rp.mode;
         pool.max_leases_per_endpoint = rp.max_leases_per_endpoint;
+        if let Some(n) = rp.max_leases {
+            if !(1..=MAX_MAX_LEASES).contains(&n) {
+                return Err(self.invalid(
+                    format!("{key}.max_leases"),
+                    format!("must be between 1 and {MAX_MAX_LEASES}"),
+                ));
+            }
+            pool.max_leases = n;
+        }
+        if let Some(d) = rp.max_ttl {
+            if d.is_zero() {
+                return Err(self.invalid(format!("{key}.max_ttl"), "must be greater than 0".into()));
+            }
+            pool.max_ttl = d;
+        }
         pool.select = rp.select.unwrap_or_default();
         if let Some(d) = rp.slow_start {
             if d > MAX_SLOW_START {

@@ -101,6 +101,9 @@ pub(super) struct RawPool {
     pub(super) mode: Mode,
     #[serde(default)]
     pub(super) max_leases_per_endpoint: u32,
+    pub(super) max_leases: Option<u32>,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) max_ttl: Option<Duration>,
     pub(super) probe: Option<RawProbe>,
     pub(super) cooldown: Option<RawCooldown>,
     #[serde(default, rename = "source")]

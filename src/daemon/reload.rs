@@ -6,8 +6,10 @@
 //! says why in the log, on one line. The store, socket, listeners and secrets need a
 //! restart: each such key that changed is named in a warning.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio_util::sync::CancellationToken;
@@ -31,7 +33,19 @@ pub enum ReloadError {
     Probe(#[from] ProbeError),
     #[error(transparent)]
     Refused(#[from] ReconfigureError),
+    /// The file did not come in time (a stalled mount): the read goes on in the
+    /// background, and the running config stays.
+    #[error("reading {} took longer than {}s (a stalled mount?)", path.display(), READ_DEADLINE.as_secs())]
+    Stalled { path: PathBuf },
+    /// A read that stalled before has not ended: another would stall beside it.
+    #[error("the previous read of {} has not finished", path.display())]
+    StillReading { path: PathBuf },
 }
+
+/// How long a reload waits for the config file. Reading is done on a thread of its own:
+/// a file that never comes (a stalled network mount) must not hold the runtime, whose
+/// sockets, gateway and signals go on.
+const READ_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Owns what a reload replaces.
 pub(super) struct Reloader {
@@ -40,6 +54,8 @@ pub(super) struct Reloader {
     engine: Arc<Engine>,
     handler: Arc<Handler>,
     tasks: PoolTasks,
+    /// A read of the file that has not ended (set while its thread runs).
+    reading: Arc<AtomicBool>,
 }
 
 impl Reloader {
@@ -56,6 +72,7 @@ impl Reloader {
             engine,
             handler,
             tasks,
+            reading: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -79,7 +96,12 @@ impl Reloader {
                 r = hup.recv() => if r.is_none() { return },
             }
             info!(config = %self.path.display(), "SIGHUP: reloading the config");
-            match self.reload().await {
+            // A reload waiting for its file must not hold up a shutdown.
+            let reloaded = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                r = self.reload() => r,
+            };
+            match reloaded {
                 Ok(added) => info!(
                     config = %self.path.display(),
                     pools = self.current.pools.len(),
@@ -97,7 +119,7 @@ impl Reloader {
 
     /// Apply the file as it is now; returns the names of new pools.
     async fn reload(&mut self) -> Result<Vec<String>, ReloadError> {
-        let new = Config::load(&self.path)?;
+        let new = self.read().await?;
         let probers = probers(&new)?;
         let dropped: Vec<String> = self
             .current
@@ -137,6 +159,11 @@ impl Reloader {
         Ok(added)
     }
 
+    /// The config file read and checked on a thread of its own, within [`READ_DEADLINE`].
+    async fn read(&self) -> Result<Config, ReloadError> {
+        read_within(&self.path, &self.reading, Config::load).await
+    }
+
     /// Add `[[endpoint]]` entries that do not exist yet (never removes any).
     async fn add_declared(&self, cfg: &Config) -> Result<(), EngineError> {
         let eps: Vec<NewEndpoint> = cfg
@@ -155,5 +182,81 @@ impl Reloader {
             self.engine.ensure(eps).await?;
         }
         Ok(())
+    }
+}
+
+/// `load(path)` on a thread of its own, waited for [`READ_DEADLINE`] at most; while a read
+/// that stalled has not ended (`reading`), no other is started.
+async fn read_within(
+    path: &Path,
+    reading: &Arc<AtomicBool>,
+    load: impl FnOnce(&Path) -> Result<Config, ConfigError> + Send + 'static,
+) -> Result<Config, ReloadError> {
+    let path = path.to_path_buf();
+    if reading.swap(true, Ordering::AcqRel) {
+        return Err(ReloadError::StillReading { path });
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let done = reading.clone();
+    let file = path.clone();
+    let spawned = std::thread::Builder::new()
+        .name("config-read".into())
+        .spawn(move || {
+            let _ = tx.send(load(&file));
+            done.store(false, Ordering::Release);
+        });
+    if let Err(source) = spawned {
+        reading.store(false, Ordering::Release);
+        return Err(ConfigError::Read { path, source }.into());
+    }
+    match tokio::time::timeout(READ_DEADLINE, rx).await {
+        Ok(Ok(loaded)) => Ok(loaded?),
+        // The thread ended without an answer (it panicked, which `load` must not): said
+        // as a stall rather than taken for a config.
+        Ok(Err(_)) | Err(_) => Err(ReloadError::Stalled { path }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_that_stalls_is_refused_at_the_deadline_and_not_doubled() {
+        let reading = Arc::new(AtomicBool::new(false));
+        let (release, stalled) = std::sync::mpsc::channel::<()>();
+        let path = Path::new("/stalled/proxies.toml");
+        let started = tokio::time::Instant::now();
+        let r = read_within(path, &reading, move |_| {
+            let _ = stalled.recv();
+            Ok(Config::default())
+        })
+        .await;
+        assert!(matches!(r, Err(ReloadError::Stalled { .. })), "{r:?}");
+        assert_eq!(started.elapsed(), READ_DEADLINE);
+        // The stalled read goes on: a second one is refused at once.
+        let r = read_within(path, &reading, |_| Ok(Config::default())).await;
+        assert!(matches!(r, Err(ReloadError::StillReading { .. })), "{r:?}");
+        assert_eq!(started.elapsed(), READ_DEADLINE);
+        // Once it ends, reading works again.
+        release.send(()).unwrap();
+        while reading.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        // On the paused clock a wait for a thread would be a stall at once.
+        tokio::time::resume();
+        let r = read_within(path, &reading, |_| Ok(Config::default())).await;
+        assert!(r.is_ok(), "{r:?}");
+    }
+
+    #[tokio::test]
+    async fn a_bad_file_is_the_loads_error() {
+        let reading = Arc::new(AtomicBool::new(false));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("proxies.toml");
+        std::fs::write(&path, "[[pool]]\nname = 1\n").unwrap();
+        let r = read_within(&path, &reading, Config::load).await;
+        assert!(matches!(r, Err(ReloadError::Config(_))), "{r:?}");
+        assert!(!reading.load(Ordering::Acquire));
     }
 }

@@ -200,6 +200,14 @@ impl Upstream {
                     pool, retry_after, ..
                 }) => UpstreamError::Exhausted { pool, retry_after },
                 EngineError::Pool(PoolError::Empty { pool, .. }) => UpstreamError::Empty { pool },
+                // At its max_leases the pool frees one when a lease ends: a 503 as for an
+                // exhausted pool, with no time to wait.
+                EngineError::Pool(PoolError::TooManyLeases { pool, .. }) => {
+                    UpstreamError::Exhausted {
+                        pool,
+                        retry_after: None,
+                    }
+                }
                 EngineError::Pool(PoolError::Paced {
                     pool,
                     host,

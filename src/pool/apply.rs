@@ -194,7 +194,7 @@ impl Pools {
             }
             self.lease_expiry.pop_first();
             if let Some(l) = self.leases.remove(&lid) {
-                self.remember_ended(lid, super::Ended::Expired);
+                self.remember_ended(lid, &l, super::Ended::Expired);
                 writes.extend(self.end_lease(lid, l, now, "lease expired"));
             }
         }

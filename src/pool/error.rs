@@ -55,6 +55,16 @@ pub enum PoolError {
     /// A lease lifetime the clock cannot represent.
     #[error("ttl {0:?} is too long")]
     InvalidTtl(Duration),
+    /// A lease asked to live longer than its pool's `max_ttl`.
+    #[error("ttl {} is longer than pool {pool:?}'s max_ttl {} (ask for less, or raise max_ttl in its [[pool]] section)", humantime::format_duration(*ttl), humantime::format_duration(*max))]
+    TtlOverMax {
+        pool: String,
+        ttl: Duration,
+        max: Duration,
+    },
+    /// The pool holds `max_leases` live leases: none is granted until one ends.
+    #[error("pool {pool:?} holds {max} live leases, its max_leases: release or report the leases you hold (or raise max_leases in its [[pool]] section)")]
+    TooManyLeases { pool: String, max: u32 },
     /// A failure report without a reason.
     #[error("a failure report needs a reason (one of: {})", crate::health::Reason::ALL.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", "))]
     MissingReason,
@@ -98,7 +108,10 @@ impl PoolError {
     pub(crate) fn nothing_to_lease(&self) -> bool {
         matches!(
             self,
-            PoolError::Exhausted { .. } | PoolError::Empty { .. } | PoolError::Paced { .. }
+            PoolError::Exhausted { .. }
+                | PoolError::Empty { .. }
+                | PoolError::Paced { .. }
+                | PoolError::TooManyLeases { .. }
         )
     }
 }

@@ -89,7 +89,7 @@ impl Pools {
         for lid in carried {
             if let Some(l) = self.leases.remove(&lid) {
                 self.lease_expiry.remove(&(l.expires, lid));
-                names.push(self.lease_name(lid));
+                names.push(l.name(lid));
                 self.withdraw(l, now);
             }
         }

@@ -14,6 +14,7 @@ use crate::store::Write;
 
 use super::apply::Act;
 use super::destinations::{Destinations, Usable};
+use super::lease_name::LeaseName;
 use super::pace::{Check, HostRef, Visit};
 use super::pair_target::target_event;
 use super::scoped::{Views, Want};
@@ -28,6 +29,8 @@ pub const SCOPE_DESTINATION: &str = "destination";
 pub const SCOPE_TARGET: &str = "target";
 
 pub(super) struct Lease {
+    /// The random part of its name (`Lease::name`).
+    pub(super) secret: u128,
     pub(super) endpoint: EndpointId,
     pub(super) slot: u32,
     pub(super) expires: Instant,
@@ -72,6 +75,15 @@ struct Ask<'a> {
 }
 
 impl Lease {
+    /// The name lease `lid` was given under.
+    pub(super) fn name(&self, lid: u64) -> String {
+        LeaseName {
+            lid,
+            secret: self.secret,
+        }
+        .render()
+    }
+
     /// The target's key: `host:port`, or the host when no port was given.
     pub(super) fn target_key(&self) -> Option<&str> {
         self.target.as_deref().or(self.destination.as_deref())
@@ -128,8 +140,14 @@ impl Choice {
 }
 
 impl Pools {
-    pub(super) fn remember_ended(&mut self, lid: u64, how: Ended) {
-        self.ended.remember(lid, how);
+    pub(super) fn remember_ended(&mut self, lid: u64, l: &Lease, how: Ended) {
+        self.ended.remember(
+            LeaseName {
+                lid,
+                secret: l.secret,
+            },
+            how,
+        );
     }
 
     pub(super) fn set_leases_at(&mut self, slot: u32, delta: i32) {
@@ -156,16 +174,28 @@ impl Pools {
         }
     }
 
-    pub(super) fn lease_name(&self, lid: u64) -> String {
-        format!("{}-{lid:x}", self.lease_prefix)
+    /// The name the next lease will be given (trial events are written before the grant).
+    fn upcoming_name(&self) -> String {
+        self.upcoming.render()
     }
 
-    pub(super) fn parse_lease(&self, name: &str) -> Option<u64> {
-        let (prefix, n) = name.split_once('-')?;
-        if prefix != self.lease_prefix {
-            return None;
+    /// The live lease `name` names: its number, when its random part is right too.
+    pub(super) fn live_lease(&self, name: &str) -> Result<u64, Option<Ended>> {
+        let Some(n) = LeaseName::parse(name) else {
+            return Err(None);
+        };
+        match self.leases.get(&n.lid) {
+            Some(l)
+                if n.matches(&LeaseName {
+                    lid: n.lid,
+                    secret: l.secret,
+                }) =>
+            {
+                Ok(n.lid)
+            }
+            Some(_) => Err(None),
+            None => Err(self.ended.get(n)),
         }
-        u64::from_str_radix(n, 16).ok()
     }
 
     /// Lease an endpoint of `pool` for `ttl`.
@@ -201,6 +231,11 @@ impl Pools {
         let Some(expires) = now.checked_add(ttl) else {
             return (Err(PoolError::InvalidTtl(ttl)), writes);
         };
+        let (held, max) = (self.pools[p].leases, self.pools[p].cfg.max_leases);
+        if held >= max as usize {
+            let pool = pool.to_string();
+            return (Err(PoolError::TooManyLeases { pool, max }), writes);
+        }
         let tags = match self.tags.resolve(&want.tags) {
             Ok(Resolved::Ids(ids)) => ids,
             Ok(Resolved::Nothing) => {
@@ -263,7 +298,7 @@ impl Pools {
             self.bind_session(p, key, choice.id);
         }
         if let (true, Some(t)) = (target_trial, want.target_key()) {
-            let lease = Some(self.lease_name(self.next_lease + 1));
+            let lease = Some(self.upcoming_name());
             let why = "the down target's single trial";
             writes.push(target_event(
                 t,
@@ -350,7 +385,7 @@ impl Pools {
             } else {
                 ask.views.host
             };
-            let lease = Some(self.lease_name(self.next_lease + 1));
+            let lease = Some(self.upcoming_name());
             let entries = &self.entries;
             let ps = &mut self.pools[ask.p];
             let gate = ps.pace.gate(ask.visit, now);
@@ -397,7 +432,7 @@ impl Pools {
         })?;
         let ev = Act {
             kind: Some(EventKind::TrialAdmitted),
-            lease: Some(self.lease_name(self.next_lease + 1)),
+            lease: Some(self.upcoming_name()),
             hold: Some(ask.ttl),
             ..Default::default()
         };
@@ -494,8 +529,9 @@ impl Pools {
         let slot = slot
             .or_else(|| self.entries.slot(&id))
             .ok_or(PoolError::UnknownEndpoint(id))?;
-        self.next_lease += 1;
-        let lid = self.next_lease;
+        let name = self.upcoming;
+        let lid = name.lid;
+        self.upcoming = LeaseName::draw(lid + 1);
         // Every use for a host counts while the pool paces, also one chosen while nothing
         // of the host was held (the first).
         let paced = match (ask.visit, ask.want.destination.as_deref()) {
@@ -508,6 +544,7 @@ impl Pools {
         self.leases.insert(
             lid,
             Lease {
+                secret: name.secret,
                 endpoint: id,
                 slot,
                 expires,
@@ -533,7 +570,7 @@ impl Pools {
             .at(slot)
             .ok_or(PoolError::UnknownEndpoint(id))?;
         Ok(Grant {
-            lease: self.lease_name(lid),
+            lease: name.render(),
             proxy: e.secret.clone(),
             endpoint: id,
             trial: trial || pair_trial.is_some() || target_trial,

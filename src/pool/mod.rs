@@ -17,6 +17,7 @@ mod error;
 mod evidence;
 mod fleet;
 mod id_index;
+mod lease_name;
 mod leases;
 mod membership;
 mod pace;
@@ -153,10 +154,11 @@ pub struct Pools {
     /// Ids removed in this process. Ids are never reused, so a row that arrives after its
     /// removal (an `add` racing a `remove`) is stale and must not come back to life.
     removed: std::collections::HashSet<EndpointId>,
-    next_lease: u64,
+    /// The name the next lease is given, drawn one lease ahead: a trial's event names
+    /// its lease before the grant.
+    upcoming: lease_name::LeaseName,
     /// Source of ready-queue generations, unique for the life of the process.
     gen: u64,
-    lease_prefix: String,
     seq: u64,
     rng: fastrand::Rng,
     /// Where new pools resolve their series (see `attach_metrics`).
@@ -214,9 +216,8 @@ impl Pools {
             burst: burst::Burst::new(burst::LINES_PER_SECOND),
             sessions: sessions::Sessions::new(),
             removed: std::collections::HashSet::new(),
-            next_lease: 0,
+            upcoming: lease_name::LeaseName::draw(1),
             gen: 0,
-            lease_prefix: format!("{:08x}", fastrand::u32(..)),
             seq: 0,
             rng: fastrand::Rng::new(),
             metrics: None,
@@ -315,6 +316,23 @@ impl Pools {
     pub fn pace_held(&self, pool: &str) -> Option<(usize, usize)> {
         let ps = &self.pools[*self.by_name.get(pool)?];
         Some((ps.pace.hosts(), ps.pace.pairs()))
+    }
+
+    /// Whether a socket lease of `pool` may live `ttl` (its `max_ttl`); an unknown pool
+    /// is left to the lease to refuse.
+    pub fn check_ttl(&self, pool: &str, ttl: std::time::Duration) -> Result<(), PoolError> {
+        let Some(&p) = self.by_name.get(pool) else {
+            return Ok(());
+        };
+        let cfg = &self.pools[p].cfg;
+        if ttl > cfg.max_ttl {
+            return Err(PoolError::TtlOverMax {
+                pool: cfg.name.clone(),
+                ttl,
+                max: cfg.max_ttl,
+            });
+        }
+        Ok(())
     }
 
     /// The pool `pool` falls back to, if it names one.

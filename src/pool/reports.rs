@@ -35,7 +35,7 @@ impl Pools {
         let mut writes = Vec::new();
         // Named only when an event needs it: most leases end with nothing to record.
         let named = l.pair_trial.is_some() || l.target_trial || l.trial;
-        let lease = named.then(|| self.lease_name(lid));
+        let lease = named.then(|| l.name(lid));
         if let Some(key) = l.pair_trial.as_deref() {
             let ps = &mut self.pools[pool];
             let window = ps.cfg.blame.verdict_window;
@@ -85,16 +85,10 @@ impl Pools {
         now: Instant,
     ) -> (Result<(u64, Lease), PoolError>, Vec<Write>) {
         let writes = self.advance(now);
-        let Some(lid) = self.parse_lease(name) else {
-            return (Err(PoolError::UnknownLease(name.to_string())), writes);
-        };
-        match self.leases.remove(&lid) {
-            Some(l) => {
-                self.lease_expiry.remove(&(l.expires, lid));
-                (Ok((lid, l)), writes)
-            }
-            None => {
-                let e = match self.ended.get(lid) {
+        let lid = match self.live_lease(name) {
+            Ok(lid) => lid,
+            Err(ended) => {
+                let e = match ended {
                     Some(Ended::Expired) => PoolError::LeaseExpired(name.to_string()),
                     Some(how) => PoolError::LeaseEnded {
                         lease: name.to_string(),
@@ -102,8 +96,15 @@ impl Pools {
                     },
                     None => PoolError::UnknownLease(name.to_string()),
                 };
-                (Err(e), writes)
+                return (Err(e), writes);
             }
+        };
+        match self.leases.remove(&lid) {
+            Some(l) => {
+                self.lease_expiry.remove(&(l.expires, lid));
+                (Ok((lid, l)), writes)
+            }
+            None => (Err(PoolError::UnknownLease(name.to_string())), writes),
         }
     }
 
@@ -112,7 +113,7 @@ impl Pools {
         let (r, mut writes) = self.take_lease(name, now);
         match r {
             Ok((lid, l)) => {
-                self.remember_ended(lid, Ended::Released);
+                self.remember_ended(lid, &l, Ended::Released);
                 writes.extend(self.end_lease(lid, l, now, "released without a report"));
                 (Ok(()), writes)
             }
@@ -151,7 +152,7 @@ impl Pools {
             Ok(v) => v,
             Err(e) => return (Err(e), writes),
         };
-        self.remember_ended(lid, Ended::Reported);
+        self.remember_ended(lid, &l, Ended::Reported);
         let Some(pool) = self.entries.get(&l.endpoint).map(|e| e.pool) else {
             return (Err(PoolError::UnknownLease(name.to_string())), writes);
         };
@@ -175,7 +176,7 @@ impl Pools {
             host,
             target,
             took: on.duration,
-            lease: Some(self.lease_name(lid)),
+            lease: Some(l.name(lid)),
         };
         let settled = self.settle(settle, outcome, Proof::Answer, now, wall);
         writes.extend(settled.writes);
@@ -199,7 +200,7 @@ impl Pools {
         wall: SystemTime,
     ) -> (Result<State, PoolError>, Vec<Write>) {
         let mut writes = self.advance(now);
-        let Some(lid) = self.parse_lease(name) else {
+        let Ok(lid) = self.live_lease(name) else {
             return (Err(PoolError::UnknownLease(name.to_string())), writes);
         };
         let Some(l) = self.leases.get(&lid) else {
@@ -225,7 +226,7 @@ impl Pools {
             host: host.as_deref(),
             target: target.as_deref().or(host.as_deref()),
             took: None,
-            lease: Some(self.lease_name(lid)),
+            lease: Some(l.name(lid)),
         };
         let settled = self.settle(settle, Outcome::Success, Proof::Tunnel, now, wall);
         writes.extend(settled.writes);

@@ -67,7 +67,8 @@ impl Engine {
         self.lease_waiting(ask, None).await.map(|(g, _)| g)
     }
 
-    /// [`Engine::lease_with`] for a caller that may go away while it waits: once `gone`
+    /// [`Engine::lease_with`] for a socket client, which may go away while it waits (a
+    /// `ttl` over the pool's `max_ttl` is refused): once `gone`
     /// is cancelled the wait ends with [`EngineError::CallerGone`] and nothing is granted;
     /// a grant from the wait that races it is given back at once. A lease whose answer
     /// cannot be delivered is never left behind (nobody could release it). One granted
@@ -82,6 +83,7 @@ impl Engine {
         want: &Want,
         gone: &CancellationToken,
     ) -> Result<Grant, EngineError> {
+        self.lock().check_ttl(pool, ttl)?;
         let ask = Ask::new(pool, ttl, session, wait, want);
         let (g, waited) = self.lease_waiting(ask, Some(gone)).await?;
         if waited && gone.is_cancelled() {
