@@ -14,7 +14,11 @@ use crate::endpoint::ProxyUrl;
 use crate::health::Policy;
 
 mod gateway;
-pub use gateway::{GatewayConfig, PlainHttp};
+pub use gateway::{GatewayConfig, PlainHttp, Rotate, DEFAULT_INTERCEPT_PORTS};
+mod hosts;
+pub use hosts::{Everything, HostPatterns};
+mod tls;
+pub use tls::{CaFiles, TlsConfig, CA_CERT_FILE, CA_KEY_FILE};
 pub mod pace;
 pub use pace::{PaceConfig, Select, SiteRule};
 mod locate;
@@ -360,6 +364,8 @@ pub struct Config {
     /// them from the open-file limit (`server::fd_limit::default_caps`).
     pub max_connections: Option<usize>,
     pub max_tcp_connections: Option<usize>,
+    /// `[tls]`: the CA's files and the roots trusted for origins.
+    pub tls: TlsConfig,
 }
 
 impl Default for Config {
@@ -381,6 +387,7 @@ impl Default for Config {
             gateways: Vec::new(),
             max_connections: None,
             max_tcp_connections: None,
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -400,6 +407,11 @@ impl Config {
     /// The pool config for `name`, if configured (or `default`).
     pub fn pool(&self, name: &str) -> Option<&PoolConfig> {
         self.pools.get(name)
+    }
+
+    /// Whether some `[[gateway]]` intercepts HTTPS (and so needs the CA).
+    pub fn intercepts(&self) -> bool {
+        self.gateways.iter().any(|g| !g.intercept.is_empty())
     }
 }
 

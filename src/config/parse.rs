@@ -69,6 +69,7 @@ impl Config {
         })?;
         let file = File { name, base };
         let mut cfg = file.store_and_server(raw.store, raw.server)?;
+        cfg.tls = super::TlsConfig::written(raw.tls, |p| file.resolve(p));
         let mut seen = BTreeSet::new();
         for (i, rp) in raw.pools.into_iter().enumerate() {
             let pool = file.pool(i, rp, &mut seen)?;
@@ -599,6 +600,10 @@ impl File<'_> {
         gw.max_connections = g.max_connections.unwrap_or(gw.max_connections);
         gw.ca_file = g.ca_file.map(|p| self.resolve(p));
         gw.plain_http = g.plain_http.unwrap_or_default();
+        gw.intercept_ports = g.intercept_ports.unwrap_or(gw.intercept_ports);
+        gw.rotate = g.rotate.unwrap_or_default();
+        gw.set_intercept(g.intercept, g.insecure_origins)
+            .map_err(|(k, m)| self.invalid(format!("{key}.{k}"), m))?;
         gw.check()
             .map_err(|(k, m)| self.invalid(format!("{key}.{k}"), m))?;
         Ok(gw)

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 use super::Durability;
-use super::{Mode, PlainHttp, Select};
+use super::{Mode, PlainHttp, Rotate, Select};
 use crate::health::Reason;
 
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
@@ -37,6 +37,16 @@ pub(super) struct RawConfig {
     pub(super) endpoints: Vec<RawEndpoint>,
     #[serde(default, rename = "gateway")]
     pub(super) gateways: Vec<RawGateway>,
+    pub(super) tls: Option<RawTls>,
+}
+
+/// `[tls]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub(super) ca_cert: Option<PathBuf>,
+    pub(super) ca_key: Option<PathBuf>,
+    pub(super) extra_roots: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -57,6 +67,10 @@ pub(super) struct RawGateway {
     pub(super) max_connections: Option<usize>,
     pub(super) ca_file: Option<PathBuf>,
     pub(super) plain_http: Option<PlainHttp>,
+    pub(super) intercept: Option<Vec<String>>,
+    pub(super) intercept_ports: Option<Vec<u16>>,
+    pub(super) rotate: Option<Rotate>,
+    pub(super) insecure_origins: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]

@@ -34,6 +34,10 @@ pub fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
     changed("server.token_file", a.admin != b.admin);
     changed("server.lease_token_file", a.lease != b.lease);
     changed("server.http_token_file", a.http != b.http);
+    let (a, b) = (&old.tls, &new.tls);
+    changed("tls.ca_cert", a.ca_cert != b.ca_cert);
+    changed("tls.ca_key", a.ca_key != b.ca_key);
+    changed("tls.extra_roots", a.extra_roots != b.extra_roots);
     for i in 0..old.gateways.len().max(new.gateways.len()) {
         match (old.gateways.get(i), new.gateways.get(i)) {
             (Some(a), Some(b)) if a != b => keys.push(format!("gateway[{i}]")),
@@ -83,6 +87,10 @@ mod tests {
             (
                 "[store]\npath = \"/a.db\"\n[server]\nhttp = \"127.0.0.1:9464\"\n",
                 &["gateway[0] (removed)"],
+            ),
+            (
+                &format!("{base}[tls]\nca_cert = \"/c.pem\"\nextra_roots = \"/r.pem\"\n"),
+                &["tls.ca_cert", "tls.extra_roots"],
             ),
         ];
         for (text, want) in cases {
