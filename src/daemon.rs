@@ -67,6 +67,9 @@ pub struct ServeOptions {
     pub lock: Option<Arc<crate::store::lock::Held>>,
     /// The config file SIGHUP reloads (none: built-in defaults, nothing to reload).
     pub reload_from: Option<PathBuf>,
+    /// The install's CA, loaded and checked (required when a gateway intercepts): its
+    /// certificate is served at `/ca.pem`.
+    pub ca: Option<Arc<crate::tls::CertAuthority>>,
 }
 
 /// The background tasks of each pool (sources, prober), restartable one pool at a time
@@ -306,7 +309,12 @@ pub async fn serve(
     if let Some(l) = http {
         let source = Arc::new(DaemonStatus::new(engine.clone()));
         let app =
-            crate::web::HttpApp::new(source, engine.metrics().clone(), opts.http_token.clone());
+            crate::web::HttpApp::new(source, engine.metrics().clone(), opts.http_token.clone())
+                .with_ca_pem(
+                    opts.ca
+                        .as_ref()
+                        .map(|ca| ca.certificate().pem().to_string()),
+                );
         tracker.spawn(crate::web::serve(l, Arc::new(app), shutdown.clone()));
     }
     tracker.spawn(retention::run(

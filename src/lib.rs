@@ -24,5 +24,6 @@ pub mod sources;
 pub mod stats;
 pub mod store;
 pub mod tags;
+pub mod tls;
 pub(crate) mod wall_time;
 pub mod web;

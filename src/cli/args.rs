@@ -268,6 +268,12 @@ pub enum Command {
         #[command(subcommand)]
         action: ConfigAction,
     },
+    /// The install's own CA, for HTTPS interception: `ca init` creates it, `ca show`
+    /// prints its certificate.
+    Ca {
+        #[command(subcommand)]
+        action: CaAction,
+    },
     /// Print a shell completion script.
     Completions {
         /// Shell.
@@ -288,6 +294,24 @@ pub enum ConfigAction {
     /// Validate the file of --config (else PROXYPOOL_CONFIG, else the default path): exit 0
     /// and a summary, or exit 2 naming the key and its line.
     Check,
+}
+
+/// `ca ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum CaAction {
+    /// Create the CA: an ECDSA P-256 certificate (ca.pem) and its key (ca.key, mode 0600,
+    /// never printed) [default place: [tls] ca_cert and ca_key, else beside the database].
+    Init {
+        /// Write ca.pem and ca.key into DIR instead.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Replace an existing CA (every client must then trust the new one).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Print the CA certificate (PEM), its SHA-256 fingerprint and its public key's
+    /// SHA-256 (base64), and check that its key is usable.
+    Show,
 }
 
 /// `lease`.

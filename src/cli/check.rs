@@ -40,8 +40,29 @@ pub(super) fn config_check(g: &Global) -> Result<(), CliError> {
             ))
         })?;
     }
-    outln!("{}", summary(&path, &cfg));
+    // What `serve` would load as the CA: refused when a gateway intercepts without one.
+    let ca = super::ca::for_serve(&cfg, &database(g, &cfg))?;
+    let mut line = summary(&path, &cfg);
+    if let Some(ca) = ca {
+        line.push_str(&format!(", CA {}", ca.files().cert.display()));
+    }
+    outln!("{line}");
     Ok(())
+}
+
+/// The SQLite file `serve` would use (as `Context::resolve` finds it), or the default
+/// path for a PostgreSQL store: where the CA's files are by default.
+fn database(g: &Global, cfg: &Config) -> PathBuf {
+    let named = g.db.clone().or_else(|| {
+        cfg.store_url
+            .clone()
+            .map(PathBuf::from)
+            .or_else(|| cfg.store_path.clone())
+    });
+    match named.map(|n| crate::store::Location::parse(&n)) {
+        Some(Ok(crate::store::Location::File(p))) => p,
+        _ => config::default_db_path(),
+    }
 }
 
 /// `config F: ok: 2 pools (default, eu), 3 endpoints, 1 gateway, store S, http A`.

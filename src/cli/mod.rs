@@ -7,6 +7,7 @@ pub mod output;
 
 mod add;
 mod args;
+mod ca;
 mod check;
 mod client;
 mod context;
@@ -28,7 +29,9 @@ mod serve;
 mod shell;
 mod table;
 
-pub use args::{Cli, Command, ConfigAction, EventsArgs, Global, LeaseArgs, ReportArgs, ShellArg};
+pub use args::{
+    CaAction, Cli, Command, ConfigAction, EventsArgs, Global, LeaseArgs, ReportArgs, ShellArg,
+};
 pub use context::Context;
 pub use error::CliError;
 
@@ -144,6 +147,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Status { pool, json } => status(&ctx, pool, json).await,
         Command::Events(a) => events(&ctx, a).await,
         Command::Sources { pool, json } => sources(&ctx, pool, json).await,
+        Command::Ca { action } => ca::ca(&ctx, action),
         // Answered above.
         Command::Completions { .. } | Command::Man { .. } | Command::Config { .. } => Ok(()),
     }

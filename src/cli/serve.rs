@@ -32,6 +32,7 @@ pub(super) async fn serve(
         crate::web::check_bind(addr, secrets.http.as_deref())
             .map_err(|e| CliError::usage(e.to_string()))?;
     }
+    let ca = super::ca::for_serve(&ctx.config, &ctx.db)?;
     // Own the database before reading it: a second daemon is refused, and CLI commands
     // writing right now finish first (their writes are then in what we load).
     let socket = std::path::absolute(&ctx.socket).unwrap_or_else(|_| ctx.socket.clone());
@@ -69,6 +70,7 @@ pub(super) async fn serve(
             http,
             database: Some(database_name(ctx)),
             lock: held.clone(),
+            ca,
             // The file this daemon started from; else the default path, where a config
             // written after the start is picked up by SIGHUP.
             reload_from: Some(

@@ -27,7 +27,7 @@ use crate::health::{Failure, Phase, Reason};
 
 pub use auth::{base64, base64_decode, basic_auth};
 pub use connect::{proxy_auth_answer, proxy_failure_answer};
-pub use tls::{client_config, connector, handshake as tls_handshake, TlsSetupError};
+pub use tls::{client_config, connector, handshake as tls_handshake, root_store, TlsSetupError};
 
 /// The `User-Agent` of every request proxypool makes on its own behalf.
 pub const USER_AGENT: &str = concat!("proxypool/", env!("CARGO_PKG_VERSION"));

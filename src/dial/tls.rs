@@ -29,6 +29,16 @@ pub enum TlsSetupError {
 /// Client config trusting the web PKI roots and, when given, the PEM certificates of
 /// `ca_file` (for destinations with a private CA).
 pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, TlsSetupError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(root_store(ca_file)?)
+        .with_no_client_auth();
+    Ok(Arc::new(cfg))
+}
+
+/// The web PKI roots (Mozilla's set) and the PEM certificates of `ca_file`, if given.
+pub fn root_store(ca_file: Option<&Path>) -> Result<rustls::RootCertStore, TlsSetupError> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     if let Some(path) = ca_file {
@@ -49,12 +59,7 @@ pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>
             return Err(ca_err("no PEM certificate found".into()));
         }
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(cfg))
+    Ok(roots)
 }
 
 /// A connector over [`client_config`].

@@ -41,6 +41,15 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:9464";
 pub const REFRESH_SECS: u32 = 5;
 /// Connections served at once; more wait in the kernel's backlog.
 pub const MAX_CONNECTIONS: usize = 256;
+/// The paths the listener answers.
+const PAGES: [&str; 6] = [
+    "/",
+    "/metrics",
+    "/healthz",
+    "/api/status",
+    "/api/endpoints",
+    "/ca.pem",
+];
 /// A client that has not sent its request head by then is dropped.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -105,6 +114,8 @@ pub struct HttpApp<S> {
     source: Arc<S>,
     metrics: Arc<Metrics>,
     token: Option<String>,
+    /// The CA certificate served at `/ca.pem` (never its key).
+    ca_pem: Option<Bytes>,
 }
 
 impl<S: StatusSource> HttpApp<S> {
@@ -115,7 +126,14 @@ impl<S: StatusSource> HttpApp<S> {
             source,
             metrics,
             token: token.filter(|t| !t.is_empty()),
+            ca_pem: None,
         }
+    }
+
+    /// Serve this CA certificate (PEM) at `/ca.pem`; `None`: a 404 saying how to make one.
+    pub fn with_ca_pem(mut self, pem: Option<String>) -> Self {
+        self.ca_pem = pem.map(Bytes::from);
+        self
     }
 
     /// Answer one request.
@@ -132,11 +150,7 @@ impl<S: StatusSource> HttpApp<S> {
             }
         }
         let path = req.uri().path();
-        let known = matches!(
-            path,
-            "/" | "/metrics" | "/healthz" | "/api/status" | "/api/endpoints"
-        );
-        if !known {
+        if !PAGES.contains(&path) {
             return text(StatusCode::NOT_FOUND, "not found\n");
         }
         if req.method() != Method::GET && req.method() != Method::HEAD {
@@ -154,6 +168,7 @@ impl<S: StatusSource> HttpApp<S> {
                 text(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable\n")
             }
             "/healthz" => text(StatusCode::OK, "ok\n"),
+            "/ca.pem" => self.ca_pem(),
             "/metrics" => with_type(
                 Response::new(Full::new(Bytes::from(self.metrics.encode()))),
                 crate::metrics::CONTENT_TYPE,
@@ -202,6 +217,21 @@ impl<S: StatusSource> HttpApp<S> {
 }
 
 impl<S: StatusSource> HttpApp<S> {
+    /// `/ca.pem`: the certificate clients trust for intercepted HTTPS.
+    fn ca_pem(&self) -> Response<Full<Bytes>> {
+        match &self.ca_pem {
+            Some(pem) => with_type(
+                Response::new(Full::new(pem.clone())),
+                "application/x-pem-file",
+            ),
+            None => text(
+                StatusCode::NOT_FOUND,
+                "no CA: this daemon has none loaded; create one with `proxypool ca init` and \
+                 restart the daemon (its log says why when one is there but unusable)\n",
+            ),
+        }
+    }
+
     /// `/api/endpoints?destination=D`: each endpoint with `destination` and
     /// `destination_state`; `state` filters on the state for D.
     async fn endpoints_for(

@@ -293,3 +293,29 @@ async fn a_request_without_the_token_gets_its_401_and_the_connection_closes() {
     drop(s);
     task.await.unwrap();
 }
+
+#[tokio::test]
+async fn the_ca_certificate_is_served_when_there_is_one() {
+    let none = app(None);
+    let (status, ty, body) = get(&none, Method::GET, "/ca.pem", None).await;
+    assert_eq!(
+        (status.as_u16(), ty.as_str()),
+        (404, "text/plain; charset=utf-8")
+    );
+    assert!(body.contains("proxypool ca init"), "{body}");
+    let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    let with = app(None).with_ca_pem(Some(pem.into()));
+    let (status, ty, body) = get(&with, Method::GET, "/ca.pem", None).await;
+    assert_eq!(
+        (status.as_u16(), ty.as_str(), body.as_str()),
+        (200, "application/x-pem-file", pem)
+    );
+    let (status, _, _) = get(&with, Method::POST, "/ca.pem", None).await;
+    assert_eq!(status.as_u16(), 405);
+    // Behind the listener's token like every page.
+    let locked = app(Some("s3cret")).with_ca_pem(Some(pem.into()));
+    let (status, _, _) = get(&locked, Method::GET, "/ca.pem", None).await;
+    assert_eq!(status.as_u16(), 401);
+    let (status, _, body) = get(&locked, Method::GET, "/ca.pem", Some("Bearer s3cret")).await;
+    assert_eq!((status.as_u16(), body.as_str()), (200, pem));
+}
