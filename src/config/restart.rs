@@ -34,6 +34,8 @@ pub fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
     changed("server.token_file", a.admin != b.admin);
     changed("server.lease_token_file", a.lease != b.lease);
     changed("server.http_token_file", a.http != b.http);
+    // The gateways take the rules when they start.
+    changed("ban", old.bans != new.bans);
     for i in 0..old.gateways.len().max(new.gateways.len()) {
         match (old.gateways.get(i), new.gateways.get(i)) {
             (Some(a), Some(b)) if a != b => keys.push(format!("gateway[{i}]")),
