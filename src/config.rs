@@ -377,6 +377,8 @@ pub struct Config {
     pub endpoints: Vec<EndpointDecl>,
     /// `[[gateway]]` entries (and `serve --gateway`).
     pub gateways: Vec<GatewayConfig>,
+    /// `[[ban]]` rules (docs/ban-rules.md), judged by every gateway.
+    pub bans: crate::ban::BanRules,
     /// `[server] max_connections` (Unix socket) and `max_tcp_connections`; `None` derives
     /// them from the open-file limit (`server::fd_limit::default_caps`).
     pub max_connections: Option<usize>,
@@ -402,6 +404,7 @@ impl Default for Config {
             pools,
             endpoints: Vec::new(),
             gateways: Vec::new(),
+            bans: crate::ban::BanRules::default(),
             max_connections: None,
             max_tcp_connections: None,
             tls: TlsConfig::default(),

@@ -371,7 +371,10 @@ impl Listeners {
         let mut gateways = Vec::new();
         for g in config.gateways.iter().chain(&opts.gateway) {
             let gw = crate::gateway::Gateway::bind(g.clone(), engine.clone()).await?;
-            gateways.push(gw.with_descriptors(fds.clone()));
+            gateways.push(
+                gw.with_descriptors(fds.clone())
+                    .with_bans(config.bans.clone()),
+            );
         }
         let http = match opts.http {
             Some(addr) => Some(bind_tcp(addr, format!("http {addr}")).await?),

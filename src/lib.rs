@@ -4,6 +4,7 @@
 //! clock; exactly one recovery attempt is admitted when a cooldown ends; scrapers lease
 //! endpoints over a local socket and report how each use went.
 
+pub mod ban;
 pub mod cli;
 pub mod config;
 pub(crate) mod daemon;

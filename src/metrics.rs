@@ -26,12 +26,15 @@ use prometheus_client::registry::Registry;
 
 use crate::health::blame::Blame;
 
+mod ban;
 mod gateway;
 mod gauges;
 mod histogram;
 mod labels;
 mod pool;
 
+pub use ban::BanRuleMetrics;
+use ban::RuleLabels;
 use gateway::GatewayHandles;
 pub use gateway::GatewayMetrics;
 use gauges::Gauges;
@@ -88,6 +91,7 @@ pub struct Metrics {
     gateway_bytes: Family<PoolDirectionLabels, Counter>,
     gateway_connections: Family<ConnectionLabels, Counter>,
     gateway_idle: Gauge,
+    ban_rule_matches: Family<RuleLabels, Counter>,
     store_commit: AtomicHistogram,
     store_up: Gauge,
 }
@@ -123,6 +127,7 @@ impl Metrics {
             gateway_bytes: Family::default(),
             gateway_connections: Family::default(),
             gateway_idle: Gauge::default(),
+            ban_rule_matches: Family::default(),
             store_commit: AtomicHistogram::new(COMMIT_BUCKETS),
             store_up: Gauge::default(),
             registry: Registry::default(),
@@ -188,6 +193,11 @@ impl Metrics {
             "gateway_idle_upstream_connections",
             "Upstream connections kept open for the next absolute-form request",
             m.gateway_idle.clone(),
+        );
+        registry.register(
+            "ban_rule_matches",
+            "Answers a [[ban]] rule matched (each reported as a ban of the endpoint for the host), by rule",
+            m.ban_rule_matches.clone(),
         );
         registry.register(
             "store_commit_seconds",
@@ -291,6 +301,19 @@ impl Metrics {
                 }),
                 idle: self.gateway_idle.clone(),
             }),
+        }
+    }
+
+    /// The `[[ban]]` rules' series, in the order of `names`, created at 0.
+    pub fn ban_rules<'a>(&self, names: impl Iterator<Item = &'a str>) -> BanRuleMetrics {
+        BanRuleMetrics {
+            counters: names
+                .map(|rule| {
+                    self.ban_rule_matches.get_or_create_owned(&RuleLabels {
+                        rule: rule.to_string(),
+                    })
+                })
+                .collect(),
         }
     }
 

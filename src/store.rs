@@ -609,6 +609,15 @@ impl Store {
         each!(self, s => s.pairs_of(endpoint))
     }
 
+    /// The stored rows of these (endpoint, destination) pairs, those that have one (the
+    /// status page's "banned on": what each ban's detail says).
+    pub fn pairs_at(
+        &self,
+        keys: &[(EndpointId, String)],
+    ) -> Result<Vec<pairs::PairRow>, StoreError> {
+        each!(self, s => s.pairs_at(keys))
+    }
+
     /// The pairs of one destination (`list --destination D`).
     pub fn pairs_for(&self, destination: &str) -> Result<Vec<pairs::PairRow>, StoreError> {
         each!(self, s => s.pairs_for(destination))

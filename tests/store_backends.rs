@@ -199,6 +199,21 @@ fn scenario(s: &mut Store) {
     assert_eq!(s.pairs_for("shop.example").unwrap().len(), 2);
     let p = &s.pairs_of(c).unwrap()[0];
     assert_eq!((p.pool.as_str(), p.record.status), ("other", Some(403)));
+    // Rows by key: those stored, none for a pair that has no row.
+    let at = s
+        .pairs_at(&[
+            (c, "shop.example".into()),
+            (c, "news.example".into()),
+            (a, "news.example".into()),
+        ])
+        .unwrap();
+    let keys: Vec<_> = at
+        .iter()
+        .map(|p| (p.record.endpoint, p.record.destination.as_str()))
+        .collect();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(keys.contains(&(c, "shop.example")) && keys.contains(&(a, "news.example")));
+    assert!(s.pairs_at(&[]).unwrap().is_empty());
     s.write_pairs(&[PairWrite::Delete {
         endpoint: a,
         destination: "news.example".into(),

@@ -29,11 +29,20 @@ pub(super) fn pair_json(p: &PairRow) -> Value {
         "phase": r.phase,
         "status": r.status,
         "detail": r.detail,
+        "rule": pair_rule(p),
         "streak": r.streak,
         "cooldown_ms": r.cooldown_ms,
         "cooldown_until": p.cooldown_until.map(fmt_time),
         "state_changed_at": p.state_changed_at,
     })
+}
+
+/// The `[[ban]]` rule a pair's last failure matched, as its detail names it.
+fn pair_rule(p: &PairRow) -> Option<&str> {
+    p.record
+        .detail
+        .as_deref()
+        .and_then(crate::ban::rule_in_detail)
 }
 
 /// `list --destination D`: every endpoint with its state for D. An endpoint that is not
@@ -76,7 +85,16 @@ pub(super) async fn list_for(
         return Ok(());
     }
     let head = format!("FOR {d}");
-    let mut t = table(["ID", "POOL", "URL", "STATE", &head, "PAIR REASON", "STATUS"]);
+    let mut t = table([
+        "ID",
+        "POOL",
+        "URL",
+        "STATE",
+        &head,
+        "PAIR REASON",
+        "STATUS",
+        "RULE",
+    ]);
     for r in &rows {
         let p = pairs.get(&r.id);
         t.add_row([
@@ -89,6 +107,7 @@ pub(super) async fn list_for(
                 .map(|x| x.to_string())
                 .unwrap_or("-".into()),
             s(&json!(p.and_then(|p| p.record.status))),
+            p.and_then(pair_rule).unwrap_or("-").to_string(),
         ]);
     }
     outln!("{t}");
@@ -110,6 +129,9 @@ pub(super) fn print_pairs(pairs: &[PairRow]) {
         }
         if let Some(x) = r.status {
             line.push_str(&format!(" status={x}"));
+        }
+        if let Some(x) = pair_rule(p) {
+            line.push_str(&format!(" rule={x}"));
         }
         if let Some(u) = p.cooldown_until {
             // As the daemon counts it: at most the cooldown's length from now.

@@ -12,7 +12,7 @@ use super::pace::{
     MAX_SLOW_START,
 };
 use super::raw::{
-    BlameKeys, RawConfig, RawCooldown, RawEndpoint, RawGateway, RawPace, RawPool, RawProbe,
+    BlameKeys, RawBan, RawConfig, RawCooldown, RawEndpoint, RawGateway, RawPace, RawPool, RawProbe,
     RawServer, RawSource, RawSourceKind, RawStore, RawTargetCooldown,
 };
 use super::{
@@ -108,6 +108,7 @@ impl Config {
             }
             cfg.gateways.push(gw);
         }
+        cfg.bans = file.bans(raw.bans)?;
         Ok(cfg)
     }
 }
@@ -135,7 +136,7 @@ fn plain_message(m: &str, path: Option<&str>) -> String {
     out.push_str(rest);
     let last = path.and_then(|p| p.rsplit('.').next()).unwrap_or("");
     let last = last.split('[').next().unwrap_or("");
-    let tables = ["pool", "endpoint", "gateway", "source", "site"];
+    let tables = ["pool", "endpoint", "gateway", "source", "site", "ban"];
     match tables.contains(&last) {
         true => out.replace(
             "expected a sequence",
@@ -622,6 +623,31 @@ impl File<'_> {
         gw.check()
             .map_err(|(k, m)| self.invalid(format!("{key}.{k}"), m))?;
         Ok(gw)
+    }
+}
+
+impl File<'_> {
+    /// The `[[ban]]` entries, compiled; a problem names the entry and its key.
+    fn bans(&self, raw: Vec<RawBan>) -> Result<crate::ban::BanRules, ConfigError> {
+        let entries = raw
+            .into_iter()
+            .map(|b| crate::ban::BanEntry {
+                name: b.name,
+                builtin: b.builtin,
+                status: b.status,
+                header: b.header,
+                body: b.body,
+                host: b.host,
+                body_bytes: b.body_bytes,
+            })
+            .collect();
+        crate::ban::BanRules::compile(entries).map_err(|e| {
+            let key = match e.key {
+                "" => format!("ban[{}]", e.index),
+                k => format!("ban[{}].{k}", e.index),
+            };
+            self.invalid(key, e.to_string())
+        })
     }
 }
 

@@ -38,6 +38,8 @@ pub(super) struct RawConfig {
     #[serde(default, rename = "gateway")]
     pub(super) gateways: Vec<RawGateway>,
     pub(super) tls: Option<RawTls>,
+    #[serde(default, rename = "ban")]
+    pub(super) bans: Vec<RawBan>,
 }
 
 /// `[tls]`.
@@ -47,6 +49,45 @@ pub(super) struct RawTls {
     pub(super) ca_cert: Option<PathBuf>,
     pub(super) ca_key: Option<PathBuf>,
     pub(super) extra_roots: Option<PathBuf>,
+}
+
+/// A `[[ban]]` rule (docs/ban-rules.md).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBan {
+    pub(super) name: Option<String>,
+    pub(super) builtin: Option<String>,
+    pub(super) status: Option<Vec<u16>>,
+    pub(super) header: Option<String>,
+    pub(super) body: Option<String>,
+    #[serde(default, deserialize_with = "de_hosts")]
+    pub(super) host: Vec<String>,
+    pub(super) body_bytes: Option<usize>,
+}
+
+/// One host or a list of them.
+fn de_hosts<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    struct Hosts;
+    impl<'de> serde::de::Visitor<'de> for Hosts {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a host or an array of hosts")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Vec<String>, E> {
+            Ok(vec![v.to_string()])
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut a: A,
+        ) -> Result<Vec<String>, A::Error> {
+            let mut out = Vec::new();
+            while let Some(h) = a.next_element::<String>()? {
+                out.push(h);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_any(Hosts)
 }
 
 #[derive(Deserialize)]

@@ -38,6 +38,8 @@ pub fn restart_only_changes(old: &Config, new: &Config) -> Vec<String> {
     changed("tls.ca_cert", a.ca_cert != b.ca_cert);
     changed("tls.ca_key", a.ca_key != b.ca_key);
     changed("tls.extra_roots", a.extra_roots != b.extra_roots);
+    // The gateways take the rules when they start.
+    changed("ban", old.bans != new.bans);
     for i in 0..old.gateways.len().max(new.gateways.len()) {
         match (old.gateways.get(i), new.gateways.get(i)) {
             (Some(a), Some(b)) if a != b => keys.push(format!("gateway[{i}]")),

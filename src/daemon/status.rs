@@ -1,9 +1,11 @@
 //! What the HTTP listener shows, read from the engine (counts, statistics) and the store
 //! (endpoint rows, events, the last hour's transitions).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::endpoint::EndpointId;
 use crate::health::State;
 use crate::pool::engine::{Engine, EngineError};
 use crate::pool::{PoolError, PoolStatus};
@@ -18,18 +20,56 @@ const CHART_CAP: usize = 100_000;
 /// Destinations named per pool in "banned on", and per endpoint row.
 const MOST_BANNED: usize = 5;
 
-/// The destinations an endpoint is banned on, at most [`MOST_BANNED`], then `+N more`.
-fn banned_on(engine: &Engine, id: crate::endpoint::EndpointId) -> Vec<String> {
+/// The destinations an endpoint is banned on, at most [`MOST_BANNED`], and how many more.
+fn banned_on(engine: &Engine, id: EndpointId) -> (Vec<String>, usize) {
     let pairs = engine.pairs_of(id);
-    let mut v: Vec<String> = pairs
+    let shown = pairs
         .iter()
         .take(MOST_BANNED)
         .map(|p| p.destination.clone())
         .collect();
-    if pairs.len() > MOST_BANNED {
-        v.push(format!("+{} more", pairs.len() - MOST_BANNED));
-    }
-    v
+    (shown, pairs.len().saturating_sub(MOST_BANNED))
+}
+
+/// Each row's "banned on": `site (rule NAME)` where a `[[ban]]` rule made the ban (its
+/// name is in the stored detail: one store read for the whole pool), then `+N more`.
+async fn banned_lines(
+    engine: &Engine,
+    ids: &[EndpointId],
+) -> Result<Vec<Vec<String>>, EngineError> {
+    let banned: Vec<_> = ids.iter().map(|id| banned_on(engine, *id)).collect();
+    let keys: Vec<(EndpointId, String)> = ids
+        .iter()
+        .zip(&banned)
+        .flat_map(|(id, (dests, _))| dests.iter().map(|d| (*id, d.clone())))
+        .collect();
+    let rules: HashMap<(EndpointId, String), String> = engine
+        .pairs_at(keys)
+        .await?
+        .into_iter()
+        .filter_map(|p| {
+            let r = p.record;
+            let rule = r.detail.as_deref().and_then(crate::ban::rule_in_detail)?;
+            Some(((r.endpoint, r.destination), rule.to_string()))
+        })
+        .collect();
+    Ok(ids
+        .iter()
+        .zip(banned)
+        .map(|(id, (dests, more))| {
+            let mut v: Vec<String> = dests
+                .into_iter()
+                .map(|d| match rules.get(&(*id, d.clone())) {
+                    Some(rule) => format!("{d} (rule {rule})"),
+                    None => d,
+                })
+                .collect();
+            if more > 0 {
+                v.push(format!("+{more} more"));
+            }
+            v
+        })
+        .collect())
 }
 
 /// The daemon's [`StatusSource`].
@@ -122,16 +162,20 @@ impl StatusSource for DaemonStatus {
                 .map_err(source_error)?;
             let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
             let uses = self.engine.endpoint_uses(&ids);
+            let banned = banned_lines(&self.engine, &ids)
+                .await
+                .map_err(source_error)?;
             let endpoints = rows
                 .iter()
-                .map(|r| {
+                .zip(banned)
+                .map(|(r, banned_on)| {
                     let u = uses.iter().find(|(id, _)| *id == r.id).map(|(_, u)| *u);
                     EndpointLine {
                         view: r.view(false),
                         stats: u.map(|u| u.stats).unwrap_or_default(),
                         live_leases: u.map_or(0, |u| u.live_leases),
                         cooldown_left: u.and_then(|u| u.cooldown_left),
-                        banned_on: banned_on(&self.engine, r.id),
+                        banned_on,
                     }
                 })
                 .collect();

@@ -1,5 +1,5 @@
 //! Absolute-form (plain HTTP) requests: one upstream per request, the destination's
-//! status judged (`ban_status`, `retry_status`), the upstream connection kept for the next
+//! answer judged (`[[ban]]` rules, `ban_status`, `retry_status`), the upstream connection kept for the next
 //! request when it can be (`idle`, `plain`).
 
 use std::sync::Arc;
@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
+use hyper::body::{Body as HttpBody, Incoming};
 use hyper::header;
 use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode};
@@ -23,10 +23,12 @@ use super::idle::{Body, IdleKey};
 use super::lease::LeaseGuard;
 use super::plain::PlainWay;
 use super::routing::Routing;
+use super::screen::{rule_failure, screen};
 use super::send::{send, Again, Sent};
 use super::target::Target;
 use super::upstream::{failure_outcome, Link, Tries};
 use super::Shared;
+use crate::ban::Ban;
 use crate::dial::{self, DialFailure};
 use crate::endpoint::EndpointId;
 use crate::health::{Phase, Reason};
@@ -131,8 +133,15 @@ impl Outgoing {
     }
 }
 
+/// A body an upstream's answer can reach the client with.
+pub(super) trait ClientBody:
+    HttpBody<Data = Bytes, Error = hyper::Error> + Send + 'static
+{
+}
+impl<B: HttpBody<Data = Bytes, Error = hyper::Error> + Send + 'static> ClientBody for B {}
+
 /// How one try through one upstream ended.
-enum Try {
+pub(super) enum Try {
     /// The client's answer.
     Answer(Response<Body>),
     /// Send again through another upstream; an answer to fall back on if none comes.
@@ -326,19 +335,68 @@ async fn proxy_failed(
     ))
 }
 
-/// The destination's answer: a `ban_status` is reported as `destination_status`, a
-/// `retry_status` sends the request through another upstream while it can.
+/// The destination's answer, judged by the `[[ban]]` rules first (when there are any),
+/// then by `ban_status` and `retry_status`.
 async fn judge(
     shared: &Shared,
-    mut guard: LeaseGuard,
+    guard: LeaseGuard,
     resp: Response<Driven>,
     out: &Outgoing,
     tries: &Tries,
 ) -> Try {
+    let host = &out.target.dest.host;
+    let resendable = out.resendable(tries);
+    if shared.bans.is_empty() {
+        return judge_status(shared, guard, resp, host, resendable).await;
+    }
+    let within = shared.cfg.response_timeout;
+    match screen(&shared.bans, host, resp, within).await {
+        (resp, Some(ban)) => banned(shared, guard, resp, &ban, host, resendable).await,
+        (resp, None) => judge_status(shared, guard, resp, host, resendable).await,
+    }
+}
+
+/// An answer a `[[ban]]` rule matched: reported as a ban of the pair with the rule's
+/// name, and a GET/HEAD goes through another upstream while it can.
+pub(super) async fn banned<B: ClientBody>(
+    shared: &Shared,
+    mut guard: LeaseGuard,
+    resp: Response<B>,
+    ban: &Ban<'_>,
+    host: &str,
+    resendable: bool,
+) -> Try {
+    let endpoint = guard.endpoint();
+    let pool = guard.pool().to_string();
+    shared.ban_metrics.matched(ban.index);
+    let f = rule_failure(ban, &resp);
+    info!(
+        endpoint,
+        rule = ban.rule,
+        status = f.status,
+        resent = resendable,
+        "gateway answer matched a ban rule"
+    );
+    guard.set_outcome(failure_outcome(f, host));
+    if resendable {
+        guard.finish().await;
+        return Try::Again(Some(to_client(resp, (endpoint, &pool), None, host)));
+    }
+    Try::Answer(to_client(resp, (endpoint, &pool), Some(guard), host))
+}
+
+/// An answer no rule matched: a `ban_status` is reported as `destination_status`, a
+/// `retry_status` sends the request through another upstream while it can.
+pub(super) async fn judge_status<B: ClientBody>(
+    shared: &Shared,
+    mut guard: LeaseGuard,
+    resp: Response<B>,
+    host: &str,
+    resendable: bool,
+) -> Try {
     let endpoint = guard.endpoint();
     let pool = guard.pool().to_string();
     let status = resp.status().as_u16();
-    let host = &out.target.dest.host;
     let outcome = if shared.cfg.ban_status.contains(&status) {
         let mut f = DialFailure::new(
             Reason::DestinationStatus,
@@ -356,7 +414,7 @@ async fn judge(
         Outcome::Success
     };
     guard.set_outcome(outcome);
-    if shared.cfg.retry_status.contains(&status) && out.resendable(tries) {
+    if shared.cfg.retry_status.contains(&status) && resendable {
         info!(
             endpoint,
             status, "gateway re-sends through another upstream"
@@ -379,8 +437,8 @@ fn bad_gateway(endpoint: EndpointId, reason: Reason, message: &str) -> Response<
 /// An upstream's answer as the client gets it: hop-by-hop headers off, the endpoint and
 /// the pool that served it named. The lease (`guard`) lives as long as the body streams to the client; a body
 /// that breaks off is the upstream path failing mid-response.
-fn to_client(
-    resp: Response<Driven>,
+fn to_client<B: ClientBody>(
+    resp: Response<B>,
     (endpoint, pool): (EndpointId, &str),
     guard: Option<LeaseGuard>,
     host: &str,

@@ -7,7 +7,8 @@
 //! requests), `routing` (username keys, token), `upstream` (attempt loop; every engine
 //! call), `lease` (the guard that always gives a lease back), `limits` (deadlines and
 //! caps), `counted` (bytes relayed, for `/metrics`), `idle` (upstream connections kept for
-//! the next request), `plain` (how plain HTTP goes through an HTTP upstream).
+//! the next request), `plain` (how plain HTTP goes through an HTTP upstream), `screen` (the `[[ban]]` rules
+//! applied to an answer).
 
 mod answer;
 mod counted;
@@ -25,6 +26,7 @@ mod plain;
 mod quick_connect;
 mod relay;
 mod routing;
+mod screen;
 mod send;
 mod socks5;
 mod target;
@@ -41,9 +43,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
+use crate::ban::BanRules;
 use crate::config::GatewayConfig;
 use crate::dial::Dialer;
-use crate::metrics::GatewayMetrics;
+use crate::metrics::{BanRuleMetrics, GatewayMetrics};
 use crate::pool::engine::Engine;
 
 pub use descriptors::Descriptors;
@@ -84,6 +87,9 @@ struct Shared {
     tracker: TaskTracker,
     shutdown: CancellationToken,
     metrics: GatewayMetrics,
+    /// The `[[ban]]` rules every answer the gateway sees is judged by.
+    bans: BanRules,
+    ban_metrics: BanRuleMetrics,
 }
 
 /// A bound gateway, ready to run.
@@ -94,6 +100,7 @@ pub struct Gateway {
     engine: Arc<Engine>,
     dialer: Dialer,
     fds: Descriptors,
+    bans: BanRules,
 }
 
 impl Gateway {
@@ -116,6 +123,7 @@ impl Gateway {
             engine,
             dialer,
             fds: Descriptors::unlimited(),
+            bans: BanRules::default(),
         })
     }
 
@@ -123,6 +131,12 @@ impl Gateway {
     /// gateways).
     pub fn with_descriptors(mut self, fds: Descriptors) -> Gateway {
         self.fds = fds;
+        self
+    }
+
+    /// Judge answers by `bans` (the config's `[[ban]]` rules).
+    pub fn with_bans(mut self, bans: BanRules) -> Gateway {
+        self.bans = bans;
         self
     }
 
@@ -143,6 +157,7 @@ impl Gateway {
         let addr = self.local_addr();
         let slots = Arc::new(Semaphore::new(self.cfg.max_connections));
         let metrics = self.engine.metrics().gateway();
+        let ban_metrics = self.engine.metrics().ban_rules(self.bans.names());
         let tracker = TaskTracker::new();
         let shared = Arc::new(Shared {
             upstream: upstream::Upstream::new(self.engine, self.dialer, &self.cfg, tracker.clone()),
@@ -153,6 +168,8 @@ impl Gateway {
             ),
             plain: plain::PlainRoutes::new(self.cfg.plain_http),
             metrics,
+            bans: self.bans,
+            ban_metrics,
             cfg: self.cfg,
             limits: self.limits,
             tracker,

@@ -298,3 +298,26 @@ fn concurrent_observations_are_all_counted() {
         Some("40000.0")
     );
 }
+
+#[test]
+fn ban_rule_series_start_at_zero_and_count_by_rule() {
+    let m = Metrics::new();
+    let b = m.ban_rules(["cf", "shop-403"].into_iter());
+    b.matched(1);
+    b.matched(1);
+    // An index past the rules (none such is handed out) counts nothing.
+    b.matched(2);
+    let text = m.encode();
+    assert_eq!(
+        sample(&text, "proxypool_ban_rule_matches_total{rule=\"cf\"}").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        sample(&text, "proxypool_ban_rule_matches_total{rule=\"shop-403\"}").as_deref(),
+        Some("2")
+    );
+    assert!(
+        text.contains("# TYPE proxypool_ban_rule_matches_total counter"),
+        "{text}"
+    );
+}

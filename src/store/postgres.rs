@@ -536,6 +536,16 @@ impl Postgres {
         self.query_pairs("WHERE p.endpoint = $1", &[&endpoint])
     }
 
+    /// The stored rows of these pairs (those that have one), in one round trip.
+    pub fn pairs_at(&self, keys: &[(EndpointId, String)]) -> Result<Vec<PairRow>, StoreError> {
+        let (ids, dests): (Vec<EndpointId>, Vec<String>) = keys.iter().cloned().unzip();
+        self.query_pairs(
+            "WHERE (p.endpoint, p.destination) IN \
+             (SELECT * FROM UNNEST($1::BIGINT[], $2::TEXT[]))",
+            &[&ids, &dests],
+        )
+    }
+
     /// The pairs of one destination.
     pub fn pairs_for(&self, destination: &str) -> Result<Vec<PairRow>, StoreError> {
         self.query_pairs("WHERE p.destination = $1", &[&destination])

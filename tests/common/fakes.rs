@@ -425,6 +425,61 @@ async fn answer_once<S: Io>(mut s: S, cfg: &DestCfg, seen: Arc<Mutex<Vec<String>
     let _ = s.shutdown().await;
 }
 
+/// One answer of a fake site, as sent (a body already encoded, with the headers saying so).
+#[derive(Clone, Debug)]
+pub struct Page {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Page {
+    pub fn new(status: u16, headers: &[(&str, &str)], body: &[u8]) -> Page {
+        Page {
+            status,
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            body: body.to_vec(),
+        }
+    }
+}
+
+/// A site that answers every request carrying `X-Upstream: <marked>` (the header
+/// `upstreams::tinyproxy_marked` adds) with `banned`, and every other with `others`; one
+/// answer per connection.
+pub async fn site_banning(marked: &str, banned: Page, others: Page) -> Fake {
+    let marked = marked.to_string();
+    spawn_server_on(0, move |mut s, seen| {
+        let (marked, banned, others) = (marked.clone(), banned.clone(), others.clone());
+        async move {
+            let Some((head, _)) = read_head(&mut s).await else {
+                return;
+            };
+            let page = match header(&head, "x-upstream") == Some(marked.as_str()) {
+                true => banned,
+                false => others,
+            };
+            seen.lock().unwrap().push(head);
+            let mut resp = format!(
+                "HTTP/1.1 {} Whatever\r\nContent-Length: {}\r\nConnection: close\r\n",
+                page.status,
+                page.body.len()
+            );
+            for (k, v) in &page.headers {
+                resp.push_str(&format!("{k}: {v}\r\n"));
+            }
+            resp.push_str("\r\n");
+            let mut out = resp.into_bytes();
+            out.extend_from_slice(&page.body);
+            let _ = s.write_all(&out).await;
+            let _ = s.shutdown().await;
+        }
+    })
+    .await
+}
+
 // ---------------------------------------------------------------------------------------
 // HTTP proxy
 

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use proxypool::ban::BanRules;
 use proxypool::config::{GatewayConfig, PoolConfig};
 use proxypool::endpoint::{EndpointId, ProxyUrl};
 use proxypool::gateway::{Descriptors, Gateway, Limits};
@@ -62,6 +63,24 @@ impl Gw {
         Gw::start_full(default_pools(), eps, f, limits, Descriptors::unlimited()).await
     }
 
+    /// Endpoints `urls` in pool `default`, answers judged by the `[[ban]]` rules `bans`.
+    pub async fn start_bans(
+        urls: &[String],
+        f: impl FnOnce(&mut GatewayConfig),
+        bans: BanRules,
+    ) -> Gw {
+        let eps = urls.iter().map(|u| endpoint(u, "default", &[])).collect();
+        Gw::start_inner(
+            default_pools(),
+            eps,
+            f,
+            Limits::default(),
+            Descriptors::unlimited(),
+            bans,
+        )
+        .await
+    }
+
     /// Pools `pools` (configured as given), endpoints `eps` (ids in this order).
     pub async fn start_pools(
         pools: Vec<PoolConfig>,
@@ -95,6 +114,17 @@ impl Gw {
         limits: Limits,
         fds: Descriptors,
     ) -> Gw {
+        Gw::start_inner(pools, eps, f, limits, fds, BanRules::default()).await
+    }
+
+    async fn start_inner(
+        pools: Vec<PoolConfig>,
+        eps: Vec<NewEndpoint>,
+        f: impl FnOnce(&mut GatewayConfig),
+        limits: Limits,
+        fds: Descriptors,
+        bans: BanRules,
+    ) -> Gw {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("gw.db");
         let store = Store::open(&db).unwrap();
@@ -110,7 +140,8 @@ impl Gw {
             .await
             .unwrap()
             .with_limits(limits)
-            .with_descriptors(fds);
+            .with_descriptors(fds)
+            .with_bans(bans);
         let addr = gw.local_addr();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(gw.run(shutdown.clone()));

@@ -7,12 +7,26 @@ pub const INSTALL: &str = "apt-get install -y tinyproxy microsocks dante-server"
 
 /// tinyproxy with Basic auth alice:s3cret, CONNECT allowed to `connect_ports`.
 pub async fn tinyproxy(connect_ports: &[u16]) -> Option<ToolDaemon> {
+    tinyproxy_with(connect_ports, "").await
+}
+
+/// As [`tinyproxy`], adding `X-Upstream: <mark>` to every plain-HTTP request it forwards:
+/// a fake site (`fakes::site_banning`) can then answer one upstream differently.
+pub async fn tinyproxy_marked(connect_ports: &[u16], mark: &str) -> Option<ToolDaemon> {
+    tinyproxy_with(
+        connect_ports,
+        &format!("AddHeader \"X-Upstream\" \"{mark}\"\n"),
+    )
+    .await
+}
+
+async fn tinyproxy_with(connect_ports: &[u16], extra: &str) -> Option<ToolDaemon> {
     let bin = need("tinyproxy", INSTALL)?;
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let mut conf = format!(
         "Port {port}\nListen 127.0.0.1\nTimeout 30\nMaxClients 100\nAllow 127.0.0.1\n\
-         BasicAuth alice s3cret\nLogLevel Info\n"
+         BasicAuth alice s3cret\nLogLevel Info\n{extra}"
     );
     for p in connect_ports {
         conf.push_str(&format!("ConnectPort {p}\n"));

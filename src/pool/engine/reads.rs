@@ -243,6 +243,17 @@ impl Engine {
             .await??)
     }
 
+    /// The stored rows of these pairs (their details), as the status page shows them.
+    pub async fn pairs_at(
+        &self,
+        keys: Vec<(EndpointId, String)>,
+    ) -> Result<Vec<crate::store::pairs::PairRow>, EngineError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self.writer.call(move |s| s.pairs_at(&keys)).await??)
+    }
+
     /// The newest events, newest first.
     pub async fn recent_events(
         &self,

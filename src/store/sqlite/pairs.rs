@@ -158,6 +158,18 @@ impl Sqlite {
         self.query_pairs("WHERE p.endpoint=?1", params![endpoint])
     }
 
+    /// The stored rows of these pairs (those that have one), in the order asked.
+    pub fn pairs_at(&self, keys: &[(EndpointId, String)]) -> Result<Vec<PairRow>, StoreError> {
+        let mut out = Vec::new();
+        for (endpoint, destination) in keys {
+            out.extend(self.query_pairs(
+                "WHERE p.endpoint=?1 AND p.destination=?2",
+                params![endpoint, destination],
+            )?);
+        }
+        Ok(out)
+    }
+
     /// The pairs of one destination (`list --destination D`).
     pub fn pairs_for(&self, destination: &str) -> Result<Vec<PairRow>, StoreError> {
         self.query_pairs("WHERE p.destination=?1", params![destination])
