@@ -184,7 +184,7 @@ async fn bad_origin_is_refused_with_the_harness_ca_and_only_its_issuer_is_wrong(
     assert!(own.is(200) && own.text() == OK_BODY, "{own}");
 }
 
-/// Each proxy's URL and its curl flag, by the address it leaves from.
+/// A proxy, its URL for curl and the address it leaves from.
 struct Exit {
     bind: Ipv4Addr,
     proxy: String,

@@ -88,7 +88,8 @@ pub fn harness_ca() -> &'static TestCa {
     CA.get_or_init(|| TestCa::new("proxypool harness CA"))
 }
 
-/// Byte `i` of the `/big` body: a pattern (not zeros) so a shifted or corrupted copy shows.
+/// The `/big` body of `len` bytes: a pattern (not zeros), so a shifted or corrupted copy
+/// shows.
 pub fn big_body(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i % 251) as u8).collect()
 }
