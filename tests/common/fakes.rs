@@ -189,6 +189,21 @@ impl TestCa {
         std::fs::write(&k, key.serialize_pem()).unwrap();
         (c, k)
     }
+
+    /// A server leaf this CA signed for `names` (DNS names, `*.` wildcards, IP literals
+    /// as IP SANs; the first is also its CN): its certificate and key, PEM.
+    pub fn leaf_pem(&self, names: &[&str]) -> (String, String) {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let cn = names.first().cloned().unwrap_or_default();
+        let mut params = CertificateParams::new(names).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+        params.use_authority_key_identifier_extension = true;
+        let key = KeyPair::generate().unwrap();
+        let leaf = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        (leaf.pem(), key.serialize_pem())
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -10,7 +10,16 @@
 //! - `common::daemon` — a temporary proxypool home (`Home`), the real binary as CLI
 //!   (`Home::run/ok/fails/bare`) and as daemon (`Home::serve` → `Daemon`), a JSON-lines
 //!   socket client (`Conn`).
-//! - `common::upstreams` — real upstream proxies (tinyproxy, microsocks, dante).
+//! - `common::upstreams` — real upstream proxies (tinyproxy, microsocks, dante); the
+//!   `_bound` ones leave from a loopback address of their own (127.0.1.2, ...).
+//! - `common::origin` — `NginxOrigin`: a real nginx site over HTTPS (HTTP/2 and 1.1, a leaf
+//!   from the harness CA; `bad()`: self-signed) and plain HTTP: `/ok`, `/ip`, a location
+//!   refusing given client addresses, challenge pages, a gzip'd body, a large body, `/ws`.
+//! - `common::mitm` — `Mitmproxy`: mitmdump (PyPI) as an upstream intercepting TLS with its
+//!   own CA.
+//! - `common::haproxy` — HAProxy as a layer-4 hop.
+//! - `common::curl` — curl as a client (`Curl` builder, `CurlOut`).
+//! - `common::websocket` — a WebSocket echo server and client.
 //! - `common::gateway` — an in-process gateway over a real SQLite file, raw client helpers.
 //! - `common::vpool`  — a virtual pool: real `Pools` + real SQLite store under the paused
 //!   tokio clock, scripted endpoints, an event auditor; `Clock` for pool-level tests.
@@ -29,16 +38,21 @@
 #![allow(dead_code)]
 
 pub mod counting;
+pub mod curl;
 pub mod daemon;
 pub mod fakes;
 pub mod gateway;
+pub mod haproxy;
 pub mod markdown;
+pub mod mitm;
+pub mod origin;
 pub mod ports;
 pub mod postgres;
 pub mod tools;
 pub mod upstreams;
 pub mod vpool;
 pub mod wait;
+pub mod websocket;
 
 // Each test binary uses some of them.
 #[allow(unused_imports)]

@@ -91,6 +91,19 @@ impl ToolDaemon {
         dir: TempDir,
         port: u16,
     ) -> ToolDaemon {
+        Self::start_within(name, bin, args, dir, port, Duration::from_secs(10)).await
+    }
+
+    /// `start` for a program slow to come up (an interpreter importing a large package),
+    /// ready within `within`.
+    pub async fn start_within(
+        name: &'static str,
+        bin: &Path,
+        args: &[&str],
+        dir: TempDir,
+        port: u16,
+        within: Duration,
+    ) -> ToolDaemon {
         let log = dir.path().join(format!("{name}.log"));
         let out = File::create(&log).unwrap();
         let err = out.try_clone().unwrap();
@@ -111,14 +124,14 @@ impl ToolDaemon {
             log,
             _dir: dir,
         };
-        d.wait_ready().await;
+        d.wait_ready(within).await;
         d
     }
 
-    async fn wait_ready(&mut self) {
+    async fn wait_ready(&mut self, within: Duration) {
         let what = format!("{} accepts on port {}", self.name, self.port);
         let port = self.port;
-        super::eventually_async(Duration::from_secs(10), &what, || {
+        super::eventually_async(within, &what, || {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!(
                     "{} exited early ({status}):\n{}",
