@@ -88,6 +88,9 @@ pub(super) async fn serve(
         daemon::DaemonError::Gateway(crate::gateway::GatewayError::Tls(t)) => {
             CliError::usage(format!("gateway: {t}"))
         }
+        daemon::DaemonError::Gateway(crate::gateway::GatewayError::Roots(r)) => {
+            CliError::usage(format!("gateway: {r}"))
+        }
         e => CliError::failed(e.to_string()),
     });
     if let Some(held) = &held {

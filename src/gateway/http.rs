@@ -123,6 +123,9 @@ async fn connect(
         Ok(t) => t,
         Err(e) => return text(StatusCode::BAD_REQUEST, "bad_request", &e.to_string()),
     };
+    if shared.intercepts(&target) {
+        return intercepted(shared, req, target, routing, slot);
+    }
     let opened = match tunnel::open(&shared, &routing, &target).await {
         Ok(v) => v,
         Err(failure) => return failure,
@@ -161,11 +164,57 @@ async fn connect(
     resp
 }
 
+/// A CONNECT to a host the gateway intercepts: answered at once (no upstream is chosen
+/// before the first request inside), its TLS ended here once hyper hands the connection
+/// over.
+fn intercepted(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+    target: Target,
+    routing: Routing,
+    slot: Slot,
+) -> Response<Body> {
+    let task_shared = shared.clone();
+    shared.tracker.spawn(async move {
+        match hyper::upgrade::on(req).await {
+            Ok(up) => match up.downcast::<TokioIo<Watched<TcpStream>>>() {
+                Ok(parts) => {
+                    let client = parts.io.into_inner().into_inner();
+                    let early = parts.read_buf.to_vec();
+                    super::intercept::serve(task_shared, client, early, target, routing).await
+                }
+                Err(up) => {
+                    super::intercept::serve(
+                        task_shared,
+                        TokioIo::new(up),
+                        Vec::new(),
+                        target,
+                        routing,
+                    )
+                    .await
+                }
+            },
+            Err(e) => debug!(error = %e, "hyper did not hand the connection over"),
+        }
+        drop(slot);
+    });
+    Response::new(super::answer::empty())
+}
+
 /// A response body that holds `_guard` until it is dropped, and keeps the body's size hint
 /// (a `Content-Length` answer stays one; `map_frame` would make it chunked).
-struct Holding<G> {
+pub(super) struct Holding<G> {
     body: Body,
     _guard: G,
+}
+
+impl<G> Holding<G> {
+    pub(super) fn new(body: Body, guard: G) -> Self {
+        Holding {
+            body,
+            _guard: guard,
+        }
+    }
 }
 
 impl<G: Send + Unpin> hyper::body::Body for Holding<G> {

@@ -56,6 +56,12 @@ impl Target {
         })
     }
 
+    /// The authority a request inside an intercepted connection names (`Host`, or
+    /// HTTP/2's `:authority`), at `port` when it names none.
+    pub(super) fn inside(authority: &str, port: u16) -> Result<Target, BadTarget> {
+        Target::named(authority, Some(port))
+    }
+
     /// A SOCKS5 request's address and port (a domain as sent, or an address).
     pub(super) fn socks(host: &str, port: u16) -> Result<Target, BadTarget> {
         Target::at(host, port)

@@ -84,6 +84,8 @@ pub(super) enum UpstreamError {
 pub(super) trait Way {
     /// An idle connection that can stand for a dial.
     type Conn;
+    /// A new connection made ready for the request.
+    type Ready;
     /// The route through `proxy`.
     fn route(&self, proxy: &ProxyUrl) -> Route;
     /// An idle connection through `proxy` on `route`, if one is kept.
@@ -93,6 +95,16 @@ pub(super) trait Way {
     fn fallback(&self, proxy: &ProxyUrl, route: Route, failure: &DialFailure) -> Option<Route>;
     /// Whether a new connection carries one request or is kept (`TCP_QUICKACK` or not).
     fn carries(&self) -> Carries;
+    /// A dialed connection made ready for the request before `deadline` (TLS with the
+    /// origin, for an intercepted one): a failure is the try's, reported as a dial's and
+    /// followed by the next upstream whatever the request's method, since nothing of the
+    /// request has gone out yet.
+    fn ready(
+        &self,
+        proxy: &ProxyUrl,
+        dialed: Dialed,
+        deadline: tokio::time::Instant,
+    ) -> impl std::future::Future<Output = Result<Self::Ready, DialFailure>> + Send;
 }
 
 /// Always the same route, never an idle connection.
@@ -100,6 +112,7 @@ struct Fixed(Route);
 
 impl Way for Fixed {
     type Conn = Infallible;
+    type Ready = Dialed;
     fn route(&self, _: &ProxyUrl) -> Route {
         self.0
     }
@@ -113,12 +126,20 @@ impl Way for Fixed {
         // A tunnel carries whatever the client sends through it.
         Carries::More
     }
+    fn ready(
+        &self,
+        _: &ProxyUrl,
+        dialed: Dialed,
+        _: tokio::time::Instant,
+    ) -> impl std::future::Future<Output = Result<Dialed, DialFailure>> + Send {
+        std::future::ready(Ok(dialed))
+    }
 }
 
 /// How one try reached the destination.
-pub(super) enum Link<S> {
+pub(super) enum Link<S, D = Dialed> {
     /// A new connection through the granted upstream.
-    Dialed(Dialed),
+    Dialed(D),
     /// An idle connection of the granted upstream, open to the same place.
     Reused(S),
 }
@@ -285,7 +306,7 @@ impl Upstream {
         target: &Target,
         tries: &mut Tries,
         way: &W,
-    ) -> Result<(LeaseGuard, Link<W::Conn>), UpstreamError> {
+    ) -> Result<(LeaseGuard, Link<W::Conn, W::Ready>), UpstreamError> {
         // Leases for the place skip its banned pairs and refuse a target that is down;
         // their reports are judged by docs/blame.md.
         let dest = &target.dest;
@@ -328,6 +349,10 @@ impl Upstream {
                     },
                     ok => break ok,
                 }
+            };
+            let dialed = match dialed {
+                Ok(d) => way.ready(guard.proxy(), d, clock.deadline).await,
+                Err(f) => Err(f),
             };
             match dialed {
                 Ok(d) => return Ok((guard, Link::Dialed(d))),
