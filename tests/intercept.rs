@@ -74,6 +74,31 @@ impl Setup {
         )
     }
 
+    /// `url` fetched `n` times by one curl process over one keep-alive connection through
+    /// the gateway; the bodies, one after the other.
+    async fn curl_many(&self, url: &str, n: usize) -> String {
+        let Some(bin) = common::tools::need("curl", "apt-get install curl") else {
+            return String::new();
+        };
+        let mut cmd = std::process::Command::new(bin);
+        cmd.args(["-sS", "--http1.1", "--max-time", "20", "--cacert"])
+            .arg(&self.ca)
+            .args(["-x", &format!("http://127.0.0.1:{}", self.gateway)]);
+        for _ in 0..n {
+            cmd.arg(url);
+        }
+        let out = tokio::task::spawn_blocking(move || cmd.output())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// `list --destination HOST --json`, by endpoint id.
     fn states_for(&self, host: &str) -> Vec<(i64, String)> {
         self.home
@@ -164,4 +189,154 @@ async fn both_protocols_on_both_sides_and_the_endpoint_header_inside_tls() {
         assert_eq!(who["sni"], "origin.test", "{who}");
         assert_eq!(who["alpn"], "h2", "{who}");
     }
+}
+
+/// A TLS client trusting only `ca` (the daemon's CA), with `alpn`, over `io` to `name`.
+async fn tls_over<S>(
+    io: S,
+    ca: &std::path::Path,
+    name: &'static str,
+    alpn: &[&[u8]],
+) -> tokio_rustls::client::TlsStream<S>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(ca).unwrap();
+    for c in rustls_pemfile::certs(&mut pem.as_slice()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg));
+    let name = rustls::pki_types::ServerName::try_from(name).unwrap();
+    connector
+        .connect(name, io)
+        .await
+        .expect("TLS with the gateway's leaf")
+}
+
+/// A CONNECT through the gateway, answered `200`.
+async fn connect_through(gateway: u16, authority: &str) -> tokio::net::TcpStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", gateway))
+        .await
+        .unwrap();
+    s.write_all(format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).await.unwrap(), 1, "gateway closed: {head:?}");
+        head.push(b[0]);
+    }
+    let head = String::from_utf8_lossy(&head);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    s
+}
+
+#[tokio::test]
+async fn a_websocket_inside_an_intercepted_connection_is_relayed() {
+    use common::websocket::{WsClient, CLOSE};
+    origin::need_hosts();
+    let Some(o) = NginxOrigin::start().await else {
+        return;
+    };
+    let Some(up) = tinyproxy_bound(ip("127.0.1.5"), &[o.https_port]).await else {
+        return;
+    };
+    let s = setup(&o, &[&up], "");
+    let tunnel = connect_through(s.gateway, &format!("origin.test:{}", o.https_port)).await;
+    let tls = tls_over(tunnel, &s.ca, "origin.test", &[b"http/1.1"]).await;
+    let mut ws = WsClient::connect(tls, "origin.test", "/ws").await;
+    assert!(
+        ws.head
+            .to_ascii_lowercase()
+            .contains("x-proxypool-endpoint: 1"),
+        "{}",
+        ws.head
+    );
+    let long = "y".repeat(70_000);
+    assert_eq!(ws.echo(&long).await, long);
+    assert_eq!(ws.echo("short").await, "short");
+    ws.send(CLOSE, &1000u16.to_be_bytes()).await;
+    assert_eq!(ws.recv().await.unwrap().opcode, CLOSE);
+    drop(ws);
+    // The upgrade went through the upstream, and its lease came back when it closed.
+    common::eventually(
+        std::time::Duration::from_secs(10),
+        "the lease is given back",
+        || {
+            let st = s.daemon.status();
+            (st["leases"] == 0).then_some(()).ok_or(st.to_string())
+        },
+    );
+    let ws: Vec<Value> = o
+        .requests()
+        .into_iter()
+        .filter(|r| r["uri"] == "/ws")
+        .collect();
+    assert_eq!(ws.len(), 1, "{ws:?}");
+    assert_eq!(
+        (ws[0]["ip"].as_str(), ws[0]["status"].as_str()),
+        (Some("127.0.1.5"), Some("101"))
+    );
+}
+
+#[tokio::test]
+async fn rotate_request_spreads_one_keep_alive_connection_over_every_upstream() {
+    origin::need_hosts();
+    let Some(o) = NginxOrigin::start().await else {
+        return;
+    };
+    let mut ups = Vec::new();
+    for a in ["127.0.1.6", "127.0.1.7", "127.0.1.8"] {
+        let Some(u) = tinyproxy_bound(ip(a), &[o.https_port]).await else {
+            return;
+        };
+        ups.push(u);
+    }
+    let s = setup(&o, &ups.iter().collect::<Vec<_>>(), "rotate = \"request\"");
+    let url = o.https_url("origin.test", "/ip");
+    let text = s.curl_many(&url, 9).await;
+    let mut seen: Vec<&str> = text.lines().collect();
+    assert_eq!(seen.len(), 9, "{text}");
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen, ["127.0.1.6", "127.0.1.7", "127.0.1.8"], "{text}");
+    // Without it, one connection keeps one upstream.
+    drop(s);
+    let s = setup(&o, &ups.iter().collect::<Vec<_>>(), "");
+    let text = s.curl_many(&url, 9).await;
+    let mut seen: Vec<&str> = text.lines().collect();
+    assert_eq!(seen.len(), 9, "{text}");
+    seen.dedup();
+    assert_eq!(seen.len(), 1, "one upstream per connection: {text}");
+}
+
+#[tokio::test]
+async fn socks5_connects_are_intercepted_too() {
+    origin::need_hosts();
+    let Some(o) = NginxOrigin::start().await else {
+        return;
+    };
+    let Some(up) = tinyproxy_bound(ip("127.0.1.9"), &[o.https_port]).await else {
+        return;
+    };
+    let s = setup(&o, &[&up], "");
+    let Some(curl) = Curl::new() else { return };
+    let out = curl
+        .cacert(&s.ca)
+        .proxy(&format!("socks5h://127.0.0.1:{}", s.gateway))
+        .get(&o.https_url("origin.test", "/ip"))
+        .await;
+    assert!(out.is(200), "{out}");
+    assert_eq!(out.text(), "127.0.1.9\n");
+    assert_eq!(endpoint_of(&out), Some(1), "{out}");
 }

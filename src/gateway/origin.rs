@@ -34,6 +34,8 @@ pub(super) enum Spoken {
 /// The gateway's TLS client for origins, and the HTTP/2 connections it keeps.
 pub(super) struct Origins {
     connector: TlsConnector,
+    /// The same, offering `http/1.1` only: an upgrade (WebSocket) has no HTTP/2 form here.
+    http1_only: TlsConnector,
     h2: Mutex<HashMap<H2Key, H2Sender>>,
 }
 
@@ -60,8 +62,11 @@ const MAX_H2: usize = 1024;
 
 impl Origins {
     pub(super) fn new(config: Arc<rustls::ClientConfig>) -> Origins {
+        let mut http1 = (*config).clone();
+        http1.alpn_protocols = vec![b"http/1.1".to_vec()];
         Origins {
             connector: TlsConnector::from(config),
+            http1_only: TlsConnector::from(Arc::new(http1)),
             h2: Mutex::new(HashMap::new()),
         }
     }
@@ -94,25 +99,7 @@ impl Origins {
     ) -> Result<Spoken, DialFailure> {
         let refused =
             |reason, detail: String| DialFailure::new(reason, Phase::DestinationTls, detail);
-        let name = ServerName::try_from(dest.host.clone()).map_err(|e| {
-            refused(
-                Reason::TlsFailed,
-                format!("bad TLS server name {:?}: {e}", dest.host),
-            )
-        })?;
-        let handshake = self.connector.connect(name, io);
-        let tls = match tokio::time::timeout_at(deadline, handshake).await {
-            Err(_) => {
-                return Err(refused(
-                    Reason::SlowResponse,
-                    "no TLS handshake with the origin within the gateway's connect_timeout".into(),
-                ))
-            }
-            Ok(Err(e)) => return Err(certificate_or_not(&e)),
-            Ok(Ok(s)) => s,
-        };
-        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-        let io: BoxIo = Box::new(tls);
+        let (io, h2) = tls_with(&self.connector, io, dest, deadline).await?;
         if !h2 {
             return Ok(Spoken::Http1(io));
         }
@@ -135,6 +122,16 @@ impl Origins {
         Ok(Spoken::Http2(sender))
     }
 
+    /// TLS with the origin offering HTTP/1.1 only, for a request that upgrades.
+    pub(super) async fn handshake_http1(
+        &self,
+        io: BoxIo,
+        dest: &Dest,
+        deadline: Instant,
+    ) -> Result<BoxIo, DialFailure> {
+        Ok(tls_with(&self.http1_only, io, dest, deadline).await?.0)
+    }
+
     fn keep(&self, key: H2Key, sender: H2Sender) {
         let mut table = self.h2.lock().unwrap_or_else(|p| p.into_inner());
         if table.len() >= MAX_H2 {
@@ -144,6 +141,34 @@ impl Origins {
             table.insert(key, sender);
         }
     }
+}
+
+/// TLS by `connector` over `io` to `dest` before `deadline`; whether ALPN chose HTTP/2.
+async fn tls_with(
+    connector: &TlsConnector,
+    io: BoxIo,
+    dest: &Dest,
+    deadline: Instant,
+) -> Result<(BoxIo, bool), DialFailure> {
+    let refused = |reason, detail: String| DialFailure::new(reason, Phase::DestinationTls, detail);
+    let name = ServerName::try_from(dest.host.clone()).map_err(|e| {
+        refused(
+            Reason::TlsFailed,
+            format!("bad TLS server name {:?}: {e}", dest.host),
+        )
+    })?;
+    let tls = match tokio::time::timeout_at(deadline, connector.connect(name, io)).await {
+        Err(_) => {
+            return Err(refused(
+                Reason::SlowResponse,
+                "no TLS handshake with the origin within the gateway's connect_timeout".into(),
+            ))
+        }
+        Ok(Err(e)) => return Err(certificate_or_not(&e)),
+        Ok(Ok(s)) => s,
+    };
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    Ok((Box::new(tls), h2))
 }
 
 /// A refused handshake read: a certificate that did not verify (`tls_failed`), or the

@@ -111,6 +111,9 @@ impl Inside {
         if let Err(why) = same_origin(&req, &self.target) {
             return text(StatusCode::MISDIRECTED_REQUEST, "bad_request", &why);
         }
+        if super::upgrade::asks_upgrade(&req) {
+            return super::upgrade::upgrade(&self.shared, req, &self.target, &self.routing).await;
+        }
         crate::gateway::forward::inside(&self.shared, req, &self.target, &self.routing).await
     }
 }

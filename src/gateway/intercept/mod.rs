@@ -3,11 +3,12 @@
 //! leaf of this install's CA, and every request inside goes out as an absolute-form one
 //! does: through an upstream, then TLS to the origin, verified, its answer judged by
 //! `ban_status`, `retry_status` and the `[[ban]]` rules. Files: `rewound` (bytes read
-//! ahead of the handshake, put back), `client` (the client's side); the origin's side is
+//! ahead of the handshake, put back), `client` (the client's side), `upgrade` (a WebSocket relayed once the origin agrees); the origin's side is
 //! the gateway's `origin` and `secure`.
 
 mod client;
 mod rewound;
+mod upgrade;
 
 use std::sync::Arc;
 
