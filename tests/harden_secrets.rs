@@ -588,6 +588,15 @@ fn blank_and_padded_tokens_are_refused() {
     );
     assert_eq!(o.code, Some(2), "{o:?}");
     assert!(o.stderr.contains("blank"), "{}", o.stderr);
+    // The HTTP listener's: no reader could send it (a bearer token is trimmed).
+    let o = run_with(
+        &h,
+        Some(h.db.to_str().unwrap()),
+        &["serve", "--http", "192.0.2.1:1"],
+        &[("PROXYPOOL_HTTP_TOKEN", "   ")],
+    );
+    assert_eq!(o.code, Some(2), "{o:?}");
+    assert!(o.stderr.contains("blank"), "{}", o.stderr);
     // A TCP token counted without the spaces around it.
     let o = run_with(
         &h,
