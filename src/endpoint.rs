@@ -256,11 +256,19 @@ pub fn check_characters(input: &str) -> Result<(), EndpointError> {
 
 /// What [`check_characters`] refuses, as the error to name the text with.
 fn bad_characters(input: &str) -> Option<fn(String) -> EndpointError> {
-    let (mut control, mut space, mut percent) = (false, false, false);
-    for c in input.chars() {
-        control |= c.is_control();
-        space |= c.is_whitespace();
-        percent |= c == '%';
+    // Bytes first (every URL of an import passes here); characters only past ASCII.
+    let (mut control, mut space, mut percent, mut wide) = (false, false, false, false);
+    for &b in input.as_bytes() {
+        control |= b < 0x20 || b == 0x7f;
+        space |= b == b' ';
+        percent |= b == b'%';
+        wide |= b >= 0x80;
+    }
+    if wide {
+        for c in input.chars() {
+            control |= c.is_control();
+            space |= c.is_whitespace();
+        }
     }
     if !control && percent {
         control = percent_decode_str(input)
