@@ -234,13 +234,15 @@ pub struct SourceConfig {
 }
 
 impl SourceConfig {
-    /// A stable, password-free name for events and `proxypool sources`.
+    /// A stable, password-free name for events and `proxypool sources`, its control
+    /// characters escaped (stored alike by both backends: PostgreSQL takes no NUL).
     pub fn name(&self) -> String {
-        match &self.kind {
+        let name = match &self.kind {
             SourceKind::File(p) => format!("file:{}", p.display()),
             SourceKind::Url(u) => format!("url:{}", crate::endpoint::redact_raw(u)),
             SourceKind::Command(c) => format!("command:{}", crate::redact::redact_argv(c)),
-        }
+        };
+        crate::redact::printable(&name).into_owned()
     }
 }
 
@@ -695,6 +697,14 @@ mod tests {
             (
                 "[[gateway]]\nlisten = \"0.0.0.0:1\"\ntoken = \"\"\n",
                 "gateway[0].token",
+            ),
+            (
+                "[[gateway]]\nlisten = \"0.0.0.0:1\"\ntoken = \" \"\n",
+                "gateway[0].token: is blank",
+            ),
+            (
+                "[[gateway]]\nlisten = \"127.0.0.1:1\"\ntoken = \"\\t \"\n",
+                "gateway[0].token: is blank",
             ),
             ("[[gateway]]\nlisten = \"localhost\"\n", "gateway[0].listen"),
             (

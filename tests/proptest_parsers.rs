@@ -47,8 +47,11 @@ fn host() -> impl Strategy<Value = String> {
 fn credential() -> impl Strategy<Value = String> {
     prop_oneof![
         "[A-Za-z0-9._~-]{1,12}",
-        // Anything at all, percent-encoded when rendered.
-        any::<String>().prop_filter("non-empty", |s| !s.is_empty()),
+        // Anything at all but a control character (refused in every part of a URL),
+        // percent-encoded when rendered.
+        any::<String>().prop_filter("non-empty, no control character", |s| {
+            !s.is_empty() && !s.chars().any(char::is_control)
+        }),
     ]
 }
 
@@ -267,6 +270,27 @@ proptest! {
                 bare.to_secret_string()
             });
         }
+    }
+
+    #[test]
+    fn a_control_character_in_a_user_or_password_is_refused(
+        u in valid_url(),
+        // Every control character: C0, DEL and C1.
+        c in prop_oneof![0u32..0x20, Just(0x7f), 0x80u32..0xa0]
+            .prop_map(|c| char::from_u32(c).expect("a char")),
+        in_password in any::<bool>(),
+    ) {
+        let mut bad = u;
+        let text = format!("a{c}b");
+        if in_password {
+            bad.user.get_or_insert_with(|| "u".into());
+            bad.password = Some(text);
+        } else {
+            bad.user = Some(text);
+        }
+        let url = bad.to_secret_string();
+        let err = ProxyUrl::parse(&url).unwrap_err().to_string();
+        prop_assert!(err.contains("control character"), "{}: {}", url, err);
     }
 
     #[test]
