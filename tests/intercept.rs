@@ -26,14 +26,20 @@ struct Setup {
     home: Home,
     daemon: Daemon,
     gateway: u16,
+    /// The daemon's HTTP listener (`/metrics`, `/ca.pem`).
+    http: u16,
     /// The daemon's own CA, which clients trust.
     ca: PathBuf,
 }
 
 fn setup(o: &NginxOrigin, upstreams: &[&ToolDaemon], extra: &str) -> Setup {
     let gateway = free_port();
+    let http = free_port();
     let config = format!(
-        r#"[tls]
+        r#"[server]
+http = "127.0.0.1:{http}"
+
+[tls]
 extra_roots = "{roots}"
 
 [[gateway]]
@@ -61,6 +67,7 @@ retry_status = [403, 429]
         home,
         daemon,
         gateway,
+        http,
         ca,
     }
 }
@@ -97,6 +104,16 @@ impl Setup {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// A page of the daemon's HTTP listener.
+    async fn page(&self, path: &str) -> String {
+        let out = Curl::new()
+            .unwrap()
+            .get(&format!("http://127.0.0.1:{}{path}", self.http))
+            .await;
+        assert!(out.is(200), "{out}");
+        out.text()
     }
 
     /// `list --destination HOST --json`, by endpoint id.
@@ -189,6 +206,20 @@ async fn both_protocols_on_both_sides_and_the_endpoint_header_inside_tls() {
         assert_eq!(who["sni"], "origin.test", "{who}");
         assert_eq!(who["alpn"], "h2", "{who}");
     }
+    let metrics = s.page("/metrics").await;
+    assert!(
+        metrics.contains("proxypool_gateway_intercepted_total{pool=\"default\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("proxypool_gateway_leaf_certificates 1"),
+        "{metrics}"
+    );
+    // What clients are told to trust is what the daemon signs with.
+    assert_eq!(
+        s.page("/ca.pem").await,
+        std::fs::read_to_string(&s.ca).unwrap()
+    );
 }
 
 /// A TLS client trusting only `ca` (the daemon's CA), with `alpn`, over `io` to `name`.

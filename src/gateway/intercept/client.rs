@@ -56,6 +56,9 @@ pub(in crate::gateway) async fn serve<C>(
         why = activity.expired(&shared.limits) => return debug!(why, "intercepted client closed during its TLS handshake"),
         _ = shared.shutdown.cancelled() => return,
     };
+    let pool = routing.pool.as_deref().unwrap_or(&shared.cfg.pool);
+    shared.metrics.intercepted(pool);
+    shared.metrics.leaf_certificates(icpt.front.leaves().len());
     let routing = connection_routing(shared.cfg.rotate, routing);
     let inside = Arc::new(Inside {
         shared: shared.clone(),
