@@ -43,6 +43,7 @@ pub mod daemon;
 pub mod fakes;
 pub mod gateway;
 pub mod haproxy;
+pub mod intercepting;
 pub mod markdown;
 pub mod mitm;
 pub mod origin;
