@@ -235,6 +235,7 @@ fn every_config_key_is_in_the_table_of_its_section() {
         ),
         ("endpoint", "[[endpoint]]\n"),
         ("gateway", "[[gateway]]\n"),
+        ("tls", "[tls]\n"),
     ];
     for (name, prefix) in tables {
         let keys = config_keys(prefix);

@@ -8,10 +8,12 @@
 use proptest::prelude::*;
 use proptest::test_runner::Config as PtConfig;
 use proxypool::config::Config;
+use proxypool::config::{Everything, HostPatterns};
 use proxypool::endpoint::{ProxyUrl, Scheme};
 use proxypool::protocol::parse_line;
 use proxypool::redact::{redact_argv, redact_text};
 use proxypool::sources::parse_list;
+use proxypool::tls::LeafName;
 use serde_json::{json, Value};
 
 fn cfg() -> PtConfig {
@@ -365,5 +367,42 @@ proptest! {
         any::<String>(),
     ], 0..6)) {
         let _ = redact_argv(&argv);
+    }
+
+    #[test]
+    fn leaf_names_never_panic_and_parse_to_themselves(s in prop_oneof![
+        any::<String>(),
+        "[a-zA-Z0-9._*-]{0,70}",
+        "([a-z0-9-]{1,63}\\.){1,5}[a-z]{2,6}\\.?",
+        "[0-9.:a-fA-F\\[\\]]{0,45}",
+    ]) {
+        if let Ok(n) = LeafName::parse(&s) {
+            // Canonical: the key parses to the same name.
+            let again = LeafName::parse(&n.key()).unwrap();
+            prop_assert_eq!(&again, &n);
+            prop_assert!(n.key().len() <= 253);
+        }
+    }
+
+    #[test]
+    fn host_patterns_never_panic_and_match_what_they_list(
+        entries in prop::collection::vec(prop_oneof![
+            any::<String>(),
+            "\\*|\\*\\.[a-z.]{1,20}|[A-Za-z0-9.:\\[\\]-]{1,30}",
+        ], 0..5),
+        host in "[a-z0-9.-]{0,30}",
+    ) {
+        if let Ok(p) = HostPatterns::parse(&entries, Everything::Allowed) {
+            let _ = p.matches(&host);
+            for e in p.entries() {
+                match e.strip_prefix("*.") {
+                    Some(suffix) => {
+                        let below = format!("x.{}", suffix);
+                        prop_assert!(p.matches(&below));
+                    }
+                    None => prop_assert!(p.matches(e)),
+                }
+            }
+        }
     }
 }
