@@ -58,6 +58,10 @@ fn summary(path: &std::path::Path, cfg: &Config) -> String {
         cfg.gateways.len(),
         plural(cfg.gateways.len()),
     );
+    let rules = cfg.bans.names().count();
+    if rules > 0 {
+        s.push_str(&format!(", {rules} ban rule{}", plural(rules)));
+    }
     let db = cfg
         .store_path
         .clone()
