@@ -335,8 +335,7 @@ async fn proxy_failed(
     ))
 }
 
-/// The destination's answer, judged by the `[[ban]]` rules first (when there are any),
-/// then by `ban_status` and `retry_status`.
+/// The destination's answer to the client's request.
 async fn judge(
     shared: &Shared,
     guard: LeaseGuard,
@@ -345,7 +344,23 @@ async fn judge(
     tries: &Tries,
 ) -> Try {
     let host = &out.target.dest.host;
-    let resendable = out.resendable(tries);
+    judge_answer(shared, guard, resp, host, out.resendable(tries)).await
+}
+
+/// A destination's answer through the upstream of `guard`, judged by the `[[ban]]` rules
+/// first (when there are any), then by `ban_status` and `retry_status`; `resendable`:
+/// whether the request may go through another upstream (a GET or HEAD with tries left).
+/// Reports the outcome on `guard` (now, when the answer is not the client's).
+pub(super) async fn judge_answer<B>(
+    shared: &Shared,
+    guard: LeaseGuard,
+    resp: Response<B>,
+    host: &str,
+    resendable: bool,
+) -> Try
+where
+    B: ClientBody + Unpin,
+{
     if shared.bans.is_empty() {
         return judge_status(shared, guard, resp, host, resendable).await;
     }
