@@ -126,6 +126,12 @@ fn toml_ish() -> impl Strategy<Value = String> {
         "preferred",
         "headers",
         "label",
+        "builtin",
+        "status",
+        "header",
+        "body",
+        "host",
+        "body_bytes",
     ]);
     let value = prop_oneof![
         "\"[a-z0-9:/. -]{0,12}\"".prop_map(|s| s.to_string()),
@@ -137,6 +143,10 @@ fn toml_ish() -> impl Strategy<Value = String> {
         Just("\"sniffing\"".to_string()),
         Just("[\"a\", \"b\"]".to_string()),
         Just("{ x = 1 }".to_string()),
+        Just("\"cloudflare\"".to_string()),
+        Just("\"x-a: (a+)+$\"".to_string()),
+        Just("[403, 429]".to_string()),
+        Just("[\"*.a.example\", \"b\"]".to_string()),
         any::<String>().prop_map(|s| format!("{s:?}")),
     ];
     let header = prop::sample::select(vec![
@@ -149,6 +159,7 @@ fn toml_ish() -> impl Strategy<Value = String> {
         "[server]",
         "[store]",
         "[gateway]",
+        "[[ban]]",
         "[",
     ]);
     let line = prop_oneof![

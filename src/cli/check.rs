@@ -92,6 +92,10 @@ fn summary(path: &std::path::Path, cfg: &Config, at: &Location) -> String {
         cfg.gateways.len(),
         plural(cfg.gateways.len()),
     );
+    let rules = cfg.bans.names().count();
+    if rules > 0 {
+        s.push_str(&format!(", {rules} ban rule{}", plural(rules)));
+    }
     s.push_str(&format!(", database {}", at.describe()));
     if let Some(a) = cfg.http {
         s.push_str(&format!(", http {a}"));
