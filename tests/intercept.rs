@@ -258,3 +258,58 @@ async fn socks5_connects_are_intercepted_too() {
     assert_eq!(out.text(), "127.0.1.9\n");
     assert_eq!(endpoint_of(&out), Some(1), "{out}");
 }
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_handshake_is_closed_and_others_are_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    origin::need_hosts();
+    let Some(o) = NginxOrigin::start().await else {
+        return;
+    };
+    let Some(up) = tinyproxy_bound(ip("127.0.1.10"), &[o.https_port]).await else {
+        return;
+    };
+    let s = setup(&o, &[&up], "");
+    let authority = format!("origin.test:{}", o.https_port);
+    // Half a TLS record header, then silence; and plain garbage where TLS should be.
+    let mut silent = connect_through(s.gateway, &authority).await;
+    silent.write_all(&[0x16, 0x03]).await.unwrap();
+    let mut garbage = connect_through(s.gateway, &authority).await;
+    garbage
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // Refused at once: a TLS alert at most, then the close.
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        garbage.read_to_end(&mut answer),
+    )
+    .await
+    .expect("garbage where TLS should be is closed");
+    assert!(
+        answer.is_empty() || answer[0] == 0x15,
+        "not an alert: {answer:?}"
+    );
+    // Meanwhile another client is served at once.
+    let out = s
+        .curl()
+        .unwrap()
+        .get(&o.https_url("origin.test", "/ok"))
+        .await;
+    assert!(out.is(200), "{out}");
+    // The silent one is closed by the gateway's first-request deadline (10 s).
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        silent.read_to_end(&mut rest),
+    )
+    .await
+    .expect("the gateway closes a handshake that never ends");
+    assert!(rest.is_empty(), "closed without an answer: {rest:?}");
+    assert_eq!(
+        s.daemon.status()["leases"],
+        0,
+        "nothing was leased for them"
+    );
+}
