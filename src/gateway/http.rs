@@ -13,7 +13,7 @@ use tracing::debug;
 
 use super::answer::{outcome, text};
 use super::idle::Body;
-use super::limits::{Activity, Watched};
+use super::limits::{Activity, Holding, Watched};
 use super::routing::Routing;
 use super::target::Target;
 use super::tunnel;
@@ -40,13 +40,7 @@ pub(super) async fn serve(shared: Arc<Shared>, stream: TcpStream, slot: Slot, an
             // Until its body has gone out, what the client sends is not a late head.
             let responding = activity.responding();
             drop(busy);
-            let resp = resp.map(|body| {
-                Holding {
-                    body,
-                    _guard: responding,
-                }
-                .boxed_unsync()
-            });
+            let resp = resp.map(|body| Holding::new(body, responding).boxed_unsync());
             Ok::<_, Infallible>(resp)
         }
     });
@@ -199,40 +193,4 @@ fn intercepted(
         drop(slot);
     });
     Response::new(super::answer::empty())
-}
-
-/// A response body that holds `_guard` until it is dropped, and keeps the body's size hint
-/// (a `Content-Length` answer stays one; `map_frame` would make it chunked).
-pub(super) struct Holding<G> {
-    body: Body,
-    _guard: G,
-}
-
-impl<G> Holding<G> {
-    pub(super) fn new(body: Body, guard: G) -> Self {
-        Holding {
-            body,
-            _guard: guard,
-        }
-    }
-}
-
-impl<G: Send + Unpin> hyper::body::Body for Holding<G> {
-    type Data = bytes::Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.body.size_hint()
-    }
 }

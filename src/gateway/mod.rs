@@ -21,6 +21,7 @@ mod headers;
 mod http;
 mod idle;
 mod intercept;
+mod interception;
 mod lease;
 mod limits;
 mod origin;
@@ -102,7 +103,7 @@ struct Shared {
     bans: BanRules,
     ban_metrics: BanRuleMetrics,
     /// The hosts it sees inside of (docs/intercept.md), when `intercept` names any.
-    intercept: Option<intercept::Interception>,
+    intercept: Option<interception::Interception>,
 }
 
 impl Shared {
@@ -121,7 +122,7 @@ pub struct Gateway {
     dialer: Dialer,
     fds: Descriptors,
     bans: BanRules,
-    intercept: Option<intercept::Interception>,
+    intercept: Option<interception::Interception>,
 }
 
 impl Gateway {
@@ -169,7 +170,7 @@ impl Gateway {
                 "insecure_origins: these origins' certificates are NOT verified"
             );
         }
-        self.intercept = Some(intercept::Interception::new(front, origin));
+        self.intercept = Some(interception::Interception::new(front, origin));
         Ok(self)
     }
 

@@ -14,7 +14,7 @@ use super::deadline::head_within;
 use super::driven::Driven;
 use super::headers::{closes, framing_conflict, upstream_request};
 use super::idle::{Body, IdleKey};
-use super::intercept::Interception;
+use super::interception::Interception;
 use super::lease::LeaseGuard;
 use super::origin::{H2Sender, Kept, OriginWay, Spoken};
 use super::outgoing::Outgoing;

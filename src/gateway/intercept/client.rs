@@ -76,7 +76,7 @@ pub(in crate::gateway) async fn serve<C>(
                 let responding = activity.responding();
                 drop(busy);
                 Ok::<_, Infallible>(resp.map(|body| {
-                    crate::gateway::http::Holding::new(body, responding).boxed_unsync()
+                    crate::gateway::limits::Holding::new(body, responding).boxed_unsync()
                 }))
             }
         });
