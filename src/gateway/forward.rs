@@ -1,6 +1,6 @@
 //! Absolute-form (plain HTTP) requests: one upstream per request, the destination's
-//! answer judged (`[[ban]]` rules, `ban_status`, `retry_status`), the upstream connection kept for the next
-//! request when it can be (`idle`, `plain`).
+//! answer judged (`[[ban]]` rules, `ban_status`, `retry_status`), the upstream connection
+//! kept for the next request when it can be (`idle`, `plain`).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -373,7 +373,7 @@ where
 
 /// An answer a `[[ban]]` rule matched: reported as a ban of the pair with the rule's
 /// name, and a GET/HEAD goes through another upstream while it can.
-pub(super) async fn banned<B: ClientBody>(
+async fn banned<B: ClientBody>(
     shared: &Shared,
     mut guard: LeaseGuard,
     resp: Response<B>,
@@ -402,7 +402,7 @@ pub(super) async fn banned<B: ClientBody>(
 
 /// An answer no rule matched: a `ban_status` is reported as `destination_status`, a
 /// `retry_status` sends the request through another upstream while it can.
-pub(super) async fn judge_status<B: ClientBody>(
+async fn judge_status<B: ClientBody>(
     shared: &Shared,
     mut guard: LeaseGuard,
     resp: Response<B>,
