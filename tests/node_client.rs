@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use common::daemon::{ok, tcp_req, wait_output, Home, BIN};
+use common::daemon::{ok, tcp_req, wait_output, Daemon, Home, BIN};
 use common::origin::NginxOrigin;
 use common::tools::{free_port, in_ci, need, skip_unless_ci, ToolDaemon, CHROMIUM_FLAGS};
 use common::upstreams::tinyproxy_bound;
@@ -246,7 +246,17 @@ fn run_suite(
     });
     let path = home.dir.path().join("fixtures.json");
     std::fs::write(&path, serde_json::to_vec_pretty(&fixtures).unwrap()).unwrap();
+    let stdout = run_node(node, &path, &home.dir.path().join("crawlee"), &daemon);
+    if std::env::var_os("PROXYPOOL_NODE_TESTS").is_some() {
+        eprintln!("{stdout}");
+        return; // a partial run: the checks below are the whole suite's
+    }
+    check_results(&stdout);
+    check_crawls_at_the_site(origin);
+}
 
+/// `node --test` on the suite's files; its TAP output, once it passed.
+fn run_node(node: &Path, fixtures: &Path, crawlee: &Path, daemon: &Daemon) -> String {
     let child = Command::new(node)
         // A test that hangs fails alone, with its name, instead of the whole run timing out.
         .args([
@@ -257,9 +267,9 @@ fn run_suite(
         ])
         .args(test_files())
         .current_dir(package_dir())
-        .env("PROXYPOOL_TEST_FIXTURES", &path)
+        .env("PROXYPOOL_TEST_FIXTURES", fixtures)
         .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
-        .env("CRAWLEE_STORAGE_DIR", home.dir.path().join("crawlee"))
+        .env("CRAWLEE_STORAGE_DIR", crawlee)
         .env_remove("PROXYPOOL_SOCKET")
         .env_remove("PROXYPOOL_CONNECT")
         .env_remove("PROXYPOOL_TOKEN")
@@ -272,20 +282,20 @@ fn run_suite(
         .expect("spawn node --test");
     let out =
         wait_output(child, Duration::from_secs(600)).expect("node --test timed out after 600 s");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "node --test failed ({}):\n{stdout}\n{stderr}\ndaemon log:\n{}",
+        "node --test failed ({}):\n{stdout}\n{}\ndaemon log:\n{}",
         out.status,
+        String::from_utf8_lossy(&out.stderr),
         daemon.log_tail(40)
     );
-    let (passed, skipped) = tap_results(&stdout);
-    if std::env::var_os("PROXYPOOL_NODE_TESTS").is_some() {
-        eprintln!("{stdout}");
-        return; // a partial run: the checks below are the whole suite's
-    }
-    // The tests that need real software really ran.
+    stdout
+}
+
+/// The tests that need real software really ran, and under CI nothing was skipped.
+fn check_results(stdout: &str) {
+    let (passed, skipped) = tap_results(stdout);
     for test in [
         "a Cheerio crawl of 50 pages fetches every page and bans only the blocking pair, by session",
         "an HttpCrawler crawl reports its bans by session too",
@@ -293,6 +303,7 @@ fn run_suite(
         "concurrent calls on one client never swap answers",
         "random aborts leave no lease behind",
         "a lease aborted while it waits is never granted",
+        "a lease that times out, or is aborted in flight, is given back when granted late",
         "the lease role over TCP: leases, reports, and is refused operator ops",
         "the package version is the daemon's",
         "the reasons are the daemon's",
@@ -313,15 +324,8 @@ fn run_suite(
             "skipped under CI: {skipped:?}\n{stdout}"
         );
     }
-    check_crawls_at_the_site(origin);
-    eprintln!(
-        "{}",
-        stdout
-            .lines()
-            .filter(|l| l.starts_with("# "))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    let summary: Vec<&str> = stdout.lines().filter(|l| l.starts_with("# ")).collect();
+    eprintln!("{}", summary.join("\n"));
 }
 
 /// The site's own log: every page of each crawl was served (200) through an upstream it

@@ -130,15 +130,28 @@ export function report(
       outcome,
       reason: details.reason,
       phase: details.phase,
-      status: details.status,
+      status: httpStatus(details.status),
       retry_after: durationField("retryAfter", details.retryAfter),
       detail: details.detail,
       destination: details.destination,
-      duration_ms: details.durationMs === undefined ? undefined : Math.round(details.durationMs),
+      duration_ms: details.durationMs === undefined ? undefined : Math.round(finite("durationMs", details.durationMs)),
     },
     parse: reportAnswer,
     waitMs: 0,
   };
+}
+
+function httpStatus(status: number | undefined): number | undefined {
+  if (status === undefined) return undefined;
+  if (!Number.isInteger(status) || status < 100 || status > 999) {
+    throw new TypeError(`status is an HTTP status (100-999), not ${String(status)}`);
+  }
+  return status;
+}
+
+function finite(name: string, value: number): number {
+  if (!Number.isFinite(value) || value < 0) throw new TypeError(`${name} is a number of at least 0, not ${String(value)}`);
+  return value;
 }
 
 function requireString(name: string, value: unknown): string {

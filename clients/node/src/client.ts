@@ -220,7 +220,7 @@ export class Client {
   // -- ops -------------------------------------------------------------------------
 
   /** Any op with its fields; the answer object whole. */
-  request(op: string, fields: Readonly<Record<string, unknown>> = {}, options?: CallOptions): Promise<Reply> {
+  async request(op: string, fields: Readonly<Record<string, unknown>> = {}, options?: CallOptions): Promise<Reply> {
     return this.send(calls.raw(op, fields), options);
   }
 
@@ -231,33 +231,33 @@ export class Client {
   }
 
   /** Report how a lease went; the endpoint's state afterwards (and, for a failure, whom it counted against). */
-  report(lease: calls.LeaseRef, outcome: Outcome, options: ReportOptions = {}): Promise<ReportAnswer> {
+  async report(lease: calls.LeaseRef, outcome: Outcome, options: ReportOptions = {}): Promise<ReportAnswer> {
     return this.send(calls.report({ lease }, outcome, options), options);
   }
 
   /** Report on the endpoint bound to sticky `session` of `pool` (default `"default"`); a failure unbinds the session. */
-  reportSession(session: string, outcome: Outcome, options: ReportOptions & { pool?: string } = {}): Promise<ReportAnswer> {
+  async reportSession(session: string, outcome: Outcome, options: ReportOptions & { pool?: string } = {}): Promise<ReportAnswer> {
     return this.send(calls.report({ session, pool: options.pool }, outcome, options), options);
   }
 
   /** Give a lease back without a verdict. */
-  release(lease: calls.LeaseRef, options?: CallOptions): Promise<void> {
+  async release(lease: calls.LeaseRef, options?: CallOptions): Promise<void> {
     return this.send(calls.release(lease), options);
   }
 
   /** Per-pool counts by state and live leases (every pool, or `pool`). */
-  status(options: CallOptions & { pool?: string } = {}): Promise<PoolStatus[]> {
+  async status(options: CallOptions & { pool?: string } = {}): Promise<PoolStatus[]> {
     return this.send(calls.status(options.pool), options);
   }
 
   /** The endpoints, passwords redacted. */
-  endpoints(query: calls.EndpointsQuery & CallOptions = {}): Promise<EndpointInfo[]> {
+  async endpoints(query: calls.EndpointsQuery & CallOptions = {}): Promise<EndpointInfo[]> {
     const { signal, timeoutMs, ...fields } = query;
     return this.send(calls.endpoints(fields), { signal, timeoutMs });
   }
 
   /** The daemon's version. */
-  ping(options?: CallOptions): Promise<string> {
+  async ping(options?: CallOptions): Promise<string> {
     return this.send(calls.ping(), options);
   }
 

@@ -55,6 +55,13 @@ interface Context {
   response?: unknown;
 }
 
+/**
+ * A pre-navigation hook as every Crawlee crawler takes one (each passes its own context
+ * type; the hook reads only the context's session, request and response).
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type Hook = (context: any, ...rest: any[]) => void;
+
 /** Sessions reported once, remembered up to this many (a retired session is never used again). */
 const REMEMBERED = 65_536;
 
@@ -107,7 +114,7 @@ export class ProxyPoolConfiguration extends ProxyConfiguration {
    * watches this request's session, so that Crawlee retiring it, or marking it bad, on a
    * blocked status reports the ban.
    */
-  readonly preNavigationHook = (context: Context): void => {
+  readonly preNavigationHook: Hook = (context: Context): void => {
     const session = context.session;
     if (session === undefined || session === null || (session as unknown as Record<symbol, unknown>)[WRAPPED]) return;
     context.session = this.#watch(session, context);
@@ -117,8 +124,8 @@ export class ProxyPoolConfiguration extends ProxyConfiguration {
    * Crawler options with this configuration and its hook added: `new
    * CheerioCrawler(proxypool.crawlerOptions({ requestHandler }))`.
    */
-  crawlerOptions<T extends object>(options: T): T & { proxyConfiguration: ProxyPoolConfiguration; preNavigationHooks: unknown[] } {
-    const hooks = (options as { preNavigationHooks?: unknown[] }).preNavigationHooks ?? [];
+  crawlerOptions<T extends object>(options: T): T & { proxyConfiguration: ProxyPoolConfiguration; preNavigationHooks: Hook[] } {
+    const hooks = (options as { preNavigationHooks?: Hook[] }).preNavigationHooks ?? [];
     return { ...options, proxyConfiguration: this, preNavigationHooks: [this.preNavigationHook, ...hooks] };
   }
 

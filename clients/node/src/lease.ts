@@ -25,7 +25,8 @@ export interface LeaseOwner {
   release(lease: string, options?: { signal?: AbortSignal }): Promise<void>;
 }
 
-const owners = new WeakMap<Lease, LeaseOwner>();
+/** Where a lease keeps its client for `finishLease` (not part of its public shape). */
+const OWNER = Symbol("proxypool.owner");
 
 /** Longest `detail` sent; the daemon keeps 1000 characters of one. */
 export const MAX_DETAIL = 500;
@@ -55,7 +56,7 @@ export class Lease {
   constructor(owner: LeaseOwner, grant: Grant, request: LeaseRequest) {
     const r = grant.reply;
     this.#owner = owner;
-    owners.set(this, owner);
+    Object.defineProperty(this, OWNER, { value: owner });
     this.#proxy = grant.proxy;
     this.#reply = r;
     this.id = grant.id;
@@ -214,7 +215,7 @@ function dropUndefined<T extends object>(obj: T): T {
 export async function finishLease(lease: Lease, exit: { error: unknown } | null): Promise<void> {
   if (lease.outcome !== null) return; // the function reported or released it itself
   const [action, details] = exitReport(exit);
-  const log = (owners.get(lease) as LeaseOwner).logger;
+  const log = (lease as unknown as Record<symbol, LeaseOwner>)[OWNER]!.logger;
   if (action !== "release") {
     try {
       await lease.report(action, details);

@@ -100,8 +100,8 @@ test("report by session: the session's endpoint, its pair banned, the session mo
   const moved = await c.lease({ pool: "default", session: "cart-1", destination: "shop2.example" });
   assert.notEqual(moved.endpoint, first.endpoint, "the session moved to another endpoint");
   await moved.release();
-  assert.throws(() => c.reportSession("x", "failure", {}), /needs a reason/);
-  assert.throws(() => c.reportSession("x", "maybe"), /outcome/);
+  await assert.rejects(c.reportSession("x", "failure", {}), /needs a reason/);
+  await assert.rejects(c.reportSession("x", "maybe"), /outcome/);
   await c.close();
 });
 

@@ -70,7 +70,20 @@ test("request lines: fields left out when not given, the token over TCP, too lar
   assert.equal(encode(call, 7, null), '{"op":"lease","pool":"p","id":7}\n');
   assert.equal(encode(call, 7, "t"), '{"op":"lease","pool":"p","id":7,"token":"t"}\n');
   assert.throws(() => encode({ ...call, fields: { detail: "é".repeat(40000) } }, 1, null), pp.TooLarge);
-  assert.throws(() => encode({ ...call, fields: { duration_ms: NaN } }, 1, null), pp.BadRequest);
+  assert.throws(() => encode({ ...call, fields: { big: 1n } }, 1, null), pp.BadRequest);
+});
+
+test("what the client refuses before sending anything is a rejection with a TypeError", async () => {
+  // Nothing listens there: a request that went out would fail otherwise.
+  const c = new pp.Client({ address: "/nonexistent/proxypool.sock" });
+  await assert.rejects(c.report("1-x", "failure", { reason: "destination_status", status: 4030 }), /HTTP status/);
+  await assert.rejects(c.report("1-x", "success", { durationMs: NaN }), /durationMs/);
+  await assert.rejects(c.report("1-x", "failure"), /needs a reason/);
+  await assert.rejects(c.reportSession("", "failure", { reason: "destination_status" }), /session/);
+  await assert.rejects(c.release(""), /lease id/);
+  await assert.rejects(c.lease({ ttl: Infinity }), /ttl/);
+  await assert.rejects(c.lease({ tags: ["country"] }), /tags/);
+  await assert.rejects(c.ping(), (e) => e instanceof pp.TransportError && /cannot connect/.test(e.message));
 });
 
 test("answers: the id is checked, each error code has its class, retry_after_ms is read", () => {

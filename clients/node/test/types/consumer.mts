@@ -10,6 +10,7 @@ import {
   gatewayUrl,
 } from "proxypool-client";
 import { ProxyPoolConfiguration } from "proxypool-client/crawlee";
+import { CheerioCrawler, PlaywrightCrawler, type PlaywrightCrawlerOptions } from "crawlee";
 
 export async function use(signal: AbortSignal): Promise<string> {
   const client = new Client({ address: "tcp://127.0.0.1:7000", token: "t".repeat(16) });
@@ -26,6 +27,18 @@ export async function use(signal: AbortSignal): Promise<string> {
   if (verdict.report) await client.reportSession("s1", verdict.report.outcome, verdict.report);
   const config = new ProxyPoolConfiguration({ gateway: "http://127.0.0.1:8899", client });
   const url: string = await config.newUrl("s1");
+  // The options with the configuration and its hook go to any Crawlee crawler as they are.
+  new CheerioCrawler({
+    proxyConfiguration: config,
+    preNavigationHooks: [config.preNavigationHook],
+    requestHandler: async ({ $ }) => void $("title").text(),
+  });
+  new PlaywrightCrawler(
+    config.crawlerOptions<PlaywrightCrawlerOptions>({
+      preNavigationHooks: [async ({ page }) => void (await page.title())],
+      requestHandler: async ({ page }) => void (await page.title()),
+    }),
+  );
   const err = new ReportableError("slow_response", { phase: "response_body" });
   return body + url + gatewayUrl("127.0.0.1:8899", { session: "x" }) + err.reason;
 }
