@@ -58,6 +58,10 @@ function grant(reply: Reply): Grant {
   };
 }
 
+function giveBack(reply: Reply): Call<void> {
+  return release(reply.lease as string);
+}
+
 export function lease(req: LeaseRequest): Call<Grant> {
   const schemes = typeof req.schemes === "string" ? [req.schemes] : req.schemes;
   if (req.tags !== undefined && (typeof req.tags !== "object" || req.tags === null || Array.isArray(req.tags))) {
@@ -78,7 +82,7 @@ export function lease(req: LeaseRequest): Call<Grant> {
     },
     parse: grant,
     waitMs: durationMs(wait),
-    undo: (reply) => release(reply.lease as string),
+    undo: giveBack,
   };
 }
 

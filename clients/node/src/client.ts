@@ -68,21 +68,28 @@ export class Client {
   }
 
   /** Run one call: its parsed answer, or the `ProxyPoolError` the daemon answered. */
-  async send<T>(call: Call<T>, options: CallOptions = {}): Promise<T> {
+  send<T>(call: Call<T>, options: CallOptions = {}): Promise<T> {
     const { signal } = options;
-    signal?.throwIfAborted();
+    let line: string;
+    try {
+      signal?.throwIfAborted();
+      line = encode(call, this.#nextId, this.#token);
+    } catch (e) {
+      return Promise.reject(e);
+    }
     const id = this.#nextId++;
-    const line = encode(call, id, this.#token);
+    const timeoutMs = options.timeoutMs ?? this.timeoutMs;
     let conn: Connection | undefined;
     while ((conn = this.#idle.pop()) !== undefined && conn.dead) {
       conn.destroy();
     }
     if (conn === undefined) {
-      conn = await Connection.open(this.address, options.timeoutMs ?? this.timeoutMs, signal);
-    } else {
-      conn.socket.ref();
+      return Connection.open(this.address, timeoutMs, signal).then((c) =>
+        this.#exchange(c, call, id, line, timeoutMs + call.waitMs, signal),
+      );
     }
-    return this.#exchange(conn, call, id, line, (options.timeoutMs ?? this.timeoutMs) + call.waitMs, signal);
+    conn.socket.ref();
+    return this.#exchange(conn, call, id, line, timeoutMs + call.waitMs, signal);
   }
 
   #exchange<T>(conn: Connection, call: Call<T>, id: number, line: string, limitMs: number, signal?: AbortSignal): Promise<T> {
@@ -96,10 +103,8 @@ export class Client {
         state = "left";
         reject(signal?.reason);
         settleBackground = this.#leave(conn, call);
-        if (call.undo !== undefined) {
-          clearTimeout(timer);
-          timer = setTimeout(expire, Math.max(limitMs, LATE_GRANT_MS));
-        }
+        // A lease may still be granted: wait for its answer a while longer, to give it back.
+        if (call.undo !== undefined) conn.arm(Math.max(limitMs, LATE_GRANT_MS), expire);
       };
       const expire = (): void => {
         if (state === "waiting") {
@@ -107,27 +112,25 @@ export class Client {
           signal?.removeEventListener("abort", onAbort);
           reject(new TransportError("io", `no answer from ${formatAddress(this.address)} within ${limitMs} ms`));
           if (call.undo !== undefined) {
-            // A lease may still be granted: wait for its answer a while longer, to give it back.
             settleBackground = this.#leave(conn, call);
-            timer = setTimeout(expire, Math.max(limitMs, LATE_GRANT_MS));
+            conn.arm(Math.max(limitMs, LATE_GRANT_MS), expire);
             return;
           }
         }
         conn.destroy();
         settleBackground?.();
       };
-      let timer = setTimeout(expire, limitMs);
       if (signal?.aborted) {
         // Aborted while the connection was being opened: nothing was sent.
-        clearTimeout(timer);
         state = "done";
         this.#checkin(conn);
         reject(signal.reason);
         return;
       }
+      conn.arm(limitMs, expire);
       signal?.addEventListener("abort", onAbort, { once: true });
       conn.exchange(line, (err, text) => {
-        clearTimeout(timer);
+        conn.disarm();
         signal?.removeEventListener("abort", onAbort);
         const waiting = state === "waiting";
         state = "done";
@@ -220,45 +223,55 @@ export class Client {
   // -- ops -------------------------------------------------------------------------
 
   /** Any op with its fields; the answer object whole. */
-  async request(op: string, fields: Readonly<Record<string, unknown>> = {}, options?: CallOptions): Promise<Reply> {
-    return this.send(calls.raw(op, fields), options);
+  request(op: string, fields: Readonly<Record<string, unknown>> = {}, options?: CallOptions): Promise<Reply> {
+    return this.#call(() => calls.raw(op, fields), options);
   }
 
   /** Lease an endpoint. */
-  async lease(options: LeaseOptions = {}): Promise<Lease> {
-    const grant = await this.send(calls.lease(options), options);
-    return new Lease(this, grant, options);
+  lease(options: LeaseOptions = {}): Promise<Lease> {
+    return this.#call(() => calls.lease(options), options).then((grant) => new Lease(this, grant, options));
   }
 
   /** Report how a lease went; the endpoint's state afterwards (and, for a failure, whom it counted against). */
-  async report(lease: calls.LeaseRef, outcome: Outcome, options: ReportOptions = {}): Promise<ReportAnswer> {
-    return this.send(calls.report({ lease }, outcome, options), options);
+  report(lease: calls.LeaseRef, outcome: Outcome, options: ReportOptions = {}): Promise<ReportAnswer> {
+    return this.#call(() => calls.report({ lease }, outcome, options), options);
   }
 
   /** Report on the endpoint bound to sticky `session` of `pool` (default `"default"`); a failure unbinds the session. */
-  async reportSession(session: string, outcome: Outcome, options: ReportOptions & { pool?: string } = {}): Promise<ReportAnswer> {
-    return this.send(calls.report({ session, pool: options.pool }, outcome, options), options);
+  reportSession(session: string, outcome: Outcome, options: ReportOptions & { pool?: string } = {}): Promise<ReportAnswer> {
+    return this.#call(() => calls.report({ session, pool: options.pool }, outcome, options), options);
   }
 
   /** Give a lease back without a verdict. */
-  async release(lease: calls.LeaseRef, options?: CallOptions): Promise<void> {
-    return this.send(calls.release(lease), options);
+  release(lease: calls.LeaseRef, options?: CallOptions): Promise<void> {
+    return this.#call(() => calls.release(lease), options);
   }
 
   /** Per-pool counts by state and live leases (every pool, or `pool`). */
-  async status(options: CallOptions & { pool?: string } = {}): Promise<PoolStatus[]> {
-    return this.send(calls.status(options.pool), options);
+  status(options: CallOptions & { pool?: string } = {}): Promise<PoolStatus[]> {
+    return this.#call(() => calls.status(options.pool), options);
   }
 
   /** The endpoints, passwords redacted. */
-  async endpoints(query: calls.EndpointsQuery & CallOptions = {}): Promise<EndpointInfo[]> {
+  endpoints(query: calls.EndpointsQuery & CallOptions = {}): Promise<EndpointInfo[]> {
     const { signal, timeoutMs, ...fields } = query;
-    return this.send(calls.endpoints(fields), { signal, timeoutMs });
+    return this.#call(() => calls.endpoints(fields), { signal, timeoutMs });
   }
 
   /** The daemon's version. */
-  async ping(options?: CallOptions): Promise<string> {
-    return this.send(calls.ping(), options);
+  ping(options?: CallOptions): Promise<string> {
+    return this.#call(() => calls.ping(), options);
+  }
+
+  /** Build a call and send it: a call that cannot be built (a bad argument) is a rejection too. */
+  #call<T>(build: () => Call<T>, options?: CallOptions): Promise<T> {
+    let call: Call<T>;
+    try {
+      call = build();
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return this.send(call, options);
   }
 
   /**

@@ -23,6 +23,11 @@ export class Connection {
   private lines: string[] = [];
   private waiter: LineCallback | null = null;
   private failure: TransportError | null = null;
+  // One timer a connection, refreshed for each request rather than made anew: it fires
+  // into nothing once the answer came (`onExpire` cleared), and never keeps the process alive.
+  private timer: NodeJS.Timeout | null = null;
+  private timerMs = 0;
+  private onExpire: (() => void) | null = null;
 
   private constructor(socket: Socket, address: Address) {
     this.socket = socket;
@@ -79,6 +84,27 @@ export class Connection {
     else this.waiter = callback;
   }
 
+  /** Call `onExpire` in `ms`, unless `disarm` comes first. */
+  arm(ms: number, onExpire: () => void): void {
+    this.onExpire = onExpire;
+    if (this.timer !== null && this.timerMs === ms) {
+      this.timer.refresh();
+      return;
+    }
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timerMs = ms;
+    this.timer = setTimeout(() => {
+      const expire = this.onExpire;
+      this.onExpire = null;
+      expire?.();
+    }, ms);
+    this.timer.unref();
+  }
+
+  disarm(): void {
+    this.onExpire = null;
+  }
+
   /** Nothing read past the last answer: the connection is in step for another request. */
   get clean(): boolean {
     return !this.dead && this.failure === null && this.buffered === 0 && this.lines.length === 0;
@@ -92,6 +118,8 @@ export class Connection {
 
   destroy(): void {
     this.dead = true;
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.onExpire = null;
     this.socket.destroy();
   }
 

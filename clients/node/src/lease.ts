@@ -25,8 +25,8 @@ export interface LeaseOwner {
   release(lease: string, options?: { signal?: AbortSignal }): Promise<void>;
 }
 
-/** Where a lease keeps its client for `finishLease` (not part of its public shape). */
-const OWNER = Symbol("proxypool.owner");
+/** A lease's client, for `finishLease` (not part of a lease's public shape). */
+let ownerOf: (lease: Lease) => LeaseOwner;
 
 /** Longest `detail` sent; the daemon keeps 1000 characters of one. */
 export const MAX_DETAIL = 500;
@@ -56,7 +56,6 @@ export class Lease {
   constructor(owner: LeaseOwner, grant: Grant, request: LeaseRequest) {
     const r = grant.reply;
     this.#owner = owner;
-    Object.defineProperty(this, OWNER, { value: owner });
     this.#proxy = grant.proxy;
     this.#reply = r;
     this.id = grant.id;
@@ -67,6 +66,10 @@ export class Lease {
     this.pool = typeof r.pool === "string" ? r.pool : (request.pool ?? "default");
     this.destination = request.destination ?? null;
     this.session = request.session ?? null;
+  }
+
+  static {
+    ownerOf = (lease) => lease.#owner;
   }
 
   /** The proxy URL with its credentials (`http://user:pass@host:port`, `socks5h://...`). */
@@ -215,7 +218,7 @@ function dropUndefined<T extends object>(obj: T): T {
 export async function finishLease(lease: Lease, exit: { error: unknown } | null): Promise<void> {
   if (lease.outcome !== null) return; // the function reported or released it itself
   const [action, details] = exitReport(exit);
-  const log = (lease as unknown as Record<symbol, LeaseOwner>)[OWNER]!.logger;
+  const log = ownerOf(lease).logger;
   if (action !== "release") {
     try {
       await lease.report(action, details);
