@@ -126,8 +126,8 @@ impl Pools {
             return;
         };
         self.pools[p].leases -= 1;
-        if let (true, Some(t)) = (l.target_trial, l.target_key()) {
-            self.pools[p].targets.abandon_trial(t, now);
+        if let (Some(g), Some(t)) = (l.target_trial, l.target_key()) {
+            self.pools[p].targets.abandon_trial(t, g, now);
         }
         self.sessions.forget_endpoint(l.endpoint);
         self.set_leases_at(l.slot, -1);

@@ -37,7 +37,7 @@ mod telemetry;
 
 pub use leases::{SCOPE_DESTINATION, SCOPE_TARGET};
 pub use probes::ProbeRole;
-pub use scoped::{ReportOn, Reported, Want};
+pub use scoped::{ReportOn, Reported, TargetCleared, Want};
 
 use destinations::Destinations;
 use entries::{Entry, EntryMap};
@@ -126,8 +126,9 @@ struct PoolState {
     targets_dropped_seen: u64,
     /// The target of `[pool.probe] url` (`host:port`).
     probe_target: Option<Box<str>>,
-    /// The endpoint whose probe is the probe target's single trial now.
-    probe_trial: Option<EndpointId>,
+    /// The endpoint whose probe is the probe target's single trial now, and the claim's
+    /// generation.
+    probe_trial: Option<(EndpointId, u32)>,
     /// Trials other daemons hold, by when their claims lapse (docs/fleet.md).
     remote: BTreeSet<(Instant, EndpointId)>,
     /// Uses of each endpoint for each host (docs/selection.md, "Pacing").
@@ -240,6 +241,7 @@ impl Pools {
         if let Some(&i) = self.by_name.get(&cfg.name) {
             let ps = &mut self.pools[i];
             ps.targets.set_rules(cfg.blame.clone());
+            ps.targets.set_trial_hold(cfg.probe.timeout);
             ps.probe_target = probes::probe_target(cfg.probe.url.as_deref());
             ps.pace.set_config(cfg.pace.clone());
             ps.cfg = cfg;
@@ -251,6 +253,8 @@ impl Pools {
         let name = cfg.name.clone();
         let rules = cfg.blame.clone();
         let probe_target = probes::probe_target(cfg.probe.url.as_deref());
+        let mut targets = Targets::new(rules, targets::DEFAULT_MAX_TARGETS);
+        targets.set_trial_hold(cfg.probe.timeout);
         let pace = Pace::new(
             cfg.pace.clone(),
             pace::DEFAULT_MAX_HOSTS,
@@ -267,7 +271,7 @@ impl Pools {
             leases: 0,
             metrics: None,
             dests: Destinations::new(&name, destinations::DEFAULT_MAX_PAIRS),
-            targets: Targets::new(rules, targets::DEFAULT_MAX_TARGETS),
+            targets,
             targets_dropped_seen: 0,
             probe_target,
             probe_trial: None,
@@ -380,7 +384,12 @@ impl Pools {
                 }
             })
             .min();
-        let pairs = self.pools.iter().filter_map(|p| p.dests.next_due()).min();
+        let pairs = self
+            .pools
+            .iter()
+            .flat_map(|p| [p.dests.next_due(), p.targets.next_lapse()])
+            .flatten()
+            .min();
         let cool = match (cool, pairs) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

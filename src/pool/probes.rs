@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::apply::Act;
 use super::evidence::Settle;
-use super::targets::Gate;
+use super::targets::{Failed, Gate};
 use super::{Outcome, PoolError, Pools};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
@@ -53,12 +53,14 @@ impl Pools {
         };
         match ps.targets.gate(t, now) {
             Gate::Open => Ok(()),
-            Gate::Trial if ps.targets.claim_trial(t, now) => {
-                ps.probe_trial = Some(id);
-                Ok(())
-            }
-            Gate::Trial => Err(ps.cfg.blame.target.cooldown.base),
-            Gate::Down { retry_after } => Err(retry_after),
+            Gate::Trial => match ps.targets.claim_trial(t, now) {
+                Some(gen) => {
+                    ps.probe_trial = Some((id, gen));
+                    Ok(())
+                }
+                None => Err(ps.cfg.blame.target.cooldown.base),
+            },
+            Gate::Down { retry_after, .. } => Err(retry_after),
         }
     }
 
@@ -142,10 +144,10 @@ impl Pools {
     /// The probe of `id` that was the probe target's trial ended without an answer.
     pub(super) fn end_probe_trial(&mut self, p: usize, id: EndpointId, now: Instant) {
         let ps = &mut self.pools[p];
-        if ps.probe_trial == Some(id) {
+        if let Some((_, gen)) = ps.probe_trial.filter(|&(by, _)| by == id) {
             ps.probe_trial = None;
             if let Some(t) = ps.probe_target.as_deref() {
-                ps.targets.abandon_trial(t, now);
+                ps.targets.abandon_trial(t, gen, now);
             }
         }
     }
@@ -189,8 +191,11 @@ impl Pools {
             // Our probe's claim lapsed and another daemon holds the trial now.
             return (Err(PoolError::StaleClaim(format!("endpoint {id}"))), writes);
         }
-        let target_trial = self.pools[p].probe_trial == Some(id);
-        if target_trial {
+        let target_trial = self.pools[p]
+            .probe_trial
+            .filter(|&(by, _)| by == id)
+            .map(|(_, gen)| gen);
+        if target_trial.is_some() {
             self.pools[p].probe_trial = None;
         }
         let target = self.pools[p].probe_target.clone();
@@ -267,27 +272,35 @@ impl Pools {
         id: EndpointId,
         f: &Failure,
         target: Option<&str>,
-        target_trial: bool,
+        target_trial: Option<u32>,
         now: Instant,
     ) -> (Blame, Vec<Write>) {
         let reason = f.reason.expect("a probe failure has a reason");
         let class = classify(reason, f.phase, target.is_some(), true);
         let (Class::Unreachable, Some(t)) = (class, target) else {
-            if let (true, Some(t)) = (target_trial, target) {
+            if let (Some(g), Some(t)) = (target_trial, target) {
                 let on = Settle {
                     id,
                     ..Settle::default()
                 };
-                return (Blame::Endpoint, self.abandon_target_trial(p, t, &on, now));
+                return (
+                    Blame::Endpoint,
+                    self.abandon_target_trial(p, t, g, &on, now),
+                );
             }
             return (Blame::Endpoint, Vec::new());
         };
-        let alone = self.alone(p);
+        let failed = Failed {
+            endpoint: id,
+            class,
+            failure: f,
+            probe: true,
+            alone: self.alone(p),
+            trial: target_trial,
+            pair_trial: false,
+        };
         let jitter = self.rng.f64() * 2.0 - 1.0;
-        let judged =
-            self.pools[p]
-                .targets
-                .failed(t, id, class, f, true, alone, target_trial, now, jitter);
+        let judged = self.pools[p].targets.failed(t, failed, now, jitter);
         let writes = self
             .target_news(p, t, &judged, f, None)
             .into_iter()

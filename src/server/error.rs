@@ -69,7 +69,7 @@ impl From<PoolError> for OpError {
                     None => e,
                 }
             }
-            PoolError::UnknownTag { .. } => OpError::bad(message),
+            PoolError::UnknownTag { .. } | PoolError::UnknownTarget { .. } => OpError::bad(message),
             PoolError::UnknownEndpoint(_) | PoolError::MissingReason | PoolError::InvalidTtl(_) => {
                 OpError::bad(message)
             }
