@@ -202,16 +202,30 @@ impl Said {
             UpstreamError::DestinationDown {
                 target,
                 retry_after,
-            } => Said {
-                retry_after_secs: Some(retry_after_secs(retry_after)),
-                ..Said::new(
-                    DESTINATION_DOWN,
-                    format!(
-                        "destination {target} is down: every upstream that tried it failed to reach it; nothing was dialed (next try in {} ms)",
-                        retry_after.as_millis()
-                    ),
-                )
-            },
+                trial_out,
+                endpoint,
+            } => {
+                let ms = retry_after.as_millis();
+                let next = if trial_out {
+                    format!("its trial is under way: at the latest in {ms} ms the next request may be the trial")
+                } else {
+                    format!("next try in {ms} ms")
+                };
+                let dialed = match endpoint {
+                    Some(e) => format!("this request's tries failed to reach it too (the last through upstream {e})"),
+                    None => "nothing was dialed".to_string(),
+                };
+                Said {
+                    retry_after_secs: Some(retry_after_secs(retry_after)),
+                    endpoint,
+                    ..Said::new(
+                        DESTINATION_DOWN,
+                        format!(
+                            "destination {target} is down: every upstream that tried it failed to reach it; {dialed} ({next})"
+                        ),
+                    )
+                }
+            }
             UpstreamError::AllFailed {
                 last,
                 endpoint,
@@ -272,6 +286,8 @@ mod tests {
                 upstream_error(E::DestinationDown {
                     target: "no-such-host.invalid:443".into(),
                     retry_after: std::time::Duration::from_millis(1_500),
+                    trial_out: false,
+                    endpoint: None,
                 }),
                 GatewayOutcome::DestinationDown,
             ),
@@ -314,6 +330,8 @@ mod tests {
         let r = upstream_error(UpstreamError::DestinationDown {
             target: "shop.example:8443".into(),
             retry_after: std::time::Duration::from_millis(1_200),
+            trial_out: false,
+            endpoint: None,
         });
         assert_eq!(r.status(), 502);
         assert_eq!(r.headers()[ERROR_HEADER], "destination_down");
@@ -322,6 +340,15 @@ mod tests {
             r.headers().get(ENDPOINT_HEADER).is_none(),
             "no upstream was involved"
         );
+        // After this request's own tries (a trial that failed, say): the last upstream.
+        let r = upstream_error(UpstreamError::DestinationDown {
+            target: "shop.example:8443".into(),
+            retry_after: std::time::Duration::from_millis(4_000),
+            trial_out: false,
+            endpoint: Some(7),
+        });
+        assert_eq!(r.status(), 502);
+        assert_eq!(r.headers()[ENDPOINT_HEADER], "7");
     }
 
     #[test]

@@ -51,11 +51,16 @@ pub(super) enum UpstreamError {
     /// The username named a tag key no endpoint carries (or the lease cannot be asked).
     #[error("{0}")]
     BadRoute(String),
-    /// Every endpoint that tried the target failed to reach it: answered at once.
-    #[error("destination {target} is down; next trial in {} ms", retry_after.as_millis())]
+    /// Every endpoint that tried the target failed to reach it: answered at once, or after
+    /// this request's own tries found it down (`endpoint`: the last one that failed).
+    #[error("destination {target} is down; next trial in at most {} ms", retry_after.as_millis())]
     DestinationDown {
         target: String,
         retry_after: Duration,
+        /// Its single trial is out now (`retry_after`: until it is handed back at the
+        /// latest).
+        trial_out: bool,
+        endpoint: Option<EndpointId>,
     },
     /// Every upstream tried failed; the last failure (of `endpoint`) explains it.
     #[error("{tried} upstream(s) tried; the last failed: {last}")]
@@ -217,10 +222,13 @@ impl Upstream {
                 EngineError::Pool(PoolError::DestinationDown {
                     target,
                     retry_after,
+                    trial_out,
                     ..
                 }) => UpstreamError::DestinationDown {
                     target,
                     retry_after,
+                    trial_out,
+                    endpoint: None,
                 },
                 other => UpstreamError::Internal(other),
             })?;
@@ -293,6 +301,21 @@ impl Upstream {
                 {
                     break
                 }
+                // This request's own tries made it down (or failed its trial): the answer
+                // names the last upstream that failed, as any answer after a dial does.
+                Err(UpstreamError::DestinationDown {
+                    target,
+                    retry_after,
+                    trial_out,
+                    ..
+                }) => {
+                    return Err(UpstreamError::DestinationDown {
+                        target,
+                        retry_after,
+                        trial_out,
+                        endpoint: tries.last.as_ref().map(|(_, e)| *e),
+                    })
+                }
                 Err(e) => return Err(e),
             };
             if !tries.tried.insert(guard.endpoint()) {
@@ -346,6 +369,8 @@ impl Upstream {
                 return Err(UpstreamError::DestinationDown {
                     target: t.to_string(),
                     retry_after,
+                    trial_out: false,
+                    endpoint: tries.last.as_ref().map(|(_, e)| *e),
                 });
             }
         }
