@@ -539,6 +539,11 @@ fn site_hosts_are_normalised_as_destinations_are() {
         "[::1]",
         "2001:DB8::1",
         "a-b_c.example",
+        "127.1",
+        "0x7f.0.0.1",
+        "2130706433",
+        "[::ffff:7f00:1]",
+        "1.2.3.256",
     ] {
         assert_eq!(
             crate::config::pace::site_host(raw).ok(),
