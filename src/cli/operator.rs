@@ -40,15 +40,54 @@ pub(super) async fn enable(
     operator(ctx, targets, |r| {
         (
             Request::Enable(EnableMessage {
-                endpoint: r,
+                endpoint: Some(r),
                 pool: targets.pool.map(str::to_string),
                 now: Some(now),
                 destination: None,
+                target: None,
             }),
             Input::Enable { now },
         )
     })
     .await
+}
+
+/// `enable --target HOST:PORT`: clear a target in the daemon's pools. Targets live in a
+/// daemon's memory only: without one there is nothing to clear.
+pub(super) async fn enable_target(
+    ctx: &Context,
+    pool: Option<String>,
+    raw: &str,
+) -> Result<(), CliError> {
+    let target = crate::pool::destinations::normalize_key(raw)
+        .map_err(|e| CliError::usage(format!("--target: {e}")))?;
+    let Some(mut c) = ctx.daemon().await? else {
+        return Err(CliError::usage(format!(
+            "--target {target}: targets are known only to a running daemon (a restart forgets them), and none is reachable; \
+             for a shared database name one daemon with --connect tcp://HOST:PORT"
+        )));
+    };
+    let req = Request::Enable(EnableMessage {
+        endpoint: None,
+        pool,
+        now: None,
+        destination: None,
+        target: Some(target),
+    });
+    match call(&mut c, &req).await? {
+        Payload::Cleared { cleared } => {
+            for t in cleared {
+                let was = if t.was_down {
+                    "up (was down)"
+                } else {
+                    "cleared (was not down)"
+                };
+                println!("{}\t{}\t{was}", t.pool, t.target);
+            }
+            Ok(())
+        }
+        _ => Err(unexpected("enable --target")),
+    }
 }
 
 /// Send each endpoint's act to the daemon, or apply it to the store without one.

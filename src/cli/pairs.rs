@@ -142,10 +142,11 @@ pub(super) async fn enable_pair(
     if let Some(mut c) = ctx.daemon().await? {
         for r in refs {
             let req = Request::Enable(EnableMessage {
-                endpoint: r.clone(),
+                endpoint: Some(r.clone()),
                 pool: targets.pool.map(str::to_string),
                 now: None,
                 destination: Some(d.clone()),
+                target: None,
             });
             match call(&mut c, &req).await? {
                 Payload::State {

@@ -21,6 +21,40 @@ use crate::store::pairs::PairRow;
 use crate::store::Write;
 use crate::tags::Tags;
 
+/// What `enable --target` did in one pool.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TargetCleared {
+    pub pool: String,
+    pub target: String,
+    /// The target was down (it is up now).
+    pub was_down: bool,
+}
+
+/// The event of `enable --target` in one pool: `target_up` when it was down.
+fn cleared_event(pool: &str, target: &str, was_down: Option<std::time::Duration>) -> Write {
+    use crate::event_kind::EventKind;
+    let (kind, detail) = match was_down {
+        Some(d) => {
+            let d = std::time::Duration::from_millis(d.as_millis() as u64);
+            tracing::info!(pool, target, reason = "operator", "target up");
+            (
+                EventKind::TargetUp,
+                format!(
+                    "enable --target: cleared by the operator after {} down",
+                    humantime::format_duration(d)
+                ),
+            )
+        }
+        None => (
+            EventKind::Operator,
+            "enable --target: the target was not down; what was known of it is forgotten"
+                .to_string(),
+        ),
+    };
+    let reason = Some(crate::health::Reason::Operator);
+    super::pair_target::target_event(target, None, kind, reason, &detail, None)
+}
+
 /// What a report did: the endpoint's state afterwards, and whom a failure counted
 /// against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,6 +301,53 @@ impl Pools {
         let r = self.pools[e.pool].dests.enable(destination, id);
         writes.extend(r.writes.into_iter().map(Write::Pair));
         (Ok(r.state), writes)
+    }
+
+    /// `enable --target`: forget what each pool (or `pool`) knows of `target` (a key as
+    /// `normalize_key` gives it): down, its trial, pending failures (docs/blame.md, "A
+    /// target that is down"). The pools that knew it; refused when none did.
+    pub fn enable_target(
+        &mut self,
+        pool: Option<&str>,
+        target: &str,
+        now: Instant,
+    ) -> (Result<Vec<TargetCleared>, PoolError>, Vec<Write>) {
+        let mut writes = self.advance(now);
+        let only = match pool {
+            Some(name) => match self.by_name.get(name) {
+                Some(&p) => Some(p),
+                None => return (Err(PoolError::UnknownPool(name.to_string())), writes),
+            },
+            None => None,
+        };
+        let mut out = Vec::new();
+        for p in 0..self.pools.len() {
+            if only.is_some_and(|o| o != p) || !self.is_current(p) {
+                continue;
+            }
+            let ps = &mut self.pools[p];
+            let Some(c) = ps.targets.clear(target, now) else {
+                continue;
+            };
+            if ps.probe_target.as_deref() == Some(target) {
+                ps.probe_trial = None;
+            }
+            let name = ps.cfg.name.clone();
+            writes.push(cleared_event(&name, target, c.was_down));
+            out.push(TargetCleared {
+                pool: name,
+                target: target.to_string(),
+                was_down: c.was_down.is_some(),
+            });
+        }
+        if out.is_empty() {
+            let e = PoolError::UnknownTarget {
+                target: target.to_string(),
+                pool: pool.map(str::to_string),
+            };
+            return (Err(e), writes);
+        }
+        (Ok(out), writes)
     }
 
     /// When `target` of `pool` is down: the time until its trial.
