@@ -36,7 +36,7 @@ use error::{daemon_error, unexpected};
 use events::events;
 use inspect::{list, show, sources, status};
 use lease::lease;
-use operator::{disable, enable, enable_target, remove};
+use operator::{disable, enable, remove};
 use probe::probe;
 use report::{release, report};
 use serve::serve;
@@ -114,18 +114,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             pool,
             reason,
         } => disable(&ctx, &Named::new(&endpoints, &pool), reason).await,
-        Command::Enable {
-            target: Some(t),
-            pool,
-            ..
-        } => enable_target(&ctx, pool, &t).await,
-        Command::Enable {
-            endpoints,
-            pool,
-            now,
-            destination,
-            target: None,
-        } => enable(&ctx, &Named::new(&endpoints, &pool), now, destination).await,
+        cmd @ Command::Enable { .. } => enable(&ctx, cmd).await,
         Command::Remove { endpoints, pool } => remove(&ctx, &Named::new(&endpoints, &pool)).await,
         Command::Probe {
             endpoints,

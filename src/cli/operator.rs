@@ -1,5 +1,6 @@
 //! `disable`, `enable` and `remove`.
 
+use super::args::Command;
 use super::{call, unexpected, CliError, Context, Named};
 use crate::health::Input;
 use crate::protocol::{
@@ -27,13 +28,23 @@ pub(super) async fn disable(
     .await
 }
 
-/// `enable`: of the endpoints, or (with a destination) of their pairs for it.
-pub(super) async fn enable(
-    ctx: &Context,
-    targets: &Named<'_>,
-    now: bool,
-    destination: Option<String>,
-) -> Result<(), CliError> {
+/// `enable`: of the endpoints, or (with a destination) of their pairs for it, or (with a
+/// target) of that target.
+pub(super) async fn enable(ctx: &Context, cmd: Command) -> Result<(), CliError> {
+    let Command::Enable {
+        endpoints,
+        pool,
+        now,
+        destination,
+        target,
+    } = cmd
+    else {
+        return Err(unexpected("enable"));
+    };
+    if let Some(t) = target {
+        return enable_target(ctx, pool, &t).await;
+    }
+    let targets = &Named::new(&endpoints, &pool);
     if let Some(d) = destination {
         return super::pairs::enable_pair(ctx, targets, &d).await;
     }
@@ -54,11 +65,7 @@ pub(super) async fn enable(
 
 /// `enable --target HOST:PORT`: clear a target in the daemon's pools. Targets live in a
 /// daemon's memory only: without one there is nothing to clear.
-pub(super) async fn enable_target(
-    ctx: &Context,
-    pool: Option<String>,
-    raw: &str,
-) -> Result<(), CliError> {
+async fn enable_target(ctx: &Context, pool: Option<String>, raw: &str) -> Result<(), CliError> {
     let target = crate::pool::destinations::normalize_key(raw)
         .map_err(|e| CliError::usage(format!("--target: {e}")))?;
     let Some(mut c) = ctx.daemon().await? else {

@@ -7,11 +7,13 @@ use serde_json::{json, Value};
 
 use super::table::{s, table};
 use super::{call, parse_state, unexpected, CliError, Context, Named};
+use crate::endpoint::EndpointId;
 use crate::health::State;
 use crate::pool::destinations::normalize;
-use crate::protocol::{EnableMessage, Payload, Request};
+use crate::protocol::{EnableMessage, EndpointsMessage, Payload, Request};
 use crate::store::fmt_time;
 use crate::store::pairs::PairRow;
+use crate::store::SlowedView;
 use crate::tags::Tags;
 
 /// A destination typed by an operator, normalised; a bad one is a usage error (exit 2).
@@ -48,6 +50,7 @@ pub(super) async fn list_for(
 ) -> Result<(), CliError> {
     let d = destination(raw)?;
     let state = parse_state(state.as_deref())?;
+    let slowed = slowed_by_daemon(ctx, pool.as_deref(), &d).await?;
     let store = ctx.store_to_read()?;
     let mut rows = store.list(pool.as_deref(), state)?;
     rows.retain(|r| r.tags.contains_all(tags));
@@ -69,6 +72,7 @@ pub(super) async fn list_for(
                 v["destination"] = json!(d);
                 v["destination_state"] = json!(for_d(r.state, p));
                 v["pair"] = p.map(pair_json).unwrap_or(Value::Null);
+                v["slowed"] = json!(slowed.get(&r.id));
                 v
             })
             .collect();
@@ -76,7 +80,16 @@ pub(super) async fn list_for(
         return Ok(());
     }
     let head = format!("FOR {d}");
-    let mut t = table(["ID", "POOL", "URL", "STATE", &head, "PAIR REASON", "STATUS"]);
+    let mut t = table([
+        "ID",
+        "POOL",
+        "URL",
+        "STATE",
+        &head,
+        "PAIR REASON",
+        "STATUS",
+        "SLOWED",
+    ]);
     for r in &rows {
         let p = pairs.get(&r.id);
         t.add_row([
@@ -89,10 +102,45 @@ pub(super) async fn list_for(
                 .map(|x| x.to_string())
                 .unwrap_or("-".into()),
             s(&json!(p.and_then(|p| p.record.status))),
+            slowed.get(&r.id).map_or("-".into(), slowed_text),
         ]);
     }
     println!("{t}");
     Ok(())
+}
+
+/// Each endpoint's slow-down for host `d`, as the running daemon's pacing holds it (it
+/// lives in the daemon's memory): none without a daemon.
+async fn slowed_by_daemon(
+    ctx: &Context,
+    pool: Option<&str>,
+    d: &str,
+) -> Result<HashMap<EndpointId, SlowedView>, CliError> {
+    let Some(mut c) = ctx.daemon().await? else {
+        return Ok(HashMap::new());
+    };
+    let req = Request::Endpoints(EndpointsMessage {
+        pool: pool.map(str::to_string),
+        destination: Some(d.to_string()),
+        ..EndpointsMessage::default()
+    });
+    match call(&mut c, &req).await? {
+        Payload::Endpoints { endpoints } => Ok(endpoints
+            .into_iter()
+            .filter_map(|v| Some((v.id, v.slowed?)))
+            .collect()),
+        _ => Err(unexpected("endpoints")),
+    }
+}
+
+/// A slow-down as the table shows it: `every 8s, next in 4m 10s`.
+fn slowed_text(s: &SlowedView) -> String {
+    let d = |ms: u64| humantime::format_duration(std::time::Duration::from_millis(ms));
+    format!(
+        "every {}, next in {}",
+        d(s.spacing_ms),
+        d(s.next_use_in_ms / 1000 * 1000)
+    )
 }
 
 /// The pairs block of `show`.

@@ -159,6 +159,36 @@ impl Said {
         }
     }
 
+    /// `destination_down`: answered at once (`endpoint` none), or after this request's
+    /// tries, naming the last upstream that failed.
+    fn down(
+        target: &str,
+        retry_after: std::time::Duration,
+        trial_out: bool,
+        endpoint: Option<crate::endpoint::EndpointId>,
+    ) -> Said {
+        let ms = retry_after.as_millis();
+        let next = if trial_out {
+            format!("its trial is under way: at the latest in {ms} ms the next request may be the trial")
+        } else {
+            format!("next try in {ms} ms")
+        };
+        let dialed = match endpoint {
+            Some(e) => format!(
+                "this request's tries failed to reach it too (the last through upstream {e})"
+            ),
+            None => "nothing was dialed".to_string(),
+        };
+        Said {
+            retry_after_secs: Some(retry_after_secs(retry_after)),
+            endpoint,
+            ..Said::new(
+                DESTINATION_DOWN,
+                format!("destination {target} is down: every upstream that tried it failed to reach it; {dialed} ({next})"),
+            )
+        }
+    }
+
     fn of(e: UpstreamError) -> Said {
         match e {
             UpstreamError::Exhausted { pool, retry_after } => {
@@ -204,28 +234,7 @@ impl Said {
                 retry_after,
                 trial_out,
                 endpoint,
-            } => {
-                let ms = retry_after.as_millis();
-                let next = if trial_out {
-                    format!("its trial is under way: at the latest in {ms} ms the next request may be the trial")
-                } else {
-                    format!("next try in {ms} ms")
-                };
-                let dialed = match endpoint {
-                    Some(e) => format!("this request's tries failed to reach it too (the last through upstream {e})"),
-                    None => "nothing was dialed".to_string(),
-                };
-                Said {
-                    retry_after_secs: Some(retry_after_secs(retry_after)),
-                    endpoint,
-                    ..Said::new(
-                        DESTINATION_DOWN,
-                        format!(
-                            "destination {target} is down: every upstream that tried it failed to reach it; {dialed} ({next})"
-                        ),
-                    )
-                }
-            }
+            } => Said::down(&target, retry_after, trial_out, endpoint),
             UpstreamError::AllFailed {
                 last,
                 endpoint,

@@ -85,6 +85,27 @@ pub(super) enum UpstreamError {
     },
 }
 
+impl UpstreamError {
+    /// The error as this request's tries leave it: a target they made down (or whose
+    /// trial failed) names the last upstream that failed, as any answer after a dial does.
+    fn after(self, tries: &Tries) -> UpstreamError {
+        match self {
+            UpstreamError::DestinationDown {
+                target,
+                retry_after,
+                trial_out,
+                endpoint: None,
+            } => UpstreamError::DestinationDown {
+                target,
+                retry_after,
+                trial_out,
+                endpoint: tries.last.as_ref().map(|(_, e)| *e),
+            },
+            other => other,
+        }
+    }
+}
+
 /// How one client request goes through each upstream the pool grants it.
 pub(super) trait Way {
     /// An idle connection that can stand for a dial.
@@ -301,22 +322,7 @@ impl Upstream {
                 {
                     break
                 }
-                // This request's own tries made it down (or failed its trial): the answer
-                // names the last upstream that failed, as any answer after a dial does.
-                Err(UpstreamError::DestinationDown {
-                    target,
-                    retry_after,
-                    trial_out,
-                    ..
-                }) => {
-                    return Err(UpstreamError::DestinationDown {
-                        target,
-                        retry_after,
-                        trial_out,
-                        endpoint: tries.last.as_ref().map(|(_, e)| *e),
-                    })
-                }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.after(tries)),
             };
             if !tries.tried.insert(guard.endpoint()) {
                 held.push(guard);

@@ -244,6 +244,7 @@ impl Pools {
             ps.targets.set_trial_hold(cfg.probe.timeout);
             ps.probe_target = probes::probe_target(cfg.probe.url.as_deref());
             ps.pace.set_config(cfg.pace.clone());
+            ps.pace.set_max_hold(cfg.policy.cooldown.max);
             ps.cfg = cfg;
             // New caps, rules or strategies: what was remembered as nothing ready is stale.
             self.epoch += 1;
@@ -255,12 +256,13 @@ impl Pools {
         let probe_target = probes::probe_target(cfg.probe.url.as_deref());
         let mut targets = Targets::new(rules, targets::DEFAULT_MAX_TARGETS);
         targets.set_trial_hold(cfg.probe.timeout);
-        let pace = Pace::new(
+        let mut pace = Pace::new(
             cfg.pace.clone(),
             pace::DEFAULT_MAX_HOSTS,
             pace::DEFAULT_MAX_PAIRS,
             self.origin,
         );
+        pace.set_max_hold(cfg.policy.cooldown.max);
         self.by_name.insert(cfg.name.clone(), i);
         self.pools.push(PoolState {
             cfg,

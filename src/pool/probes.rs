@@ -191,13 +191,7 @@ impl Pools {
             // Our probe's claim lapsed and another daemon holds the trial now.
             return (Err(PoolError::StaleClaim(format!("endpoint {id}"))), writes);
         }
-        let target_trial = self.pools[p]
-            .probe_trial
-            .filter(|&(by, _)| by == id)
-            .map(|(_, gen)| gen);
-        if target_trial.is_some() {
-            self.pools[p].probe_trial = None;
-        }
+        let target_trial = self.take_probe_trial(p, id);
         let target = self.pools[p].probe_target.clone();
         let failure = match &outcome {
             Outcome::Failure(f) => Some(f.reason),
@@ -262,6 +256,15 @@ impl Pools {
             }
         }
         (Ok(self.entries[&id].health.state), writes)
+    }
+
+    /// The probe target's trial, when `id`'s probe was it (by the claim's generation): a
+    /// result ends it.
+    fn take_probe_trial(&mut self, p: usize, id: EndpointId) -> Option<u32> {
+        let ps = &mut self.pools[p];
+        let (_, gen) = ps.probe_trial.filter(|&(by, _)| by == id)?;
+        ps.probe_trial = None;
+        Some(gen)
     }
 
     /// Whom a probe failure counts against: the endpoint, unless it is a failure to reach

@@ -18,6 +18,7 @@ use crate::endpoint::{EndpointError, EndpointId, Scheme};
 use crate::health::blame::Blame;
 use crate::health::State;
 use crate::store::pairs::PairRow;
+use crate::store::SlowedView;
 use crate::store::Write;
 use crate::tags::Tags;
 
@@ -53,6 +54,37 @@ fn cleared_event(pool: &str, target: &str, was_down: Option<std::time::Duration>
     };
     let reason = Some(crate::health::Reason::Operator);
     super::pair_target::target_event(target, None, kind, reason, &detail, None)
+}
+
+/// The `operator` row of `enable --destination` ending a slow-down.
+fn slow_down_cleared(
+    host: &str,
+    id: EndpointId,
+    spacing: std::time::Duration,
+    left: std::time::Duration,
+) -> Write {
+    use crate::event_kind::EventKind;
+    use crate::store::pairs::PairWrite;
+    let ms = |d: std::time::Duration| {
+        humantime::format_duration(std::time::Duration::from_millis(d.as_millis() as u64))
+    };
+    tracing::info!(endpoint = id, host, "slow-down cleared by the operator");
+    Write::Pair(PairWrite::Event {
+        destination: host.to_string(),
+        status: None,
+        event: crate::store::NewEvent {
+            endpoint: Some(id),
+            from: Some(State::Available),
+            to: Some(State::Available),
+            reason: Some(crate::health::Reason::Operator),
+            detail: Some(format!(
+                "enable --destination: slow-down cleared (spaced every {}, next use was in {})",
+                ms(spacing),
+                ms(left)
+            )),
+            ..crate::store::NewEvent::new(EventKind::Operator)
+        },
+    })
 }
 
 /// What a report did: the endpoint's state afterwards, and whom a failure counted
@@ -298,9 +330,44 @@ impl Pools {
         let Some(e) = self.entries.get(&id) else {
             return (Err(PoolError::UnknownEndpoint(id)), writes);
         };
-        let r = self.pools[e.pool].dests.enable(destination, id);
-        writes.extend(r.writes.into_iter().map(Write::Pair));
+        let ps = &mut self.pools[e.pool];
+        // Pacing is per host: a slow-down of the host ends too (docs/selection.md).
+        let host = place(destination).map(|p| p.host).ok();
+        let slowed = host
+            .as_deref()
+            .and_then(|h| ps.pace.clear(h, id, now).map(|s| (h, s)));
+        let r = ps.dests.enable(destination, id);
+        match slowed {
+            // Something was cleared: no "nothing to change" row.
+            Some((h, s)) => {
+                if r.step != crate::health::Step::Refused {
+                    writes.extend(r.writes.into_iter().map(Write::Pair));
+                }
+                writes.push(slow_down_cleared(h, id, s.spacing, s.until));
+            }
+            None => writes.extend(r.writes.into_iter().map(Write::Pair)),
+        }
         (Ok(r.state), writes)
+    }
+
+    /// How each endpoint's slow-down for `host` stands (`None`: not slowed), for `list
+    /// --destination`.
+    pub fn slowed_for(
+        &self,
+        ids: &[EndpointId],
+        host: &str,
+        now: Instant,
+    ) -> Vec<Option<SlowedView>> {
+        ids.iter()
+            .map(|id| {
+                let e = self.entries.get(id)?;
+                let s = self.pools[e.pool].pace.slowed(host, *id, now)?;
+                Some(SlowedView {
+                    spacing_ms: s.spacing.as_millis() as u64,
+                    next_use_in_ms: s.until.as_millis() as u64,
+                })
+            })
+            .collect()
     }
 
     /// `enable --target`: forget what each pool (or `pool`) knows of `target` (a key as
