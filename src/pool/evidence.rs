@@ -316,7 +316,7 @@ impl Pools {
             Blame::Pending | Blame::Target => {
                 out.writes.push(self.unblamed_report(on, f, t, blame));
                 out.writes
-                    .extend(self.target_news(pool, t, &judged, f, on.lease.clone()));
+                    .extend(self.target_news(pool, t, &judged, f, on.lease.clone(), now));
             }
         }
         (blame, decided_key)

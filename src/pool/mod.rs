@@ -5,6 +5,7 @@
 //! mutex and a group-committing store writer for the daemon and the CLI.
 
 mod apply;
+mod budget;
 mod burst;
 mod chunked;
 #[cfg(test)]
@@ -148,8 +149,8 @@ pub struct Pools {
     lease_expiry: BTreeSet<(Instant, u64)>,
     /// How the leases that ended lately ended, so that a second report says so.
     ended: ended::EndedLeases,
-    /// The log-line budget of state changes.
-    burst: burst::Burst,
+    /// The log-line budget of every state change (its pools' pairs and targets share it).
+    budget: budget::Budget,
     sessions: sessions::Sessions,
     /// Ids removed in this process. Ids are never reused, so a row that arrives after its
     /// removal (an `add` racing a `remove`) is stale and must not come back to life.
@@ -212,7 +213,7 @@ impl Pools {
             leases: FxHashMap::default(),
             lease_expiry: BTreeSet::new(),
             ended: ended::EndedLeases::default(),
-            burst: burst::Burst::new(burst::LINES_PER_SECOND),
+            budget: budget::Budget::default(),
             sessions: sessions::Sessions::new(),
             removed: std::collections::HashSet::new(),
             next_lease: 0,
@@ -237,6 +238,14 @@ impl Pools {
         self.rng = fastrand::Rng::with_seed(seed);
     }
 
+    /// Hold at most `cap` destination pairs in `pool` (tests: the cap's behaviour without
+    /// a million pairs).
+    pub fn cap_pairs(&mut self, pool: &str, cap: usize) {
+        if let Some(&p) = self.by_name.get(pool) {
+            self.pools[p].dests.set_cap(cap);
+        }
+    }
+
     fn ensure_pool(&mut self, cfg: PoolConfig) -> usize {
         if let Some(&i) = self.by_name.get(&cfg.name) {
             let ps = &mut self.pools[i];
@@ -254,6 +263,8 @@ impl Pools {
         let name = cfg.name.clone();
         let rules = cfg.blame.clone();
         let probe_target = probes::probe_target(cfg.probe.url.as_deref());
+        let mut dests = Destinations::new(&name, destinations::DEFAULT_MAX_PAIRS);
+        dests.share_budget(self.budget.clone());
         let mut targets = Targets::new(rules, targets::DEFAULT_MAX_TARGETS);
         targets.set_trial_hold(cfg.probe.timeout);
         let mut pace = Pace::new(
@@ -272,7 +283,7 @@ impl Pools {
             counts: [0; 4],
             leases: 0,
             metrics: None,
-            dests: Destinations::new(&name, destinations::DEFAULT_MAX_PAIRS),
+            dests,
             targets,
             targets_dropped_seen: 0,
             probe_target,
@@ -397,7 +408,7 @@ impl Pools {
             (a, b) => a.or(b),
         };
         // A held summary of state-change lines is written when its second is over.
-        [cool, lease, self.burst.due()].into_iter().flatten().min()
+        [cool, lease, self.budget.due()].into_iter().flatten().min()
     }
 
     /// Whether every endpoint of a pool is cooling or disabled: nothing is available and

@@ -153,7 +153,9 @@ impl Pools {
     ) -> Vec<Write> {
         let mut writes = Vec::new();
         if let Some(down_for) = r.up {
-            info!(pool = %self.pools[pool].cfg.name, target, endpoint = by, "target up");
+            if self.budget.admit(now, "-") {
+                info!(pool = %self.pools[pool].cfg.name, target, endpoint = by, "target up");
+            }
             writes.push(target_event(
                 target,
                 Some(by),
@@ -254,16 +256,23 @@ impl Pools {
         judged: &Judged,
         f: &Failure,
         lease: Option<String>,
+        now: Instant,
     ) -> Option<Write> {
         let next = judged.down_for?;
+        let reason = f.reason.map(|r| r.as_str());
+        let line = self.budget.admit(now, reason.unwrap_or("-"));
         let next = humantime::format_duration(Duration::from_millis(next.as_millis() as u64));
         let name = &self.pools[pool].cfg.name;
         let detail = if judged.verdict.target_goes_down {
             let n = judged.absolved.len() + 1;
-            info!(pool = %name, target, endpoints = n, reason = ?f.reason.map(|r| r.as_str()), "target down");
+            if line {
+                info!(pool = %name, target, endpoints = n, reason, "target down");
+            }
             format!("{n} endpoints failed it and none reached it; its trial in {next}")
         } else {
-            info!(pool = %name, target, reason = ?f.reason.map(|r| r.as_str()), "target trial failed");
+            if line {
+                info!(pool = %name, target, reason, "target trial failed");
+            }
             format!("its trial failed; the next in {next}")
         };
         Some(Write::Pair(PairWrite::Event {

@@ -305,7 +305,7 @@ impl Pools {
         let jitter = self.rng.f64() * 2.0 - 1.0;
         let judged = self.pools[p].targets.failed(t, failed, now, jitter);
         let writes = self
-            .target_news(p, t, &judged, f, None)
+            .target_news(p, t, &judged, f, None, now)
             .into_iter()
             .collect();
         (judged.verdict.blame, writes)

@@ -31,13 +31,12 @@ pub struct TargetCleared {
     pub was_down: bool,
 }
 
-/// The event of `enable --target` in one pool: `target_up` when it was down.
-fn cleared_event(pool: &str, target: &str, was_down: Option<std::time::Duration>) -> Write {
+/// The event of `enable --target` in a pool: `target_up` when it was down.
+fn cleared_event(target: &str, was_down: Option<std::time::Duration>) -> Write {
     use crate::event_kind::EventKind;
     let (kind, detail) = match was_down {
         Some(d) => {
             let d = std::time::Duration::from_millis(d.as_millis() as u64);
-            tracing::info!(pool, target, reason = "operator", "target up");
             (
                 EventKind::TargetUp,
                 format!(
@@ -68,7 +67,6 @@ fn slow_down_cleared(
     let ms = |d: std::time::Duration| {
         humantime::format_duration(std::time::Duration::from_millis(d.as_millis() as u64))
     };
-    tracing::info!(endpoint = id, host, "slow-down cleared by the operator");
     Write::Pair(PairWrite::Event {
         destination: host.to_string(),
         status: None,
@@ -400,7 +398,10 @@ impl Pools {
                 ps.probe_trial = None;
             }
             let name = ps.cfg.name.clone();
-            writes.push(cleared_event(&name, target, c.was_down));
+            if c.was_down.is_some() && self.budget.admit(now, "operator") {
+                tracing::info!(pool = %name, target, reason = "operator", "target up");
+            }
+            writes.push(cleared_event(target, c.was_down));
             out.push(TargetCleared {
                 pool: name,
                 target: target.to_string(),
