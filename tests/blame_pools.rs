@@ -757,13 +757,14 @@ async fn a_target_that_went_down_takes_back_its_strikes() {
 
 /// A client takes a down target's trial with a ttl of a year and reports nothing. The
 /// answer while the trial is out says so (not "next trial in 2000 ms"), the trial is
-/// handed back after the pool's trial hold (its probe `timeout`), whatever the ttl, and
+/// handed back after the pool's trial hold (its probe `timeout` and 5 s), whatever the
+/// ttl, and
 /// the next use is the trial. The held lease's late report or release then decides
 /// nothing about the new trial.
 #[tokio::test(start_paused = true)]
 async fn a_held_target_trial_is_handed_back_after_the_trial_hold() {
     let mut vp = pool(3);
-    let hold = vp.cfg.probe.timeout;
+    let hold = vp.cfg.probe.timeout + Duration::from_secs(5);
     for _ in 0..2 {
         let g = lease_with(&mut vp, DEAD, None).unwrap();
         report(&mut vp, &g, unreachable());

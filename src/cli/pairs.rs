@@ -134,7 +134,7 @@ async fn slowed_by_daemon(
 }
 
 /// A slow-down as the table shows it: `every 8s, next in 4m 10s`.
-fn slowed_text(s: &SlowedView) -> String {
+pub(super) fn slowed_text(s: &SlowedView) -> String {
     let d = |ms: u64| humantime::format_duration(std::time::Duration::from_millis(ms));
     format!(
         "every {}, next in {}",

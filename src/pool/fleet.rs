@@ -17,6 +17,12 @@ use crate::store::{ClaimOn, EndpointRow, Epoch};
 /// A probe trial's claim holds this much longer than the probe may take.
 pub(super) const PROBE_HOLD_MARGIN: Duration = Duration::from_secs(5);
 
+/// How long a down target's trial is held at most, whatever holds it (a lease of any
+/// ttl, a probe): as long as a probe's claim (docs/blame.md, "A target that is down").
+pub(super) fn trial_hold(cfg: &crate::config::PoolConfig) -> Duration {
+    cfg.probe.timeout + PROBE_HOLD_MARGIN
+}
+
 impl Pools {
     /// Whether the store is away: then no transition comes due and no trial is admitted,
     /// and ordinary leases go on from what is known (docs/fleet.md, "Faults").

@@ -250,7 +250,7 @@ impl Pools {
         if let Some(&i) = self.by_name.get(&cfg.name) {
             let ps = &mut self.pools[i];
             ps.targets.set_rules(cfg.blame.clone());
-            ps.targets.set_trial_hold(cfg.probe.timeout);
+            ps.targets.set_trial_hold(fleet::trial_hold(&cfg));
             ps.probe_target = probes::probe_target(cfg.probe.url.as_deref());
             ps.pace.set_config(cfg.pace.clone());
             ps.pace.set_max_hold(cfg.policy.cooldown.max);
@@ -266,7 +266,7 @@ impl Pools {
         let mut dests = Destinations::new(&name, destinations::DEFAULT_MAX_PAIRS);
         dests.share_budget(self.budget.clone());
         let mut targets = Targets::new(rules, targets::DEFAULT_MAX_TARGETS);
-        targets.set_trial_hold(cfg.probe.timeout);
+        targets.set_trial_hold(fleet::trial_hold(&cfg));
         let mut pace = Pace::new(
             cfg.pace.clone(),
             pace::DEFAULT_MAX_HOSTS,

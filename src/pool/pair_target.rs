@@ -121,7 +121,7 @@ impl Pools {
         if ps.targets.next_lapse().is_none_or(|t| t > now) {
             return Vec::new();
         }
-        let hold = ps.cfg.probe.timeout;
+        let hold = super::fleet::trial_hold(&ps.cfg);
         let lapsed = ps.targets.lapse(now);
         if ps.probe_trial.is_some() {
             let t = ps.probe_target.as_deref();
@@ -130,7 +130,7 @@ impl Pools {
             }
         }
         let detail = format!(
-            "the target's trial did not decide within {} (the pool's probe timeout); the next use is the trial",
+            "the target's trial did not decide within {} (the pool's probe timeout and 5 s); the next use is the trial",
             humantime::format_duration(hold)
         );
         lapsed

@@ -1,6 +1,6 @@
 //! Escalation's strikes: per endpoint, the distinct targets it failed that another
 //! endpoint reached after the failure, since its own last success (docs/blame.md,
-//! "Escalation"). A target that goes down, or is forgotten, takes its strikes back: a
+//! "Contrast"). A target that goes down, or is forgotten, takes its strikes back: a
 //! target that turned out to be down says nothing about the endpoints that failed it.
 
 use std::hash::BuildHasher;
