@@ -50,8 +50,8 @@ pub(super) async fn list_for(
 ) -> Result<(), CliError> {
     let d = destination(raw)?;
     let state = parse_state(state.as_deref())?;
-    let slowed = slowed_by_daemon(ctx, pool.as_deref(), &d).await?;
     let store = ctx.store_to_read()?;
+    let slowed = slowed_by_daemon(ctx, pool.as_deref(), &d).await?;
     let mut rows = store.list(pool.as_deref(), state)?;
     rows.retain(|r| r.tags.contains_all(tags));
     let pairs: HashMap<_, _> = store
