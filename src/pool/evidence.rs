@@ -400,7 +400,7 @@ impl Pools {
             reason: Some(Reason::UpstreamUnreachable),
             phase: f.phase,
             detail: Some(format!(
-                "failed {n} distinct targets that other endpoints reached (the last: {last})"
+                "failed {n} distinct targets that other endpoints reached after it (the last: {last})"
             )),
             ..Failure::default()
         };
