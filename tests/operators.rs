@@ -259,11 +259,21 @@ fn the_cli_on_another_host_reaches_the_daemon_over_tcp() {
             .map(str::to_string)
             .collect::<Vec<_>>()
     };
-    assert_eq!(row("10.33.0.1").last().map(String::as_str), Some("cooling"));
+    // The state for the destination is the column before SLOWED.
+    let for_shop = |ip: &str| row(ip).iter().rev().nth(1).cloned();
     assert_eq!(
-        row("10.33.0.2").last().map(String::as_str),
-        Some("available")
+        for_shop("10.33.0.1").as_deref(),
+        Some("cooling"),
+        "{}",
+        o.stdout
     );
+    assert_eq!(
+        for_shop("10.33.0.2").as_deref(),
+        Some("available"),
+        "{}",
+        o.stdout
+    );
+    assert_eq!(row("10.33.0.1").last().map(String::as_str), Some("-"));
     let o = run_env(
         &client,
         &[

@@ -72,7 +72,9 @@ pub(super) fn outcome<B>(resp: &Response<B>) -> GatewayOutcome {
 /// answer an HTTP client would get).
 fn outcome_of(status: StatusCode, error: &str) -> GatewayOutcome {
     match status {
-        StatusCode::BAD_GATEWAY if error == DESTINATION_DOWN => GatewayOutcome::DestinationDown,
+        StatusCode::BAD_GATEWAY if error == DESTINATION_DOWN || error == DESTINATION_TLS => {
+            GatewayOutcome::DestinationDown
+        }
         StatusCode::SERVICE_UNAVAILABLE if error == LOCAL_RESOURCES => {
             GatewayOutcome::LocalResources
         }
@@ -88,6 +90,9 @@ fn outcome_of(status: StatusCode, error: &str) -> GatewayOutcome {
 
 /// `X-Proxypool-Error` of a destination that is down.
 const DESTINATION_DOWN: &str = "destination_down";
+/// `X-Proxypool-Error` of a destination that is down because its own certificate failed
+/// verification through every upstream that tried it (intercepted HTTPS).
+const DESTINATION_TLS: &str = "destination_tls";
 /// `X-Proxypool-Error` of a request that pacing turned away (docs/selection.md).
 const PACED: &str = "paced";
 /// `X-Proxypool-Error` of an answer for want of descriptors, memory or local ports.
@@ -113,7 +118,12 @@ fn status_of(e: &UpstreamError) -> StatusCode {
 /// What `proxypool_gateway_requests_total` counts a request that ended in `e`, on any front.
 pub(super) fn error_outcome(e: &UpstreamError) -> GatewayOutcome {
     let error = match e {
-        UpstreamError::DestinationDown { .. } => DESTINATION_DOWN,
+        UpstreamError::DestinationDown {
+            certificate: false, ..
+        } => DESTINATION_DOWN,
+        UpstreamError::DestinationDown {
+            certificate: true, ..
+        } => DESTINATION_TLS,
         UpstreamError::Paced { .. } => PACED,
         UpstreamError::Local(_) => LOCAL_RESOURCES,
         _ => "",
@@ -166,6 +176,7 @@ impl Said {
         retry_after: std::time::Duration,
         trial_out: bool,
         endpoint: Option<crate::endpoint::EndpointId>,
+        certificate: bool,
     ) -> Said {
         let ms = retry_after.as_millis();
         let next = if trial_out {
@@ -179,12 +190,23 @@ impl Said {
             ),
             None => "nothing was dialed".to_string(),
         };
+        let (code, why) = if certificate {
+            (
+                DESTINATION_TLS,
+                "its certificate failed verification through every upstream that tried it (the origin's own certificate is bad, not a proxy's)",
+            )
+        } else {
+            (
+                DESTINATION_DOWN,
+                "every upstream that tried it failed to reach it",
+            )
+        };
         Said {
             retry_after_secs: Some(retry_after_secs(retry_after)),
             endpoint,
             ..Said::new(
-                DESTINATION_DOWN,
-                format!("destination {target} is down: every upstream that tried it failed to reach it; {dialed} ({next})"),
+                code,
+                format!("destination {target} is down: {why}; {dialed} ({next})"),
             )
         }
     }
@@ -234,7 +256,8 @@ impl Said {
                 retry_after,
                 trial_out,
                 endpoint,
-            } => Said::down(&target, retry_after, trial_out, endpoint),
+                certificate,
+            } => Said::down(&target, retry_after, trial_out, endpoint, certificate),
             UpstreamError::AllFailed {
                 last,
                 endpoint,
@@ -297,6 +320,7 @@ mod tests {
                     retry_after: std::time::Duration::from_millis(1_500),
                     trial_out: false,
                     endpoint: None,
+                    certificate: false,
                 }),
                 GatewayOutcome::DestinationDown,
             ),
@@ -341,6 +365,7 @@ mod tests {
             retry_after: std::time::Duration::from_millis(1_200),
             trial_out: false,
             endpoint: None,
+            certificate: false,
         });
         assert_eq!(r.status(), 502);
         assert_eq!(r.headers()[ERROR_HEADER], "destination_down");
@@ -355,9 +380,23 @@ mod tests {
             retry_after: std::time::Duration::from_millis(4_000),
             trial_out: false,
             endpoint: Some(7),
+            certificate: false,
         });
         assert_eq!(r.status(), 502);
         assert_eq!(r.headers()[ENDPOINT_HEADER], "7");
+        // Down because the origin's own certificate is bad: a code of its own, counted
+        // as a destination that is down.
+        let r = upstream_error(UpstreamError::DestinationDown {
+            target: "shop.example:443".into(),
+            retry_after: std::time::Duration::from_millis(2_000),
+            trial_out: false,
+            endpoint: Some(3),
+            certificate: true,
+        });
+        assert_eq!(r.status(), 502);
+        assert_eq!(r.headers()[ERROR_HEADER], "destination_tls");
+        assert_eq!(r.headers()[header::RETRY_AFTER], "2");
+        assert_eq!(outcome(&r), GatewayOutcome::DestinationDown);
     }
 
     #[test]

@@ -19,6 +19,10 @@ pub struct Routing {
     pub session: Option<String>,
     /// `<tag key>-<value>`: only endpoints carrying every one.
     pub tags: Tags,
+    /// `session` is the gateway's own (an intercepted connection's, `rotate =
+    /// "connection"`), not the client's: when a try fails, the request goes on through
+    /// other upstreams, which a client's session never does (its address is the point).
+    pub own_session: bool,
 }
 
 /// A username the gateway cannot route by.
@@ -149,6 +153,7 @@ mod tests {
             pool: pool.map(str::to_string),
             session: session.map(str::to_string),
             tags: Tags::default(),
+            own_session: false,
         }
     }
 

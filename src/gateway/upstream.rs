@@ -18,7 +18,7 @@ use super::urls::ParsedUrls;
 use crate::config::GatewayConfig;
 use crate::dial::{Carries, Clock, Dest, DialFailure, Dialed, Dialer, Route};
 use crate::endpoint::{EndpointId, ProxyUrl};
-use crate::health::Failure;
+use crate::health::{Failure, Phase, Reason};
 use crate::pool::engine::{Engine, EngineError};
 use crate::pool::{Outcome, PoolError, Want};
 
@@ -61,6 +61,8 @@ pub(super) enum UpstreamError {
         /// latest).
         trial_out: bool,
         endpoint: Option<EndpointId>,
+        /// Its certificate failed verification through every upstream that tried it.
+        certificate: bool,
     },
     /// Every upstream tried failed; the last failure (of `endpoint`) explains it.
     #[error("{tried} upstream(s) tried; the last failed: {last}")]
@@ -95,11 +97,13 @@ impl UpstreamError {
                 retry_after,
                 trial_out,
                 endpoint: None,
+                certificate,
             } => UpstreamError::DestinationDown {
                 target,
                 retry_after,
                 trial_out,
                 endpoint: tries.last.as_ref().map(|(_, e)| *e),
+                certificate,
             },
             other => other,
         }
@@ -273,12 +277,14 @@ impl Upstream {
                     target,
                     retry_after,
                     trial_out,
+                    certificate,
                     ..
                 }) => UpstreamError::DestinationDown {
                     target,
                     retry_after,
                     trial_out,
                     endpoint: None,
+                    certificate,
                 },
                 other => UpstreamError::Internal(other),
             })?;
@@ -343,8 +349,18 @@ impl Upstream {
         // Endpoints granted again after a try: held (so the pool hands out another) until
         // this loop ends, then released.
         let mut held = Vec::new();
+        // After a failed try, a session of the gateway's own lets the request go on
+        // through another upstream (the session moves once its endpoint cools).
+        let unbound = routing.own_session.then(|| Routing {
+            session: None,
+            ..routing.clone()
+        });
         while tries.left() && held.len() <= tries.budget {
-            let guard = match self.lease(routing, &want).await {
+            let this = match (&unbound, &tries.last) {
+                (Some(r), Some(_)) => r,
+                _ => routing,
+            };
+            let guard = match self.lease(this, &want).await {
                 Ok(g) => g,
                 Err(UpstreamError::Exhausted { .. } | UpstreamError::Paced { .. })
                     if tries.last.is_some() =>
@@ -405,11 +421,15 @@ impl Upstream {
         if let Some(t) = want.target_key().filter(|_| tries.last.is_some()) {
             // The last failures made the target down: say that, not the last failure.
             if let Some(retry_after) = self.engine.target_down(pool, t) {
+                let certificate = tries.last.as_ref().is_some_and(|(f, _)| {
+                    f.reason == Reason::TlsFailed && f.phase == Phase::DestinationTls
+                });
                 return Err(UpstreamError::DestinationDown {
                     target: t.to_string(),
                     retry_after,
                     trial_out: false,
                     endpoint: tries.last.as_ref().map(|(_, e)| *e),
+                    certificate,
                 });
             }
         }

@@ -8,6 +8,12 @@
 //! that this endpoint cannot reach what others can (its pair cools); if several fail and
 //! none succeeds, the target is down and no endpoint is blamed at all. A success from
 //! before the failure is no contrast: the target may have gone away since.
+//!
+//! An origin certificate that fails verification through one proxy is judged the same
+//! way, with a different owner once confirmed: when another endpoint verified the same
+//! origin after it, the proxy presented someone else's certificate (it tampers with
+//! TLS), and that is the endpoint's fault for every destination. When every endpoint
+//! fails it, the origin's own certificate is bad: the target is down.
 
 use std::fmt;
 use std::str::FromStr;
@@ -81,6 +87,10 @@ pub enum Class {
     /// connection refused, the name does not resolve, no answer to the connect request):
     /// judged by contrast with the other endpoints.
     Unreachable,
+    /// The origin's certificate failed verification through the proxy (`tls_failed` at
+    /// `destination_tls`): judged by contrast like the unreachable class; confirmed, it
+    /// is the endpoint's (it presents another certificate than the origin's).
+    Certificate,
     /// The destination was reached and refused the use (`destination_status`,
     /// `body_mismatch`): a ban, on the pair (endpoint, host).
     Ban,
@@ -124,7 +134,7 @@ pub fn classify(reason: Reason, phase: Option<Phase>, has_destination: bool, pro
     }
     let class = by_reason_and_phase(reason, phase);
     match class {
-        Class::Unreachable => Class::Unreachable,
+        Class::Unreachable | Class::Certificate => class,
         _ if probe => Class::Proxy,
         c => c,
     }
@@ -162,6 +172,9 @@ fn by_reason_and_phase(reason: Reason, phase: Option<Phase>) -> Class {
         // process resolved for a SOCKS variant without remote DNS) is about the target.
         Reason::DnsFailed if phase == Some(ProxyHandshake) => Class::Unreachable,
         Reason::ProxyRejected if !after_destination => Class::Refused,
+        // Verification is this process's own: what the proxy handed over is not the
+        // origin's certificate, or the origin's certificate is bad. Contrast tells which.
+        Reason::TlsFailed if phase == Some(DestinationTls) => Class::Certificate,
         Reason::DestinationStatus | Reason::BodyMismatch
             if !matches!(phase, Some(ProxyHandshake)) =>
         {
@@ -173,7 +186,8 @@ fn by_reason_and_phase(reason: Reason, phase: Option<Phase>) -> Class {
     }
 }
 
-/// What the pool knows about the target when an unreachable-class failure arrives.
+/// What the pool knows about the target when a failure judged by contrast (the
+/// unreachable and the certificate class) arrives.
 ///
 /// There is no "others reached it" here: a success from before the failure cannot tell
 /// "this endpoint cannot reach the target" from "the target went away since". Contrast
@@ -188,8 +202,8 @@ pub struct Evidence {
     pub pair_trial: bool,
     /// The pool has no other endpoint to contrast with.
     pub alone: bool,
-    /// Distinct endpoints, this one included, that failed the target with the
-    /// unreachable class within `contrast_window` while nobody reached it.
+    /// Distinct endpoints, this one included, that failed the target with a class judged
+    /// by contrast within `contrast_window` while nobody reached it.
     pub failing: u32,
     /// How many distinct endpoints must fail it so for the target to be down.
     pub down_after: u32,
@@ -226,7 +240,7 @@ pub fn judge(class: Class, probe: bool, ev: Evidence) -> Verdict {
         // The proxy's own word that it will not go there: its pair, at once.
         Class::Refused => Verdict::on(Blame::Pair, Some(PairKey::Target)),
         Class::Ban | Class::Destination => Verdict::on(Blame::Pair, Some(PairKey::Host)),
-        Class::Unreachable => {
+        Class::Unreachable | Class::Certificate => {
             let confirmed = if probe {
                 Verdict::on(Blame::Endpoint, None)
             } else {
@@ -262,12 +276,12 @@ mod tests {
     /// Class of a failure reported WITH a destination, not by a probe: one row per
     /// reason, one letter per phase in the order `-` (no phase), connect, proxy_tls,
     /// proxy_handshake, destination_tls, request, response_head, response_body.
-    /// `P` proxy, `R` refused, `U` unreachable, `B` ban, `D` destination.
+    /// `P` proxy, `R` refused, `U` unreachable, `C` certificate, `B` ban, `D` destination.
     const TABLE: &[(&str, &str)] = &[
         ("connect_refused", "PPPPDDDD"),
         ("connect_timeout", "PPPPDDDD"),
         ("dns_failed", "PPPUDDDD"),
-        ("tls_failed", "PPPPDDDD"),
+        ("tls_failed", "PPPPCDDD"),
         ("proxy_auth_rejected", "PPPPPPPP"),
         ("proxy_protocol_error", "PPPPDDDD"),
         ("proxy_rejected", "RPPRDDDD"),
@@ -291,6 +305,7 @@ mod tests {
             Class::Proxy => 'P',
             Class::Refused => 'R',
             Class::Unreachable => 'U',
+            Class::Certificate => 'C',
             Class::Ban => 'B',
             Class::Destination => 'D',
         }
@@ -352,10 +367,10 @@ mod tests {
                     let got = letter(classify(reason, phase, has_dest, probe));
                     // Without a destination there is nothing to contrast: the endpoint.
                     // A probe's failures are the endpoint's, but for the unreachable
-                    // class, which is judged on the probe target by contrast.
+                    // and certificate classes, judged on the probe target by contrast.
                     let expected = match (has_dest, probe, want) {
                         (false, _, _) => 'P',
-                        (true, true, 'U') => 'U',
+                        (true, true, c @ ('U' | 'C')) => c,
                         (true, true, _) => 'P',
                         (true, false, w) => w,
                     };
@@ -370,11 +385,13 @@ mod tests {
         assert_eq!(checked, Reason::ALL.len() * 8 * 4);
     }
 
-    /// The rule for the unreachable class, state x event: each row is the evidence (down,
-    /// pair trial, alone, failing) and the expected (blame, pair, goes down) for a report
-    /// and for a probe.
+    /// The rule for the classes judged by contrast (unreachable, certificate), state x
+    /// event: each row is the evidence (down, pair trial, alone, failing) and the expected
+    /// (blame, pair, goes down) for a report and for a probe. What a later contrast makes
+    /// of a pending failure differs by class (`pool::targets`), what is decided now does
+    /// not.
     #[test]
-    fn unreachable_failures_by_what_is_known() {
+    fn contrast_failures_by_what_is_known() {
         let ev = |target_down, pair_trial, alone, failing| Evidence {
             target_down,
             pair_trial,
@@ -432,14 +449,16 @@ mod tests {
                 (Target, None, true),
             ),
         ];
-        for (e, report, probe) in rows {
-            for (is_probe, want) in [(false, report), (true, probe)] {
-                let v = judge(Class::Unreachable, is_probe, e);
-                assert_eq!(
-                    (v.blame, v.pair, v.target_goes_down),
-                    want,
-                    "{e:?}, probe {is_probe}"
-                );
+        for class in [Class::Unreachable, Class::Certificate] {
+            for (e, report, probe) in rows {
+                for (is_probe, want) in [(false, report), (true, probe)] {
+                    let v = judge(class, is_probe, e);
+                    assert_eq!(
+                        (v.blame, v.pair, v.target_goes_down),
+                        want,
+                        "{class:?} {e:?}, probe {is_probe}"
+                    );
+                }
             }
         }
     }

@@ -180,7 +180,7 @@ impl Pools {
                 let key = self.fail_at_destination(pool, on, &f, &mut out, now);
                 (Blame::Pair, Some(key))
             }
-            class @ (Class::Refused | Class::Unreachable) => {
+            class @ (Class::Refused | Class::Unreachable | Class::Certificate) => {
                 self.fail_to_reach(pool, on, class, &f, &mut out, now)
             }
         };

@@ -331,11 +331,13 @@ impl Pools {
             Admission::Down {
                 retry_after,
                 trial_out,
+                certificate,
             } => Err(PoolError::DestinationDown {
                 pool: self.pools[p].cfg.name.clone(),
                 target: t.to_string(),
                 retry_after,
                 trial_out,
+                certificate,
             }),
         }
     }

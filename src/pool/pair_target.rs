@@ -207,7 +207,7 @@ impl Pools {
             return Vec::new();
         }
         let f = p.failure(by);
-        if p.probe {
+        if p.endpoint_wide() {
             let ev = Act {
                 detail: f.detail.clone(),
                 reason: f.reason,

@@ -280,7 +280,7 @@ impl Pools {
     ) -> (Blame, Vec<Write>) {
         let reason = f.reason.expect("a probe failure has a reason");
         let class = classify(reason, f.phase, target.is_some(), true);
-        let (Class::Unreachable, Some(t)) = (class, target) else {
+        let (Class::Unreachable | Class::Certificate, Some(t)) = (class, target) else {
             if let (Some(g), Some(t)) = (target_trial, target) {
                 let on = Settle {
                     id,

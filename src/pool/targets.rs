@@ -62,9 +62,12 @@ pub enum Admission {
     Trial(u32),
     /// The target is down: answer at once, dialing nothing. `trial_out`: its trial is
     /// under way, and `retry_after` is when it is handed back at the latest.
+    /// `certificate`: it is down because its certificate failed verification through
+    /// every endpoint that tried it.
     Down {
         retry_after: Duration,
         trial_out: bool,
+        certificate: bool,
     },
 }
 
@@ -77,18 +80,29 @@ pub struct Pending {
     pub phase: Option<Phase>,
     /// The failure was a probe's: once confirmed it is the endpoint's, not a pair's.
     pub probe: bool,
+    /// `Unreachable` or `Certificate`: once confirmed, a certificate failure is the
+    /// endpoint's for every destination (it presented another certificate).
+    pub class: Class,
 }
 
 impl Pending {
-    /// The failure to apply to the endpoint's pair once another endpoint reached the
-    /// target.
+    /// Once another endpoint reached the target, the failure counts against the endpoint
+    /// itself (a probe's, a certificate's) rather than its pair for the target.
+    pub fn endpoint_wide(&self) -> bool {
+        self.probe || self.class == Class::Certificate
+    }
+
+    /// The failure to apply once another endpoint reached the target.
     pub fn failure(&self, by: EndpointId) -> Failure {
+        let detail = if self.class == Class::Certificate {
+            format!("endpoint {by} verified the origin's certificate after it failed verification through this endpoint: this proxy presents a certificate that is not the origin's (it tampers with TLS)")
+        } else {
+            format!("endpoint {by} reached the target after this endpoint failed to")
+        };
         Failure {
             reason: Some(self.reason),
             phase: self.phase,
-            detail: Some(format!(
-                "endpoint {by} reached the target after this endpoint failed to"
-            )),
+            detail: Some(detail),
             ..Failure::default()
         }
     }
@@ -292,20 +306,17 @@ impl Targets {
             self.holds.insert((c.until, target.into()));
             return Admission::Trial(c.gen);
         }
-        match d.stand(policy, now) {
-            Stand::TrialOut(left) => Admission::Down {
-                retry_after: left,
-                trial_out: true,
-            },
-            Stand::Cooling(left) => Admission::Down {
-                retry_after: left,
-                trial_out: false,
-            },
+        let certificate = d.certificate();
+        let (retry_after, trial_out) = match d.stand(policy, now) {
+            Stand::TrialOut(left) => (left, true),
+            Stand::Cooling(left) => (left, false),
             // Claimed above whenever it was due.
-            Stand::TrialDue => Admission::Down {
-                retry_after: policy.cooldown.base,
-                trial_out: true,
-            },
+            Stand::TrialDue => (policy.cooldown.base, true),
+        };
+        Admission::Down {
+            retry_after,
+            trial_out,
+            certificate,
         }
     }
 
@@ -410,11 +421,12 @@ impl Targets {
             .map(|(id, _)| id)
             .collect();
         // Failures that this success shows to be their endpoint's own count towards
-        // escalation. A probe's confirmed failure cools its endpoint directly.
+        // escalation. A probe's or a certificate's confirmed failure cools its endpoint
+        // directly.
         let late = out
             .confirmed
             .iter()
-            .filter(|p| !p.probe)
+            .filter(|p| !p.endpoint_wide())
             .map(|p| p.endpoint);
         let strikers: Vec<EndpointId> = late.chain(refused).collect();
         let mut pushed_out = Vec::new();
@@ -480,6 +492,7 @@ impl Targets {
                 reason: f.failure.reason.unwrap_or(Reason::UpstreamUnreachable),
                 phase: f.failure.phase,
                 probe: f.probe,
+                class: f.class,
             }),
             Blame::Target if verdict.target_goes_down => {
                 let d = Down::new(f.failure, &policy, now, jitter);

@@ -24,6 +24,15 @@ pub struct Setup {
 }
 
 pub fn setup(o: &NginxOrigin, upstreams: &[&ToolDaemon], extra: &str) -> Setup {
+    let urls: Vec<String> = upstreams
+        .iter()
+        .map(|u| format!("http://alice:s3cret@127.0.0.1:{}", u.port))
+        .collect();
+    setup_urls(o, &urls, extra)
+}
+
+/// `setup` with the upstreams given by URL (endpoint ids follow their order from 1).
+pub fn setup_urls(o: &NginxOrigin, urls: &[String], extra: &str) -> Setup {
     let gateway = free_port();
     let http = free_port();
     let config = format!(
@@ -46,10 +55,6 @@ retry_status = [403, 429]
     );
     let home = Home::new(Some(&config));
     home.ok(&["ca", "init"]);
-    let urls: Vec<String> = upstreams
-        .iter()
-        .map(|u| format!("http://alice:s3cret@127.0.0.1:{}", u.port))
-        .collect();
     home.add(&urls.iter().map(String::as_str).collect::<Vec<_>>());
     let daemon = home.serve();
     let ca = home.db.with_file_name("ca.pem");

@@ -105,6 +105,7 @@ pub(in crate::gateway) async fn serve<C>(
 fn connection_routing(rotate: Rotate, mut routing: Routing) -> Routing {
     if rotate == Rotate::Connection && routing.session.is_none() {
         routing.session = Some(format!("intercept-{:032x}", rand::random::<u128>()));
+        routing.own_session = true;
     }
     routing
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::health::{Failure, Health, Input, Policy, State, Step};
+use crate::health::{Failure, Health, Input, Phase, Policy, Reason, State, Step};
 
 /// The claim of a down target's trial: its generation, and when it is handed back if
 /// nothing decided it.
@@ -53,6 +53,13 @@ impl Down {
             gen: 0,
             claim: None,
         }
+    }
+
+    /// It went down (or its last trial failed) because the origin's certificate failed
+    /// verification.
+    pub(super) fn certificate(&self) -> bool {
+        let h = &self.health;
+        h.reason == Some(Reason::TlsFailed) && h.phase == Some(Phase::DestinationTls)
     }
 
     /// Where it stands at `now` (a cooldown that ended makes its trial due).

@@ -522,3 +522,35 @@ async fn other_classes_leave_the_target_alone() {
     assert_eq!(t.down_count(), 0);
     assert!(!t.prefers_other(T, 1, now));
 }
+
+/// A certificate that failed through `e` and verified through another endpoint afterwards
+/// is confirmed as the endpoint's own (cooled endpoint-wide by the caller): it is never a
+/// strike towards escalation, however many sites it happens on.
+#[tokio::test(start_paused = true)]
+async fn a_confirmed_certificate_failure_is_endpoint_wide_and_never_a_strike() {
+    let mut t = targets();
+    let now = Instant::now();
+    let f = Failure::new(Reason::TlsFailed, Some(Phase::DestinationTls));
+    for (i, x) in ["a.example:443", "b.example:443", "c.example:443"]
+        .into_iter()
+        .enumerate()
+    {
+        let j = t.failed(x, use_of(1, Class::Certificate, &f), now, 0.0);
+        assert_eq!(blame(&j), (Blame::Pending, None));
+        assert_eq!(t.avoid(x, now), vec![1], "passed over while pending");
+        let r = t.reached(x, 2, now);
+        assert_eq!(r.confirmed.len(), 1);
+        let p = &r.confirmed[0];
+        assert!(p.endpoint_wide(), "{p:?}");
+        assert_eq!(p.class, Class::Certificate);
+        assert!(p.failure(2).detail.unwrap().contains("tampers with TLS"));
+        assert!(r.escalated.is_empty(), "site {i}: no strike");
+    }
+    assert_eq!(t.strikes_of(1), 0);
+    // An unreachable failure confirmed the same way is the pair's and strikes.
+    let u = unreachable();
+    t.failed("d.example:443", use_of(1, Class::Unreachable, &u), now, 0.0);
+    let r = t.reached("d.example:443", 2, now);
+    assert!(!r.confirmed[0].endpoint_wide());
+    assert_eq!(t.strikes_of(1), 1);
+}
