@@ -111,38 +111,9 @@ impl Half {
             return Poll::Ready(Ok(()));
         }
         loop {
-            while self.at < self.pending.len() {
-                let rest = &self.pending[self.at..];
-                let n = ready!(poll_write(dst, cx, rest, self.read_eof))?;
-                if n == 0 {
-                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-                }
-                self.at += n;
-                self.unflushed = true;
-            }
-            if self.at > 0 {
-                // Everything waiting is written: give the memory back.
-                self.pending = Vec::new();
-                self.at = 0;
-            }
-            if self.read_err.is_some() {
-                // The bytes read before the error go out first, buffered ones included.
-                if self.unflushed {
-                    ready!(Pin::new(&mut *dst).poll_flush(cx))?;
-                    self.unflushed = false;
-                }
-                if let Some(e) = self.read_err.take() {
-                    return Poll::Ready(Err(e));
-                }
-            }
-            if self.read_eof {
-                if self.unflushed {
-                    ready!(Pin::new(&mut *dst).poll_flush(cx))?;
-                    self.unflushed = false;
-                }
-                ready!(Pin::new(&mut *dst).poll_shutdown(cx))?;
-                self.done = true;
-                return Poll::Ready(Ok(()));
+            ready!(self.poll_pending(cx, dst))?;
+            if let Some(end) = ready!(self.poll_end(cx, dst)) {
+                return Poll::Ready(end);
             }
             let mut scratch = [MaybeUninit::<u8>::uninit(); SCRATCH];
             let mut rb = ReadBuf::uninit(&mut scratch);
@@ -171,26 +142,90 @@ impl Half {
                     Poll::Ready(Ok(())) | Poll::Pending => {}
                 }
             }
-            let data = rb.filled();
-            self.moved += data.len() as u64;
-            let mut off = 0;
-            while off < data.len() {
-                match poll_write(dst, cx, &data[off..], self.read_eof) {
-                    Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                    Poll::Ready(Ok(n)) => {
-                        off += n;
-                        self.unflushed = true;
-                    }
-                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                    Poll::Pending => {
-                        // `dst` is full: keep the rest (the write registered the waker).
-                        self.pending = data[off..].to_vec();
-                        self.at = 0;
-                        return Poll::Pending;
-                    }
+            ready!(self.poll_push(cx, dst, rb.filled()))?;
+        }
+    }
+
+    /// Write what an earlier round could not; ready once nothing waits.
+    #[inline]
+    fn poll_pending<D>(&mut self, cx: &mut Context<'_>, dst: &mut D) -> Poll<io::Result<()>>
+    where
+        D: AsyncWrite + Unpin + 'static,
+    {
+        while self.at < self.pending.len() {
+            let rest = &self.pending[self.at..];
+            let n = ready!(poll_write(dst, cx, rest, self.read_eof))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.at += n;
+            self.unflushed = true;
+        }
+        if self.at > 0 {
+            // Everything waiting is written: give the memory back.
+            self.pending = Vec::new();
+            self.at = 0;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// After a read error or the end of `src`: flush, then pass the error on or shut `dst`
+    /// down. `None`: neither happened, go on reading.
+    #[inline]
+    fn poll_end<D>(&mut self, cx: &mut Context<'_>, dst: &mut D) -> Poll<Option<io::Result<()>>>
+    where
+        D: AsyncWrite + Unpin + 'static,
+    {
+        if self.read_err.is_none() && !self.read_eof {
+            return Poll::Ready(None);
+        }
+        // The bytes read before the error or the end go out first, buffered ones included.
+        if self.unflushed {
+            if let Err(e) = ready!(Pin::new(&mut *dst).poll_flush(cx)) {
+                return Poll::Ready(Some(Err(e)));
+            }
+            self.unflushed = false;
+        }
+        if let Some(e) = self.read_err.take() {
+            return Poll::Ready(Some(Err(e)));
+        }
+        if let Err(e) = ready!(Pin::new(&mut *dst).poll_shutdown(cx)) {
+            return Poll::Ready(Some(Err(e)));
+        }
+        self.done = true;
+        Poll::Ready(Some(Ok(())))
+    }
+
+    /// Write `data`, just read; what `dst` does not take now waits in `pending` (the write
+    /// registered the waker).
+    #[inline]
+    fn poll_push<D>(
+        &mut self,
+        cx: &mut Context<'_>,
+        dst: &mut D,
+        data: &[u8],
+    ) -> Poll<io::Result<()>>
+    where
+        D: AsyncWrite + Unpin + 'static,
+    {
+        self.moved += data.len() as u64;
+        let mut off = 0;
+        while off < data.len() {
+            match poll_write(dst, cx, &data[off..], self.read_eof) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => {
+                    off += n;
+                    self.unflushed = true;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {
+                    self.pending = data[off..].to_vec();
+                    self.at = 0;
+                    return Poll::Pending;
                 }
             }
         }
+        Poll::Ready(Ok(()))
     }
 }
 

@@ -373,33 +373,11 @@ impl Upstream {
                 held.push(guard);
                 continue;
             }
-            let mut route = way.route(guard.proxy());
+            let route = way.route(guard.proxy());
             if let Some(conn) = way.reuse(guard.proxy(), route) {
                 return Ok((guard, Link::Reused(conn)));
             }
-            // One connect_timeout for the try, another way through the upstream included.
-            let mut clock = Clock::start(self.connect_timeout, "gateway connect_timeout");
-            let dialed = loop {
-                match self
-                    .dial_on(&guard, dest, route, way.carries(), &mut clock)
-                    .await
-                {
-                    Err(f) => match way.fallback(guard.proxy(), route, &f) {
-                        Some(other) if other != route => {
-                            info!(endpoint = guard.endpoint(), status = f.status,
-                                "gateway upstream refuses tunnels to this port; forwarding through it instead");
-                            route = other;
-                        }
-                        _ => break Err(f),
-                    },
-                    ok => break ok,
-                }
-            };
-            let dialed = match dialed {
-                Ok(d) => way.ready(guard.proxy(), d, clock.deadline).await,
-                Err(f) => Err(f),
-            };
-            match dialed {
+            match self.dial_ready(&guard, dest, route, way).await {
                 Ok(d) => return Ok((guard, Link::Dialed(d))),
                 Err(f) if f.local => {
                     // Our own shortage says nothing of the upstream: the lease goes back
@@ -417,6 +395,42 @@ impl Upstream {
             }
         }
         drop(held);
+        Err(self.spent(routing, &want, tries))
+    }
+
+    /// Dial `dest` through the granted upstream and make the link ready (`way`'s TLS to
+    /// the origin, say), within one `connect_timeout`, another route through the upstream
+    /// included when `way` offers one after a refusal.
+    async fn dial_ready<W: Way>(
+        &self,
+        guard: &LeaseGuard,
+        dest: &Dest,
+        mut route: Route,
+        way: &W,
+    ) -> Result<W::Ready, DialFailure> {
+        let mut clock = Clock::start(self.connect_timeout, "gateway connect_timeout");
+        let dialed = loop {
+            match self
+                .dial_on(guard, dest, route, way.carries(), &mut clock)
+                .await
+            {
+                Err(f) => match way.fallback(guard.proxy(), route, &f) {
+                    Some(other) if other != route => {
+                        info!(endpoint = guard.endpoint(), status = f.status,
+                            "gateway upstream refuses tunnels to this port; forwarding through it instead");
+                        route = other;
+                    }
+                    _ => break Err(f),
+                },
+                ok => break ok,
+            }
+        };
+        way.ready(guard.proxy(), dialed?, clock.deadline).await
+    }
+
+    /// Why a request's tries ended without a link: the target they made down, the last
+    /// failure, or a pool with nothing new to offer.
+    fn spent(&self, routing: &Routing, want: &Want, tries: &Tries) -> UpstreamError {
         let pool = routing.pool.as_deref().unwrap_or(&self.pool);
         if let Some(t) = want.target_key().filter(|_| tries.last.is_some()) {
             // The last failures made the target down: say that, not the last failure.
@@ -424,26 +438,26 @@ impl Upstream {
                 let certificate = tries.last.as_ref().is_some_and(|(f, _)| {
                     f.reason == Reason::TlsFailed && f.phase == Phase::DestinationTls
                 });
-                return Err(UpstreamError::DestinationDown {
+                return UpstreamError::DestinationDown {
                     target: t.to_string(),
                     retry_after,
                     trial_out: false,
                     endpoint: tries.last.as_ref().map(|(_, e)| *e),
                     certificate,
-                });
+                };
             }
         }
         match &tries.last {
-            Some((last, endpoint)) => Err(UpstreamError::AllFailed {
+            Some((last, endpoint)) => UpstreamError::AllFailed {
                 last: last.clone(),
                 endpoint: *endpoint,
                 tried: tries.tried.len(),
-            }),
+            },
             // Only endpoints already tried came back: the pool has nothing new to offer.
-            None => Err(UpstreamError::Exhausted {
-                pool: routing.pool.clone().unwrap_or_else(|| self.pool.clone()),
+            None => UpstreamError::Exhausted {
+                pool: pool.to_string(),
                 retry_after: None,
-            }),
+            },
         }
     }
 

@@ -48,53 +48,20 @@ pub(super) async fn upgrade(
         Err(e) => return upstream_error(e),
     };
     let host = target.dest.host.clone();
-    let deadline = tokio::time::Instant::now() + shared.cfg.connect_timeout;
-    let io = match icpt
-        .origins()
-        .handshake_http1(dialed.io, &target.dest, deadline)
-        .await
-    {
-        Ok(io) => io,
-        Err(f) => {
-            let message = format!("the origin's TLS failed: {f}");
-            let reason = f.reason;
+    let mut sender = match open_origin(shared, icpt, dialed, target).await {
+        Ok(s) => s,
+        Err((f, answer)) => {
             fail(guard, f, &host);
-            return text(StatusCode::BAD_GATEWAY, reason.as_str(), &message);
+            return answer;
         }
     };
-    let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(io)).await {
-        Ok(v) => v,
-        Err(e) => {
-            fail(guard, dial::hyper_failure(&e, Phase::Request), &host);
-            return text(StatusCode::BAD_GATEWAY, "connection_reset", &e.to_string());
-        }
-    };
-    tokio::spawn(async move {
-        if let Err(e) = conn.with_upgrades().await {
-            debug!(error = %e, "upgraded origin connection ended");
-        }
-    });
     let client_side = hyper::upgrade::on(&mut req);
     let out = to_origin(req, target);
-    let within = shared.cfg.response_timeout;
-    let mut resp = match tokio::time::timeout(within, sender.send_request(out)).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
-            fail(guard, dial::hyper_failure(&e, Phase::ResponseHead), &host);
-            return text(StatusCode::BAD_GATEWAY, "connection_reset", &e.to_string());
-        }
-        Err(_) => {
-            let f = dial::DialFailure::new(
-                crate::health::Reason::SlowResponse,
-                Phase::ResponseHead,
-                "no answer to the upgrade within the gateway's response_timeout",
-            );
+    let mut resp = match ask(&mut sender, out, shared.cfg.response_timeout).await {
+        Ok(r) => r,
+        Err((f, answer)) => {
             fail(guard, f, &host);
-            return text(
-                StatusCode::GATEWAY_TIMEOUT,
-                "slow_response",
-                "the origin did not answer",
-            );
+            return answer;
         }
     };
     guard.set_outcome(Outcome::Success);
@@ -112,6 +79,76 @@ pub(super) async fn upgrade(
     strip_own(&mut parts.headers);
     set_upstream(&mut parts.headers, endpoint, &pool);
     Response::from_parts(parts, crate::gateway::answer::empty())
+}
+
+/// A failure on the way to the origin: what is reported, and what the client gets.
+type Refused = (dial::DialFailure, Response<Body>);
+
+/// TLS to the origin through the dialed tunnel, then an HTTP/1.1 connection that may be
+/// upgraded (its driver spawned).
+async fn open_origin(
+    shared: &Shared,
+    icpt: &crate::gateway::interception::Interception,
+    dialed: dial::Dialed,
+    target: &Target,
+) -> Result<hyper::client::conn::http1::SendRequest<Body>, Refused> {
+    let deadline = tokio::time::Instant::now() + shared.cfg.connect_timeout;
+    let io = match icpt
+        .origins()
+        .handshake_http1(dialed.io, &target.dest, deadline)
+        .await
+    {
+        Ok(io) => io,
+        Err(f) => {
+            let answer = text(
+                StatusCode::BAD_GATEWAY,
+                f.reason.as_str(),
+                &format!("the origin's TLS failed: {f}"),
+            );
+            return Err((f, answer));
+        }
+    };
+    let (sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(io)).await {
+        Ok(v) => v,
+        Err(e) => {
+            let answer = text(StatusCode::BAD_GATEWAY, "connection_reset", &e.to_string());
+            return Err((dial::hyper_failure(&e, Phase::Request), answer));
+        }
+    };
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            debug!(error = %e, "upgraded origin connection ended");
+        }
+    });
+    Ok(sender)
+}
+
+/// Send the upgrade request and wait for the head of its answer, at most `within`.
+async fn ask(
+    sender: &mut hyper::client::conn::http1::SendRequest<Body>,
+    out: Request<Body>,
+    within: std::time::Duration,
+) -> Result<Response<Incoming>, Refused> {
+    match tokio::time::timeout(within, sender.send_request(out)).await {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(e)) => {
+            let answer = text(StatusCode::BAD_GATEWAY, "connection_reset", &e.to_string());
+            Err((dial::hyper_failure(&e, Phase::ResponseHead), answer))
+        }
+        Err(_) => {
+            let f = dial::DialFailure::new(
+                crate::health::Reason::SlowResponse,
+                Phase::ResponseHead,
+                "no answer to the upgrade within the gateway's response_timeout",
+            );
+            let answer = text(
+                StatusCode::GATEWAY_TIMEOUT,
+                "slow_response",
+                "the origin did not answer",
+            );
+            Err((f, answer))
+        }
+    }
 }
 
 /// The request as the origin gets it: origin-form, the client's upgrade headers kept,
