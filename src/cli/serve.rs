@@ -33,29 +33,7 @@ pub(super) async fn serve(
             .map_err(|e| CliError::usage(e.to_string()))?;
     }
     let ca = super::ca::for_serve(&ctx.config, &ctx.db)?;
-    // Own the database before reading it: a second daemon is refused, and CLI commands
-    // writing right now finish first (their writes are then in what we load).
-    let socket = std::path::absolute(&ctx.socket).unwrap_or_else(|_| ctx.socket.clone());
-    // PostgreSQL is shared by design: no lock, several daemons serve it at once
-    // (docs/fleet.md).
-    let held = match ctx.shared() {
-        true => None,
-        false => Some(Arc::new(
-            lock::daemon_lock(&ctx.db, Duration::from_secs(10))
-                .map_err(|e| CliError::failed(e.to_string()))?,
-        )),
-    };
-    // Idle clients must not run the daemon out of descriptors at a low default soft limit.
-    let nofile = crate::server::fd_limit::raise_nofile();
-    tracing::debug!(nofile, "open-file limit");
-    // Not `ctx.open_store()`: that refuses a missing database whose lock a daemon holds,
-    // and the daemon holding it now is this one, about to create it.
-    let mut store = match ctx.shared() {
-        true => ctx.open_store()?,
-        false => crate::store::Store::open_with(&ctx.db, ctx.config.durability)?,
-    };
-    sync_config_endpoints(&mut store, &ctx.config)?;
-    let engine = Engine::open(store, ctx.config.pools.values().cloned())?;
+    let (engine, held, socket) = open_engine(ctx)?;
     let shutdown = CancellationToken::new();
     on_signals(shutdown.clone(), socket.clone());
     let r = daemon::serve(
@@ -83,7 +61,47 @@ pub(super) async fn serve(
         shutdown,
     )
     .await
-    .map_err(|e| match e {
+    .map_err(daemon_error);
+    if let Some(held) = &held {
+        lock::clear(held);
+    }
+    r
+}
+
+/// Own the database (SQLite: its lock; PostgreSQL is shared by design) and open the engine
+/// on it, the config's endpoints synced in. Also the socket's absolute path.
+fn open_engine(
+    ctx: &Context,
+) -> Result<(Arc<Engine>, Option<Arc<lock::Held>>, std::path::PathBuf), CliError> {
+    // Own the database before reading it: a second daemon is refused, and CLI commands
+    // writing right now finish first (their writes are then in what we load).
+    let socket = std::path::absolute(&ctx.socket).unwrap_or_else(|_| ctx.socket.clone());
+    // PostgreSQL is shared by design: no lock, several daemons serve it at once
+    // (docs/fleet.md).
+    let held = match ctx.shared() {
+        true => None,
+        false => Some(Arc::new(
+            lock::daemon_lock(&ctx.db, Duration::from_secs(10))
+                .map_err(|e| CliError::failed(e.to_string()))?,
+        )),
+    };
+    // Idle clients must not run the daemon out of descriptors at a low default soft limit.
+    let nofile = crate::server::fd_limit::raise_nofile();
+    tracing::debug!(nofile, "open-file limit");
+    // Not `ctx.open_store()`: that refuses a missing database whose lock a daemon holds,
+    // and the daemon holding it now is this one, about to create it.
+    let mut store = match ctx.shared() {
+        true => ctx.open_store()?,
+        false => crate::store::Store::open_with(&ctx.db, ctx.config.durability)?,
+    };
+    sync_config_endpoints(&mut store, &ctx.config)?;
+    let engine = Engine::open(store, ctx.config.pools.values().cloned())?;
+    Ok((engine, held, socket))
+}
+
+/// What `serve` exits with when the daemon fails.
+fn daemon_error(e: daemon::DaemonError) -> CliError {
+    match e {
         // A gateway `ca_file` that cannot be used is bad input, like any config error.
         daemon::DaemonError::Gateway(crate::gateway::GatewayError::Tls(t)) => {
             CliError::usage(format!("gateway: {t}"))
@@ -92,11 +110,7 @@ pub(super) async fn serve(
             CliError::usage(format!("gateway: {r}"))
         }
         e => CliError::failed(e.to_string()),
-    });
-    if let Some(held) = &held {
-        lock::clear(held);
     }
-    r
 }
 
 /// `--gateway ADDR`: a gateway on the built-in defaults with the token from the
