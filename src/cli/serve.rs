@@ -33,7 +33,11 @@ pub(super) async fn serve(
             .map_err(|e| CliError::usage(e.to_string()))?;
     }
     let ca = super::ca::for_serve(&ctx.config, &ctx.db)?;
-    let (engine, held, socket) = open_engine(ctx)?;
+    let Opened {
+        engine,
+        held,
+        socket,
+    } = open_engine(ctx)?;
     let shutdown = CancellationToken::new();
     on_signals(shutdown.clone(), socket.clone());
     let r = daemon::serve(
@@ -68,11 +72,17 @@ pub(super) async fn serve(
     r
 }
 
+/// The engine `serve` runs, the database's lock it holds (SQLite), and the socket's
+/// absolute path.
+struct Opened {
+    engine: Arc<Engine>,
+    held: Option<Arc<lock::Held>>,
+    socket: std::path::PathBuf,
+}
+
 /// Own the database (SQLite: its lock; PostgreSQL is shared by design) and open the engine
-/// on it, the config's endpoints synced in. Also the socket's absolute path.
-fn open_engine(
-    ctx: &Context,
-) -> Result<(Arc<Engine>, Option<Arc<lock::Held>>, std::path::PathBuf), CliError> {
+/// on it, the config's endpoints synced in.
+fn open_engine(ctx: &Context) -> Result<Opened, CliError> {
     // Own the database before reading it: a second daemon is refused, and CLI commands
     // writing right now finish first (their writes are then in what we load).
     let socket = std::path::absolute(&ctx.socket).unwrap_or_else(|_| ctx.socket.clone());
@@ -96,7 +106,11 @@ fn open_engine(
     };
     sync_config_endpoints(&mut store, &ctx.config)?;
     let engine = Engine::open(store, ctx.config.pools.values().cloned())?;
-    Ok((engine, held, socket))
+    Ok(Opened {
+        engine,
+        held,
+        socket,
+    })
 }
 
 /// What `serve` exits with when the daemon fails.
