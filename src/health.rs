@@ -149,6 +149,11 @@ pub struct Failure {
     pub retry_after: Option<Duration>,
     /// Free text for operators (never contains a password).
     pub detail: Option<String>,
+    /// At `destination_tls`: the certificate, as this process verified it, chains to no
+    /// trusted root (an unknown issuer, a bad signature). Once other endpoints verify the
+    /// same origin, that is someone else's certificate: the endpoint tampers with TLS.
+    /// Never set by a client's report (a client's TLS error says less than that).
+    pub substituted: bool,
 }
 
 impl Failure {

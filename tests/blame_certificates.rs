@@ -26,9 +26,18 @@ fn pool(n: usize) -> VirtualPool {
     VirtualPool::new(cfg, (0..n).map(|_| Script::SucceedsAlways).collect())
 }
 
+/// A certificate of no trusted chain, as the gateway's own verification reports it.
 fn bad_certificate() -> Outcome {
     let mut f = Failure::new(Reason::TlsFailed, Some(Phase::DestinationTls));
     f.detail = Some("invalid peer certificate: UnknownIssuer".into());
+    f.substituted = true;
+    Outcome::Failure(f)
+}
+
+/// A client's report of a TLS failure with the destination: it says no more than that.
+fn client_tls_failure() -> Outcome {
+    let mut f = Failure::new(Reason::TlsFailed, Some(Phase::DestinationTls));
+    f.detail = Some("SSLEOFError: EOF occurred in violation of protocol".into());
     Outcome::Failure(f)
 }
 
@@ -171,4 +180,41 @@ async fn a_pool_of_one_has_no_contrast_and_only_its_pair_cools() {
     assert_eq!(pairs.len(), 1, "{pairs:?}");
     assert_eq!(pairs[0].record.destination, SHOP);
     assert_eq!(pairs[0].record.reason, Some(Reason::TlsFailed));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clients_tls_failure_others_get_past_cools_only_its_pair() {
+    let mut vp = pool(3);
+    let g1 = lease(&mut vp).unwrap();
+    let flaky = g1.endpoint;
+    assert_eq!(
+        report(&mut vp, &g1, client_tls_failure()).blame,
+        Some(Blame::Pending)
+    );
+    let g2 = lease(&mut vp).unwrap();
+    report(&mut vp, &g2, Outcome::Success);
+    assert_eq!(vp.row(flaky).state, State::Available, "not endpoint-wide");
+    let pairs = vp.store.pairs_of(flaky).unwrap();
+    assert_eq!(pairs.len(), 1, "{pairs:?}");
+    assert_eq!(pairs[0].record.destination, SHOP);
+    assert_eq!(pairs[0].record.state, State::Cooling);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tunnel_through_another_endpoint_proves_no_certificate() {
+    let mut vp = pool(3);
+    let g1 = lease(&mut vp).unwrap();
+    let suspect = g1.endpoint;
+    report(&mut vp, &g1, bad_certificate());
+    // Another endpoint's tunnel to the same target opens: nothing was verified.
+    let g2 = lease(&mut vp).unwrap();
+    assert_ne!(g2.endpoint, suspect);
+    let (now, wall) = vp.now();
+    let (r, w) = vp.pools.reached(&g2.lease, now, wall);
+    vp.persist(&w);
+    r.unwrap();
+    assert_eq!(vp.row(suspect).state, State::Available, "still pending");
+    // An answer through it does.
+    report(&mut vp, &g2, Outcome::Success);
+    assert_eq!(vp.row(suspect).state, State::Cooling);
 }

@@ -146,6 +146,8 @@ pub struct DialFailure {
     /// The failure is this machine's (out of descriptors, memory or local ports): it says
     /// nothing about the endpoint and is never reported against it.
     pub local: bool,
+    /// See `Failure::substituted`.
+    pub substituted: bool,
 }
 
 impl DialFailure {
@@ -158,6 +160,7 @@ impl DialFailure {
             status: None,
             retry_after: None,
             local: false,
+            substituted: false,
         }
     }
 
@@ -178,6 +181,7 @@ impl From<DialFailure> for Failure {
             status: f.status,
             retry_after: f.retry_after,
             detail: Some(f.detail),
+            substituted: f.substituted,
         }
     }
 }

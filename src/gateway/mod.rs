@@ -109,7 +109,12 @@ struct Shared {
 impl Shared {
     /// Whether a CONNECT to `target` is intercepted: its TLS ends here.
     fn intercepts(&self, target: &target::Target) -> bool {
-        self.intercept.is_some() && self.cfg.intercepts(&target.dest.host, target.dest.port)
+        let host = &target.dest.host;
+        self.intercept.is_some()
+            && self.cfg.intercepts(host, target.dest.port)
+            // A name TLS cannot carry (a label that ends in `-`, say) could never verify:
+            // it is tunnelled, not reported against every upstream as a certificate.
+            && rustls::pki_types::ServerName::try_from(host.as_str()).is_ok()
     }
 }
 

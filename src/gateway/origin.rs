@@ -59,6 +59,10 @@ impl H2Key {
 /// HTTP/2 connections kept at most; a connection that closed leaves the table when next
 /// looked up.
 const MAX_H2: usize = 1024;
+/// A kept HTTP/2 connection is pinged this often, and closed when a ping's answer takes
+/// longer than `H2_PING_WITHIN`.
+const H2_PING_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+const H2_PING_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Origins {
     pub(super) fn new(config: Arc<rustls::ClientConfig>) -> Origins {
@@ -85,6 +89,13 @@ impl Origins {
         }
     }
 
+    /// Drop the kept HTTP/2 connection through `proxy` to `dest`: a request on it failed,
+    /// so the next one dials afresh rather than meet the same fate.
+    pub(super) fn forget(&self, proxy: &ProxyUrl, dest: &Dest) {
+        let mut table = self.h2.lock().unwrap_or_else(|p| p.into_inner());
+        table.remove(&H2Key::new(proxy, dest));
+    }
+
     /// TLS with the origin over `io` (a tunnel through an upstream) before `deadline`,
     /// then HTTP/2 when both sides offered it. A certificate that does not verify is
     /// `tls_failed` (judged by contrast between upstreams: docs/intercept.md); a handshake
@@ -103,15 +114,21 @@ impl Origins {
         if !h2 {
             return Ok(Spoken::Http1(io));
         }
-        let (sender, conn) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(io))
-                .await
-                .map_err(|e| {
-                    refused(
-                        Reason::ProxyProtocolError,
-                        format!("HTTP/2 with the origin: {e}"),
-                    )
-                })?;
+        // Pings while idle: a path through a proxy that went away silently is found in
+        // seconds, not at the next request's response_timeout.
+        let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .timer(hyper_util::rt::TokioTimer::new())
+            .keep_alive_interval(H2_PING_EVERY)
+            .keep_alive_timeout(H2_PING_WITHIN)
+            .keep_alive_while_idle(true)
+            .handshake(TokioIo::new(io))
+            .await
+            .map_err(|e| {
+                refused(
+                    Reason::ProxyProtocolError,
+                    format!("HTTP/2 with the origin: {e}"),
+                )
+            })?;
         let origin = dest.authority();
         tokio::spawn(async move {
             if let Err(e) = conn.await {
@@ -192,7 +209,13 @@ fn certificate_or_not(e: &std::io::Error) -> DialFailure {
             format!("origin certificate refused ({cause}): {}", f.detail),
         ),
     };
-    DialFailure::new(reason, Phase::DestinationTls, detail)
+    DialFailure {
+        substituted: matches!(
+            f.cause,
+            OriginTlsCause::UnknownIssuer | OriginTlsCause::BadSignature
+        ),
+        ..DialFailure::new(reason, Phase::DestinationTls, detail)
+    }
 }
 
 /// A kept connection to the origin that can stand for a dial.

@@ -88,7 +88,11 @@ pub(super) async fn one_try(
     };
     let sent = match link {
         Link::Dialed(Spoken::Http2(s)) | Link::Reused(Kept::Http2(s)) => {
-            over_http2(shared, s, out).await
+            let sent = over_http2(shared, s, out).await;
+            if sent.is_err() {
+                icpt.origins().forget(guard.proxy(), &dest);
+            }
+            sent
         }
         Link::Dialed(Spoken::Http1(io)) => {
             let key = IdleKey::tls(guard.proxy(), &dest);

@@ -17,7 +17,7 @@ use super::driven::{Driven, Held};
 use super::headers::upstream_request;
 use super::idle::{Body, Sender};
 use super::lease::LeaseGuard;
-use super::origin::{Origins, Spoken};
+use super::origin::Origins;
 use super::upstream::Link;
 use super::Shared;
 use crate::dial::{self, Carries, Dest, DialFailure, Route};
@@ -117,22 +117,12 @@ pub(super) async fn send(
     metrics.upstream_connection(false);
     let io = match origin {
         None => d.io,
-        Some(o) => match o
-            .handshake(d.io, guard.proxy(), dest, Instant::now() + within)
+        // The request is in HTTP/1.1's form: the replacement offers only that, whatever
+        // the origin would settle on now.
+        Some(o) => o
+            .handshake_http1(d.io, dest, Instant::now() + within)
             .await
-        {
-            Ok(Spoken::Http1(io)) => io,
-            // An origin that spoke HTTP/1.1 on the connection this replaces and offers
-            // HTTP/2 now: the request is in HTTP/1.1's form; the next one takes HTTP/2.
-            Ok(Spoken::Http2(_)) => {
-                return Err(Sent::Unreachable(DialFailure::new(
-                    Reason::ConnectionReset,
-                    Phase::Request,
-                    "the origin's kept HTTP/1.1 connection closed and a new one speaks HTTP/2",
-                )))
-            }
-            Err(f) => return Err(Sent::Unreachable(f)),
-        },
+            .map_err(Sent::Unreachable)?,
     };
     exchange(io, again, within, body_end).await
 }

@@ -172,7 +172,21 @@ where
     B: ClientBody + Unpin,
 {
     let host = &out.target.dest.host;
-    let resendable = out.resendable(tries);
+    judge_answer(shared, guard, resp, host, out.resendable(tries)).await
+}
+
+/// `judge`, for an answer from `host`; `resendable`: a ban or a `retry_status` may send
+/// the request again through another upstream (else the answer is the client's).
+pub(super) async fn judge_answer<B>(
+    shared: &Shared,
+    guard: LeaseGuard,
+    resp: Response<B>,
+    host: &str,
+    resendable: bool,
+) -> Try
+where
+    B: ClientBody + Unpin,
+{
     if shared.bans.is_empty() {
         return judge_status(shared, guard, resp, host, resendable).await;
     }

@@ -1196,6 +1196,7 @@ fn retry_after_on_429_and_503_only() {
         status,
         retry_after: ra,
         detail: None,
+        substituted: false,
     };
     let ten_min = Some(10 * 60 * S);
     for status in [429, 503] {

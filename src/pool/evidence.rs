@@ -106,7 +106,9 @@ impl Pools {
         let mut out = Settled::default();
         match on.target {
             Some(t) => {
-                let r = self.pools[pool].targets.reached(t, id, now);
+                // A tunnel's open verified no certificate.
+                let verified = proof == Proof::Answer;
+                let r = self.pools[pool].targets.reached_as(t, id, now, verified);
                 let w = self.apply_reached(pool, t, id, r, on.lease.clone(), now);
                 out.writes.extend(w);
                 out.target_trial_decided = on.target_trial.is_some();
@@ -260,7 +262,9 @@ impl Pools {
         now: Instant,
     ) -> &'a str {
         if let Some(t) = on.target {
-            let r = self.pools[pool].targets.reached(t, on.id, now);
+            // Broken in the TLS handshake: the certificate was not verified through it.
+            let verified = f.phase != Some(crate::health::Phase::DestinationTls);
+            let r = self.pools[pool].targets.reached_as(t, on.id, now, verified);
             let w = self.apply_reached(pool, t, on.id, r, on.lease.clone(), now);
             out.writes.extend(w);
             out.target_trial_decided = on.target_trial.is_some();

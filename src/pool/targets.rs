@@ -80,24 +80,29 @@ pub struct Pending {
     pub phase: Option<Phase>,
     /// The failure was a probe's: once confirmed it is the endpoint's, not a pair's.
     pub probe: bool,
-    /// `Unreachable` or `Certificate`: once confirmed, a certificate failure is the
-    /// endpoint's for every destination (it presented another certificate).
+    /// `Unreachable` or `Certificate`.
     pub class: Class,
+    /// A certificate that chains to no trusted root (`Failure::substituted`).
+    pub substituted: bool,
 }
 
 impl Pending {
     /// Once another endpoint reached the target, the failure counts against the endpoint
-    /// itself (a probe's, a certificate's) rather than its pair for the target.
+    /// itself rather than its pair for the target: a probe's (the probe URL is the pool's
+    /// requirement), or a certificate from no trusted chain while others verify the
+    /// origin's (the proxy presents its own: it tampers with TLS, for every site). A
+    /// certificate of a trusted chain that failed otherwise (expired, another name) may be
+    /// what one region of a CDN serves: its pair's.
     pub fn endpoint_wide(&self) -> bool {
-        self.probe || self.class == Class::Certificate
+        self.probe || (self.class == Class::Certificate && self.substituted)
     }
 
     /// The failure to apply once another endpoint reached the target.
     pub fn failure(&self, by: EndpointId) -> Failure {
-        let detail = if self.class == Class::Certificate {
-            format!("endpoint {by} verified the origin's certificate after it failed verification through this endpoint: this proxy presents a certificate that is not the origin's (it tampers with TLS)")
-        } else {
-            format!("endpoint {by} reached the target after this endpoint failed to")
+        let detail = match (self.class, self.substituted) {
+            (Class::Certificate, true) => format!("endpoint {by} verified the origin's certificate after a certificate of no trusted chain came through this endpoint: this proxy presents a certificate that is not the origin's (it tampers with TLS)"),
+            (Class::Certificate, false) => format!("endpoint {by} verified the origin's certificate after it failed verification through this endpoint"),
+            _ => format!("endpoint {by} reached the target after this endpoint failed to"),
         };
         Failure {
             reason: Some(self.reason),
@@ -399,10 +404,24 @@ impl Targets {
         self.strikes.of(e)
     }
 
+    /// Endpoint `e` reached `target` and its certificate verified (an answer came back):
+    /// see [`Targets::reached_as`].
+    pub fn reached(&mut self, target: &str, e: EndpointId, now: Instant) -> Reached {
+        self.reached_as(target, e, now, true)
+    }
+
     /// Endpoint `e` reached `target`: a tunnel opened through it, or an answer came back.
     /// What failed it through other endpoints within `contrast_window` before this is now
-    /// known to be theirs.
-    pub fn reached(&mut self, target: &str, e: EndpointId, now: Instant) -> Reached {
+    /// known to be theirs — but a certificate failure only when this reach `verified`
+    /// the origin's certificate (an answer over TLS, not a tunnel's open, not a TLS
+    /// handshake that broke): until then it stays pending.
+    pub fn reached_as(
+        &mut self,
+        target: &str,
+        e: EndpointId,
+        now: Instant,
+        verified: bool,
+    ) -> Reached {
         let since = self.since(now);
         let escalate_after = self.rules.escalate_after;
         self.strikes.clear(e);
@@ -411,10 +430,12 @@ impl Targets {
         if let Some(d) = t.down.take() {
             out.up = Some(now.saturating_duration_since(d.since));
         }
-        out.confirmed = std::mem::take(&mut t.pending)
+        let (confirmed, kept): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut t.pending)
             .into_iter()
             .filter(|p| p.endpoint != e && p.at >= since)
-            .collect();
+            .partition(|p| verified || p.class != Class::Certificate);
+        out.confirmed = confirmed;
+        t.pending = kept;
         let refused: Vec<EndpointId> = std::mem::take(&mut t.refused)
             .into_iter()
             .filter(|&(id, at)| id != e && at >= since)
@@ -493,6 +514,7 @@ impl Targets {
                 phase: f.failure.phase,
                 probe: f.probe,
                 class: f.class,
+                substituted: f.failure.substituted,
             }),
             Blame::Target if verdict.target_goes_down => {
                 let d = Down::new(f.failure, &policy, now, jitter);

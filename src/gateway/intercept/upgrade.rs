@@ -19,7 +19,7 @@ use crate::gateway::relay::relay;
 use crate::gateway::routing::Routing;
 use crate::gateway::target::Target;
 use crate::gateway::upstream::failure_outcome;
-use crate::gateway::verdict::to_client;
+use crate::gateway::verdict::{judge_answer, Try};
 use crate::gateway::Shared;
 use crate::health::Phase;
 use crate::pool::Outcome;
@@ -64,17 +64,26 @@ pub(super) async fn upgrade(
             return answer;
         }
     };
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        // Not upgraded: judged as any answer (a ban rule, `ban_status`), never re-sent
+        // (the client's handshake is one-off); the lease given back once it has gone out.
+        return match judge_answer(shared, guard, resp, &host, false).await {
+            Try::Answer(r) | Try::Failed(r) | Try::Again(Some(r)) => r,
+            Try::Again(None) => text(StatusCode::BAD_GATEWAY, "internal", "no answer kept"),
+        };
+    }
     guard.set_outcome(Outcome::Success);
     let (endpoint, pool) = (guard.endpoint(), guard.pool().to_string());
-    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-        // Not upgraded: the answer as it came, the lease given back once it has gone out.
-        return to_client(resp, (endpoint, &pool), Some(guard), &host);
-    }
     let origin_side = hyper::upgrade::on(&mut resp);
     let half_close = shared.cfg.half_close_timeout;
-    shared
-        .tracker
-        .spawn(relay_upgraded(client_side, origin_side, guard, half_close));
+    let stop = shared.shutdown.clone();
+    shared.tracker.spawn(relay_upgraded(
+        client_side,
+        origin_side,
+        guard,
+        half_close,
+        stop,
+    ));
     let (mut parts, _) = resp.into_parts();
     strip_own(&mut parts.headers);
     set_upstream(&mut parts.headers, endpoint, &pool);
@@ -177,13 +186,21 @@ async fn relay_upgraded(
     origin: hyper::upgrade::OnUpgrade,
     guard: LeaseGuard,
     half_close: std::time::Duration,
+    stop: tokio_util::sync::CancellationToken,
 ) {
-    match tokio::try_join!(client, origin) {
-        Ok((c, o)) => {
-            let r = relay(TokioIo::new(c), TokioIo::new(o), Vec::new(), half_close).await;
-            debug!(endpoint = guard.endpoint(), result = ?r.map_err(|e| e.kind()), "upgraded connection closed");
+    let relayed = async {
+        match tokio::try_join!(client, origin) {
+            Ok((c, o)) => {
+                let r = relay(TokioIo::new(c), TokioIo::new(o), Vec::new(), half_close).await;
+                debug!(endpoint = guard.endpoint(), result = ?r.map_err(|e| e.kind()), "upgraded connection closed");
+            }
+            Err(e) => debug!(error = %e, "an upgrade did not complete"),
         }
-        Err(e) => debug!(error = %e, "an upgrade did not complete"),
+    };
+    // A WebSocket may stay open for days: it must not hold up the daemon's stop.
+    tokio::select! {
+        _ = stop.cancelled() => {}
+        _ = relayed => {}
     }
     guard.finish().await;
 }

@@ -530,7 +530,10 @@ async fn other_classes_leave_the_target_alone() {
 async fn a_confirmed_certificate_failure_is_endpoint_wide_and_never_a_strike() {
     let mut t = targets();
     let now = Instant::now();
-    let f = Failure::new(Reason::TlsFailed, Some(Phase::DestinationTls));
+    let f = Failure {
+        substituted: true,
+        ..Failure::new(Reason::TlsFailed, Some(Phase::DestinationTls))
+    };
     for (i, x) in ["a.example:443", "b.example:443", "c.example:443"]
         .into_iter()
         .enumerate()
@@ -553,4 +556,33 @@ async fn a_confirmed_certificate_failure_is_endpoint_wide_and_never_a_strike() {
     let r = t.reached("d.example:443", 2, now);
     assert!(!r.confirmed[0].endpoint_wide());
     assert_eq!(t.strikes_of(1), 1);
+}
+
+/// A certificate failure is confirmed only by a reach that verified the origin's
+/// certificate: a tunnel's open (or a TLS handshake that broke) leaves it pending. And one
+/// from a trusted chain (expired, another name: a CDN region, say) is its pair's.
+#[tokio::test(start_paused = true)]
+async fn only_a_verified_reach_confirms_a_certificate_and_a_trusted_chain_is_the_pairs() {
+    let mut t = targets();
+    let now = Instant::now();
+    let expired = Failure::new(Reason::TlsFailed, Some(Phase::DestinationTls));
+    t.failed(T, use_of(1, Class::Certificate, &expired), now, 0.0);
+    let r = t.reached_as(T, 2, now, false);
+    assert!(r.confirmed.is_empty(), "a tunnel verified nothing");
+    assert_eq!(t.avoid(T, now), vec![1], "still pending");
+    let r = t.reached_as(T, 3, now, true);
+    assert_eq!(r.confirmed.len(), 1);
+    assert!(!r.confirmed[0].endpoint_wide(), "a trusted chain: the pair");
+    assert!(!r.confirmed[0]
+        .failure(3)
+        .detail
+        .unwrap()
+        .contains("tampers"));
+    // The unreachable class takes any reach, a tunnel's too.
+    let u = unreachable();
+    t.failed("e.example:443", use_of(1, Class::Unreachable, &u), now, 0.0);
+    assert_eq!(
+        t.reached_as("e.example:443", 2, now, false).confirmed.len(),
+        1
+    );
 }

@@ -120,6 +120,8 @@ fn failure(
         status,
         retry_after: retry_after.as_ref().and_then(RetryAfter::duration),
         detail: detail.map(|d| truncate(&d, 1000)),
+        // A client's TLS error is judged by contrast, but never taken for a substitution.
+        substituted: false,
     })
 }
 
