@@ -21,6 +21,7 @@ use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::Failure;
 use crate::pool::engine::{Engine, EngineError};
 use crate::pool::{Outcome, PoolError, Want};
+use crate::protocol::{ErrorCode, Refusal};
 
 /// A gateway lease lives while its connection does; the guard gives it back.
 const LEASE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -28,38 +29,12 @@ const LEASE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Why no upstream could be given to a client.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum UpstreamError {
-    /// Nothing leasable in the pool.
-    #[error("pool {pool:?} has no endpoint available")]
-    Exhausted {
-        pool: String,
-        retry_after: Option<Duration>,
-    },
-    /// Every endpoint that fits was used for the destination too recently (pacing), past
-    /// the pool's `wait`.
-    #[error("pool {pool:?}: every endpoint that fits was used for {host} too recently")]
-    Paced {
-        pool: String,
-        host: String,
-        retry_after: Option<Duration>,
-    },
-    /// The pool has no endpoint at all: waiting will not help.
-    #[error("pool {pool:?} has no endpoints")]
-    Empty { pool: String },
-    /// The client named a pool that does not exist.
-    #[error("unknown pool {0:?}")]
-    UnknownPool(String),
-    /// The username named a tag key no endpoint carries (or the lease cannot be asked).
-    #[error("{0}")]
-    BadRoute(String),
-    /// Every endpoint that tried the target failed to reach it: answered at once, or after
-    /// this request's own tries found it down (`endpoint`: the last one that failed).
-    #[error("destination {target} is down; next trial in at most {} ms", retry_after.as_millis())]
-    DestinationDown {
-        target: String,
-        retry_after: Duration,
-        /// Its single trial is out now (`retry_after`: until it is handed back at the
-        /// latest).
-        trial_out: bool,
+    /// The pool refused the lease, or the engine failed: answered with the code of the
+    /// protocol's one mapping (`Refusal`). `endpoint`: for a target that is down, the
+    /// last upstream this request's tries found it down through.
+    #[error("{error}")]
+    Refused {
+        error: EngineError,
         endpoint: Option<EndpointId>,
     },
     /// Every upstream tried failed; the last failure (of `endpoint`) explains it.
@@ -73,9 +48,6 @@ pub(super) enum UpstreamError {
     /// descriptor budget included): nothing is reported against any upstream.
     #[error("out of local resources: {0}")]
     Local(String),
-    /// The engine or store failed.
-    #[error("internal error: {0}")]
-    Internal(#[source] EngineError),
     /// The pool handed out a URL that no longer parses (it parsed when added).
     #[error("endpoint {endpoint} has an unusable URL: {source}")]
     UnusableUrl {
@@ -85,20 +57,46 @@ pub(super) enum UpstreamError {
     },
 }
 
+impl From<EngineError> for UpstreamError {
+    fn from(error: EngineError) -> Self {
+        UpstreamError::Refused {
+            error,
+            endpoint: None,
+        }
+    }
+}
+
+impl From<PoolError> for UpstreamError {
+    fn from(e: PoolError) -> Self {
+        EngineError::Pool(e).into()
+    }
+}
+
 impl UpstreamError {
+    /// The refusal's code and time, for a refusal.
+    pub(super) fn refusal(&self) -> Option<Refusal> {
+        match self {
+            UpstreamError::Refused { error, .. } => Some(error.into()),
+            _ => None,
+        }
+    }
+
+    /// Nothing can be leased now (exhausted or paced): after tries, the last failure says
+    /// more.
+    fn nothing_now(&self) -> bool {
+        self.refusal()
+            .is_some_and(|r| matches!(r.code, ErrorCode::PoolExhausted | ErrorCode::Paced))
+    }
+
     /// The error as this request's tries leave it: a target they made down (or whose
     /// trial failed) names the last upstream that failed, as any answer after a dial does.
     fn after(self, tries: &Tries) -> UpstreamError {
         match self {
-            UpstreamError::DestinationDown {
-                target,
-                retry_after,
-                trial_out,
+            UpstreamError::Refused {
+                error: error @ EngineError::Pool(PoolError::DestinationDown { .. }),
                 endpoint: None,
-            } => UpstreamError::DestinationDown {
-                target,
-                retry_after,
-                trial_out,
+            } => UpstreamError::Refused {
+                error,
                 endpoint: tries.last.as_ref().map(|(_, e)| *e),
             },
             other => other,
@@ -242,46 +240,7 @@ impl Upstream {
                 want,
             )
             .await
-            .map_err(|e| match e {
-                EngineError::Pool(PoolError::Exhausted {
-                    pool, retry_after, ..
-                }) => UpstreamError::Exhausted { pool, retry_after },
-                EngineError::Pool(PoolError::Empty { pool, .. }) => UpstreamError::Empty { pool },
-                // At its max_leases the pool frees one when a lease ends: a 503 as for an
-                // exhausted pool, with no time to wait.
-                EngineError::Pool(PoolError::TooManyLeases { pool, .. }) => {
-                    UpstreamError::Exhausted {
-                        pool,
-                        retry_after: None,
-                    }
-                }
-                EngineError::Pool(PoolError::Paced {
-                    pool,
-                    host,
-                    retry_after,
-                    ..
-                }) => UpstreamError::Paced {
-                    pool,
-                    host,
-                    retry_after,
-                },
-                EngineError::Pool(PoolError::UnknownPool(p)) => UpstreamError::UnknownPool(p),
-                EngineError::Pool(e @ PoolError::UnknownTag { .. }) => {
-                    UpstreamError::BadRoute(e.to_string())
-                }
-                EngineError::Pool(PoolError::DestinationDown {
-                    target,
-                    retry_after,
-                    trial_out,
-                    ..
-                }) => UpstreamError::DestinationDown {
-                    target,
-                    retry_after,
-                    trial_out,
-                    endpoint: None,
-                },
-                other => UpstreamError::Internal(other),
-            })?;
+            .map_err(UpstreamError::from)?;
         // The pool only holds URLs that parsed when they were added.
         let proxy = match self.urls.get(grant.endpoint, &grant.proxy) {
             Ok(p) => p,
@@ -346,11 +305,7 @@ impl Upstream {
         while tries.left() && held.len() <= tries.budget {
             let guard = match self.lease(routing, &want).await {
                 Ok(g) => g,
-                Err(UpstreamError::Exhausted { .. } | UpstreamError::Paced { .. })
-                    if tries.last.is_some() =>
-                {
-                    break
-                }
+                Err(e) if e.nothing_now() && tries.last.is_some() => break,
                 Err(e) => return Err(e.after(tries)),
             };
             if !tries.tried.insert(guard.endpoint()) {
@@ -405,10 +360,14 @@ impl Upstream {
         if let Some(t) = want.target_key().filter(|_| tries.last.is_some()) {
             // The last failures made the target down: say that, not the last failure.
             if let Some(retry_after) = self.engine.target_down(pool, t) {
-                return Err(UpstreamError::DestinationDown {
+                let down = PoolError::DestinationDown {
+                    pool: pool.to_string(),
                     target: t.to_string(),
                     retry_after,
                     trial_out: false,
+                };
+                return Err(UpstreamError::Refused {
+                    error: down.into(),
                     endpoint: tries.last.as_ref().map(|(_, e)| *e),
                 });
             }
@@ -420,10 +379,12 @@ impl Upstream {
                 tried: tries.tried.len(),
             }),
             // Only endpoints already tried came back: the pool has nothing new to offer.
-            None => Err(UpstreamError::Exhausted {
-                pool: routing.pool.clone().unwrap_or_else(|| self.pool.clone()),
+            None => Err(PoolError::Exhausted {
+                pool: pool.to_string(),
                 retry_after: None,
-            }),
+                filter: None,
+            }
+            .into()),
         }
     }
 
