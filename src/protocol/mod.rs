@@ -16,6 +16,7 @@ use serde_json::Value;
 
 pub use crate::limits::{MAX_DURATION, MAX_LINE};
 pub use refusal::Refusal;
+pub(crate) use request::with_ops;
 pub use request::{
     AddMessage, DisableMessage, EditMessage, EnableMessage, EndpointsMessage, ImportMessage,
     LeaseMessage, PingMessage, ProbeMessage, ReleaseMessage, RemoveMessage, ReportMessage, Request,
