@@ -1,6 +1,7 @@
 //! The upstream attempt loop: lease, dial through the dialer, report, try the next one.
-//! Every call into the engine lives here or in `lease` (the report or release that ends a
-//! lease).
+//! The engine calls that decide which upstream a request goes through are here; `lease`
+//! ends a lease (its report or release), `counted` records the bytes each endpoint
+//! relayed, and the gateway reads its metrics handles once at start.
 
 use std::collections::{BTreeSet, HashSet};
 use std::convert::Infallible;
