@@ -13,6 +13,9 @@ mod fakes;
 #[path = "../tests/common/ports.rs"]
 mod ports;
 
+#[path = "../tests/common/tcp_queue.rs"]
+mod tcp_queue;
+
 use std::fmt::Write as _;
 use std::process::{Command, Stdio};
 use std::time::Instant;

@@ -1,6 +1,7 @@
 //! proxypool: a forward-proxy pool manager.
 //!
-//! Endpoints live in SQLite with an explicit health state; cooldowns run on the monotonic
+//! Endpoints live in a store (SQLite, or PostgreSQL shared by a fleet of daemons) with an
+//! explicit health state, served from memory; cooldowns run on the monotonic
 //! clock; exactly one recovery attempt is admitted when a cooldown ends; scrapers lease
 //! endpoints over a local socket and report how each use went.
 

@@ -437,13 +437,15 @@ fn stalled_half_line_client_does_not_delay_another() {
     // The daemon holds the half line: its connection task is waiting for the rest.
     stalled.wait_read_by_peer();
     for _ in 0..5 {
-        let t = Instant::now();
         let mut other = d.conn();
-        ok(other.req(&json!({"op": "ping"})));
-        let el = t.elapsed();
-        // Bounded well above a loaded machine's scheduling delays: a ping held behind the
-        // stalled line would never be answered, since that line never ends until below.
-        assert!(el < Duration::from_secs(5), "ping took {el:?}");
+        // A ping held behind the stalled line would never be answered, since that line
+        // never ends until below: the read's deadline would pass instead.
+        let answer = other.try_req(&json!({"op": "ping"}));
+        assert!(
+            answer.is_ok(),
+            "ping held behind a stalled line: {answer:?}"
+        );
+        ok(answer.unwrap());
     }
     // The stalled client finishes its line and is answered too.
     stalled.send_raw(b"ng\",\"id\":\"late\"}\n").unwrap();
@@ -893,17 +895,20 @@ fn sigterm_ends_a_waiting_lease_and_exits_promptly() {
         c.read_json()
     });
     taken.recv().unwrap();
-    let t = Instant::now();
+    // Far sooner than the lease's 300 s wait: a daemon still waiting at the deadline is
+    // killed and the test fails.
     let st = d.signal_and_wait(libc::SIGTERM, Duration::from_secs(25));
     assert_eq!(st.code(), Some(0), "exit status {st}: {}", d.log_text());
-    // Far sooner than the lease's 300 s wait, with room for a loaded machine.
-    assert!(
-        t.elapsed() < Duration::from_secs(20),
-        "took {:?}",
-        t.elapsed()
-    );
     let resp = waiter.join().unwrap();
     assert_eq!(resp["ok"], json!(false), "{resp}");
+    // Ended by the shutdown, not by its wait running out (`pool_exhausted`).
+    assert_eq!(err_code(&resp), "internal", "{resp}");
+    assert!(
+        resp["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("shutting down")),
+        "{resp}"
+    );
     assert!(!h.socket.exists());
 }
 
@@ -1172,18 +1177,20 @@ fn lease_with_wait_returns_the_trial_when_the_cooldown_ends() {
     let r = d.req(json!({"op": "lease", "wait": "200ms"}));
     assert_eq!(err_code(&r), "pool_exhausted");
     assert!(t.elapsed() >= Duration::from_millis(200), "waited");
-    let g = ok(d.req(json!({"op": "lease", "wait": "5s"})));
+    let mut c = d.conn();
+    let g = ok(c.req(&json!({"op": "lease", "wait": "60s"})));
     let el = t.elapsed();
     assert_eq!(
         (g["endpoint"].as_i64(), &g["trial"]),
         (Some(id), &json!(true))
     );
+    // Woken at the cooldown's end (1 s), not at the wait's (60 s, which would answer
+    // `pool_exhausted`, and which the connection's read deadline does not reach).
     assert!(
-        // Woken at the cooldown's end (1 s), not at the wait's (5 s, which would answer
-        // `pool_exhausted`); the bound leaves a loaded machine its delays.
-        el >= Duration::from_millis(900) && el < Duration::from_millis(4500),
+        el >= Duration::from_millis(900),
         "lease answered after {el:?}"
     );
+    assert!(el < Duration::from_secs(60), "lease answered after {el:?}");
 }
 
 #[test]

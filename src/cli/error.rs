@@ -3,7 +3,7 @@
 use super::client::ClientError;
 use crate::config::ConfigError;
 use crate::pool::engine::EngineError;
-use crate::protocol::{ErrorBody, ErrorCode};
+use crate::protocol::{ErrorBody, ErrorCode, Refusal};
 use crate::store::{ResolveError, StoreError};
 
 /// A failed command: the message and the exit code (1 failed, 2 bad usage or input).
@@ -64,15 +64,14 @@ impl From<ResolveError> for CliError {
 }
 
 impl From<EngineError> for CliError {
+    /// As the daemon would answer it: the code of the one mapping decides the exit code.
     fn from(e: EngineError) -> Self {
-        match e {
-            EngineError::Pool(p) => CliError::usage(p.to_string()),
-            // A refusal of the input (an identity already taken) changed nothing.
-            EngineError::Store(s) if s.is_input() => CliError::usage(s.to_string()),
-            EngineError::Store(s) => CliError::failed(s.to_string()),
-            EngineError::Resolve(r) => r.into(),
-            e @ (EngineError::Stopped | EngineError::CallerGone) => CliError::failed(e.to_string()),
-        }
+        let message = match &e {
+            // The store's own words, without the engine's "store: ".
+            EngineError::Store(s) => s.to_string(),
+            e => e.to_string(),
+        };
+        refused(Refusal::from(&e).code, message)
     }
 }
 
@@ -83,9 +82,15 @@ impl From<ClientError> for CliError {
 }
 
 pub(super) fn daemon_error(e: ErrorBody) -> CliError {
-    match e.code {
+    refused(e.code, e.message)
+}
+
+/// A refusal by its code, whether the daemon answered it or the engine here said it:
+/// the caller's input (exit 2), or the operation failed (exit 1).
+fn refused(code: ErrorCode, message: String) -> CliError {
+    match code {
         ErrorCode::BadRequest | ErrorCode::UnknownPool | ErrorCode::UnknownOp => {
-            CliError::usage(e.message)
+            CliError::usage(message)
         }
         // The CLI sends the lease token first (the least a scraper needs): an operator
         // holding both learns which one went.
@@ -94,14 +99,13 @@ pub(super) fn daemon_error(e: ErrorBody) -> CliError {
                 std::env::var_os(crate::server::token::LEASE_ENV).is_some_and(|v| !v.is_empty());
             CliError::usage(if lease_set {
                 format!(
-                    "{} (PROXYPOOL_LEASE_TOKEN is set, and is sent before PROXYPOOL_TOKEN: unset it for operator commands)",
-                    e.message
+                    "{message} (PROXYPOOL_LEASE_TOKEN is set, and is sent before PROXYPOOL_TOKEN: unset it for operator commands)"
                 )
             } else {
-                e.message
+                message
             })
         }
-        _ => CliError::failed(e.message),
+        _ => CliError::failed(message),
     }
 }
 

@@ -10,6 +10,9 @@ use super::idle::Body;
 use super::upstream::UpstreamError;
 use crate::endpoint::EndpointId;
 use crate::metrics::GatewayOutcome;
+use crate::pool::engine::EngineError;
+use crate::pool::PoolError;
+use crate::protocol::{ErrorCode, Refusal};
 
 // Names made once: a `&str` name outside the standard set is copied into every map.
 /// The response header naming the upstream endpoint id.
@@ -81,6 +84,7 @@ fn outcome_of(status: StatusCode, error: &str) -> GatewayOutcome {
         StatusCode::PROXY_AUTHENTICATION_REQUIRED => GatewayOutcome::Denied,
         StatusCode::BAD_GATEWAY => GatewayOutcome::UpstreamFailed,
         StatusCode::SERVICE_UNAVAILABLE if error == PACED => GatewayOutcome::Paced,
+        StatusCode::SERVICE_UNAVAILABLE if error == STORE_UNAVAILABLE => GatewayOutcome::Internal,
         StatusCode::SERVICE_UNAVAILABLE => GatewayOutcome::Exhausted,
         StatusCode::INTERNAL_SERVER_ERROR => GatewayOutcome::Internal,
         // 400, 408, 413: the request itself was wrong.
@@ -88,47 +92,56 @@ fn outcome_of(status: StatusCode, error: &str) -> GatewayOutcome {
     }
 }
 
-/// `X-Proxypool-Error` of a destination that is down.
-const DESTINATION_DOWN: &str = "destination_down";
+// The codes the socket also answers with come from the protocol's one mapping.
+const DESTINATION_DOWN: &str = ErrorCode::DestinationDown.as_str();
+const PACED: &str = ErrorCode::Paced.as_str();
+const STORE_UNAVAILABLE: &str = ErrorCode::StoreUnavailable.as_str();
 /// `X-Proxypool-Error` of a destination that is down because its own certificate failed
-/// verification through every upstream that tried it (intercepted HTTPS).
+/// verification through every upstream that tried it (intercepted HTTPS). The gateway's
+/// word for a `destination_down` the socket answers as such: only the gateway verifies.
 const DESTINATION_TLS: &str = "destination_tls";
-/// `X-Proxypool-Error` of a request that pacing turned away (docs/selection.md).
-const PACED: &str = "paced";
-/// `X-Proxypool-Error` of an answer for want of descriptors, memory or local ports.
+/// `X-Proxypool-Error` of an answer for want of descriptors, memory or local ports (the
+/// gateway's own: the socket has no dial to run short).
 pub(super) const LOCAL_RESOURCES: &str = "local_resources";
 
 /// The status an HTTP client gets when no upstream could serve its request.
 fn status_of(e: &UpstreamError) -> StatusCode {
     match e {
-        UpstreamError::Exhausted { .. }
-        | UpstreamError::Empty { .. }
-        | UpstreamError::Paced { .. }
-        | UpstreamError::Local(_) => StatusCode::SERVICE_UNAVAILABLE,
-        UpstreamError::UnknownPool(_) | UpstreamError::BadRoute(_) => StatusCode::BAD_REQUEST,
-        UpstreamError::AllFailed { .. } | UpstreamError::DestinationDown { .. } => {
-            StatusCode::BAD_GATEWAY
-        }
-        UpstreamError::Internal(_) | UpstreamError::UnusableUrl { .. } => {
-            StatusCode::INTERNAL_SERVER_ERROR
-        }
+        UpstreamError::Refused { error, .. } => match Refusal::from(error).code {
+            ErrorCode::PoolExhausted
+            | ErrorCode::PoolEmpty
+            | ErrorCode::Paced
+            | ErrorCode::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::UnknownPool | ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
+            ErrorCode::DestinationDown => StatusCode::BAD_GATEWAY,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        },
+        UpstreamError::Local(_) => StatusCode::SERVICE_UNAVAILABLE,
+        UpstreamError::AllFailed { .. } => StatusCode::BAD_GATEWAY,
+        UpstreamError::UnusableUrl { .. } => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
 /// What `proxypool_gateway_requests_total` counts a request that ended in `e`, on any front.
 pub(super) fn error_outcome(e: &UpstreamError) -> GatewayOutcome {
     let error = match e {
-        UpstreamError::DestinationDown {
-            certificate: false, ..
-        } => DESTINATION_DOWN,
-        UpstreamError::DestinationDown {
-            certificate: true, ..
-        } => DESTINATION_TLS,
-        UpstreamError::Paced { .. } => PACED,
+        UpstreamError::Refused { error, .. } if down_for_certificate(error) => DESTINATION_TLS,
+        UpstreamError::Refused { error, .. } => Refusal::from(error).code.as_str(),
         UpstreamError::Local(_) => LOCAL_RESOURCES,
         _ => "",
     };
     outcome_of(status_of(e), error)
+}
+
+/// A target down because its certificate failed verification through every upstream.
+fn down_for_certificate(e: &EngineError) -> bool {
+    matches!(
+        e,
+        EngineError::Pool(PoolError::DestinationDown {
+            certificate: true,
+            ..
+        })
+    )
 }
 
 /// `Retry-After` in whole seconds, rounded up, at least 1: "0" would invite a busy loop.
@@ -213,51 +226,7 @@ impl Said {
 
     fn of(e: UpstreamError) -> Said {
         match e {
-            UpstreamError::Exhausted { pool, retry_after } => {
-                let when = match retry_after {
-                    Some(d) => format!("the soonest cooldown ends in {} ms", d.as_millis()),
-                    None => "none is cooling: waiting will not help".into(),
-                };
-                Said {
-                    // Only a deadline that exists: `Retry-After: 1` forever teaches a
-                    // client to hammer a pool that will not recover by itself.
-                    retry_after_secs: retry_after.map(retry_after_secs),
-                    ..Said::new(
-                        "pool_exhausted",
-                        format!("pool {pool:?} has no endpoint available; {when}"),
-                    )
-                }
-            }
-            UpstreamError::Paced {
-                pool,
-                host,
-                retry_after,
-            } => {
-                let when = match retry_after {
-                    Some(d) => format!("the soonest is ready in {} ms", d.as_millis()),
-                    None => "one is ready when a use of it ends".to_string(),
-                };
-                Said {
-                    retry_after_secs: Some(retry_after.map(retry_after_secs).unwrap_or(1)),
-                    ..Said::new(
-                        PACED,
-                        format!("pool {pool:?}: every endpoint that fits was used for {host} too recently (pacing); {when}"),
-                    )
-                }
-            }
-            UpstreamError::BadRoute(m) => Said::new("bad_request", m),
-            UpstreamError::Empty { pool } => Said::new(
-                "pool_empty",
-                format!("pool {pool:?} has no endpoints: waiting will not help"),
-            ),
-            UpstreamError::UnknownPool(p) => Said::new("unknown_pool", format!("unknown pool {p:?}")),
-            UpstreamError::DestinationDown {
-                target,
-                retry_after,
-                trial_out,
-                endpoint,
-                certificate,
-            } => Said::down(&target, retry_after, trial_out, endpoint, certificate),
+            UpstreamError::Refused { error, endpoint } => Said::refused(error, endpoint),
             UpstreamError::AllFailed {
                 last,
                 endpoint,
@@ -280,9 +249,54 @@ impl Said {
                     format!("out of local resources ({why}); the failure is this machine's, nothing was reported against an upstream"),
                 )
             },
-            e @ (UpstreamError::Internal(_) | UpstreamError::UnusableUrl { .. }) => {
-                Said::new("internal", e.to_string())
+            e @ UpstreamError::UnusableUrl { .. } => {
+                Said::new(ErrorCode::Internal.as_str(), e.to_string())
             }
+        }
+    }
+
+    /// A refusal: the code and the time of the one mapping, in the gateway's words.
+    fn refused(error: EngineError, endpoint: Option<EndpointId>) -> Said {
+        let r = Refusal::from(&error);
+        let message = match &error {
+            EngineError::Pool(PoolError::DestinationDown {
+                target,
+                retry_after,
+                trial_out,
+                certificate,
+                ..
+            }) => return Said::down(target, *retry_after, *trial_out, endpoint, *certificate),
+            EngineError::Pool(PoolError::Exhausted { pool, .. }) => {
+                let when = match r.retry_after {
+                    Some(d) => format!("the soonest cooldown ends in {} ms", d.as_millis()),
+                    None => "none is cooling: waiting will not help".into(),
+                };
+                format!("pool {pool:?} has no endpoint available; {when}")
+            }
+            EngineError::Pool(PoolError::Paced { pool, host, .. }) => {
+                let when = match r.retry_after {
+                    Some(d) => format!("the soonest is ready in {} ms", d.as_millis()),
+                    None => "one is ready when a use of it ends".to_string(),
+                };
+                format!("pool {pool:?}: every endpoint that fits was used for {host} too recently (pacing); {when}")
+            }
+            EngineError::Pool(PoolError::Empty { pool, .. }) => {
+                format!("pool {pool:?} has no endpoints: waiting will not help")
+            }
+            e if r.code == ErrorCode::Internal => format!("internal error: {e}"),
+            e => e.to_string(),
+        };
+        let retry_after_secs = match r.code {
+            // Paced always says when: a second when no time is known.
+            ErrorCode::Paced => Some(r.retry_after.map(retry_after_secs).unwrap_or(1)),
+            // Only a deadline that exists: `Retry-After: 1` forever teaches a client to
+            // hammer a pool that will not recover by itself.
+            _ => r.retry_after.map(retry_after_secs),
+        };
+        Said {
+            retry_after_secs,
+            endpoint,
+            ..Said::new(r.code.as_str(), message)
         }
     }
 }
@@ -292,6 +306,38 @@ mod tests {
     use super::*;
     use crate::dial::DialFailure;
     use crate::health::{Phase, Reason};
+
+    fn exhausted(retry_after: Option<std::time::Duration>) -> UpstreamError {
+        PoolError::Exhausted {
+            pool: "p".into(),
+            retry_after,
+            filter: None,
+        }
+        .into()
+    }
+
+    fn down(target: &str, ms: u64, endpoint: Option<EndpointId>) -> UpstreamError {
+        down_as(target, ms, endpoint, false)
+    }
+
+    fn down_as(
+        target: &str,
+        ms: u64,
+        endpoint: Option<EndpointId>,
+        certificate: bool,
+    ) -> UpstreamError {
+        let error = PoolError::DestinationDown {
+            pool: "p".into(),
+            target: target.into(),
+            retry_after: std::time::Duration::from_millis(ms),
+            trial_out: false,
+            certificate,
+        };
+        UpstreamError::Refused {
+            error: error.into(),
+            endpoint,
+        }
+    }
 
     #[test]
     fn gateway_answers_carry_their_outcome() {
@@ -303,25 +349,13 @@ mod tests {
         };
         let cases = [
             (upstream_error(failed), GatewayOutcome::UpstreamFailed),
+            (upstream_error(exhausted(None)), GatewayOutcome::Exhausted),
             (
-                upstream_error(E::Exhausted {
-                    pool: "p".into(),
-                    retry_after: None,
-                }),
-                GatewayOutcome::Exhausted,
-            ),
-            (
-                upstream_error(E::UnknownPool("x".into())),
+                upstream_error(PoolError::UnknownPool("x".into()).into()),
                 GatewayOutcome::BadRequest,
             ),
             (
-                upstream_error(E::DestinationDown {
-                    target: "no-such-host.invalid:443".into(),
-                    retry_after: std::time::Duration::from_millis(1_500),
-                    trial_out: false,
-                    endpoint: None,
-                    certificate: false,
-                }),
+                upstream_error(down("no-such-host.invalid:443", 1_500, None)),
                 GatewayOutcome::DestinationDown,
             ),
             (
@@ -360,13 +394,7 @@ mod tests {
 
     #[test]
     fn a_down_destination_is_a_502_that_says_so_and_when_to_come_back() {
-        let r = upstream_error(UpstreamError::DestinationDown {
-            target: "shop.example:8443".into(),
-            retry_after: std::time::Duration::from_millis(1_200),
-            trial_out: false,
-            endpoint: None,
-            certificate: false,
-        });
+        let r = upstream_error(down("shop.example:8443", 1_200, None));
         assert_eq!(r.status(), 502);
         assert_eq!(r.headers()[ERROR_HEADER], "destination_down");
         assert_eq!(r.headers()[header::RETRY_AFTER], "2");
@@ -375,24 +403,14 @@ mod tests {
             "no upstream was involved"
         );
         // After this request's own tries (a trial that failed, say): the last upstream.
-        let r = upstream_error(UpstreamError::DestinationDown {
-            target: "shop.example:8443".into(),
-            retry_after: std::time::Duration::from_millis(4_000),
-            trial_out: false,
-            endpoint: Some(7),
-            certificate: false,
-        });
+        let r = upstream_error(down("shop.example:8443", 4_000, Some(7)));
         assert_eq!(r.status(), 502);
         assert_eq!(r.headers()[ENDPOINT_HEADER], "7");
         // Down because the origin's own certificate is bad: a code of its own, counted
         // as a destination that is down.
-        let r = upstream_error(UpstreamError::DestinationDown {
-            target: "shop.example:443".into(),
-            retry_after: std::time::Duration::from_millis(2_000),
-            trial_out: false,
-            endpoint: Some(3),
-            certificate: true,
-        });
+        let e = down_as("shop.example:443", 2_000, Some(3), true);
+        assert_eq!(error_outcome(&e), GatewayOutcome::DestinationDown);
+        let r = upstream_error(e);
         assert_eq!(r.status(), 502);
         assert_eq!(r.headers()[ERROR_HEADER], "destination_tls");
         assert_eq!(r.headers()[header::RETRY_AFTER], "2");
@@ -401,11 +419,10 @@ mod tests {
 
     #[test]
     fn retry_after_only_when_a_cooldown_ends_and_never_for_an_empty_pool() {
-        let exhausted = |after| UpstreamError::Exhausted {
+        let empty = UpstreamError::from(PoolError::Empty {
             pool: "p".into(),
-            retry_after: after,
-        };
-        let empty = UpstreamError::Empty { pool: "p".into() };
+            filter: None,
+        });
         // (answer, X-Proxypool-Error, Retry-After)
         let cases = [
             (
@@ -436,8 +453,14 @@ mod tests {
     #[tokio::test]
     async fn every_answer_of_the_gateway_has_one_form() {
         let answers = [
-            upstream_error(UpstreamError::Empty { pool: "p".into() }),
-            upstream_error(UpstreamError::UnknownPool("x".into())),
+            upstream_error(
+                PoolError::Empty {
+                    pool: "p".into(),
+                    filter: None,
+                }
+                .into(),
+            ),
+            upstream_error(PoolError::UnknownPool("x".into()).into()),
             text(
                 StatusCode::BAD_REQUEST,
                 "bad_request",
@@ -463,16 +486,10 @@ mod tests {
 
     #[test]
     fn empty_pool_retry_after_rounds_up_to_whole_seconds() {
-        let r = upstream_error(UpstreamError::Exhausted {
-            pool: "p".into(),
-            retry_after: Some(std::time::Duration::from_millis(1_200)),
-        });
+        let r = upstream_error(exhausted(Some(std::time::Duration::from_millis(1_200))));
         assert_eq!(r.status(), 503);
         assert_eq!(r.headers()[header::RETRY_AFTER], "2");
-        let r = upstream_error(UpstreamError::Exhausted {
-            pool: "p".into(),
-            retry_after: Some(std::time::Duration::ZERO),
-        });
+        let r = upstream_error(exhausted(Some(std::time::Duration::ZERO)));
         assert_eq!(r.headers()[header::RETRY_AFTER], "1");
     }
 }

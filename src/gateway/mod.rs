@@ -2,13 +2,23 @@
 //! and absolute-form) and SOCKS5, leases an upstream per connection or request, dials first
 //! and answers after, retries around dead upstreams and reports every outcome.
 //!
-//! Files: `front` (first byte decides), `answer` (the gateway's own HTTP answers and the
-//! `X-Proxypool-*` headers), `http` and `socks5` (the fronts), `forward` (absolute-form
-//! requests), `routing` (username keys, token), `upstream` (attempt loop; every engine
-//! call), `lease` (the guard that always gives a lease back), `limits` (deadlines and
-//! caps), `counted` (bytes relayed, for `/metrics`), `idle` (upstream connections kept for
-//! the next request), `plain` (how plain HTTP goes through an HTTP upstream), `screen` (the `[[ban]]` rules
-//! applied to an answer).
+//! Files. The fronts: `front` (the first byte decides), `http` (hyper's), `quick_connect`
+//! (a CONNECT whose head came whole, without hyper), `socks5`, `target` (the destination
+//! a client names, checked alike on every front), `routing` (username keys, token).
+//! A request or tunnel: `tunnel` (CONNECT, lease to report), `relay` (its bytes),
+//! `forward` (absolute-form requests), `outgoing` (a request as it goes upstream),
+//! `headers` (what crosses in headers), `send` (one request on an upstream connection),
+//! `deadline` (the response deadline), `plain` (plain HTTP through an HTTP upstream),
+//! `driven` (an upstream HTTP/1.1 connection run by its request), `idle` (upstream
+//! connections kept for the next request), `verdict` (what came back, judged and
+//! reported), `screen` (the `[[ban]]` rules applied to an answer), `answer` (the gateway's
+//! own HTTP answers and the `X-Proxypool-*` headers). The pool's side: `upstream` (the
+//! attempt loop: lease, dial, report, try the next), `lease` (the guard that always gives
+//! a lease back), `urls` (each leased URL parsed once), `counted` (bytes relayed, for
+//! `/metrics` and the endpoint's statistics). Interception: `intercept` (HTTPS seen from
+//! inside), `interception` (its leaves and TLS client), `secure` (one try of an
+//! intercepted request), `origin` (TLS to the origin through an upstream). Bounds:
+//! `limits` (deadlines and caps), `descriptors` (the descriptor budget).
 
 mod answer;
 mod counted;

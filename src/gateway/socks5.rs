@@ -17,6 +17,7 @@ use super::Shared;
 use crate::dial::{Dest, Route};
 use crate::health::Reason;
 use crate::metrics::{GatewayOutcome, GatewayProtocol};
+use crate::protocol::ErrorCode;
 
 const NO_AUTH: u8 = 0x00;
 const USER_PASS: u8 = 0x02;
@@ -173,7 +174,12 @@ pub(super) fn reply_for(e: &UpstreamError) -> u8 {
             Reason::ProxyRejected | Reason::ConnectRefused => reply::REFUSED,
             _ => reply::GENERAL,
         },
-        UpstreamError::DestinationDown { .. } => reply::HOST_UNREACHABLE,
+        e if e
+            .refusal()
+            .is_some_and(|r| r.code == ErrorCode::DestinationDown) =>
+        {
+            reply::HOST_UNREACHABLE
+        }
         _ => reply::GENERAL,
     }
 }

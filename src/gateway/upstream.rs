@@ -1,6 +1,7 @@
 //! The upstream attempt loop: lease, dial through the dialer, report, try the next one.
-//! Every call into the engine lives here or in `lease` (the report or release that ends a
-//! lease).
+//! The engine calls that decide which upstream a request goes through are here; `lease`
+//! ends a lease (its report or release), `counted` records the bytes each endpoint
+//! relayed, and the gateway reads its metrics handles once at start.
 
 use std::collections::{BTreeSet, HashSet};
 use std::convert::Infallible;
@@ -21,6 +22,7 @@ use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::{Failure, Phase, Reason};
 use crate::pool::engine::{Engine, EngineError};
 use crate::pool::{Outcome, PoolError, Want};
+use crate::protocol::{ErrorCode, Refusal};
 
 /// A gateway lease lives while its connection does; the guard gives it back.
 const LEASE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -28,41 +30,13 @@ const LEASE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Why no upstream could be given to a client.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum UpstreamError {
-    /// Nothing leasable in the pool.
-    #[error("pool {pool:?} has no endpoint available")]
-    Exhausted {
-        pool: String,
-        retry_after: Option<Duration>,
-    },
-    /// Every endpoint that fits was used for the destination too recently (pacing), past
-    /// the pool's `wait`.
-    #[error("pool {pool:?}: every endpoint that fits was used for {host} too recently")]
-    Paced {
-        pool: String,
-        host: String,
-        retry_after: Option<Duration>,
-    },
-    /// The pool has no endpoint at all: waiting will not help.
-    #[error("pool {pool:?} has no endpoints")]
-    Empty { pool: String },
-    /// The client named a pool that does not exist.
-    #[error("unknown pool {0:?}")]
-    UnknownPool(String),
-    /// The username named a tag key no endpoint carries (or the lease cannot be asked).
-    #[error("{0}")]
-    BadRoute(String),
-    /// Every endpoint that tried the target failed to reach it: answered at once, or after
-    /// this request's own tries found it down (`endpoint`: the last one that failed).
-    #[error("destination {target} is down; next trial in at most {} ms", retry_after.as_millis())]
-    DestinationDown {
-        target: String,
-        retry_after: Duration,
-        /// Its single trial is out now (`retry_after`: until it is handed back at the
-        /// latest).
-        trial_out: bool,
+    /// The pool refused the lease, or the engine failed: answered with the code of the
+    /// protocol's one mapping (`Refusal`). `endpoint`: for a target that is down, the
+    /// last upstream this request's tries found it down through.
+    #[error("{error}")]
+    Refused {
+        error: EngineError,
         endpoint: Option<EndpointId>,
-        /// Its certificate failed verification through every upstream that tried it.
-        certificate: bool,
     },
     /// Every upstream tried failed; the last failure (of `endpoint`) explains it.
     #[error("{tried} upstream(s) tried; the last failed: {last}")]
@@ -75,9 +49,6 @@ pub(super) enum UpstreamError {
     /// descriptor budget included): nothing is reported against any upstream.
     #[error("out of local resources: {0}")]
     Local(String),
-    /// The engine or store failed.
-    #[error("internal error: {0}")]
-    Internal(#[source] EngineError),
     /// The pool handed out a URL that no longer parses (it parsed when added).
     #[error("endpoint {endpoint} has an unusable URL: {source}")]
     UnusableUrl {
@@ -87,23 +58,47 @@ pub(super) enum UpstreamError {
     },
 }
 
+impl From<EngineError> for UpstreamError {
+    fn from(error: EngineError) -> Self {
+        UpstreamError::Refused {
+            error,
+            endpoint: None,
+        }
+    }
+}
+
+impl From<PoolError> for UpstreamError {
+    fn from(e: PoolError) -> Self {
+        EngineError::Pool(e).into()
+    }
+}
+
 impl UpstreamError {
+    /// The refusal's code and time, for a refusal.
+    pub(super) fn refusal(&self) -> Option<Refusal> {
+        match self {
+            UpstreamError::Refused { error, .. } => Some(error.into()),
+            _ => None,
+        }
+    }
+
+    /// Nothing can be leased now (exhausted or paced): after tries, the last failure says
+    /// more.
+    fn nothing_now(&self) -> bool {
+        self.refusal()
+            .is_some_and(|r| matches!(r.code, ErrorCode::PoolExhausted | ErrorCode::Paced))
+    }
+
     /// The error as this request's tries leave it: a target they made down (or whose
     /// trial failed) names the last upstream that failed, as any answer after a dial does.
     fn after(self, tries: &Tries) -> UpstreamError {
         match self {
-            UpstreamError::DestinationDown {
-                target,
-                retry_after,
-                trial_out,
+            UpstreamError::Refused {
+                error: error @ EngineError::Pool(PoolError::DestinationDown { .. }),
                 endpoint: None,
-                certificate,
-            } => UpstreamError::DestinationDown {
-                target,
-                retry_after,
-                trial_out,
+            } => UpstreamError::Refused {
+                error,
                 endpoint: tries.last.as_ref().map(|(_, e)| *e),
-                certificate,
             },
             other => other,
         }
@@ -246,48 +241,7 @@ impl Upstream {
                 want,
             )
             .await
-            .map_err(|e| match e {
-                EngineError::Pool(PoolError::Exhausted {
-                    pool, retry_after, ..
-                }) => UpstreamError::Exhausted { pool, retry_after },
-                EngineError::Pool(PoolError::Empty { pool, .. }) => UpstreamError::Empty { pool },
-                // At its max_leases the pool frees one when a lease ends: a 503 as for an
-                // exhausted pool, with no time to wait.
-                EngineError::Pool(PoolError::TooManyLeases { pool, .. }) => {
-                    UpstreamError::Exhausted {
-                        pool,
-                        retry_after: None,
-                    }
-                }
-                EngineError::Pool(PoolError::Paced {
-                    pool,
-                    host,
-                    retry_after,
-                    ..
-                }) => UpstreamError::Paced {
-                    pool,
-                    host,
-                    retry_after,
-                },
-                EngineError::Pool(PoolError::UnknownPool(p)) => UpstreamError::UnknownPool(p),
-                EngineError::Pool(e @ PoolError::UnknownTag { .. }) => {
-                    UpstreamError::BadRoute(e.to_string())
-                }
-                EngineError::Pool(PoolError::DestinationDown {
-                    target,
-                    retry_after,
-                    trial_out,
-                    certificate,
-                    ..
-                }) => UpstreamError::DestinationDown {
-                    target,
-                    retry_after,
-                    trial_out,
-                    endpoint: None,
-                    certificate,
-                },
-                other => UpstreamError::Internal(other),
-            })?;
+            .map_err(UpstreamError::from)?;
         // The pool only holds URLs that parsed when they were added.
         let proxy = match self.urls.get(grant.endpoint, &grant.proxy) {
             Ok(p) => p,
@@ -362,11 +316,7 @@ impl Upstream {
             };
             let guard = match self.lease(this, &want).await {
                 Ok(g) => g,
-                Err(UpstreamError::Exhausted { .. } | UpstreamError::Paced { .. })
-                    if tries.last.is_some() =>
-                {
-                    break
-                }
+                Err(e) if e.nothing_now() && tries.last.is_some() => break,
                 Err(e) => return Err(e.after(tries)),
             };
             if !tries.tried.insert(guard.endpoint()) {
@@ -438,12 +388,16 @@ impl Upstream {
                 let certificate = tries.last.as_ref().is_some_and(|(f, _)| {
                     f.reason == Reason::TlsFailed && f.phase == Phase::DestinationTls
                 });
-                return UpstreamError::DestinationDown {
+                let down = PoolError::DestinationDown {
+                    pool: pool.to_string(),
                     target: t.to_string(),
                     retry_after,
                     trial_out: false,
-                    endpoint: tries.last.as_ref().map(|(_, e)| *e),
                     certificate,
+                };
+                return UpstreamError::Refused {
+                    error: down.into(),
+                    endpoint: tries.last.as_ref().map(|(_, e)| *e),
                 };
             }
         }
@@ -454,10 +408,12 @@ impl Upstream {
                 tried: tries.tried.len(),
             },
             // Only endpoints already tried came back: the pool has nothing new to offer.
-            None => UpstreamError::Exhausted {
+            None => PoolError::Exhausted {
                 pool: pool.to_string(),
                 retry_after: None,
-            },
+                filter: None,
+            }
+            .into(),
         }
     }
 

@@ -2,10 +2,12 @@
 //! protocol").
 //!
 //! `request` holds one message per op, `response` the answers and their error codes,
+//! `refusal` which code a domain error is answered with (on every front),
 //! `values` the field types several messages share. Every type serializes and
 //! deserializes both ways: the daemon reads requests and writes responses, the CLI's
 //! client does the reverse.
 
+mod refusal;
 mod request;
 mod response;
 mod values;
@@ -13,6 +15,8 @@ mod values;
 use serde_json::Value;
 
 pub use crate::limits::{MAX_DURATION, MAX_LINE};
+pub use refusal::Refusal;
+pub(crate) use request::with_ops;
 pub use request::{
     AddMessage, DisableMessage, EditMessage, EnableMessage, EndpointsMessage, ImportMessage,
     LeaseMessage, PingMessage, ProbeMessage, ReleaseMessage, RemoveMessage, ReportMessage, Request,

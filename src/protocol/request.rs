@@ -1,7 +1,8 @@
 //! Requests: one message per op, and `Request`, the line they travel in.
 //!
-//! A new op is a message struct here, a variant of `Request`, its name in `OPS` and in
-//! `Request::op`; the server answers it in its own file under `src/server/ops/`.
+//! A new op is a message struct here and its line in `with_ops!` (which makes its
+//! `Request` variant, its name in `OPS` and its route in the server); the server answers
+//! it in its own file under `src/server/ops/`.
 
 use std::collections::BTreeMap;
 
@@ -11,62 +12,56 @@ use super::values::{duration_ms, Dur, EndpointRef, ReportOutcome, RetryAfter};
 use crate::endpoint::EndpointId;
 use crate::tags::Tags;
 
-/// Every op the server knows.
-pub const OPS: &[&str] = &[
-    "lease",
-    "report",
-    "release",
-    "status",
-    "endpoints",
-    "probe",
-    "import",
-    "disable",
-    "enable",
-    "add",
-    "remove",
-    "edit",
-    "ping",
-];
-
-/// A request, tagged by `op`; its other fields are the op's message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub enum Request {
-    Lease(LeaseMessage),
-    Report(ReportMessage),
-    Release(ReleaseMessage),
-    Status(StatusMessage),
-    Endpoints(EndpointsMessage),
-    Disable(DisableMessage),
-    Enable(EnableMessage),
-    Add(AddMessage),
-    Import(ImportMessage),
-    Remove(RemoveMessage),
-    Probe(ProbeMessage),
-    Edit(EditMessage),
-    Ping(PingMessage),
-}
-
-impl Request {
-    /// The op's name, as in `OPS`.
-    pub fn op(&self) -> &'static str {
-        match self {
-            Request::Lease(_) => "lease",
-            Request::Report(_) => "report",
-            Request::Release(_) => "release",
-            Request::Status(_) => "status",
-            Request::Endpoints(_) => "endpoints",
-            Request::Disable(_) => "disable",
-            Request::Enable(_) => "enable",
-            Request::Add(_) => "add",
-            Request::Import(_) => "import",
-            Request::Remove(_) => "remove",
-            Request::Probe(_) => "probe",
-            Request::Edit(_) => "edit",
-            Request::Ping(_) => "ping",
+/// The op list, written once: `with_ops!(callback)` expands `callback!` with every op as
+/// `Variant(Message) = "name"`. It defines `Request`, `OPS` and `Request::op` here, and
+/// the server's `route` (src/server/ops/mod.rs): a new op is one line here.
+macro_rules! with_ops {
+    ($callback:ident) => {
+        $callback! {
+            Lease(LeaseMessage) = "lease",
+            Report(ReportMessage) = "report",
+            Release(ReleaseMessage) = "release",
+            Status(StatusMessage) = "status",
+            Endpoints(EndpointsMessage) = "endpoints",
+            Probe(ProbeMessage) = "probe",
+            Import(ImportMessage) = "import",
+            Disable(DisableMessage) = "disable",
+            Enable(EnableMessage) = "enable",
+            Add(AddMessage) = "add",
+            Remove(RemoveMessage) = "remove",
+            Edit(EditMessage) = "edit",
+            Ping(PingMessage) = "ping",
         }
-    }
+    };
 }
+pub(crate) use with_ops;
+
+macro_rules! requests {
+    ($($variant:ident($message:ident) = $name:literal,)+) => {
+        /// Every op the server knows.
+        pub const OPS: &[&str] = &[$($name),+];
+
+        /// A request, tagged by `op`; its other fields are the op's message.
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "op")]
+        pub enum Request {
+            $(
+                #[serde(rename = $name)]
+                $variant($message),
+            )+
+        }
+
+        impl Request {
+            /// The op's name, as in `OPS`.
+            pub fn op(&self) -> &'static str {
+                match self {
+                    $(Request::$variant(_) => $name,)+
+                }
+            }
+        }
+    };
+}
+with_ops!(requests);
 
 /// `lease`: take an endpoint.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

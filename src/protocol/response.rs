@@ -50,6 +50,28 @@ pub enum ErrorCode {
     Internal,
 }
 
+impl ErrorCode {
+    /// The code as written on the wire (and in the gateway's `X-Proxypool-Error`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::UnknownOp => "unknown_op",
+            ErrorCode::UnknownPool => "unknown_pool",
+            ErrorCode::UnknownLease => "unknown_lease",
+            ErrorCode::LeaseExpired => "lease_expired",
+            ErrorCode::PoolExhausted => "pool_exhausted",
+            ErrorCode::PoolEmpty => "pool_empty",
+            ErrorCode::DestinationDown => "destination_down",
+            ErrorCode::Paced => "paced",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::StaleClaim => "stale_claim",
+            ErrorCode::StoreUnavailable => "store_unavailable",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
 /// The error object of a failed response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorBody {

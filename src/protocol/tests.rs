@@ -305,3 +305,26 @@ fn every_op_is_named_once_in_ops_and_parses_under_its_name() {
         assert_eq!(v["op"], parse_line(line).unwrap().1.op(), "{line}");
     }
 }
+
+#[test]
+fn an_error_code_is_written_as_serde_writes_it() {
+    use ErrorCode::*;
+    for c in [
+        BadRequest,
+        UnknownOp,
+        UnknownPool,
+        UnknownLease,
+        LeaseExpired,
+        PoolExhausted,
+        PoolEmpty,
+        DestinationDown,
+        Paced,
+        Forbidden,
+        TooLarge,
+        StaleClaim,
+        StoreUnavailable,
+        Internal,
+    ] {
+        assert_eq!(serde_json::to_value(c).unwrap(), Value::from(c.as_str()));
+    }
+}

@@ -1,11 +1,9 @@
-//! How an op's failure is answered: the one mapping from domain errors to wire codes, and
-//! the one place an error says when to try again (`retry_after_ms`).
-
-use std::time::Duration;
+//! How an op's failure is answered: a domain error by the protocol's one mapping to wire
+//! codes (`Refusal`), with `retry_after_ms` only when it knows a time.
 
 use crate::pool::engine::EngineError;
 use crate::pool::PoolError;
-use crate::protocol::{ErrorBody, ErrorCode};
+use crate::protocol::{ErrorBody, ErrorCode, Refusal};
 
 /// An op's failure, as it goes on the wire.
 #[derive(Debug)]
@@ -24,9 +22,14 @@ impl OpError {
         OpError::new(ErrorCode::Internal, m)
     }
 
-    /// The same error, saying when to try again.
-    fn retry_after(self, after: Duration) -> Self {
-        OpError(self.0.retry_after_ms(Some(after.as_millis() as u64)))
+    /// A domain error's answer: its code by the one mapping, `retry_after_ms` only when
+    /// the refusal knows a time.
+    fn refused(r: Refusal, message: String) -> Self {
+        let body = ErrorBody::new(r.code, message);
+        OpError(match r.retry_after {
+            Some(after) => body.retry_after_ms(Some(after.as_millis() as u64)),
+            None => body,
+        })
     }
 
     /// The error object of the response.
@@ -37,47 +40,7 @@ impl OpError {
 
 impl From<PoolError> for OpError {
     fn from(e: PoolError) -> Self {
-        let message = e.to_string();
-        match e {
-            PoolError::UnknownPool(_) => OpError::new(ErrorCode::UnknownPool, message),
-            // `retry_after_ms` only when a cooldown ends: without one, a client that
-            // waits would wait for nothing.
-            PoolError::Exhausted { retry_after, .. } => {
-                let e = OpError::new(ErrorCode::PoolExhausted, message);
-                match retry_after {
-                    Some(d) => e.retry_after(d),
-                    None => e,
-                }
-            }
-            PoolError::Empty { .. } => OpError::new(ErrorCode::PoolEmpty, message),
-            PoolError::DestinationDown { retry_after, .. } => {
-                OpError::new(ErrorCode::DestinationDown, message).retry_after(retry_after)
-            }
-            // A session stands in for the lease of a report by session
-            // (docs/destinations.md, "Report by session").
-            PoolError::UnknownLease(_)
-            | PoolError::UnknownSession { .. }
-            | PoolError::LeaseEnded { .. } => OpError::new(ErrorCode::UnknownLease, message),
-            PoolError::LeaseExpired(_) => OpError::new(ErrorCode::LeaseExpired, message),
-            PoolError::StaleClaim(_) => OpError::new(ErrorCode::StaleClaim, message),
-            // As for an exhausted pool: a time only when one is known (an `in_flight`
-            // cap frees a pair when a lease ends, not at a time).
-            PoolError::Paced { retry_after, .. } => {
-                let e = OpError::new(ErrorCode::Paced, message);
-                match retry_after {
-                    Some(d) => e.retry_after(d),
-                    None => e,
-                }
-            }
-            PoolError::UnknownTag { .. }
-            | PoolError::UnknownTarget { .. }
-            | PoolError::TtlOverMax { .. } => OpError::bad(message),
-            // Nothing says when a lease will end: no `retry_after_ms`.
-            PoolError::TooManyLeases { .. } => OpError::new(ErrorCode::PoolExhausted, message),
-            PoolError::UnknownEndpoint(_) | PoolError::MissingReason | PoolError::InvalidTtl(_) => {
-                OpError::bad(message)
-            }
-        }
+        OpError::refused(Refusal::from(&e), e.to_string())
     }
 }
 
@@ -89,26 +52,19 @@ impl From<crate::store::StoreError> for OpError {
 
 impl From<EngineError> for OpError {
     fn from(e: EngineError) -> Self {
-        match e {
-            EngineError::Pool(p) => p.into(),
-            // A full disk or a broken database is never the caller's fault.
-            EngineError::Store(s) if s.is_input() => OpError::bad(s.to_string()),
-            EngineError::Store(s) if s.is_unavailable() => {
-                OpError::new(ErrorCode::StoreUnavailable, s.to_string())
-            }
-            EngineError::Resolve(r) if r.is_input() => OpError::bad(r.to_string()),
-            EngineError::Store(s) => OpError::internal(s.to_string()),
-            EngineError::Resolve(r) => OpError::internal(r.to_string()),
-            // Never delivered: the caller is gone.
-            e @ (EngineError::Stopped | EngineError::CallerGone) => {
-                OpError::internal(e.to_string())
-            }
-        }
+        let message = match &e {
+            // The store's own words, without the engine's "store: ".
+            EngineError::Store(s) => s.to_string(),
+            e => e.to_string(),
+        };
+        OpError::refused(Refusal::from(&e), message)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::pool::engine::EngineError;
     use crate::pool::PoolError;

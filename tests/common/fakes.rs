@@ -16,6 +16,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
+/// How long a resetting destination waits for its peer to read what came first.
+const WAIT_READ: Duration = Duration::from_secs(10);
+
 /// Aborts the server task on drop.
 pub struct Task(JoinHandle<()>);
 
@@ -338,23 +341,33 @@ pub async fn dest(cfg: DestCfg) -> Fake {
                 #[allow(deprecated)]
                 let _ = sock.set_linger(Some(Duration::ZERO));
             }
+            let ends = match (sock.local_addr(), sock.peer_addr()) {
+                (Ok(local), Ok(peer)) => (local, peer),
+                _ => return,
+            };
             match &cfg.tls {
                 Some(tls) => {
                     let Ok(s) = TlsAcceptor::from(tls.clone()).accept(sock).await else {
                         return;
                     };
-                    serve_dest(s, &cfg, seen).await
+                    serve_dest(s, ends, &cfg, seen).await
                 }
-                None => serve_dest(sock, &cfg, seen).await,
+                None => serve_dest(sock, ends, &cfg, seen).await,
             }
         }
     })
     .await
 }
 
-async fn serve_dest<S: Io>(mut s: S, cfg: &DestCfg, seen: Arc<Mutex<Vec<String>>>) {
+/// `ends`: the connection's (local, peer) addresses.
+async fn serve_dest<S: Io>(
+    mut s: S,
+    ends: (SocketAddr, SocketAddr),
+    cfg: &DestCfg,
+    seen: Arc<Mutex<Vec<String>>>,
+) {
     let Some(answers) = cfg.keep_alive else {
-        return answer_once(s, cfg, seen).await;
+        return answer_once(s, ends, cfg, seen).await;
     };
     for _ in 0..answers {
         let Some((head, _)) = read_head(&mut s).await else {
@@ -380,7 +393,12 @@ async fn serve_dest<S: Io>(mut s: S, cfg: &DestCfg, seen: Arc<Mutex<Vec<String>>
     }
 }
 
-async fn answer_once<S: Io>(mut s: S, cfg: &DestCfg, seen: Arc<Mutex<Vec<String>>>) {
+async fn answer_once<S: Io>(
+    mut s: S,
+    (local, peer): (SocketAddr, SocketAddr),
+    cfg: &DestCfg,
+    seen: Arc<Mutex<Vec<String>>>,
+) {
     let Some((head, _)) = read_head(&mut s).await else {
         return;
     };
@@ -419,8 +437,10 @@ async fn answer_once<S: Io>(mut s: S, cfg: &DestCfg, seen: Arc<Mutex<Vec<String>
     if let Some(n) = cfg.reset_after {
         let _ = s.write_all(&cfg.body[..n.min(body.len())]).await;
         let _ = s.flush().await;
-        // Let the head and the first bytes arrive before the reset wipes the queue.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The head and the first bytes are read before the reset wipes the peer's queue.
+        if let Err(seen) = super::tcp_queue::peer_has_read(local, peer, WAIT_READ).await {
+            eprintln!("fake destination: resetting unread bytes: {seen}");
+        }
         return;
     }
     match cfg.trickle {

@@ -23,8 +23,9 @@
 //! - `common::gateway` — an in-process gateway over a real SQLite file, raw client helpers.
 //! - `common::vpool`  — a virtual pool: real `Pools` + real SQLite store under the paused
 //!   tokio clock, scripted endpoints, an event auditor; `Clock` for pool-level tests.
-//! - `common::eventually` (and `eventually_async`, `holds_for`) — wait for a state by
-//!   polling it with a deadline; never a fixed sleep.
+//! - `common::eventually` (and `eventually_async`, `eventually_paused`, `holds_for`) — wait
+//!   for a state by polling it with a deadline; never a fixed sleep.
+//! - `common::tcp_queue` — whether a TCP peer has read what was sent (before a RST).
 //! - `common::counting` — a counting global allocator (live heap bytes, and their peak) for memory tests;
 //!   a binary that uses it declares it its `#[global_allocator]`.
 //! - `common::markdown` — sections, tables and code spans of the docs, for tests/docs.rs.
@@ -49,6 +50,7 @@ pub mod mitm;
 pub mod origin;
 pub mod ports;
 pub mod postgres;
+pub mod tcp_queue;
 pub mod tools;
 pub mod upstreams;
 pub mod vpool;
@@ -57,4 +59,4 @@ pub mod websocket;
 
 // Each test binary uses some of them.
 #[allow(unused_imports)]
-pub use wait::{eventually, eventually_async, holds_for, holds_for_async};
+pub use wait::{eventually, eventually_async, eventually_paused, holds_for, holds_for_async};

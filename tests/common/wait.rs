@@ -60,6 +60,27 @@ where
     }
 }
 
+/// `eventually_async` under a paused clock: the deadline is real time, because the paused
+/// clock jumps ahead whenever the runtime idles (while a blocking thread commits, say) and
+/// would pass a virtual deadline at once; each poll sleeps [`POLL`] on tokio's clock, so
+/// timers due meanwhile fire.
+pub async fn eventually_paused<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(seen) if Instant::now() >= deadline => {
+                panic!("{what}: not reached within {within:?} of real time; last seen: {seen}")
+            }
+            Err(_) => tokio::time::sleep(POLL).await,
+        }
+    }
+}
+
 /// Assert that `check` keeps holding for the whole `window`, polled every [`POLL`].
 #[track_caller]
 pub fn holds_for(window: Duration, what: &str, mut check: impl FnMut() -> Result<(), String>) {

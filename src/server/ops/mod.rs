@@ -2,7 +2,8 @@
 //! each in its own file: it takes the op's message (`protocol`) and a `Context`, and
 //! answers a payload or an `OpError`.
 //!
-//! A new op is a file here, its `mod` line and its arm in `route`. What an op allows (the
+//! A new op is a file here and its `mod` line (its arm in `route` comes from the
+//! protocol's op list, `with_ops!`). What an op allows (the
 //! Unix socket only, the role it needs) is an associated const of its `Op` impl, checked
 //! once, in `run`.
 
@@ -26,7 +27,7 @@ use super::context::Context;
 use super::error::OpError;
 use crate::endpoint::EndpointId;
 use crate::pool::PoolError;
-use crate::protocol::{EndpointRef, ErrorCode, Payload, Request};
+use crate::protocol::{with_ops, EndpointRef, ErrorCode, Payload, Request};
 use crate::server::token::Role;
 
 pub use edit::edit_fields;
@@ -58,28 +59,20 @@ pub(super) struct Caller {
     pub(super) role: Role,
 }
 
-/// The one place each op is routed to its handler.
+/// The one place each op is routed to its handler: an arm per op of the protocol's list.
 pub(super) async fn route(
     req: Request,
     caller: Caller,
     cx: &Context<'_>,
 ) -> Result<Payload, OpError> {
-    let op = req.op();
-    match req {
-        Request::Ping(m) => run(op, m, caller, cx).await,
-        Request::Lease(m) => run(op, m, caller, cx).await,
-        Request::Report(m) => run(op, m, caller, cx).await,
-        Request::Release(m) => run(op, m, caller, cx).await,
-        Request::Status(m) => run(op, m, caller, cx).await,
-        Request::Endpoints(m) => run(op, m, caller, cx).await,
-        Request::Disable(m) => run(op, m, caller, cx).await,
-        Request::Enable(m) => run(op, m, caller, cx).await,
-        Request::Add(m) => run(op, m, caller, cx).await,
-        Request::Import(m) => run(op, m, caller, cx).await,
-        Request::Probe(m) => run(op, m, caller, cx).await,
-        Request::Remove(m) => run(op, m, caller, cx).await,
-        Request::Edit(m) => run(op, m, caller, cx).await,
+    macro_rules! arms {
+        ($($variant:ident($message:ident) = $name:literal,)+) => {
+            match req {
+                $(Request::$variant(m) => run($name, m, caller, cx).await,)+
+            }
+        };
     }
+    with_ops!(arms)
 }
 
 /// Check what the op allows, then answer it.
