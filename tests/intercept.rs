@@ -216,6 +216,47 @@ async fn a_websocket_inside_an_intercepted_connection_is_relayed() {
 }
 
 #[tokio::test]
+async fn an_upgrade_the_origin_refuses_is_judged_like_any_answer() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    origin::need_hosts();
+    let banned = ip("127.1.0.6");
+    let Some(o) = NginxOrigin::banning(&[IpAddr::V4(banned)]).await else {
+        return;
+    };
+    let Some(up) = tinyproxy_bound(banned, &[o.https_port]).await else {
+        return;
+    };
+    let s = setup(&o, &[&up], "");
+    let tunnel = connect_through(s.gateway, &format!("origin.test:{}", o.https_port)).await;
+    let mut tls = tls_over(tunnel, &s.ca, "origin.test", &[b"http/1.1"]).await;
+    let req = "GET /guarded HTTP/1.1\r\nHost: origin.test\r\nUpgrade: websocket\r\n\
+               Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+               Sec-WebSocket-Version: 13\r\n\r\n";
+    tls.write_all(req.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tls.read(&mut buf).await.unwrap();
+        assert!(
+            n > 0,
+            "closed before the answer: {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    let head = String::from_utf8_lossy(&got).to_string();
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    // The 403 is a ban like any other answer's: that pair cools for the site.
+    let what = "the upgrade's 403 banned the pair";
+    common::eventually(std::time::Duration::from_secs(10), what, || {
+        let states = s.states_for("origin.test");
+        (states == vec![(1, "cooling".to_string())])
+            .then_some(())
+            .ok_or(format!("{states:?}"))
+    });
+}
+
+#[tokio::test]
 async fn rotate_request_spreads_one_keep_alive_connection_over_every_upstream() {
     origin::need_hosts();
     let Some(o) = NginxOrigin::start().await else {
