@@ -208,17 +208,18 @@ for l in sys.stdin:
 }
 
 # gw_proxypool ROOT ERRFILE: prints `$PROXYPOOL_BIN` when set, else builds and prints
-# target/release/proxypool.
+# target/$GW_PROFILE/proxypool (`release` by default; `profiling` is release code with
+# line tables, for perf).
 gw_proxypool() {
-    local root=$1 err=$2
+    local root=$1 err=$2 profile=${GW_PROFILE:-release}
     if [[ -n ${PROXYPOOL_BIN:-} ]]; then
         [[ -x $PROXYPOOL_BIN ]] || { gw_log "PROXYPOOL_BIN=$PROXYPOOL_BIN is not an executable"; return 1; }
         printf '%s\n' "$PROXYPOOL_BIN"
         return
     fi
-    gw_log "building target/release/proxypool"
-    (cd "$root" && cargo build --release --bin proxypool 2>"$err") || { cat "$err" >&2; return 1; }
-    printf '%s\n' "$root/target/release/proxypool"
+    gw_log "building target/$profile/proxypool"
+    (cd "$root" && cargo build --profile "$profile" --bin proxypool 2>"$err") || { cat "$err" >&2; return 1; }
+    printf '%s\n' "$root/target/$profile/proxypool"
 }
 
 # gw_start_gateway DIR BIN PORT MODE UPSTREAM [GATEWAY_TOML]: a proxypool daemon (BIN) in

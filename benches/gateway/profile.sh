@@ -12,14 +12,17 @@
 #   LOAD=tunnels      tunnels | absolute
 #   DURATION=8        seconds recorded
 #   CLIENTS=8         concurrent clients
-#   PROXYPOOL_BIN=... default: target/release/proxypool, built here with cargo (the
-#                     release profile keeps line debug info, so symbols resolve)
+#   PROXYPOOL_BIN=... default: target/profiling/proxypool, built here with cargo
+#                     (`--profile profiling`: release code with line tables, so
+#                     symbols and lines resolve; the release binary has none)
 #   LOADGEN=...       default: benches/gateway_load.rs, built here with cargo
 #
 # Needs perf (Debian linux-perf) with the right to sample the daemon and the kernel (root,
 # or kernel.perf_event_paranoid <= 1), nginx, tinyproxy, python3, cargo.
 set -euo pipefail
 
+# Release code with line tables (Cargo.toml, [profile.profiling]).
+GW_PROFILE=${GW_PROFILE:-profiling}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 # shellcheck source=lib.sh
