@@ -27,6 +27,7 @@ mod report;
 mod secrets;
 mod serve;
 mod shell;
+mod status;
 mod table;
 
 pub use args::{
@@ -40,7 +41,8 @@ use context::{call, Named};
 use edit::edit;
 use error::{daemon_error, unexpected};
 use events::events;
-use inspect::{list, show, sources, status};
+use inspect::{list, show, sources};
+use status::status;
 use lease::lease;
 use operator::{disable, enable, remove};
 use probe::probe;

@@ -130,6 +130,9 @@ pub(super) struct Tries {
     tried: HashSet<EndpointId>,
     budget: usize,
     last: Option<(DialFailure, EndpointId)>,
+    /// A trial was among the tries: no other is asked for (trials come before ordinary
+    /// leases, so a few dead endpoints waiting for theirs would take every try).
+    had_trial: bool,
 }
 
 impl Tries {
@@ -138,6 +141,7 @@ impl Tries {
             tried: HashSet::new(),
             budget: retries as usize + 1,
             last: None,
+            had_trial: false,
         }
     }
 
@@ -254,7 +258,8 @@ impl Upstream {
             grant.pool,
             proxy,
             metrics,
-        ))
+        )
+        .with_trial(grant.trial))
     }
 
     /// Connect to `dest` through the first upstream that gets there, trying at most
@@ -289,11 +294,12 @@ impl Upstream {
         // Leases for the place skip its banned pairs and refuse a target that is down;
         // their reports are judged by docs/blame.md.
         let dest = &target.dest;
-        let want = Want::at(Some(&target.place)).with_tags(routing.tags.clone());
+        let mut want = Want::at(Some(&target.place)).with_tags(routing.tags.clone());
         // Endpoints granted again after a try: held (so the pool hands out another) until
         // this loop ends, then released.
         let mut held = Vec::new();
         while tries.left() && held.len() <= tries.budget {
+            want.no_trial = tries.had_trial;
             let guard = match self.lease(routing, &want).await {
                 Ok(g) => g,
                 Err(UpstreamError::Exhausted { .. } | UpstreamError::Paced { .. })
@@ -303,6 +309,7 @@ impl Upstream {
                 }
                 Err(e) => return Err(e),
             };
+            tries.had_trial |= guard.trial();
             if !tries.tried.insert(guard.endpoint()) {
                 held.push(guard);
                 continue;

@@ -376,7 +376,7 @@ impl Pools {
             let (Some(d), Some(key)) = (view, key) else {
                 continue;
             };
-            if self.frozen || !self.pools[ask.p].dests.trials_waiting(d) {
+            if self.frozen || ask.want.no_trial || !self.pools[ask.p].dests.trials_waiting(d) {
                 continue;
             }
             // The place's other view must not ban the endpoint.
@@ -417,7 +417,7 @@ impl Pools {
     /// (`static-no-ping`: the lease is the probe). The oldest only: a lease never scans
     /// the trial queue.
     fn oldest_trial(&mut self, ask: &Ask, now: Instant, writes: &mut Vec<Write>) -> Option<Choice> {
-        if self.frozen || self.pools[ask.p].cfg.mode != Mode::StaticNoPing {
+        if self.frozen || ask.want.no_trial || self.pools[ask.p].cfg.mode != Mode::StaticNoPing {
             return None;
         }
         let first = self.pools[ask.p].trials.first().map(|&(_, id)| id);

@@ -25,11 +25,13 @@ use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::State;
 
 mod copy;
+mod daemons;
 mod endpoints;
 mod event_cols;
 pub mod feed;
 mod follow;
 mod guard;
+mod jobs;
 mod outcome;
 mod read;
 mod schema;
