@@ -354,11 +354,14 @@ impl Listeners {
     /// What the fleet's registry lists of this daemon: `socket PATH`, `gateway ADDR`...
     fn names(&self, opts: &ServeOptions) -> Vec<String> {
         let mut v = vec![format!("socket {}", opts.socket.display())];
-        let addr = |l: &Option<tokio::net::TcpListener>| {
-            l.as_ref().and_then(|l| l.local_addr().ok())
-        };
+        let addr =
+            |l: &Option<tokio::net::TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
         v.extend(addr(&self.tcp).map(|a| format!("tcp {a}")));
-        v.extend(self.gateways.iter().map(|g| format!("gateway {}", g.local_addr())));
+        v.extend(
+            self.gateways
+                .iter()
+                .map(|g| format!("gateway {}", g.local_addr())),
+        );
         v.extend(addr(&self.http).map(|a| format!("http {a}")));
         v
     }

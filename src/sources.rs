@@ -135,17 +135,24 @@ fn job(pool: &PoolConfig) -> String {
     format!("sniff:{}", pool.name)
 }
 
+/// How long a daemon of a fleet holds a pool's sniffing without asking again: three
+/// refreshes (it asks at each), or, for a pool with no refresh, as long as a daemon counts
+/// as alive without a heartbeat.
+fn hold(pool: &PoolConfig) -> Duration {
+    refresh_interval(pool).map_or(crate::store::daemons::GONE_AFTER, |r| r * 3)
+}
+
 /// [`sniff`] when it is this daemon's turn: always on SQLite; in a fleet, when this daemon
-/// holds the pool's sniffing (or takes it over from a daemon gone) and the last sniff by
-/// any daemon was at least `every` ago. The others follow what it writes. `None` when it
-/// is not this daemon's turn (or every source failed).
+/// holds the pool's sniffing (or takes it over from a daemon gone, or one that stopped
+/// asking) and the last sniff by any daemon was at least `every` ago. The others follow
+/// what it writes. `None` when it is not this daemon's turn (or every source failed).
 pub async fn sniff_in_turn(
     engine: &Engine,
     pool: &PoolConfig,
     trigger: Trigger,
     every: Duration,
 ) -> Result<Option<Sniffed>, EngineError> {
-    if !engine.take_turn(&job(pool), every).await {
+    if !engine.take_turn(&job(pool), every, hold(pool)).await {
         debug!(pool = %pool.name, trigger = ?trigger, "another daemon of the fleet sniffs this pool");
         return Ok(None);
     }

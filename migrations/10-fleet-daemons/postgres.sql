@@ -15,11 +15,13 @@ CREATE TABLE fleet_daemons (
     heartbeat_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 
--- Work one daemon of the fleet does for all (sniffing a pool's sources): who does it, and
--- when it last ran by the database's clock. Another daemon takes a job over once its
--- holder's heartbeat is older than 10 s.
+-- Work one daemon of the fleet does for all (sniffing a pool's sources): who does it, until
+-- when it holds it unless it asks again, and when it last ran, by the database's clock.
+-- Another daemon takes a job over once its hold lapsed or its holder's heartbeat is older
+-- than 10 s.
 CREATE TABLE fleet_jobs (
-    job      TEXT        PRIMARY KEY,
-    holder   TEXT        NOT NULL,
-    last_run TIMESTAMPTZ NOT NULL DEFAULT now()
+    job        TEXT        PRIMARY KEY,
+    holder     TEXT        NOT NULL,
+    held_until TIMESTAMPTZ NOT NULL,
+    last_run   TIMESTAMPTZ NOT NULL DEFAULT now()
 );

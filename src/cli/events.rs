@@ -100,8 +100,19 @@ pub(super) async fn events(ctx: &Context, a: EventsArgs) -> Result<(), CliError>
         }
     }
     let mut cursor = crate::store::EventCursor::after(after);
+    let mut away = Backoff::default();
     loop {
-        let (batch, more) = store.follow_events(&filter, &mut cursor, 1000)?;
+        let (batch, more) = match store.follow_events(&filter, &mut cursor, 1000) {
+            Ok(read) => read,
+            // A fleet's database restarting or failing over: a log shipper built on
+            // `--follow` must not stop for good. Where it stood is kept.
+            Err(e) if e.is_unavailable() => {
+                tokio::time::sleep(away.failed(&e)).await;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        away.back();
         for e in &batch {
             if !print(e) {
                 return Ok(());
@@ -111,6 +122,33 @@ pub(super) async fn events(ctx: &Context, a: EventsArgs) -> Result<(), CliError>
             continue;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `--follow` while the database is away: waits growing from 200 ms to 5 s, one line on
+/// stderr when it goes away and one when it is back.
+#[derive(Default)]
+struct Backoff {
+    wait: Option<Duration>,
+}
+
+impl Backoff {
+    fn failed(&mut self, e: &crate::store::StoreError) -> Duration {
+        let wait = match self.wait {
+            None => {
+                eprintln!("proxypool: {e}; following on once it is back");
+                Duration::from_millis(200)
+            }
+            Some(w) => (w * 2).min(Duration::from_secs(5)),
+        };
+        self.wait = Some(wait);
+        wait
+    }
+
+    fn back(&mut self) {
+        if self.wait.take().is_some() {
+            eprintln!("proxypool: the database is back; following on");
+        }
     }
 }
 

@@ -42,12 +42,12 @@ use edit::edit;
 use error::{daemon_error, unexpected};
 use events::events;
 use inspect::{list, show, sources};
-use status::status;
 use lease::lease;
 use operator::{disable, enable, remove};
 use probe::probe;
 use report::{release, report};
 use serve::serve;
+use status::status;
 use table::table;
 
 use crate::health::State;

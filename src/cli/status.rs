@@ -96,7 +96,13 @@ fn print_pools(pools: &[PoolStatus]) {
 
 fn print_daemons(daemons: &[DaemonRow]) {
     let mut t = table([
-        "DAEMON", "HOST", "PID", "VERSION", "LISTENERS", "LEASES", "HEARTBEAT",
+        "DAEMON",
+        "HOST",
+        "PID",
+        "VERSION",
+        "LISTENERS",
+        "LEASES",
+        "HEARTBEAT",
     ]);
     for d in daemons {
         t.add_row([

@@ -211,7 +211,10 @@ impl StatusSource for DaemonStatus {
             let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
             let uses = self.engine.endpoint_uses(&ids);
             let banned = match away {
-                true => ids.iter().map(|id| unnamed(banned_on(&self.engine, *id))).collect(),
+                true => ids
+                    .iter()
+                    .map(|id| unnamed(banned_on(&self.engine, *id)))
+                    .collect(),
                 false => {
                     let plain = || ids.iter().map(|id| unnamed(banned_on(&self.engine, *id)));
                     or_while_away(banned_lines(&self.engine, &ids).await, plain().collect())?

@@ -352,7 +352,10 @@ impl Pools {
                     .deadline
                     .filter(|_| h.state == State::Cooling)
                     .map(|d| d.saturating_duration_since(now));
-                let tags = e.tags.iter().filter_map(|&t| names.get(t as usize).copied());
+                let tags = e
+                    .tags
+                    .iter()
+                    .filter_map(|&t| names.get(t as usize).copied());
                 EndpointRow {
                     label: None,
                     source: None,

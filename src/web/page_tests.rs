@@ -117,7 +117,10 @@ fn a_fleet_page_lists_its_daemons_and_says_when_its_database_is_away() {
     assert!(html.contains("1 live, 1 gone"), "{html}");
     assert!(html.contains("&lt;b&gt;host-a&lt;/b&gt;"), "{html}");
     assert!(html.contains("socket /run/p.sock, gateway 127.0.0.1:8080"));
-    assert!(html.contains("1.5 s ago") && html.contains("60.0 s ago"), "{html}");
+    assert!(
+        html.contains("1.5 s ago") && html.contains("60.0 s ago"),
+        "{html}"
+    );
 }
 
 #[test]

@@ -19,8 +19,10 @@ pub async fn tinyproxy_marked(connect_ports: &[u16], mark: &str) -> Option<ToolD
     tinyproxy_with(
         None,
         connect_ports,
-        &format!("AddHeader \"X-Upstream\" \"{mark}\"
-"),
+        &format!(
+            "AddHeader \"X-Upstream\" \"{mark}\"
+"
+        ),
     )
     .await
 }

@@ -109,14 +109,16 @@ impl Engine {
     }
 
     /// Whether this daemon runs `job` now (docs/fleet.md, "Sources in a fleet"): always on
-    /// SQLite; in a fleet, when it holds the job (or takes it over from a daemon gone) and
-    /// the job last ran at least `every` ago. An unreachable store is a no.
-    pub async fn take_turn(&self, job: &str, every: Duration) -> bool {
+    /// SQLite; in a fleet, when it holds the job (or takes it over from a daemon gone, or
+    /// whose `hold` lapsed) and the job last ran at least `every` ago. It holds the job
+    /// `hold` more. An unreachable store is a no.
+    pub async fn take_turn(&self, job: &str, every: Duration, hold: Duration) -> bool {
         let (Some(f), Some(r)) = (&self.fleet, self.registry()) else {
             return true;
         };
         let (pg, job_name, me) = (f.pg.clone(), job.to_string(), r.id.clone());
-        let asked = tokio::task::spawn_blocking(move || pg.take_turn(&job_name, &me, every)).await;
+        let asked =
+            tokio::task::spawn_blocking(move || pg.take_turn(&job_name, &me, every, hold)).await;
         match asked {
             Ok(Ok(yes)) => yes,
             Ok(Err(e)) => {
@@ -125,15 +127,5 @@ impl Engine {
             }
             Err(_) => false,
         }
-    }
-
-    /// Whether another live daemon of the fleet holds `job` (never on SQLite).
-    pub async fn job_held_elsewhere(&self, job: &str) -> bool {
-        let (Some(f), Some(r)) = (&self.fleet, self.registry()) else {
-            return false;
-        };
-        let (pg, job_name, me) = (f.pg.clone(), job.to_string(), r.id.clone());
-        let asked = tokio::task::spawn_blocking(move || pg.held_elsewhere(&job_name, &me)).await;
-        matches!(asked, Ok(Ok(true)))
     }
 }
