@@ -28,29 +28,26 @@ pub(super) const MAX_SESSIONS: usize = 65_536;
 /// the oldest of them is ranked again.
 const MAX_JOINS: usize = 4096;
 
-/// A session as the table keys it: the pool's index and the key's hash.
+/// A session as the table keys it: the keyed hash of its pool's index and its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) struct SessionRef {
-    pool: u32,
-    key: u64,
-}
+pub(super) struct SessionRef(u64);
 
-/// What a session's last ranking found.
+/// What a session's last ranking found: 16 bytes, so that the table at its cap stays
+/// within 4 MiB (`tests/session_memory.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Bound {
-    /// The highest weight among the endpoints that qualified then, and its weight.
+    /// The highest weight among the endpoints that qualified then.
     pub(super) top: EndpointId,
-    pub(super) top_weight: u64,
-    /// The endpoint the session was last leased (the top, or the next in order when this
-    /// daemon could not lease the top: its `max_leases_per_endpoint`).
-    pub(super) id: EndpointId,
     /// `Joins::now()` when it was ranked or checked.
-    pub(super) seen: u64,
+    pub(super) seen: u32,
 }
 
 /// The sessions of every pool, and the endpoints that came into service lately.
 pub(super) struct Sessions {
     bound: HashMap<SessionRef, Bound>,
+    /// Sessions leased the next endpoint in order, not their top (this daemon could not
+    /// lease the top: its `max_leases_per_endpoint`), and that endpoint.
+    fell: HashMap<SessionRef, EndpointId>,
     hasher: RandomState,
     joins: Joins,
 }
@@ -73,18 +70,15 @@ impl Joins {
         self.next += 1;
     }
 
-    /// The number the next one will get: what a session checked up to.
-    pub(super) fn now(&self) -> u64 {
-        self.next
+    /// The number the next one will get (its low 32 bits): what a session checked up to.
+    pub(super) fn now(&self) -> u32 {
+        self.next as u32
     }
 
     /// Those logged from number `seen` on, or None when some of them are forgotten.
-    pub(super) fn since(&self, seen: u64) -> Option<impl Iterator<Item = EndpointId> + '_> {
-        let oldest = self.next - self.log.len() as u64;
-        if seen < oldest {
-            return None;
-        }
-        let skip = usize::try_from(seen - oldest).unwrap_or(usize::MAX);
+    pub(super) fn since(&self, seen: u32) -> Option<impl Iterator<Item = EndpointId> + '_> {
+        let behind = (self.next as u32).wrapping_sub(seen) as usize;
+        let skip = self.log.len().checked_sub(behind)?;
         Some(self.log.iter().skip(skip).copied())
     }
 }
@@ -120,6 +114,7 @@ impl Sessions {
     pub(super) fn new() -> Sessions {
         Sessions {
             bound: HashMap::new(),
+            fell: HashMap::new(),
             hasher: RandomState::new(),
             joins: Joins::default(),
         }
@@ -127,15 +122,13 @@ impl Sessions {
 
     /// The table's name for `key` in pool `p`.
     pub(super) fn at(&self, p: usize, key: &str) -> SessionRef {
-        SessionRef {
-            pool: p as u32,
-            key: self.hasher.hash_one(key),
-        }
+        SessionRef(self.hasher.hash_one((p as u32, key)))
     }
 
     /// The endpoint the session was last leased.
     pub(super) fn get(&self, s: SessionRef) -> Option<EndpointId> {
-        self.bound.get(&s).map(|b| b.id)
+        let b = self.bound.get(&s)?;
+        Some(self.fell.get(&s).copied().unwrap_or(b.top))
     }
 
     /// What the session's last ranking found.
@@ -153,40 +146,67 @@ impl Sessions {
         self.joins.push(id);
     }
 
-    /// Remember what `s` was ranked to. At the cap, sessions whose endpoint `in_service`
-    /// denies are forgotten first, then all (scrapers that mint a key per request must not
-    /// grow memory forever).
+    /// Remember that `s` was ranked to `top` and leased `id`. At the cap, sessions whose
+    /// top `in_service` denies are forgotten first, then all (scrapers that mint a key per
+    /// request must not grow memory forever).
     pub(super) fn bind(
         &mut self,
         s: SessionRef,
-        b: Bound,
+        top: EndpointId,
+        id: EndpointId,
         in_service: impl Fn(EndpointId) -> bool,
     ) {
         if self.bound.len() >= MAX_SESSIONS && !self.bound.contains_key(&s) {
-            self.bound.retain(|_, b| in_service(b.id));
+            self.bound.retain(|_, b| in_service(b.top));
             if self.bound.len() >= MAX_SESSIONS {
                 self.bound.clear();
             }
+            let bound = &self.bound;
+            self.fell.retain(|s, _| bound.contains_key(s));
         }
-        self.bound.insert(s, b);
+        let seen = self.joins.now();
+        self.bound.insert(s, Bound { top, seen });
+        self.leased(s, top, id);
     }
 
-    /// The session's ranking still holds, checked up to now.
+    /// The session's ranking still holds, checked up to now; it was leased `id`.
     pub(super) fn checked(&mut self, s: SessionRef, id: EndpointId) {
         let now = self.joins.now();
-        if let Some(b) = self.bound.get_mut(&s) {
-            b.id = id;
-            b.seen = now;
+        let Some(b) = self.bound.get_mut(&s) else {
+            return;
+        };
+        b.seen = now;
+        let top = b.top;
+        self.leased(s, top, id);
+    }
+
+    fn leased(&mut self, s: SessionRef, top: EndpointId, id: EndpointId) {
+        if id == top {
+            self.fell.remove(&s);
+        } else {
+            self.fell.insert(s, id);
         }
     }
 
     pub(super) fn unbind(&mut self, s: SessionRef) {
         self.bound.remove(&s);
+        self.fell.remove(&s);
     }
 
-    /// Forget every session ranked to `id` (the endpoint is gone).
+    /// Forget every session ranked or leased to `id` (the endpoint is gone).
     pub(super) fn forget_endpoint(&mut self, id: EndpointId) {
-        self.bound.retain(|_, b| b.id != id && b.top != id);
+        let fell: Vec<SessionRef> = self
+            .fell
+            .iter()
+            .filter(|(_, f)| **f == id)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in fell {
+            self.unbind(s);
+        }
+        self.bound.retain(|_, b| b.top != id);
+        let bound = &self.bound;
+        self.fell.retain(|s, _| bound.contains_key(s));
     }
 
     #[cfg(test)]
@@ -199,15 +219,6 @@ impl Sessions {
 mod tests {
     use super::*;
 
-    fn bound(id: EndpointId) -> Bound {
-        Bound {
-            top: id,
-            top_weight: 0,
-            id,
-            seen: 0,
-        }
-    }
-
     #[test]
     fn keys_bind_per_pool_and_the_table_never_passes_its_cap() {
         let mut s = Sessions::new();
@@ -215,7 +226,7 @@ mod tests {
         assert_eq!(a0, s.at(0, "cart-1"), "the same key, the same session");
         assert_ne!(a0, s.at(1, "cart-1"), "per pool");
         assert_ne!(a0, s.at(0, "cart-2"));
-        s.bind(a0, bound(7), |_| true);
+        s.bind(a0, 7, 7, |_| true);
         assert_eq!(s.get(a0), Some(7));
         assert_eq!(s.get(s.at(1, "cart-1")), None);
         s.unbind(a0);
@@ -223,18 +234,19 @@ mod tests {
         // Full: sessions of endpoints out of service go first.
         for i in 0..MAX_SESSIONS {
             let r = s.at(0, &format!("k{i}"));
-            s.bind(r, bound(if i % 2 == 0 { 1 } else { 2 }), |_| true);
+            let id = if i % 2 == 0 { 1 } else { 2 };
+            s.bind(r, id, id, |_| true);
         }
         assert_eq!(s.len(), MAX_SESSIONS);
         let extra = s.at(0, "one more");
-        s.bind(extra, bound(1), |id| id == 1);
+        s.bind(extra, 1, 1, |id| id == 1);
         assert_eq!(s.len(), MAX_SESSIONS / 2 + 1);
         assert_eq!(s.get(s.at(0, "k0")), Some(1));
         assert_eq!(s.get(s.at(0, "k1")), None);
         // Still full with every endpoint in service: all are forgotten.
         for i in 0..MAX_SESSIONS {
             let r = s.at(0, &format!("m{i}"));
-            s.bind(r, bound(1), |_| true);
+            s.bind(r, 1, 1, |_| true);
         }
         assert!(s.len() <= MAX_SESSIONS);
         s.forget_endpoint(1);
