@@ -79,10 +79,7 @@ pub(super) async fn list(
             serde_json::to_string_pretty(&views).unwrap_or_default()
         );
     } else {
-        print_table(
-            &views,
-            &read_from(&ctx.db.display().to_string(), from.as_deref()),
-        );
+        print_table(&views, &read_from(&ctx.at.describe(), from.as_deref()));
     }
     Ok(())
 }

@@ -161,7 +161,7 @@ async fn status_of(ctx: &Context, pool: Option<String>) -> Result<Read, CliError
             } => {
                 let database = database.unwrap_or(db);
                 let line = format!("database {database} · daemon {}", c.address());
-                Ok(fleet_read(pools, daemons, store, line))
+                Ok(fleet_read(pools, daemons, store, c.address(), line))
             }
             _ => Err(unexpected("status")),
         };
@@ -204,14 +204,24 @@ async fn status_of(ctx: &Context, pool: Option<String>) -> Result<Read, CliError
 }
 
 /// A daemon's answer in a fleet: the fleet's leases, the daemons, and whether the
-/// database was reachable.
+/// database was reachable. The answering daemon (found by its socket `at`) counts with the
+/// leases it holds now, the others as of their last heartbeat.
 fn fleet_read(
     mut pools: Vec<PoolStatus>,
-    daemons: Option<Vec<DaemonRow>>,
+    mut daemons: Option<Vec<DaemonRow>>,
     store: Option<String>,
+    at: &str,
     mut line: String,
 ) -> Read {
-    if let Some(d) = daemons.as_deref().filter(|d| !d.is_empty()) {
+    if let Some(d) = daemons.as_deref_mut().filter(|d| !d.is_empty()) {
+        let socket = format!("socket {at}");
+        if let Some(me) = d.iter_mut().find(|r| r.addresses.contains(&socket)) {
+            me.pool_leases = pools
+                .iter()
+                .map(|p| (p.pool.clone(), p.leases as u64))
+                .collect();
+            me.leases = me.pool_leases.values().sum();
+        }
         fleet_leases(&mut pools, d);
         if let Some(n) = serving(d) {
             line.push_str(&format!(" · {n}"));
@@ -241,7 +251,7 @@ async fn local_daemon(ctx: &Context, req: &Request, db: &str) -> Option<Read> {
             store,
         } if database == db => {
             let line = format!("database {database} · daemon {}", c.address());
-            Some(fleet_read(pools, daemons, store, line))
+            Some(fleet_read(pools, daemons, store, c.address(), line))
         }
         _ => None,
     }
