@@ -170,7 +170,9 @@ fn an_outage_under_gateway_and_socket_traffic_leaves_no_lease_and_answers_every_
         .collect();
     assert!(
         refusals.is_empty(),
-        "success reports refused during the outage: {refusals:?}"
+        "{} success reports refused during the outage, the first: {:?}",
+        refusals.len(),
+        refusals.iter().take(3).collect::<Vec<_>>()
     );
     // Every lease given during the outage was given back: none is left.
     for m in &members {
