@@ -190,6 +190,12 @@ fn the_fleet_lists_its_daemons_and_counts_their_leases() {
     for m in &fleet {
         assert!(out.contains(&m.daemon.pid().to_string()), "{out}");
         assert!(out.contains(&m.gateway), "{out}");
+        // The schema was there when they started: PostgreSQL's notices are not logged.
+        assert!(
+            !m.daemon.log_text().contains("NOTICE"),
+            "{}",
+            m.daemon.log_tail(20)
+        );
     }
     assert!(!out.contains("no daemon serves it"), "{out}");
     assert!(!out.contains(PASSWORD), "{out}");
@@ -420,4 +426,31 @@ fn one_daemon_sniffs_a_source_for_the_fleet_and_another_takes_over_when_it_dies(
             false => Err(format!("holder {holder}, {later} refreshes since")),
         }
     });
+}
+
+/// SIGHUP with the config now naming, as `[store] url`, the database the daemon serves
+/// (from `PROXYPOOL_DB`): nothing changed, so nothing is warned of. Another database is.
+#[test]
+fn a_reload_naming_the_database_served_warns_of_nothing() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let h = home(&url, STATIC);
+    let d = h.serve();
+    let reload = |text: &str, n: usize| {
+        std::fs::write(h.config.as_ref().unwrap(), text).unwrap();
+        unsafe { libc::kill(d.pid() as i32, libc::SIGHUP) };
+        eventually(Duration::from_secs(15), "the reload", || {
+            match d.log_text().matches("config reloaded").count() >= n {
+                true => Ok(()),
+                false => Err(d.log_tail(5)),
+            }
+        });
+    };
+    reload(&format!("[store]\nurl = \"{url}\"\n{STATIC}"), 1);
+    assert!(!d.log_text().contains("store.url"), "{}", d.log_tail(10));
+    let other = pg.database();
+    reload(&format!("[store]\nurl = \"{other}\"\n{STATIC}"), 2);
+    let log = d.log_text();
+    assert!(log.contains("store.url"), "{}", d.log_tail(10));
+    assert!(!log.contains(PASSWORD), "{log}");
 }

@@ -46,7 +46,9 @@ impl From<StoreError> for CliError {
             | StoreError::DuplicateInBatch { .. }
             | StoreError::NotFound(_)
             | StoreError::Ambiguous { .. }
-            | StoreError::HardLinked { .. } => CliError::usage(e.to_string()),
+            | StoreError::HardLinked { .. }
+            // A database string or its TLS settings that cannot be used.
+            | StoreError::Config(_) => CliError::usage(e.to_string()),
             _ => CliError::failed(e.to_string()),
         }
     }
