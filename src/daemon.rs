@@ -267,11 +267,7 @@ pub async fn serve(
     // action would end the process.
     let hup = opts.reload_from.as_ref().map(|_| Reloader::listen());
     let listeners = Listeners::bind(&config, &engine, &opts).await?;
-    // In the fleet's registry before the startup sniff: whose turn it is to sniff goes by
-    // the daemons registered (docs/fleet.md, "Sources in a fleet").
-    if let Err(e) = engine.register(listeners.names(&opts)) {
-        warn!(error = %e, "could not register this daemon in the fleet; it retries with its heartbeat");
-    }
+    listeners.register(&engine, &opts);
     let probers = probers(&config)?;
     let tracker = TaskTracker::new();
     tracker.spawn(engine.clone().run_timer(shutdown.clone().cancelled_owned()));
@@ -351,6 +347,15 @@ struct Listeners {
 }
 
 impl Listeners {
+    /// Register the daemon in its fleet with these listeners: before the startup sniff,
+    /// since whose turn it is to sniff goes by the daemons registered (docs/fleet.md,
+    /// "Sources in a fleet").
+    fn register(&self, engine: &Engine, opts: &ServeOptions) {
+        if let Err(e) = engine.register(self.names(opts)) {
+            warn!(error = %e, "could not register this daemon in the fleet; it retries with its heartbeat");
+        }
+    }
+
     /// What the fleet's registry lists of this daemon: `socket PATH`, `gateway ADDR`...
     fn names(&self, opts: &ServeOptions) -> Vec<String> {
         let mut v = vec![format!("socket {}", opts.socket.display())];

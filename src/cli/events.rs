@@ -99,10 +99,21 @@ pub(super) async fn events(ctx: &Context, a: EventsArgs) -> Result<(), CliError>
             }
         }
     }
+    follow_on(&store, &filter, after, print).await
+}
+
+/// `--follow` past event `after`: every new event as it is committed, until `print` says
+/// the reader is gone.
+async fn follow_on(
+    store: &crate::store::Store,
+    filter: &EventFilter,
+    after: i64,
+    print: impl Fn(&crate::store::EventRow) -> bool,
+) -> Result<(), CliError> {
     let mut cursor = crate::store::EventCursor::after(after);
     let mut away = Backoff::default();
     loop {
-        let (batch, more) = match store.follow_events(&filter, &mut cursor, 1000) {
+        let (batch, more) = match store.follow_events(filter, &mut cursor, 1000) {
             Ok(read) => read,
             // A fleet's database restarting or failing over: a log shipper built on
             // `--follow` must not stop for good. Where it stood is kept.

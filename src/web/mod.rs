@@ -187,15 +187,7 @@ impl<S: StatusSource> HttpApp<S> {
             ),
             "/api/status" => match query.only(&["pool"]) {
                 Err(e) => api_error(&e),
-                Ok(()) => match self.source.status(query.get("pool")).await {
-                    Ok(pools) => api_ok(Payload::Status {
-                        pools,
-                        database: None,
-                        daemons: self.source.daemons(),
-                        store: self.source.store_state().map(str::to_string),
-                    }),
-                    Err(e) => api_error(&e),
-                },
+                Ok(()) => self.api_status(query.get("pool")).await,
             },
             "/api/endpoints" => match query
                 .only(&["pool", "state", "destination"])
@@ -235,6 +227,19 @@ impl<S: StatusSource> HttpApp<S> {
 }
 
 impl<S: StatusSource> HttpApp<S> {
+    /// `/api/status`: the socket's `status` answer, without the database's name.
+    async fn api_status(&self, pool: Option<&str>) -> Response<Full<Bytes>> {
+        match self.source.status(pool).await {
+            Ok(pools) => api_ok(Payload::Status {
+                pools,
+                database: None,
+                daemons: self.source.daemons(),
+                store: self.source.store_state().map(str::to_string),
+            }),
+            Err(e) => api_error(&e),
+        }
+    }
+
     /// `/ca.pem`: the certificate clients trust for intercepted HTTPS.
     fn ca_pem(&self) -> Response<Full<Bytes>> {
         match &self.ca_pem {
