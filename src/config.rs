@@ -234,13 +234,15 @@ pub struct SourceConfig {
 }
 
 impl SourceConfig {
-    /// A stable, password-free name for events and `proxypool sources`.
+    /// A stable, password-free name for events and `proxypool sources`, its control
+    /// characters escaped (stored alike by both backends: PostgreSQL takes no NUL).
     pub fn name(&self) -> String {
-        match &self.kind {
+        let name = match &self.kind {
             SourceKind::File(p) => format!("file:{}", p.display()),
             SourceKind::Url(u) => format!("url:{}", crate::redact::redact_url(u)),
             SourceKind::Command(c) => format!("command:{}", crate::redact::redact_argv(c)),
-        }
+        };
+        crate::redact::printable(&name).into_owned()
     }
 }
 
@@ -287,7 +289,16 @@ pub struct PoolConfig {
     pub fallback: Option<String>,
 }
 
+/// A probe trial's claim holds this much longer than the probe may take.
+const PROBE_HOLD_MARGIN: Duration = Duration::from_secs(5);
+
 impl PoolConfig {
+    /// How long a trial is held at most, whatever holds it (a lease of any ttl, a probe):
+    /// as long as a probe's claim (docs/blame.md, "A target that is down").
+    pub fn trial_hold(&self) -> Duration {
+        self.probe.timeout + PROBE_HOLD_MARGIN
+    }
+
     /// The built-in pool used when a name is not configured.
     pub fn builtin(name: &str) -> Self {
         PoolConfig {
@@ -726,6 +737,14 @@ mod tests {
             (
                 "[[gateway]]\nlisten = \"0.0.0.0:1\"\ntoken = \"\"\n",
                 "gateway[0].token",
+            ),
+            (
+                "[[gateway]]\nlisten = \"0.0.0.0:1\"\ntoken = \" \"\n",
+                "gateway[0].token: is blank",
+            ),
+            (
+                "[[gateway]]\nlisten = \"127.0.0.1:1\"\ntoken = \"\\t \"\n",
+                "gateway[0].token: is blank",
             ),
             ("[[gateway]]\nlisten = \"localhost\"\n", "gateway[0].listen"),
             (

@@ -395,12 +395,22 @@ impl Listeners {
         }
         let fds = crate::gateway::Descriptors::new(budget);
         let mut gateways = Vec::new();
+        // One leaf cache for every gateway: a host's leaf is minted once.
+        let leaves = opts.ca.as_ref().map(|ca| {
+            Arc::new(crate::tls::Leaves::new(
+                ca.clone(),
+                crate::tls::DEFAULT_CAPACITY,
+            ))
+        });
         for g in config.gateways.iter().chain(&opts.gateway) {
-            let gw = crate::gateway::Gateway::bind(g.clone(), engine.clone()).await?;
-            gateways.push(
-                gw.with_descriptors(fds.clone())
-                    .with_bans(config.bans.clone()),
-            );
+            let mut gw = crate::gateway::Gateway::bind(g.clone(), engine.clone())
+                .await?
+                .with_descriptors(fds.clone())
+                .with_bans(config.bans.clone());
+            if let Some(leaves) = &leaves {
+                gw = gw.with_interception(leaves, config.tls.extra_roots.as_deref())?;
+            }
+            gateways.push(gw);
         }
         let http = match opts.http {
             Some(addr) => Some(bind_tcp(addr, format!("http {addr}")).await?),

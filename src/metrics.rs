@@ -91,6 +91,8 @@ pub struct Metrics {
     gateway_bytes: Family<PoolDirectionLabels, Counter>,
     gateway_connections: Family<ConnectionLabels, Counter>,
     gateway_idle: Gauge,
+    gateway_intercepted: Family<PoolLabels, Counter>,
+    gateway_leaves: Gauge,
     ban_rule_matches: Family<RuleLabels, Counter>,
     store_commit: AtomicHistogram,
     store_up: Gauge,
@@ -127,6 +129,8 @@ impl Metrics {
             gateway_bytes: Family::default(),
             gateway_connections: Family::default(),
             gateway_idle: Gauge::default(),
+            gateway_intercepted: Family::default(),
+            gateway_leaves: Gauge::default(),
             ban_rule_matches: Family::default(),
             store_commit: AtomicHistogram::new(COMMIT_BUCKETS),
             store_up: Gauge::default(),
@@ -193,6 +197,16 @@ impl Metrics {
             "gateway_idle_upstream_connections",
             "Upstream connections kept open for the next absolute-form request",
             m.gateway_idle.clone(),
+        );
+        registry.register(
+            "gateway_intercepted",
+            "Client connections whose TLS the gateway ended (intercept), by the pool they were routed to",
+            m.gateway_intercepted.clone(),
+        );
+        registry.register(
+            "gateway_leaf_certificates",
+            "Leaf certificates held in memory for intercepted hosts",
+            m.gateway_leaves.clone(),
         );
         registry.register(
             "ban_rule_matches",
@@ -300,6 +314,8 @@ impl Metrics {
                         .get_or_create_owned(&ConnectionLabels { connection: c })
                 }),
                 idle: self.gateway_idle.clone(),
+                intercepted: self.gateway_intercepted.clone(),
+                leaves: self.gateway_leaves.clone(),
             }),
         }
     }

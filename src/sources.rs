@@ -81,8 +81,11 @@ pub async fn sniff(
         let shown = crate::redact::redact_text(&name, &[]);
         match fetch(src).await {
             Err(e) => {
-                // A provider's error can quote a URL with its credentials: never keep it.
+                // A provider's error can quote a URL with its credentials: never keep it;
+                // nor a control character (a command's words, a path's), which PostgreSQL
+                // would refuse where SQLite stores it.
                 let e = crate::redact::redact_text(&e.to_string(), &[]);
+                let e = crate::redact::printable(&e).into_owned();
                 warn!(pool = %pool.name, source = %shown, error = %e, "sniff failed");
                 engine
                     .record(vec![

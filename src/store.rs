@@ -12,6 +12,7 @@ use crate::health::State;
 
 pub mod daemons;
 mod group_commit;
+mod location;
 pub(crate) mod lock;
 pub mod pairs;
 pub mod postgres;
@@ -19,11 +20,12 @@ mod rows;
 pub mod sqlite;
 
 pub use group_commit::GroupCommit;
+pub use location::Location;
 pub use postgres::{PgTarget, Postgres};
 pub use rows::{
     Applied, Claim, ClaimOn, ClaimResult, EndpointRow, EndpointView, Epoch, EventRow, Fresh,
-    HealthRecord, NewEndpoint, NewEvent, Numbered, OnExisting, RowClaim, SourceRow, ToInsert,
-    Unclaim, Write,
+    HealthRecord, NewEndpoint, NewEvent, Numbered, OnExisting, RowClaim, SlowedView, SourceRow,
+    ToInsert, Unclaim, Write,
 };
 pub use sqlite::Sqlite;
 
@@ -212,34 +214,6 @@ impl EventCursor {
 /// An optional text column holding a name (`reason`, `phase`): None stays None.
 pub(crate) fn parse_col<T: std::str::FromStr>(v: Option<&str>) -> Result<Option<T>, T::Err> {
     v.map(str::parse).transpose()
-}
-
-/// Where the pool's state lives: `--db`, `PROXYPOOL_DB`, `[store] path` or `[store] url`.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Location {
-    /// A SQLite file.
-    File(PathBuf),
-    /// A PostgreSQL database shared by a fleet of daemons.
-    Postgres(Box<PgTarget>),
-}
-
-impl Location {
-    /// A `--db` value: a `postgres://` or `postgresql://` URL, else a SQLite path.
-    pub fn parse(value: &Path) -> Result<Location, StoreError> {
-        match value.to_str() {
-            Some(s) if postgres::is_url(s) => Ok(Location::Postgres(Box::new(PgTarget::parse(s)?))),
-            _ => Ok(Location::File(value.to_path_buf())),
-        }
-    }
-
-    /// What to call it in messages and `status`: the path, or the PostgreSQL hosts and
-    /// database without the password.
-    pub fn describe(&self) -> String {
-        match self {
-            Location::File(p) => p.display().to_string(),
-            Location::Postgres(t) => t.describe(),
-        }
-    }
 }
 
 /// How a store is opened.

@@ -73,6 +73,18 @@ fn assert_banned_by(gw: &Gw, endpoint: i64, rule: &str, reason: Reason, phase: P
     let series = format!("proxypool_ban_rule_matches_total{{rule=\"{rule}\"}}");
     assert_eq!(gw.metric(&series), 1.0, "{series}");
     assert_eq!(gw.row(endpoint).state, State::Available);
+    // The report and the pair's transition both name the rule.
+    let named: Vec<String> = gw
+        .events()
+        .into_iter()
+        .filter(|e| e.endpoint == Some(endpoint))
+        .filter(|e| e.detail.as_deref().and_then(proxypool::ban::rule_in_detail) == Some(rule))
+        .map(|e| e.kind)
+        .collect();
+    assert!(
+        named.iter().any(|k| k == "report") && named.iter().any(|k| k == "state_changed"),
+        "{named:?}"
+    );
 }
 
 #[tokio::test]
@@ -294,6 +306,11 @@ fn bad_rules_are_refused_naming_the_rule_and_the_key() {
             "unknown field",
         ),
     ];
+    let good = Home::new(Some(&format!(
+        "{gateway}[[ban]]\nbuiltin = \"cloudflare\"\n[[ban]]\nname = \"x\"\nstatus = [403]\n"
+    )));
+    let summary = good.ok(&["config", "check"]);
+    assert!(summary.contains(", 1 gateway, 2 ban rules, "), "{summary}");
     for (bans, key, message) in cases {
         let home = Home::new(Some(&format!("{gateway}{bans}")));
         for args in [&["config", "check"][..], &["serve"][..]] {

@@ -206,7 +206,7 @@ fn bad_urls_exit_2_name_the_problem_and_never_leak() {
         (format!("http://u:{s}@[zz::1]:80"), "invalid host"),
         (format!("http://u:{s}@[::1:80"), "invalid host"),
         (format!("http://u:{s}@::1:80"), "invalid host"),
-        (format!("http://u:{s}@ho st:80"), "invalid host"),
+        (format!("http://u:{s}@ho st:80"), "white space"),
         (format!("http://u:{s}@h$x.example:80"), "invalid host"),
         (format!("http://:{s}@h:80"), "empty user"),
         (format!("http://u:{s}%ff@h:80"), "invalid percent-encoding"),

@@ -235,6 +235,8 @@ fn every_config_key_is_in_the_table_of_its_section() {
         ),
         ("endpoint", "[[endpoint]]\n"),
         ("gateway", "[[gateway]]\n"),
+        ("tls", "[tls]\n"),
+        ("ban", "[[ban]]\n"),
     ];
     for (name, prefix) in tables {
         let keys = config_keys(prefix);
@@ -394,6 +396,7 @@ fn metric_families() -> Vec<String> {
     );
     p.report_failure(Reason::ConnectRefused);
     let _gateway = m.gateway();
+    let _bans = m.ban_rules(["rule"].into_iter());
     let text = m.encode();
     let names: Vec<String> = text
         .lines()

@@ -329,10 +329,13 @@ fn views_answer_from_memory_and_events_follow_on_through_a_restart() {
     let r = m.daemon.req(json!({"op": "endpoints"}));
     assert_eq!(r["store"], "unavailable", "{r}");
     // The follower is still there, waiting.
-    assert!(
-        follow.try_wait().unwrap().is_none(),
-        "events --follow exited"
-    );
+    if follow.try_wait().unwrap().is_some() {
+        let out = follow.wait_with_output().unwrap();
+        panic!(
+            "events --follow exited: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 
     pg.start_server();
     eventually(Duration::from_secs(30), "the store back", || {

@@ -390,3 +390,63 @@ async fn origins_are_verified_against_the_roots_and_a_refusal_says_why() {
         "{e}"
     );
 }
+
+/// As `handshake`, the server reading the ClientHello first and choosing its config by it.
+async fn lazy_handshake(
+    front: FrontTls,
+    connect: &'static str,
+    client: TlsConnector,
+    name: &str,
+) -> Result<Option<Vec<u8>>, String> {
+    let (c, s) = tokio::io::duplex(64 * 1024);
+    let server = tokio::spawn(async move {
+        let acceptor = rustls::server::Acceptor::default();
+        let start = tokio_rustls::LazyConfigAcceptor::new(acceptor, s)
+            .await
+            .unwrap();
+        let sni = start.client_hello().server_name().map(str::to_string);
+        let shared = Arc::ptr_eq(
+            &front.config_for_hello(sni.as_deref(), connect),
+            &front.sni_only(),
+        );
+        assert_eq!(
+            shared,
+            sni.is_some(),
+            "the shared config exactly when SNI came"
+        );
+        let cfg = front.config_for_hello(sni.as_deref(), connect);
+        if let Ok(mut tls) = start.into_stream(cfg).await {
+            let _ = tls.write_all(b"x").await;
+            let _ = tls.flush().await;
+        }
+    });
+    let name = ServerName::try_from(name.to_string()).unwrap();
+    let got = match client.connect(name, c).await {
+        Ok(mut tls) => {
+            let mut b = [0u8; 1];
+            tls.read_exact(&mut b).await.unwrap();
+            Ok(tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec))
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    server.await.unwrap();
+    got
+}
+
+#[tokio::test]
+async fn a_server_that_reads_the_client_hello_first_shares_one_config_for_sni_clients() {
+    let s = setup();
+    let both = ["h2", "http/1.1"];
+    for (connect, name, sni) in [
+        ("10.0.0.9", "shop.example", true),
+        ("shop.example", "shop.example", false),
+        ("127.0.0.1", "127.0.0.1", true),
+    ] {
+        let got = lazy_handshake(s.front.clone(), connect, client(&s.ca, &both, sni), name).await;
+        assert_eq!(
+            got,
+            Ok(Some(b"h2".to_vec())),
+            "CONNECT {connect}, verify {name}, sni {sni}"
+        );
+    }
+}

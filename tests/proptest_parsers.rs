@@ -8,10 +8,12 @@
 use proptest::prelude::*;
 use proptest::test_runner::Config as PtConfig;
 use proxypool::config::Config;
+use proxypool::config::{Everything, HostPatterns};
 use proxypool::endpoint::{ProxyUrl, Scheme};
 use proxypool::protocol::parse_line;
 use proxypool::redact::{redact_argv, redact_text};
 use proxypool::sources::parse_list;
+use proxypool::tls::LeafName;
 use serde_json::{json, Value};
 
 fn cfg() -> PtConfig {
@@ -47,8 +49,11 @@ fn host() -> impl Strategy<Value = String> {
 fn credential() -> impl Strategy<Value = String> {
     prop_oneof![
         "[A-Za-z0-9._~-]{1,12}",
-        // Anything at all, percent-encoded when rendered.
-        any::<String>().prop_filter("non-empty", |s| !s.is_empty()),
+        // Anything at all but a control character (refused in every part of a URL),
+        // percent-encoded when rendered.
+        any::<String>().prop_filter("non-empty, no control character", |s| {
+            !s.is_empty() && !s.chars().any(char::is_control)
+        }),
     ]
 }
 
@@ -121,6 +126,12 @@ fn toml_ish() -> impl Strategy<Value = String> {
         "preferred",
         "headers",
         "label",
+        "builtin",
+        "status",
+        "header",
+        "body",
+        "host",
+        "body_bytes",
     ]);
     let value = prop_oneof![
         "\"[a-z0-9:/. -]{0,12}\"".prop_map(|s| s.to_string()),
@@ -132,6 +143,10 @@ fn toml_ish() -> impl Strategy<Value = String> {
         Just("\"sniffing\"".to_string()),
         Just("[\"a\", \"b\"]".to_string()),
         Just("{ x = 1 }".to_string()),
+        Just("\"cloudflare\"".to_string()),
+        Just("\"x-a: (a+)+$\"".to_string()),
+        Just("[403, 429]".to_string()),
+        Just("[\"*.a.example\", \"b\"]".to_string()),
         any::<String>().prop_map(|s| format!("{s:?}")),
     ];
     let header = prop::sample::select(vec![
@@ -144,6 +159,7 @@ fn toml_ish() -> impl Strategy<Value = String> {
         "[server]",
         "[store]",
         "[gateway]",
+        "[[ban]]",
         "[",
     ]);
     let line = prop_oneof![
@@ -270,6 +286,27 @@ proptest! {
     }
 
     #[test]
+    fn a_control_character_in_a_user_or_password_is_refused(
+        u in valid_url(),
+        // Every control character: C0, DEL and C1.
+        c in prop_oneof![0u32..0x20, Just(0x7f), 0x80u32..0xa0]
+            .prop_map(|c| char::from_u32(c).expect("a char")),
+        in_password in any::<bool>(),
+    ) {
+        let mut bad = u;
+        let text = format!("a{c}b");
+        if in_password {
+            bad.user.get_or_insert_with(|| "u".into());
+            bad.password = Some(text);
+        } else {
+            bad.user = Some(text);
+        }
+        let url = bad.to_secret_string();
+        let err = ProxyUrl::parse(&url).unwrap_err().to_string();
+        prop_assert!(err.contains("control character"), "{}: {}", url, err);
+    }
+
+    #[test]
     fn config_parse_never_panics(s in toml_ish()) {
         let _ = Config::parse(&s, "prop.toml", None);
     }
@@ -341,5 +378,42 @@ proptest! {
         any::<String>(),
     ], 0..6)) {
         let _ = redact_argv(&argv);
+    }
+
+    #[test]
+    fn leaf_names_never_panic_and_parse_to_themselves(s in prop_oneof![
+        any::<String>(),
+        "[a-zA-Z0-9._*-]{0,70}",
+        "([a-z0-9-]{1,63}\\.){1,5}[a-z]{2,6}\\.?",
+        "[0-9.:a-fA-F\\[\\]]{0,45}",
+    ]) {
+        if let Ok(n) = LeafName::parse(&s) {
+            // Canonical: the key parses to the same name.
+            let again = LeafName::parse(&n.key()).unwrap();
+            prop_assert_eq!(&again, &n);
+            prop_assert!(n.key().len() <= 253);
+        }
+    }
+
+    #[test]
+    fn host_patterns_never_panic_and_match_what_they_list(
+        entries in prop::collection::vec(prop_oneof![
+            any::<String>(),
+            "\\*|\\*\\.[a-z.]{1,20}|[A-Za-z0-9.:\\[\\]-]{1,30}",
+        ], 0..5),
+        host in "[a-z0-9.-]{0,30}",
+    ) {
+        if let Ok(p) = HostPatterns::parse(&entries, Everything::Allowed) {
+            let _ = p.matches(&host);
+            for e in p.entries() {
+                match e.strip_prefix("*.") {
+                    Some(suffix) => {
+                        let below = format!("x.{}", suffix);
+                        prop_assert!(p.matches(&below));
+                    }
+                    None => prop_assert!(p.matches(e)),
+                }
+            }
+        }
     }
 }

@@ -28,6 +28,9 @@
 #                      (order reversed every other round); medians reported, errors summed
 #   GWBENCH_TOOLS=/tmp/gwbench-tools   where proxy-chain and pproxy were installed (below)
 #   PROXYPOOL_BIN=...  default: target/release/proxypool, built here with cargo
+#   PROXYPOOL_BIN_BEFORE=...  another build, for the "gateway-before" row (not in the
+#                      default list): the same config as "gateway", so that a change is
+#                      measured against the build before it in one interleaved run
 #   KEEP=1             keep the temp dir (configs, logs) and print its path
 #
 # Installs nothing. Needs: nginx-light, tinyproxy, wrk, curl (Debian), python3, cargo, and
@@ -110,6 +113,15 @@ for f in $FRONTS; do
     case $f in
     direct)
         start_front direct "$TP_PORT" "$GW_TINYPROXY_PID"
+        ;;
+    gateway-before)
+        if [[ ! -x ${PROXYPOOL_BIN_BEFORE:-} ]]; then
+            note "gateway-before row skipped: PROXYPOOL_BIN_BEFORE names no executable"
+            continue
+        fi
+        p=$(gw_free_port)
+        gw_start_gateway "$D/$f" "$PROXYPOOL_BIN_BEFORE" "$p" forward "$UPSTREAM"
+        start_front "$f" "$p" "$GW_GATEWAY_PID"
         ;;
     gateway | gateway-tunnel)
         if ! "$PP" serve --help 2>/dev/null | grep -q -- '--gateway'; then
@@ -380,6 +392,7 @@ label() {
     direct) echo "tinyproxy directly" ;;
     gateway) echo "proxypool gateway (plain_http = \"forward\", the default) → tinyproxy" ;;
     gateway-tunnel) echo "proxypool gateway (plain_http = \"tunnel\") → tinyproxy" ;;
+    gateway-before) echo "the same, the build of PROXYPOOL_BIN_BEFORE → tinyproxy" ;;
     proxy-chain) echo "proxy-chain $(sed -n 's/.*"version": "\(.*\)".*/\1/p' "$TOOLS/node_modules/proxy-chain/package.json" | head -1) → tinyproxy" ;;
     haproxy-tcp) echo "HAProxy $(haproxy -v 2>/dev/null | awk 'NR == 1 {print $3}') as a TCP forwarder → tinyproxy" ;;
     tokio-floor) echo "a bare tokio relay (read the head, dial, CONNECT, answer, copy) → tinyproxy" ;;

@@ -65,13 +65,13 @@ pub fn decode(coding: Coding, input: &[u8], limit: usize) -> Cow<'_, [u8]> {
     match coding {
         Coding::Identity => Cow::Borrowed(&input[..input.len().min(limit)]),
         Coding::Gzip => Cow::Owned(read_up_to(
-            flate2::read::MultiGzDecoder::new(Unended(input)),
+            flate2::bufread::MultiGzDecoder::new(Unended(input)),
             limit,
         )),
         Coding::Deflate => {
-            let zlib = read_up_to(flate2::read::ZlibDecoder::new(Unended(input)), limit);
+            let zlib = read_up_to(flate2::bufread::ZlibDecoder::new(Unended(input)), limit);
             if zlib.is_empty() && !input.is_empty() {
-                let raw = flate2::read::DeflateDecoder::new(Unended(input));
+                let raw = flate2::bufread::DeflateDecoder::new(Unended(input));
                 return Cow::Owned(read_up_to(raw, limit));
             }
             Cow::Owned(zlib)
@@ -92,6 +92,20 @@ impl Read for Unended<'_> {
             return Err(std::io::ErrorKind::WouldBlock.into());
         }
         self.0.read(buf)
+    }
+}
+
+// Read in place: no buffer of the decoder's own beside the input.
+impl std::io::BufRead for Unended<'_> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        if self.0.is_empty() {
+            return Err(std::io::ErrorKind::WouldBlock.into());
+        }
+        Ok(self.0)
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.0 = &self.0[n.min(self.0.len())..];
     }
 }
 

@@ -66,7 +66,7 @@ fn show(files: &CaFiles) -> Result<(), CliError> {
         files.cert.display()
     );
     match CertAuthority::load(files) {
-        Ok(_) => println!("key: {} (usable)", files.key.display()),
+        Ok(_) => outln!("key: {} (usable)", files.key.display()),
         Err(e) => eprintln!("proxypool: warning: the CA cannot be used for interception: {e}"),
     }
     Ok(())

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use super::secrets::ServeSecrets;
 use super::{CliError, Global};
 use crate::config::{self, Config};
+use crate::store::Location;
 
 /// Check the file of `--config` (or `PROXYPOOL_CONFIG`, else the default path); prints a
 /// one-line summary.
@@ -24,6 +25,18 @@ pub(super) fn config_check(g: &Global) -> Result<(), CliError> {
         }
     };
     let cfg = Config::load(&path)?;
+    // The store as `serve` reads it: a URL's options and TLS files, a path's shape.
+    let store = match (&cfg.store_url, &cfg.store_path) {
+        (Some(url), _) => Some(("store.url", PathBuf::from(url))),
+        (None, Some(p)) => Some(("store.path", p.clone())),
+        (None, None) => None,
+    };
+    let at = match store {
+        Some((key, v)) => Location::parse(&v).map_err(|e| {
+            CliError::usage(format!("invalid config {}: {key}: {e}", path.display()))
+        })?,
+        None => Location::File(config::default_db_path()),
+    };
     // What `serve` builds from the file before it listens: probe targets, gateway CA files,
     // the secrets' files.
     crate::probe::run::probers(&cfg).map_err(|e| CliError::usage(e.to_string()))?;
@@ -42,7 +55,7 @@ pub(super) fn config_check(g: &Global) -> Result<(), CliError> {
     }
     // What `serve` would load as the CA: refused when a gateway intercepts without one.
     let ca = super::ca::for_serve(&cfg, &database(g, &cfg))?;
-    let mut line = summary(&path, &cfg);
+    let mut line = summary(&path, &cfg, &at);
     if let Some(ca) = ca {
         line.push_str(&format!(", CA {}", ca.files().cert.display()));
     }
@@ -65,8 +78,8 @@ fn database(g: &Global, cfg: &Config) -> PathBuf {
     }
 }
 
-/// `config F: ok: 2 pools (default, eu), 3 endpoints, 1 gateway, store S, http A`.
-fn summary(path: &std::path::Path, cfg: &Config) -> String {
+/// `config F: ok: 2 pools (default, eu), 3 endpoints, 1 gateway, database D, http A`.
+fn summary(path: &std::path::Path, cfg: &Config, at: &Location) -> String {
     let pools: Vec<&str> = cfg.pools.keys().map(String::as_str).collect();
     let mut s = format!(
         "config {}: ok: {} pool{} ({}), {} endpoint{}, {} gateway{}",
@@ -79,11 +92,11 @@ fn summary(path: &std::path::Path, cfg: &Config) -> String {
         cfg.gateways.len(),
         plural(cfg.gateways.len()),
     );
-    let db = cfg
-        .store_path
-        .clone()
-        .unwrap_or_else(config::default_db_path);
-    s.push_str(&format!(", database {}", db.display()));
+    let rules = cfg.bans.names().count();
+    if rules > 0 {
+        s.push_str(&format!(", {rules} ban rule{}", plural(rules)));
+    }
+    s.push_str(&format!(", database {}", at.describe()));
     if let Some(a) = cfg.http {
         s.push_str(&format!(", http {a}"));
     }

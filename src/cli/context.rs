@@ -62,15 +62,16 @@ impl Context {
         };
         // `--db`/PROXYPOOL_DB (a path or a postgresql:// URL), else `[store] url`, else
         // `[store] path`, else the default file.
-        let named = g.db.clone().or_else(|| {
-            config
-                .store_url
-                .clone()
-                .map(PathBuf::from)
-                .or_else(|| config.store_path.clone())
-        });
+        let named = match (&g.db, &config.store_url, &config.store_path) {
+            (Some(v), _, _) => Some((v.clone(), "--db (or PROXYPOOL_DB)")),
+            (None, Some(url), _) => Some((PathBuf::from(url), "[store] url")),
+            (None, None, Some(p)) => Some((p.clone(), "[store] path")),
+            (None, None, None) => None,
+        };
         let at = match &named {
-            Some(v) => Location::parse(v).map_err(|e| CliError::usage(e.to_string()))?,
+            Some((v, from)) => {
+                Location::parse(v).map_err(|e| CliError::usage(format!("{from}: {e}")))?
+            }
             None => Location::File(config::default_db_path()),
         };
         let db = match &at {
@@ -283,7 +284,7 @@ impl Context {
         }
         Err(CliError::usage(format!(
             "no database at {}: nothing has been added there yet (add endpoints with `proxypool add` or `proxypool import`, or check --db, PROXYPOOL_DB and the config's [store] path)",
-            self.db.display()
+            self.at.describe()
         )))
     }
 

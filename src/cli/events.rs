@@ -66,6 +66,13 @@ pub(super) async fn events(ctx: &Context, a: EventsArgs) -> Result<(), CliError>
     let mut after = 0;
     let backlog = a.limit.or(a.follow.then_some(FOLLOW_BACKLOG));
     if let Some(n) = backlog {
+        // Following starts after the newest event, matching or not. Read before the
+        // backlog is printed: a database that goes away once a reader has seen lines is
+        // waited out (`follow_on`), never an exit.
+        let newest = match a.follow {
+            true => store.recent_events(None, 1)?.first().map_or(0, |e| e.id),
+            false => 0,
+        };
         for e in store.last_events_matching(&filter, n)? {
             if !print(&e) {
                 return Ok(());
@@ -75,8 +82,7 @@ pub(super) async fn events(ctx: &Context, a: EventsArgs) -> Result<(), CliError>
         if !a.follow {
             return Ok(());
         }
-        // Following starts after the newest event, matching or not.
-        after = after.max(store.recent_events(None, 1)?.first().map_or(0, |e| e.id));
+        after = after.max(newest);
     }
     if !a.follow {
         // One endpoint's events are read by walking its chain from the newest down to

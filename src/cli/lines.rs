@@ -2,7 +2,7 @@
 //! provider exports `host:port:user:pass`, `user:pass@host:port` and `host:port`, which
 //! take the scheme of `--scheme`.
 
-use crate::endpoint::{EndpointError, ProxyUrl, Scheme};
+use crate::endpoint::{check_characters, redact_raw, EndpointError, ProxyUrl, Scheme};
 
 /// Why a line is not an endpoint. Messages never hold a password.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -10,9 +10,14 @@ pub enum LineError {
     /// A URL, or a provider line turned into one, that does not parse.
     #[error(transparent)]
     Url(#[from] EndpointError),
-    /// Colons that fit none of the formats.
+    /// Colons that fit none of the formats (shown as `redact_raw` shows a line: at most
+    /// its host and port).
     #[error("{0:?} is not a proxy: write scheme://[user[:password]@]host:port, host:port:user:pass, user:pass@host:port or host:port")]
     Format(String),
+    /// A scheme followed by something else than `://` (`socks5h//user:pw@h:1080`), which
+    /// would otherwise read as a user name.
+    #[error("the scheme {0} is not followed by \"://\": write {0}://[user[:password]@]host:port")]
+    Scheme(Scheme),
 }
 
 /// One line: `None` for a blank line or a `#` comment.
@@ -21,7 +26,20 @@ pub fn parse(line: &str, scheme: Scheme) -> Option<Result<ProxyUrl, LineError>> 
     if l.is_empty() || l.starts_with('#') {
         return None;
     }
-    Some(to_url(l, scheme).and_then(|u| ProxyUrl::parse(&u).map_err(LineError::from)))
+    Some(
+        check_characters(l)
+            .map_err(LineError::from)
+            .and_then(|()| to_url(l, scheme))
+            .and_then(|u| ProxyUrl::parse(&u).map_err(LineError::from)),
+    )
+}
+
+/// A known scheme at the start of a line without `://`, followed by `/` or `:/`.
+fn mistyped_scheme(l: &str) -> Option<Scheme> {
+    let end = l.find([':', '/'])?;
+    let scheme: Scheme = l[..end].parse().ok()?;
+    let after = &l[end..];
+    (after.starts_with('/') || after.starts_with(":/")).then_some(scheme)
 }
 
 /// The line as a URL to parse.
@@ -29,6 +47,9 @@ fn to_url(l: &str, scheme: Scheme) -> Result<String, LineError> {
     let s = scheme.as_str();
     if l.contains("://") {
         return Ok(l.to_string());
+    }
+    if let Some(s) = mistyped_scheme(l) {
+        return Err(LineError::Scheme(s));
     }
     if l.contains('@') {
         return Ok(format!("{s}://{l}"));
@@ -56,16 +77,10 @@ fn to_url(l: &str, scheme: Scheme) -> Result<String, LineError> {
     }
 }
 
-/// The line as an error shows it: anything after the third colon (a password) masked.
+/// The line as an error shows it: at most its host and port (a provider line may hold a
+/// password anywhere after them).
 fn shown(l: &str) -> LineError {
-    let mut cut = l.splitn(4, ':');
-    let kept: Vec<&str> = cut.by_ref().take(3).collect();
-    let masked = if cut.next().is_some() {
-        format!("{}:***", kept.join(":"))
-    } else {
-        kept.join(":")
-    };
-    LineError::Format(masked)
+    LineError::Format(redact_raw(l))
 }
 
 #[cfg(test)]
@@ -106,7 +121,48 @@ mod tests {
             ),
             ("[::1]:3128:bob:pw", h, ok("http://bob:***@[::1]:3128")),
             ("[::1]:3128", h, ok("http://[::1]:3128")),
-            ("10.0.0.1:3128:bob", h, Some(Err("is not a proxy"))),
+            (
+                "10.0.0.1:3128:bob",
+                h,
+                Some(Err("\"10.0.0.1:3128:***\" is not a proxy")),
+            ),
+            (
+                "10.0.0.1:alice:s3cret",
+                h,
+                Some(Err("\"10.0.0.1:***\" is not a proxy")),
+            ),
+            (
+                "10.0.0.1:3128:alice:s3cret # comment",
+                h,
+                Some(Err("white space")),
+            ),
+            (
+                "http://alice:s3cret@10.0.0.1:80 http://bob:pw@10.0.0.2:80",
+                h,
+                Some(Err("white space")),
+            ),
+            (
+                "10.0.0.1:3128:alice:s3\0cret",
+                h,
+                Some(Err("control character")),
+            ),
+            (
+                "10.0.0.1:3128:alice:s3%00cret",
+                h,
+                Some(Err("control character")),
+            ),
+            (
+                "socks5h//alice:s3cret@h:1080",
+                h,
+                Some(Err("the scheme socks5h is not followed by \"://\"")),
+            ),
+            ("HTTP:/alice:s3cret@h:1080", h, Some(Err("write http://"))),
+            ("socks5/alice:s3cret@h:1080", h, Some(Err("socks5://"))),
+            (
+                "alice/x:s3cret@h:1080",
+                h,
+                Some(Err("'/' in the user name")),
+            ),
             ("10.0.0.1", h, Some(Err("missing port"))),
             ("10.0.0.1:99999:bob:pw", h, Some(Err("invalid port"))),
             ("ftp://h:21", h, Some(Err("unknown scheme"))),

@@ -34,6 +34,15 @@ pub(super) fn migrate(
             ))
         }
     };
+    // The file to move: never a connection string (shown, or created by name).
+    match Location::parse(&from).map_err(|e| CliError::usage(format!("--from: {e}")))? {
+        Location::File(_) => {}
+        Location::Postgres(_) => {
+            return Err(CliError::usage(
+                "--from must be a SQLite file: a pool moves from SQLite into PostgreSQL, not between PostgreSQL databases",
+            ))
+        }
+    }
     if std::fs::symlink_metadata(&from).is_err() {
         return Err(CliError::usage(format!(
             "--from: no database at {}",

@@ -68,7 +68,7 @@ pub(super) async fn serve(
             http_token: secrets.http,
             gateway,
             http,
-            database: Some(database_name(ctx)),
+            database: Some(ctx.at.describe()),
             lock: held.clone(),
             ca,
             // The file this daemon started from; else the default path, where a config
@@ -87,6 +87,9 @@ pub(super) async fn serve(
         // A gateway `ca_file` that cannot be used is bad input, like any config error.
         daemon::DaemonError::Gateway(crate::gateway::GatewayError::Tls(t)) => {
             CliError::usage(format!("gateway: {t}"))
+        }
+        daemon::DaemonError::Gateway(crate::gateway::GatewayError::Roots(r)) => {
+            CliError::usage(format!("gateway: {r}"))
         }
         e => CliError::failed(e.to_string()),
     });
@@ -127,18 +130,6 @@ fn on_signals(shutdown: CancellationToken, own_socket: std::path::PathBuf) {
         crate::server::socket_file::remove_own(&own_socket);
         std::process::exit(1);
     });
-}
-
-/// The database as the `serving` line names it: PostgreSQL's URL without its password,
-/// or the SQLite file's absolute path.
-fn database_name(ctx: &Context) -> String {
-    match ctx.shared() {
-        true => ctx.at.describe(),
-        false => std::path::absolute(&ctx.db)
-            .unwrap_or_else(|_| ctx.db.clone())
-            .display()
-            .to_string(),
-    }
 }
 
 pub(super) async fn wait_for_signal() {

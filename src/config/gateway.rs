@@ -130,6 +130,15 @@ impl GatewayConfig {
 
     /// The first problem found, as (key, message).
     pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            // White space a client could send as easily as nothing: no protection, on
+            // loopback or off it.
+            return Err((
+                "token",
+                "is blank (only white space): give a real secret, or leave it out on loopback"
+                    .into(),
+            ));
+        }
         if !self.listen.ip().is_loopback() && self.token.is_none() {
             return Err((
                 "token",

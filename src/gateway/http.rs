@@ -13,7 +13,7 @@ use tracing::debug;
 
 use super::answer::{outcome, text};
 use super::idle::Body;
-use super::limits::{Activity, Watched};
+use super::limits::{Activity, Holding, Watched};
 use super::routing::Routing;
 use super::target::Target;
 use super::tunnel;
@@ -40,13 +40,7 @@ pub(super) async fn serve(shared: Arc<Shared>, stream: TcpStream, slot: Slot, an
             // Until its body has gone out, what the client sends is not a late head.
             let responding = activity.responding();
             drop(busy);
-            let resp = resp.map(|body| {
-                Holding {
-                    body,
-                    _guard: responding,
-                }
-                .boxed_unsync()
-            });
+            let resp = resp.map(|body| Holding::new(body, responding).boxed_unsync());
             Ok::<_, Infallible>(resp)
         }
     });
@@ -123,6 +117,9 @@ async fn connect(
         Ok(t) => t,
         Err(e) => return text(StatusCode::BAD_REQUEST, "bad_request", &e.to_string()),
     };
+    if shared.intercepts(&target) {
+        return intercepted(shared, req, target, routing, slot);
+    }
     let opened = match tunnel::open(&shared, &routing, &target).await {
         Ok(v) => v,
         Err(failure) => return failure,
@@ -161,29 +158,39 @@ async fn connect(
     resp
 }
 
-/// A response body that holds `_guard` until it is dropped, and keeps the body's size hint
-/// (a `Content-Length` answer stays one; `map_frame` would make it chunked).
-struct Holding<G> {
-    body: Body,
-    _guard: G,
-}
-
-impl<G: Send + Unpin> hyper::body::Body for Holding<G> {
-    type Data = bytes::Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.body.size_hint()
-    }
+/// A CONNECT to a host the gateway intercepts: answered at once (no upstream is chosen
+/// before the first request inside), its TLS ended here once hyper hands the connection
+/// over.
+fn intercepted(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+    target: Target,
+    routing: Routing,
+    slot: Slot,
+) -> Response<Body> {
+    let task_shared = shared.clone();
+    shared.tracker.spawn(async move {
+        match hyper::upgrade::on(req).await {
+            Ok(up) => match up.downcast::<TokioIo<Watched<TcpStream>>>() {
+                Ok(parts) => {
+                    let client = parts.io.into_inner().into_inner();
+                    let early = parts.read_buf.to_vec();
+                    super::intercept::serve(task_shared, client, early, target, routing).await
+                }
+                Err(up) => {
+                    super::intercept::serve(
+                        task_shared,
+                        TokioIo::new(up),
+                        Vec::new(),
+                        target,
+                        routing,
+                    )
+                    .await
+                }
+            },
+            Err(e) => debug!(error = %e, "hyper did not hand the connection over"),
+        }
+        drop(slot);
+    });
+    Response::new(super::answer::empty())
 }

@@ -40,6 +40,9 @@ pub(super) struct IdleKey {
     /// to the first host: kept per destination all the same.
     dest: String,
     forward: bool,
+    /// TLS with the destination runs inside (an intercepted request's): never handed to a
+    /// plain-HTTP request to the same host and port, nor the other way round.
+    tls: bool,
 }
 
 impl IdleKey {
@@ -48,6 +51,15 @@ impl IdleKey {
             proxy: proxy.to_secret_string(),
             dest: dest.authority(),
             forward,
+            tls: false,
+        }
+    }
+
+    /// A connection through `proxy` to `dest` that speaks TLS with it.
+    pub(super) fn tls(proxy: &ProxyUrl, dest: &Dest) -> IdleKey {
+        IdleKey {
+            tls: true,
+            ..IdleKey::new(proxy, dest, false)
         }
     }
 

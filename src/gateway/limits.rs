@@ -247,6 +247,42 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     }
 }
 
+/// A response body that holds `_guard` until it is dropped, and keeps the body's size hint
+/// (a `Content-Length` answer stays one; `map_frame` would make it chunked).
+pub(super) struct Holding<G> {
+    body: super::idle::Body,
+    _guard: G,
+}
+
+impl<G> Holding<G> {
+    pub(super) fn new(body: super::idle::Body, guard: G) -> Self {
+        Holding {
+            body,
+            _guard: guard,
+        }
+    }
+}
+
+impl<G: Send + Unpin> hyper::body::Body for Holding<G> {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,19 +20,25 @@ mod front;
 mod headers;
 mod http;
 mod idle;
+mod intercept;
+mod interception;
 mod lease;
 mod limits;
+mod origin;
+mod outgoing;
 mod plain;
 mod quick_connect;
 mod relay;
 mod routing;
 mod screen;
+mod secure;
 mod send;
 mod socks5;
 mod target;
 mod tunnel;
 mod upstream;
 mod urls;
+mod verdict;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -67,6 +73,12 @@ pub enum GatewayError {
     /// The TLS client for https upstreams could not be built.
     #[error("gateway TLS setup: {0}")]
     Tls(#[from] crate::dial::TlsSetupError),
+    /// The TLS client for intercepted origins could not be built (`[tls] extra_roots`).
+    #[error(transparent)]
+    Roots(#[from] crate::tls::RootsError),
+    /// The TLS server intercepted clients meet could not be built.
+    #[error("gateway TLS server setup: {0}")]
+    Front(#[source] rustls::Error),
 }
 
 /// What a client connection holds while it is in use (a tunnel outlives its HTTP
@@ -90,6 +102,15 @@ struct Shared {
     /// The `[[ban]]` rules every answer the gateway sees is judged by.
     bans: BanRules,
     ban_metrics: BanRuleMetrics,
+    /// The hosts it sees inside of (docs/intercept.md), when `intercept` names any.
+    intercept: Option<interception::Interception>,
+}
+
+impl Shared {
+    /// Whether a CONNECT to `target` is intercepted: its TLS ends here.
+    fn intercepts(&self, target: &target::Target) -> bool {
+        self.intercept.is_some() && self.cfg.intercepts(&target.dest.host, target.dest.port)
+    }
 }
 
 /// A bound gateway, ready to run.
@@ -101,6 +122,7 @@ pub struct Gateway {
     dialer: Dialer,
     fds: Descriptors,
     bans: BanRules,
+    intercept: Option<interception::Interception>,
 }
 
 impl Gateway {
@@ -124,7 +146,32 @@ impl Gateway {
             dialer,
             fds: Descriptors::unlimited(),
             bans: BanRules::default(),
+            intercept: None,
         })
+    }
+
+    /// Terminate the TLS of the hosts `intercept` names with leaves from `leaves`, and
+    /// verify origins against the built-in roots and `extra_roots` (not the gateway's
+    /// `insecure_origins`, which are logged here). Nothing to do when `intercept` is empty.
+    pub fn with_interception(
+        mut self,
+        leaves: &Arc<crate::tls::Leaves>,
+        extra_roots: Option<&std::path::Path>,
+    ) -> Result<Gateway, GatewayError> {
+        if self.cfg.intercept.is_empty() {
+            return Ok(self);
+        }
+        let front = crate::tls::FrontTls::new(leaves.clone()).map_err(GatewayError::Front)?;
+        let origin = crate::tls::origin_config(extra_roots, &self.cfg.insecure_origins)?;
+        if !self.cfg.insecure_origins.is_empty() {
+            warn!(
+                gateway = %self.cfg.listen,
+                hosts = %self.cfg.insecure_origins.entries().join(","),
+                "insecure_origins: these origins' certificates are NOT verified"
+            );
+        }
+        self.intercept = Some(interception::Interception::new(front, origin));
+        Ok(self)
     }
 
     /// Hold client and idle upstream connections within `fds` (shared by the daemon's
@@ -170,6 +217,7 @@ impl Gateway {
             metrics,
             bans: self.bans,
             ban_metrics,
+            intercept: self.intercept,
             cfg: self.cfg,
             limits: self.limits,
             tracker,

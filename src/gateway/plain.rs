@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::idle::{IdleConns, IdleKey, Sender};
 use super::upstream::Way;
 use crate::config::PlainHttp;
-use crate::dial::{Carries, Dest, DialFailure, Route};
+use crate::dial::{Carries, Dest, DialFailure, Dialed, Route};
 use crate::endpoint::ProxyUrl;
 use crate::health::{Phase, Reason};
 
@@ -124,6 +124,7 @@ pub(super) struct PlainWay<'a> {
 impl Way for PlainWay<'_> {
     /// The idle connection, and where it leads (the key it goes back under).
     type Conn = (Sender, IdleKey);
+    type Ready = Dialed;
 
     fn route(&self, proxy: &ProxyUrl) -> Route {
         self.routes.route(proxy, self.dest)
@@ -148,6 +149,15 @@ impl Way for PlainWay<'_> {
         } else {
             Carries::OneExchange
         }
+    }
+
+    fn ready(
+        &self,
+        _: &ProxyUrl,
+        dialed: Dialed,
+        _: tokio::time::Instant,
+    ) -> impl std::future::Future<Output = Result<Dialed, DialFailure>> + Send {
+        std::future::ready(Ok(dialed))
     }
 }
 

@@ -170,6 +170,10 @@ fn parse(shared: &Shared, peeked: &[u8]) -> Option<Head> {
     }
     let uri = req.path?.parse::<hyper::Uri>().ok()?;
     let target = Target::connect(&uri).ok()?;
+    // Hyper's path answers it, and hands the connection over for its TLS to end here.
+    if shared.intercepts(&target) {
+        return None;
+    }
     let routing = tunnel::route(shared, auth.flatten()).ok()?;
     Some(Head {
         len,

@@ -9,6 +9,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::http::request::Parts;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
+use tokio::time::Instant;
 use tracing::debug;
 
 use super::deadline::{head_within, BodyEnd};
@@ -16,6 +17,7 @@ use super::driven::{Driven, Held};
 use super::headers::upstream_request;
 use super::idle::{Body, Sender};
 use super::lease::LeaseGuard;
+use super::origin::{Origins, Spoken};
 use super::upstream::Link;
 use super::Shared;
 use crate::dial::{self, Carries, Dest, DialFailure, Route};
@@ -45,6 +47,9 @@ pub(super) struct Again<'a> {
     pub(super) forward: bool,
     /// Set when a one-time body has gone out: the response deadline counts from then.
     pub(super) body_end: Option<&'a Arc<BodyEnd>>,
+    /// The connection speaks TLS with the destination (an intercepted request's): a new
+    /// one does too.
+    pub(super) origin: Option<&'a Origins>,
 }
 
 /// Send `out` on `link`. A kept connection the far side closed (most often just as it was
@@ -64,6 +69,7 @@ pub(super) async fn send(
         dest,
         forward,
         body_end,
+        origin,
     } = again;
     let metrics = &shared.metrics;
     let within = shared.cfg.response_timeout;
@@ -109,7 +115,26 @@ pub(super) async fn send(
         .await
         .map_err(Sent::Unreachable)?;
     metrics.upstream_connection(false);
-    exchange(d.io, again, within, body_end).await
+    let io = match origin {
+        None => d.io,
+        Some(o) => match o
+            .handshake(d.io, guard.proxy(), dest, Instant::now() + within)
+            .await
+        {
+            Ok(Spoken::Http1(io)) => io,
+            // An origin that spoke HTTP/1.1 on the connection this replaces and offers
+            // HTTP/2 now: the request is in HTTP/1.1's form; the next one takes HTTP/2.
+            Ok(Spoken::Http2(_)) => {
+                return Err(Sent::Unreachable(DialFailure::new(
+                    Reason::ConnectionReset,
+                    Phase::Request,
+                    "the origin's kept HTTP/1.1 connection closed and a new one speaks HTTP/2",
+                )))
+            }
+            Err(f) => return Err(Sent::Unreachable(f)),
+        },
+    };
+    exchange(io, again, within, body_end).await
 }
 
 /// Send the first request over a new upstream connection, which stays open after it when

@@ -331,6 +331,14 @@ pub(super) async fn serve(shared: Arc<Shared>, mut s: TcpStream) {
         }
         Err(_) => return debug!("gateway SOCKS5 client too slow; closed"),
     };
+    if shared.intercepts(&target) {
+        // Granted at once: the upstream is chosen per request inside.
+        count(GatewayOutcome::Ok);
+        if s.write_all(&reply_bytes(reply::OK)).await.is_ok() {
+            super::intercept::serve(shared.clone(), s, buf, target, routing).await;
+        }
+        return;
+    }
     let (mut guard, dialed) = match shared
         .upstream
         .connect(&routing, &target, Route::Tunnel)

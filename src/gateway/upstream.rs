@@ -51,11 +51,16 @@ pub(super) enum UpstreamError {
     /// The username named a tag key no endpoint carries (or the lease cannot be asked).
     #[error("{0}")]
     BadRoute(String),
-    /// Every endpoint that tried the target failed to reach it: answered at once.
-    #[error("destination {target} is down; next trial in {} ms", retry_after.as_millis())]
+    /// Every endpoint that tried the target failed to reach it: answered at once, or after
+    /// this request's own tries found it down (`endpoint`: the last one that failed).
+    #[error("destination {target} is down; next trial in at most {} ms", retry_after.as_millis())]
     DestinationDown {
         target: String,
         retry_after: Duration,
+        /// Its single trial is out now (`retry_after`: until it is handed back at the
+        /// latest).
+        trial_out: bool,
+        endpoint: Option<EndpointId>,
     },
     /// Every upstream tried failed; the last failure (of `endpoint`) explains it.
     #[error("{tried} upstream(s) tried; the last failed: {last}")]
@@ -80,10 +85,33 @@ pub(super) enum UpstreamError {
     },
 }
 
+impl UpstreamError {
+    /// The error as this request's tries leave it: a target they made down (or whose
+    /// trial failed) names the last upstream that failed, as any answer after a dial does.
+    fn after(self, tries: &Tries) -> UpstreamError {
+        match self {
+            UpstreamError::DestinationDown {
+                target,
+                retry_after,
+                trial_out,
+                endpoint: None,
+            } => UpstreamError::DestinationDown {
+                target,
+                retry_after,
+                trial_out,
+                endpoint: tries.last.as_ref().map(|(_, e)| *e),
+            },
+            other => other,
+        }
+    }
+}
+
 /// How one client request goes through each upstream the pool grants it.
 pub(super) trait Way {
     /// An idle connection that can stand for a dial.
     type Conn;
+    /// A new connection made ready for the request.
+    type Ready;
     /// The route through `proxy`.
     fn route(&self, proxy: &ProxyUrl) -> Route;
     /// An idle connection through `proxy` on `route`, if one is kept.
@@ -93,6 +121,16 @@ pub(super) trait Way {
     fn fallback(&self, proxy: &ProxyUrl, route: Route, failure: &DialFailure) -> Option<Route>;
     /// Whether a new connection carries one request or is kept (`TCP_QUICKACK` or not).
     fn carries(&self) -> Carries;
+    /// A dialed connection made ready for the request before `deadline` (TLS with the
+    /// origin, for an intercepted one): a failure is the try's, reported as a dial's and
+    /// followed by the next upstream whatever the request's method, since nothing of the
+    /// request has gone out yet.
+    fn ready(
+        &self,
+        proxy: &ProxyUrl,
+        dialed: Dialed,
+        deadline: tokio::time::Instant,
+    ) -> impl std::future::Future<Output = Result<Self::Ready, DialFailure>> + Send;
 }
 
 /// Always the same route, never an idle connection.
@@ -100,6 +138,7 @@ struct Fixed(Route);
 
 impl Way for Fixed {
     type Conn = Infallible;
+    type Ready = Dialed;
     fn route(&self, _: &ProxyUrl) -> Route {
         self.0
     }
@@ -113,12 +152,20 @@ impl Way for Fixed {
         // A tunnel carries whatever the client sends through it.
         Carries::More
     }
+    fn ready(
+        &self,
+        _: &ProxyUrl,
+        dialed: Dialed,
+        _: tokio::time::Instant,
+    ) -> impl std::future::Future<Output = Result<Dialed, DialFailure>> + Send {
+        std::future::ready(Ok(dialed))
+    }
 }
 
 /// How one try reached the destination.
-pub(super) enum Link<S> {
+pub(super) enum Link<S, D = Dialed> {
     /// A new connection through the granted upstream.
-    Dialed(Dialed),
+    Dialed(D),
     /// An idle connection of the granted upstream, open to the same place.
     Reused(S),
 }
@@ -229,10 +276,13 @@ impl Upstream {
                 EngineError::Pool(PoolError::DestinationDown {
                     target,
                     retry_after,
+                    trial_out,
                     ..
                 }) => UpstreamError::DestinationDown {
                     target,
                     retry_after,
+                    trial_out,
+                    endpoint: None,
                 },
                 other => UpstreamError::Internal(other),
             })?;
@@ -290,7 +340,7 @@ impl Upstream {
         target: &Target,
         tries: &mut Tries,
         way: &W,
-    ) -> Result<(LeaseGuard, Link<W::Conn>), UpstreamError> {
+    ) -> Result<(LeaseGuard, Link<W::Conn, W::Ready>), UpstreamError> {
         // Leases for the place skip its banned pairs and refuse a target that is down;
         // their reports are judged by docs/blame.md.
         let dest = &target.dest;
@@ -307,7 +357,7 @@ impl Upstream {
                 {
                     break
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.after(tries)),
             };
             tries.had_trial |= guard.trial();
             if !tries.tried.insert(guard.endpoint()) {
@@ -336,6 +386,10 @@ impl Upstream {
                     ok => break ok,
                 }
             };
+            let dialed = match dialed {
+                Ok(d) => way.ready(guard.proxy(), d, clock.deadline).await,
+                Err(f) => Err(f),
+            };
             match dialed {
                 Ok(d) => return Ok((guard, Link::Dialed(d))),
                 Err(f) if f.local => {
@@ -361,6 +415,8 @@ impl Upstream {
                 return Err(UpstreamError::DestinationDown {
                     target: t.to_string(),
                     retry_after,
+                    trial_out: false,
+                    endpoint: tries.last.as_ref().map(|(_, e)| *e),
                 });
             }
         }

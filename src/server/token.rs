@@ -61,7 +61,8 @@ pub fn validate(token: &str, from: &str) -> Result<(), TokenError> {
     if token.trim().is_empty() {
         return Err(TokenError::Blank(from.to_string()));
     }
-    let n = token.chars().count();
+    // White space around a token (an editor's, a shell's) adds nothing a guesser needs.
+    let n = token.trim().chars().count();
     if n < MIN_LEN {
         return Err(TokenError::TooShort(from.to_string(), n));
     }
@@ -154,6 +155,8 @@ mod tests {
             ("0123456789abcdef", Ok(())),
             ("ééééééééééééééé", short(15)),
             ("a-very-long-and-random-token-here", Ok(())),
+            ("      hunter2-x      ", short(9)),
+            ("\t0123456789abcdef\n", Ok(())),
         ];
         for (t, want) in cases {
             assert_eq!(&validate(t, "T"), want, "{t:?}");

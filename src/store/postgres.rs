@@ -37,13 +37,14 @@ mod read;
 mod schema;
 mod statements;
 mod target;
+pub mod url;
 mod write;
 
 pub use copy::{copy_from_sqlite, Copied};
 pub use feed::{Changes, Feed};
 pub use follow::FollowAt;
 pub use schema::migrations;
-pub use target::{is_url, redact_url, PgTarget};
+pub use target::{is_url, PgTarget};
 
 use read::{endpoint_row, event_row, pair_row, ENDPOINT_COLS, EVENT_COLS, PAIR_COLS};
 
@@ -77,7 +78,7 @@ async fn settle() {
 const WAIT: Duration = Duration::from_secs(10);
 
 struct Inner {
-    rt: Option<tokio::runtime::Runtime>,
+    rt: OwnRuntime,
     pool: Pool,
     target: PgTarget,
     /// How long a claim holds without renewal (`[store] claim_hold`).
@@ -87,11 +88,23 @@ struct Inner {
 /// How long a claim holds without renewal unless `[store] claim_hold` says otherwise.
 pub const DEFAULT_CLAIM_HOLD: Duration = Duration::from_secs(15);
 
-impl Drop for Inner {
+/// A store's own runtime. Dropping a runtime blocks, which panics inside another runtime
+/// (a CLI command, `serve`, a test), on every path: a store that could not be opened
+/// (a bad `sslrootcert`) drops it as surely as one closed. Its thread winds down on its
+/// own.
+struct OwnRuntime(Option<tokio::runtime::Runtime>);
+
+impl OwnRuntime {
+    fn get(&self) -> &tokio::runtime::Runtime {
+        self.0
+            .as_ref()
+            .expect("a store's runtime lives as long as the store")
+    }
+}
+
+impl Drop for OwnRuntime {
     fn drop(&mut self) {
-        // Dropping a runtime blocks, which is refused inside another runtime (a CLI
-        // command, a test): let its thread wind down on its own.
-        if let Some(rt) = self.rt.take() {
+        if let Some(rt) = self.0.take() {
             rt.shutdown_background();
         }
     }
@@ -185,6 +198,7 @@ impl Postgres {
         claim_hold: Duration,
         driver: Driver,
     ) -> Result<Postgres, StoreError> {
+        let tls = target.connector()?;
         let rt = match driver {
             Driver::OwnThread => tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
@@ -195,8 +209,8 @@ impl Postgres {
                 .enable_all()
                 .build(),
         }
+        .map(|rt| OwnRuntime(Some(rt)))
         .map_err(|e| StoreError::Config(format!("cannot start the PostgreSQL runtime: {e}")))?;
-        let tls = target.connector()?;
         let mgr = Manager::from_config(
             target.config().clone(),
             tls,
@@ -205,7 +219,7 @@ impl Postgres {
             },
         );
         let pool = {
-            let _g = rt.enter();
+            let _g = rt.get().enter();
             Pool::builder(mgr)
                 .max_size(match driver {
                     Driver::OwnThread => POOL_SIZE,
@@ -220,7 +234,7 @@ impl Postgres {
         };
         Ok(Postgres {
             inner: Arc::new(Inner {
-                rt: Some(rt),
+                rt,
                 pool,
                 target: target.clone(),
                 claim_hold,
@@ -240,11 +254,7 @@ impl Postgres {
 
     /// Run an async body on this store's runtime and wait for it here.
     pub(super) fn block<T>(&self, f: impl Future<Output = T>) -> T {
-        let rt = self
-            .inner
-            .rt
-            .as_ref()
-            .expect("runtime lives as long as the store");
+        let rt = self.inner.rt.get();
         if rt.handle().runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread {
             // `driven_by_caller`: this thread runs the connections' tasks as it waits.
             // Between calls nothing reads their sockets, so a connection the server

@@ -63,6 +63,16 @@ impl FrontTls {
         self.base.clone()
     }
 
+    /// For a caller that reads the ClientHello first (`tokio_rustls::LazyConfigAcceptor`):
+    /// the shared config when the client sent SNI (no copy at all), else
+    /// [`FrontTls::config_for`] the CONNECT host.
+    pub fn config_for_hello(&self, sni: Option<&str>, connect_host: &str) -> Arc<ServerConfig> {
+        match sni {
+            Some(_) => self.base.clone(),
+            None => self.config_for(connect_host),
+        }
+    }
+
     /// The leaf cache behind it.
     pub fn leaves(&self) -> &Arc<Leaves> {
         &self.leaves

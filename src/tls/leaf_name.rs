@@ -3,6 +3,7 @@
 //! that looks like an address but is none) is refused before it reaches the cache, so a
 //! hostile client cannot make the gateway sign it.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
 
@@ -68,10 +69,10 @@ impl LeafName {
     }
 
     /// The cache key and the name shown: the host name, or the address as text.
-    pub fn key(&self) -> String {
+    pub fn key(&self) -> Cow<'_, str> {
         match self {
-            LeafName::Dns(n) => n.clone(),
-            LeafName::Ip(ip) => ip.to_string(),
+            LeafName::Dns(n) => Cow::Borrowed(n),
+            LeafName::Ip(ip) => Cow::Owned(ip.to_string()),
         }
     }
 }

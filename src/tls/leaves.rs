@@ -61,8 +61,9 @@ impl Leaves {
     /// The leaf for `name`: from the cache (one lock, no signing), else minted now.
     pub fn get(&self, name: &LeafName) -> Result<Arc<CertifiedKey>, LeafError> {
         let key = name.key();
+        let key = key.as_ref();
         let now = (self.clock)();
-        let slot = self.slot(&key, now);
+        let slot = self.slot(key, now);
         let minted = slot.cell.get_or_init(|| {
             self.ca.mint(name, now).map(|m| Fresh {
                 renew_at: m.not_after.checked_sub(RENEW_BEFORE_END).unwrap_or(now),
@@ -74,11 +75,8 @@ impl Leaves {
             Err(e) => {
                 // Not kept: the next handshake for the name tries again.
                 let mut slots = self.lock();
-                if slots
-                    .peek(key.as_str())
-                    .is_some_and(|s| Arc::ptr_eq(s, &slot))
-                {
-                    slots.pop(key.as_str());
+                if slots.peek(key).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
+                    slots.pop(key);
                 }
                 Err(e.clone())
             }

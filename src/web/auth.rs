@@ -14,11 +14,19 @@ pub enum HttpConfigError {
     /// Non-loopback without a token.
     #[error("http address {0} is not a loopback address: set {TOKEN_ENV} (or [server] http_token_file) so readers must send `Authorization: Bearer <token>`, or listen on 127.0.0.1")]
     TokenRequired(SocketAddr),
+    /// A token of white space only: no reader can send it (a bearer token is trimmed).
+    #[error(
+        "the http token ({TOKEN_ENV} or [server] http_token_file) is blank: give a real secret"
+    )]
+    BlankToken,
 }
 
 /// Whether `addr` may be served with `token`: loopback always, anything else only with a
 /// non-empty token (the page lists every endpoint of every pool).
 pub fn check_bind(addr: SocketAddr, token: Option<&str>) -> Result<(), HttpConfigError> {
+    if token.is_some_and(|t| !t.is_empty() && t.trim().is_empty()) {
+        return Err(HttpConfigError::BlankToken);
+    }
     if addr.ip().is_loopback() || token.is_some_and(|t| !t.is_empty()) {
         Ok(())
     } else {
@@ -58,12 +66,19 @@ mod tests {
             ("0.0.0.0:9464", Some("s3cret"), true),
             ("192.0.2.7:80", None, false),
             ("[::]:9464", Some("t"), true),
+            ("0.0.0.0:9464", Some("  "), false),
+            ("127.0.0.1:9464", Some(" "), false),
         ];
         for (addr, token, ok) in cases {
             let addr: SocketAddr = addr.parse().unwrap();
             let r = check_bind(addr, token);
             assert_eq!(r.is_ok(), ok, "{addr} {token:?}");
-            if let Err(e) = r {
+            if r == Err(HttpConfigError::BlankToken) {
+                assert!(
+                    token.is_some_and(|t| t.trim().is_empty()),
+                    "{addr} {token:?}"
+                );
+            } else if let Err(e) = r {
                 assert!(e.to_string().contains("PROXYPOOL_HTTP_TOKEN"), "{e}");
                 assert!(e.to_string().contains(&addr.to_string()), "{e}");
             }

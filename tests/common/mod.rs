@@ -25,7 +25,7 @@
 //!   tokio clock, scripted endpoints, an event auditor; `Clock` for pool-level tests.
 //! - `common::eventually` (and `eventually_async`, `holds_for`) — wait for a state by
 //!   polling it with a deadline; never a fixed sleep.
-//! - `common::counting` — a counting global allocator (live heap bytes) for memory tests;
+//! - `common::counting` — a counting global allocator (live heap bytes, and their peak) for memory tests;
 //!   a binary that uses it declares it its `#[global_allocator]`.
 //! - `common::markdown` — sections, tables and code spans of the docs, for tests/docs.rs.
 //! - `common::ports` — ports on 127.0.0.1 reserved for the test process (`free_port()`,
@@ -46,6 +46,7 @@ pub mod fakes;
 pub mod fleet;
 pub mod gateway;
 pub mod haproxy;
+pub mod intercepting;
 pub mod markdown;
 pub mod mitm;
 pub mod origin;

@@ -175,7 +175,9 @@ pub(super) async fn finish(
             count,
         } => Some(async move {
             let count = count.map(|c| c as i64);
-            c.execute(&st.source, &[pool, name, ok, detail, &count])
+            // Stored as SQLite stores it (control characters escaped).
+            let detail = super::text(detail);
+            c.execute(&st.source, &[pool, name, ok, &detail, &count])
                 .await
         }),
         _ => None,

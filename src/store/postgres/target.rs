@@ -16,6 +16,7 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use tokio_postgres::config::Host;
 
+use super::url;
 use crate::store::StoreError;
 
 /// Whether `s` names a PostgreSQL database rather than a SQLite file.
@@ -57,6 +58,44 @@ impl Tls {
     }
 }
 
+/// The query options proxypool reads itself; the rest (`kept`) go to tokio-postgres.
+struct Options<'a> {
+    tls: Tls,
+    root_cert: Option<PathBuf>,
+    passfile: Option<PathBuf>,
+    kept: Vec<&'a str>,
+}
+
+impl<'a> Options<'a> {
+    fn read(query: &'a str, bad: &dyn Fn(String) -> StoreError) -> Result<Self, StoreError> {
+        let mut o = Options {
+            tls: Tls::Prefer,
+            root_cert: None,
+            passfile: None,
+            kept: Vec::new(),
+        };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let value = percent_encoding::percent_decode_str(v)
+                .decode_utf8()
+                .map_err(|_| bad(format!("the value of {k} is not UTF-8")))?
+                .into_owned();
+            match k {
+                "sslmode" => o.tls = Tls::parse(&value).map_err(|e| bad(e.to_string()))?,
+                "sslrootcert" => o.root_cert = Some(PathBuf::from(value)),
+                "passfile" => o.passfile = Some(PathBuf::from(value)),
+                "sslcert" | "sslkey" | "sslpassword" => {
+                    return Err(bad(format!(
+                        "{k}: client certificates are not supported; authenticate with a password (scram-sha-256)"
+                    )))
+                }
+                _ => o.kept.push(pair),
+            }
+        }
+        Ok(o)
+    }
+}
+
 /// A PostgreSQL database to connect to.
 #[derive(Clone, PartialEq)]
 pub struct PgTarget {
@@ -78,36 +117,23 @@ impl PgTarget {
     /// Parse a `postgres://` or `postgresql://` URL; the password comes from the URL, else
     /// `PGPASSWORD`, else the password file.
     pub fn parse(url: &str) -> Result<PgTarget, StoreError> {
-        let bad = |why: String| StoreError::Config(format!("{}: {why}", redact_url(url)));
+        let bad = |why: String| StoreError::Config(format!("{}: {why}", url::redact(url)));
         if !is_url(url) {
             return Err(bad("not a postgres:// or postgresql:// URL".into()));
+        }
+        if let Some(why) = url::problem(url) {
+            return Err(bad(why));
         }
         let (base, query) = match url.split_once('?') {
             Some((b, q)) => (b, q),
             None => (url, ""),
         };
-        let mut tls = Tls::Prefer;
-        let mut root_cert = None;
-        let mut passfile = None;
-        let mut kept = Vec::new();
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let value = percent_encoding::percent_decode_str(v)
-                .decode_utf8()
-                .map_err(|_| bad(format!("the value of {k} is not UTF-8")))?
-                .into_owned();
-            match k {
-                "sslmode" => tls = Tls::parse(&value).map_err(|e| bad(e.to_string()))?,
-                "sslrootcert" => root_cert = Some(PathBuf::from(value)),
-                "passfile" => passfile = Some(PathBuf::from(value)),
-                "sslcert" | "sslkey" | "sslpassword" => {
-                    return Err(bad(format!(
-                        "{k}: client certificates are not supported; authenticate with a password (scram-sha-256)"
-                    )))
-                }
-                _ => kept.push(pair),
-            }
-        }
+        let Options {
+            mut tls,
+            root_cert,
+            passfile,
+            mut kept,
+        } = Options::read(query, &bad)?;
         // The TLS decision is ours (rustls); tokio-postgres only needs to know whether to ask.
         let mode = match tls {
             Tls::Disable => "disable",
@@ -148,11 +174,15 @@ impl PgTarget {
         if tls == Tls::Require && root_cert.is_some() {
             tls = Tls::VerifyCa;
         }
-        Ok(PgTarget {
+        let target = PgTarget {
             config,
             tls,
             root_cert,
-        })
+        };
+        // A root certificate that cannot be read is bad input, found here (exit 2, `config
+        // check`) rather than when the first connection is made.
+        target.connector().map_err(|e| bad(e.to_string()))?;
+        Ok(target)
     }
 
     /// `postgresql://user@host:port,host2:port/db`: what to call the database in logs,
@@ -357,27 +387,6 @@ fn os_user() -> Option<String> {
     }
 }
 
-/// The URL with any password replaced by `***`, for messages about a URL that did not
-/// parse.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (auth, tail) = rest.split_at(end);
-    match auth.rsplit_once('@') {
-        Some((cred, hosts)) => {
-            let user = cred.split(':').next().unwrap_or_default();
-            if cred.contains(':') {
-                format!("{scheme}://{user}:***@{hosts}{tail}")
-            } else {
-                format!("{scheme}://{cred}@{hosts}{tail}")
-            }
-        }
-        None => url.to_string(),
-    }
-}
-
 /// The password for the first of the target's hosts that the password file has a line
 /// for (`hostname:port:database:username:password`, `*` matching anything, `\` escaping
 /// `:` and `\`). A file readable by others is ignored with a warning, as libpq does.
@@ -507,6 +516,49 @@ mod tests {
     }
 
     #[test]
+    fn a_root_certificate_that_cannot_be_read_is_bad_input_and_never_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let not_pem = dir.path().join("not.pem");
+        std::fs::write(&not_pem, "no certificate here\n").unwrap();
+        let url = |root: &Path| {
+            format!(
+                "postgresql://u:pw@127.0.0.1:1/d?sslmode=verify-full&sslrootcert={}",
+                root.display()
+            )
+        };
+        for (root, says) in [
+            (
+                Path::new("/nonexistent/ca.pem"),
+                "sslrootcert /nonexistent/ca.pem",
+            ),
+            (not_pem.as_path(), "no PEM certificate"),
+        ] {
+            let e = PgTarget::parse(&url(root)).unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+            assert!(!e.contains(":pw@"), "{e}");
+        }
+        // `prefer` does not check the server: the file is not read (libpq's meaning).
+        assert!(PgTarget::parse(&url(&not_pem).replace("verify-full", "prefer")).is_ok());
+        // A certificate gone between reading the URL and opening the store, inside a
+        // runtime as every command opens it: refused, and the store's own runtime is
+        // dropped without a panic.
+        let ca = rcgen::generate_simple_self_signed(vec!["db.test".into()]).unwrap();
+        let pem = dir.path().join("ca.pem");
+        std::fs::write(&pem, ca.cert.pem()).unwrap();
+        let target = PgTarget::parse(&url(&pem)).unwrap();
+        std::fs::remove_file(&pem).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let got = rt.block_on(async {
+            super::super::Postgres::connect(&target, Duration::from_secs(15)).err()
+        });
+        let e = got.expect("refused").to_string();
+        assert!(e.contains("sslrootcert"), "{e}");
+    }
+
+    #[test]
     fn urls_parse_with_libpq_options_and_never_show_the_password() {
         let t = PgTarget::parse(
             "postgresql://app:s3cret@db1:5432,db2:5433/pool?sslmode=disable&target_session_attrs=read-write",
@@ -541,15 +593,5 @@ mod tests {
             assert!(e.contains(says), "{bad}: {e}");
             assert!(!e.contains(":pw@"), "{e}");
         }
-    }
-
-    #[test]
-    fn redacting_a_url_keeps_the_user_and_hides_the_password() {
-        assert_eq!(
-            redact_url("postgresql://app:pw@h1,h2/db?x=1"),
-            "postgresql://app:***@h1,h2/db?x=1"
-        );
-        assert_eq!(redact_url("postgresql://app@h/db"), "postgresql://app@h/db");
-        assert_eq!(redact_url("postgresql://h/db"), "postgresql://h/db");
     }
 }

@@ -1,0 +1,183 @@
+//! One try of a request inside an intercepted connection: an upstream leased (or the
+//! session's, for `rotate = "connection"`), a kept connection to the origin through it or a
+//! new one (a tunnel, then verified TLS: `origin`), the request sent over HTTP/1.1 or
+//! HTTP/2 as the origin chose, and the answer judged as a plain-HTTP answer is (`verdict`).
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::{Request, Response};
+
+use super::deadline::head_within;
+use super::driven::Driven;
+use super::headers::{closes, framing_conflict, upstream_request};
+use super::idle::{Body, IdleKey};
+use super::interception::Interception;
+use super::lease::LeaseGuard;
+use super::origin::{H2Sender, Kept, OriginWay, Spoken};
+use super::outgoing::Outgoing;
+use super::routing::Routing;
+use super::send::{send, Again, Sent};
+use super::upstream::{Link, Tries};
+use super::verdict::{judge, not_sent, Try};
+use super::Shared;
+use crate::dial::{self, DialFailure, Dialed};
+use crate::health::{Phase, Reason};
+
+/// An origin's answer: over HTTP/1.1 (its connection driven by the body) or HTTP/2.
+type Answer = Response<OriginBody>;
+
+/// The body of an origin's answer, over either protocol.
+pub(super) enum OriginBody {
+    Http1(Driven),
+    Http2(Incoming),
+}
+
+impl hyper::body::Body for OriginBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            OriginBody::Http1(b) => Pin::new(b).poll_frame(cx),
+            OriginBody::Http2(b) => Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            OriginBody::Http1(b) => b.is_end_stream(),
+            OriginBody::Http2(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            OriginBody::Http1(b) => b.size_hint(),
+            OriginBody::Http2(b) => b.size_hint(),
+        }
+    }
+}
+
+pub(super) async fn one_try(
+    shared: &Shared,
+    icpt: &Interception,
+    routing: &Routing,
+    out: &mut Outgoing,
+    tries: &mut Tries,
+) -> Try {
+    let dest = out.target.dest.clone();
+    let way = OriginWay {
+        origins: icpt.origins(),
+        idle: &shared.idle,
+        dest: &dest,
+        once_body: out.once_body(),
+    };
+    let (guard, link) = match shared
+        .upstream
+        .connect_or_reuse(routing, &out.target, tries, &way)
+        .await
+    {
+        Ok(v) => v,
+        Err(e) => return Try::Failed(super::answer::upstream_error(e)),
+    };
+    let sent = match link {
+        Link::Dialed(Spoken::Http2(s)) | Link::Reused(Kept::Http2(s)) => {
+            over_http2(shared, s, out).await
+        }
+        Link::Dialed(Spoken::Http1(io)) => {
+            let key = IdleKey::tls(guard.proxy(), &dest);
+            let d = Dialed {
+                io,
+                forward: false,
+                connect_status: None,
+            };
+            over_http1(shared, &guard, Link::Dialed(d), key, icpt, out).await
+        }
+        Link::Reused(Kept::Http1(sender, key)) => {
+            over_http1(shared, &guard, Link::Reused(sender), key, icpt, out).await
+        }
+    };
+    match sent {
+        Ok(resp) if framing_conflict(resp.headers()) => {
+            let f = DialFailure::new(
+                Reason::ProxyProtocolError,
+                Phase::ResponseHead,
+                "the origin's response has both Content-Length and Transfer-Encoding (RFC 9112 §6.3): its body cannot be framed",
+            );
+            not_sent(shared, guard, Sent::Failed(f), out, tries).await
+        }
+        Ok(resp) => judge(shared, guard, resp, out, tries).await,
+        Err(e) => not_sent(shared, guard, e, out, tries).await,
+    }
+}
+
+/// The request on an HTTP/1.1 connection to the origin, which goes back to the idle list
+/// under `key` once its answer has been read, unless the origin closes it.
+async fn over_http1(
+    shared: &Shared,
+    guard: &LeaseGuard,
+    link: Link<super::idle::Sender>,
+    key: IdleKey,
+    icpt: &Interception,
+    out: &mut Outgoing,
+) -> Result<Answer, Sent> {
+    let (body, body_end) = out.body();
+    let req = upstream_request(&out.parts, body, None, true);
+    let again = Again {
+        parts: &out.parts,
+        kept: out.kept(),
+        dest: &out.target.dest,
+        forward: false,
+        body_end: body_end.as_ref(),
+        origin: Some(icpt.origins()),
+    };
+    let mut resp = send(shared, guard, link, req, again).await?;
+    if !closes(resp.headers()) {
+        resp.body_mut().park_in(shared.idle.clone(), key);
+    }
+    Ok(resp.map(OriginBody::Http1))
+}
+
+/// The request on a shared HTTP/2 connection to the origin, its head within
+/// `response_timeout`.
+async fn over_http2(
+    shared: &Shared,
+    mut sender: H2Sender,
+    out: &mut Outgoing,
+) -> Result<Answer, Sent> {
+    let (body, body_end) = out.body();
+    let mut req = upstream_request(&out.parts, body, None, true);
+    to_http2(&mut req, &out.parts.uri);
+    let within = shared.cfg.response_timeout;
+    shared.metrics.upstream_connection(true);
+    let sent = async {
+        sender.ready().await?;
+        sender.send_request(req).await
+    };
+    match head_within(within, body_end.as_deref(), sent).await {
+        None => Err(Sent::Slow(DialFailure::new(
+            Reason::SlowResponse,
+            Phase::ResponseHead,
+            format!(
+                "no response head within the gateway's response_timeout ({})",
+                humantime::format_duration(within)
+            ),
+        ))),
+        Some(Ok(resp)) => Ok(resp.map(OriginBody::Http2)),
+        Some(Err(e)) => Err(Sent::Failed(dial::hyper_failure(&e, Phase::ResponseHead))),
+    }
+}
+
+/// An HTTP/1.1-shaped request made fit for HTTP/2: the absolute URI gives `:scheme` and
+/// `:authority`, and `Host` goes (its value is the authority's).
+fn to_http2(req: &mut Request<Body>, absolute: &hyper::Uri) {
+    *req.uri_mut() = absolute.clone();
+    *req.version_mut() = hyper::Version::HTTP_2;
+    req.headers_mut().remove(hyper::header::HOST);
+}
