@@ -9,7 +9,8 @@
 //! 3. propagation of a change from one daemon to another (a failure acknowledged by A until
 //!    B's status shows it): p50 and p99;
 //! 4. three daemons against one: aggregate transitions/s and leases/s, with the CPU spent
-//!    per operation by the daemons and by PostgreSQL.
+//!    per operation by the daemons and by PostgreSQL; then, in one more cell of each, where
+//!    the daemons' PostgreSQL sessions wait (`fleet/waits.rs`).
 //!
 //! The real binary (release) and a private PostgreSQL cluster (tests/common/postgres.rs).
 //! Run: `cargo bench --bench fleet` (needs Debian's `postgresql`; prints a note without it).
@@ -34,6 +35,9 @@ mod postgres;
 
 mod support;
 use support::median;
+
+#[path = "fleet/waits.rs"]
+mod waits;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -589,5 +593,16 @@ fn main() {
         format!("{:.0}", one_cpu.1 / one_ops * 1e6),
         format!("{:.0}", three_cpu.1 / three_ops * 1e6)
     );
+    // Where the sessions wait, in one more cell of each: not counted above, since the
+    // sampler's queries cost the server too.
+    let s = waits::Sampler::start(&pg_url);
+    drive(std::slice::from_ref(&d0.sock), transition);
+    let one_waits = s.finish();
+    let s = waits::Sampler::start(&pg_url);
+    drive(&socks, transition);
+    let three_waits = s.finish();
+    println!("\nwhere the daemons' busy PostgreSQL sessions were (share of samples, every 2 ms)");
+    println!("  one daemon:    {}", waits::line(&one_waits, 6));
+    println!("  three daemons: {}", waits::line(&three_waits, 6));
     println!("\nload average after: {}", load());
 }

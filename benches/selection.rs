@@ -20,6 +20,11 @@
 //! - "random, measured": one uniformly random candidate (`select = "random"`), the least a
 //!   sampling strategy reads: a random endpoint's entry instead of the next one in order;
 //!
+//! and sticky sessions (issue 49: a session's endpoint by rendezvous weight, the same on
+//! every daemon of a fleet): leases for one of 1,000 session keys against leases without a
+//! session (target: a session lease ≥ 0.95× what it was before, by `benches/ab.sh
+//! selection`), and, for the worst case, a new key for every lease;
+//!
 //! and the memory per paced (endpoint, host) pair (target ≤ 64 bytes), from a counting
 //! allocator: the live bytes after a run with pacing, less those after the same run
 //! without, over the pairs held. Cells alternate over several rounds and the best round of
@@ -100,6 +105,20 @@ enum Ask {
     Measured,
     /// As `Many`, and each lease updates one random word of a table of this many.
     Touching(usize),
+    /// No destination, no session: what a session lease is set against.
+    Plain,
+    /// No destination; each lease for one of `SESSIONS` session keys, drawn at random.
+    Sessions,
+    /// No destination; a session key no lease used before, every lease.
+    NewSessions,
+}
+
+/// Session keys of the `Sessions` cell.
+const SESSIONS: usize = 1_000;
+
+fn session_keys() -> &'static [String] {
+    static KEYS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    KEYS.get_or_init(|| (0..SESSIONS).map(|i| format!("session-{i}")).collect())
 }
 
 /// `n` leases (and releases or reports) as `ask` says; returns how many were granted.
@@ -121,15 +140,23 @@ fn run(p: &mut Pools, ask: Ask, wants: &[Want], rng: &mut fastrand::Rng, n: usiz
         let now = tokio::time::Instant::now();
         let wall = SystemTime::now();
         let want = match ask {
-            Ask::One(_) => &wants[0],
             Ask::Many | Ask::Touching(_) => &wants[rng.usize(..wants.len())],
-            Ask::Measured => &wants[0],
+            _ => &wants[0],
+        };
+        let fresh;
+        let session = match ask {
+            Ask::Sessions => Some(session_keys()[rng.usize(..SESSIONS)].as_str()),
+            Ask::NewSessions => {
+                fresh = format!("new-{}", rng.u64(..));
+                Some(fresh.as_str())
+            }
+            _ => None,
         };
         if touch {
             let w = rng.usize(..table.len());
             table[w] = std::hint::black_box(table[w]).wrapping_add(i as u64);
         }
-        let (g, _) = p.lease_with("default", TTL, None, want, now);
+        let (g, _) = p.lease_with("default", TTL, session, want, now);
         let Ok(g) = g else { continue };
         granted += 1;
         match ask {
@@ -159,7 +186,7 @@ fn wants(ask: Ask) -> Vec<Want> {
         Ask::Many | Ask::Touching(_) => (0..HOSTS)
             .map(|i| Want::parse(Some(&format!("site{i}.example")), None).unwrap())
             .collect(),
-        Ask::Measured => vec![Want::default()],
+        Ask::Measured | Ask::Plain | Ask::Sessions | Ask::NewSessions => vec![Want::default()],
     }
 }
 
@@ -239,6 +266,13 @@ fn main() {
             Ask::Measured,
             pools(&rows, |c| c.select = Select::Random),
         ),
+        ("no session", Ask::Plain, pools(&rows, |_| {})),
+        ("session (1,000 keys)", Ask::Sessions, pools(&rows, |_| {})),
+        (
+            "session, a new key each lease",
+            Ask::NewSessions,
+            pools(&rows, |_| {}),
+        ),
     ];
     let only: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with("--"));
     if only.as_deref() == Some("socket") {
@@ -302,6 +336,13 @@ fn main() {
             "(floor)",
         ),
         ("random / least_leased", 7, 4, "(floor)"),
+        ("session (1,000 keys) / no session", 9, 8, "(vs A)"),
+        (
+            "session, a new key each lease / no session",
+            10,
+            8,
+            "(vs A)",
+        ),
     ];
     for (what, n, d, target) in ratios {
         println!("{what:<44}  {:>7.2}x  {target:>8}", rate[n] / rate[d]);

@@ -239,7 +239,7 @@ impl SourceConfig {
     pub fn name(&self) -> String {
         let name = match &self.kind {
             SourceKind::File(p) => format!("file:{}", p.display()),
-            SourceKind::Url(u) => format!("url:{}", crate::endpoint::redact_raw(u)),
+            SourceKind::Url(u) => format!("url:{}", crate::redact::redact_url(u)),
             SourceKind::Command(c) => format!("command:{}", crate::redact::redact_argv(c)),
         };
         crate::redact::printable(&name).into_owned()
@@ -518,6 +518,37 @@ mod tests {
         assert!(cfg.pools.values().any(|p| p.mode == Mode::Sniffing));
         assert!(!cfg.endpoints.is_empty());
         assert_eq!(cfg.gateways.len(), 1);
+    }
+
+    /// A source's name keeps what tells two sources apart (port, path) and masks only
+    /// secrets.
+    #[test]
+    fn source_names_mask_only_secrets() {
+        let url = |u: &str| SourceConfig {
+            kind: SourceKind::Url(u.into()),
+            preferred: false,
+            refresh: Duration::ZERO,
+            timeout: Duration::from_secs(1),
+            max_bytes: 1,
+            tags: Default::default(),
+            dir: None,
+        };
+        for (u, name) in [
+            (
+                "http://127.0.0.1:8081/a.txt",
+                "url:http://127.0.0.1:8081/a.txt",
+            ),
+            (
+                "http://127.0.0.1:8082/b.txt",
+                "url:http://127.0.0.1:8082/b.txt",
+            ),
+            (
+                "https://me:pw@p.example/l?key=k1",
+                "url:https://me:***@p.example/l?key=***",
+            ),
+        ] {
+            assert_eq!(url(u).name(), name);
+        }
     }
 
     #[test]

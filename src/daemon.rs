@@ -267,6 +267,7 @@ pub async fn serve(
     // action would end the process.
     let hup = opts.reload_from.as_ref().map(|_| Reloader::listen());
     let listeners = Listeners::bind(&config, &engine, &opts).await?;
+    listeners.register(&engine, &opts);
     let probers = probers(&config)?;
     let tracker = TaskTracker::new();
     tracker.spawn(engine.clone().run_timer(shutdown.clone().cancelled_owned()));
@@ -326,6 +327,7 @@ pub async fn serve(
     server::run(unix, handler, shutdown.clone()).await;
     tracker.close();
     tracker.wait().await;
+    engine.unregister();
     crate::server::socket_file::remove_own(&opts.socket);
     if let Some(e) = lost.lock().unwrap_or_else(|p| p.into_inner()).take() {
         return Err(e.into());
@@ -345,6 +347,30 @@ struct Listeners {
 }
 
 impl Listeners {
+    /// Register the daemon in its fleet with these listeners: before the startup sniff,
+    /// since whose turn it is to sniff goes by the daemons registered (docs/fleet.md,
+    /// "Sources in a fleet").
+    fn register(&self, engine: &Engine, opts: &ServeOptions) {
+        if let Err(e) = engine.register(self.names(opts)) {
+            warn!(error = %e, "could not register this daemon in the fleet; it retries with its heartbeat");
+        }
+    }
+
+    /// What the fleet's registry lists of this daemon: `socket PATH`, `gateway ADDR`...
+    fn names(&self, opts: &ServeOptions) -> Vec<String> {
+        let mut v = vec![format!("socket {}", opts.socket.display())];
+        let addr =
+            |l: &Option<tokio::net::TcpListener>| l.as_ref().and_then(|l| l.local_addr().ok());
+        v.extend(addr(&self.tcp).map(|a| format!("tcp {a}")));
+        v.extend(
+            self.gateways
+                .iter()
+                .map(|g| format!("gateway {}", g.local_addr())),
+        );
+        v.extend(addr(&self.http).map(|a| format!("http {a}")));
+        v
+    }
+
     async fn bind(
         config: &Config,
         engine: &Arc<Engine>,
@@ -417,7 +443,7 @@ async fn startup_sniff(config: &Config, engine: &Arc<Engine>, shutdown: &Cancell
         tokio::select! {
             // A signal during a slow provider fetch stops the start-up at once.
             _ = shutdown.cancelled() => return,
-            r = sources::sniff(engine, pool, sources::Trigger::Startup) => {
+            r = sources::sniff_in_turn(engine, pool, sources::Trigger::Startup, Duration::ZERO) => {
                 if let Err(e) = r {
                     warn!(pool = %pool.name, error = %e, "startup sniff could not be recorded");
                 }

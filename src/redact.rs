@@ -151,6 +151,33 @@ fn is_secret_name(name: &str) -> bool {
     !n.is_empty() && SECRET_WORDS.iter().any(|w| n.contains(w))
 }
 
+/// A URL for display (a source's location): its password masked, and the value of each
+/// query parameter whose name says it is a secret (`token`, `api_key`, `password`...);
+/// scheme, host, port and path as they are, so that two sources on one host tell apart.
+pub fn redact_url(url: &str) -> String {
+    let masked = redact_urls(url);
+    let Some((head, rest)) = masked.split_once('?') else {
+        return masked;
+    };
+    let (query, fragment) = match rest.split_once('#') {
+        Some((q, f)) => (q, Some(f)),
+        None => (rest, None),
+    };
+    let params: Vec<String> = query
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) if !v.is_empty() && is_secret_name(k) => format!("{k}={MASK}"),
+            _ => kv.to_string(),
+        })
+        .collect();
+    let mut out = format!("{head}?{}", params.join("&"));
+    if let Some(f) = fragment {
+        out.push('#');
+        out.push_str(f);
+    }
+    out
+}
+
 /// A command line for display: URL credentials masked, the value after a flag such as
 /// `--password`/`--token` (or in `--token=v`, `API_KEY=v`) shown as `***`.
 pub fn redact_argv(argv: &[String]) -> String {
@@ -242,6 +269,34 @@ mod tests {
         ];
         for (input, pw, want) in cases {
             assert_eq!(redact_text(input, pw), *want, "{input:?} {pw:?}");
+        }
+    }
+
+    #[test]
+    fn url_table() {
+        for (url, shown) in [
+            (
+                "http://127.0.0.1:8080/list.txt",
+                "http://127.0.0.1:8080/list.txt",
+            ),
+            (
+                "https://u:s3cret@p.example:8443/a/b",
+                "https://u:***@p.example:8443/a/b",
+            ),
+            (
+                "https://p.example/l?token=abc&fmt=txt",
+                "https://p.example/l?token=***&fmt=txt",
+            ),
+            (
+                "https://p.example/l?API_KEY=abc#x",
+                "https://p.example/l?API_KEY=***#x",
+            ),
+            (
+                "https://p.example/l?page=2&key=",
+                "https://p.example/l?page=2&key=",
+            ),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
         }
     }
 

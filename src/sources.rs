@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::PoolConfig;
 use crate::event_kind::EventKind;
@@ -132,6 +132,36 @@ pub async fn sniff(
     Ok(None)
 }
 
+/// The job of sniffing `pool`, which one daemon of a fleet does for all (docs/fleet.md,
+/// "Sources in a fleet").
+fn job(pool: &PoolConfig) -> String {
+    format!("sniff:{}", pool.name)
+}
+
+/// How long a daemon of a fleet holds a pool's sniffing without asking again: three
+/// refreshes (it asks at each), or, for a pool with no refresh, as long as a daemon counts
+/// as alive without a heartbeat.
+fn hold(pool: &PoolConfig) -> Duration {
+    refresh_interval(pool).map_or(crate::store::daemons::GONE_AFTER, |r| r * 3)
+}
+
+/// [`sniff`] when it is this daemon's turn: always on SQLite; in a fleet, when this daemon
+/// holds the pool's sniffing (or takes it over from a daemon gone, or one that stopped
+/// asking) and the last sniff by any daemon was at least `every` ago. The others follow
+/// what it writes. `None` when it is not this daemon's turn (or every source failed).
+pub async fn sniff_in_turn(
+    engine: &Engine,
+    pool: &PoolConfig,
+    trigger: Trigger,
+    every: Duration,
+) -> Result<Option<Sniffed>, EngineError> {
+    if !engine.take_turn(&job(pool), every, hold(pool)).await {
+        debug!(pool = %pool.name, trigger = ?trigger, "another daemon of the fleet sniffs this pool");
+        return Ok(None);
+    }
+    sniff(engine, pool, trigger).await
+}
+
 /// Apply a source's list to the pool: add new URLs, disable vanished ones
 /// (`source_removed`, rows kept), bring returning ones back to `probe_allowed`.
 pub async fn reconcile(
@@ -222,7 +252,7 @@ pub async fn run(engine: Arc<Engine>, pool: PoolConfig, shutdown: CancellationTo
             warn!(pool = %pool.name, error = %e, "sniff could not be recorded");
         }
     };
-    log(sniff(&engine, &pool, Trigger::Startup).await);
+    log(sniff_in_turn(&engine, &pool, Trigger::Startup, Duration::ZERO).await);
     run_after_startup(engine, pool.clone(), shutdown).await;
 }
 
@@ -241,21 +271,23 @@ pub async fn run_after_startup(engine: Arc<Engine>, pool: PoolConfig, shutdown: 
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
         let now = tokio::time::Instant::now();
+        // In a fleet, one daemon sniffs per refresh: a turn is due three quarters of a
+        // refresh after the last sniff of any daemon (the holder's own ticks wander).
         let trigger = if next_refresh.is_some_and(|t| now >= t) {
             next_refresh = refresh.map(|r| now + r);
-            Some(Trigger::Refresh)
+            Some((Trigger::Refresh, refresh.unwrap_or_default().mul_f64(0.75)))
         } else if engine.exhausted(&pool.name)
             && last_exhaustion.is_none_or(|t| now.duration_since(t) >= EXHAUSTION_BACKOFF)
         {
             last_exhaustion = Some(now);
-            Some(Trigger::Exhaustion)
+            Some((Trigger::Exhaustion, Duration::ZERO))
         } else {
             None
         };
-        if let Some(t) = trigger {
+        if let Some((t, every)) = trigger {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                r = sniff(&engine, &pool, t) => {
+                r = sniff_in_turn(&engine, &pool, t, every) => {
                     if let Err(e) = r {
                         warn!(pool = %pool.name, error = %e, "sniff could not be recorded");
                     }

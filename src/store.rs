@@ -10,6 +10,7 @@ use crate::config::Durability;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::State;
 
+pub mod daemons;
 mod group_commit;
 mod location;
 pub(crate) mod lock;
@@ -302,6 +303,15 @@ impl Store {
         match self {
             Store::Postgres(p) => Some(p),
             Store::Sqlite(_) => None,
+        }
+    }
+
+    /// The daemons of a fleet as they registered (none on SQLite: its one daemon answers
+    /// on its socket).
+    pub fn daemons(&self) -> Result<Vec<daemons::DaemonRow>, StoreError> {
+        match self {
+            Store::Postgres(p) => p.daemons(),
+            Store::Sqlite(_) => Ok(Vec::new()),
         }
     }
 

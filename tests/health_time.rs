@@ -542,30 +542,48 @@ async fn a_reused_slot_never_revives_a_removed_endpoints_queue_items() {
     assert!(st.iter().all(|s| s.leases == 0), "{st:?}");
 }
 
+/// A session goes to the endpoint of its key's highest rendezvous weight among those that
+/// may serve it (docs/leases.md, "Sticky sessions"). One whose endpoint is available stays
+/// on it while another endpoint waits for its trial; one whose endpoint waits for its trial
+/// (it was on the next in its order meanwhile) takes that trial: that is how its endpoint
+/// comes back to it.
 #[tokio::test(start_paused = true)]
-async fn a_sticky_session_keeps_its_endpoint_ahead_of_a_trial() {
+async fn a_session_stays_on_its_endpoint_and_one_whose_endpoint_waits_takes_the_trial() {
     let clock = Clock::new();
     let mut p = pools(Mode::StaticNoPing, 2, State::Available, clock);
     let (now, _) = clock.now();
-    let g = p.lease("p", TTL, Some("s"), now).0.unwrap();
-    assert_eq!(g.endpoint, 1);
-    p.release(&g.lease, now).0.unwrap();
-    // Endpoint 2 waits for its single trial.
+    // A key whose endpoint is 1, and one whose endpoint is 2.
+    let top = |p: &mut Pools, key: &str| {
+        let g = p.lease("p", TTL, Some(key), now).0.unwrap();
+        p.release(&g.lease, now).0.unwrap();
+        g.endpoint
+    };
+    let keys: Vec<String> = (0..64).map(|i| format!("s{i}")).collect();
+    let on_1 = keys.iter().find(|k| top(&mut p, k) == 1).unwrap().clone();
+    let on_2 = keys.iter().find(|k| top(&mut p, k) == 2).unwrap().clone();
+    // Endpoint 2 out of service: both sessions on 1.
     p.input(2, Input::Disable { detail: None }, None, None, now)
         .0
         .unwrap();
+    assert_eq!(top(&mut p, &on_2), 1, "the next in its order");
+    // Endpoint 2 waits for its single trial.
     p.input(2, Input::Enable { now: false }, None, None, now)
         .0
         .unwrap();
-    let g = p.lease("p", TTL, Some("s"), now).0.unwrap();
+    let g = p.lease("p", TTL, Some(&on_1), now).0.unwrap();
     assert_eq!(
         (g.endpoint, g.trial),
         (1, false),
         "the session stays on its endpoint"
     );
-    // A lease without a session takes the trial.
-    let t = p.lease("p", TTL, None, now).0.unwrap();
-    assert_eq!((t.endpoint, t.trial), (2, true));
+    let t = p.lease("p", TTL, Some(&on_2), now).0.unwrap();
+    assert_eq!((t.endpoint, t.trial), (2, true), "its endpoint's trial");
+    // While that trial runs, the session's other leases go to the next in its order, and
+    // a lease without a session to endpoint 1.
+    let g = p.lease("p", TTL, Some(&on_2), now).0.unwrap();
+    assert_eq!((g.endpoint, g.trial), (1, false));
+    let g = p.lease("p", TTL, None, now).0.unwrap();
+    assert_eq!((g.endpoint, g.trial), (1, false));
 }
 
 #[tokio::test(start_paused = true)]

@@ -189,6 +189,8 @@ impl StatusSource for TestSource {
                 status: None,
                 blame: None,
             }],
+            store_down: false,
+            daemons: None,
         })
     }
 }

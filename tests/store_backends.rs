@@ -492,6 +492,8 @@ fn the_schema_is_the_same_in_both_dialects() {
         "fleet_sequence",
         "fleet_changes",
         "fleet_removals",
+        "fleet_daemons",
+        "fleet_jobs",
         "proxypool_schema",
     ];
     let fleet_cols = ["rev", "claim_epoch", "claim_until", "xid"];

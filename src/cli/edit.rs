@@ -36,7 +36,7 @@ pub(super) async fn edit(
             tags: (!changes.is_empty()).then_some(changes),
         });
         match call(&mut c, &req).await? {
-            Payload::Endpoints { mut endpoints } if endpoints.len() == 1 => endpoints.remove(0),
+            Payload::Endpoints { mut endpoints, .. } if endpoints.len() == 1 => endpoints.remove(0),
             _ => return Err(unexpected("edit")),
         }
     } else {

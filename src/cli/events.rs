@@ -66,6 +66,13 @@ pub(super) async fn events(ctx: &Context, a: EventsArgs) -> Result<(), CliError>
     let mut after = 0;
     let backlog = a.limit.or(a.follow.then_some(FOLLOW_BACKLOG));
     if let Some(n) = backlog {
+        // Following starts after the newest event, matching or not. Read before the
+        // backlog is printed: a database that goes away once a reader has seen lines is
+        // waited out (`follow_on`), never an exit.
+        let newest = match a.follow {
+            true => store.recent_events(None, 1)?.first().map_or(0, |e| e.id),
+            false => 0,
+        };
         for e in store.last_events_matching(&filter, n)? {
             if !print(&e) {
                 return Ok(());
@@ -75,8 +82,7 @@ pub(super) async fn events(ctx: &Context, a: EventsArgs) -> Result<(), CliError>
         if !a.follow {
             return Ok(());
         }
-        // Following starts after the newest event, matching or not.
-        after = after.max(store.recent_events(None, 1)?.first().map_or(0, |e| e.id));
+        after = after.max(newest);
     }
     if !a.follow {
         // One endpoint's events are read by walking its chain from the newest down to
@@ -99,9 +105,31 @@ pub(super) async fn events(ctx: &Context, a: EventsArgs) -> Result<(), CliError>
             }
         }
     }
+    follow_on(&store, &filter, after, print).await
+}
+
+/// `--follow` past event `after`: every new event as it is committed, until `print` says
+/// the reader is gone.
+async fn follow_on(
+    store: &crate::store::Store,
+    filter: &EventFilter,
+    after: i64,
+    print: impl Fn(&crate::store::EventRow) -> bool,
+) -> Result<(), CliError> {
     let mut cursor = crate::store::EventCursor::after(after);
+    let mut away = Backoff::default();
     loop {
-        let (batch, more) = store.follow_events(&filter, &mut cursor, 1000)?;
+        let (batch, more) = match store.follow_events(filter, &mut cursor, 1000) {
+            Ok(read) => read,
+            // A fleet's database restarting or failing over: a log shipper built on
+            // `--follow` must not stop for good. Where it stood is kept.
+            Err(e) if e.is_unavailable() => {
+                tokio::time::sleep(away.failed(&e)).await;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        away.back();
         for e in &batch {
             if !print(e) {
                 return Ok(());
@@ -111,6 +139,33 @@ pub(super) async fn events(ctx: &Context, a: EventsArgs) -> Result<(), CliError>
             continue;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `--follow` while the database is away: waits growing from 200 ms to 5 s, one line on
+/// stderr when it goes away and one when it is back.
+#[derive(Default)]
+struct Backoff {
+    wait: Option<Duration>,
+}
+
+impl Backoff {
+    fn failed(&mut self, e: &crate::store::StoreError) -> Duration {
+        let wait = match self.wait {
+            None => {
+                eprintln!("proxypool: {e}; following on once it is back");
+                Duration::from_millis(200)
+            }
+            Some(w) => (w * 2).min(Duration::from_secs(5)),
+        };
+        self.wait = Some(wait);
+        wait
+    }
+
+    fn back(&mut self) {
+        if self.wait.take().is_some() {
+            eprintln!("proxypool: the database is back; following on");
+        }
     }
 }
 

@@ -172,7 +172,7 @@ async fn daemon_endpoints(
         return Err(unexpected("endpoints"));
     };
     match call(&mut c, &Request::Endpoints(ask)).await? {
-        Payload::Endpoints { endpoints } => Ok((c, endpoints)),
+        Payload::Endpoints { endpoints, .. } => Ok((c, endpoints)),
         _ => Err(unexpected("endpoints")),
     }
 }
@@ -246,7 +246,7 @@ async fn endpoint_stats(
         destination: None,
     });
     match call(c, &req).await? {
-        Payload::Endpoints { endpoints } => Ok(endpoints
+        Payload::Endpoints { endpoints, .. } => Ok(endpoints
             .into_iter()
             .filter_map(|v| Some((v.id, v.stats?)))
             .collect()),
@@ -316,117 +316,4 @@ pub(super) async fn sources(
         outln!("{t}");
     }
     Ok(())
-}
-
-pub(super) async fn status(
-    ctx: &Context,
-    pool: Option<String>,
-    json: bool,
-) -> Result<(), CliError> {
-    let (pools, read) = status_of(ctx, pool).await?;
-    if json {
-        // Through a `Value`, so the keys print sorted as they always have.
-        let v = serde_json::to_value(&pools).unwrap_or_default();
-        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-    } else {
-        outln!("{read}");
-        let mut t = table([
-            "POOL",
-            "MODE",
-            "AVAILABLE",
-            "COOLING",
-            "PROBE_ALLOWED",
-            "DISABLED",
-            "LEASES",
-            "NEXT DEADLINE",
-            "TARGETS DOWN",
-        ]);
-        for p in &pools {
-            t.add_row([
-                p.pool.clone(),
-                p.mode.clone(),
-                p.available.to_string(),
-                p.cooling.to_string(),
-                p.probe_allowed.to_string(),
-                p.disabled.to_string(),
-                p.leases.to_string(),
-                p.next_deadline_ms
-                    .map(|ms| format!("in {}", super::table::fmt_ms(ms)))
-                    .unwrap_or_else(|| "-".into()),
-                p.targets_down.to_string(),
-            ]);
-        }
-        outln!("{t}");
-        // What is down is the sites', not the proxies': say which, so nobody goes
-        // looking for a broken proxy.
-        for p in &pools {
-            if let Some(pc) = &p.pace {
-                outln!(
-                    "\npool {}: pacing holds {} host(s), {} pair(s); {} host(s) dropped, {} lease(s) answered paced",
-                    p.pool, pc.hosts, pc.pairs, pc.hosts_dropped, pc.paced
-                );
-            }
-        }
-        for p in pools.iter().filter(|p| !p.down_targets.is_empty()) {
-            outln!(
-                "\npool {}: targets down (no endpoint blamed for them)",
-                p.pool
-            );
-            for d in &p.down_targets {
-                outln!(
-                    "  {}  next trial in {}, down {}, {} failed trial(s), {}",
-                    d.target,
-                    super::table::fmt_ms(d.retry_after_ms),
-                    super::table::fmt_ms(d.down_for_ms),
-                    d.streak,
-                    d.reason.map(|r| r.as_str()).unwrap_or("-"),
-                );
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The pools' counts, and a line naming where they were read: from the `--connect`
-/// daemon, this database's daemon, or (none running) the database itself.
-async fn status_of(
-    ctx: &Context,
-    pool: Option<String>,
-) -> Result<(Vec<crate::pool::PoolStatus>, String), CliError> {
-    if ctx.remote.is_none() {
-        ctx.check_db_exists()?;
-    }
-    let db = ctx.at.describe();
-    let req = Request::Status(StatusMessage { pool: pool.clone() });
-    if let Some(mut c) = ctx.daemon().await? {
-        return match call(&mut c, &req).await? {
-            Payload::Status { pools, database } => {
-                let database = database.unwrap_or(db);
-                Ok((
-                    pools,
-                    format!("database {database} · daemon {}", c.address()),
-                ))
-            }
-            _ => Err(unexpected("status")),
-        };
-    }
-    let pools = ctx.engine()?.status(pool.as_deref())?;
-    let mut read = format!("database {db} · no daemon serves it: counts read from the database");
-    // A daemon on the configured socket serving another database is how a new shell ends
-    // up reading the wrong one: say so.
-    if let Ok(Some(mut c)) = Client::connect(&ctx.socket).await {
-        if let Ok(Payload::Status {
-            database: Some(other),
-            ..
-        }) = call(&mut c, &Request::Status(StatusMessage { pool: None })).await
-        {
-            if other != db {
-                read.push_str(&format!(
-                    "\nnote: the daemon on {} serves another database, {other} (check --db, PROXYPOOL_DB and the config's [store] path)",
-                    ctx.socket.display()
-                ));
-            }
-        }
-    }
-    Ok((pools, read))
 }

@@ -27,6 +27,7 @@ mod report;
 mod secrets;
 mod serve;
 mod shell;
+mod status;
 mod table;
 
 pub use args::{
@@ -40,12 +41,13 @@ use context::{call, Named};
 use edit::edit;
 use error::{daemon_error, unexpected};
 use events::events;
-use inspect::{list, show, sources, status};
+use inspect::{list, show, sources};
 use lease::lease;
 use operator::{disable, enable, remove};
 use probe::probe;
 use report::{release, report};
 use serve::serve;
+use status::status;
 use table::table;
 
 use crate::health::State;

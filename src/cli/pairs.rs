@@ -136,7 +136,7 @@ async fn slowed_by_daemon(
         ..EndpointsMessage::default()
     });
     match call(&mut c, &req).await? {
-        Payload::Endpoints { endpoints } => Ok(endpoints
+        Payload::Endpoints { endpoints, .. } => Ok(endpoints
             .into_iter()
             .filter_map(|v| Some((v.id, v.slowed?)))
             .collect()),

@@ -133,7 +133,8 @@ impl Reloader {
             .reconfigure(new.pools.values().cloned().collect(), &dropped)?;
         // Listeners, the store and the secrets are set up once: a change would otherwise
         // look applied. (A `--gateway` one is no file's, and no reload touches it.)
-        for key in crate::config::restart_only_changes(&self.current, &new) {
+        let changed = crate::config::restart_only_changes(&self.current, &new);
+        for key in changed.iter().filter(|k| !self.same_store(k, &new)) {
             warn!(
                 key = %key,
                 config = %self.path.display(),
@@ -157,6 +158,19 @@ impl Reloader {
         }
         self.current = new;
         Ok(added)
+    }
+
+    /// Whether `key` is the file's store and names the database this daemon serves (from
+    /// `--db` or `PROXYPOOL_DB`, which outrank the file): then nothing changed.
+    fn same_store(&self, key: &str, new: &Config) -> bool {
+        let named = match key {
+            "store.url" => new.store_url.clone().map(std::path::PathBuf::from),
+            "store.path" => new.store_path.clone(),
+            _ => return false,
+        };
+        named
+            .and_then(|v| crate::store::Location::parse(&v).ok())
+            .is_some_and(|at| at.describe() == self.engine.store_name())
     }
 
     /// The config file read and checked on a thread of its own, within [`READ_DEADLINE`].
@@ -202,8 +216,10 @@ async fn read_within(
     let spawned = std::thread::Builder::new()
         .name("config-read".into())
         .spawn(move || {
-            let _ = tx.send(load(&file));
+            let loaded = load(&file);
+            // Cleared before the answer goes, so whoever gets it may read again at once.
             done.store(false, Ordering::Release);
+            let _ = tx.send(loaded);
         });
     if let Err(source) = spawned {
         reading.store(false, Ordering::Release);

@@ -72,6 +72,14 @@ async fn banned_lines(
         .collect())
 }
 
+/// An endpoint's "banned on" without rule names (they are in the stored pairs' details).
+fn unnamed((mut shown, more): (Vec<String>, usize)) -> Vec<String> {
+    if more > 0 {
+        shown.push(format!("+{more} more"));
+    }
+    shown
+}
+
 /// The daemon's [`StatusSource`].
 pub struct DaemonStatus {
     engine: Arc<Engine>,
@@ -82,6 +90,30 @@ impl DaemonStatus {
         DaemonStatus { engine }
     }
 
+    /// A pool's rows for the page, those not available first: stored, or what memory
+    /// holds while a fleet's database is away.
+    async fn page_rows(
+        &self,
+        pool: &str,
+        limits: PageLimits,
+        away: bool,
+    ) -> Result<Vec<crate::store::EndpointRow>, StatusError> {
+        if !away {
+            let read = self
+                .engine
+                .page_rows(pool.to_string(), limits.endpoints_per_pool)
+                .await;
+            match read {
+                Err(e) if e.is_store_unavailable() => {}
+                r => return r.map_err(source_error),
+            }
+        }
+        let mut rows = self.engine.memory_rows(Some(pool), None);
+        rows.sort_by_key(|r| (r.state == State::Available, r.id));
+        rows.truncate(limits.endpoints_per_pool);
+        Ok(rows)
+    }
+
     fn check_pool(&self, pool: Option<&str>) -> Result<(), StatusError> {
         match pool {
             Some(p) if !self.engine.has_pool(p) => Err(StatusError::new(
@@ -90,6 +122,14 @@ impl DaemonStatus {
             )),
             _ => Ok(()),
         }
+    }
+}
+
+/// A read the page can do without while a fleet's database is away: `instead` then.
+fn or_while_away<T>(r: Result<T, EngineError>, instead: T) -> Result<T, StatusError> {
+    match r {
+        Err(e) if e.is_store_unavailable() => Ok(instead),
+        r => r.map_err(source_error),
     }
 }
 
@@ -108,6 +148,14 @@ impl StatusSource for DaemonStatus {
         self.engine.store_up()
     }
 
+    fn daemons(&self) -> Option<Vec<crate::store::daemons::DaemonRow>> {
+        self.engine.fleet_daemons()
+    }
+
+    fn store_state(&self) -> Option<&'static str> {
+        self.engine.store_state()
+    }
+
     async fn status(&self, pool: Option<&str>) -> Result<Vec<PoolStatus>, StatusError> {
         self.engine.status(pool).map_err(source_error)
     }
@@ -118,9 +166,9 @@ impl StatusSource for DaemonStatus {
         state: Option<State>,
     ) -> Result<Vec<EndpointView>, StatusError> {
         self.check_pool(pool)?;
-        let rows = self
+        let (rows, _) = self
             .engine
-            .rows(pool.map(str::to_string), state)
+            .rows_or_memory(pool.map(str::to_string), state)
             .await
             .map_err(source_error)?;
         Ok(self.engine.views_with_stats(&rows))
@@ -148,23 +196,30 @@ impl StatusSource for DaemonStatus {
         let now = SystemTime::now();
         let hour_ago = now - Duration::from_secs(3600);
         let statuses = self.engine.status(None).map_err(source_error)?;
-        let times = self
-            .engine
-            .transition_times(hour_ago, CHART_CAP)
-            .await
-            .map_err(source_error)?;
+        // While a fleet's database is away, what memory holds (docs/fleet.md, "Faults").
+        let away = !self.engine.store_up();
+        let times = match away {
+            true => Vec::new(),
+            false => or_while_away(
+                self.engine.transition_times(hour_ago, CHART_CAP).await,
+                Vec::new(),
+            )?,
+        };
         let mut pools = Vec::with_capacity(statuses.len());
         for status in statuses {
-            let rows = self
-                .engine
-                .page_rows(status.pool.clone(), limits.endpoints_per_pool)
-                .await
-                .map_err(source_error)?;
+            let rows = self.page_rows(&status.pool, limits, away).await?;
             let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
             let uses = self.engine.endpoint_uses(&ids);
-            let banned = banned_lines(&self.engine, &ids)
-                .await
-                .map_err(source_error)?;
+            let banned = match away {
+                true => ids
+                    .iter()
+                    .map(|id| unnamed(banned_on(&self.engine, *id)))
+                    .collect(),
+                false => {
+                    let plain = || ids.iter().map(|id| unnamed(banned_on(&self.engine, *id)));
+                    or_while_away(banned_lines(&self.engine, &ids).await, plain().collect())?
+                }
+            };
             let endpoints = rows
                 .iter()
                 .zip(banned)
@@ -200,16 +255,17 @@ impl StatusSource for DaemonStatus {
                 status,
             });
         }
-        let events = self
-            .engine
-            .recent_events(limits.events)
-            .await
-            .map_err(source_error)?;
+        let events = match away {
+            true => Vec::new(),
+            false => or_while_away(self.engine.recent_events(limits.events).await, Vec::new())?,
+        };
         Ok(PageModel {
             generated_at: now,
             version: env!("CARGO_PKG_VERSION").into(),
             pools,
             events,
+            store_down: !self.engine.store_up(),
+            daemons: self.engine.fleet_daemons(),
         })
     }
 }

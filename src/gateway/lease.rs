@@ -28,6 +28,8 @@ pub(super) struct LeaseGuard {
     /// The series of the pool that served the lease (upstream attempts, bytes relayed).
     metrics: Option<PoolMetrics>,
     counted: bool,
+    /// The lease is a trial (an endpoint's, a pair's or a target's).
+    trial: bool,
 }
 
 impl LeaseGuard {
@@ -50,7 +52,18 @@ impl LeaseGuard {
             outcome: None,
             metrics,
             counted: false,
+            trial: false,
         }
+    }
+
+    /// Marked as a trial (the grant said so).
+    pub(super) fn with_trial(mut self, trial: bool) -> Self {
+        self.trial = trial;
+        self
+    }
+
+    pub(super) fn trial(&self) -> bool {
+        self.trial
     }
 
     pub(super) fn endpoint(&self) -> EndpointId {
@@ -94,8 +107,14 @@ impl LeaseGuard {
             }
         }
         if let Some(lease) = &self.lease {
-            if let Err(e) = self.engine.reached(lease).await {
-                warn!(endpoint = self.endpoint, error = %e, "gateway could not record its tunnel");
+            match self.engine.reached(lease).await {
+                Ok(_) => {}
+                Err(e) if e.is_store_unavailable() => {
+                    debug!(endpoint = self.endpoint, error = %e, "gateway tunnel not recorded");
+                }
+                Err(e) => {
+                    warn!(endpoint = self.endpoint, error = %e, "gateway could not record its tunnel")
+                }
             }
         }
     }
@@ -144,7 +163,13 @@ async fn give_back(engine: &Engine, lease: &str, endpoint: EndpointId, outcome: 
         }),
         None => engine.release(lease).await,
     };
-    if let Err(e) = r {
-        warn!(endpoint, error = %e, "gateway could not give its lease back");
+    match r {
+        Ok(()) => {}
+        // The lease ended all the same; the outage itself is logged once (docs/fleet.md,
+        // "Faults"), not once per request.
+        Err(e) if e.is_store_unavailable() => {
+            debug!(endpoint, error = %e, "gateway lease ended; its outcome was not recorded");
+        }
+        Err(e) => warn!(endpoint, error = %e, "gateway could not give its lease back"),
     }
 }

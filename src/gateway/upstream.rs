@@ -176,6 +176,9 @@ pub(super) struct Tries {
     tried: HashSet<EndpointId>,
     budget: usize,
     last: Option<(DialFailure, EndpointId)>,
+    /// A trial was among the tries: no other is asked for (trials come before ordinary
+    /// leases, so a few dead endpoints waiting for theirs would take every try).
+    had_trial: bool,
 }
 
 impl Tries {
@@ -184,6 +187,7 @@ impl Tries {
             tried: HashSet::new(),
             budget: retries as usize + 1,
             last: None,
+            had_trial: false,
         }
     }
 
@@ -264,7 +268,8 @@ impl Upstream {
             grant.pool,
             proxy,
             metrics,
-        ))
+        )
+        .with_trial(grant.trial))
     }
 
     /// Connect to `dest` through the first upstream that gets there, trying at most
@@ -299,7 +304,7 @@ impl Upstream {
         // Leases for the place skip its banned pairs and refuse a target that is down;
         // their reports are judged by docs/blame.md.
         let dest = &target.dest;
-        let want = Want::at(Some(&target.place)).with_tags(routing.tags.clone());
+        let mut want = Want::at(Some(&target.place)).with_tags(routing.tags.clone());
         // Endpoints granted again after a try: held (so the pool hands out another) until
         // this loop ends, then released.
         let mut held = Vec::new();
@@ -314,11 +319,13 @@ impl Upstream {
                 (Some(r), Some(_)) => r,
                 _ => routing,
             };
+            want.no_trial = tries.had_trial;
             let guard = match self.lease(this, &want).await {
                 Ok(g) => g,
                 Err(e) if e.nothing_now() && tries.last.is_some() => break,
                 Err(e) => return Err(e.after(tries)),
             };
+            tries.had_trial |= guard.trial();
             if !tries.tried.insert(guard.endpoint()) {
                 held.push(guard);
                 continue;

@@ -24,6 +24,7 @@ mod declared;
 mod leasing;
 mod probing;
 mod reads;
+mod registry;
 mod reporting;
 pub use declared::{initial_state, sync_config_endpoints};
 pub use reads::EngineOptions;
@@ -49,6 +50,13 @@ pub enum EngineError {
     /// is given back), since its answer could never be delivered.
     #[error("the client went away while its lease waited")]
     CallerGone,
+}
+
+impl EngineError {
+    /// The store could not be reached (a fleet's PostgreSQL away, docs/fleet.md).
+    pub fn is_store_unavailable(&self) -> bool {
+        matches!(self, EngineError::Store(e) if e.is_unavailable())
+    }
 }
 
 impl From<StoreError> for EngineError {
@@ -251,6 +259,19 @@ impl Engine {
                 // Nothing to persist (most leases and releases): no round trip to the store.
                 return Ok((out, Done::default()));
             }
+            if let Some(e) = self.away() {
+                // The store is away (docs/fleet.md, "Faults"): nothing is sent to it. What
+                // the op did in memory (a lease ended, a failure's cooldown) holds here
+                // until the store is back, when these endpoints are read again.
+                self.writer.lost(&writes, Arc::new(e));
+                if let Some(fl) = &self.fleet {
+                    fl.end(&keys, None, &[]);
+                }
+                return match commit {
+                    Commit::Durable => Err(self.unavailable().into()),
+                    Commit::Ride | Commit::RideWatched => Ok((out, Done::default())),
+                };
+            }
             if ride {
                 for c in Applied::one_daemon(&writes).claims {
                     if let ClaimResult::Won { on, epoch } = c {
@@ -357,9 +378,23 @@ impl Engine {
         let ok = match resynced {
             Ok(rows) => {
                 let now = Instant::now();
+                // A fleet's pairs held in memory, to drop those the store has no row of.
+                let held = match (&self.fleet, rows.is_empty()) {
+                    (Some(_), false) => p.pair_keys(),
+                    _ => Vec::new(),
+                };
                 for (id, row, pairs) in &rows {
                     match (&self.fleet, row) {
-                        (Some(_), Some(r)) => p.refresh_row(r, now),
+                        (Some(_), Some(r)) => {
+                            p.refresh_row(r, now);
+                            for pr in pairs {
+                                p.refresh_pair(pr, now);
+                            }
+                            let stored = |d: &str| pairs.iter().any(|s| s.record.destination == d);
+                            for (_, d) in held.iter().filter(|(e, d)| e == id && !stored(d)) {
+                                p.forget_pair(*id, d);
+                            }
+                        }
                         (Some(_), None) => {
                             p.remove_for_good(*id);
                         }

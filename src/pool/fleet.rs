@@ -3,7 +3,7 @@
 //! store being away. Nothing here knows which store it is: the engine hands in what the
 //! store said.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
@@ -320,5 +320,57 @@ impl Pools {
             }
         }
         None
+    }
+
+    /// What memory holds of the endpoints of `pool` (all: None), those in `state` when
+    /// given, as rows by id: what a fleet's views show while its database is away. Memory
+    /// holds no label, source or times: they are empty.
+    pub fn memory_rows(
+        &self,
+        pool: Option<&str>,
+        state: Option<State>,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Vec<EndpointRow> {
+        let p = match pool.map(|name| self.by_name.get(name)) {
+            Some(None) => return Vec::new(),
+            Some(Some(&p)) => Some(p),
+            None => None,
+        };
+        let names = self.tags.names();
+        let mut out: Vec<EndpointRow> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| p.is_none_or(|p| e.pool == p))
+            .filter(|(_, e)| state.is_none_or(|s| e.health.state == s))
+            .map(|(id, e)| {
+                let h = &e.health;
+                let left = h
+                    .deadline
+                    .filter(|_| h.state == State::Cooling)
+                    .map(|d| d.saturating_duration_since(now));
+                let tags = e
+                    .tags
+                    .iter()
+                    .filter_map(|&t| names.get(t as usize).copied());
+                EndpointRow {
+                    label: None,
+                    source: None,
+                    state: h.state,
+                    reason: h.reason,
+                    phase: h.phase,
+                    detail: h.detail.clone(),
+                    streak: h.streak,
+                    reason_streak: h.reason_streak,
+                    cooldown_ms: h.cooldown.map(|d| d.as_millis() as u64),
+                    cooldown_until: left.map(|l| wall + l),
+                    cooldown_left: left,
+                    tags: crate::tags::Tags::from_pairs(tags).unwrap_or_default(),
+                    ..EndpointRow::fixture_of(*id, e.url.clone(), &self.pools[e.pool].cfg.name)
+                }
+            })
+            .collect();
+        out.sort_by_key(|r| r.id);
+        out
     }
 }

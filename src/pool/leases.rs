@@ -107,14 +107,16 @@ impl Ask<'_> {
     }
 }
 
-/// What the session's endpoint does for a lease.
+mod session;
+
+/// What a session's lease goes to (`session`).
 enum Sticky {
-    /// It keeps the session.
+    /// The session's endpoint.
     Keep(Choice),
-    /// It would, but was used for the host too recently: the session waits for it.
+    /// It was used for the host too recently: the session waits for it.
     Paced(Option<u64>),
-    /// Nothing bound, or it left service: the lease is chosen afresh.
-    Rebind,
+    /// Nothing in the pool may serve the session now.
+    None,
 }
 
 /// The endpoint a lease goes to, and how.
@@ -274,10 +276,13 @@ impl Pools {
             tags,
             visit,
         };
-        let chosen = match self.sticky(&ask, session, now) {
-            Sticky::Keep(c) => Ok(c),
-            Sticky::Paced(at) => Err(Miss { paced: Some(at) }),
-            Sticky::Rebind => match self.pair_trial(&ask, now, &mut writes) {
+        let chosen = match session {
+            Some(key) => match self.session_choice(&ask, key, now, &mut writes) {
+                Sticky::Keep(c) => Ok(c),
+                Sticky::Paced(at) => Err(Miss { paced: Some(at) }),
+                Sticky::None => Err(Miss::default()),
+            },
+            None => match self.pair_trial(&ask, now, &mut writes) {
                 Some(c) => Ok(c),
                 None => match self.oldest_trial(&ask, now, &mut writes) {
                     Some(c) => Ok(c),
@@ -294,9 +299,6 @@ impl Pools {
                 return (Err(self.nothing_to_lease(pool, &ask, miss, now)), writes);
             }
         };
-        if let Some(key) = session {
-            self.bind_session(p, key, choice.id);
-        }
         if let (Some(_), Some(t)) = (target_trial, want.target_key()) {
             let lease = Some(self.upcoming_name());
             let why = "the down target's single trial";
@@ -342,35 +344,6 @@ impl Pools {
         }
     }
 
-    /// A sticky session whose endpoint is still in service keeps it: a scraper's cookies
-    /// or login must not move to an unproven endpoint. Used for the host too recently, it
-    /// is waited for (its IP is the session's), not swapped.
-    fn sticky(&self, ask: &Ask, session: Option<&str>, now: Instant) -> Sticky {
-        let Some(key) = session else {
-            return Sticky::Rebind;
-        };
-        let Some(id) = self.sessions.get(self.sessions.at(ask.p, key)) else {
-            return Sticky::Rebind;
-        };
-        let Some(e) = self.entries.get(&id) else {
-            return Sticky::Rebind;
-        };
-        let ps = &self.pools[ask.p];
-        let keeps = e.health.state == State::Available
-            && ask.under_cap(e.leases)
-            && ask.want.fits(e)
-            && carries(&e.tags, &ask.tags)
-            && ps.dests_usable(ask.views, id);
-        if !keeps {
-            return Sticky::Rebind;
-        }
-        let gate = ps.pace.gate(ask.visit, now);
-        match gate.map(|g| g.check(id)) {
-            Some(Check::Blocked(at)) => Sticky::Paced(at),
-            _ => Sticky::Keep(Choice::plain(id, None)),
-        }
-    }
-
     /// A pair's trial is the next lease for its place, in every mode (the prober does not
     /// know the scraper's pages): the host's ban pairs first, then the target's.
     fn pair_trial(&mut self, ask: &Ask, now: Instant, writes: &mut Vec<Write>) -> Option<Choice> {
@@ -382,7 +355,7 @@ impl Pools {
             let (Some(d), Some(key)) = (view, key) else {
                 continue;
             };
-            if self.frozen || !self.pools[ask.p].dests.trials_waiting(d) {
+            if self.frozen || ask.want.no_trial || !self.pools[ask.p].dests.trials_waiting(d) {
                 continue;
             }
             // The place's other view must not ban the endpoint.
@@ -423,7 +396,7 @@ impl Pools {
     /// (`static-no-ping`: the lease is the probe). The oldest only: a lease never scans
     /// the trial queue.
     fn oldest_trial(&mut self, ask: &Ask, now: Instant, writes: &mut Vec<Write>) -> Option<Choice> {
-        if self.frozen || self.pools[ask.p].cfg.mode != Mode::StaticNoPing {
+        if self.frozen || ask.want.no_trial || self.pools[ask.p].cfg.mode != Mode::StaticNoPing {
             return None;
         }
         let first = self.pools[ask.p].trials.first().map(|&(_, id)| id);
@@ -504,16 +477,6 @@ impl Pools {
             retry_after: soonest.map(|d| d.saturating_duration_since(now)),
             filter,
         }
-    }
-
-    fn bind_session(&mut self, p: usize, key: &str, id: EndpointId) {
-        let s = self.sessions.at(p, key);
-        let entries = &self.entries;
-        self.sessions.bind(s, id, |id| {
-            entries
-                .get(&id)
-                .is_some_and(|e| e.health.state == State::Available)
-        });
     }
 
     /// Record the lease of `choice` and count it against its endpoint.

@@ -183,6 +183,12 @@ impl Pools {
         let Some((_, e)) = self.entries.at_mut(slot) else {
             return;
         };
+        // Sessions it may outrank look again (`sessions`): available, or a trial waiting.
+        if e.health.state == State::Available
+            || (e.health.state == State::ProbeAllowed && !e.health.claimed)
+        {
+            self.sessions.joined(id);
+        }
         let p = &mut self.pools[e.pool];
         p.counts[state_idx(e.health.state)] += 1;
         match e.health.state {

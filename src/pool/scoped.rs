@@ -109,6 +109,9 @@ pub struct Want {
     pub schemes: Option<u8>,
     /// Tags every endpoint leased must carry (docs/selection.md, "Tags").
     pub tags: Tags,
+    /// No endpoint's or pair's trial: the request this lease is for had one already (a
+    /// gateway request gets at most one trial among its tries).
+    pub no_trial: bool,
 }
 
 /// What a report says besides its outcome.
@@ -184,6 +187,7 @@ impl Want {
                 .map(|p| Arc::from(p.target.as_str())),
             schemes: None,
             tags: Tags::default(),
+            no_trial: false,
         }
     }
 

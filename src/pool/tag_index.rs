@@ -99,6 +99,17 @@ impl TagIndex {
         Ok(Resolved::Ids(ids.into_boxed_slice()))
     }
 
+    /// Each id's (key, value), by id: interned tags read back.
+    pub(super) fn names(&self) -> Vec<(&str, &str)> {
+        let mut v = vec![("", ""); self.keys_of.len()];
+        for ((k, val), &id) in &self.ids {
+            if let Some(slot) = v.get_mut(id as usize) {
+                *slot = (k, val);
+            }
+        }
+        v
+    }
+
     /// The keys some endpoint carries now.
     pub(super) fn known(&self) -> Arc<BTreeSet<String>> {
         self.known.clone()

@@ -9,6 +9,7 @@ use crate::health::blame::Blame;
 use crate::health::State;
 use crate::pool::{Grant, PoolStatus, TargetCleared};
 use crate::probe::ProbeReport;
+use crate::store::daemons::DaemonRow;
 use crate::store::EndpointView;
 
 /// Protocol error codes (docs/reference.md, "Errors").
@@ -133,9 +134,21 @@ pub enum Payload {
         /// knows which one it read.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         database: Option<String>,
+        /// A fleet's daemons as they registered in the database (PostgreSQL only), live
+        /// ones first.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        daemons: Option<Vec<DaemonRow>>,
+        /// A fleet's database: `up`, or `unavailable` (the answer is what this daemon's
+        /// memory holds, the daemons as last read).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        store: Option<String>,
     },
     Endpoints {
         endpoints: Vec<EndpointView>,
+        /// `unavailable` when a fleet's database is away: the endpoints are what this
+        /// daemon's memory holds (no label, source or times).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        store: Option<String>,
     },
     /// `add`.
     Added {

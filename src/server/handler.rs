@@ -207,7 +207,7 @@ mod tests {
         // Nothing an operator op would have done happened.
         let all = json!({"op": "endpoints"});
         let r = h.handle_line(&all.to_string(), false).await;
-        let Some(Payload::Endpoints { endpoints }) = r.body else {
+        let Some(Payload::Endpoints { endpoints, .. }) = r.body else {
             panic!("{r:?}")
         };
         let urls: Vec<_> = endpoints

@@ -25,11 +25,13 @@ use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::State;
 
 mod copy;
+mod daemons;
 mod endpoints;
 mod event_cols;
 pub mod feed;
 mod follow;
 mod guard;
+mod jobs;
 mod outcome;
 mod read;
 mod schema;
@@ -138,6 +140,14 @@ fn block_on<F: Future>(f: F) -> F::Output {
 /// (`redact::printable`).
 pub(super) fn text(v: &Option<String>) -> Option<String> {
     crate::redact::printable_opt(v.as_deref()).map(std::borrow::Cow::into_owned)
+}
+
+/// Whether the server asked for a password that the connection settings do not hold
+/// (tokio-postgres says so as an invalid configuration, with no SQLSTATE).
+fn is_missing_password(e: &tokio_postgres::Error) -> bool {
+    e.code().is_none()
+        && e.to_string().starts_with("invalid configuration")
+        && std::error::Error::source(e).is_some_and(|s| s.to_string().contains("password"))
 }
 
 /// Whether a PostgreSQL error means "not reachable now" (the connection broke, the server
@@ -290,6 +300,15 @@ impl Postgres {
     /// A PostgreSQL error as a store error: unavailable when the connection is the
     /// problem.
     pub(super) fn err(&self, e: tokio_postgres::Error) -> StoreError {
+        if is_missing_password(&e) {
+            // The server asks for a password and none was given: a configuration error
+            // (no retry will bring one), not the store being away.
+            return StoreError::Config(format!(
+                "cannot log in to the database {}: it asks for a password and none is given \
+                 (put it in the URL, PGPASSWORD, or the password file: PGPASSFILE, else ~/.pgpass)",
+                self.inner.target.describe()
+            ));
+        }
         if is_connection_error(&e) {
             let why = match e.as_db_error() {
                 Some(db) => db.message().to_string(),

@@ -61,9 +61,14 @@ impl EndpointRow {
     /// and benchmarks change the fields they are about in (panics on a bad URL).
     #[doc(hidden)]
     pub fn fixture(id: EndpointId, url: &str, pool: &str) -> EndpointRow {
+        EndpointRow::fixture_of(id, ProxyUrl::parse(url).unwrap(), pool)
+    }
+
+    /// [`EndpointRow::fixture`] of a parsed URL: no label, source, claim or times.
+    pub fn fixture_of(id: EndpointId, url: ProxyUrl, pool: &str) -> EndpointRow {
         EndpointRow {
             id,
-            url: ProxyUrl::parse(url).unwrap(),
+            url,
             pool: pool.into(),
             label: None,
             source: None,

@@ -5,6 +5,7 @@
 //! the store), so this module owns no pool state and can be tested with a fake source.
 
 mod auth;
+mod daemons;
 mod page;
 mod view;
 
@@ -29,6 +30,7 @@ use crate::health::State;
 use crate::metrics::Metrics;
 use crate::pool::PoolStatus;
 use crate::protocol::{self, ErrorCode, Payload};
+use crate::store::daemons::DaemonRow;
 use crate::store::EndpointView;
 
 pub use auth::{check_bind, HttpConfigError, TOKEN_ENV};
@@ -107,6 +109,16 @@ pub trait StatusSource: Send + Sync + 'static {
     fn store_up(&self) -> bool {
         true
     }
+
+    /// A fleet's daemons as they registered (None on SQLite).
+    fn daemons(&self) -> Option<Vec<DaemonRow>> {
+        None
+    }
+
+    /// A fleet's database as `status` says it: `up` or `unavailable` (None on SQLite).
+    fn store_state(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// The listener's shared state.
@@ -175,13 +187,7 @@ impl<S: StatusSource> HttpApp<S> {
             ),
             "/api/status" => match query.only(&["pool"]) {
                 Err(e) => api_error(&e),
-                Ok(()) => match self.source.status(query.get("pool")).await {
-                    Ok(pools) => api_ok(Payload::Status {
-                        pools,
-                        database: None,
-                    }),
-                    Err(e) => api_error(&e),
-                },
+                Ok(()) => self.api_status(query.get("pool")).await,
             },
             "/api/endpoints" => match query
                 .only(&["pool", "state", "destination"])
@@ -191,7 +197,11 @@ impl<S: StatusSource> HttpApp<S> {
                 Ok(state) => match query.get("destination") {
                     Some(d) => self.endpoints_for(query.get("pool"), state, d).await,
                     None => match self.source.endpoints(query.get("pool"), state).await {
-                        Ok(endpoints) => api_ok(Payload::Endpoints { endpoints }),
+                        Ok(endpoints) => api_ok(Payload::Endpoints {
+                            endpoints,
+                            // The source answered from memory: say why.
+                            store: (!self.source.store_up()).then(|| "unavailable".into()),
+                        }),
                         Err(e) => api_error(&e),
                     },
                 },
@@ -217,6 +227,19 @@ impl<S: StatusSource> HttpApp<S> {
 }
 
 impl<S: StatusSource> HttpApp<S> {
+    /// `/api/status`: the socket's `status` answer, without the database's name.
+    async fn api_status(&self, pool: Option<&str>) -> Response<Full<Bytes>> {
+        match self.source.status(pool).await {
+            Ok(pools) => api_ok(Payload::Status {
+                pools,
+                database: None,
+                daemons: self.source.daemons(),
+                store: self.source.store_state().map(str::to_string),
+            }),
+            Err(e) => api_error(&e),
+        }
+    }
+
     /// `/ca.pem`: the certificate clients trust for intercepted HTTPS.
     fn ca_pem(&self) -> Response<Full<Bytes>> {
         match &self.ca_pem {

@@ -23,6 +23,7 @@ svg{display:block}.url{font-family:ui-monospace,monospace}
 .t{display:inline-block;padding:0 .5em;border-radius:3px;color:#fff;font-weight:600}
 .t-down{background:#b3261e}.t-degraded{background:#c77700}.t-ok{background:#2e7d32}
 tr.down td{background:#fdecea}.bans{color:#b3261e}
+.store-down{background:#fdecea;border-color:#b3261e}
 ";
 
 /// Green is usable, red failed and cooling, amber waiting for its one trial, grey taken
@@ -66,6 +67,9 @@ pub fn render_page(m: &PageModel) -> String {
                     "version " (m.version) " · read at " (fmt_time(m.generated_at))
                     " · refreshes every " (super::REFRESH_SECS) " s"
                 }
+                @if m.store_down {
+                    (super::daemons::store_down_banner())
+                }
                 @if m.pools.is_empty() {
                     p { "No pools configured." }
                 } @else {
@@ -73,6 +77,9 @@ pub fn render_page(m: &PageModel) -> String {
                 }
                 @for p in &pools {
                     (pool_section(p))
+                }
+                @if let Some(d) = &m.daemons {
+                    (super::daemons::daemons_section(d))
                 }
                 section id="events" {
                     h2 { "Recent events" }

@@ -85,7 +85,43 @@ pub(crate) fn model() -> PageModel {
             status: None,
             blame: None,
         }],
+        store_down: false,
+        daemons: None,
     }
+}
+
+fn daemon(host: &str, live: bool) -> crate::store::daemons::DaemonRow {
+    crate::store::daemons::DaemonRow {
+        id: format!("{host}-0123456789"),
+        host: host.into(),
+        pid: 4242,
+        version: "0.1.0".into(),
+        addresses: vec!["socket /run/p.sock".into(), "gateway 127.0.0.1:8080".into()],
+        leases: 7,
+        pool_leases: [("default".to_string(), 7)].into(),
+        started_at: "2026-01-01T00:00:00.000Z".into(),
+        heartbeat_ms_ago: if live { 1500 } else { 60_000 },
+        live,
+    }
+}
+
+#[test]
+fn a_fleet_page_lists_its_daemons_and_says_when_its_database_is_away() {
+    let html = render_page(&model());
+    assert!(!html.contains("Daemons of the fleet") && !html.contains("database is unavailable"));
+    let mut m = model();
+    m.store_down = true;
+    m.daemons = Some(vec![daemon("<b>host-a</b>", true), daemon("host-b", false)]);
+    let html = render_page(&m);
+    assert!(html.contains("The database is unavailable."), "{html}");
+    assert!(html.contains("Daemons of the fleet"));
+    assert!(html.contains("1 live, 1 gone"), "{html}");
+    assert!(html.contains("&lt;b&gt;host-a&lt;/b&gt;"), "{html}");
+    assert!(html.contains("socket /run/p.sock, gateway 127.0.0.1:8080"));
+    assert!(
+        html.contains("1.5 s ago") && html.contains("60.0 s ago"),
+        "{html}"
+    );
 }
 
 #[test]

@@ -9,6 +9,7 @@ use crate::health::State;
 use crate::pool::PoolStatus;
 use crate::protocol::ErrorCode;
 use crate::stats::EndpointStats;
+use crate::store::daemons::DaemonRow;
 use crate::store::{EndpointView, EventRow};
 
 /// Minutes in the transitions chart.
@@ -171,6 +172,11 @@ pub struct PageModel {
     pub pools: Vec<PoolPage>,
     /// Recent events, newest first.
     pub events: Vec<EventRow>,
+    /// A fleet's database is away: the page shows what this daemon's memory holds (no
+    /// events, no chart, no label or times of endpoints).
+    pub store_down: bool,
+    /// A fleet's daemons as they registered (None on SQLite).
+    pub daemons: Option<Vec<DaemonRow>>,
 }
 
 /// Count transition times into per-minute buckets ending at `now`: index 59 is the last

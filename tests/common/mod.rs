@@ -34,6 +34,8 @@
 //! - `common::postgres` — a private PostgreSQL cluster (initdb and the server as an
 //!   unprivileged user, a temp dir, a free port, scram): one per test binary (`shared()`), a
 //!   fresh database per test; `Cluster::start()` for a test that stops its server.
+//! - `common::fleet` — daemons of one PostgreSQL database, each with its gateway and HTTP
+//!   listener (`Member`); requests through a gateway, the HTTP listener's answers.
 //!
 //! Each test binary compiles all of it and uses a part, hence the blanket allow.
 #![allow(dead_code)]
@@ -42,6 +44,7 @@ pub mod counting;
 pub mod curl;
 pub mod daemon;
 pub mod fakes;
+pub mod fleet;
 pub mod gateway;
 pub mod haproxy;
 pub mod intercepting;

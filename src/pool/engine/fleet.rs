@@ -182,9 +182,11 @@ pub(super) enum Read {
 
 /// What the engine keeps for its fleet.
 pub(super) struct Fleet {
-    pg: Postgres,
+    pub(super) pg: Postgres,
     track: Mutex<Track>,
     up: AtomicBool,
+    /// This daemon in the fleet's registry.
+    pub(super) registry: super::registry::Registry,
 }
 
 impl Fleet {
@@ -193,6 +195,7 @@ impl Fleet {
             pg,
             track: Mutex::new(Track::default()),
             up: AtomicBool::new(true),
+            registry: super::registry::Registry::new(),
         }
     }
 
@@ -212,6 +215,12 @@ impl Fleet {
 }
 
 impl Engine {
+    /// A fleet's database as `status` says it: `up` or `unavailable` (None on SQLite).
+    pub fn store_state(&self) -> Option<&'static str> {
+        self.fleet.as_ref()?;
+        Some(if self.store_up() { "up" } else { "unavailable" })
+    }
+
     /// Whether the store answers (always, for SQLite).
     pub fn store_up(&self) -> bool {
         self.fleet
@@ -222,13 +231,27 @@ impl Engine {
     /// Refuse, before anything changes, an op that must write while the store is away
     /// (docs/fleet.md, "Faults").
     pub(super) fn writable(&self) -> Result<(), EngineError> {
-        match &self.fleet {
-            Some(f) if !f.up.load(Ordering::Relaxed) => Err(StoreError::Unavailable {
-                target: f.pg.target().describe(),
-                why: "not reachable; reconnecting".into(),
-            }
-            .into()),
-            _ => Ok(()),
+        match self.away() {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Why writes are not sent now: the store is away (None: they are).
+    pub(super) fn away(&self) -> Option<StoreError> {
+        let f = self.fleet.as_ref()?;
+        (!f.up.load(Ordering::Relaxed)).then(|| self.unavailable())
+    }
+
+    /// The store is away, as its callers hear it.
+    pub(super) fn unavailable(&self) -> StoreError {
+        StoreError::Unavailable {
+            target: self
+                .fleet
+                .as_ref()
+                .map(|f| f.pg.target().describe())
+                .unwrap_or_else(|| self.store_name.clone()),
+            why: "not reachable; reconnecting".into(),
         }
     }
 
@@ -477,7 +500,7 @@ impl Engine {
                             engine.renew(&feed)?;
                             renewed = std::time::Instant::now();
                         }
-                        Ok(())
+                        engine.beat_if_due()
                     });
                     match step {
                         Ok(()) => backoff = BACKOFF_MIN,

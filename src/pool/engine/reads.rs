@@ -174,6 +174,45 @@ impl Engine {
             .await??)
     }
 
+    /// Stored endpoint rows as [`Engine::rows`] reads them, or, while a fleet's database
+    /// is away, what memory holds of them (`true`: from memory; docs/fleet.md, "Faults").
+    pub async fn rows_or_memory(
+        &self,
+        pool: Option<String>,
+        state: Option<State>,
+    ) -> Result<(Vec<EndpointRow>, bool), EngineError> {
+        if self.store_up() {
+            match self.rows(pool.clone(), state).await {
+                Err(e) if e.is_store_unavailable() => {}
+                r => return r.map(|rows| (rows, false)),
+            }
+        }
+        Ok((self.memory_rows(pool.as_deref(), state), true))
+    }
+
+    /// One stored endpoint row, or what memory holds of it while a fleet's database is
+    /// away (`true`).
+    pub async fn row_or_memory(
+        &self,
+        id: EndpointId,
+    ) -> Result<(Option<EndpointRow>, bool), EngineError> {
+        if self.store_up() {
+            match self.row(id).await {
+                Err(e) if e.is_store_unavailable() => {}
+                r => return r.map(|row| (row, false)),
+            }
+        }
+        let mut rows = self.memory_rows(None, None);
+        rows.retain(|r| r.id == id);
+        Ok((rows.pop(), true))
+    }
+
+    /// What memory holds of the endpoints (`Pools::memory_rows`).
+    pub fn memory_rows(&self, pool: Option<&str>, state: Option<State>) -> Vec<EndpointRow> {
+        self.lock()
+            .memory_rows(pool, state, Instant::now(), SystemTime::now())
+    }
+
     /// One stored endpoint row.
     pub async fn row(&self, id: EndpointId) -> Result<Option<EndpointRow>, EngineError> {
         Ok(self.writer.call(move |s| s.get(id)).await??)

@@ -28,7 +28,9 @@ impl Engine {
         outcome: Outcome,
         on: &ReportOn,
     ) -> Result<Reported, EngineError> {
-        self.writable()?;
+        // No `writable` first: a report that writes nothing (most successes) is answered
+        // while the store is away, and one that must write ends its lease all the same
+        // (`Engine::run_as`), so nothing is left leased behind an outage.
         let (r, done) = self
             .run(|p, now, wall| p.report_with(lease, outcome, on, now, wall))
             .await?;
@@ -65,7 +67,6 @@ impl Engine {
         outcome: Outcome,
         on: &ReportOn,
     ) -> Result<Reported, EngineError> {
-        self.writable()?;
         let (r, done) = self
             .run(|p, now, wall| p.report_session(pool, session, outcome, on, now, wall))
             .await?;

@@ -30,6 +30,9 @@ enum Job {
     Writes(Queued),
     Call(Call),
     Resync(mpsc::Sender<Resynced>),
+    /// Writes never sent (the store is away): their endpoints are read again before any
+    /// later write is taken, as after a failed commit.
+    Lost(BTreeSet<EndpointId>, Arc<StoreError>),
 }
 
 /// One caller's writes, atomic together.
@@ -339,6 +342,10 @@ impl Writer {
                     // Calls run after the writes queued before them, keeping order.
                     match after {
                         Some(Job::Call(c)) => c(&mut store),
+                        Some(Job::Lost(ids, e)) => {
+                            dirty.extend(ids);
+                            poisoned.get_or_insert(e);
+                        }
                         Some(Job::Resync(reply)) => {
                             let rows: Result<Vec<_>, StoreError> = dirty
                                 .iter()
@@ -396,6 +403,15 @@ impl Writer {
             // The receiver sees a closed channel and reports it.
         }
         rx
+    }
+
+    /// Writes that were never sent, since the store is away: memory holds what they would
+    /// have recorded, and is put back in line with the store by the next resync, before
+    /// any later write is taken (`failed`: why).
+    pub(super) fn lost(&self, writes: &[Write], failed: Arc<StoreError>) {
+        let mut ids = BTreeSet::new();
+        writes.iter().for_each(|w| endpoints_of(w, &mut ids));
+        let _ = self.tx.send(Job::Lost(ids, failed));
     }
 
     /// How full the commits have been so far.

@@ -17,6 +17,7 @@ impl Op for EditMessage {
         let row = cx.engine.edit(id, e.url, e.label, e.tags).await?;
         Ok(Payload::Endpoints {
             endpoints: vec![row.view(false)],
+            store: None,
         })
     }
 }

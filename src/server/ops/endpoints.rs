@@ -27,17 +27,16 @@ impl Op for EndpointsMessage {
         check_pool(cx, pool.as_deref())?;
         // With a destination, `state` is the state for it (as `/api/endpoints` has it).
         let row_state = if destination.is_some() { None } else { state };
-        let mut rows: Vec<_> = match endpoint {
-            Some(id) => cx
-                .engine
-                .row(id)
-                .await?
-                .into_iter()
-                .filter(|r| pool.as_ref().is_none_or(|p| *p == r.pool))
-                .filter(|r| row_state.is_none_or(|s| s == r.state))
-                .collect(),
-            None => cx.engine.rows(pool, row_state).await?,
+        // While a fleet's database is away: what memory holds, and the answer says so.
+        let (mut rows, from_memory) = match endpoint {
+            Some(id) => {
+                let (row, memory) = cx.engine.row_or_memory(id).await?;
+                (row.into_iter().collect(), memory)
+            }
+            None => cx.engine.rows_or_memory(pool.clone(), row_state).await?,
         };
+        rows.retain(|r| pool.as_ref().is_none_or(|p| *p == r.pool));
+        rows.retain(|r| row_state.is_none_or(|s| s == r.state));
         if let Some(want) = tags.filter(|t| !t.is_empty()) {
             rows.retain(|r| r.tags.contains_all(&want));
         }
@@ -52,6 +51,9 @@ impl Op for EndpointsMessage {
             }
             endpoints.retain(|v| state.is_none_or(|s| v.destination_state == Some(s)));
         }
-        Ok(Payload::Endpoints { endpoints })
+        Ok(Payload::Endpoints {
+            endpoints,
+            store: from_memory.then(|| "unavailable".to_string()),
+        })
     }
 }

@@ -10,9 +10,12 @@ impl Op for StatusMessage {
     const ROLE: Role = Role::Lease;
 
     async fn answer(self, cx: &Context<'_>) -> Result<Payload, OpError> {
+        // From memory: it answers while a fleet's database is away, and says so.
         Ok(Payload::Status {
             pools: cx.engine.status(self.pool.as_deref())?,
             database: cx.database.map(str::to_string),
+            daemons: cx.engine.fleet_daemons(),
+            store: cx.engine.store_state().map(str::to_string),
         })
     }
 }

@@ -63,6 +63,10 @@ pub(super) async fn migrate(
     let tx = c.transaction().await?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK_KEY])
         .await?;
+    // "relation already exists, skipping" is PostgreSQL's NOTICE on every start but the
+    // first: not news for the log (the migration's own line says what changed).
+    tx.batch_execute("SET LOCAL client_min_messages = warning")
+        .await?;
     tx.batch_execute(
         "CREATE TABLE IF NOT EXISTS proxypool_schema (\
            version INTEGER PRIMARY KEY, name TEXT NOT NULL, \

@@ -191,7 +191,9 @@ fn a_database_from_before_the_chain_reads_the_same_after_migrating() {
         .unwrap();
     }
     let mut s = Sqlite::open(&path).unwrap();
-    assert_eq!(s.migrated(), Some((8, 9)));
+    // From 08 to the latest (later migrations change nothing this test reads).
+    let latest = crate::store::sqlite::MIGRATIONS_DIR.dirs().count() as i64;
+    assert_eq!(s.migrated(), Some((8, latest)));
     assert_reads_match(&s, 1..=5);
     let removed: Vec<(i64, i64)> = s
         .conn

@@ -1,0 +1,2 @@
+-- The fleet's daemons and jobs (postgres.sql) have no SQLite counterpart: one daemon
+-- serves a SQLite file, and it does every job itself.
