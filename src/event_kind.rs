@@ -41,6 +41,7 @@ kinds! {
     SniffFailure => "sniff_failure",
     TargetDown => "target_down",
     TargetUp => "target_up",
+    ExitChanged => "exit_changed",
 }
 
 impl fmt::Display for EventKind {

@@ -366,6 +366,12 @@ pub(super) async fn status(
                     p.pool, pc.hosts, pc.pairs, pc.hosts_dropped, pc.paced
                 );
             }
+            if let Some(x) = &p.exit {
+                outln!(
+                    "\npool {}: exit addresses: {} known for {} endpoint(s); {} endpoint(s) share {} address(es)",
+                    p.pool, x.addresses, x.known, x.shared_endpoints, x.shared_addresses
+                );
+            }
         }
         for p in pools.iter().filter(|p| !p.down_targets.is_empty()) {
             outln!(

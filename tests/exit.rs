@@ -1,0 +1,312 @@
+//! Exit identity (docs/exit.md) with real parts: tinyproxy upstreams each leaving from a
+//! loopback address of their own, a daemon learning those addresses through them from a
+//! site that answers the caller's address, and what it shows; bad answers (garbage, a
+//! huge body, an address that changes at every check) leave the address unknown or
+//! follow it, and never cool an endpoint.
+
+mod common;
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use common::daemon::{Daemon, Home};
+use common::eventually;
+use common::exit_site::ExitSite;
+use common::tools::ToolDaemon;
+use common::upstreams::tinyproxy_bound;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Three upstreams: two leave from 127.0.1.2 (one address, two entries), one from
+/// 127.0.1.3.
+async fn upstreams() -> Option<Vec<(ToolDaemon, Ipv4Addr)>> {
+    let mut out = Vec::new();
+    for ip in [[127, 0, 1, 2], [127, 0, 1, 2], [127, 0, 1, 3]] {
+        let ip = Ipv4Addr::from(ip);
+        out.push((tinyproxy_bound(ip, &[]).await?, ip));
+    }
+    Some(out)
+}
+
+fn endpoint(port: u16) -> String {
+    format!("http://alice:s3cret@127.0.0.1:{port}")
+}
+
+/// A pool `default` learning exits from `exit` (TOML lines of `[pool.exit]`).
+fn config(ports: &[u16], exit: &str) -> String {
+    let mut c = format!("[[pool]]\nname = \"default\"\n[pool.exit]\n{exit}\n");
+    for p in ports {
+        c.push_str(&format!("[[endpoint]]\nurl = \"{}\"\n", endpoint(*p)));
+    }
+    c
+}
+
+fn exits_of(h: &Home) -> Vec<Value> {
+    h.list().iter().map(|e| e["exit_ip"].clone()).collect()
+}
+
+fn exit_events(h: &Home) -> Vec<Value> {
+    h.events()
+        .into_iter()
+        .filter(|e| e["kind"] == "exit_changed")
+        .collect()
+}
+
+fn serve(h: &Home) -> Daemon {
+    h.serve()
+}
+
+#[tokio::test]
+async fn each_endpoint_learns_the_address_it_leaves_from() {
+    let Some(ups) = upstreams().await else { return };
+    let site = ExitSite::start();
+    let ports: Vec<u16> = ups.iter().map(|(u, _)| u.port).collect();
+    let h = Home::new(Some(&config(
+        &ports,
+        &format!("url = \"{}\"\nevery = \"1h\"", site.url("/ip")),
+    )));
+    let d = serve(&h);
+    let want: Vec<Value> = ups.iter().map(|(_, ip)| json!(ip.to_string())).collect();
+    eventually(WAIT, "every exit learned", || {
+        let got = exits_of(&h);
+        (got == want).then_some(()).ok_or(format!("{got:?}"))
+    });
+    // Learned through each endpoint: the site saw each address.
+    let callers = site.callers("/ip");
+    for (_, ip) in &ups {
+        assert!(callers.contains(&(*ip).into()), "{callers:?}");
+    }
+    // Shown everywhere: list --json (with when), list, show, events, status.
+    for e in h.list() {
+        assert!(e["exit_seen_at"].is_string(), "{e}");
+    }
+    let table = h.ok(&["list"]);
+    assert!(
+        table.contains("EXIT") && table.contains("127.0.1.3"),
+        "{table}"
+    );
+    let show = h.ok(&["show", "1"]);
+    assert!(show.contains("exit_ip: 127.0.1.2"), "{show}");
+    let evs = exit_events(&h);
+    assert_eq!(evs.len(), 3, "{evs:?}");
+    assert!(evs.iter().all(|e| e["detail"]
+        .as_str()
+        .is_some_and(|d| d.starts_with("unknown -> 127.0.1."))));
+    let x = &d.status()["exit"];
+    assert_eq!(
+        (x["addresses"].clone(), x["known"].clone()),
+        (json!(2), json!(3)),
+        "{x}"
+    );
+    assert_eq!(
+        (x["shared_endpoints"].clone(), x["shared_addresses"].clone()),
+        (json!(2), json!(1)),
+        "two entries leave through one address: {x}"
+    );
+    let status = h.ok(&["status"]);
+    assert!(
+        status.contains("2 endpoint(s) share 1 address(es)"),
+        "{status}"
+    );
+    // Nothing cooled, nothing changed state.
+    assert!(h.list().iter().all(|e| e["state"] == "available"));
+}
+
+#[tokio::test]
+async fn json_answers_and_a_provider_header_are_read() {
+    let Some(ups) = upstreams().await else { return };
+    let site = ExitSite::start();
+    let ports = [ups[2].0.port];
+    for exit in [
+        format!("url = \"{}\"", site.url("/ip.json")),
+        format!("url = \"{}\"\nheader = \"X-Exit-Ip\"", site.url("/header")),
+    ] {
+        let h = Home::new(Some(&config(&ports, &exit)));
+        let _d = serve(&h);
+        eventually(WAIT, "the exit learned", || {
+            let got = exits_of(&h);
+            (got == vec![json!("127.0.1.3")])
+                .then_some(())
+                .ok_or(format!("{exit}: {got:?}"))
+        });
+    }
+}
+
+/// An endpoint whose exit check fails (no address in the answer, an answer too long, a
+/// page that answers 404) stays available, its address unknown, and leases go on.
+#[tokio::test]
+async fn a_failed_exit_check_cools_nothing_and_leaves_the_address_unknown() {
+    let Some(ups) = upstreams().await else { return };
+    let site = ExitSite::start();
+    let ports = [ups[0].0.port];
+    for path in ["/garbage", "/huge", "/nowhere"] {
+        let url = site.url(path);
+        let h = Home::new(Some(&config(
+            &ports,
+            &format!("url = \"{url}\"\nevery = \"1s\""),
+        )));
+        let d = serve(&h);
+        // Checked at least twice, through the proxy.
+        eventually(WAIT, "two checks", || {
+            let n = site.callers(path).len();
+            (n >= 2).then_some(()).ok_or(format!("{n} checks"))
+        });
+        let e = h.listed(1);
+        assert_eq!(
+            (e["state"].clone(), e["exit_ip"].clone()),
+            (json!("available"), Value::Null),
+            "{url}: {e}"
+        );
+        assert!(exit_events(&h).is_empty(), "{url}");
+        assert!(
+            !h.events().iter().any(|e| e["kind"] == "state_changed"),
+            "{url}: an exit check changed a state"
+        );
+        let r = d.req(json!({"op": "lease", "pool": "default"}));
+        assert_eq!(r["ok"], json!(true), "{url}: {r}");
+    }
+}
+
+/// A page answering another address at every check: each change is an `exit_changed`,
+/// the endpoint follows the newest, and old addresses are not kept.
+#[tokio::test]
+async fn an_address_that_changes_at_every_check_is_followed() {
+    let Some(ups) = upstreams().await else { return };
+    let site = ExitSite::start();
+    let ports = [ups[0].0.port, ups[2].0.port];
+    let h = Home::new(Some(&config(
+        &ports,
+        &format!("url = \"{}\"\nevery = \"1s\"", site.url("/rotating")),
+    )));
+    let d = serve(&h);
+    eventually(WAIT, "six changes", || {
+        let n = exit_events(&h).len();
+        (n >= 6).then_some(()).ok_or(format!("{n} changes"))
+    });
+    let x = d.status()["exit"].clone();
+    assert_eq!(x["known"], json!(2), "{x}");
+    assert_eq!(x["addresses"], json!(2), "old addresses are let go: {x}");
+    let evs = exit_events(&h);
+    let later: Vec<&str> = evs.iter().filter_map(|e| e["detail"].as_str()).collect();
+    assert!(
+        later
+            .iter()
+            .skip(2)
+            .all(|d| d.starts_with("10.9.") && d.contains(" -> 10.9.")),
+        "{later:?}"
+    );
+    assert!(h.list().iter().all(|e| e["state"] == "available"));
+}
+
+/// An endpoint back from a cooldown (here: disabled, then enabled) is checked again at
+/// once, not `every` later: it may leave from another address now.
+#[tokio::test]
+async fn an_endpoint_back_from_a_cooldown_is_checked_again() {
+    let Some(ups) = upstreams().await else { return };
+    let site = ExitSite::start();
+    let h = Home::new(Some(&config(
+        &[ups[0].0.port],
+        &format!("url = \"{}\"\nevery = \"1h\"", site.url("/rotating")),
+    )));
+    let _d = serve(&h);
+    eventually(WAIT, "the first address", || {
+        let got = exits_of(&h);
+        (got == vec![json!("10.9.0.1")])
+            .then_some(())
+            .ok_or(format!("{got:?}"))
+    });
+    h.ok(&["disable", "1"]);
+    h.ok(&["enable", "--now", "1"]);
+    eventually(WAIT, "the address learned again", || {
+        let got = exits_of(&h);
+        (got == vec![json!("10.9.0.2")])
+            .then_some(())
+            .ok_or(format!("{got:?}"))
+    });
+    assert_eq!(site.callers("/rotating").len(), 2);
+}
+
+#[test]
+fn a_bad_exit_section_is_refused_naming_its_key() {
+    let cases = [
+        ("every = \"1h\"", "pool.default.exit.url"),
+        ("url = \"ftp://x/\"", "pool.default.exit.url"),
+        (
+            "url = \"http://x/\"\nevery = \"10ms\"",
+            "pool.default.exit.every",
+        ),
+        (
+            "url = \"http://x/\"\nheader = \"a b\"",
+            "pool.default.exit.header",
+        ),
+        (
+            "url = \"http://x/\"\nsubnet_v4 = 33",
+            "pool.default.exit.subnet_v4",
+        ),
+        (
+            "url = \"http://x/\"\nsubnet_v6 = 0",
+            "pool.default.exit.subnet_v6",
+        ),
+        (
+            "url = \"http://x/\"\nsubnet_after = 0",
+            "pool.default.exit.subnet_after",
+        ),
+        (
+            "url = \"http://x/\"\nsubnet_window = \"0s\"",
+            "pool.default.exit.subnet_window",
+        ),
+        ("url = \"http://x/\"\nbogus = 1", "bogus"),
+    ];
+    for (exit, key) in cases {
+        let h = Home::new(Some(&config(&[], exit)));
+        let cfg = h.config.clone().unwrap();
+        let (_, err) = h.fails(2, &["config", "check", "--config", cfg.to_str().unwrap()]);
+        assert!(err.contains(key), "{exit}: {err}");
+    }
+    let h = Home::new(Some(&config(&[], "url = \"http://x/ip\"")));
+    let cfg = h.config.clone().unwrap();
+    h.ok(&["config", "check", "--config", cfg.to_str().unwrap()]);
+}
+
+/// PostgreSQL stores `exit_ip` and `exit_seen_at` like SQLite; a daemon starting on the
+/// same database takes the addresses learned as they are and asks nothing before
+/// `every` has passed.
+#[tokio::test]
+async fn postgres_keeps_the_exit_and_another_daemon_loads_it() {
+    let Some(pg) = common::postgres::shared() else {
+        return;
+    };
+    let Some(ups) = upstreams().await else { return };
+    let site = ExitSite::start();
+    let ports: Vec<u16> = ups.iter().map(|(u, _)| u.port).collect();
+    let text = config(
+        &ports,
+        &format!("url = \"{}\"\nevery = \"1h\"", site.url("/ip")),
+    );
+    let mut h = Home::new(Some(&text));
+    h.db = std::path::PathBuf::from(pg.database());
+    let d = serve(&h);
+    let want: Vec<Value> = ups.iter().map(|(_, ip)| json!(ip.to_string())).collect();
+    eventually(WAIT, "every exit stored", || {
+        let got = exits_of(&h);
+        (got == want).then_some(()).ok_or(format!("{got:?}"))
+    });
+    assert!(h.list().iter().all(|e| e["exit_seen_at"].is_string()));
+    assert_eq!(exit_events(&h).len(), 3);
+    drop(d);
+    let asked = site.callers("/ip").len();
+    let d = serve(&h);
+    let x = d.status()["exit"].clone();
+    assert_eq!(
+        (x["known"].clone(), x["shared_endpoints"].clone()),
+        (json!(3), json!(2)),
+        "{x}"
+    );
+    assert_eq!(
+        site.callers("/ip").len(),
+        asked,
+        "asked again before `every`"
+    );
+}
