@@ -310,3 +310,65 @@ async fn postgres_keeps_the_exit_and_another_daemon_loads_it() {
         "asked again before `every`"
     );
 }
+
+/// One plain-HTTP GET through the gateway at `gw`; the status it answered.
+fn get_through(gw: std::net::SocketAddr, url: &str) -> u16 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(gw).unwrap();
+    let host = url.trim_start_matches("http://").split('/').next().unwrap();
+    write!(
+        s,
+        "GET {url} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut got = String::new();
+    s.read_to_string(&mut got).unwrap();
+    got.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A site that bans 127.0.1.2: the first endpoint leaving from it is banned there, and the
+/// second one, which leaves from the same address, is never sent there at all; the
+/// gateway serves every request through 127.0.1.3.
+#[tokio::test]
+async fn the_second_endpoint_of_a_banned_address_is_never_used_for_that_host() {
+    let Some(ups) = upstreams().await else { return };
+    let site = ExitSite::start();
+    site.ban("127.0.1.2".parse().unwrap());
+    let ports: Vec<u16> = ups.iter().map(|(u, _)| u.port).collect();
+    let gw_port = common::tools::free_port();
+    let mut text = config(
+        &ports,
+        &format!("url = \"{}\"\nevery = \"1h\"", site.url("/ip")),
+    );
+    text.push_str(&format!(
+        "[[gateway]]\nlisten = \"127.0.0.1:{gw_port}\"\npool = \"default\"\nretry_status = [403]\n"
+    ));
+    let h = Home::new(Some(&text));
+    let d = serve(&h);
+    eventually(WAIT, "every exit learned", || {
+        let x = d.status()["exit"]["known"].clone();
+        (x == json!(3)).then_some(()).ok_or(format!("{x}"))
+    });
+    let gw: std::net::SocketAddr = format!("127.0.0.1:{gw_port}").parse().unwrap();
+    for i in 0..12 {
+        assert_eq!(get_through(gw, &site.url("/guarded")), 200, "request {i}");
+    }
+    let banned: std::net::IpAddr = "127.0.1.2".parse().unwrap();
+    let from_banned = site
+        .callers("/guarded")
+        .into_iter()
+        .filter(|ip| *ip == banned)
+        .count();
+    assert_eq!(
+        from_banned, 1,
+        "the address's second endpoint was sent there"
+    );
+    // The other host is still served by both endpoints of that address.
+    let pairs = h.ok(&["list", "--destination", "127.0.0.1"]);
+    assert_eq!(pairs.matches("cooling").count(), 1, "{pairs}");
+    let x = d.status()["exit"].clone();
+    assert_eq!(x["address_bans"], json!(1), "{x}");
+}

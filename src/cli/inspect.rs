@@ -368,8 +368,8 @@ pub(super) async fn status(
             }
             if let Some(x) = &p.exit {
                 outln!(
-                    "\npool {}: exit addresses: {} known for {} endpoint(s); {} endpoint(s) share {} address(es)",
-                    p.pool, x.addresses, x.known, x.shared_endpoints, x.shared_addresses
+                    "\npool {}: exit addresses: {} known for {} endpoint(s); {} endpoint(s) share {} address(es); {} address ban(s)",
+                    p.pool, x.addresses, x.known, x.shared_endpoints, x.shared_addresses, x.address_bans
                 );
             }
         }

@@ -37,6 +37,7 @@ use crate::store::NewEvent;
 
 mod name;
 mod pair;
+mod shared;
 mod trials;
 mod views;
 mod writes;
@@ -139,6 +140,8 @@ pub struct Destinations {
     warned: bool,
     /// The log-line budget of state changes (the pools' own, once shared).
     budget: super::budget::Budget,
+    /// Bans shared by the endpoints of one exit address (docs/exit.md).
+    shared: shared::Shared,
 }
 
 impl Destinations {
@@ -158,6 +161,7 @@ impl Destinations {
             cap,
             warned: false,
             budget: Default::default(),
+            shared: Default::default(),
         }
     }
 
@@ -216,14 +220,15 @@ impl Destinations {
 
     /// Whether endpoint `id` may be leased for the destination: one hash lookup.
     pub fn usable(&self, d: DestRef, id: EndpointId) -> Usable {
-        match self.view(d.0).and_then(|v| v.pairs.get(&id)) {
+        let own = match self.view(d.0).and_then(|v| v.pairs.get(&id)) {
             None => Usable::Available,
             Some(p) => match (p.state, p.claimed) {
                 (State::Available, _) => Usable::Available,
                 (State::ProbeAllowed, false) => Usable::Trial,
                 _ => Usable::Banned,
             },
-        }
+        };
+        self.shared_usable(d, id, own)
     }
 
     /// Whether the destination may have a pair waiting for its trial (a cheap test that

@@ -19,6 +19,13 @@ fn shown(ip: Option<IpAddr>) -> String {
     ip.map_or_else(|| "unknown".into(), |ip| ip.to_string())
 }
 
+impl super::PoolState {
+    /// Tell the pairs which address `id` leaves from now (docs/exit.md).
+    pub(super) fn sync_exit(&mut self, id: EndpointId) {
+        self.dests.set_exit(id, self.exits.slot(id));
+    }
+}
+
 impl Pools {
     /// Up to `max` available endpoints of `pool` whose exit check is due. Others are
     /// passed over: they are checked when they come back.
@@ -58,7 +65,10 @@ impl Pools {
         };
         let ip = learned.as_ref().ok().copied();
         let was = self.pools[p].exits.ip_of(id);
-        let Some(moved) = self.pools[p].exits.learned(id, ip) else {
+        let moved = self.pools[p].exits.learned(id, ip);
+        // Out of its old address's bans, into its new one's.
+        self.pools[p].sync_exit(id);
+        let Some(moved) = moved else {
             // The same address: seen again now. Unknown and still unknown: nothing.
             return match ip {
                 Some(_) if was.is_some() => vec![Write::Exit { id, ip }],

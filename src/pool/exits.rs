@@ -161,6 +161,11 @@ impl Exits {
         self.of.get(&id).map(|&s| self.slots[s as usize].ip)
     }
 
+    /// The number of `id`'s address in the pool's table, when known.
+    pub(super) fn slot(&self, id: EndpointId) -> Option<u32> {
+        self.of.get(&id).copied()
+    }
+
     /// (endpoints that share an address with another, addresses they share).
     pub(super) fn sharing(&self) -> (usize, usize) {
         (self.shared_endpoints, self.shared_addresses)

@@ -265,6 +265,9 @@ impl Pools {
                 .filter(|(_, e)| e.pool == i)
                 .map(|(&id, _)| id);
             ps.exits.configure(cfg.exit.clone(), held, Instant::now());
+            if cfg.exit.is_none() {
+                ps.dests.clear_exits();
+            }
             ps.cfg = cfg;
             // New caps, rules or strategies: what was remembered as nothing ready is stale.
             self.epoch += 1;

@@ -47,6 +47,9 @@ pub struct ExitStatus {
     pub shared_endpoints: usize,
     /// ...and how many addresses those are.
     pub shared_addresses: usize,
+    /// (address, destination) bans that hold for every endpoint of their address.
+    #[serde(default)]
+    pub address_bans: usize,
 }
 
 /// What a pool's pacing holds, as `status` shows it.
@@ -127,6 +130,7 @@ impl Pools {
                             known: p.exits.known(),
                             shared_endpoints,
                             shared_addresses,
+                            address_bans: p.dests.address_bans(),
                         }
                     }),
                 }

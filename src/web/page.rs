@@ -158,7 +158,8 @@ fn pool_section(p: &PoolPage) -> Markup {
             @if let Some(x) = &s.exit {
                 p.exit {
                     "Exit addresses: " (x.addresses) " known for " (x.known) " endpoints · "
-                    (x.shared_endpoints) " endpoints share " (x.shared_addresses) " addresses"
+                    (x.shared_endpoints) " endpoints share " (x.shared_addresses) " addresses · "
+                    (x.address_bans) " address bans"
                 }
             }
             @if let Some(pc) = &s.pace {
