@@ -42,6 +42,8 @@ kinds! {
     TargetDown => "target_down",
     TargetUp => "target_up",
     ExitChanged => "exit_changed",
+    SubnetSuspect => "subnet_suspect",
+    SubnetCleared => "subnet_cleared",
 }
 
 impl fmt::Display for EventKind {

@@ -372,3 +372,132 @@ async fn the_second_endpoint_of_a_banned_address_is_never_used_for_that_host() {
     let x = d.status()["exit"].clone();
     assert_eq!(x["address_bans"], json!(1), "{x}");
 }
+
+async fn upstreams_at(ips: &[[u8; 4]]) -> Option<Vec<(ToolDaemon, Ipv4Addr)>> {
+    let mut out = Vec::new();
+    for ip in ips {
+        let ip = Ipv4Addr::from(*ip);
+        out.push((tinyproxy_bound(ip, &[]).await?, ip));
+    }
+    Some(out)
+}
+
+/// A daemon over `ups` with a gateway re-sending 403s, learning exits from `site`,
+/// suspecting a /24 after two of its addresses are banned.
+fn gateway_home(
+    ups: &[(ToolDaemon, Ipv4Addr)],
+    site: &ExitSite,
+) -> (Home, std::net::SocketAddr, u16) {
+    let ports: Vec<u16> = ups.iter().map(|(u, _)| u.port).collect();
+    let (gw_port, http_port) = (common::tools::free_port(), common::tools::free_port());
+    let exit = format!(
+        "url = \"{}\"\nevery = \"1h\"\nsubnet_after = 2",
+        site.url("/ip")
+    );
+    let mut text = format!("[server]\nhttp = \"127.0.0.1:{http_port}\"\n\n");
+    text.push_str(&config(&ports, &exit));
+    text.push_str(&format!(
+        "[[gateway]]\nlisten = \"127.0.0.1:{gw_port}\"\npool = \"default\"\nretry_status = [403]\n"
+    ));
+    let gw = format!("127.0.0.1:{gw_port}").parse().unwrap();
+    (Home::new(Some(&text)), gw, http_port)
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut got = String::new();
+    s.read_to_string(&mut got).unwrap();
+    got
+}
+
+/// A site banning the whole of 127.0.1.0/24: once two of its addresses are banned, the
+/// subnet is suspect for the site, and its third address is never sent there while an
+/// endpoint of another subnet is left.
+#[tokio::test]
+async fn the_third_address_of_a_banned_subnet_is_avoided_while_others_exist() {
+    let ips = [
+        [127, 0, 1, 2],
+        [127, 0, 1, 3],
+        [127, 0, 2, 2],
+        [127, 0, 1, 4],
+    ];
+    let Some(ups) = upstreams_at(&ips).await else {
+        return;
+    };
+    let site = ExitSite::start();
+    site.ban_subnet(Ipv4Addr::new(127, 0, 1, 9));
+    let (h, gw, http) = gateway_home(&ups, &site);
+    let d = serve(&h);
+    eventually(WAIT, "every exit learned", || {
+        let x = d.status()["exit"]["known"].clone();
+        (x == json!(4)).then_some(()).ok_or(format!("{x}"))
+    });
+    for i in 0..12 {
+        assert_eq!(get_through(gw, &site.url("/guarded")), 200, "request {i}");
+    }
+    let callers = site.callers("/guarded");
+    let third: std::net::IpAddr = "127.0.1.4".parse().unwrap();
+    assert!(
+        !callers.contains(&third),
+        "the suspect subnet's third address: {callers:?}"
+    );
+    let x = d.status()["exit"].clone();
+    assert_eq!(
+        x["suspect_subnets"],
+        json!([{"subnet": "127.0.1.0/24", "host": "127.0.0.1", "addresses": 2}]),
+        "{x}"
+    );
+    let ev: Vec<Value> = h
+        .events()
+        .into_iter()
+        .filter(|e| e["kind"] == "subnet_suspect")
+        .collect();
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(ev[0]["destination"], "127.0.0.1");
+    let metrics = http_get(http, "/metrics");
+    assert!(
+        metrics.contains("proxypool_suspect_subnets{pool=\"default\"} 1"),
+        "{metrics}"
+    );
+    let status = h.ok(&["status"]);
+    assert!(
+        status.contains("subnet 127.0.1.0/24 suspect for 127.0.0.1"),
+        "{status}"
+    );
+    let page = http_get(http, "/");
+    assert!(
+        page.contains("Subnet 127.0.1.0/24 suspect for 127.0.0.1"),
+        "{page}"
+    );
+}
+
+/// Only the suspect subnet left: its endpoints are leased after all, never refused.
+#[tokio::test]
+async fn a_suspect_subnet_alone_is_still_used() {
+    let ips = [[127, 0, 1, 2], [127, 0, 1, 3], [127, 0, 1, 4]];
+    let Some(ups) = upstreams_at(&ips).await else {
+        return;
+    };
+    let site = ExitSite::start();
+    site.ban("127.0.1.2".parse().unwrap());
+    site.ban("127.0.1.3".parse().unwrap());
+    let (h, gw, _) = gateway_home(&ups, &site);
+    let d = serve(&h);
+    eventually(WAIT, "every exit learned", || {
+        let x = d.status()["exit"]["known"].clone();
+        (x == json!(3)).then_some(()).ok_or(format!("{x}"))
+    });
+    for i in 0..6 {
+        assert_eq!(get_through(gw, &site.url("/guarded")), 200, "request {i}");
+    }
+    let x = d.status()["exit"].clone();
+    assert_eq!(x["suspect_subnets"][0]["subnet"], "127.0.1.0/24", "{x}");
+    let third: std::net::IpAddr = "127.0.1.4".parse().unwrap();
+    assert!(site.callers("/guarded").contains(&third));
+}

@@ -371,6 +371,15 @@ pub(super) async fn status(
                     "\npool {}: exit addresses: {} known for {} endpoint(s); {} endpoint(s) share {} address(es); {} address ban(s)",
                     p.pool, x.addresses, x.known, x.shared_endpoints, x.shared_addresses, x.address_bans
                 );
+                for s in &x.suspect_subnets {
+                    outln!(
+                        "pool {}: subnet {} suspect for {} ({} addresses banned): leases prefer other subnets",
+                        p.pool,
+                        s.subnet,
+                        crate::redact::printable(&s.host),
+                        s.addresses
+                    );
+                }
             }
         }
         for p in pools.iter().filter(|p| !p.down_targets.is_empty()) {

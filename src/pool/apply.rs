@@ -175,6 +175,7 @@ impl Pools {
                 let w = ps.dests.advance(&ps.cfg.policy, now);
                 writes.extend(w.into_iter().map(Write::Pair));
             }
+            writes.extend(ps.dests.subnet_events(now).into_iter().map(Write::Pair));
             writes.extend(self.lapse_target_trials(p, now));
         }
         while let Some(&(exp, lid)) = self.lease_expiry.first() {

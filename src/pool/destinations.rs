@@ -38,12 +38,14 @@ use crate::store::NewEvent;
 mod name;
 mod pair;
 mod shared;
+mod subnets;
 mod trials;
 mod views;
 mod writes;
 
 pub use name::{normalize, normalize_key, place, place_and_port, Place};
 use pair::{at, Pair, NONE};
+pub use subnets::{Subnet, SubnetRule, SuspectSubnet};
 
 /// Default cap on pairs per pool.
 pub const DEFAULT_MAX_PAIRS: usize = 1_000_000;

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use tracing::info;
 
 use super::Pools;
+use crate::config::exit::subnet_of;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
 use crate::health::State;
@@ -22,7 +23,11 @@ fn shown(ip: Option<IpAddr>) -> String {
 impl super::PoolState {
     /// Tell the pairs which address `id` leaves from now (docs/exit.md).
     pub(super) fn sync_exit(&mut self, id: EndpointId) {
-        self.dests.set_exit(id, self.exits.slot(id));
+        let key = match (self.exits.slot(id), self.exits.ip_of(id), &self.cfg.exit) {
+            (Some(a), Some(ip), Some(x)) => Some((a, subnet_of(ip, x.subnet_v4, x.subnet_v6))),
+            _ => None,
+        };
+        self.dests.set_exit(id, key);
     }
 }
 

@@ -182,6 +182,14 @@ pub struct Pools {
     origin: Instant,
 }
 
+/// The subnet suspicion of a pool's `[pool.exit]`, if any.
+fn subnet_rule(cfg: &PoolConfig) -> Option<destinations::SubnetRule> {
+    cfg.exit.as_ref().map(|x| destinations::SubnetRule {
+        after: x.subnet_after,
+        window: x.subnet_window,
+    })
+}
+
 /// How a lease ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
@@ -264,11 +272,18 @@ impl Pools {
                 .iter()
                 .filter(|(_, e)| e.pool == i)
                 .map(|(&id, _)| id);
-            ps.exits.configure(cfg.exit.clone(), held, Instant::now());
+            let held: Vec<EndpointId> = held.collect();
+            ps.exits
+                .configure(cfg.exit.clone(), held.iter().copied(), Instant::now());
+            ps.dests.set_subnet_rule(subnet_rule(&cfg));
             if cfg.exit.is_none() {
                 ps.dests.clear_exits();
             }
             ps.cfg = cfg;
+            // New prefix lengths group the addresses anew.
+            for id in held {
+                ps.sync_exit(id);
+            }
             // New caps, rules or strategies: what was remembered as nothing ready is stale.
             self.epoch += 1;
             return i;
@@ -309,6 +324,8 @@ impl Pools {
             exits: exits::Exits::default(),
         });
         let exit = self.pools[i].cfg.exit.clone();
+        let rule = subnet_rule(&self.pools[i].cfg);
+        self.pools[i].dests.set_subnet_rule(rule);
         self.pools[i]
             .exits
             .configure(exit, std::iter::empty(), Instant::now());

@@ -50,6 +50,9 @@ pub struct ExitStatus {
     /// (address, destination) bans that hold for every endpoint of their address.
     #[serde(default)]
     pub address_bans: usize,
+    /// Subnets suspect for a host, by host then subnet (docs/exit.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suspect_subnets: Vec<super::destinations::SuspectSubnet>,
 }
 
 /// What a pool's pacing holds, as `status` shows it.
@@ -131,6 +134,7 @@ impl Pools {
                             shared_endpoints,
                             shared_addresses,
                             address_bans: p.dests.address_bans(),
+                            suspect_subnets: p.dests.suspect_subnets(),
                         }
                     }),
                 }

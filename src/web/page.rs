@@ -161,6 +161,12 @@ fn pool_section(p: &PoolPage) -> Markup {
                     (x.shared_endpoints) " endpoints share " (x.shared_addresses) " addresses · "
                     (x.address_bans) " address bans"
                 }
+                @for sub in &x.suspect_subnets {
+                    p.suspect {
+                        "Subnet " (sub.subnet) " suspect for " (printable(&sub.host)) " ("
+                        (sub.addresses) " addresses banned): leases prefer other subnets"
+                    }
+                }
             }
             @if let Some(pc) = &s.pace {
                 p.pace {

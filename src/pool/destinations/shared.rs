@@ -17,7 +17,9 @@
 //! own bound.
 
 use rustc_hash::FxHashMap;
+use tokio::time::Instant;
 
+use super::subnets::{Subnet, SubnetRule, Track};
 use super::{DestRef, Destinations, Usable};
 use crate::endpoint::EndpointId;
 use crate::health::State;
@@ -26,8 +28,16 @@ use crate::health::State;
 /// holder of each (address, destination view) ban.
 #[derive(Default)]
 pub(super) struct Shared {
-    addr: FxHashMap<EndpointId, u32>,
+    /// Each endpoint's address number and subnet (known addresses only).
+    pub(super) addr: FxHashMap<EndpointId, (u32, Subnet)>,
     held: FxHashMap<(u32, u32), EndpointId>,
+    /// Subnet suspicion (`subnets`): its rule, a track per (subnet, view) with a banned
+    /// address, suspect tracks per view, events not yet handed out, the next sweep.
+    pub(super) rule: Option<SubnetRule>,
+    pub(super) tracks: FxHashMap<(Subnet, u32), Track>,
+    pub(super) suspects: FxHashMap<u32, u32>,
+    pub(super) pending: Vec<crate::store::pairs::PairWrite>,
+    pub(super) next_sweep: Option<Instant>,
 }
 
 /// The holder of an address's ban as the rule sees it: who, and whether it still holds.
@@ -52,8 +62,9 @@ pub(super) fn on_ban(me: EndpointId, holder: Holder) -> EndpointId {
 }
 
 impl Destinations {
-    /// Endpoint `id` leaves from address number `addr` (`None`: unknown, or forgotten).
-    pub fn set_exit(&mut self, id: EndpointId, addr: Option<u32>) {
+    /// Endpoint `id` leaves from address number `addr` of `subnet` (`None`: unknown, or
+    /// forgotten).
+    pub fn set_exit(&mut self, id: EndpointId, addr: Option<(u32, Subnet)>) {
         match addr {
             Some(a) => self.shared.addr.insert(id, a),
             None => self.shared.addr.remove(&id),
@@ -62,14 +73,18 @@ impl Destinations {
 
     /// Forget every address: nothing is shared (`[pool.exit]` removed).
     pub fn clear_exits(&mut self) {
-        self.shared = Shared::default();
+        let rule = self.shared.rule;
+        self.shared = Shared {
+            rule,
+            ..Shared::default()
+        };
     }
 
     /// The holder of address `a`'s ban in view `view`, and whether it still holds: its
     /// pair there is not available and it still leaves from `a`.
-    fn holder(&self, a: u32, view: u32) -> Holder {
+    pub(super) fn holder(&self, a: u32, view: u32) -> Holder {
         let &h = self.shared.held.get(&(a, view))?;
-        let there = self.shared.addr.get(&h) == Some(&a);
+        let there = self.shared.addr.get(&h).map(|x| x.0) == Some(a);
         let banned = self
             .view(view)
             .and_then(|v| v.pairs.get(&h))
@@ -83,7 +98,7 @@ impl Destinations {
         if self.shared.held.is_empty() {
             return own;
         }
-        let Some(&a) = self.shared.addr.get(&id) else {
+        let Some(&(a, _)) = self.shared.addr.get(&id) else {
             return own;
         };
         judge(own, id, self.holder(a, d.0))
@@ -92,11 +107,12 @@ impl Destinations {
     /// Endpoint `id`'s pair in view `view` is not available: its address's ban, if the
     /// address is known.
     pub(super) fn note_ban(&mut self, view: u32, id: EndpointId) {
-        let Some(&a) = self.shared.addr.get(&id) else {
+        let Some(&(a, subnet)) = self.shared.addr.get(&id) else {
             return;
         };
         let by = on_ban(id, self.holder(a, view));
         self.shared.held.insert((a, view), by);
+        self.note_subnet_ban(view, a, subnet, Instant::now());
         if self.shared.held.len() > 2 * self.banned + 64 {
             self.sweep_holders();
         }

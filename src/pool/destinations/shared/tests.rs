@@ -74,6 +74,12 @@ fn ban(d: &mut Destinations, id: EndpointId) {
     );
 }
 
+/// Address number `n`, in a /24 of its own.
+fn at(n: u32) -> Option<(u32, super::Subnet)> {
+    let ip = std::net::IpAddr::from([10, 0, n as u8, 1]);
+    Some((n, (ip, 24)))
+}
+
 fn usable(d: &Destinations, id: EndpointId) -> Usable {
     d.lookup(SHOP)
         .map_or(Usable::Available, |r| d.usable(r, id))
@@ -87,9 +93,9 @@ fn all(d: &Destinations) -> Vec<Usable> {
 fn pool() -> Destinations {
     let mut d = Destinations::new("p", 1000);
     for id in 1..=3 {
-        d.set_exit(id, Some(7));
+        d.set_exit(id, at(7));
     }
-    d.set_exit(4, Some(8));
+    d.set_exit(4, at(8));
     d
 }
 
@@ -179,16 +185,16 @@ async fn unknown_and_moved_endpoints_share_nothing() {
     ban(&mut d, 1);
     assert_eq!(all(&d), [Banned, Banned, Available, Available]);
     // 2 rotates onto address 8: out of 7's ban at once.
-    d.set_exit(2, Some(8));
+    d.set_exit(2, at(8));
     assert_eq!(all(&d), [Banned, Available, Available, Available]);
     // The holder moves away: the ban was its pair's, it goes with it.
-    d.set_exit(3, Some(7));
+    d.set_exit(3, at(7));
     assert_eq!(usable(&d, 3), Banned);
-    d.set_exit(1, Some(9));
+    d.set_exit(1, at(9));
     assert_eq!(all(&d), [Banned, Available, Available, Available]);
     // The next ban of address 7 holds for it again.
     ban(&mut d, 3);
-    d.set_exit(2, Some(7));
+    d.set_exit(2, at(7));
     assert_eq!(all(&d), [Banned, Banned, Banned, Available]);
     d.clear_exits();
     assert_eq!(all(&d), [Banned, Available, Banned, Available]);
@@ -199,7 +205,7 @@ async fn holders_that_hold_nothing_are_swept() {
     let mut d = Destinations::new("p", 100_000);
     // 1,000 addresses banned and recovered: their holders hold nothing any more.
     for id in 1..=1000 {
-        d.set_exit(id, Some(id as u32));
+        d.set_exit(id, at(id as u32));
         ban(&mut d, id);
         d.enable(SHOP, id);
     }
