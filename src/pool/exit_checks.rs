@@ -103,3 +103,6 @@ impl Pools {
         self.pools[e.pool].exits.ip_of(id)
     }
 }
+
+#[cfg(test)]
+mod tests;
