@@ -43,6 +43,7 @@
 pub mod counting;
 pub mod curl;
 pub mod daemon;
+pub mod exit_site;
 pub mod fakes;
 pub mod fleet;
 pub mod gateway;
