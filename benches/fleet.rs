@@ -8,12 +8,16 @@
 //!    transaction at 8 clients on the same server (`synchronous_commit` on, fsync on);
 //! 3. propagation of a change from one daemon to another (a failure acknowledged by A until
 //!    B's status shows it): p50 and p99;
-//! 4. three daemons against one: aggregate transitions/s and leases/s, with the CPU spent
-//!    per operation by the daemons and by PostgreSQL; then, in one more cell of each, where
-//!    the daemons' PostgreSQL sessions wait (`fleet/waits.rs`).
+//! 4. three daemons against one at the same client count, in alternating cells
+//!    (`fleet/three.rs`): the transitions the database kept a second, leases/s, the CPU
+//!    spent per transition by the daemons and by PostgreSQL; then, in one more cell of
+//!    each, where the daemons' PostgreSQL sessions wait (`fleet/waits.rs`).
 //!
 //! The real binary (release) and a private PostgreSQL cluster (tests/common/postgres.rs).
-//! Run: `cargo bench --bench fleet` (needs Debian's `postgresql`; prints a note without it).
+//! Run: `cargo bench --bench fleet` (needs Debian's `postgresql`; prints a note without it);
+//! `PROXYPOOL_BIN=path/to/proxypool` runs another build's daemon instead (a before/after
+//! comparison: `benches/ab.sh` shares one target directory, so both of its sides would run
+//! the last daemon built).
 
 #[allow(dead_code)]
 #[path = "../tests/common/tools.rs"]
@@ -39,6 +43,9 @@ use support::median;
 #[path = "fleet/waits.rs"]
 mod waits;
 
+#[path = "fleet/three.rs"]
+mod three;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -49,12 +56,15 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-const BIN: &str = env!("CARGO_BIN_EXE_proxypool");
+/// The daemon: `PROXYPOOL_BIN` when set (another build, to compare), else this build's.
+fn bin() -> String {
+    std::env::var("PROXYPOOL_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_proxypool").into())
+}
 const CLIENTS: usize = 8;
 const CELL: Duration = Duration::from_secs(3);
 const ROUNDS: usize = 3;
 /// Endpoints per database: transitions use them up (each cools for an hour).
-const ENDPOINTS: usize = 120_000;
+const ENDPOINTS: usize = 200_000;
 
 const CONFIG: &str = r#"
 [[pool]]
@@ -110,7 +120,7 @@ impl Home {
         self.dir.path().join("pp.sock")
     }
     fn cmd(&self) -> Command {
-        let mut c = Command::new(BIN);
+        let mut c = Command::new(bin());
         let d = self.dir.path();
         c.env("PROXYPOOL_DB", &self.db)
             .env("PROXYPOOL_SOCKET", self.socket())
@@ -287,6 +297,7 @@ fn main() {
     let Some(pg) = postgres::Cluster::start_durable() else {
         return;
     };
+    println!("daemon: {}", bin());
     println!("load average before: {}", load());
     let pg_url = pg.database();
     let lite = Home::new(None);
@@ -520,89 +531,6 @@ fn main() {
 
     // 4. Three daemons against one.
     let d2 = fleet[2].serve();
-    let socks = [d0.sock.clone(), d1.sock.clone(), d2.sock.clone()];
-    let pids = [d0.child.id(), d1.child.id(), d2.child.id()];
-    let daemons_cpu = || pids.iter().map(|&p| cpu(p, false)).sum::<f64>();
-    let (c0, p0) = (daemons_cpu(), cpu(pg.server_pid().unwrap(), true));
-    let commits3 = commits();
-    let mut t3 = Vec::new();
-    for _ in 0..ROUNDS {
-        t3.push(drive(&socks, transition));
-    }
-    let three_cpu = (daemons_cpu() - c0, cpu(pg.server_pid().unwrap(), true) - p0);
-    let three_ops: f64 = t3.iter().sum::<f64>() * CELL.as_secs_f64();
-    let three_batch = three_ops / (commits() - commits3);
-    let t3 = median(t3);
-    let mut l3 = Vec::new();
-    for _ in 0..ROUNDS {
-        l3.push(drive(&socks, lease_release));
-    }
-    let l3 = median(l3);
-    // The same three with CLIENTS each: as many writers per daemon as the one had, so
-    // each daemon's group commits are as large.
-    let commits24 = commits();
-    let mut t24 = Vec::new();
-    for _ in 0..ROUNDS {
-        t24.push(drive_n(3 * CLIENTS, &socks, transition));
-    }
-    let batch24 = t24.iter().sum::<f64>() * CELL.as_secs_f64() / (commits() - commits24);
-    let t24 = median(t24);
-    println!(
-        "\n4. three daemons against one ({CLIENTS} clients spread over them; CPU per transition)"
-    );
-    println!("{:<28} {:>12} {:>12}", "", "one", "three");
-    println!(
-        "{:<28} {:>12} {:>12}",
-        "transitions/s",
-        format!("{t_pg:.0}"),
-        format!("{t3:.0}")
-    );
-    println!(
-        "{:<28} {:>12} {:>12}",
-        "transitions per commit",
-        format!("{one_batch:.1}"),
-        format!("{three_batch:.1}")
-    );
-    println!(
-        "{:<28} {:>12} {:>12}",
-        "leases/s",
-        format!("{l_pg:.0}"),
-        format!("{l3:.0}")
-    );
-    println!(
-        "{:<28} {:>12} {:>12}",
-        format!("transitions/s, {} clients", 3 * CLIENTS),
-        "",
-        format!("{t24:.0}")
-    );
-    println!(
-        "{:<28} {:>12} {:>12}",
-        "  transitions per commit",
-        "",
-        format!("{batch24:.1}")
-    );
-    println!(
-        "{:<28} {:>12} {:>12}",
-        "daemon CPU µs/transition",
-        format!("{:.0}", one_cpu.0 / one_ops * 1e6),
-        format!("{:.0}", three_cpu.0 / three_ops * 1e6)
-    );
-    println!(
-        "{:<28} {:>12} {:>12}",
-        "PostgreSQL CPU µs/transition",
-        format!("{:.0}", one_cpu.1 / one_ops * 1e6),
-        format!("{:.0}", three_cpu.1 / three_ops * 1e6)
-    );
-    // Where the sessions wait, in one more cell of each: not counted above, since the
-    // sampler's queries cost the server too.
-    let s = waits::Sampler::start(&pg_url);
-    drive(std::slice::from_ref(&d0.sock), transition);
-    let one_waits = s.finish();
-    let s = waits::Sampler::start(&pg_url);
-    drive(&socks, transition);
-    let three_waits = s.finish();
-    println!("\nwhere the daemons' busy PostgreSQL sessions were (share of samples, every 2 ms)");
-    println!("  one daemon:    {}", waits::line(&one_waits, 6));
-    println!("  three daemons: {}", waits::line(&three_waits, 6));
+    three::three_against_one(&pg, &db, [&d0, &d1, &d2]);
     println!("\nload average after: {}", load());
 }

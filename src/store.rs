@@ -135,7 +135,7 @@ pub enum StoreError {
 }
 
 /// What PostgreSQL said: its own message (tokio-postgres shows only "db error").
-fn pg_message(e: &tokio_postgres::Error) -> String {
+pub(crate) fn pg_message(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => db.message().to_string(),
         None => e.to_string(),

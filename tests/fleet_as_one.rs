@@ -112,6 +112,36 @@ fn sessions_land_on_the_same_endpoints_through_every_gateway() {
             assert_eq!(through(m, s), *e, "{s} stays");
         }
     }
+    // Another session's endpoint fails through the second daemon's socket and cools (for
+    // an hour): both gateways move that session to the same next endpoint too.
+    let (i, cooled) = at
+        .iter()
+        .copied()
+        .enumerate()
+        .skip(1)
+        .find(|(_, e)| *e != gone && *e != moved)
+        .expect("a session on a third endpoint");
+    let key = sessions[i].strip_prefix("session-").unwrap();
+    let g = fleet[1]
+        .daemon
+        .req(json!({"op": "lease", "pool": "default", "session": key, "ttl": "30s"}));
+    assert_eq!(g["endpoint"], json!(cooled), "{g}");
+    let r = fleet[1]
+        .daemon
+        .req(json!({"op": "report", "lease": g["lease"],
+        "outcome": "failure", "reason": "connect_refused", "phase": "connect"}));
+    assert_eq!(r["state"], "cooling", "{r}");
+    for m in &fleet {
+        eventually(PROPAGATION, "the failure followed", || {
+            match m.status()["pools"][0]["cooling"].as_u64() {
+                Some(1) => Ok(()),
+                _ => Err(m.status().to_string()),
+            }
+        });
+    }
+    let next = through(&fleet[0], &sessions[i]);
+    assert!(next != cooled && next != gone, "{next}");
+    assert_eq!(through(&fleet[1], &sessions[i]), next);
 }
 
 /// Endpoints waiting for their trial in `static-no-ping`: each lease of the gateway may be

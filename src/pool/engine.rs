@@ -158,6 +158,9 @@ impl Engine {
         for r in &store.pairs()? {
             p.restore_pair(r, now);
         }
+        if store.postgres().is_some() {
+            p.stagger();
+        }
         p.log_restored(now);
         let metrics = Arc::new(Metrics::new());
         let commits = opts.record_metrics.then(|| metrics.store_commit());

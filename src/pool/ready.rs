@@ -112,6 +112,16 @@ impl Ready {
         slots
     }
 
+    /// Start each level's round robin `r` (a uniform 64-bit number) of the way along it.
+    pub(super) fn rotate(&mut self, r: u64) {
+        for q in &mut self.levels {
+            let k = scale(r, q.len());
+            q.rotate_left(k);
+        }
+        // Indexes of the last draws point elsewhere now.
+        self.drawn = [NO_DRAW; 2];
+    }
+
     pub(super) fn needs_compaction(&self, level: u32) -> bool {
         let l = level as usize;
         self.levels[l].len() > 2 * self.live[l] + 64
@@ -136,6 +146,17 @@ impl Pools {
         let entries = &self.entries;
         self.pools[pool].ready.levels[level as usize]
             .retain(|&(slot, gen)| live_at(entries, slot, gen, pool, level));
+    }
+
+    /// Start each pool's round robin at a random place of this process's own. Daemons of a
+    /// fleet load the same rows in the same order: without this they would lease the same
+    /// endpoints in the same order, so that a failing one is leased by every daemon before
+    /// any hears of another's failure, and every report after the first writes nothing
+    /// (docs/fleet.md, "Propagation").
+    pub fn stagger(&mut self) {
+        for p in &mut self.pools {
+            p.ready.rotate(self.rng.u64(..));
+        }
     }
 
     /// The least-leased available endpoint of pool `p`: (slot, live leases).
@@ -164,6 +185,64 @@ mod tests {
 
     fn queue(r: &Ready, level: usize) -> Vec<u32> {
         r.levels[level].iter().map(|&(slot, _)| slot).collect()
+    }
+
+    #[test]
+    fn a_rotation_starts_each_level_at_its_share_and_keeps_every_item() {
+        let mut r = Ready::default();
+        for slot in 0..8 {
+            r.push(0, slot, u64::from(slot));
+        }
+        for slot in 8..12 {
+            r.push(1, slot, u64::from(slot));
+        }
+        r.drew(0, 0, 3);
+        // A quarter of the way along each level.
+        r.rotate(1 << 62);
+        assert_eq!(queue(&r, 0), [2, 3, 4, 5, 6, 7, 0, 1]);
+        assert_eq!(queue(&r, 1), [9, 10, 11, 8]);
+        assert_eq!(r.live, [8, 4]);
+        // The draw's index is forgotten: forgetting slot 3 now removes nothing.
+        r.forget(0, 3, 3);
+        assert_eq!(queue(&r, 0).len(), 8);
+        // Zero: nothing moves.
+        r.rotate(0);
+        assert_eq!(queue(&r, 1), [9, 10, 11, 8]);
+    }
+
+    /// Two daemons of a fleet with the same rows: each leases from its own place, and
+    /// goes round from there.
+    #[test]
+    fn staggered_pools_start_their_round_robin_apart() {
+        use crate::config::PoolConfig;
+        use crate::store::EndpointRow;
+        let now = tokio::time::Instant::now();
+        let firsts: Vec<Vec<i64>> = [1, 2]
+            .into_iter()
+            .map(|seed| {
+                let mut p = Pools::new([PoolConfig::builtin("default")]);
+                for id in 1..=100 {
+                    let url = format!("http://10.0.0.{id}:3128");
+                    p.insert_row(&EndpointRow::fixture(id, &url, "default"), now);
+                }
+                p.seed(seed);
+                p.stagger();
+                (0..3)
+                    .map(|_| {
+                        let g = p
+                            .lease("default", std::time::Duration::from_secs(60), None, now)
+                            .0;
+                        g.unwrap().endpoint
+                    })
+                    .collect()
+            })
+            .collect();
+        assert_ne!(firsts[0][0], firsts[1][0], "{firsts:?}");
+        for f in &firsts {
+            // Round robin from the start: ids in order (wrapping after 100).
+            assert_eq!(f[1], f[0] % 100 + 1, "{firsts:?}");
+            assert_eq!(f[2], f[1] % 100 + 1, "{firsts:?}");
+        }
     }
 
     #[test]

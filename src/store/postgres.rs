@@ -83,6 +83,9 @@ struct Inner {
     target: PgTarget,
     /// How long a claim holds without renewal (`[store] claim_hold`).
     claim_hold: Duration,
+    /// Whether the server lets a group commit be made durable apart from it
+    /// (`write::Split`), found out on the first group commit.
+    split: write::SplitState,
 }
 
 /// How long a claim holds without renewal unless `[store] claim_hold` says otherwise.
@@ -238,6 +241,7 @@ impl Postgres {
                 pool,
                 target: target.clone(),
                 claim_hold,
+                split: write::SplitState::default(),
             }),
         })
     }

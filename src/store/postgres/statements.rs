@@ -43,6 +43,13 @@ pub(super) async fn lock_and_number(
     Ok(tx.query_one(NEXT, &[]).await?.get(0))
 }
 
+/// A transaction of its own after a group commit that was committed without waiting for
+/// its WAL flush: it writes one WAL record (a logical decoding message, which any role may
+/// write and no table keeps) under a transaction id, so its own commit waits for the flush
+/// (and for synchronous standbys, as the server's `synchronous_commit` says) of every
+/// record before it, the group commit's included (`write::Split`).
+pub(super) const FLUSH: &str = "SELECT pg_logical_emit_message(true, 'proxypool', '')";
+
 pub(super) const NOTIFY: &str = "SELECT pg_notify($1, currval('fleet_change_seq')::text)";
 
 pub(super) const TRANSITION: &str =
@@ -160,6 +167,7 @@ pub(super) struct Stmts {
     pub tombstones: Statement,
     pub source: Statement,
     pub notify: Statement,
+    pub flush: Statement,
 }
 
 impl Stmts {
@@ -183,6 +191,7 @@ impl Stmts {
                 TOMBSTONES,
                 SOURCE,
                 NOTIFY,
+                FLUSH,
             ]
             .map(|sql| c.prepare_cached(sql)),
         )
@@ -205,6 +214,7 @@ impl Stmts {
             tombstones: next()?,
             source: next()?,
             notify: next()?,
+            flush: next()?,
         })
     }
 }

@@ -7,10 +7,24 @@
 //!
 //! The fast path is two round trips: `BEGIN`, the change number and every guarded
 //! statement of the batch at once (pipelined); then the events, tombstones and source rows,
-//! the notification and `COMMIT`, again at once. A trial result under a stale claim, or an
-//! error, must leave nothing of its own batch behind: then the transaction is redone batch
-//! by batch, each in a savepoint.
+//! the notification, `COMMIT` and the flush (`Split`), again at once. A trial result under
+//! a stale claim, or an error, must leave nothing of its own batch behind: then the
+//! transaction is redone batch by batch, each in a savepoint.
+//!
+//! ## Split
+//!
+//! Event ids commit in id order across the fleet (`statements::EVENTS_LOCK`): the lock is
+//! held from the insert of a transaction's events to its end. A commit that waited for its
+//! WAL flush inside it would make the daemons' commits flush one after another, each
+//! daemon's batches small (its own clients only), so that three daemons wrote half as fast
+//! as one. The fast path therefore commits without waiting for the flush
+//! (`synchronous_commit = off` for that transaction alone), which ends it and frees the lock
+//! at once, and a transaction of its own sent right behind it (`statements::FLUSH`) waits
+//! for the flush of everything before it: the daemons' flushes go together, as PostgreSQL
+//! flushes concurrent commits, and nothing is answered before the flush. A server that
+//! refuses the flush statement gets ordinary commits.
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -25,6 +39,27 @@ use crate::store::{Applied, StoreError, Write};
 /// Statement results of the first round trip of the fast path.
 type Guarded = (i64, Vec<Found>);
 
+/// Whether group commits are split from their flush (`Split` above): not known until the
+/// first one, then known for the store's life.
+pub(super) struct SplitState(AtomicU8);
+
+impl Default for SplitState {
+    fn default() -> Self {
+        SplitState(AtomicU8::new(UNKNOWN))
+    }
+}
+
+const UNKNOWN: u8 = 0;
+const SPLIT: u8 = 1;
+const WHOLE: u8 = 2;
+
+/// How the fast path failed: before its `COMMIT` took effect (nothing was committed; the
+/// batches may be redone one by one) or after (committed, its flush not confirmed).
+enum Failed {
+    Before(tokio_postgres::Error),
+    After(tokio_postgres::Error),
+}
+
 /// After a failed statement the transaction is aborted: end it, so the connection goes
 /// back to the pool clean (a broken connection is dropped by the pool anyway).
 async fn rollback(c: &Client) {
@@ -37,9 +72,14 @@ async fn begin_guarded(
     st: &Stmts,
     writes: &[&Write],
     hold: Duration,
+    split: bool,
 ) -> Result<Guarded, tokio_postgres::Error> {
+    let begin = match split {
+        true => "BEGIN; SET LOCAL synchronous_commit TO off",
+        false => "BEGIN",
+    };
     let (begun, seq, founds) = futures_util::join!(
-        c.batch_execute("BEGIN"),
+        c.batch_execute(begin),
         c.query_one(&st.next, &[]),
         guard_all(c, st, writes, hold)
     );
@@ -63,12 +103,15 @@ impl Postgres {
         self.block(async {
             let c = self.client().await?;
             let st = Stmts::prepare(&c).await.map_err(|e| self.err(e))?;
-            match self.fast(&c, &st, groups, hold).await {
+            let split = self.split(&c, &st).await?;
+            match self.fast(&c, &st, groups, hold, split).await {
                 Ok(Some(done)) => return Ok(done),
                 Ok(None) => {}
-                Err(e) if super::is_connection_error(&e) => return Err(self.err(e)),
+                // Committed: never redone. Unconfirmed counts as not written.
+                Err(Failed::After(e)) => return Err(self.err(e)),
+                Err(Failed::Before(e)) if super::is_connection_error(&e) => return Err(self.err(e)),
                 // A statement the server refused: find out whose, batch by batch.
-                Err(_) => {}
+                Err(Failed::Before(_)) => {}
             }
             match self.one_by_one(&c, &st, groups, hold).await {
                 Ok(done) => Ok(done),
@@ -80,6 +123,29 @@ impl Postgres {
         })
     }
 
+    /// Whether group commits are split from their flush: the first asks the server (the
+    /// flush statement once, alone), which either runs it or refuses it for good.
+    async fn split(&self, c: &Client, st: &Stmts) -> Result<bool, StoreError> {
+        let state = &self.inner.split.0;
+        match state.load(Ordering::Relaxed) {
+            SPLIT => return Ok(true),
+            WHOLE => return Ok(false),
+            _ => {}
+        }
+        match c.query_one(&st.flush, &[]).await {
+            Ok(_) => state.store(SPLIT, Ordering::Relaxed),
+            Err(e) if super::is_connection_error(&e) => return Err(self.err(e)),
+            Err(e) => {
+                tracing::warn!(
+                    error = %crate::store::pg_message(&e),
+                    "the database refuses pg_logical_emit_message: each commit waits for its flush holding the events' lock (slower with several daemons)"
+                );
+                state.store(WHOLE, Ordering::Relaxed);
+            }
+        }
+        Ok(state.load(Ordering::Relaxed) == SPLIT)
+    }
+
     /// Every batch at once; `None` when one of them must not apply (then nothing did).
     async fn fast(
         &self,
@@ -87,17 +153,18 @@ impl Postgres {
         st: &Stmts,
         groups: &[Vec<Write>],
         hold: Duration,
-    ) -> Result<Option<Vec<Result<Applied, StoreError>>>, tokio_postgres::Error> {
+        split: bool,
+    ) -> Result<Option<Vec<Result<Applied, StoreError>>>, Failed> {
         let all: Vec<&Write> = groups.iter().flatten().collect();
-        let (seq, founds) = match begin_guarded(c, st, &all, hold).await {
+        let (seq, founds) = match begin_guarded(c, st, &all, hold, split).await {
             Ok(g) => g,
             Err(e) => {
                 rollback(c).await;
-                return Err(e);
+                return Err(Failed::Before(e));
             }
         };
         if bad_group(&founds) {
-            c.batch_execute("ROLLBACK").await?;
+            c.batch_execute("ROLLBACK").await.map_err(Failed::Before)?;
             return Ok(None);
         }
         let mut outs = Vec::with_capacity(groups.len());
@@ -121,11 +188,19 @@ impl Postgres {
         };
         // The rows that changed under a write, read before COMMIT in the same round trip.
         let rows = join_all(outs.iter().map(|out| fresh(c, out)));
-        let (written, notified, rows, committed) = futures_util::join!(
+        // Sent after COMMIT (polled last): its own transaction.
+        let flushed = async {
+            match split {
+                true => c.query_one(&st.flush, &[]).await.map(|_| ()),
+                false => Ok(()),
+            }
+        };
+        let (written, notified, rows, committed, flushed) = futures_util::join!(
             finish(c, st, &all, &total),
             notify,
             rows,
-            c.batch_execute("COMMIT")
+            c.batch_execute("COMMIT"),
+            flushed
         );
         // A COMMIT after a failed statement is a rollback that reports no error: the
         // other results say whether anything was committed.
@@ -134,10 +209,11 @@ impl Postgres {
             (Ok(()), Ok(()), Ok(rows)) => rows,
             (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
                 rollback(c).await;
-                return Err(e);
+                return Err(Failed::Before(e));
             }
         };
-        committed?;
+        committed.map_err(Failed::Before)?;
+        flushed.map_err(Failed::After)?;
         let mut results = Vec::with_capacity(outs.len());
         for (out, fresh) in outs.into_iter().zip(rows) {
             results.push(fresh.map(|fresh| Applied {
