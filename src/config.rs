@@ -289,7 +289,16 @@ pub struct PoolConfig {
     pub fallback: Option<String>,
 }
 
+/// A probe trial's claim holds this much longer than the probe may take.
+const PROBE_HOLD_MARGIN: Duration = Duration::from_secs(5);
+
 impl PoolConfig {
+    /// How long a trial is held at most, whatever holds it (a lease of any ttl, a probe):
+    /// as long as a probe's claim (docs/blame.md, "A target that is down").
+    pub fn trial_hold(&self) -> Duration {
+        self.probe.timeout + PROBE_HOLD_MARGIN
+    }
+
     /// The built-in pool used when a name is not configured.
     pub fn builtin(name: &str) -> Self {
         PoolConfig {

@@ -13,6 +13,7 @@ pub mod endpoint;
 pub mod event_kind;
 pub mod gateway;
 pub mod health;
+pub mod ip_literal;
 pub mod limits;
 pub mod metrics;
 pub mod pool;

@@ -23,8 +23,8 @@ pub use location::Location;
 pub use postgres::{PgTarget, Postgres};
 pub use rows::{
     Applied, Claim, ClaimOn, ClaimResult, EndpointRow, EndpointView, Epoch, EventRow, Fresh,
-    HealthRecord, NewEndpoint, NewEvent, Numbered, OnExisting, RowClaim, SourceRow, ToInsert,
-    Unclaim, Write,
+    HealthRecord, NewEndpoint, NewEvent, Numbered, OnExisting, RowClaim, SlowedView, SourceRow,
+    ToInsert, Unclaim, Write,
 };
 pub use sqlite::Sqlite;
 

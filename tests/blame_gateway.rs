@@ -83,6 +83,11 @@ async fn a_dead_name_a_closed_port_and_a_dead_site_cool_no_real_proxy() {
     // A mistyped host, by CONNECT: two proxies fail it, nobody reached it: down.
     let r = roundtrip(gw.addr, &connect_to("no-such-host.invalid:443")).await;
     assert_down(&r);
+    // This request dialed: the answer names the last upstream that failed.
+    assert!(r.header("x-proxypool-endpoint").is_some(), "{}", r.head);
+    // Answered at once, dialing nothing: no upstream named.
+    let r = roundtrip(gw.addr, &connect_to("no-such-host.invalid:443")).await;
+    assert_down(&r);
     assert!(r.header("x-proxypool-endpoint").is_none(), "{}", r.head);
     // Asking again costs no dial.
     let before = failed_attempts(&gw);
@@ -390,5 +395,104 @@ async fn headless_chromium_through_the_gateway_leaves_the_pool_intact() {
         .await;
         assert_eq!(r.status(), 200, "{}", r.head);
     }
+    gw.stop().await;
+}
+
+/// A site on five ports, each reached once, stops (its ports refuse): two CONNECTs to
+/// each port through tinyproxy, microsocks and dante. The successes from before the
+/// outage are no contrast: the ports go down, no proxy cools, and a healthy site is
+/// served after (docs/blame.md, "Contrast").
+#[tokio::test]
+async fn a_site_that_stops_after_being_reached_cools_no_real_proxy() {
+    let mut ports = Vec::new();
+    for _ in 0..5 {
+        ports.push(site().await);
+    }
+    let healthy = site().await;
+    let mut allowed: Vec<u16> = ports.iter().map(|p| p.port()).collect();
+    allowed.push(healthy.port());
+    let Some(tp) = tinyproxy(&allowed).await else {
+        return;
+    };
+    let Some(ms) = microsocks().await else { return };
+    let Some(dt) = dante().await else { return };
+    let urls = [
+        format!("http://alice:s3cret@127.0.0.1:{}", tp.port),
+        format!("socks5h://alice:s3cret@127.0.0.1:{}", ms.port),
+        format!("socks5h://127.0.0.1:{}", dt.port),
+    ];
+    let gw = Gw::start(&urls, |c| c.retries = 2).await;
+    for p in &ports {
+        let t = format!("127.0.0.1:{}", p.port());
+        assert_eq!(connect_status(gw.addr, &t).await, 200, "{t} reached");
+    }
+    gw.until_no_leases().await;
+    for p in &mut ports {
+        p.stop_accepting();
+    }
+    for p in &ports {
+        let t = format!("127.0.0.1:{}", p.port());
+        for _ in 0..2 {
+            let r = roundtrip(gw.addr, &connect_to(&t)).await;
+            assert_down(&r);
+        }
+    }
+    gw.until_no_leases().await;
+    pool_intact(&gw);
+    for i in 0..3 {
+        let url = format!("http://127.0.0.1:{}/after{i}", healthy.port());
+        let r = roundtrip(gw.addr, &get_url(&url)).await;
+        assert_eq!(r.status(), 200, "{}", r.head);
+    }
+    let events = gw.events();
+    assert!(
+        events.iter().all(|e| e.kind != "state_changed"),
+        "nothing changed state: {events:?}"
+    );
+    gw.stop().await;
+}
+
+/// The trial of a down target fails: the gateway's `502 destination_down` after that dial
+/// names the upstream it went through (`X-Proxypool-Endpoint`), as every answer after a
+/// dial does.
+#[tokio::test]
+async fn a_failed_target_trial_names_its_upstream() {
+    let proxies = [
+        http_proxy(HttpProxyCfg::default()).await,
+        http_proxy(HttpProxyCfg::default()).await,
+    ];
+    let urls: Vec<String> = proxies
+        .iter()
+        .map(|p| format!("http://127.0.0.1:{}", p.port()))
+        .collect();
+    let gw = Gw::start(&urls, |c| c.retries = 1).await;
+    let target = format!("127.0.0.1:{}", closed_port());
+    assert_down(&roundtrip(gw.addr, &connect_to(&target)).await);
+    let dials = || {
+        proxies
+            .iter()
+            .map(|p| connects_to(p, &target))
+            .sum::<usize>()
+    };
+    assert_eq!(dials(), 2);
+    // Poll (with a deadline) until the target's trial has dialed once: its answer.
+    let trial = eventually_async(Duration::from_secs(10), "the target's trial", || async {
+        let r = roundtrip(gw.addr, &connect_to(&target)).await;
+        match dials() {
+            2 => Err(format!("no trial yet: {}", r.head)),
+            _ => Ok(r),
+        }
+    })
+    .await;
+    assert_eq!(dials(), 3);
+    assert_down(&trial);
+    let named: u64 = trial
+        .header("x-proxypool-endpoint")
+        .unwrap_or_else(|| panic!("no upstream named: {}", trial.head))
+        .parse()
+        .unwrap();
+    assert!(gw.ids.contains(&(named as i64)), "{}", trial.head);
+    gw.until_no_leases().await;
+    pool_intact(&gw);
     gw.stop().await;
 }

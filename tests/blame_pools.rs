@@ -286,6 +286,15 @@ async fn an_endpoint_that_fails_three_targets_others_reach_cools_endpoint_wide()
         let b = lease_with(&mut vp, t, None).unwrap();
         assert_eq!(b.endpoint, bad);
         assert_eq!(report(&mut vp, &b, refused()).blame, Some(Blame::Pair));
+        assert_eq!(
+            vp.row(bad).state,
+            State::Available,
+            "a success from before the refusal is no contrast"
+        );
+        // The good one reaches it again after the refusal: that is the contrast.
+        let g = lease_with(&mut vp, t, None).unwrap();
+        assert_eq!(g.endpoint, good, "the refused pair is skipped");
+        report(&mut vp, &g, Outcome::Success);
         let want = if i < 2 {
             State::Available
         } else {
@@ -550,16 +559,29 @@ async fn a_probe_failure_others_prove_wrong_is_the_endpoints() {
             .1;
         vp.persist(&w);
     }
-    // b reached the probe target just now; a cannot.
+    // b reached the probe target just now; a cannot. A success from before is no
+    // contrast (the site may have gone away since): pending.
     let (now, wall) = vp.now();
     let (r, w) = vp
         .pools
         .probe_result(a, unreachable(), false, None, now, wall);
     vp.persist(&w);
-    assert_eq!(r.unwrap(), State::Cooling);
+    assert_eq!(r.unwrap(), State::Available);
     let events = vp.new_events();
     let f = kinds(&events, "probe_failure");
-    assert_eq!(f.last().unwrap().blame.as_deref(), Some("endpoint"));
+    assert_eq!(f.last().unwrap().blame.as_deref(), Some("pending"));
+    // b's next check passes after it: a's failure was its own, a cools.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let (now, wall) = vp.now();
+    let w = vp
+        .pools
+        .probe_result(b, Outcome::Success, false, None, now, wall)
+        .1;
+    vp.persist(&w);
+    assert_eq!(vp.row(a).state, State::Cooling);
+    let events = vp.new_events();
+    let changed = kinds(&events, "state_changed");
+    assert_eq!(changed.last().unwrap().blame.as_deref(), Some("endpoint"));
 }
 
 #[tokio::test(start_paused = true)]
@@ -589,4 +611,211 @@ async fn a_hundred_thousand_bogus_targets_cool_nobody_and_stay_within_the_cap() 
     // The table keeps the most recent 65,536 targets; the rest were forgotten.
     assert_eq!(status.targets_down, 65_536);
     assert!(vp.lease().is_ok());
+}
+
+/// A site on five ports, each reached once through one of three endpoints, goes down:
+/// two uses of each port fail through two endpoints each, as the gateway's retries would.
+/// The successes from before the outage are no contrast (the site went away since): no
+/// endpoint and no pair cools, every port is down, and another site leases at once.
+#[tokio::test(start_paused = true)]
+async fn a_site_that_goes_down_after_being_reached_cools_no_endpoint() {
+    let mut vp = pool(3);
+    let ports: Vec<String> = (0..5)
+        .map(|i| format!("shop.example:{}", 8080 + i))
+        .collect();
+    for t in &ports {
+        let g = lease_with(&mut vp, t, None).unwrap();
+        assert_eq!(report(&mut vp, &g, Outcome::Success).blame, None);
+    }
+    tokio::time::advance(Duration::from_secs(1)).await;
+    for t in &ports {
+        for _ in 0..2 {
+            // One client request: a lease, its failure, the next upstream, its failure.
+            for _ in 0..2 {
+                match lease_with(&mut vp, t, None) {
+                    Ok(g) => {
+                        let r = report(&mut vp, &g, unreachable());
+                        assert!(
+                            matches!(r.blame, Some(Blame::Pending | Blame::Target)),
+                            "{t}: {r:?}"
+                        );
+                    }
+                    Err(PoolError::DestinationDown { .. }) => break,
+                    Err(e) => panic!("{t}: {e:?}"),
+                }
+            }
+        }
+    }
+    all_available_and_unbanned(&vp);
+    let status = &vp.pools.status(Some(POOL), vp.now().0).unwrap()[0];
+    assert_eq!(status.targets_down, 5, "{status:?}");
+    let events = vp.new_events();
+    assert!(kinds(&events, "state_changed").is_empty(), "{events:?}");
+    // A healthy site is served, by every endpoint in turn.
+    let seen: std::collections::BTreeSet<_> = (0..6)
+        .map(|_| {
+            let g = lease_with(&mut vp, "healthy.example:443", None).unwrap();
+            let (now, _) = vp.now();
+            vp.pools.release(&g.lease, now).0.unwrap();
+            g.endpoint
+        })
+        .collect();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+}
+
+/// Successes before a failure never contrast it; a success through another endpoint
+/// after it does (the failing endpoint's pair cools then), and an endpoint that fails
+/// three targets others reach after it still cools endpoint-wide.
+#[tokio::test(start_paused = true)]
+async fn only_a_success_after_the_failure_contrasts_it() {
+    let mut vp = pool(3);
+    let bad = vp.ids[2];
+    for (i, t) in ["a.example:443", "b.example:443", "c.example:443"]
+        .iter()
+        .enumerate()
+    {
+        // Reached before (through anyone), then the bad endpoint fails it: pending.
+        let g = lease_with(&mut vp, t, None).unwrap();
+        report(&mut vp, &g, Outcome::Success);
+        let g = loop {
+            let g = lease_with(&mut vp, t, None).unwrap();
+            if g.endpoint == bad {
+                break g;
+            }
+            let (now, _) = vp.now();
+            vp.pools.release(&g.lease, now).0.unwrap();
+        };
+        assert_eq!(
+            report(&mut vp, &g, unreachable()).blame,
+            Some(Blame::Pending),
+            "a success from before is no contrast"
+        );
+        assert!(vp.store.pairs_of(bad).unwrap().len() == i);
+        // Another endpoint gets through after it: now it is the pair's.
+        let g = lease_with(&mut vp, t, None).unwrap();
+        assert_ne!(g.endpoint, bad, "the pending endpoint is passed over");
+        report(&mut vp, &g, Outcome::Success);
+        assert_eq!(vp.store.pairs_of(bad).unwrap().len(), i + 1);
+        let want = if i < 2 {
+            State::Available
+        } else {
+            State::Cooling
+        };
+        assert_eq!(vp.row(bad).state, want, "after {} targets", i + 1);
+    }
+    assert!(vp
+        .row(bad)
+        .detail
+        .unwrap()
+        .contains("failed 3 distinct targets"));
+}
+
+/// Escalation never counts a target that turned out to be down: an endpoint whose failures
+/// on two targets were confirmed by a later success, whose targets then went down, is not
+/// escalated by a third.
+#[tokio::test(start_paused = true)]
+async fn a_target_that_went_down_takes_back_its_strikes() {
+    let mut vp = pool(3);
+    let bad = vp.ids[2];
+    let lease_through = |vp: &mut VirtualPool, t: &str, want: bool| loop {
+        let g = lease_with(vp, t, None).unwrap();
+        if (g.endpoint == bad) == want {
+            break g;
+        }
+        let (now, _) = vp.now();
+        vp.pools.release(&g.lease, now).0.unwrap();
+    };
+    for t in ["a.example:443", "b.example:443"] {
+        let g = lease_through(&mut vp, t, true);
+        assert_eq!(
+            report(&mut vp, &g, unreachable()).blame,
+            Some(Blame::Pending)
+        );
+        let g = lease_through(&mut vp, t, false);
+        report(&mut vp, &g, Outcome::Success);
+        // Then the target goes away: two others fail it, it is down.
+        for _ in 0..2 {
+            let g = lease_through(&mut vp, t, false);
+            report(&mut vp, &g, unreachable());
+        }
+        assert!(matches!(
+            lease_with(&mut vp, t, None),
+            Err(PoolError::DestinationDown { .. })
+        ));
+    }
+    let t = "c.example:443";
+    let g = lease_through(&mut vp, t, true);
+    report(&mut vp, &g, unreachable());
+    let g = lease_through(&mut vp, t, false);
+    report(&mut vp, &g, Outcome::Success);
+    assert_eq!(
+        vp.row(bad).state,
+        State::Available,
+        "two of its three targets turned out to be down"
+    );
+}
+
+/// A client takes a down target's trial with a ttl of a year and reports nothing. The
+/// answer while the trial is out says so (not "next trial in 2000 ms"), the trial is
+/// handed back after the pool's trial hold (its probe `timeout` and 5 s), whatever the
+/// ttl, and
+/// the next use is the trial. The held lease's late report or release then decides
+/// nothing about the new trial.
+#[tokio::test(start_paused = true)]
+async fn a_held_target_trial_is_handed_back_after_the_trial_hold() {
+    let mut vp = pool(3);
+    let hold = vp.cfg.probe.timeout + Duration::from_secs(5);
+    for _ in 0..2 {
+        let g = lease_with(&mut vp, DEAD, None).unwrap();
+        report(&mut vp, &g, unreachable());
+    }
+    tokio::time::advance(Duration::from_millis(2200)).await;
+    let year = Duration::from_secs(365 * 24 * 3600);
+    let want = Want::parse(Some(DEAD), None).unwrap();
+    let (now, _) = vp.now();
+    let (held, w) = vp.pools.lease_with(POOL, year, None, &want, now);
+    vp.persist(&w);
+    let held = held.unwrap();
+    assert_eq!(held.scope.as_deref(), Some("target"));
+    match lease_with(&mut vp, DEAD, None) {
+        Err(e @ PoolError::DestinationDown { .. }) => {
+            let PoolError::DestinationDown { retry_after, .. } = &e else {
+                unreachable!()
+            };
+            assert_eq!(*retry_after, hold, "until the trial is handed back: {e}");
+            let text = e.to_string();
+            assert!(text.contains("trial is under way"), "{text}");
+            assert!(!text.contains("next trial in"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    tokio::time::advance(hold - Duration::from_millis(1)).await;
+    vp.tick();
+    assert!(matches!(
+        lease_with(&mut vp, DEAD, None),
+        Err(PoolError::DestinationDown { .. })
+    ));
+    tokio::time::advance(Duration::from_millis(1)).await;
+    vp.tick();
+    let events = vp.new_events();
+    let back = kinds(&events, "trial_abandoned");
+    assert_eq!(back.len(), 1, "{events:?}");
+    assert_eq!(back[0].destination.as_deref(), Some(DEAD));
+    assert!(back[0]
+        .detail
+        .as_deref()
+        .unwrap()
+        .contains("did not decide"));
+    // The next use is the trial, though the first lease lives on for a year.
+    let next = lease_with(&mut vp, DEAD, None).unwrap();
+    assert_eq!(next.scope.as_deref(), Some("target"));
+    // The held lease's late release is not the new trial's: it stays out.
+    let (now, _) = vp.now();
+    vp.pools.release(&held.lease, now).0.unwrap();
+    assert!(matches!(
+        lease_with(&mut vp, DEAD, None),
+        Err(PoolError::DestinationDown { .. })
+    ));
+    assert_eq!(report(&mut vp, &next, Outcome::Success).blame, None);
+    assert!(!lease_with(&mut vp, DEAD, None).unwrap().trial);
 }

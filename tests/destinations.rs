@@ -592,3 +592,83 @@ async fn a_pair_trial_not_decided_by_its_report_or_expired_is_handed_back() {
         ]
     );
 }
+
+/// Junk fills the pair cap (a lease and a 403 report on each of many bogus hosts); a real
+/// 403 afterwards is recorded all the same (the pair failed least recently gives way),
+/// the next lease for the real site skips the banned endpoint, and the database holds no
+/// more pairs than the cap: junk does not survive past it.
+#[tokio::test(start_paused = true)]
+async fn junk_at_the_pair_cap_never_drops_a_real_ban() {
+    const CAP: usize = 1_000;
+    let mut vp = VirtualPool::new(
+        config(Mode::StaticNoPing, BASE, 8 * BASE),
+        (0..3).map(|_| Script::SucceedsAlways).collect(),
+    );
+    vp.pools.cap_pairs(POOL, CAP);
+    let (now, wall) = vp.now();
+    let mut writes = Vec::new();
+    for i in 0..CAP + 20 {
+        let (g, w) = vp
+            .pools
+            .lease_with(POOL, TTL, None, &want(&format!("junk-{i}.invalid")), now);
+        writes.extend(w);
+        let (r, w) = vp.pools.report_with(
+            &g.unwrap().lease,
+            banned_403(),
+            &ReportOn::default(),
+            now,
+            wall,
+        );
+        assert_eq!(r.unwrap().blame, Some(Blame::Pair));
+        writes.extend(w);
+    }
+    vp.persist(&writes);
+    assert_eq!(vp.store.pairs().unwrap().len(), CAP);
+    let g = vp
+        .pools
+        .lease_with(POOL, TTL, None, &want(SHOP), now)
+        .0
+        .unwrap();
+    let (r, w) = vp
+        .pools
+        .report_with(&g.lease, banned_403(), &ReportOn::default(), now, wall);
+    vp.persist(&w);
+    assert_eq!(r.unwrap().blame, Some(Blame::Pair));
+    let shop: Vec<_> = vp
+        .store
+        .pairs()
+        .unwrap()
+        .into_iter()
+        .filter(|p| p.record.destination == SHOP)
+        .collect();
+    assert_eq!(shop.len(), 1, "the real ban is recorded");
+    assert_eq!(shop[0].record.endpoint, g.endpoint);
+    for _ in 0..6 {
+        let next = vp
+            .pools
+            .lease_with(POOL, TTL, None, &want(SHOP), now)
+            .0
+            .unwrap();
+        assert_ne!(next.endpoint, g.endpoint, "the banned endpoint is skipped");
+        vp.pools.release(&next.lease, now).0.unwrap();
+    }
+    assert_eq!(
+        vp.store.pairs().unwrap().len(),
+        CAP,
+        "the database stays within the cap"
+    );
+    assert!(vp.pools.pair_keys().len() <= CAP);
+    let forgotten = vp
+        .new_events()
+        .into_iter()
+        .filter(|e| {
+            e.detail
+                .as_deref()
+                .is_some_and(|d| d.contains("to make room"))
+        })
+        .count();
+    assert_eq!(
+        forgotten, 21,
+        "one pair forgotten for each ban past the cap"
+    );
+}

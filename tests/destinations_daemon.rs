@@ -418,3 +418,117 @@ timeout = "2s"
     drop(site);
     drop(d);
 }
+
+/// An operator clears a target that is down without a restart (docs/blame.md, "A target
+/// that is down"): `enable --target HOST:PORT`, or the socket's `enable` with `target`.
+/// A target no pool knows is refused with an error naming it, and nothing changes.
+#[test]
+fn enable_target_clears_a_down_target_without_a_restart() {
+    let h = Home::new(Some(MINUTE_COOLDOWN));
+    let d = h.serve();
+    h.add(&["http://10.6.2.1:3128", "socks5h://10.6.2.2:1080"]);
+    let mut c = d.conn();
+    for _ in 0..2 {
+        let (l, _) = lease_for(&mut c, "dead.invalid:443");
+        ok(
+            c.req(&json!({"op": "report", "lease": l, "outcome": "failure",
+            "reason": "upstream_unreachable", "phase": "proxy_handshake"})),
+        );
+    }
+    let refused = c.req(&json!({"op": "lease", "destination": "dead.invalid:443"}));
+    assert_eq!(err_code(&refused), "destination_down", "{refused}");
+    let out = h.ok(&["enable", "--target", "DEAD.invalid:443"]);
+    assert_eq!(
+        out.trim(),
+        "default\tdead.invalid:443\tup (was down)",
+        "{out}"
+    );
+    let (l, _) = lease_for(&mut c, "dead.invalid:443");
+    ok(c.req(&json!({"op": "release", "lease": l})));
+    let status = ok(c.req(&json!({"op": "status"})));
+    assert_eq!(status["pools"][0]["targets_down"], json!(0), "{status}");
+    let up: Vec<_> = h
+        .events()
+        .into_iter()
+        .filter(|e| e["kind"] == "target_up" && e["destination"] == "dead.invalid:443")
+        .collect();
+    assert_eq!(up.len(), 1, "{up:?}");
+    assert_eq!(up[0]["reason"], json!("operator"), "{up:?}");
+    // Known (one failure pending contrast), not down: cleared, and said so.
+    let (l, _) = lease_for(&mut c, "dead.invalid:443");
+    ok(
+        c.req(&json!({"op": "report", "lease": l, "outcome": "failure",
+        "reason": "upstream_unreachable", "phase": "proxy_handshake"})),
+    );
+    let out = h.ok(&["enable", "--target", "dead.invalid:443"]);
+    assert!(out.contains("was not down"), "{out}");
+    // Unknown, or not a target: refused, naming it (exit 2; bad_request on the socket).
+    let (_, err) = h.fails(2, &["enable", "--target", "never.example:443"]);
+    assert!(
+        err.contains("never.example:443") && err.contains("not known"),
+        "{err}"
+    );
+    let (_, err) = h.fails(2, &["enable", "--target", "bad host:1"]);
+    assert!(err.contains("--target"), "{err}");
+    let (_, err) = h.fails(2, &["enable", "1", "--target", "dead.invalid:443"]);
+    assert!(err.contains("--target"), "{err}");
+    let r = c.req(&json!({"op": "enable", "target": "never.example:443"}));
+    assert_eq!(err_code(&r), "bad_request", "{r}");
+    assert!(err_message(&r).contains("never.example:443"), "{r}");
+    let r = c.req(&json!({"op": "enable", "endpoint": 1, "target": "dead.invalid:443"}));
+    assert_eq!(err_code(&r), "bad_request", "{r}");
+    let (l, _) = lease_for(&mut c, "dead.invalid:443");
+    ok(
+        c.req(&json!({"op": "report", "lease": l, "outcome": "failure",
+        "reason": "upstream_unreachable", "phase": "proxy_handshake"})),
+    );
+    let r = ok(c.req(&json!({"op": "enable", "target": "dead.invalid:443"})));
+    assert_eq!(r["cleared"][0]["pool"], json!("default"), "{r}");
+    assert_eq!(r["cleared"][0]["was_down"], json!(false), "{r}");
+}
+
+/// A 429 asking for a year's quiet holds the pair back at most the pool's cooldown `max`
+/// (docs/selection.md, "Slow down, not banned"); `list --destination` shows the slow-down
+/// where it shows pairs, and `enable ID --destination HOST` clears it.
+#[test]
+fn a_slow_down_is_capped_shown_and_cleared() {
+    let cfg = format!("{MINUTE_COOLDOWN}\n[pool.pace]\ninterval = \"1s\"\nslow_down = true\n");
+    let cfg = cfg.replace("max = \"60s\"", "max = \"10m\"");
+    let h = Home::new(Some(&cfg));
+    let d = h.serve();
+    let ids = h.add(&["http://10.6.3.1:3128"]);
+    let mut c = d.conn();
+    let (l, _) = lease_for(&mut c, "shop.example");
+    ok(
+        c.req(&json!({"op": "report", "lease": l, "outcome": "failure",
+        "reason": "destination_status", "phase": "response_head", "status": 429,
+        "retry_after": "365d"})),
+    );
+    let paced = c.req(&json!({"op": "lease", "destination": "shop.example"}));
+    assert_eq!(err_code(&paced), "paced", "{paced}");
+    let after = paced["error"]["retry_after_ms"].as_u64().unwrap();
+    assert!((590_000..=600_000).contains(&after), "{paced}");
+    let id = ids[0].to_string();
+    let list = json_of(&h.ok(&["list", "--destination", "shop.example", "--json"]));
+    let row = &list[0];
+    assert_eq!(row["destination_state"], json!("available"), "{row}");
+    let next = row["slowed"]["next_use_in_ms"].as_u64().unwrap_or(0);
+    assert!((590_000..=600_000).contains(&next), "{row}");
+    let table = h.ok(&["list", "--destination", "shop.example"]);
+    assert!(table.contains("SLOWED"), "{table}");
+    let out = h.ok(&["enable", &id, "--destination", "shop.example"]);
+    assert_eq!(out.trim(), format!("{id}\tshop.example\tavailable"));
+    let (l, e) = lease_for(&mut c, "shop.example");
+    assert_eq!(e, ids[0], "cleared: leased for the host at once");
+    ok(c.req(&json!({"op": "release", "lease": l})));
+    let cleared: Vec<_> = h
+        .events()
+        .into_iter()
+        .filter(|e| e["kind"] == "operator" && e["destination"] == "shop.example")
+        .map(|e| e["detail"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(cleared.len(), 1, "{cleared:?}");
+    assert!(cleared[0].contains("slow-down cleared"), "{cleared:?}");
+    let list = json_of(&h.ok(&["list", "--destination", "shop.example", "--json"]));
+    assert_eq!(list[0]["slowed"], Value::Null, "{list}");
+}

@@ -195,12 +195,20 @@ async fn a_websocket_inside_an_intercepted_connection_is_relayed() {
             (st["leases"] == 0).then_some(()).ok_or(st.to_string())
         },
     );
-    let ws: Vec<Value> = o
-        .requests()
-        .into_iter()
-        .filter(|r| r["uri"] == "/ws")
-        .collect();
-    assert_eq!(ws.len(), 1, "{ws:?}");
+    // nginx logs an upgraded request once it has closed.
+    let what = "the upgrade is logged";
+    let ws = common::eventually(std::time::Duration::from_secs(10), what, || {
+        let ws: Vec<Value> = o
+            .requests()
+            .into_iter()
+            .filter(|r| r["uri"] == "/ws")
+            .collect();
+        if ws.len() == 1 {
+            Ok(ws)
+        } else {
+            Err(format!("{ws:?}"))
+        }
+    });
     assert_eq!(
         (ws[0]["ip"].as_str(), ws[0]["status"].as_str()),
         (Some("127.0.1.5"), Some("101"))

@@ -170,3 +170,70 @@ fn a_burst_of_state_changes_is_summarised_and_a_restart_logs_counts() {
         "{before_start} lines before the start line: {text}"
     );
 }
+
+/// Pair bans and targets going down are state changes like an endpoint's (docs/
+/// observability.md, "Log volume"): they share the budget of 20 lines a second, the rest
+/// of each second summed in one line, so a client that bans a thousand pairs on bogus
+/// hosts and downs a thousand bogus targets writes a few dozen lines, not two thousand;
+/// no change is lost (the lines and the summaries add up to the changes).
+#[test]
+fn pair_and_target_changes_share_the_log_budget() {
+    const N: usize = 1000;
+    let cfg = "[[pool]]\nname = \"default\"\nmode = \"static-no-ping\"\n";
+    let home = Home::new(Some(cfg));
+    home.add(&["http://10.37.0.1:3128", "http://10.37.0.2:3128"]);
+    let d = home.serve();
+    let mut c = d.conn();
+    let fail = |c: &mut common::daemon::Conn, dest: &str, reason: &str, phase: &str| {
+        let g = c.req(&serde_json::json!({"op": "lease", "destination": dest}));
+        assert_eq!(g["ok"], true, "{g}");
+        let r = c.req(&serde_json::json!({"op": "report", "lease": g["lease"],
+            "outcome": "failure", "reason": reason, "phase": phase, "status": 403}));
+        assert_eq!(r["ok"], true, "{r}");
+    };
+    for i in 0..N {
+        fail(
+            &mut c,
+            &format!("junk-{i}.example"),
+            "destination_status",
+            "response_head",
+        );
+    }
+    for i in 0..N {
+        for _ in 0..2 {
+            let t = format!("down-{i}.invalid:443");
+            fail(&mut c, &t, "upstream_unreachable", "proxy_handshake");
+        }
+    }
+    let tally = |text: &str| -> (usize, u64) {
+        let lines = text
+            .lines()
+            .filter(|l| l.contains("pair state changed") || l.contains("target down"))
+            .count();
+        let summed: u64 = text
+            .lines()
+            .filter(|l| l.contains("state changes summarised"))
+            .map(|l| {
+                let n = l.split("changes=").nth(1).expect("changes field");
+                n.split_whitespace().next().unwrap().parse::<u64>().unwrap()
+            })
+            .sum();
+        (lines, summed)
+    };
+    let (lines, summed) = common::eventually(
+        std::time::Duration::from_secs(30),
+        "every ban and every target down logged or summed",
+        || {
+            let (lines, summed) = tally(&d.log_text());
+            if lines as u64 + summed == 2 * N as u64 {
+                Ok((lines, summed))
+            } else {
+                Err(format!("{lines} lines + {summed} summed"))
+            }
+        },
+    );
+    assert!(
+        summed > 0 && lines < N / 2,
+        "{lines} lines, {summed} summed"
+    );
+}

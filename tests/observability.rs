@@ -81,6 +81,7 @@ impl TestSource {
             created_at: fmt_time(self.now),
             stats: None,
             destination_state: None,
+            slowed: None,
             tags: Default::default(),
         };
         vec![

@@ -9,6 +9,7 @@ use std::time::Duration;
 use proxypool::event_kind::EventKind;
 use proxypool::health::{Failure, Input, Phase, Policy, Reason};
 use proxypool::pool::destinations::{Destinations, DEFAULT_MAX_PAIRS};
+use proxypool::store::pairs::PairWrite;
 use proxypool::store::NewEvent;
 use tokio::time::Instant;
 
@@ -74,4 +75,51 @@ fn banned_pairs_stay_under_200_bytes_each() {
         println!("{name}: {b:.1} bytes per banned pair");
         assert!(b <= 200.0, "{name}: {b:.1} bytes per pair");
     }
+    junk_past_the_cap();
+}
+
+fn ban(d: &mut Destinations, name: &str, e: i64, now: Instant) -> Vec<PairWrite> {
+    let failure = Failure {
+        status: Some(403),
+        ..Failure::new(Reason::DestinationStatus, Some(Phase::ResponseHead))
+    };
+    let input = Input::Failure {
+        failure,
+        trial: false,
+    };
+    let act = Some(NewEvent::new(EventKind::Report));
+    d.apply(name, e, input, Some(403), act, &Policy::default(), now, 0.0)
+        .writes
+}
+
+/// The junk: 1,020,000 bans on distinct bogus hosts, past the cap of 1,000,000.
+/// Every one is recorded (the pair failed least recently gives way, its row deleted), a
+/// real ban afterwards too, and memory stays bounded by the cap: a pair alone on its
+/// destination also pays for that destination's view (about 480 bytes in all).
+fn junk_past_the_cap() {
+    let now = Instant::now();
+    let before = live();
+    let mut d = Destinations::new("default", DEFAULT_MAX_PAIRS);
+    let mut deleted = 0;
+    for i in 0..1_020_000 {
+        let w = ban(&mut d, &format!("junk-{i}.invalid"), i % 3, now);
+        deleted += w
+            .iter()
+            .filter(|w| matches!(w, PairWrite::Delete { .. }))
+            .count();
+    }
+    assert_eq!((d.len(), deleted), (DEFAULT_MAX_PAIRS, 20_000));
+    let w = ban(&mut d, "shop.example", 1, now);
+    assert!(
+        w.iter().any(|w| matches!(w, PairWrite::Upsert(..))),
+        "{w:?}"
+    );
+    assert!(d.pair("shop.example", 1).is_some(), "the real ban is held");
+    assert!(
+        d.pair("junk-0.invalid", 0).is_none(),
+        "the oldest junk went"
+    );
+    let b = (live() - before) as f64 / d.len() as f64;
+    println!("1,020,000 junk bans past the cap: {b:.1} bytes per pair held");
+    assert!(b <= 520.0, "{b:.1} bytes per pair");
 }

@@ -470,3 +470,127 @@ async fn slow_start_raises_a_new_endpoints_share_from_a_tenth_to_full() {
     let old = got[&1];
     assert!(new * 3 < old, "new {new}, an old one {old}: {got:?}");
 }
+
+/// A 429 asking for a year of quiet (`Retry-After: 365d`) holds the pair back no longer
+/// than the pool's cooldown `max` (600 s here), like a cooldown; and `enable ID
+/// --destination HOST` clears it at once.
+#[tokio::test(start_paused = true)]
+async fn a_slow_down_is_capped_like_a_cooldown_and_enable_clears_it() {
+    let clock = Clock::new();
+    let mut p = pools(cfg(|c| c.pace = Some(pace(2 * S, 0, true))), 2, &clock);
+    let year = 365 * 24 * 3600 * S;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let g = lease(&mut p, Some(SHOP), &clock).unwrap();
+        report(&mut p, &g, too_many(429, Some(year)), None, &clock);
+        ids.push(g.endpoint);
+    }
+    assert_ne!(ids[0], ids[1]);
+    assert_eq!(paced(lease(&mut p, Some(SHOP), &clock)), Some(600 * S));
+    let (now, _) = clock.now();
+    let (state, writes) = p.enable_pair(ids[0], SHOP, now);
+    assert_eq!(state.unwrap(), State::Available);
+    let said = format!("{writes:?}");
+    assert!(!said.contains("nothing to change"), "{said}");
+    assert!(said.contains("slow"), "{said}");
+    let g = lease(&mut p, Some(SHOP), &clock).unwrap();
+    assert_eq!(g.endpoint, ids[0], "cleared: usable for the host at once");
+    release(&mut p, &g, &clock);
+    // The other endpoint's pair is still held back, until its capped end.
+    advance(600 * S).await;
+    let g = lease(&mut p, Some(SHOP), &clock).unwrap();
+    release(&mut p, &g, &clock);
+}
+
+/// Three live leases of a host at `in_flight = 1`, then 70,000 leases of other hosts (more
+/// than the 65,536 hosts pacing keeps): the host's state is live, so it is never the one
+/// forgotten, and a fourth lease for it is still refused.
+#[tokio::test(start_paused = true)]
+async fn live_pacing_state_is_never_forgotten_for_bogus_hosts() {
+    let clock = Clock::new();
+    let mut p = pools(
+        cfg(|c| c.pace = Some(pace(Duration::ZERO, 1, false))),
+        3,
+        &clock,
+    );
+    let held: Vec<Grant> = (0..3)
+        .map(|_| lease(&mut p, Some(SHOP), &clock).unwrap())
+        .collect();
+    assert_eq!(paced(lease(&mut p, Some(SHOP), &clock)), None);
+    for i in 0..70_000 {
+        let g = lease(&mut p, Some(&format!("bogus-{i}.example")), &clock).unwrap();
+        release(&mut p, &g, &clock);
+    }
+    for _ in 0..3 {
+        assert_eq!(paced(lease(&mut p, Some(SHOP), &clock)), None);
+    }
+    for g in &held {
+        release(&mut p, g, &clock);
+    }
+    let g = lease(&mut p, Some(SHOP), &clock).unwrap();
+    release(&mut p, &g, &clock);
+}
+
+/// One address spelt six ways is one host for pacing, one destination for bans and one
+/// target: none of them is evaded by spelling it otherwise.
+#[tokio::test(start_paused = true)]
+async fn one_address_spelt_six_ways_is_one_place() {
+    const SPELLINGS: [&str; 6] = [
+        "127.1",
+        "2130706433",
+        "0x7f.0.0.1",
+        "0177.0.0.1",
+        "127.000.000.001",
+        "[::ffff:7f00:1]",
+    ];
+    let clock = Clock::new();
+    // Pacing: one live lease of 127.0.0.1 at in_flight = 1 holds its only endpoint.
+    let mut p = pools(
+        cfg(|c| c.pace = Some(pace(Duration::ZERO, 1, false))),
+        1,
+        &clock,
+    );
+    let g = lease(&mut p, Some("127.0.0.1"), &clock).unwrap();
+    for s in SPELLINGS {
+        match lease(&mut p, Some(s), &clock) {
+            Err(PoolError::Paced { host, .. }) => assert_eq!(host, "127.0.0.1", "{s}"),
+            other => panic!("{s}: {other:?}"),
+        }
+    }
+    release(&mut p, &g, &clock);
+    // Bans: a 403 reported for one spelling bans the pair for all of them.
+    let mut p = pools(cfg(|_| {}), 1, &clock);
+    let g = lease(&mut p, Some("127.0.0.1"), &clock).unwrap();
+    let ban = Outcome::Failure(Failure {
+        status: Some(403),
+        ..Failure::new(Reason::DestinationStatus, Some(Phase::ResponseHead))
+    });
+    report(&mut p, &g, ban, None, &clock);
+    for s in SPELLINGS {
+        assert!(
+            matches!(
+                lease(&mut p, Some(s), &clock),
+                Err(PoolError::Exhausted { .. })
+            ),
+            "{s}"
+        );
+    }
+    // Targets: down for one spelling is down for all of them.
+    let mut p = pools(cfg(|_| {}), 2, &clock);
+    for _ in 0..2 {
+        let g = lease(&mut p, Some("127.0.0.1:8080"), &clock).unwrap();
+        let (now, wall) = clock.now();
+        let f = Failure::new(Reason::UpstreamUnreachable, Some(Phase::ProxyHandshake));
+        let on = ReportOn::default();
+        p.report_with(&g.lease, Outcome::Failure(f), &on, now, wall)
+            .0
+            .unwrap();
+    }
+    for s in SPELLINGS {
+        let r = lease(&mut p, Some(&format!("{s}:8080")), &clock);
+        assert!(
+            matches!(r, Err(PoolError::DestinationDown { .. })),
+            "{s}: {r:?}"
+        );
+    }
+}

@@ -152,7 +152,7 @@ pub enum Command {
     /// Return endpoints to service: one probe decides, or --now straight to available.
     Enable {
         /// Ids or URLs.
-        #[arg(required = true)]
+        #[arg(required_unless_present = "target")]
         endpoints: Vec<String>,
         /// Only endpoints of this pool (a URL may be in several pools).
         #[arg(long)]
@@ -163,6 +163,9 @@ pub enum Command {
         /// Clear only the endpoint's pair for this destination (host).
         #[arg(long, conflicts_with = "now")]
         destination: Option<String>,
+        /// Clear a target (HOST:PORT) that is down, for every endpoint, instead of an endpoint (through the running daemon).
+        #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["endpoints", "now", "destination"])]
+        target: Option<String>,
     },
     /// Delete endpoints for good.
     Remove {

@@ -146,7 +146,7 @@ async fn list_for_remote(
         return Ok(());
     }
     let head = format!("FOR {d}");
-    let mut t = table(["ID", "POOL", "URL", "STATE", &head]);
+    let mut t = table(["ID", "POOL", "URL", "STATE", &head, "SLOWED"]);
     for v in &views {
         t.add_row([
             v.id.to_string(),
@@ -154,6 +154,9 @@ async fn list_for_remote(
             v.url.clone(),
             v.state.to_string(),
             v.destination_state.unwrap_or(v.state).to_string(),
+            v.slowed
+                .as_ref()
+                .map_or("-".into(), super::pairs::slowed_text),
         ]);
     }
     outln!("{t}");

@@ -120,12 +120,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             pool,
             reason,
         } => disable(&ctx, &Named::new(&endpoints, &pool), reason).await,
-        Command::Enable {
-            endpoints,
-            pool,
-            now,
-            destination,
-        } => enable(&ctx, &Named::new(&endpoints, &pool), now, destination).await,
+        cmd @ Command::Enable { .. } => enable(&ctx, cmd).await,
         Command::Remove { endpoints, pool } => remove(&ctx, &Named::new(&endpoints, &pool)).await,
         Command::Probe {
             endpoints,

@@ -1,5 +1,6 @@
 //! `disable`, `enable` and `remove`.
 
+use super::args::Command;
 use super::{call, unexpected, CliError, Context, Named};
 use crate::health::Input;
 use crate::protocol::{
@@ -27,28 +28,73 @@ pub(super) async fn disable(
     .await
 }
 
-/// `enable`: of the endpoints, or (with a destination) of their pairs for it.
-pub(super) async fn enable(
-    ctx: &Context,
-    targets: &Named<'_>,
-    now: bool,
-    destination: Option<String>,
-) -> Result<(), CliError> {
+/// `enable`: of the endpoints, or (with a destination) of their pairs for it, or (with a
+/// target) of that target.
+pub(super) async fn enable(ctx: &Context, cmd: Command) -> Result<(), CliError> {
+    let Command::Enable {
+        endpoints,
+        pool,
+        now,
+        destination,
+        target,
+    } = cmd
+    else {
+        return Err(unexpected("enable"));
+    };
+    if let Some(t) = target {
+        return enable_target(ctx, pool, &t).await;
+    }
+    let targets = &Named::new(&endpoints, &pool);
     if let Some(d) = destination {
         return super::pairs::enable_pair(ctx, targets, &d).await;
     }
     operator(ctx, targets, |r| {
         (
             Request::Enable(EnableMessage {
-                endpoint: r,
+                endpoint: Some(r),
                 pool: targets.pool.map(str::to_string),
                 now: Some(now),
                 destination: None,
+                target: None,
             }),
             Input::Enable { now },
         )
     })
     .await
+}
+
+/// `enable --target HOST:PORT`: clear a target in the daemon's pools. Targets live in a
+/// daemon's memory only: without one there is nothing to clear.
+async fn enable_target(ctx: &Context, pool: Option<String>, raw: &str) -> Result<(), CliError> {
+    let target = crate::pool::destinations::normalize_key(raw)
+        .map_err(|e| CliError::usage(format!("--target: {e}")))?;
+    let Some(mut c) = ctx.daemon().await? else {
+        return Err(CliError::usage(format!(
+            "--target {target}: targets are known only to a running daemon (a restart forgets them), and none is reachable; \
+             for a shared database name one daemon with --connect tcp://HOST:PORT"
+        )));
+    };
+    let req = Request::Enable(EnableMessage {
+        endpoint: None,
+        pool,
+        now: None,
+        destination: None,
+        target: Some(target),
+    });
+    match call(&mut c, &req).await? {
+        Payload::Cleared { cleared } => {
+            for t in cleared {
+                let was = if t.was_down {
+                    "up (was down)"
+                } else {
+                    "cleared (was not down)"
+                };
+                outln!("{}\t{}\t{was}", t.pool, t.target);
+            }
+            Ok(())
+        }
+        _ => Err(unexpected("enable --target")),
+    }
 }
 
 /// Send each endpoint's act to the daemon, or apply it to the store without one.

@@ -7,11 +7,13 @@ use serde_json::{json, Value};
 
 use super::table::{s, table};
 use super::{call, parse_state, unexpected, CliError, Context, Named};
+use crate::endpoint::EndpointId;
 use crate::health::State;
 use crate::pool::destinations::normalize;
-use crate::protocol::{EnableMessage, Payload, Request};
+use crate::protocol::{EnableMessage, EndpointsMessage, Payload, Request};
 use crate::store::fmt_time;
 use crate::store::pairs::PairRow;
+use crate::store::SlowedView;
 use crate::tags::Tags;
 
 /// A destination typed by an operator, normalised; a bad one is a usage error (exit 2).
@@ -58,6 +60,7 @@ pub(super) async fn list_for(
     let d = destination(raw)?;
     let state = parse_state(state.as_deref())?;
     let store = ctx.store_to_read()?;
+    let slowed = slowed_by_daemon(ctx, pool.as_deref(), &d).await?;
     let mut rows = store.list(pool.as_deref(), state)?;
     rows.retain(|r| r.tags.contains_all(tags));
     let pairs: HashMap<_, _> = store
@@ -78,6 +81,7 @@ pub(super) async fn list_for(
                 v["destination"] = json!(d);
                 v["destination_state"] = json!(for_d(r.state, p));
                 v["pair"] = p.map(pair_json).unwrap_or(Value::Null);
+                v["slowed"] = json!(slowed.get(&r.id));
                 v
             })
             .collect();
@@ -94,6 +98,7 @@ pub(super) async fn list_for(
         "PAIR REASON",
         "STATUS",
         "RULE",
+        "SLOWED",
     ]);
     for r in &rows {
         let p = pairs.get(&r.id);
@@ -108,10 +113,45 @@ pub(super) async fn list_for(
                 .unwrap_or("-".into()),
             s(&json!(p.and_then(|p| p.record.status))),
             p.and_then(pair_rule).unwrap_or("-").to_string(),
+            slowed.get(&r.id).map_or("-".into(), slowed_text),
         ]);
     }
     outln!("{t}");
     Ok(())
+}
+
+/// Each endpoint's slow-down for host `d`, as the running daemon's pacing holds it (it
+/// lives in the daemon's memory): none without a daemon.
+async fn slowed_by_daemon(
+    ctx: &Context,
+    pool: Option<&str>,
+    d: &str,
+) -> Result<HashMap<EndpointId, SlowedView>, CliError> {
+    let Some(mut c) = ctx.daemon().await? else {
+        return Ok(HashMap::new());
+    };
+    let req = Request::Endpoints(EndpointsMessage {
+        pool: pool.map(str::to_string),
+        destination: Some(d.to_string()),
+        ..EndpointsMessage::default()
+    });
+    match call(&mut c, &req).await? {
+        Payload::Endpoints { endpoints } => Ok(endpoints
+            .into_iter()
+            .filter_map(|v| Some((v.id, v.slowed?)))
+            .collect()),
+        _ => Err(unexpected("endpoints")),
+    }
+}
+
+/// A slow-down as the table shows it: `every 8s, next in 4m 10s`.
+pub(super) fn slowed_text(s: &SlowedView) -> String {
+    let d = |ms: u64| humantime::format_duration(std::time::Duration::from_millis(ms));
+    format!(
+        "every {}, next in {}",
+        d(s.spacing_ms),
+        d(s.next_use_in_ms / 1000 * 1000)
+    )
 }
 
 /// The pairs block of `show`.
@@ -164,10 +204,11 @@ pub(super) async fn enable_pair(
     if let Some(mut c) = ctx.daemon().await? {
         for r in refs {
             let req = Request::Enable(EnableMessage {
-                endpoint: r.clone(),
+                endpoint: Some(r.clone()),
                 pool: targets.pool.map(str::to_string),
                 now: None,
                 destination: Some(d.clone()),
+                target: None,
             });
             match call(&mut c, &req).await? {
                 Payload::State {

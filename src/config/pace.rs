@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::ip_literal::{self, V4};
+
 /// `interval` (of the pool or a site) at most.
 pub const MAX_INTERVAL: Duration = Duration::from_secs(24 * 3600);
 /// `[pool.pace] wait` at most: a lease or gateway request held longer is a mistake.
@@ -99,13 +101,13 @@ pub fn site_host(raw: &str) -> Result<String, String> {
         let ip: Ipv6Addr = inner
             .parse()
             .map_err(|_| format!("{raw:?} is not an IPv6 address"))?;
-        return Ok(ip.to_string());
+        return Ok(ip_literal::ipv6_key(ip));
     }
     if s.matches(':').count() > 1 {
         let ip: Ipv6Addr = s
             .parse()
             .map_err(|_| format!("{raw:?} is not an IPv6 address"))?;
-        return Ok(ip.to_string());
+        return Ok(ip_literal::ipv6_key(ip));
     }
     if s.contains(':') {
         return Err(format!(
@@ -120,7 +122,12 @@ pub fn site_host(raw: &str) -> Result<String, String> {
     if !ok {
         return Err(format!("{raw:?} is not a host name"));
     }
-    Ok(host)
+    // An IPv4 address in its one spelling, as destinations are keyed.
+    match ip_literal::ipv4(&host) {
+        V4::Name | V4::Canonical => Ok(host),
+        V4::Respelled(ip) => Ok(ip.to_string()),
+        V4::Bad(why) => Err(format!("{raw:?}: {why}")),
+    }
 }
 
 /// Why `interval` is out of bounds, if it is.

@@ -159,6 +159,36 @@ impl Said {
         }
     }
 
+    /// `destination_down`: answered at once (`endpoint` none), or after this request's
+    /// tries, naming the last upstream that failed.
+    fn down(
+        target: &str,
+        retry_after: std::time::Duration,
+        trial_out: bool,
+        endpoint: Option<crate::endpoint::EndpointId>,
+    ) -> Said {
+        let ms = retry_after.as_millis();
+        let next = if trial_out {
+            format!("its trial is under way: at the latest in {ms} ms the next request may be the trial")
+        } else {
+            format!("next try in {ms} ms")
+        };
+        let dialed = match endpoint {
+            Some(e) => format!(
+                "this request's tries failed to reach it too (the last through upstream {e})"
+            ),
+            None => "nothing was dialed".to_string(),
+        };
+        Said {
+            retry_after_secs: Some(retry_after_secs(retry_after)),
+            endpoint,
+            ..Said::new(
+                DESTINATION_DOWN,
+                format!("destination {target} is down: every upstream that tried it failed to reach it; {dialed} ({next})"),
+            )
+        }
+    }
+
     fn of(e: UpstreamError) -> Said {
         match e {
             UpstreamError::Exhausted { pool, retry_after } => {
@@ -202,16 +232,9 @@ impl Said {
             UpstreamError::DestinationDown {
                 target,
                 retry_after,
-            } => Said {
-                retry_after_secs: Some(retry_after_secs(retry_after)),
-                ..Said::new(
-                    DESTINATION_DOWN,
-                    format!(
-                        "destination {target} is down: every upstream that tried it failed to reach it; nothing was dialed (next try in {} ms)",
-                        retry_after.as_millis()
-                    ),
-                )
-            },
+                trial_out,
+                endpoint,
+            } => Said::down(&target, retry_after, trial_out, endpoint),
             UpstreamError::AllFailed {
                 last,
                 endpoint,
@@ -272,6 +295,8 @@ mod tests {
                 upstream_error(E::DestinationDown {
                     target: "no-such-host.invalid:443".into(),
                     retry_after: std::time::Duration::from_millis(1_500),
+                    trial_out: false,
+                    endpoint: None,
                 }),
                 GatewayOutcome::DestinationDown,
             ),
@@ -314,6 +339,8 @@ mod tests {
         let r = upstream_error(UpstreamError::DestinationDown {
             target: "shop.example:8443".into(),
             retry_after: std::time::Duration::from_millis(1_200),
+            trial_out: false,
+            endpoint: None,
         });
         assert_eq!(r.status(), 502);
         assert_eq!(r.headers()[ERROR_HEADER], "destination_down");
@@ -322,6 +349,15 @@ mod tests {
             r.headers().get(ENDPOINT_HEADER).is_none(),
             "no upstream was involved"
         );
+        // After this request's own tries (a trial that failed, say): the last upstream.
+        let r = upstream_error(UpstreamError::DestinationDown {
+            target: "shop.example:8443".into(),
+            retry_after: std::time::Duration::from_millis(4_000),
+            trial_out: false,
+            endpoint: Some(7),
+        });
+        assert_eq!(r.status(), 502);
+        assert_eq!(r.headers()[ENDPOINT_HEADER], "7");
     }
 
     #[test]

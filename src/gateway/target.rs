@@ -133,6 +133,34 @@ mod tests {
         }
     }
 
+    /// Six spellings of one address are one destination on every front, and the
+    /// upstream is asked for that one spelling.
+    #[test]
+    fn every_spelling_of_an_address_is_one_target() {
+        let spellings = [
+            "127.1",
+            "2130706433",
+            "0x7f.0.0.1",
+            "0177.0.0.1",
+            "127.000.000.001",
+            "[::ffff:7f00:1]",
+        ];
+        for s in spellings {
+            let c = Target::connect(&uri(&format!("{s}:8443"))).unwrap();
+            let u = Target::url(&uri(&format!("http://{s}:8443/x"))).unwrap();
+            let bare = s.trim_start_matches('[').trim_end_matches(']');
+            let k = Target::socks(bare, 8443).unwrap();
+            for t in [c, u, k] {
+                assert_eq!(t.place.target, "127.0.0.1:8443", "{s}");
+                assert_eq!(t.place.host, "127.0.0.1", "{s}");
+                assert_eq!(t.dest.host, "127.0.0.1", "{s}: dialed by its one spelling");
+            }
+        }
+        for bad in ["1.2.3.256:80", "127.0.0.1.5:80"] {
+            assert!(Target::connect(&uri(bad)).is_err(), "{bad}");
+        }
+    }
+
     #[test]
     fn socks_names() {
         assert!(Target::socks("localhost", 80).is_ok());

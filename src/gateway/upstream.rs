@@ -51,11 +51,16 @@ pub(super) enum UpstreamError {
     /// The username named a tag key no endpoint carries (or the lease cannot be asked).
     #[error("{0}")]
     BadRoute(String),
-    /// Every endpoint that tried the target failed to reach it: answered at once.
-    #[error("destination {target} is down; next trial in {} ms", retry_after.as_millis())]
+    /// Every endpoint that tried the target failed to reach it: answered at once, or after
+    /// this request's own tries found it down (`endpoint`: the last one that failed).
+    #[error("destination {target} is down; next trial in at most {} ms", retry_after.as_millis())]
     DestinationDown {
         target: String,
         retry_after: Duration,
+        /// Its single trial is out now (`retry_after`: until it is handed back at the
+        /// latest).
+        trial_out: bool,
+        endpoint: Option<EndpointId>,
     },
     /// Every upstream tried failed; the last failure (of `endpoint`) explains it.
     #[error("{tried} upstream(s) tried; the last failed: {last}")]
@@ -78,6 +83,27 @@ pub(super) enum UpstreamError {
         #[source]
         source: crate::endpoint::EndpointError,
     },
+}
+
+impl UpstreamError {
+    /// The error as this request's tries leave it: a target they made down (or whose
+    /// trial failed) names the last upstream that failed, as any answer after a dial does.
+    fn after(self, tries: &Tries) -> UpstreamError {
+        match self {
+            UpstreamError::DestinationDown {
+                target,
+                retry_after,
+                trial_out,
+                endpoint: None,
+            } => UpstreamError::DestinationDown {
+                target,
+                retry_after,
+                trial_out,
+                endpoint: tries.last.as_ref().map(|(_, e)| *e),
+            },
+            other => other,
+        }
+    }
 }
 
 /// How one client request goes through each upstream the pool grants it.
@@ -246,10 +272,13 @@ impl Upstream {
                 EngineError::Pool(PoolError::DestinationDown {
                     target,
                     retry_after,
+                    trial_out,
                     ..
                 }) => UpstreamError::DestinationDown {
                     target,
                     retry_after,
+                    trial_out,
+                    endpoint: None,
                 },
                 other => UpstreamError::Internal(other),
             })?;
@@ -322,7 +351,7 @@ impl Upstream {
                 {
                     break
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.after(tries)),
             };
             if !tries.tried.insert(guard.endpoint()) {
                 held.push(guard);
@@ -379,6 +408,8 @@ impl Upstream {
                 return Err(UpstreamError::DestinationDown {
                     target: t.to_string(),
                     retry_after,
+                    trial_out: false,
+                    endpoint: tries.last.as_ref().map(|(_, e)| *e),
                 });
             }
         }

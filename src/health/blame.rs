@@ -3,10 +3,11 @@
 //!
 //! A failure is evidence against what caused it. A name that does not resolve, a closed
 //! port or a site that is down fail through every proxy, so a failure of the
-//! "unreachable" class is judged by contrast with what the pool's other endpoints saw:
-//! if another endpoint reached the target lately, this endpoint cannot reach what others
-//! can (its pair cools); if several fail and none succeeds, the target is down and no
-//! endpoint is blamed at all.
+//! "unreachable" class is judged by contrast with what the pool's other endpoints see:
+//! it waits (pending) until another endpoint reaches the target AFTER it, which shows
+//! that this endpoint cannot reach what others can (its pair cools); if several fail and
+//! none succeeds, the target is down and no endpoint is blamed at all. A success from
+//! before the failure is no contrast: the target may have gone away since.
 
 use std::fmt;
 use std::str::FromStr;
@@ -173,12 +174,18 @@ fn by_reason_and_phase(reason: Reason, phase: Option<Phase>) -> Class {
 }
 
 /// What the pool knows about the target when an unreachable-class failure arrives.
+///
+/// There is no "others reached it" here: a success from before the failure cannot tell
+/// "this endpoint cannot reach the target" from "the target went away since". Contrast
+/// comes later, from a success through another endpoint after the failure, which
+/// confirms the pending failure (docs/blame.md, "Contrast").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Evidence {
     /// The target is down already (cooling, or its single trial is out).
     pub target_down: bool,
-    /// Another endpoint of the pool reached the target within `contrast_window`.
-    pub reached_by_other: bool,
+    /// The use was the trial of this endpoint's own pair for the target: the pair cooled
+    /// because another endpoint reached the target after this one failed it.
+    pub pair_trial: bool,
     /// The pool has no other endpoint to contrast with.
     pub alone: bool,
     /// Distinct endpoints, this one included, that failed the target with the
@@ -197,9 +204,6 @@ pub struct Verdict {
     pub pair: Option<PairKey>,
     /// This failure makes the target down.
     pub target_goes_down: bool,
-    /// The failure is confirmed by contrast (others reached the target): it counts
-    /// towards the endpoint's escalation.
-    pub contrasted: bool,
 }
 
 impl Verdict {
@@ -208,20 +212,19 @@ impl Verdict {
             blame,
             pair,
             target_goes_down: false,
-            contrasted: false,
         }
     }
 }
 
 /// Decide whom a failure of `class` counts against. `probe`: a probe's confirmed failure
 /// counts against the endpoint (the probe URL is the pool's requirement), not a pair.
+/// Nothing is counted towards escalation here: only a later success through another
+/// endpoint does that (`pool::targets`).
 pub fn judge(class: Class, probe: bool, ev: Evidence) -> Verdict {
     match class {
         Class::Proxy => Verdict::on(Blame::Endpoint, None),
-        Class::Refused => Verdict {
-            contrasted: ev.reached_by_other,
-            ..Verdict::on(Blame::Pair, Some(PairKey::Target))
-        },
+        // The proxy's own word that it will not go there: its pair, at once.
+        Class::Refused => Verdict::on(Blame::Pair, Some(PairKey::Target)),
         Class::Ban | Class::Destination => Verdict::on(Blame::Pair, Some(PairKey::Host)),
         Class::Unreachable => {
             let confirmed = if probe {
@@ -231,12 +234,8 @@ pub fn judge(class: Class, probe: bool, ev: Evidence) -> Verdict {
             };
             if ev.target_down {
                 Verdict::on(Blame::Target, None)
-            } else if ev.reached_by_other {
-                Verdict {
-                    contrasted: true,
-                    ..confirmed
-                }
-            } else if ev.alone {
+            } else if ev.alone || ev.pair_trial {
+                // Nothing to contrast with; or the pair's trial failed as the pair did.
                 confirmed
             } else if ev.failing >= ev.down_after.max(1) {
                 Verdict {
@@ -371,13 +370,14 @@ mod tests {
         assert_eq!(checked, Reason::ALL.len() * 8 * 4);
     }
 
-    /// The contrast rule for the unreachable class: each row is the evidence and the
-    /// expected (blame, pair, goes down, contrasted), for a report and for a probe.
+    /// The rule for the unreachable class, state x event: each row is the evidence (down,
+    /// pair trial, alone, failing) and the expected (blame, pair, goes down) for a report
+    /// and for a probe.
     #[test]
-    fn unreachable_failures_by_contrast() {
-        let ev = |target_down, reached_by_other, alone, failing| Evidence {
+    fn unreachable_failures_by_what_is_known() {
+        let ev = |target_down, pair_trial, alone, failing| Evidence {
             target_down,
-            reached_by_other,
+            pair_trial,
             alone,
             failing,
             down_after: 2,
@@ -388,54 +388,55 @@ mod tests {
             // down already: the target's, whatever else is known
             (
                 ev(true, true, false, 1),
-                (Target, None, false, false),
-                (Target, None, false, false),
+                (Target, None, false),
+                (Target, None, false),
             ),
             (
                 ev(true, false, true, 5),
-                (Target, None, false, false),
-                (Target, None, false, false),
+                (Target, None, false),
+                (Target, None, false),
             ),
-            // others reached it: this endpoint cannot reach what others can
+            // the first failure: nobody yet, however many others reached the target
+            // before (that cannot tell a proxy that cannot from a site that went away)
             (
-                ev(false, true, false, 1),
-                (Pair, t, false, true),
-                (Endpoint, None, false, true),
-            ),
-            (
-                ev(false, true, false, 3),
-                (Pair, t, false, true),
-                (Endpoint, None, false, true),
+                ev(false, false, false, 1),
+                (Pending, None, false),
+                (Pending, None, false),
             ),
             // a pool of one has no contrast: as before, the pair (a probe: the endpoint)
             (
                 ev(false, false, true, 1),
-                (Pair, t, false, false),
-                (Endpoint, None, false, false),
+                (Pair, t, false),
+                (Endpoint, None, false),
             ),
-            // the first failure: nobody yet
+            // the trial of a pair that cooled by contrast fails again: the pair's
             (
-                ev(false, false, false, 1),
-                (Pending, None, false, false),
-                (Pending, None, false, false),
+                ev(false, true, false, 1),
+                (Pair, t, false),
+                (Endpoint, None, false),
+            ),
+            (
+                ev(false, true, false, 3),
+                (Pair, t, false),
+                (Endpoint, None, false),
             ),
             // down_after distinct endpoints failed it and none reached it: target down
             (
                 ev(false, false, false, 2),
-                (Target, None, true, false),
-                (Target, None, true, false),
+                (Target, None, true),
+                (Target, None, true),
             ),
             (
                 ev(false, false, false, 7),
-                (Target, None, true, false),
-                (Target, None, true, false),
+                (Target, None, true),
+                (Target, None, true),
             ),
         ];
         for (e, report, probe) in rows {
             for (is_probe, want) in [(false, report), (true, probe)] {
                 let v = judge(Class::Unreachable, is_probe, e);
                 assert_eq!(
-                    (v.blame, v.pair, v.target_goes_down, v.contrasted),
+                    (v.blame, v.pair, v.target_goes_down),
                     want,
                     "{e:?}, probe {is_probe}"
                 );
@@ -454,7 +455,7 @@ mod tests {
                 ..Default::default()
             },
             Evidence {
-                reached_by_other: true,
+                pair_trial: true,
                 alone: true,
                 ..Default::default()
             },
@@ -468,8 +469,6 @@ mod tests {
             );
             let r = judge(Class::Refused, false, e);
             assert_eq!((r.blame, r.pair), (Blame::Pair, Some(PairKey::Target)));
-            // A refusal counts towards escalation only where others got through.
-            assert_eq!(r.contrasted, e.reached_by_other);
             assert!(!r.target_goes_down);
         }
     }

@@ -31,18 +31,6 @@ pub(super) struct Act {
     pub(super) only_on_change: bool,
 }
 
-/// The state changes a busy second held back, as one line.
-fn log_summary(s: Option<super::burst::Summary>) {
-    if let Some(s) = s {
-        info!(
-            changes = s.changes,
-            by_reason = %s.reasons(),
-            "state changes summarised (beyond {} lines a second)",
-            super::burst::LINES_PER_SECOND
-        );
-    }
-}
-
 /// How long a claim made without a stated hold holds in the store.
 pub(super) const DEFAULT_HOLD: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -116,9 +104,7 @@ impl Pools {
         // ...and every change of the persisted state is a `state_changed` row.
         if let Step::Changed { from, to } = &step {
             let reason = h.reason.map(|r| r.as_str()).unwrap_or("-");
-            let admit = self.burst.note(now, reason);
-            log_summary(admit.summary);
-            if admit.show {
+            if self.budget.admit(now, reason) {
                 info!(
                     endpoint = id,
                     from = %from,
@@ -167,7 +153,7 @@ impl Pools {
 
     /// Move cooling endpoints whose deadline passed to `probe_allowed` and expire leases.
     pub fn advance(&mut self, now: Instant) -> Vec<Write> {
-        log_summary(self.burst.flush(now));
+        self.budget.flush(now);
         let mut writes = Vec::new();
         for p in 0..self.pools.len() {
             if self.frozen {
@@ -187,6 +173,7 @@ impl Pools {
                 let w = ps.dests.advance(&ps.cfg.policy, now);
                 writes.extend(w.into_iter().map(Write::Pair));
             }
+            writes.extend(self.lapse_target_trials(p, now));
         }
         while let Some(&(exp, lid)) = self.lease_expiry.first() {
             if exp > now {

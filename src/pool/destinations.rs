@@ -120,6 +120,11 @@ pub struct PairStep {
 
 /// The non-available pairs of one pool.
 pub struct Destinations {
+    /// The pairs in the order they last failed (stale items skipped when met): who gives
+    /// way at the cap.
+    failed: VecDeque<views::Failed>,
+    /// The last failure's number (`Pair::touched`).
+    seq: u32,
     pool: String,
     names: FxHashMap<Box<str>, u32>,
     views: Vec<Option<View>>,
@@ -132,12 +137,16 @@ pub struct Destinations {
     banned: usize,
     cap: usize,
     warned: bool,
+    /// The log-line budget of state changes (the pools' own, once shared).
+    budget: super::budget::Budget,
 }
 
 impl Destinations {
     /// No pairs yet; at most `cap` pairs.
     pub fn new(pool: &str, cap: usize) -> Destinations {
         Destinations {
+            failed: VecDeque::new(),
+            seq: 0,
             pool: pool.to_string(),
             names: FxHashMap::default(),
             views: Vec::new(),
@@ -148,7 +157,18 @@ impl Destinations {
             banned: 0,
             cap,
             warned: false,
+            budget: Default::default(),
         }
+    }
+
+    /// Log pair transitions within `budget` (the pools' budget of every state change).
+    pub(super) fn share_budget(&mut self, budget: super::budget::Budget) {
+        self.budget = budget;
+    }
+
+    /// Hold at most `cap` pairs from now on (what is held past it stays until it goes).
+    pub fn set_cap(&mut self, cap: usize) {
+        self.cap = cap;
     }
 
     /// Pairs held (banned ones and those counting towards `fall`).
@@ -278,6 +298,10 @@ impl Destinations {
             h.fails = o.fails;
         }
         let mut pair = Pair::from_health(&h, rec.status, self.epoch);
+        pair.touched = match old {
+            Some(o) => o.touched,
+            None => self.touch(slot, rec.endpoint),
+        };
         let ours = old.and_then(|o| o.epoch());
         match (rec.state, claim) {
             (State::ProbeAllowed, Some(c)) if ours == Some(c.epoch) => {
@@ -316,9 +340,9 @@ impl Destinations {
 
     /// Apply a report or probe input on a pair (`destination` already normalised);
     /// `act` is the event of the act itself (`report`), written unless the input was
-    /// refused. A failure on a pair that does not exist creates it, unless the cap is
-    /// reached: then nothing changes and the act is recorded with a note (the endpoint
-    /// stays usable for the destination).
+    /// refused. A failure on a pair that does not exist creates it; at the cap the pair
+    /// failed least recently makes room (only when none can, every one's trial out,
+    /// nothing changes and the act is recorded with a note).
     #[allow(clippy::too_many_arguments)]
     pub fn apply(
         &mut self,
@@ -335,29 +359,16 @@ impl Destinations {
         // second view for the same host.
         debug_assert_eq!(normalize_key(destination).as_deref(), Ok(destination));
         let creating = matches!(input, Input::Failure { .. });
-        let existing = self.lookup(destination).map(|d| d.0);
-        let slot = match existing {
-            Some(s) => s,
-            None if creating => self.slot_for(destination),
-            None => return writes::nothing(destination, id, act, status),
-        };
-        let pair = match self.take(slot, id) {
-            Some(p) => p,
-            None if creating && self.room() => Pair::available(),
-            None if creating => {
-                self.drop_if_empty(slot);
-                let note = self.cap_error();
+        let (slot, pair, mut writes) = match self.take_for(destination, id, creating) {
+            Ok(found) => found,
+            Err(note) => {
                 let act = act.map(|mut a| {
-                    a.detail = Some(format!(
-                        "{}; not recorded: {note}",
-                        a.detail.as_deref().unwrap_or("failure"),
-                    ));
+                    if let Some(note) = note {
+                        let what = a.detail.as_deref().unwrap_or("failure");
+                        a.detail = Some(format!("{what}; not recorded: {note}"));
+                    }
                     a
                 });
-                return writes::nothing(destination, id, act, status);
-            }
-            None => {
-                self.drop_if_empty(slot);
                 return writes::nothing(destination, id, act, status);
             }
         };
@@ -378,7 +389,6 @@ impl Destinations {
             Step::Changed { .. } if failure => status,
             _ => pair.status,
         };
-        let mut writes = Vec::new();
         let name = self.views[slot as usize]
             .as_ref()
             .expect("slot")
@@ -402,11 +412,19 @@ impl Destinations {
         }
         if let Step::Changed { from, to } = step {
             let trial = if deciding { ours } else { None };
+            let reason = h.reason.map(|r| r.as_str()).unwrap_or("-");
+            if self.budget.admit(now, reason) {
+                writes::log_transition(&name, id, from, to, &h);
+            }
             writes.push(writes::transition(
                 &name, id, from, to, &h, kept, act, trial, now,
             ));
         }
         let mut after = Pair::from_health(&h, kept, self.epoch);
+        after.touched = match failure {
+            true => self.touch(slot, id),
+            false => pair.touched,
+        };
         // A claim lives from its confirmation to its trial's end.
         if !matches!(step, Step::Claimed | Step::Changed { .. } | Step::Abandoned) {
             after.set_epoch(ours);
@@ -449,7 +467,9 @@ impl Destinations {
         };
         self.take(slot, id);
         self.drop_if_empty(slot);
-        info!(endpoint = id, destination, from = %from, to = "available", reason = "operator", "pair state changed");
+        if self.budget.admit(Instant::now(), "operator") {
+            info!(endpoint = id, destination, from = %from, to = "available", reason = "operator", "pair state changed");
+        }
         PairStep {
             step: Step::Changed {
                 from,

@@ -33,12 +33,21 @@ pub enum PoolError {
         filter: Option<String>,
     },
     /// The target is down: nothing is dialed until its trial.
-    #[error("destination {target:?} is down (every endpoint of pool {pool:?} that tried it failed to reach it); next trial in {} ms", retry_after.as_millis())]
+    #[error("destination {target:?} is down (every endpoint of pool {pool:?} that tried it failed to reach it); {}", if *trial_out { format!("its trial is under way: its answer, or at the latest in {} ms its hand-back, lets the next use through", retry_after.as_millis()) } else { format!("next trial in {} ms", retry_after.as_millis()) })]
     DestinationDown {
         pool: String,
         target: String,
-        /// Time until its trial.
+        /// Time until its trial (while its trial is out: until that trial is handed back
+        /// at the latest).
         retry_after: Duration,
+        /// Its single trial is out now.
+        trial_out: bool,
+    },
+    /// `enable --target` named a target no pool knows (nothing to clear).
+    #[error("target {target:?} is not known to {}: nothing to clear (a target is known once a lease or report named it, and forgotten by a restart)", match pool { Some(p) => format!("pool {p:?}"), None => "any pool".to_string() })]
+    UnknownTarget {
+        target: String,
+        pool: Option<String>,
     },
     /// The lease id is not known.
     #[error("unknown lease {0:?}")]

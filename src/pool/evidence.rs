@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use tracing::info;
 
 use super::apply::Act;
+use super::targets::Failed;
 use super::{Outcome, Pools};
 use crate::endpoint::EndpointId;
 use crate::event_kind::EventKind;
@@ -25,8 +26,8 @@ pub(super) struct Settle<'a> {
     pub(super) trial: bool,
     /// The pair (host or target key) whose trial the lease holds.
     pub(super) pair_trial: Option<&'a str>,
-    /// The lease is the target's single trial.
-    pub(super) target_trial: bool,
+    /// The lease is the target's single trial: the claim's generation.
+    pub(super) target_trial: Option<u32>,
     /// Where the use went: the host (bans) and the target (reachability).
     pub(super) host: Option<&'a str>,
     pub(super) target: Option<&'a str>,
@@ -108,7 +109,7 @@ impl Pools {
                 let r = self.pools[pool].targets.reached(t, id, now);
                 let w = self.apply_reached(pool, t, id, r, on.lease.clone(), now);
                 out.writes.extend(w);
-                out.target_trial_decided = on.target_trial;
+                out.target_trial_decided = on.target_trial.is_some();
             }
             None => self.pools[pool].targets.endpoint_succeeded(id),
         }
@@ -163,8 +164,8 @@ impl Pools {
         // Whom it counts against, and the key of the pair it decided, if any.
         let (blame, decided_key) = match classify(reason, f.phase, has_place, false) {
             Class::Proxy => {
-                if let (true, Some(t)) = (on.target_trial, on.target) {
-                    let w = self.abandon_target_trial(pool, t, on, now);
+                if let (Some(g), Some(t)) = (on.target_trial, on.target) {
+                    let w = self.abandon_target_trial(pool, t, g, on, now);
                     out.writes.extend(w);
                 }
                 let w = self.endpoint_failure(on, f, Blame::Endpoint, now);
@@ -224,7 +225,7 @@ impl Pools {
             let r = self.pools[pool].targets.reached(t, on.id, now);
             let w = self.apply_reached(pool, t, on.id, r, on.lease.clone(), now);
             out.writes.extend(w);
-            out.target_trial_decided = on.target_trial;
+            out.target_trial_decided = on.target_trial.is_some();
         }
         let host = on.host.expect("slows_down checked the host");
         let slowed = self.pools[pool]
@@ -262,7 +263,7 @@ impl Pools {
             let r = self.pools[pool].targets.reached(t, on.id, now);
             let w = self.apply_reached(pool, t, on.id, r, on.lease.clone(), now);
             out.writes.extend(w);
-            out.target_trial_decided = on.target_trial;
+            out.target_trial_decided = on.target_trial.is_some();
         }
         let key = on.host.or(on.target).expect("a place was named");
         let fail = Err((f, Blame::Pair));
@@ -285,21 +286,19 @@ impl Pools {
         now: Instant,
     ) -> (Blame, Option<&'a str>) {
         let t = on.target.or(on.host).expect("a place was named");
-        let alone = self.alone(pool);
-        let jitter = self.rng.f64() * 2.0 - 1.0;
-        let judged = self.pools[pool].targets.failed(
-            t,
-            on.id,
+        let failed = Failed {
+            endpoint: on.id,
             class,
-            f,
-            false,
-            alone,
-            on.target_trial,
-            now,
-            jitter,
-        );
+            failure: f,
+            probe: false,
+            alone: self.alone(pool),
+            trial: on.target_trial,
+            pair_trial: on.pair_trial == Some(t),
+        };
+        let jitter = self.rng.f64() * 2.0 - 1.0;
+        let judged = self.pools[pool].targets.failed(t, failed, now, jitter);
         let blame = judged.verdict.blame;
-        out.target_trial_decided = on.target_trial && blame == Blame::Target;
+        out.target_trial_decided = on.target_trial.is_some() && blame == Blame::Target;
         let mut decided_key = None;
         match blame {
             Blame::Pair => {
@@ -317,12 +316,8 @@ impl Pools {
             Blame::Pending | Blame::Target => {
                 out.writes.push(self.unblamed_report(on, f, t, blame));
                 out.writes
-                    .extend(self.target_news(pool, t, &judged, f, on.lease.clone()));
+                    .extend(self.target_news(pool, t, &judged, f, on.lease.clone(), now));
             }
-        }
-        if judged.escalate {
-            out.writes.extend(self.escalate(on, f, t, now));
-            out.endpoint_trial_decided = on.trial;
         }
         (blame, decided_key)
     }
@@ -405,7 +400,7 @@ impl Pools {
             reason: Some(Reason::UpstreamUnreachable),
             phase: f.phase,
             detail: Some(format!(
-                "failed {n} distinct targets that other endpoints reached (the last: {last})"
+                "failed {n} distinct targets that other endpoints reached after it (the last: {last})"
             )),
             ..Failure::default()
         };

@@ -14,9 +14,6 @@ use crate::health::{Health, State};
 use crate::store::pairs::PairRow;
 use crate::store::{ClaimOn, EndpointRow, Epoch};
 
-/// A probe trial's claim holds this much longer than the probe may take.
-pub(super) const PROBE_HOLD_MARGIN: Duration = Duration::from_secs(5);
-
 impl Pools {
     /// Whether the store is away: then no transition comes due and no trial is admitted,
     /// and ordinary leases go on from what is known (docs/fleet.md, "Faults").
@@ -126,8 +123,8 @@ impl Pools {
             return;
         };
         self.pools[p].leases -= 1;
-        if let (true, Some(t)) = (l.target_trial, l.target_key()) {
-            self.pools[p].targets.abandon_trial(t, now);
+        if let (Some(g), Some(t)) = (l.target_trial, l.target_key()) {
+            self.pools[p].targets.abandon_trial(t, g, now);
         }
         self.sessions.forget_endpoint(l.endpoint);
         self.set_leases_at(l.slot, -1);
@@ -301,7 +298,7 @@ impl Pools {
         // The prober's claims: no lease carries them.
         for (id, e) in self.entries.iter() {
             if let (Some(epoch), false) = (e.claim, by_lease.contains(id)) {
-                let hold = self.pools[e.pool].cfg.probe.timeout + PROBE_HOLD_MARGIN;
+                let hold = self.pools[e.pool].cfg.trial_hold();
                 out.push((ClaimOn::Endpoint(*id), epoch, hold));
             }
         }

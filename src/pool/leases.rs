@@ -47,8 +47,8 @@ pub(super) struct Lease {
     pub(super) target: Option<Arc<str>>,
     /// The pair (host or target key) whose trial this lease is.
     pub(super) pair_trial: Option<Arc<str>>,
-    /// The down target's single trial.
-    pub(super) target_trial: bool,
+    /// The down target's single trial: the claim's generation.
+    pub(super) target_trial: Option<u32>,
     /// A tunnel opened through it (`Pools::reached`): a ban trial it carries waits for a
     /// report when it ends.
     pub(super) reached: bool,
@@ -288,8 +288,8 @@ impl Pools {
         let choice = match chosen {
             Ok(c) => c,
             Err(miss) => {
-                if let (true, Some(t)) = (target_trial, want.target_key()) {
-                    self.pools[p].targets.abandon_trial(t, now);
+                if let (Some(g), Some(t)) = (target_trial, want.target_key()) {
+                    self.pools[p].targets.abandon_trial(t, g, now);
                 }
                 return (Err(self.nothing_to_lease(pool, &ask, miss, now)), writes);
             }
@@ -297,7 +297,7 @@ impl Pools {
         if let Some(key) = session {
             self.bind_session(p, key, choice.id);
         }
-        if let (true, Some(t)) = (target_trial, want.target_key()) {
+        if let (Some(_), Some(t)) = (target_trial, want.target_key()) {
             let lease = Some(self.upcoming_name());
             let why = "the down target's single trial";
             writes.push(target_event(
@@ -314,24 +314,28 @@ impl Pools {
     }
 
     /// A down target is refused at once (`destination_down`), dialing nothing; once its
-    /// cooldown ended exactly one lease is its trial (`true`). Also the endpoints that just
-    /// failed the target, for the lease to pass over first.
+    /// cooldown ended exactly one lease is its trial (the claim's generation). Also the
+    /// endpoints that just failed the target, for the lease to pass over first.
     fn target_gate(
         &mut self,
         p: usize,
         want: &Want,
         now: Instant,
-    ) -> Result<(bool, Vec<EndpointId>), PoolError> {
+    ) -> Result<(Option<u32>, Vec<EndpointId>), PoolError> {
         let Some(t) = want.target_key() else {
-            return Ok((false, Vec::new()));
+            return Ok((None, Vec::new()));
         };
         match self.pools[p].targets.admit(t, now) {
-            Admission::Go { avoid } => Ok((false, avoid)),
-            Admission::Trial => Ok((true, Vec::new())),
-            Admission::Down { retry_after } => Err(PoolError::DestinationDown {
+            Admission::Go { avoid } => Ok((None, avoid)),
+            Admission::Trial(gen) => Ok((Some(gen), Vec::new())),
+            Admission::Down {
+                retry_after,
+                trial_out,
+            } => Err(PoolError::DestinationDown {
                 pool: self.pools[p].cfg.name.clone(),
                 target: t.to_string(),
                 retry_after,
+                trial_out,
             }),
         }
     }
@@ -515,7 +519,7 @@ impl Pools {
         &mut self,
         ask: &Ask,
         choice: Choice,
-        target_trial: bool,
+        target_trial: Option<u32>,
         ttl: Duration,
         expires: Instant,
         now: Instant,
@@ -573,9 +577,9 @@ impl Pools {
             lease: name.render(),
             proxy: e.secret.clone(),
             endpoint: id,
-            trial: trial || pair_trial.is_some() || target_trial,
+            trial: trial || pair_trial.is_some() || target_trial.is_some(),
             expires_in_ms: ttl.as_millis() as u64,
-            scope: if target_trial {
+            scope: if target_trial.is_some() {
                 Some(SCOPE_TARGET.to_string())
             } else {
                 pair_trial.map(|_| SCOPE_DESTINATION.to_string())

@@ -5,6 +5,7 @@
 //! mutex and a group-committing store writer for the daemon and the CLI.
 
 mod apply;
+mod budget;
 mod burst;
 mod chunked;
 #[cfg(test)]
@@ -38,7 +39,7 @@ mod telemetry;
 
 pub use leases::{SCOPE_DESTINATION, SCOPE_TARGET};
 pub use probes::ProbeRole;
-pub use scoped::{ReportOn, Reported, Want};
+pub use scoped::{ReportOn, Reported, TargetCleared, Want};
 
 use destinations::Destinations;
 use entries::{Entry, EntryMap};
@@ -127,8 +128,9 @@ struct PoolState {
     targets_dropped_seen: u64,
     /// The target of `[pool.probe] url` (`host:port`).
     probe_target: Option<Box<str>>,
-    /// The endpoint whose probe is the probe target's single trial now.
-    probe_trial: Option<EndpointId>,
+    /// The endpoint whose probe is the probe target's single trial now, and the claim's
+    /// generation.
+    probe_trial: Option<(EndpointId, u32)>,
     /// Trials other daemons hold, by when their claims lapse (docs/fleet.md).
     remote: BTreeSet<(Instant, EndpointId)>,
     /// Uses of each endpoint for each host (docs/selection.md, "Pacing").
@@ -148,8 +150,8 @@ pub struct Pools {
     lease_expiry: BTreeSet<(Instant, u64)>,
     /// How the leases that ended lately ended, so that a second report says so.
     ended: ended::EndedLeases,
-    /// The log-line budget of state changes.
-    burst: burst::Burst,
+    /// The log-line budget of every state change (its pools' pairs and targets share it).
+    budget: budget::Budget,
     sessions: sessions::Sessions,
     /// Ids removed in this process. Ids are never reused, so a row that arrives after its
     /// removal (an `add` racing a `remove`) is stale and must not come back to life.
@@ -213,7 +215,7 @@ impl Pools {
             leases: FxHashMap::default(),
             lease_expiry: BTreeSet::new(),
             ended: ended::EndedLeases::default(),
-            burst: burst::Burst::new(burst::LINES_PER_SECOND),
+            budget: budget::Budget::default(),
             sessions: sessions::Sessions::new(),
             removed: std::collections::HashSet::new(),
             upcoming: lease_name::LeaseName::draw(1),
@@ -237,12 +239,22 @@ impl Pools {
         self.rng = fastrand::Rng::with_seed(seed);
     }
 
+    /// Hold at most `cap` destination pairs in `pool` (tests: the cap's behaviour without
+    /// a million pairs).
+    pub fn cap_pairs(&mut self, pool: &str, cap: usize) {
+        if let Some(&p) = self.by_name.get(pool) {
+            self.pools[p].dests.set_cap(cap);
+        }
+    }
+
     fn ensure_pool(&mut self, cfg: PoolConfig) -> usize {
         if let Some(&i) = self.by_name.get(&cfg.name) {
             let ps = &mut self.pools[i];
             ps.targets.set_rules(cfg.blame.clone());
+            ps.targets.set_trial_hold(cfg.trial_hold());
             ps.probe_target = probes::probe_target(cfg.probe.url.as_deref());
             ps.pace.set_config(cfg.pace.clone());
+            ps.pace.set_max_hold(cfg.policy.cooldown.max);
             ps.cfg = cfg;
             // New caps, rules or strategies: what was remembered as nothing ready is stale.
             self.epoch += 1;
@@ -252,12 +264,17 @@ impl Pools {
         let name = cfg.name.clone();
         let rules = cfg.blame.clone();
         let probe_target = probes::probe_target(cfg.probe.url.as_deref());
-        let pace = Pace::new(
+        let mut dests = Destinations::new(&name, destinations::DEFAULT_MAX_PAIRS);
+        dests.share_budget(self.budget.clone());
+        let mut targets = Targets::new(rules, targets::DEFAULT_MAX_TARGETS);
+        targets.set_trial_hold(cfg.trial_hold());
+        let mut pace = Pace::new(
             cfg.pace.clone(),
             pace::DEFAULT_MAX_HOSTS,
             pace::DEFAULT_MAX_PAIRS,
             self.origin,
         );
+        pace.set_max_hold(cfg.policy.cooldown.max);
         self.by_name.insert(cfg.name.clone(), i);
         self.pools.push(PoolState {
             cfg,
@@ -267,8 +284,8 @@ impl Pools {
             counts: [0; 4],
             leases: 0,
             metrics: None,
-            dests: Destinations::new(&name, destinations::DEFAULT_MAX_PAIRS),
-            targets: Targets::new(rules, targets::DEFAULT_MAX_TARGETS),
+            dests,
+            targets,
             targets_dropped_seen: 0,
             probe_target,
             probe_trial: None,
@@ -398,13 +415,18 @@ impl Pools {
                 }
             })
             .min();
-        let pairs = self.pools.iter().filter_map(|p| p.dests.next_due()).min();
+        let pairs = self
+            .pools
+            .iter()
+            .flat_map(|p| [p.dests.next_due(), p.targets.next_lapse()])
+            .flatten()
+            .min();
         let cool = match (cool, pairs) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
         // A held summary of state-change lines is written when its second is over.
-        [cool, lease, self.burst.due()].into_iter().flatten().min()
+        [cool, lease, self.budget.due()].into_iter().flatten().min()
     }
 
     /// Whether every endpoint of a pool is cooling or disabled: nothing is available and

@@ -24,10 +24,15 @@ use tokio::time::Instant;
 use crate::config::PaceConfig;
 use crate::endpoint::EndpointId;
 
+mod evict;
 mod host;
 mod id_table;
-use host::{spacing, Host};
-pub(super) use host::{Check, Dry, Gate, Slowed};
+mod slab;
+mod slow;
+use evict::Round;
+use host::Host;
+pub(super) use host::{Check, Dry, Gate};
+use slab::{Link, Slot, NIL};
 
 /// Hosts held per pool at most.
 pub(super) const DEFAULT_MAX_HOSTS: usize = 65_536;
@@ -66,43 +71,9 @@ pub(super) enum Visit {
     Fresh,
     /// The host is held.
     Held(HostRef),
-}
-
-/// No slot (an end of the least-recently-used list).
-const NIL: u32 = u32::MAX;
-
-/// One slot of the slab: a host, or a free slot (its name empty, its maps freed).
-struct Slot {
-    name: Box<str>,
-    gen: u32,
-    host: Host,
-}
-
-/// A slot's neighbours in least-recently-used order, apart from the slots so that
-/// moving a host to the front touches 8 bytes of each neighbour, not its whole slot.
-#[derive(Clone, Copy)]
-struct Link {
-    /// More recently used.
-    prev: u32,
-    /// Less recently used.
-    next: u32,
-}
-
-/// Hosts tidied in turn past `max_pairs` (`Pace::evict`): where the next one is looked
-/// for, and the hosts tidied and pairs freed in the round so far.
-#[derive(Default)]
-struct Round {
-    cursor: usize,
-    hosts: usize,
-    freed: usize,
-}
-
-impl Round {
-    /// A new round from where the last one stopped.
-    fn restart(&mut self) {
-        self.hosts = 0;
-        self.freed = 0;
-    }
+    /// The host is not held, and pacing holds all the live state it may: no endpoint is
+    /// ready for it (asked again a second later), so that no live state is forgotten.
+    Full,
 }
 
 /// The pacing state of one pool.
@@ -129,6 +100,10 @@ pub(super) struct Pace {
     /// Leases answered `paced`, ever.
     refused: u64,
     origin: Instant,
+    /// The longest a slow-down holds a pair back, in ms (the pool's cooldown `max`).
+    max_hold: u64,
+    /// An empty host: the gate of a `Visit::Full`.
+    spare: Host,
 }
 
 fn rule_binds(cfg: &PaceConfig) -> bool {
@@ -165,6 +140,8 @@ impl Pace {
             round: Round::default(),
             refused: 0,
             origin,
+            max_hold: MAX_HOLD,
+            spare: Host::new((Duration::ZERO, 0)),
         }
     }
 
@@ -217,6 +194,7 @@ impl Pace {
             for p in h.pairs.values_mut() {
                 p.ready = p.ready().saturating_sub(shift) as u32;
             }
+            h.busy_until = h.busy_until.saturating_sub(shift);
             h.dry = None;
         }
     }
@@ -239,83 +217,6 @@ impl Pace {
             .map(|s| &mut s.host)
     }
 
-    fn unlink(&mut self, i: u32) {
-        let Link { prev, next } = self.links[i as usize];
-        match prev {
-            NIL => self.head = next,
-            p => self.links[p as usize].next = next,
-        }
-        match next {
-            NIL => self.tail = prev,
-            n => self.links[n as usize].prev = prev,
-        }
-    }
-
-    fn push_front(&mut self, i: u32) {
-        self.links[i as usize] = Link {
-            prev: NIL,
-            next: self.head,
-        };
-        match self.head {
-            NIL => self.tail = i,
-            h => self.links[h as usize].prev = i,
-        }
-        self.head = i;
-    }
-
-    /// Mark slot `i` the most recently used.
-    fn touch(&mut self, i: u32) {
-        if self.head != i {
-            self.unlink(i);
-            self.push_front(i);
-        }
-    }
-
-    /// Hold `host` (not held yet) with its rule; its handle.
-    fn insert(&mut self, host: &str, h: Host) -> HostRef {
-        let i = match self.free.pop() {
-            Some(i) => {
-                let s = &mut self.slots[i as usize];
-                s.name = host.into();
-                s.host = h;
-                i
-            }
-            None => {
-                let i = self.slots.len() as u32;
-                self.slots.push(Slot {
-                    name: host.into(),
-                    gen: 0,
-                    host: h,
-                });
-                self.links.push(Link {
-                    prev: NIL,
-                    next: NIL,
-                });
-                i
-            }
-        };
-        self.index.insert(host.into(), i);
-        self.push_front(i);
-        HostRef {
-            slot: i,
-            gen: self.slots[i as usize].gen,
-        }
-    }
-
-    /// Forget the host in slot `i` whole; its slot is free for another (a new
-    /// generation, so handles to this one find nothing).
-    fn remove_slot(&mut self, i: u32) {
-        self.unlink(i);
-        let s = &mut self.slots[i as usize];
-        let name = std::mem::take(&mut s.name);
-        let h = std::mem::replace(&mut s.host, Host::new((Duration::ZERO, 0)));
-        s.gen = s.gen.wrapping_add(1);
-        self.index.remove(&name);
-        self.pairs -= h.pairs.len();
-        self.widened -= h.pairs.values().filter(|p| p.exp > 0).count();
-        self.free.push(i);
-    }
-
     /// The one lookup of a lease for `host`: whether pacing holds anything for it (and its
     /// handle then). A held host becomes the most recently used and forgets its pairs that
     /// became idle.
@@ -323,13 +224,16 @@ impl Pace {
         if self.cfg.is_none() || (!self.binds && self.index.is_empty()) {
             return Visit::Skip;
         }
-        // Only for the rebase: a visit reads no time.
-        self.now_ms(now);
+        let ms = self.now_ms(now);
+        if self.pairs >= self.hard_pairs() {
+            // At the bound: idle pairs make room before anything is refused.
+            self.free_pairs(ms);
+        }
         let Some(&i) = self.index.get(host) else {
-            return if self.binds {
-                Visit::Fresh
-            } else {
-                Visit::Skip
+            return match (self.binds, self.binds && self.room_for_host(ms)) {
+                (false, _) => Visit::Skip,
+                (true, true) => Visit::Fresh,
+                (true, false) => Visit::Full,
             };
         };
         self.touch(i);
@@ -342,11 +246,18 @@ impl Pace {
     /// The gate to check endpoints by for a visited host, or `None` when nothing holds
     /// an endpoint back for it.
     pub(super) fn gate(&self, v: Visit, now: Instant) -> Option<Gate<'_>> {
-        let Visit::Held(r) = v else { return None };
-        let host = self.host(r).filter(|h| !h.pairs.is_empty())?;
+        let (host, full) = match v {
+            Visit::Held(r) => (self.host(r)?, self.pairs >= self.hard_pairs()),
+            Visit::Full => (&self.spare, true),
+            Visit::Skip | Visit::Fresh => return None,
+        };
+        if host.pairs.is_empty() && !full {
+            return None;
+        }
         Some(Gate {
             host,
             now: self.ms(now),
+            full,
         })
     }
 
@@ -385,7 +296,7 @@ impl Pace {
         now: Instant,
     ) -> Option<HostRef> {
         let r = match v {
-            Visit::Skip => return None,
+            Visit::Skip | Visit::Full => return None,
             Visit::Held(r) => r,
             Visit::Fresh => {
                 let h = Host::new(self.cfg.as_ref()?.rule_for(host));
@@ -397,15 +308,19 @@ impl Pace {
             }
         };
         let now = self.now_ms(now);
+        let max_hold = self.max_hold;
         let h = self.host_mut(r)?;
         let interval = h.interval;
         let counted = h.cap > 0;
         let (p, added) = h.pair(id, now);
-        let next = now + spacing(interval, p.exp);
+        let next = now + slow::capped(interval, p.exp, max_hold);
         p.set_ready(p.ready().max(next), now);
         if counted {
             p.in_flight = p.in_flight.saturating_add(1);
         }
+        let ready = p.ready();
+        h.busy_until = h.busy_until.max(ready);
+        h.leases += u32::from(counted);
         self.settle(r.slot, added, now);
         // Without an in-flight cap a lease's end readies nothing: it is not told.
         counted.then_some(r)
@@ -420,161 +335,23 @@ impl Pace {
         };
         // A release may make the endpoint ready: what was remembered as dry is not.
         h.dry = None;
-        if let Some(p) = h.pairs.get_mut(id) {
-            p.in_flight = p.in_flight.saturating_sub(1);
-        }
-    }
-
-    /// The host answered 429 (or 503 with Retry-After) through `id`: its spacing doubles
-    /// (up to 16×) and it is not used before `retry_after`.
-    pub(super) fn slow_down(
-        &mut self,
-        host: &str,
-        id: EndpointId,
-        retry_after: Option<Duration>,
-        now: Instant,
-    ) -> Option<Slowed> {
-        let rule = self.cfg.as_ref()?.rule_for(host);
-        let at = self.now_ms(now);
-        let r = match self.index.get(host) {
-            Some(&i) => {
-                self.touch(i);
-                HostRef {
-                    slot: i,
-                    gen: self.slots[i as usize].gen,
-                }
-            }
-            None => self.insert(host, Host::new(rule)),
-        };
-        let h = self.host_mut(r)?;
-        let interval = h.interval;
-        let (p, added) = h.pair(id, at);
-        let widened = p.exp == 0;
-        p.exp = (p.exp + 1).min(MAX_EXP);
-        p.calm = 0;
-        let spacing = spacing(interval, p.exp);
-        let hold = retry_after.map_or(0, |d| d.as_millis() as u64);
-        p.set_ready(p.ready().max(at + spacing.max(hold)), at);
-        let until = p.ready();
-        h.dry = None;
-        if widened {
-            self.widened += 1;
-        }
-        self.settle(r.slot, added, at);
-        Some(Slowed {
-            spacing: Duration::from_millis(spacing),
-            until: Duration::from_millis(until - at),
-        })
-    }
-
-    /// The host answered through `id`: a widened spacing narrows again after
-    /// `CALM_AFTER` of these in a row. No lookup while nothing is widened.
-    pub(super) fn success(&mut self, host: &str, id: EndpointId) {
-        if self.widened == 0 {
-            return;
-        }
-        let Some(&i) = self.index.get(host) else {
-            return;
-        };
-        let h = &mut self.slots[i as usize].host;
-        let Some(p) = h.pairs.get_mut(id) else {
-            return;
-        };
-        if p.exp == 0 {
-            return;
-        }
-        p.calm += 1;
-        if p.calm >= CALM_AFTER {
-            p.exp -= 1;
-            p.calm = 0;
-            if p.exp == 0 {
-                self.widened -= 1;
-            }
+        if let Some(p) = h.pairs.get_mut(id).filter(|p| p.in_flight > 0) {
+            p.in_flight -= 1;
+            h.leases = h.leases.saturating_sub(1);
         }
     }
 
     /// The endpoint is gone: its pairs too.
     pub(super) fn remove_endpoint(&mut self, id: EndpointId) {
         for &i in self.index.values() {
-            if let Some(p) = self.slots[i as usize].host.pairs.remove(id) {
+            let h = &mut self.slots[i as usize].host;
+            if let Some(p) = h.pairs.remove(id) {
+                h.leases = h.leases.saturating_sub(u32::from(p.in_flight));
                 self.pairs -= 1;
                 if p.exp > 0 {
                     self.widened -= 1;
                 }
             }
-        }
-    }
-
-    /// Count a pair `Host::pair` added to slot `keep` at `now` (less those its tidying
-    /// forgot), and stay within the caps.
-    fn settle(&mut self, keep: u32, added: Option<usize>, now: u64) {
-        if let Some(gone) = added {
-            self.pairs = self.pairs + 1 - gone;
-            self.evict(keep, now);
-        }
-    }
-
-    /// Stay within the caps, never dropping slot `keep` (just used). Past `max_hosts`, the
-    /// least recently used hosts go whole. Past `max_pairs`, hosts first forget their
-    /// pairs that say nothing any more: a host's table is tidied only when it fills, so
-    /// such pairs can fill the cap while the live ones are far fewer, and dropping a host
-    /// for them would forget pairs still spacing its uses. Each new pair past the cap
-    /// tidies one host, the hosts taken in turn (no lease waits for a pass over them all,
-    /// so the count may pass the cap by up to one pair per host meanwhile). Only when a
-    /// whole round of hosts, all past the cap, freed less than a quarter of it, and the
-    /// count is still past it, do least recently used hosts go whole, down to three
-    /// quarters of the cap.
-    fn evict(&mut self, keep: u32, now: u64) {
-        while self.index.len() > self.max_hosts && self.drop_least_recent(keep) {}
-        if self.pairs <= self.max_pairs {
-            // A round counts only tidies made past the cap, one after another.
-            self.round.restart();
-            return;
-        }
-        self.tidy_next(keep, now);
-        if self.round.hosts >= self.index.len() {
-            if self.round.freed * 4 < self.max_pairs && self.pairs > self.max_pairs {
-                let low = self.max_pairs - self.max_pairs / 4;
-                while self.pairs > low && self.drop_least_recent(keep) {}
-            }
-            self.round.restart();
-        }
-    }
-
-    /// Forget the least recently used host, unless it is `keep` (the only one left, or
-    /// the one just used: kept whole). Whether one went.
-    fn drop_least_recent(&mut self, keep: u32) -> bool {
-        let last = self.tail;
-        if last == NIL || last == keep {
-            return false;
-        }
-        self.remove_slot(last);
-        self.dropped += 1;
-        true
-    }
-
-    /// The next held host in slot order forgets its pairs that say nothing at `now`; a
-    /// host left with none is let go (not counted as dropped: nothing it held is lost,
-    /// and no lease holds its handle, since a pair in flight says something), unless it
-    /// is `keep`.
-    fn tidy_next(&mut self, keep: u32, now: u64) {
-        for _ in 0..self.slots.len() {
-            let i = self.round.cursor % self.slots.len();
-            self.round.cursor = i + 1;
-            let s = &mut self.slots[i];
-            // A free slot's name is empty; a held host's never is.
-            if s.name.is_empty() {
-                continue;
-            }
-            let freed = s.host.forget_idle(now);
-            let empty = s.host.pairs.is_empty();
-            self.pairs -= freed;
-            self.round.freed += freed;
-            self.round.hosts += 1;
-            if empty && i as u32 != keep {
-                self.remove_slot(i as u32);
-            }
-            return;
         }
     }
 

@@ -91,15 +91,19 @@ impl Pools {
         r.writes.into_iter().map(Write::Pair).collect()
     }
 
-    /// The target's trial ended without an answer about the target.
+    /// The target's trial (the claim of generation `gen`) ended without an answer about
+    /// the target. Nothing when that claim was handed back already (its hold ran out).
     pub(super) fn abandon_target_trial(
         &mut self,
         pool: usize,
         target: &str,
+        gen: u32,
         on: &Settle<'_>,
         now: Instant,
     ) -> Vec<Write> {
-        self.pools[pool].targets.abandon_trial(target, now);
+        if !self.pools[pool].targets.abandon_trial(target, gen, now) {
+            return Vec::new();
+        }
         vec![target_event(
             target,
             Some(on.id),
@@ -108,6 +112,31 @@ impl Pools {
             "the target's trial got no answer about the target; the next use is the trial",
             on.lease.clone(),
         )]
+    }
+
+    /// Hand back the target trials of pool `p` held past the pool's trial hold (docs/blame.md,
+    /// "A target that is down"): whatever the lease's ttl, the next use is the trial again.
+    pub(super) fn lapse_target_trials(&mut self, p: usize, now: Instant) -> Vec<Write> {
+        let ps = &mut self.pools[p];
+        if ps.targets.next_lapse().is_none_or(|t| t > now) {
+            return Vec::new();
+        }
+        let hold = ps.cfg.trial_hold();
+        let lapsed = ps.targets.lapse(now);
+        if ps.probe_trial.is_some() {
+            let t = ps.probe_target.as_deref();
+            if t.is_some_and(|t| lapsed.iter().any(|l| &**l == t)) {
+                ps.probe_trial = None;
+            }
+        }
+        let detail = format!(
+            "the target's trial did not decide within {} (the pool's probe timeout and 5 s); the next use is the trial",
+            humantime::format_duration(hold)
+        );
+        lapsed
+            .iter()
+            .map(|t| target_event(t, None, EventKind::TrialAbandoned, None, &detail, None))
+            .collect()
     }
 
     /// What a success through `by` did to the target: up again, and others' pending
@@ -124,7 +153,9 @@ impl Pools {
     ) -> Vec<Write> {
         let mut writes = Vec::new();
         if let Some(down_for) = r.up {
-            info!(pool = %self.pools[pool].cfg.name, target, endpoint = by, "target up");
+            if self.budget.admit(now, "-") {
+                info!(pool = %self.pools[pool].cfg.name, target, endpoint = by, "target up");
+            }
             writes.push(target_event(
                 target,
                 Some(by),
@@ -225,16 +256,23 @@ impl Pools {
         judged: &Judged,
         f: &Failure,
         lease: Option<String>,
+        now: Instant,
     ) -> Option<Write> {
         let next = judged.down_for?;
+        let reason = f.reason.map(|r| r.as_str());
+        let line = self.budget.admit(now, reason.unwrap_or("-"));
         let next = humantime::format_duration(Duration::from_millis(next.as_millis() as u64));
         let name = &self.pools[pool].cfg.name;
         let detail = if judged.verdict.target_goes_down {
             let n = judged.absolved.len() + 1;
-            info!(pool = %name, target, endpoints = n, reason = ?f.reason.map(|r| r.as_str()), "target down");
+            if line {
+                info!(pool = %name, target, endpoints = n, reason, "target down");
+            }
             format!("{n} endpoints failed it and none reached it; its trial in {next}")
         } else {
-            info!(pool = %name, target, reason = ?f.reason.map(|r| r.as_str()), "target trial failed");
+            if line {
+                info!(pool = %name, target, reason, "target trial failed");
+            }
             format!("its trial failed; the next in {next}")
         };
         Some(Write::Pair(PairWrite::Event {

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::apply::Act;
 use super::evidence::Settle;
-use super::targets::Gate;
+use super::targets::{Failed, Gate};
 use super::{Outcome, PoolError, Pools};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
@@ -53,12 +53,14 @@ impl Pools {
         };
         match ps.targets.gate(t, now) {
             Gate::Open => Ok(()),
-            Gate::Trial if ps.targets.claim_trial(t, now) => {
-                ps.probe_trial = Some(id);
-                Ok(())
-            }
-            Gate::Trial => Err(ps.cfg.blame.target.cooldown.base),
-            Gate::Down { retry_after } => Err(retry_after),
+            Gate::Trial => match ps.targets.claim_trial(t, now) {
+                Some(gen) => {
+                    ps.probe_trial = Some((id, gen));
+                    Ok(())
+                }
+                None => Err(ps.cfg.blame.target.cooldown.base),
+            },
+            Gate::Down { retry_after, .. } => Err(retry_after),
         }
     }
 
@@ -102,7 +104,7 @@ impl Pools {
         let ev = Act {
             kind: Some(EventKind::TrialAdmitted),
             detail: Some("probe".into()),
-            hold: Some(self.pools[p].cfg.probe.timeout + super::fleet::PROBE_HOLD_MARGIN),
+            hold: Some(self.pools[p].cfg.trial_hold()),
             ..Default::default()
         };
         let (step, w) = self.apply(id, Input::Claim, now, ev);
@@ -126,7 +128,7 @@ impl Pools {
         }
         let ev = Act {
             kind: Some(EventKind::TrialAdmitted),
-            hold: Some(self.pools[p].cfg.probe.timeout + super::fleet::PROBE_HOLD_MARGIN),
+            hold: Some(self.pools[p].cfg.trial_hold()),
             ..Default::default()
         };
         let (step, w) = self.apply(id, Input::Claim, now, ev);
@@ -142,10 +144,10 @@ impl Pools {
     /// The probe of `id` that was the probe target's trial ended without an answer.
     pub(super) fn end_probe_trial(&mut self, p: usize, id: EndpointId, now: Instant) {
         let ps = &mut self.pools[p];
-        if ps.probe_trial == Some(id) {
+        if let Some((_, gen)) = ps.probe_trial.filter(|&(by, _)| by == id) {
             ps.probe_trial = None;
             if let Some(t) = ps.probe_target.as_deref() {
-                ps.targets.abandon_trial(t, now);
+                ps.targets.abandon_trial(t, gen, now);
             }
         }
     }
@@ -189,10 +191,7 @@ impl Pools {
             // Our probe's claim lapsed and another daemon holds the trial now.
             return (Err(PoolError::StaleClaim(format!("endpoint {id}"))), writes);
         }
-        let target_trial = self.pools[p].probe_trial == Some(id);
-        if target_trial {
-            self.pools[p].probe_trial = None;
-        }
+        let target_trial = self.take_probe_trial(p, id);
         let target = self.pools[p].probe_target.clone();
         let failure = match &outcome {
             Outcome::Failure(f) => Some(f.reason),
@@ -259,6 +258,15 @@ impl Pools {
         (Ok(self.entries[&id].health.state), writes)
     }
 
+    /// The probe target's trial, when `id`'s probe was it (by the claim's generation): a
+    /// result ends it.
+    fn take_probe_trial(&mut self, p: usize, id: EndpointId) -> Option<u32> {
+        let ps = &mut self.pools[p];
+        let (_, gen) = ps.probe_trial.filter(|&(by, _)| by == id)?;
+        ps.probe_trial = None;
+        Some(gen)
+    }
+
     /// Whom a probe failure counts against: the endpoint, unless it is a failure to reach
     /// the probe target, which is judged by contrast.
     fn probe_blame(
@@ -267,29 +275,37 @@ impl Pools {
         id: EndpointId,
         f: &Failure,
         target: Option<&str>,
-        target_trial: bool,
+        target_trial: Option<u32>,
         now: Instant,
     ) -> (Blame, Vec<Write>) {
         let reason = f.reason.expect("a probe failure has a reason");
         let class = classify(reason, f.phase, target.is_some(), true);
         let (Class::Unreachable, Some(t)) = (class, target) else {
-            if let (true, Some(t)) = (target_trial, target) {
+            if let (Some(g), Some(t)) = (target_trial, target) {
                 let on = Settle {
                     id,
                     ..Settle::default()
                 };
-                return (Blame::Endpoint, self.abandon_target_trial(p, t, &on, now));
+                return (
+                    Blame::Endpoint,
+                    self.abandon_target_trial(p, t, g, &on, now),
+                );
             }
             return (Blame::Endpoint, Vec::new());
         };
-        let alone = self.alone(p);
+        let failed = Failed {
+            endpoint: id,
+            class,
+            failure: f,
+            probe: true,
+            alone: self.alone(p),
+            trial: target_trial,
+            pair_trial: false,
+        };
         let jitter = self.rng.f64() * 2.0 - 1.0;
-        let judged =
-            self.pools[p]
-                .targets
-                .failed(t, id, class, f, true, alone, target_trial, now, jitter);
+        let judged = self.pools[p].targets.failed(t, failed, now, jitter);
         let writes = self
-            .target_news(p, t, &judged, f, None)
+            .target_news(p, t, &judged, f, None, now)
             .into_iter()
             .collect();
         (judged.verdict.blame, writes)

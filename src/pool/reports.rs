@@ -34,7 +34,7 @@ impl Pools {
         self.end_paced(pool, &l);
         let mut writes = Vec::new();
         // Named only when an event needs it: most leases end with nothing to record.
-        let named = l.pair_trial.is_some() || l.target_trial || l.trial;
+        let named = l.pair_trial.is_some() || l.target_trial.is_some() || l.trial;
         let lease = named.then(|| l.name(lid));
         if let Some(key) = l.pair_trial.as_deref() {
             let ps = &mut self.pools[pool];
@@ -54,13 +54,13 @@ impl Pools {
                 writes.extend(r.writes.into_iter().map(Write::Pair));
             }
         }
-        if let (true, Some(t)) = (l.target_trial, l.target_key()) {
+        if let (Some(g), Some(t)) = (l.target_trial, l.target_key()) {
             let on = Settle {
                 id: l.endpoint,
                 lease: lease.clone(),
                 ..Settle::default()
             };
-            writes.extend(self.abandon_target_trial(pool, t, &on, now));
+            writes.extend(self.abandon_target_trial(pool, t, g, &on, now));
         }
         // Only this daemon's own claim is given back: a trial claimed again elsewhere is
         // not ours to end (docs/fleet.md, "Ownership").
@@ -233,7 +233,9 @@ impl Pools {
         if let Some(l) = self.leases.get_mut(&lid) {
             l.reached = true;
             l.trial &= !settled.endpoint_trial_decided;
-            l.target_trial &= !settled.target_trial_decided;
+            if settled.target_trial_decided {
+                l.target_trial = None;
+            }
             if settled.pair_trial_decided {
                 l.pair_trial = None;
             }

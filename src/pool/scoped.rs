@@ -18,8 +18,72 @@ use crate::endpoint::{EndpointError, EndpointId, Scheme};
 use crate::health::blame::Blame;
 use crate::health::State;
 use crate::store::pairs::PairRow;
+use crate::store::SlowedView;
 use crate::store::Write;
 use crate::tags::Tags;
+
+/// What `enable --target` did in one pool.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TargetCleared {
+    pub pool: String,
+    pub target: String,
+    /// The target was down (it is up now).
+    pub was_down: bool,
+}
+
+/// The event of `enable --target` in a pool: `target_up` when it was down.
+fn cleared_event(target: &str, was_down: Option<std::time::Duration>) -> Write {
+    use crate::event_kind::EventKind;
+    let (kind, detail) = match was_down {
+        Some(d) => {
+            let d = std::time::Duration::from_millis(d.as_millis() as u64);
+            (
+                EventKind::TargetUp,
+                format!(
+                    "enable --target: cleared by the operator after {} down",
+                    humantime::format_duration(d)
+                ),
+            )
+        }
+        None => (
+            EventKind::Operator,
+            "enable --target: the target was not down; what was known of it is forgotten"
+                .to_string(),
+        ),
+    };
+    let reason = Some(crate::health::Reason::Operator);
+    super::pair_target::target_event(target, None, kind, reason, &detail, None)
+}
+
+/// The `operator` row of `enable --destination` ending a slow-down.
+fn slow_down_cleared(
+    host: &str,
+    id: EndpointId,
+    spacing: std::time::Duration,
+    left: std::time::Duration,
+) -> Write {
+    use crate::event_kind::EventKind;
+    use crate::store::pairs::PairWrite;
+    let ms = |d: std::time::Duration| {
+        humantime::format_duration(std::time::Duration::from_millis(d.as_millis() as u64))
+    };
+    Write::Pair(PairWrite::Event {
+        destination: host.to_string(),
+        status: None,
+        event: crate::store::NewEvent {
+            endpoint: Some(id),
+            from: Some(State::Available),
+            to: Some(State::Available),
+            reason: Some(crate::health::Reason::Operator),
+            detail: Some(format!(
+                "enable --destination: slow-down cleared (spaced every {}, next use was in {})",
+                ms(spacing),
+                ms(left)
+            )),
+            ..crate::store::NewEvent::new(EventKind::Operator)
+        },
+    })
+}
 
 /// What a report did: the endpoint's state afterwards, and whom a failure counted
 /// against.
@@ -264,9 +328,94 @@ impl Pools {
         let Some(e) = self.entries.get(&id) else {
             return (Err(PoolError::UnknownEndpoint(id)), writes);
         };
-        let r = self.pools[e.pool].dests.enable(destination, id);
-        writes.extend(r.writes.into_iter().map(Write::Pair));
+        let ps = &mut self.pools[e.pool];
+        // Pacing is per host: a slow-down of the host ends too (docs/selection.md).
+        let host = place(destination).map(|p| p.host).ok();
+        let slowed = host
+            .as_deref()
+            .and_then(|h| ps.pace.clear(h, id, now).map(|s| (h, s)));
+        let r = ps.dests.enable(destination, id);
+        match slowed {
+            // Something was cleared: no "nothing to change" row.
+            Some((h, s)) => {
+                if r.step != crate::health::Step::Refused {
+                    writes.extend(r.writes.into_iter().map(Write::Pair));
+                }
+                writes.push(slow_down_cleared(h, id, s.spacing, s.until));
+            }
+            None => writes.extend(r.writes.into_iter().map(Write::Pair)),
+        }
         (Ok(r.state), writes)
+    }
+
+    /// How each endpoint's slow-down for `host` stands (`None`: not slowed), for `list
+    /// --destination`.
+    pub fn slowed_for(
+        &self,
+        ids: &[EndpointId],
+        host: &str,
+        now: Instant,
+    ) -> Vec<Option<SlowedView>> {
+        ids.iter()
+            .map(|id| {
+                let e = self.entries.get(id)?;
+                let s = self.pools[e.pool].pace.slowed(host, *id, now)?;
+                Some(SlowedView {
+                    spacing_ms: s.spacing.as_millis() as u64,
+                    next_use_in_ms: s.until.as_millis() as u64,
+                })
+            })
+            .collect()
+    }
+
+    /// `enable --target`: forget what each pool (or `pool`) knows of `target` (a key as
+    /// `normalize_key` gives it): down, its trial, pending failures (docs/blame.md, "A
+    /// target that is down"). The pools that knew it; refused when none did.
+    pub fn enable_target(
+        &mut self,
+        pool: Option<&str>,
+        target: &str,
+        now: Instant,
+    ) -> (Result<Vec<TargetCleared>, PoolError>, Vec<Write>) {
+        let mut writes = self.advance(now);
+        let only = match pool {
+            Some(name) => match self.by_name.get(name) {
+                Some(&p) => Some(p),
+                None => return (Err(PoolError::UnknownPool(name.to_string())), writes),
+            },
+            None => None,
+        };
+        let mut out = Vec::new();
+        for p in 0..self.pools.len() {
+            if only.is_some_and(|o| o != p) || !self.is_current(p) {
+                continue;
+            }
+            let ps = &mut self.pools[p];
+            let Some(c) = ps.targets.clear(target, now) else {
+                continue;
+            };
+            if ps.probe_target.as_deref() == Some(target) {
+                ps.probe_trial = None;
+            }
+            let name = ps.cfg.name.clone();
+            if c.was_down.is_some() && self.budget.admit(now, "operator") {
+                tracing::info!(pool = %name, target, reason = "operator", "target up");
+            }
+            writes.push(cleared_event(target, c.was_down));
+            out.push(TargetCleared {
+                pool: name,
+                target: target.to_string(),
+                was_down: c.was_down.is_some(),
+            });
+        }
+        if out.is_empty() {
+            let e = PoolError::UnknownTarget {
+                target: target.to_string(),
+                pool: pool.map(str::to_string),
+            };
+            return (Err(e), writes);
+        }
+        (Ok(out), writes)
     }
 
     /// When `target` of `pool` is down: the time until its trial.

@@ -1,26 +1,40 @@
-//! What one pool knows about each target (`host:port`): which endpoints reached it lately,
-//! which failed it without contrast yet, and whether it is down — with its own cooldown
-//! and single trial, run by the same state machine as endpoints. Pure logic: the caller
-//! passes the time in. Bounded: at most `cap` targets, the least recently used dropped,
-//! and every operation is O(1) (a hash lookup and a list of at most `down_after` items).
+//! What one pool knows about each target (`host:port`): which endpoints failed it without
+//! contrast yet, which refused it, and whether it is down — with its own cooldown and
+//! single trial (`down`), run by the same state machine as endpoints. Pure logic: the
+//! caller passes the time in. Bounded: at most `cap` targets, the least recently used
+//! dropped, and every operation is O(1) (a hash lookup and lists of a few items).
+//!
+//! Contrast comes only from a success through another endpoint AFTER a failure: a
+//! success from before it cannot tell "this endpoint cannot reach the target" from "the
+//! target went away since" (docs/blame.md, "Contrast").
 //!
 //! Target state is per process and not persisted: after a restart the first requests
 //! simply find out again.
 
-use std::hash::BuildHasher;
+use std::collections::BTreeSet;
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use lru::LruCache;
-use rustc_hash::{FxBuildHasher, FxHashMap};
+use rustc_hash::FxBuildHasher;
 use tokio::time::Instant;
 
 use crate::endpoint::EndpointId;
-use crate::health::blame::{escalates, judge, Blame, Class, Evidence, Rules, Verdict};
-use crate::health::{Failure, Health, Input, Phase, Policy, Reason, State, Step};
+use crate::health::blame::{judge, Blame, Class, Evidence, Rules, Verdict};
+use crate::health::{Failure, Phase, Reason, State};
+
+mod down;
+mod strikes;
+
+use down::{Down, Stand};
+use strikes::{key_hash, Strikes, MAX_STRUCK};
 
 /// Targets tracked per pool at most (about 200 bytes each).
 pub const DEFAULT_MAX_TARGETS: usize = 65_536;
+
+/// How long a target's trial is held when the pool says nothing else (the default probe
+/// `timeout`).
+pub const DEFAULT_TRIAL_HOLD: Duration = Duration::from_secs(10);
 
 /// Whether a use of the target may go ahead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +44,11 @@ pub enum Gate {
     /// Down, and its cooldown is over: the caller may claim the single trial.
     Trial,
     /// Down: answer at once, dialing nothing; try again after `retry_after`.
-    Down { retry_after: Duration },
+    /// `trial_out`: its trial is under way (and handed back at the latest then).
+    Down {
+        retry_after: Duration,
+        trial_out: bool,
+    },
 }
 
 /// What a lease for a target may do, decided in one lookup.
@@ -39,10 +57,15 @@ pub enum Admission {
     /// Go ahead, passing over these endpoints first (they just failed the target, pending
     /// contrast; empty, without an allocation, for nearly every target).
     Go { avoid: Vec<EndpointId> },
-    /// The target is down and this lease is its single trial (claimed).
-    Trial,
-    /// The target is down: answer at once, dialing nothing.
-    Down { retry_after: Duration },
+    /// The target is down and this lease is its single trial: the claim's generation,
+    /// which its report or release names.
+    Trial(u32),
+    /// The target is down: answer at once, dialing nothing. `trial_out`: its trial is
+    /// under way, and `retry_after` is when it is handed back at the latest.
+    Down {
+        retry_after: Duration,
+        trial_out: bool,
+    },
 }
 
 /// A failure through one endpoint that waits for contrast.
@@ -64,7 +87,7 @@ impl Pending {
             reason: Some(self.reason),
             phase: self.phase,
             detail: Some(format!(
-                "endpoint {by} reached the target that this endpoint could not"
+                "endpoint {by} reached the target after this endpoint failed to"
             )),
             ..Failure::default()
         }
@@ -100,13 +123,27 @@ pub struct DownTarget {
     pub down_for: Duration,
 }
 
+/// One failure to judge: through which endpoint, of what class, and what its use held.
+#[derive(Debug, Clone, Copy)]
+pub struct Failed<'a> {
+    pub endpoint: EndpointId,
+    pub class: Class,
+    pub failure: &'a Failure,
+    /// A probe's failure: once confirmed it is the endpoint's, not a pair's.
+    pub probe: bool,
+    /// The pool has no other endpoint to contrast with.
+    pub alone: bool,
+    /// The use held the target's trial, by the claim's generation.
+    pub trial: Option<u32>,
+    /// The use was the trial of the endpoint's own pair for the target (it cooled when
+    /// another endpoint reached the target after this one failed it).
+    pub pair_trial: bool,
+}
+
 /// The decision on one failure, and what it changed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Judged {
     pub verdict: Verdict,
-    /// The endpoint failed on `escalate_after` distinct targets others reach: it cools
-    /// endpoint-wide.
-    pub escalate: bool,
     /// The target went down with this failure (after `down_after` endpoints failed it),
     /// or its trial failed: how long until the next trial.
     pub down_for: Option<Duration>,
@@ -114,87 +151,27 @@ pub struct Judged {
     pub absolved: Vec<EndpointId>,
 }
 
-#[derive(Debug)]
-struct Down {
-    health: Health,
-    since: Instant,
+/// What `clear` (an operator's `enable --target`) found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cleared {
+    /// It was down (for this long).
+    pub was_down: Option<Duration>,
 }
 
 #[derive(Debug, Default)]
 struct Target {
-    /// The two most recent endpoints that reached it, distinct, newest first.
-    reached: [Option<(EndpointId, Instant)>; 2],
     pending: Vec<Pending>,
-    /// Endpoints that refused it (their policy) before anyone reached it: a later reach
-    /// through another endpoint makes each refusal count towards escalation.
+    /// Endpoints that refused it (their policy): a later reach through another endpoint
+    /// makes each refusal count towards escalation.
     refused: Vec<(EndpointId, Instant)>,
+    /// Endpoints holding a strike on it (the most recent `MAX_STRUCK`), so that it can
+    /// take them back.
+    struck: Vec<EndpointId>,
     down: Option<Box<Down>>,
 }
 
 impl Target {
-    fn reached_by_other(&self, e: EndpointId, since: Instant) -> bool {
-        self.reached
-            .iter()
-            .flatten()
-            .any(|&(id, at)| id != e && at >= since)
-    }
-
-    /// Down, after `down_after` endpoints failed it: its own cooldown starts. Returns the
-    /// cooldown and the endpoints whose pending failures are now the target's.
-    fn go_down(
-        &mut self,
-        failure: &Failure,
-        policy: &Policy,
-        now: Instant,
-        jitter: f64,
-    ) -> (Option<Duration>, Vec<EndpointId>) {
-        let mut h = Health::new(State::Available);
-        let input = Input::Failure {
-            failure: failure.clone(),
-            trial: false,
-        };
-        h.apply(input, policy, now, jitter);
-        let cooldown = h.cooldown;
-        self.down = Some(Box::new(Down {
-            health: h,
-            since: now,
-        }));
-        // Freed, not kept: most down targets never see another failure.
-        let absolved = std::mem::take(&mut self.pending)
-            .into_iter()
-            .map(|p| p.endpoint)
-            .collect();
-        (cooldown, absolved)
-    }
-
-    /// Its trial failed the same way: the next, longer cooldown.
-    fn trial_failed(
-        &mut self,
-        failure: &Failure,
-        policy: &Policy,
-        now: Instant,
-        jitter: f64,
-    ) -> Option<Duration> {
-        let d = self.down.as_mut()?;
-        let input = Input::Failure {
-            failure: failure.clone(),
-            trial: true,
-        };
-        match d.health.apply(input, policy, now, jitter) {
-            Step::Changed { .. } => d.health.cooldown,
-            _ => None,
-        }
-    }
-
-    /// Its trial got no answer about it: the next use is the trial.
-    fn give_back_trial(&mut self, policy: &Policy, now: Instant) {
-        if let Some(d) = self.down.as_mut() {
-            d.health.apply(Input::Abandon, policy, now, 0.0);
-        }
-    }
-
-    /// `e` refused it before anyone reached it: kept for a later contrast (the most
-    /// recent `MAX_REFUSALS`).
+    /// `e` refused it: kept for a later contrast (the most recent `MAX_REFUSALS`).
     fn refused_by(&mut self, e: EndpointId, now: Instant) {
         self.refused.retain(|&(id, _)| id != e);
         if self.refused.len() >= MAX_REFUSALS {
@@ -203,11 +180,15 @@ impl Target {
         self.refused.push((e, now));
     }
 
-    fn note_reached(&mut self, e: EndpointId, now: Instant) {
-        if self.reached[0].is_some_and(|(id, _)| id != e) {
-            self.reached[1] = self.reached[0];
+    /// `e` holds a strike on it now; the endpoint pushed out of the list, if any, must
+    /// have its strike taken back.
+    fn struck_by(&mut self, e: EndpointId) -> Option<EndpointId> {
+        if self.struck.contains(&e) {
+            return None;
         }
-        self.reached[0] = Some((e, now));
+        let out = (self.struck.len() >= MAX_STRUCK).then(|| self.struck.remove(0));
+        self.struck.push(e);
+        out
     }
 }
 
@@ -215,11 +196,13 @@ impl Target {
 pub struct Targets {
     map: LruCache<Box<str>, Target, FxBuildHasher>,
     rules: Rules,
+    /// How long a trial is held at most, whatever the use that took it.
+    hold: Duration,
+    /// Trials out, by when they are handed back (an item is stale once its claim ended).
+    holds: BTreeSet<(Instant, Box<str>)>,
     down: usize,
     dropped: u64,
-    /// Per endpoint: hashes of the distinct targets it failed that others reached, since
-    /// its last success (at most `escalate_after`).
-    strikes: FxHashMap<EndpointId, Vec<u64>>,
+    strikes: Strikes,
 }
 
 impl Targets {
@@ -229,15 +212,23 @@ impl Targets {
         Targets {
             map: LruCache::with_hasher(cap, FxBuildHasher),
             rules,
+            hold: DEFAULT_TRIAL_HOLD,
+            holds: BTreeSet::new(),
             down: 0,
             dropped: 0,
-            strikes: FxHashMap::default(),
+            strikes: Strikes::default(),
         }
     }
 
     /// New rules (a config reload); what is known stays.
     pub fn set_rules(&mut self, rules: Rules) {
         self.rules = rules;
+    }
+
+    /// How long a trial is held at most (the pool's probe `timeout`); a claim out keeps
+    /// the hold it was given.
+    pub fn set_trial_hold(&mut self, hold: Duration) {
+        self.hold = hold;
     }
 
     /// Targets known.
@@ -263,25 +254,19 @@ impl Targets {
     /// Whether a use of `target` may go ahead now. Brings a down target whose cooldown
     /// ended to its trial.
     pub fn gate(&mut self, target: &str, now: Instant) -> Gate {
-        let base = self.rules.target.cooldown.base;
-        let Some(t) = self.map.get_mut(target) else {
+        let policy = &self.rules.target;
+        let Some(d) = self.map.get_mut(target).and_then(|t| t.down.as_mut()) else {
             return Gate::Open;
         };
-        let Some(d) = t.down.as_mut() else {
-            return Gate::Open;
-        };
-        let h = &mut d.health;
-        if h.state == State::Cooling && h.deadline.is_none_or(|dl| dl <= now) {
-            h.apply(Input::DeadlinePassed, &self.rules.target, now, 0.0);
-        }
-        match (h.state, h.claimed) {
-            (State::ProbeAllowed, false) => Gate::Trial,
-            // The trial is out: its answer is at most a dial away.
-            (State::ProbeAllowed, true) => Gate::Down { retry_after: base },
-            _ => Gate::Down {
-                retry_after: h
-                    .deadline
-                    .map_or(base, |dl| dl.saturating_duration_since(now)),
+        match d.stand(policy, now) {
+            Stand::TrialDue => Gate::Trial,
+            Stand::TrialOut(left) => Gate::Down {
+                retry_after: left,
+                trial_out: true,
+            },
+            Stand::Cooling(left) => Gate::Down {
+                retry_after: left,
+                trial_out: false,
             },
         }
     }
@@ -290,7 +275,6 @@ impl Targets {
     /// over, in one lookup (the lease path).
     pub fn admit(&mut self, target: &str, now: Instant) -> Admission {
         let since = self.since(now);
-        let base = self.rules.target.cooldown.base;
         let policy = &self.rules.target;
         let Some(t) = self.map.get_mut(target) else {
             return Admission::Go { avoid: Vec::new() };
@@ -304,44 +288,72 @@ impl Targets {
                 .collect();
             return Admission::Go { avoid };
         };
-        let h = &mut d.health;
-        if h.state == State::Cooling && h.deadline.is_none_or(|dl| dl <= now) {
-            h.apply(Input::DeadlinePassed, policy, now, 0.0);
+        if let Some(c) = d.claim(policy, self.hold, now) {
+            self.holds.insert((c.until, target.into()));
+            return Admission::Trial(c.gen);
         }
-        match (h.state, h.claimed) {
-            (State::ProbeAllowed, false)
-                if h.apply(Input::Claim, policy, now, 0.0) == Step::Claimed =>
-            {
-                Admission::Trial
-            }
-            (State::ProbeAllowed, _) => Admission::Down { retry_after: base },
-            _ => Admission::Down {
-                retry_after: h
-                    .deadline
-                    .map_or(base, |dl| dl.saturating_duration_since(now)),
+        match d.stand(policy, now) {
+            Stand::TrialOut(left) => Admission::Down {
+                retry_after: left,
+                trial_out: true,
+            },
+            Stand::Cooling(left) => Admission::Down {
+                retry_after: left,
+                trial_out: false,
+            },
+            // Claimed above whenever it was due.
+            Stand::TrialDue => Admission::Down {
+                retry_after: policy.cooldown.base,
+                trial_out: true,
             },
         }
     }
 
     /// Claim the single trial of a down target whose cooldown ended: of any number of
-    /// callers at the same instant, exactly one gets `true`.
-    pub fn claim_trial(&mut self, target: &str, now: Instant) -> bool {
-        if self.gate(target, now) != Gate::Trial {
-            return false;
-        }
+    /// callers at the same instant, exactly one gets the claim's generation.
+    pub fn claim_trial(&mut self, target: &str, now: Instant) -> Option<u32> {
         let policy = &self.rules.target;
-        self.map
-            .get_mut(target)
-            .and_then(|t| t.down.as_mut())
-            .is_some_and(|d| d.health.apply(Input::Claim, policy, now, 0.0) == Step::Claimed)
+        let d = self.map.get_mut(target)?.down.as_mut()?;
+        let c = d.claim(policy, self.hold, now)?;
+        self.holds.insert((c.until, target.into()));
+        Some(c.gen)
     }
 
-    /// The trial ended without an answer about the target: the next use is the trial.
-    pub fn abandon_trial(&mut self, target: &str, now: Instant) {
+    /// The trial of generation `gen` ended without an answer about the target: the next
+    /// use is the trial. Whether that was the trial out (not one handed back already).
+    pub fn abandon_trial(&mut self, target: &str, gen: u32, now: Instant) -> bool {
         let policy = &self.rules.target;
-        if let Some(d) = self.map.peek_mut(target).and_then(|t| t.down.as_mut()) {
-            d.health.apply(Input::Abandon, policy, now, 0.0);
+        self.map
+            .peek_mut(target)
+            .and_then(|t| t.down.as_mut())
+            .is_some_and(|d| d.give_back(gen, policy, now))
+    }
+
+    /// Hand back every trial held past its hold at `now`: the targets whose trial went
+    /// back (their next use is the trial again).
+    pub fn lapse(&mut self, now: Instant) -> Vec<Box<str>> {
+        let mut out = Vec::new();
+        while let Some((until, _)) = self.holds.first() {
+            if *until > now {
+                break;
+            }
+            let (until, key) = self.holds.pop_first().expect("just seen");
+            let policy = &self.rules.target;
+            let Some(d) = self.map.peek_mut(&key).and_then(|t| t.down.as_mut()) else {
+                continue;
+            };
+            // Stale unless the claim out now is the one this item was made for.
+            match d.claim_out() {
+                Some(c) if c.until == until && d.give_back(c.gen, policy, now) => out.push(key),
+                _ => {}
+            }
         }
+        out
+    }
+
+    /// When the soonest trial out is handed back if nothing decides it.
+    pub fn next_lapse(&self) -> Option<Instant> {
+        self.holds.first().map(|(t, _)| *t)
     }
 
     /// Endpoint `e` failed `target` earlier without contrast: prefer other endpoints for
@@ -355,29 +367,36 @@ impl Targets {
     }
 
     /// Endpoints whose failures on `target` wait for contrast: a lease for it prefers
-    /// the others. Empty (and no allocation) for nearly every target.
+    /// the others.
     #[cfg(test)]
     pub fn avoid(&self, target: &str, now: Instant) -> Vec<EndpointId> {
         let since = self.since(now);
         match self.map.peek(target) {
-            Some(t) if !t.pending.is_empty() => t
+            Some(t) => t
                 .pending
                 .iter()
                 .filter(|p| p.at >= since)
                 .map(|p| p.endpoint)
                 .collect(),
-            _ => Vec::new(),
+            None => Vec::new(),
         }
     }
 
+    /// How many escalation strikes `e` holds.
+    #[cfg(test)]
+    pub fn strikes_of(&self, e: EndpointId) -> usize {
+        self.strikes.of(e)
+    }
+
     /// Endpoint `e` reached `target`: a tunnel opened through it, or an answer came back.
+    /// What failed it through other endpoints within `contrast_window` before this is now
+    /// known to be theirs.
     pub fn reached(&mut self, target: &str, e: EndpointId, now: Instant) -> Reached {
         let since = self.since(now);
         let escalate_after = self.rules.escalate_after;
-        self.strikes.remove(&e);
+        self.strikes.clear(e);
         let (t, evicted) = self.entry(target);
         let mut out = Reached::default();
-        t.note_reached(e, now);
         if let Some(d) = t.down.take() {
             out.up = Some(now.saturating_duration_since(d.since));
         }
@@ -390,119 +409,135 @@ impl Targets {
             .filter(|&(id, at)| id != e && at >= since)
             .map(|(id, _)| id)
             .collect();
-        if out.up.is_some() {
-            self.down -= 1;
-        }
-        self.evicted(evicted);
         // Failures that this success shows to be their endpoint's own count towards
-        // escalation, as if the contrast had been there when they happened.
-        let h = key_hash(target);
+        // escalation. A probe's confirmed failure cools its endpoint directly.
         let late = out
             .confirmed
             .iter()
             .filter(|p| !p.probe)
             .map(|p| p.endpoint);
-        for id in late.chain(refused) {
-            if self.strike(id, h, escalate_after) && !out.escalated.contains(&id) {
+        let strikers: Vec<EndpointId> = late.chain(refused).collect();
+        let mut pushed_out = Vec::new();
+        for &id in &strikers {
+            pushed_out.extend(t.struck_by(id));
+        }
+        if out.up.is_some() {
+            self.down -= 1;
+        }
+        self.evicted(evicted);
+        let h = key_hash(target);
+        for id in pushed_out {
+            self.strikes.take_back(id, h);
+        }
+        for id in strikers {
+            if self.strikes.strike(id, h, escalate_after) && !out.escalated.contains(&id) {
                 out.escalated.push(id);
             }
         }
         out
     }
 
-    /// One more distinct target `e` failed that others reach; true when that escalates.
-    fn strike(&mut self, e: EndpointId, target_hash: u64, escalate_after: u32) -> bool {
-        let s = self.strikes.entry(e).or_default();
-        if !s.contains(&target_hash) {
-            s.push(target_hash);
-        }
-        if escalates(s.len(), escalate_after) {
-            self.strikes.remove(&e);
-            return true;
-        }
-        false
-    }
-
     /// Any success through `e` (a lease report, a probe): it reaches something, so its
     /// failures on targets others reach start counting again from zero.
     pub fn endpoint_succeeded(&mut self, e: EndpointId) {
-        self.strikes.remove(&e);
+        self.strikes.clear(e);
     }
 
     /// Forget a removed endpoint.
     pub fn remove_endpoint(&mut self, e: EndpointId) {
-        self.strikes.remove(&e);
+        self.strikes.clear(e);
     }
 
-    /// Judge a failure of `class` through `e` on `target`. `alone`: the pool has no other
-    /// endpoint to contrast with; `trial`: the use was the target's single trial;
-    /// `jitter` in [-1, 1] for the target's cooldown.
-    #[allow(clippy::too_many_arguments)]
-    pub fn failed(
-        &mut self,
-        target: &str,
-        e: EndpointId,
-        class: Class,
-        failure: &Failure,
-        probe: bool,
-        alone: bool,
-        trial: bool,
-        now: Instant,
-        jitter: f64,
-    ) -> Judged {
+    /// Judge a failure on `target`; `jitter` in [-1, 1] for the target's cooldown.
+    pub fn failed(&mut self, target: &str, f: Failed<'_>, now: Instant, jitter: f64) -> Judged {
         let since = self.since(now);
-        let rules = self.rules.clone();
+        let rules = &self.rules;
+        let (down_after, policy) = (rules.down_after, rules.target.clone());
+        let e = f.endpoint;
         let (t, evicted) = self.entry(target);
         t.pending.retain(|p| p.at >= since && p.endpoint != e);
-        let failing = t.pending.len() as u32 + 1;
         let ev = Evidence {
             target_down: t.down.is_some(),
-            reached_by_other: t.reached_by_other(e, since),
-            alone,
-            failing,
-            down_after: rules.down_after,
+            pair_trial: f.pair_trial,
+            alone: f.alone,
+            failing: t.pending.len() as u32 + 1,
+            down_after,
         };
-        let verdict = judge(class, probe, ev);
+        let verdict = judge(f.class, f.probe, ev);
         let mut judged = Judged {
             verdict,
-            escalate: false,
             down_for: None,
             absolved: Vec::new(),
         };
+        let trial = f
+            .trial
+            .filter(|&g| t.down.as_ref().is_some_and(|d| d.holds(g)));
+        let mut took_back = Vec::new();
         match verdict.blame {
             Blame::Pending => t.pending.push(Pending {
                 endpoint: e,
                 at: now,
-                reason: failure.reason.unwrap_or(Reason::UpstreamUnreachable),
-                phase: failure.phase,
-                probe,
+                reason: f.failure.reason.unwrap_or(Reason::UpstreamUnreachable),
+                phase: f.failure.phase,
+                probe: f.probe,
             }),
             Blame::Target if verdict.target_goes_down => {
-                (judged.down_for, judged.absolved) = t.go_down(failure, &rules.target, now, jitter);
+                let d = Down::new(f.failure, &policy, now, jitter);
+                judged.down_for = d.health.cooldown;
+                t.down = Some(Box::new(d));
+                // Freed, not kept: most down targets never see another failure.
+                judged.absolved = std::mem::take(&mut t.pending)
+                    .into_iter()
+                    .map(|p| p.endpoint)
+                    .collect();
+                // A target that turned out to be down counts towards nobody's escalation.
+                took_back = std::mem::take(&mut t.struck);
+                t.refused.clear();
             }
-            Blame::Target if trial => {
-                judged.down_for = t.trial_failed(failure, &rules.target, now, jitter);
+            Blame::Target => {
+                if let (Some(g), Some(d)) = (trial, t.down.as_mut()) {
+                    judged.down_for = d.trial_failed(g, f.failure, &policy, now, jitter);
+                }
             }
-            Blame::Target => {}
             Blame::Pair | Blame::Endpoint => {
-                if class == Class::Refused && !verdict.contrasted {
+                if f.class == Class::Refused {
                     t.refused_by(e, now);
                 }
-                if trial {
+                if let (Some(g), Some(d)) = (trial, t.down.as_mut()) {
                     // The failure was the endpoint's (or its pair's): the target's trial
                     // got no answer about the target.
-                    t.give_back_trial(&rules.target, now);
+                    d.give_back(g, &policy, now);
                 }
             }
         }
         if verdict.target_goes_down {
             self.down += 1;
         }
-        if verdict.contrasted {
-            judged.escalate = self.strike(e, key_hash(target), rules.escalate_after);
-        }
         self.evicted(evicted);
+        let h = key_hash(target);
+        for id in took_back {
+            self.strikes.take_back(id, h);
+        }
         judged
+    }
+
+    /// `enable --target`: forget what is known of `target` (down, its trial, pending
+    /// failures, refusals, the strikes it gave): the next use goes ahead as for a target
+    /// never seen. `None` when the target is not known.
+    pub fn clear(&mut self, target: &str, now: Instant) -> Option<Cleared> {
+        let t = self.map.pop(target)?;
+        let was_down = t
+            .down
+            .as_ref()
+            .map(|d| now.saturating_duration_since(d.since));
+        if was_down.is_some() {
+            self.down -= 1;
+        }
+        let h = key_hash(target);
+        for id in t.struck {
+            self.strikes.take_back(id, h);
+        }
+        Some(Cleared { was_down })
     }
 
     /// The targets that are down, soonest trial first, at most `limit`.
@@ -536,23 +571,23 @@ impl Targets {
         v
     }
 
-    /// The time until the trial of `target`, when it is down.
+    /// When `target` is down: the time until its trial (while its trial is out, until
+    /// that trial is handed back at the latest).
     pub fn down_for(&self, target: &str, now: Instant) -> Option<Duration> {
         let d = self.map.peek(target)?.down.as_ref()?;
         let h = &d.health;
-        Some(match (h.state, h.deadline) {
-            (State::Cooling, Some(dl)) => dl.saturating_duration_since(now),
-            _ => self.rules.target.cooldown.base,
+        Some(match (h.state, h.deadline, d.claim_out()) {
+            (State::Cooling, Some(dl), _) => dl.saturating_duration_since(now),
+            (_, _, Some(c)) => c.until.saturating_duration_since(now),
+            _ => Duration::ZERO,
         })
     }
 
     /// The entry of `target`, created if new; and a target dropped to make room.
-    fn entry(&mut self, target: &str) -> (&mut Target, Option<Target>) {
+    fn entry(&mut self, target: &str) -> (&mut Target, Option<(Box<str>, Target)>) {
         let mut evicted = None;
         if !self.map.contains(target) {
-            if let Some((_, old)) = self.map.push(target.into(), Target::default()) {
-                evicted = Some(old);
-            }
+            evicted = self.map.push(target.into(), Target::default());
         }
         let t = self
             .map
@@ -561,18 +596,19 @@ impl Targets {
         (t, evicted)
     }
 
-    fn evicted(&mut self, old: Option<Target>) {
-        if let Some(old) = old {
+    fn evicted(&mut self, old: Option<(Box<str>, Target)>) {
+        if let Some((key, old)) = old {
             self.dropped += 1;
             if old.down.is_some() {
                 self.down -= 1;
             }
+            // Forgotten: nothing can take its strikes back later, so they go now.
+            let h = key_hash(&key);
+            for id in old.struck {
+                self.strikes.take_back(id, h);
+            }
         }
     }
-}
-
-fn key_hash(target: &str) -> u64 {
-    FxBuildHasher.hash_one(target)
 }
 
 #[cfg(test)]

@@ -192,11 +192,13 @@ pub struct DisableMessage {
     pub reason: Option<String>,
 }
 
-/// `enable`: operator enable.
+/// `enable`: operator enable; or, with `target` instead of `endpoint`, clear a target.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EnableMessage {
-    pub endpoint: EndpointRef,
+    /// The endpoint (required unless `target` is given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<EndpointRef>,
     /// Name endpoints of this pool only: the same URL may be in several pools.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<String>,
@@ -206,6 +208,10 @@ pub struct EnableMessage {
     /// Clear only the endpoint's pair for this destination (docs/destinations.md, "Pairs").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<String>,
+    /// Clear this target (`host:port`) instead of an endpoint: what the pools know of it,
+    /// down or not (docs/blame.md, "A target that is down").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
 }
 
 /// `add`: operator add (used by the CLI while a daemon runs).

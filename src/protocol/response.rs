@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::endpoint::EndpointId;
 use crate::health::blame::Blame;
 use crate::health::State;
-use crate::pool::{Grant, PoolStatus};
+use crate::pool::{Grant, PoolStatus, TargetCleared};
 use crate::probe::ProbeReport;
 use crate::store::EndpointView;
 
@@ -130,6 +130,10 @@ pub enum Payload {
     Ping {
         /// Server version.
         version: String,
+    },
+    /// `enable` of a target: the pools that knew it.
+    Cleared {
+        cleared: Vec<TargetCleared>,
     },
     /// `release`, `remove`.
     Empty {},

@@ -116,16 +116,25 @@ fn requests_round_trip() {
             duration_ms: Some(120.5),
         }),
         Request::Enable(EnableMessage {
-            endpoint: EndpointRef::Id(3),
+            endpoint: Some(EndpointRef::Id(3)),
             pool: None,
             now: Some(true),
             destination: None,
+            target: None,
         }),
         Request::Enable(EnableMessage {
-            endpoint: EndpointRef::Id(3),
+            endpoint: Some(EndpointRef::Id(3)),
             pool: Some("shops".into()),
             now: None,
             destination: Some("shop.example".into()),
+            target: None,
+        }),
+        Request::Enable(EnableMessage {
+            endpoint: None,
+            pool: Some("shops".into()),
+            now: None,
+            destination: None,
+            target: Some("shop.example:443".into()),
         }),
         Request::Remove(RemoveMessage {
             endpoints: vec![EndpointRef::Id(1), EndpointRef::Url("http://h:1".into())],

@@ -69,7 +69,9 @@ impl From<PoolError> for OpError {
                     None => e,
                 }
             }
-            PoolError::UnknownTag { .. } | PoolError::TtlOverMax { .. } => OpError::bad(message),
+            PoolError::UnknownTag { .. }
+            | PoolError::UnknownTarget { .. }
+            | PoolError::TtlOverMax { .. } => OpError::bad(message),
             // Nothing says when a lease will end: no `retry_after_ms`.
             PoolError::TooManyLeases { .. } => OpError::new(ErrorCode::PoolExhausted, message),
             PoolError::UnknownEndpoint(_) | PoolError::MissingReason | PoolError::InvalidTtl(_) => {

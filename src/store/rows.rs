@@ -130,6 +130,19 @@ pub struct EndpointView {
     /// destination) pair's when it is available and that pair is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination_state: Option<State>,
+    /// Its slow-down for that destination's host, when pacing holds one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slowed: Option<SlowedView>,
+}
+
+/// A slow-down pacing holds for one (endpoint, host) pair (docs/selection.md, "Slow
+/// down, not banned").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SlowedView {
+    /// The spacing of its uses now.
+    pub spacing_ms: u64,
+    /// The time until its next use may be.
+    pub next_use_in_ms: u64,
 }
 
 impl EndpointRow {
@@ -157,6 +170,7 @@ impl EndpointRow {
             tags: self.tags.clone(),
             stats: None,
             destination_state: None,
+            slowed: None,
         }
     }
 }

@@ -26,6 +26,7 @@ pub(crate) fn model() -> PageModel {
         created_at: fmt_time(now),
         stats: None,
         destination_state: None,
+        slowed: None,
         tags: crate::tags::Tags::parse_args(&["country=us"]).unwrap(),
     };
     let mut stats = EndpointStats::default();

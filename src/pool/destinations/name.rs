@@ -4,6 +4,8 @@
 
 use std::net::Ipv6Addr;
 
+use crate::ip_literal::{self, V4};
+
 use super::DestinationError;
 
 /// Where a use went.
@@ -99,12 +101,12 @@ fn split(dest: &str) -> Result<(String, Option<u16>), DestinationError> {
         let (inner, after) = rest.split_once(']').ok_or_else(|| bad("unclosed '['"))?;
         let port = port(after, &bad)?;
         let ip: Ipv6Addr = inner.parse().map_err(|_| bad("not an IPv6 address"))?;
-        return Ok((ip.to_string(), port));
+        return Ok((ip_literal::ipv6_key(ip), port));
     }
     if s.matches(':').count() > 1 {
         // A bare IPv6 address (no port can be told apart without brackets).
         let ip: Ipv6Addr = s.parse().map_err(|_| bad("not an IPv6 address"))?;
-        return Ok((ip.to_string(), None));
+        return Ok((ip_literal::ipv6_key(ip), None));
     }
     let (host, port) = match s.split_once(':') {
         Some((h, p)) => (h, Some(port_number(p, &bad)?)),
@@ -128,7 +130,12 @@ fn split(dest: &str) -> Result<(String, Option<u16>), DestinationError> {
             return Err(bad("only letters, digits, '-', '_' and '.' are allowed"));
         }
     }
-    Ok((host, port))
+    // One spelling of an IPv4 address, so that no other spelling evades its key.
+    match ip_literal::ipv4(&host) {
+        V4::Name | V4::Canonical => Ok((host, port)),
+        V4::Respelled(ip) => Ok((ip.to_string(), port)),
+        V4::Bad(why) => Err(bad(why)),
+    }
 }
 
 fn port(
@@ -249,6 +256,74 @@ mod tests {
             ("[::1]:80", 80),
         ] {
             assert!(Place::at(host, port).is_err(), "{host:?} {port}");
+        }
+    }
+
+    /// Every spelling of one IPv4 address is one key (and is dialed as that key), on every
+    /// front: pacing, bans and targets cannot be told apart by spelling.
+    #[test]
+    fn ip_literals_have_one_spelling() {
+        for (given, host) in [
+            ("127.0.0.1", "127.0.0.1"),
+            ("127.1", "127.0.0.1"),
+            ("127.0.1", "127.0.0.1"),
+            ("2130706433", "127.0.0.1"),
+            ("0x7f.0.0.1", "127.0.0.1"),
+            ("0X7F.0.0.1", "127.0.0.1"),
+            ("0x7f000001", "127.0.0.1"),
+            ("0177.0.0.1", "127.0.0.1"),
+            ("127.000.000.001", "127.0.0.1"),
+            ("127.0.0.1.", "127.0.0.1"),
+            ("[::ffff:7f00:1]", "127.0.0.1"),
+            ("::ffff:127.0.0.1", "127.0.0.1"),
+            ("0", "0.0.0.0"),
+            ("0x", "0.0.0.0"),
+            ("255.255.255.255", "255.255.255.255"),
+            ("4294967295", "255.255.255.255"),
+            ("10.0.0.5", "10.0.0.5"),
+            ("10.200.7.80", "10.200.7.80"),
+            // Names whose last label is not a number stay names.
+            ("1.2.3.example", "1.2.3.example"),
+            ("0x7f.example", "0x7f.example"),
+            ("shop.0x1g", "shop.0x1g"),
+            // IPv6 that maps no IPv4 address stays IPv6.
+            ("[::127.0.0.1]", "::7f00:1"),
+            ("[0:0::1]", "::1"),
+        ] {
+            assert_eq!(normalize(given).as_deref(), Ok(host), "{given}");
+            let p = place(&format!("{given}:8080")).ok();
+            if !given.contains(':') {
+                let want = format!("{host}:8080");
+                assert_eq!(p.map(|p| p.target), Some(want), "{given}:8080");
+            }
+        }
+        assert_eq!(Place::at("0x7f.1", 443).unwrap().target, "127.0.0.1:443");
+        assert_eq!(
+            Place::at("::ffff:7f00:1", 443).unwrap().target,
+            "127.0.0.1:443"
+        );
+        assert_eq!(
+            place_and_port("[::ffff:7f00:1]:80", None)
+                .unwrap()
+                .unwrap()
+                .0
+                .target,
+            "127.0.0.1:80"
+        );
+        for bad in [
+            "1.2.3.256",
+            "1.2.3.4.5",
+            "256.0.0.1",
+            "4294967296",
+            "09.0.0.1",
+            "0x1.0x100.0.0",
+            "1.2.65536",
+            "example.123",
+            "shop.0x10",
+            "99999999999999999999999",
+        ] {
+            let err = normalize(bad).unwrap_err().to_string();
+            assert!(err.contains(bad), "{bad}: {err}");
         }
     }
 

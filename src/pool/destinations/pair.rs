@@ -26,6 +26,9 @@ pub(super) struct Pair {
     pub(super) claim: u64,
     pub(super) reason: Option<Reason>,
     pub(super) phase: Option<Phase>,
+    /// When it last failed, in the pool's order of failures: the pair failed least
+    /// recently gives way first at the cap (`Destinations::make_room`).
+    pub(super) touched: u32,
 }
 
 pub(super) const NONE: u64 = u64::MAX;
@@ -59,6 +62,7 @@ impl Pair {
             claim: 0,
             reason: None,
             phase: None,
+            touched: 0,
         }
     }
 
@@ -97,6 +101,7 @@ impl Pair {
             claim: 0,
             reason: h.reason,
             phase: h.phase,
+            touched: 0,
         }
     }
 

@@ -435,28 +435,49 @@ async fn fall_on_pairs_counts_without_banning() {
     assert_eq!(usable(&d, SHOP, 1), Usable::Banned);
 }
 
+/// At the cap a new ban is never dropped: the pair failed least recently gives way, its
+/// row deleted with the ban's own writes (memory and disk stay within the cap), and a
+/// pair that keeps failing stays while junk ahead of it goes.
 #[tokio::test(start_paused = true)]
-async fn cap_on_pairs_refuses_new_bans_and_keeps_the_endpoint_usable() {
+async fn at_the_cap_a_new_ban_pushes_out_the_pair_failed_least_recently() {
     let p = policy();
     let mut d = Destinations::new("default", 2);
-    on(&mut d, &p, "a.example", 1, ban(403));
-    on(&mut d, &p, "b.example", 1, ban(403));
-    let r = on(&mut d, &p, "c.example", 1, ban(403));
-    assert_eq!(r.step, Step::Recorded { late: false });
-    assert_eq!(kinds(&r.writes), ["report"]);
+    on(&mut d, &p, "junk-1.invalid", 1, ban(403));
+    tokio::time::advance(MS).await;
+    on(&mut d, &p, "junk-2.invalid", 1, ban(403));
+    tokio::time::advance(MS).await;
+    let r = on(&mut d, &p, SHOP, 2, ban(403));
+    assert_eq!(
+        r.step,
+        Step::Changed {
+            from: State::Available,
+            to: State::Cooling
+        }
+    );
+    // The real ban is recorded; the oldest junk went, its row deleted.
+    assert_eq!(kinds(&r.writes), ["delete", "report", "upsert"]);
     match &r.writes[0] {
-        PairWrite::Event { event, .. } => {
+        PairWrite::Delete {
+            destination, event, ..
+        } => {
+            assert_eq!(destination, "junk-1.invalid");
             let detail = event.detail.as_deref().unwrap();
-            assert!(
-                detail.contains("maximum of 2 destination pairs"),
-                "{detail}"
-            );
+            assert!(detail.contains("maximum of 2"), "{detail}");
         }
         w => panic!("{w:?}"),
     }
-    assert_eq!(usable(&d, "c.example", 1), Usable::Available);
-    assert_eq!(d.lookup("c.example"), None);
-    assert_eq!(d.banned(), 2);
+    assert_eq!(usable(&d, SHOP, 2), Usable::Banned);
+    assert_eq!(usable(&d, "junk-1.invalid", 1), Usable::Available);
+    assert_eq!((d.len(), d.banned()), (2, 2));
+    // The real site fails again (a failure on the banned pair is a late one, but it is a
+    // use): junk pushes out the older junk first, and only then the real ban.
+    tokio::time::advance(MS).await;
+    on(&mut d, &p, SHOP, 2, ban(403));
+    tokio::time::advance(MS).await;
+    on(&mut d, &p, "junk-3.invalid", 1, ban(403));
+    assert_eq!(usable(&d, SHOP, 2), Usable::Banned, "{:?}", d.keys());
+    assert_eq!(usable(&d, "junk-2.invalid", 1), Usable::Available);
+    assert_eq!(d.len(), 2);
     // An existing pair still moves.
     tokio::time::advance(10 * S).await;
     assert_eq!(kinds(&d.advance(&p, Instant::now())), ["upsert", "upsert"]);
@@ -475,6 +496,7 @@ async fn cap_on_pairs_refuses_new_bans_and_keeps_the_endpoint_usable() {
         from: State::Disabled,
         trial: None,
     };
+    // What the store holds past the cap is not loaded (it was within it when written).
     assert_eq!(
         d.restore(&rec, None, Instant::now()),
         Err(DestinationError::CapReached {

@@ -1,5 +1,7 @@
 //! The views of `Destinations` (one per destination, their slots reused) and the cap on
-//! the pairs held: where a pair is put, taken from and found.
+//! the pairs held: where a pair is put, taken from and found, and which pair gives way
+//! at the cap — the one failed least recently, so that a new ban is never dropped for old
+//! ones, and junk pairs (bogus hosts nobody uses again) go before what keeps failing.
 
 use std::collections::VecDeque;
 
@@ -7,12 +9,134 @@ use rustc_hash::FxHashMap;
 use tracing::warn;
 
 use crate::endpoint::EndpointId;
+use crate::event_kind::EventKind;
 use crate::health::{State, Step};
+use crate::store::pairs::PairWrite;
+use crate::store::NewEvent;
 
 use super::pair::{Pair, NONE};
 use super::{DestinationError, Destinations, PairStep, View};
 
+/// One failure in the order of failures: the pair it touched and its number then (an
+/// item whose pair failed again since, or is gone, is stale).
+pub(super) struct Failed {
+    slot: u32,
+    seq: u32,
+    id: EndpointId,
+}
+
+/// Pairs whose trial is out passed over, at most, looking for one to forget.
+const PASS_OVER: usize = 64;
+
 impl Destinations {
+    /// Whether the pair (`destination`, `id`) is held.
+    pub(super) fn holds(&self, destination: &str, id: EndpointId) -> bool {
+        self.lookup(destination)
+            .and_then(|d| self.view(d.0))
+            .is_some_and(|v| v.pairs.contains_key(&id))
+    }
+
+    /// The pair an input applies to, taken out of its view (a failure creates it, making
+    /// room at the cap first — before the lookup: the pair forgotten may have been its
+    /// destination's last): its slot, the pair, and the writes of a pair forgotten for
+    /// it. `Err`: no pair, with why when the cap kept a new one out.
+    pub(super) fn take_for(
+        &mut self,
+        destination: &str,
+        id: EndpointId,
+        creating: bool,
+    ) -> Result<(u32, Pair, Vec<PairWrite>), Option<String>> {
+        let mut writes = Vec::new();
+        if creating && !self.holds(destination, id) && !self.room() {
+            writes = self.make_room();
+        }
+        let slot = match self.lookup(destination) {
+            Some(d) => d.0,
+            None if creating => self.slot_for(destination),
+            None => return Err(None),
+        };
+        match self.take(slot, id) {
+            Some(p) => Ok((slot, p, writes)),
+            None if creating && self.room() => Ok((slot, Pair::available(), writes)),
+            None => {
+                self.drop_if_empty(slot);
+                Err(creating.then(|| self.cap_error().to_string()))
+            }
+        }
+    }
+
+    /// The pair (`slot`, `id`) failed now: its number in the order of failures.
+    pub(super) fn touch(&mut self, slot: u32, id: EndpointId) -> u32 {
+        self.seq = self.seq.wrapping_add(1);
+        self.failed.push_back(Failed {
+            slot,
+            seq: self.seq,
+            id,
+        });
+        if self.failed.len() > 2 * self.pairs + 1024 {
+            // Stale items are dropped in one pass once they are half: amortised O(1).
+            let items = std::mem::take(&mut self.failed);
+            self.failed = items.into_iter().filter(|f| self.current(f)).collect();
+        }
+        self.seq
+    }
+
+    fn current(&self, f: &Failed) -> bool {
+        self.view(f.slot)
+            .and_then(|v| v.pairs.get(&f.id))
+            .is_some_and(|p| p.touched == f.seq)
+    }
+
+    /// Room for one new pair at the cap: the pair failed least recently is forgotten (one
+    /// whose trial is out is passed over), its row deleted with the new pair's writes, so
+    /// that memory and the database stay within the cap.
+    pub(super) fn make_room(&mut self) -> Vec<PairWrite> {
+        let mut passed = 0;
+        while let Some(f) = self.failed.pop_front() {
+            if !self.current(&f) {
+                continue;
+            }
+            let v = self.views[f.slot as usize].as_ref().expect("current");
+            if v.pairs[&f.id].claimed {
+                self.failed.push_back(f);
+                passed += 1;
+                if passed > PASS_OVER {
+                    break;
+                }
+                continue;
+            }
+            let name = v.name.to_string();
+            let p = self.take(f.slot, f.id).expect("current");
+            self.drop_if_empty(f.slot);
+            return vec![self.forgotten(name, f.id, p)];
+        }
+        Vec::new()
+    }
+
+    /// The write of a pair forgotten at the cap: its row deleted, with a `state_changed`
+    /// row saying why.
+    fn forgotten(&self, destination: String, id: EndpointId, p: Pair) -> PairWrite {
+        let detail = format!(
+            "forgotten to make room for a new ban: pool {:?} holds the maximum of {} destination pairs and this one failed least recently",
+            self.pool, self.cap
+        );
+        PairWrite::Delete {
+            endpoint: id,
+            destination,
+            from: p.state,
+            trial: None,
+            event: NewEvent {
+                endpoint: Some(id),
+                from: Some(p.state),
+                to: Some(State::Available),
+                reason: p.reason,
+                phase: p.phase,
+                detail: Some(detail),
+                ..NewEvent::new(EventKind::StateChanged)
+            },
+        }
+    }
+
     pub(super) fn view(&self, slot: u32) -> Option<&View> {
         self.views.get(slot as usize).and_then(Option::as_ref)
     }
@@ -102,8 +226,8 @@ impl Destinations {
             warn!(
                 pool = %self.pool,
                 cap = self.cap,
-                "destination pair cap reached: new per-destination bans are not recorded \
-                 (those endpoints stay usable for their destination) until pairs recover"
+                "destination pair cap reached: each new per-destination ban takes the place \
+                 of the pair that failed least recently"
             );
         }
         false

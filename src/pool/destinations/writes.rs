@@ -44,6 +44,19 @@ pub(super) fn nothing(
     }
 }
 
+/// The one line of a pair's transition (when the budget of state changes admits it).
+pub(super) fn log_transition(name: &str, id: EndpointId, from: State, to: State, h: &Health) {
+    info!(
+        endpoint = id,
+        destination = name,
+        from = %from,
+        to = %to,
+        reason = h.reason.map(|r| r.as_str()).unwrap_or("-"),
+        phase = h.phase.map(|p| p.as_str()).unwrap_or("-"),
+        "pair state changed"
+    );
+}
+
 #[allow(clippy::too_many_arguments)]
 pub(super) fn transition(
     name: &str,
@@ -56,15 +69,6 @@ pub(super) fn transition(
     trial: Option<crate::store::Epoch>,
     now: Instant,
 ) -> PairWrite {
-    info!(
-        endpoint = id,
-        destination = name,
-        from = %from,
-        to = %to,
-        reason = h.reason.map(|r| r.as_str()).unwrap_or("-"),
-        phase = h.phase.map(|p| p.as_str()).unwrap_or("-"),
-        "pair state changed"
-    );
     let (detail, lease, blame) = act
         .map(|a| (a.detail, a.lease, a.blame))
         .unwrap_or_default();

@@ -11,7 +11,7 @@ use crate::health::{Health, State};
 use crate::metrics::{GaugeSnapshot, Metrics, PoolMetrics};
 use crate::pool::destinations::PairHealth;
 use crate::pool::{EndpointUse, PoolStatus};
-use crate::store::{EndpointRow, EndpointView, EventRow, SourceRow};
+use crate::store::{EndpointRow, EndpointView, EventRow, SlowedView, SourceRow};
 
 /// How [`Engine::open_with`] sets the engine up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -294,6 +294,11 @@ impl Engine {
     /// The destinations of a pool with the most banned pairs, at most `n`.
     pub fn most_banned(&self, pool: &str, n: usize) -> Vec<(String, usize)> {
         self.lock().most_banned(pool, n)
+    }
+
+    /// Each endpoint's slow-down for a normalised host (`None`: not slowed).
+    pub fn slowed_for(&self, ids: &[EndpointId], host: &str) -> Vec<Option<SlowedView>> {
+        self.lock().slowed_for(ids, host, Instant::now())
     }
 
     /// Each endpoint's state for a normalised destination (`None`: not held).

@@ -5,7 +5,7 @@ use super::{Done, Engine, EngineError, CLAIM_TRIES};
 use crate::endpoint::EndpointId;
 use crate::health::State;
 
-use crate::pool::{Outcome, ReportOn, Reported};
+use crate::pool::{Outcome, ReportOn, Reported, TargetCleared};
 
 impl Engine {
     /// Release a lease.
@@ -71,6 +71,20 @@ impl Engine {
             .await?;
         self.notify_waiters();
         Ok(self.as_it_is(r?, &done))
+    }
+
+    /// `enable --target`: forget what the pools (or `pool`) know of `target`, down or not.
+    pub async fn enable_target(
+        &self,
+        pool: Option<&str>,
+        target: &str,
+    ) -> Result<Vec<TargetCleared>, EngineError> {
+        self.writable()?;
+        let (r, _) = self
+            .run(|p, now, _| p.enable_target(pool, target, now))
+            .await?;
+        self.notify_waiters();
+        Ok(r?)
     }
 
     /// Clear one (endpoint, destination) pair; returns the pair's state (`available`).

@@ -40,6 +40,11 @@ pub(super) struct Host {
     /// lookup of a pair nobody asks about.
     pub(super) pairs: IdTable<Pair>,
     pub(super) dry: Option<Dry>,
+    /// Live leases its pairs count (their `in_flight`, summed).
+    pub(super) leases: u32,
+    /// The latest ready time (ms) any of its pairs was given: an interval or a slow-down
+    /// runs until then.
+    pub(super) busy_until: u64,
 }
 
 impl Pair {
@@ -65,11 +70,19 @@ impl Host {
             cap,
             pairs: IdTable::default(),
             dry: None,
+            leases: 0,
+            busy_until: 0,
         }
     }
 
     pub(super) fn binds(&self) -> bool {
         self.interval > 0 || self.cap > 0
+    }
+
+    /// Whether it holds anything live at `now`: a lease in flight, or a pair not ready
+    /// yet. Such a host is never forgotten (`Pace::evict`).
+    pub(super) fn live(&self, now: u64) -> bool {
+        self.leases > 0 || self.busy_until > now
     }
 
     pub(super) fn ready(&self, p: &Pair, now: u64) -> bool {
@@ -145,7 +158,13 @@ pub(in crate::pool) enum Check {
 pub(in crate::pool) struct Gate<'a> {
     pub(super) host: &'a Host,
     pub(super) now: u64,
+    /// Pacing holds all the live state it may: an endpoint with no pair here would need
+    /// a new one, so it is not ready (asked again `FULL_RETRY` later).
+    pub(super) full: bool,
 }
+
+/// When a lease refused for want of room in pacing asks again (ms).
+const FULL_RETRY: u64 = 1000;
 
 impl Gate<'_> {
     pub(in crate::pool) fn check(&self, id: EndpointId) -> Check {
@@ -155,6 +174,7 @@ impl Gate<'_> {
                 let full = self.host.cap > 0 && u32::from(p.in_flight) >= self.host.cap;
                 Check::Blocked((p.ready() > self.now && !full).then_some(p.ready()))
             }
+            None if self.full => Check::Blocked(Some(self.now + FULL_RETRY)),
             _ => Check::Ready,
         }
     }

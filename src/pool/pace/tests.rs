@@ -348,33 +348,58 @@ fn idle_pairs_are_forgotten_and_hosts_are_bounded() {
         b.end_named(SHOP, id);
         assert!(b.pairs() <= 3, "{} pairs held after {id}", b.pairs());
     }
-    // Hosts past the cap: the least recently used goes, counted.
-    p.record_named(OTHER, 1, t0);
-    p.record_named("third.example", 1, t0);
-    assert_eq!((p.hosts(), p.dropped()), (2, 1));
+    // Hosts past the cap: the least recently used idle one goes, counted.
+    let mut h = Pace::new(Some(pace(1000, 1, false)), 2, 1000, t0);
+    h.record_named(SHOP, 1, t0);
+    h.end_named(SHOP, 1);
+    h.record_named(OTHER, 1, ms(500));
+    h.record_named("third.example", 1, ms(1000));
+    assert_eq!((h.hosts(), h.dropped()), (2, 1));
     assert!(
-        p.pair(SHOP, 2, t0).is_none(),
-        "shop.example was the least recent"
+        h.pair(SHOP, 1, ms(1000)).is_none(),
+        "idle at 1000: forgotten"
     );
-    // Live pairs past the cap: once a round of hosts has freed nothing, whole hosts go.
+    // Live hosts (a lease in flight, an interval running) are never the ones forgotten:
+    // past the cap they stay, up to twice it...
+    h.record_named("fourth.example", 1, ms(1000));
+    h.record_named("fifth.example", 1, ms(1000));
+    assert_eq!((h.hosts(), h.dropped()), (4, 1));
+    assert_eq!(
+        check(&mut h, OTHER, 1, ms(1000)),
+        Want::Until(None),
+        "OTHER's lease still counts"
+    );
+    // ...and past that a host not held is refused (asked again a second later), rather
+    // than live state forgotten.
+    assert_eq!(h.visit("sixth.example", ms(1000)), Visit::Full);
+    let g = h
+        .gate(Visit::Full, ms(1000))
+        .expect("a gate that holds everyone back");
+    assert_eq!(g.check(7), Check::Blocked(Some(2000)));
+    assert_eq!(h.record(Visit::Full, "sixth.example", 7, ms(1000)), None);
+    // Once OTHER's lease ended and its interval ran out, it is the one that goes.
+    h.end_named(OTHER, 1);
+    assert_eq!(h.visit("sixth.example", ms(1500)), Visit::Fresh);
+    assert_eq!((h.hosts(), h.dropped()), (3, 2));
+    // Live pairs past the cap are kept too, up to twice it; past that an endpoint with
+    // no pair for the host is not ready for it, until idle pairs can go.
     let mut q = Pace::new(Some(pace(1000, 0, false)), 100, 3, t0);
     for id in 0..3 {
         q.record_named(SHOP, id, t0);
     }
-    q.record_named(OTHER, 9, t0);
-    assert_eq!(
-        (q.hosts(), q.pairs(), q.dropped()),
-        (2, 4, 0),
-        "SHOP tidied"
-    );
-    q.record_named(OTHER, 10, t0);
-    assert_eq!(
-        (q.hosts(), q.pairs(), q.dropped()),
-        (1, 2, 1),
-        "a round freed nothing"
-    );
-    q.remove_endpoint(9);
-    q.remove_endpoint(10);
+    for id in 9..12 {
+        q.record_named(OTHER, id, t0);
+    }
+    assert_eq!((q.hosts(), q.pairs(), q.dropped()), (2, 6, 0));
+    assert_eq!(check(&mut q, OTHER, 12, t0), Want::Until(Some(1000)));
+    assert_eq!(check(&mut q, SHOP, 12, t0), Want::Until(Some(1000)));
+    assert_eq!(check(&mut q, OTHER, 9, t0), Want::Until(Some(1000)));
+    // At 1000 every pair is idle: the next lookup tidies them, and new pairs fit again.
+    assert_eq!(check(&mut q, OTHER, 12, ms(1000)), Want::Ready);
+    assert!(q.pairs() < 6, "{} pairs held", q.pairs());
+    for id in [0, 1, 2, 9, 10, 11] {
+        q.remove_endpoint(id);
+    }
     assert_eq!(q.pairs(), 0);
 }
 
@@ -411,18 +436,27 @@ fn past_the_pair_cap_idle_pairs_go_before_any_host() {
     }
     // OTHER, left with nothing, is let go (not counted as dropped).
     assert_eq!(p.hosts(), 2);
-    // Live pairs past the cap: once a round of hosts freed too little, the least recently
-    // used go (SHOP), down to three quarters of the cap.
+    // Live pairs past the cap: no host is forgotten for them; they are kept up to twice
+    // the cap, then a new pair waits until idle ones can go.
     let mut id = 20;
-    while p.dropped() == 0 {
+    while check(&mut p, "third.example", id, ms(700)) == Want::Ready {
         p.record_named("third.example", id, ms(700));
-        assert!(p.pairs() <= 100 + 2, "{} pairs held", p.pairs());
         id += 1;
-        assert!(id < 100, "never dropped");
+        assert!(id < 300, "never full");
     }
-    assert!(p.pair(SHOP, 0, ms(700)).is_none(), "SHOP dropped");
-    assert_eq!((p.hosts(), p.pairs()), (1, id as usize));
-    assert_eq!(p.pair("third.example", id - 1, ms(700)), Some((1000, 0, 0)));
+    assert_eq!(p.dropped(), 0, "nothing live forgotten");
+    assert_eq!(p.pairs(), 200);
+    assert_eq!(
+        check(&mut p, "third.example", id, ms(700)),
+        Want::Until(Some(1700)),
+        "no room: asked again a second later"
+    );
+    for id in 0..60 {
+        assert_eq!(check(&mut p, SHOP, id, ms(700)), Want::Until(Some(1000)));
+    }
+    // SHOP's pairs are idle at 1000: they make room.
+    assert_eq!(check(&mut p, "third.example", id, ms(1000)), Want::Ready);
+    assert!(p.pairs() <= 140, "{} pairs held", p.pairs());
     // Hosts whose pairs all went stale, past the cap: forgotten without a drop, and the
     // count never runs far past the cap.
     let mut q = Pace::new(Some(pace(1, 0, false)), 65_536, 100, t0);
@@ -539,6 +573,11 @@ fn site_hosts_are_normalised_as_destinations_are() {
         "[::1]",
         "2001:DB8::1",
         "a-b_c.example",
+        "127.1",
+        "0x7f.0.0.1",
+        "2130706433",
+        "[::ffff:7f00:1]",
+        "1.2.3.256",
     ] {
         assert_eq!(
             crate::config::pace::site_host(raw).ok(),
@@ -548,34 +587,39 @@ fn site_hosts_are_normalised_as_destinations_are() {
     }
 }
 
-/// A lease keeps its host's handle: a host dropped meanwhile (its slot reused by another)
-/// is recognised by the slot's generation, and ending the old lease touches nothing of
-/// the new host.
+/// A lease keeps its host's handle; the host is never dropped while the lease lives (it
+/// is live). Once it is idle and dropped, and its slot taken by another host, the old
+/// handle is recognised by the slot's generation and touches nothing of the new host.
 #[test]
 fn a_handle_to_a_dropped_host_finds_nothing() {
     let t0 = Instant::now();
+    let ms = |n| t0 + Duration::from_millis(n);
     let mut p = Pace::new(Some(pace(1000, 1, false)), 1, 1000, t0);
     let v = p.visit(SHOP, t0);
     assert_eq!(v, Visit::Fresh);
     let shop = p.record(v, SHOP, 1, t0).expect("counted");
-    // One host at most: OTHER drops SHOP, and a third host takes SHOP's slot.
-    let v = p.visit(OTHER, t0);
-    p.record(v, OTHER, 1, t0).expect("counted");
-    let v = p.visit("third.example", t0);
-    let third = p.record(v, "third.example", 1, t0).expect("counted");
-    assert_eq!((p.hosts(), p.dropped()), (1, 2));
+    // One host at most, but SHOP is live: OTHER is held beside it.
+    let v = p.visit(OTHER, ms(500));
+    let other = p.record(v, OTHER, 1, ms(500)).expect("counted");
+    assert_eq!((p.hosts(), p.dropped()), (2, 0));
+    p.end(shop, 1);
+    p.end(other, 1);
+    // At 1000 SHOP is idle: a third host drops it and takes its slot.
+    let v = p.visit("third.example", ms(1000));
+    let third = p.record(v, "third.example", 1, ms(1000)).expect("counted");
+    assert_eq!((p.hosts(), p.dropped()), (2, 1));
     assert_eq!(shop.slot, third.slot, "the slot is reused");
     assert_ne!(shop.gen, third.gen);
     p.end(shop, 1);
     assert_eq!(
-        p.pair("third.example", 1, t0),
+        p.pair("third.example", 1, ms(1000)),
         Some((1000, 1, 0)),
         "untouched"
     );
     p.end(third, 1);
-    assert_eq!(p.pair("third.example", 1, t0), Some((1000, 0, 0)));
+    assert_eq!(p.pair("third.example", 1, ms(1000)), Some((1000, 0, 0)));
     // A host visited again is found by the same handle.
-    assert_eq!(p.visit("third.example", t0), Visit::Held(third));
+    assert_eq!(p.visit("third.example", ms(1000)), Visit::Held(third));
 }
 
 /// Where no rule binds and no host is held, a lease is not looked up at all; a slowed
@@ -631,7 +675,71 @@ fn the_widened_count_follows_every_change() {
     p.remove_endpoint(2);
     assert_eq!(p.widened, 0);
     p.slow_down(SHOP, 3, None, t0);
-    // SHOP dropped for OTHER (one host at most): its widened pair goes with it.
+    // SHOP is live while its pairs are held back (2 s): OTHER is held beside it.
     p.slow_down(OTHER, 1, None, t0);
-    assert_eq!((p.widened, p.dropped()), (1, 1));
+    assert_eq!((p.widened, p.dropped()), (2, 0));
+    // Once they are not, both are dropped for a third host (one host at most): their
+    // widened pairs go with them.
+    let later = t0 + Duration::from_secs(2);
+    p.slow_down("third.example", 1, None, later);
+    assert_eq!((p.widened, p.dropped()), (1, 2));
+}
+
+/// A slow-down holds a pair back at most the pool's cooldown `max` (its interval, when
+/// that is longer), however long the Retry-After, and widens its spacing no further;
+/// clearing it makes the pair usable at once, its leases in flight still counted.
+#[test]
+fn a_slow_down_is_capped_like_a_cooldown_and_cleared() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs;
+    let year = Some(s(365 * 24 * 3600));
+    let mut p = Pace::new(Some(pace(1000, 1, true)), 10, 100, t0);
+    p.set_max_hold(s(60));
+    // (endpoint, slow-downs, Retry-After) → (spacing, next use in).
+    let rows = [
+        (1, 1, year, (s(2), s(60))),
+        (2, 1, None, (s(2), s(2))),
+        (3, 4, None, (s(16), s(16))),
+        (4, 6, Some(s(5)), (s(16), s(16))),
+    ];
+    for (id, n, after, (spacing, until)) in rows {
+        let mut last = None;
+        for _ in 0..n {
+            last = p.slow_down(SHOP, id, after, t0);
+        }
+        let r = last.unwrap();
+        assert_eq!((r.spacing, r.until), (spacing, until), "endpoint {id}");
+        let shown = p.slowed(SHOP, id, t0).unwrap();
+        assert_eq!(
+            (shown.spacing, shown.until),
+            (spacing, until),
+            "endpoint {id}"
+        );
+    }
+    assert_eq!(check(&mut p, SHOP, 1, t0), Want::Until(Some(60_000)));
+    // A cap below the widened spacing holds the spacing too.
+    p.set_max_hold(s(10));
+    assert_eq!(p.slowed(SHOP, 3, t0).unwrap().spacing, s(10));
+    // An interval longer than the cap stays the interval.
+    let mut long = Pace::new(Some(pace(120_000, 0, true)), 10, 100, t0);
+    long.set_max_hold(s(60));
+    assert_eq!(long.slow_down(SHOP, 1, year, t0).unwrap().until, s(120));
+    // Cleared: usable at once, not slowed, counted as before.
+    assert_eq!(p.widened, 4);
+    p.record_named(SHOP, 2, t0 + s(2));
+    let was = p.clear(SHOP, 2, t0 + s(2)).expect("slowed");
+    assert_eq!(was.spacing, s(2));
+    assert_eq!(p.slowed(SHOP, 2, t0 + s(2)), None);
+    assert_eq!(p.widened, 3);
+    assert_eq!(
+        check(&mut p, SHOP, 2, t0 + s(2)),
+        Want::Until(None),
+        "its lease in flight still counts"
+    );
+    p.end_named(SHOP, 2);
+    assert_eq!(check(&mut p, SHOP, 2, t0 + s(2)), Want::Ready);
+    assert!(p.clear(SHOP, 1, t0).is_some());
+    assert_eq!(check(&mut p, SHOP, 1, t0), Want::Ready);
+    assert!(p.clear(SHOP, 1, t0).is_none(), "nothing left to clear");
+    assert!(p.clear(OTHER, 1, t0).is_none(), "a host not held");
 }

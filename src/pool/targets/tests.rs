@@ -3,32 +3,64 @@ use crate::health::blame::PairKey;
 use crate::health::blame::Rules;
 
 const T: &str = "shop.example:443";
+const HOLD: Duration = DEFAULT_TRIAL_HOLD;
 
 fn unreachable() -> Failure {
     Failure::new(Reason::UpstreamUnreachable, Some(Phase::ProxyHandshake))
+}
+
+fn refused() -> Failure {
+    Failure::new(Reason::ProxyRejected, Some(Phase::ProxyHandshake))
 }
 
 fn targets() -> Targets {
     Targets::new(Rules::default(), 100)
 }
 
+fn targets_with_cap(cap: usize) -> Targets {
+    Targets::new(Rules::default(), cap)
+}
+
+/// A failure of `class` through `e` (not a probe, not a trial, not alone).
+fn use_of(e: EndpointId, class: Class, f: &Failure) -> Failed<'_> {
+    Failed {
+        endpoint: e,
+        class,
+        failure: f,
+        probe: false,
+        alone: false,
+        trial: None,
+        pair_trial: false,
+    }
+}
+
 /// A failure of the unreachable class through `e` (not a probe, not the trial, no jitter).
 fn fail(t: &mut Targets, target: &str, e: EndpointId, now: Instant) -> Judged {
-    t.failed(
-        target,
-        e,
-        Class::Unreachable,
-        &unreachable(),
-        false,
-        false,
-        false,
-        now,
-        0.0,
-    )
+    let f = unreachable();
+    t.failed(target, use_of(e, Class::Unreachable, &f), now, 0.0)
+}
+
+/// The trial (generation `gen`) fails through `e` with `class`.
+fn trial_fails(t: &mut Targets, e: EndpointId, class: Class, gen: u32, now: Instant) -> Judged {
+    let f = match class {
+        Class::Proxy => Failure::new(Reason::ConnectRefused, Some(Phase::Connect)),
+        _ => unreachable(),
+    };
+    let u = Failed {
+        trial: Some(gen),
+        ..use_of(e, class, &f)
+    };
+    t.failed(T, u, now, 0.0)
 }
 
 fn blame(j: &Judged) -> (Blame, Option<PairKey>) {
     (j.verdict.blame, j.verdict.pair)
+}
+
+fn down(t: &mut Targets, now: Instant) {
+    fail(t, T, 1, now);
+    fail(t, T, 2, now);
+    assert_eq!(t.down_count(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -56,7 +88,8 @@ async fn two_endpoints_failing_with_no_success_make_the_target_down_and_cool_nob
     assert_eq!(
         t.gate(T, now),
         Gate::Down {
-            retry_after: Duration::from_secs(2)
+            retry_after: Duration::from_secs(2),
+            trial_out: false
         }
     );
     // While down, every failure is the target's and changes nothing.
@@ -70,25 +103,40 @@ async fn two_endpoints_failing_with_no_success_make_the_target_down_and_cool_nob
     );
 }
 
+/// State x event: what a success through another endpoint before, or after, a failure
+/// makes of it. Only "after" is contrast.
 #[tokio::test(start_paused = true)]
-async fn a_target_others_reach_blames_the_pair_and_confirms_pending_failures() {
-    let mut t = targets();
+async fn only_a_success_after_a_failure_contrasts_it() {
+    let s = Duration::from_secs(1);
     let now = Instant::now();
-    assert_eq!(blame(&fail(&mut t, T, 1, now)), (Blame::Pending, None));
-    let r = t.reached(T, 2, now + Duration::from_secs(1));
-    assert_eq!(r.up, None);
-    assert_eq!(r.confirmed.len(), 1);
-    assert_eq!(r.confirmed[0].endpoint, 1);
-    assert_eq!(r.confirmed[0].reason, Reason::UpstreamUnreachable);
-    assert!(r.confirmed[0]
-        .failure(2)
-        .detail
-        .unwrap()
-        .contains("endpoint 2 reached"));
-    // From now on endpoint 1's failures there are its pair's, at once.
-    let j = fail(&mut t, T, 1, now + Duration::from_secs(2));
-    assert_eq!(blame(&j), (Blame::Pair, Some(PairKey::Target)));
-    assert!(j.verdict.contrasted);
+    // (reached by 2 at, failed by 1 at, a success by 2 after?) → (blame, confirmed).
+    let rows = [
+        // A success just before: no contrast, pending; nothing confirms it.
+        (Some(0), 1, None, Blame::Pending, 0),
+        // A success just before and one after: confirmed by the one after.
+        (Some(0), 1, Some(2), Blame::Pending, 1),
+        // Nothing before, a success after: confirmed.
+        (None, 1, Some(2), Blame::Pending, 1),
+        // A success after, but past contrast_window: it says nothing about the failure.
+        (None, 1, Some(62), Blame::Pending, 0),
+    ];
+    for (before, at, after, want, confirmed) in rows {
+        let mut t = targets();
+        if let Some(b) = before {
+            t.reached(T, 2, now + b * s);
+        }
+        let j = fail(&mut t, T, 1, now + at * s);
+        assert_eq!(j.verdict.blame, want, "{before:?} {at} {after:?}");
+        let r = after
+            .map(|a| t.reached(T, 2, now + a * s))
+            .unwrap_or_default();
+        assert_eq!(r.confirmed.len(), confirmed, "{before:?} {at} {after:?}");
+        if confirmed > 0 {
+            assert_eq!(r.confirmed[0].endpoint, 1);
+            let d = r.confirmed[0].failure(2).detail.unwrap();
+            assert!(d.contains("endpoint 2 reached the target after"), "{d}");
+        }
+    }
     // An endpoint's own success is no evidence against its earlier failure.
     let mut t = targets();
     fail(&mut t, T, 1, now);
@@ -96,17 +144,40 @@ async fn a_target_others_reach_blames_the_pair_and_confirms_pending_failures() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_site_reached_before_it_went_down_goes_down_and_cools_nobody() {
+    let mut t = targets();
+    let now = Instant::now();
+    let ports: Vec<String> = (0..5)
+        .map(|i| format!("shop.example:{}", 8000 + i))
+        .collect();
+    for (i, p) in ports.iter().enumerate() {
+        t.reached(p, 1 + i as EndpointId % 3, now);
+    }
+    let later = now + Duration::from_secs(1);
+    for p in &ports {
+        for e in [1, 2, 3] {
+            let j = fail(&mut t, p, e, later);
+            assert!(
+                matches!(j.verdict.blame, Blame::Pending | Blame::Target),
+                "{p} {e}: {j:?}"
+            );
+        }
+    }
+    assert_eq!(t.down_count(), 5);
+    for e in [1, 2, 3] {
+        assert_eq!(t.strikes_of(e), 0, "endpoint {e}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn evidence_counts_only_within_the_contrast_window() {
     let mut t = targets();
     let now = Instant::now();
     let window = Rules::default().contrast_window;
-    t.reached(T, 2, now);
+    fail(&mut t, T, 1, now);
     let late = now + window + Duration::from_millis(1);
-    // A success older than the window says nothing about now.
-    assert_eq!(blame(&fail(&mut t, T, 1, late)), (Blame::Pending, None));
     // A pending failure older than the window neither counts towards down...
-    let later = late + window + Duration::from_millis(1);
-    assert_eq!(blame(&fail(&mut t, T, 3, later)), (Blame::Pending, None));
+    assert_eq!(blame(&fail(&mut t, T, 3, late)), (Blame::Pending, None));
     // ...nor is confirmed by a later success.
     let mut t = targets();
     fail(&mut t, T, 1, now);
@@ -117,45 +188,58 @@ async fn evidence_counts_only_within_the_contrast_window() {
 async fn a_pool_of_one_has_no_contrast_and_its_pair_cools() {
     let mut t = targets();
     let now = Instant::now();
-    let j = t.failed(
-        T,
-        1,
-        Class::Unreachable,
-        &unreachable(),
-        false,
-        true,
-        false,
-        now,
-        0.0,
-    );
+    let f = unreachable();
+    let u = Failed {
+        alone: true,
+        ..use_of(1, Class::Unreachable, &f)
+    };
+    let j = t.failed(T, u, now, 0.0);
     assert_eq!(blame(&j), (Blame::Pair, Some(PairKey::Target)));
-    assert!(
-        !j.verdict.contrasted,
+    assert_eq!(
+        t.strikes_of(1),
+        0,
         "nothing to contrast with: no escalation"
     );
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_probe_failure_confirmed_by_contrast_is_the_endpoints() {
+async fn the_trial_of_a_pair_that_cooled_by_contrast_fails_as_the_pair() {
     let mut t = targets();
     let now = Instant::now();
-    t.reached(T, 2, now);
-    let j = t.failed(
-        T,
-        1,
-        Class::Unreachable,
-        &unreachable(),
-        true,
-        false,
-        false,
-        now,
-        0.0,
-    );
-    assert_eq!(blame(&j), (Blame::Endpoint, None));
+    let f = unreachable();
+    let u = Failed {
+        pair_trial: true,
+        ..use_of(1, Class::Unreachable, &f)
+    };
+    let j = t.failed(T, u, now, 0.0);
+    assert_eq!(blame(&j), (Blame::Pair, Some(PairKey::Target)));
+    assert!(!t.prefers_other(T, 1, now), "not pending");
+    assert_eq!(t.strikes_of(1), 0, "no new contrast: no strike");
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_endpoint_that_fails_what_others_reach_on_three_targets_escalates() {
+async fn a_probe_failure_confirmed_by_a_later_success_is_the_endpoints() {
+    let mut t = targets();
+    let now = Instant::now();
+    let f = unreachable();
+    let u = Failed {
+        probe: true,
+        ..use_of(1, Class::Unreachable, &f)
+    };
+    assert_eq!(blame(&t.failed(T, u, now, 0.0)), (Blame::Pending, None));
+    let r = t.reached(T, 2, now);
+    assert_eq!(r.confirmed.len(), 1);
+    assert!(r.confirmed[0].probe);
+    assert!(r.escalated.is_empty());
+    assert_eq!(
+        t.strikes_of(1),
+        0,
+        "a probe's failure cools its endpoint directly"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_endpoint_that_fails_three_targets_others_reach_after_it_escalates() {
     let mut t = targets();
     let now = Instant::now();
     let targets = [
@@ -164,88 +248,122 @@ async fn an_endpoint_that_fails_what_others_reach_on_three_targets_escalates() {
         "c.example:443",
         "d.example:443",
     ];
-    for x in targets {
-        t.reached(x, 2, now);
-    }
-    let refused = Failure::new(Reason::ProxyRejected, Some(Phase::ProxyHandshake));
-    let j = t.failed(
-        targets[0],
-        1,
-        Class::Refused,
-        &refused,
-        false,
-        false,
-        false,
-        now,
-        0.0,
-    );
+    // Endpoint 1 fails a target, then endpoint 2 reaches it: one strike.
+    let strike = |t: &mut Targets, x: &str| {
+        fail(t, x, 1, now);
+        t.reached(x, 2, now).escalated
+    };
+    let rf = refused();
+    let j = t.failed(targets[0], use_of(1, Class::Refused, &rf), now, 0.0);
     assert_eq!(blame(&j), (Blame::Pair, Some(PairKey::Target)));
-    assert!(!j.escalate);
+    assert_eq!(
+        t.strikes_of(1),
+        0,
+        "a refusal counts once someone gets through"
+    );
+    assert!(t.reached(targets[0], 2, now).escalated.is_empty());
+    assert_eq!(t.strikes_of(1), 1);
     // The same target twice is one target.
-    assert!(!fail(&mut t, targets[0], 1, now).escalate);
-    assert!(!fail(&mut t, targets[1], 1, now).escalate);
-    assert!(
-        fail(&mut t, targets[2], 1, now).escalate,
+    assert!(strike(&mut t, targets[0]).is_empty());
+    assert!(strike(&mut t, targets[1]).is_empty());
+    assert_eq!(
+        strike(&mut t, targets[2]),
+        vec![1],
         "the third distinct target"
     );
     // Counting starts again after escalating, and after any success of its own.
-    assert!(!fail(&mut t, targets[3], 1, now).escalate);
-    assert!(!fail(&mut t, targets[0], 1, now).escalate);
+    assert!(strike(&mut t, targets[3]).is_empty());
+    assert!(strike(&mut t, targets[0]).is_empty());
     t.endpoint_succeeded(1);
-    assert!(!fail(&mut t, targets[1], 1, now).escalate);
-    assert!(!fail(&mut t, targets[2], 1, now).escalate);
-    assert!(fail(&mut t, targets[3], 1, now).escalate);
+    assert!(strike(&mut t, targets[1]).is_empty());
+    assert!(strike(&mut t, targets[2]).is_empty());
+    assert_eq!(strike(&mut t, targets[3]), vec![1]);
     // Failures on targets nobody reached never escalate: a bad URL list cools nobody.
     let mut t = targets_with_cap(1000);
     for i in 0..50 {
         let bogus = format!("host-{i}.invalid:443");
         let j = fail(&mut t, &bogus, 1, now);
-        assert!(!j.escalate);
         assert_ne!(j.verdict.blame, Blame::Endpoint);
         assert_ne!(j.verdict.blame, Blame::Pair);
     }
+    assert_eq!(t.strikes_of(1), 0);
 }
 
-fn targets_with_cap(cap: usize) -> Targets {
-    Targets::new(Rules::default(), cap)
+/// A target that turned out to be down (or that is forgotten) takes back the strikes it
+/// gave: escalation never counts it.
+#[tokio::test(start_paused = true)]
+async fn a_target_that_goes_down_or_is_forgotten_takes_its_strikes_back() {
+    let now = Instant::now();
+    for how in ["down", "forgotten", "cleared"] {
+        let mut t = targets_with_cap(3);
+        for x in ["a.example:443", "b.example:443"] {
+            fail(&mut t, x, 1, now);
+            t.reached(x, 2, now);
+        }
+        assert_eq!(t.strikes_of(1), 2, "{how}");
+        match how {
+            "down" => {
+                for e in [3, 4] {
+                    fail(&mut t, "a.example:443", e, now);
+                }
+                assert_eq!(t.down_count(), 1);
+            }
+            "forgotten" => {
+                // Three new targets push the two struck ones out of a table of three.
+                for x in ["x.invalid:443", "y.invalid:443", "z.invalid:443"] {
+                    fail(&mut t, x, 5, now);
+                }
+                assert_eq!(t.dropped(), 2);
+            }
+            _ => {
+                assert!(t.clear("a.example:443", now).is_some());
+            }
+        }
+        let left = if how == "forgotten" { 0 } else { 1 };
+        assert_eq!(t.strikes_of(1), left, "{how}");
+        // So the next target others reach after it does not escalate.
+        fail(&mut t, "c.example:443", 1, now);
+        let r = t.reached("c.example:443", 2, now);
+        assert!(r.escalated.is_empty(), "{how}");
+    }
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_down_target_admits_exactly_one_trial_at_its_deadline() {
     let mut t = targets();
     let now = Instant::now();
-    fail(&mut t, T, 1, now);
-    fail(&mut t, T, 2, now);
+    down(&mut t, now);
     let due = now + Duration::from_secs(2);
     assert_eq!(
         t.gate(T, due - Duration::from_millis(1)),
         Gate::Down {
-            retry_after: Duration::from_millis(1)
+            retry_after: Duration::from_millis(1),
+            trial_out: false
         }
     );
-    assert!(!t.claim_trial(T, due - Duration::from_millis(1)));
+    assert_eq!(t.claim_trial(T, due - Duration::from_millis(1)), None);
     assert_eq!(t.gate(T, due), Gate::Trial);
-    let wins = (0..100).filter(|_| t.claim_trial(T, due)).count();
-    assert_eq!(wins, 1, "a 100-way stampede gets one trial");
-    assert!(matches!(t.gate(T, due), Gate::Down { .. }));
-    // The trial fails the same way: the target's cooldown grows (2 s, then 4 s).
-    let j = t.failed(
-        T,
-        3,
-        Class::Unreachable,
-        &unreachable(),
-        false,
-        false,
-        true,
-        due,
-        0.0,
+    let wins: Vec<u32> = (0..100).filter_map(|_| t.claim_trial(T, due)).collect();
+    assert_eq!(wins.len(), 1, "a 100-way stampede gets one trial");
+    let gen = wins[0];
+    // While it is out, the answer says so and when it is handed back at the latest.
+    assert_eq!(
+        t.gate(T, due),
+        Gate::Down {
+            retry_after: HOLD,
+            trial_out: true
+        }
     );
+    assert_eq!(t.down_for(T, due), Some(HOLD));
+    // The trial fails the same way: the target's cooldown grows (2 s, then 4 s).
+    let j = trial_fails(&mut t, 3, Class::Unreachable, gen, due);
     assert_eq!(blame(&j), (Blame::Target, None));
     assert_eq!(j.down_for, Some(Duration::from_secs(4)));
     assert_eq!(
         t.gate(T, due),
         Gate::Down {
-            retry_after: Duration::from_secs(4)
+            retry_after: Duration::from_secs(4),
+            trial_out: false
         }
     );
     let list = t.down_list(due, 10);
@@ -254,7 +372,7 @@ async fn a_down_target_admits_exactly_one_trial_at_its_deadline() {
     assert_eq!(list[0].down_for, Duration::from_secs(2));
     // The next trial gets through: the target is up, the gate open.
     let due = due + Duration::from_secs(4);
-    assert!(t.claim_trial(T, due));
+    assert!(t.claim_trial(T, due).is_some());
     let r = t.reached(T, 3, due);
     assert_eq!(r.up, Some(Duration::from_secs(6)), "down for 6 s");
     assert_eq!(t.down_count(), 0);
@@ -266,29 +384,89 @@ async fn a_down_target_admits_exactly_one_trial_at_its_deadline() {
 async fn a_trial_that_fails_for_the_endpoints_own_reason_is_given_back() {
     let mut t = targets();
     let now = Instant::now();
-    fail(&mut t, T, 1, now);
-    fail(&mut t, T, 2, now);
+    down(&mut t, now);
     let due = now + Duration::from_secs(2);
-    assert!(t.claim_trial(T, due));
-    let refused = Failure::new(Reason::ConnectRefused, Some(Phase::Connect));
-    let j = t.failed(T, 3, Class::Proxy, &refused, false, false, true, due, 0.0);
+    let gen = t.claim_trial(T, due).unwrap();
+    let j = trial_fails(&mut t, 3, Class::Proxy, gen, due);
     assert_eq!(blame(&j), (Blame::Endpoint, None));
     assert_eq!(t.gate(T, due), Gate::Trial, "the next use is the trial");
     // And a trial given back without any outcome, likewise.
-    assert!(t.claim_trial(T, due));
-    t.abandon_trial(T, due);
+    let gen = t.claim_trial(T, due).unwrap();
+    assert!(t.abandon_trial(T, gen, due));
     assert_eq!(t.gate(T, due), Gate::Trial);
+}
+
+/// State x event for a trial that is out: its own use decides it; a use whose claim is
+/// not the current one (handed back at the hold, claimed again since) decides nothing.
+#[tokio::test(start_paused = true)]
+async fn only_the_current_claim_decides_a_trial_and_a_held_one_lapses() {
+    let now = Instant::now();
+    let due = now + Duration::from_secs(2);
+    let mut t = targets();
+    down(&mut t, now);
+    let first = t.claim_trial(T, due).unwrap();
+    assert!(t.lapse(due + HOLD - Duration::from_millis(1)).is_empty());
+    assert_eq!(t.next_lapse(), Some(due + HOLD));
+    // The hold passes with no answer: handed back, whatever the lease's ttl.
+    let at = due + HOLD;
+    assert_eq!(t.lapse(at), vec![Box::<str>::from(T)]);
+    assert_eq!(t.gate(T, at), Gate::Trial);
+    let second = t.claim_trial(T, at).unwrap();
+    assert_ne!(first, second);
+    // The first use's late release, failure or own-reason failure: not the trial now.
+    assert!(!t.abandon_trial(T, first, at));
+    let j = trial_fails(&mut t, 3, Class::Unreachable, first, at);
+    assert_eq!((blame(&j), j.down_for), ((Blame::Target, None), None));
+    trial_fails(&mut t, 3, Class::Proxy, first, at);
+    assert!(matches!(
+        t.gate(T, at),
+        Gate::Down {
+            trial_out: true,
+            ..
+        }
+    ));
+    // The stale hold item of the first claim hands back nothing later.
+    assert!(t.lapse(at + Duration::from_millis(1)).is_empty());
+    // The second one's answer decides.
+    let j = trial_fails(&mut t, 4, Class::Unreachable, second, at);
+    assert_eq!(j.down_for, Some(Duration::from_secs(4)));
+    assert!(
+        t.lapse(at + HOLD).is_empty(),
+        "decided: nothing to hand back"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn any_success_brings_a_down_target_up() {
     let mut t = targets();
     let now = Instant::now();
-    fail(&mut t, T, 1, now);
-    fail(&mut t, T, 2, now);
+    down(&mut t, now);
     // A tunnel that opened just before the target went down reports late.
     assert_eq!(t.reached(T, 4, now).up, Some(Duration::ZERO));
     assert_eq!(t.gate(T, now), Gate::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn clearing_forgets_a_target_down_or_not() {
+    let mut t = targets();
+    let now = Instant::now();
+    assert_eq!(t.clear(T, now), None, "never seen");
+    down(&mut t, now);
+    let later = now + Duration::from_secs(3);
+    let gen = t.claim_trial(T, later).unwrap();
+    assert_eq!(
+        t.clear(T, later),
+        Some(Cleared {
+            was_down: Some(Duration::from_secs(3))
+        })
+    );
+    assert_eq!((t.down_count(), t.gate(T, later)), (0, Gate::Open));
+    // The cleared trial's use decides nothing.
+    assert!(!t.abandon_trial(T, gen, later));
+    assert!(t.lapse(later + HOLD).is_empty());
+    fail(&mut t, T, 1, later);
+    assert_eq!(t.clear(T, later), Some(Cleared { was_down: None }));
+    assert!(!t.prefers_other(T, 1, later), "pending failures forgotten");
 }
 
 #[tokio::test(start_paused = true)]
@@ -336,7 +514,7 @@ async fn other_classes_leave_the_target_alone() {
     ] {
         for e in 1..5 {
             let f = Failure::new(reason, Some(phase));
-            let j = t.failed(T, e, class, &f, false, false, false, now, 0.0);
+            let j = t.failed(T, use_of(e, class, &f), now, 0.0);
             assert!(!j.verdict.target_goes_down, "{class:?}");
             assert_ne!(j.verdict.blame, Blame::Pending);
         }

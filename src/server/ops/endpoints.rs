@@ -47,6 +47,9 @@ impl Op for EndpointsMessage {
             for (v, st) in endpoints.iter_mut().zip(cx.engine.states_for(&ids, &d)) {
                 v.destination_state = Some(st.unwrap_or(v.state));
             }
+            for (v, s) in endpoints.iter_mut().zip(cx.engine.slowed_for(&ids, &d)) {
+                v.slowed = s;
+            }
             endpoints.retain(|v| state.is_none_or(|s| v.destination_state == Some(s)));
         }
         Ok(Payload::Endpoints { endpoints })
