@@ -34,8 +34,9 @@
 #                      (the table of ratios then has "gateway / gateway-before")
 #                      Also not in the default list: "gateway-intercepting", the
 #                      "gateway" row with HTTPS interception on (docs/intercept.md) for a
-#                      host the loads never ask for: every CONNECT is checked against
-#                      `intercept` and stays a tunnel (its CA made by `ca init`)
+#                      host the loads never ask for, at the port they ask for: every
+#                      CONNECT is matched against `intercept` and stays a tunnel (its CA
+#                      made by `ca init`)
 #   KEEP=1             keep the temp dir (configs, logs) and print its path
 #
 # Installs nothing. Needs: nginx-light, tinyproxy, wrk, curl (Debian), python3, cargo, and
@@ -132,7 +133,7 @@ for f in $FRONTS; do
         p=$(gw_free_port)
         gw_start_gateway "$D/$f" "$PP" "$p" forward "$UPSTREAM" \
             "intercept = [\"intercepted.invalid\"]
-intercept_ports = [443]"
+intercept_ports = [$NGINX_PORT]"
         start_front "$f" "$p" "$GW_GATEWAY_PID"
         ;;
     gateway | gateway-tunnel)

@@ -167,8 +167,7 @@ pub async fn https_gets(way: Way, path: String, clients: usize, secs: f64) -> Re
         async move {
             let mut buf = Vec::with_capacity(4096);
             while !stop.load(Ordering::Relaxed) {
-                let mut s = match tokio::time::timeout(STEP_TIMEOUT, client.open(&mut buf)).await
-                {
+                let mut s = match tokio::time::timeout(STEP_TIMEOUT, client.open(&mut buf)).await {
                     Ok(Ok(s)) => s,
                     Ok(Err(f)) => {
                         tally.fail(f);
@@ -181,8 +180,7 @@ pub async fn https_gets(way: Way, path: String, clients: usize, secs: f64) -> Re
                 };
                 opened.fetch_add(1, Ordering::Relaxed);
                 while !stop.load(Ordering::Relaxed) {
-                    match tokio::time::timeout(STEP_TIMEOUT, get_in(&mut s, &get, &mut buf)).await
-                    {
+                    match tokio::time::timeout(STEP_TIMEOUT, get_in(&mut s, &get, &mut buf)).await {
                         Ok(Ok(())) => {
                             tally.ok.fetch_add(1, Ordering::Relaxed);
                         }

@@ -12,9 +12,17 @@
 # `localhost` at port P only (its CA made by `proxypool ca init`, the origin's CA in
 # `[tls] extra_roots`); mitmdump in upstream mode to the same tinyproxy.
 #
-# Loads (the clients: benches/intercept/load.rs, modes of benches/gateway_load.rs; a TLS
-# client trusting the one CA its front presents, ALPN http/1.1):
-#   gets        keep-alive HTTPS GETs/s of /small (~600 bytes): CLIENTS clients, each on
+# Loads:
+#   curl        keep-alive HTTPS GETs/s of /small (~600 bytes) by CLIENTS curl processes,
+#               each given one URL glob (/small?[1-N]: curl keeps one connection for all of
+#               them) and stopped after DURATION seconds; each trusts the CA its front
+#               presents (--cacert) and speaks HTTP/1.1 (CURL_HTTP). Rows: GET_FRONTS.
+#               curl's own CPU is part of the picture: on a small machine the clients
+#               and the front share the cores, as they would on a crawler's host.
+# and, by the load generator (benches/intercept/load.rs, modes of
+# benches/gateway_load.rs: a rustls client in one process, trusting the one CA its front
+# presents, ALPN http/1.1), what the front alone costs:
+#   gets        keep-alive HTTPS GETs/s of /small: CLIENTS clients, each on
 #               one connection (CONNECT, TLS, then GETs one after the other), through
 #                 tunnel     the gateway, CONNECT localhost:P2 (not intercepted): a plain
 #                            tunnel, the client's TLS end to end with nginx
@@ -33,12 +41,13 @@
 #                            leaf for localhost, from its cache
 #
 # Environment (all optional):
-#   DURATION=10       seconds per cell
+#   DURATION=8        seconds per cell
 #   CLIENTS=8         concurrent clients of each load
 #   ROUNDS=3          rounds; each runs every load's rows, in reverse order every other
 #                     round; medians reported, errors summed
-#   LOADS="gets handshakes"
-#   GET_FRONTS="tunnel intercept mitmproxy"     rows of the gets load (see above)
+#   LOADS="curl gets handshakes"
+#   GET_FRONTS="tunnel intercept mitmproxy"     rows of the curl and gets loads (see above)
+#   CURL_HTTP=--http1.1  the curl load's protocol flag (--http2: HTTP/2 where offered)
 #   HS_FRONTS="nginx intercept"                 rows of the handshakes load
 #   ORIGIN_H2=1       nginx offers HTTP/2 by ALPN (the gateway's origin side takes it: one
 #                     HTTP/2 connection per upstream and origin); 0: HTTP/1.1 only (one
@@ -61,10 +70,11 @@ ROOT=$(cd "$HERE/../.." && pwd)
 # shellcheck source=../gateway/lib.sh
 . "$HERE/../gateway/lib.sh"
 
-DURATION=${DURATION:-10}
+DURATION=${DURATION:-8}
 CLIENTS=${CLIENTS:-8}
 ROUNDS=${ROUNDS:-3}
-LOADS=${LOADS:-gets handshakes}
+LOADS=${LOADS:-curl gets handshakes}
+CURL_HTTP=${CURL_HTTP:---http1.1}
 GET_FRONTS=${GET_FRONTS:-tunnel intercept mitmproxy}
 HS_FRONTS=${HS_FRONTS:-nginx intercept}
 ORIGIN_H2=${ORIGIN_H2:-1}
@@ -85,6 +95,8 @@ NOTES=()
 note() { NOTES+=("$*"); gw_log "note: $*"; }
 
 D=$(mktemp -d /tmp/icptbench.XXXXXX)
+# nginx's workers run as an unprivileged user when started as root: they must reach www/.
+chmod 755 "$D"
 finish() {
     gw_cleanup
     if [[ ${KEEP:-} == 1 ]]; then gw_log "kept $D"; else rm -rf "$D"; fi
@@ -232,6 +244,34 @@ cpu_per() {
     awk -v n="$2" -v t=$(((u1 - u0 + s1 - s0) * TICK_US)) 'BEGIN { if (n > 0) printf "%.0f", t / n }'
 }
 
+# curl_cell FRONT: the curl load's cell (see the header), its tally as one key=value line
+# as the load generator prints it. Each transfer writes its status and whether it opened a
+# connection to stderr; a transfer cut off by the deadline is not counted.
+curl_cell() {
+    local f=$1 i t0 t1 out=$D/curl pids=()
+    local args=(-s "$CURL_HTTP" --cacert "${CA[$f]}" -o /dev/null
+        -w '%{stderr}%{http_code} %{num_connects}\n')
+    [[ -n ${PORT[$f]} ]] && args+=(-x "http://127.0.0.1:${PORT[$f]}")
+    [[ -n ${AUTHOF[$f]:-} ]] && args+=(--proxy-user "${AUTHOF[$f]}")
+    t0=$(date +%s.%N)
+    for ((i = 0; i < CLIENTS; i++)); do
+        timeout -s INT "$DURATION" curl "${args[@]}" "https://${TARGET[$f]}/small?[1-100000000]" \
+            2>"$out.$i" >/dev/null &
+        pids+=($!)
+    done
+    wait "${pids[@]}" || true
+    t1=$(date +%s.%N)
+    # A file at a time: the last line of one cut off by the deadline ("20") is skipped,
+    # not joined to the next file's first.
+    awk -v secs="$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" '
+        NF != 2 || $1 !~ /^[0-9][0-9][0-9]$/ || $2 !~ /^[0-9]+$/ { next }
+        { conns += $2 }
+        $1 == 200 { ok++ } $1 != 200 { err++; if (first == "") first = "HTTP " $1 }
+        END { printf "mode=curl ok=%d errors=%d connections=%d secs=%.2f rate=%.1f first_error=\"%s\"\n",
+            ok, err, conns, secs, ok / secs, first }' "$out".*
+    rm -f "$out".*
+}
+
 declare -A R ERR CONNS CPU
 # run LOAD FRONT: one cell; appends to R[LOAD.FRONT] and the rest.
 run() {
@@ -240,7 +280,11 @@ run() {
     [[ -n ${PORT[$f]} ]] && args+=(--proxy "127.0.0.1:${PORT[$f]}")
     [[ -n ${AUTHOF[$f]:-} ]] && args+=(--proxy-auth "${AUTHOF[$f]}")
     cpu=$(gw_cpu_split "${PID[$f]}")
-    line=$("$LOADGEN" --threads "$LOADGEN_THREADS" "$load" "${args[@]}")
+    if [[ $load == curl ]]; then
+        line=$(curl_cell "$f")
+    else
+        line=$("$LOADGEN" --threads "$LOADGEN_THREADS" "$load" "${args[@]}")
+    fi
     gw_log "$load $f: $line"
     R[$load.$f]+="$(kv rate "$line") "
     ERR[$load.$f]=$((${ERR[$load.$f]:-0} + $(kv errors "$line")))
@@ -259,9 +303,10 @@ gw_log "machine: $(nproc) cores, load average $LOAD_BEFORE"
 for round in $(seq 1 "$ROUNDS"); do
     for load in $LOADS; do
         case $load in
+        curl) mode=curl rows=$GET_FRONTS ;;
         gets) mode=https-gets rows=$GET_FRONTS ;;
         handshakes) mode=handshakes rows=$HS_FRONTS ;;
-        *) gw_log "unknown load '$load' (gets handshakes)"; exit 2 ;;
+        *) gw_log "unknown load '$load' (curl gets handshakes)"; exit 2 ;;
         esac
         # shellcheck disable=SC2086 # rows is a list of words
         ((round % 2 == 0)) && rows=$(reversed $rows)
@@ -276,7 +321,13 @@ num() { awk -v x="$1" 'BEGIN { if (x == "") { print "—"; exit } s = sprintf("%
     print s out }'; }
 ratio() { if [[ -z $1 || -z $2 ]]; then echo "n/a"; else awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "n/a"; else printf "%.2f×\n", a / b }'; fi; }
 med() { median <<<"${R[$1]:-}"; }
-label() {
+label() { # FRONT [LOAD]
+    if [[ ${2:-} == handshakes ]]; then
+        case $1 in
+        intercept) echo "the gateway: CONNECT answered at once, then its leaf for localhost, from the cache"; return ;;
+        nginx) echo "nginx straight"; return ;;
+        esac
+    fi
     case $1 in
     tunnel) echo "gateway, host not intercepted: a plain tunnel → tinyproxy → nginx" ;;
     intercept) echo "gateway intercepting → tinyproxy → nginx" ;;
@@ -287,25 +338,29 @@ label() {
 }
 row() { # LOAD FRONT
     local k=$1.$2
-    echo "| $(label "$2") | **$(num "$(med "$k")")** | $(num "${ERR[$k]}") | $(num "${CONNS[$k]}") | $(num "$(median <<<"${CPU[$k]}")") | $(for v in ${R[$k]}; do printf '%s ' "$(num "$v")"; done)|"
+    echo "| $(label "$2" "$1") | **$(num "$(med "$k")")** | $(num "${ERR[$k]}") | $(num "${CONNS[$k]}") | $(num "$(median <<<"${CPU[$k]}")") | $(for v in ${R[$k]}; do printf '%s ' "$(num "$v")"; done)|"
 }
 
 echo
 echo "HTTPS interception benchmark — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)),"
-echo "Linux $(uname -r), nginx $(nginx -v 2>&1 | sed 's/.*nginx\///') ($NGINX_WORKERS workers, HTTP/2 offered: $ORIGIN_H2), $(tinyproxy -v 2>&1 | head -1),"
+echo "Linux $(uname -r), nginx $(nginx -v 2>&1 | sed 's/.*nginx\///') with $(nginx -V 2>&1 | grep -o 'running with OpenSSL [0-9.]*' | sed 's/running with //') ($NGINX_WORKERS workers, HTTP/2 offered: $ORIGIN_H2), $(tinyproxy -v 2>&1 | head -1),"
 echo "$CLIENTS clients, ${DURATION}s per cell, $ROUNDS rounds interleaved, load average before $LOAD_BEFORE, after $LOAD_AFTER."
-if [[ " $LOADS " == *" gets "* ]]; then
+# gets_table MODE WHAT: the table and ratios of a GET load.
+gets_table() {
+    local mode=$1 what=$2 a b
     echo
-    echo "| keep-alive HTTPS GETs of /small through | GETs/s (median) | errors | connections opened | front's CPU µs per GET | GETs/s by round |"
+    echo "| keep-alive HTTPS GETs of /small ($what) through | GETs/s (median) | errors | connections opened | front's CPU µs per GET | GETs/s by round |"
     echo "|---|---:|---:|---:|---:|---|"
-    for f in $GET_FRONTS; do row https-gets "$f"; done
+    for f in $GET_FRONTS; do row "$mode" "$f"; done
     echo
     for pair in "intercept tunnel" "intercept tinyproxy" "intercept mitmproxy" "mitmproxy tunnel"; do
         read -r a b <<<"$pair"
         [[ " $GET_FRONTS " == *" $a "* && " $GET_FRONTS " == *" $b "* ]] || continue
-        echo "- $a / $b: **$(ratio "$(med "https-gets.$a")" "$(med "https-gets.$b")")**"
+        echo "- $what, $a / $b: **$(ratio "$(med "$mode.$a")" "$(med "$mode.$b")")**"
     done
-fi
+}
+[[ " $LOADS " == *" curl "* ]] && gets_table curl "$CLIENTS curl processes, $CURL_HTTP"
+[[ " $LOADS " == *" gets "* ]] && gets_table https-gets "$CLIENTS rustls clients of the load generator"
 if [[ " $LOADS " == *" handshakes "* ]]; then
     echo
     echo "| new TLS handshakes (no resumption, ECDSA P-256 leaf) with | handshakes/s (median) | errors | connections opened | server's CPU µs per handshake | handshakes/s by round |"
