@@ -21,6 +21,8 @@ mod tls;
 pub use tls::{CaFiles, TlsConfig, CA_CERT_FILE, CA_KEY_FILE};
 pub mod pace;
 pub use pace::{PaceConfig, Select, SiteRule};
+pub mod exit;
+pub use exit::ExitConfig;
 mod locate;
 mod parse;
 mod restart;
@@ -287,6 +289,8 @@ pub struct PoolConfig {
     pub slow_start: std::time::Duration,
     /// The pool a lease is served from when this one has nothing (one hop).
     pub fallback: Option<String>,
+    /// `[pool.exit]` (docs/exit.md); `None`: off.
+    pub exit: Option<ExitConfig>,
 }
 
 /// A probe trial's claim holds this much longer than the probe may take.
@@ -315,6 +319,7 @@ impl PoolConfig {
             select: Select::LeastLeased,
             slow_start: Duration::ZERO,
             fallback: None,
+            exit: None,
         }
     }
 }

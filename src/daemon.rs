@@ -13,6 +13,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::{Config, PoolConfig};
 use crate::pool::engine::{Engine, EngineError};
+use crate::probe::exit::{ExitCheck, ExitChecker};
 use crate::probe::run::{probe_one, probers, run_and_record};
 use crate::probe::ProbeReport;
 use crate::probe::{ProbeError, Prober};
@@ -114,6 +115,21 @@ impl PoolTasks {
                 token.clone(),
             ));
         }
+        if let Some(exit) = &pool.exit {
+            // Config validation checked the URL; only the probe's CA file can fail here,
+            // and then the prober fails the same way at startup.
+            match ExitChecker::new(exit, &pool.probe) {
+                Ok(checker) => {
+                    self.tracker.spawn(exit_loop(
+                        self.engine.clone(),
+                        pool.clone(),
+                        checker,
+                        token.clone(),
+                    ));
+                }
+                Err(e) => warn!(pool = %pool.name, error = %e, "exit checks not started"),
+            }
+        }
         self.running.insert(pool.name.clone(), token);
     }
 
@@ -178,6 +194,51 @@ async fn prober_loop(
     tracker.close();
     // In-flight probes are dropped: claims are never persisted, so a restart simply
     // admits the attempt again.
+}
+
+/// Exit checks of one pool (docs/exit.md): each endpoint every `every` and when it comes
+/// back from a cooldown, a quarter of the probe concurrency at a time.
+async fn exit_loop(
+    engine: Arc<Engine>,
+    pool: PoolConfig,
+    checker: ExitChecker,
+    shutdown: CancellationToken,
+) {
+    let cap = (pool.probe.concurrency / 4).max(1);
+    let sem = Arc::new(Semaphore::new(cap));
+    let tracker = TaskTracker::new();
+    loop {
+        let room = sem.available_permits();
+        for (id, url) in engine.exit_due(&pool.name, room) {
+            let Ok(permit) = sem.clone().try_acquire_owned() else {
+                break;
+            };
+            let (engine, checker) = (engine.clone(), checker.clone());
+            tracker.spawn(async move {
+                let learned = match checker.check(&url).await {
+                    ExitCheck::Learned(ip) => Ok(ip),
+                    ExitCheck::Unknown(why) => Err(why),
+                };
+                if let Err(e) = engine.exit_learned(id, learned).await {
+                    debug!(endpoint = id, error = %e, "exit check not recorded");
+                }
+                drop(permit);
+            });
+        }
+        // Due checks are looked for each second (an endpoint back from a cooldown is
+        // due at once), sooner when the next is planned sooner.
+        let next = engine
+            .exit_next_due(&pool.name)
+            .map_or(Duration::from_secs(1), |at| {
+                at.saturating_duration_since(tokio::time::Instant::now())
+                    .clamp(Duration::from_millis(50), Duration::from_secs(1))
+            });
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(next) => {}
+        }
+    }
+    tracker.close();
 }
 
 /// Periodic checks of a pool's available endpoints every `probe.interval` (jittered).

@@ -41,6 +41,9 @@ kinds! {
     SniffFailure => "sniff_failure",
     TargetDown => "target_down",
     TargetUp => "target_up",
+    ExitChanged => "exit_changed",
+    SubnetSuspect => "subnet_suspect",
+    SubnetCleared => "subnet_cleared",
 }
 
 impl fmt::Display for EventKind {

@@ -229,6 +229,7 @@ fn every_config_key_is_in_the_table_of_its_section() {
             "[[pool]]\nname = \"default\"\nmode = \"sniffing\"\n[[pool.source]]\nkind = \"file\"\n",
         ),
         ("pool.pace", "[[pool]]\nname = \"default\"\n[pool.pace]\n"),
+        ("pool.exit", "[[pool]]\nname = \"default\"\n[pool.exit]\n"),
         (
             "pool.pace.site",
             "[[pool]]\nname = \"default\"\n[[pool.pace.site]]\nhost = \"a\"\n",

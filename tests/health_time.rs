@@ -71,6 +71,7 @@ fn event_kinds(writes: &[Write]) -> Vec<&'static str> {
             }
             Write::SourceResult { .. } => "source_result",
             Write::Remove(_) => "removed",
+            Write::Exit { .. } => "exit",
             Write::Pair(_) => "pair",
             Write::Claim(c) => c.event.kind.as_str(),
             Write::Unclaim(u) => u.event.kind.as_str(),

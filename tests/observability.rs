@@ -83,6 +83,8 @@ impl TestSource {
             destination_state: None,
             slowed: None,
             tags: Default::default(),
+            exit_ip: None,
+            exit_seen_at: None,
         };
         vec![
             v(1, "default", "alpha.example", State::Available, Some(EVIL)),

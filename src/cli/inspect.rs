@@ -366,6 +366,21 @@ pub(super) async fn status(
                     p.pool, pc.hosts, pc.pairs, pc.hosts_dropped, pc.paced
                 );
             }
+            if let Some(x) = &p.exit {
+                outln!(
+                    "\npool {}: exit addresses: {} known for {} endpoint(s); {} endpoint(s) share {} address(es); {} address ban(s)",
+                    p.pool, x.addresses, x.known, x.shared_endpoints, x.shared_addresses, x.address_bans
+                );
+                for s in &x.suspect_subnets {
+                    outln!(
+                        "pool {}: subnet {} suspect for {} ({} addresses banned): leases prefer other subnets",
+                        p.pool,
+                        s.subnet,
+                        crate::redact::printable(&s.host),
+                        s.addresses
+                    );
+                }
+            }
         }
         for p in pools.iter().filter(|p| !p.down_targets.is_empty()) {
             outln!(

@@ -117,6 +117,7 @@ fn until_line(row: &EndpointRow, now: SystemTime) -> String {
 pub(super) fn print_table(rows: &[EndpointView], source: &str) {
     let mut t = table([
         "ID", "URL", "POOL", "STATE", "REASON", "PHASE", "STREAK", "COOLDOWN", "LABEL", "TAGS",
+        "EXIT",
     ]);
     for r in rows {
         let until = r
@@ -134,6 +135,7 @@ pub(super) fn print_table(rows: &[EndpointView], source: &str) {
             cooldown_text(r.state, until, r.cooldown_ms),
             printable(r.label.as_deref().unwrap_or("-")).into_owned(),
             tags_text(&r.tags),
+            r.exit_ip.clone().unwrap_or("-".into()),
         ]);
     }
     outln!("{t}");
@@ -215,6 +217,8 @@ pub(super) fn print_show(r: &EndpointRow, evs: &[EventRow], stats: Option<&Endpo
         ("label", r.label.clone().unwrap_or("-".into())),
         ("tags", tags_text(&r.tags)),
         ("source", r.source.clone().unwrap_or("-".into())),
+        ("exit_ip", r.exit_ip.map_or("-".into(), |ip| ip.to_string())),
+        ("exit_seen_at", r.exit_seen_at.clone().unwrap_or("-".into())),
         ("state", r.state.to_string()),
         (
             "reason",

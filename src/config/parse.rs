@@ -296,6 +296,9 @@ impl File<'_> {
         if let Some(p) = rp.probe {
             self.probe(&key, p, &mut pool.probe)?;
         }
+        if let Some(x) = rp.exit.take() {
+            pool.exit = Some(self.exit(&key, x, pool.probe.url.as_deref())?);
+        }
         let target_cooldown = match rp.cooldown {
             Some(mut c) => {
                 let target = c.target.take();
@@ -419,6 +422,28 @@ impl File<'_> {
             slow_down: p.slow_down,
             sites,
         })
+    }
+
+    /// `[pool.exit]` over its defaults.
+    fn exit(
+        &self,
+        key: &str,
+        x: super::raw::RawExit,
+        probe_url: Option<&str>,
+    ) -> Result<super::ExitConfig, ConfigError> {
+        let d = super::ExitConfig::default();
+        let cfg = super::ExitConfig {
+            url: x.url,
+            every: x.every.unwrap_or(d.every),
+            header: x.header.map(|h| h.to_ascii_lowercase()),
+            subnet_v4: x.subnet_v4.unwrap_or(d.subnet_v4),
+            subnet_v6: x.subnet_v6.unwrap_or(d.subnet_v6),
+            subnet_after: x.subnet_after.unwrap_or(d.subnet_after),
+            subnet_window: x.subnet_window.unwrap_or(d.subnet_window),
+        };
+        super::exit::check(&cfg, probe_url, validate_probe_url)
+            .map_err(|(k, m)| self.invalid(format!("{key}.exit.{k}"), m))?;
+        Ok(cfg)
     }
 
     /// `[pool.probe]`, over the defaults in `pr`.

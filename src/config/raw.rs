@@ -174,6 +174,22 @@ pub(super) struct RawPool {
     #[serde(default, deserialize_with = "de_duration")]
     pub(super) slow_start: Option<Duration>,
     pub(super) fallback: Option<String>,
+    pub(super) exit: Option<RawExit>,
+}
+
+/// `[pool.exit]` (docs/exit.md).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawExit {
+    pub(super) url: Option<String>,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) every: Option<Duration>,
+    pub(super) header: Option<String>,
+    pub(super) subnet_v4: Option<u8>,
+    pub(super) subnet_v6: Option<u8>,
+    pub(super) subnet_after: Option<u32>,
+    #[serde(default, deserialize_with = "de_duration")]
+    pub(super) subnet_window: Option<Duration>,
 }
 
 /// `[pool.pace]`.

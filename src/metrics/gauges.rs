@@ -21,6 +21,8 @@ pub struct PoolGauges {
     pub destination_bans: u64,
     /// Targets that are down.
     pub targets_down: u64,
+    /// (subnet, host) pairs under suspicion (docs/exit.md).
+    pub suspect_subnets: u64,
 }
 
 /// What the gauges show at one scrape.
@@ -111,6 +113,16 @@ impl Collector for Gauges {
         for p in &snap.pools {
             m.encode_family(&[("pool", p.pool.as_str())])?
                 .encode_gauge(&p.targets_down)?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "suspect_subnets",
+            "(subnet, host) pairs where a site banned subnet_after addresses of the subnet: leases prefer other subnets",
+            None,
+            MetricType::Gauge,
+        )?;
+        for p in &snap.pools {
+            m.encode_family(&[("pool", p.pool.as_str())])?
+                .encode_gauge(&p.suspect_subnets)?;
         }
         Ok(())
     }

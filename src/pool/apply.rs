@@ -144,6 +144,8 @@ impl Pools {
                 // Slow start counts from here; and it is a candidate it was not.
                 e.up_since = now.saturating_duration_since(self.origin).as_millis() as u64;
                 self.epoch += 1;
+                // Back from a cooldown it may leave from another address now.
+                self.pools[pool].exits.check_soon(id, now);
             }
             self.count_transition(pool, from, to, reason);
         }
@@ -173,6 +175,7 @@ impl Pools {
                 let w = ps.dests.advance(&ps.cfg.policy, now);
                 writes.extend(w.into_iter().map(Write::Pair));
             }
+            writes.extend(ps.dests.subnet_events(now).into_iter().map(Write::Pair));
             writes.extend(self.lapse_target_trials(p, now));
         }
         while let Some(&(exp, lid)) = self.lease_expiry.first() {

@@ -37,12 +37,15 @@ use crate::store::NewEvent;
 
 mod name;
 mod pair;
+mod shared;
+mod subnets;
 mod trials;
 mod views;
 mod writes;
 
 pub use name::{normalize, normalize_key, place, place_and_port, Place};
 use pair::{at, Pair, NONE};
+pub use subnets::{Subnet, SubnetRule, SuspectSubnet};
 
 /// Default cap on pairs per pool.
 pub const DEFAULT_MAX_PAIRS: usize = 1_000_000;
@@ -139,6 +142,8 @@ pub struct Destinations {
     warned: bool,
     /// The log-line budget of state changes (the pools' own, once shared).
     budget: super::budget::Budget,
+    /// Bans shared by the endpoints of one exit address (docs/exit.md).
+    shared: shared::Shared,
 }
 
 impl Destinations {
@@ -158,6 +163,7 @@ impl Destinations {
             cap,
             warned: false,
             budget: Default::default(),
+            shared: Default::default(),
         }
     }
 
@@ -216,14 +222,15 @@ impl Destinations {
 
     /// Whether endpoint `id` may be leased for the destination: one hash lookup.
     pub fn usable(&self, d: DestRef, id: EndpointId) -> Usable {
-        match self.view(d.0).and_then(|v| v.pairs.get(&id)) {
+        let own = match self.view(d.0).and_then(|v| v.pairs.get(&id)) {
             None => Usable::Available,
             Some(p) => match (p.state, p.claimed) {
                 (State::Available, _) => Usable::Available,
                 (State::ProbeAllowed, false) => Usable::Trial,
                 _ => Usable::Banned,
             },
-        }
+        };
+        self.shared_usable(d, id, own)
     }
 
     /// Whether the destination may have a pair waiting for its trial (a cheap test that

@@ -21,6 +21,7 @@ use crate::metrics::Metrics;
 use crate::store::{Applied, ClaimOn, ClaimResult, ResolveError, Store, StoreError, Write};
 
 mod declared;
+mod exits;
 mod leasing;
 mod probing;
 mod reads;

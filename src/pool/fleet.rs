@@ -203,6 +203,11 @@ impl Pools {
         if self.entries.get(&row.id).is_some_and(|e| e.url != row.url) {
             self.update_url(row.id, row.url.clone());
         }
+        if let Some(p) = self.entries.get(&row.id).map(|e| e.pool) {
+            // Another daemon learned it (docs/exit.md, "Stored").
+            self.pools[p].exits.learned(row.id, row.exit_ip);
+            self.pools[p].sync_exit(row.id);
+        }
         let was_remote = self.claimed_remotely(row.id);
         self.unindex(row.id);
         let e = self.entries.get_mut(&row.id).expect("held");

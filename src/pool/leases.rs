@@ -68,6 +68,8 @@ struct Ask<'a> {
     cap: u32,
     /// Endpoints that just failed the target, pending contrast: tried last.
     avoid: Vec<EndpointId>,
+    /// The host's view when a subnet is suspect for it: its endpoints tried last.
+    spare: Option<super::destinations::DestRef>,
     /// The lease's tags, interned.
     tags: Box<[u32]>,
     /// The destination host as the pool's pacing found it (one lookup per lease).
@@ -103,6 +105,7 @@ impl Ask<'_> {
             tags: &self.tags,
             views: self.views,
             avoid: &self.avoid,
+            spare: self.spare,
         }
     }
 }
@@ -263,12 +266,14 @@ impl Pools {
             Some(h) => ps.pace.visit(h, now),
             None => Visit::Skip,
         };
+        let views = ps.views(want);
         let ask = Ask {
             p,
             want,
             ttl,
             // A hash lookup each: a place without bans has no view and costs nothing more.
-            views: ps.views(want),
+            views,
+            spare: views.host.filter(|&d| ps.dests.has_suspects(d)),
             cap: ps.cfg.max_leases_per_endpoint,
             avoid,
             tags,

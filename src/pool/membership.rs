@@ -57,6 +57,12 @@ impl Pools {
         );
         self.epoch += 1;
         self.index(row.id);
+        let seen = row
+            .exit_seen_at
+            .as_deref()
+            .and_then(crate::store::parse_time);
+        self.pools[pool].exits.load(row.id, row.exit_ip, seen, now);
+        self.pools[pool].sync_exit(row.id);
         self.claimed_elsewhere(row, now);
     }
 
@@ -132,6 +138,8 @@ impl Pools {
         }
         self.sessions.forget_endpoint(id);
         if let Some(e) = self.entries.remove(&id) {
+            self.pools[e.pool].exits.forget(id);
+            self.pools[e.pool].dests.set_exit(id, None);
             self.tags.release(&e.tags);
             self.pools[e.pool].latencies.moved(e.stats.latency_ms, None);
         }

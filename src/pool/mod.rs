@@ -16,6 +16,8 @@ pub mod engine;
 mod entries;
 mod error;
 mod evidence;
+mod exit_checks;
+mod exits;
 mod fleet;
 mod id_index;
 mod lease_name;
@@ -48,7 +50,7 @@ use leases::Lease;
 use pace::Pace;
 use ready::Ready;
 pub use reconfigure::ReconfigureError;
-pub use status::{DownTargetView, PaceStatus, PoolStatus};
+pub use status::{DownTargetView, ExitStatus, PaceStatus, PoolStatus};
 use strategy::Latencies;
 use tag_index::TagIndex;
 use targets::Targets;
@@ -139,6 +141,8 @@ struct PoolState {
     pace_dropped_seen: u64,
     /// The latency estimates of its endpoints (the median `fastest` gives the unmeasured).
     latencies: Latencies,
+    /// Each endpoint's exit address (docs/exit.md).
+    exits: exits::Exits,
 }
 
 /// All pools of a process.
@@ -176,6 +180,14 @@ pub struct Pools {
     epoch: u64,
     /// Where per-entry times (`Entry::up_since`) count from.
     origin: Instant,
+}
+
+/// The subnet suspicion of a pool's `[pool.exit]`, if any.
+fn subnet_rule(cfg: &PoolConfig) -> Option<destinations::SubnetRule> {
+    cfg.exit.as_ref().map(|x| destinations::SubnetRule {
+        after: x.subnet_after,
+        window: x.subnet_window,
+    })
 }
 
 /// How a lease ended.
@@ -255,7 +267,23 @@ impl Pools {
             ps.probe_target = probes::probe_target(cfg.probe.url.as_deref());
             ps.pace.set_config(cfg.pace.clone());
             ps.pace.set_max_hold(cfg.policy.cooldown.max);
+            let held = self
+                .entries
+                .iter()
+                .filter(|(_, e)| e.pool == i)
+                .map(|(&id, _)| id);
+            let held: Vec<EndpointId> = held.collect();
+            ps.exits
+                .configure(cfg.exit.clone(), held.iter().copied(), Instant::now());
+            ps.dests.set_subnet_rule(subnet_rule(&cfg));
+            if cfg.exit.is_none() {
+                ps.dests.clear_exits();
+            }
             ps.cfg = cfg;
+            // New prefix lengths group the addresses anew.
+            for id in held {
+                ps.sync_exit(id);
+            }
             // New caps, rules or strategies: what was remembered as nothing ready is stale.
             self.epoch += 1;
             return i;
@@ -293,7 +321,14 @@ impl Pools {
             pace,
             pace_dropped_seen: 0,
             latencies: Latencies::default(),
+            exits: exits::Exits::default(),
         });
+        let exit = self.pools[i].cfg.exit.clone();
+        let rule = subnet_rule(&self.pools[i].cfg);
+        self.pools[i].dests.set_subnet_rule(rule);
+        self.pools[i]
+            .exits
+            .configure(exit, std::iter::empty(), Instant::now());
         if let Some(m) = &self.metrics {
             self.pools[i].metrics = Some(m.pool(&self.pools[i].cfg.name));
         }

@@ -73,7 +73,10 @@ impl Pools {
             jitter,
         );
         let decided = trial && matches!(r.step, Step::Changed { .. });
-        (r.writes.into_iter().map(Write::Pair).collect(), decided)
+        let mut writes: Vec<Write> = r.writes.into_iter().map(Write::Pair).collect();
+        // A subnet this ban made suspect is told at once (docs/exit.md).
+        writes.extend(ps.dests.subnet_events(now).into_iter().map(Write::Pair));
+        (writes, decided)
     }
 
     /// Give back the trial of pair (endpoint `id`, `key`) that a report did not decide.

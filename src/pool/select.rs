@@ -36,6 +36,9 @@ pub(super) struct Fit<'a> {
     pub(super) views: Views,
     /// Endpoints that just failed the target: passed over first.
     pub(super) avoid: &'a [EndpointId],
+    /// The host's view when some subnet is suspect for it: endpoints of a suspect subnet
+    /// are passed over first (docs/exit.md, "A subnet under suspicion").
+    pub(super) spare: Option<super::destinations::DestRef>,
 }
 
 impl Fit<'_> {
@@ -45,6 +48,7 @@ impl Fit<'_> {
             && carries(&e.tags, self.tags)
             && usable(dests, self.views, id)
             && !self.avoid.contains(&id)
+            && self.spare.is_none_or(|d| !dests.in_suspect(d, id))
     }
 
     /// Whether the lease asks nothing of a candidate but that it is available.
@@ -314,9 +318,14 @@ impl Pools {
                 &mut warm,
                 &mut miss,
             );
-            if first.is_none() && !fit.avoid.is_empty() {
-                // Nothing else fits: the endpoints that just failed the target after all.
-                let again = Fit { avoid: &[], ..*fit };
+            if first.is_none() && (!fit.avoid.is_empty() || fit.spare.is_some()) {
+                // Nothing else fits: the endpoints that just failed the target, and those
+                // of a suspect subnet, after all (never refused while only they are left).
+                let again = Fit {
+                    avoid: &[],
+                    spare: None,
+                    ..*fit
+                };
                 return rotate(
                     entries,
                     ready,

@@ -31,6 +31,28 @@ pub struct PoolStatus {
     /// The pool's pacing state, when it paces (docs/selection.md, "Pacing").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pace: Option<PaceStatus>,
+    /// What the pool knows of its exit addresses, when it learns them (docs/exit.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExitStatus>,
+}
+
+/// A pool's exit addresses as `status` shows them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ExitStatus {
+    /// Distinct exit addresses known.
+    pub addresses: usize,
+    /// Endpoints whose address is known.
+    pub known: usize,
+    /// Endpoints that leave through an address another endpoint of the pool also has...
+    pub shared_endpoints: usize,
+    /// ...and how many addresses those are.
+    pub shared_addresses: usize,
+    /// (address, destination) bans that hold for every endpoint of their address.
+    #[serde(default)]
+    pub address_bans: usize,
+    /// Subnets suspect for a host, by host then subnet (docs/exit.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suspect_subnets: Vec<super::destinations::SuspectSubnet>,
 }
 
 /// What a pool's pacing holds, as `status` shows it.
@@ -104,6 +126,17 @@ impl Pools {
                         })
                         .collect(),
                     pace: p.pace.status(),
+                    exit: p.exits.config().map(|_| {
+                        let (shared_endpoints, shared_addresses) = p.exits.sharing();
+                        ExitStatus {
+                            addresses: p.exits.addresses(),
+                            known: p.exits.known(),
+                            shared_endpoints,
+                            shared_addresses,
+                            address_bans: p.dests.address_bans(),
+                            suspect_subnets: p.dests.suspect_subnets(),
+                        }
+                    }),
                 }
             })
             .collect())

@@ -199,6 +199,7 @@ impl Pools {
                     endpoints: p.counts.map(|c| c as u64),
                     destination_bans: self.destination_bans(i),
                     targets_down: p.targets.down_count() as u64,
+                    suspect_subnets: p.dests.suspect_count() as u64,
                 })
                 .collect(),
         }

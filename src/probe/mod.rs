@@ -3,9 +3,10 @@
 //! probes endpoints and records the results (the CLI, the socket's `probe`, the daemon's
 //! prober loops).
 
+pub mod exit;
 mod prober;
 mod report;
 pub(crate) mod run;
 
-pub use prober::{ProbeError, ProbeResult, Prober};
+pub use prober::{Fetched, ProbeError, ProbeResult, Prober};
 pub use report::ProbeReport;

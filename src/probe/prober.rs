@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
+use hyper::body::Body as _;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Method, Request, Uri};
 use hyper_util::rt::TokioIo;
@@ -219,6 +220,16 @@ impl Prober {
         })
     }
 
+    /// One GET through `proxy` whose answer is kept, not judged beyond its status: the
+    /// head and at most `max_body` bytes of the body (`over` when it had more).
+    pub async fn fetch(&self, proxy: &ProxyUrl) -> Result<Fetched, Failure> {
+        let mut run = Run {
+            clock: Clock::start(self.inner.timeout, "probe timeout"),
+            status: None,
+        };
+        self.inner.run(proxy, &mut run).await.map_err(Failure::from)
+    }
+
     /// Run one full transaction through `proxy`, bounded by the configured timeout.
     pub async fn probe(&self, proxy: &ProxyUrl) -> ProbeResult {
         let start = Instant::now();
@@ -226,7 +237,21 @@ impl Prober {
             clock: Clock::start(self.inner.timeout, "probe timeout"),
             status: None,
         };
-        let outcome = self.inner.run(proxy, &mut run).await;
+        let outcome =
+            self.inner
+                .run(proxy, &mut run)
+                .await
+                .and_then(|f| match &self.inner.expect_body {
+                    Some(want) if !contains(&f.body, want) => Err(fail(
+                        Reason::BodyMismatch,
+                        Phase::ResponseBody,
+                        format!(
+                            "expected text not found in the first {} body bytes",
+                            f.body.len()
+                        ),
+                    )),
+                    _ => Ok(()),
+                });
         let local = outcome.as_ref().is_err_and(|f| f.local);
         let outcome = outcome.map_err(Failure::from);
         let total = start.elapsed();
@@ -256,6 +281,16 @@ impl Prober {
     }
 }
 
+/// An answer as `Prober::fetch` keeps it.
+#[derive(Debug)]
+pub struct Fetched {
+    pub headers: hyper::HeaderMap,
+    /// At most `max_body` bytes.
+    pub body: Vec<u8>,
+    /// The body went on past `max_body`.
+    pub over: bool,
+}
+
 /// Per-probe bookkeeping: the shared clock and the last status seen.
 struct Run {
     clock: Clock,
@@ -267,7 +302,7 @@ fn fail(reason: Reason, phase: Phase, detail: impl Into<String>) -> DialFailure 
 }
 
 impl Inner {
-    async fn run(&self, proxy: &ProxyUrl, run: &mut Run) -> Result<(), DialFailure> {
+    async fn run(&self, proxy: &ProxyUrl, run: &mut Run) -> Result<Fetched, DialFailure> {
         // A plain probe is one request and its answer; an https one runs TLS in a tunnel.
         let (route, carries) = if self.target.https {
             (Route::Tunnel, Carries::More)
@@ -307,7 +342,7 @@ impl Inner {
         proxy: &ProxyUrl,
         absolute_form: bool,
         run: &mut Run,
-    ) -> Result<(), DialFailure> {
+    ) -> Result<Fetched, DialFailure> {
         let marks = Arc::new(Mutex::new(Marks::default()));
         let io = TokioIo::new(Tracked {
             inner: io,
@@ -338,7 +373,13 @@ impl Inner {
         let status = resp.status().as_u16();
         run.status = Some(status);
         self.judge_head(status, resp.headers(), absolute_form)?;
-        self.read_body(resp.into_body(), run).await
+        let (head, body) = resp.into_parts();
+        let (body, over) = self.read_body(body, run).await?;
+        Ok(Fetched {
+            headers: head.headers,
+            body,
+            over,
+        })
     }
 
     /// Whose answer the status line is: the proxy's refusal of our credentials, the
@@ -395,16 +436,17 @@ impl Inner {
         Ok(())
     }
 
-    /// Up to `max_body` bytes of the body, within the clock, and the expected text in them.
+    /// Up to `max_body` bytes of the body, within the clock, and whether it had more.
     async fn read_body(
         &self,
         mut body: hyper::body::Incoming,
         run: &mut Run,
-    ) -> Result<(), DialFailure> {
+    ) -> Result<(Vec<u8>, bool), DialFailure> {
         let max = self.max_body;
         let read = async {
             let mut got: Vec<u8> = Vec::new();
-            while got.len() < max {
+            let mut over = false;
+            while !over {
                 match body.frame().await {
                     None => break,
                     Some(Err(e)) => return Err(dial::hyper_failure(&e, Phase::ResponseBody)),
@@ -412,24 +454,14 @@ impl Inner {
                         if let Some(d) = frame.data_ref() {
                             let take = d.len().min(max - got.len());
                             got.extend_from_slice(&d[..take]);
+                            over = take < d.len() || (got.len() == max && !body.is_end_stream());
                         }
                     }
                 }
             }
-            Ok(got)
+            Ok((got, over))
         };
-        let got = run.clock.timed(Phase::ResponseBody, read).await?;
-        match &self.expect_body {
-            Some(want) if !contains(&got, want) => Err(fail(
-                Reason::BodyMismatch,
-                Phase::ResponseBody,
-                format!(
-                    "expected text not found in the first {} body bytes",
-                    got.len()
-                ),
-            )),
-            _ => Ok(()),
-        }
+        run.clock.timed(Phase::ResponseBody, read).await
     }
 
     fn request(

@@ -54,6 +54,10 @@ pub struct EndpointRow {
     pub created_at: String,
     /// `key=value` tags (docs/selection.md, "Tags").
     pub tags: Tags,
+    /// The address it leaves from, when known (docs/exit.md).
+    pub exit_ip: Option<std::net::IpAddr>,
+    /// RFC 3339: when `exit_ip` was last learned.
+    pub exit_seen_at: Option<String>,
 }
 
 impl EndpointRow {
@@ -81,8 +85,15 @@ impl EndpointRow {
             state_changed_at: String::new(),
             created_at: String::new(),
             tags: Tags::default(),
+            exit_ip: None,
+            exit_seen_at: None,
         }
     }
+}
+
+/// A stored exit address: NULL is unknown, anything else must be an address.
+pub(crate) fn read_exit_ip(v: Option<String>) -> Result<Option<std::net::IpAddr>, ()> {
+    v.map(|t| t.parse().map_err(|_| ())).transpose()
 }
 
 /// A claim's fencing number: it grows with every claim of one trial slot, and a result is
@@ -133,6 +144,12 @@ pub struct EndpointView {
     /// Its slow-down for that destination's host, when pacing holds one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slowed: Option<SlowedView>,
+    /// The address it leaves from (docs/exit.md); null while unknown.
+    #[serde(default)]
+    pub exit_ip: Option<String>,
+    /// RFC 3339 UTC: when `exit_ip` was last learned; null while unknown.
+    #[serde(default)]
+    pub exit_seen_at: Option<String>,
 }
 
 /// A slow-down pacing holds for one (endpoint, host) pair (docs/selection.md, "Slow
@@ -171,6 +188,8 @@ impl EndpointRow {
             stats: None,
             destination_state: None,
             slowed: None,
+            exit_ip: self.exit_ip.map(|ip| ip.to_string()),
+            exit_seen_at: self.exit_seen_at.clone(),
         }
     }
 }
@@ -393,6 +412,11 @@ pub enum Write {
     Claim(Claim),
     /// Give a claimed trial back.
     Unclaim(Unclaim),
+    /// An endpoint's exit address learned (`None`: unknown now), seen at the store's now.
+    Exit {
+        id: EndpointId,
+        ip: Option<std::net::IpAddr>,
+    },
     /// Record a source's last sniff.
     SourceResult {
         pool: String,

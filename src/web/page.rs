@@ -155,6 +155,19 @@ fn pool_section(p: &PoolPage) -> Markup {
             @if s.targets_down > 0 {
                 (down_targets(s))
             }
+            @if let Some(x) = &s.exit {
+                p.exit {
+                    "Exit addresses: " (x.addresses) " known for " (x.known) " endpoints · "
+                    (x.shared_endpoints) " endpoints share " (x.shared_addresses) " addresses · "
+                    (x.address_bans) " address bans"
+                }
+                @for sub in &x.suspect_subnets {
+                    p.suspect {
+                        "Subnet " (sub.subnet) " suspect for " (printable(&sub.host)) " ("
+                        (sub.addresses) " addresses banned): leases prefer other subnets"
+                    }
+                }
+            }
             @if let Some(pc) = &s.pace {
                 p.pace {
                     "Pacing: " (pc.hosts) " hosts, " (pc.pairs) " pairs held · "
@@ -254,7 +267,7 @@ fn endpoints_table(rows: &[EndpointLine]) -> Markup {
     html! {
         table.endpoints {
             thead { tr {
-                th { "id" } th { "url" } th { "label" } th { "tags" } th { "state" } th { "reason" } th { "phase" }
+                th { "id" } th { "url" } th { "label" } th { "tags" } th { "exit" } th { "state" } th { "reason" } th { "phase" }
                 th { "detail" } th { "banned on" }
                 th { "cooldown left" } th { "success rate" } th { "latency" } th { "leases (live / total)" }
                 th { "bytes (sent / received)" }
@@ -267,6 +280,7 @@ fn endpoints_table(rows: &[EndpointLine]) -> Markup {
                         td.url { (v.url) }
                         td { (printable(v.label.as_deref().unwrap_or(""))) }
                         td.tags { (v.tags) }
+                        td.exit { (v.exit_ip.as_deref().unwrap_or("")) }
                         td class={ "s-" (v.state.as_str()) } { (v.state.as_str()) }
                         td { (v.reason.map(|r| r.as_str()).unwrap_or("")) }
                         td { (v.phase.map(|p| p.as_str()).unwrap_or("")) }

@@ -28,6 +28,8 @@ pub(crate) fn model() -> PageModel {
         destination_state: None,
         slowed: None,
         tags: crate::tags::Tags::parse_args(&["country=us"]).unwrap(),
+        exit_ip: (id == 1).then(|| "198.51.100.7".into()),
+        exit_seen_at: (id == 1).then(|| fmt_time(now)),
     };
     let mut stats = EndpointStats::default();
     stats.record_lease();

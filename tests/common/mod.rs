@@ -41,6 +41,7 @@
 pub mod counting;
 pub mod curl;
 pub mod daemon;
+pub mod exit_site;
 pub mod fakes;
 pub mod gateway;
 pub mod haproxy;

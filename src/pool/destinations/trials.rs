@@ -10,7 +10,7 @@ use crate::store::pairs::PairWrite;
 use crate::store::NewEvent;
 
 use super::pair::{self, NONE};
-use super::{DestRef, Destinations, PairStep};
+use super::{DestRef, Destinations, PairStep, Usable};
 
 impl Destinations {
     /// Whether another daemon holds the pair's trial (claimed here, not by us, and
@@ -134,7 +134,8 @@ impl Destinations {
                 if let Some(v) = self.views[d.0 as usize].as_mut() {
                     v.trials.remove(i);
                 }
-            } else if ok(self, id) {
+            } else if ok(self, id) && self.usable(d, id) == Usable::Trial {
+                // (not while another endpoint of its address holds the ban: one trial)
                 found = Some(id);
                 break;
             } else {

@@ -210,9 +210,13 @@ impl Destinations {
             self.banned += 1;
         }
         self.pairs += 1;
+        let banned = p.state != State::Available;
         v.pairs.insert(id, p);
         if self.pairs < self.cap {
             self.warned = false;
+        }
+        if banned {
+            self.note_ban(slot, id);
         }
     }
 

@@ -44,6 +44,7 @@ pub(super) fn keys(writes: &[Write]) -> Vec<Key> {
     for w in writes {
         match w {
             Write::Transition(h, _) => out.push(Key::Endpoint(h.id)),
+            Write::Exit { id, .. } => out.push(Key::Endpoint(*id)),
             Write::Claim(c) | Write::Pair(PairWrite::Claim(c)) => out.push(key_of(&c.on)),
             Write::Unclaim(u) | Write::Pair(PairWrite::Unclaim(u)) => out.push(key_of(&u.on)),
             Write::Remove(ids) => out.extend(ids.iter().map(|&id| Key::Endpoint(id))),

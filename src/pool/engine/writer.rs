@@ -49,6 +49,9 @@ fn endpoints_of(w: &Write, out: &mut BTreeSet<EndpointId>) {
         }
         Write::Event(ev) => out.extend(ev.endpoint),
         Write::Remove(ids) => out.extend(ids.iter().copied()),
+        Write::Exit { id, .. } => {
+            out.insert(*id);
+        }
         Write::SourceResult { .. } => {}
         // A pair is resynced with its endpoint: the endpoint's row and all its pairs.
         Write::Pair(pw) => out.extend(pw.endpoint()),

@@ -94,6 +94,7 @@ pub fn copy_from_sqlite(from: &Sqlite, to: &Postgres) -> Result<Copied, StoreErr
                     ],
                 )
                 .await?;
+                copy_exits(&tx, chunk).await?;
                 copied.endpoints += chunk.len();
             }
             for chunk in pairs.chunks(CHUNK) {
@@ -228,6 +229,34 @@ struct EndpointCols {
     cooldown_until: Vec<Option<SystemTime>>,
     state_changed_at: Vec<SystemTime>,
     created_at: Vec<SystemTime>,
+}
+
+/// The exit addresses of `chunk` (docs/exit.md), set on the rows just copied.
+async fn copy_exits(
+    tx: &tokio_postgres::Transaction<'_>,
+    chunk: &[crate::store::EndpointRow],
+) -> Result<(), tokio_postgres::Error> {
+    let known = chunk.iter().filter(|r| r.exit_ip.is_some());
+    let ids: Vec<i64> = known.clone().map(|r| r.id).collect();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let ips: Vec<String> = known
+        .clone()
+        .filter_map(|r| r.exit_ip)
+        .map(|ip| ip.to_string())
+        .collect();
+    let seen: Vec<Option<SystemTime>> = known
+        .map(|r| r.exit_seen_at.as_deref().and_then(crate::store::parse_time))
+        .collect();
+    tx.execute(
+        "UPDATE endpoints e SET exit_ip = v.ip, exit_seen_at = v.seen \
+         FROM UNNEST($1::bigint[], $2::text[], $3::timestamptz[]) AS v(id, ip, seen) \
+         WHERE e.id = v.id",
+        &[&ids, &ips, &seen],
+    )
+    .await?;
+    Ok(())
 }
 
 impl EndpointCols {

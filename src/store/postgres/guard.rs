@@ -45,6 +45,7 @@ pub(super) fn opt_i32(v: Option<u16>) -> Option<i32> {
 fn lock_order(w: &Write) -> (u8, EndpointId, &str) {
     match w {
         Write::Transition(h, _) => (0, h.id, ""),
+        Write::Exit { id, .. } => (0, *id, ""),
         Write::Claim(c) | Write::Pair(PairWrite::Claim(c)) => on_order(&c.on),
         Write::Unclaim(u) | Write::Pair(PairWrite::Unclaim(u)) => on_order(&u.on),
         Write::Remove(ids) => (0, ids.iter().copied().min().unwrap_or(0), ""),
@@ -138,6 +139,13 @@ async fn guard(
                 )
                 .await?;
             judged(&row, h.trial)
+        }
+        Write::Exit { id, ip } => {
+            let ip = ip.map(|ip| ip.to_string());
+            match c.execute(super::statements::EXIT, &[id, &ip]).await? {
+                0 => Found::Conflict,
+                _ => Found::Applied,
+            }
         }
         Write::Claim(cl) | Write::Pair(PairWrite::Claim(cl)) => claim(c, st, cl, hold).await?,
         Write::Unclaim(u) | Write::Pair(PairWrite::Unclaim(u)) => unclaim(c, st, u).await?,

@@ -127,6 +127,12 @@ impl Outcome {
                 .events
                 .push_new(event, event.endpoint, Some(destination), *status),
             (Write::SourceResult { .. }, _) => {}
+            // Written over by a later change: the row as it is now is taken instead.
+            (Write::Exit { id, .. }, _) => {
+                if !applied {
+                    self.fresh_endpoints.push(*id);
+                }
+            }
         }
     }
 

@@ -30,7 +30,7 @@ pub(crate) const ENDPOINT_COLS: &str = concat!(
     left_ms!("claim_until"),
     ", LEAST(COALESCE(cooldown_ms, 0), ",
     left_ms!("cooldown_until"),
-    "), tags"
+    "), tags, exit_ip, exit_seen_at"
 );
 
 /// The columns `pair_row` reads (`p` the pair, `e` its endpoint).
@@ -104,6 +104,8 @@ pub(crate) fn endpoint_row(r: &Row) -> Result<EndpointRow, StoreError> {
         created_at: fmt_time(r.get::<_, SystemTime>(18)),
         tags: crate::tags::Tags::from_column(r.get::<_, Option<String>>(23).as_deref())
             .map_err(|e| bad(&e.to_string()))?,
+        exit_ip: crate::store::rows::read_exit_ip(r.get(24)).map_err(|_| bad("exit_ip"))?,
+        exit_seen_at: r.get::<_, Option<SystemTime>>(25).map(fmt_time),
     })
 }
 

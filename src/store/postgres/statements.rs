@@ -118,6 +118,13 @@ pub(super) const PAIR_DELETE: &str = "WITH cur AS (SELECT claim_epoch FROM desti
        AND rev < currval('fleet_change_seq') RETURNING 1) \
      SELECT (SELECT count(*) FROM d), (SELECT claim_epoch FROM cur)";
 
+/// An endpoint's exit address (docs/exit.md): rare (each endpoint every few hours), so
+/// prepared where it is sent rather than with every connection's statements.
+pub(super) const EXIT: &str = "UPDATE endpoints SET exit_ip = $2::text, \
+       exit_seen_at = CASE WHEN $2::text IS NULL THEN NULL ELSE now() END, \
+       rev = currval('fleet_change_seq') \
+     WHERE id = $1 AND rev < currval('fleet_change_seq')";
+
 pub(super) const REMOVE: &str = "DELETE FROM endpoints WHERE id = ANY($1::bigint[]) RETURNING id";
 
 pub(super) const EVENTS: &str =

@@ -30,7 +30,7 @@ pub(super) const INSERT_ENDPOINT: &str =
 pub(super) const ENDPOINT_COLS: &str =
     "id, pool, scheme, host, port, user, password, label, source, state, \
      reason, phase, detail, streak, reason_streak, cooldown_ms, cooldown_until, \
-     state_changed_at, created_at, tags";
+     state_changed_at, created_at, tags, exit_ip, exit_seen_at";
 
 impl Sqlite {
     /// Insert the endpoints that do not exist yet (config sync, sources); existing ones
@@ -270,6 +270,9 @@ pub(super) fn read_endpoint(r: &Row<'_>) -> rusqlite::Result<Result<EndpointRow,
             created_at: r.get(18)?,
             tags: Tags::from_column(r.get::<_, Option<String>>(19)?.as_deref())
                 .map_err(|e| corrupt(&e.to_string()))?,
+            exit_ip: crate::store::rows::read_exit_ip(r.get(20)?)
+                .map_err(|_| corrupt("exit_ip"))?,
+            exit_seen_at: r.get(21)?,
         })
     };
     Ok(build())

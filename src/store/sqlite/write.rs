@@ -186,6 +186,15 @@ fn apply_write(tx: &Connection, w: &Write) -> Result<(), StoreError> {
             insert_event(tx, ev)
         }
         Write::Event(ev) => insert_event(tx, ev),
+        Write::Exit { id, ip } => {
+            tx.prepare_cached("UPDATE endpoints SET exit_ip=?2, exit_seen_at=?3 WHERE id=?1")?
+                .execute(params![
+                    id,
+                    ip.map(|ip| ip.to_string()),
+                    ip.map(|_| fmt_time(SystemTime::now()))
+                ])?;
+            Ok(())
+        }
         Write::Remove(ids) => remove_rows(tx, ids),
         Write::Pair(w) => pairs::apply(tx, w),
         Write::EventStatus(ev, status) => insert_event_on(tx, ev.endpoint, None, *status, ev),

@@ -191,7 +191,7 @@ fn a_database_from_before_the_chain_reads_the_same_after_migrating() {
         .unwrap();
     }
     let mut s = Sqlite::open(&path).unwrap();
-    assert_eq!(s.migrated(), Some((8, 9)));
+    assert_eq!(s.migrated(), Some((8, 10)));
     assert_reads_match(&s, 1..=5);
     let removed: Vec<(i64, i64)> = s
         .conn
