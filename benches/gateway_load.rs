@@ -13,6 +13,9 @@
 //!   that parses requests and responses with hyper (as the gateway must, to judge the
 //!   status) does per request; see `hyper_floor`.
 //!
+//! - `https-gets`, `handshakes`: HTTPS loads, straight or through a proxy's CONNECT, for
+//!   `benches/intercept/run.sh` (see `benches/intercept/load.rs`).
+//!
 //! Run by hand: `cargo bench --bench gateway_load -- tunnels --proxy 127.0.0.1:8888
 //! --target 127.0.0.1:8080`. Without a mode (as in a plain `cargo bench`) it says so and
 //! exits: it needs the servers that run.sh starts.
@@ -23,9 +26,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
+
+#[path = "intercept/load.rs"]
+mod tls_load;
 
 #[derive(Parser)]
 struct Args {
@@ -64,6 +70,26 @@ enum Mode {
         listen: SocketAddr,
         #[arg(long)]
         upstream: SocketAddr,
+    },
+    /// Keep-alive GETs over TLS (see `tls_load`).
+    HttpsGets {
+        #[command(flatten)]
+        way: tls_load::Way,
+        #[arg(long, default_value = "/small")]
+        path: String,
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        #[arg(long, default_value_t = 10.0)]
+        secs: f64,
+    },
+    /// New TLS handshakes, no request (see `tls_load`).
+    Handshakes {
+        #[command(flatten)]
+        way: tls_load::Way,
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        #[arg(long, default_value_t = 10.0)]
+        secs: f64,
     },
     Idle {
         #[arg(long)]
@@ -259,8 +285,8 @@ fn content_length(head: &[u8]) -> Option<usize> {
 }
 
 /// Reads one response head into `buf`; returns its length (body bytes may follow in `buf`).
-async fn read_head(
-    s: &mut TcpStream,
+async fn read_head<S: AsyncRead + Unpin>(
+    s: &mut S,
     buf: &mut Vec<u8>,
     step: &'static str,
 ) -> Result<usize, Fail> {
@@ -299,7 +325,11 @@ async fn open_tunnel(
 }
 
 /// One GET inside an open tunnel, read up to its Content-Length.
-async fn get_in(s: &mut TcpStream, get_req: &[u8], buf: &mut Vec<u8>) -> Result<(), Fail> {
+async fn get_in<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    get_req: &[u8],
+    buf: &mut Vec<u8>,
+) -> Result<(), Fail> {
     s.write_all(get_req)
         .await
         .map_err(|e| Fail::Io("write GET", e))?;
@@ -471,6 +501,14 @@ async fn idle(
     Ok(())
 }
 
+/// A load that could not start (a bad flag or CA file): said, exit 2.
+fn exit_on(r: Result<(), String>) {
+    if let Err(e) = r {
+        eprintln!("gateway_load: {e}");
+        std::process::exit(2);
+    }
+}
+
 fn main() {
     // `cargo bench` passes `--bench` to every bench binary.
     let args = Args::parse_from(std::env::args().filter(|a| a != "--bench"));
@@ -493,6 +531,15 @@ fn main() {
         } => rt.block_on(tunnels(proxy, target, path, clients, secs)),
         Mode::Floor { listen, upstream } => rt.block_on(floor(listen, upstream)),
         Mode::HyperFloor { listen, upstream } => rt.block_on(hyper_floor(listen, upstream)),
+        Mode::HttpsGets {
+            way,
+            path,
+            clients,
+            secs,
+        } => exit_on(rt.block_on(tls_load::https_gets(way, path, clients, secs))),
+        Mode::Handshakes { way, clients, secs } => {
+            exit_on(rt.block_on(tls_load::handshakes(way, clients, secs)))
+        }
         Mode::Idle {
             proxy,
             target,

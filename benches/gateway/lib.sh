@@ -109,10 +109,11 @@ CONF
     gw_wait_port "$port" || { cat "$dir/nginx.out" "$dir/nginx-error.log" >&2 2>/dev/null; return 1; }
 }
 
-# gw_start_tinyproxy DIR PORT [NAME]: an open tinyproxy (127.0.0.1 clients only, every
-# CONNECT port allowed, errors-only log). Sets GW_TINYPROXY_PID.
+# gw_start_tinyproxy DIR PORT [NAME] [USER:PASSWORD]: an open tinyproxy (127.0.0.1 clients
+# only, every CONNECT port allowed, errors-only log), asking for Basic proxy credentials
+# when USER:PASSWORD is given. Sets GW_TINYPROXY_PID.
 gw_start_tinyproxy() {
-    local dir=$1 port=$2 name=${3:-tinyproxy}
+    local dir=$1 port=$2 name=${3:-tinyproxy} auth=${4:-}
     cat >"$dir/$name.conf" <<CONF
 Port $port
 Listen 127.0.0.1
@@ -122,6 +123,7 @@ Allow 127.0.0.1
 LogLevel Error
 LogFile "$dir/$name.log"
 DisableViaHeader Yes
+${auth:+BasicAuth ${auth%%:*} ${auth#*:}}
 CONF
     tinyproxy -d -c "$dir/$name.conf" >"$dir/$name.out" 2>&1 &
     GW_TINYPROXY_PID=$!
@@ -226,7 +228,9 @@ gw_proxypool() {
 # its own folder DIR whose `default` pool holds only UPSTREAM, with one gateway on
 # 127.0.0.1:PORT (`plain_http = MODE`; GATEWAY_TOML is added to its table). A
 # `static-no-ping` pool without a probe target is never probed: no traffic competes with
-# the loads. Sets GW_GATEWAY_PID.
+# the loads. When GATEWAY_TOML sets `intercept`, the install's CA is made first (`ca
+# init`, beside the database); GATEWAY_TOML may end with tables of its own (`[tls]`).
+# Sets GW_GATEWAY_PID.
 gw_start_gateway() {
     local dir=$1 bin=$2 port=$3 mode=$4 upstream=$5 extra=${6:-}
     mkdir -p "$dir"
@@ -248,6 +252,10 @@ $extra
 CONF
     "$bin" --config "$dir/proxypool.toml" add "$upstream" >"$dir/add.out" 2>&1 ||
         { cat "$dir/add.out" >&2; return 1; }
+    if grep -q '^intercept *=' <<<"$extra"; then
+        "$bin" --config "$dir/proxypool.toml" ca init >"$dir/ca.out" 2>&1 ||
+            { cat "$dir/ca.out" >&2; return 1; }
+    fi
     "$bin" --config "$dir/proxypool.toml" serve >"$dir/serve.out" 2>&1 &
     GW_GATEWAY_PID=$!
     gw_track "$GW_GATEWAY_PID"

@@ -31,6 +31,12 @@
 #   PROXYPOOL_BIN_BEFORE=...  another build, for the "gateway-before" row (not in the
 #                      default list): the same config as "gateway", so that a change is
 #                      measured against the build before it in one interleaved run
+#                      (the table of ratios then has "gateway / gateway-before")
+#                      Also not in the default list: "gateway-intercepting", the
+#                      "gateway" row with HTTPS interception on (docs/intercept.md) for a
+#                      host the loads never ask for, at the port they ask for: every
+#                      CONNECT is matched against `intercept` and stays a tunnel (its CA
+#                      made by `ca init`)
 #   KEEP=1             keep the temp dir (configs, logs) and print its path
 #
 # Installs nothing. Needs: nginx-light, tinyproxy, wrk, curl (Debian), python3, cargo, and
@@ -123,6 +129,13 @@ for f in $FRONTS; do
         gw_start_gateway "$D/$f" "$PROXYPOOL_BIN_BEFORE" "$p" forward "$UPSTREAM"
         start_front "$f" "$p" "$GW_GATEWAY_PID"
         ;;
+    gateway-intercepting)
+        p=$(gw_free_port)
+        gw_start_gateway "$D/$f" "$PP" "$p" forward "$UPSTREAM" \
+            "intercept = [\"intercepted.invalid\"]
+intercept_ports = [$NGINX_PORT]"
+        start_front "$f" "$p" "$GW_GATEWAY_PID"
+        ;;
     gateway | gateway-tunnel)
         if ! "$PP" serve --help 2>/dev/null | grep -q -- '--gateway'; then
             note "$f row skipped: \`$PP serve --help\` has no --gateway (the gateway is not merged into this build yet)"
@@ -179,7 +192,7 @@ for f in $FRONTS; do
         start_front pproxy "$p" "$pid"
         ;;
     *)
-        gw_log "unknown front '$f' (direct gateway gateway-tunnel haproxy-tcp tokio-floor hyper-floor proxy-chain pproxy)"
+        gw_log "unknown front '$f' (direct gateway gateway-tunnel gateway-before gateway-intercepting haproxy-tcp tokio-floor hyper-floor proxy-chain pproxy)"
         exit 2
         ;;
     esac
@@ -393,6 +406,7 @@ label() {
     gateway) echo "proxypool gateway (plain_http = \"forward\", the default) → tinyproxy" ;;
     gateway-tunnel) echo "proxypool gateway (plain_http = \"tunnel\") → tinyproxy" ;;
     gateway-before) echo "the same, the build of PROXYPOOL_BIN_BEFORE → tinyproxy" ;;
+    gateway-intercepting) echo "proxypool gateway (\"forward\"), intercepting another host → tinyproxy" ;;
     proxy-chain) echo "proxy-chain $(sed -n 's/.*"version": "\(.*\)".*/\1/p' "$TOOLS/node_modules/proxy-chain/package.json" | head -1) → tinyproxy" ;;
     haproxy-tcp) echo "HAProxy $(haproxy -v 2>/dev/null | awk 'NR == 1 {print $3}') as a TCP forwarder → tinyproxy" ;;
     tokio-floor) echo "a bare tokio relay (read the head, dial, CONNECT, answer, copy) → tinyproxy" ;;
@@ -421,9 +435,9 @@ done
 echo
 echo "| ratio | tunnels/s | absolute-form GETs/s | head and body apart | bulk MB/s | RSS per idle tunnel |"
 echo "|---|---:|---:|---:|---:|---:|"
-for gw in gateway gateway-tunnel tokio-floor hyper-floor haproxy-tcp; do
+for gw in gateway gateway-intercepting gateway-tunnel tokio-floor hyper-floor haproxy-tcp; do
     [[ -n ${PORT[$gw]:-} ]] || continue
-    for peer in direct tokio-floor hyper-floor haproxy-tcp proxy-chain pproxy; do
+    for peer in gateway-before direct tokio-floor hyper-floor haproxy-tcp proxy-chain pproxy; do
         [[ $peer != "$gw" ]] || continue
         [[ -n ${PORT[$peer]:-} ]] || continue
         echo "| $gw / $peer | $(ratio "${TUN[$gw]:-}" "${TUN[$peer]:-}") | $(ratio "${GET[$gw]:-}" "${GET[$peer]:-}") | $(ratio "${SPLIT[$gw]:-}" "${SPLIT[$peer]:-}") | $(ratio "${BULK[$gw]:-}" "${BULK[$peer]:-}") | $(ratio "${MEM[$gw]:-}" "${MEM[$peer]:-}") |"
