@@ -202,8 +202,10 @@ async fn read_within(
     let spawned = std::thread::Builder::new()
         .name("config-read".into())
         .spawn(move || {
-            let _ = tx.send(load(&file));
+            let loaded = load(&file);
+            // Cleared before the answer goes, so whoever gets it may read again at once.
             done.store(false, Ordering::Release);
+            let _ = tx.send(loaded);
         });
     if let Err(source) = spawned {
         reading.store(false, Ordering::Release);
