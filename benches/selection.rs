@@ -20,9 +20,10 @@
 //! - "random, measured": one uniformly random candidate (`select = "random"`), the least a
 //!   sampling strategy reads: a random endpoint's entry instead of the next one in order;
 //!
-//! and sticky sessions (issue 49: a session's endpoint by rendezvous weight, the same on
-//! every daemon of a fleet): leases for one of 1,000 session keys against leases without a
-//! session (target: a session lease ≥ 0.95× what it was before, by `benches/ab.sh
+//! and sticky sessions (issue 49: on a daemon alone a session's endpoint is kept or the
+//! least leased; in a fleet it is the one of the highest rendezvous weight, the same on
+//! every daemon): leases for one of 1,000 session keys against leases without a
+//! session, for each placement (target: a session lease ≥ 0.95× what it was before, by `benches/ab.sh
 //! selection`), and, for the worst case, a new key for every lease;
 //!
 //! and the memory per paced (endpoint, host) pair (target ≤ 64 bytes), from a counting
@@ -91,6 +92,13 @@ fn pools(rows: &[EndpointRow], f: impl FnOnce(&mut PoolConfig)) -> Pools {
     for r in rows {
         p.insert_row(r, now);
     }
+    p
+}
+
+/// A daemon of a fleet: sessions by rendezvous weight (docs/leases.md).
+fn fleet(rows: &[EndpointRow]) -> Pools {
+    let mut p = pools(rows, |_| {});
+    p.join_fleet();
     p
 }
 
@@ -273,6 +281,12 @@ fn main() {
             Ask::NewSessions,
             pools(&rows, |_| {}),
         ),
+        ("fleet session (1,000 keys)", Ask::Sessions, fleet(&rows)),
+        (
+            "fleet session, a new key each lease",
+            Ask::NewSessions,
+            fleet(&rows),
+        ),
     ];
     let only: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with("--"));
     if only.as_deref() == Some("socket") {
@@ -291,7 +305,7 @@ fn main() {
                     .map(|_| cell(&mut p, ask, &w, &mut rng))
                     .collect::<Vec<_>>(),
             );
-            println!("{name:<44}  {r:>12.0}  {:>7.1}%", g * 100.0);
+            println!("{name:<50}  {r:>12.0}  {:>7.1}%", g * 100.0);
         }
         return;
     }
@@ -307,7 +321,7 @@ fn main() {
         }
     }
     println!(
-        "{:<44}  {:>12}  {:>8}",
+        "{:<50}  {:>12}  {:>8}",
         "lease+release (10,000 endpoints)", "per second", "granted"
     );
     let mut rate = Vec::new();
@@ -316,14 +330,14 @@ fn main() {
         rate.push(r);
         let held = p.pace_held("default").unwrap();
         println!(
-            "{name:<44}  {r:>12.0}  {:>7.1}%  ({} hosts, {} pairs held)",
+            "{name:<50}  {r:>12.0}  {:>7.1}%  ({} hosts, {} pairs held)",
             g * 100.0,
             held.0,
             held.1
         );
     }
     println!();
-    println!("{:<44}  {:>8}  {:>8}", "ratio", "measured", "target");
+    println!("{:<50}  {:>8}  {:>8}", "ratio", "measured", "target");
     // (what, numerator cell, denominator cell, target)
     let ratios = [
         ("pacing on, not binding / off", 1, 0, ">= 0.95x"),
@@ -343,14 +357,21 @@ fn main() {
             8,
             "(vs A)",
         ),
+        ("fleet session (1,000 keys) / no session", 11, 8, "(vs A)"),
+        (
+            "fleet session, a new key each lease / no session",
+            12,
+            8,
+            "(vs A)",
+        ),
     ];
     for (what, n, d, target) in ratios {
-        println!("{what:<44}  {:>7.2}x  {target:>8}", rate[n] / rate[d]);
+        println!("{what:<50}  {:>7.2}x  {target:>8}", rate[n] / rate[d]);
     }
     let (bytes, pairs) = bytes_per_pair(&rows, 300_000);
     println!();
     println!(
-        "{:<44}  {:>8.1}  {:>8}",
+        "{:<50}  {:>8.1}  {:>8}",
         format!("bytes per paced pair ({pairs} pairs)"),
         bytes,
         "<= 64"

@@ -543,8 +543,51 @@ async fn a_reused_slot_never_revives_a_removed_endpoints_queue_items() {
     assert!(st.iter().all(|s| s.leases == 0), "{st:?}");
 }
 
-/// A session goes to the endpoint of its key's highest rendezvous weight among those that
-/// may serve it (docs/leases.md, "Sticky sessions"). One whose endpoint is available stays
+/// On a daemon alone, concurrent sessions spread over the endpoints (least leased), each
+/// stays on its own, and one whose endpoint cools moves to the least leased of the rest
+/// and stays there (docs/leases.md, "Sticky sessions").
+#[tokio::test(start_paused = true)]
+async fn sessions_of_a_daemon_alone_get_endpoints_of_their_own_and_stay() {
+    let clock = Clock::new();
+    let mut p = pools(Mode::Static, 4, State::Available, clock);
+    let (now, _) = clock.now();
+    let keys = ["a", "b", "c", "d"];
+    let held: Vec<_> = keys
+        .iter()
+        .map(|k| p.lease("p", TTL, Some(k), now).0.unwrap())
+        .collect();
+    let mut got: Vec<_> = held.iter().map(|g| g.endpoint).collect();
+    got.sort();
+    assert_eq!(got, vec![1, 2, 3, 4], "four sessions, four endpoints");
+    for g in &held {
+        p.release(&g.lease, now).0.unwrap();
+    }
+    // Released, each comes back to its own, whatever else is leased meanwhile.
+    let other = p.lease("p", TTL, None, now).0.unwrap();
+    for (k, g) in keys.iter().zip(&held) {
+        let again = p.lease("p", TTL, Some(k), now).0.unwrap();
+        assert_eq!(again.endpoint, g.endpoint, "session {k}");
+        p.release(&again.lease, now).0.unwrap();
+    }
+    // Its endpoint disabled, a session moves, and stays where it moved.
+    let moved = held[0].endpoint;
+    p.release(&other.lease, now).0.unwrap();
+    p.input(moved, Input::Disable { detail: None }, None, None, now)
+        .0
+        .unwrap();
+    let first = p.lease("p", TTL, Some("a"), now).0.unwrap();
+    assert_ne!(first.endpoint, moved);
+    p.release(&first.lease, now).0.unwrap();
+    for _ in 0..3 {
+        let g = p.lease("p", TTL, Some("a"), now).0.unwrap();
+        assert_eq!(g.endpoint, first.endpoint);
+        p.release(&g.lease, now).0.unwrap();
+    }
+}
+
+/// A session of a fleet's daemon goes to the endpoint of its key's highest rendezvous
+/// weight among those that may serve it (docs/leases.md, "Sticky sessions"), the same on
+/// every daemon. One whose endpoint is available stays
 /// on it while another endpoint waits for its trial; one whose endpoint waits for its trial
 /// (it was on the next in its order meanwhile) takes that trial: that is how its endpoint
 /// comes back to it.
@@ -552,6 +595,7 @@ async fn a_reused_slot_never_revives_a_removed_endpoints_queue_items() {
 async fn a_session_stays_on_its_endpoint_and_one_whose_endpoint_waits_takes_the_trial() {
     let clock = Clock::new();
     let mut p = pools(Mode::StaticNoPing, 2, State::Available, clock);
+    p.join_fleet();
     let (now, _) = clock.now();
     // A key whose endpoint is 1, and one whose endpoint is 2.
     let top = |p: &mut Pools, key: &str| {

@@ -159,7 +159,7 @@ impl Engine {
             p.restore_pair(r, now);
         }
         if store.postgres().is_some() {
-            p.stagger();
+            p.join_fleet();
         }
         p.log_restored(now);
         let metrics = Arc::new(Metrics::new());

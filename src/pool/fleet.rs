@@ -15,6 +15,14 @@ use crate::store::pairs::PairRow;
 use crate::store::{ClaimOn, EndpointRow, Epoch};
 
 impl Pools {
+    /// This process is one daemon of a fleet: its round robins start apart from the
+    /// others', and sessions go where every daemon would send them (docs/leases.md,
+    /// "Sticky sessions").
+    pub fn join_fleet(&mut self) {
+        self.stagger();
+        self.sessions.agree();
+    }
+
     /// Whether the store is away: then no transition comes due and no trial is admitted,
     /// and ordinary leases go on from what is known (docs/fleet.md, "Faults").
     pub fn set_frozen(&mut self, frozen: bool) {

@@ -282,18 +282,15 @@ impl Pools {
             visit,
         };
         let chosen = match session {
-            Some(key) => match self.session_choice(&ask, key, now, &mut writes) {
-                Sticky::Keep(c) => Ok(c),
-                Sticky::Paced(at) => Err(Miss { paced: Some(at) }),
-                Sticky::None => Err(Miss::default()),
-            },
-            None => match self.pair_trial(&ask, now, &mut writes) {
-                Some(c) => Ok(c),
-                None => match self.oldest_trial(&ask, now, &mut writes) {
-                    Some(c) => Ok(c),
-                    None => self.least_leased(&ask, now),
-                },
-            },
+            Some(key) if self.sessions.agreed() => {
+                match self.session_choice(&ask, key, now, &mut writes) {
+                    Sticky::Keep(c) => Ok(c),
+                    Sticky::Paced(at) => Err(Miss { paced: Some(at) }),
+                    Sticky::None => Err(Miss::default()),
+                }
+            }
+            Some(key) => self.spread_session(&ask, key, now, &mut writes),
+            None => self.fresh_choice(&ask, now, &mut writes),
         };
         let choice = match chosen {
             Ok(c) => c,
@@ -346,6 +343,23 @@ impl Pools {
                 trial_out,
                 certificate,
             }),
+        }
+    }
+
+    /// A lease's endpoint when no session says: a waiting trial first (the pair's, then,
+    /// in `static-no-ping`, the endpoint's), else the least leased.
+    fn fresh_choice(
+        &mut self,
+        ask: &Ask,
+        now: Instant,
+        writes: &mut Vec<Write>,
+    ) -> Result<Choice, Miss> {
+        match self.pair_trial(ask, now, writes) {
+            Some(c) => Ok(c),
+            None => match self.oldest_trial(ask, now, writes) {
+                Some(c) => Ok(c),
+                None => self.least_leased(ask, now),
+            },
         }
     }
 

@@ -153,7 +153,7 @@ impl Pools {
     /// endpoints in the same order, so that a failing one is leased by every daemon before
     /// any hears of another's failure, and every report after the first writes nothing
     /// (docs/fleet.md, "Propagation").
-    pub fn stagger(&mut self) {
+    pub(super) fn stagger(&mut self) {
         for p in &mut self.pools {
             p.ready.rotate(self.rng.u64(..));
         }

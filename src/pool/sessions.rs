@@ -50,6 +50,9 @@ pub(super) struct Sessions {
     fell: HashMap<SessionRef, EndpointId>,
     hasher: RandomState,
     joins: Joins,
+    /// This daemon is one of a fleet: a new session goes where every daemon would send it
+    /// (rendezvous), not to the least leased endpoint.
+    agreed: bool,
 }
 
 /// The endpoints that came into service (became available, or a trial waiting to be
@@ -117,7 +120,17 @@ impl Sessions {
             fell: HashMap::new(),
             hasher: RandomState::new(),
             joins: Joins::default(),
+            agreed: false,
         }
+    }
+
+    /// Place sessions as every daemon of a fleet would (see `agreed`).
+    pub(super) fn agree(&mut self) {
+        self.agreed = true;
+    }
+
+    pub(super) fn agreed(&self) -> bool {
+        self.agreed
     }
 
     /// The table's name for `key` in pool `p`.

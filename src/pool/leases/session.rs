@@ -1,7 +1,8 @@
-//! A session's lease (docs/leases.md, "Sticky sessions"): the endpoint of the highest
-//! rendezvous weight for the key among those every daemon of a fleet agrees may serve it,
-//! the next in order when this daemon cannot lease that one (its cap), waiting for it when
-//! it was used for the host too recently (its IP is the session's).
+//! A session's lease (docs/leases.md, "Sticky sessions"). On a daemon alone: the endpoint
+//! it was leased while that one serves it, else the least leased. In a fleet: the endpoint
+//! of the highest rendezvous weight for the key among those every daemon agrees may serve
+//! it, the next in order when this daemon cannot lease that one (its cap). Either way, an
+//! endpoint used for the host too recently is waited for (its IP is the session's).
 
 use tokio::time::Instant;
 
@@ -14,6 +15,7 @@ use crate::pool::apply::Act;
 use crate::pool::destinations::{DestRef, Usable};
 use crate::pool::entries::Entry;
 use crate::pool::pace::Check;
+use crate::pool::select::Miss;
 use crate::pool::sessions::{key_hash, outranks, weight, Bound};
 use crate::pool::tag_index::carries;
 use crate::pool::Pools;
@@ -135,7 +137,44 @@ impl Pools {
         (id != b.top && self.serves_here(ask, id)).then_some(id)
     }
 
-    /// The endpoint of session `key` for this lease (see the module documentation).
+    /// A session's lease on a daemon alone: its endpoint while that one is available,
+    /// under the cap, fitting the lease and not banned for the place; else where a lease
+    /// without a session would go (least leased, so that concurrent sessions get endpoints
+    /// of their own while there are enough), and the session stays there.
+    pub(super) fn spread_session(
+        &mut self,
+        ask: &Ask,
+        key: &str,
+        now: Instant,
+        writes: &mut Vec<Write>,
+    ) -> Result<Choice, Miss> {
+        let s = self.sessions.at(ask.p, key);
+        let kept = self.sessions.get(s).filter(|&id| {
+            self.entries.get(&id).is_some_and(|e| {
+                e.health.state == State::Available
+                    && ask.under_cap(e.leases)
+                    && self.serves(ask, id, e) == Serve::Plain
+            })
+        });
+        if let Some(id) = kept {
+            let gate = self.pools[ask.p].pace.gate(ask.visit, now);
+            return match gate.map(|g| g.check(id)) {
+                Some(Check::Blocked(at)) => Err(Miss { paced: Some(at) }),
+                _ => Ok(Choice::plain(id, None)),
+            };
+        }
+        let c = self.fresh_choice(ask, now, writes)?;
+        let entries = &self.entries;
+        self.sessions.bind(s, c.id, c.id, |id| {
+            entries
+                .get(&id)
+                .is_some_and(|e| e.health.state == State::Available)
+        });
+        Ok(c)
+    }
+
+    /// The endpoint of session `key` for this lease in a fleet (see the module
+    /// documentation).
     pub(super) fn session_choice(
         &mut self,
         ask: &Ask,
