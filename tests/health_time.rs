@@ -585,6 +585,26 @@ async fn sessions_of_a_daemon_alone_get_endpoints_of_their_own_and_stay() {
     }
 }
 
+/// A forgotten session (an intercepted connection's own, once the connection ended) keeps
+/// nothing: the key's next lease is chosen afresh, least leased.
+#[tokio::test(start_paused = true)]
+async fn a_forgotten_session_is_placed_afresh() {
+    let clock = Clock::new();
+    let mut p = pools(Mode::Static, 2, State::Available, clock);
+    let (now, _) = clock.now();
+    let held = p.lease("p", TTL, Some("k"), now).0.unwrap();
+    let kept = p.lease("p", TTL, Some("k"), now).0.unwrap();
+    assert_eq!(kept.endpoint, held.endpoint, "remembered while it serves");
+    p.release(&kept.lease, now).0.unwrap();
+    p.forget_session("p", "k");
+    p.forget_session("no such pool", "k");
+    let fresh = p.lease("p", TTL, Some("k"), now).0.unwrap();
+    assert_ne!(
+        fresh.endpoint, held.endpoint,
+        "the least leased, not the one held"
+    );
+}
+
 /// A session of a fleet's daemon goes to the endpoint of its key's highest rendezvous
 /// weight among those that may serve it (docs/leases.md, "Sticky sessions"), the same on
 /// every daemon. One whose endpoint is available stays

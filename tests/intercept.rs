@@ -109,6 +109,47 @@ async fn both_protocols_on_both_sides_and_the_endpoint_header_inside_tls() {
     );
 }
 
+/// `TE: trailers` reaches the origin and the origin's trailers come back to the client,
+/// HTTP/2 on both sides (gRPC's way).
+#[tokio::test]
+async fn trailers_cross_an_intercepted_connection() {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    origin::need_hosts();
+    let Some(o) = NginxOrigin::start().await else {
+        return;
+    };
+    let Some(up) = tinyproxy_bound(ip("127.0.1.4"), &[o.https_port]).await else {
+        return;
+    };
+    let s = setup(&o, &[&up], "");
+    let tunnel = connect_through(s.gateway, &format!("origin.test:{}", o.https_port)).await;
+    let tls = tls_over(tunnel, &s.ca, "origin.test", &[b"h2"]).await;
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .expect("HTTP/2 with the gateway");
+    tokio::spawn(conn);
+    let req = hyper::Request::get(o.https_url("origin.test", "/trailers"))
+        .header("te", "trailers")
+        .body(Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let resp = send.send_request(req).await.expect("an answer");
+    assert_eq!(resp.status(), 200);
+    let te = resp.headers().get("x-te").map(|v| v.to_str().unwrap());
+    assert_eq!(
+        te,
+        Some("trailers"),
+        "the TE the origin got: {:?}",
+        resp.headers()
+    );
+    let body = resp.into_body().collect().await.expect("the body");
+    let trailers = body.trailers().cloned();
+    assert_eq!(body.to_bytes(), origin::OK_BODY.as_bytes());
+    let trailers = trailers.expect("the origin's trailers");
+    assert_eq!(trailers["x-check"], "done", "{trailers:?}");
+}
+
 /// A TLS client trusting only `ca` (the daemon's CA), with `alpn`, over `io` to `name`.
 async fn tls_over<S>(
     io: S,

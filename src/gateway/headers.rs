@@ -108,7 +108,22 @@ pub(super) fn proxy_auth(status: u16, headers: &HeaderMap) -> bool {
     dial::proxy_auth_answer(status, headers)
 }
 
+/// Takes out the headers of one hop. `TE: trailers` is the exception: it says the client
+/// takes trailers (gRPC needs them), which every hop of the way must carry on (the only
+/// `TE` HTTP/2 allows), so it goes on as `trailers` alone.
 pub(super) fn strip_hop_by_hop(h: &mut HeaderMap) {
+    let trailers = h
+        .get_all(header::TE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| {
+            t.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case("trailers")
+        });
     // Headers the Connection header names are hop-by-hop too (RFC 9110 §7.6.1).
     let named: Vec<HeaderName> = h
         .get_all(header::CONNECTION)
@@ -132,6 +147,9 @@ pub(super) fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
     h.remove("keep-alive");
     h.remove("proxy-connection");
+    if trailers {
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
 }
 
 #[cfg(test)]
@@ -148,7 +166,7 @@ mod tests {
             ("proxy-authorization", "Basic Zm9vOmJhcg=="),
             ("proxy-connection", "keep-alive"),
             ("keep-alive", "timeout=5"),
-            ("te", "trailers"),
+            ("te", "gzip"),
             ("host", "example.com"),
             ("cookie", "a=b"),
         ] {
@@ -158,6 +176,31 @@ mod tests {
         let mut left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         left.sort();
         assert_eq!(left, ["cookie", "host"]);
+    }
+
+    #[test]
+    fn te_trailers_goes_on_alone_whatever_else_te_named() {
+        for (te, connection, kept) in [
+            ("trailers", None, Some("trailers")),
+            ("gzip, Trailers", Some("te"), Some("trailers")),
+            (
+                "trailers;q=0.5, deflate",
+                Some("TE, keep-alive"),
+                Some("trailers"),
+            ),
+            ("gzip", None, None),
+            ("trailersx", None, None),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(header::TE, HeaderValue::from_static(te));
+            if let Some(c) = connection {
+                h.insert(header::CONNECTION, HeaderValue::from_static(c));
+            }
+            strip_hop_by_hop(&mut h);
+            let got = h.get(header::TE).map(|v| v.to_str().unwrap());
+            assert_eq!(got, kept, "TE: {te}, Connection: {connection:?}");
+            assert!(h.get(header::CONNECTION).is_none());
+        }
     }
 
     #[test]

@@ -233,6 +233,14 @@ impl Upstream {
         Tries::new(self.retries)
     }
 
+    /// The routing's session is the gateway's own and is done with: forget it.
+    pub(super) fn session_done(&self, routing: &Routing) {
+        if let (true, Some(key)) = (routing.own_session, routing.session.as_deref()) {
+            let pool = routing.pool.as_deref().unwrap_or(&self.pool);
+            self.engine.forget_session(pool, key);
+        }
+    }
+
     async fn lease(&self, routing: &Routing, want: &Want) -> Result<LeaseGuard, UpstreamError> {
         let pool = routing.pool.as_deref().unwrap_or(&self.pool);
         let grant = self

@@ -387,6 +387,19 @@ impl Pools {
         Ok(())
     }
 
+    /// Forget session `key` in pool `pool` and in its fallback: the gateway's own session
+    /// of an intercepted connection that ended, so that such sessions do not fill the
+    /// table a client's sessions share (docs/intercept.md).
+    pub fn forget_session(&mut self, pool: &str, key: &str) {
+        let fallback = self.fallback(pool);
+        for name in std::iter::once(pool).chain(fallback.as_deref()) {
+            if let Some(&p) = self.by_name.get(name) {
+                let s = self.sessions.at(p, key);
+                self.sessions.unbind(s);
+            }
+        }
+    }
+
     /// The pool `pool` falls back to, if it names one.
     pub fn fallback(&self, pool: &str) -> Option<String> {
         let &p = self.by_name.get(pool)?;

@@ -9,6 +9,7 @@
 //! | path | answer |
 //! |---|---|
 //! | `/ok` | 200 `OK_BODY` |
+//! | `/trailers` | 200 `OK_BODY`, the request's `TE` as `X-Te`, the trailer `X-Check: done` (HTTP/2, or chunked) |
 //! | `/ip` | 200, the caller's address and `\n` (text) |
 //! | `/ip.json` | 200 `{"ip":"…"}` |
 //! | `/whoami` | 200 JSON: `ip`, `host`, `sni`, `alpn`, `protocol`, `scheme` |
@@ -440,6 +441,8 @@ impl Conf<'_> {
         format!(
             "        location = /generation {{ access_log off; return 200 \"{generation}\"; }}\n\
              \x20       location = /ok {{ return 200 \"{ok}\"; }}\n\
+             \x20       location = /trailers {{ add_header X-Te \"$http_te\" always; \
+             add_trailer X-Check done; return 200 \"{ok}\"; }}\n\
              \x20       location = /ip {{ return 200 \"$remote_addr\\n\"; }}\n\
              \x20       location = /ip.json {{ default_type application/json; \
              return 200 '{{\"ip\":\"$remote_addr\"}}'; }}\n\

@@ -63,7 +63,7 @@ pub(in crate::gateway) async fn serve<C>(
     let inside = Arc::new(Inside {
         shared: shared.clone(),
         target,
-        routing,
+        routing: routing.clone(),
     });
     let svc_activity = activity.clone();
     let svc =
@@ -97,6 +97,9 @@ pub(in crate::gateway) async fn serve<C>(
         why = activity.expired(&shared.limits) => debug!(why, "gateway closed an intercepted connection"),
         _ = shared.shutdown.cancelled() => {}
     }
+    // No request of this connection comes after: its own session would only take a place
+    // in the table (an upgraded connection keeps its lease, not the session).
+    shared.upstream.session_done(&routing);
 }
 
 /// `rotate = "connection"`: the requests of one connection keep one upstream while it

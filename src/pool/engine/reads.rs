@@ -62,6 +62,11 @@ impl Engine {
         self.lock().record_bytes(id, sent, received);
     }
 
+    /// See [`crate::pool::Pools::forget_session`].
+    pub fn forget_session(&self, pool: &str, key: &str) {
+        self.lock().forget_session(pool, key);
+    }
+
     /// The tag keys some endpoint carries (what a gateway username may name).
     pub fn tag_keys(&self) -> std::sync::Arc<std::collections::BTreeSet<String>> {
         self.lock().tag_keys()
