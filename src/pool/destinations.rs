@@ -222,15 +222,19 @@ impl Destinations {
 
     /// Whether endpoint `id` may be leased for the destination: one hash lookup.
     pub fn usable(&self, d: DestRef, id: EndpointId) -> Usable {
-        let own = match self.view(d.0).and_then(|v| v.pairs.get(&id)) {
+        self.shared_usable(d, id, self.own_usable(d, id))
+    }
+
+    /// What endpoint `id`'s own pair of `d` says, its address aside.
+    fn own_usable(&self, d: DestRef, id: EndpointId) -> Usable {
+        match self.view(d.0).and_then(|v| v.pairs.get(&id)) {
             None => Usable::Available,
             Some(p) => match (p.state, p.claimed) {
                 (State::Available, _) => Usable::Available,
                 (State::ProbeAllowed, false) => Usable::Trial,
                 _ => Usable::Banned,
             },
-        };
-        self.shared_usable(d, id, own)
+        }
     }
 
     /// Whether the destination may have a pair waiting for its trial (a cheap test that

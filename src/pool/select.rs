@@ -13,7 +13,7 @@ use super::destinations::Destinations;
 use super::entries::{Entry, EntryMap};
 use super::pace::{Check, Dry, Gate, Visit};
 use super::ready::{live_at, Ready};
-use super::scoped::{usable, Views, Want};
+use super::scoped::{Views, Want};
 use super::strategy::{score, warm_weight, Latencies};
 use super::tag_index::carries;
 use super::Pools;
@@ -46,9 +46,8 @@ impl Fit<'_> {
     pub(super) fn fits(&self, dests: &Destinations, id: EndpointId, e: &Entry) -> bool {
         self.want.fits(e)
             && carries(&e.tags, self.tags)
-            && usable(dests, self.views, id)
             && !self.avoid.contains(&id)
-            && self.spare.is_none_or(|d| !dests.in_suspect(d, id))
+            && dests.leasable([self.views.host, self.views.target], self.spare, id)
     }
 
     /// Whether the lease asks nothing of a candidate but that it is available.

@@ -104,6 +104,41 @@ impl Destinations {
         judge(own, id, self.holder(a, d.0))
     }
 
+    /// Whether endpoint `id` may be leased for the views `views` (each `usable` says
+    /// `Available`) and, when `spare` names the host's view, leaves from no subnet suspect
+    /// for it (`in_suspect`): the same answers with the endpoint's address looked up once,
+    /// and not at all when its own pair says no. A lease's candidates ask this.
+    pub fn leasable(
+        &self,
+        views: [Option<DestRef>; 2],
+        spare: Option<DestRef>,
+        id: EndpointId,
+    ) -> bool {
+        let views = views.into_iter().flatten();
+        if views
+            .clone()
+            .any(|d| self.own_usable(d, id) != Usable::Available)
+        {
+            return false;
+        }
+        let spare = spare.filter(|&d| self.has_suspects(d));
+        if self.shared.held.is_empty() && spare.is_none() {
+            return true;
+        }
+        let Some(&(a, subnet)) = self.shared.addr.get(&id) else {
+            return true;
+        };
+        let held = !self.shared.held.is_empty();
+        if held
+            && views
+                .clone()
+                .any(|d| judge(Usable::Available, id, self.holder(a, d.0)) != Usable::Available)
+        {
+            return false;
+        }
+        spare.is_none_or(|d| !self.subnet_suspect(d, subnet))
+    }
+
     /// Endpoint `id`'s pair in view `view` is not available: its address's ban, if the
     /// address is known.
     pub(super) fn note_ban(&mut self, view: u32, id: EndpointId) {
@@ -136,4 +171,4 @@ impl Destinations {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -128,6 +128,11 @@ impl Destinations {
         let Some(&(_, subnet)) = self.shared.addr.get(&id) else {
             return false;
         };
+        self.subnet_suspect(d, subnet)
+    }
+
+    /// Whether `subnet` is suspect for the destination of `d`.
+    pub(super) fn subnet_suspect(&self, d: DestRef, subnet: Subnet) -> bool {
         let Some(name) = self.view(d.0).map(|v| &v.name) else {
             return false;
         };

@@ -81,8 +81,26 @@ fn at(n: u32) -> Option<(u32, super::Subnet)> {
 }
 
 fn usable(d: &Destinations, id: EndpointId) -> Usable {
-    d.lookup(SHOP)
-        .map_or(Usable::Available, |r| d.usable(r, id))
+    let Some(r) = d.lookup(SHOP) else {
+        return Usable::Available;
+    };
+    let u = d.usable(r, id);
+    leasable_agrees(d, r, id);
+    u
+}
+
+/// What a lease's candidate asks (`leasable`) says what `usable` and `in_suspect` say, in
+/// every state a test here reaches.
+pub(in crate::pool::destinations) fn leasable_agrees(d: &Destinations, r: DestRef, id: EndpointId) {
+    let free = d.usable(r, id) == Usable::Available;
+    assert_eq!(d.leasable([Some(r), None], None, id), free, "endpoint {id}");
+    assert_eq!(d.leasable([None, Some(r)], None, id), free, "endpoint {id}");
+    let spared = free && !d.in_suspect(r, id);
+    assert_eq!(
+        d.leasable([Some(r), None], Some(r), id),
+        spared,
+        "endpoint {id}"
+    );
 }
 
 fn all(d: &Destinations) -> Vec<Usable> {

@@ -122,7 +122,11 @@ fn pool() -> Destinations {
 }
 
 fn suspect(d: &Destinations, id: EndpointId) -> bool {
-    d.lookup(SHOP).is_some_and(|r| d.in_suspect(r, id))
+    let Some(r) = d.lookup(SHOP) else {
+        return false;
+    };
+    super::super::shared::tests::leasable_agrees(d, r, id);
+    d.in_suspect(r, id)
 }
 
 #[tokio::test(start_paused = true)]
