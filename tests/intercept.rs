@@ -349,6 +349,32 @@ async fn socks5_connects_are_intercepted_too() {
     assert_eq!(endpoint_of(&out), Some(1), "{out}");
 }
 
+/// A SOCKS5 client that resolves names itself (`socks5://`, an address in the request)
+/// still sends the name as SNI and `Host`: the connection is served by that name.
+#[tokio::test]
+async fn a_socks5_client_that_resolved_the_name_itself_is_served_by_name() {
+    origin::need_hosts();
+    let Some(o) = NginxOrigin::start().await else {
+        return;
+    };
+    let Some(up) = tinyproxy_bound(ip("127.0.1.9"), &[o.https_port]).await else {
+        return;
+    };
+    let s = common::intercepting::setup_everything(&o, &[&up]);
+    let Some(curl) = Curl::new() else { return };
+    let out = curl
+        .cacert(&s.ca)
+        .proxy(&format!("socks5://127.0.0.1:{}", s.gateway))
+        .get(&o.https_url("origin.test", "/whoami"))
+        .await;
+    assert!(out.is(200), "{out}");
+    let who: Value = serde_json::from_slice(&out.body).unwrap();
+    assert_eq!(who["ip"], "127.0.1.9", "{who}");
+    assert_eq!(who["sni"], "origin.test", "{who}");
+    assert_eq!(who["host"], "origin.test", "{who}");
+    assert_eq!(endpoint_of(&out), Some(1), "{out}");
+}
+
 #[tokio::test]
 async fn a_client_that_never_finishes_its_handshake_is_closed_and_others_are_served() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -24,15 +24,29 @@ pub struct Setup {
 }
 
 pub fn setup(o: &NginxOrigin, upstreams: &[&ToolDaemon], extra: &str) -> Setup {
-    let urls: Vec<String> = upstreams
+    setup_urls(o, &urls_of(upstreams), extra)
+}
+
+/// The upstreams' URLs, with the credentials every harness tinyproxy takes.
+fn urls_of(upstreams: &[&ToolDaemon]) -> Vec<String> {
+    upstreams
         .iter()
         .map(|u| format!("http://alice:s3cret@127.0.0.1:{}", u.port))
-        .collect();
-    setup_urls(o, &urls, extra)
+        .collect()
 }
 
 /// `setup` with the upstreams given by URL (endpoint ids follow their order from 1).
 pub fn setup_urls(o: &NginxOrigin, urls: &[String], extra: &str) -> Setup {
+    setup_intercepting(o, urls, r#"["origin.test", "shop.test"]"#, extra)
+}
+
+/// `setup` whose gateway intercepts every host (`intercept = ["*"]`), addresses too.
+pub fn setup_everything(o: &NginxOrigin, upstreams: &[&ToolDaemon]) -> Setup {
+    setup_intercepting(o, &urls_of(upstreams), r#"["*"]"#, "")
+}
+
+/// `setup_urls` with `intercept` as written (a TOML array).
+fn setup_intercepting(o: &NginxOrigin, urls: &[String], intercept: &str, extra: &str) -> Setup {
     let gateway = free_port();
     let http = free_port();
     let config = format!(
@@ -44,7 +58,7 @@ extra_roots = "{roots}"
 
 [[gateway]]
 listen = "127.0.0.1:{gateway}"
-intercept = ["origin.test", "shop.test"]
+intercept = {intercept}
 intercept_ports = [{port}]
 ban_status = [403, 429]
 retry_status = [403, 429]

@@ -56,6 +56,7 @@ pub(in crate::gateway) async fn serve<C>(
         why = activity.expired(&shared.limits) => return debug!(why, "intercepted client closed during its TLS handshake"),
         _ = shared.shutdown.cancelled() => return,
     };
+    let target = by_name(target, tls.get_ref().1.server_name());
     let pool = routing.pool.as_deref().unwrap_or(&shared.cfg.pool);
     shared.metrics.intercepted(pool);
     shared.metrics.leaf_certificates(icpt.front.leaves().len());
@@ -100,6 +101,19 @@ pub(in crate::gateway) async fn serve<C>(
     // No request of this connection comes after: its own session would only take a place
     // in the table (an upgraded connection keeps its lease, not the session).
     shared.upstream.session_done(&routing);
+}
+
+/// A client that resolved the name itself (a SOCKS5 request for an address, a CONNECT to
+/// one) and then sent the name as SNI asks for that site: the connection is served by
+/// name, as a client that let the proxy resolve it (`socks5h`) would be. Its requests name
+/// the site (`Host`), its leaf is for the site, and the upstream resolves the name, so the
+/// client's own lookup does not leak into which address the site is reached at.
+fn by_name(target: Target, sni: Option<&str>) -> Target {
+    let literal = target.dest.host.parse::<std::net::IpAddr>().is_ok();
+    match sni {
+        Some(name) if literal => Target::socks(name, target.dest.port).unwrap_or(target),
+        _ => target,
+    }
 }
 
 /// `rotate = "connection"`: the requests of one connection keep one upstream while it
