@@ -31,6 +31,9 @@ pub(super) struct Entry {
     pub(super) tags: Box<[u32]>,
     /// When it last became available (ms since the pools' origin): slow start.
     pub(super) up_since: u64,
+    /// Its exit address's number in its pool (`Exits`) + 1, 0 while unknown: a lease's
+    /// candidate asks its address's ban with no lookup of its own (docs/exit.md).
+    pub(super) exit: u32,
 }
 
 /// Endpoints stored densely in load order, found by id through a small index.

@@ -21,13 +21,25 @@ fn shown(ip: Option<IpAddr>) -> String {
 }
 
 impl super::PoolState {
-    /// Tell the pairs which address `id` leaves from now (docs/exit.md).
-    pub(super) fn sync_exit(&mut self, id: EndpointId) {
+    /// Tell the pairs which address `id` leaves from now (docs/exit.md); what its entry
+    /// keeps of it (`Entry::exit`).
+    pub(super) fn sync_exit(&mut self, id: EndpointId) -> u32 {
         let key = match (self.exits.slot(id), self.exits.ip_of(id), &self.cfg.exit) {
             (Some(a), Some(ip), Some(x)) => Some((a, subnet_of(ip, x.subnet_v4, x.subnet_v6))),
             _ => None,
         };
         self.dests.set_exit(id, key);
+        key.map_or(0, |(a, _)| a + 1)
+    }
+}
+
+impl Pools {
+    /// [`super::PoolState::sync_exit`] for `id` of pool `p`, and its entry told.
+    pub(super) fn sync_exit(&mut self, p: usize, id: EndpointId) {
+        let exit = self.pools[p].sync_exit(id);
+        if let Some(e) = self.entries.get_mut(&id) {
+            e.exit = exit;
+        }
     }
 }
 
@@ -72,7 +84,7 @@ impl Pools {
         let was = self.pools[p].exits.ip_of(id);
         let moved = self.pools[p].exits.learned(id, ip);
         // Out of its old address's bans, into its new one's.
-        self.pools[p].sync_exit(id);
+        self.sync_exit(p, id);
         let Some(moved) = moved else {
             // The same address: seen again now. Unknown and still unknown: nothing.
             return match ip {

@@ -214,7 +214,7 @@ impl Pools {
         if let Some(p) = self.entries.get(&row.id).map(|e| e.pool) {
             // Another daemon learned it (docs/exit.md, "Stored").
             self.pools[p].exits.learned(row.id, row.exit_ip);
-            self.pools[p].sync_exit(row.id);
+            self.sync_exit(p, row.id);
         }
         let was_remote = self.claimed_remotely(row.id);
         self.unindex(row.id);

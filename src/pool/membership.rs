@@ -53,6 +53,7 @@ impl Pools {
                 stats,
                 tags,
                 up_since,
+                exit: 0,
             },
         );
         self.epoch += 1;
@@ -62,7 +63,7 @@ impl Pools {
             .as_deref()
             .and_then(crate::store::parse_time);
         self.pools[pool].exits.load(row.id, row.exit_ip, seen, now);
-        self.pools[pool].sync_exit(row.id);
+        self.sync_exit(pool, row.id);
         self.claimed_elsewhere(row, now);
     }
 

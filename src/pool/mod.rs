@@ -282,7 +282,10 @@ impl Pools {
             ps.cfg = cfg;
             // New prefix lengths group the addresses anew.
             for id in held {
-                ps.sync_exit(id);
+                let exit = ps.sync_exit(id);
+                if let Some(e) = self.entries.get_mut(&id) {
+                    e.exit = exit;
+                }
             }
             // New caps, rules or strategies: what was remembered as nothing ready is stale.
             self.epoch += 1;

@@ -44,10 +44,12 @@ pub(super) struct Fit<'a> {
 impl Fit<'_> {
     /// Schemes, tags, bans and `avoid` (not pacing, not the lease cap).
     pub(super) fn fits(&self, dests: &Destinations, id: EndpointId, e: &Entry) -> bool {
+        // The entry's copy of its address number is the pairs' (every test checks it).
+        debug_assert_eq!(e.exit, dests.exit_number(id), "endpoint {id}");
         self.want.fits(e)
             && carries(&e.tags, self.tags)
             && !self.avoid.contains(&id)
-            && dests.leasable([self.views.host, self.views.target], self.spare, id)
+            && dests.leasable([self.views.host, self.views.target], self.spare, id, e.exit)
     }
 
     /// Whether the lease asks nothing of a candidate but that it is available.

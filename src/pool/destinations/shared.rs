@@ -30,6 +30,9 @@ use crate::health::State;
 pub(super) struct Shared {
     /// Each endpoint's address number and subnet (known addresses only).
     pub(super) addr: FxHashMap<EndpointId, (u32, Subnet)>,
+    /// Each address number's subnet (`Entry::exit` names the number): a dense table of
+    /// the pool's addresses, small beside `addr`, for a lease's candidates.
+    subnets: Vec<Option<Subnet>>,
     held: FxHashMap<(u32, u32), EndpointId>,
     /// Subnet suspicion (`subnets`): its rule, a track per (subnet, view) with a banned
     /// address, suspect tracks per view, events not yet handed out, the next sweep.
@@ -66,7 +69,14 @@ impl Destinations {
     /// forgotten).
     pub fn set_exit(&mut self, id: EndpointId, addr: Option<(u32, Subnet)>) {
         match addr {
-            Some(a) => self.shared.addr.insert(id, a),
+            Some((a, subnet)) => {
+                let i = a as usize;
+                if self.shared.subnets.len() <= i {
+                    self.shared.subnets.resize(i + 1, None);
+                }
+                self.shared.subnets[i] = Some(subnet);
+                self.shared.addr.insert(id, (a, subnet))
+            }
             None => self.shared.addr.remove(&id),
         };
     }
@@ -78,6 +88,11 @@ impl Destinations {
             rule,
             ..Shared::default()
         };
+    }
+
+    /// Endpoint `id`'s address number + 1 as `set_exit` was told (0: unknown).
+    pub fn exit_number(&self, id: EndpointId) -> u32 {
+        self.shared.addr.get(&id).map_or(0, |&(a, _)| a + 1)
     }
 
     /// The holder of address `a`'s ban in view `view`, and whether it still holds: its
@@ -104,15 +119,17 @@ impl Destinations {
         judge(own, id, self.holder(a, d.0))
     }
 
-    /// Whether endpoint `id` may be leased for the views `views` (each `usable` says
+    /// Whether endpoint `id`, whose address number + 1 is `exit` (0: unknown; what
+    /// `set_exit` was last told), may be leased for the views `views` (each `usable` says
     /// `Available`) and, when `spare` names the host's view, leaves from no subnet suspect
-    /// for it (`in_suspect`): the same answers with the endpoint's address looked up once,
-    /// and not at all when its own pair says no. A lease's candidates ask this.
+    /// for it (`in_suspect`): the same answers with no lookup of the endpoint's address,
+    /// and no address asked at all when its own pair says no. A lease's candidates ask this.
     pub fn leasable(
         &self,
         views: [Option<DestRef>; 2],
         spare: Option<DestRef>,
         id: EndpointId,
+        exit: u32,
     ) -> bool {
         let views = views.into_iter().flatten();
         if views
@@ -125,7 +142,10 @@ impl Destinations {
         if self.shared.held.is_empty() && spare.is_none() {
             return true;
         }
-        let Some(&(a, subnet)) = self.shared.addr.get(&id) else {
+        let Some(a) = exit.checked_sub(1) else {
+            return true;
+        };
+        let Some(&Some(subnet)) = self.shared.subnets.get(a as usize) else {
             return true;
         };
         let held = !self.shared.held.is_empty();

@@ -92,15 +92,21 @@ fn usable(d: &Destinations, id: EndpointId) -> Usable {
 /// What a lease's candidate asks (`leasable`) says what `usable` and `in_suspect` say, in
 /// every state a test here reaches.
 pub(in crate::pool::destinations) fn leasable_agrees(d: &Destinations, r: DestRef, id: EndpointId) {
+    let exit = d.exit_number(id);
     let free = d.usable(r, id) == Usable::Available;
-    assert_eq!(d.leasable([Some(r), None], None, id), free, "endpoint {id}");
-    assert_eq!(d.leasable([None, Some(r)], None, id), free, "endpoint {id}");
-    let spared = free && !d.in_suspect(r, id);
     assert_eq!(
-        d.leasable([Some(r), None], Some(r), id),
-        spared,
+        d.leasable([Some(r), None], None, id, exit),
+        free,
         "endpoint {id}"
     );
+    assert_eq!(
+        d.leasable([None, Some(r)], None, id, exit),
+        free,
+        "endpoint {id}"
+    );
+    let spared = free && !d.in_suspect(r, id);
+    let got = d.leasable([Some(r), None], Some(r), id, exit);
+    assert_eq!(got, spared, "endpoint {id}");
 }
 
 fn all(d: &Destinations) -> Vec<Usable> {
