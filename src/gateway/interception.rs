@@ -21,6 +21,14 @@ impl Interception {
         }
     }
 
+    /// Kept origin connections within `fds` (the gateways' budget).
+    pub(super) fn with_descriptors(self, fds: super::descriptors::Descriptors) -> Interception {
+        Interception {
+            origins: self.origins.with_descriptors(fds),
+            ..self
+        }
+    }
+
     pub(super) fn origins(&self) -> &Origins {
         &self.origins
     }

@@ -232,7 +232,7 @@ impl Gateway {
             metrics,
             bans: self.bans,
             ban_metrics,
-            intercept: self.intercept,
+            intercept: self.intercept.map(|i| i.with_descriptors(self.fds.clone())),
             cfg: self.cfg,
             limits: self.limits,
             tracker,

@@ -13,6 +13,9 @@ use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 use tracing::debug;
 
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::descriptors::Descriptors;
 use super::idle::{Body, IdleConns, IdleKey, Sender};
 use super::upstream::Way;
 use crate::dial::{BoxIo, Carries, Dest, DialFailure, Dialed, Route};
@@ -36,7 +39,10 @@ pub(super) struct Origins {
     connector: TlsConnector,
     /// The same, offering `http/1.1` only: an upgrade (WebSocket) has no HTTP/2 form here.
     http1_only: TlsConnector,
-    h2: Mutex<HashMap<H2Key, H2Sender>>,
+    /// Each kept connection holds a descriptor of the gateways' budget (one beyond the
+    /// budget is used by its request and not kept), as an idle HTTP/1.1 one does.
+    h2: Mutex<HashMap<H2Key, (H2Sender, OwnedSemaphorePermit)>>,
+    fds: Descriptors,
 }
 
 /// An HTTP/2 connection's way: the upstream (whole URL, credentials included, in memory
@@ -72,7 +78,14 @@ impl Origins {
             connector: TlsConnector::from(config),
             http1_only: TlsConnector::from(Arc::new(http1)),
             h2: Mutex::new(HashMap::new()),
+            fds: Descriptors::unlimited(),
         }
+    }
+
+    /// Keep HTTP/2 connections within `fds` (the gateways' budget).
+    pub(super) fn with_descriptors(mut self, fds: Descriptors) -> Origins {
+        self.fds = fds;
+        self
     }
 
     /// An open HTTP/2 connection through `proxy` to `dest`, if one is kept.
@@ -80,7 +93,7 @@ impl Origins {
         let key = H2Key::new(proxy, dest);
         let mut table = self.h2.lock().unwrap_or_else(|p| p.into_inner());
         match table.get(&key) {
-            Some(s) if !s.is_closed() => Some(s.clone()),
+            Some((s, _)) if !s.is_closed() => Some(s.clone()),
             Some(_) => {
                 table.remove(&key);
                 None
@@ -152,11 +165,22 @@ impl Origins {
     fn keep(&self, key: H2Key, sender: H2Sender) {
         let mut table = self.h2.lock().unwrap_or_else(|p| p.into_inner());
         if table.len() >= MAX_H2 {
-            table.retain(|_, s| !s.is_closed());
+            table.retain(|_, (s, _)| !s.is_closed());
         }
-        if table.len() < MAX_H2 {
-            table.insert(key, sender);
+        if table.len() >= MAX_H2 {
+            return;
         }
+        // The one it replaces (a connection that closed) gives its descriptor back first.
+        table.remove(&key);
+        if let Some(fd) = self.fds.idle() {
+            table.insert(key, (sender, fd));
+        }
+    }
+
+    /// Connections kept.
+    #[cfg(test)]
+    fn kept(&self) -> usize {
+        self.h2.lock().unwrap().len()
     }
 }
 
@@ -269,5 +293,64 @@ impl Way for OriginWay<'_> {
     ) -> impl std::future::Future<Output = Result<Spoken, DialFailure>> + Send {
         self.origins
             .handshake(dialed.io, proxy, self.dest, deadline)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A live HTTP/2 client connection over an in-memory pipe.
+    async fn h2_sender() -> H2Sender {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(|_req| async {
+                let empty = http_body_util::Empty::<bytes::Bytes>::new();
+                Ok::<_, std::convert::Infallible>(hyper::Response::new(empty))
+            });
+            let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(server), svc)
+                .await;
+        });
+        let (sender, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(client))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        sender
+    }
+
+    fn client_config() -> Arc<rustls::ClientConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let cfg = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        Arc::new(cfg)
+    }
+
+    #[tokio::test]
+    async fn kept_http2_connections_hold_a_descriptor_each_and_none_past_the_budget() {
+        let fds = Descriptors::new(2);
+        let origins = Origins::new(client_config()).with_descriptors(fds.clone());
+        let proxy: ProxyUrl = "http://127.0.0.1:1".parse().unwrap();
+        let at = |port| Dest::new("origin.test", port);
+        for port in [1, 2, 3] {
+            origins.keep(H2Key::new(&proxy, &at(port)), h2_sender().await);
+        }
+        assert_eq!(origins.kept(), 2, "the third is past the budget: not kept");
+        assert_eq!(fds.available(), 0);
+        assert!(origins.reuse(&proxy, &at(3)).is_none());
+        assert!(origins.reuse(&proxy, &at(1)).is_some());
+        // Kept again under its own key: still one descriptor.
+        origins.keep(H2Key::new(&proxy, &at(1)), h2_sender().await);
+        assert_eq!((origins.kept(), fds.available()), (2, 0));
+        origins.forget(&proxy, &at(1));
+        assert_eq!(
+            fds.available(),
+            1,
+            "a forgotten connection gives its descriptor back"
+        );
     }
 }
