@@ -150,6 +150,59 @@ async fn trailers_cross_an_intercepted_connection() {
     assert_eq!(trailers["x-check"], "done", "{trailers:?}");
 }
 
+/// An origin that ends each HTTP/2 connection after two requests (`GOAWAY`, as nginx does
+/// at `keepalive_requests`): a request that meets a kept connection on its way out goes
+/// again on a new one through the same upstream, and nobody is blamed.
+#[tokio::test]
+async fn an_origin_that_ends_its_http2_connections_blames_nobody() {
+    origin::need_hosts();
+    let cfg = origin::OriginCfg {
+        keepalive_requests: 2,
+        ..origin::OriginCfg::default()
+    };
+    let Some(o) = NginxOrigin::with(cfg).await else {
+        return;
+    };
+    let Some(up) = tinyproxy_bound(ip("127.0.1.4"), &[o.https_port]).await else {
+        return;
+    };
+    let s = setup(&o, &[&up], "");
+    let Some(curl) = s.curl() else { return };
+    let url = o.https_url("origin.test", "/ok");
+    // Eight clients at once, so requests meet the shared connection as it goes.
+    let clients = (0..8).map(|_| {
+        let (curl, url) = (curl.clone().http2(), url.clone());
+        async move {
+            let mut outs = Vec::new();
+            for _ in 0..8 {
+                outs.push(curl.clone().get(&url).await);
+            }
+            outs
+        }
+    });
+    let outs = futures_util::future::join_all(clients).await;
+    for out in outs.iter().flatten() {
+        assert!(out.is(200), "{out}");
+        assert_eq!(endpoint_of(out), Some(1), "{out}");
+    }
+    let failures: Vec<Value> = s
+        .home
+        .events()
+        .into_iter()
+        .filter(|e| e["reason"].is_string())
+        .collect();
+    assert!(failures.is_empty(), "{failures:?}");
+    let listed = s.home.listed(1);
+    assert_eq!(listed["state"], "available", "{listed}");
+    // nginx did end connections under the clients: more than one was opened.
+    let connections: std::collections::HashSet<String> = o
+        .requests()
+        .iter()
+        .filter_map(|r| r["connection"].as_str().map(str::to_string))
+        .collect();
+    assert!(connections.len() > 1, "{connections:?}");
+}
+
 /// A TLS client trusting only `ca` (the daemon's CA), with `alpn`, over `io` to `name`.
 async fn tls_over<S>(
     io: S,

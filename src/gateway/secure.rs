@@ -87,13 +87,27 @@ pub(super) async fn one_try(
         Err(e) => return Try::Failed(super::answer::upstream_error(e)),
     };
     let sent = match link {
-        Link::Dialed(Spoken::Http2(s)) | Link::Reused(Kept::Http2(s)) => {
-            let sent = over_http2(shared, s, out).await;
+        Link::Dialed(Spoken::Http2(s)) => {
+            let sent = over_http2(shared, s, out).await.map_err(|(e, _)| e);
             if sent.is_err() {
                 icpt.origins().forget(guard.proxy(), &dest);
             }
             sent
         }
+        Link::Reused(Kept::Http2(s)) => match over_http2(shared, s, out).await {
+            Ok(a) => Ok(a),
+            Err((e, unprocessed)) => {
+                icpt.origins().forget(guard.proxy(), &dest);
+                // The origin took nothing of it: no fault of the upstream, and a GET or
+                // HEAD goes again on a new connection through it (a body that can go
+                // out only once cannot).
+                match (unprocessed, out.kept().is_some()) {
+                    (true, true) => again_on_new(shared, icpt, &guard, out).await,
+                    (true, false) => Err(Sent::Unsendable),
+                    (false, _) => Err(e),
+                }
+            }
+        },
         Link::Dialed(Spoken::Http1(io)) => {
             let key = IdleKey::tls(guard.proxy(), &dest);
             let d = Dialed {
@@ -148,33 +162,105 @@ async fn over_http1(
     Ok(resp.map(OriginBody::Http1))
 }
 
+/// A kept HTTP/2 connection took nothing of a GET or HEAD (`unprocessed`): it goes again
+/// on a new connection through the same upstream, once.
+async fn again_on_new(
+    shared: &Shared,
+    icpt: &Interception,
+    guard: &LeaseGuard,
+    out: &mut Outgoing,
+) -> Result<Answer, Sent> {
+    let dest = out.target.dest.clone();
+    let deadline = tokio::time::Instant::now() + shared.cfg.connect_timeout;
+    let d = shared
+        .upstream
+        .dial(
+            guard,
+            &dest,
+            crate::dial::Route::Tunnel,
+            crate::dial::Carries::More,
+        )
+        .await
+        .map_err(Sent::Unreachable)?;
+    let spoken = icpt
+        .origins()
+        .handshake(d.io, guard.proxy(), &dest, deadline)
+        .await
+        .map_err(Sent::Unreachable)?;
+    match spoken {
+        Spoken::Http2(s) => over_http2(shared, s, out).await.map_err(|(e, _)| e),
+        Spoken::Http1(io) => {
+            let key = IdleKey::tls(guard.proxy(), &dest);
+            let d = Dialed {
+                io,
+                forward: false,
+                connect_status: None,
+            };
+            over_http1(shared, guard, Link::Dialed(d), key, icpt, out).await
+        }
+    }
+}
+
+/// Whether the origin took nothing of a request that failed on an HTTP/2 connection: the
+/// connection was gone before it went out, or the origin refused its stream
+/// (`REFUSED_STREAM`) or closed the connection below it (`GOAWAY` without an error), which
+/// HTTP/2 promises means it was not processed (RFC 9113 §8.7).
+fn unprocessed(e: &hyper::Error) -> bool {
+    if e.is_canceled() {
+        return true;
+    }
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        if let Some(h2) = c.downcast_ref::<h2::Error>() {
+            let reason = h2.reason();
+            return reason == Some(h2::Reason::REFUSED_STREAM)
+                || (h2.is_go_away() && h2.is_remote() && reason == Some(h2::Reason::NO_ERROR));
+        }
+        cause = c.source();
+    }
+    false
+}
+
 /// The request on a shared HTTP/2 connection to the origin, its head within
-/// `response_timeout`.
+/// `response_timeout`; on failure, also whether the origin took nothing of it
+/// (`unprocessed`).
 async fn over_http2(
     shared: &Shared,
     mut sender: H2Sender,
     out: &mut Outgoing,
-) -> Result<Answer, Sent> {
+) -> Result<Answer, (Sent, bool)> {
     let (body, body_end) = out.body();
     let mut req = upstream_request(&out.parts, body, None, true);
     to_http2(&mut req, &out.parts.uri);
     let within = shared.cfg.response_timeout;
     shared.metrics.upstream_connection(true);
     let sent = async {
-        sender.ready().await?;
-        sender.send_request(req).await
+        // A connection gone before the request went out took nothing of it.
+        if let Err(e) = sender.ready().await {
+            return Err((e, true));
+        }
+        sender.send_request(req).await.map_err(|e| {
+            let nothing = unprocessed(&e);
+            (e, nothing)
+        })
     };
     match head_within(within, body_end.as_deref(), sent).await {
-        None => Err(Sent::Slow(DialFailure::new(
-            Reason::SlowResponse,
-            Phase::ResponseHead,
-            format!(
-                "no response head within the gateway's response_timeout ({})",
-                humantime::format_duration(within)
-            ),
-        ))),
+        None => Err((
+            Sent::Slow(DialFailure::new(
+                Reason::SlowResponse,
+                Phase::ResponseHead,
+                format!(
+                    "no response head within the gateway's response_timeout ({})",
+                    humantime::format_duration(within)
+                ),
+            )),
+            false,
+        )),
         Some(Ok(resp)) => Ok(resp.map(OriginBody::Http2)),
-        Some(Err(e)) => Err(Sent::Failed(dial::hyper_failure(&e, Phase::ResponseHead))),
+        Some(Err((e, nothing))) => Err((
+            Sent::Failed(dial::hyper_failure(&e, Phase::ResponseHead)),
+            nothing,
+        )),
     }
 }
 

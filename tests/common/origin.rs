@@ -115,6 +115,8 @@ pub struct OriginCfg {
     pub ban_status: u16,
     /// The size of `/big`.
     pub big_bytes: usize,
+    /// Requests per connection; nginx ends an HTTP/2 connection past it with `GOAWAY`.
+    pub keepalive_requests: u32,
 }
 
 impl Default for OriginCfg {
@@ -125,6 +127,7 @@ impl Default for OriginCfg {
             banned: Vec::new(),
             ban_status: 403,
             big_bytes: 4 << 20,
+            keepalive_requests: 100_000,
         }
     }
 }
@@ -410,7 +413,7 @@ impl Conf<'_> {
              error_log stderr notice;\nevents {{ worker_connections 1024; }}\n\
              http {{\n{log}{temp}\
              \x20   default_type text/plain;\n\
-             \x20   keepalive_requests 100000;\n\
+             \x20   keepalive_requests {keepalive};\n\
              \x20   gzip on;\n    gzip_min_length 1;\n    gzip_proxied any;\n    gzip_vary on;\n\
              \x20   gzip_types text/plain application/json;\n\
              \x20   geo $harness_banned {{\n        default 0;\n{banned}    }}\n\
@@ -426,6 +429,7 @@ impl Conf<'_> {
             https = self.https_port,
             http = self.http_port,
             locations = self.locations(),
+            keepalive = self.cfg.keepalive_requests,
         )
     }
 
@@ -488,4 +492,4 @@ const LOG_FORMAT: &str = "    log_format harness escape=json '{\"ip\":\"$remote_
 \"alpn\":\"$ssl_alpn_protocol\",\"protocol\":\"$server_protocol\",\
 \"method\":\"$request_method\",\"uri\":\"$request_uri\",\"status\":\"$status\",\
 \"bytes\":\"$body_bytes_sent\",\"ua\":\"$http_user_agent\",\
-\"accept_encoding\":\"$http_accept_encoding\"}';\n    access_log {d}/access.log harness;\n";
+\"accept_encoding\":\"$http_accept_encoding\",\"connection\":\"$connection\"}';\n    access_log {d}/access.log harness;\n";
