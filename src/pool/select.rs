@@ -233,6 +233,76 @@ fn better(entries: &EntryMap, latencies: &Latencies, a: (u32, u32), b: (u32, u32
     }
 }
 
+/// What one lease's pass over the ready queues reads: the entries, the pairs, the host's
+/// pacing and what a candidate must be.
+struct Pass<'a> {
+    entries: &'a EntryMap,
+    dests: &'a Destinations,
+    gate: Option<&'a Gate<'a>>,
+    fit: &'a Fit<'a>,
+}
+
+impl Pass<'_> {
+    /// A sampling strategy's choice (`random`, `fastest`: one or two uniformly random
+    /// candidates of the lowest level, up to `MAX_REJECTED` turned down by slow start),
+    /// and the next draws' entries prefetched.
+    fn sampled(
+        &self,
+        ready: &mut Ready,
+        latencies: &Latencies,
+        select: Select,
+        warm: &mut Warm,
+    ) -> Option<(u32, u32)> {
+        let level = sample_level(ready, self.fit.cap)?;
+        let (entries, dests, gate, fit) = (self.entries, self.dests, self.gate, self.fit);
+        let mut picked = None;
+        for _ in 0..=MAX_REJECTED {
+            let draw = |ready: &mut Ready, rng: &mut fastrand::Rng, which| {
+                let (c, i) = sample(entries, ready, level, which, dests, gate, fit, rng)?;
+                ready.drew(which, level, i);
+                Some(c)
+            };
+            let Some(a) = draw(ready, warm.rng, 0) else {
+                break;
+            };
+            let best = match select {
+                Select::Fastest => {
+                    let b = draw(ready, warm.rng, 1).unwrap_or(a);
+                    better(entries, latencies, a, b)
+                }
+                _ => a,
+            };
+            if entries.at(best.0).is_some_and(|(_, e)| warm.accept(e)) {
+                picked = Some(best);
+                break;
+            }
+        }
+        let n = if select == Select::Fastest { 2 } else { 1 };
+        for slot in ready.draw_ahead(level, n, warm.rng).into_iter().flatten() {
+            entries.prefetch(slot);
+        }
+        picked
+    }
+
+    /// `least_leased`'s choice (and a sampling strategy's when its draws found none): the
+    /// first that fits in round robin order, lowest level first; when only endpoints that
+    /// just failed the target or leave from a suspect subnet fit, one of those (a lease
+    /// is never refused while only they are left).
+    fn rotated(&self, ready: &mut Ready, warm: &mut Warm, miss: &mut Miss) -> Option<(u32, u32)> {
+        let (entries, dests, gate, fit) = (self.entries, self.dests, self.gate, self.fit);
+        let first = rotate(entries, ready, dests, gate, fit, warm, miss);
+        if first.is_some() || (fit.avoid.is_empty() && fit.spare.is_none()) {
+            return first;
+        }
+        let again = Fit {
+            avoid: &[],
+            spare: None,
+            ..*fit
+        };
+        rotate(entries, ready, dests, gate, &again, warm, miss)
+    }
+}
+
 impl Pools {
     /// The pool's strategy over the candidates that fit, are ready for the host (as the
     /// pool's pacing found it) and under the cap: (slot, live leases), or why none.
@@ -263,82 +333,26 @@ impl Pools {
                 .ok_or(Miss::default());
         }
         let now_ms = self.ms(now);
-        let entries = &self.entries;
         let ps = &mut self.pools[fit.p];
         let gate = ps.pace.gate(visit, now);
+        let pass = Pass {
+            entries: &self.entries,
+            dests: &ps.dests,
+            gate: gate.as_ref(),
+            fit,
+        };
         let mut warm = Warm {
             over,
             now: now_ms,
             rng: &mut self.rng,
             rejected: 0,
         };
-        let dests = &ps.dests;
-        let mut picked = None;
-        let level = match select {
-            Select::LeastLeased => None,
-            _ => sample_level(&ps.ready, fit.cap),
-        };
-        if let Some(level) = level {
-            let ready = &mut ps.ready;
-            for _ in 0..=MAX_REJECTED {
-                let draw = |ready: &mut Ready, rng: &mut fastrand::Rng, which| {
-                    let g = gate.as_ref();
-                    let (c, i) = sample(entries, ready, level, which, dests, g, fit, rng)?;
-                    ready.drew(which, level, i);
-                    Some(c)
-                };
-                let Some(a) = draw(ready, warm.rng, 0) else {
-                    break;
-                };
-                let best = match select {
-                    Select::Fastest => {
-                        let b = draw(ready, warm.rng, 1).unwrap_or(a);
-                        better(entries, &ps.latencies, a, b)
-                    }
-                    _ => a,
-                };
-                if entries.at(best.0).is_some_and(|(_, e)| warm.accept(e)) {
-                    picked = Some(best);
-                    break;
-                }
-            }
-            let n = if select == Select::Fastest { 2 } else { 1 };
-            for slot in ready.draw_ahead(level, n, warm.rng).into_iter().flatten() {
-                entries.prefetch(slot);
-            }
-        }
         let mut miss = Miss::default();
-        let found = picked.or_else(|| {
-            let ready = &mut ps.ready;
-            let first = rotate(
-                entries,
-                ready,
-                dests,
-                gate.as_ref(),
-                fit,
-                &mut warm,
-                &mut miss,
-            );
-            if first.is_none() && (!fit.avoid.is_empty() || fit.spare.is_some()) {
-                // Nothing else fits: the endpoints that just failed the target, and those
-                // of a suspect subnet, after all (never refused while only they are left).
-                let again = Fit {
-                    avoid: &[],
-                    spare: None,
-                    ..*fit
-                };
-                return rotate(
-                    entries,
-                    ready,
-                    dests,
-                    gate.as_ref(),
-                    &again,
-                    &mut warm,
-                    &mut miss,
-                );
-            }
-            first
-        });
+        let found = match select {
+            Select::LeastLeased => None,
+            _ => pass.sampled(&mut ps.ready, &ps.latencies, select, &mut warm),
+        }
+        .or_else(|| pass.rotated(&mut ps.ready, &mut warm, &mut miss));
         if let Some(found) = found {
             self.entries.prefetch_secret(found.0);
             return Ok(found);
