@@ -219,7 +219,8 @@ impl Pools {
     /// docs/selection.md gives them: the target's gate (a down target is refused, or this
     /// is its single trial), the session's endpoint while it stays in service, a pair's
     /// trial for the place, the oldest waiting trial (`static-no-ping`), the pool's
-    /// strategy. Each is O(1) amortized and none scans the pool.
+    /// strategy. Each is O(1) amortized and none scans the pool, but a fleet's daemon
+    /// ranking the pool for a session key it has not seen (docs/leases.md).
     pub fn lease_with(
         &mut self,
         pool: &str,
@@ -232,30 +233,9 @@ impl Pools {
         let Some(&p) = self.by_name.get(pool) else {
             return (Err(PoolError::UnknownPool(pool.to_string())), writes);
         };
-        // Checked before anything is claimed, so a refused lease changes nothing.
-        let Some(expires) = now.checked_add(ttl) else {
-            return (Err(PoolError::InvalidTtl(ttl)), writes);
-        };
-        let (held, max) = (self.pools[p].leases, self.pools[p].cfg.max_leases);
-        if held >= max as usize {
-            let pool = pool.to_string();
-            return (Err(PoolError::TooManyLeases { pool, max }), writes);
-        }
-        let tags = match self.tags.resolve(&want.tags) {
-            Ok(Resolved::Ids(ids)) => ids,
-            Ok(Resolved::Nothing) => {
-                // A value no endpoint carries: nothing that fits, nothing cooling.
-                let e = PoolError::Exhausted {
-                    pool: pool.to_string(),
-                    retry_after: None,
-                    filter: Some(format!("tagged {}", want.tags)),
-                };
-                return (Err(e), writes);
-            }
-            Err(key) => {
-                let known = self.tags.known().iter().cloned().collect();
-                return (Err(PoolError::UnknownTag { key, known }), writes);
-            }
+        let (expires, tags) = match self.admit(p, pool, ttl, want, now) {
+            Ok(v) => v,
+            Err(e) => return (Err(e), writes),
         };
         let (target_trial, avoid) = match self.target_gate(p, want, now) {
             Ok(v) => v,
@@ -281,18 +261,7 @@ impl Pools {
             tags,
             visit,
         };
-        let chosen = match session {
-            Some(key) if self.sessions.agreed() => {
-                match self.session_choice(&ask, key, now, &mut writes) {
-                    Sticky::Keep(c) => Ok(c),
-                    Sticky::Paced(at) => Err(Miss { paced: Some(at) }),
-                    Sticky::None => Err(Miss::default()),
-                }
-            }
-            Some(key) => self.spread_session(&ask, key, now, &mut writes),
-            None => self.fresh_choice(&ask, now, &mut writes),
-        };
-        let choice = match chosen {
+        let choice = match self.choice(&ask, session, now, &mut writes) {
             Ok(c) => c,
             Err(miss) => {
                 if let (Some(g), Some(t)) = (target_trial, want.target_key()) {
@@ -343,6 +312,61 @@ impl Pools {
                 trial_out,
                 certificate,
             }),
+        }
+    }
+
+    /// What a lease of pool `p` is refused for before anything is asked or claimed, so
+    /// that a refused lease changes nothing: a `ttl` past the clock, the pool at its
+    /// `max_leases`, a tag key no endpoint carries (`bad_request`) or a value none does
+    /// (exhausted). Else when it expires, and its tags interned.
+    fn admit(
+        &self,
+        p: usize,
+        pool: &str,
+        ttl: Duration,
+        want: &Want,
+        now: Instant,
+    ) -> Result<(Instant, Box<[u32]>), PoolError> {
+        let expires = now.checked_add(ttl).ok_or(PoolError::InvalidTtl(ttl))?;
+        let (held, max) = (self.pools[p].leases, self.pools[p].cfg.max_leases);
+        if held >= max as usize {
+            let pool = pool.to_string();
+            return Err(PoolError::TooManyLeases { pool, max });
+        }
+        match self.tags.resolve(&want.tags) {
+            Ok(Resolved::Ids(ids)) => Ok((expires, ids)),
+            // A value no endpoint carries: nothing that fits, nothing cooling.
+            Ok(Resolved::Nothing) => Err(PoolError::Exhausted {
+                pool: pool.to_string(),
+                retry_after: None,
+                filter: Some(format!("tagged {}", want.tags)),
+            }),
+            Err(key) => {
+                let known = self.tags.known().iter().cloned().collect();
+                Err(PoolError::UnknownTag { key, known })
+            }
+        }
+    }
+
+    /// The endpoint of a lease that passed its gates: its session's (placed as a fleet's
+    /// daemon or a daemon alone places it), else a fresh choice.
+    fn choice(
+        &mut self,
+        ask: &Ask,
+        session: Option<&str>,
+        now: Instant,
+        writes: &mut Vec<Write>,
+    ) -> Result<Choice, Miss> {
+        match session {
+            Some(key) if self.sessions.agreed() => {
+                match self.session_choice(ask, key, now, writes) {
+                    Sticky::Keep(c) => Ok(c),
+                    Sticky::Paced(at) => Err(Miss { paced: Some(at) }),
+                    Sticky::None => Err(Miss::default()),
+                }
+            }
+            Some(key) => self.spread_session(ask, key, now, writes),
+            None => self.fresh_choice(ask, now, writes),
         }
     }
 
