@@ -9,10 +9,25 @@ mod common;
 use std::net::{IpAddr, Ipv4Addr};
 
 use common::curl::{Curl, CurlOut};
-use common::intercepting::setup;
+use common::intercepting::{setup, Setup};
 use common::origin::{self, NginxOrigin, ALLOWED_BODY};
 use common::upstreams::tinyproxy_bound;
 use serde_json::Value;
+
+/// Origin `o`, one tinyproxy leaving from `addr` in front of it, and a daemon whose gateway
+/// intercepts through it (`extra`: more `[[gateway]]` keys); None when a tool is missing
+/// (outside CI).
+async fn one_upstream(
+    o: Option<NginxOrigin>,
+    addr: Ipv4Addr,
+    extra: &str,
+) -> Option<(NginxOrigin, common::tools::ToolDaemon, Setup)> {
+    origin::need_hosts();
+    let o = o?;
+    let up = tinyproxy_bound(addr, &[o.https_port]).await?;
+    let s = setup(&o, &[&up], extra);
+    Some((o, up, s))
+}
 
 fn ip(s: &str) -> Ipv4Addr {
     s.parse().unwrap()
@@ -72,14 +87,10 @@ async fn a_ban_inside_https_is_seen_retried_around_and_kept_for_that_pair() {
 
 #[tokio::test]
 async fn both_protocols_on_both_sides_and_the_endpoint_header_inside_tls() {
-    origin::need_hosts();
-    let Some(o) = NginxOrigin::start().await else {
+    let Some((o, _up, s)) = one_upstream(NginxOrigin::start().await, ip("127.0.1.4"), "").await
+    else {
         return;
     };
-    let Some(up) = tinyproxy_bound(ip("127.0.1.4"), &[o.https_port]).await else {
-        return;
-    };
-    let s = setup(&o, &[&up], "");
     let Some(curl) = s.curl() else { return };
     let url = o.https_url("origin.test", "/whoami");
     for (c, version) in [(curl.clone().http2(), "2"), (curl.clone().http1(), "1.1")] {
@@ -115,14 +126,10 @@ async fn both_protocols_on_both_sides_and_the_endpoint_header_inside_tls() {
 async fn trailers_cross_an_intercepted_connection() {
     use http_body_util::{BodyExt, Empty};
     use hyper_util::rt::{TokioExecutor, TokioIo};
-    origin::need_hosts();
-    let Some(o) = NginxOrigin::start().await else {
+    let Some((o, _up, s)) = one_upstream(NginxOrigin::start().await, ip("127.0.1.4"), "").await
+    else {
         return;
     };
-    let Some(up) = tinyproxy_bound(ip("127.0.1.4"), &[o.https_port]).await else {
-        return;
-    };
-    let s = setup(&o, &[&up], "");
     let tunnel = connect_through(s.gateway, &format!("origin.test:{}", o.https_port)).await;
     let tls = tls_over(tunnel, &s.ca, "origin.test", &[b"h2"]).await;
     let (mut send, conn) =
@@ -155,18 +162,14 @@ async fn trailers_cross_an_intercepted_connection() {
 /// again on a new one through the same upstream, and nobody is blamed.
 #[tokio::test]
 async fn an_origin_that_ends_its_http2_connections_blames_nobody() {
-    origin::need_hosts();
     let cfg = origin::OriginCfg {
         keepalive_requests: 2,
         ..origin::OriginCfg::default()
     };
-    let Some(o) = NginxOrigin::with(cfg).await else {
+    let Some((o, _up, s)) = one_upstream(NginxOrigin::with(cfg).await, ip("127.0.1.4"), "").await
+    else {
         return;
     };
-    let Some(up) = tinyproxy_bound(ip("127.0.1.4"), &[o.https_port]).await else {
-        return;
-    };
-    let s = setup(&o, &[&up], "");
     let Some(curl) = s.curl() else { return };
     let url = o.https_url("origin.test", "/ok");
     // Eight clients at once, so requests meet the shared connection as it goes.
@@ -256,14 +259,10 @@ async fn connect_through(gateway: u16, authority: &str) -> tokio::net::TcpStream
 #[tokio::test]
 async fn a_websocket_inside_an_intercepted_connection_is_relayed() {
     use common::websocket::{WsClient, CLOSE};
-    origin::need_hosts();
-    let Some(o) = NginxOrigin::start().await else {
+    let Some((o, _up, s)) = one_upstream(NginxOrigin::start().await, ip("127.0.1.5"), "").await
+    else {
         return;
     };
-    let Some(up) = tinyproxy_bound(ip("127.0.1.5"), &[o.https_port]).await else {
-        return;
-    };
-    let s = setup(&o, &[&up], "");
     let tunnel = connect_through(s.gateway, &format!("origin.test:{}", o.https_port)).await;
     let tls = tls_over(tunnel, &s.ca, "origin.test", &[b"http/1.1"]).await;
     let mut ws = WsClient::connect(tls, "origin.test", "/ws").await;
@@ -312,15 +311,11 @@ async fn a_websocket_inside_an_intercepted_connection_is_relayed() {
 #[tokio::test]
 async fn an_upgrade_the_origin_refuses_is_judged_like_any_answer() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    origin::need_hosts();
     let banned = ip("127.1.0.6");
-    let Some(o) = NginxOrigin::banning(&[IpAddr::V4(banned)]).await else {
+    let origin = NginxOrigin::banning(&[IpAddr::V4(banned)]).await;
+    let Some((o, _up, s)) = one_upstream(origin, banned, "").await else {
         return;
     };
-    let Some(up) = tinyproxy_bound(banned, &[o.https_port]).await else {
-        return;
-    };
-    let s = setup(&o, &[&up], "");
     let tunnel = connect_through(s.gateway, &format!("origin.test:{}", o.https_port)).await;
     let mut tls = tls_over(tunnel, &s.ca, "origin.test", &[b"http/1.1"]).await;
     let req = "GET /guarded HTTP/1.1\r\nHost: origin.test\r\nUpgrade: websocket\r\n\
@@ -383,14 +378,10 @@ async fn rotate_request_spreads_one_keep_alive_connection_over_every_upstream() 
 
 #[tokio::test]
 async fn socks5_connects_are_intercepted_too() {
-    origin::need_hosts();
-    let Some(o) = NginxOrigin::start().await else {
+    let Some((o, _up, s)) = one_upstream(NginxOrigin::start().await, ip("127.0.1.9"), "").await
+    else {
         return;
     };
-    let Some(up) = tinyproxy_bound(ip("127.0.1.9"), &[o.https_port]).await else {
-        return;
-    };
-    let s = setup(&o, &[&up], "");
     let Some(curl) = Curl::new() else { return };
     let out = curl
         .cacert(&s.ca)
@@ -431,14 +422,10 @@ async fn a_socks5_client_that_resolved_the_name_itself_is_served_by_name() {
 #[tokio::test]
 async fn a_client_that_never_finishes_its_handshake_is_closed_and_others_are_served() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    origin::need_hosts();
-    let Some(o) = NginxOrigin::start().await else {
+    let Some((o, _up, s)) = one_upstream(NginxOrigin::start().await, ip("127.0.1.10"), "").await
+    else {
         return;
     };
-    let Some(up) = tinyproxy_bound(ip("127.0.1.10"), &[o.https_port]).await else {
-        return;
-    };
-    let s = setup(&o, &[&up], "");
     let authority = format!("origin.test:{}", o.https_port);
     // Half a TLS record header, then silence; and plain garbage where TLS should be.
     let mut silent = connect_through(s.gateway, &authority).await;

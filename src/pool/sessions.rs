@@ -154,9 +154,12 @@ impl Sessions {
         &self.joins
     }
 
-    /// Endpoint `id` came into service: remembered sessions it outranks move to it.
+    /// Endpoint `id` came into service: remembered sessions it outranks move to it. Only
+    /// a fleet's placement ranks (a daemon alone keeps a session where it went).
     pub(super) fn joined(&mut self, id: EndpointId) {
-        self.joins.push(id);
+        if self.agreed {
+            self.joins.push(id);
+        }
     }
 
     /// Remember that `s` was ranked to `top` and leased `id`. At the cap, sessions whose

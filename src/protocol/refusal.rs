@@ -159,9 +159,34 @@ mod tests {
                 None,
             ),
             (
+                PoolError::Paced {
+                    pool: "p".into(),
+                    host: "shop.example".into(),
+                    retry_after: Some(Duration::from_millis(12_000)),
+                    wait: Duration::ZERO,
+                },
+                Some(Duration::from_millis(12_000)),
+            ),
+            (
                 PoolError::TooManyLeases {
                     pool: "p".into(),
                     max: 1,
+                },
+                None,
+            ),
+            (
+                PoolError::Empty {
+                    pool: "p".into(),
+                    filter: None,
+                },
+                None,
+            ),
+            (PoolError::UnknownPool("p".into()), None),
+            (PoolError::MissingReason, None),
+            (
+                PoolError::UnknownTag {
+                    key: "contry".into(),
+                    known: vec!["country".into()],
                 },
                 None,
             ),

@@ -66,87 +66,50 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::pool::engine::EngineError;
-    use crate::pool::PoolError;
     use crate::store::{ResolveError, StoreError};
 
+    /// An op's answer is the one mapping's (`Refusal`, whose tests hold the table), with
+    /// its time in milliseconds and the domain error's own words.
     #[test]
-    fn engine_errors_map_to_codes() {
-        let disk_full = rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
-            Some("database or disk is full".into()),
-        );
-        let cases: Vec<(EngineError, ErrorCode)> = vec![
-            (StoreError::Sqlite(disk_full).into(), ErrorCode::Internal),
-            (EngineError::Stopped, ErrorCode::Internal),
-            (
-                StoreError::Duplicate {
-                    url: "http://h:1".into(),
-                    pool: "default".into(),
-                    id: 1,
-                    line: None,
-                }
-                .into(),
-                ErrorCode::BadRequest,
-            ),
-            (
-                ResolveError::NotFound("9".into()).into(),
-                ErrorCode::BadRequest,
-            ),
-            (
-                PoolError::UnknownPool("x".into()).into(),
-                ErrorCode::UnknownPool,
-            ),
-        ];
-        for (e, code) in cases {
-            let shown = e.to_string();
-            assert_eq!(OpError::from(e).into_body().code, code, "{shown}");
-        }
-    }
-
-    #[test]
-    fn only_errors_that_know_when_to_retry_carry_retry_after_ms() {
+    fn an_answer_carries_the_refusal_of_its_error() {
         let exhausted = |after| PoolError::Exhausted {
             pool: "p".into(),
             retry_after: after,
             filter: None,
         };
-        let cases = [
-            (
-                exhausted(Some(Duration::from_millis(1500))),
-                Some(Some(1500)),
-            ),
-            // Nothing cooling: no deadline to wait for, so no field at all.
-            (exhausted(None), None),
-            (
-                PoolError::Empty {
-                    pool: "p".into(),
-                    filter: None,
-                },
-                None,
-            ),
-            (PoolError::UnknownPool("p".into()), None),
-            (PoolError::MissingReason, None),
-            (
-                PoolError::Paced {
-                    pool: "p".into(),
-                    host: "shop.example".into(),
-                    retry_after: Some(Duration::from_millis(12_000)),
-                    wait: Duration::ZERO,
-                },
-                Some(Some(12_000)),
-            ),
-            (
-                PoolError::UnknownTag {
-                    key: "contry".into(),
-                    known: vec!["country".into()],
-                },
-                None,
-            ),
+        let cases: Vec<EngineError> = vec![
+            EngineError::Stopped,
+            StoreError::Duplicate {
+                url: "http://h:1".into(),
+                pool: "default".into(),
+                id: 1,
+                line: None,
+            }
+            .into(),
+            ResolveError::NotFound("9".into()).into(),
+            PoolError::UnknownPool("x".into()).into(),
+            exhausted(Some(Duration::from_millis(1500))).into(),
+            exhausted(None).into(),
+            PoolError::Paced {
+                pool: "p".into(),
+                host: "shop.example".into(),
+                retry_after: Some(Duration::from_millis(12_000)),
+                wait: Duration::ZERO,
+            }
+            .into(),
         ];
-        for (e, want) in cases {
-            let shown = e.to_string();
-            assert_eq!(OpError::from(e).into_body().retry_after_ms, want, "{shown}");
+        for e in cases {
+            let (r, shown) = (Refusal::from(&e), e.to_string());
+            let body = OpError::from(e).into_body();
+            assert_eq!(body.code, r.code, "{shown}");
+            let ms = r.retry_after.map(|d| Some(d.as_millis() as u64));
+            assert_eq!(body.retry_after_ms, ms, "{shown}");
         }
+        let ms = |e: PoolError| OpError::from(e).into_body().retry_after_ms;
+        assert_eq!(
+            ms(exhausted(Some(Duration::from_millis(1500)))),
+            Some(Some(1500))
+        );
+        assert_eq!(ms(exhausted(None)), None, "no deadline: no field at all");
     }
 }
