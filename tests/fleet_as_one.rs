@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use common::daemon::Home;
 use common::eventually;
 use common::fakes::{self, DestCfg, HttpProxyCfg};
-use common::fleet::{home, Member, PROPAGATION};
+use common::fleet::{home, upstreams_and_site, Member, PROPAGATION};
 use common::postgres::{self, PASSWORD};
 use common::upstreams::tinyproxy;
 
@@ -41,21 +41,11 @@ fn db_name(url: &str) -> &str {
 fn sessions_land_on_the_same_endpoints_through_every_gateway() {
     let Some(pg) = postgres::shared() else { return };
     let rt = fakes::fake_runtime();
-    let mut upstreams = Vec::new();
-    for _ in 0..5 {
-        let Some(t) = rt.block_on(tinyproxy(&[])) else {
-            return;
-        };
-        upstreams.push(t);
-    }
-    let site = rt.block_on(fakes::dest(DestCfg::default()));
-    let site = format!("http://127.0.0.1:{}/page", site.port());
+    let Some((_upstreams, urls, _site, site)) = upstreams_and_site(&rt, 5) else {
+        return;
+    };
     let url = pg.database();
     let a = home(&url, STATIC);
-    let urls: Vec<String> = upstreams
-        .iter()
-        .map(|t| format!("http://alice:s3cret@127.0.0.1:{}", t.port))
-        .collect();
     let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
     a.add(&refs);
     let fleet = [Member::start(a), Member::start(home(&url, STATIC))];

@@ -14,10 +14,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use common::daemon::{err_code, Conn};
-use common::fakes::{self, DestCfg};
-use common::fleet::{home, Member};
+use common::fakes;
+use common::fleet::{home, upstreams_and_site, Member};
 use common::postgres::{self, PASSWORD};
-use common::upstreams::tinyproxy;
 use common::{eventually, holds_for};
 
 /// `static-no-ping`: a failed endpoint's trial is a lease, as the gateway gets them. A
@@ -79,21 +78,11 @@ fn an_outage_under_gateway_and_socket_traffic_leaves_no_lease_and_answers_every_
         return;
     };
     let rt = fakes::fake_runtime();
-    let mut upstreams = Vec::new();
-    for _ in 0..3 {
-        let Some(t) = rt.block_on(tinyproxy(&[])) else {
-            return;
-        };
-        upstreams.push(t);
-    }
-    let site = rt.block_on(fakes::dest(DestCfg::default()));
-    let site = format!("http://127.0.0.1:{}/page", site.port());
+    let Some((_upstreams, mut urls, _site, site)) = upstreams_and_site(&rt, 3) else {
+        return;
+    };
     let url = pg.database();
     let a = home(&url, CONFIG);
-    let mut urls: Vec<String> = upstreams
-        .iter()
-        .map(|t| format!("http://alice:s3cret@127.0.0.1:{}", t.port))
-        .collect();
     // Two endpoints that refuse every connection: failures and trials meet the outage.
     urls.extend((0..2).map(|_| format!("http://127.0.0.1:{}", fakes::closed_port())));
     let refs: Vec<&str> = urls.iter().map(String::as_str).collect();

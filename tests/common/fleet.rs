@@ -8,8 +8,28 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::daemon::{http_get, Daemon, Home};
-use super::fakes::base64;
-use super::tools::free_port;
+use super::fakes::{self, base64, DestCfg, Fake};
+use super::tools::{free_port, ToolDaemon};
+use super::upstreams::tinyproxy;
+
+/// `n` tinyproxy upstreams (as endpoint URLs with the credentials they take) and a site
+/// behind them (`http://127.0.0.1:PORT/page`), on `rt`; None when tinyproxy is missing
+/// (outside CI). The upstreams and the site run while what is returned is held.
+pub fn upstreams_and_site(
+    rt: &tokio::runtime::Runtime,
+    n: usize,
+) -> Option<(Vec<ToolDaemon>, Vec<String>, Fake, String)> {
+    let upstreams = (0..n)
+        .map(|_| rt.block_on(tinyproxy(&[])))
+        .collect::<Option<Vec<_>>>()?;
+    let urls = upstreams
+        .iter()
+        .map(|t| format!("http://alice:s3cret@127.0.0.1:{}", t.port))
+        .collect();
+    let site = rt.block_on(fakes::dest(DestCfg::default()));
+    let page = format!("http://127.0.0.1:{}/page", site.port());
+    Some((upstreams, urls, site, page))
+}
 
 /// A home whose store is the database `url`, with `config`.
 pub fn home(url: &str, config: &str) -> Home {
