@@ -554,4 +554,4 @@ impl Destinations {
 }
 
 #[cfg(test)]
-mod tests;
+pub(in crate::pool) mod tests;

@@ -15,7 +15,9 @@ const HOLD: Duration = Duration::from_secs(15);
 const SHOP: &str = "shop.example";
 const NEWS: &str = "news.example";
 
-fn policy() -> Policy {
+/// Cooldowns of 10 s doubling to 80 s, no jitter, one failure to ban: what the tests of
+/// pairs, address bans and subnets count with.
+pub(in crate::pool::destinations) fn policy() -> Policy {
     Policy {
         cooldown: Cooldown {
             base: 10 * S,

@@ -150,11 +150,10 @@ impl Pools {
     ) -> Result<Choice, Miss> {
         let s = self.sessions.at(ask.p, key);
         let kept = self.sessions.get(s).filter(|&id| {
-            self.entries.get(&id).is_some_and(|e| {
-                e.health.state == State::Available
-                    && ask.under_cap(e.leases)
-                    && self.serves(ask, id, e) == Serve::Plain
-            })
+            // `Plain`: available, and so are its pairs for the place.
+            self.entries
+                .get(&id)
+                .is_some_and(|e| ask.under_cap(e.leases) && self.serves(ask, id, e) == Serve::Plain)
         });
         if let Some(id) = kept {
             let gate = self.pools[ask.p].pace.gate(ask.visit, now);

@@ -1,12 +1,12 @@
 //! The sharing rule as a table (holder state × what an endpoint asks), then on real
 //! pairs under paused time: one cooldown and one trial for the endpoints of an address.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::*;
 use crate::event_kind::EventKind;
-use crate::health::{Cooldown, Failure, Input, Phase, Policy, Reason};
+use crate::health::{Failure, Input, Phase, Reason};
+use crate::pool::destinations::tests::policy;
 use crate::store::NewEvent;
 use tokio::time::Instant;
 
@@ -39,19 +39,6 @@ fn the_rule_as_a_table() {
 const S: Duration = Duration::from_secs(1);
 const HOLD: Duration = Duration::from_secs(15);
 const SHOP: &str = "shop.example";
-
-fn policy() -> Policy {
-    Policy {
-        cooldown: Cooldown {
-            base: 10 * S,
-            factor: 2.0,
-            max: 80 * S,
-            jitter: 0.0,
-        },
-        reasons: BTreeMap::new(),
-        fall: 1,
-    }
-}
 
 fn ban(d: &mut Destinations, id: EndpointId) {
     let input = Input::Failure {

@@ -2,10 +2,9 @@
 //! paused time: it begins at the `subnet_after`-th address within the window, it is
 //! seen by `in_suspect`, and it ends (with its event) when its last ban ends.
 
-use std::collections::BTreeMap;
-
 use super::*;
-use crate::health::{Cooldown, Failure, Input, Phase, Policy, Reason};
+use crate::health::{Failure, Input, Phase, Reason};
+use crate::pool::destinations::tests::policy;
 
 const S: Duration = Duration::from_secs(1);
 const RULE: SubnetRule = SubnetRule {
@@ -62,19 +61,6 @@ async fn a_track_keeps_a_bounded_number_of_addresses() {
 }
 
 const SHOP: &str = "shop.example";
-
-fn policy() -> Policy {
-    Policy {
-        cooldown: Cooldown {
-            base: 10 * S,
-            factor: 2.0,
-            max: 80 * S,
-            jitter: 0.0,
-        },
-        reasons: BTreeMap::new(),
-        fall: 1,
-    }
-}
 
 fn ban(d: &mut Destinations, id: EndpointId) {
     let input = Input::Failure {
