@@ -712,23 +712,9 @@ fn a_change_numbered_first_and_committed_last_reaches_every_daemon() {
     let _ = follow.wait();
 }
 
-/// A cooldown of an hour: what cooled stays cooling for the whole test.
-const LONG_COOLDOWN: &str = r#"
-[[pool]]
-name = "default"
-mode = "static-no-ping"
-
-[pool.cooldown]
-base = "1h"
-factor = 1.0
-max = "1h"
-jitter = 0.0
-"#;
-
+/// A home whose cooldowns last an hour: what cooled stays cooling for the whole test.
 fn long_home(url: &str) -> Home {
-    let mut h = Home::new(Some(LONG_COOLDOWN));
-    h.db = PathBuf::from(url);
-    h
+    common::fleet::home(url, common::fleet::LONG_COOLDOWN)
 }
 
 /// Lease and fail one endpoint; the state it was left in.

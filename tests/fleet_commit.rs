@@ -5,30 +5,10 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use serde_json::json;
 
-use common::daemon::Home;
+use common::fleet::{home, LONG_COOLDOWN};
 use common::postgres;
-
-const CONFIG: &str = r#"
-[[pool]]
-name = "default"
-mode = "static-no-ping"
-
-[pool.cooldown]
-base = "1h"
-factor = 1.0
-max = "1h"
-jitter = 0.0
-"#;
-
-fn home(url: &str) -> Home {
-    let mut h = Home::new(Some(CONFIG));
-    h.db = PathBuf::from(url);
-    h
-}
 
 /// A daemon whose role may not call `pg_logical_emit_message` still writes: every failure
 /// is answered, committed and followed by its events, and the log says once why commits
@@ -52,9 +32,9 @@ fn a_role_that_may_not_write_the_flush_record_gets_whole_commits() {
         "postgresql://{role}:Plain-pw-1@127.0.0.1:{}/{db}",
         pg.port()
     );
-    let refused = home(&url);
+    let refused = home(&url, LONG_COOLDOWN);
     let ids = refused.add(&["http://10.80.0.1:3128", "http://10.80.0.2:3128"]);
-    let allowed = home(&pg.database());
+    let allowed = home(&pg.database(), LONG_COOLDOWN);
     allowed.add(&["http://10.80.1.1:3128", "http://10.80.1.2:3128"]);
     for (h, warned) in [(&refused, true), (&allowed, false)] {
         let d = h.serve();

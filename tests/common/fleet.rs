@@ -31,6 +31,19 @@ pub fn upstreams_and_site(
     Some((upstreams, urls, site, page))
 }
 
+/// A cooldown of an hour: what cooled stays cooling for the whole test.
+pub const LONG_COOLDOWN: &str = r#"
+[[pool]]
+name = "default"
+mode = "static-no-ping"
+
+[pool.cooldown]
+base = "1h"
+factor = 1.0
+max = "1h"
+jitter = 0.0
+"#;
+
 /// A home whose store is the database `url`, with `config`.
 pub fn home(url: &str, config: &str) -> Home {
     let mut h = Home::new(Some(config));
