@@ -23,7 +23,7 @@ use super::send::{send, Again, Sent};
 use super::upstream::{Link, Tries};
 use super::verdict::{judge, not_sent, Try};
 use super::Shared;
-use crate::dial::{self, DialFailure, Dialed};
+use crate::dial::{self, Dest, DialFailure, Dialed};
 use crate::health::{Phase, Reason};
 
 /// An origin's answer: over HTTP/1.1 (its connection driven by the body) or HTTP/2.
@@ -87,27 +87,9 @@ pub(super) async fn one_try(
         Err(e) => return Try::Failed(super::answer::upstream_error(e)),
     };
     let sent = match link {
-        Link::Dialed(Spoken::Http2(s)) => {
-            let sent = over_http2(shared, s, out).await.map_err(|(e, _)| e);
-            if sent.is_err() {
-                icpt.origins().forget(guard.proxy(), &dest);
-            }
-            sent
+        Link::Dialed(Spoken::Http2(s)) | Link::Reused(Kept::Http2(s)) => {
+            on_http2(shared, icpt, &guard, s, out).await
         }
-        Link::Reused(Kept::Http2(s)) => match over_http2(shared, s, out).await {
-            Ok(a) => Ok(a),
-            Err((e, unprocessed)) => {
-                icpt.origins().forget(guard.proxy(), &dest);
-                // The origin took nothing of it: no fault of the upstream, and a GET or
-                // HEAD goes again on a new connection through it (a body that can go
-                // out only once cannot).
-                match (unprocessed, out.kept().is_some()) {
-                    (true, true) => again_on_new(shared, icpt, &guard, out).await,
-                    (true, false) => Err(Sent::Unsendable),
-                    (false, _) => Err(e),
-                }
-            }
-        },
         Link::Dialed(Spoken::Http1(io)) => {
             let key = IdleKey::tls(guard.proxy(), &dest);
             let d = Dialed {
@@ -162,73 +144,123 @@ async fn over_http1(
     Ok(resp.map(OriginBody::Http1))
 }
 
-/// A kept HTTP/2 connection took nothing of a GET or HEAD (`unprocessed`): it goes again
-/// on a new connection through the same upstream, once.
-async fn again_on_new(
+/// New HTTP/2 connections a GET or HEAD may go on after the one it met failed under it.
+const H2_AGAIN: usize = 2;
+
+/// How a request that failed on an HTTP/2 connection may go again.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Afterwards {
+    /// The origin took nothing of it: the connection was gone before it went out, the
+    /// origin refused its stream (`REFUSED_STREAM`) or closed the connection below it
+    /// (`GOAWAY` without an error), which HTTP/2 promises means it was not processed
+    /// (RFC 9113 §8.7).
+    Unprocessed,
+    /// The connection broke under it (an I/O error): the origin may have closed it on its
+    /// way out, or the path through the upstream died. A GET or HEAD may go again
+    /// (RFC 9110 §9.2.2); a new connection that cannot be made, or that breaks as well,
+    /// tells which.
+    Broken,
+    /// The failure is the request's own (a reset stream, no head in time).
+    Final,
+}
+
+/// The request on a shared HTTP/2 connection to the origin. The connection may be kept or
+/// just made; either way others share it, so it may be on its way out (`GOAWAY`) before
+/// this request goes, or break as the origin closes it. A GET or HEAD then goes again on a
+/// new connection through the same upstream (a body that can go out only once cannot),
+/// and the upstream is blamed only for what a new connection does not cure.
+async fn on_http2(
     shared: &Shared,
     icpt: &Interception,
     guard: &LeaseGuard,
+    mut sender: H2Sender,
     out: &mut Outgoing,
 ) -> Result<Answer, Sent> {
     let dest = out.target.dest.clone();
+    let mut again = 0;
+    loop {
+        let (e, afterwards) = match over_http2(shared, sender, out).await {
+            Ok(a) => return Ok(a),
+            Err(failed) => failed,
+        };
+        icpt.origins().forget(guard.proxy(), &dest);
+        let more = out.kept().is_some() && again < H2_AGAIN;
+        match afterwards {
+            Afterwards::Unprocessed | Afterwards::Broken if more => again += 1,
+            Afterwards::Unprocessed if out.kept().is_some() => return Err(Sent::NotTaken),
+            Afterwards::Unprocessed => return Err(Sent::Unsendable),
+            Afterwards::Broken | Afterwards::Final => return Err(e),
+        }
+        match new_connection(shared, icpt, guard, &dest).await? {
+            Spoken::Http2(s) => sender = s,
+            Spoken::Http1(io) => {
+                let key = IdleKey::tls(guard.proxy(), &dest);
+                let d = Dialed {
+                    io,
+                    forward: false,
+                    connect_status: None,
+                };
+                return over_http1(shared, guard, Link::Dialed(d), key, icpt, out).await;
+            }
+        }
+    }
+}
+
+/// A new TLS connection to `dest` through the lease's upstream.
+async fn new_connection(
+    shared: &Shared,
+    icpt: &Interception,
+    guard: &LeaseGuard,
+    dest: &Dest,
+) -> Result<Spoken, Sent> {
     let deadline = tokio::time::Instant::now() + shared.cfg.connect_timeout;
     let d = shared
         .upstream
         .dial(
             guard,
-            &dest,
+            dest,
             crate::dial::Route::Tunnel,
             crate::dial::Carries::More,
         )
         .await
         .map_err(Sent::Unreachable)?;
-    let spoken = icpt
-        .origins()
-        .handshake(d.io, guard.proxy(), &dest, deadline)
+    icpt.origins()
+        .handshake(d.io, guard.proxy(), dest, deadline)
         .await
-        .map_err(Sent::Unreachable)?;
-    match spoken {
-        Spoken::Http2(s) => over_http2(shared, s, out).await.map_err(|(e, _)| e),
-        Spoken::Http1(io) => {
-            let key = IdleKey::tls(guard.proxy(), &dest);
-            let d = Dialed {
-                io,
-                forward: false,
-                connect_status: None,
-            };
-            over_http1(shared, guard, Link::Dialed(d), key, icpt, out).await
-        }
-    }
+        .map_err(Sent::Unreachable)
 }
 
-/// Whether the origin took nothing of a request that failed on an HTTP/2 connection: the
-/// connection was gone before it went out, or the origin refused its stream
-/// (`REFUSED_STREAM`) or closed the connection below it (`GOAWAY` without an error), which
-/// HTTP/2 promises means it was not processed (RFC 9113 §8.7).
-fn unprocessed(e: &hyper::Error) -> bool {
+fn afterwards(e: &hyper::Error) -> Afterwards {
     if e.is_canceled() {
-        return true;
+        return Afterwards::Unprocessed;
     }
     let mut cause = std::error::Error::source(e);
     while let Some(c) = cause {
         if let Some(h2) = c.downcast_ref::<h2::Error>() {
             let reason = h2.reason();
-            return reason == Some(h2::Reason::REFUSED_STREAM)
+            let refused = reason == Some(h2::Reason::REFUSED_STREAM)
                 || (h2.is_go_away() && h2.is_remote() && reason == Some(h2::Reason::NO_ERROR));
+            return match (refused, h2.is_io()) {
+                (true, _) => Afterwards::Unprocessed,
+                (false, true) => Afterwards::Broken,
+                (false, false) => Afterwards::Final,
+            };
+        }
+        if c.is::<std::io::Error>() {
+            return Afterwards::Broken;
         }
         cause = c.source();
     }
-    false
+    Afterwards::Final
 }
 
 /// The request on a shared HTTP/2 connection to the origin, its head within
-/// `response_timeout`; on failure, also whether the origin took nothing of it
-/// (`unprocessed`).
+/// `response_timeout`; on failure, also how it may go again (`Afterwards`).
 async fn over_http2(
     shared: &Shared,
     mut sender: H2Sender,
     out: &mut Outgoing,
-) -> Result<Answer, (Sent, bool)> {
+) -> Result<Answer, (Sent, Afterwards)> {
     let (body, body_end) = out.body();
     let mut req = upstream_request(&out.parts, body, None, true);
     to_http2(&mut req, &out.parts.uri);
@@ -237,11 +269,11 @@ async fn over_http2(
     let sent = async {
         // A connection gone before the request went out took nothing of it.
         if let Err(e) = sender.ready().await {
-            return Err((e, true));
+            return Err((e, Afterwards::Unprocessed));
         }
         sender.send_request(req).await.map_err(|e| {
-            let nothing = unprocessed(&e);
-            (e, nothing)
+            let how = afterwards(&e);
+            (e, how)
         })
     };
     match head_within(within, body_end.as_deref(), sent).await {
@@ -254,12 +286,12 @@ async fn over_http2(
                     humantime::format_duration(within)
                 ),
             )),
-            false,
+            Afterwards::Final,
         )),
         Some(Ok(resp)) => Ok(resp.map(OriginBody::Http2)),
-        Some(Err((e, nothing))) => Err((
+        Some(Err((e, how))) => Err((
             Sent::Failed(dial::hyper_failure(&e, Phase::ResponseHead)),
-            nothing,
+            how,
         )),
     }
 }

@@ -32,6 +32,9 @@ pub(super) enum Sent {
     Unreachable(DialFailure),
     /// A kept connection closed after the request's one-time body went out on it.
     Unsendable,
+    /// The origin took the request on none of the HTTP/2 connections it met (each went
+    /// away or refused its stream): no fault of the upstream.
+    NotTaken,
     /// No response head within `response_timeout`: reported against the upstream; a
     /// GET/HEAD goes on through another one.
     Slow(DialFailure),

@@ -88,6 +88,14 @@ pub(super) async fn not_sent(
                 "the upstream connection closed while the request was sent; it was not re-sent because its body can be sent only once",
             ))
         }
+        Sent::NotTaken => {
+            drop(guard);
+            Try::Failed(bad_gateway(
+                endpoint,
+                Reason::ConnectionReset,
+                "the origin took the request on none of the HTTP/2 connections it was sent on (each went away or refused it); the upstream is not blamed",
+            ))
+        }
     }
 }
 
