@@ -501,3 +501,78 @@ async fn a_suspect_subnet_alone_is_still_used() {
     let third: std::net::IpAddr = "127.0.1.4".parse().unwrap();
     assert!(site.callers("/guarded").contains(&third));
 }
+
+/// A provider that names the exit address in its answer to CONNECT: the gateway's tunnels
+/// teach the pool the address (over what the check learned), without a check, and an
+/// answer that names the known address again writes nothing.
+// Two workers: the fake proxy runs while the test waits (blocking) for the daemon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_header_on_the_connect_answer_is_learned_from_gateway_tunnels() {
+    use common::fakes::{http_proxy, HttpProxyCfg};
+    let up = http_proxy(HttpProxyCfg {
+        connect_headers: vec!["X-Exit-Ip: 203.0.113.7".into()],
+        ..HttpProxyCfg::default()
+    })
+    .await;
+    let site = ExitSite::start();
+    let gw_port = common::tools::free_port();
+    let mut text = config(
+        &[up.port()],
+        &format!(
+            "url = \"{}\"\nheader = \"X-Exit-Ip\"\nevery = \"1h\"",
+            site.url("/header")
+        ),
+    );
+    text.push_str(&format!(
+        "[[gateway]]\nlisten = \"127.0.0.1:{gw_port}\"\npool = \"default\"\n"
+    ));
+    let h = Home::new(Some(&text));
+    let _d = serve(&h);
+    // The check goes by plain HTTP: the site's header names the caller, 127.0.0.1.
+    eventually(WAIT, "the check's address", || {
+        let got = exits_of(&h);
+        (got == vec![json!("127.0.0.1")])
+            .then_some(())
+            .ok_or(format!("{got:?}"))
+    });
+    let authority = format!("127.0.0.1:{}", site.addr.port());
+    for _ in 0..3 {
+        let head = connect_via(gw_port, &authority);
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    }
+    eventually(WAIT, "the tunnel's address", || {
+        let got = exits_of(&h);
+        (got == vec![json!("203.0.113.7")])
+            .then_some(())
+            .ok_or(format!("{got:?}"))
+    });
+    let details: Vec<Value> = exit_events(&h)
+        .iter()
+        .map(|e| e["detail"].clone())
+        .collect();
+    assert_eq!(
+        details,
+        vec![
+            json!("unknown -> 127.0.0.1"),
+            json!("127.0.0.1 -> 203.0.113.7")
+        ]
+    );
+    assert!(h.list().iter().all(|e| e["state"] == "available"));
+}
+
+/// A CONNECT to `authority` through the gateway on `port`; the head it answered.
+fn connect_via(port: u16, authority: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        s,
+        "CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && s.read(&mut b).unwrap() == 1 {
+        head.push(b[0]);
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}

@@ -36,7 +36,7 @@ pub(super) async fn connect(
     io: BoxIo,
     unsent: &[u8],
     progress: &Progress,
-) -> Result<(BoxIo, u16), DialFailure> {
+) -> Result<(BoxIo, u16, Vec<u8>), DialFailure> {
     let phase = Phase::ProxyHandshake;
     // The reader keeps whatever follows the head; it belongs to the tunnel. A reply head
     // is rarely longer than a few hundred bytes.
@@ -79,8 +79,8 @@ pub(super) async fn connect(
     match connect_answer_reason(status, resp.reason.unwrap_or(""), squid) {
         // The reader's buffer is freed unless the proxy already sent tunnel bytes: a
         // tunnel may stay open for hours, mostly idle.
-        None if io.buffer().is_empty() => Ok((io.into_inner(), status)),
-        None => Ok((Box::new(io), status)),
+        None if io.buffer().is_empty() => Ok((io.into_inner(), status, head)),
+        None => Ok((Box::new(io), status, head)),
         Some(reason) => {
             let retry_after = resp
                 .headers
@@ -101,6 +101,17 @@ pub(super) async fn connect(
             Err(f)
         }
     }
+}
+
+/// The value of header `name` in a proxy's reply `head`, if it has one.
+pub fn reply_header<'h>(head: &'h [u8], name: &str) -> Option<&'h [u8]> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut resp = httparse::Response::new(&mut headers);
+    resp.parse(head).ok()?;
+    resp.headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case(name))
+        .map(|h| h.value)
 }
 
 /// Read the proxy's reply head, consuming nothing past its blank line.
@@ -249,6 +260,16 @@ mod tests {
     use hyper::header::HeaderValue;
 
     #[test]
+    fn a_reply_header_is_found_by_any_case_and_only_in_a_whole_head() {
+        let head = b"HTTP/1.1 200 OK\r\nX-Exit-Ip: 203.0.113.7\r\nVia: p\r\n\r\n";
+        assert_eq!(reply_header(head, "x-exit-ip"), Some(&b"203.0.113.7"[..]));
+        assert_eq!(reply_header(head, "X-EXIT-IP"), Some(&b"203.0.113.7"[..]));
+        assert_eq!(reply_header(head, "x-other"), None);
+        assert_eq!(reply_header(b"", "x-exit-ip"), None);
+        assert_eq!(reply_header(b"garbage\r\n\r\n", "x-exit-ip"), None);
+    }
+
+    #[test]
     fn connect_statuses() {
         use Reason::*;
         let table = [
@@ -377,7 +398,7 @@ mod tests {
             req
         });
         let req = request(&proxy, &dest);
-        let (mut io, status) = connect(Box::new(client), req.as_bytes(), &Progress::default())
+        let (mut io, status, _) = connect(Box::new(client), req.as_bytes(), &Progress::default())
             .await
             .unwrap();
         assert_eq!(status, 200);
@@ -408,7 +429,7 @@ mod tests {
             server
         });
         let req = request(&proxy, &dest);
-        let (mut io, status) = connect(Box::new(client), req.as_bytes(), &Progress::default())
+        let (mut io, status, _) = connect(Box::new(client), req.as_bytes(), &Progress::default())
             .await
             .unwrap();
         assert_eq!(status, 200);

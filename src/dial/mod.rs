@@ -26,7 +26,7 @@ use crate::endpoint::{ProxyUrl, Scheme};
 use crate::health::{Failure, Phase, Reason};
 
 pub use auth::{base64, base64_decode, basic_auth};
-pub use connect::{proxy_auth_answer, proxy_failure_answer};
+pub use connect::{proxy_auth_answer, proxy_failure_answer, reply_header};
 pub use tls::{client_config, connector, handshake as tls_handshake, root_store, TlsSetupError};
 
 /// The `User-Agent` of every request proxypool makes on its own behalf.
@@ -127,6 +127,9 @@ pub struct Dialed {
     pub forward: bool,
     /// The proxy's status answer to CONNECT, when one was sent.
     pub connect_status: Option<u16>,
+    /// The head of that answer (empty when none): a provider may name the exit address in
+    /// one of its headers (docs/exit.md). Take it, or it lives as long as this struct.
+    pub connect_head: Vec<u8>,
 }
 
 /// A classified failure: why, where, and what an operator reads (never a password).
@@ -320,6 +323,7 @@ impl Dialer {
                 io,
                 forward: false,
                 connect_status: None,
+                connect_head: Vec::new(),
             });
         }
         if route == Route::PlainHttp {
@@ -327,16 +331,18 @@ impl Dialer {
                 io,
                 forward: true,
                 connect_status: None,
+                connect_head: Vec::new(),
             });
         }
         let shake = connect::connect(io, &request.as_bytes()[sent..], &progress);
-        let (io, status) = clock
+        let (io, status, head) = clock
             .timed_or(Phase::ProxyHandshake, shake, on_deadline)
             .await?;
         Ok(Dialed {
             io,
             forward: false,
             connect_status: Some(status),
+            connect_head: head,
         })
     }
 }

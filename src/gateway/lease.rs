@@ -1,16 +1,19 @@
 //! A lease held for exactly as long as a client uses its upstream.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Waker};
 
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
+use crate::dial::reply_header;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::metrics::PoolMetrics;
 use crate::pool::engine::Engine;
-use crate::pool::Outcome;
+use crate::pool::{ExitSighting, Outcome};
+use crate::probe::exit::{parse_address, ExitCheck};
 
 /// Gives its lease back when dropped: reported with the recorded outcome, or released
 /// without one. Dropping covers every way a use ends (done, error, client gone, shutdown).
@@ -30,6 +33,10 @@ pub(super) struct LeaseGuard {
     counted: bool,
     /// The lease is a trial (an endpoint's, a pair's or a target's).
     trial: bool,
+    /// The header its pool's provider names exit addresses in, and the address known.
+    exit: Option<ExitSighting>,
+    /// An address an answer named was told to the pool.
+    exit_told: AtomicBool,
 }
 
 impl LeaseGuard {
@@ -53,7 +60,47 @@ impl LeaseGuard {
             metrics,
             counted: false,
             trial: false,
+            exit: None,
+            exit_told: AtomicBool::new(false),
         }
+    }
+
+    /// Read exit addresses from answers through it (`[pool.exit] header`).
+    pub(super) fn with_exit(mut self, exit: Option<ExitSighting>) -> Self {
+        self.exit = exit;
+        self
+    }
+
+    /// The upstream answered a CONNECT with `head`: its headers may name the exit address.
+    /// Only this answer is read: it is the proxy's own, where a response from a site (which
+    /// could name any address, and so merge or split identities for every site) is not.
+    pub(super) fn saw_connect_reply(&self, head: &[u8]) {
+        if let Some(v) = self
+            .exit
+            .as_ref()
+            .and_then(|x| reply_header(head, &x.header))
+        {
+            self.saw_exit(v);
+        }
+    }
+
+    /// A CONNECT answer named `value` in the pool's provider header (docs/exit.md): an address
+    /// other than the one known is told to the pool, once per lease (a proxy that changes
+    /// address on every answer writes once per lease, not once per answer).
+    fn saw_exit(&self, value: &[u8]) {
+        let ExitCheck::Learned(ip) = parse_address(value) else {
+            return;
+        };
+        let known = self.exit.as_ref().and_then(|x| x.known);
+        if known == Some(ip) || self.exit_told.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let (engine, id) = (self.engine.clone(), self.endpoint);
+        self.tracker.spawn(async move {
+            if let Err(e) = engine.exit_learned(id, Ok(ip)).await {
+                debug!(endpoint = id, error = %e, "exit address from an answer not recorded");
+            }
+        });
     }
 
     /// Marked as a trial (the grant said so).

@@ -90,15 +90,7 @@ pub(super) async fn one_try(
         Link::Dialed(Spoken::Http2(s)) | Link::Reused(Kept::Http2(s)) => {
             on_http2(shared, icpt, &guard, s, out).await
         }
-        Link::Dialed(Spoken::Http1(io)) => {
-            let key = IdleKey::tls(guard.proxy(), &dest);
-            let d = Dialed {
-                io,
-                forward: false,
-                connect_status: None,
-            };
-            over_http1(shared, &guard, Link::Dialed(d), key, icpt, out).await
-        }
+        Link::Dialed(Spoken::Http1(io)) => on_new_http1(shared, &guard, io, icpt, out).await,
         Link::Reused(Kept::Http1(sender, key)) => {
             over_http1(shared, &guard, Link::Reused(sender), key, icpt, out).await
         }
@@ -115,6 +107,24 @@ pub(super) async fn one_try(
         Ok(resp) => judge(shared, guard, resp, out, tries).await,
         Err(e) => not_sent(shared, guard, e, out, tries).await,
     }
+}
+
+/// The request on a new HTTP/1.1 connection to the origin (TLS over `io`).
+async fn on_new_http1(
+    shared: &Shared,
+    guard: &LeaseGuard,
+    io: crate::dial::BoxIo,
+    icpt: &Interception,
+    out: &mut Outgoing,
+) -> Result<Answer, Sent> {
+    let key = IdleKey::tls(guard.proxy(), &out.target.dest);
+    let d = Dialed {
+        io,
+        forward: false,
+        connect_status: None,
+        connect_head: Vec::new(),
+    };
+    over_http1(shared, guard, Link::Dialed(d), key, icpt, out).await
 }
 
 /// The request on an HTTP/1.1 connection to the origin, which goes back to the idle list
@@ -193,15 +203,7 @@ async fn on_http2(
         }
         match new_connection(shared, icpt, guard, &dest).await? {
             Spoken::Http2(s) => sender = s,
-            Spoken::Http1(io) => {
-                let key = IdleKey::tls(guard.proxy(), &dest);
-                let d = Dialed {
-                    io,
-                    forward: false,
-                    connect_status: None,
-                };
-                return over_http1(shared, guard, Link::Dialed(d), key, icpt, out).await;
-            }
+            Spoken::Http1(io) => return on_new_http1(shared, guard, io, icpt, out).await,
         }
     }
 }

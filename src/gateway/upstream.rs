@@ -267,7 +267,7 @@ impl Upstream {
             }
         };
         // Counted against the pool that served it (a fallback's, maybe).
-        let metrics = self.engine.pool_metrics(&grant.pool);
+        let (metrics, exit) = self.engine.beside_lease(&grant.pool, grant.endpoint);
         Ok(LeaseGuard::new(
             self.engine.clone(),
             self.tracker.clone(),
@@ -277,7 +277,8 @@ impl Upstream {
             proxy,
             metrics,
         )
-        .with_trial(grant.trial))
+        .with_trial(grant.trial)
+        .with_exit(exit))
     }
 
     /// Connect to `dest` through the first upstream that gets there, trying at most
@@ -456,6 +457,10 @@ impl Upstream {
             .dialer
             .dial(guard.proxy(), dest, route, carries, clock)
             .await?;
+        let head = std::mem::take(&mut d.connect_head);
+        if !head.is_empty() {
+            guard.saw_connect_reply(&head);
+        }
         // Counted from here: tunnel payload, or the forwarded request and response; the
         // handshake to the upstream is not relayed traffic.
         let to = Counter {

@@ -15,6 +15,14 @@ use crate::event_kind::EventKind;
 use crate::health::State;
 use crate::store::{NewEvent, Write};
 
+/// What an answer through an endpoint can teach of its exit address: the header its
+/// pool's provider names the address in (`[pool.exit] header`), and the address known now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExitSighting {
+    pub header: std::sync::Arc<str>,
+    pub known: Option<IpAddr>,
+}
+
 /// How an address is shown in an event and a log line.
 fn shown(ip: Option<IpAddr>) -> String {
     ip.map_or_else(|| "unknown".into(), |ip| ip.to_string())
@@ -107,6 +115,18 @@ impl Pools {
             ..NewEvent::new(EventKind::ExitChanged)
         };
         vec![Write::Exit { id, ip }, Write::Event(ev)]
+    }
+
+    /// What answers through `id` can teach of its exit address: none unless its pool
+    /// names a provider's header.
+    pub fn exit_sighting(&self, id: EndpointId) -> Option<ExitSighting> {
+        let e = self.entries.get(&id)?;
+        let p = &self.pools[e.pool];
+        let header = p.cfg.exit.as_ref()?.header.as_deref()?;
+        Some(ExitSighting {
+            header: header.into(),
+            known: p.exits.ip_of(id),
+        })
     }
 
     /// The exit address of `id`, when known.

@@ -39,6 +39,7 @@ mod tag_index;
 pub(crate) mod targets;
 mod telemetry;
 
+pub use exit_checks::ExitSighting;
 pub use leases::{SCOPE_DESTINATION, SCOPE_TARGET};
 pub use probes::ProbeRole;
 pub use scoped::{ReportOn, Reported, TargetCleared, Want};

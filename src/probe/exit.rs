@@ -8,6 +8,7 @@ use hyper::header::HeaderName;
 
 use super::prober::{Fetched, ProbeError, Prober};
 use crate::config::{ExitConfig, ProbeConfig};
+use crate::dial::reply_header;
 use crate::endpoint::ProxyUrl;
 
 /// An address page's answer is a few dozen bytes; anything past this is not one.
@@ -76,8 +77,15 @@ impl ExitChecker {
 
     fn read(&self, f: &Fetched) -> ExitCheck {
         if let Some(h) = &self.header {
-            return match f.headers.get(h).and_then(|v| v.to_str().ok()) {
-                Some(v) => parse_address(v.as_bytes()),
+            // On the answer, or (the page is https: the answer is inside TLS, out of the
+            // provider's reach) on the proxy's answer to CONNECT.
+            let value = f
+                .headers
+                .get(h)
+                .map(|v| v.as_bytes())
+                .or_else(|| reply_header(&f.connect_head, h.as_str()));
+            return match value {
+                Some(v) => parse_address(v),
                 None => ExitCheck::Unknown(format!("the answer has no {h} header")),
             };
         }
@@ -133,6 +141,46 @@ mod tests {
             match want {
                 Some(ip) => assert_eq!(got, learned(ip), "{body:?}"),
                 None => assert!(matches!(got, ExitCheck::Unknown(_)), "{body:?}: {got:?}"),
+            }
+        }
+    }
+
+    /// With a header, the answer's is read first, then the proxy's answer to CONNECT's
+    /// (an https page's answer is out of the provider's reach); the body never.
+    #[test]
+    fn a_provider_header_is_read_from_the_answer_or_the_connect_answer() {
+        let exit = ExitConfig {
+            url: Some("https://ip.test/".into()),
+            header: Some("x-exit-ip".into()),
+            ..ExitConfig::default()
+        };
+        let checker = ExitChecker::new(&exit, &ProbeConfig::default()).unwrap();
+        let fetched = |answer: Option<&str>, connect: &str| {
+            let mut headers = hyper::HeaderMap::new();
+            if let Some(v) = answer {
+                headers.insert("x-exit-ip", v.parse().unwrap());
+            }
+            Fetched {
+                headers,
+                body: b"192.0.2.99".to_vec(),
+                over: false,
+                connect_head: connect.as_bytes().to_vec(),
+            }
+        };
+        let with = "HTTP/1.1 200 Connection established\r\nX-Exit-IP: 198.51.100.2\r\n\r\n";
+        let without = "HTTP/1.1 200 Connection established\r\n\r\n";
+        let table = [
+            (Some("198.51.100.1"), with, Some("198.51.100.1")),
+            (None, with, Some("198.51.100.2")),
+            (None, without, None),
+            (None, "", None),
+            (Some("not an address"), with, None),
+        ];
+        for (answer, connect, want) in table {
+            let got = checker.read(&fetched(answer, connect));
+            match want {
+                Some(ip) => assert_eq!(got, ExitCheck::Learned(ip.parse().unwrap())),
+                None => assert!(matches!(got, ExitCheck::Unknown(_)), "{got:?}"),
             }
         }
     }

@@ -289,6 +289,8 @@ pub struct Fetched {
     pub body: Vec<u8>,
     /// The body went on past `max_body`.
     pub over: bool,
+    /// The head of the proxy's answer to CONNECT (empty when none was sent).
+    pub connect_head: Vec<u8>,
 }
 
 /// Per-probe bookkeeping: the shared clock and the last status seen.
@@ -316,7 +318,7 @@ impl Inner {
         if dialed.connect_status.is_some() {
             run.status = dialed.connect_status;
         }
-        let mut io = dialed.io;
+        let (mut io, connect_head) = (dialed.io, dialed.connect_head);
         if self.target.https {
             io = run
                 .clock
@@ -331,7 +333,9 @@ impl Inner {
                 )
                 .await?;
         }
-        self.exchange(io, proxy, dialed.forward, run).await
+        let mut fetched = self.exchange(io, proxy, dialed.forward, run).await?;
+        fetched.connect_head = connect_head;
+        Ok(fetched)
     }
 
     /// The HTTP exchange over a dialed stream: the request, the status line and headers
@@ -379,6 +383,7 @@ impl Inner {
             headers: head.headers,
             body,
             over,
+            connect_head: Vec::new(),
         })
     }
 

@@ -527,6 +527,9 @@ pub struct HttpProxyCfg {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Refuse CONNECT (403) to any other port, as proxies that tunnel only to 443 do.
     pub connect_ports: Option<Vec<u16>>,
+    /// Header lines (`Name: value`) of its `200` answer to CONNECT, as a provider that
+    /// names the exit address there does.
+    pub connect_headers: Vec<String>,
 }
 
 /// Start a fake HTTP proxy; `seen` holds the request heads it received.
@@ -595,10 +598,13 @@ async fn serve_http_proxy<S: Io>(mut s: S, cfg: &HttpProxyCfg, seen: Arc<Mutex<V
         return;
     };
     if method == "CONNECT" {
-        if s.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            .await
-            .is_err()
-        {
+        let mut reply = String::from("HTTP/1.1 200 Connection established\r\n");
+        for h in &cfg.connect_headers {
+            reply.push_str(h);
+            reply.push_str("\r\n");
+        }
+        reply.push_str("\r\n");
+        if s.write_all(reply.as_bytes()).await.is_err() {
             return;
         }
     } else {

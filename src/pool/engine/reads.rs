@@ -51,10 +51,16 @@ impl Engine {
         &self.metrics
     }
 
-    /// A configured pool's series, for recorders outside the engine (the gateway's
-    /// upstream attempts). None for an unknown pool, so client-given names add no series.
-    pub fn pool_metrics(&self, pool: &str) -> Option<PoolMetrics> {
-        self.lock().metrics_of(pool).cloned()
+    /// What the gateway keeps beside a lease of `id` from `pool`: the pool's series (None
+    /// for an unknown pool, so client-given names add no series), and what the answers
+    /// through `id` can teach of its exit address. One lock for both.
+    pub fn beside_lease(
+        &self,
+        pool: &str,
+        id: EndpointId,
+    ) -> (Option<PoolMetrics>, Option<crate::pool::ExitSighting>) {
+        let p = self.lock();
+        (p.metrics_of(pool).cloned(), p.exit_sighting(id))
     }
 
     /// The gateway relayed `sent` bytes to endpoint `id` and `received` from it.
