@@ -547,3 +547,103 @@ async fn prompt_heads_on_a_kept_connection_are_served_however_long_it_idles_betw
         tokio::time::sleep(Duration::from_millis(600)).await;
     }
 }
+
+/// `rotate = "request"`: the streams of one HTTP/2 client connection each go through an
+/// upstream connection of their own. The client's two descriptors cover one of them; the
+/// others in flight hold one of the budget each, and past it a stream is answered `503
+/// local_resources` (nothing dialed, nothing reported) while the rest are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn intercepted_streams_beyond_the_descriptor_budget_get_503() {
+    use common::fakes::TestCa;
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use proxypool::config::{CaFiles, Everything, HostPatterns, Rotate};
+    use proxypool::tls::{CertAuthority, Leaves};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let origin_ca = TestCa::new("origin roots");
+    // Every answer takes about a second (its body trickles), so the streams overlap.
+    let origin = dest(DestCfg {
+        tls: Some(origin_ca.server_config()),
+        body: b"0123456789".to_vec(),
+        trickle: Some(Duration::from_millis(100)),
+        ..DestCfg::default()
+    })
+    .await;
+    let proxy = http_proxy(HttpProxyCfg::default()).await;
+    let ca = Arc::new(CertAuthority::create(&CaFiles::in_dir(dir.path()), false).unwrap());
+    let leaves = Arc::new(Leaves::new(ca.clone(), 100));
+    // The client's two, and three more.
+    let gw = Gw::start_intercepting(
+        &[common::gateway::url("http", proxy.port())],
+        |c| {
+            c.intercept = HostPatterns::parse(&["localhost".into()], Everything::Allowed).unwrap();
+            c.intercept_ports = vec![origin.port()];
+            c.rotate = Rotate::Request;
+        },
+        5,
+        leaves,
+        origin_ca.write_pem(dir.path()),
+    )
+    .await;
+    let authority = format!("localhost:{}", origin.port());
+    let (tunnel, r) = common::gateway::connect_tunnel_to(gw.addr, &authority, "").await;
+    assert_eq!(r.status(), 200, "{}", r.head);
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.certificate().der().clone()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(name, tunnel)
+        .await
+        .expect("TLS with the gateway");
+    let (send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .expect("HTTP/2 with the gateway");
+    tokio::spawn(conn);
+    let streams = (0..6).map(|_| {
+        let mut send = send.clone();
+        let url = format!("https://{authority}/");
+        async move {
+            let req = hyper::Request::get(url)
+                .body(Empty::<bytes::Bytes>::new())
+                .unwrap();
+            let resp = send.send_request(req).await.expect("an answer");
+            let status = resp.status().as_u16();
+            let code = resp
+                .headers()
+                .get("x-proxypool-error")
+                .map(|v| v.to_str().unwrap().to_string());
+            let body = resp.into_body().collect().await.expect("the body");
+            (status, code, body.to_bytes())
+        }
+    });
+    let answers = futures_util::future::join_all(streams).await;
+    let served = answers.iter().filter(|(s, ..)| *s == 200).count();
+    let refused: Vec<_> = answers.iter().filter(|(s, ..)| *s == 503).collect();
+    assert_eq!((served, refused.len()), (4, 2), "{answers:?}");
+    for (_, code, _) in &refused {
+        assert_eq!(code.as_deref(), Some("local_resources"), "{answers:?}");
+    }
+    for (s, _, body) in &answers {
+        if *s == 200 {
+            assert_eq!(&body[..], b"0123456789");
+        }
+    }
+    // Nothing was held against the upstream, and its descriptors came back: the next
+    // streams are served.
+    assert_eq!(gw.row(gw.ids[0]).state, proxypool::health::State::Available);
+    let mut send = send.clone();
+    let req = hyper::Request::get(format!("https://{authority}/"))
+        .body(Empty::<bytes::Bytes>::new())
+        .unwrap();
+    assert_eq!(send.send_request(req).await.unwrap().status(), 200);
+}

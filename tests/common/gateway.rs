@@ -12,6 +12,7 @@ use proxypool::gateway::{Descriptors, Gateway, Limits};
 use proxypool::health::State;
 use proxypool::pool::engine::Engine;
 use proxypool::store::{EndpointRow, EventRow, NewEndpoint, Store};
+use proxypool::tls::Leaves;
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -74,9 +75,9 @@ impl Gw {
             default_pools(),
             eps,
             f,
-            Limits::default(),
-            Descriptors::unlimited(),
+            (Limits::default(), Descriptors::unlimited()),
             bans,
+            None,
         )
         .await
     }
@@ -114,16 +115,32 @@ impl Gw {
         limits: Limits,
         fds: Descriptors,
     ) -> Gw {
-        Gw::start_inner(pools, eps, f, limits, fds, BanRules::default()).await
+        Gw::start_inner(pools, eps, f, (limits, fds), BanRules::default(), None).await
+    }
+
+    /// Endpoints `urls` in pool `default` behind a gateway that intercepts as `f` sets
+    /// (`intercept`, `rotate`), minting leaves with `leaves` and trusting the origins'
+    /// roots in `extra_roots`; its connections hold at most `n` descriptors.
+    pub async fn start_intercepting(
+        urls: &[String],
+        f: impl FnOnce(&mut GatewayConfig),
+        n: usize,
+        leaves: Arc<Leaves>,
+        extra_roots: PathBuf,
+    ) -> Gw {
+        let eps = urls.iter().map(|u| endpoint(u, "default", &[])).collect();
+        let fds = (Limits::default(), Descriptors::new(n));
+        let icpt = Some((leaves, extra_roots));
+        Gw::start_inner(default_pools(), eps, f, fds, BanRules::default(), icpt).await
     }
 
     async fn start_inner(
         pools: Vec<PoolConfig>,
         eps: Vec<NewEndpoint>,
         f: impl FnOnce(&mut GatewayConfig),
-        limits: Limits,
-        fds: Descriptors,
+        (limits, fds): (Limits, Descriptors),
         bans: BanRules,
+        icpt: Option<(Arc<Leaves>, PathBuf)>,
     ) -> Gw {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("gw.db");
@@ -136,12 +153,15 @@ impl Gw {
         };
         let mut cfg = GatewayConfig::new("127.0.0.1:0".parse().unwrap());
         f(&mut cfg);
-        let gw = Gateway::bind(cfg, engine.clone())
+        let mut gw = Gateway::bind(cfg, engine.clone())
             .await
             .unwrap()
             .with_limits(limits)
             .with_descriptors(fds)
             .with_bans(bans);
+        if let Some((leaves, roots)) = icpt {
+            gw = gw.with_interception(&leaves, Some(&roots)).unwrap();
+        }
         let addr = gw.local_addr();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(gw.run(shutdown.clone()));
@@ -337,10 +357,18 @@ pub fn get(port: u16, path: &str, extra: &str) -> Vec<u8> {
 
 /// CONNECT 127.0.0.1:port; returns the stream and the gateway's answer.
 pub async fn connect_tunnel(addr: SocketAddr, port: u16, extra: &str) -> (TcpStream, Resp) {
+    connect_tunnel_to(addr, &format!("127.0.0.1:{port}"), extra).await
+}
+
+/// [`connect_tunnel`] to `authority` (`host:port`).
+pub async fn connect_tunnel_to(
+    addr: SocketAddr,
+    authority: &str,
+    extra: &str,
+) -> (TcpStream, Resp) {
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(
-        format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{extra}\r\n")
-            .as_bytes(),
+        format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n{extra}\r\n").as_bytes(),
     )
     .await
     .unwrap();

@@ -5,6 +5,7 @@
 //! within `head`, idle keep-alive closed after `idle`.
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use http_body_util::BodyExt;
@@ -17,18 +18,43 @@ use tracing::debug;
 
 use super::rewound::Rewound;
 use crate::config::Rotate;
-use crate::gateway::answer::text;
+use crate::gateway::answer::{text, LOCAL_RESOURCES};
 use crate::gateway::idle::Body;
 use crate::gateway::limits::{Activity, Watched};
 use crate::gateway::routing::Routing;
 use crate::gateway::target::Target;
 use crate::gateway::Shared;
+use tokio::sync::OwnedSemaphorePermit;
 
 /// What every request of one intercepted connection shares.
 struct Inside {
     shared: Arc<Shared>,
     target: Target,
     routing: Routing,
+    /// The upstream descriptor of the connection's own two is taken (by a request under
+    /// `rotate = "request"`).
+    own: Arc<AtomicBool>,
+}
+
+/// The descriptor a request's upstream connection holds until its answer ends: the
+/// connection's own, or one of the budget.
+type Descriptor = (Option<Own>, Option<OwnedSemaphorePermit>);
+
+/// The connection's own upstream descriptor, given back when dropped.
+struct Own(Arc<AtomicBool>);
+
+impl Own {
+    fn claim(own: &Arc<AtomicBool>) -> Option<Own> {
+        own.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+            .ok()
+            .map(|_| Own(own.clone()))
+    }
+}
+
+impl Drop for Own {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 /// Serve the client of an intercepted CONNECT whose `200` has gone out (`early`: what it
@@ -65,22 +91,30 @@ pub(in crate::gateway) async fn serve<C>(
         shared: shared.clone(),
         target,
         routing: routing.clone(),
+        own: Arc::new(AtomicBool::new(false)),
     });
     let svc_activity = activity.clone();
-    let svc =
-        hyper::service::service_fn(move |req| {
-            let inside = inside.clone();
-            let busy = svc_activity.busy();
-            let activity = svc_activity.clone();
-            async move {
-                let resp = Box::pin(inside.answer(req)).await;
-                let responding = activity.responding();
-                drop(busy);
-                Ok::<_, Infallible>(resp.map(|body| {
-                    crate::gateway::limits::Holding::new(body, responding).boxed_unsync()
-                }))
-            }
-        });
+    let svc = hyper::service::service_fn(move |req| {
+        let inside = inside.clone();
+        let busy = svc_activity.busy();
+        let activity = svc_activity.clone();
+        async move {
+            let Some(held) = inside.descriptor() else {
+                let refused = text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    LOCAL_RESOURCES,
+                    "the gateway is out of descriptors for another upstream connection (its descriptor budget); try again",
+                );
+                return Ok::<_, Infallible>(refused.map(BodyExt::boxed_unsync));
+            };
+            let resp = Box::pin(inside.answer(req)).await;
+            let responding = activity.responding();
+            drop(busy);
+            Ok::<_, Infallible>(resp.map(|body| {
+                crate::gateway::limits::Holding::new(body, (responding, held)).boxed_unsync()
+            }))
+        }
+    });
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -128,6 +162,22 @@ fn connection_routing(rotate: Rotate, mut routing: Routing) -> Routing {
 }
 
 impl Inside {
+    /// With `rotate = "request"` each request of the connection goes through an upstream
+    /// connection of its own, and the client's two descriptors cover one: the request that
+    /// holds the connection's own (`own`) until its answer ends, while others in flight
+    /// (HTTP/2 streams) hold one more of the budget each, or are answered `503
+    /// local_resources` when the budget has none (`None`).
+    fn descriptor(&self) -> Option<Descriptor> {
+        if self.shared.cfg.rotate != Rotate::Request {
+            return Some((None, None));
+        }
+        if let Some(own) = Own::claim(&self.own) {
+            return Some((Some(own), None));
+        }
+        let icpt = self.shared.intercept.as_ref()?;
+        icpt.extra_descriptor().map(|permit| (None, Some(permit)))
+    }
+
     async fn answer(&self, req: Request<Incoming>) -> Response<Body> {
         if let Err(why) = same_origin(&req, &self.target) {
             return text(StatusCode::MISDIRECTED_REQUEST, "bad_request", &why);
