@@ -27,6 +27,27 @@ fn time(s: &str) -> Result<SystemTime, StoreError> {
     parse_time(s).ok_or_else(|| StoreError::Corrupt(format!("time {s:?} does not parse")))
 }
 
+/// A step of the copy failed: in PostgreSQL (mapped by the store, the URL redacted), or
+/// in what the SQLite file holds.
+enum CopyError {
+    Pg(tokio_postgres::Error),
+    Store(StoreError),
+}
+
+impl From<tokio_postgres::Error> for CopyError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        CopyError::Pg(e)
+    }
+}
+
+impl From<StoreError> for CopyError {
+    fn from(e: StoreError) -> Self {
+        CopyError::Store(e)
+    }
+}
+
+type Tx<'a> = tokio_postgres::Transaction<'a>;
+
 /// Copy everything `from` holds into `to`, whose schema must be empty of rows.
 pub fn copy_from_sqlite(from: &Sqlite, to: &Postgres) -> Result<Copied, StoreError> {
     let endpoints = from.list(None, None)?;
@@ -34,177 +55,234 @@ pub fn copy_from_sqlite(from: &Sqlite, to: &Postgres) -> Result<Copied, StoreErr
     let sources = from.sources(None)?;
     to.block(async {
         let mut c = to.client().await?;
-        let r: Result<Result<Copied, StoreError>, tokio_postgres::Error> = async {
+        let copied = async {
             let tx = c.transaction().await?;
             let seq = lock_and_number(&tx).await?;
-            let used: i64 = tx
-                .query_one(
-                    "SELECT (SELECT count(*) FROM endpoints) + (SELECT count(*) FROM events) \
-                     + (SELECT count(*) FROM destination_pairs) + (SELECT count(*) FROM sources)",
-                    &[],
-                )
-                .await?
-                .get(0);
-            if used > 0 {
-                return Ok(Err(StoreError::Migration {
-                    path: to.target().describe().into(),
-                    message: "the PostgreSQL schema already holds endpoints or events; \
-                              a move needs an empty one (nothing was copied)"
-                        .into(),
-                }));
-            }
-            let mut copied = Copied::default();
-            for chunk in endpoints.chunks(CHUNK) {
-                let mut cols = EndpointCols::default();
-                for r in chunk {
-                    if let Err(e) = cols.push(r) {
-                        return Ok(Err(e));
-                    }
-                }
-                tx.execute(
-                    "INSERT INTO endpoints (id, pool, scheme, host, port, \"user\", password, label, \
-                       source, state, reason, phase, detail, streak, reason_streak, cooldown_ms, \
-                       cooldown_until, state_changed_at, created_at, tags, rev) \
-                     SELECT *, $19 FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[], \
-                       $5::int[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
-                       $11::text[], $12::text[], $13::text[], $14::int[], $15::int[], $16::bigint[], \
-                       $17::timestamptz[], $18::timestamptz[], $20::timestamptz[], $21::text[])",
-                    &[
-                        &cols.id,
-                        &cols.pool,
-                        &cols.scheme,
-                        &cols.host,
-                        &cols.port,
-                        &cols.user,
-                        &cols.password,
-                        &cols.label,
-                        &cols.source,
-                        &cols.state,
-                        &cols.reason,
-                        &cols.phase,
-                        &cols.detail,
-                        &cols.streak,
-                        &cols.reason_streak,
-                        &cols.cooldown_ms,
-                        &cols.cooldown_until,
-                        &cols.state_changed_at,
-                        &seq,
-                        &cols.created_at,
-                        &cols.tags,
-                    ],
-                )
-                .await?;
-                copy_exits(&tx, chunk).await?;
-                copied.endpoints += chunk.len();
-            }
-            for chunk in pairs.chunks(CHUNK) {
-                let mut ids = Vec::new();
-                let mut dests = Vec::new();
-                let mut states = Vec::new();
-                let mut reasons = Vec::new();
-                let mut phases = Vec::new();
-                let mut statuses = Vec::new();
-                let mut details = Vec::new();
-                let mut streaks = Vec::new();
-                let mut rstreaks = Vec::new();
-                let mut ms = Vec::new();
-                let mut untils = Vec::new();
-                let mut changed = Vec::new();
-                for p in chunk {
-                    let r = &p.record;
-                    ids.push(r.endpoint);
-                    dests.push(r.destination.clone());
-                    states.push(r.state.as_str().to_string());
-                    reasons.push(r.reason.map(|x| x.as_str().to_string()));
-                    phases.push(r.phase.map(|x| x.as_str().to_string()));
-                    statuses.push(r.status.map(i32::from));
-                    details.push(r.detail.clone());
-                    streaks.push(r.streak as i32);
-                    rstreaks.push(r.reason_streak as i32);
-                    ms.push(r.cooldown_ms.map(|v| v as i64));
-                    untils.push(p.cooldown_until);
-                    match time(&p.state_changed_at) {
-                        Ok(t) => changed.push(t),
-                        Err(e) => return Ok(Err(e)),
-                    }
-                }
-                tx.execute(
-                    "INSERT INTO destination_pairs (endpoint, destination, state, reason, phase, \
-                       status, detail, streak, reason_streak, cooldown_ms, cooldown_until, \
-                       state_changed_at, rev) \
-                     SELECT *, $13 FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[], \
-                       $5::text[], $6::int[], $7::text[], $8::int[], $9::int[], $10::bigint[], \
-                       $11::timestamptz[], $12::timestamptz[])",
-                    &[
-                        &ids, &dests, &states, &reasons, &phases, &statuses, &details, &streaks,
-                        &rstreaks, &ms, &untils, &changed, &seq,
-                    ],
-                )
-                .await?;
-                copied.pairs += chunk.len();
-            }
-            let mut after = 0;
-            loop {
-                let evs = match from.events(None, after, CHUNK) {
-                    Ok(v) => v,
-                    Err(e) => return Ok(Err(e)),
-                };
-                let Some(last) = evs.last().map(|e| e.id) else {
-                    break;
-                };
-                let mut cols = EventCols::default();
-                let (mut ids, mut ats) = (Vec::new(), Vec::new());
-                for e in &evs {
-                    match time(&e.at) {
-                        Ok(at) => ats.push(at),
-                        Err(err) => return Ok(Err(err)),
-                    }
-                    ids.push(e.id);
-                    cols.push_stored(e);
-                }
-                let mut params: Vec<&(dyn ToSql + Sync)> = vec![&ids, &ats];
-                params.extend(cols.params());
-                tx.execute(
-                    "INSERT INTO events (id, at, endpoint, kind, from_state, to_state, reason, phase, \
-                       detail, lease, destination, status, blame) \
-                     SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::text[], \
-                       $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
-                       $11::text[], $12::int[], $13::text[])",
-                    &params,
-                )
-                .await?;
-                copied.events += evs.len();
-                after = last;
-            }
-            // New events continue after the copied ones.
-            tx.execute(
-                "SELECT setval(pg_get_serial_sequence('events', 'id'), \
-                   GREATEST((SELECT COALESCE(MAX(id), 0) FROM events), 1), \
-                   (SELECT COUNT(*) > 0 FROM events))",
-                &[],
-            )
-            .await?;
-            for s in &sources {
-                let at = match s.last_at.as_deref().map(time).transpose() {
-                    Ok(t) => t,
-                    Err(e) => return Ok(Err(e)),
-                };
-                tx.execute(
-                    "INSERT INTO sources (pool, name, last_at, last_ok, last_detail, last_count) \
-                     VALUES ($1, $2, $3, $4, $5, $6)",
-                    &[&s.pool, &s.name, &at, &s.last_ok, &s.last_detail, &s.last_count],
-                )
-                .await?;
-                copied.sources += 1;
-            }
-            tx.execute(NOTIFY, &[&CHANNEL])
-                .await?;
+            ensure_empty(&tx, to).await?;
+            let copied = Copied {
+                endpoints: copy_endpoints(&tx, &endpoints, seq).await?,
+                pairs: copy_pairs(&tx, &pairs, seq).await?,
+                events: copy_events(&tx, from).await?,
+                sources: copy_sources(&tx, &sources).await?,
+            };
+            tx.execute(NOTIFY, &[&CHANNEL]).await?;
             tx.commit().await?;
-            Ok(Ok(copied))
+            Ok::<_, CopyError>(copied)
         }
         .await;
-        r.map_err(|e| to.err(e))?
+        copied.map_err(|e| match e {
+            CopyError::Pg(e) => to.err(e),
+            CopyError::Store(e) => e,
+        })
     })
+}
+
+/// A move needs an empty schema: refused, with nothing copied, when it holds any row.
+async fn ensure_empty(tx: &Tx<'_>, to: &Postgres) -> Result<(), CopyError> {
+    let used: i64 = tx
+        .query_one(
+            "SELECT (SELECT count(*) FROM endpoints) + (SELECT count(*) FROM events) \
+             + (SELECT count(*) FROM destination_pairs) + (SELECT count(*) FROM sources)",
+            &[],
+        )
+        .await?
+        .get(0);
+    if used > 0 {
+        return Err(CopyError::Store(StoreError::Migration {
+            path: to.target().describe().into(),
+            message: "the PostgreSQL schema already holds endpoints or events; \
+                      a move needs an empty one (nothing was copied)"
+                .into(),
+        }));
+    }
+    Ok(())
+}
+
+/// The endpoints with their ids, states, cooldowns and exit addresses.
+async fn copy_endpoints(
+    tx: &Tx<'_>,
+    endpoints: &[crate::store::EndpointRow],
+    seq: i64,
+) -> Result<usize, CopyError> {
+    for chunk in endpoints.chunks(CHUNK) {
+        let mut cols = EndpointCols::default();
+        for r in chunk {
+            cols.push(r)?;
+        }
+        tx.execute(
+            "INSERT INTO endpoints (id, pool, scheme, host, port, \"user\", password, label, \
+               source, state, reason, phase, detail, streak, reason_streak, cooldown_ms, \
+               cooldown_until, state_changed_at, created_at, tags, rev) \
+             SELECT *, $19 FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[], \
+               $5::int[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
+               $11::text[], $12::text[], $13::text[], $14::int[], $15::int[], $16::bigint[], \
+               $17::timestamptz[], $18::timestamptz[], $20::timestamptz[], $21::text[])",
+            &[
+                &cols.id,
+                &cols.pool,
+                &cols.scheme,
+                &cols.host,
+                &cols.port,
+                &cols.user,
+                &cols.password,
+                &cols.label,
+                &cols.source,
+                &cols.state,
+                &cols.reason,
+                &cols.phase,
+                &cols.detail,
+                &cols.streak,
+                &cols.reason_streak,
+                &cols.cooldown_ms,
+                &cols.cooldown_until,
+                &cols.state_changed_at,
+                &seq,
+                &cols.created_at,
+                &cols.tags,
+            ],
+        )
+        .await?;
+        copy_exits(tx, chunk).await?;
+    }
+    Ok(endpoints.len())
+}
+
+/// The (endpoint, destination) pairs with their states and cooldowns.
+async fn copy_pairs(
+    tx: &Tx<'_>,
+    pairs: &[crate::store::pairs::PairRow],
+    seq: i64,
+) -> Result<usize, CopyError> {
+    for chunk in pairs.chunks(CHUNK) {
+        let mut cols = PairCols::default();
+        for p in chunk {
+            cols.push(p)?;
+        }
+        tx.execute(
+            "INSERT INTO destination_pairs (endpoint, destination, state, reason, phase, \
+               status, detail, streak, reason_streak, cooldown_ms, cooldown_until, \
+               state_changed_at, rev) \
+             SELECT *, $13 FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[], \
+               $5::text[], $6::int[], $7::text[], $8::int[], $9::int[], $10::bigint[], \
+               $11::timestamptz[], $12::timestamptz[])",
+            &[
+                &cols.ids,
+                &cols.dests,
+                &cols.states,
+                &cols.reasons,
+                &cols.phases,
+                &cols.statuses,
+                &cols.details,
+                &cols.streaks,
+                &cols.rstreaks,
+                &cols.ms,
+                &cols.untils,
+                &cols.changed,
+                &seq,
+            ],
+        )
+        .await?;
+    }
+    Ok(pairs.len())
+}
+
+/// The events with their ids and times, a chunk at a time; new events continue after them.
+async fn copy_events(tx: &Tx<'_>, from: &Sqlite) -> Result<usize, CopyError> {
+    let (mut after, mut copied) = (0, 0);
+    loop {
+        let evs = from.events(None, after, CHUNK)?;
+        let Some(last) = evs.last().map(|e| e.id) else {
+            break;
+        };
+        let mut cols = EventCols::default();
+        let (mut ids, mut ats) = (Vec::new(), Vec::new());
+        for e in &evs {
+            ats.push(time(&e.at)?);
+            ids.push(e.id);
+            cols.push_stored(e);
+        }
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&ids, &ats];
+        params.extend(cols.params());
+        tx.execute(
+            "INSERT INTO events (id, at, endpoint, kind, from_state, to_state, reason, phase, \
+               detail, lease, destination, status, blame) \
+             SELECT * FROM UNNEST($1::bigint[], $2::timestamptz[], $3::bigint[], $4::text[], \
+               $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
+               $11::text[], $12::int[], $13::text[])",
+            &params,
+        )
+        .await?;
+        copied += evs.len();
+        after = last;
+    }
+    tx.execute(
+        "SELECT setval(pg_get_serial_sequence('events', 'id'), \
+           GREATEST((SELECT COALESCE(MAX(id), 0) FROM events), 1), \
+           (SELECT COUNT(*) > 0 FROM events))",
+        &[],
+    )
+    .await?;
+    Ok(copied)
+}
+
+/// The sources with what their last refresh found.
+async fn copy_sources(
+    tx: &Tx<'_>,
+    sources: &[crate::store::SourceRow],
+) -> Result<usize, CopyError> {
+    for s in sources {
+        let at = s.last_at.as_deref().map(time).transpose()?;
+        tx.execute(
+            "INSERT INTO sources (pool, name, last_at, last_ok, last_detail, last_count) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            &[
+                &s.pool,
+                &s.name,
+                &at,
+                &s.last_ok,
+                &s.last_detail,
+                &s.last_count,
+            ],
+        )
+        .await?;
+    }
+    Ok(sources.len())
+}
+
+/// The columns of a chunk of pairs, one array each.
+#[derive(Default)]
+struct PairCols {
+    ids: Vec<i64>,
+    dests: Vec<String>,
+    states: Vec<String>,
+    reasons: Vec<Option<String>>,
+    phases: Vec<Option<String>>,
+    statuses: Vec<Option<i32>>,
+    details: Vec<Option<String>>,
+    streaks: Vec<i32>,
+    rstreaks: Vec<i32>,
+    ms: Vec<Option<i64>>,
+    untils: Vec<Option<SystemTime>>,
+    changed: Vec<SystemTime>,
+}
+
+impl PairCols {
+    fn push(&mut self, p: &crate::store::pairs::PairRow) -> Result<(), StoreError> {
+        let r = &p.record;
+        self.changed.push(time(&p.state_changed_at)?);
+        self.ids.push(r.endpoint);
+        self.dests.push(r.destination.clone());
+        self.states.push(r.state.as_str().to_string());
+        self.reasons.push(r.reason.map(|x| x.as_str().to_string()));
+        self.phases.push(r.phase.map(|x| x.as_str().to_string()));
+        self.statuses.push(r.status.map(i32::from));
+        self.details.push(r.detail.clone());
+        self.streaks.push(r.streak as i32);
+        self.rstreaks.push(r.reason_streak as i32);
+        self.ms.push(r.cooldown_ms.map(|v| v as i64));
+        self.untils.push(p.cooldown_until);
+        Ok(())
+    }
 }
 
 #[derive(Default)]
