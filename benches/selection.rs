@@ -40,8 +40,9 @@
 //! around them.
 //!
 //! Run: `cargo bench --bench selection` (`-- socket`: only the socket table; `-- WORD`:
-//! only the in-process cells whose name holds WORD, for a profile of one; the ratios then
-//! need both of their cells).
+//! only the in-process cells whose name holds WORD, side by side: `ROUNDS` rounds (3 by
+//! default), each running every such cell once, and for every two of them each round's
+//! ratio and the median, e.g. `ROUNDS=9 cargo bench --bench selection -- destination`).
 
 #[path = "../tests/common/counting.rs"]
 mod counting;
@@ -325,6 +326,61 @@ fn bytes_per_pair(rows: &[EndpointRow], n: usize) -> (f64, usize) {
     ((on - off) as f64 / pairs as f64, pairs)
 }
 
+/// `ROUNDS` from the environment (the default otherwise).
+fn rounds_from_env() -> usize {
+    std::env::var("ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(ROUNDS)
+}
+
+/// The cells a word named, side by side: each round runs every cell once, in turn (in
+/// reverse order every other round), so a machine whose speed drifts moves them alike;
+/// each cell's rate per round, its best, and for every two cells each round's ratio and
+/// their median.
+fn matching(cells: Vec<(&str, Ask, Pools)>, rounds: usize) {
+    let mut cells: Vec<(&str, Ask, Pools, Vec<Want>)> = cells
+        .into_iter()
+        .map(|(n, a, p)| (n, a, p, wants(a)))
+        .collect();
+    let mut rng = fastrand::Rng::with_seed(23);
+    let mut out = vec![Vec::new(); cells.len()];
+    for round in 0..rounds {
+        let order: Vec<usize> = match round % 2 {
+            0 => (0..cells.len()).collect(),
+            _ => (0..cells.len()).rev().collect(),
+        };
+        for i in order {
+            let (_, ask, p, w) = &mut cells[i];
+            out[i].push(cell(p, *ask, w, &mut rng));
+        }
+    }
+    for (i, (name, ..)) in cells.iter().enumerate() {
+        let (r, g) = best(&out[i]);
+        let rounds: Vec<String> = out[i].iter().map(|c| format!("{:.0}", c.0)).collect();
+        println!(
+            "{name:<50}  {r:>12.0}  {:>7.1}%  rounds: {}",
+            g * 100.0,
+            rounds.join(" ")
+        );
+    }
+    for i in 1..cells.len() {
+        for j in 0..i {
+            let per: Vec<f64> = (0..rounds).map(|r| out[i][r].0 / out[j][r].0).collect();
+            let mut sorted = per.clone();
+            sorted.sort_by(f64::total_cmp);
+            let shown: Vec<String> = per.iter().map(|x| format!("{x:.2}")).collect();
+            println!(
+                "{} / {}: median {:.2}x, by round {}",
+                cells[i].0,
+                cells[j].0,
+                sorted[sorted.len() / 2],
+                shown.join(" ")
+            );
+        }
+    }
+}
+
 fn main() {
     let rows = rows();
     let cells: Vec<(&str, Ask, Pools)> = vec![
@@ -402,16 +458,7 @@ fn main() {
     if let Some(word) = &only {
         let mut cells = cells;
         cells.retain(|(n, _, _)| n.contains(word.as_str()));
-        for (name, ask, mut p) in cells {
-            let w = wants(ask);
-            let mut rng = fastrand::Rng::with_seed(23);
-            let (r, g) = best(
-                &(0..ROUNDS)
-                    .map(|_| cell(&mut p, ask, &w, &mut rng))
-                    .collect::<Vec<_>>(),
-            );
-            println!("{name:<50}  {r:>12.0}  {:>7.1}%", g * 100.0);
-        }
+        matching(cells, rounds_from_env());
         return;
     }
     let mut cells: Vec<(&str, Ask, Pools, Vec<Want>)> = cells
