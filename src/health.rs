@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+pub mod cell;
 mod policy;
 
 pub use policy::{Cooldown, Policy, PolicyError, ReasonPolicy};

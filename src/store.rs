@@ -23,9 +23,9 @@ pub use group_commit::GroupCommit;
 pub use location::Location;
 pub use postgres::{PgTarget, Postgres};
 pub use rows::{
-    Applied, Claim, ClaimOn, ClaimResult, EndpointRow, EndpointView, Epoch, EventRow, Fresh,
-    HealthRecord, NewEndpoint, NewEvent, Numbered, OnExisting, RowClaim, SlowedView, SourceRow,
-    ToInsert, Unclaim, Write,
+    Applied, Claim, ClaimOn, ClaimResult, EndpointRow, EndpointView, Epoch, EventRow, HealthRecord,
+    NewEndpoint, NewEvent, Numbered, OnExisting, RowClaim, RowNow, SlowedView, SourceRow, ToInsert,
+    Unclaim, Write,
 };
 pub use sqlite::Sqlite;
 
@@ -63,7 +63,7 @@ pub enum StoreError {
         /// Whose trial (`endpoint 7`, `endpoint 7 for example.com`).
         what: String,
         /// The rows as they are, for memory to follow.
-        fresh: Vec<Fresh>,
+        fresh: Vec<RowNow>,
     },
     /// Applying migrations failed.
     #[error("cannot migrate database {path}: {message}")]

@@ -13,7 +13,7 @@ use proxypool::event_kind::EventKind;
 use proxypool::health::{Phase, Reason, State};
 use proxypool::store::pairs::{PairRecord, PairWrite};
 use proxypool::store::{
-    EventFilter, Fresh, HealthRecord, Location, NewEndpoint, NewEvent, OpenOptions, Store,
+    EventFilter, HealthRecord, Location, NewEndpoint, NewEvent, OpenOptions, RowNow, Store,
     StoreError, Write,
 };
 
@@ -189,7 +189,7 @@ fn scenario(s: &mut Store) {
         // memory learns the row is gone.
         Ok(applied) => assert_eq!(
             (s.shared(), applied.fresh.as_slice()),
-            (true, [Fresh::Endpoint(424_242, None)].as_slice())
+            (true, [RowNow::Endpoint(424_242, None)].as_slice())
         ),
     }
     assert_eq!(s.get(b).unwrap().unwrap().state, State::Cooling);

@@ -151,7 +151,7 @@ fn retry_after_secs(d: std::time::Duration) -> u64 {
 
 pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
     let status = status_of(&e);
-    let said = Said::of(e);
+    let said = ErrorAnswer::of(e);
     let mut resp = text(status, said.code, &said.message);
     if let Some(secs) = said.retry_after_secs {
         resp.headers_mut()
@@ -165,16 +165,16 @@ pub(super) fn upstream_error(e: UpstreamError) -> Response<Body> {
 
 /// What an error answer says: its `X-Proxypool-Error` code, its text, when to come back
 /// and which endpoint the last try went through.
-struct Said {
+struct ErrorAnswer {
     code: &'static str,
     message: String,
     retry_after_secs: Option<u64>,
     endpoint: Option<EndpointId>,
 }
 
-impl Said {
-    fn new(code: &'static str, message: String) -> Said {
-        Said {
+impl ErrorAnswer {
+    fn new(code: &'static str, message: String) -> ErrorAnswer {
+        ErrorAnswer {
             code,
             message,
             retry_after_secs: None,
@@ -190,7 +190,7 @@ impl Said {
         trial_out: bool,
         endpoint: Option<crate::endpoint::EndpointId>,
         certificate: bool,
-    ) -> Said {
+    ) -> ErrorAnswer {
         let ms = retry_after.as_millis();
         let next = if trial_out {
             format!("its trial is under way: at the latest in {ms} ms the next request may be the trial")
@@ -214,26 +214,26 @@ impl Said {
                 "every upstream that tried it failed to reach it",
             )
         };
-        Said {
+        ErrorAnswer {
             retry_after_secs: Some(retry_after_secs(retry_after)),
             endpoint,
-            ..Said::new(
+            ..ErrorAnswer::new(
                 code,
                 format!("destination {target} is down: {why}; {dialed} ({next})"),
             )
         }
     }
 
-    fn of(e: UpstreamError) -> Said {
+    fn of(e: UpstreamError) -> ErrorAnswer {
         match e {
-            UpstreamError::Refused { error, endpoint } => Said::refused(error, endpoint),
+            UpstreamError::Refused { error, endpoint } => ErrorAnswer::refused(error, endpoint),
             UpstreamError::AllFailed {
                 last,
                 endpoint,
                 tried,
-            } => Said {
+            } => ErrorAnswer {
                 endpoint: Some(endpoint),
-                ..Said::new(
+                ..ErrorAnswer::new(
                     last.reason.as_str(),
                     format!(
                         "{tried} upstream(s) failed; last: {} at {}",
@@ -241,22 +241,22 @@ impl Said {
                     ),
                 )
             },
-            UpstreamError::Local(why) => Said {
+            UpstreamError::Local(why) => ErrorAnswer {
                 // The failure is this machine's: a second later it may be over.
                 retry_after_secs: Some(1),
-                ..Said::new(
+                ..ErrorAnswer::new(
                     LOCAL_RESOURCES,
                     format!("out of local resources ({why}); the failure is this machine's, nothing was reported against an upstream"),
                 )
             },
             e @ UpstreamError::UnusableUrl { .. } => {
-                Said::new(ErrorCode::Internal.as_str(), e.to_string())
+                ErrorAnswer::new(ErrorCode::Internal.as_str(), e.to_string())
             }
         }
     }
 
     /// A refusal: the code and the time of the one mapping, in the gateway's words.
-    fn refused(error: EngineError, endpoint: Option<EndpointId>) -> Said {
+    fn refused(error: EngineError, endpoint: Option<EndpointId>) -> ErrorAnswer {
         let r = Refusal::from(&error);
         let message = match &error {
             EngineError::Pool(PoolError::DestinationDown {
@@ -265,7 +265,9 @@ impl Said {
                 trial_out,
                 certificate,
                 ..
-            }) => return Said::down(target, *retry_after, *trial_out, endpoint, *certificate),
+            }) => {
+                return ErrorAnswer::down(target, *retry_after, *trial_out, endpoint, *certificate)
+            }
             EngineError::Pool(PoolError::Exhausted { pool, .. }) => {
                 let when = match r.retry_after {
                     Some(d) => format!("the soonest cooldown ends in {} ms", d.as_millis()),
@@ -293,10 +295,10 @@ impl Said {
             // hammer a pool that will not recover by itself.
             _ => r.retry_after.map(retry_after_secs),
         };
-        Said {
+        ErrorAnswer {
             retry_after_secs,
             endpoint,
-            ..Said::new(r.code.as_str(), message)
+            ..ErrorAnswer::new(r.code.as_str(), message)
         }
     }
 }

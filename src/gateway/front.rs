@@ -7,7 +7,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::debug;
 
-use super::quick_connect::{self, Left, Tunnel};
+use super::quick_connect::{self, Handoff, Tunnel};
 use super::{Shared, Slot};
 use crate::metrics::{GatewayMetrics, GatewayOutcome, GatewayProtocol};
 
@@ -84,9 +84,9 @@ async fn start(shared: Arc<Shared>, mut stream: TcpStream, slot: Slot) -> Option
             drop(slot);
         }
         Front::Http => match quick_connect::serve(&shared, stream, slot, first).await {
-            Left::Nothing => {}
-            Left::Tunnel(tunnel) => return Some(tunnel),
-            Left::Hyper(stream, slot, answered) => {
+            Handoff::Nothing => {}
+            Handoff::Tunnel(tunnel) => return Some(tunnel),
+            Handoff::Hyper(stream, slot, answered) => {
                 super::http::serve(shared, stream, slot, answered).await
             }
         },

@@ -41,7 +41,7 @@ struct Head {
 }
 
 /// What the quick path left of a connection.
-pub(super) enum Left {
+pub(super) enum Handoff {
     /// Nothing: served to its end, or closed.
     Nothing,
     /// For hyper: untouched (`false`), or open for the next request after a failure's
@@ -76,15 +76,15 @@ pub(super) async fn serve(
     mut stream: TcpStream,
     slot: Slot,
     mut peeked: Vec<u8>,
-) -> Left {
+) -> Handoff {
     let Some(head) = parse(shared, &peeked) else {
-        return Left::Hyper(stream, slot, false);
+        return Handoff::Hyper(stream, slot, false);
     };
     // The bytes are there: this read returns at once, and leaves what the client sent
     // past its head (a TLS hello, often) in the socket.
     peeked.truncate(head.len);
     if stream.read_exact(&mut peeked).await.is_err() {
-        return Left::Nothing;
+        return Handoff::Nothing;
     }
     drop(peeked);
     let mut early = Vec::new();
@@ -94,7 +94,7 @@ pub(super) async fn serve(
             // As hyper drops a request whose client is gone: the dial stops, and the
             // lease (if one was granted) goes back unreported.
             debug!("gateway client left while its tunnel was being opened");
-            return Left::Nothing;
+            return Handoff::Nothing;
         }
     };
     // Not held for the tunnel's life.
@@ -103,9 +103,9 @@ pub(super) async fn serve(
         Ok(opened) => {
             if !answer(shared, &mut stream, opened.answer()).await {
                 // Dropped, the lease goes back unreported.
-                return Left::Nothing;
+                return Handoff::Nothing;
             }
-            Left::Tunnel(Box::new(Tunnel {
+            Handoff::Tunnel(Box::new(Tunnel {
                 opened,
                 client: stream,
                 early,
@@ -115,9 +115,9 @@ pub(super) async fn serve(
         Err(failure) => {
             let close = failure.headers().contains_key(header::CONNECTION);
             if answer(shared, &mut stream, failure).await && !close && early.is_empty() {
-                return Left::Hyper(stream, slot, true);
+                return Handoff::Hyper(stream, slot, true);
             }
-            Left::Nothing
+            Handoff::Nothing
         }
     }
 }

@@ -6,7 +6,7 @@ use tracing::info;
 use crate::endpoint::EndpointId;
 use crate::event_kind::EventKind;
 use crate::health::blame::Blame;
-use crate::health::{Input, State, Step};
+use crate::health::{cell, Input, State, Step};
 use crate::store::{Claim, ClaimOn, HealthRecord, NewEvent, Unclaim, Write};
 
 use super::{PoolError, Pools};
@@ -50,28 +50,18 @@ impl Pools {
             .entries
             .get_mut(&id)
             .expect("caller checked the endpoint");
-        let from = e.health.state;
         let pool = e.pool;
-        // A trial's outcome is applied only while this daemon's claim is the current one.
-        let ours = e.claim;
-        let deciding = matches!(
-            input,
-            Input::Success { trial: true } | Input::Failure { trial: true, .. }
-        );
         // Disjoint fields: the policy is borrowed, not cloned, on every transition.
         let policy = &self.pools[e.pool].cfg.policy;
-        let step = e.health.apply(input, policy, now, jitter);
-        if matches!(step, Step::Claimed | Step::Changed { .. } | Step::Abandoned) {
-            // A claim lives from its confirmation (`claim_won`) to its trial's end.
-            e.claim = None;
-        }
+        let stepped = cell::step(&mut e.health, e.claim, input, policy, now, jitter);
+        e.claim = stepped.claim;
+        let (step, from) = (stepped.step.clone(), stepped.from);
         let h = &e.health;
         let mut writes = Vec::new();
-        // The act itself (report, probe, trial admission) is one row... unless it was
-        // refused: a claim or abandon that did not happen is not an event.
+        // The act itself (report, probe, trial admission) is one row, when recorded.
         let changed = matches!(step, Step::Changed { .. });
         let kind = act.kind.filter(|_| changed || !act.only_on_change);
-        if let (Some(kind), false) = (kind, step == Step::Refused) {
+        if let (Some(kind), true) = (kind, stepped.recorded()) {
             let ev = NewEvent {
                 endpoint: Some(id),
                 kind,
@@ -83,7 +73,7 @@ impl Pools {
                 lease: act.lease.clone(),
                 blame: act.blame,
             };
-            writes.push(match (&step, kind, ours, act.status) {
+            writes.push(match (&step, kind, stepped.held, act.status) {
                 // The store confirms the claim; the event is written only if it does.
                 (Step::Claimed, EventKind::TrialAdmitted, _, _) => Write::Claim(Claim {
                     on: ClaimOn::Endpoint(id),
@@ -117,7 +107,7 @@ impl Pools {
             let rec = HealthRecord {
                 id,
                 from: *from,
-                trial: if deciding { ours } else { None },
+                trial: stepped.settles,
                 state: h.state,
                 reason: h.reason,
                 phase: h.phase,
@@ -143,7 +133,7 @@ impl Pools {
             if to == State::Available {
                 // Slow start counts from here; and it is a candidate it was not.
                 e.up_since = now.saturating_duration_since(self.origin).as_millis() as u64;
-                self.epoch += 1;
+                self.generation += 1;
                 // Back from a cooldown it may leave from another address now.
                 self.pools[pool].exits.check_soon(id, now);
             }

@@ -31,7 +31,7 @@ use tracing::info;
 
 use crate::endpoint::EndpointId;
 use crate::event_kind::EventKind;
-use crate::health::{Health, Input, Policy, Reason, State, Step};
+use crate::health::{cell, Health, Input, Policy, Reason, State, Step};
 use crate::store::pairs::{PairRecord, PairWrite};
 use crate::store::NewEvent;
 
@@ -133,7 +133,7 @@ pub struct Destinations {
     views: Vec<Option<View>>,
     free: Vec<u32>,
     /// Origin of the pairs' millisecond deadlines.
-    epoch: Instant,
+    origin: Instant,
     /// Cooling pairs by deadline: (ticks, view, endpoint).
     deadlines: BTreeSet<(u64, u32, EndpointId)>,
     pairs: usize,
@@ -156,7 +156,7 @@ impl Destinations {
             names: FxHashMap::default(),
             views: Vec::new(),
             free: Vec::new(),
-            epoch: Instant::now(),
+            origin: Instant::now(),
             deadlines: BTreeSet::new(),
             pairs: 0,
             banned: 0,
@@ -245,7 +245,7 @@ impl Destinations {
 
     /// The soonest pair deadline.
     pub fn next_due(&self) -> Option<Instant> {
-        self.deadlines.first().map(|(d, _, _)| at(self.epoch, *d))
+        self.deadlines.first().map(|(d, _, _)| at(self.origin, *d))
     }
 
     /// The health of one pair, if it is held.
@@ -255,7 +255,7 @@ impl Destinations {
         v.pairs.get(&id).map(|p| PairHealth {
             destination: v.name.to_string(),
             endpoint: id,
-            health: p.health(self.epoch),
+            health: p.health(self.origin),
             status: p.status,
         })
     }
@@ -272,7 +272,7 @@ impl Destinations {
                 Some(PairHealth {
                     destination: v.name.to_string(),
                     endpoint: id,
-                    health: p.health(self.epoch),
+                    health: p.health(self.origin),
                     status: p.status,
                 })
             })
@@ -308,7 +308,7 @@ impl Destinations {
         if let Some(o) = old.filter(|o| o.state == rec.state) {
             h.fails = o.fails;
         }
-        let mut pair = Pair::from_health(&h, rec.status, self.epoch);
+        let mut pair = Pair::from_health(&h, rec.status, self.origin);
         pair.touched = match old {
             Some(o) => o.touched,
             None => self.touch(slot, rec.endpoint),
@@ -323,7 +323,7 @@ impl Destinations {
             (State::ProbeAllowed, Some(c)) if !c.left.is_zero() => {
                 // Another daemon's trial: nobody here may take it until it lapses.
                 pair.claimed = true;
-                pair.deadline = pair::ticks(self.epoch, now + c.left);
+                pair.deadline = pair::ticks(self.origin, now + c.left);
             }
             _ => {}
         }
@@ -383,17 +383,11 @@ impl Destinations {
                 return writes::nothing(destination, id, act, status);
             }
         };
-        let mut h = pair.health(self.epoch);
-        let from = h.state;
+        let mut h = pair.health(self.origin);
         let was_waiting = pair.state == State::ProbeAllowed && !pair.claimed;
         let failure = matches!(input, Input::Failure { .. });
-        // A trial's outcome is applied only while this daemon's claim is the current one.
-        let deciding = matches!(
-            input,
-            Input::Success { trial: true } | Input::Failure { trial: true, .. }
-        );
-        let ours = pair.epoch();
-        let step = h.apply(input, policy, now, jitter);
+        let stepped = cell::step(&mut h, pair.epoch(), input, policy, now, jitter);
+        let (step, from) = (stepped.step.clone(), stepped.from);
         // The pair keeps the status of the failure that banned it; the act's event
         // carries the status of this report.
         let kept = match step {
@@ -409,7 +403,7 @@ impl Destinations {
         let own_row = act
             .as_ref()
             .is_some_and(|a| a.kind != EventKind::StateChanged);
-        if let (Some(act), false, true) = (&act, step == Step::Refused, own_row) {
+        if let (Some(act), true, true) = (&act, stepped.recorded(), own_row) {
             writes.push(PairWrite::Event {
                 destination: name.clone(),
                 status,
@@ -422,7 +416,7 @@ impl Destinations {
             });
         }
         if let Step::Changed { from, to } = step {
-            let trial = if deciding { ours } else { None };
+            let trial = stepped.settles;
             let reason = h.reason.map(|r| r.as_str()).unwrap_or("-");
             if self.budget.admit(now, reason) {
                 writes::log_transition(&name, id, from, to, &h);
@@ -431,15 +425,12 @@ impl Destinations {
                 &name, id, from, to, &h, kept, act, trial, now,
             ));
         }
-        let mut after = Pair::from_health(&h, kept, self.epoch);
+        let mut after = Pair::from_health(&h, kept, self.origin);
         after.touched = match failure {
             true => self.touch(slot, id),
             false => pair.touched,
         };
-        // A claim lives from its confirmation to its trial's end.
-        if !matches!(step, Step::Claimed | Step::Changed { .. } | Step::Abandoned) {
-            after.set_epoch(ours);
-        }
+        after.set_epoch(stepped.claim);
         if after.needed() {
             self.put(slot, id, after, !was_waiting);
         } else {
@@ -509,7 +500,7 @@ impl Destinations {
     pub fn advance(&mut self, policy: &Policy, now: Instant) -> Vec<PairWrite> {
         let mut writes = Vec::new();
         while let Some(&(d, slot, id)) = self.deadlines.first() {
-            if at(self.epoch, d) > now {
+            if at(self.origin, d) > now {
                 break;
             }
             let Some(name) = self.view(slot).map(|v| v.name.to_string()) else {

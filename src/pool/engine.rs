@@ -88,7 +88,7 @@ const CLAIM_TRIES: usize = 8;
 /// (docs/fleet.md): leases withdrawn because their trial went to another daemon, claims
 /// lost, rows found changed elsewhere (memory follows them now).
 #[derive(Debug, Default)]
-struct Done {
+struct Aftermath {
     withdrawn: Vec<String>,
     lost: Vec<ClaimOn>,
     changed_elsewhere: Vec<EndpointId>,
@@ -228,7 +228,7 @@ impl Engine {
     async fn run<T>(
         &self,
         f: impl FnOnce(&mut Pools, Instant, SystemTime) -> (T, Vec<Write>),
-    ) -> Result<(T, Done), EngineError> {
+    ) -> Result<(T, Aftermath), EngineError> {
         self.run_as(Commit::Durable, f).await
     }
 
@@ -237,7 +237,7 @@ impl Engine {
         &self,
         commit: Commit,
         f: impl FnOnce(&mut Pools, Instant, SystemTime) -> (T, Vec<Write>),
-    ) -> Result<(T, Done), EngineError> {
+    ) -> Result<(T, Aftermath), EngineError> {
         let rx;
         let out;
         let mut keys = Vec::new();
@@ -261,7 +261,7 @@ impl Engine {
             out = o;
             if writes.is_empty() {
                 // Nothing to persist (most leases and releases): no round trip to the store.
-                return Ok((out, Done::default()));
+                return Ok((out, Aftermath::default()));
             }
             if let Some(e) = self.away() {
                 // The store is away (docs/fleet.md, "Faults"): nothing is sent to it. What
@@ -273,7 +273,7 @@ impl Engine {
                 }
                 return match commit {
                     Commit::Durable => Err(self.unavailable().into()),
-                    Commit::Ride | Commit::RideWatched => Ok((out, Done::default())),
+                    Commit::Ride | Commit::RideWatched => Ok((out, Aftermath::default())),
                 };
             }
             if ride {
@@ -294,12 +294,12 @@ impl Engine {
         };
         if ride {
             if !watched {
-                return Ok((out, Done::default()));
+                return Ok((out, Aftermath::default()));
             }
             // A waiting lease need not wait for this commit either.
             self.notify_waiters();
             return match rx.await {
-                Ok(Ok(_)) => Ok((out, Done::default())),
+                Ok(Ok(_)) => Ok((out, Aftermath::default())),
                 Ok(Err(e)) => Err(self.failed(e, None)),
                 Err(_) => Err(EngineError::Stopped),
             };
@@ -315,8 +315,8 @@ impl Engine {
 
     /// After a commit: claims the store confirmed or gave to another daemon, rows found
     /// changed elsewhere (`held`: the pool lock, if the caller holds it).
-    fn settle(&self, applied: Applied, held: Option<MutexGuard<'_, Pools>>) -> Done {
-        let mut done = Done::default();
+    fn settle(&self, applied: Applied, held: Option<MutexGuard<'_, Pools>>) -> Aftermath {
+        let mut done = Aftermath::default();
         if applied.claims.is_empty() && applied.fresh.is_empty() {
             return done;
         }
@@ -336,7 +336,7 @@ impl Engine {
             .fresh
             .iter()
             .map(|f| match f {
-                crate::store::Fresh::Endpoint(id, _) | crate::store::Fresh::Pair(id, _, _) => *id,
+                crate::store::RowNow::Endpoint(id, _) | crate::store::RowNow::Pair(id, _, _) => *id,
             })
             .collect();
         drop(p);

@@ -163,7 +163,7 @@ impl Pools {
         let cap = p.cfg.max_leases_per_endpoint;
         if delta < 0 && cap != 0 && e.leases == cap {
             // Under its cap again: a candidate it was not.
-            self.epoch += 1;
+            self.generation += 1;
         }
         if e.health.state == State::Available {
             // Round robin: the one just moved goes behind its equals.

@@ -56,7 +56,7 @@ impl Pools {
                 exit: 0,
             },
         );
-        self.epoch += 1;
+        self.generation += 1;
         self.index(row.id);
         let seen = row
             .exit_seen_at
@@ -73,7 +73,7 @@ impl Pools {
         if let Some(e) = self.entries.get_mut(&id) {
             let old = std::mem::replace(&mut e.tags, ids);
             self.tags.release(&old);
-            self.epoch += 1;
+            self.generation += 1;
         } else {
             self.tags.release(&ids);
         }

@@ -177,8 +177,8 @@ pub struct Pools {
     tags: TagIndex,
     /// Bumped whenever an endpoint may have become a candidate it was not before (it
     /// became available, got new tags, came under its lease cap): a remembered "nothing
-    /// ready" for a host holds only within one epoch.
-    epoch: u64,
+    /// ready" for a host holds only within one generation.
+    generation: u64,
     /// Where per-entry times (`Entry::up_since`) count from.
     origin: Instant,
 }
@@ -238,7 +238,7 @@ impl Pools {
             metrics: None,
             frozen: false,
             tags: TagIndex::default(),
-            epoch: 0,
+            generation: 0,
             origin: Instant::now(),
         };
         for c in configs {
@@ -289,7 +289,7 @@ impl Pools {
                 }
             }
             // New caps, rules or strategies: what was remembered as nothing ready is stale.
-            self.epoch += 1;
+            self.generation += 1;
             return i;
         }
         let i = self.pools.len();

@@ -262,12 +262,18 @@ impl Pace {
     }
 
     /// The remembered "nothing ready" of a visited host, if it still holds for a lease
-    /// asking `sig` at pool `epoch`: when to ask again (`Some(None)`: after a release).
-    pub(super) fn dry(&self, v: Visit, epoch: u64, sig: u64, now: Instant) -> Option<Option<u64>> {
+    /// asking `sig` at the pool's `generation`: when to ask again (`Some(None)`: after a release).
+    pub(super) fn dry(
+        &self,
+        v: Visit,
+        generation: u64,
+        sig: u64,
+        now: Instant,
+    ) -> Option<Option<u64>> {
         let Visit::Held(r) = v else { return None };
         let d = self.host(r)?.dry?;
         let now = self.ms(now);
-        let holds = d.epoch == epoch && d.sig == sig && d.until.is_none_or(|u| now < u);
+        let holds = d.generation == generation && d.sig == sig && d.until.is_none_or(|u| now < u);
         holds.then_some(d.until)
     }
 

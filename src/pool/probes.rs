@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::apply::Act;
 use super::evidence::Settle;
-use super::targets::{Failed, Gate};
+use super::targets::{Admission, Failed};
 use super::{Outcome, PoolError, Pools};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
@@ -51,16 +51,13 @@ impl Pools {
         let Some(t) = ps.probe_target.as_deref() else {
             return Ok(());
         };
-        match ps.targets.gate(t, now) {
-            Gate::Open => Ok(()),
-            Gate::Trial => match ps.targets.claim_trial(t, now) {
-                Some(gen) => {
-                    ps.probe_trial = Some((id, gen));
-                    Ok(())
-                }
-                None => Err(ps.cfg.blame.target.cooldown.base),
-            },
-            Gate::Down { retry_after, .. } => Err(retry_after),
+        match ps.targets.admit(t, now) {
+            Admission::Go { .. } => Ok(()),
+            Admission::Trial(gen) => {
+                ps.probe_trial = Some((id, gen));
+                Ok(())
+            }
+            Admission::Down { retry_after, .. } => Err(retry_after),
         }
     }
 

@@ -321,7 +321,7 @@ impl Pools {
         let memo = held && !fit.views.any() && fit.avoid.is_empty();
         let sig = if memo { fit.sig() } else { 0 };
         if let Some(until) = memo
-            .then(|| ps.pace.dry(visit, self.epoch, sig, now))
+            .then(|| ps.pace.dry(visit, self.generation, sig, now))
             .flatten()
         {
             return Err(Miss { paced: Some(until) });
@@ -359,7 +359,7 @@ impl Pools {
         }
         if let (true, Some(until)) = (memo, miss.paced) {
             let dry = Dry {
-                epoch: self.epoch,
+                generation: self.generation,
                 sig,
                 until,
             };

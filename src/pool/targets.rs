@@ -36,21 +36,6 @@ pub const DEFAULT_MAX_TARGETS: usize = 65_536;
 /// `timeout`).
 pub const DEFAULT_TRIAL_HOLD: Duration = Duration::from_secs(10);
 
-/// Whether a use of the target may go ahead.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gate {
-    /// Not down: go ahead.
-    Open,
-    /// Down, and its cooldown is over: the caller may claim the single trial.
-    Trial,
-    /// Down: answer at once, dialing nothing; try again after `retry_after`.
-    /// `trial_out`: its trial is under way (and handed back at the latest then).
-    Down {
-        retry_after: Duration,
-        trial_out: bool,
-    },
-}
-
 /// What a lease for a target may do, decided in one lookup.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {
@@ -270,26 +255,6 @@ impl Targets {
         now.checked_sub(self.rules.contrast_window).unwrap_or(now)
     }
 
-    /// Whether a use of `target` may go ahead now. Brings a down target whose cooldown
-    /// ended to its trial.
-    pub fn gate(&mut self, target: &str, now: Instant) -> Gate {
-        let policy = &self.rules.target;
-        let Some(d) = self.map.get_mut(target).and_then(|t| t.down.as_mut()) else {
-            return Gate::Open;
-        };
-        match d.stand(policy, now) {
-            Stand::TrialDue => Gate::Trial,
-            Stand::TrialOut(left) => Gate::Down {
-                retry_after: left,
-                trial_out: true,
-            },
-            Stand::Cooling(left) => Gate::Down {
-                retry_after: left,
-                trial_out: false,
-            },
-        }
-    }
-
     /// Admit one use of `target`: the gate, the trial's claim and the endpoints to pass
     /// over, in one lookup (the lease path).
     pub fn admit(&mut self, target: &str, now: Instant) -> Admission {
@@ -323,16 +288,6 @@ impl Targets {
             trial_out,
             certificate,
         }
-    }
-
-    /// Claim the single trial of a down target whose cooldown ended: of any number of
-    /// callers at the same instant, exactly one gets the claim's generation.
-    pub fn claim_trial(&mut self, target: &str, now: Instant) -> Option<u32> {
-        let policy = &self.rules.target;
-        let d = self.map.get_mut(target)?.down.as_mut()?;
-        let c = d.claim(policy, self.hold, now)?;
-        self.holds.insert((c.until, target.into()));
-        Some(c.gen)
     }
 
     /// The trial of generation `gen` ended without an answer about the target: the next

@@ -356,7 +356,7 @@ pub enum ClaimResult {
 
 /// A row as the store holds it after a write found it changed elsewhere: memory follows it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Fresh {
+pub enum RowNow {
     /// An endpoint's row (None: removed).
     Endpoint(EndpointId, Option<Box<EndpointRow>>),
     /// A pair's row (None: no row, the pair is available).
@@ -370,7 +370,7 @@ pub struct Applied {
     pub claims: Vec<ClaimResult>,
     /// Rows a guarded write found changed by someone else: the write did not happen, and
     /// here is what the row holds instead.
-    pub fresh: Vec<Fresh>,
+    pub fresh: Vec<RowNow>,
     /// The change number the commit gave the rows it wrote (PostgreSQL; 0 in SQLite).
     pub seq: i64,
 }

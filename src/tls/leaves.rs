@@ -22,10 +22,10 @@ pub type Clock = fn() -> SystemTime;
 
 /// One name's leaf: being minted (the cell is empty), minted, or failed.
 struct Slot {
-    cell: OnceLock<Result<Fresh, LeafError>>,
+    cell: OnceLock<Result<CachedLeaf, LeafError>>,
 }
 
-struct Fresh {
+struct CachedLeaf {
     key: Arc<CertifiedKey>,
     renew_at: SystemTime,
 }
@@ -65,7 +65,7 @@ impl Leaves {
         let now = (self.clock)();
         let slot = self.slot(key, now);
         let minted = slot.cell.get_or_init(|| {
-            self.ca.mint(name, now).map(|m| Fresh {
+            self.ca.mint(name, now).map(|m| CachedLeaf {
                 renew_at: m.not_after.checked_sub(RENEW_BEFORE_END).unwrap_or(now),
                 key: m.key,
             })

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use crate::health::{Health, Phase, Reason, State};
 
 /// Compact health of one pair: 48 bytes. The deadline is kept as whole milliseconds
-/// after the pool's `epoch` (rounded up, so a pair is never released early), and
+/// after the destinations' `origin` (rounded up, so a pair is never released early), and
 /// `NONE` stands for "no deadline" / "no cooldown".
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Pair {
@@ -33,9 +33,9 @@ pub(super) struct Pair {
 
 pub(super) const NONE: u64 = u64::MAX;
 
-/// Milliseconds from `epoch` to `t`, rounded up.
-pub(super) fn ticks(epoch: Instant, t: Instant) -> u64 {
-    let d = t.saturating_duration_since(epoch);
+/// Milliseconds from `origin` to `t`, rounded up.
+pub(super) fn ticks(origin: Instant, t: Instant) -> u64 {
+    let d = t.saturating_duration_since(origin);
     let ms = d.as_millis() as u64;
     if d > Duration::from_millis(ms) {
         ms + 1
@@ -44,8 +44,8 @@ pub(super) fn ticks(epoch: Instant, t: Instant) -> u64 {
     }
 }
 
-pub(super) fn at(epoch: Instant, ticks: u64) -> Instant {
-    epoch + Duration::from_millis(ticks)
+pub(super) fn at(origin: Instant, ticks: u64) -> Instant {
+    origin + Duration::from_millis(ticks)
 }
 
 impl Pair {
@@ -75,7 +75,7 @@ impl Pair {
         self.claim = epoch.map_or(0, |e| e.max(0) as u64 + 1);
     }
 
-    pub(super) fn health(&self, epoch: Instant) -> Health {
+    pub(super) fn health(&self, origin: Instant) -> Health {
         let mut h = Health::new(self.state);
         h.claimed = self.claimed;
         h.streak = self.streak;
@@ -84,13 +84,13 @@ impl Pair {
         h.reason = self.reason;
         h.phase = self.phase;
         h.cooldown = (self.cooldown_ms != NONE).then(|| Duration::from_millis(self.cooldown_ms));
-        h.deadline = (self.deadline != NONE).then(|| at(epoch, self.deadline));
+        h.deadline = (self.deadline != NONE).then(|| at(origin, self.deadline));
         h
     }
 
-    pub(super) fn from_health(h: &Health, status: Option<u16>, epoch: Instant) -> Pair {
+    pub(super) fn from_health(h: &Health, status: Option<u16>, origin: Instant) -> Pair {
         Pair {
-            deadline: h.deadline.map_or(NONE, |d| ticks(epoch, d)),
+            deadline: h.deadline.map_or(NONE, |d| ticks(origin, d)),
             cooldown_ms: h.cooldown.map_or(NONE, |d| d.as_millis() as u64),
             streak: h.streak,
             reason_streak: h.reason_streak,

@@ -531,9 +531,9 @@ fn a_pair_is_48_bytes() {
 
 #[tokio::test(start_paused = true)]
 async fn deadlines_round_up_never_release_early() {
-    let epoch = Instant::now();
-    let t = epoch + Duration::from_micros(10_000_400);
-    assert_eq!(ticks(epoch, t), 10_001);
-    assert!(at(epoch, ticks(epoch, t)) >= t);
-    assert_eq!(ticks(epoch, epoch + 10 * S), 10_000);
+    let origin = Instant::now();
+    let t = origin + Duration::from_micros(10_000_400);
+    assert_eq!(ticks(origin, t), 10_001);
+    assert!(at(origin, ticks(origin, t)) >= t);
+    assert_eq!(ticks(origin, origin + 10 * S), 10_000);
 }

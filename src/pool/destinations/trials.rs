@@ -207,7 +207,7 @@ impl Destinations {
             return false;
         };
         let slot = d.0;
-        let ticks = pair::ticks(self.epoch, until);
+        let ticks = pair::ticks(self.origin, until);
         let Some(p) = self
             .views
             .get_mut(slot as usize)

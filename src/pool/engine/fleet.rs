@@ -22,7 +22,7 @@ use super::{Engine, EngineError};
 use crate::endpoint::EndpointId;
 use crate::store::pairs::PairWrite;
 use crate::store::postgres::{Changes, Feed};
-use crate::store::{Fresh, Postgres, StoreError, Write};
+use crate::store::{Postgres, RowNow, StoreError, Write};
 
 /// How long the follower waits for a notification before it looks anyway.
 const POLL: Duration = Duration::from_millis(250);
@@ -69,8 +69,8 @@ pub(super) fn keys(writes: &[Write]) -> Vec<Key> {
 /// the claims it lost.
 fn not_written(applied: &crate::store::Applied) -> Vec<Key> {
     let fresh = applied.fresh.iter().map(|f| match f {
-        Fresh::Endpoint(id, _) => Key::Endpoint(*id),
-        Fresh::Pair(id, d, _) => Key::Pair(*id, d.clone()),
+        RowNow::Endpoint(id, _) => Key::Endpoint(*id),
+        RowNow::Pair(id, d, _) => Key::Pair(*id, d.clone()),
     });
     let lost = applied.claims.iter().filter_map(|c| match c {
         crate::store::ClaimResult::Lost { on, .. } => Some(key_of(on)),
@@ -322,7 +322,7 @@ impl Engine {
     pub(super) fn follow_fresh(
         &self,
         p: &mut super::Pools,
-        fresh: &[Fresh],
+        fresh: &[RowNow],
         read: Read,
         now: Instant,
     ) {
@@ -332,7 +332,7 @@ impl Engine {
         let mut t = f.track();
         for fr in fresh {
             match fr {
-                Fresh::Endpoint(id, row) => {
+                RowNow::Endpoint(id, row) => {
                     if !t.may_apply(&Key::Endpoint(*id), read) {
                         continue;
                     }
@@ -343,7 +343,7 @@ impl Engine {
                         }
                     }
                 }
-                Fresh::Pair(id, d, row) => {
+                RowNow::Pair(id, d, row) => {
                     if !t.may_apply(&Key::Pair(*id, d.clone()), read) {
                         continue;
                     }

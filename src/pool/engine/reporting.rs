@@ -1,7 +1,7 @@
 //! How a lease ended: a report with its verdict, a release, a tunnel that opened; and
 //! an operator clearing one pair.
 
-use super::{Done, Engine, EngineError, CLAIM_TRIES};
+use super::{Aftermath, Engine, EngineError, CLAIM_TRIES};
 use crate::endpoint::EndpointId;
 use crate::health::State;
 
@@ -40,7 +40,7 @@ impl Engine {
 
     /// A report whose transition another daemon's came before answers the state the
     /// endpoint is in now (the report is a late one, docs/fleet.md).
-    fn as_it_is(&self, mut r: Reported, done: &Done) -> Reported {
+    fn as_it_is(&self, mut r: Reported, done: &Aftermath) -> Reported {
         if done.changed_elsewhere.contains(&r.endpoint) {
             if let Some(h) = self.lock().health(r.endpoint) {
                 r.state = h.state;

@@ -24,8 +24,8 @@ pub(super) struct Pair {
 /// changed costs no pass over the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(in crate::pool) struct Dry {
-    /// The pool's epoch then (see `Pools::epoch`).
-    pub(in crate::pool) epoch: u64,
+    /// The pool's candidate generation then (see `Pools::generation`).
+    pub(in crate::pool) generation: u64,
     /// What the lease asked for besides the host (schemes, tags).
     pub(in crate::pool) sig: u64,
     /// When the first of the pairs passed over is ready again; `None`: only a release.

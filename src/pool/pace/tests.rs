@@ -56,8 +56,14 @@ impl Pace {
         self.gate(Visit::Held(self.held(host)?), now)
     }
 
-    fn dry_named(&self, host: &str, epoch: u64, sig: u64, now: Instant) -> Option<Option<u64>> {
-        self.dry(Visit::Held(self.held(host)?), epoch, sig, now)
+    fn dry_named(
+        &self,
+        host: &str,
+        generation: u64,
+        sig: u64,
+        now: Instant,
+    ) -> Option<Option<u64>> {
+        self.dry(Visit::Held(self.held(host)?), generation, sig, now)
     }
 
     fn set_dry_named(&mut self, host: &str, dry: Dry) {
@@ -478,7 +484,7 @@ fn nothing_ready_is_remembered_until_something_changes() {
     let mut p = Pace::new(Some(pace(2000, 1, false)), 10, 10, t0);
     p.record_named(SHOP, 1, t0);
     let dry = Dry {
-        epoch: 7,
+        generation: 7,
         sig: 42,
         until: Some(2000),
     };

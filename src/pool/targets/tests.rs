@@ -2,6 +2,46 @@ use super::*;
 use crate::health::blame::PairKey;
 use crate::health::blame::Rules;
 
+/// Where a target stands for its next use, read without claiming anything: what the lease
+/// path's `admit` decides before it claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    Open,
+    Trial,
+    Down {
+        retry_after: Duration,
+        trial_out: bool,
+    },
+}
+
+impl Targets {
+    /// The trial's claim, when this use is the trial.
+    fn claim_trial(&mut self, target: &str, now: Instant) -> Option<u32> {
+        match self.admit(target, now) {
+            Admission::Trial(gen) => Some(gen),
+            _ => None,
+        }
+    }
+
+    fn gate(&mut self, target: &str, now: Instant) -> Standing {
+        let policy = &self.rules.target;
+        let Some(d) = self.map.get_mut(target).and_then(|t| t.down.as_mut()) else {
+            return Standing::Open;
+        };
+        match d.stand(policy, now) {
+            Stand::TrialDue => Standing::Trial,
+            Stand::TrialOut(left) => Standing::Down {
+                retry_after: left,
+                trial_out: true,
+            },
+            Stand::Cooling(left) => Standing::Down {
+                retry_after: left,
+                trial_out: false,
+            },
+        }
+    }
+}
+
 const T: &str = "shop.example:443";
 const HOLD: Duration = DEFAULT_TRIAL_HOLD;
 
@@ -76,7 +116,7 @@ async fn two_endpoints_failing_with_no_success_make_the_target_down_and_cool_nob
     assert!(!t.prefers_other(T, 2, now));
     assert_eq!(t.avoid(T, now), vec![1]);
     assert!(t.avoid("other.example:443", now).is_empty());
-    assert_eq!(t.gate(T, now), Gate::Open, "pending is not down");
+    assert_eq!(t.gate(T, now), Standing::Open, "pending is not down");
     // The same endpoint again is still one endpoint.
     assert_eq!(blame(&fail(&mut t, T, 1, now)), (Blame::Pending, None));
     let second = fail(&mut t, T, 2, now);
@@ -87,7 +127,7 @@ async fn two_endpoints_failing_with_no_success_make_the_target_down_and_cool_nob
     assert_eq!(t.down_count(), 1);
     assert_eq!(
         t.gate(T, now),
-        Gate::Down {
+        Standing::Down {
             retry_after: Duration::from_secs(2),
             trial_out: false
         }
@@ -336,20 +376,20 @@ async fn a_down_target_admits_exactly_one_trial_at_its_deadline() {
     let due = now + Duration::from_secs(2);
     assert_eq!(
         t.gate(T, due - Duration::from_millis(1)),
-        Gate::Down {
+        Standing::Down {
             retry_after: Duration::from_millis(1),
             trial_out: false
         }
     );
     assert_eq!(t.claim_trial(T, due - Duration::from_millis(1)), None);
-    assert_eq!(t.gate(T, due), Gate::Trial);
+    assert_eq!(t.gate(T, due), Standing::Trial);
     let wins: Vec<u32> = (0..100).filter_map(|_| t.claim_trial(T, due)).collect();
     assert_eq!(wins.len(), 1, "a 100-way stampede gets one trial");
     let gen = wins[0];
     // While it is out, the answer says so and when it is handed back at the latest.
     assert_eq!(
         t.gate(T, due),
-        Gate::Down {
+        Standing::Down {
             retry_after: HOLD,
             trial_out: true
         }
@@ -361,7 +401,7 @@ async fn a_down_target_admits_exactly_one_trial_at_its_deadline() {
     assert_eq!(j.down_for, Some(Duration::from_secs(4)));
     assert_eq!(
         t.gate(T, due),
-        Gate::Down {
+        Standing::Down {
             retry_after: Duration::from_secs(4),
             trial_out: false
         }
@@ -376,7 +416,7 @@ async fn a_down_target_admits_exactly_one_trial_at_its_deadline() {
     let r = t.reached(T, 3, due);
     assert_eq!(r.up, Some(Duration::from_secs(6)), "down for 6 s");
     assert_eq!(t.down_count(), 0);
-    assert_eq!(t.gate(T, due), Gate::Open);
+    assert_eq!(t.gate(T, due), Standing::Open);
     assert!(t.down_list(due, 10).is_empty());
 }
 
@@ -389,11 +429,11 @@ async fn a_trial_that_fails_for_the_endpoints_own_reason_is_given_back() {
     let gen = t.claim_trial(T, due).unwrap();
     let j = trial_fails(&mut t, 3, Class::Proxy, gen, due);
     assert_eq!(blame(&j), (Blame::Endpoint, None));
-    assert_eq!(t.gate(T, due), Gate::Trial, "the next use is the trial");
+    assert_eq!(t.gate(T, due), Standing::Trial, "the next use is the trial");
     // And a trial given back without any outcome, likewise.
     let gen = t.claim_trial(T, due).unwrap();
     assert!(t.abandon_trial(T, gen, due));
-    assert_eq!(t.gate(T, due), Gate::Trial);
+    assert_eq!(t.gate(T, due), Standing::Trial);
 }
 
 /// State x event for a trial that is out: its own use decides it; a use whose claim is
@@ -410,7 +450,7 @@ async fn only_the_current_claim_decides_a_trial_and_a_held_one_lapses() {
     // The hold passes with no answer: handed back, whatever the lease's ttl.
     let at = due + HOLD;
     assert_eq!(t.lapse(at), vec![Box::<str>::from(T)]);
-    assert_eq!(t.gate(T, at), Gate::Trial);
+    assert_eq!(t.gate(T, at), Standing::Trial);
     let second = t.claim_trial(T, at).unwrap();
     assert_ne!(first, second);
     // The first use's late release, failure or own-reason failure: not the trial now.
@@ -420,7 +460,7 @@ async fn only_the_current_claim_decides_a_trial_and_a_held_one_lapses() {
     trial_fails(&mut t, 3, Class::Proxy, first, at);
     assert!(matches!(
         t.gate(T, at),
-        Gate::Down {
+        Standing::Down {
             trial_out: true,
             ..
         }
@@ -443,7 +483,7 @@ async fn any_success_brings_a_down_target_up() {
     down(&mut t, now);
     // A tunnel that opened just before the target went down reports late.
     assert_eq!(t.reached(T, 4, now).up, Some(Duration::ZERO));
-    assert_eq!(t.gate(T, now), Gate::Open);
+    assert_eq!(t.gate(T, now), Standing::Open);
 }
 
 #[tokio::test(start_paused = true)]
@@ -460,7 +500,7 @@ async fn clearing_forgets_a_target_down_or_not() {
             was_down: Some(Duration::from_secs(3))
         })
     );
-    assert_eq!((t.down_count(), t.gate(T, later)), (0, Gate::Open));
+    assert_eq!((t.down_count(), t.gate(T, later)), (0, Standing::Open));
     // The cleared trial's use decides nothing.
     assert!(!t.abandon_trial(T, gen, later));
     assert!(t.lapse(later + HOLD).is_empty());
@@ -487,7 +527,7 @@ async fn the_table_stays_within_its_cap_and_counts_what_it_drops() {
         0,
         "a dropped target is no longer counted down"
     );
-    assert_eq!(t.gate("a.invalid:80", now), Gate::Open);
+    assert_eq!(t.gate("a.invalid:80", now), Standing::Open);
     // A lookup is a use: the least recently used goes first.
     t.gate("b.invalid:80", now);
     t.prefers_other("c.invalid:80", 1, now); // a peek, not a use

@@ -25,7 +25,7 @@ use super::statements::CHANNEL;
 use super::Postgres;
 use crate::endpoint::EndpointId;
 use crate::store::pairs::PairRow;
-use crate::store::{ClaimOn, EndpointRow, Epoch, Fresh, StoreError};
+use crate::store::{ClaimOn, EndpointRow, Epoch, RowNow, StoreError};
 
 /// Endpoint rows read per call: an import of millions arrives in slices.
 const SLICE: i64 = 20_000;
@@ -276,7 +276,7 @@ impl Feed {
 
     /// The rows of these endpoints as they are now (None: removed), for memory to follow
     /// after writes it could not commit.
-    pub fn endpoints(&self, ids: &[EndpointId]) -> Result<Vec<Fresh>, StoreError> {
+    pub fn endpoints(&self, ids: &[EndpointId]) -> Result<Vec<RowNow>, StoreError> {
         let pg = &self.pg;
         let sql = format!("SELECT {ENDPOINT_COLS} FROM endpoints WHERE id = ANY($1::bigint[])");
         let rows = pg.rows(&sql, &[&ids])?;
@@ -288,13 +288,13 @@ impl Feed {
             .iter()
             .map(|&id| {
                 let row = found.iter().find(|r| r.id == id).cloned().map(Box::new);
-                Fresh::Endpoint(id, row)
+                RowNow::Endpoint(id, row)
             })
             .collect())
     }
 
     /// The rows of these pairs as they are now (None: no row, the pair is available).
-    pub fn pairs(&self, keys: &[(EndpointId, String)]) -> Result<Vec<Fresh>, StoreError> {
+    pub fn pairs(&self, keys: &[(EndpointId, String)]) -> Result<Vec<RowNow>, StoreError> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
@@ -316,7 +316,7 @@ impl Feed {
                     .find(|p| p.record.endpoint == *id && &p.record.destination == d)
                     .cloned()
                     .map(Box::new);
-                Fresh::Pair(*id, d.clone(), row)
+                RowNow::Pair(*id, d.clone(), row)
             })
             .collect())
     }

@@ -13,7 +13,7 @@ use super::read::{endpoint_row, pair_row, ENDPOINT_COLS, PAIR_COLS};
 use super::statements::Stmts;
 use crate::endpoint::EndpointId;
 use crate::store::pairs::PairWrite;
-use crate::store::{ClaimOn, ClaimResult, Fresh, NewEvent, StoreError, Write};
+use crate::store::{ClaimOn, ClaimResult, NewEvent, RowNow, StoreError, Write};
 
 /// One row of `fleet_removals`.
 type Tombstone = (EndpointId, Option<String>);
@@ -199,7 +199,7 @@ pub(super) async fn finish(
 pub(super) async fn fresh(
     c: &Client,
     out: &Outcome,
-) -> Result<Result<Vec<Fresh>, StoreError>, tokio_postgres::Error> {
+) -> Result<Result<Vec<RowNow>, StoreError>, tokio_postgres::Error> {
     let mut v = Vec::new();
     if !out.fresh_endpoints.is_empty() {
         let sql = format!("SELECT {ENDPOINT_COLS} FROM endpoints WHERE id = ANY($1::bigint[])");
@@ -213,7 +213,7 @@ pub(super) async fn fresh(
         }
         for &id in &out.fresh_endpoints {
             let row = found.iter().find(|r| r.id == id).cloned().map(Box::new);
-            v.push(Fresh::Endpoint(id, row));
+            v.push(RowNow::Endpoint(id, row));
         }
     }
     if !out.fresh_pairs.is_empty() {
@@ -237,14 +237,14 @@ pub(super) async fn fresh(
                 .find(|p| p.record.endpoint == *id && &p.record.destination == d)
                 .cloned()
                 .map(Box::new);
-            v.push(Fresh::Pair(*id, d.clone(), row));
+            v.push(RowNow::Pair(*id, d.clone(), row));
         }
     }
     Ok(Ok(v))
 }
 
 /// The error a batch that must not apply answers with.
-pub(super) fn group_error(writes: &[&Write], founds: &[Found], fresh: Vec<Fresh>) -> StoreError {
+pub(super) fn group_error(writes: &[&Write], founds: &[Found], fresh: Vec<RowNow>) -> StoreError {
     for (w, f) in writes.iter().zip(founds) {
         match f {
             Found::Missing(id) => return StoreError::NotFound(format!("with id {id}")),
