@@ -6,7 +6,7 @@ use tracing::info;
 use crate::endpoint::EndpointId;
 use crate::event_kind::EventKind;
 use crate::health::blame::Blame;
-use crate::health::{cell, Input, State, Step};
+use crate::health::{cell, Health, Input, State, Step};
 use crate::store::{Claim, ClaimOn, HealthRecord, NewEvent, Unclaim, Write};
 
 use super::{PoolError, Pools};
@@ -55,44 +55,11 @@ impl Pools {
         let policy = &self.pools[e.pool].cfg.policy;
         let stepped = cell::step(&mut e.health, e.claim, input, policy, now, jitter);
         e.claim = stepped.claim;
-        let (step, from) = (stepped.step.clone(), stepped.from);
+        let step = stepped.step.clone();
         let h = &e.health;
-        let mut writes = Vec::new();
-        // The act itself (report, probe, trial admission) is one row, when recorded.
-        let changed = matches!(step, Step::Changed { .. });
-        let kind = act.kind.filter(|_| changed || !act.only_on_change);
-        if let (Some(kind), true) = (kind, stepped.recorded()) {
-            let ev = NewEvent {
-                endpoint: Some(id),
-                kind,
-                from: Some(from),
-                to: Some(h.state),
-                reason: act.reason,
-                phase: act.phase,
-                detail: act.detail.clone(),
-                lease: act.lease.clone(),
-                blame: act.blame,
-            };
-            writes.push(match (&step, kind, stepped.held, act.status) {
-                // The store confirms the claim; the event is written only if it does.
-                (Step::Claimed, EventKind::TrialAdmitted, _, _) => Write::Claim(Claim {
-                    on: ClaimOn::Endpoint(id),
-                    hold: act.hold.unwrap_or(DEFAULT_HOLD),
-                    event: ev,
-                }),
-                (Step::Abandoned, EventKind::TrialAbandoned, Some(epoch), _) => {
-                    Write::Unclaim(Unclaim {
-                        on: ClaimOn::Endpoint(id),
-                        epoch,
-                        event: ev,
-                    })
-                }
-                (_, _, _, Some(s)) => Write::EventStatus(ev, Some(s)),
-                (_, _, _, None) => Write::Event(ev),
-            });
-        }
+        let mut writes: Vec<Write> = act_row(id, &stepped, h, &act).into_iter().collect();
         // ...and every change of the persisted state is a `state_changed` row.
-        if let Step::Changed { from, to } = &step {
+        if let Step::Changed { from, to } = step {
             let reason = h.reason.map(|r| r.as_str()).unwrap_or("-");
             if self.budget.admit(now, reason) {
                 info!(
@@ -104,32 +71,8 @@ impl Pools {
                     "state changed"
                 );
             }
-            let rec = HealthRecord {
-                id,
-                from: *from,
-                trial: stepped.settles,
-                state: h.state,
-                reason: h.reason,
-                phase: h.phase,
-                detail: h.detail.clone(),
-                streak: h.streak,
-                reason_streak: h.reason_streak,
-                cooldown_ms: h.cooldown.map(|d| d.as_millis() as u64),
-                cooldown_left: h.cooldown_left(now),
-            };
-            let ev = NewEvent {
-                endpoint: Some(id),
-                kind: EventKind::StateChanged,
-                from: Some(*from),
-                to: Some(*to),
-                reason: h.reason,
-                phase: h.phase,
-                detail: act.detail.or_else(|| h.detail.clone()),
-                lease: act.lease,
-                blame: act.blame.filter(|_| *to != State::Available),
-            };
-            writes.push(Write::Transition(rec, ev));
-            let (from, to, reason) = (*from, *to, h.reason);
+            let reason = h.reason;
+            writes.push(transition_row(id, (from, to), h, stepped.settles, act, now));
             if to == State::Available {
                 // Slow start counts from here; and it is a candidate it was not.
                 e.up_since = now.saturating_duration_since(self.origin).as_millis() as u64;
@@ -246,4 +189,77 @@ impl Pools {
         }
         (Ok((step, self.entries[&id].health.state)), writes)
     }
+}
+
+/// The row of the act itself (report, probe, trial admission), when it is recorded: a
+/// trial's admission is a claim the store confirms (its event written only if it does), a
+/// trial handed back gives up its claim.
+fn act_row(id: EndpointId, stepped: &cell::Stepped, h: &Health, act: &Act) -> Option<Write> {
+    let changed = matches!(stepped.step, Step::Changed { .. });
+    let kind = act.kind.filter(|_| changed || !act.only_on_change)?;
+    if !stepped.recorded() {
+        return None;
+    }
+    let ev = NewEvent {
+        endpoint: Some(id),
+        kind,
+        from: Some(stepped.from),
+        to: Some(h.state),
+        reason: act.reason,
+        phase: act.phase,
+        detail: act.detail.clone(),
+        lease: act.lease.clone(),
+        blame: act.blame,
+    };
+    Some(match (&stepped.step, kind, stepped.held, act.status) {
+        (Step::Claimed, EventKind::TrialAdmitted, _, _) => Write::Claim(Claim {
+            on: ClaimOn::Endpoint(id),
+            hold: act.hold.unwrap_or(DEFAULT_HOLD),
+            event: ev,
+        }),
+        (Step::Abandoned, EventKind::TrialAbandoned, Some(epoch), _) => Write::Unclaim(Unclaim {
+            on: ClaimOn::Endpoint(id),
+            epoch,
+            event: ev,
+        }),
+        (_, _, _, Some(s)) => Write::EventStatus(ev, Some(s)),
+        (_, _, _, None) => Write::Event(ev),
+    })
+}
+
+/// The new persisted state of a transition `(from, to)` and its `state_changed` row; a
+/// trial's outcome names the claim it `settles`.
+fn transition_row(
+    id: EndpointId,
+    (from, to): (State, State),
+    h: &Health,
+    settles: Option<i64>,
+    act: Act,
+    now: Instant,
+) -> Write {
+    let rec = HealthRecord {
+        id,
+        from,
+        trial: settles,
+        state: h.state,
+        reason: h.reason,
+        phase: h.phase,
+        detail: h.detail.clone(),
+        streak: h.streak,
+        reason_streak: h.reason_streak,
+        cooldown_ms: h.cooldown.map(|d| d.as_millis() as u64),
+        cooldown_left: h.cooldown_left(now),
+    };
+    let ev = NewEvent {
+        endpoint: Some(id),
+        kind: EventKind::StateChanged,
+        from: Some(from),
+        to: Some(to),
+        reason: h.reason,
+        phase: h.phase,
+        detail: act.detail.or_else(|| h.detail.clone()),
+        lease: act.lease,
+        blame: act.blame.filter(|_| to != State::Available),
+    };
+    Write::Transition(rec, ev)
 }

@@ -372,22 +372,13 @@ impl Destinations {
         let creating = matches!(input, Input::Failure { .. });
         let (slot, pair, mut writes) = match self.take_for(destination, id, creating) {
             Ok(found) => found,
-            Err(note) => {
-                let act = act.map(|mut a| {
-                    if let Some(note) = note {
-                        let what = a.detail.as_deref().unwrap_or("failure");
-                        a.detail = Some(format!("{what}; not recorded: {note}"));
-                    }
-                    a
-                });
-                return writes::nothing(destination, id, act, status);
-            }
+            Err(note) => return writes::nothing(destination, id, act, status, note),
         };
         let mut h = pair.health(self.origin);
         let was_waiting = pair.state == State::ProbeAllowed && !pair.claimed;
         let failure = matches!(input, Input::Failure { .. });
         let stepped = cell::step(&mut h, pair.epoch(), input, policy, now, jitter);
-        let (step, from) = (stepped.step.clone(), stepped.from);
+        let step = stepped.step.clone();
         // The pair keeps the status of the failure that banned it; the act's event
         // carries the status of this report.
         let kept = match step {
@@ -399,22 +390,14 @@ impl Destinations {
             .expect("slot")
             .name
             .to_string();
-        // An act of kind `state_changed` is only the template of the transition's row.
-        let own_row = act
-            .as_ref()
-            .is_some_and(|a| a.kind != EventKind::StateChanged);
-        if let (Some(act), true, true) = (&act, stepped.recorded(), own_row) {
-            writes.push(PairWrite::Event {
-                destination: name.clone(),
-                status,
-                event: NewEvent {
-                    endpoint: Some(id),
-                    from: Some(from),
-                    to: Some(h.state),
-                    ..act.clone()
-                },
-            });
-        }
+        writes.extend(writes::act(
+            &name,
+            id,
+            &stepped,
+            h.state,
+            status,
+            act.as_ref(),
+        ));
         if let Step::Changed { from, to } = step {
             let trial = stepped.settles;
             let reason = h.reason.map(|r| r.as_str()).unwrap_or("-");

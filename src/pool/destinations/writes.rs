@@ -6,17 +6,26 @@ use tracing::info;
 use super::PairStep;
 use crate::endpoint::EndpointId;
 use crate::event_kind::EventKind;
-use crate::health::{Health, State, Step};
+use crate::health::{cell, Health, State, Step};
 use crate::store::pairs::{PairRecord, PairWrite};
 use crate::store::NewEvent;
 
-/// No pair and none created: only the act is recorded.
+/// No pair and none created (`note`: why, when the pair table was full): only the act is
+/// recorded, with the note.
 pub(super) fn nothing(
     destination: &str,
     id: EndpointId,
     act: Option<NewEvent>,
     status: Option<u16>,
+    note: Option<String>,
 ) -> PairStep {
+    let act = act.map(|mut a| {
+        if let Some(note) = note {
+            let what = a.detail.as_deref().unwrap_or("failure");
+            a.detail = Some(format!("{what}; not recorded: {note}"));
+        }
+        a
+    });
     let mut writes = Vec::new();
     let claim_like = act
         .as_ref()
@@ -42,6 +51,29 @@ pub(super) fn nothing(
         state: State::Available,
         writes,
     }
+}
+
+/// The row of the act itself on the pair named `name`, when it is recorded. An act of
+/// kind `state_changed` is only the template of the transition's row.
+pub(super) fn act(
+    name: &str,
+    id: EndpointId,
+    stepped: &cell::Stepped,
+    state: State,
+    status: Option<u16>,
+    act: Option<&NewEvent>,
+) -> Option<PairWrite> {
+    let act = act.filter(|a| a.kind != EventKind::StateChanged)?;
+    stepped.recorded().then(|| PairWrite::Event {
+        destination: name.to_string(),
+        status,
+        event: NewEvent {
+            endpoint: Some(id),
+            from: Some(stepped.from),
+            to: Some(state),
+            ..act.clone()
+        },
+    })
 }
 
 /// The one line of a pair's transition (when the budget of state changes admits it).
