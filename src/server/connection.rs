@@ -1,6 +1,7 @@
 //! One client connection: framed lines in, one response line out per request, in order.
 
 use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -8,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, Decoder, Encoder, Framed};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use tracing::debug;
 
 use super::handler::request_id;
@@ -27,81 +28,23 @@ pub async fn serve_conn<S>(stream: S, handler: Arc<Handler>, tcp: bool, shutdown
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut framed = Framed::new(stream, Lines::new());
-    // A TCP peer must show the token soon: an idle crowd of strangers holds descriptors.
-    let mut auth_deadline = tcp.then(|| tokio::time::Instant::now() + AUTH_TIMEOUT);
-    // What was read while a request was being answered, and whether the client closed.
-    let mut ahead: VecDeque<Frame> = VecDeque::new();
-    let mut closed = false;
+    let mut conn = Conn {
+        framed: Framed::new(stream, Lines::new()),
+        // A TCP peer must show the token soon: an idle crowd of strangers holds descriptors.
+        auth_deadline: tcp.then(|| tokio::time::Instant::now() + AUTH_TIMEOUT),
+        ahead: VecDeque::new(),
+        closed: false,
+    };
     // One waiter on the shutdown for the connection's life, not one registered and
     // dropped per request; the selects are biased, so no random draw per request.
     let cancelled = shutdown.cancelled();
     tokio::pin!(cancelled);
-    loop {
-        let next = if let Some(f) = ahead.pop_front() {
-            Some(f)
-        } else if closed {
-            None
-        } else {
-            tokio::select! {
-                biased;
-                _ = &mut cancelled => break,
-                n = framed.next() => n,
-                _ = async {
-                    match auth_deadline {
-                        Some(d) => tokio::time::sleep_until(d).await,
-                        None => std::future::pending().await,
-                    }
-                } => {
-                    debug!("no request with a valid token in time; closing");
-                    break;
-                }
-            }
-        };
+    while let Some(next) = conn.next(&mut cancelled).await {
         let resp = match next {
-            None => break,
-            Some(Ok(bytes)) => match std::str::from_utf8(&bytes) {
+            Ok(bytes) => match std::str::from_utf8(&bytes) {
                 Ok(line) => {
                     let line = line.strip_suffix('\r').unwrap_or(line);
-                    let gone = CancellationToken::new();
-                    let answer = handler.answer(line, tcp, &gone);
-                    tokio::pin!(answer);
-                    // Requests in flight finish on shutdown, but one that could wait long
-                    // (a `lease` with `wait`) is cut short after a grace period. While it
-                    // runs the connection is still read: a client that closed it is gone,
-                    // and a lease waiting for it must not be granted to nobody.
-                    loop {
-                        tokio::select! {
-                            // The socket first: a close that is already there is seen
-                            // before a grant that races it completes (that grant is then
-                            // given back rather than written to nobody).
-                            biased;
-                            n = framed.next(), if !closed && ahead.len() < READ_AHEAD => match n {
-                                Some(Ok(f)) => ahead.push_back(Ok(f)),
-                                Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
-                                    ahead.push_back(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded));
-                                }
-                                None | Some(Err(AnyDelimiterCodecError::Io(_))) => {
-                                    closed = true;
-                                    gone.cancel();
-                                }
-                            },
-                            (r, authorized) = &mut answer => {
-                                if authorized {
-                                    auth_deadline = None;
-                                }
-                                break r;
-                            }
-                            _ = async {
-                                (&mut cancelled).await;
-                                tokio::time::sleep(SHUTDOWN_GRACE).await;
-                            } => break Response::err(
-                                request_id(line),
-                                ErrorCode::Internal,
-                                "the daemon is shutting down",
-                            ),
-                        }
-                    }
+                    conn.answer(&handler, line, tcp, &mut cancelled).await
                 }
                 Err(e) => Response::err(
                     None,
@@ -109,22 +52,120 @@ where
                     format!("request line is not UTF-8: {e}"),
                 ),
             },
-            Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
+            Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => {
                 let r = Response::err(
                     None,
                     ErrorCode::TooLarge,
                     format!("request line longer than {MAX_LINE} bytes; closing"),
                 );
-                let _ = framed.send(&r).await;
+                let _ = conn.framed.send(&r).await;
                 break;
             }
-            Some(Err(AnyDelimiterCodecError::Io(e))) => {
+            Err(AnyDelimiterCodecError::Io(e)) => {
                 debug!(error = %e, "connection error");
                 break;
             }
         };
-        if framed.send(&resp).await.is_err() {
+        if conn.framed.send(&resp).await.is_err() {
             break;
+        }
+    }
+}
+
+/// One connection's state between its requests.
+struct Conn<S> {
+    framed: Framed<S, Lines>,
+    /// When a TCP peer must have shown a valid token by.
+    auth_deadline: Option<tokio::time::Instant>,
+    /// What was read while a request was being answered.
+    ahead: VecDeque<Frame>,
+    /// The client closed its side.
+    closed: bool,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
+    /// The next request line: read ahead already, or from the socket. None: the
+    /// connection is done (closed, shutting down, or no valid token in time).
+    async fn next(
+        &mut self,
+        cancelled: &mut Pin<&mut WaitForCancellationFuture<'_>>,
+    ) -> Option<Frame> {
+        if let Some(f) = self.ahead.pop_front() {
+            return Some(f);
+        }
+        if self.closed {
+            return None;
+        }
+        let deadline = self.auth_deadline;
+        tokio::select! {
+            biased;
+            _ = cancelled.as_mut() => None,
+            n = self.framed.next() => n,
+            _ = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                debug!("no request with a valid token in time; closing");
+                None
+            }
+        }
+    }
+
+    /// The answer to `line`. Requests in flight finish on shutdown, but one that could
+    /// wait long (a `lease` with `wait`) is cut short after a grace period. While it runs
+    /// the connection is still read: a client that closed it is gone, and a lease waiting
+    /// for it must not be granted to nobody.
+    async fn answer(
+        &mut self,
+        handler: &Handler,
+        line: &str,
+        tcp: bool,
+        cancelled: &mut Pin<&mut WaitForCancellationFuture<'_>>,
+    ) -> Response {
+        let gone = CancellationToken::new();
+        let answer = handler.answer(line, tcp, &gone);
+        tokio::pin!(answer);
+        loop {
+            tokio::select! {
+                // The socket first: a close that is already there is seen before a grant
+                // that races it completes (that grant is then given back rather than
+                // written to nobody).
+                biased;
+                n = self.framed.next(), if !self.closed && self.ahead.len() < READ_AHEAD => {
+                    self.read_ahead(n, &gone);
+                }
+                (r, authorized) = &mut answer => {
+                    if authorized {
+                        self.auth_deadline = None;
+                    }
+                    return r;
+                }
+                _ = async {
+                    cancelled.as_mut().await;
+                    tokio::time::sleep(SHUTDOWN_GRACE).await;
+                } => return Response::err(
+                    request_id(line),
+                    ErrorCode::Internal,
+                    "the daemon is shutting down",
+                ),
+            }
+        }
+    }
+
+    /// A line read while a request is answered: kept for later, or the client is gone.
+    fn read_ahead(&mut self, n: Option<Frame>, gone: &CancellationToken) {
+        match n {
+            Some(Ok(f)) => self.ahead.push_back(Ok(f)),
+            Some(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded)) => {
+                self.ahead
+                    .push_back(Err(AnyDelimiterCodecError::MaxChunkLengthExceeded));
+            }
+            None | Some(Err(AnyDelimiterCodecError::Io(_))) => {
+                self.closed = true;
+                gone.cancel();
+            }
         }
     }
 }
