@@ -9,6 +9,10 @@ use tokio_util::sync::CancellationToken;
 use super::{Commit, Engine, EngineError, CLAIM_TRIES};
 use crate::pool::{Grant, PoolError, Want};
 
+/// What one attempt of a lease came to: its result, whether it is the request's last, and
+/// until when the request may wait.
+type Attempt = (Result<Grant, PoolError>, bool, Instant);
+
 /// One lease request as the pools see it, whichever pool of the fallback hop serves it.
 #[derive(Clone, Copy)]
 struct Ask<'a> {
@@ -124,52 +128,8 @@ impl Engine {
         gone: Option<&CancellationToken>,
         eager: bool,
     ) -> Result<(Grant, bool), EngineError> {
-        let Ask {
-            pool,
-            ttl,
-            session,
-            wait,
-            want,
-        } = ask;
         let started = Instant::now();
-        // Each attempt says whether it is the request's last (and until when the request
-        // may wait): only that one is counted, and the loop below gives up on the same
-        // decision. A trial whose claim another daemon of the fleet won is withdrawn, and
-        // the request looks again at once (docs/fleet.md, "Ownership").
-        let attempt = || async {
-            let mut tries = 0;
-            loop {
-                tries += 1;
-                let (out, done) = self
-                    .run_as(Commit::Ride, |p, now, _| {
-                        let (r, w) = p.lease_with(pool, ttl, session, want, now);
-                        let limit = match &r {
-                            Err(PoolError::Paced { wait: paced, .. }) => wait.max(*paced),
-                            Err(PoolError::Exhausted { .. }) if eager => Duration::ZERO,
-                            _ => wait,
-                        };
-                        let give_up = started
-                            .checked_add(limit)
-                            .unwrap_or_else(|| started + crate::limits::MAX_DURATION);
-                        let last = limit.is_zero() || now >= give_up;
-                        p.observe_lease(pool, &r, now - started, last);
-                        ((r, last, give_up), w)
-                    })
-                    .await?;
-                match &out.0 {
-                    Ok(g) if done.withdrawn.contains(&g.lease) && tries < CLAIM_TRIES => {}
-                    Ok(g) if done.withdrawn.contains(&g.lease) => {
-                        let e = PoolError::Exhausted {
-                            pool: pool.to_string(),
-                            retry_after: None,
-                            filter: None,
-                        };
-                        return Ok::<_, EngineError>((Err(e), out.1, out.2));
-                    }
-                    _ => return Ok(out),
-                }
-            }
-        };
+        let attempt = || self.attempt(ask, started, eager);
         // The common case answers at once, without registering as a waiter.
         match attempt().await? {
             (Err(PoolError::Exhausted { .. } | PoolError::Paced { .. }), false, _) => {}
@@ -210,6 +170,57 @@ impl Engine {
                     }
                 }
                 (Err(e), _, _) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// One attempt of a lease (only the request's last is counted, and `lease_in` gives
+    /// up on the same decision). A trial whose claim another daemon of the fleet won is withdrawn,
+    /// and the request looks again at once (docs/fleet.md, "Ownership").
+    async fn attempt(
+        &self,
+        ask: Ask<'_>,
+        started: Instant,
+        eager: bool,
+    ) -> Result<Attempt, EngineError> {
+        let Ask {
+            pool,
+            ttl,
+            session,
+            wait,
+            want,
+        } = ask;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let (out, done) = self
+                .run_as(Commit::Ride, |p, now, _| {
+                    let (r, w) = p.lease_with(pool, ttl, session, want, now);
+                    let limit = match &r {
+                        Err(PoolError::Paced { wait: paced, .. }) => wait.max(*paced),
+                        Err(PoolError::Exhausted { .. }) if eager => Duration::ZERO,
+                        _ => wait,
+                    };
+                    let give_up = started
+                        .checked_add(limit)
+                        .unwrap_or_else(|| started + crate::limits::MAX_DURATION);
+                    let last = limit.is_zero() || now >= give_up;
+                    p.observe_lease(pool, &r, now - started, last);
+                    ((r, last, give_up), w)
+                })
+                .await?;
+            let withdrawn = matches!(&out.0, Ok(g) if done.withdrawn.contains(&g.lease));
+            if !withdrawn {
+                return Ok(out);
+            }
+            if tries >= CLAIM_TRIES {
+                // Every try's trial went to another daemon: nothing to lease here now.
+                let e = PoolError::Exhausted {
+                    pool: pool.to_string(),
+                    retry_after: None,
+                    filter: None,
+                };
+                return Ok((Err(e), out.1, out.2));
             }
         }
     }
