@@ -103,26 +103,7 @@ pub enum Command {
         skip_existing: bool,
     },
     /// List endpoints.
-    List {
-        /// Only this pool.
-        #[arg(long)]
-        pool: Option<String>,
-        /// Only this state.
-        #[arg(long)]
-        state: Option<String>,
-        /// JSON array.
-        #[arg(long)]
-        json: bool,
-        /// Show passwords.
-        #[arg(long)]
-        show_secrets: bool,
-        /// Each endpoint's state for this destination (host).
-        #[arg(long)]
-        destination: Option<String>,
-        /// Only endpoints with this tag (repeatable: all must match).
-        #[arg(long = "tag", value_name = "K=V")]
-        tags: Vec<String>,
-    },
+    List(ListArgs),
     /// Show one endpoint with its recent events.
     Show {
         /// Id or URL.
@@ -194,22 +175,7 @@ pub enum Command {
         tags: Vec<String>,
     },
     /// Probe endpoints with a full transaction to the pool's probe URL.
-    Probe {
-        /// Ids or URLs.
-        endpoints: Vec<String>,
-        /// Every endpoint (of --pool if given).
-        #[arg(long)]
-        all: bool,
-        /// Only this pool.
-        #[arg(long)]
-        pool: Option<String>,
-        /// JSON lines.
-        #[arg(long)]
-        json: bool,
-        /// Parallel probes.
-        #[arg(long, default_value_t = 64)]
-        concurrency: usize,
-    },
+    Probe(ProbeArgs),
     /// Run the daemon: health core, prober, sources and the lease socket.
     Serve {
         /// Also listen on TCP (requires a token: PROXYPOOL_TOKEN, PROXYPOOL_LEASE_TOKEN or
@@ -424,4 +390,46 @@ pub enum ShellArg {
     Bash,
     Zsh,
     Fish,
+}
+
+/// `list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only this pool.
+    #[arg(long)]
+    pub pool: Option<String>,
+    /// Only this state.
+    #[arg(long)]
+    pub state: Option<String>,
+    /// JSON array.
+    #[arg(long)]
+    pub json: bool,
+    /// Show passwords.
+    #[arg(long)]
+    pub show_secrets: bool,
+    /// Each endpoint's state for this destination (host).
+    #[arg(long)]
+    pub destination: Option<String>,
+    /// Only endpoints with this tag (repeatable: all must match).
+    #[arg(long = "tag", value_name = "K=V")]
+    pub tags: Vec<String>,
+}
+
+/// `probe`.
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// Ids or URLs.
+    pub endpoints: Vec<String>,
+    /// Every endpoint (of --pool if given).
+    #[arg(long)]
+    pub all: bool,
+    /// Only this pool.
+    #[arg(long)]
+    pub pool: Option<String>,
+    /// JSON lines.
+    #[arg(long)]
+    pub json: bool,
+    /// Parallel probes.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
 }

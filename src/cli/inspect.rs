@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use super::client::Client;
 use super::table::{print_show, print_table, s, table};
-use super::{call, parse_state, unexpected, CliError, Context};
+use super::{call, parse_state, unexpected, CliError, Context, ListArgs};
 use crate::endpoint::EndpointId;
 use crate::health::State;
 use crate::protocol::{EndpointsMessage, Payload, Request, StatusMessage};
@@ -14,15 +14,16 @@ use crate::stats::EndpointStats;
 use crate::tags::Tags;
 
 /// `list`: the endpoints, or (with a destination) where each stands for it.
-pub(super) async fn list(
-    ctx: &Context,
-    pool: Option<String>,
-    state: Option<String>,
-    json: bool,
-    show_secrets: bool,
-    destination: Option<String>,
-    tags: Tags,
-) -> Result<(), CliError> {
+pub(super) async fn list(ctx: &Context, a: ListArgs) -> Result<(), CliError> {
+    let ListArgs {
+        pool,
+        state,
+        json,
+        show_secrets,
+        destination,
+        tags,
+    } = a;
+    let tags = super::parse_tags(&tags)?;
     if let Some(d) = destination {
         if ctx.remote.is_some() {
             let d = super::pairs::destination(&d)?;

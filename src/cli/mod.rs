@@ -31,7 +31,8 @@ mod status;
 mod table;
 
 pub use args::{
-    CaAction, Cli, Command, ConfigAction, EventsArgs, Global, LeaseArgs, ReportArgs, ShellArg,
+    CaAction, Cli, Command, ConfigAction, EventsArgs, Global, LeaseArgs, ListArgs, ProbeArgs,
+    ReportArgs, ShellArg,
 };
 pub use context::Context;
 pub use error::CliError;
@@ -93,17 +94,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             };
             import(&ctx, &file, &opts).await
         }
-        Command::List {
-            pool,
-            state,
-            json,
-            show_secrets,
-            destination,
-            tags,
-        } => {
-            let tags = parse_tags(&tags)?;
-            list(&ctx, pool, state, json, show_secrets, destination, tags).await
-        }
+        Command::List(a) => list(&ctx, a).await,
         Command::Show {
             endpoint,
             pool,
@@ -124,13 +115,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         } => disable(&ctx, &Named::new(&endpoints, &pool), reason).await,
         cmd @ Command::Enable { .. } => enable(&ctx, cmd).await,
         Command::Remove { endpoints, pool } => remove(&ctx, &Named::new(&endpoints, &pool)).await,
-        Command::Probe {
-            endpoints,
-            all,
-            pool,
-            json,
-            concurrency,
-        } => probe(&ctx, endpoints, all, pool, json, concurrency).await,
+        Command::Probe(a) => probe(&ctx, a).await,
         // Daemon and scrapers.
         Command::Serve {
             listen_tcp,

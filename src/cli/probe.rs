@@ -5,20 +5,20 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::{call, table, unexpected, CliError, Context, Named};
+use super::{call, table, unexpected, CliError, Context, Named, ProbeArgs};
 use crate::endpoint::EndpointId;
 use crate::probe::run as probe_run;
 use crate::probe::ProbeReport;
 use crate::protocol::{EndpointRef, Payload, ProbeMessage, Request};
 
-pub(super) async fn probe(
-    ctx: &Context,
-    targets: Vec<String>,
-    all: bool,
-    pool: Option<String>,
-    json_out: bool,
-    concurrency: usize,
-) -> Result<(), CliError> {
+pub(super) async fn probe(ctx: &Context, a: ProbeArgs) -> Result<(), CliError> {
+    let ProbeArgs {
+        endpoints: targets,
+        all,
+        pool,
+        json: json_out,
+        concurrency,
+    } = a;
     if concurrency == 0 {
         return Err(CliError::usage("--concurrency must be >= 1"));
     }
