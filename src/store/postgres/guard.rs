@@ -12,8 +12,8 @@ use tokio_postgres::{Client, Row};
 use super::statements::Stmts;
 use crate::endpoint::EndpointId;
 use crate::health::{Phase, Reason, State};
-use crate::store::pairs::PairWrite;
-use crate::store::{Claim, ClaimOn, Unclaim, Write};
+use crate::store::pairs::{PairRecord, PairWrite};
+use crate::store::{Claim, ClaimOn, HealthRecord, Unclaim, Write};
 
 /// What the guarded statement of one write found.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,27 +119,7 @@ async fn guard(
     hold: Duration,
 ) -> Result<Found, tokio_postgres::Error> {
     Ok(match w {
-        Write::Transition(h, _) => {
-            let row = c
-                .query_one(
-                    &st.transition,
-                    &[
-                        &h.id,
-                        &h.state.as_str(),
-                        &h.reason.map(Reason::as_str),
-                        &h.phase.map(Phase::as_str),
-                        &super::text(&h.detail),
-                        &(h.streak as i32),
-                        &(h.reason_streak as i32),
-                        &h.cooldown_ms.map(|v| v.min(i64::MAX as u64) as i64),
-                        &ms(h.cooldown_left),
-                        &h.from.as_str(),
-                        &h.trial,
-                    ],
-                )
-                .await?;
-            judged(&row, h.trial)
-        }
+        Write::Transition(h, _) => transition(c, st, h).await?,
         Write::Exit { id, ip } => {
             let ip = ip.map(|ip| ip.to_string());
             match c.execute(super::statements::EXIT, &[id, &ip]).await? {
@@ -149,58 +129,8 @@ async fn guard(
         }
         Write::Claim(cl) | Write::Pair(PairWrite::Claim(cl)) => claim(c, st, cl, hold).await?,
         Write::Unclaim(u) | Write::Pair(PairWrite::Unclaim(u)) => unclaim(c, st, u).await?,
-        Write::Remove(ids) => {
-            let mut distinct = ids.clone();
-            distinct.sort_unstable();
-            distinct.dedup();
-            let rows = c.query(&st.remove, &[&distinct]).await?;
-            let gone: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
-            match distinct.iter().find(|id| !gone.contains(id)) {
-                Some(&missing) => Found::Missing(missing),
-                None => Found::Applied,
-            }
-        }
-        Write::Pair(PairWrite::Upsert(r, _)) => {
-            // The row's values, in the order both statements take them.
-            let (state, reason, phase) = (
-                r.state.as_str(),
-                r.reason.map(Reason::as_str),
-                r.phase.map(Phase::as_str),
-            );
-            let (status, detail) = (opt_i32(r.status), super::text(&r.detail));
-            let (streak, reason_streak) = (r.streak as i32, r.reason_streak as i32);
-            let cooldown_ms = r.cooldown_ms.map(|v| v.min(i64::MAX as u64) as i64);
-            let left = ms(r.cooldown_left);
-            let from = r.from.as_str();
-            let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
-                &r.endpoint,
-                &r.destination,
-                &state,
-                &reason,
-                &phase,
-                &status,
-                &detail,
-                &streak,
-                &reason_streak,
-                &cooldown_ms,
-                &left,
-            ];
-            if r.from == State::Available {
-                let n = c.execute(&st.pair_insert, &params).await?;
-                if n > 0 {
-                    Found::Applied
-                } else {
-                    Found::Conflict
-                }
-            } else {
-                params.extend([
-                    &from as &(dyn tokio_postgres::types::ToSql + Sync),
-                    &r.trial,
-                ]);
-                let row = c.query_one(&st.pair_update, &params).await?;
-                judged(&row, r.trial)
-            }
-        }
+        Write::Remove(ids) => remove(c, st, ids).await?,
+        Write::Pair(PairWrite::Upsert(r, _)) => pair_upsert(c, st, r).await?,
         Write::Pair(PairWrite::Delete {
             endpoint,
             destination,
@@ -221,6 +151,98 @@ async fn guard(
         | Write::Pair(PairWrite::Event { .. })
         | Write::SourceResult { .. } => Found::Plain,
     })
+}
+
+/// An endpoint's transition, applied only from the state it was decided from (and, for a
+/// trial's outcome, only while its claim is the current one).
+async fn transition(
+    c: &Client,
+    st: &Stmts,
+    h: &HealthRecord,
+) -> Result<Found, tokio_postgres::Error> {
+    let row = c
+        .query_one(
+            &st.transition,
+            &[
+                &h.id,
+                &h.state.as_str(),
+                &h.reason.map(Reason::as_str),
+                &h.phase.map(Phase::as_str),
+                &super::text(&h.detail),
+                &(h.streak as i32),
+                &(h.reason_streak as i32),
+                &h.cooldown_ms.map(|v| v.min(i64::MAX as u64) as i64),
+                &ms(h.cooldown_left),
+                &h.from.as_str(),
+                &h.trial,
+            ],
+        )
+        .await?;
+    Ok(judged(&row, h.trial))
+}
+
+/// Endpoints removed: every one of them, or the first that was not there.
+async fn remove(
+    c: &Client,
+    st: &Stmts,
+    ids: &[EndpointId],
+) -> Result<Found, tokio_postgres::Error> {
+    let mut distinct = ids.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let rows = c.query(&st.remove, &[&distinct]).await?;
+    let gone: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+    Ok(match distinct.iter().find(|id| !gone.contains(id)) {
+        Some(&missing) => Found::Missing(missing),
+        None => Found::Applied,
+    })
+}
+
+/// A pair's new row: inserted when it leaves `available` (no row yet), else updated from
+/// the state it was decided from.
+async fn pair_upsert(
+    c: &Client,
+    st: &Stmts,
+    r: &PairRecord,
+) -> Result<Found, tokio_postgres::Error> {
+    // The row's values, in the order both statements take them.
+    let (state, reason, phase) = (
+        r.state.as_str(),
+        r.reason.map(Reason::as_str),
+        r.phase.map(Phase::as_str),
+    );
+    let (status, detail) = (opt_i32(r.status), super::text(&r.detail));
+    let (streak, reason_streak) = (r.streak as i32, r.reason_streak as i32);
+    let cooldown_ms = r.cooldown_ms.map(|v| v.min(i64::MAX as u64) as i64);
+    let left = ms(r.cooldown_left);
+    let from = r.from.as_str();
+    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
+        &r.endpoint,
+        &r.destination,
+        &state,
+        &reason,
+        &phase,
+        &status,
+        &detail,
+        &streak,
+        &reason_streak,
+        &cooldown_ms,
+        &left,
+    ];
+    if r.from == State::Available {
+        let n = c.execute(&st.pair_insert, &params).await?;
+        return Ok(if n > 0 {
+            Found::Applied
+        } else {
+            Found::Conflict
+        });
+    }
+    params.extend([
+        &from as &(dyn tokio_postgres::types::ToSql + Sync),
+        &r.trial,
+    ]);
+    let row = c.query_one(&st.pair_update, &params).await?;
+    Ok(judged(&row, r.trial))
 }
 
 async fn claim(
