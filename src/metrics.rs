@@ -137,95 +137,110 @@ impl Metrics {
             registry: Registry::default(),
         };
         // Counter names go in without `_total`: the encoder appends it.
-        registry.register("leases", "Lease requests by result", m.leases.clone());
+        m.register_pool_families(&mut registry);
+        m.register_gateway_families(&mut registry);
+        m.register_store_families(&mut registry);
+        m.store_up.set(1);
+        registry.register_collector(Box::new(m.gauges.clone()));
+        Metrics { registry, ..m }
+    }
+
+    /// The pools' families: leases, reports, transitions, failures, probes.
+    fn register_pool_families(&self, registry: &mut Registry) {
+        registry.register("leases", "Lease requests by result", self.leases.clone());
         registry.register(
             "reports",
             "Outcome reports by outcome and failure reason",
-            m.reports.clone(),
+            self.reports.clone(),
         );
         registry.register(
             "transitions",
             "Health state transitions",
-            m.transitions.clone(),
+            self.transitions.clone(),
         );
         registry.register(
-            "failures",
-            "Failures (reports and probes) by whom they counted against: endpoint, pair, target or pending",
-            m.failures.clone(),
-        );
+        "failures",
+        "Failures (reports and probes) by whom they counted against: endpoint, pair, target or pending",
+        self.failures.clone(),
+    );
         registry.register(
             "targets_dropped",
             "Targets forgotten to keep the per-pool table within its cap",
-            m.targets_dropped.clone(),
+            self.targets_dropped.clone(),
         );
         registry.register(
             "pace_hosts_dropped",
             "Hosts whose pacing state was forgotten to keep the per-pool table within its cap",
-            m.pace_hosts_dropped.clone(),
+            self.pace_hosts_dropped.clone(),
         );
         registry.register(
             "probe_duration_seconds",
             "Duration of probe transactions",
-            m.probe_duration.clone(),
+            self.probe_duration.clone(),
         );
         registry.register(
             "lease_wait_seconds",
             "Time a lease request took to be answered, waiting included",
-            m.lease_wait.clone(),
+            self.lease_wait.clone(),
         );
+    }
+
+    /// The gateways' families.
+    fn register_gateway_families(&self, registry: &mut Registry) {
         registry.register(
             "gateway_requests",
             "Gateway client requests by front protocol and outcome",
-            m.gateway_requests.clone(),
+            self.gateway_requests.clone(),
         );
         registry.register(
             "gateway_upstream_attempts",
             "Gateway attempts through an upstream endpoint",
-            m.upstream_attempts.clone(),
+            self.upstream_attempts.clone(),
         );
         registry.register(
             "gateway_bytes",
             "Bytes relayed by the gateway",
-            m.gateway_bytes.clone(),
+            self.gateway_bytes.clone(),
         );
         registry.register(
             "gateway_upstream_connections",
             "Upstream connections used for absolute-form requests: new, or reused idle ones",
-            m.gateway_connections.clone(),
+            self.gateway_connections.clone(),
         );
         registry.register(
             "gateway_idle_upstream_connections",
             "Upstream connections kept open for the next absolute-form request",
-            m.gateway_idle.clone(),
+            self.gateway_idle.clone(),
         );
         registry.register(
-            "gateway_intercepted",
-            "Client connections whose TLS the gateway ended (intercept), by the pool they were routed to",
-            m.gateway_intercepted.clone(),
-        );
+        "gateway_intercepted",
+        "Client connections whose TLS the gateway ended (intercept), by the pool they were routed to",
+        self.gateway_intercepted.clone(),
+    );
         registry.register(
             "gateway_leaf_certificates",
             "Leaf certificates held in memory for intercepted hosts",
-            m.gateway_leaves.clone(),
+            self.gateway_leaves.clone(),
         );
         registry.register(
-            "ban_rule_matches",
-            "Answers a [[ban]] rule matched (each reported as a ban of the endpoint for the host), by rule",
-            m.ban_rule_matches.clone(),
-        );
+        "ban_rule_matches",
+        "Answers a [[ban]] rule matched (each reported as a ban of the endpoint for the host), by rule",
+        self.ban_rule_matches.clone(),
+    );
+    }
+
+    /// The store's families.
+    fn register_store_families(&self, registry: &mut Registry) {
         registry.register(
             "store_commit_seconds",
             "Duration of store commits (one group of writes)",
-            m.store_commit.clone(),
+            self.store_commit.clone(),
         );
         registry.register(
-            "store_up",
-            "1 while the store answers, 0 while it cannot be reached (PostgreSQL: leases go on, writes are refused)",
-            m.store_up.clone(),
-        );
-        m.store_up.set(1);
-        registry.register_collector(Box::new(m.gauges.clone()));
-        Metrics { registry, ..m }
+        "store_up",
+        "1 while the store answers, 0 while it cannot be reached (PostgreSQL: leases go on, writes are refused)",
+        self.store_up.clone(),
+    );
     }
 
     /// Whether the store answers (`proxypool_store_up`).
