@@ -8,6 +8,9 @@
 //!    transaction at 8 clients on the same server (`synchronous_commit` on, fsync on);
 //! 3. propagation of a change from one daemon to another (a failure acknowledged by A until
 //!    B's status shows it): p50 and p99;
+//!    and the floor of 4 with no daemon: pgbench committing those pairs 8 at a time from
+//!    one connection against 3 at a time from three (the shapes of one and three daemons'
+//!    commits);
 //! 4. three daemons against one at the same client count, in alternating cells
 //!    (`fleet/three.rs`): the transitions the database kept a second, leases/s, the CPU
 //!    spent per transition by the daemons and by PostgreSQL; then, in one more cell of
@@ -290,6 +293,93 @@ fn load() -> String {
         .to_string()
 }
 
+/// pgbench at `clients` connections (two threads at most) running `script` for a cell on
+/// `db`: its rate and the transactions it processed.
+fn pgbench_run(pg: &postgres::Cluster, db: &str, script: &Path, clients: usize) -> (f64, f64) {
+    let threads = clients.min(2);
+    let out = Command::new("pgbench")
+        .args([
+            "-n",
+            "-c",
+            &clients.to_string(),
+            "-j",
+            &threads.to_string(),
+            "-T",
+        ])
+        .arg(CELL.as_secs().to_string())
+        .arg("-f")
+        .arg(script)
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &pg.port().to_string(),
+            "-U",
+            postgres::USER,
+            db,
+        ])
+        .env("PGPASSWORD", postgres::PASSWORD)
+        .output()
+        .expect("pgbench (postgresql-contrib or postgresql-client)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let tps = text
+        .lines()
+        .find(|l| l.starts_with("tps"))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN);
+    let done = text
+        .lines()
+        .find_map(|l| l.strip_prefix("number of transactions actually processed:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN);
+    (tps, done)
+}
+
+/// The floor of three daemons against one (section 4) with no daemon at all: pgbench
+/// committing the same UPDATE + INSERT pairs in the shape the daemons' commits take, one
+/// writer committing 8 at a time (one daemon at 8 clients) against three writers
+/// committing 3 at a time (three daemons share the 8 clients: 2.6 a commit). If the shape
+/// alone loses what the fleet loses, only fewer, larger commits (one writer for the
+/// fleet) can win it back.
+fn batching_floor(pg: &postgres::Cluster, db: &str, dir: &Path) {
+    let script = |k: usize| {
+        let mut text = String::from("BEGIN;\n");
+        for i in 0..k {
+            text.push_str(&format!(
+                "\\set id{i} random(1, {ENDPOINTS})\n\
+                 UPDATE bench_endpoints SET state = 'cooling', streak = streak + 1, \
+                 cooldown_ms = 3600000, cooldown_until = now() + interval '1 hour', \
+                 state_changed_at = now() WHERE id = :id{i};\n\
+                 INSERT INTO bench_events (at, endpoint, kind, from_state, to_state, reason, phase) \
+                 VALUES (now(), :id{i}, 'state_changed', 'available', 'cooling', 'connect_refused', 'connect');\n"
+            ));
+        }
+        text.push_str("END;\n");
+        let path = dir.join(format!("batch{k}.sql"));
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let (one, three) = (script(8), script(3));
+    let (mut r1, mut r3) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        r1.push(pgbench_run(pg, db, &one, 1).0 * 8.0);
+        r3.push(pgbench_run(pg, db, &three, 3).0 * 3.0);
+    }
+    let rounds: Vec<String> = r1
+        .iter()
+        .zip(&r3)
+        .map(|(a, b)| format!("{:.2}", b / a))
+        .collect();
+    let (r1, r3) = (median(r1), median(r3));
+    println!("\n2b. the batching floor: pgbench, UPDATE + INSERT pairs per commit, no daemon");
+    println!("{:<28} {:>12}", "1 writer, 8 a commit", format!("{r1:.0}"));
+    println!("{:<28} {:>12}", "3 writers, 3 a commit", format!("{r3:.0}"));
+    println!("{:<28} {:>12}", "three / one", format!("{:.2}", r3 / r1));
+    println!("{:<28} {:>12}", "  each round", rounds.join(" "));
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -360,39 +450,7 @@ fn main() {
     );
     pg.sql(&db, "CHECKPOINT");
     // Its rate, and the transactions it processed (for the CPU per transaction).
-    let pgbench = || -> (f64, f64) {
-        let out = Command::new("pgbench")
-            .args(["-n", "-c", &CLIENTS.to_string(), "-j", "2", "-T"])
-            .arg(CELL.as_secs().to_string())
-            .arg("-f")
-            .arg(&script)
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &pg.port().to_string(),
-                "-U",
-                postgres::USER,
-                &db,
-            ])
-            .env("PGPASSWORD", postgres::PASSWORD)
-            .output()
-            .expect("pgbench (postgresql-contrib or postgresql-client)");
-        let text = String::from_utf8_lossy(&out.stdout);
-        let tps = text
-            .lines()
-            .find(|l| l.starts_with("tps"))
-            .and_then(|l| l.split_whitespace().nth(2))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(f64::NAN);
-        let done = text
-            .lines()
-            .find_map(|l| l.strip_prefix("number of transactions actually processed:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(f64::NAN);
-        (tps, done)
-    };
+    let pgbench = || pgbench_run(&pg, &db, &script, CLIENTS);
     // Rounds interleaved: SQLite, the daemon on PostgreSQL, pgbench; CPU counted over the
     // daemon's cells, and the server's over pgbench's too.
     let (mut t_lite, mut t_pg, mut t_bench) = (Vec::new(), Vec::new(), Vec::new());
@@ -477,6 +535,8 @@ fn main() {
         "PostgreSQL CPU µs, pgbench",
         format!("{:.0}", bench_cpu / bench_ops * 1e6)
     );
+
+    batching_floor(&pg, &db, lite.dir.path());
 
     // 3. Propagation from daemon 0 to daemon 1.
     let d1 = fleet[1].serve();

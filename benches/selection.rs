@@ -331,6 +331,7 @@ fn rounds_from_env() -> usize {
     std::env::var("ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
         .unwrap_or(ROUNDS)
 }
 

@@ -159,10 +159,10 @@ impl Metrics {
             self.transitions.clone(),
         );
         registry.register(
-        "failures",
-        "Failures (reports and probes) by whom they counted against: endpoint, pair, target or pending",
-        self.failures.clone(),
-    );
+            "failures",
+            "Failures (reports and probes) by whom they counted against: endpoint, pair, target or pending",
+            self.failures.clone(),
+        );
         registry.register(
             "targets_dropped",
             "Targets forgotten to keep the per-pool table within its cap",
@@ -185,7 +185,8 @@ impl Metrics {
         );
     }
 
-    /// The gateways' families.
+    /// The gateways' families: requests, upstream attempts and connections, bytes,
+    /// interception, ban rules.
     fn register_gateway_families(&self, registry: &mut Registry) {
         registry.register(
             "gateway_requests",
@@ -213,23 +214,23 @@ impl Metrics {
             self.gateway_idle.clone(),
         );
         registry.register(
-        "gateway_intercepted",
-        "Client connections whose TLS the gateway ended (intercept), by the pool they were routed to",
-        self.gateway_intercepted.clone(),
-    );
+            "gateway_intercepted",
+            "Client connections whose TLS the gateway ended (intercept), by the pool they were routed to",
+            self.gateway_intercepted.clone(),
+        );
         registry.register(
             "gateway_leaf_certificates",
             "Leaf certificates held in memory for intercepted hosts",
             self.gateway_leaves.clone(),
         );
         registry.register(
-        "ban_rule_matches",
-        "Answers a [[ban]] rule matched (each reported as a ban of the endpoint for the host), by rule",
-        self.ban_rule_matches.clone(),
-    );
+            "ban_rule_matches",
+            "Answers a [[ban]] rule matched (each reported as a ban of the endpoint for the host), by rule",
+            self.ban_rule_matches.clone(),
+        );
     }
 
-    /// The store's families.
+    /// The store's families: commit times, and whether it answers.
     fn register_store_families(&self, registry: &mut Registry) {
         registry.register(
             "store_commit_seconds",
@@ -237,10 +238,10 @@ impl Metrics {
             self.store_commit.clone(),
         );
         registry.register(
-        "store_up",
-        "1 while the store answers, 0 while it cannot be reached (PostgreSQL: leases go on, writes are refused)",
-        self.store_up.clone(),
-    );
+            "store_up",
+            "1 while the store answers, 0 while it cannot be reached (PostgreSQL: leases go on, writes are refused)",
+            self.store_up.clone(),
+        );
     }
 
     /// Whether the store answers (`proxypool_store_up`).

@@ -546,6 +546,12 @@ async fn a_provider_header_on_the_connect_answer_is_learned_from_gateway_tunnels
             .then_some(())
             .ok_or(format!("{got:?}"))
     });
+    // More tunnels naming the address known: no event, no write (its time stays).
+    let seen = h.list()[0]["exit_seen_at"].clone();
+    for _ in 0..3 {
+        let head = connect_via(gw_port, &authority);
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    }
     let details: Vec<Value> = exit_events(&h)
         .iter()
         .map(|e| e["detail"].clone())
@@ -556,6 +562,11 @@ async fn a_provider_header_on_the_connect_answer_is_learned_from_gateway_tunnels
             json!("unknown -> 127.0.0.1"),
             json!("127.0.0.1 -> 203.0.113.7")
         ]
+    );
+    assert_eq!(
+        h.list()[0]["exit_seen_at"],
+        seen,
+        "a sighting of the known address wrote"
     );
     assert!(h.list().iter().all(|e| e["state"] == "available"));
 }

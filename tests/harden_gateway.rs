@@ -641,6 +641,12 @@ async fn intercepted_streams_beyond_the_descriptor_budget_get_503() {
     // Nothing was held against the upstream, and its descriptors came back: the next
     // streams are served.
     assert_eq!(gw.row(gw.ids[0]).state, proxypool::health::State::Available);
+    let failures: Vec<_> = gw
+        .events()
+        .into_iter()
+        .filter(|e| e.reason.is_some())
+        .collect();
+    assert!(failures.is_empty(), "{failures:?}");
     let mut send = send.clone();
     let req = hyper::Request::get(format!("https://{authority}/"))
         .body(Empty::<bytes::Bytes>::new())

@@ -392,7 +392,7 @@ pub enum ShellArg {
     Fish,
 }
 
-/// `list`.
+/// What `list` shows: which endpoints, in which form.
 #[derive(Debug, Args)]
 pub struct ListArgs {
     /// Only this pool.
@@ -415,7 +415,7 @@ pub struct ListArgs {
     pub tags: Vec<String>,
 }
 
-/// `probe`.
+/// What `probe` checks, and how many at once.
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
     /// Ids or URLs.

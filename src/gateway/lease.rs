@@ -85,8 +85,9 @@ impl LeaseGuard {
     }
 
     /// A CONNECT answer named `value` in the pool's provider header (docs/exit.md): an address
-    /// other than the one known is told to the pool, once per lease (a proxy that changes
-    /// address on every answer writes once per lease, not once per answer).
+    /// other than the one known when the lease was granted is told to the pool (which
+    /// compares it with the one known now), once per lease: a proxy that names a new address
+    /// on every answer costs a write per lease, not one per answer.
     fn saw_exit(&self, value: &[u8]) {
         let ExitCheck::Learned(ip) = parse_address(value) else {
             return;
@@ -97,7 +98,7 @@ impl LeaseGuard {
         }
         let (engine, id) = (self.engine.clone(), self.endpoint);
         self.tracker.spawn(async move {
-            if let Err(e) = engine.exit_learned(id, Ok(ip)).await {
+            if let Err(e) = engine.exit_sighted(id, ip).await {
                 debug!(endpoint = id, error = %e, "exit address from an answer not recorded");
             }
         });

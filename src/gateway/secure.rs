@@ -160,11 +160,14 @@ const H2_AGAIN: usize = 2;
 /// How a request that failed on an HTTP/2 connection may go again.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Afterwards {
-    /// The origin took nothing of it: the connection was gone before it went out, the
-    /// origin refused its stream (`REFUSED_STREAM`) or closed the connection below it
-    /// (`GOAWAY` without an error), which HTTP/2 promises means it was not processed
-    /// (RFC 9113 §8.7).
-    Unprocessed,
+    /// The origin refused its stream (`REFUSED_STREAM`) or closed the connection below it
+    /// (`GOAWAY` without an error): HTTP/2 promises it was not processed (RFC 9113 §8.7),
+    /// and the origin said so itself: no fault of the upstream.
+    Refused,
+    /// The connection was gone before the request went out: nothing of it was sent, but
+    /// whose doing that was (the origin ending a kept connection, or the path through the
+    /// upstream dying) only a new connection tells.
+    Gone,
     /// The connection broke under it (an I/O error): the origin may have closed it on its
     /// way out, or the path through the upstream died. A GET or HEAD may go again
     /// (RFC 9110 §9.2.2); a new connection that cannot be made, or that breaks as well,
@@ -176,9 +179,10 @@ enum Afterwards {
 
 /// The request on a shared HTTP/2 connection to the origin. The connection may be kept or
 /// just made; either way others share it, so it may be on its way out (`GOAWAY`) before
-/// this request goes, or break as the origin closes it. A GET or HEAD then goes again on a
-/// new connection through the same upstream (a body that can go out only once cannot),
-/// and the upstream is blamed only for what a new connection does not cure.
+/// this request goes, or break as the origin closes it. A GET or HEAD then goes again on
+/// another connection through the same upstream (one another request made meanwhile, else
+/// a new one; a body that can go out only once cannot), and the upstream is blamed only
+/// for what that does not cure: an origin that refuses it every time blames nobody.
 async fn on_http2(
     shared: &Shared,
     icpt: &Interception,
@@ -194,12 +198,24 @@ async fn on_http2(
             Err(failed) => failed,
         };
         icpt.origins().forget(guard.proxy(), &dest);
-        let more = out.kept().is_some() && again < H2_AGAIN;
+        let resendable = out.kept().is_some();
         match afterwards {
-            Afterwards::Unprocessed | Afterwards::Broken if more => again += 1,
-            Afterwards::Unprocessed if out.kept().is_some() => return Err(Sent::NotTaken),
-            Afterwards::Unprocessed => return Err(Sent::Unsendable),
-            Afterwards::Broken | Afterwards::Final => return Err(e),
+            Afterwards::Final => return Err(e),
+            Afterwards::Refused | Afterwards::Gone | Afterwards::Broken
+                if resendable && again < H2_AGAIN =>
+            {
+                again += 1
+            }
+            Afterwards::Refused if resendable => return Err(Sent::NotTaken),
+            // Nothing went out: not blamed, and not sent again.
+            Afterwards::Refused | Afterwards::Gone if !resendable => return Err(Sent::Unsendable),
+            Afterwards::Refused | Afterwards::Gone | Afterwards::Broken => return Err(e),
+        }
+        // One GOAWAY fails every stream of its connection: the first of them to get here
+        // makes the new connection, the others ride on it.
+        if let Some(s) = icpt.origins().reuse(guard.proxy(), &dest) {
+            sender = s;
+            continue;
         }
         match new_connection(shared, icpt, guard, &dest).await? {
             Spoken::Http2(s) => sender = s,
@@ -232,9 +248,10 @@ async fn new_connection(
         .map_err(Sent::Unreachable)
 }
 
+/// How a request that failed on an HTTP/2 connection with `e` may go again.
 fn afterwards(e: &hyper::Error) -> Afterwards {
     if e.is_canceled() {
-        return Afterwards::Unprocessed;
+        return Afterwards::Gone;
     }
     let mut cause = std::error::Error::source(e);
     while let Some(c) = cause {
@@ -243,7 +260,7 @@ fn afterwards(e: &hyper::Error) -> Afterwards {
             let refused = reason == Some(h2::Reason::REFUSED_STREAM)
                 || (h2.is_go_away() && h2.is_remote() && reason == Some(h2::Reason::NO_ERROR));
             return match (refused, h2.is_io()) {
-                (true, _) => Afterwards::Unprocessed,
+                (true, _) => Afterwards::Refused,
                 (false, true) => Afterwards::Broken,
                 (false, false) => Afterwards::Final,
             };
@@ -271,7 +288,7 @@ async fn over_http2(
     let sent = async {
         // A connection gone before the request went out took nothing of it.
         if let Err(e) = sender.ready().await {
-            return Err((e, Afterwards::Unprocessed));
+            return Err((e, Afterwards::Gone));
         }
         sender.send_request(req).await.map_err(|e| {
             let how = afterwards(&e);

@@ -30,7 +30,8 @@ pub(super) enum Sent {
     /// A new connection to replace a kept one that closed could not be made: reported
     /// against the upstream, and nothing reached the destination.
     Unreachable(DialFailure),
-    /// A kept connection closed after the request's one-time body went out on it.
+    /// A kept or shared connection closed under the request (or the origin refused it),
+    /// and its one-time body cannot go out again.
     Unsendable,
     /// The origin took the request on none of the HTTP/2 connections it met (each went
     /// away or refused its stream): no fault of the upstream.

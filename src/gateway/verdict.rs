@@ -80,12 +80,13 @@ pub(super) async fn not_sent(
             Try::Failed(bad_gateway(endpoint, reason, &message))
         }
         Sent::Unsendable => {
-            // The upstream is not blamed for a connection that was idle.
+            // A kept or shared connection ended under the request (the origin's doing as
+            // often as not): the upstream is not blamed.
             drop(guard);
             Try::Failed(bad_gateway(
                 endpoint,
                 Reason::ConnectionReset,
-                "the upstream connection closed while the request was sent; it was not re-sent because its body can be sent only once",
+                "a kept connection closed, or the origin refused the request, before an answer; it was not re-sent because its body can be sent only once",
             ))
         }
         Sent::NotTaken => {

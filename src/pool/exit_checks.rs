@@ -117,6 +117,16 @@ impl Pools {
         vec![Write::Exit { id, ip }, Write::Event(ev)]
     }
 
+    /// A proxy's answer named `ip` as the exit address of `id` (a provider's header on a
+    /// gateway tunnel): recorded as a check's would be when it is not the address known
+    /// now; the known one named again writes nothing (it would be a write per tunnel).
+    pub fn exit_sighted(&mut self, id: EndpointId, ip: IpAddr, now: Instant) -> Vec<Write> {
+        if self.exit_of(id) == Some(ip) {
+            return Vec::new();
+        }
+        self.exit_learned(id, Ok(ip), now)
+    }
+
     /// What answers through `id` can teach of its exit address: none unless its pool
     /// names a provider's header.
     pub fn exit_sighting(&self, id: EndpointId) -> Option<ExitSighting> {

@@ -77,13 +77,10 @@ impl ExitChecker {
 
     fn read(&self, f: &Fetched) -> ExitCheck {
         if let Some(h) = &self.header {
-            // On the answer, or (the page is https: the answer is inside TLS, out of the
-            // provider's reach) on the proxy's answer to CONNECT.
-            let value = f
-                .headers
-                .get(h)
-                .map(|v| v.as_bytes())
-                .or_else(|| reply_header(&f.connect_head, h.as_str()));
+            // The proxy's own answer to CONNECT first (an https page's answer comes through
+            // TLS the proxy cannot touch: its headers are the site's), then the answer.
+            let value = reply_header(&f.connect_head, h.as_str())
+                .or_else(|| f.headers.get(h).map(|v| v.as_bytes()));
             return match value {
                 Some(v) => parse_address(v),
                 None => ExitCheck::Unknown(format!("the answer has no {h} header")),
@@ -145,10 +142,10 @@ mod tests {
         }
     }
 
-    /// With a header, the answer's is read first, then the proxy's answer to CONNECT's
-    /// (an https page's answer is out of the provider's reach); the body never.
+    /// With a header, the proxy's answer to CONNECT is read first (an https page's answer
+    /// is the site's, out of the provider's reach), then the answer; the body never.
     #[test]
-    fn a_provider_header_is_read_from_the_answer_or_the_connect_answer() {
+    fn a_provider_header_is_read_from_the_connect_answer_then_the_answer() {
         let exit = ExitConfig {
             url: Some("https://ip.test/".into()),
             header: Some("x-exit-ip".into()),
@@ -170,11 +167,13 @@ mod tests {
         let with = "HTTP/1.1 200 Connection established\r\nX-Exit-IP: 198.51.100.2\r\n\r\n";
         let without = "HTTP/1.1 200 Connection established\r\n\r\n";
         let table = [
-            (Some("198.51.100.1"), with, Some("198.51.100.1")),
+            (Some("198.51.100.1"), with, Some("198.51.100.2")),
+            (Some("198.51.100.1"), without, Some("198.51.100.1")),
             (None, with, Some("198.51.100.2")),
             (None, without, None),
             (None, "", None),
-            (Some("not an address"), with, None),
+            (Some("not an address"), without, None),
+            (Some("not an address"), with, Some("198.51.100.2")),
         ];
         for (answer, connect, want) in table {
             let got = checker.read(&fetched(answer, connect));

@@ -29,6 +29,14 @@ impl Engine {
             .await
     }
 
+    /// A proxy's answer named `ip` as the exit address of `id`
+    /// ([`crate::pool::Pools::exit_sighted`]).
+    pub async fn exit_sighted(&self, id: EndpointId, ip: IpAddr) -> Result<(), EngineError> {
+        self.writable()?;
+        self.with(|p, now, _| ((), p.exit_sighted(id, ip, now)))
+            .await
+    }
+
     /// The exit address of `id`, when known.
     pub fn exit_of(&self, id: EndpointId) -> Option<IpAddr> {
         self.lock().exit_of(id)

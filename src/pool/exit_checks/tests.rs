@@ -62,6 +62,28 @@ fn leasable(p: &mut Pools) -> Vec<EndpointId> {
     got
 }
 
+/// A proxy's header naming the address known writes nothing; another address is
+/// recorded as a check's would be.
+#[tokio::test(start_paused = true)]
+async fn what_a_sighting_records() {
+    let mut p = pools();
+    let now = Instant::now();
+    let at = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    assert_eq!(
+        kinds(&p.exit_sighted(1, at("198.51.100.7"), now)),
+        ["exit 198.51.100.7", "exit_changed unknown -> 198.51.100.7"]
+    );
+    assert!(p.exit_sighted(1, at("198.51.100.7"), now).is_empty());
+    assert_eq!(
+        kinds(&p.exit_sighted(1, at("198.51.100.8"), now)),
+        [
+            "exit 198.51.100.8",
+            "exit_changed 198.51.100.7 -> 198.51.100.8"
+        ]
+    );
+    assert!(p.exit_sighted(99, at("10.9.9.9"), now).is_empty());
+}
+
 #[tokio::test(start_paused = true)]
 async fn what_a_check_records() {
     let mut p = pools();
