@@ -13,7 +13,7 @@ use super::read::{endpoint_row, pair_row, ENDPOINT_COLS, PAIR_COLS};
 use super::statements::Stmts;
 use crate::endpoint::EndpointId;
 use crate::store::pairs::PairWrite;
-use crate::store::{ClaimOn, ClaimResult, NewEvent, RowNow, StoreError, Write};
+use crate::store::{Claim, ClaimOn, ClaimResult, NewEvent, RowNow, StoreError, Unclaim, Write};
 
 /// One row of `fleet_removals`.
 type Tombstone = (EndpointId, Option<String>);
@@ -43,17 +43,17 @@ impl Outcome {
         let applied = matches!(f, Found::Applied | Found::Plain | Found::Won(_));
         self.changed |=
             matches!(f, Found::Applied | Found::Won(_)) && !matches!(w, Write::Event(_));
-        match (w, f) {
-            (Write::Transition(h, ev), _) => {
+        match w {
+            Write::Transition(h, ev) => {
                 if applied {
                     self.events.push_new(ev, ev.endpoint, None, None);
                 } else {
                     self.fresh_endpoints.push(h.id);
                 }
             }
-            (Write::Event(ev), _) => self.events.push_new(ev, ev.endpoint, None, None),
-            (Write::EventStatus(ev, s), _) => self.events.push_new(ev, ev.endpoint, None, *s),
-            (Write::Remove(ids), _) => {
+            Write::Event(ev) => self.events.push_new(ev, ev.endpoint, None, None),
+            Write::EventStatus(ev, s) => self.events.push_new(ev, ev.endpoint, None, *s),
+            Write::Remove(ids) => {
                 let mut seen = std::collections::HashSet::new();
                 for &id in ids.iter().filter(|id| seen.insert(**id)) {
                     let ev = NewEvent {
@@ -64,34 +64,25 @@ impl Outcome {
                     self.tombstones.push((id, None));
                 }
             }
-            (Write::Claim(c) | Write::Pair(PairWrite::Claim(c)), Found::Won(epoch)) => {
-                self.events
-                    .push_new(&c.event, Some(c.on.endpoint()), pair_dest(&c.on), None);
-                self.claims.push(ClaimResult::Won {
-                    on: c.on.clone(),
-                    epoch: *epoch,
-                });
-            }
-            (Write::Claim(c) | Write::Pair(PairWrite::Claim(c)), f) => {
-                let left = match f {
-                    Found::Lost(d) => *d,
-                    _ => Duration::ZERO,
-                };
-                self.claims.push(ClaimResult::Lost {
-                    on: c.on.clone(),
-                    left,
-                });
-                self.fresh_key(&c.on);
-            }
-            (Write::Unclaim(u) | Write::Pair(PairWrite::Unclaim(u)), _) => {
-                if applied {
-                    self.events
-                        .push_new(&u.event, Some(u.on.endpoint()), pair_dest(&u.on), None);
-                } else {
-                    self.fresh_key(&u.on);
+            Write::Claim(c) => self.claim(c, f),
+            Write::Unclaim(u) => self.unclaim(u, applied),
+            Write::Pair(p) => self.add_pair(p, f, applied),
+            Write::SourceResult { .. } => {}
+            // Written over by a later change: the row as it is now is taken instead.
+            Write::Exit { id, .. } => {
+                if !applied {
+                    self.fresh_endpoints.push(*id);
                 }
             }
-            (Write::Pair(PairWrite::Upsert(r, ev)), _) => {
+        }
+    }
+
+    /// A pair's write as the database found it (`applied`: it happened).
+    fn add_pair(&mut self, w: &PairWrite, f: &Found, applied: bool) {
+        match w {
+            PairWrite::Claim(c) => self.claim(c, f),
+            PairWrite::Unclaim(u) => self.unclaim(u, applied),
+            PairWrite::Upsert(r, ev) => {
                 if applied {
                     self.events
                         .push_new(ev, Some(r.endpoint), Some(&r.destination), r.status);
@@ -99,15 +90,12 @@ impl Outcome {
                     self.fresh_pairs.push((r.endpoint, r.destination.clone()));
                 }
             }
-            (
-                Write::Pair(PairWrite::Delete {
-                    endpoint,
-                    destination,
-                    event,
-                    ..
-                }),
-                _,
-            ) => {
+            PairWrite::Delete {
+                endpoint,
+                destination,
+                event,
+                ..
+            } => {
                 if applied {
                     self.events
                         .push_new(event, Some(*endpoint), Some(destination), None);
@@ -116,23 +104,46 @@ impl Outcome {
                     self.fresh_pairs.push((*endpoint, destination.clone()));
                 }
             }
-            (
-                Write::Pair(PairWrite::Event {
-                    destination,
-                    status,
-                    event,
-                }),
-                _,
-            ) => self
+            PairWrite::Event {
+                destination,
+                status,
+                event,
+            } => self
                 .events
                 .push_new(event, event.endpoint, Some(destination), *status),
-            (Write::SourceResult { .. }, _) => {}
-            // Written over by a later change: the row as it is now is taken instead.
-            (Write::Exit { id, .. }, _) => {
-                if !applied {
-                    self.fresh_endpoints.push(*id);
-                }
-            }
+        }
+    }
+
+    /// A trial's claim: won (its event written), or lost to another daemon (the row as it
+    /// is now goes back to the caller).
+    fn claim(&mut self, c: &Claim, f: &Found) {
+        if let Found::Won(epoch) = f {
+            self.events
+                .push_new(&c.event, Some(c.on.endpoint()), pair_dest(&c.on), None);
+            self.claims.push(ClaimResult::Won {
+                on: c.on.clone(),
+                epoch: *epoch,
+            });
+            return;
+        }
+        let left = match f {
+            Found::Lost(d) => *d,
+            _ => Duration::ZERO,
+        };
+        self.claims.push(ClaimResult::Lost {
+            on: c.on.clone(),
+            left,
+        });
+        self.fresh_key(&c.on);
+    }
+
+    /// A trial handed back: its event, or the row as it is now when the claim had moved on.
+    fn unclaim(&mut self, u: &Unclaim, applied: bool) {
+        if applied {
+            self.events
+                .push_new(&u.event, Some(u.on.endpoint()), pair_dest(&u.on), None);
+        } else {
+            self.fresh_key(&u.on);
         }
     }
 
