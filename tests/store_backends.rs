@@ -13,8 +13,8 @@ use proxypool::event_kind::EventKind;
 use proxypool::health::{Phase, Reason, State};
 use proxypool::store::pairs::{PairRecord, PairWrite};
 use proxypool::store::{
-    EventFilter, HealthRecord, Location, NewEndpoint, NewEvent, OpenOptions, RowNow, Store,
-    StoreError, Write,
+    EventFilter, HealthRecord, Location, NewEndpoint, NewEvent, OnExisting, OpenOptions, RowNow,
+    Store, StoreError, Write,
 };
 
 use common::postgres::{self, PASSWORD};
@@ -325,6 +325,25 @@ fn scenario(s: &mut Store) {
     assert_eq!(pruned, 3);
     assert_eq!(s.events(None, 0, 10_000).unwrap().len(), n - 3);
     assert_eq!(s.list(None, None).unwrap().len(), 3);
+    // `--skip-existing`: what is stored, and a repeat within the import, are passed over.
+    s.add_endpoints(&[ep("http://10.0.0.70:1", "skip")])
+        .unwrap();
+    let mut added = Vec::new();
+    let skipped = s
+        .add_endpoints_from(
+            [
+                ep("http://10.0.0.70:1", "skip"),
+                ep("http://10.0.0.71:1", "skip"),
+                ep("http://10.0.0.71:1", "skip"),
+            ]
+            .iter()
+            .map(Ok::<_, StoreError>),
+            OnExisting::Skip,
+            |id| added.push(id),
+        )
+        .unwrap();
+    assert_eq!((skipped, added.len()), (2, 1));
+    assert_eq!(s.list(Some("skip"), None).unwrap().len(), 2);
 }
 
 #[test]
@@ -405,7 +424,7 @@ fn every_store_operation_on_postgres() {
     // Reopening finds it all (a restart).
     drop(s);
     let s = pg_store(&url);
-    assert_eq!(s.list(None, None).unwrap().len(), 3);
+    assert_eq!(s.list(None, None).unwrap().len(), 5, "three, and the skip import's two");
 }
 
 /// The store thread's store drives its own connections, and nothing reads their sockets

@@ -260,33 +260,11 @@ impl Postgres {
                 while rows.len() < ROWS_PER_INSERT {
                     let Some(r) = eps.next() else { break };
                     let r = r?;
-                    if on_existing == OnExisting::Skip {
-                        let e: &NewEndpoint = r.borrow();
-                        let u = &e.url;
-                        let key = (
-                            e.pool.clone(),
-                            u.scheme,
-                            u.host.clone(),
-                            u.port,
-                            u.user_key().to_string(),
-                        );
-                        let stored = tx
-                            .query_opt(
-                                IDENTITY,
-                                &[
-                                    &e.pool,
-                                    &u.scheme.as_str(),
-                                    &u.host,
-                                    &i32::from(u.port),
-                                    &u.user_key(),
-                                ],
-                            )
-                            .await
-                            .map_err(pg)?;
-                        if stored.is_some() || !seen.insert(key) {
-                            skipped += 1;
-                            continue;
-                        }
+                    if on_existing == OnExisting::Skip
+                        && exists(&tx, r.borrow(), &mut seen).await.map_err(pg)?
+                    {
+                        skipped += 1;
+                        continue;
                     }
                     rows.push(r);
                 }
@@ -573,4 +551,36 @@ async fn duplicate<T: ToInsert>(
     Ok(StoreError::Corrupt(
         "the database refused an endpoint as a duplicate but none is".into(),
     ))
+}
+
+/// The identity of an endpoint: what `--skip-existing` compares.
+type Identity = (String, crate::endpoint::Scheme, String, u16, String);
+
+/// Whether `e` is stored already, or came earlier in this import (`seen`, which it joins).
+async fn exists(
+    tx: &tokio_postgres::Transaction<'_>,
+    e: &NewEndpoint,
+    seen: &mut HashSet<Identity>,
+) -> Result<bool, tokio_postgres::Error> {
+    let u = &e.url;
+    let stored = tx
+        .query_opt(
+            IDENTITY,
+            &[
+                &e.pool,
+                &u.scheme.as_str(),
+                &u.host,
+                &i32::from(u.port),
+                &u.user_key(),
+            ],
+        )
+        .await?;
+    let key = (
+        e.pool.clone(),
+        u.scheme,
+        u.host.clone(),
+        u.port,
+        u.user_key().to_string(),
+    );
+    Ok(stored.is_some() || !seen.insert(key))
 }
