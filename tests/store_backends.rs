@@ -424,7 +424,11 @@ fn every_store_operation_on_postgres() {
     // Reopening finds it all (a restart).
     drop(s);
     let s = pg_store(&url);
-    assert_eq!(s.list(None, None).unwrap().len(), 5, "three, and the skip import's two");
+    assert_eq!(
+        s.list(None, None).unwrap().len(),
+        5,
+        "three, and the skip import's two"
+    );
 }
 
 /// The store thread's store drives its own connections, and nothing reads their sockets

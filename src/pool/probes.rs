@@ -43,6 +43,17 @@ pub(super) fn probe_target(url: Option<&str>) -> Option<Box<str>> {
     Some(place.target.into())
 }
 
+/// Which endpoint a probe went through, who ran it, and the pool's probe target with
+/// the target's trial if this probe was it.
+struct Probed {
+    p: usize,
+    id: EndpointId,
+    role: ProbeRole,
+    target: Option<Box<str>>,
+    target_trial: Option<u32>,
+    now: Instant,
+}
+
 impl Pools {
     /// Whether a probe of pool `p` may run now, and if it is the probe target's trial:
     /// `Err(retry_after)` while the target is down.
@@ -188,71 +199,91 @@ impl Pools {
             // Our probe's claim lapsed and another daemon holds the trial now.
             return (Err(PoolError::StaleClaim(format!("endpoint {id}"))), writes);
         }
-        let target_trial = self.take_probe_trial(p, id);
-        let target = self.pools[p].probe_target.clone();
+        let probed = Probed {
+            p,
+            id,
+            role,
+            target_trial: self.take_probe_trial(p, id),
+            target: self.pools[p].probe_target.clone(),
+            now,
+        };
         let failure = match &outcome {
             Outcome::Failure(f) => Some(f.reason),
             Outcome::Success => None,
         };
         self.count_outcome(id, failure, None, wall, false);
-        match outcome {
-            Outcome::Success => {
-                if let Some(t) = target.as_deref() {
-                    let r = self.pools[p].targets.reached(t, id, now);
-                    writes.extend(self.apply_reached(p, t, id, r, None, now));
-                }
-                let input = if role == ProbeRole::Operator {
-                    // An operator's probe is an operator act: it ends a cooldown.
-                    Input::OperatorProbeSuccess
-                } else {
-                    Input::Success { trial }
-                };
-                let ev = Act {
-                    kind: Some(EventKind::ProbeSuccess),
-                    detail,
-                    // A periodic or recovery probe's success is a row only when it
-                    // changed the state; an operator's probe always leaves one.
-                    only_on_change: role != ProbeRole::Operator,
-                    ..Default::default()
-                };
-                writes.extend(self.apply(id, input, now, ev).1);
-            }
-            Outcome::Failure(f) => {
-                let judged = self.probe_blame(p, id, &f, target.as_deref(), target_trial, now);
-                let blame = judged.0;
-                writes.extend(judged.1);
-                self.count_blame(p, blame);
-                // An operator's failed probe is an ordinary non-trial failure, which never
-                // extends a cooldown.
-                let (input, kind) = match blame {
-                    Blame::Endpoint => (
-                        Input::Failure {
-                            failure: f.clone(),
-                            trial,
-                        },
-                        EventKind::ProbeFailure,
-                    ),
-                    // Not this endpoint's: a recovery probe gives its attempt back.
-                    _ => (Input::Abandon, EventKind::ProbeFailure),
-                };
-                let ev = Act {
-                    kind: Some(kind),
-                    reason: f.reason,
-                    phase: f.phase,
-                    detail: detail.or_else(|| f.detail.clone()),
-                    blame: Some(blame),
-                    ..Default::default()
-                };
-                let (step, w) = self.apply(id, input, now, ev);
-                writes.extend(w);
-                if step == Step::Refused {
-                    // Nothing to give back (a periodic check): the event still says what
-                    // happened and whom it counted against.
-                    writes.push(self.probe_event(id, &f, blame));
-                }
-            }
-        }
+        writes.extend(match outcome {
+            Outcome::Success => self.probe_succeeded(&probed, detail),
+            Outcome::Failure(f) => self.probe_failed(&probed, &f, detail),
+        });
         (Ok(self.entries[&id].health.state), writes)
+    }
+
+    /// A probe reached the probe target through `id`.
+    fn probe_succeeded(&mut self, probed: &Probed, detail: Option<String>) -> Vec<Write> {
+        let Probed {
+            p, id, role, now, ..
+        } = *probed;
+        let mut writes = Vec::new();
+        if let Some(t) = probed.target.as_deref() {
+            let r = self.pools[p].targets.reached(t, id, now);
+            writes.extend(self.apply_reached(p, t, id, r, None, now));
+        }
+        let input = if role == ProbeRole::Operator {
+            // An operator's probe is an operator act: it ends a cooldown.
+            Input::OperatorProbeSuccess
+        } else {
+            Input::Success {
+                trial: role == ProbeRole::Trial,
+            }
+        };
+        let ev = Act {
+            kind: Some(EventKind::ProbeSuccess),
+            detail,
+            // A periodic or recovery probe's success is a row only when it changed the
+            // state; an operator's probe always leaves one.
+            only_on_change: role != ProbeRole::Operator,
+            ..Default::default()
+        };
+        writes.extend(self.apply(id, input, now, ev).1);
+        writes
+    }
+
+    /// A probe through `id` failed with `f`: judged by contrast first, and only a
+    /// failure that is the endpoint's counts against it.
+    fn probe_failed(&mut self, probed: &Probed, f: &Failure, detail: Option<String>) -> Vec<Write> {
+        let Probed {
+            p, id, role, now, ..
+        } = *probed;
+        let target = probed.target.as_deref();
+        let (blame, mut writes) = self.probe_blame(p, id, f, target, probed.target_trial, now);
+        self.count_blame(p, blame);
+        // An operator's failed probe is an ordinary non-trial failure, which never extends
+        // a cooldown.
+        let input = match blame {
+            Blame::Endpoint => Input::Failure {
+                failure: f.clone(),
+                trial: role == ProbeRole::Trial,
+            },
+            // Not this endpoint's: a recovery probe gives its attempt back.
+            _ => Input::Abandon,
+        };
+        let ev = Act {
+            kind: Some(EventKind::ProbeFailure),
+            reason: f.reason,
+            phase: f.phase,
+            detail: detail.or_else(|| f.detail.clone()),
+            blame: Some(blame),
+            ..Default::default()
+        };
+        let (step, w) = self.apply(id, input, now, ev);
+        writes.extend(w);
+        if step == Step::Refused {
+            // Nothing to give back (a periodic check): the event still says what happened
+            // and whom it counted against.
+            writes.push(self.probe_event(id, f, blame));
+        }
+        writes
     }
 
     /// The probe target's trial, when `id`'s probe was it (by the claim's generation): a
