@@ -23,9 +23,8 @@ pub(super) async fn probe(ctx: &Context, a: ProbeArgs) -> Result<(), CliError> {
         return Err(CliError::usage("--concurrency must be >= 1"));
     }
     if targets.is_empty() && !all && pool.is_none() {
-        return Err(CliError::usage(
-            "name endpoints to probe, or use --all / --pool",
-        ));
+        let what = "name endpoints to probe, or use --all / --pool";
+        return Err(CliError::usage(what));
     }
     if let Some(p) = &pool {
         ctx.check_pool(p)?;
@@ -79,7 +78,13 @@ pub(super) async fn probe(ctx: &Context, a: ProbeArgs) -> Result<(), CliError> {
     if every_pool {
         note_unprobed(ctx);
     }
-    if let (Some(p), true) = (&whole_pool, reports.is_empty()) {
+    verdict(&reports, whole_pool.as_deref())
+}
+
+/// The exit status of a probe run: 1 when a probe failed, or when `--pool P` alone found
+/// nothing to probe.
+fn verdict(reports: &[ProbeReport], whole_pool: Option<&str>) -> Result<(), CliError> {
+    if let (Some(p), true) = (whole_pool, reports.is_empty()) {
         return Err(CliError::failed(format!(
             "pool {p:?} has no endpoints: nothing was probed (add some with `proxypool add --pool {p} URL`)"
         )));
