@@ -37,6 +37,7 @@ mod read;
 mod schema;
 mod statements;
 mod target;
+mod tx_error;
 pub mod url;
 mod write;
 

@@ -8,6 +8,7 @@ use tokio_postgres::types::ToSql;
 
 use super::event_cols::EventCols;
 use super::statements::{lock_and_number, CHANNEL, NOTIFY};
+use super::tx_error::TxError;
 use super::Postgres;
 use crate::store::{parse_time, Sqlite, StoreError};
 
@@ -25,25 +26,6 @@ pub struct Copied {
 
 fn time(s: &str) -> Result<SystemTime, StoreError> {
     parse_time(s).ok_or_else(|| StoreError::Corrupt(format!("time {s:?} does not parse")))
-}
-
-/// A step of the copy failed: in PostgreSQL (mapped by the store, the URL redacted), or
-/// in what the SQLite file holds.
-enum CopyError {
-    Pg(tokio_postgres::Error),
-    Store(StoreError),
-}
-
-impl From<tokio_postgres::Error> for CopyError {
-    fn from(e: tokio_postgres::Error) -> Self {
-        CopyError::Pg(e)
-    }
-}
-
-impl From<StoreError> for CopyError {
-    fn from(e: StoreError) -> Self {
-        CopyError::Store(e)
-    }
 }
 
 type Tx<'a> = tokio_postgres::Transaction<'a>;
@@ -67,18 +49,15 @@ pub fn copy_from_sqlite(from: &Sqlite, to: &Postgres) -> Result<Copied, StoreErr
             };
             tx.execute(NOTIFY, &[&CHANNEL]).await?;
             tx.commit().await?;
-            Ok::<_, CopyError>(copied)
+            Ok::<_, TxError>(copied)
         }
         .await;
-        copied.map_err(|e| match e {
-            CopyError::Pg(e) => to.err(e),
-            CopyError::Store(e) => e,
-        })
+        copied.map_err(|e| e.into_store(to))
     })
 }
 
 /// A move needs an empty schema: refused, with nothing copied, when it holds any row.
-async fn ensure_empty(tx: &Tx<'_>, to: &Postgres) -> Result<(), CopyError> {
+async fn ensure_empty(tx: &Tx<'_>, to: &Postgres) -> Result<(), TxError> {
     let used: i64 = tx
         .query_one(
             "SELECT (SELECT count(*) FROM endpoints) + (SELECT count(*) FROM events) \
@@ -88,7 +67,7 @@ async fn ensure_empty(tx: &Tx<'_>, to: &Postgres) -> Result<(), CopyError> {
         .await?
         .get(0);
     if used > 0 {
-        return Err(CopyError::Store(StoreError::Migration {
+        return Err(TxError::Store(StoreError::Migration {
             path: to.target().describe().into(),
             message: "the PostgreSQL schema already holds endpoints or events; \
                       a move needs an empty one (nothing was copied)"
@@ -103,7 +82,7 @@ async fn copy_endpoints(
     tx: &Tx<'_>,
     endpoints: &[crate::store::EndpointRow],
     seq: i64,
-) -> Result<usize, CopyError> {
+) -> Result<usize, TxError> {
     for chunk in endpoints.chunks(CHUNK) {
         let mut cols = EndpointCols::default();
         for r in chunk {
@@ -152,7 +131,7 @@ async fn copy_pairs(
     tx: &Tx<'_>,
     pairs: &[crate::store::pairs::PairRow],
     seq: i64,
-) -> Result<usize, CopyError> {
+) -> Result<usize, TxError> {
     for chunk in pairs.chunks(CHUNK) {
         let mut cols = PairCols::default();
         for p in chunk {
@@ -187,7 +166,7 @@ async fn copy_pairs(
 }
 
 /// The events with their ids and times, a chunk at a time; new events continue after them.
-async fn copy_events(tx: &Tx<'_>, from: &Sqlite) -> Result<usize, CopyError> {
+async fn copy_events(tx: &Tx<'_>, from: &Sqlite) -> Result<usize, TxError> {
     let (mut after, mut copied) = (0, 0);
     loop {
         let evs = from.events(None, after, CHUNK)?;
@@ -226,10 +205,7 @@ async fn copy_events(tx: &Tx<'_>, from: &Sqlite) -> Result<usize, CopyError> {
 }
 
 /// The sources with what their last refresh found.
-async fn copy_sources(
-    tx: &Tx<'_>,
-    sources: &[crate::store::SourceRow],
-) -> Result<usize, CopyError> {
+async fn copy_sources(tx: &Tx<'_>, sources: &[crate::store::SourceRow]) -> Result<usize, TxError> {
     for s in sources {
         let at = s.last_at.as_deref().map(time).transpose()?;
         tx.execute(

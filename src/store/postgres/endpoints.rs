@@ -9,6 +9,7 @@ use tokio_postgres::Transaction;
 
 use super::read::{endpoint_row, ENDPOINT_COLS};
 use super::statements::{lock_and_number, CHANNEL, EVENTS, NOTIFY, TOMBSTONES};
+use super::tx_error::TxError;
 use super::Postgres;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
@@ -315,23 +316,17 @@ impl Postgres {
     ) -> Result<EndpointRow, StoreError> {
         self.block(async {
             let mut c = self.client().await?;
-            let r: Result<Result<EndpointRow, StoreError>, tokio_postgres::Error> = async {
+            let r = async {
                 let tx = c.transaction().await?;
                 let seq = lock(&tx).await?;
                 let sql = format!("SELECT {ENDPOINT_COLS} FROM endpoints WHERE id = $1 FOR UPDATE");
                 let Some(row) = tx.query_opt(&sql, &[&id]).await? else {
-                    return Ok(Err(StoreError::NotFound(format!("with id {id}"))));
+                    return Err(StoreError::NotFound(format!("with id {id}")).into());
                 };
-                let old = match endpoint_row(&row) {
-                    Ok(r) => r,
-                    Err(e) => return Ok(Err(e)),
-                };
+                let old = endpoint_row(&row)?;
                 let new_url = url.cloned().unwrap_or_else(|| old.url.clone());
                 let new_label = super::text(&label.unwrap_or_else(|| old.label.clone()));
-                let new_tags = match old.tags.edited(tags) {
-                    Ok(t) => t,
-                    Err(e) => return Ok(Err(e.into())),
-                };
+                let new_tags = old.tags.edited(tags).map_err(StoreError::from)?;
                 let port = i32::from(new_url.port);
                 let clash = tx
                     .query_opt(
@@ -347,12 +342,13 @@ impl Postgres {
                     )
                     .await?;
                 if let Some(other) = clash {
-                    return Ok(Err(StoreError::Duplicate {
+                    return Err(StoreError::Duplicate {
                         url: new_url.to_redacted_string(),
                         pool: old.pool.clone(),
                         id: other.get(0),
                         line: None,
-                    }));
+                    }
+                    .into());
                 }
                 tx.execute(
                     "UPDATE endpoints SET scheme = $2, host = $3, port = $4, \"user\" = $5, \
@@ -383,16 +379,16 @@ impl Postgres {
                 .await?;
                 notify(&tx).await?;
                 tx.commit().await?;
-                Ok(Ok(EndpointRow {
+                Ok::<_, TxError>(EndpointRow {
                     url: new_url,
                     label: new_label,
                     tags: new_tags,
                     rev: seq,
                     ..old
-                }))
+                })
             }
             .await;
-            r.map_err(|e| self.err(e))?
+            r.map_err(|e| e.into_store(self))
         })
     }
 
@@ -407,7 +403,7 @@ impl Postgres {
         }
         self.block(async {
             let mut c = self.client().await?;
-            let r: Result<Result<(), StoreError>, tokio_postgres::Error> = async {
+            let r = async {
                 let tx = c.transaction().await?;
                 lock(&tx).await?;
                 let rows = tx
@@ -419,7 +415,7 @@ impl Postgres {
                 let gone: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
                 if let Some(missing) = distinct.iter().find(|id| !gone.contains(id)) {
                     tx.rollback().await?;
-                    return Ok(Err(StoreError::NotFound(format!("with id {missing}"))));
+                    return Err(StoreError::NotFound(format!("with id {missing}")).into());
                 }
                 let n = distinct.len();
                 let none: Vec<Option<String>> = vec![None; n];
@@ -445,10 +441,10 @@ impl Postgres {
                 tx.execute(TOMBSTONES, &[&distinct, &none]).await?;
                 notify(&tx).await?;
                 tx.commit().await?;
-                Ok(Ok(()))
+                Ok::<_, TxError>(())
             }
             .await;
-            r.map_err(|e| self.err(e))?
+            r.map_err(|e| e.into_store(self))
         })
     }
 

@@ -22,6 +22,7 @@ use tokio_postgres::AsyncMessage;
 
 use super::read::{endpoint_row, pair_row, ENDPOINT_COLS, PAIR_COLS};
 use super::statements::CHANNEL;
+use super::tx_error::TxError;
 use super::Postgres;
 use crate::endpoint::EndpointId;
 use crate::store::pairs::PairRow;
@@ -197,7 +198,7 @@ impl Feed {
         let (at, slicing) = (&self.at, &self.slicing);
         let (out, next) = pg.block(async {
             let mut c = pg.client().await?;
-            let r: Result<Result<(Changes, Next), StoreError>, tokio_postgres::Error> = async {
+            let r = async {
                 let tx = c
                     .build_transaction()
                     .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
@@ -206,10 +207,10 @@ impl Feed {
                     .await?;
                 let out = read_in(&tx, at, slicing.as_ref()).await?;
                 tx.commit().await?;
-                Ok(out)
+                Ok::<_, TxError>(out)
             }
             .await;
-            r.map_err(|e| pg.err(e))?
+            r.map_err(|e| e.into_store(&pg))
         })?;
         match next {
             Next::Slice(s) => self.slicing = Some(s),
@@ -395,7 +396,7 @@ async fn read_in(
     tx: &tokio_postgres::Transaction<'_>,
     at: &Position,
     slicing: Option<&Slicing>,
-) -> Result<Result<(Changes, Next), StoreError>, tokio_postgres::Error> {
+) -> Result<(Changes, Next), TxError> {
     let (seqs, after, done, reload) = match slicing {
         Some(s) => (s.seqs.clone(), s.after, s.done.clone(), false),
         None => {
@@ -408,7 +409,7 @@ async fn read_in(
         ..Changes::default()
     };
     if seqs.is_empty() && !reload {
-        return Ok(Ok((out, Next::Done(done))));
+        return Ok((out, Next::Done(done)));
     }
     let rows = if reload {
         let sql = format!("SELECT {ENDPOINT_COLS} FROM endpoints ORDER BY id");
@@ -421,22 +422,19 @@ async fn read_in(
         tx.query(&sql, &[&seqs, &after.0, &after.1, &SLICE]).await?
     };
     for r in &rows {
-        match endpoint_row(r) {
-            Ok(row) => out.endpoints.push(row),
-            Err(e) => return Ok(Err(e)),
-        }
+        out.endpoints.push(endpoint_row(r)?);
     }
     if !reload && rows.len() as i64 == SLICE {
         let last = out.endpoints.last().map_or(after, |r| (r.rev, r.id));
         out.more = true;
-        return Ok(Ok((
+        return Ok((
             out,
             Next::Slice(Slicing {
                 seqs,
                 after: last,
                 done,
             }),
-        )));
+        ));
     }
     let filter = if reload {
         ""
@@ -453,14 +451,11 @@ async fn read_in(
         tx.query(&pairs, &[&seqs]).await?
     };
     for r in &pair_rows {
-        match pair_row(r) {
-            Ok(row) => out.pairs.push(row),
-            Err(e) => return Ok(Err(e)),
-        }
+        out.pairs.push(pair_row(r)?);
     }
     if !reload {
         out.removed = removals(tx, &seqs).await?;
     }
     out.seqs = seqs;
-    Ok(Ok((out, Next::Done(done))))
+    Ok((out, Next::Done(done)))
 }
