@@ -23,8 +23,10 @@ type Call = Box<dyn FnOnce(&mut Store) + Send>;
 
 /// The stored row and pairs of each endpoint whose writes failed, to put memory back in
 /// line.
-pub(super) type Resynced =
-    Result<Vec<(EndpointId, Option<EndpointRow>, Vec<PairRow>)>, Arc<StoreError>>;
+pub(super) type Resynced = Result<Vec<RowAndPairs>, Arc<StoreError>>;
+
+/// An endpoint's row as stored (none: gone) and its pairs.
+pub(super) type RowAndPairs = (EndpointId, Option<EndpointRow>, Vec<PairRow>);
 
 enum Job {
     Writes(Queued),
@@ -350,18 +352,7 @@ impl Writer {
                             poisoned.get_or_insert(e);
                         }
                         Some(Job::Resync(reply)) => {
-                            let rows: Result<Vec<_>, StoreError> = dirty
-                                .iter()
-                                .map(|&id| {
-                                    let row = store.get(id)?;
-                                    let pairs = match row {
-                                        Some(_) => store.pairs_of(id)?,
-                                        None => Vec::new(),
-                                    };
-                                    Ok((id, row, pairs))
-                                })
-                                .collect();
-                            let rows = rows.map_err(Arc::new);
+                            let rows = rows_of(&store, &dirty).map_err(Arc::new);
                             if rows.is_ok() {
                                 poisoned = None;
                                 dirty.clear();
@@ -443,6 +434,22 @@ impl Writer {
         self.tx.send(Job::Resync(tx)).ok()?;
         rx.recv().ok()
     }
+}
+
+/// The rows of the endpoints a failed commit named, and their pairs, as the store holds
+/// them now (none for an endpoint gone).
+fn rows_of(store: &Store, dirty: &BTreeSet<EndpointId>) -> Result<Vec<RowAndPairs>, StoreError> {
+    dirty
+        .iter()
+        .map(|&id| {
+            let row = store.get(id)?;
+            let pairs = match row {
+                Some(_) => store.pairs_of(id)?,
+                None => Vec::new(),
+            };
+            Ok((id, row, pairs))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -328,24 +328,11 @@ impl Postgres {
                 let new_label = super::text(&label.unwrap_or_else(|| old.label.clone()));
                 let new_tags = old.tags.edited(tags).map_err(StoreError::from)?;
                 let port = i32::from(new_url.port);
-                let clash = tx
-                    .query_opt(
-                        &format!("{IDENTITY} AND id <> $6"),
-                        &[
-                            &old.pool,
-                            &new_url.scheme.as_str(),
-                            &new_url.host,
-                            &port,
-                            &new_url.user_key(),
-                            &id,
-                        ],
-                    )
-                    .await?;
-                if let Some(other) = clash {
+                if let Some(other) = holder(&tx, &old.pool, &new_url, id).await? {
                     return Err(StoreError::Duplicate {
                         url: new_url.to_redacted_string(),
                         pool: old.pool.clone(),
-                        id: other.get(0),
+                        id: other,
                         line: None,
                     }
                     .into());
@@ -547,6 +534,30 @@ async fn duplicate<T: ToInsert>(
     Ok(StoreError::Corrupt(
         "the database refused an endpoint as a duplicate but none is".into(),
     ))
+}
+
+/// The other endpoint of `pool` that already has `url`'s identity, if any (an edit of
+/// `id` to it would make two).
+async fn holder(
+    tx: &tokio_postgres::Transaction<'_>,
+    pool: &str,
+    url: &ProxyUrl,
+    id: EndpointId,
+) -> Result<Option<EndpointId>, tokio_postgres::Error> {
+    let row = tx
+        .query_opt(
+            &format!("{IDENTITY} AND id <> $6"),
+            &[
+                &pool,
+                &url.scheme.as_str(),
+                &url.host,
+                &i32::from(url.port),
+                &url.user_key(),
+                &id,
+            ],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)))
 }
 
 /// The identity of an endpoint: what `--skip-existing` compares.

@@ -17,47 +17,7 @@ use crate::store::{fmt_time, StoreError};
 /// Apply one pair write inside the caller's transaction (for group commit).
 pub(crate) fn apply(tx: &Connection, w: &PairWrite) -> Result<(), StoreError> {
     match w {
-        PairWrite::Upsert(r, ev) => {
-            debug_assert_ne!(r.state, State::Available, "available pairs have no row");
-            // A transition without a detail (a deadline passing) keeps the one that
-            // explains the ban: pairs hold no detail in memory.
-            let res = tx
-                .prepare_cached(
-                    "INSERT INTO destination_pairs (endpoint, destination, state, reason, phase, status, \
-                     detail, streak, reason_streak, cooldown_ms, cooldown_until, state_changed_at) \
-                     VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12) \
-                     ON CONFLICT (endpoint, destination) DO UPDATE SET state=excluded.state, \
-                     reason=excluded.reason, phase=excluded.phase, status=excluded.status, \
-                     detail=COALESCE(excluded.detail, destination_pairs.detail), streak=excluded.streak, reason_streak=excluded.reason_streak, \
-                     cooldown_ms=excluded.cooldown_ms, cooldown_until=excluded.cooldown_until, \
-                     state_changed_at=excluded.state_changed_at",
-                )?
-                .execute(params![
-                    r.endpoint,
-                    r.destination,
-                    r.state.as_str(),
-                    r.reason.map(Reason::as_str),
-                    r.phase.map(Phase::as_str),
-                    r.status,
-                    super::text(&r.detail),
-                    r.streak,
-                    r.reason_streak,
-                    r.cooldown_ms.map(|v| v as i64),
-                    deadline_of(r.cooldown_left).map(fmt_time),
-                    fmt_time(SystemTime::now()),
-                ]);
-            match res {
-                Ok(_) => {}
-                // The endpoint is gone (removed while the report was in flight).
-                Err(rusqlite::Error::SqliteFailure(e, _))
-                    if e.code == ErrorCode::ConstraintViolation =>
-                {
-                    return Err(StoreError::NotFound(format!("with id {}", r.endpoint)));
-                }
-                Err(e) => return Err(e.into()),
-            }
-            insert_event_on(tx, Some(r.endpoint), Some(&r.destination), r.status, ev)
-        }
+        PairWrite::Upsert(r, ev) => upsert(tx, r, ev),
         PairWrite::Delete {
             endpoint,
             destination,
@@ -81,21 +41,63 @@ pub(crate) fn apply(tx: &Connection, w: &PairWrite) -> Result<(), StoreError> {
             insert_event_on(tx, event.endpoint, Some(destination), *status, event)
         }
         // One daemon: a claim in memory is the claim; only its event is stored.
-        PairWrite::Claim(c) => {
-            let dest = match &c.on {
-                crate::store::ClaimOn::Pair(_, d) => Some(d.as_str()),
-                crate::store::ClaimOn::Endpoint(_) => None,
-            };
-            insert_event_on(tx, Some(c.on.endpoint()), dest, None, &c.event)
-        }
-        PairWrite::Unclaim(u) => {
-            let dest = match &u.on {
-                crate::store::ClaimOn::Pair(_, d) => Some(d.as_str()),
-                crate::store::ClaimOn::Endpoint(_) => None,
-            };
-            insert_event_on(tx, Some(u.on.endpoint()), dest, None, &u.event)
-        }
+        PairWrite::Claim(c) => claim_event(tx, &c.on, &c.event),
+        PairWrite::Unclaim(u) => claim_event(tx, &u.on, &u.event),
     }
+}
+
+/// The event of a trial's claim or hand-back on `on`.
+fn claim_event(
+    tx: &Connection,
+    on: &crate::store::ClaimOn,
+    event: &crate::store::NewEvent,
+) -> Result<(), StoreError> {
+    let dest = match on {
+        crate::store::ClaimOn::Pair(_, d) => Some(d.as_str()),
+        crate::store::ClaimOn::Endpoint(_) => None,
+    };
+    insert_event_on(tx, Some(on.endpoint()), dest, None, event)
+}
+
+/// A pair's row, inserted or replaced, and the event of its change.
+fn upsert(tx: &Connection, r: &PairRecord, ev: &crate::store::NewEvent) -> Result<(), StoreError> {
+    debug_assert_ne!(r.state, State::Available, "available pairs have no row");
+    // A transition without a detail (a deadline passing) keeps the one that
+    // explains the ban: pairs hold no detail in memory.
+    let res = tx
+        .prepare_cached(
+            "INSERT INTO destination_pairs (endpoint, destination, state, reason, phase, status, \
+             detail, streak, reason_streak, cooldown_ms, cooldown_until, state_changed_at) \
+             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12) \
+             ON CONFLICT (endpoint, destination) DO UPDATE SET state=excluded.state, \
+             reason=excluded.reason, phase=excluded.phase, status=excluded.status, \
+             detail=COALESCE(excluded.detail, destination_pairs.detail), streak=excluded.streak, reason_streak=excluded.reason_streak, \
+             cooldown_ms=excluded.cooldown_ms, cooldown_until=excluded.cooldown_until, \
+             state_changed_at=excluded.state_changed_at",
+        )?
+        .execute(params![
+            r.endpoint,
+            r.destination,
+            r.state.as_str(),
+            r.reason.map(Reason::as_str),
+            r.phase.map(Phase::as_str),
+            r.status,
+            super::text(&r.detail),
+            r.streak,
+            r.reason_streak,
+            r.cooldown_ms.map(|v| v as i64),
+            deadline_of(r.cooldown_left).map(fmt_time),
+            fmt_time(SystemTime::now()),
+        ]);
+    match res {
+        Ok(_) => {}
+        // The endpoint is gone (removed while the report was in flight).
+        Err(rusqlite::Error::SqliteFailure(e, _)) if e.code == ErrorCode::ConstraintViolation => {
+            return Err(StoreError::NotFound(format!("with id {}", r.endpoint)));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    insert_event_on(tx, Some(r.endpoint), Some(&r.destination), r.status, ev)
 }
 
 const PAIR_COLS: &str = "e.pool, p.endpoint, p.destination, p.state, p.reason, p.phase, p.status, \
