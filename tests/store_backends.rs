@@ -250,6 +250,16 @@ fn scenario(s: &mut Store) {
         s.get(a).unwrap().unwrap().url.password.as_deref(),
         Some("rotated")
     );
+    // An edit onto another endpoint's identity is refused, and changes nothing.
+    let taken = s.get(b).unwrap().unwrap().url;
+    let clash = s
+        .edit_endpoint(a, Some(&taken), None, &Default::default())
+        .unwrap_err();
+    assert!(
+        matches!(clash, StoreError::Duplicate { id, .. } if id == b),
+        "{clash}"
+    );
+    assert_eq!(s.get(a).unwrap().unwrap().url, edited.url);
 
     // Events: in order, filtered, and never a password.
     let all = s.events(None, 0, 1000).unwrap();
