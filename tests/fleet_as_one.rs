@@ -14,21 +14,9 @@ use serde_json::{json, Value};
 use common::daemon::Home;
 use common::eventually;
 use common::fakes::{self, DestCfg, HttpProxyCfg};
-use common::fleet::{home, upstreams_and_site, Member, PROPAGATION};
+use common::fleet::{home, upstreams_and_site, Member, LONG_COOLDOWN as STATIC, PROPAGATION};
 use common::postgres::{self, PASSWORD};
 use common::upstreams::tinyproxy;
-
-const STATIC: &str = r#"
-[[pool]]
-name = "default"
-mode = "static-no-ping"
-
-[pool.cooldown]
-base = "1h"
-factor = 1.0
-max = "1h"
-jitter = 0.0
-"#;
 
 fn db_name(url: &str) -> &str {
     url.rsplit('/').next().unwrap()

@@ -590,18 +590,8 @@ async fn intercepted_streams_beyond_the_descriptor_budget_get_503() {
     let authority = format!("localhost:{}", origin.port());
     let (tunnel, r) = common::gateway::connect_tunnel_to(gw.addr, &authority, "").await;
     assert_eq!(r.status(), 200, "{}", r.head);
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.certificate().der().clone()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    cfg.alpn_protocols = vec![b"h2".to_vec()];
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
-        .connect(name, tunnel)
+    let ca_pem = ca.certificate().pem().as_bytes();
+    let tls = common::fakes::tls_client(tunnel, ca_pem, "localhost", &[b"h2"])
         .await
         .expect("TLS with the gateway");
     let (send, conn) =

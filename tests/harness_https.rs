@@ -6,7 +6,6 @@
 mod common;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::curl::{Curl, EXIT_PEER_CERT};
@@ -444,24 +443,11 @@ async fn tls_to(
     o: &NginxOrigin,
     name: &'static str,
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = std::fs::read(&o.ca_pem).unwrap();
-    for c in rustls_pemfile::certs(&mut pem.as_slice()) {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", o.https_port))
         .await
         .unwrap();
-    let name = rustls::pki_types::ServerName::try_from(name).unwrap();
-    tokio_rustls::TlsConnector::from(Arc::new(cfg))
-        .connect(name, tcp)
+    let pem = std::fs::read(&o.ca_pem).unwrap();
+    common::fakes::tls_client(tcp, &pem, name, &[b"http/1.1"])
         .await
         .unwrap()
 }

@@ -217,22 +217,8 @@ async fn tls_over<S>(
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let mut roots = rustls::RootCertStore::empty();
     let pem = std::fs::read(ca).unwrap();
-    for c in rustls_pemfile::certs(&mut pem.as_slice()) {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    cfg.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
-    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg));
-    let name = rustls::pki_types::ServerName::try_from(name).unwrap();
-    connector
-        .connect(name, io)
+    common::fakes::tls_client(io, &pem, name, alpn)
         .await
         .expect("TLS with the gateway's leaf")
 }

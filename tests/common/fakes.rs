@@ -897,3 +897,32 @@ pub async fn split_writes_dest(body: &'static [u8]) -> Fake {
     })
     .await
 }
+
+/// A TLS client over `io` to `name` trusting only the CA certificates in `ca_pem` (PEM),
+/// offering `alpn`.
+pub async fn tls_client<S>(
+    io: S,
+    ca_pem: &[u8],
+    name: &str,
+    alpn: &[&[u8]],
+) -> std::io::Result<tokio_rustls::client::TlsStream<S>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile::certs(&mut &ca_pem[..]) {
+        roots.add(c?).map_err(std::io::Error::other)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(std::io::Error::other)?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
+    let name =
+        rustls::pki_types::ServerName::try_from(name.to_string()).map_err(std::io::Error::other)?;
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(name, io)
+        .await
+}
