@@ -335,12 +335,16 @@ fn rounds_from_env() -> usize {
         .unwrap_or(ROUNDS)
 }
 
-/// The cells a word named, side by side: each round runs every cell once, in turn (in
-/// reverse order every other round), so a machine whose speed drifts moves them alike;
-/// each cell's rate per round, its best, and for every two cells each round's ratio and
-/// their median.
-fn matching(cells: Vec<(&str, Ask, Pools)>, rounds: usize) {
-    let mut cells: Vec<(&str, Ask, Pools, Vec<Want>)> = cells
+/// A cell: its name, what it asks, its pools and the wants it asks with.
+type Cell<'a> = (&'a str, Ask, Pools, Vec<Want>);
+
+/// `rounds` rounds of `cells`, each round running every cell once, in turn (in reverse
+/// order every other round): each cell's (rate, granted share) per round.
+fn side_by_side(
+    cells: Vec<(&str, Ask, Pools)>,
+    rounds: usize,
+) -> (Vec<Cell<'_>>, Vec<Vec<(f64, f64)>>) {
+    let mut cells: Vec<Cell<'_>> = cells
         .into_iter()
         .map(|(n, a, p)| (n, a, p, wants(a)))
         .collect();
@@ -356,6 +360,15 @@ fn matching(cells: Vec<(&str, Ask, Pools)>, rounds: usize) {
             out[i].push(cell(p, *ask, w, &mut rng));
         }
     }
+    (cells, out)
+}
+
+/// The cells a word named, side by side: each round runs every cell once, in turn (in
+/// reverse order every other round), so a machine whose speed drifts moves them alike;
+/// each cell's rate per round, its best, and for every two cells each round's ratio and
+/// their median.
+fn matching(cells: Vec<(&str, Ask, Pools)>, rounds: usize) {
+    let (cells, out) = side_by_side(cells, rounds);
     for (i, (name, ..)) in cells.iter().enumerate() {
         let (r, g) = best(&out[i]);
         let rounds: Vec<String> = out[i].iter().map(|c| format!("{:.0}", c.0)).collect();
@@ -462,17 +475,7 @@ fn main() {
         matching(cells, rounds_from_env());
         return;
     }
-    let mut cells: Vec<(&str, Ask, Pools, Vec<Want>)> = cells
-        .into_iter()
-        .map(|(n, a, p)| (n, a, p, wants(a)))
-        .collect();
-    let mut rng = fastrand::Rng::with_seed(23);
-    let mut out = vec![Vec::new(); cells.len()];
-    for _ in 0..ROUNDS {
-        for (i, (_, ask, p, w)) in cells.iter_mut().enumerate() {
-            out[i].push(cell(p, *ask, w, &mut rng));
-        }
-    }
+    let (cells, out) = side_by_side(cells, ROUNDS);
     println!(
         "{:<50}  {:>12}  {:>8}",
         "lease+release (10,000 endpoints)", "per second", "granted"
