@@ -281,6 +281,27 @@ fn views_answer_from_memory_and_events_follow_on_through_a_restart() {
             }
         }
     });
+    // Its stderr as it comes: the outage must last until the follower has met it (a
+    // restart shorter than its 200 ms between reads would go unnoticed, and nothing
+    // would be tested).
+    let said = Arc::new(std::sync::Mutex::new(String::new()));
+    let err_out = follow.stderr.take().unwrap();
+    let said_w = Arc::clone(&said);
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(err_out).lines() {
+            let Ok(l) = l else { break };
+            let mut s = said_w.lock().unwrap();
+            s.push_str(&l);
+            s.push('\n');
+        }
+    });
+    let stderr_says = |what: &str| -> Result<(), String> {
+        let s = said.lock().unwrap();
+        match s.contains(what) {
+            true => Ok(()),
+            false => Err(s.clone()),
+        }
+    };
     // The backlog: two `added`, one `edited`.
     for _ in 0..3 {
         lines
@@ -326,6 +347,12 @@ fn views_answer_from_memory_and_events_follow_on_through_a_restart() {
         );
     }
 
+    eventually(
+        Duration::from_secs(15),
+        "the follower waiting for the database",
+        || stderr_says("following on once it is back"),
+    );
+
     pg.start_server();
     eventually(Duration::from_secs(30), "the store back", || {
         match m.store_away() {
@@ -348,9 +375,11 @@ fn views_answer_from_memory_and_events_follow_on_through_a_restart() {
         },
     );
     assert_eq!(seen["to"], "disabled", "{seen}");
+    eventually(Duration::from_secs(10), "the follower saying so", || {
+        stderr_says("the database is back; following on")
+    });
     let _ = follow.kill();
-    let out = follow.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("following on once it is back"), "{err}");
+    let _ = follow.wait();
+    let err = said.lock().unwrap().clone();
     assert!(!err.contains(PASSWORD), "{err}");
 }
