@@ -545,3 +545,105 @@ fn the_checker_sees_layer_violations_cycles_and_missing_modules() {
     }
     assert_eq!(found.len(), want.len(), "{found:#?}");
 }
+
+/// The components docs/layout.md lists under "The pool's components": (struct, file).
+fn components(doc: &str) -> Vec<(String, String)> {
+    let Some(at) = doc.find("## The pool's components") else {
+        return Vec::new();
+    };
+    let section = &doc[at..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    section
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let tick = |c: &str| {
+                c.strip_prefix('`')
+                    .and_then(|c| c.strip_suffix('`'))
+                    .map(str::to_string)
+            };
+            Some((tick(cells.get(1)?)?, tick(cells.get(2)?)?))
+        })
+        .collect()
+}
+
+/// The fields of `struct name` in `code` (comments and literals already stripped) that
+/// are not private, by their text.
+fn open_fields(code: &str, name: &str) -> Result<Vec<String>, String> {
+    let key = format!("struct {name}");
+    let start = find_word(code, &key).ok_or_else(|| format!("no {key}"))?;
+    let rest = &code[start + key.len()..];
+    let open = rest
+        .find(['{', '(', ';'])
+        .ok_or_else(|| format!("{key} has no body"))?;
+    if rest.as_bytes()[open] == b';' {
+        return Ok(Vec::new());
+    }
+    let mut depth = 0;
+    let mut end = open;
+    for (i, c) in rest[open..].char_indices() {
+        match c {
+            '{' | '(' | '[' => depth += 1,
+            '}' | ')' | ']' => {
+                depth -= 1;
+                if depth == 0 {
+                    end = open + i;
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    let body = &rest[open + 1..end];
+    // Fields at the top level of the body, split on commas outside brackets.
+    let mut fields = Vec::new();
+    let (mut depth, mut from) = (0, 0);
+    for (i, c) in body.char_indices() {
+        match c {
+            '<' | '(' | '[' | '{' => depth += 1,
+            '>' | ')' | ']' | '}' => depth -= 1,
+            ',' if depth == 0 => {
+                fields.push(body[from..i].trim().to_string());
+                from = i + 1;
+            }
+            _ => {}
+        }
+    }
+    fields.push(body[from..].trim().to_string());
+    Ok(fields
+        .into_iter()
+        .filter(|f| f.starts_with("pub"))
+        .collect())
+}
+
+#[test]
+fn the_pools_components_keep_their_state_private() {
+    let doc = std::fs::read_to_string(root().join("docs/layout.md")).unwrap();
+    let list = components(&doc);
+    assert!(list.len() >= 10, "the components table: {list:?}");
+    let mut bad = Vec::new();
+    for (name, file) in &list {
+        let text = std::fs::read_to_string(root().join(file))
+            .unwrap_or_else(|e| panic!("{file} (for {name}): {e}"));
+        match open_fields(&code_only(&text), name) {
+            Ok(open) if open.is_empty() => {}
+            Ok(open) => bad.push(format!("{name} ({file}) opens {open:?}")),
+            Err(e) => bad.push(format!("{file}: {e}")),
+        }
+    }
+    assert!(bad.is_empty(), "\n{}", bad.join("\n"));
+}
+
+#[test]
+fn the_field_checker_sees_open_fields() {
+    let code = "pub(super) struct A {\n    a: Vec<(u32, u64)>,\n    pub(super) b: [u8; 2],\n}\n\
+                struct B(pub Arc<X>);\nstruct C(Arc<X>);\nstruct D;";
+    assert_eq!(open_fields(code, "A").unwrap(), ["pub(super) b: [u8; 2]"]);
+    assert_eq!(open_fields(code, "B").unwrap(), ["pub Arc<X>"]);
+    assert!(open_fields(code, "C").unwrap().is_empty());
+    assert!(open_fields(code, "D").unwrap().is_empty());
+    assert!(open_fields(code, "E").is_err());
+    let doc = "# T\n\n## The pool's components\n\n| Component | File | Owns |\n|---|---|---|\n\
+               | `A` | `src/a.rs` | it |\n\n## Next\n\n| `Z` | `src/z.rs` | no |\n";
+    assert_eq!(components(doc), [("A".to_string(), "src/a.rs".to_string())]);
+}

@@ -96,7 +96,7 @@ impl Pools {
                 break;
             }
             self.lapse_remote_claims(p, now);
-            while let Some(&(d, id)) = self.pools[p].cooling.first() {
+            while let Some((d, id)) = self.pools[p].index.next_cooling() {
                 if d > now {
                     break;
                 }
@@ -111,15 +111,8 @@ impl Pools {
             writes.extend(ps.dests.subnet_events(now).into_iter().map(Write::Pair));
             writes.extend(self.lapse_target_trials(p, now));
         }
-        while let Some(&(exp, lid)) = self.lease_expiry.first() {
-            if exp > now {
-                break;
-            }
-            self.lease_expiry.pop_first();
-            if let Some(l) = self.leases.remove(&lid) {
-                self.remember_ended(lid, &l, super::Ended::Expired);
-                writes.extend(self.end_lease(lid, l, now, "lease expired"));
-            }
+        while let Some((lid, l)) = self.leases.pop_expired(now) {
+            writes.extend(self.end_lease(lid, l, now, "lease expired"));
         }
         writes
     }
@@ -183,7 +176,7 @@ impl Pools {
         }
         if was_claimed && !self.entries[&id].health.claimed {
             // An operator action ended an in-flight trial: its lease no longer is one.
-            for l in self.leases.values_mut().filter(|l| l.endpoint == id) {
+            for l in self.leases.of_endpoint_mut(id) {
                 l.trial = false;
             }
         }

@@ -44,9 +44,9 @@ pub(super) struct Entry {
 /// (`Chunked`): a pool that grows never moves its entries.
 #[derive(Default)]
 pub(super) struct EntryMap {
-    pub(super) index: IdIndex,
-    pub(super) slots: Chunked<Option<(EndpointId, Entry)>>,
-    pub(super) free: Vec<u32>,
+    index: IdIndex,
+    slots: Chunked<Option<(EndpointId, Entry)>>,
+    free: Vec<u32>,
 }
 
 impl EntryMap {

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use super::leases::Lease;
+use super::lease_book::Lease;
 use super::Pools;
 use crate::endpoint::EndpointId;
 use crate::health::{Health, State};
@@ -46,8 +46,8 @@ impl Pools {
                     return;
                 }
                 e.claim = Some(epoch);
-                for l in self.leases.values_mut() {
-                    if l.endpoint == *id && l.trial && l.epoch.is_none() {
+                for l in self.leases.of_endpoint_mut(*id) {
+                    if l.trial && l.epoch.is_none() {
                         l.epoch = Some(epoch);
                     }
                 }
@@ -59,9 +59,8 @@ impl Pools {
                 if !self.pools[p].dests.claim_won(key, *id, epoch) {
                     return;
                 }
-                for l in self.leases.values_mut() {
-                    let carries =
-                        l.endpoint == *id && l.pair_trial.as_deref() == Some(key.as_str());
+                for l in self.leases.of_endpoint_mut(*id) {
+                    let carries = l.pair_trial.as_deref() == Some(key.as_str());
                     if carries && l.pair_epoch.is_none() {
                         l.pair_epoch = Some(epoch);
                     }
@@ -76,27 +75,19 @@ impl Pools {
     /// claim holds.
     pub fn claim_lost(&mut self, on: &ClaimOn, now: Instant) -> Vec<String> {
         let id = on.endpoint();
-        let carried: Vec<u64> = self
-            .leases
-            .iter()
-            .filter(|(_, l)| {
-                l.endpoint == id
-                    && match on {
-                        ClaimOn::Endpoint(_) => l.trial && l.epoch.is_none(),
-                        ClaimOn::Pair(_, key) => {
-                            l.pair_trial.as_deref() == Some(key.as_str()) && l.pair_epoch.is_none()
-                        }
+        let carried = self.leases.take_all(|l| {
+            l.endpoint == id
+                && match on {
+                    ClaimOn::Endpoint(_) => l.trial && l.epoch.is_none(),
+                    ClaimOn::Pair(_, key) => {
+                        l.pair_trial.as_deref() == Some(key.as_str()) && l.pair_epoch.is_none()
                     }
-            })
-            .map(|(k, _)| *k)
-            .collect();
+                }
+        });
         let mut names = Vec::with_capacity(carried.len());
-        for lid in carried {
-            if let Some(l) = self.leases.remove(&lid) {
-                self.lease_expiry.remove(&(l.expires, lid));
-                names.push(l.name(lid));
-                self.withdraw(l, now);
-            }
+        for (lid, l) in carried {
+            names.push(l.name(lid));
+            self.withdraw(l, now);
         }
         match on {
             ClaimOn::Endpoint(_) => {
@@ -142,7 +133,7 @@ impl Pools {
     pub(super) fn claimed_remotely(&self, id: EndpointId) -> bool {
         self.entries
             .get(&id)
-            .is_some_and(|e| self.pools[e.pool].remote.iter().any(|&(_, r)| r == id))
+            .is_some_and(|e| self.pools[e.pool].index.is_held_remotely(id))
     }
 
     /// After loading `row` into its entry: a trial another daemon holds stays theirs
@@ -165,16 +156,12 @@ impl Pools {
         e.claim = None;
         let p = e.pool;
         self.index(row.id);
-        self.pools[p].remote.insert((now + c.left, row.id));
+        self.pools[p].index.held_remotely(row.id, now + c.left);
     }
 
     /// Trials other daemons held whose claims lapsed without news: free again.
     pub(super) fn lapse_remote_claims(&mut self, p: usize, now: Instant) {
-        while let Some(&(d, id)) = self.pools[p].remote.first() {
-            if d > now {
-                break;
-            }
-            self.pools[p].remote.pop_first();
+        while let Some(id) = self.pools[p].index.lapsed_remote(now) {
             let lapsed = self.entries.get(&id).is_some_and(|e| {
                 e.health.state == State::ProbeAllowed && e.health.claimed && e.claim.is_none()
             });
@@ -260,10 +247,10 @@ impl Pools {
         let p = e.pool;
         self.index(row.id);
         if let Some(until) = remote_until {
-            self.pools[p].remote.insert((until, row.id));
+            self.pools[p].index.held_remotely(row.id, until);
         }
         if ended {
-            for l in self.leases.values_mut().filter(|l| l.endpoint == row.id) {
+            for l in self.leases.of_endpoint_mut(row.id) {
                 l.trial = false;
             }
         }
@@ -291,7 +278,7 @@ impl Pools {
     pub fn claims_held(&self, now: Instant) -> Vec<(ClaimOn, Epoch, Duration)> {
         let mut out = Vec::new();
         let mut by_lease = std::collections::HashSet::new();
-        for l in self.leases.values() {
+        for (_, l) in self.leases.iter() {
             let left = l.expires.saturating_duration_since(now);
             let Some(e) = self.entries.get(&l.endpoint) else {
                 continue;

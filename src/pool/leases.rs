@@ -14,48 +14,19 @@ use crate::store::Write;
 
 use super::apply::Act;
 use super::destinations::{Destinations, Usable};
-use super::lease_name::LeaseName;
-use super::pace::{Check, HostRef, Visit};
+use super::lease_book::Lease;
+use super::pace::{Check, Visit};
 use super::pair_target::target_event;
 use super::scoped::{Views, Want};
 use super::select::{Fit, Miss};
 use super::tag_index::{carries, Resolved};
 use super::targets::Admission;
-use super::{Ended, Grant, PoolError, Pools};
+use super::{Grant, PoolError, Pools};
 
 /// `scope` of a grant that is a pair's trial.
 pub const SCOPE_DESTINATION: &str = "destination";
 /// `scope` of a grant that is a down target's trial.
 pub const SCOPE_TARGET: &str = "target";
-
-pub(super) struct Lease {
-    /// The random part of its name (`Lease::name`).
-    pub(super) secret: u128,
-    pub(super) endpoint: EndpointId,
-    pub(super) slot: u32,
-    pub(super) expires: Instant,
-    /// The endpoint's single recovery attempt.
-    pub(super) trial: bool,
-    /// The store's epoch of that trial's claim, once confirmed (docs/fleet.md).
-    pub(super) epoch: Option<crate::store::Epoch>,
-    /// The store's epoch of the pair trial's claim, once confirmed.
-    pub(super) pair_epoch: Option<crate::store::Epoch>,
-    /// The destination host the lease was taken for.
-    pub(super) destination: Option<Arc<str>>,
-    /// The target `host:port` it was taken for, when a port was given (else the host is
-    /// the target: `target_key`).
-    pub(super) target: Option<Arc<str>>,
-    /// The pair (host or target key) whose trial this lease is.
-    pub(super) pair_trial: Option<Arc<str>>,
-    /// The down target's single trial: the claim's generation.
-    pub(super) target_trial: Option<u32>,
-    /// A tunnel opened through it (`Pools::reached`): a ban trial it carries waits for a
-    /// report when it ends.
-    pub(super) reached: bool,
-    /// It counts in its (endpoint, destination) pair's `in_flight` (docs/selection.md,
-    /// "Pacing"): its end is told to the pool's pacing, at this handle of the host.
-    pub(super) paced: Option<HostRef>,
-}
 
 /// What one lease asks for, resolved once.
 struct Ask<'a> {
@@ -74,22 +45,6 @@ struct Ask<'a> {
     tags: Box<[u32]>,
     /// The destination host as the pool's pacing found it (one lookup per lease).
     visit: Visit,
-}
-
-impl Lease {
-    /// The name lease `lid` was given under.
-    pub(super) fn name(&self, lid: u64) -> String {
-        LeaseName {
-            lid,
-            secret: self.secret,
-        }
-        .render()
-    }
-
-    /// The target's key: `host:port`, or the host when no port was given.
-    pub(super) fn target_key(&self) -> Option<&str> {
-        self.target.as_deref().or(self.destination.as_deref())
-    }
 }
 
 impl Ask<'_> {
@@ -145,16 +100,6 @@ impl Choice {
 }
 
 impl Pools {
-    pub(super) fn remember_ended(&mut self, lid: u64, l: &Lease, how: Ended) {
-        self.ended.remember(
-            LeaseName {
-                lid,
-                secret: l.secret,
-            },
-            how,
-        );
-    }
-
     pub(super) fn set_leases_at(&mut self, slot: u32, delta: i32) {
         let Some((_, e)) = self.entries.at_mut(slot) else {
             return;
@@ -167,39 +112,15 @@ impl Pools {
         }
         if e.health.state == State::Available {
             // Round robin: the one just moved goes behind its equals.
-            p.ready.forget(e.leases, slot, e.gen);
+            p.index.ready().forget(e.leases, slot, e.gen);
             e.leases = e.leases.saturating_add_signed(delta);
             self.gen += 1;
             e.gen = self.gen;
-            p.ready.push(e.leases, slot, e.gen);
+            p.index.ready().push(e.leases, slot, e.gen);
             let (pool, level) = (e.pool, e.leases);
             self.compact_ready(pool, level);
         } else {
             e.leases = e.leases.saturating_add_signed(delta);
-        }
-    }
-
-    /// The name the next lease will be given (trial events are written before the grant).
-    fn upcoming_name(&self) -> String {
-        self.upcoming.render()
-    }
-
-    /// The live lease `name` names: its number, when its random part is right too.
-    pub(super) fn live_lease(&self, name: &str) -> Result<u64, Option<Ended>> {
-        let Some(n) = LeaseName::parse(name) else {
-            return Err(None);
-        };
-        match self.leases.get(&n.lid) {
-            Some(l)
-                if n.matches(&LeaseName {
-                    lid: n.lid,
-                    secret: l.secret,
-                }) =>
-            {
-                Ok(n.lid)
-            }
-            Some(_) => Err(None),
-            None => Err(self.ended.get(n)),
         }
     }
 
@@ -271,7 +192,7 @@ impl Pools {
             }
         };
         if let (Some(_), Some(t)) = (target_trial, want.target_key()) {
-            let lease = Some(self.upcoming_name());
+            let lease = Some(self.leases.upcoming_name());
             let why = "the down target's single trial";
             writes.push(target_event(
                 t,
@@ -407,7 +328,7 @@ impl Pools {
             } else {
                 ask.views.host
             };
-            let lease = Some(self.upcoming_name());
+            let lease = Some(self.leases.upcoming_name());
             let entries = &self.entries;
             let ps = &mut self.pools[ask.p];
             let gate = ps.pace.gate(ask.visit, now);
@@ -442,7 +363,7 @@ impl Pools {
         if self.frozen || ask.want.no_trial || self.pools[ask.p].cfg.mode != Mode::StaticNoPing {
             return None;
         }
-        let first = self.pools[ask.p].trials.first().map(|&(_, id)| id);
+        let first = self.pools[ask.p].index.oldest_trial();
         let ps = &self.pools[ask.p];
         let gate = ps.pace.gate(ask.visit, now);
         let id = first.filter(|&id| {
@@ -454,7 +375,7 @@ impl Pools {
         })?;
         let ev = Act {
             kind: Some(EventKind::TrialAdmitted),
-            lease: Some(self.upcoming_name()),
+            lease: Some(self.leases.upcoming_name()),
             hold: Some(ask.ttl),
             ..Default::default()
         };
@@ -492,7 +413,7 @@ impl Pools {
         let filter = ask.want.schemes_text();
         let fits = |id: &EndpointId| self.entries.get(id).is_some_and(|e| ask.want.fits(e));
         let none_fit = match ask.want.schemes {
-            None => ps.counts.iter().sum::<usize>() == 0,
+            None => ps.index.counts().total() == 0,
             // Only when a scheme was asked for: a scan, on this refusal alone.
             Some(_) => !self
                 .entries
@@ -506,8 +427,8 @@ impl Pools {
             };
         }
         let mut soonest = match ask.want.schemes {
-            None => ps.cooling.first().map(|(d, _)| *d),
-            Some(_) => ps.cooling.iter().find(|(_, id)| fits(id)).map(|(d, _)| *d),
+            None => ps.index.next_cooling().map(|(d, _)| d),
+            Some(_) => ps.index.cooling().find(|(_, id)| fits(id)).map(|(d, _)| d),
         };
         if ask.views.any() {
             soonest = match (soonest, ps.dests.next_due()) {
@@ -541,9 +462,6 @@ impl Pools {
         let slot = slot
             .or_else(|| self.entries.slot(&id))
             .ok_or(PoolError::UnknownEndpoint(id))?;
-        let name = self.upcoming;
-        let lid = name.lid;
-        self.upcoming = LeaseName::draw(lid + 1);
         // Every use for a host counts while the pool paces, also one chosen while nothing
         // of the host was held (the first).
         let paced = match (ask.visit, ask.want.destination.as_deref()) {
@@ -553,25 +471,21 @@ impl Pools {
         if paced.is_some() {
             self.count_pace_dropped(ask.p);
         }
-        self.leases.insert(
-            lid,
-            Lease {
-                secret: name.secret,
-                endpoint: id,
-                slot,
-                expires,
-                trial,
-                epoch: None,
-                pair_epoch: None,
-                destination: ask.want.destination.clone(),
-                target: ask.want.target.clone(),
-                pair_trial: pair_trial.clone(),
-                target_trial,
-                reached: false,
-                paced,
-            },
-        );
-        self.lease_expiry.insert((expires, lid));
+        let (_, lease) = self.leases.open(Lease {
+            secret: 0,
+            endpoint: id,
+            slot,
+            expires,
+            trial,
+            epoch: None,
+            pair_epoch: None,
+            destination: ask.want.destination.clone(),
+            target: ask.want.target.clone(),
+            pair_trial: pair_trial.clone(),
+            target_trial,
+            reached: false,
+            paced,
+        });
         self.pools[ask.p].leases += 1;
         self.set_leases_at(slot, 1);
         if let Some((_, e)) = self.entries.at_mut(slot) {
@@ -582,7 +496,7 @@ impl Pools {
             .at(slot)
             .ok_or(PoolError::UnknownEndpoint(id))?;
         Ok(Grant {
-            lease: name.render(),
+            lease,
             proxy: e.secret.clone(),
             endpoint: id,
             trial: trial || pair_trial.is_some() || target_trial.is_some(),

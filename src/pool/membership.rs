@@ -9,7 +9,8 @@ use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::{Health, State};
 use crate::store::EndpointRow;
 
-use super::{state_idx, Entry, Pools};
+use super::state_index::Place;
+use super::{Entry, Pools};
 
 impl Pools {
     /// Load a stored endpoint: a cooling deadline is what the store read as left of it
@@ -121,20 +122,11 @@ impl Pools {
             return false;
         }
         self.unindex(id);
-        let lease_ids: Vec<u64> = self
-            .leases
-            .iter()
-            .filter(|(_, l)| l.endpoint == id)
-            .map(|(k, _)| *k)
-            .collect();
-        for k in lease_ids {
-            if let Some(l) = self.leases.remove(&k) {
-                self.lease_expiry.remove(&(l.expires, k));
-                let p = self.entries[&id].pool;
-                self.pools[p].leases -= 1;
-                if let Some(r) = l.paced {
-                    self.pools[p].pace.end(r, id);
-                }
+        let p = self.entries[&id].pool;
+        for (_, l) in self.leases.take_all(|l| l.endpoint == id) {
+            self.pools[p].leases -= 1;
+            if let Some(r) = l.paced {
+                self.pools[p].pace.end(r, id);
             }
         }
         self.sessions.forget_endpoint(id);
@@ -162,24 +154,11 @@ impl Pools {
         let Some((_, e)) = self.entries.at_mut(slot) else {
             return;
         };
-        let p = &mut self.pools[e.pool];
-        p.counts[state_idx(e.health.state)] -= 1;
-        match e.health.state {
-            State::Available => {
-                p.ready.forget(e.leases, slot, e.gen);
-                self.gen += 1;
-                e.gen = self.gen;
-            }
-            State::Cooling => {
-                if let Some(d) = e.health.deadline {
-                    p.cooling.remove(&(d, id));
-                }
-            }
-            State::ProbeAllowed => {
-                p.trials.remove(&(e.pa_seq, id));
-                p.remote.retain(|&(_, r)| r != id);
-            }
-            State::Disabled => {}
+        self.pools[e.pool].index.leave(&place(id, slot, e));
+        if e.health.state == State::Available {
+            // Its queue items are stale from now on.
+            self.gen += 1;
+            e.gen = self.gen;
         }
     }
 
@@ -198,28 +177,35 @@ impl Pools {
         {
             self.sessions.joined(id);
         }
-        let p = &mut self.pools[e.pool];
-        p.counts[state_idx(e.health.state)] += 1;
         match e.health.state {
             State::Available => {
                 self.gen += 1;
                 e.gen = self.gen;
-                p.ready.push(e.leases, slot, e.gen);
-                let (pool, level) = (e.pool, e.leases);
-                self.compact_ready(pool, level);
             }
             State::Cooling => {
-                let d = e.health.deadline.unwrap_or_else(Instant::now);
-                e.health.deadline = Some(d);
-                p.cooling.insert((d, id));
+                e.health.deadline = Some(e.health.deadline.unwrap_or_else(Instant::now));
             }
-            State::ProbeAllowed => {
-                if !e.health.claimed {
-                    e.pa_seq = seq;
-                    p.trials.insert((seq, id));
-                }
-            }
-            State::Disabled => {}
+            State::ProbeAllowed if !e.health.claimed => e.pa_seq = seq,
+            State::ProbeAllowed | State::Disabled => {}
         }
+        let (pool, level) = (e.pool, e.leases);
+        self.pools[pool].index.enter(&place(id, slot, e));
+        if e.health.state == State::Available {
+            self.compact_ready(pool, level);
+        }
+    }
+}
+
+/// Where entry `e` (endpoint `id` in `slot`) is filed in its pool's index as it is now.
+fn place(id: EndpointId, slot: u32, e: &Entry) -> Place {
+    Place {
+        id,
+        slot,
+        state: e.health.state,
+        leases: e.leases,
+        gen: e.gen,
+        deadline: e.health.deadline,
+        pa_seq: e.pa_seq,
+        claimed: e.health.claimed,
     }
 }

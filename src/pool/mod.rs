@@ -11,7 +11,6 @@ mod chunked;
 #[cfg(test)]
 mod commit_failure_tests;
 pub mod destinations;
-mod ended;
 pub mod engine;
 mod entries;
 mod error;
@@ -20,7 +19,7 @@ mod exit_checks;
 mod exits;
 mod fleet;
 mod id_index;
-mod lease_name;
+mod lease_book;
 mod leases;
 mod membership;
 mod pace;
@@ -33,6 +32,8 @@ mod reports;
 pub(crate) mod scoped;
 mod select;
 mod sessions;
+mod state_counts;
+mod state_index;
 mod status;
 mod strategy;
 mod tag_index;
@@ -47,9 +48,7 @@ pub use scoped::{ReportOn, Reported, TargetCleared, Want};
 use destinations::Destinations;
 use entries::{Entry, EntryMap};
 pub use error::PoolError;
-use leases::Lease;
 use pace::Pace;
-use ready::Ready;
 pub use reconfigure::ReconfigureError;
 pub use status::{DownTargetView, ExitStatus, PaceStatus, PoolStatus};
 use strategy::Latencies;
@@ -57,10 +56,8 @@ use tag_index::TagIndex;
 use targets::Targets;
 pub use telemetry::EndpointUse;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
-
-use rustc_hash::FxHashMap;
 
 use serde::Serialize;
 use tokio::time::Instant;
@@ -113,13 +110,8 @@ impl Outcome {
 
 struct PoolState {
     cfg: PoolConfig,
-    /// Available endpoints, by live leases, round robin within a count.
-    ready: Ready,
-    /// Cooling endpoints by deadline.
-    cooling: BTreeSet<(Instant, EndpointId)>,
-    /// Unclaimed `probe_allowed` endpoints in arrival order.
-    trials: BTreeSet<(u64, EndpointId)>,
-    counts: [usize; 4],
+    /// Its endpoints filed by state: counts and the queues each state is taken from.
+    index: state_index::StateIndex,
     leases: usize,
     /// Pre-resolved metric series (None when metrics are off).
     metrics: Option<crate::metrics::PoolMetrics>,
@@ -134,8 +126,6 @@ struct PoolState {
     /// The endpoint whose probe is the probe target's single trial now, and the claim's
     /// generation.
     probe_trial: Option<(EndpointId, u32)>,
-    /// Trials other daemons hold, by when their claims lapse (docs/fleet.md).
-    remote: BTreeSet<(Instant, EndpointId)>,
     /// Uses of each endpoint for each host (docs/selection.md, "Pacing").
     pace: Pace,
     /// `pace.dropped()` as last counted in the metric.
@@ -151,19 +141,14 @@ pub struct Pools {
     pools: Vec<PoolState>,
     by_name: HashMap<String, usize>,
     entries: EntryMap,
-    leases: FxHashMap<u64, Lease>,
-    lease_expiry: BTreeSet<(Instant, u64)>,
-    /// How the leases that ended lately ended, so that a second report says so.
-    ended: ended::EndedLeases,
+    /// Every live lease, and how the last ones ended.
+    leases: lease_book::LeaseBook,
     /// The log-line budget of every state change (its pools' pairs and targets share it).
     budget: budget::Budget,
     sessions: sessions::Sessions,
     /// Ids removed in this process. Ids are never reused, so a row that arrives after its
     /// removal (an `add` racing a `remove`) is stale and must not come back to life.
     removed: std::collections::HashSet<EndpointId>,
-    /// The name the next lease is given, drawn one lease ahead: a trial's event names
-    /// its lease before the grant.
-    upcoming: lease_name::LeaseName,
     /// Source of ready-queue generations, unique for the life of the process.
     gen: u64,
     seq: u64,
@@ -209,15 +194,6 @@ impl std::fmt::Display for Ended {
     }
 }
 
-fn state_idx(s: State) -> usize {
-    match s {
-        State::Available => 0,
-        State::Cooling => 1,
-        State::ProbeAllowed => 2,
-        State::Disabled => 3,
-    }
-}
-
 impl Pools {
     /// Pools from their configs (the `default` pool should be among them).
     pub fn new(configs: impl IntoIterator<Item = PoolConfig>) -> Pools {
@@ -225,13 +201,10 @@ impl Pools {
             pools: Vec::new(),
             by_name: HashMap::new(),
             entries: EntryMap::default(),
-            leases: FxHashMap::default(),
-            lease_expiry: BTreeSet::new(),
-            ended: ended::EndedLeases::default(),
+            leases: lease_book::LeaseBook::default(),
             budget: budget::Budget::default(),
             sessions: sessions::Sessions::new(),
             removed: std::collections::HashSet::new(),
-            upcoming: lease_name::LeaseName::draw(1),
             gen: 0,
             seq: 0,
             rng: fastrand::Rng::new(),
@@ -310,10 +283,7 @@ impl Pools {
         self.by_name.insert(cfg.name.clone(), i);
         self.pools.push(PoolState {
             cfg,
-            ready: Ready::default(),
-            cooling: BTreeSet::new(),
-            trials: BTreeSet::new(),
-            counts: [0; 4],
+            index: state_index::StateIndex::default(),
             leases: 0,
             metrics: None,
             dests,
@@ -321,7 +291,6 @@ impl Pools {
             targets_dropped_seen: 0,
             probe_target,
             probe_trial: None,
-            remote: BTreeSet::new(),
             pace,
             pace_dropped_seen: 0,
             latencies: Latencies::default(),
@@ -450,23 +419,12 @@ impl Pools {
     /// The soonest moment something is due (a cooldown deadline, a lease expiry, a held
     /// log summary).
     pub fn next_due(&self) -> Option<Instant> {
-        let lease = self.lease_expiry.first().map(|(d, _)| *d);
+        let lease = self.leases.next_expiry();
         if self.frozen {
             // Nothing persisted comes due while the store is away.
             return lease;
         }
-        let cool = self
-            .pools
-            .iter()
-            .filter_map(|p| {
-                let c = p.cooling.first().map(|(d, _)| *d);
-                let r = p.remote.first().map(|(d, _)| *d);
-                match (c, r) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                }
-            })
-            .min();
+        let cool = self.pools.iter().filter_map(|p| p.index.next_due()).min();
         let pairs = self
             .pools
             .iter()
@@ -488,27 +446,31 @@ impl Pools {
         let Some(&p) = self.by_name.get(pool) else {
             return false;
         };
-        let c = &self.pools[p].counts;
-        c[0] == 0 && c[2] == 0
+        self.pools[p].index.counts().exhausted()
     }
 
     /// What a start-up restored, as one log line: counts by state, the cooldowns that
     /// ended while the daemon was stopped (they end on the first tick) and the pairs.
     pub fn log_restored(&self, now: Instant) {
-        let sum = |i: usize| self.pools.iter().map(|p| p.counts[i]).sum::<usize>();
+        let sum = |s: State| {
+            self.pools
+                .iter()
+                .map(|p| p.index.counts().of(s))
+                .sum::<usize>()
+        };
         let overdue: usize = self
             .pools
             .iter()
-            .map(|p| p.cooling.iter().take_while(|(d, _)| *d <= now).count())
+            .map(|p| p.index.cooling().take_while(|(d, _)| *d <= now).count())
             .sum();
         let pairs: usize = self.pools.iter().map(|p| p.dests.len()).sum();
         tracing::info!(
             endpoints = self.entries.len(),
-            available = sum(0),
-            cooling = sum(1),
+            available = sum(State::Available),
+            cooling = sum(State::Cooling),
             cooldown_ended_while_stopped = overdue,
-            probe_allowed = sum(2),
-            disabled = sum(3),
+            probe_allowed = sum(State::ProbeAllowed),
+            disabled = sum(State::Disabled),
             pairs,
             "restored from the store"
         );

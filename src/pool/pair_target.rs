@@ -294,8 +294,7 @@ impl Pools {
 
     /// The pool has no other endpoint in service to contrast with.
     pub(super) fn alone(&self, pool: usize) -> bool {
-        let c = &self.pools[pool].counts;
-        c[0] + c[1] + c[2] <= 1
+        self.pools[pool].index.counts().in_service() <= 1
     }
 }
 

@@ -103,7 +103,7 @@ impl Pools {
         if self.frozen {
             return (None, writes);
         }
-        let Some(&(_, id)) = self.pools[p].trials.first() else {
+        let Some(id) = self.pools[p].index.oldest_trial() else {
             return (None, writes);
         };
         if self.probe_gate(p, id, now).is_err() {

@@ -13,15 +13,17 @@ use super::{EntryMap, Pools};
 /// it reaches the front or by compaction, so every operation is O(1) amortized and walks
 /// memory in order: a pool of 100,000 costs about what a pool of 100 does.
 pub(super) struct Ready {
-    pub(super) levels: Vec<VecDeque<(u32, u64)>>,
-    pub(super) live: Vec<usize>,
+    levels: Vec<VecDeque<(u32, u64)>>,
+    /// Per level: how many of its items stand for an available endpoint now (the rest
+    /// are stale).
+    live: Vec<usize>,
     /// Where the last random draws found their items (level, index): the one chosen is
     /// removed when its endpoint leaves the level, instead of staying there stale for a
     /// later draw to hit. An index that no longer holds the item is ignored.
-    pub(super) drawn: [(usize, usize); 2],
+    drawn: [(usize, usize); 2],
     /// The random numbers of the next two draws, drawn at the end of the last lease so
     /// that the entries they point at are already on their way into the cache (`Ahead`).
-    pub(super) ahead: [Option<Ahead>; 2],
+    ahead: [Option<Ahead>; 2],
 }
 
 /// A draw made one lease early. A sampling strategy reads the entries of random
@@ -33,7 +35,7 @@ pub(super) struct Ready {
 /// favours the items that did not move: the last lease's loser). A queue that changed
 /// only makes the prefetch miss.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Ahead(u64);
+struct Ahead(u64);
 
 /// An index in `0..len` from a uniform 64-bit number (multiply and keep the high half;
 /// its bias, at most `len / 2^64`, is far below anything a draw can show).
@@ -81,15 +83,90 @@ impl Ready {
         }
     }
 
-    /// A random draw found its item at `index` of `level` (`which`: the first or second
-    /// of a duel).
-    pub(super) fn drew(&mut self, which: usize, level: usize, index: usize) {
-        self.drawn[which & 1] = (level, index);
+    /// How many levels there are (one past the most live leases any endpoint had).
+    pub(super) fn levels(&self) -> usize {
+        self.levels.len()
+    }
+
+    /// The level a sampling strategy draws from: the lowest with a live endpoint, under
+    /// the lease cap `cap` (0: none). The least leased, as the round robin would take
+    /// them, so both candidates of a duel come from one queue.
+    pub(super) fn lowest_live(&self, cap: u32) -> Option<usize> {
+        let levels = match cap {
+            0 => self.levels.len(),
+            c => self.levels.len().min(c as usize),
+        };
+        (0..levels).find(|&l| self.live[l] > 0)
+    }
+
+    /// One round robin pass over `level`: each item `live` accepts is offered to `take`
+    /// in turn, and one it turns down goes behind its equals; stale items met on the way
+    /// are dropped. The pass ends after the level's live count, so a level where nothing
+    /// is taken costs one walk. The slot taken, if any (left at the front: its lease moves
+    /// it to the next level).
+    pub(super) fn round(
+        &mut self,
+        level: usize,
+        mut live: impl FnMut(u32, u64) -> bool,
+        mut take: impl FnMut(u32) -> bool,
+    ) -> Option<u32> {
+        let q = &mut self.levels[level];
+        let mut seen = 0;
+        while seen < self.live[level] {
+            let &(slot, gen) = q.front()?;
+            if !live(slot, gen) {
+                q.pop_front();
+                continue;
+            }
+            seen += 1;
+            if take(slot) {
+                return Some(slot);
+            }
+            q.rotate_left(1);
+        }
+        None
+    }
+
+    /// A uniformly random item of `level` that `live` and `fits` accept, within `tries`
+    /// draws (stale items are drawn too). A stale item drawn is removed on the spot (the
+    /// queue's last item takes its place), so no pass tidies the queue first: each stale
+    /// item costs one draw, once, and a queue stays likely to hit. The first draw uses the
+    /// number drawn ahead for draw `which` (the first or second of a duel: `Ahead`); where
+    /// the chosen item is is kept, so that it leaves at once when its endpoint leaves
+    /// the level.
+    pub(super) fn sample(
+        &mut self,
+        level: usize,
+        which: usize,
+        tries: usize,
+        rng: &mut fastrand::Rng,
+        mut live: impl FnMut(u32, u64) -> bool,
+        mut fits: impl FnMut(u32) -> bool,
+    ) -> Option<u32> {
+        let len = self.levels[level].len();
+        let mut early = self.take_ahead(which, len);
+        let q = &mut self.levels[level];
+        for _ in 0..tries {
+            if q.is_empty() {
+                return None;
+            }
+            let i = early.take().unwrap_or_else(|| rng.usize(..q.len()));
+            let (slot, gen) = q[i];
+            if !live(slot, gen) {
+                q.swap_remove_back(i);
+                continue;
+            }
+            if fits(slot) {
+                self.drawn[which & 1] = (level, i);
+                return Some(slot);
+            }
+        }
+        None
     }
 
     /// The index for draw `which` in a queue of `len` items, from the number drawn ahead
     /// for it (taken: each is used once).
-    pub(super) fn take_ahead(&mut self, which: usize, len: usize) -> Option<usize> {
+    fn take_ahead(&mut self, which: usize, len: usize) -> Option<usize> {
         let Ahead(r) = self.ahead[which & 1].take()?;
         (len > 0).then(|| scale(r, len))
     }
@@ -122,9 +199,13 @@ impl Ready {
         self.drawn = [NO_DRAW; 2];
     }
 
-    pub(super) fn needs_compaction(&self, level: u32) -> bool {
+    /// Drop the stale items of `level` (those `live` turns down) once they outnumber the
+    /// live ones.
+    fn compact(&mut self, level: u32, live: impl FnMut(&(u32, u64)) -> bool) {
         let l = level as usize;
-        self.levels[l].len() > 2 * self.live[l] + 64
+        if self.levels[l].len() > 2 * self.live[l] + 64 {
+            self.levels[l].retain(live);
+        }
     }
 }
 
@@ -140,12 +221,13 @@ pub(super) fn live_at(entries: &EntryMap, slot: u32, gen: u64, pool: usize, leve
 impl Pools {
     /// Drop stale queue items once they outnumber the live ones.
     pub(super) fn compact_ready(&mut self, pool: usize, level: u32) {
-        if !self.pools[pool].ready.needs_compaction(level) {
-            return;
-        }
         let entries = &self.entries;
-        self.pools[pool].ready.levels[level as usize]
-            .retain(|&(slot, gen)| live_at(entries, slot, gen, pool, level));
+        self.pools[pool]
+            .index
+            .ready()
+            .compact(level, |&(slot, gen)| {
+                live_at(entries, slot, gen, pool, level)
+            });
     }
 
     /// Start each pool's round robin at a random place of this process's own. Daemons of a
@@ -155,14 +237,14 @@ impl Pools {
     /// (docs/fleet.md, "Propagation").
     pub(super) fn stagger(&mut self) {
         for p in &mut self.pools {
-            p.ready.rotate(self.rng.u64(..));
+            p.index.ready().rotate(self.rng.u64(..));
         }
     }
 
     /// The least-leased available endpoint of pool `p`: (slot, live leases).
     pub(super) fn pick(&mut self, p: usize) -> Option<(u32, u32)> {
         let entries = &self.entries;
-        let ready = &mut self.pools[p].ready;
+        let ready = self.pools[p].index.ready();
         for level in 0..ready.levels.len() {
             if ready.live[level] == 0 {
                 continue;
@@ -196,7 +278,7 @@ mod tests {
         for slot in 8..12 {
             r.push(1, slot, u64::from(slot));
         }
-        r.drew(0, 0, 3);
+        r.drawn[0] = (0, 3);
         // A quarter of the way along each level.
         r.rotate(1 << 62);
         assert_eq!(queue(&r, 0), [2, 3, 4, 5, 6, 7, 0, 1]);
@@ -257,16 +339,16 @@ mod tests {
         assert_eq!(queue(&r, 0), [0, 1, 2, 3, 4]);
         assert_eq!(r.live[0], 4);
         // A draw found slot 2 at index 2: it leaves with its endpoint.
-        r.drew(0, 0, 2);
+        r.drawn[0] = (0, 2);
         r.forget(0, 2, 102);
         assert_eq!(queue(&r, 0), [0, 1, 4, 3]);
         assert_eq!(r.live[0], 3);
         // A hint whose index holds another item (the queue moved) is ignored.
-        r.drew(1, 0, 1);
+        r.drawn[1] = (0, 1);
         r.forget(0, 3, 103);
         assert_eq!(queue(&r, 0), [0, 1, 4, 3]);
         // Nor is an item of another generation taken for it.
-        r.drew(0, 0, 1);
+        r.drawn[0] = (0, 1);
         r.forget(0, 1, 999);
         assert_eq!(queue(&r, 0), [0, 1, 4, 3]);
     }

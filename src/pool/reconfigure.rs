@@ -36,7 +36,7 @@ impl Pools {
             if keep.contains(name.as_str()) {
                 continue;
             }
-            let endpoints: usize = self.pools[i].counts.iter().sum();
+            let endpoints: usize = self.pools[i].index.counts().total();
             if endpoints > 0 {
                 return Err(ReconfigureError::PoolInUse {
                     pool: name.clone(),

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::apply::Act;
 use super::evidence::{Proof, Settle};
-use super::leases::Lease;
+use super::lease_book::Lease;
 use super::scoped::{ReportOn, Reported};
 use super::{Ended, Outcome, PoolError, Pools};
 use crate::event_kind::EventKind;
@@ -85,7 +85,7 @@ impl Pools {
         now: Instant,
     ) -> (Result<(u64, Lease), PoolError>, Vec<Write>) {
         let writes = self.advance(now);
-        let lid = match self.live_lease(name) {
+        let lid = match self.leases.find(name) {
             Ok(lid) => lid,
             Err(ended) => {
                 let e = match ended {
@@ -99,11 +99,8 @@ impl Pools {
                 return (Err(e), writes);
             }
         };
-        match self.leases.remove(&lid) {
-            Some(l) => {
-                self.lease_expiry.remove(&(l.expires, lid));
-                (Ok((lid, l)), writes)
-            }
+        match self.leases.take(lid) {
+            Some(l) => (Ok((lid, l)), writes),
             None => (Err(PoolError::UnknownLease(name.to_string())), writes),
         }
     }
@@ -113,7 +110,7 @@ impl Pools {
         let (r, mut writes) = self.take_lease(name, now);
         match r {
             Ok((lid, l)) => {
-                self.remember_ended(lid, &l, Ended::Released);
+                self.leases.remember(lid, &l, Ended::Released);
                 writes.extend(self.end_lease(lid, l, now, "released without a report"));
                 (Ok(()), writes)
             }
@@ -152,7 +149,7 @@ impl Pools {
             Ok(v) => v,
             Err(e) => return (Err(e), writes),
         };
-        self.remember_ended(lid, &l, Ended::Reported);
+        self.leases.remember(lid, &l, Ended::Reported);
         let Some(pool) = self.entries.get(&l.endpoint).map(|e| e.pool) else {
             return (Err(PoolError::UnknownLease(name.to_string())), writes);
         };
@@ -200,10 +197,10 @@ impl Pools {
         wall: SystemTime,
     ) -> (Result<State, PoolError>, Vec<Write>) {
         let mut writes = self.advance(now);
-        let Ok(lid) = self.live_lease(name) else {
+        let Ok(lid) = self.leases.find(name) else {
             return (Err(PoolError::UnknownLease(name.to_string())), writes);
         };
-        let Some(l) = self.leases.get(&lid) else {
+        let Some(l) = self.leases.get(lid) else {
             return (Err(PoolError::UnknownLease(name.to_string())), writes);
         };
         if let Some(what) = self.stale(l) {
@@ -230,7 +227,7 @@ impl Pools {
         };
         let settled = self.settle(settle, Outcome::Success, Proof::Tunnel, now, wall);
         writes.extend(settled.writes);
-        if let Some(l) = self.leases.get_mut(&lid) {
+        if let Some(l) = self.leases.get_mut(lid) {
             l.reached = true;
             l.trial &= !settled.endpoint_trial_decided;
             if settled.target_trial_decided {

@@ -127,37 +127,35 @@ fn rotate(
 ) -> Option<(u32, u32)> {
     // A candidate slow start turned down, taken when the pass finds no other.
     let mut spare = None;
-    for level in 0..ready.levels.len() {
-        if fit.cap != 0 && level as u32 >= fit.cap {
+    for level in 0..ready.levels() {
+        let lv = level as u32;
+        if fit.cap != 0 && lv >= fit.cap {
             break;
         }
-        let live = ready.live[level];
-        let mut seen = 0;
-        while seen < live {
-            let Some(&(slot, gen)) = ready.levels[level].front() else {
-                break;
-            };
-            if !live_at(entries, slot, gen, fit.p, level as u32) {
-                ready.levels[level].pop_front();
-                continue;
-            }
-            seen += 1;
+        let live = |slot, gen| live_at(entries, slot, gen, fit.p, lv);
+        let took = ready.round(level, live, |slot| {
             let Some((id, e)) = entries.at(slot) else {
-                ready.levels[level].pop_front();
-                continue;
+                return false;
             };
             // A pair waiting for its trial had its chance in `claim_trial`, which asks the
             // same questions: here it counts as banned.
-            if fit.fits(dests, *id, e) {
-                match check(gate, *id) {
-                    Check::Blocked(at) => miss.blocked(at),
-                    Check::Ready if warm.accept(e) => return Some((slot, level as u32)),
-                    Check::Ready => {
-                        spare = spare.or(Some((slot, level as u32)));
-                    }
+            if !fit.fits(dests, *id, e) {
+                return false;
+            }
+            match check(gate, *id) {
+                Check::Blocked(at) => {
+                    miss.blocked(at);
+                    false
+                }
+                Check::Ready if warm.accept(e) => true,
+                Check::Ready => {
+                    spare = spare.or(Some((slot, lv)));
+                    false
                 }
             }
-            ready.levels[level].rotate_left(1);
+        });
+        if let Some(slot) = took {
+            return Some((slot, lv));
         }
         if spare.is_some() {
             return spare;
@@ -166,54 +164,26 @@ fn rotate(
     spare
 }
 
-/// The level a sampling strategy draws from: the lowest with a live endpoint, under the
-/// lease cap (the least leased, as `least_leased` would take them, so both candidates
-/// come from one queue).
-fn sample_level(ready: &Ready, cap: u32) -> Option<usize> {
-    let levels = match cap {
-        0 => ready.levels.len(),
-        c => ready.levels.len().min(c as usize),
-    };
-    (0..levels).find(|&l| ready.live[l] > 0)
-}
-
-/// A uniformly random candidate of one level (every live endpoint of it is one item;
-/// stale items are drawn too), within `SAMPLE_TRIES` draws. A stale item drawn is removed
-/// on the spot (the queue's last item takes its place), so no pass tidies the queue
-/// first: each stale item costs one draw, once, and a queue stays likely to hit.
-/// The first draw uses the number drawn ahead for draw `which` (`Ahead`).
-#[allow(clippy::too_many_arguments)]
+/// A uniformly random candidate of one level that fits (`Ready::sample`); the first draw
+/// uses the number drawn ahead for draw `which`.
 fn sample(
     entries: &EntryMap,
     ready: &mut Ready,
     level: usize,
     which: usize,
-    dests: &Destinations,
-    gate: Option<&Gate>,
-    fit: &Fit,
+    pass: &Pass,
     rng: &mut fastrand::Rng,
-) -> Option<((u32, u32), usize)> {
-    let len = ready.levels[level].len();
-    let mut early = ready.take_ahead(which, len);
-    let q = &mut ready.levels[level];
-    for _ in 0..SAMPLE_TRIES {
-        if q.is_empty() {
-            return None;
-        }
-        let i = early.take().unwrap_or_else(|| rng.usize(..q.len()));
-        let (slot, gen) = q[i];
-        if !live_at(entries, slot, gen, fit.p, level as u32) {
-            q.swap_remove_back(i);
-            continue;
-        }
-        let Some((id, e)) = entries.at(slot) else {
-            continue;
-        };
-        if fit.fits(dests, *id, e) && check(gate, *id) == Check::Ready {
-            return Some(((slot, level as u32), i));
-        }
-    }
-    None
+) -> Option<(u32, u32)> {
+    let (dests, gate, fit) = (pass.dests, pass.gate, pass.fit);
+    let lv = level as u32;
+    let live = |slot, gen| live_at(entries, slot, gen, fit.p, lv);
+    let fits = |slot| {
+        entries
+            .at(slot)
+            .is_some_and(|(id, e)| fit.fits(dests, *id, e) && check(gate, *id) == Check::Ready)
+    };
+    let slot = ready.sample(level, which, SAMPLE_TRIES, rng, live, fits)?;
+    Some((slot, lv))
 }
 
 /// `fastest`'s duel: the one of `a` and `b` with the better score.
@@ -253,14 +223,12 @@ impl Pass<'_> {
         select: Select,
         warm: &mut Warm,
     ) -> Option<(u32, u32)> {
-        let level = sample_level(ready, self.fit.cap)?;
-        let (entries, dests, gate, fit) = (self.entries, self.dests, self.gate, self.fit);
+        let level = ready.lowest_live(self.fit.cap)?;
+        let entries = self.entries;
         let mut picked = None;
         for _ in 0..=MAX_REJECTED {
             let draw = |ready: &mut Ready, rng: &mut fastrand::Rng, which| {
-                let (c, i) = sample(entries, ready, level, which, dests, gate, fit, rng)?;
-                ready.drew(which, level, i);
-                Some(c)
+                sample(entries, ready, level, which, self, rng)
             };
             let Some(a) = draw(ready, warm.rng, 0) else {
                 break;
@@ -350,9 +318,9 @@ impl Pools {
         let mut miss = Miss::default();
         let found = match select {
             Select::LeastLeased => None,
-            _ => pass.sampled(&mut ps.ready, &ps.latencies, select, &mut warm),
+            _ => pass.sampled(ps.index.ready(), &ps.latencies, select, &mut warm),
         }
-        .or_else(|| pass.rotated(&mut ps.ready, &mut warm, &mut miss));
+        .or_else(|| pass.rotated(ps.index.ready(), &mut warm, &mut miss));
         if let Some(found) = found {
             self.entries.prefetch_secret(found.0);
             return Ok(found);

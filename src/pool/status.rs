@@ -4,6 +4,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::{PoolError, Pools};
+use crate::health::State;
 
 /// Counts of a pool for `status`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
@@ -103,14 +104,14 @@ impl Pools {
                 PoolStatus {
                     pool: p.cfg.name.clone(),
                     mode: p.cfg.mode.to_string(),
-                    available: p.counts[0],
-                    cooling: p.counts[1],
-                    probe_allowed: p.counts[2],
-                    disabled: p.counts[3],
+                    available: p.index.counts().of(State::Available),
+                    cooling: p.index.counts().of(State::Cooling),
+                    probe_allowed: p.index.counts().of(State::ProbeAllowed),
+                    disabled: p.index.counts().of(State::Disabled),
                     leases: p.leases,
                     next_deadline_ms: p
-                        .cooling
-                        .first()
+                        .index
+                        .next_cooling()
                         .map(|(d, _)| d.saturating_duration_since(now).as_millis() as u64),
                     targets_down: p.targets.down_count(),
                     down_targets: p

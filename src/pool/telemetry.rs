@@ -196,7 +196,7 @@ impl Pools {
                 .enumerate()
                 .map(|(i, p)| PoolGauges {
                     pool: p.cfg.name.clone(),
-                    endpoints: p.counts.map(|c| c as u64),
+                    endpoints: p.index.counts().in_order(),
                     destination_bans: self.destination_bans(i),
                     targets_down: p.targets.down_count() as u64,
                     suspect_subnets: p.dests.suspect_count() as u64,

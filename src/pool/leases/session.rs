@@ -235,7 +235,7 @@ impl Pools {
     ) -> Sticky {
         let ev = Act {
             kind: Some(EventKind::TrialAdmitted),
-            lease: Some(self.upcoming_name()),
+            lease: Some(self.leases.upcoming_name()),
             hold: Some(ask.ttl),
             ..Default::default()
         };
@@ -263,7 +263,7 @@ impl Pools {
             true => ask.want.destination.clone(),
             false => ask.want.target.clone().or(ask.want.destination.clone()),
         };
-        let lease = Some(self.upcoming_name());
+        let lease = Some(self.leases.upcoming_name());
         let ps = &mut self.pools[ask.p];
         let claimed = ps
             .dests

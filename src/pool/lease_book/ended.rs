@@ -6,8 +6,8 @@
 //! neighbouring words, where a hash map scattered them over 2 MiB and each insert (and
 //! the removal of the oldest) missed the caches on the lease path.
 
-use super::lease_name::LeaseName;
-use super::Ended;
+use super::name::LeaseName;
+use crate::pool::Ended;
 
 /// Leases whose end is remembered: 1 MiB of words.
 const MEMORY: usize = 65_536;
