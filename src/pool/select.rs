@@ -167,14 +167,13 @@ fn rotate(
 /// A uniformly random candidate of one level that fits (`Ready::sample`); the first draw
 /// uses the number drawn ahead for draw `which`.
 fn sample(
-    entries: &EntryMap,
     ready: &mut Ready,
     level: usize,
     which: usize,
     pass: &Pass,
     rng: &mut fastrand::Rng,
 ) -> Option<(u32, u32)> {
-    let (dests, gate, fit) = (pass.dests, pass.gate, pass.fit);
+    let (entries, dests, gate, fit) = (pass.entries, pass.dests, pass.gate, pass.fit);
     let lv = level as u32;
     let live = |slot, gen| live_at(entries, slot, gen, fit.p, lv);
     let fits = |slot| {
@@ -228,7 +227,7 @@ impl Pass<'_> {
         let mut picked = None;
         for _ in 0..=MAX_REJECTED {
             let draw = |ready: &mut Ready, rng: &mut fastrand::Rng, which| {
-                sample(entries, ready, level, which, self, rng)
+                sample(ready, level, which, self, rng)
             };
             let Some(a) = draw(ready, warm.rng, 0) else {
                 break;
