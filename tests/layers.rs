@@ -572,7 +572,12 @@ fn components(doc: &str) -> Vec<(String, String)> {
 fn open_fields(code: &str, name: &str) -> Result<Vec<String>, String> {
     let key = format!("struct {name}");
     let start = find_word(code, &key).ok_or_else(|| format!("no {key}"))?;
-    let rest = &code[start + key.len()..];
+    let mut rest = &code[start + key.len()..];
+    // Its generics first: a `(` or `;` in them (`F: Fn(u8)`) is not the body.
+    if rest.trim_start().starts_with('<') {
+        let at = rest.find('<').unwrap_or(0);
+        rest = &rest[at + close_of_angles(&rest[at..]).ok_or("unclosed generics")?..];
+    }
     let open = rest
         .find(['{', '(', ';'])
         .ok_or_else(|| format!("{key} has no body"))?;
@@ -595,25 +600,79 @@ fn open_fields(code: &str, name: &str) -> Result<Vec<String>, String> {
         }
     }
     let body = &rest[open + 1..end];
-    // Fields at the top level of the body, split on commas outside brackets.
+    // Fields at the top level of the body, split on commas outside brackets (the `>` of
+    // an `->` closes nothing).
     let mut fields = Vec::new();
-    let (mut depth, mut from) = (0, 0);
+    let (mut depth, mut from, mut prev) = (0, 0, ' ');
     for (i, c) in body.char_indices() {
         match c {
             '<' | '(' | '[' | '{' => depth += 1,
+            '>' if prev == '-' => {}
             '>' | ')' | ']' | '}' => depth -= 1,
             ',' if depth == 0 => {
-                fields.push(body[from..i].trim().to_string());
+                fields.push(body[from..i].to_string());
                 from = i + 1;
             }
             _ => {}
         }
+        prev = c;
     }
-    fields.push(body[from..].trim().to_string());
+    fields.push(body[from..].to_string());
     Ok(fields
-        .into_iter()
-        .filter(|f| f.starts_with("pub"))
+        .iter()
+        .map(|f| without_attributes(f).trim().to_string())
+        .filter(|f| {
+            f.strip_prefix("pub")
+                .is_some_and(|r| !r.starts_with(|c: char| c.is_alphanumeric() || c == '_'))
+        })
         .collect())
+}
+
+/// Where the `<…>` that `s` starts with closes (just past its `>`).
+fn close_of_angles(s: &str) -> Option<usize> {
+    let (mut depth, mut prev) = (0, ' ');
+    for (i, c) in s.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' if prev == '-' => {}
+            '>' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+        prev = c;
+    }
+    None
+}
+
+/// A field's text without its `#[…]` attributes.
+fn without_attributes(f: &str) -> String {
+    let mut out = String::new();
+    let mut rest = f;
+    while let Some(at) = rest.find("#[") {
+        out.push_str(&rest[..at]);
+        let mut depth = 0;
+        let mut end = rest.len();
+        for (i, c) in rest[at + 1..].char_indices() {
+            match c {
+                '[' => depth += 1,
+                ']' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = at + 1 + i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 #[test]
@@ -643,6 +702,10 @@ fn the_field_checker_sees_open_fields() {
     assert!(open_fields(code, "C").unwrap().is_empty());
     assert!(open_fields(code, "D").unwrap().is_empty());
     assert!(open_fields(code, "E").is_err());
+    // Attributes, a field named `public`, an `->` in a type, generics with parentheses.
+    let code = "struct F<G: Fn(u8) -> u8> {\n    public: u8,\n    f: Box<dyn Fn(u8) -> u8>,\n\
+                #[cfg(test)]\n    pub(crate) g: G,\n}";
+    assert_eq!(open_fields(code, "F").unwrap(), ["pub(crate) g: G"]);
     let doc = "# T\n\n## The pool's components\n\n| Component | File | Owns |\n|---|---|---|\n\
                | `A` | `src/a.rs` | it |\n\n## Next\n\n| `Z` | `src/z.rs` | no |\n";
     assert_eq!(components(doc), [("A".to_string(), "src/a.rs".to_string())]);

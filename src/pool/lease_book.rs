@@ -2,8 +2,12 @@
 //! names the next lease is given under, and how the leases that ended lately ended.
 //!
 //! The rest of the pool reaches leases only through these methods: a lease comes in with
-//! [`LeaseBook::open`] and leaves through [`LeaseBook::take`] (or expires), so the expiry
-//! order and the memory of ended leases cannot drift from the table.
+//! [`LeaseBook::open`] and leaves through [`LeaseBook::take`], `take_all` or
+//! `pop_expired`, each of which keeps the expiry order in step with the table (a lease's
+//! `expires` is never changed after `open`). How a lease ended is remembered by
+//! `pop_expired` for an expiry, and by the caller (`remember`) for a report or a release;
+//! a lease withdrawn (its claim lost) or gone with its endpoint is not remembered: a late
+//! report on it is told it is unknown.
 
 mod ended;
 mod name;

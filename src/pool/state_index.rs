@@ -2,7 +2,9 @@
 //! next step looks for it (available: the ready queues; cooling: by deadline; waiting for
 //! its recovery attempt: in arrival order; its trial held by another daemon: by when that
 //! claim lapses). `membership` files an endpoint on every change of state and takes it
-//! out before one; nothing else changes these queues.
+//! out before one. Besides that, only the ready queues are reached from outside (through
+//! `ready()`, whose own methods keep them sound: a selection's pass, a move between
+//! levels when live leases change) and the trials held elsewhere (the fleet's claims).
 
 use std::collections::BTreeSet;
 
