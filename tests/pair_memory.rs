@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use proxypool::event_kind::EventKind;
 use proxypool::health::{Failure, Input, Phase, Policy, Reason};
-use proxypool::pool::destinations::{Destinations, DEFAULT_MAX_PAIRS};
+use proxypool::pool::destinations::{Destinations, PairInput, DEFAULT_MAX_PAIRS};
 use proxypool::store::pairs::PairWrite;
 use proxypool::store::NewEvent;
 use tokio::time::Instant;
@@ -35,15 +35,18 @@ fn bytes_per_pair(per_dest: &[usize]) -> f64 {
                 detail: Some("HTTP 403".into()),
                 ..Failure::new(Reason::DestinationStatus, Some(Phase::ResponseHead))
             };
-            let r = d.apply(
-                name,
-                e,
-                Input::Failure {
+            let what = PairInput {
+                input: Input::Failure {
                     failure,
                     trial: false,
                 },
-                Some(403),
-                Some(NewEvent::new(EventKind::Report)),
+                status: Some(403),
+                act: Some(NewEvent::new(EventKind::Report)),
+            };
+            let r = d.apply(
+                name,
+                e,
+                what,
                 &policy,
                 // Spread deadlines as real traffic does.
                 now + Duration::from_millis(n as u64 % 10_000),
@@ -87,9 +90,12 @@ fn ban(d: &mut Destinations, name: &str, e: i64, now: Instant) -> Vec<PairWrite>
         failure,
         trial: false,
     };
-    let act = Some(NewEvent::new(EventKind::Report));
-    d.apply(name, e, input, Some(403), act, &Policy::default(), now, 0.0)
-        .writes
+    let what = PairInput {
+        input,
+        status: Some(403),
+        act: Some(NewEvent::new(EventKind::Report)),
+    };
+    d.apply(name, e, what, &Policy::default(), now, 0.0).writes
 }
 
 /// The junk: 1,020,000 bans on distinct bogus hosts, past the cap of 1,000,000.

@@ -121,6 +121,24 @@ pub struct PairStep {
     pub writes: Vec<PairWrite>,
 }
 
+/// What is applied to a pair: the health input, the HTTP status it came with (a ban's),
+/// and the event of the act itself (`report`) when the act is recorded.
+pub struct PairInput {
+    pub input: Input,
+    pub status: Option<u16>,
+    pub act: Option<NewEvent>,
+}
+
+impl From<Input> for PairInput {
+    fn from(input: Input) -> Self {
+        PairInput {
+            input,
+            status: None,
+            act: None,
+        }
+    }
+}
+
 /// The non-available pairs of one pool.
 pub struct Destinations {
     /// The pairs in the order they last failed (stale items skipped when met): who gives
@@ -354,18 +372,16 @@ impl Destinations {
     /// refused. A failure on a pair that does not exist creates it; at the cap the pair
     /// failed least recently makes room (only when none can, every one's trial out,
     /// nothing changes and the act is recorded with a note).
-    #[allow(clippy::too_many_arguments)]
     pub fn apply(
         &mut self,
         destination: &str,
         id: EndpointId,
-        input: Input,
-        status: Option<u16>,
-        act: Option<NewEvent>,
+        what: PairInput,
         policy: &Policy,
         now: Instant,
         jitter: f64,
     ) -> PairStep {
+        let PairInput { input, status, act } = what;
         // Callers normalise once at the protocol boundary; a raw name would open a
         // second view for the same host.
         debug_assert_eq!(normalize_key(destination).as_deref(), Ok(destination));
@@ -404,8 +420,15 @@ impl Destinations {
             if self.budget.admit(now, reason) {
                 writes::log_transition(&name, id, from, to, &h);
             }
+            debug_assert_eq!(to, h.state);
             writes.push(writes::transition(
-                &name, id, from, to, &h, kept, act, trial, now,
+                (&name, id),
+                from,
+                &h,
+                kept,
+                act,
+                trial,
+                now,
             ));
         }
         let mut after = Pair::from_health(&h, kept, self.origin);
@@ -506,7 +529,7 @@ impl Destinations {
                 continue;
             } else {
                 let input = Input::DeadlinePassed;
-                self.apply(&name, id, input, None, None, policy, now, 0.0)
+                self.apply(&name, id, input.into(), policy, now, 0.0)
             };
             if r.step == Step::Refused || self.deadlines.contains(&(d, slot, id)) {
                 // Not a live deadline any more; never loop on it.

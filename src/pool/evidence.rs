@@ -279,7 +279,6 @@ impl Pools {
 
     /// The proxy refused the target, or could not reach it: judged by contrast with the
     /// pool's other endpoints. Returns the blame and the pair it decided, if any.
-    #[allow(clippy::too_many_arguments)]
     fn fail_to_reach<'a>(
         &mut self,
         pool: usize,

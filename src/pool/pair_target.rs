@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use tracing::info;
 
 use super::apply::Act;
+use super::destinations::PairInput;
 use super::evidence::Settle;
 use super::targets::{Judged, Pending, Reached};
 use super::Pools;
@@ -22,7 +23,6 @@ impl Pools {
     /// A success or failure on the pair (endpoint `id`, `key`). A success touches only a
     /// pair that is held; a failure creates one. Returns the writes and whether the
     /// pair's trial was decided.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn pair_input(
         &mut self,
         pool: usize,
@@ -62,16 +62,12 @@ impl Pools {
         };
         let jitter = self.rng.f64() * 2.0 - 1.0;
         let ps = &mut self.pools[pool];
-        let r = ps.dests.apply(
-            key,
-            id,
+        let what = PairInput {
             input,
             status,
-            Some(act),
-            &ps.cfg.policy,
-            now,
-            jitter,
-        );
+            act: Some(act),
+        };
+        let r = ps.dests.apply(key, id, what, &ps.cfg.policy, now, jitter);
         let decided = trial && matches!(r.step, Step::Changed { .. });
         let mut writes: Vec<Write> = r.writes.into_iter().map(Write::Pair).collect();
         // A subnet this ban made suspect is told at once (docs/exit.md).
@@ -144,7 +140,6 @@ impl Pools {
 
     /// What a success through `by` did to the target: up again, and others' pending
     /// failures confirmed (each cools the pair, or for a probe's the endpoint).
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn apply_reached(
         &mut self,
         pool: usize,
@@ -238,16 +233,14 @@ impl Pools {
             failure: f,
             trial: false,
         };
-        let r = ps.dests.apply(
-            target,
-            p.endpoint,
+        let what = PairInput {
             input,
-            None,
-            Some(act),
-            &ps.cfg.policy,
-            now,
-            jitter,
-        );
+            status: None,
+            act: Some(act),
+        };
+        let r = ps
+            .dests
+            .apply(target, p.endpoint, what, &ps.cfg.policy, now, jitter);
         r.writes.into_iter().map(Write::Pair).collect()
     }
 

@@ -51,7 +51,12 @@ fn on(d: &mut Destinations, p: &Policy, dest: &str, id: EndpointId, input: Input
         Input::Failure { failure, .. } => failure.status,
         _ => None,
     };
-    d.apply(dest, id, input, status, report(), p, Instant::now(), 0.0)
+    let what = PairInput {
+        input,
+        status,
+        act: report(),
+    };
+    d.apply(dest, id, what, p, Instant::now(), 0.0)
 }
 
 fn usable(d: &Destinations, dest: &str, id: EndpointId) -> Usable {

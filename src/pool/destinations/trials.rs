@@ -73,7 +73,6 @@ impl Destinations {
     /// The claim is taken in memory; the `Claim` write among the step's writes asks the
     /// store to confirm it (`hold`: how long it holds there), with the `trial_admitted`
     /// event written only if it does.
-    #[allow(clippy::too_many_arguments)]
     pub fn try_claim(
         &mut self,
         d: DestRef,
@@ -87,7 +86,7 @@ impl Destinations {
             Some(v) => v.name.to_string(),
             None => return self.refused(),
         };
-        let mut r = self.apply(&name, id, Input::Claim, None, None, policy, now, 0.0);
+        let mut r = self.apply(&name, id, Input::Claim.into(), policy, now, 0.0);
         if r.step == Step::Claimed {
             r.writes.push(PairWrite::Claim(crate::store::Claim {
                 on: crate::store::ClaimOn::Pair(id, name.clone()),
@@ -109,7 +108,6 @@ impl Destinations {
 
     /// Claim the oldest waiting trial of a destination whose endpoint `ok` accepts (the
     /// caller's endpoint-wide checks: available, under the lease cap).
-    #[allow(clippy::too_many_arguments)]
     pub fn claim_trial(
         &mut self,
         d: DestRef,
@@ -148,7 +146,6 @@ impl Destinations {
     }
 
     /// The trial of a pair ended without an outcome: give the slot back.
-    #[allow(clippy::too_many_arguments)]
     /// Only this daemon's own claim is given back (with an `Unclaim` write); another
     /// daemon's is not ours to end.
     pub fn abandon(
@@ -163,16 +160,7 @@ impl Destinations {
         let Some(epoch) = self.our_claim(destination, id) else {
             return self.refused();
         };
-        let mut r = self.apply(
-            destination,
-            id,
-            Input::Abandon,
-            None,
-            None,
-            policy,
-            now,
-            0.0,
-        );
+        let mut r = self.apply(destination, id, Input::Abandon.into(), policy, now, 0.0);
         if r.step == Step::Abandoned {
             r.writes.push(PairWrite::Unclaim(crate::store::Unclaim {
                 on: crate::store::ClaimOn::Pair(id, destination.to_string()),

@@ -89,18 +89,18 @@ pub(super) fn log_transition(name: &str, id: EndpointId, from: State, to: State,
     );
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The durable write of a pair's change from `from` to the state of `h` (the health after
+/// the step).
 pub(super) fn transition(
-    name: &str,
-    id: EndpointId,
+    (name, id): (&str, EndpointId),
     from: State,
-    to: State,
     h: &Health,
     status: Option<u16>,
     act: Option<NewEvent>,
     trial: Option<crate::store::Epoch>,
     now: Instant,
 ) -> PairWrite {
+    let to = h.state;
     let (detail, lease, blame) = act
         .map(|a| (a.detail, a.lease, a.blame))
         .unwrap_or_default();

@@ -194,7 +194,6 @@ struct Finished {
 /// Gather a batch from its first write and commit it. The commit opens at once and each
 /// group is applied as it is taken, so the callers already here are written while the
 /// thread waits for the others (`Batch::gather`); a poisoned store refuses them all.
-#[allow(clippy::too_many_arguments)]
 fn commit_batch(
     store: &mut Store,
     rx: &mpsc::Receiver<Job>,

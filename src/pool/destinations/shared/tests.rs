@@ -7,6 +7,7 @@ use super::*;
 use crate::event_kind::EventKind;
 use crate::health::{Failure, Input, Phase, Reason};
 use crate::pool::destinations::tests::policy;
+use crate::pool::destinations::PairInput;
 use crate::store::NewEvent;
 use tokio::time::Instant;
 
@@ -49,16 +50,12 @@ fn ban(d: &mut Destinations, id: EndpointId) {
         trial: false,
     };
     let ev = Some(NewEvent::new(EventKind::Report));
-    d.apply(
-        SHOP,
-        id,
+    let what = PairInput {
         input,
-        Some(403),
-        ev,
-        &policy(),
-        Instant::now(),
-        0.0,
-    );
+        status: Some(403),
+        act: ev,
+    };
+    d.apply(SHOP, id, what, &policy(), Instant::now(), 0.0);
 }
 
 /// Address number `n`, in a /24 of its own.
@@ -134,7 +131,7 @@ async fn one_address_one_ban_one_cooldown_one_trial() {
     assert_eq!(all(&d), [Banned, Banned, Banned, Available]);
     // The trial succeeds: the address is free for all of them.
     let ok = Input::Success { trial: true };
-    d.apply(SHOP, 1, ok, None, None, &p, Instant::now(), 0.0);
+    d.apply(SHOP, 1, ok.into(), &p, Instant::now(), 0.0);
     assert_eq!(all(&d), [Available; 4]);
     assert_eq!(d.address_bans(), 0);
 }
@@ -156,7 +153,12 @@ async fn a_failed_trial_keeps_every_endpoint_of_the_address_out() {
         failure: Failure::new(Reason::DestinationStatus, Some(Phase::ResponseHead)),
         trial: true,
     };
-    d.apply(SHOP, 2, fail, Some(403), None, &p, Instant::now(), 0.0);
+    let what = PairInput {
+        input: fail,
+        status: Some(403),
+        act: None,
+    };
+    d.apply(SHOP, 2, what, &p, Instant::now(), 0.0);
     assert_eq!(all(&d), [Banned, Banned, Banned, Available]);
     // Its own second cooldown (20 s) is the address's.
     tokio::time::advance(19 * S).await;

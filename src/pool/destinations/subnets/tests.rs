@@ -5,6 +5,7 @@
 use super::*;
 use crate::health::{Failure, Input, Phase, Reason};
 use crate::pool::destinations::tests::policy;
+use crate::pool::destinations::PairInput;
 
 const S: Duration = Duration::from_secs(1);
 const RULE: SubnetRule = SubnetRule {
@@ -67,16 +68,12 @@ fn ban(d: &mut Destinations, id: EndpointId) {
         failure: Failure::new(Reason::DestinationStatus, Some(Phase::ResponseHead)),
         trial: false,
     };
-    d.apply(
-        SHOP,
-        id,
+    let what = PairInput {
         input,
-        Some(403),
-        None,
-        &policy(),
-        Instant::now(),
-        0.0,
-    );
+        status: Some(403),
+        act: None,
+    };
+    d.apply(SHOP, id, what, &policy(), Instant::now(), 0.0);
 }
 
 fn kinds(w: &[PairWrite]) -> Vec<String> {
