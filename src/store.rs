@@ -23,9 +23,8 @@ pub use group_commit::GroupCommit;
 pub use location::Location;
 pub use postgres::{PgTarget, Postgres};
 pub use rows::{
-    Applied, Claim, ClaimOn, ClaimResult, EndpointRow, EndpointView, Epoch, EventRow, HealthRecord,
-    NewEndpoint, NewEvent, Numbered, OnExisting, RowClaim, RowNow, SlowedView, SourceRow, ToInsert,
-    Unclaim, Write,
+    Applied, Claim, ClaimOn, ClaimResult, EndpointRow, Epoch, EventRow, HealthRecord, NewEndpoint,
+    NewEvent, Numbered, OnExisting, RowClaim, RowNow, SourceRow, ToInsert, Unclaim, Write,
 };
 pub use sqlite::Sqlite;
 
@@ -308,7 +307,7 @@ impl Store {
 
     /// The daemons of a fleet as they registered (none on SQLite: its one daemon answers
     /// on its socket).
-    pub fn daemons(&self) -> Result<Vec<daemons::DaemonRow>, StoreError> {
+    pub fn daemons(&self) -> Result<Vec<crate::protocol::DaemonRow>, StoreError> {
         match self {
             Store::Postgres(p) => p.daemons(),
             Store::Sqlite(_) => Ok(Vec::new()),

@@ -12,7 +12,8 @@ use common::vpool::{config, Script, VirtualPool, POOL, TTL};
 use proxypool::config::Mode;
 use proxypool::health::blame::Blame;
 use proxypool::health::{Failure, Phase, Reason, State};
-use proxypool::pool::{Grant, Outcome, PoolError, ReportOn, Reported, Want};
+use proxypool::pool::{Outcome, PoolError, ReportOn, Reported, Want};
+use proxypool::protocol::Grant;
 use proxypool::store::EventRow;
 
 const SHOP: &str = "shop.example:443";

@@ -74,7 +74,7 @@ async fn rig(mode: Mode, n: u8) -> Rig {
 }
 
 impl Rig {
-    async fn lease(&self, d: Option<&str>) -> proxypool::pool::Grant {
+    async fn lease(&self, d: Option<&str>) -> proxypool::protocol::Grant {
         let w = d.map(want).unwrap_or_default();
         self.engine
             .lease_with(POOL, TTL, None, Duration::ZERO, &w)

@@ -10,7 +10,8 @@ use proxypool::config::{Mode, PoolConfig};
 use proxypool::endpoint::EndpointId;
 use proxypool::event_kind::EventKind;
 use proxypool::health::{Health, Input, State, Step};
-use proxypool::pool::{Grant, Outcome, PoolError, Pools};
+use proxypool::pool::{Outcome, PoolError, Pools};
+use proxypool::protocol::Grant;
 use proxypool::store::Write;
 use tokio::time::{advance, Instant};
 

@@ -14,10 +14,10 @@ use std::time::{Duration, SystemTime};
 
 use proxypool::health::{Phase, Reason, State};
 use proxypool::metrics::{GaugeSnapshot, LeaseResult, Metrics};
-use proxypool::pool::PoolStatus;
 use proxypool::protocol::ErrorCode;
+use proxypool::protocol::{EndpointView, PoolStatus};
 use proxypool::stats::EndpointStats;
-use proxypool::store::{fmt_time, EndpointView, EventRow};
+use proxypool::store::{fmt_time, EventRow};
 use proxypool::web::{
     self, minute_buckets, EndpointLine, HttpApp, PageLimits, PageModel, PoolPage, StatusError,
     StatusSource,

@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 
 use super::{call, unexpected, CliError, Context, Named};
+use crate::protocol::EndpointView;
 use crate::protocol::{EditMessage, EndpointRef, Payload, Request};
 use crate::server::edit_fields;
-use crate::store::EndpointView;
 
 pub(super) async fn edit(
     ctx: &Context,

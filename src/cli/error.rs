@@ -3,7 +3,8 @@
 use super::client::ClientError;
 use crate::config::ConfigError;
 use crate::pool::engine::EngineError;
-use crate::protocol::{ErrorBody, ErrorCode, Refusal};
+use crate::pool::Refusal;
+use crate::protocol::{ErrorBody, ErrorCode};
 use crate::store::{ResolveError, StoreError};
 
 /// A failed command: the message and the exit code (1 failed, 2 bad usage or input).

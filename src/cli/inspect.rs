@@ -168,7 +168,7 @@ async fn list_for_remote(
 async fn daemon_endpoints(
     ctx: &Context,
     ask: EndpointsMessage,
-) -> Result<(Client, Vec<crate::store::EndpointView>), CliError> {
+) -> Result<(Client, Vec<crate::protocol::EndpointView>), CliError> {
     let Some(mut c) = ctx.daemon().await? else {
         return Err(unexpected("endpoints"));
     };

@@ -10,10 +10,10 @@ use super::{call, parse_state, unexpected, CliError, Context, Named};
 use crate::endpoint::EndpointId;
 use crate::health::State;
 use crate::pool::destinations::normalize;
+use crate::protocol::SlowedView;
 use crate::protocol::{EnableMessage, EndpointsMessage, Payload, Request};
 use crate::store::fmt_time;
 use crate::store::pairs::PairRow;
-use crate::store::SlowedView;
 use crate::tags::Tags;
 
 /// A destination typed by an operator, normalised; a bad one is a usage error (exit 2).

@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use super::{call, table, unexpected, CliError, Context, Named, ProbeArgs};
 use crate::endpoint::EndpointId;
 use crate::probe::run as probe_run;
-use crate::probe::ProbeReport;
+use crate::protocol::ProbeReport;
 use crate::protocol::{EndpointRef, Payload, ProbeMessage, Request};
 
 pub(super) async fn probe(ctx: &Context, a: ProbeArgs) -> Result<(), CliError> {

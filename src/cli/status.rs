@@ -5,9 +5,7 @@
 use super::client::Client;
 use super::table::table;
 use super::{call, unexpected, CliError, Context};
-use crate::pool::PoolStatus;
-use crate::protocol::{Payload, Request, StatusMessage};
-use crate::store::daemons::DaemonRow;
+use crate::protocol::{DaemonRow, Payload, PoolStatus, Request, StatusMessage};
 
 /// What `status` read, and where.
 struct Read {

@@ -7,9 +7,10 @@ use comfy_table::{presets::UTF8_BORDERS_ONLY, Table};
 use serde_json::Value;
 
 use crate::health::State;
+use crate::protocol::EndpointView;
 use crate::redact::printable;
 use crate::stats::EndpointStats;
-use crate::store::{EndpointRow, EndpointView, EventRow};
+use crate::store::{EndpointRow, EventRow};
 
 /// A table in the CLI's style with this header.
 pub(super) fn table<const N: usize>(header: [&str; N]) -> Table {

@@ -8,9 +8,8 @@ use std::time::{Duration, SystemTime};
 use crate::endpoint::EndpointId;
 use crate::health::State;
 use crate::pool::engine::{Engine, EngineError};
-use crate::pool::{PoolError, PoolStatus};
-use crate::protocol::ErrorCode;
-use crate::store::EndpointView;
+use crate::pool::PoolError;
+use crate::protocol::{EndpointView, ErrorCode, PoolStatus};
 use crate::web::{minute_buckets, EndpointLine, PageLimits, PageModel, PoolPage};
 use crate::web::{StatusError, StatusSource};
 
@@ -148,7 +147,7 @@ impl StatusSource for DaemonStatus {
         self.engine.store_up()
     }
 
-    fn daemons(&self) -> Option<Vec<crate::store::daemons::DaemonRow>> {
+    fn daemons(&self) -> Option<Vec<crate::protocol::DaemonRow>> {
         self.engine.fleet_daemons()
     }
 

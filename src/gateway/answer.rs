@@ -12,7 +12,8 @@ use crate::endpoint::EndpointId;
 use crate::metrics::GatewayOutcome;
 use crate::pool::engine::EngineError;
 use crate::pool::PoolError;
-use crate::protocol::{ErrorCode, Refusal};
+use crate::pool::Refusal;
+use crate::protocol::ErrorCode;
 
 // Names made once: a `&str` name outside the standard set is copied into every map.
 /// The response header naming the upstream endpoint id.

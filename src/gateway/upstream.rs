@@ -21,8 +21,9 @@ use crate::dial::{Carries, Clock, Dest, DialFailure, Dialed, Dialer, Route};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::{Failure, Phase, Reason};
 use crate::pool::engine::{Engine, EngineError};
+use crate::pool::Refusal;
 use crate::pool::{Outcome, PoolError, Want};
-use crate::protocol::{ErrorCode, Refusal};
+use crate::protocol::ErrorCode;
 
 /// A gateway lease lives while its connection does; the guard gives it back.
 const LEASE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);

@@ -45,7 +45,7 @@ mod writes;
 
 pub use name::{normalize, normalize_key, place, place_and_port, Place};
 use pair::{at, Pair, NONE};
-pub use subnets::{Subnet, SubnetRule, SuspectSubnet};
+pub use subnets::{Subnet, SubnetRule};
 
 /// Default cap on pairs per pool.
 pub const DEFAULT_MAX_PAIRS: usize = 1_000_000;

@@ -21,7 +21,8 @@ use super::scoped::{Views, Want};
 use super::select::{Fit, Miss};
 use super::tag_index::{carries, Resolved};
 use super::targets::Admission;
-use super::{Grant, PoolError, Pools};
+use super::{PoolError, Pools};
+use crate::protocol::Grant;
 
 /// `scope` of a grant that is a pair's trial.
 pub const SCOPE_DESTINATION: &str = "destination";

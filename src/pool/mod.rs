@@ -28,6 +28,7 @@ mod prefetch;
 mod probes;
 mod ready;
 mod reconfigure;
+mod refusal;
 mod reports;
 pub(crate) mod scoped;
 mod select;
@@ -43,14 +44,14 @@ mod telemetry;
 pub use exit_checks::ExitSighting;
 pub use leases::{SCOPE_DESTINATION, SCOPE_TARGET};
 pub use probes::ProbeRole;
-pub use scoped::{ReportOn, Reported, TargetCleared, Want};
+pub use scoped::{ReportOn, Reported, Want};
 
 use destinations::Destinations;
 use entries::{Entry, EntryMap};
 pub use error::PoolError;
 use pace::Pace;
 pub use reconfigure::ReconfigureError;
-pub use status::{DownTargetView, ExitStatus, PaceStatus, PoolStatus};
+pub use refusal::Refusal;
 use strategy::Latencies;
 use tag_index::TagIndex;
 use targets::Targets;
@@ -59,34 +60,11 @@ pub use telemetry::EndpointUse;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::config::PoolConfig;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::{Failure, Health, State};
-
-/// A granted lease.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct Grant {
-    /// Lease id.
-    pub lease: String,
-    /// Full proxy URL with credentials.
-    pub proxy: Arc<str>,
-    /// Endpoint id.
-    pub endpoint: EndpointId,
-    /// This lease is the single recovery attempt.
-    pub trial: bool,
-    /// Time to live.
-    pub expires_in_ms: u64,
-    /// `"destination"` when the trial is a pair's, `"target"` when it is a down target's;
-    /// absent otherwise.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scope: Option<String>,
-    /// The pool the endpoint came from: the one asked for, or its `fallback`.
-    #[serde(default)]
-    pub pool: String,
-}
 
 /// What a report did.
 #[derive(Debug, Clone, PartialEq)]

@@ -367,9 +367,9 @@ impl Pace {
     }
 
     /// What `status` shows of it, when the pool paces.
-    pub(super) fn status(&self) -> Option<super::PaceStatus> {
+    pub(super) fn status(&self) -> Option<crate::protocol::PaceStatus> {
         self.cfg.as_ref()?;
-        Some(super::PaceStatus {
+        Some(crate::protocol::PaceStatus {
             hosts: self.index.len(),
             pairs: self.pairs,
             hosts_dropped: self.dropped,

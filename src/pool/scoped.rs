@@ -17,19 +17,10 @@ use super::{Outcome, PoolError, PoolState, Pools};
 use crate::endpoint::{EndpointError, EndpointId, Scheme};
 use crate::health::blame::Blame;
 use crate::health::State;
+use crate::protocol::{SlowedView, TargetCleared};
 use crate::store::pairs::PairRow;
-use crate::store::SlowedView;
 use crate::store::Write;
 use crate::tags::Tags;
-
-/// What `enable --target` did in one pool.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct TargetCleared {
-    pub pool: String,
-    pub target: String,
-    /// The target was down (it is up now).
-    pub was_down: bool,
-}
 
 /// The event of `enable --target` in a pool: `target_up` when it was down.
 fn cleared_event(target: &str, was_down: Option<std::time::Duration>) -> Write {

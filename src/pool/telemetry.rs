@@ -7,10 +7,11 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use super::{Grant, PoolError, Pools};
+use super::{PoolError, Pools};
 use crate::endpoint::EndpointId;
 use crate::health::{Reason, State};
 use crate::metrics::{GaugeSnapshot, LeaseResult, Metrics, PoolGauges, PoolMetrics};
+use crate::protocol::Grant;
 use crate::stats::EndpointStats;
 
 /// One endpoint's statistics and what the status page shows next to them.

@@ -5,8 +5,6 @@
 
 pub mod exit;
 mod prober;
-mod report;
 pub(crate) mod run;
 
 pub use prober::{Fetched, ProbeError, ProbeResult, Prober};
-pub use report::ProbeReport;

@@ -8,12 +8,12 @@ use tokio::sync::Semaphore;
 use tracing::warn;
 
 use super::prober::{ProbeError, ProbeResult, Prober};
-use super::report::ProbeReport;
 use crate::config::Config;
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::State;
 use crate::pool::engine::{Engine, EngineError};
 use crate::pool::{Outcome, PoolError, ProbeRole};
+use crate::protocol::ProbeReport;
 
 /// Probers for every configured pool.
 /// Probers for every configured pool that names a probe target; a pool without one is

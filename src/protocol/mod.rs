@@ -2,20 +2,31 @@
 //! protocol").
 //!
 //! `request` holds one message per op, `response` the answers and their error codes,
-//! `refusal` which code a domain error is answered with (on every front),
-//! `values` the field types several messages share. Every type serializes and
+//! `values` the field types several messages share, and one file per kind of answer
+//! (`grant`, `pool_status`, `endpoint_view`, `probe_report`, `daemon_row`,
+//! `target_cleared`). The protocol owns these types: the pool, the store and the probes
+//! build them, and nothing below this layer is serialized onto the wire. Every type serializes and
 //! deserializes both ways: the daemon reads requests and writes responses, the CLI's
 //! client does the reverse.
 
-mod refusal;
+mod daemon_row;
+mod endpoint_view;
+mod grant;
+mod pool_status;
+mod probe_report;
 mod request;
 mod response;
+mod target_cleared;
 mod values;
 
 use serde_json::Value;
 
 pub use crate::limits::{MAX_DURATION, MAX_LINE};
-pub use refusal::Refusal;
+pub use daemon_row::DaemonRow;
+pub use endpoint_view::{EndpointView, SlowedView};
+pub use grant::Grant;
+pub use pool_status::{DownTargetView, ExitStatus, PaceStatus, PoolStatus, SuspectSubnet};
+pub use probe_report::ProbeReport;
 pub(crate) use request::with_ops;
 pub use request::{
     AddMessage, DisableMessage, EditMessage, EnableMessage, EndpointsMessage, ImportMessage,
@@ -23,6 +34,7 @@ pub use request::{
     StatusMessage, OPS,
 };
 pub use response::{ErrorBody, ErrorCode, Payload, Response};
+pub use target_cleared::TargetCleared;
 pub use values::{Dur, EndpointRef, ReportOutcome, RetryAfter};
 
 /// Parse one line: the request and its `id`, or an error response.

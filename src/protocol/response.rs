@@ -4,13 +4,10 @@ use bytes::{BufMut, BytesMut};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+use super::{DaemonRow, EndpointView, Grant, PoolStatus, ProbeReport, TargetCleared};
 use crate::endpoint::EndpointId;
 use crate::health::blame::Blame;
 use crate::health::State;
-use crate::pool::{Grant, PoolStatus, TargetCleared};
-use crate::probe::ProbeReport;
-use crate::store::daemons::DaemonRow;
-use crate::store::EndpointView;
 
 /// Protocol error codes (docs/reference.md, "Errors").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

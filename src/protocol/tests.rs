@@ -4,7 +4,6 @@ use serde_json::Value;
 
 use super::*;
 use crate::health::State;
-use crate::pool::Grant;
 
 #[test]
 fn parses_and_classifies() {

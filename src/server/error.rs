@@ -3,7 +3,8 @@
 
 use crate::pool::engine::EngineError;
 use crate::pool::PoolError;
-use crate::protocol::{ErrorBody, ErrorCode, Refusal};
+use crate::pool::Refusal;
+use crate::protocol::{ErrorBody, ErrorCode};
 
 /// An op's failure, as it goes on the wire.
 #[derive(Debug)]

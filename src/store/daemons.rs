@@ -1,10 +1,7 @@
 //! The daemons of a fleet as each registers itself in the database (docs/fleet.md, "The
 //! fleet as one"): plain data, read by `status`, `/api/status` and the status page.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
 
 /// How often a daemon of a fleet writes its row.
 pub const HEARTBEAT: Duration = Duration::from_secs(2);
@@ -23,26 +20,6 @@ pub struct DaemonInfo {
     pub version: String,
     /// Its listeners: `socket PATH`, `gateway ADDR`, `http ADDR`, `tcp ADDR`.
     pub addresses: Vec<String>,
-}
-
-/// One daemon of the fleet as its row says.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DaemonRow {
-    pub id: String,
-    pub host: String,
-    pub pid: u32,
-    pub version: String,
-    pub addresses: Vec<String>,
-    /// Live leases it held at its last heartbeat, in all pools.
-    pub leases: u64,
-    /// The same by pool.
-    pub pool_leases: BTreeMap<String, u64>,
-    /// RFC 3339 UTC.
-    pub started_at: String,
-    /// How long ago its last heartbeat was, by the database's clock.
-    pub heartbeat_ms_ago: u64,
-    /// Its heartbeat is younger than [`GONE_AFTER`].
-    pub live: bool,
 }
 
 /// A new daemon id: 128 random bits in hex.

@@ -3,7 +3,7 @@
 
 use maud::{html, Markup};
 
-use crate::store::daemons::DaemonRow;
+use crate::protocol::DaemonRow;
 
 /// What the page says while a fleet's database is away.
 pub(super) fn store_down_banner() -> Markup {

@@ -28,10 +28,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::health::State;
 use crate::metrics::Metrics;
-use crate::pool::PoolStatus;
-use crate::protocol::{self, ErrorCode, Payload};
-use crate::store::daemons::DaemonRow;
-use crate::store::EndpointView;
+use crate::protocol::EndpointView;
+use crate::protocol::{self, DaemonRow, ErrorCode, Payload, PoolStatus};
 
 pub use auth::{check_bind, HttpConfigError, TOKEN_ENV};
 pub(crate) use page::render_page;

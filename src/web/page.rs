@@ -196,7 +196,7 @@ fn pool_section(p: &PoolPage) -> Markup {
 
 /// Targets every endpoint that tried failed to reach: nobody is blamed for them, and the
 /// gateway answers them at once until their trial (docs/blame.md).
-fn down_targets(s: &crate::pool::PoolStatus) -> Markup {
+fn down_targets(s: &crate::protocol::PoolStatus) -> Markup {
     html! {
         h3.down {
             "Targets down: " (s.targets_down)

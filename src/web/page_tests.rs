@@ -2,9 +2,8 @@ use std::time::{Duration, SystemTime};
 
 use super::*;
 use crate::health::{Phase, Reason};
-use crate::pool::PoolStatus;
+use crate::protocol::{EndpointView, PoolStatus};
 use crate::stats::EndpointStats;
-use crate::store::EndpointView;
 use crate::web::view::minute_buckets;
 
 pub(crate) fn model() -> PageModel {
@@ -92,8 +91,8 @@ pub(crate) fn model() -> PageModel {
     }
 }
 
-fn daemon(host: &str, live: bool) -> crate::store::daemons::DaemonRow {
-    crate::store::daemons::DaemonRow {
+fn daemon(host: &str, live: bool) -> crate::protocol::DaemonRow {
+    crate::protocol::DaemonRow {
         id: format!("{host}-0123456789"),
         host: host.into(),
         pid: 4242,
@@ -191,7 +190,7 @@ fn down_targets_are_listed_with_their_next_trial_and_no_endpoint_blamed() {
     );
     let s = &mut m.pools[0].status;
     s.targets_down = 2;
-    s.down_targets = vec![crate::pool::DownTargetView {
+    s.down_targets = vec![crate::protocol::DownTargetView {
         target: "no-such-host.invalid:443".into(),
         retry_after_ms: 4_000,
         streak: 2,
@@ -277,7 +276,7 @@ fn a_pacing_pool_shows_what_its_pacing_holds() {
         !render_page(&m).contains("Pacing:"),
         "a pool that does not pace"
     );
-    m.pools[0].status.pace = Some(crate::pool::PaceStatus {
+    m.pools[0].status.pace = Some(crate::protocol::PaceStatus {
         hosts: 3,
         pairs: 41,
         hosts_dropped: 2,

@@ -6,11 +6,11 @@ use percent_encoding::percent_decode_str;
 
 use super::StatusError;
 use crate::health::State;
-use crate::pool::PoolStatus;
-use crate::protocol::ErrorCode;
+use crate::protocol::DaemonRow;
+use crate::protocol::EndpointView;
+use crate::protocol::{ErrorCode, PoolStatus};
 use crate::stats::EndpointStats;
-use crate::store::daemons::DaemonRow;
-use crate::store::{EndpointView, EventRow};
+use crate::store::EventRow;
 
 /// Minutes in the transitions chart.
 pub const CHART_MINUTES: usize = 60;

@@ -14,7 +14,8 @@ use proxypool::endpoint::{EndpointId, ProxyUrl};
 use proxypool::health::{Cooldown, Failure, Health, Input, Phase, Policy, Reason, State, Step};
 use proxypool::pool::engine::initial_state;
 use proxypool::pool::ReportOn;
-use proxypool::pool::{Grant, Outcome, PoolError, Pools, Want};
+use proxypool::pool::{Outcome, PoolError, Pools, Want};
+use proxypool::protocol::Grant;
 use proxypool::store::{ClaimResult, EndpointRow, EventRow, NewEndpoint, Store, Write};
 use tokio::time::Instant;
 

@@ -13,6 +13,8 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::protocol::SuspectSubnet;
 use tracing::info;
 
 use super::{DestRef, Destinations};
@@ -89,16 +91,6 @@ impl Track {
                 .iter()
                 .all(|&(_, t)| now.saturating_duration_since(t) >= rule.window)
     }
-}
-
-/// A suspicion as `status` and the page show it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SuspectSubnet {
-    /// `ADDRESS/PREFIX`.
-    pub subnet: String,
-    pub host: String,
-    /// Addresses of it banned for the host.
-    pub addresses: usize,
 }
 
 fn shown(s: Subnet) -> String {

@@ -7,7 +7,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Commit, Engine, EngineError, CLAIM_TRIES};
-use crate::pool::{Grant, PoolError, Want};
+use crate::pool::{PoolError, Want};
+use crate::protocol::Grant;
 
 /// What one attempt of a lease came to: its result, whether it is the request's last, and
 /// until when the request may wait.

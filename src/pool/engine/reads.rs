@@ -10,8 +10,9 @@ use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::{Health, State};
 use crate::metrics::{GaugeSnapshot, Metrics, PoolMetrics};
 use crate::pool::destinations::PairHealth;
-use crate::pool::{EndpointUse, PoolStatus};
-use crate::store::{EndpointRow, EndpointView, EventRow, SlowedView, SourceRow};
+use crate::pool::EndpointUse;
+use crate::protocol::{EndpointView, PoolStatus, SlowedView};
+use crate::store::{EndpointRow, EventRow, SourceRow};
 
 /// How [`Engine::open_with`] sets the engine up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,8 @@ use std::time::Duration;
 use tracing::debug;
 
 use super::{Engine, EngineError};
-use crate::store::daemons::{new_daemon_id, this_host, DaemonInfo, DaemonRow, HEARTBEAT};
+use crate::protocol::DaemonRow;
+use crate::store::daemons::{new_daemon_id, this_host, DaemonInfo, HEARTBEAT};
 use crate::store::StoreError;
 
 /// This daemon's entry, once it registered, and the fleet as its last heartbeat read it.

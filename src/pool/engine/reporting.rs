@@ -5,7 +5,8 @@ use super::{Aftermath, Engine, EngineError, CLAIM_TRIES};
 use crate::endpoint::EndpointId;
 use crate::health::State;
 
-use crate::pool::{Outcome, ReportOn, Reported, TargetCleared};
+use crate::pool::{Outcome, ReportOn, Reported};
+use crate::protocol::TargetCleared;
 
 impl Engine {
     /// Release a lease.

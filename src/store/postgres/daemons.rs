@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use super::Postgres;
-use crate::store::daemons::{DaemonInfo, DaemonRow, GONE_AFTER};
+use crate::protocol::DaemonRow;
+use crate::store::daemons::{DaemonInfo, GONE_AFTER};
 use crate::store::StoreError;
 
 /// Rows of daemons gone this long are deleted by the others.

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use super::ErrorCode;
-use crate::pool::engine::EngineError;
-use crate::pool::PoolError;
+use super::engine::EngineError;
+use super::PoolError;
+use crate::protocol::ErrorCode;
 
 /// How a refusal is answered: its code and, only when a time is known, when to try again
 /// (a client told to come back without one would wait for nothing).
