@@ -102,6 +102,7 @@ impl LeaseBook {
     }
 
     /// Record `lease` under the upcoming name; returns its number and name.
+    #[inline]
     pub(super) fn open(&mut self, mut lease: Lease) -> (u64, String) {
         let name = self.upcoming;
         self.upcoming = LeaseName::draw(name.lid + 1);
@@ -113,6 +114,7 @@ impl LeaseBook {
 
     /// The live lease `name` names: its number, when its random part is right too; else
     /// how it ended, when that is remembered.
+    #[inline]
     pub(super) fn find(&self, name: &str) -> Result<u64, Option<Ended>> {
         let Some(n) = LeaseName::parse(name) else {
             return Err(None);
@@ -124,15 +126,18 @@ impl LeaseBook {
         }
     }
 
+    #[inline]
     pub(super) fn get(&self, lid: u64) -> Option<&Lease> {
         self.live.get(&lid)
     }
 
+    #[inline]
     pub(super) fn get_mut(&mut self, lid: u64) -> Option<&mut Lease> {
         self.live.get_mut(&lid)
     }
 
     /// End lease `lid`: out of the table, and out of the expiry order.
+    #[inline]
     pub(super) fn take(&mut self, lid: u64) -> Option<Lease> {
         let l = self.live.remove(&lid)?;
         self.expiry.remove(&(l.expires, lid));

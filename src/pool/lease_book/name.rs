@@ -7,8 +7,6 @@
 //! generator (ChaCha, seeded and reseeded from the operating system), a few nanoseconds a
 //! lease.
 
-use std::fmt::Write as _;
-
 /// Hex digits of the random part: 128 bits.
 const SECRET_DIGITS: usize = 32;
 
@@ -28,30 +26,31 @@ impl LeaseName {
         }
     }
 
-    /// `<number in hex>-<32 hex digits>`.
+    /// `<number in hex>-<32 hex digits>`. Written digit by digit into a buffer: a name
+    /// is made for every lease, and the formatting machinery cost as much as the rest of
+    /// a lease's bookkeeping.
     pub(super) fn render(&self) -> String {
-        let mut s = String::with_capacity(17 + SECRET_DIGITS);
-        let _ = write!(s, "{:x}-{:032x}", self.lid, self.secret);
-        s
+        let mut buf = [0u8; 16 + 1 + SECRET_DIGITS];
+        let n = (16 - self.lid.leading_zeros() as usize / 4).max(1);
+        write_hex(&mut buf[..n], self.lid.into());
+        buf[n] = b'-';
+        let end = n + 1 + SECRET_DIGITS;
+        write_hex(&mut buf[n + 1..end], self.secret);
+        // Hex digits and a dash: always UTF-8.
+        String::from_utf8(buf[..end].to_vec()).unwrap_or_default()
     }
 
     /// The parts of a name as [`LeaseName::render`] writes them; anything else is no
-    /// lease of this process.
+    /// lease of this process. Every lease's release and report parse one.
     pub(super) fn parse(name: &str) -> Option<LeaseName> {
         let (n, secret) = name.split_once('-')?;
         if n.is_empty() || n.len() > 16 || secret.len() != SECRET_DIGITS {
             return None;
         }
-        let hex = |s: &str| {
-            s.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        };
-        if !hex(n) || !hex(secret) {
-            return None;
-        }
+        let (high, low) = secret.as_bytes().split_at(16);
         Some(LeaseName {
-            lid: u64::from_str_radix(n, 16).ok()?,
-            secret: u128::from_str_radix(secret, 16).ok()?,
+            lid: read_hex(n.as_bytes())?,
+            secret: u128::from(read_hex(high)?) << 64 | u128::from(read_hex(low)?),
         })
     }
 
@@ -61,6 +60,40 @@ impl LeaseName {
         let diff = (self.lid ^ other.lid) as u128 | (self.secret ^ other.secret);
         std::hint::black_box(diff) == 0
     }
+}
+
+const DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// `out` filled with the low hex digits of `v`, most significant first, in lower case.
+fn write_hex(out: &mut [u8], mut v: u128) {
+    for b in out.iter_mut().rev() {
+        *b = DIGITS[(v & 0xf) as usize];
+        v >>= 4;
+    }
+}
+
+/// Each byte's value as a lower-case hex digit; `NOT_HEX` for every other byte (no sign,
+/// no space, no upper case).
+const NOT_HEX: u8 = 0x80;
+const VALUES: [u8; 256] = {
+    let mut t = [NOT_HEX; 256];
+    let mut i = 0;
+    while i < 16 {
+        t[DIGITS[i] as usize] = i as u8;
+        i += 1;
+    }
+    t
+};
+
+/// At most 16 lower-case hex digits, without a branch per digit.
+fn read_hex(s: &[u8]) -> Option<u64> {
+    let (mut v, mut bad) = (0u64, 0u8);
+    for &b in s {
+        let d = VALUES[b as usize];
+        bad |= d;
+        v = v << 4 | u64::from(d & 0xf);
+    }
+    (bad & NOT_HEX == 0).then_some(v)
 }
 
 #[cfg(test)]
@@ -77,6 +110,19 @@ mod tests {
         let zero = LeaseName { lid: 1, secret: 7 };
         assert_eq!(zero.render(), format!("1-{}7", "0".repeat(31)));
         assert_eq!(LeaseName::parse(&zero.render()), Some(zero));
+    }
+
+    #[test]
+    fn names_are_written_as_the_formatter_would() {
+        let lids = [0, 1, 0xf, 0x10, 0x2a, 0xffff, 1 << 32, u64::MAX];
+        let secrets = [0, 7, 1 << 127, u128::MAX, rand::random()];
+        for lid in lids {
+            for secret in secrets {
+                let n = LeaseName { lid, secret };
+                assert_eq!(n.render(), format!("{lid:x}-{secret:032x}"));
+                assert_eq!(LeaseName::parse(&n.render()), Some(n));
+            }
+        }
     }
 
     #[test]
