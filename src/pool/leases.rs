@@ -101,30 +101,6 @@ impl Choice {
 }
 
 impl Pools {
-    pub(super) fn set_leases_at(&mut self, slot: u32, delta: i32) {
-        let Some((_, e)) = self.entries.at_mut(slot) else {
-            return;
-        };
-        let p = &mut self.pools[e.pool];
-        let cap = p.cfg.max_leases_per_endpoint;
-        if delta < 0 && cap != 0 && e.leases == cap {
-            // Under its cap again: a candidate it was not.
-            self.generation += 1;
-        }
-        if e.health.state == State::Available {
-            // Round robin: the one just moved goes behind its equals.
-            p.index.ready().forget(e.leases, slot, e.gen);
-            e.leases = e.leases.saturating_add_signed(delta);
-            self.gen += 1;
-            e.gen = self.gen;
-            p.index.ready().push(e.leases, slot, e.gen);
-            let (pool, level) = (e.pool, e.leases);
-            self.compact_ready(pool, level);
-        } else {
-            e.leases = e.leases.saturating_add_signed(delta);
-        }
-    }
-
     /// Lease an endpoint of `pool` for `ttl`.
     pub fn lease(
         &mut self,

@@ -1,6 +1,7 @@
 //! Endpoints entering and leaving the pools: rows loaded or restored from the store,
 //! removed, renamed, re-tagged, and the indexes (ready queues, cooling, trials) kept in
-//! step with their state.
+//! step with their state. An entry's filing fields (`gen`, `leases`, `pa_seq`) change
+//! here and nowhere else: they say where its pool's `StateIndex` holds it.
 
 use tokio::time::Instant;
 
@@ -145,6 +146,41 @@ impl Pools {
             e.secret = url.to_secret_string().into();
             e.url = url;
         }
+    }
+
+    /// Endpoint in `slot` holds `delta` more live leases. An available one moves to the
+    /// ready queue of its new count, behind its equals (round robin); one back under its
+    /// pool's lease cap makes the candidates new (`generation`).
+    pub(super) fn set_leases_at(&mut self, slot: u32, delta: i32) {
+        let Some((_, e)) = self.entries.at_mut(slot) else {
+            return;
+        };
+        let p = &mut self.pools[e.pool];
+        let cap = p.cfg.max_leases_per_endpoint;
+        if delta < 0 && cap != 0 && e.leases == cap {
+            // Under its cap again: a candidate it was not.
+            self.generation += 1;
+        }
+        if e.health.state == State::Available {
+            // Round robin: the one just moved goes behind its equals.
+            p.index.ready().forget(e.leases, slot, e.gen);
+            e.leases = e.leases.saturating_add_signed(delta);
+            self.gen += 1;
+            e.gen = self.gen;
+            p.index.ready().push(e.leases, slot, e.gen);
+            let (pool, level) = (e.pool, e.leases);
+            self.compact_ready(pool, level);
+        } else {
+            e.leases = e.leases.saturating_add_signed(delta);
+        }
+    }
+
+    /// Drop stale queue items once they outnumber the live ones.
+    fn compact_ready(&mut self, pool: usize, level: u32) {
+        self.pools[pool]
+            .index
+            .ready()
+            .compact(level, &self.entries, pool);
     }
 
     pub(super) fn unindex(&mut self, id: EndpointId) {

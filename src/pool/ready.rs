@@ -199,12 +199,12 @@ impl Ready {
         self.drawn = [NO_DRAW; 2];
     }
 
-    /// Drop the stale items of `level` (those `live` turns down) once they outnumber the
-    /// live ones.
-    fn compact(&mut self, level: u32, live: impl FnMut(&(u32, u64)) -> bool) {
+    /// Drop the stale items of `level` (those no longer standing for an available
+    /// endpoint of `pool` with that many leases) once they outnumber the live ones.
+    pub(super) fn compact(&mut self, level: u32, entries: &EntryMap, pool: usize) {
         let l = level as usize;
         if self.levels[l].len() > 2 * self.live[l] + 64 {
-            self.levels[l].retain(live);
+            self.levels[l].retain(|&(slot, gen)| live_at(entries, slot, gen, pool, level));
         }
     }
 }
@@ -219,17 +219,6 @@ pub(super) fn live_at(entries: &EntryMap, slot: u32, gen: u64, pool: usize, leve
 }
 
 impl Pools {
-    /// Drop stale queue items once they outnumber the live ones.
-    pub(super) fn compact_ready(&mut self, pool: usize, level: u32) {
-        let entries = &self.entries;
-        self.pools[pool]
-            .index
-            .ready()
-            .compact(level, |&(slot, gen)| {
-                live_at(entries, slot, gen, pool, level)
-            });
-    }
-
     /// Start each pool's round robin at a random place of this process's own. Daemons of a
     /// fleet load the same rows in the same order: without this they would lease the same
     /// endpoints in the same order, so that a failing one is leased by every daemon before

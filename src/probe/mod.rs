@@ -1,7 +1,6 @@
 //! Probes. `prober` makes one full transaction through an endpoint and classifies how it
-//! failed, `report` is one probe's outcome as printed and sent over the socket, `run`
-//! probes endpoints and records the results (the CLI, the socket's `probe`, the daemon's
-//! prober loops).
+//! failed, `run` probes endpoints and records the results (the CLI, the socket's `probe`,
+//! the daemon's prober loops) as the protocol's `ProbeReport`s.
 
 pub mod exit;
 mod prober;

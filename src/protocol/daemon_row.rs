@@ -20,6 +20,7 @@ pub struct DaemonRow {
     pub started_at: String,
     /// How long ago its last heartbeat was, by the database's clock.
     pub heartbeat_ms_ago: u64,
-    /// Its heartbeat is younger than the fleet's gone-after time (10 s).
+    /// Its heartbeat is younger than the time after which the fleet counts a daemon gone
+    /// (the store's `GONE_AFTER`).
     pub live: bool,
 }

@@ -4,8 +4,8 @@
 //! `request` holds one message per op, `response` the answers and their error codes,
 //! `values` the field types several messages share, and one file per kind of answer
 //! (`grant`, `pool_status`, `endpoint_view`, `probe_report`, `daemon_row`,
-//! `target_cleared`). The protocol owns these types: the pool, the store and the probes
-//! build them, and nothing below this layer is serialized onto the wire. Every type serializes and
+//! `target_cleared`). The protocol defines these answers and sits below the store and the
+//! pool, which build them: nothing above this layer is serialized onto the socket. Every type serializes and
 //! deserializes both ways: the daemon reads requests and writes responses, the CLI's
 //! client does the reverse.
 

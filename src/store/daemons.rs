@@ -1,5 +1,6 @@
 //! The daemons of a fleet as each registers itself in the database (docs/fleet.md, "The
-//! fleet as one"): plain data, read by `status`, `/api/status` and the status page.
+//! fleet as one"): what a daemon says of itself, how often it beats, when it is gone. The
+//! rows as listed are the protocol's `DaemonRow`.
 
 use std::time::Duration;
 

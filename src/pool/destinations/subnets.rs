@@ -13,13 +13,12 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use tokio::time::Instant;
-
-use crate::protocol::SuspectSubnet;
 use tracing::info;
 
 use super::{DestRef, Destinations};
 use crate::endpoint::EndpointId;
 use crate::event_kind::EventKind;
+use crate::protocol::SuspectSubnet;
 use crate::store::pairs::PairWrite;
 use crate::store::NewEvent;
 

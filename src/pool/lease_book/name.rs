@@ -87,6 +87,7 @@ const VALUES: [u8; 256] = {
 
 /// At most 16 lower-case hex digits, without a branch per digit.
 fn read_hex(s: &[u8]) -> Option<u64> {
+    debug_assert!(s.len() <= 16);
     let (mut v, mut bad) = (0u64, 0u8);
     for &b in s {
         let d = VALUES[b as usize];
@@ -141,6 +142,9 @@ mod tests {
             "11111111111111111-0123456789abcdef0123456789abcdef",
             "1-0123456789abcdef-123456789abcdef",
             "deadbeef-1",
+            // A two-byte character across the middle of the random part, and in the number.
+            "1-0123456789abcde\u{e9}0123456789abcde",
+            "\u{e9}-0123456789abcdef0123456789abcdef",
         ];
         for c in cases {
             assert_eq!(LeaseName::parse(c), None, "{c:?}");
