@@ -11,6 +11,7 @@ use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::State;
 
 pub mod daemons;
+mod fleet_link;
 mod group_commit;
 mod location;
 pub(crate) mod lock;
@@ -19,8 +20,10 @@ pub mod postgres;
 mod rows;
 pub mod sqlite;
 
+pub use fleet_link::FleetLink;
 pub use group_commit::GroupCommit;
 pub use location::Location;
+pub use postgres::{Changes, Feed};
 pub use postgres::{PgTarget, Postgres};
 pub use rows::{
     Applied, Claim, ClaimOn, ClaimResult, EndpointRow, Epoch, EventRow, HealthRecord, NewEndpoint,
@@ -297,10 +300,11 @@ impl Store {
         })
     }
 
-    /// The PostgreSQL store, when this is one.
-    pub fn postgres(&self) -> Option<&Postgres> {
+    /// What a daemon of a fleet asks of the database beyond reads and writes, when this
+    /// store holds a fleet (PostgreSQL).
+    pub fn fleet(&self) -> Option<FleetLink> {
         match self {
-            Store::Postgres(p) => Some(p),
+            Store::Postgres(p) => Some(FleetLink::new(p.clone())),
             Store::Sqlite(_) => None,
         }
     }

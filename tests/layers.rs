@@ -710,3 +710,33 @@ fn the_field_checker_sees_open_fields() {
                | `A` | `src/a.rs` | it |\n\n## Next\n\n| `Z` | `src/z.rs` | no |\n";
     assert_eq!(components(doc), [("A".to_string(), "src/a.rs".to_string())]);
 }
+
+/// The pool's paths into the store's PostgreSQL backend (`store::postgres`, the
+/// `Postgres` handle): a fleet's database is reached through `store::FleetLink` only.
+fn backend_reaches(sources: &[Source]) -> Vec<String> {
+    let mut out = BTreeSet::new();
+    for s in sources
+        .iter()
+        .filter(|s| s.module.first().is_some_and(|m| m == "pool"))
+    {
+        for path in named_paths(&code_only(&s.text)) {
+            let to = absolute(&s.module, &path);
+            if to.starts_with(&["store".to_string(), "postgres".to_string()])
+                || to == ["store", "Postgres"]
+            {
+                out.insert(format!("{} names {}", s.file, path.join("::")));
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+#[test]
+fn the_pool_reaches_a_fleets_database_only_through_its_link() {
+    let bad = backend_reaches(&sources());
+    assert!(bad.is_empty(), "\n{}", bad.join("\n"));
+    // The check itself sees both: the backend module and its handle.
+    let code = "use crate::store::postgres::Feed;\nfn f(p: crate::store::Postgres) {}";
+    let found = backend_reaches(&fake(&[("pool/engine/fleet.rs", code)]));
+    assert_eq!(found.len(), 2, "{found:?}");
+}

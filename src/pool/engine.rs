@@ -137,7 +137,8 @@ impl Engine {
         let mut p = Pools::new(pools);
         // Following starts at the change before the rows are read: whatever commits while
         // they load is applied again, never missed.
-        let follow_from = store.postgres().map(|pg| pg.feed_start()).transpose()?;
+        let link = store.fleet();
+        let follow_from = link.as_ref().map(|l| l.feed_start()).transpose()?;
         let now = Instant::now();
         // In slices: a million stored rows never sit in memory next to the pools built
         // from them (the peak, and the resident size left behind, would nearly double).
@@ -158,7 +159,7 @@ impl Engine {
         for r in &store.pairs()? {
             p.restore_pair(r, now);
         }
-        if store.postgres().is_some() {
+        if link.is_some() {
             p.join_fleet();
         }
         p.log_restored(now);
@@ -169,13 +170,11 @@ impl Engine {
             // their series too, still in pool-index order.
             p.attach_metrics(metrics.clone());
         }
-        let fleet = store.postgres().cloned().map(fleet::Fleet::new);
-        let feed = match (store.postgres(), follow_from) {
-            (Some(pg), Some(from)) if opts.follow => {
-                Some(crate::store::postgres::Feed::new(pg.clone(), from))
-            }
+        let feed = match (&link, follow_from) {
+            (Some(l), Some(from)) if opts.follow => Some(l.feed(from)),
             _ => None,
         };
+        let fleet = link.map(fleet::Fleet::new);
         let store_name = store.describe();
         let engine = Arc::new(Engine {
             pools: Mutex::new(p),

@@ -21,8 +21,7 @@ use tracing::{error, info, warn};
 use super::{Engine, EngineError};
 use crate::endpoint::EndpointId;
 use crate::store::pairs::PairWrite;
-use crate::store::postgres::{Changes, Feed};
-use crate::store::{Postgres, RowNow, StoreError, Write};
+use crate::store::{Changes, Feed, FleetLink, RowNow, StoreError, Write};
 
 /// How long the follower waits for a notification before it looks anyway.
 const POLL: Duration = Duration::from_millis(250);
@@ -183,7 +182,7 @@ pub(super) enum Read {
 
 /// What the engine keeps for its fleet.
 pub(super) struct Fleet {
-    pub(super) pg: Postgres,
+    pub(super) link: FleetLink,
     track: Mutex<Track>,
     up: AtomicBool,
     /// This daemon in the fleet's registry.
@@ -191,9 +190,9 @@ pub(super) struct Fleet {
 }
 
 impl Fleet {
-    pub(super) fn new(pg: Postgres) -> Fleet {
+    pub(super) fn new(link: FleetLink) -> Fleet {
         Fleet {
-            pg,
+            link,
             track: Mutex::new(Track::default()),
             up: AtomicBool::new(true),
             registry: super::registry::Registry::new(),
@@ -250,7 +249,7 @@ impl Engine {
             target: self
                 .fleet
                 .as_ref()
-                .map(|f| f.pg.target().describe())
+                .map(|f| f.link.describe())
                 .unwrap_or_else(|| self.store_name.clone()),
             why: "not reachable; reconnecting".into(),
         }
@@ -284,7 +283,7 @@ impl Engine {
         f.up.store(true, Ordering::Relaxed);
         self.metrics.set_store_up(true);
         self.lock().set_frozen(false);
-        info!(database = %f.pg.target().describe(), "store reachable again");
+        info!(database = %f.link.describe(), "store reachable again");
         self.rescheduled.notify_one();
         self.notify_waiters();
         true
@@ -456,7 +455,7 @@ impl Engine {
         let Some(f) = &self.fleet else {
             return Ok(());
         };
-        let hold = f.pg.claim_hold();
+        let hold = f.link.claim_hold();
         let claims: Vec<_> = self
             .lock()
             .claims_held(Instant::now())
@@ -472,7 +471,7 @@ impl Engine {
         let every = self
             .fleet
             .as_ref()
-            .map_or(Duration::from_secs(5), |f| f.pg.claim_hold() / 3);
+            .map_or(Duration::from_secs(5), |f| f.link.claim_hold() / 3);
         let spawned = std::thread::Builder::new()
             .name("proxypool-follow".into())
             .spawn(move || {
@@ -525,7 +524,7 @@ fn feed_target(engine: &Engine) -> String {
     engine
         .fleet
         .as_ref()
-        .map(|f| f.pg.target().describe())
+        .map(|f| f.link.describe())
         .unwrap_or_default()
 }
 

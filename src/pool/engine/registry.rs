@@ -65,7 +65,7 @@ impl Engine {
             return;
         };
         if held(&r.me).take().is_some() {
-            if let Err(e) = f.pg.unregister(&r.id) {
+            if let Err(e) = f.link.unregister(&r.id) {
                 debug!(error = %e, "could not take this daemon out of the fleet's registry");
             }
         }
@@ -86,8 +86,8 @@ impl Engine {
             .into_iter()
             .map(|p| (p.pool, p.leases as u64))
             .collect();
-        f.pg.heartbeat(&me, &leases)?;
-        *held(&r.fleet) = f.pg.daemons()?;
+        f.link.heartbeat(&me, &leases)?;
+        *held(&r.fleet) = f.link.daemons()?;
         *held(&r.beaten) = Some(std::time::Instant::now());
         Ok(())
     }
@@ -117,7 +117,7 @@ impl Engine {
         let (Some(f), Some(r)) = (&self.fleet, self.registry()) else {
             return true;
         };
-        let (pg, job_name, me) = (f.pg.clone(), job.to_string(), r.id.clone());
+        let (pg, job_name, me) = (f.link.clone(), job.to_string(), r.id.clone());
         let asked =
             tokio::task::spawn_blocking(move || pg.take_turn(&job_name, &me, every, hold)).await;
         match asked {
