@@ -11,7 +11,9 @@ use proxypool::event_kind::EventKind;
 use proxypool::health::{Phase, Reason, State};
 use proxypool::pool::engine::Writer;
 use proxypool::pool::Pools;
-use proxypool::store::{EndpointRow, HealthRecord, NewEndpoint, NewEvent, Store, Write};
+use proxypool::store::{
+    EndpointRow, HealthRecord, NewEndpoint, NewEvent, Store, StoredHealth, Write,
+};
 
 fn row(i: i64) -> EndpointRow {
     let url = format!(
@@ -70,14 +72,16 @@ fn transition(id: i64, n: u32) -> Write {
             id,
             from: State::Available,
             trial: None,
-            state: State::Cooling,
-            reason: Some(Reason::ConnectRefused),
-            phase: Some(Phase::Connect),
-            detail: None,
-            streak: n,
-            reason_streak: n,
-            cooldown_ms: Some(60_000),
-            cooldown_left: Some(Duration::from_secs(60)),
+            health: StoredHealth {
+                state: State::Cooling,
+                reason: Some(Reason::ConnectRefused),
+                phase: Some(Phase::Connect),
+                detail: None,
+                streak: n,
+                reason_streak: n,
+                cooldown_ms: Some(60_000),
+                cooldown_left: Some(Duration::from_secs(60)),
+            },
         },
         NewEvent {
             endpoint: Some(id),

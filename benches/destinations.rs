@@ -23,7 +23,7 @@ use proxypool::health::{Reason, State};
 use proxypool::pool::engine::EngineOptions;
 use proxypool::pool::{Pools, Want};
 use proxypool::store::pairs::{PairRecord, PairWrite};
-use proxypool::store::{NewEndpoint, NewEvent, Store};
+use proxypool::store::{NewEndpoint, NewEvent, Store, StoredHealth};
 use support::Conn;
 use tokio_util::sync::CancellationToken;
 
@@ -44,15 +44,17 @@ fn pair(endpoint: i64, destination: String, until: Duration) -> PairWrite {
             destination,
             from: State::Available,
             trial: None,
-            state: State::Cooling,
-            reason: Some(Reason::DestinationStatus),
-            phase: None,
+            health: StoredHealth {
+                state: State::Cooling,
+                reason: Some(Reason::DestinationStatus),
+                phase: None,
+                detail: None,
+                streak: 1,
+                reason_streak: 1,
+                cooldown_ms: Some(3_600_000),
+                cooldown_left: Some(until),
+            },
             status: Some(403),
-            detail: None,
-            streak: 1,
-            reason_streak: 1,
-            cooldown_ms: Some(3_600_000),
-            cooldown_left: Some(until),
         },
         NewEvent {
             endpoint: Some(endpoint),

@@ -27,7 +27,8 @@ pub use postgres::{Changes, Feed};
 pub use postgres::{PgTarget, Postgres};
 pub use rows::{
     Applied, Claim, ClaimOn, ClaimResult, EndpointRow, Epoch, EventRow, HealthRecord, NewEndpoint,
-    NewEvent, Numbered, OnExisting, RowClaim, RowNow, SourceRow, ToInsert, Unclaim, Write,
+    NewEvent, Numbered, OnExisting, RowClaim, RowNow, SourceRow, StoredHealth, ToInsert, Unclaim,
+    Write,
 };
 pub use sqlite::Sqlite;
 

@@ -63,11 +63,16 @@ fn assert_banned_by(gw: &Gw, endpoint: i64, rule: &str, reason: Reason, phase: P
     assert_eq!(pairs.len(), 1, "{pairs:?}");
     let p = &pairs[0];
     assert_eq!(
-        (p.destination.as_str(), p.state, p.reason, p.phase),
+        (
+            p.destination.as_str(),
+            p.health.state,
+            p.health.reason,
+            p.health.phase
+        ),
         ("127.0.0.1", State::Cooling, Some(reason), Some(phase)),
         "{p:?}"
     );
-    let detail = p.detail.as_deref().unwrap_or_default();
+    let detail = p.health.detail.as_deref().unwrap_or_default();
     assert!(detail.contains(&format!("ban rule {rule}: ")), "{detail}");
     assert_eq!(proxypool::ban::rule_in_detail(detail), Some(rule));
     let series = format!("proxypool_ban_rule_matches_total{{rule=\"{rule}\"}}");

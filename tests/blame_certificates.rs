@@ -180,7 +180,7 @@ async fn a_pool_of_one_has_no_contrast_and_only_its_pair_cools() {
     let pairs = vp.store.pairs_of(id).unwrap();
     assert_eq!(pairs.len(), 1, "{pairs:?}");
     assert_eq!(pairs[0].record.destination, SHOP);
-    assert_eq!(pairs[0].record.reason, Some(Reason::TlsFailed));
+    assert_eq!(pairs[0].record.health.reason, Some(Reason::TlsFailed));
 }
 
 #[tokio::test(start_paused = true)]
@@ -198,7 +198,7 @@ async fn a_clients_tls_failure_others_get_past_cools_only_its_pair() {
     let pairs = vp.store.pairs_of(flaky).unwrap();
     assert_eq!(pairs.len(), 1, "{pairs:?}");
     assert_eq!(pairs[0].record.destination, SHOP);
-    assert_eq!(pairs[0].record.state, State::Cooling);
+    assert_eq!(pairs[0].record.health.state, State::Cooling);
 }
 
 #[tokio::test(start_paused = true)]

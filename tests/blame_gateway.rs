@@ -185,7 +185,7 @@ async fn a_dante_that_refuses_one_target_loses_only_that_target() {
         pairs[0].destination,
         format!("127.0.0.1:{}", blocked.port())
     );
-    assert_eq!(pairs[0].reason, Some(Reason::ProxyRejected));
+    assert_eq!(pairs[0].health.reason, Some(Reason::ProxyRejected));
     assert_eq!(gw.row(socks_id).state, State::Available);
     gw.stop().await;
 }

@@ -228,8 +228,11 @@ async fn a_target_others_reach_cools_only_the_pair_of_the_endpoint_that_cannot()
     let pairs = vp.store.pairs_of(bad).unwrap();
     assert_eq!(pairs.len(), 1, "{pairs:?}");
     assert_eq!(pairs[0].record.destination, SHOP);
-    assert_eq!(pairs[0].record.state, State::Cooling);
-    assert_eq!(pairs[0].record.reason, Some(Reason::UpstreamUnreachable));
+    assert_eq!(pairs[0].record.health.state, State::Cooling);
+    assert_eq!(
+        pairs[0].record.health.reason,
+        Some(Reason::UpstreamUnreachable)
+    );
     assert_eq!(vp.row(bad).state, State::Available);
     let events = vp.new_events();
     let changed = kinds(&events, "state_changed");
@@ -394,14 +397,17 @@ async fn a_tunnel_never_decides_a_ban_and_bans_reported_by_session_back_off() {
         assert_eq!(p.len(), 1, "{p:?}");
         p[0].record.clone()
     };
-    assert_eq!((pair(&vp).state, pair(&vp).streak), (State::Cooling, 1));
+    assert_eq!(
+        (pair(&vp).health.state, pair(&vp).health.streak),
+        (State::Cooling, 1)
+    );
     let trial = trial_after_cooldown(&mut vp, Duration::from_secs(60)).await;
     // The tunnel opened: the endpoint works, the pair's trial is NOT decided.
     let (now, wall) = vp.now();
     let (r, w) = vp.pools.reached(&trial.lease, now, wall);
     vp.persist(&w);
     assert_eq!(r.unwrap(), State::Available);
-    assert_eq!(pair(&vp).state, State::ProbeAllowed);
+    assert_eq!(pair(&vp).health.state, State::ProbeAllowed);
     // The client saw a 403 inside, closed the tunnel, then reported by session.
     let (now, _) = vp.now();
     vp.pools.release(&trial.lease, now).0.unwrap();
@@ -419,11 +425,11 @@ async fn a_tunnel_never_decides_a_ban_and_bans_reported_by_session_back_off() {
     assert_eq!(r.unwrap().blame, Some(Blame::Pair));
     let p = pair(&vp);
     assert_eq!(
-        (p.state, p.streak),
+        (p.health.state, p.health.streak),
         (State::Cooling, 2),
         "the ban backs off"
     );
-    assert_eq!(p.cooldown_ms, Some(120_000));
+    assert_eq!(p.health.cooldown_ms, Some(120_000));
 }
 
 #[tokio::test(start_paused = true)]
@@ -454,7 +460,11 @@ async fn a_ban_trial_with_no_verdict_is_given_back_with_its_streak() {
         .unwrap()
         .contains("verdict_window"));
     let p = &vp.store.pairs_of(id).unwrap()[0].record;
-    assert_eq!((p.state, p.streak), (State::ProbeAllowed, 1), "streak kept");
+    assert_eq!(
+        (p.health.state, p.health.streak),
+        (State::ProbeAllowed, 1),
+        "streak kept"
+    );
     // The next lease for the host is its trial again; an answer from the destination
     // (a plain-HTTP page, a scraper's success report) decides it.
     let again = lease_with(&mut vp, SHOP, None).unwrap();

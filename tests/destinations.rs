@@ -205,7 +205,7 @@ async fn the_engine_timer_advances_pairs_without_any_call() {
     let store = Store::open(&r.path).unwrap();
     let pairs = store.pairs().unwrap();
     assert_eq!(pairs.len(), 1);
-    assert_eq!(pairs[0].record.state, State::ProbeAllowed);
+    assert_eq!(pairs[0].record.health.state, State::ProbeAllowed);
     timer.abort();
 }
 

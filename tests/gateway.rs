@@ -215,11 +215,11 @@ async fn ban_on_plain_http_is_reported_with_status_and_retry_after() {
     assert_eq!(pairs.len(), 1, "{pairs:?}");
     let row = &pairs[0];
     assert_eq!(
-        (row.destination.as_str(), row.state),
+        (row.destination.as_str(), row.health.state),
         ("127.0.0.1", State::Cooling)
     );
     assert_eq!(
-        (row.reason, row.phase, row.status),
+        (row.health.reason, row.health.phase, row.status),
         (
             Some(Reason::DestinationStatus),
             Some(Phase::ResponseHead),
@@ -227,9 +227,13 @@ async fn ban_on_plain_http_is_reported_with_status_and_retry_after() {
         )
     );
     // Retry-After 300 s outweighs the 60 s base cooldown.
-    assert!(row.cooldown_ms.unwrap() >= 300_000, "{:?}", row.cooldown_ms);
     assert!(
-        row.detail.as_deref().unwrap().contains("127.0.0.1"),
+        row.health.cooldown_ms.unwrap() >= 300_000,
+        "{:?}",
+        row.health.cooldown_ms
+    );
+    assert!(
+        row.health.detail.as_deref().unwrap().contains("127.0.0.1"),
         "destination named"
     );
     // The upstream got an absolute-form request without our client's hop headers.
@@ -263,7 +267,7 @@ async fn retry_status_resends_get_through_another_upstream() {
     for id in &gw.ids {
         let pairs = gw.pairs(*id);
         assert_eq!(pairs.len(), 1, "{pairs:?}");
-        assert_eq!(pairs[0].state, State::Cooling);
+        assert_eq!(pairs[0].health.state, State::Cooling);
     }
 }
 
@@ -420,7 +424,7 @@ async fn socks5_failures_map_to_reply_codes() {
     // The proxy works; it could not reach this destination: the pair takes it.
     let row = &gw.pairs(gw.ids[0])[0];
     assert_eq!(
-        (row.reason, row.phase),
+        (row.health.reason, row.health.phase),
         (
             Some(Reason::UpstreamUnreachable),
             Some(Phase::ProxyHandshake)

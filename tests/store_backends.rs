@@ -14,7 +14,7 @@ use proxypool::health::{Phase, Reason, State};
 use proxypool::store::pairs::{PairRecord, PairWrite};
 use proxypool::store::{
     EventFilter, HealthRecord, Location, NewEndpoint, NewEvent, OnExisting, OpenOptions, RowNow,
-    Store, StoreError, Write,
+    Store, StoreError, StoredHealth, Write,
 };
 
 use common::postgres::{self, PASSWORD};
@@ -36,14 +36,16 @@ fn cooled(id: i64, left: Duration) -> Write {
             id,
             from: State::Available,
             trial: None,
-            state: State::Cooling,
-            reason: Some(Reason::ConnectRefused),
-            phase: Some(Phase::Connect),
-            detail: Some("refused".into()),
-            streak: 1,
-            reason_streak: 1,
-            cooldown_ms: Some(left.as_millis() as u64),
-            cooldown_left: Some(left),
+            health: StoredHealth {
+                state: State::Cooling,
+                reason: Some(Reason::ConnectRefused),
+                phase: Some(Phase::Connect),
+                detail: Some("refused".into()),
+                streak: 1,
+                reason_streak: 1,
+                cooldown_ms: Some(left.as_millis() as u64),
+                cooldown_left: Some(left),
+            },
         },
         NewEvent {
             endpoint: Some(id),
@@ -63,15 +65,17 @@ fn pair(endpoint: i64, dest: &str) -> PairWrite {
             destination: dest.into(),
             from: State::Available,
             trial: None,
-            state: State::Cooling,
-            reason: Some(Reason::DestinationStatus),
-            phase: Some(Phase::ResponseHead),
+            health: StoredHealth {
+                state: State::Cooling,
+                reason: Some(Reason::DestinationStatus),
+                phase: Some(Phase::ResponseHead),
+                detail: Some("HTTP 403".into()),
+                streak: 1,
+                reason_streak: 1,
+                cooldown_ms: Some(60_000),
+                cooldown_left: Some(Duration::from_secs(60)),
+            },
             status: Some(403),
-            detail: Some("HTTP 403".into()),
-            streak: 1,
-            reason_streak: 1,
-            cooldown_ms: Some(60_000),
-            cooldown_left: Some(Duration::from_secs(60)),
         },
         NewEvent {
             endpoint: Some(endpoint),

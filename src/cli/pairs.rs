@@ -26,14 +26,14 @@ pub(super) fn pair_json(p: &PairRow) -> Value {
     let r = &p.record;
     json!({
         "destination": r.destination,
-        "state": r.state,
-        "reason": r.reason,
-        "phase": r.phase,
+        "state": r.health.state,
+        "reason": r.health.reason,
+        "phase": r.health.phase,
         "status": r.status,
-        "detail": r.detail,
+        "detail": r.health.detail,
         "rule": pair_rule(p),
-        "streak": r.streak,
-        "cooldown_ms": r.cooldown_ms,
+        "streak": r.health.streak,
+        "cooldown_ms": r.health.cooldown_ms,
         "cooldown_until": p.cooldown_until.map(fmt_time),
         "state_changed_at": p.state_changed_at,
     })
@@ -42,6 +42,7 @@ pub(super) fn pair_json(p: &PairRow) -> Value {
 /// The `[[ban]]` rule a pair's last failure matched, as its detail names it.
 fn pair_rule(p: &PairRow) -> Option<&str> {
     p.record
+        .health
         .detail
         .as_deref()
         .and_then(crate::ban::rule_in_detail)
@@ -69,7 +70,7 @@ pub(super) async fn list_for(
         .map(|p| (p.record.endpoint, p))
         .collect();
     let for_d = |st: State, p: Option<&PairRow>| match (st, p) {
-        (State::Available, Some(p)) => p.record.state,
+        (State::Available, Some(p)) => p.record.health.state,
         (st, _) => st,
     };
     if json_out {
@@ -108,7 +109,7 @@ pub(super) async fn list_for(
             r.url.to_redacted_string(),
             r.state.to_string(),
             for_d(r.state, p).to_string(),
-            p.and_then(|p| p.record.reason)
+            p.and_then(|p| p.record.health.reason)
                 .map(|x| x.to_string())
                 .unwrap_or("-".into()),
             s(&json!(p.and_then(|p| p.record.status))),
@@ -163,8 +164,8 @@ pub(super) fn print_pairs(pairs: &[PairRow]) {
     outln!("\npairs (not available for these destinations):");
     for p in pairs {
         let r = &p.record;
-        let mut line = format!("  {} {}", r.destination, r.state);
-        if let Some(x) = r.reason {
+        let mut line = format!("  {} {}", r.destination, r.health.state);
+        if let Some(x) = r.health.reason {
             line.push_str(&format!(" reason={x}"));
         }
         if let Some(x) = r.status {
@@ -176,7 +177,7 @@ pub(super) fn print_pairs(pairs: &[PairRow]) {
         if let Some(u) = p.cooldown_until {
             // As the daemon counts it: at most the cooldown's length from now.
             let now = std::time::SystemTime::now();
-            let len = std::time::Duration::from_millis(r.cooldown_ms.unwrap_or(0));
+            let len = std::time::Duration::from_millis(r.health.cooldown_ms.unwrap_or(0));
             let kept = now + crate::health::restored_remaining(u, now, len);
             if u > kept + std::time::Duration::from_secs(1) {
                 line.push_str(&format!(

@@ -48,7 +48,11 @@ async fn banned_lines(
         .into_iter()
         .filter_map(|p| {
             let r = p.record;
-            let rule = r.detail.as_deref().and_then(crate::ban::rule_in_detail)?;
+            let rule = r
+                .health
+                .detail
+                .as_deref()
+                .and_then(crate::ban::rule_in_detail)?;
             Some(((r.endpoint, r.destination), rule.to_string()))
         })
         .collect();

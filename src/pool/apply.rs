@@ -7,7 +7,7 @@ use crate::endpoint::EndpointId;
 use crate::event_kind::EventKind;
 use crate::health::blame::Blame;
 use crate::health::{cell, Health, Input, State, Step};
-use crate::store::{Claim, ClaimOn, HealthRecord, NewEvent, Unclaim, Write};
+use crate::store::{Claim, ClaimOn, HealthRecord, NewEvent, StoredHealth, Unclaim, Write};
 
 use super::{PoolError, Pools};
 
@@ -234,14 +234,7 @@ fn transition_row(
         id,
         from,
         trial: settles,
-        state: h.state,
-        reason: h.reason,
-        phase: h.phase,
-        detail: h.detail.clone(),
-        streak: h.streak,
-        reason_streak: h.reason_streak,
-        cooldown_ms: h.cooldown.map(|d| d.as_millis() as u64),
-        cooldown_left: h.cooldown_left(now),
+        health: StoredHealth::of(h, now),
     };
     let ev = NewEvent {
         endpoint: Some(id),

@@ -311,19 +311,19 @@ impl Destinations {
         now: Instant,
     ) -> Result<(), DestinationError> {
         let name = normalize_key(&rec.destination)?;
-        let mut h = Health::new(rec.state);
-        h.streak = rec.streak;
-        h.reason_streak = rec.reason_streak;
-        h.reason = rec.reason;
-        h.phase = rec.phase;
-        h.restore_cooldown(rec.cooldown_ms, rec.cooldown_left, now);
+        let mut h = Health::new(rec.health.state);
+        h.streak = rec.health.streak;
+        h.reason_streak = rec.health.reason_streak;
+        h.reason = rec.health.reason;
+        h.phase = rec.health.phase;
+        h.restore_cooldown(rec.health.cooldown_ms, rec.health.cooldown_left, now);
         let slot = self.slot_for(&name);
         let old = self.take(slot, rec.endpoint);
         if old.is_none() && !self.room() {
             self.drop_if_empty(slot);
             return Err(self.cap_error());
         }
-        if let Some(o) = old.filter(|o| o.state == rec.state) {
+        if let Some(o) = old.filter(|o| o.state == rec.health.state) {
             h.fails = o.fails;
         }
         let mut pair = Pair::from_health(&h, rec.status, self.origin);
@@ -332,7 +332,7 @@ impl Destinations {
             None => self.touch(slot, rec.endpoint),
         };
         let ours = old.and_then(|o| o.epoch());
-        match (rec.state, claim) {
+        match (rec.health.state, claim) {
             (State::ProbeAllowed, Some(c)) if ours == Some(c.epoch) => {
                 pair.claimed = true;
                 pair.set_epoch(ours);

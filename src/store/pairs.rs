@@ -2,11 +2,11 @@
 //! (endpoint, destination) pairs and the writes that change them. Each write is atomic with
 //! its event.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use super::{Claim, Epoch, NewEvent, RowClaim, Unclaim};
+use super::{Claim, Epoch, NewEvent, RowClaim, StoredHealth, Unclaim};
 use crate::endpoint::EndpointId;
-use crate::health::{Phase, Reason, State};
+use crate::health::State;
 
 /// The persisted health of a pair: after a transition to a non-available state (a write),
 /// or as stored (a read).
@@ -22,25 +22,10 @@ pub struct PairRecord {
     pub from: State,
     /// The claim whose outcome this transition is, when it decides the pair's trial.
     pub trial: Option<Epoch>,
-    /// State (never `available`: a recovered pair is deleted).
-    pub state: State,
-    /// Reason.
-    pub reason: Option<Reason>,
-    /// Phase.
-    pub phase: Option<Phase>,
     /// HTTP status of the failure, when one was seen.
     pub status: Option<u16>,
-    /// Detail (never a password).
-    pub detail: Option<String>,
-    /// Streak.
-    pub streak: u32,
-    /// Same-reason streak.
-    pub reason_streak: u32,
-    /// Cooldown length.
-    pub cooldown_ms: Option<u64>,
-    /// Time left of a cooling pair's cooldown: when the transition happened (a write; the
-    /// store turns it into a deadline by its own clock), or as the store read it.
-    pub cooldown_left: Option<Duration>,
+    /// Its health (never `available`: a recovered pair is deleted).
+    pub health: StoredHealth,
 }
 
 /// A stored pair, as loaded on start.

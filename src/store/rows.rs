@@ -5,12 +5,13 @@ use std::borrow::Borrow;
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
+use tokio::time::Instant;
 
 use super::{fmt_time, pairs};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::event_kind::EventKind;
 use crate::health::blame::Blame;
-use crate::health::{Phase, Reason, State};
+use crate::health::{Health, Phase, Reason, State};
 use crate::protocol::EndpointView;
 use crate::tags::Tags;
 
@@ -228,6 +229,41 @@ impl NewEvent {
     }
 }
 
+/// A health machine as stored: an endpoint's row and an (endpoint, destination) pair's
+/// carry the same fields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredHealth {
+    pub state: State,
+    pub reason: Option<Reason>,
+    pub phase: Option<Phase>,
+    /// Never a password.
+    pub detail: Option<String>,
+    pub streak: u32,
+    /// Same-reason streak.
+    pub reason_streak: u32,
+    /// Cooldown length.
+    pub cooldown_ms: Option<u64>,
+    /// Time left of a cooling one's cooldown: when the transition happened (a write; the
+    /// store turns it into a deadline by its own clock), or as the store read it.
+    pub cooldown_left: Option<Duration>,
+}
+
+impl StoredHealth {
+    /// `h` as it is to be stored at `now`.
+    pub fn of(h: &Health, now: Instant) -> StoredHealth {
+        StoredHealth {
+            state: h.state,
+            reason: h.reason,
+            phase: h.phase,
+            detail: h.detail.clone(),
+            streak: h.streak,
+            reason_streak: h.reason_streak,
+            cooldown_ms: h.cooldown.map(|d| d.as_millis() as u64),
+            cooldown_left: h.cooldown_left(now),
+        }
+    }
+}
+
 /// The persisted health of an endpoint after a transition.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HealthRecord {
@@ -239,18 +275,7 @@ pub struct HealthRecord {
     /// The claim whose outcome this transition is, when it decides a trial: applied only
     /// while that claim is the slot's current one.
     pub trial: Option<Epoch>,
-    pub state: State,
-    pub reason: Option<Reason>,
-    pub phase: Option<Phase>,
-    pub detail: Option<String>,
-    pub streak: u32,
-    /// Same-reason streak.
-    pub reason_streak: u32,
-    /// Cooldown length.
-    pub cooldown_ms: Option<u64>,
-    /// Time left of the cooldown when the transition happened; the store turns it into a
-    /// deadline by its own clock.
-    pub cooldown_left: Option<Duration>,
+    pub health: StoredHealth,
 }
 
 /// Whose trial a claim is about.

@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::pair::ticks;
 use super::*;
 use crate::health::{Cooldown, Failure, Phase, ReasonPolicy};
+use crate::store::StoredHealth;
 
 const S: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);
@@ -140,8 +141,8 @@ async fn pair_cooldown_then_exactly_one_trial_for_that_destination() {
         PairWrite::Upsert(rec, ev) => {
             assert_eq!(rec.destination, SHOP);
             assert_eq!(rec.status, Some(403));
-            assert_eq!(rec.cooldown_ms, Some(10_000));
-            assert_eq!(rec.cooldown_left, Some(10 * S));
+            assert_eq!(rec.health.cooldown_ms, Some(10_000));
+            assert_eq!(rec.health.cooldown_left, Some(10 * S));
             assert_eq!(ev.kind, EventKind::StateChanged);
             assert_eq!(ev.detail.as_deref(), Some("HTTP 403"));
         }
@@ -288,15 +289,17 @@ async fn restore_takes_what_the_store_read_as_left() {
         destination: "Shop.Example".into(),
         from: State::Cooling,
         trial: None,
-        state: State::Cooling,
-        reason: Some(Reason::DestinationStatus),
-        phase: Some(Phase::ResponseHead),
+        health: StoredHealth {
+            state: State::Cooling,
+            reason: Some(Reason::DestinationStatus),
+            phase: Some(Phase::ResponseHead),
+            detail: None,
+            streak: 2,
+            reason_streak: 2,
+            cooldown_ms: Some(60_000),
+            cooldown_left: Some(left),
+        },
         status: Some(403),
-        detail: None,
-        streak: 2,
-        reason_streak: 2,
-        cooldown_ms: Some(60_000),
-        cooldown_left: Some(left),
     };
     let mut d = Destinations::new("default", DEFAULT_MAX_PAIRS);
     // Never longer than its own length.
@@ -315,19 +318,15 @@ async fn restore_takes_what_the_store_read_as_left() {
     assert_eq!(kinds(&w), ["upsert"]);
     assert_eq!(usable(&d, SHOP, 3), Usable::Trial);
     assert_eq!(usable(&d, SHOP, 2), Usable::Banned);
-    let pa = PairRecord {
-        state: State::ProbeAllowed,
-        cooldown_left: None,
-        ..rec(4, S)
-    };
+    let mut pa = rec(4, S);
+    pa.health.state = State::ProbeAllowed;
+    pa.health.cooldown_left = None;
     d.restore(&pa, None, now).unwrap();
     assert_eq!(usable(&d, SHOP, 4), Usable::Trial);
     // Another daemon holds the trial of a fifth: not ours to take until it lapses.
-    let held = PairRecord {
-        state: State::ProbeAllowed,
-        cooldown_left: None,
-        ..rec(6, S)
-    };
+    let mut held = rec(6, S);
+    held.health.state = State::ProbeAllowed;
+    held.health.cooldown_left = None;
     let claim = crate::store::RowClaim {
         epoch: 3,
         left: 5 * S,
@@ -403,9 +402,9 @@ async fn disable_after_per_reason_on_pairs() {
     );
     match &r.writes[1] {
         PairWrite::Upsert(rec, _) => {
-            assert_eq!(rec.state, State::Disabled);
-            assert_eq!(rec.reason_streak, 2);
-            assert_eq!(rec.cooldown_left, None);
+            assert_eq!(rec.health.state, State::Disabled);
+            assert_eq!(rec.health.reason_streak, 2);
+            assert_eq!(rec.health.cooldown_left, None);
         }
         w => panic!("{w:?}"),
     }
@@ -491,15 +490,17 @@ async fn at_the_cap_a_new_ban_pushes_out_the_pair_failed_least_recently() {
     let rec = PairRecord {
         endpoint: 2,
         destination: "d.example".into(),
-        state: State::Disabled,
-        reason: None,
-        phase: None,
+        health: StoredHealth {
+            state: State::Disabled,
+            reason: None,
+            phase: None,
+            detail: None,
+            streak: 1,
+            reason_streak: 1,
+            cooldown_ms: None,
+            cooldown_left: None,
+        },
         status: None,
-        detail: None,
-        streak: 1,
-        reason_streak: 1,
-        cooldown_ms: None,
-        cooldown_left: None,
         from: State::Disabled,
         trial: None,
     };

@@ -8,7 +8,7 @@ use crate::endpoint::EndpointId;
 use crate::event_kind::EventKind;
 use crate::health::{cell, Health, State, Step};
 use crate::store::pairs::{PairRecord, PairWrite};
-use crate::store::NewEvent;
+use crate::store::{NewEvent, StoredHealth};
 
 /// No pair and none created (`note`: why, when the pair table was full): only the act is
 /// recorded, with the note.
@@ -131,15 +131,8 @@ pub(super) fn transition(
             destination: name.to_string(),
             from,
             trial,
-            state: h.state,
-            reason: h.reason,
-            phase: h.phase,
+            health: StoredHealth::of(h, now),
             status,
-            detail: h.detail.clone(),
-            streak: h.streak,
-            reason_streak: h.reason_streak,
-            cooldown_ms: h.cooldown.map(|d| d.as_millis() as u64),
-            cooldown_left: h.cooldown_left(now),
         },
         event,
     )

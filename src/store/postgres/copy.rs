@@ -248,14 +248,16 @@ impl PairCols {
         self.changed.push(time(&p.state_changed_at)?);
         self.ids.push(r.endpoint);
         self.dests.push(r.destination.clone());
-        self.states.push(r.state.as_str().to_string());
-        self.reasons.push(r.reason.map(|x| x.as_str().to_string()));
-        self.phases.push(r.phase.map(|x| x.as_str().to_string()));
+        self.states.push(r.health.state.as_str().to_string());
+        self.reasons
+            .push(r.health.reason.map(|x| x.as_str().to_string()));
+        self.phases
+            .push(r.health.phase.map(|x| x.as_str().to_string()));
         self.statuses.push(r.status.map(i32::from));
-        self.details.push(r.detail.clone());
-        self.streaks.push(r.streak as i32);
-        self.rstreaks.push(r.reason_streak as i32);
-        self.ms.push(r.cooldown_ms.map(|v| v as i64));
+        self.details.push(r.health.detail.clone());
+        self.streaks.push(r.health.streak as i32);
+        self.rstreaks.push(r.health.reason_streak as i32);
+        self.ms.push(r.health.cooldown_ms.map(|v| v as i64));
         self.untils.push(p.cooldown_until);
         Ok(())
     }

@@ -165,14 +165,14 @@ async fn transition(
             &st.transition,
             &[
                 &h.id,
-                &h.state.as_str(),
-                &h.reason.map(Reason::as_str),
-                &h.phase.map(Phase::as_str),
-                &super::text(&h.detail),
-                &(h.streak as i32),
-                &(h.reason_streak as i32),
-                &h.cooldown_ms.map(|v| v.min(i64::MAX as u64) as i64),
-                &ms(h.cooldown_left),
+                &h.health.state.as_str(),
+                &h.health.reason.map(Reason::as_str),
+                &h.health.phase.map(Phase::as_str),
+                &super::text(&h.health.detail),
+                &(h.health.streak as i32),
+                &(h.health.reason_streak as i32),
+                &h.health.cooldown_ms.map(|v| v.min(i64::MAX as u64) as i64),
+                &ms(h.health.cooldown_left),
                 &h.from.as_str(),
                 &h.trial,
             ],
@@ -207,14 +207,14 @@ async fn pair_upsert(
 ) -> Result<Found, tokio_postgres::Error> {
     // The row's values, in the order both statements take them.
     let (state, reason, phase) = (
-        r.state.as_str(),
-        r.reason.map(Reason::as_str),
-        r.phase.map(Phase::as_str),
+        r.health.state.as_str(),
+        r.health.reason.map(Reason::as_str),
+        r.health.phase.map(Phase::as_str),
     );
-    let (status, detail) = (opt_i32(r.status), super::text(&r.detail));
-    let (streak, reason_streak) = (r.streak as i32, r.reason_streak as i32);
-    let cooldown_ms = r.cooldown_ms.map(|v| v.min(i64::MAX as u64) as i64);
-    let left = ms(r.cooldown_left);
+    let (status, detail) = (opt_i32(r.status), super::text(&r.health.detail));
+    let (streak, reason_streak) = (r.health.streak as i32, r.health.reason_streak as i32);
+    let cooldown_ms = r.health.cooldown_ms.map(|v| v.min(i64::MAX as u64) as i64);
+    let left = ms(r.health.cooldown_left);
     let from = r.from.as_str();
     let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
         &r.endpoint,

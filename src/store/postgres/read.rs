@@ -9,7 +9,9 @@ use tokio_postgres::Row;
 use crate::endpoint::{ProxyUrl, Scheme};
 use crate::health::State;
 use crate::store::pairs::{PairRecord, PairRow};
-use crate::store::{fmt_time, parse_col, EndpointRow, EventRow, RowClaim, StoreError};
+use crate::store::{
+    fmt_time, parse_col, EndpointRow, EventRow, RowClaim, StoreError, StoredHealth,
+};
 
 /// Milliseconds left until the timestamp column `col`, by the database's clock, at least 0.
 macro_rules! left_ms {
@@ -134,16 +136,18 @@ pub(crate) fn pair_row(r: &Row) -> Result<PairRow, StoreError> {
             destination: destination.clone(),
             from: state,
             trial: None,
-            state,
-            reason: parse_col(reason.as_deref()).map_err(|_| bad("reason"))?,
-            phase: parse_col(phase.as_deref()).map_err(|_| bad("phase"))?,
+            health: StoredHealth {
+                state,
+                reason: parse_col(reason.as_deref()).map_err(|_| bad("reason"))?,
+                phase: parse_col(phase.as_deref()).map_err(|_| bad("phase"))?,
+                detail: r.get(7),
+                streak: streak.max(0) as u32,
+                reason_streak: reason_streak.max(0) as u32,
+                cooldown_ms: cooldown_ms.map(|v| v.max(0) as u64),
+                cooldown_left: (state == State::Cooling)
+                    .then(|| Duration::from_millis(left.max(0) as u64)),
+            },
             status: status.and_then(|s| u16::try_from(s).ok()),
-            detail: r.get(7),
-            streak: streak.max(0) as u32,
-            reason_streak: reason_streak.max(0) as u32,
-            cooldown_ms: cooldown_ms.map(|v| v.max(0) as u64),
-            cooldown_left: (state == State::Cooling)
-                .then(|| Duration::from_millis(left.max(0) as u64)),
         },
     })
 }

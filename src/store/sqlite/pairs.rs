@@ -12,7 +12,7 @@ use super::Sqlite;
 use crate::endpoint::EndpointId;
 use crate::health::{Phase, Reason, State};
 use crate::store::pairs::{PairRecord, PairRow, PairWrite};
-use crate::store::{fmt_time, StoreError};
+use crate::store::{fmt_time, StoreError, StoredHealth};
 
 /// Apply one pair write inside the caller's transaction (for group commit).
 pub(crate) fn apply(tx: &Connection, w: &PairWrite) -> Result<(), StoreError> {
@@ -61,7 +61,11 @@ fn claim_event(
 
 /// A pair's row, inserted or replaced, and the event of its change.
 fn upsert(tx: &Connection, r: &PairRecord, ev: &crate::store::NewEvent) -> Result<(), StoreError> {
-    debug_assert_ne!(r.state, State::Available, "available pairs have no row");
+    debug_assert_ne!(
+        r.health.state,
+        State::Available,
+        "available pairs have no row"
+    );
     // A transition without a detail (a deadline passing) keeps the one that
     // explains the ban: pairs hold no detail in memory.
     let res = tx
@@ -78,15 +82,15 @@ fn upsert(tx: &Connection, r: &PairRecord, ev: &crate::store::NewEvent) -> Resul
         .execute(params![
             r.endpoint,
             r.destination,
-            r.state.as_str(),
-            r.reason.map(Reason::as_str),
-            r.phase.map(Phase::as_str),
+            r.health.state.as_str(),
+            r.health.reason.map(Reason::as_str),
+            r.health.phase.map(Phase::as_str),
             r.status,
-            super::text(&r.detail),
-            r.streak,
-            r.reason_streak,
-            r.cooldown_ms.map(|v| v as i64),
-            deadline_of(r.cooldown_left).map(fmt_time),
+            super::text(&r.health.detail),
+            r.health.streak,
+            r.health.reason_streak,
+            r.health.cooldown_ms.map(|v| v as i64),
+            deadline_of(r.health.cooldown_left).map(fmt_time),
             fmt_time(SystemTime::now()),
         ]);
     match res {
@@ -121,15 +125,17 @@ fn read_pair(r: &Row<'_>) -> rusqlite::Result<Result<PairRow, StoreError>> {
                 destination: destination.clone(),
                 from: state,
                 trial: None,
-                state,
-                reason,
-                phase,
+                health: StoredHealth {
+                    state,
+                    reason,
+                    phase,
+                    detail: r.get(7)?,
+                    streak: r.get(8)?,
+                    reason_streak: r.get(9)?,
+                    cooldown_ms,
+                    cooldown_left,
+                },
                 status: r.get(6)?,
-                detail: r.get(7)?,
-                streak: r.get(8)?,
-                reason_streak: r.get(9)?,
-                cooldown_ms,
-                cooldown_left,
             },
             state_changed_at: r.get(12)?,
         })

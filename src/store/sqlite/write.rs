@@ -170,14 +170,14 @@ fn apply_write(tx: &Connection, w: &Write) -> Result<(), StoreError> {
             )?;
             let n = st.execute(params![
                 h.id,
-                h.state.as_str(),
-                h.reason.map(Reason::as_str),
-                h.phase.map(Phase::as_str),
-                text(&h.detail),
-                h.streak,
-                h.reason_streak,
-                h.cooldown_ms.map(|v| v as i64),
-                deadline_of(h.cooldown_left).map(fmt_time),
+                h.health.state.as_str(),
+                h.health.reason.map(Reason::as_str),
+                h.health.phase.map(Phase::as_str),
+                text(&h.health.detail),
+                h.health.streak,
+                h.health.reason_streak,
+                h.health.cooldown_ms.map(|v| v as i64),
+                deadline_of(h.health.cooldown_left).map(fmt_time),
                 fmt_time(SystemTime::now()),
             ])?;
             if n == 0 {

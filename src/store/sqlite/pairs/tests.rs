@@ -7,7 +7,7 @@ use super::*;
 use crate::endpoint::ProxyUrl;
 use crate::event_kind::EventKind;
 use crate::store::sqlite::MIGRATIONS_DIR;
-use crate::store::{NewEndpoint, NewEvent};
+use crate::store::{NewEndpoint, NewEvent, StoredHealth};
 
 fn store() -> (tempfile::TempDir, Sqlite, EndpointId, EndpointId) {
     let dir = tempfile::tempdir().unwrap();
@@ -41,23 +41,25 @@ fn cooling(endpoint: EndpointId, destination: &str, streak: u32) -> PairRecord {
         destination: destination.into(),
         from: State::Cooling,
         trial: None,
-        state: State::Cooling,
-        reason: Some(Reason::DestinationStatus),
-        phase: Some(Phase::ResponseHead),
         status: Some(403),
-        detail: Some("HTTP 403".into()),
-        streak,
-        reason_streak: streak,
-        cooldown_ms: Some(60_000),
-        cooldown_left: Some(Duration::from_secs(60)),
+        health: StoredHealth {
+            state: State::Cooling,
+            reason: Some(Reason::DestinationStatus),
+            phase: Some(Phase::ResponseHead),
+            detail: Some("HTTP 403".into()),
+            streak,
+            reason_streak: streak,
+            cooldown_ms: Some(60_000),
+            cooldown_left: Some(Duration::from_secs(60)),
+        },
     }
 }
 
 /// A record as read back, for comparison: the time left has run on a little since it was
 /// written, so it is checked apart (within the cooldown's length, not much less).
 fn settled(mut r: PairRecord) -> PairRecord {
-    if let Some(left) = r.cooldown_left.take() {
-        let len = Duration::from_millis(r.cooldown_ms.unwrap());
+    if let Some(left) = r.health.cooldown_left.take() {
+        let len = Duration::from_millis(r.health.cooldown_ms.unwrap());
         assert!(
             left <= len && left + Duration::from_secs(30) > len,
             "{left:?}"
@@ -111,10 +113,10 @@ fn upsert_update_delete_each_with_its_event() {
     .unwrap();
     // The same pair again is an update, not a second row.
     let mut again = cooling(a, "shop.example", 2);
-    again.state = State::Disabled;
+    again.health.state = State::Disabled;
     again.from = State::Disabled;
-    again.cooldown_ms = None;
-    again.cooldown_left = None;
+    again.health.cooldown_ms = None;
+    again.health.cooldown_left = None;
     s.write_pairs(&[PairWrite::Upsert(
         again.clone(),
         ev(
