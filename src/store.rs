@@ -20,10 +20,9 @@ pub mod postgres;
 mod rows;
 pub mod sqlite;
 
-pub use fleet_link::FleetLink;
+pub use fleet_link::{Changes, Feed, FleetLink};
 pub use group_commit::GroupCommit;
 pub use location::Location;
-pub use postgres::{Changes, Feed};
 pub use postgres::{PgTarget, Postgres};
 pub use rows::{
     Applied, Claim, ClaimOn, ClaimResult, EndpointRow, Epoch, EventRow, HealthRecord, NewEndpoint,

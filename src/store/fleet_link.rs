@@ -1,14 +1,15 @@
 //! What a daemon of a fleet asks of the database it shares, beyond the reads and writes
 //! every store takes: where the change feed starts and the feed itself, its row in the
 //! fleet's registry, whose turn a job done for all is, how long a trial's claim holds.
-//! Only PostgreSQL holds a fleet (`Store::fleet`); the engine reaches it through this and
-//! nothing else of the backend.
+//! Only PostgreSQL holds a fleet (`Store::fleet`); the pool reaches it through this, and
+//! the feed it gives, and names nothing else of the backend.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::daemons::DaemonInfo;
-use super::postgres::{Feed, Postgres};
+use super::postgres::Postgres;
+pub use super::postgres::{Changes, Feed};
 use super::StoreError;
 use crate::protocol::DaemonRow;
 

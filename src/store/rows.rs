@@ -229,8 +229,8 @@ impl NewEvent {
     }
 }
 
-/// A health machine as stored: an endpoint's row and an (endpoint, destination) pair's
-/// carry the same fields.
+/// A health machine as stored: an endpoint's transition (`HealthRecord`) and an
+/// (endpoint, destination) pair's (`PairRecord`) carry the same fields.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredHealth {
     pub state: State,
@@ -244,7 +244,8 @@ pub struct StoredHealth {
     /// Cooldown length.
     pub cooldown_ms: Option<u64>,
     /// Time left of a cooling one's cooldown: when the transition happened (a write; the
-    /// store turns it into a deadline by its own clock), or as the store read it.
+    /// store turns it into a deadline by its own clock), or, for a pair, as the store read
+    /// it.
     pub cooldown_left: Option<Duration>,
 }
 
@@ -275,6 +276,7 @@ pub struct HealthRecord {
     /// The claim whose outcome this transition is, when it decides a trial: applied only
     /// while that claim is the slot's current one.
     pub trial: Option<Epoch>,
+    /// Its health after the transition.
     pub health: StoredHealth,
 }
 

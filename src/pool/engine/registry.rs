@@ -117,9 +117,9 @@ impl Engine {
         let (Some(f), Some(r)) = (&self.fleet, self.registry()) else {
             return true;
         };
-        let (pg, job_name, me) = (f.link.clone(), job.to_string(), r.id.clone());
+        let (link, job_name, me) = (f.link.clone(), job.to_string(), r.id.clone());
         let asked =
-            tokio::task::spawn_blocking(move || pg.take_turn(&job_name, &me, every, hold)).await;
+            tokio::task::spawn_blocking(move || link.take_turn(&job_name, &me, every, hold)).await;
         match asked {
             Ok(Ok(yes)) => yes,
             Ok(Err(e)) => {
