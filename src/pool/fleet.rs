@@ -12,7 +12,7 @@ use super::Pools;
 use crate::endpoint::EndpointId;
 use crate::health::{Health, State};
 use crate::store::pairs::PairRow;
-use crate::store::{ClaimOn, EndpointRow, Epoch};
+use crate::store::{ClaimOn, EndpointRow, Epoch, StoredHealth};
 
 impl Pools {
     /// This process is one daemon of a fleet: its round robins start apart from the
@@ -344,11 +344,6 @@ impl Pools {
             .filter(|(_, e)| p.is_none_or(|p| e.pool == p))
             .filter(|(_, e)| state.is_none_or(|s| e.health.state == s))
             .map(|(id, e)| {
-                let h = &e.health;
-                let left = h
-                    .deadline
-                    .filter(|_| h.state == State::Cooling)
-                    .map(|d| d.saturating_duration_since(now));
                 let tags = e
                     .tags
                     .iter()
@@ -356,18 +351,10 @@ impl Pools {
                 EndpointRow {
                     label: None,
                     source: None,
-                    state: h.state,
-                    reason: h.reason,
-                    phase: h.phase,
-                    detail: h.detail.clone(),
-                    streak: h.streak,
-                    reason_streak: h.reason_streak,
-                    cooldown_ms: h.cooldown.map(|d| d.as_millis() as u64),
-                    cooldown_until: left.map(|l| wall + l),
-                    cooldown_left: left,
                     tags: crate::tags::Tags::from_pairs(tags).unwrap_or_default(),
                     ..EndpointRow::fixture_of(*id, e.url.clone(), &self.pools[e.pool].cfg.name)
                 }
+                .with_health(StoredHealth::of(&e.health, now), wall)
             })
             .collect();
         out.sort_by_key(|r| r.id);

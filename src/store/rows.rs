@@ -117,6 +117,23 @@ pub struct RowClaim {
 }
 
 impl EndpointRow {
+    /// This row with health `h`; a cooling one's `cooldown_until` is `wall` plus the time
+    /// left (a row made from memory, where the store's clock is not at hand).
+    pub fn with_health(self, h: StoredHealth, wall: SystemTime) -> EndpointRow {
+        EndpointRow {
+            state: h.state,
+            reason: h.reason,
+            phase: h.phase,
+            detail: h.detail,
+            streak: h.streak,
+            reason_streak: h.reason_streak,
+            cooldown_ms: h.cooldown_ms,
+            cooldown_until: h.cooldown_left.map(|l| wall + l),
+            cooldown_left: h.cooldown_left,
+            ..self
+        }
+    }
+
     /// JSON view; `secrets` keeps the password.
     pub fn view(&self, secrets: bool) -> EndpointView {
         EndpointView {

@@ -1,14 +1,15 @@
 use std::time::{Duration, SystemTime};
 
 use super::*;
+use crate::endpoint::EndpointId;
 use crate::health::{Phase, Reason};
 use crate::protocol::{EndpointView, PoolStatus};
 use crate::stats::EndpointStats;
 use crate::web::view::minute_buckets;
 
-pub(crate) fn model() -> PageModel {
-    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-    let view = |id, state, label: Option<&str>| EndpointView {
+/// Endpoint `id` of the sample page, in `state`.
+fn sample_view(id: EndpointId, state: State, label: Option<&str>, now: SystemTime) -> EndpointView {
+    EndpointView {
         id,
         url: format!("http://user:***@10.0.0.{id}:3128"),
         pool: "default".into(),
@@ -29,7 +30,31 @@ pub(crate) fn model() -> PageModel {
         tags: crate::tags::Tags::parse_args(&["country=us"]).unwrap(),
         exit_ip: (id == 1).then(|| "198.51.100.7".into()),
         exit_seen_at: (id == 1).then(|| fmt_time(now)),
-    };
+    }
+}
+
+/// The sample page's one event: its detail tries to break out of its attribute.
+fn sample_event(now: SystemTime) -> EventRow {
+    EventRow {
+        id: 9,
+        at: fmt_time(now),
+        kind: "state_changed".into(),
+        endpoint: Some(2),
+        from: Some("available".into()),
+        to: Some("cooling".into()),
+        reason: Some("connect_timeout".into()),
+        phase: Some("connect".into()),
+        detail: Some("\"><img src=x onerror=alert(2)>".into()),
+        lease: None,
+        destination: None,
+        status: None,
+        blame: None,
+    }
+}
+
+pub(crate) fn model() -> PageModel {
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let view = |id, state, label| sample_view(id, state, label, now);
     let mut stats = EndpointStats::default();
     stats.record_lease();
     stats.record_success(now, Some(Duration::from_millis(120)));
@@ -71,21 +96,7 @@ pub(crate) fn model() -> PageModel {
             banned_pairs: 4,
             most_banned: vec![("shop.example".into(), 3), ("news.example".into(), 1)],
         }],
-        events: vec![EventRow {
-            id: 9,
-            at: fmt_time(now),
-            kind: "state_changed".into(),
-            endpoint: Some(2),
-            from: Some("available".into()),
-            to: Some("cooling".into()),
-            reason: Some("connect_timeout".into()),
-            phase: Some("connect".into()),
-            detail: Some("\"><img src=x onerror=alert(2)>".into()),
-            lease: None,
-            destination: None,
-            status: None,
-            blame: None,
-        }],
+        events: vec![sample_event(now)],
         store_down: false,
         daemons: None,
     }
