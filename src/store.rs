@@ -309,15 +309,6 @@ impl Store {
         }
     }
 
-    /// The daemons of a fleet as they registered (none on SQLite: its one daemon answers
-    /// on its socket).
-    pub fn daemons(&self) -> Result<Vec<crate::protocol::DaemonRow>, StoreError> {
-        match self {
-            Store::Postgres(p) => p.daemons(),
-            Store::Sqlite(_) => Ok(Vec::new()),
-        }
-    }
-
     /// The database, for messages: a path, or hosts and database without the password.
     pub fn describe(&self) -> String {
         match self {

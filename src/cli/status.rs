@@ -186,7 +186,11 @@ async fn status_of(ctx: &Context, pool: Option<String>) -> Result<Read, CliError
             return Ok(read);
         }
         let store = ctx.store_to_read()?;
-        let daemons = store.daemons()?;
+        // SQLite holds no fleet: its one daemon answers on its socket.
+        let daemons = match store.fleet() {
+            Some(fleet) => fleet.daemons()?,
+            None => Vec::new(),
+        };
         let mut pools = ctx.engine()?.status(pool.as_deref())?;
         fleet_leases(&mut pools, &daemons);
         let line = match serving(&daemons) {

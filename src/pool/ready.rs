@@ -234,19 +234,12 @@ impl Pools {
     pub(super) fn pick(&mut self, p: usize) -> Option<(u32, u32)> {
         let entries = &self.entries;
         let ready = self.pools[p].index.ready();
-        for level in 0..ready.levels.len() {
-            if ready.live[level] == 0 {
-                continue;
-            }
-            let q = &mut ready.levels[level];
-            while let Some(&(slot, gen)) = q.front() {
-                if live_at(entries, slot, gen, p, level as u32) {
-                    return Some((slot, level as u32));
-                }
-                q.pop_front();
-            }
-        }
-        None
+        (0..ready.levels()).find_map(|level| {
+            let lv = level as u32;
+            let live = |slot, gen| live_at(entries, slot, gen, p, lv);
+            // The first live item: a pass that takes whatever it is offered.
+            ready.round(level, live, |_| true).map(|slot| (slot, lv))
+        })
     }
 }
 
