@@ -127,6 +127,27 @@ impl Ready {
         None
     }
 
+    /// The first item `live` accepts at the lowest level that has one: (slot, level).
+    /// Stale items met on the way are dropped. The plain lease's pass: one loop, no
+    /// rotation (its lease moves the endpoint to the next level).
+    pub(super) fn first(
+        &mut self,
+        mut live: impl FnMut(u32, u64, u32) -> bool,
+    ) -> Option<(u32, u32)> {
+        for (level, q) in self.levels.iter_mut().enumerate() {
+            if self.live[level] == 0 {
+                continue;
+            }
+            while let Some(&(slot, gen)) = q.front() {
+                if live(slot, gen, level as u32) {
+                    return Some((slot, level as u32));
+                }
+                q.pop_front();
+            }
+        }
+        None
+    }
+
     /// A uniformly random item of `level` that `live` and `fits` accept, within `tries`
     /// draws (stale items are drawn too). A stale item drawn is removed on the spot (the
     /// queue's last item takes its place), so no pass tidies the queue first: each stale
@@ -201,6 +222,7 @@ impl Ready {
 
     /// Drop the stale items of `level` (those no longer standing for an available
     /// endpoint of `pool` with that many leases) once they outnumber the live ones.
+    #[inline]
     pub(super) fn compact(&mut self, level: u32, entries: &EntryMap, pool: usize) {
         let l = level as usize;
         if self.levels[l].len() > 2 * self.live[l] + 64 {
@@ -233,13 +255,10 @@ impl Pools {
     /// The least-leased available endpoint of pool `p`: (slot, live leases).
     pub(super) fn pick(&mut self, p: usize) -> Option<(u32, u32)> {
         let entries = &self.entries;
-        let ready = self.pools[p].index.ready();
-        (0..ready.levels()).find_map(|level| {
-            let lv = level as u32;
-            let live = |slot, gen| live_at(entries, slot, gen, p, lv);
-            // The first live item: a pass that takes whatever it is offered.
-            ready.round(level, live, |_| true).map(|slot| (slot, lv))
-        })
+        self.pools[p]
+            .index
+            .ready()
+            .first(|slot, gen, level| live_at(entries, slot, gen, p, level))
     }
 }
 
