@@ -7,11 +7,11 @@
 //! endpoints ([`Health`]), stored compactly (no detail string in memory: it is persisted
 //! with the transition), so a banned pair costs well under 200 bytes.
 //!
-//! Selection for destination D (to be wired into `Pools::lease`) walks the pool's existing
+//! Selection for destination D (`select.rs`) walks the pool's existing
 //! ready queue and asks [`Destinations::usable`] about each live item:
 //! `Available` → lease it; `Trial` → [`Destinations::try_claim`], a trial lease;
-//! `Banned` → rotate the item to the back of its level (pop it, bump the entry's
-//! generation, push it again, as `set_leases_at` does) and go on. The rotation is what
+//! `Banned` → the item goes behind its equals of its level (`Ready::round`) and the walk
+//! goes on. The rotation is what
 //! keeps selection flat: without it the banned endpoints, never leased for D, would pile
 //! up at the front and every lease would rescan all of them (O(banned)). With it, a pass
 //! over a level of L items skips each of its B banned items once while handing out L − B
@@ -19,9 +19,10 @@
 //! banned, whatever the pool size, and no lease scans the pool. Moving a skipped endpoint
 //! behind its equals of the same lease count is within the round-robin rule for other
 //! destinations. A walk stops after the level's live count, so a destination where every
-//! endpoint is banned answers `exhausted` after one pass. A per-destination ready queue
-//! would avoid even those skips but costs a queue item per usable endpoint per banned
-//! destination, while the bans are what must stay small.
+//! endpoint is banned answers `exhausted` after one pass. A host whose passes skip many
+//! items gets a shortlist (`super::shortlist`: a copy of the queues from which its
+//! exclusions are dropped), for a few hosts per pool only, since each costs a queue item
+//! per ready endpoint; this module tells it when an exclusion ends (`lifted`).
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -89,6 +90,13 @@ pub enum Usable {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DestRef(u32);
 
+impl DestRef {
+    /// The view's number: what a shortlist is kept by.
+    pub(super) fn number(self) -> u32 {
+        self.0
+    }
+}
+
 /// A pair as shown to operators.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PairHealth {
@@ -108,6 +116,8 @@ struct View {
     /// Pairs that became `probe_allowed`, oldest first; checked when taken (an item may
     /// be stale after a claim, enable or removal).
     trials: VecDeque<EndpointId>,
+    /// `Destinations::tick` when an exclusion of this view last ended (`lifted`).
+    lifted: u64,
 }
 
 /// What a pair report or operator act did.
@@ -162,6 +172,10 @@ pub struct Destinations {
     budget: super::budget::Budget,
     /// Bans shared by the endpoints of one exit address (docs/exit.md).
     shared: shared::Shared,
+    /// Counts exclusions that ended (`lifted`).
+    tick: u64,
+    /// `tick` when exclusions of every view may have ended (an address moved).
+    lifted_all: u64,
 }
 
 impl Destinations {
@@ -182,6 +196,8 @@ impl Destinations {
             warned: false,
             budget: Default::default(),
             shared: Default::default(),
+            tick: 0,
+            lifted_all: 0,
         }
     }
 

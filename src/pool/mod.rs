@@ -33,6 +33,7 @@ mod reports;
 pub(crate) mod scoped;
 mod select;
 mod sessions;
+mod shortlist;
 mod state_counts;
 mod state_index;
 mod status;

@@ -4,6 +4,7 @@ use std::collections::VecDeque;
 
 use crate::health::State;
 
+use super::shortlist::Shortlists;
 use super::{EntryMap, Pools};
 
 /// Available endpoints of a pool: one FIFO queue of (slot, gen) per live-lease count.
@@ -24,6 +25,9 @@ pub(super) struct Ready {
     /// The random numbers of the next two draws, drawn at the end of the last lease so
     /// that the entries they point at are already on their way into the cache (`Ahead`).
     ahead: [Option<Ahead>; 2],
+    /// Copies of the queues for hosts that exclude many endpoints (`shortlist`): each
+    /// item pushed here is pushed there too.
+    short: Shortlists,
 }
 
 /// A draw made one lease early. A sampling strategy reads the entries of random
@@ -53,6 +57,7 @@ impl Default for Ready {
             live: Vec::new(),
             drawn: [NO_DRAW; 2],
             ahead: [None; 2],
+            short: Shortlists::default(),
         }
     }
 }
@@ -66,6 +71,7 @@ impl Ready {
         }
         self.levels[l].push_back((slot, gen));
         self.live[l] += 1;
+        self.short.push(l, (slot, gen));
     }
 
     /// The endpoint in `slot`, queued at `level` as `gen`, left that level.
@@ -225,9 +231,35 @@ impl Ready {
     #[inline]
     pub(super) fn compact(&mut self, level: u32, entries: &EntryMap, pool: usize) {
         let l = level as usize;
+        let keep = |(slot, gen)| live_at(entries, slot, gen, pool, level);
         if self.levels[l].len() > 2 * self.live[l] + 64 {
-            self.levels[l].retain(|&(slot, gen)| live_at(entries, slot, gen, pool, level));
+            self.levels[l].retain(|&item| keep(item));
         }
+        self.short.compact(l, self.live[l], keep);
+    }
+
+    /// The shortlist of the host whose pair view is `view`, if it has one, current: copied
+    /// again from the queues when something was lifted for the host (`lifted`, as
+    /// `Destinations::lifted` says) after it was built (`tick`: `Destinations::tick` now).
+    pub(super) fn shortlist(
+        &mut self,
+        view: u32,
+        lifted: u64,
+        tick: u64,
+    ) -> Option<&mut [VecDeque<(u32, u64)>]> {
+        self.short.get(view, lifted, tick, &self.levels)
+    }
+
+    /// A pass of these queues for the host of `view` skipped `skipped` items: the host
+    /// gets a shortlist once its skips cost what copying the queues does.
+    pub(super) fn owe(&mut self, view: u32, skipped: usize, tick: u64) -> bool {
+        self.short.owe(view, skipped, tick, &self.levels)
+    }
+
+    /// How many shortlists there are (tests).
+    #[cfg(test)]
+    pub(super) fn shortlists(&self) -> usize {
+        self.short.len()
     }
 }
 

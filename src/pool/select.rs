@@ -3,17 +3,19 @@
 //! `fastest` by sampling them, and slow start. No step scans the pool: an item that does
 //! not fit goes behind its equals, a sample is a random index into the queues.
 
+use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use rustc_hash::FxHasher;
 use tokio::time::Instant;
 
-use super::destinations::Destinations;
+use super::destinations::{DestRef, Destinations};
 use super::entries::{Entry, EntryMap};
 use super::pace::{Check, Dry, Gate, Visit};
 use super::ready::{live_at, Ready};
 use super::scoped::{Views, Want};
+use super::shortlist::{self, Verdict};
 use super::strategy::{score, warm_weight, Latencies};
 use super::tag_index::carries;
 use super::Pools;
@@ -112,56 +114,102 @@ fn check(gate: Option<&Gate>, id: EndpointId) -> Check {
     gate.map_or(Check::Ready, |g| g.check(id))
 }
 
+/// Where a least-leased pass walks: the pool's ready queues, or the shortlist of the
+/// lease's host (`shortlist`), from which what the host excludes is dropped.
+enum Queues<'q> {
+    Pool(&'q mut Ready),
+    Short(&'q mut [VecDeque<(u32, u64)>], DestRef),
+}
+
+impl Queues<'_> {
+    fn levels(&self) -> usize {
+        match self {
+            Queues::Pool(r) => r.levels(),
+            Queues::Short(l, _) => l.len(),
+        }
+    }
+}
+
+/// What a pass thinks of a live candidate, besides its host's exclusions.
+enum Judged {
+    Take,
+    Pass,
+    /// Turned down by slow start: taken when the pass finds no other.
+    Warm,
+}
+
 /// The least leased candidate, round robin among equals: a candidate that does not fit
 /// (or is paced, or turned down by slow start) goes behind its equals; a level is given up
 /// after its live count, so each lease skips B/(L−B) items on average over a level of L
-/// with B unfit, and a host where nothing fits answers after one pass. `(slot, level)`.
+/// with B unfit, and a host where nothing fits answers after one pass. On a shortlist a
+/// candidate the host excludes leaves instead, so its host's leases skip it once.
+/// `(slot, level)`, and how many live items the pass skipped.
 fn rotate(
-    entries: &EntryMap,
-    ready: &mut Ready,
-    dests: &Destinations,
-    gate: Option<&Gate>,
-    fit: &Fit,
+    pass: &Pass,
+    mut queues: Queues,
     warm: &mut Warm,
     miss: &mut Miss,
-) -> Option<(u32, u32)> {
+) -> (Option<(u32, u32)>, usize) {
+    let (entries, dests, gate, fit) = (pass.entries, pass.dests, pass.gate, pass.fit);
+    let mut judge = |slot: u32| {
+        let Some((id, e)) = entries.at(slot) else {
+            return Judged::Pass;
+        };
+        // A pair waiting for its trial had its chance in `claim_trial`, which asks the
+        // same questions: here it counts as banned.
+        if !fit.fits(dests, *id, e) {
+            return Judged::Pass;
+        }
+        match check(gate, *id) {
+            Check::Blocked(at) => {
+                miss.blocked(at);
+                Judged::Pass
+            }
+            Check::Ready if warm.accept(e) => Judged::Take,
+            Check::Ready => Judged::Warm,
+        }
+    };
     // A candidate slow start turned down, taken when the pass finds no other.
     let mut spare = None;
-    for level in 0..ready.levels() {
+    let mut skipped = 0;
+    for level in 0..queues.levels() {
         let lv = level as u32;
         if fit.cap != 0 && lv >= fit.cap {
             break;
         }
         let live = |slot, gen| live_at(entries, slot, gen, fit.p, lv);
-        let took = ready.round(level, live, |slot| {
-            let Some((id, e)) = entries.at(slot) else {
-                return false;
-            };
-            // A pair waiting for its trial had its chance in `claim_trial`, which asks the
-            // same questions: here it counts as banned.
-            if !fit.fits(dests, *id, e) {
-                return false;
+        let mut verdict = |slot| match judge(slot) {
+            Judged::Take => Verdict::Take,
+            Judged::Pass => {
+                skipped += 1;
+                Verdict::Pass
             }
-            match check(gate, *id) {
-                Check::Blocked(at) => {
-                    miss.blocked(at);
-                    false
-                }
-                Check::Ready if warm.accept(e) => true,
-                Check::Ready => {
-                    spare = spare.or(Some((slot, lv)));
-                    false
-                }
+            Judged::Warm => {
+                spare = spare.or(Some((slot, lv)));
+                Verdict::Pass
             }
-        });
+        };
+        let took = match &mut queues {
+            Queues::Pool(r) => r.round(level, live, |slot| verdict(slot) == Verdict::Take),
+            Queues::Short(levels, host) => {
+                shortlist::round(&mut levels[level], live, |slot| match entries.at(slot) {
+                    Some((id, e))
+                        if !dests.leasable([Some(*host), None], Some(*host), *id, e.exit) =>
+                    {
+                        Verdict::Drop
+                    }
+                    _ => verdict(slot),
+                })
+            }
+        };
         if let Some(slot) = took {
-            return Some((slot, lv));
+            return (Some((slot, lv)), skipped);
         }
         if spare.is_some() {
-            return spare;
+            return (spare, skipped);
         }
     }
-    spare
+    (spare, skipped)
 }
 
 /// A uniformly random candidate of one level that fits (`Ready::sample`); the first draw
@@ -254,10 +302,23 @@ impl Pass<'_> {
     /// `least_leased`'s choice (and a sampling strategy's when its draws found none): the
     /// first that fits in round robin order, lowest level first; when only endpoints that
     /// just failed the target or leave from a suspect subnet fit, one of those (a lease
-    /// is never refused while only they are left).
+    /// is never refused while only they are left). A host with a shortlist is served from
+    /// it; when that finds nothing, and for every other lease, the pool's queues are
+    /// walked, and a host whose walks skip many items gets a shortlist.
     fn rotated(&self, ready: &mut Ready, warm: &mut Warm, miss: &mut Miss) -> Option<(u32, u32)> {
-        let (entries, dests, gate, fit) = (self.entries, self.dests, self.gate, self.fit);
-        let first = rotate(entries, ready, dests, gate, fit, warm, miss);
+        let (dests, fit) = (self.dests, self.fit);
+        let host = fit.views.host;
+        let listed = host.and_then(|h| {
+            let levels = ready.shortlist(h.number(), dests.lifted(h), dests.tick())?;
+            rotate(self, Queues::Short(levels, h), warm, miss).0
+        });
+        if listed.is_some() {
+            return listed;
+        }
+        let (first, skipped) = rotate(self, Queues::Pool(ready), warm, miss);
+        if let Some(h) = host {
+            ready.owe(h.number(), skipped, dests.tick());
+        }
         if first.is_some() || (fit.avoid.is_empty() && fit.spare.is_none()) {
             return first;
         }
@@ -266,7 +327,11 @@ impl Pass<'_> {
             spare: None,
             ..*fit
         };
-        rotate(entries, ready, dests, gate, &again, warm, miss)
+        let pass = Pass {
+            fit: &again,
+            ..*self
+        };
+        rotate(&pass, Queues::Pool(ready), warm, miss).0
     }
 }
 

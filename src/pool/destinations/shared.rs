@@ -68,6 +68,10 @@ impl Destinations {
     /// Endpoint `id` leaves from address number `addr` of `subnet` (`None`: unknown, or
     /// forgotten).
     pub fn set_exit(&mut self, id: EndpointId, addr: Option<(u32, Subnet)>) {
+        if self.shared.addr.get(&id) != addr.as_ref() {
+            // Out of its old address's bans (and its subnet's suspicion).
+            self.lift_all();
+        }
         match addr {
             Some((a, subnet)) => {
                 let i = a as usize;
@@ -83,6 +87,7 @@ impl Destinations {
 
     /// Forget every address: nothing is shared (`[pool.exit]` removed).
     pub fn clear_exits(&mut self) {
+        self.lift_all();
         let rule = self.shared.rule;
         self.shared = Shared {
             rule,

@@ -101,6 +101,7 @@ impl Destinations {
     pub fn set_subnet_rule(&mut self, rule: Option<SubnetRule>) {
         self.shared.rule = rule;
         if rule.is_none() {
+            self.lift_all();
             self.shared.tracks.clear();
             self.shared.suspects.clear();
         }
@@ -183,6 +184,7 @@ impl Destinations {
             let holds = |a| same_view && matches!(self.holder(a, view), Some((_, true)));
             if t.ends(holds) {
                 let t = self.shared.tracks.remove(&(subnet, view)).expect("held");
+                self.lift(view);
                 if let Some(n) = self.shared.suspects.get_mut(&view) {
                     *n -= 1;
                     if *n == 0 {
@@ -196,6 +198,7 @@ impl Destinations {
                 let ev = subnet_event(&t.host, EventKind::SubnetCleared, detail);
                 self.shared.pending.push(ev);
             } else if t.stale(now, rule) || !same_view && !t.suspect {
+                // Never suspect: nothing to lift.
                 self.shared.tracks.remove(&(subnet, view));
             }
         }

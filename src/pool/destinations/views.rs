@@ -15,7 +15,7 @@ use crate::store::pairs::PairWrite;
 use crate::store::NewEvent;
 
 use super::pair::{Pair, NONE};
-use super::{DestinationError, Destinations, PairStep, View};
+use super::{DestRef, DestinationError, Destinations, PairStep, View};
 
 /// One failure in the order of failures: the pair it touched and its number then (an
 /// item whose pair failed again since, or is gone, is stale).
@@ -149,6 +149,8 @@ impl Destinations {
             name: name.into(),
             pairs: FxHashMap::default(),
             trials: VecDeque::new(),
+            // A new view: whatever was kept for a view of this number is not its own.
+            lifted: self.next_tick(),
         };
         let i = match self.free.pop() {
             Some(i) => {
@@ -183,8 +185,41 @@ impl Destinations {
         self.pairs -= 1;
         if p.state != State::Available {
             self.banned -= 1;
+            // It may not come back banned (recovered, forgotten, enabled).
+            self.lift(slot);
         }
         Some(p)
+    }
+
+    fn next_tick(&mut self) -> u64 {
+        self.tick += 1;
+        self.tick
+    }
+
+    /// An exclusion of view `slot` may have ended: an endpoint the host refused may serve
+    /// it again, so what a shortlist dropped for it must be looked at again.
+    pub(super) fn lift(&mut self, slot: u32) {
+        let t = self.next_tick();
+        if let Some(Some(v)) = self.views.get_mut(slot as usize) {
+            v.lifted = t;
+        }
+    }
+
+    /// As `lift`, for every view (an endpoint's address changed, or sharing ended).
+    pub(super) fn lift_all(&mut self) {
+        self.lifted_all = self.next_tick();
+    }
+
+    /// Grows each time an exclusion ends somewhere: a shortlist is built at `tick()`.
+    pub fn tick(&self) -> u64 {
+        self.tick
+    }
+
+    /// When an exclusion of `d`'s host last ended, on the `tick()` count: a shortlist built
+    /// before that may lack an endpoint that serves the host again.
+    pub fn lifted(&self, d: DestRef) -> u64 {
+        let own = self.view(d.0).map_or(u64::MAX, |v| v.lifted);
+        own.max(self.lifted_all)
     }
 
     /// Insert a pair; `queue_trial`: it was not already waiting in the trial queue.
