@@ -20,9 +20,10 @@
 //! behind its equals of the same lease count is within the round-robin rule for other
 //! destinations. A walk stops after the level's live count, so a destination where every
 //! endpoint is banned answers `exhausted` after one pass. A host whose passes skip many
-//! items gets a shortlist (`super::shortlist`: a copy of the queues from which its
+//! items gets a shortlist (`super::shortlist`: a copy of the first queue from which its
 //! exclusions are dropped), for a few hosts per pool only, since each costs a queue item
-//! per ready endpoint; this module tells it when an exclusion ends (`lifted`).
+//! per ready endpoint; this module tells it when an exclusion ends (`lifted`) and when
+//! anything that decides one changed (`changed`).
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -118,6 +119,9 @@ struct View {
     trials: VecDeque<EndpointId>,
     /// `Destinations::tick` when an exclusion of this view last ended (`lifted`).
     lifted: u64,
+    /// `Destinations::tick` when anything that decides `leasable` for this view last
+    /// changed: an exclusion that began or ended (`changed`).
+    changed: u64,
 }
 
 /// What a pair report or operator act did.
@@ -172,9 +176,9 @@ pub struct Destinations {
     budget: super::budget::Budget,
     /// Bans shared by the endpoints of one exit address (docs/exit.md).
     shared: shared::Shared,
-    /// Counts exclusions that ended (`lifted`).
+    /// Counts exclusions that began or ended (`lifted`, `changed`).
     tick: u64,
-    /// `tick` when exclusions of every view may have ended (an address moved).
+    /// `tick` when exclusions of every view may have ended or begun (an address moved).
     lifted_all: u64,
 }
 

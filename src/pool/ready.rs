@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 
 use crate::health::State;
 
-use super::shortlist::Shortlists;
+use super::shortlist::{Listed, Shortlists};
 use super::{EntryMap, Pools};
 
 /// Available endpoints of a pool: one FIFO queue of (slot, gen) per live-lease count.
@@ -71,7 +71,9 @@ impl Ready {
         }
         self.levels[l].push_back((slot, gen));
         self.live[l] += 1;
-        self.short.push(l, (slot, gen));
+        if l == 0 {
+            self.short.push((slot, gen));
+        }
     }
 
     /// The endpoint in `slot`, queued at `level` as `gen`, left that level.
@@ -235,25 +237,27 @@ impl Ready {
         if self.levels[l].len() > 2 * self.live[l] + 64 {
             self.levels[l].retain(|&item| keep(item));
         }
-        self.short.compact(l, self.live[l], keep);
+        if l == 0 {
+            self.short.compact(self.live[0], keep);
+        }
     }
 
-    /// The shortlist of the host whose pair view is `view`, if it has one, current: copied
-    /// again from the queues when something was lifted for the host (`lifted`, as
-    /// `Destinations::lifted` says) after it was built (`tick`: `Destinations::tick` now).
-    pub(super) fn shortlist(
-        &mut self,
-        view: u32,
-        lifted: u64,
-        tick: u64,
-    ) -> Option<&mut [VecDeque<(u32, u64)>]> {
-        self.short.get(view, lifted, tick, &self.levels)
+    /// The shortlist of the host whose pair view is `view` (of the first level), if it
+    /// has one, current: copied again from the level when something was lifted for the
+    /// host (`lifted`, as `Destinations::lifted` says) after it was built (`tick`:
+    /// `Destinations::tick` now).
+    pub(super) fn shortlist(&mut self, view: u32, lifted: u64, tick: u64) -> Option<Listed<'_>> {
+        let first = self.levels.first()?;
+        self.short.get(view, lifted, tick, first)
     }
 
-    /// A pass of these queues for the host of `view` skipped `skipped` items: the host
-    /// gets a shortlist once its skips cost what copying the queues does.
+    /// A pass of these queues for the host of `view` skipped `skipped` items: a host whose
+    /// passes skip many gets a shortlist (`Shortlists::owe`).
     pub(super) fn owe(&mut self, view: u32, skipped: usize, tick: u64) -> bool {
-        self.short.owe(view, skipped, tick, &self.levels)
+        match self.levels.first() {
+            Some(first) => self.short.owe(view, skipped, tick, first),
+            None => false,
+        }
     }
 
     /// How many shortlists there are (tests).

@@ -3,7 +3,6 @@
 //! `fastest` by sampling them, and slow start. No step scans the pool: an item that does
 //! not fit goes behind its equals, a sample is a random index into the queues.
 
-use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use super::entries::{Entry, EntryMap};
 use super::pace::{Check, Dry, Gate, Visit};
 use super::ready::{live_at, Ready};
 use super::scoped::{Views, Want};
-use super::shortlist::{self, Verdict};
+use super::shortlist::{self, Listed, Verdict};
 use super::strategy::{score, warm_weight, Latencies};
 use super::tag_index::carries;
 use super::Pools;
@@ -52,6 +51,16 @@ impl Fit<'_> {
             && carries(&e.tags, self.tags)
             && !self.avoid.contains(&id)
             && dests.leasable([self.views.host, self.views.target], self.spare, id, e.exit)
+    }
+
+    /// `fits`, less what the host itself excludes (its bans, its addresses' bans, its
+    /// suspect subnets): a shortlist's pass has asked that already.
+    fn fits_besides_host(&self, dests: &Destinations, id: EndpointId, e: &Entry) -> bool {
+        self.want.fits(e)
+            && carries(&e.tags, self.tags)
+            && !self.avoid.contains(&id)
+            && (self.views.target.is_none()
+                || dests.leasable([None, self.views.target], None, id, e.exit))
     }
 
     /// Whether the lease asks nothing of a candidate but that it is available.
@@ -118,14 +127,15 @@ fn check(gate: Option<&Gate>, id: EndpointId) -> Check {
 /// lease's host (`shortlist`), from which what the host excludes is dropped.
 enum Queues<'q> {
     Pool(&'q mut Ready),
-    Short(&'q mut [VecDeque<(u32, u64)>], DestRef),
+    Short(Listed<'q>, DestRef),
 }
 
 impl Queues<'_> {
     fn levels(&self) -> usize {
         match self {
             Queues::Pool(r) => r.levels(),
-            Queues::Short(l, _) => l.len(),
+            // The first level's only.
+            Queues::Short(..) => 1,
         }
     }
 }
@@ -147,17 +157,23 @@ enum Judged {
 fn rotate(
     pass: &Pass,
     mut queues: Queues,
+    from: usize,
     warm: &mut Warm,
     miss: &mut Miss,
 ) -> (Option<(u32, u32)>, usize) {
     let (entries, dests, gate, fit) = (pass.entries, pass.dests, pass.gate, pass.fit);
+    let listed = matches!(queues, Queues::Short(..));
     let mut judge = |slot: u32| {
         let Some((id, e)) = entries.at(slot) else {
             return Judged::Pass;
         };
         // A pair waiting for its trial had its chance in `claim_trial`, which asks the
         // same questions: here it counts as banned.
-        if !fit.fits(dests, *id, e) {
+        let fits = match listed {
+            true => fit.fits_besides_host(dests, *id, e),
+            false => fit.fits(dests, *id, e),
+        };
+        if !fits {
             return Judged::Pass;
         }
         match check(gate, *id) {
@@ -172,7 +188,7 @@ fn rotate(
     // A candidate slow start turned down, taken when the pass finds no other.
     let mut spare = None;
     let mut skipped = 0;
-    for level in 0..queues.levels() {
+    for level in from..queues.levels() {
         let lv = level as u32;
         if fit.cap != 0 && lv >= fit.cap {
             break;
@@ -191,14 +207,20 @@ fn rotate(
         };
         let took = match &mut queues {
             Queues::Pool(r) => r.round(level, live, |slot| verdict(slot) == Verdict::Take),
-            Queues::Short(levels, host) => {
-                shortlist::round(&mut levels[level], live, |slot| match entries.at(slot) {
-                    Some((id, e))
-                        if !dests.leasable([Some(*host), None], Some(*host), *id, e.exit) =>
-                    {
-                        Verdict::Drop
+            Queues::Short(list, host) => {
+                let changed = dests.changed(*host);
+                let Listed { queue, verified } = list;
+                shortlist::round(queue, live, |slot| {
+                    let Some((id, e)) = entries.at(slot) else {
+                        return Verdict::Drop;
+                    };
+                    if !verified.holds(slot, *id, changed) {
+                        if !dests.leasable([Some(*host), None], Some(*host), *id, e.exit) {
+                            return Verdict::Drop;
+                        }
+                        verified.record(slot, *id, changed);
                     }
-                    _ => verdict(slot),
+                    verdict(slot)
                 })
             }
         };
@@ -303,22 +325,28 @@ impl Pass<'_> {
     /// first that fits in round robin order, lowest level first; when only endpoints that
     /// just failed the target or leave from a suspect subnet fit, one of those (a lease
     /// is never refused while only they are left). A host with a shortlist is served from
-    /// it; when that finds nothing, and for every other lease, the pool's queues are
-    /// walked, and a host whose walks skip many items gets a shortlist.
+    /// it (it holds whatever the pool's queues would offer the host); every other lease
+    /// walks the pool's queues, and a host whose walks skip many items gets a shortlist.
     fn rotated(&self, ready: &mut Ready, warm: &mut Warm, miss: &mut Miss) -> Option<(u32, u32)> {
         let (dests, fit) = (self.dests, self.fit);
         let host = fit.views.host;
+        // The first level from the host's shortlist, if it has one: what it does not find
+        // there, the pool's first level does not have either.
         let listed = host.and_then(|h| {
-            let levels = ready.shortlist(h.number(), dests.lifted(h), dests.tick())?;
-            rotate(self, Queues::Short(levels, h), warm, miss).0
+            let list = ready.shortlist(h.number(), dests.lifted(h), dests.tick())?;
+            Some(rotate(self, Queues::Short(list, h), 0, warm, miss).0)
         });
-        if listed.is_some() {
-            return listed;
-        }
-        let (first, skipped) = rotate(self, Queues::Pool(ready), warm, miss);
-        if let Some(h) = host {
-            ready.owe(h.number(), skipped, dests.tick());
-        }
+        let first = match listed {
+            Some(Some(found)) => Some(found),
+            Some(None) => rotate(self, Queues::Pool(ready), 1, warm, miss).0,
+            None => {
+                let (first, skipped) = rotate(self, Queues::Pool(ready), 0, warm, miss);
+                if let Some(h) = host {
+                    ready.owe(h.number(), skipped, dests.tick());
+                }
+                first
+            }
+        };
         if first.is_some() || (fit.avoid.is_empty() && fit.spare.is_none()) {
             return first;
         }
@@ -331,7 +359,7 @@ impl Pass<'_> {
             fit: &again,
             ..*self
         };
-        rotate(&pass, Queues::Pool(ready), warm, miss).0
+        rotate(&pass, Queues::Pool(ready), 0, warm, miss).0
     }
 }
 

@@ -151,6 +151,7 @@ impl Destinations {
             trials: VecDeque::new(),
             // A new view: whatever was kept for a view of this number is not its own.
             lifted: self.next_tick(),
+            changed: self.tick,
         };
         let i = match self.free.pop() {
             Some(i) => {
@@ -202,10 +203,12 @@ impl Destinations {
         let t = self.next_tick();
         if let Some(Some(v)) = self.views.get_mut(slot as usize) {
             v.lifted = t;
+            v.changed = t;
         }
     }
 
-    /// As `lift`, for every view (an endpoint's address changed, or sharing ended).
+    /// As `lift`, for every view (an endpoint's address changed, or sharing ended): what
+    /// decides `leasable` changed for every view too.
     pub(super) fn lift_all(&mut self) {
         self.lifted_all = self.next_tick();
     }
@@ -219,6 +222,14 @@ impl Destinations {
     /// before that may lack an endpoint that serves the host again.
     pub fn lifted(&self, d: DestRef) -> u64 {
         let own = self.view(d.0).map_or(u64::MAX, |v| v.lifted);
+        own.max(self.lifted_all)
+    }
+
+    /// When anything that decides `leasable` for `d`'s host last changed, on the `tick()`
+    /// count (an exclusion began or ended): an endpoint found leasable for the host at
+    /// this value is leasable still while it stays the same.
+    pub fn changed(&self, d: DestRef) -> u64 {
+        let own = self.view(d.0).map_or(u64::MAX, |v| v.changed);
         own.max(self.lifted_all)
     }
 
@@ -243,6 +254,8 @@ impl Destinations {
         }
         if p.state != State::Available {
             self.banned += 1;
+            self.tick += 1;
+            v.changed = self.tick;
         }
         self.pairs += 1;
         let banned = p.state != State::Available;
