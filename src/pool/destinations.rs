@@ -7,11 +7,11 @@
 //! endpoints ([`Health`]), stored compactly (no detail string in memory: it is persisted
 //! with the transition), so a banned pair costs well under 200 bytes.
 //!
-//! Selection for destination D (`select.rs`) walks the pool's existing
-//! ready queue and asks [`Destinations::usable`] about each live item:
-//! `Available` → lease it; `Trial` → [`Destinations::try_claim`], a trial lease;
-//! `Banned` → the item goes behind its equals of its level (`Ready::round`) and the walk
-//! goes on. The rotation is what
+//! Selection for destination D (`select.rs`) first gives a pair waiting for its trial
+//! its trial lease ([`Destinations::claim_trial`]), then walks the pool's existing ready
+//! queue and asks [`Destinations::leasable`] about each live item: yes → lease it; no
+//! (banned, by its pair or its address, or waiting for its trial) → the item goes behind
+//! its equals of its level (`Ready::round`) and the walk goes on. The rotation is what
 //! keeps selection flat: without it the banned endpoints, never leased for D, would pile
 //! up at the front and every lease would rescan all of them (O(banned)). With it, a pass
 //! over a level of L items skips each of its B banned items once while handing out L − B

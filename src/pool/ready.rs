@@ -25,8 +25,8 @@ pub(super) struct Ready {
     /// The random numbers of the next two draws, drawn at the end of the last lease so
     /// that the entries they point at are already on their way into the cache (`Ahead`).
     ahead: [Option<Ahead>; 2],
-    /// Copies of the queues for hosts that exclude many endpoints (`shortlist`): each
-    /// item pushed here is pushed there too.
+    /// Copies of the first level for hosts that exclude many endpoints (`shortlist`):
+    /// each item pushed to that level is pushed there too.
     short: Shortlists,
 }
 

@@ -151,8 +151,9 @@ enum Judged {
 /// The least leased candidate, round robin among equals: a candidate that does not fit
 /// (or is paced, or turned down by slow start) goes behind its equals; a level is given up
 /// after its live count, so each lease skips B/(L−B) items on average over a level of L
-/// with B unfit, and a host where nothing fits answers after one pass. On a shortlist a
-/// candidate the host excludes leaves instead, so its host's leases skip it once.
+/// with B unfit, and a host where nothing fits answers after one pass. On a shortlist (the
+/// first level only) a candidate the host excludes leaves instead, so its host's leases
+/// skip it once, and the pass ends after the shortlist's length. Levels from `from` on.
 /// `(slot, level)`, and how many live items the pass skipped.
 fn rotate(
     pass: &Pass,
@@ -325,14 +326,18 @@ impl Pass<'_> {
     /// first that fits in round robin order, lowest level first; when only endpoints that
     /// just failed the target or leave from a suspect subnet fit, one of those (a lease
     /// is never refused while only they are left). A host with a shortlist is served from
-    /// it (it holds whatever the pool's queues would offer the host); every other lease
-    /// walks the pool's queues, and a host whose walks skip many items gets a shortlist.
+    /// it at the first level (it holds whatever that level would offer the host), then
+    /// from the pool's next levels; every other lease walks the pool's queues, and a host
+    /// whose walks skip often gets a shortlist.
     fn rotated(&self, ready: &mut Ready, warm: &mut Warm, miss: &mut Miss) -> Option<(u32, u32)> {
         let (dests, fit) = (self.dests, self.fit);
         let host = fit.views.host;
         // The first level from the host's shortlist, if it has one: what it does not find
         // there, the pool's first level does not have either.
-        let listed = host.and_then(|h| {
+        // A shortlist drops what leaves from a suspect subnet: not for a lease that asked
+        // before the host had one (a trial's ban in this very lease can start one).
+        let listed = host.filter(|&h| dests.has_suspects(h) == fit.spare.is_some());
+        let listed = listed.and_then(|h| {
             let list = ready.shortlist(h.number(), dests.lifted(h), dests.tick())?;
             Some(rotate(self, Queues::Short(list, h), 0, warm, miss).0)
         });

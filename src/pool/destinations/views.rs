@@ -213,7 +213,8 @@ impl Destinations {
         self.lifted_all = self.next_tick();
     }
 
-    /// Grows each time an exclusion ends somewhere: a shortlist is built at `tick()`.
+    /// Grows each time an exclusion begins or ends somewhere (and when a view is made):
+    /// a shortlist is built at `tick()`.
     pub fn tick(&self) -> u64 {
         self.tick
     }
