@@ -47,18 +47,19 @@ impl Fit<'_> {
     pub(super) fn fits(&self, dests: &Destinations, id: EndpointId, e: &Entry) -> bool {
         // The entry's copy of its address number is the pairs' (every test checks it).
         debug_assert_eq!(e.exit, dests.exit_number(id), "endpoint {id}");
-        self.want.fits(e)
-            && carries(&e.tags, self.tags)
-            && !self.avoid.contains(&id)
+        self.asked(id, e)
             && dests.leasable([self.views.host, self.views.target], self.spare, id, e.exit)
+    }
+
+    /// What the lease itself asks of a candidate: schemes, tags, not one of `avoid`.
+    fn asked(&self, id: EndpointId, e: &Entry) -> bool {
+        self.want.fits(e) && carries(&e.tags, self.tags) && !self.avoid.contains(&id)
     }
 
     /// `fits`, less what the host itself excludes (its bans, its addresses' bans, its
     /// suspect subnets): a shortlist's pass has asked that already.
     fn fits_besides_host(&self, dests: &Destinations, id: EndpointId, e: &Entry) -> bool {
-        self.want.fits(e)
-            && carries(&e.tags, self.tags)
-            && !self.avoid.contains(&id)
+        self.asked(id, e)
             && (self.views.target.is_none()
                 || dests.leasable([None, self.views.target], None, id, e.exit))
     }
@@ -333,13 +334,13 @@ impl Pass<'_> {
         let (dests, fit) = (self.dests, self.fit);
         let host = fit.views.host;
         // The first level from the host's shortlist, if it has one: what it does not find
-        // there, the pool's first level does not have either.
-        // A shortlist drops what leaves from a suspect subnet: not for a lease that asked
-        // before the host had one (a trial's ban in this very lease can start one).
-        let listed = host.filter(|&h| dests.has_suspects(h) == fit.spare.is_some());
-        let listed = listed.and_then(|h| {
+        // there, the pool's first level does not have either. It drops what leaves from a
+        // suspect subnet, so not for a lease that asked before the host had one (a trial's
+        // ban in this very lease can start one).
+        let listed = host.and_then(|h| {
             let list = ready.shortlist(h.number(), dests.lifted(h), dests.tick())?;
-            Some(rotate(self, Queues::Short(list, h), 0, warm, miss).0)
+            (dests.has_suspects(h) == fit.spare.is_some())
+                .then(|| rotate(self, Queues::Short(list, h), 0, warm, miss).0)
         });
         let first = match listed {
             Some(Some(found)) => Some(found),

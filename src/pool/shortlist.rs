@@ -32,7 +32,7 @@ use std::collections::VecDeque;
 use crate::endpoint::EndpointId;
 
 /// Shortlists one pool keeps at most (the least recently used gives way).
-pub(super) const MAX: usize = 4;
+const MAX: usize = 4;
 /// Hosts whose skipped items are counted towards a shortlist, at most.
 const WATCHED: usize = 8;
 

@@ -236,6 +236,12 @@ impl Destinations {
 
     /// Insert a pair; `queue_trial`: it was not already waiting in the trial queue.
     pub(super) fn put(&mut self, slot: u32, id: EndpointId, mut p: Pair, queue_trial: bool) {
+        let banned = p.state != State::Available;
+        // An exclusion begins (or goes on under a new state): `changed`.
+        let tick = match banned {
+            true => self.next_tick(),
+            false => self.tick,
+        };
         let v = self.views[slot as usize].as_mut().expect("live view");
         match p.state {
             // A cooldown, or a trial held after its tunnel closed (`hold`).
@@ -253,13 +259,11 @@ impl Destinations {
             }
             _ => {}
         }
-        if p.state != State::Available {
+        if banned {
             self.banned += 1;
-            self.tick += 1;
-            v.changed = self.tick;
+            v.changed = tick;
         }
         self.pairs += 1;
-        let banned = p.state != State::Available;
         v.pairs.insert(id, p);
         if self.pairs < self.cap {
             self.warned = false;
