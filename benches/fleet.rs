@@ -49,6 +49,9 @@ mod waits;
 #[path = "fleet/three.rs"]
 mod three;
 
+#[path = "fleet/profile.rs"]
+mod profile;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -384,7 +387,12 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let Some(pg) = postgres::Cluster::start_durable() else {
+    let profiling = std::env::var_os("FLEET_PROFILE").is_some();
+    let settings = match profiling {
+        true => profile::settings(),
+        false => Vec::new(),
+    };
+    let Some(pg) = postgres::Cluster::start_durable_with(true, settings) else {
         return;
     };
     println!("daemon: {}", bin());
@@ -394,6 +402,19 @@ fn main() {
     let fleet: Vec<Home> = (0..3).map(|_| Home::new(Some(&pg_url))).collect();
     lite.import(ENDPOINTS, 1);
     fleet[0].import(ENDPOINTS, 2);
+    if profiling {
+        let d: Vec<Daemon> = fleet.iter().map(Home::serve).collect();
+        let db = pg_url.rsplit('/').next().unwrap().to_string();
+        profile::run(&pg, &db, [&d[0], &d[1], &d[2]]);
+        return;
+    }
+    // Section 4 alone (a quicker look at three daemons against one).
+    if std::env::var_os("FLEET_THREE_ONLY").is_some() {
+        let d: Vec<Daemon> = fleet.iter().map(Home::serve).collect();
+        let db = pg_url.rsplit('/').next().unwrap().to_string();
+        three::three_against_one(&pg, &db, [&d[0], &d[1], &d[2]]);
+        return;
+    }
     let dl = lite.serve();
     let d0 = fleet[0].serve();
 

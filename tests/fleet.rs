@@ -982,3 +982,28 @@ fn event_ids_commit_in_order_across_the_fleet() {
         "the report's events: {after}"
     );
 }
+
+/// An import larger than one read of the feed (20,000 endpoint rows) reaches a daemon that
+/// follows it in slices, and the changes after it arrive as usual.
+#[test]
+fn an_import_larger_than_a_read_arrives_in_slices() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let (a, b) = (home_cooling(&url, "1h"), home_cooling(&url, "1h"));
+    a.add(&["http://10.8.0.1:3128"]);
+    let db = b.serve();
+    sees(&db, "available", 1);
+    let file = a.path("many.txt");
+    let n = 20_500;
+    let text: String = (0..n)
+        .map(|i| format!("http://10.8.{}.{}:{}\n", 1 + i / 250, i % 250, 2000))
+        .collect();
+    std::fs::write(&file, text).unwrap();
+    a.ok(&["import", file.to_str().unwrap()]);
+    sees_within(&db, "available", 1 + n as u64, Duration::from_secs(30));
+    let da = a.serve();
+    let g = lease(&da);
+    assert_eq!(fail(&da, g["lease"].as_str().unwrap())["state"], "cooling");
+    sees(&db, "cooling", 1);
+    assert_eq!(count(&db, "available"), n as u64);
+}

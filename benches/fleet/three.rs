@@ -68,7 +68,7 @@ fn cell(c: &Counters, socks: &[PathBuf], clients: usize, pids: &[u32]) -> Cell {
     }
 }
 
-fn signal(daemons: &[&Daemon], sig: i32) {
+pub fn signal(daemons: &[&Daemon], sig: i32) {
     for d in daemons {
         // SAFETY: kill(2) on a child of this process.
         unsafe { libc::kill(d.child.id() as i32, sig) };
@@ -84,7 +84,7 @@ fn cooling(c: &mut Conn) -> u64 {
 
 /// Wait until every daemon's memory counts as many cooling endpoints as the first's (the
 /// woken ones have read what the first wrote while they were stopped).
-fn caught_up(socks: &[PathBuf]) {
+pub fn caught_up(socks: &[PathBuf]) {
     let mut conns: Vec<Conn> = socks.iter().map(|s| Conn::new(s)).collect();
     let until = Instant::now() + Duration::from_secs(60);
     loop {

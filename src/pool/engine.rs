@@ -171,7 +171,7 @@ impl Engine {
             p.attach_metrics(metrics.clone());
         }
         let feed = match (&link, follow_from) {
-            (Some(l), Some(from)) if opts.follow => Some(l.feed(from)),
+            (Some(l), Some(from)) if opts.follow => Some(l.feed(from)?),
             _ => None,
         };
         let fleet = link.map(fleet::Fleet::new);

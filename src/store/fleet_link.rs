@@ -39,9 +39,10 @@ impl FleetLink {
         self.pg.feed_start()
     }
 
-    /// The changes committed from `from` on, as other daemons make them.
-    pub fn feed(&self, from: i64) -> Feed {
-        Feed::new(self.pg.clone(), from)
+    /// The changes committed from `from` on, as other daemons make them, on connections
+    /// of the feed's own.
+    pub fn feed(&self, from: i64) -> Result<Feed, StoreError> {
+        Ok(Feed::new(self.pg.for_feed()?, from))
     }
 
     /// Write this daemon's row: who it is and its live leases by pool.

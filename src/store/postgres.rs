@@ -29,6 +29,7 @@ mod daemons;
 mod endpoints;
 mod event_cols;
 pub mod feed;
+mod feed_read;
 mod follow;
 mod guard;
 mod jobs;
@@ -42,28 +43,33 @@ pub mod url;
 mod write;
 
 pub use copy::{copy_from_sqlite, Copied};
-pub use feed::{Changes, Feed};
+pub use feed::Feed;
+pub use feed_read::Changes;
 pub use follow::FollowAt;
 pub use schema::migrations;
 pub use target::{is_url, PgTarget};
 
 use read::{endpoint_row, event_row, pair_row, ENDPOINT_COLS, EVENT_COLS, PAIR_COLS};
 
-/// Connections one process keeps at most in its shared pool: loading at start, claims and
-/// their renewal, the follower's reads, a CLI command's work. The store thread has its own
-/// (`CALLER_POOL_SIZE`), the change feed's `LISTEN` one more.
+/// Connections one process keeps at most in its shared pool: loading at start, trial
+/// claims, a CLI command's work. The store thread has its own (`CALLER_POOL_SIZE`), and so
+/// does the change feed (`FEED_POOL_SIZE`, its `LISTEN` one more).
 const POOL_SIZE: usize = 4;
 
-/// Connections of a store `driven_by_caller`: its one thread uses one at a time.
+/// Connections of the store thread's store (`driven_by_caller`): it uses one at a time.
 const CALLER_POOL_SIZE: usize = 2;
+
+/// Connections of the change feed's store (`for_feed`): its reads, and the renewal of
+/// this daemon's claims, one after another.
+const FEED_POOL_SIZE: usize = 1;
 
 /// Who drives a store's connections (`Postgres::driven_by_caller`).
 #[derive(Clone, Copy)]
 enum Driver {
     /// A runtime thread of the store's own: any thread may call.
     OwnThread,
-    /// The thread that waits on them.
-    Caller,
+    /// The thread that waits on them, with this many connections.
+    Caller(usize),
 }
 
 /// Let a runtime driven by its caller read what reached its sockets while nobody was
@@ -194,7 +200,21 @@ impl Postgres {
     /// using `self`: a second thread waiting on these connections would only wait for
     /// the first one's turn.
     pub fn driven_by_caller(&self) -> Result<Postgres, StoreError> {
-        Postgres::connect_on(&self.inner.target, self.inner.claim_hold, Driver::Caller)
+        Postgres::connect_on(
+            &self.inner.target,
+            self.inner.claim_hold,
+            Driver::Caller(CALLER_POOL_SIZE),
+        )
+    }
+
+    /// The same database for the change feed: driven by the follower's thread as it waits
+    /// (`driven_by_caller`), which under a stream of commits reads every few milliseconds.
+    pub fn for_feed(&self) -> Result<Postgres, StoreError> {
+        Postgres::connect_on(
+            &self.inner.target,
+            self.inner.claim_hold,
+            Driver::Caller(FEED_POOL_SIZE),
+        )
     }
 
     fn connect_on(
@@ -209,7 +229,7 @@ impl Postgres {
                 .thread_name("proxypool-pg")
                 .enable_all()
                 .build(),
-            Driver::Caller => tokio::runtime::Builder::new_current_thread()
+            Driver::Caller(_) => tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build(),
         }
@@ -227,7 +247,7 @@ impl Postgres {
             Pool::builder(mgr)
                 .max_size(match driver {
                     Driver::OwnThread => POOL_SIZE,
-                    Driver::Caller => CALLER_POOL_SIZE,
+                    Driver::Caller(n) => n,
                 })
                 .runtime(deadpool_postgres::Runtime::Tokio1)
                 .wait_timeout(Some(WAIT))

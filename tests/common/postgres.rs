@@ -81,13 +81,15 @@ impl Cluster {
         Cluster::start_with(false)
     }
 
-    /// A cluster whose commits are fsynced, as in production (for benchmarks).
-    pub fn start_durable() -> Option<Cluster> {
-        Cluster::start_with(true)
+    fn start_with(durable: bool) -> Option<Cluster> {
+        Cluster::start_durable_with(durable, Vec::new())
     }
 
-    fn start_with(durable: bool) -> Option<Cluster> {
-        let c = Cluster::init(durable)?;
+    /// A cluster whose commits are fsynced, as in production, when `durable` (benchmarks),
+    /// started with more `-c name=value` settings (a benchmark's profile).
+    pub fn start_durable_with(durable: bool, settings: Vec<String>) -> Option<Cluster> {
+        let mut c = Cluster::init(durable)?;
+        c.settings = settings;
         c.start_server();
         Some(c)
     }

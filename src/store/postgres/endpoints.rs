@@ -422,6 +422,9 @@ impl Postgres {
                         &none,
                         &vec![None::<i32>; n],
                         &none,
+                        // Notified below, with the tombstones.
+                        &false,
+                        &CHANNEL,
                     ],
                 )
                 .await?;

@@ -20,58 +20,18 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 
+use super::feed_read::{read, Changes, Next, Position, Slicing};
 use super::read::{endpoint_row, pair_row, ENDPOINT_COLS, PAIR_COLS};
 use super::statements::CHANNEL;
-use super::tx_error::TxError;
 use super::Postgres;
 use crate::endpoint::EndpointId;
-use crate::store::pairs::PairRow;
-use crate::store::{ClaimOn, EndpointRow, Epoch, RowNow, StoreError};
-
-/// Endpoint rows read per call: an import of millions arrives in slices.
-const SLICE: i64 = 20_000;
+use crate::store::{ClaimOn, Epoch, RowNow, StoreError};
 
 /// Reads woken by notifications are at least this far apart: each costs every daemon a
 /// few statements, and under a stream of commits one read covers many of them.
 const GAP: Duration = Duration::from_millis(10);
-
-/// What changed since the last call.
-#[derive(Debug, Default)]
-pub struct Changes {
-    /// The changes whose rows this read applies (each change number once, ever).
-    pub seqs: Vec<i64>,
-    /// Removals and recoveries were pruned past the last read: `endpoints` and `pairs` are
-    /// everything, and whatever is not in them is gone.
-    pub reload: bool,
-    /// Endpoint rows written by those changes, with their current content.
-    pub endpoints: Vec<EndpointRow>,
-    /// Pair rows written by them.
-    pub pairs: Vec<PairRow>,
-    /// Endpoints removed (`None`) and pairs deleted and not written again since
-    /// (`Some(destination)`), with the change that did it.
-    pub removed: Vec<(i64, EndpointId, Option<String>)>,
-    /// More is waiting (a large change arrives in slices): call again at once.
-    pub more: bool,
-}
-
 struct Listener {
     rx: mpsc::UnboundedReceiver<()>,
-}
-
-/// A large change read in slices: the changes it reads, the last endpoint (rev, id) read,
-/// and where the feed stands once it is done.
-struct Slicing {
-    seqs: Vec<i64>,
-    after: (i64, EndpointId),
-    done: Position,
-}
-
-/// Where the feed stands: the `xmin` of its last read, and the changes it applied whose
-/// transaction ids are at least that (they are listed again by the next read).
-#[derive(Debug, Clone, Default)]
-struct Position {
-    xmin: i64,
-    seen: HashMap<i64, i64>,
 }
 
 /// A reader of the fleet's changes; see the module documentation.
@@ -198,19 +158,9 @@ impl Feed {
         let (at, slicing) = (&self.at, &self.slicing);
         let (out, next) = pg.block(async {
             let mut c = pg.client().await?;
-            let r = async {
-                let tx = c
-                    .build_transaction()
-                    .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-                    .read_only(true)
-                    .start()
-                    .await?;
-                let out = read_in(&tx, at, slicing.as_ref()).await?;
-                tx.commit().await?;
-                Ok::<_, TxError>(out)
-            }
-            .await;
-            r.map_err(|e| e.into_store(&pg))
+            read(&mut c, at, slicing.as_ref())
+                .await
+                .map_err(|e| e.into_store(&pg))
         })?;
         match next {
             Next::Slice(s) => self.slicing = Some(s),
@@ -321,141 +271,4 @@ impl Feed {
             })
             .collect())
     }
-}
-
-/// Where a read leaves the feed.
-enum Next {
-    Slice(Slicing),
-    Done(Position),
-}
-
-/// The changes to apply now (not applied yet, from transactions with ids from `at.xmin`
-/// on), where the feed stands after them, and whether changes it never read were pruned.
-async fn listed(
-    tx: &tokio_postgres::Transaction<'_>,
-    at: &Position,
-) -> Result<(Vec<i64>, Position, bool), tokio_postgres::Error> {
-    let head = tx
-        .query_one(
-            "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, removed_through \
-             FROM fleet_sequence WHERE id = 1",
-            &[],
-        )
-        .await?;
-    let (xmin, pruned): (i64, i64) = (head.get(0), head.get(1));
-    let listed = tx
-        .query(
-            "SELECT seq, xid::text::bigint FROM fleet_changes \
-             WHERE xid >= $1::bigint::text::xid8",
-            &[&at.xmin],
-        )
-        .await?;
-    let mut done = Position {
-        xmin,
-        seen: HashMap::new(),
-    };
-    let mut seqs = Vec::new();
-    for r in &listed {
-        let (seq, xid): (i64, i64) = (r.get(0), r.get(1));
-        if !at.seen.contains_key(&seq) {
-            seqs.push(seq);
-        }
-        if xid >= xmin {
-            done.seen.insert(seq, xid);
-        }
-    }
-    seqs.sort_unstable();
-    Ok((seqs, done, pruned >= at.xmin))
-}
-
-/// The removals those changes made that still hold. A pair deleted and written again since
-/// (by a change that took its number earlier and committed later) is there: its row says
-/// so, not the tombstone.
-async fn removals(
-    tx: &tokio_postgres::Transaction<'_>,
-    seqs: &[i64],
-) -> Result<Vec<(i64, EndpointId, Option<String>)>, tokio_postgres::Error> {
-    let rows = tx
-        .query(
-            "SELECT r.rev, r.endpoint, r.destination FROM fleet_removals r \
-             WHERE r.rev = ANY($1::bigint[]) AND (r.destination IS NULL OR NOT EXISTS ( \
-               SELECT 1 FROM destination_pairs p \
-               WHERE p.endpoint = r.endpoint AND p.destination = r.destination)) \
-             ORDER BY r.rev",
-            &[&seqs],
-        )
-        .await?;
-    Ok(rows
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect())
-}
-
-/// One read in the snapshot of `tx`; see the module documentation.
-async fn read_in(
-    tx: &tokio_postgres::Transaction<'_>,
-    at: &Position,
-    slicing: Option<&Slicing>,
-) -> Result<(Changes, Next), TxError> {
-    let (seqs, after, done, reload) = match slicing {
-        Some(s) => (s.seqs.clone(), s.after, s.done.clone(), false),
-        None => {
-            let (seqs, done, reload) = listed(tx, at).await?;
-            (seqs, (i64::MIN, EndpointId::MIN), done, reload)
-        }
-    };
-    let mut out = Changes {
-        reload,
-        ..Changes::default()
-    };
-    if seqs.is_empty() && !reload {
-        return Ok((out, Next::Done(done)));
-    }
-    let rows = if reload {
-        let sql = format!("SELECT {ENDPOINT_COLS} FROM endpoints ORDER BY id");
-        tx.query(&sql, &[]).await?
-    } else {
-        let sql = format!(
-            "SELECT {ENDPOINT_COLS} FROM endpoints WHERE rev = ANY($1::bigint[]) \
-             AND (rev, id) > ($2, $3) ORDER BY rev, id LIMIT $4"
-        );
-        tx.query(&sql, &[&seqs, &after.0, &after.1, &SLICE]).await?
-    };
-    for r in &rows {
-        out.endpoints.push(endpoint_row(r)?);
-    }
-    if !reload && rows.len() as i64 == SLICE {
-        let last = out.endpoints.last().map_or(after, |r| (r.rev, r.id));
-        out.more = true;
-        return Ok((
-            out,
-            Next::Slice(Slicing {
-                seqs,
-                after: last,
-                done,
-            }),
-        ));
-    }
-    let filter = if reload {
-        ""
-    } else {
-        "WHERE p.rev = ANY($1::bigint[])"
-    };
-    let pairs = format!(
-        "SELECT {PAIR_COLS} FROM destination_pairs p JOIN endpoints e ON e.id = p.endpoint \
-         {filter} ORDER BY p.rev"
-    );
-    let pair_rows = if reload {
-        tx.query(&pairs, &[]).await?
-    } else {
-        tx.query(&pairs, &[&seqs]).await?
-    };
-    for r in &pair_rows {
-        out.pairs.push(pair_row(r)?);
-    }
-    if !reload {
-        out.removed = removals(tx, &seqs).await?;
-    }
-    out.seqs = seqs;
-    Ok((out, Next::Done(done)))
 }

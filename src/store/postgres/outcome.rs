@@ -5,12 +5,13 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::Client;
 
 use super::event_cols::EventCols;
 use super::guard::Found;
 use super::read::{endpoint_row, pair_row, ENDPOINT_COLS, PAIR_COLS};
-use super::statements::Stmts;
+use super::statements::{Stmts, CHANNEL};
 use crate::endpoint::EndpointId;
 use crate::store::pairs::PairWrite;
 use crate::store::{Claim, ClaimOn, ClaimResult, NewEvent, RowNow, StoreError, Unclaim, Write};
@@ -155,26 +156,27 @@ impl Outcome {
     }
 }
 
-/// Write what `out` holds besides the guarded rows, and the batch's source results.
+/// Write what `out` holds besides the guarded rows, and the batch's source results; with
+/// `notify`, notify the fleet (in the events' statement when there are events).
 pub(super) async fn finish(
     c: &Client,
     st: &Stmts,
     writes: &[&Write],
     out: &Outcome,
+    notify: bool,
 ) -> Result<(), tokio_postgres::Error> {
     let e = &out.events;
     let events = async {
-        if e.is_empty() {
-            return Ok(0);
+        match (e.is_empty(), notify) {
+            (true, false) => Ok(0),
+            (true, true) => c.execute(&st.notify, &[&CHANNEL]).await,
+            (false, _) => {
+                let cols = e.params();
+                let mut params: Vec<&(dyn ToSql + Sync)> = cols.to_vec();
+                params.extend([&notify as &(dyn ToSql + Sync), &CHANNEL]);
+                c.execute(&st.events, &params).await
+            }
         }
-        // The lock first, in the same round trip (`statements::EVENTS_LOCK`).
-        let params = e.params();
-        let (locked, inserted) = futures_util::join!(
-            c.execute(&st.events_lock, &[]),
-            c.execute(&st.events, &params)
-        );
-        locked?;
-        inserted
     };
     let (ids, dests): (Vec<i64>, Vec<Option<String>>) = out.tombstones.iter().cloned().unzip();
     let tombstones = async {

@@ -134,12 +134,20 @@ pub(super) const EXIT: &str = "UPDATE endpoints SET exit_ip = $2::text, \
 
 pub(super) const REMOVE: &str = "DELETE FROM endpoints WHERE id = ANY($1::bigint[]) RETURNING id";
 
-pub(super) const EVENTS: &str =
-    "INSERT INTO events (endpoint, kind, from_state, to_state, reason, \
-       phase, detail, lease, destination, status, blame) \
-     SELECT e, k, f, t, r, p, d, l, ds, s, b FROM UNNEST($1::bigint[], $2::text[], $3::text[], \
-       $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::int[], \
-       $11::text[]) WITH ORDINALITY AS v(e, k, f, t, r, p, d, l, ds, s, b, o) ORDER BY o";
+/// A batch's events, in its order, after the events' lock (`EVENTS_LOCK`, taken before the
+/// first id: the one-row subquery is joined to every row), and the notification when `$12`
+/// says the batch changed rows (`$13` the channel; a transaction's notifications with the
+/// same payload are sent once). One statement, so that a group commit's second round trip
+/// is the events, `COMMIT` and the flush.
+pub(super) const EVENTS: &str = "WITH ins AS (INSERT INTO events (endpoint, kind, from_state, \
+       to_state, reason, phase, detail, lease, destination, status, blame) \
+     SELECT e, k, f, t, r, p, d, l, ds, s, b \
+     FROM (SELECT pg_advisory_xact_lock(7378984100003398005) OFFSET 0) AS lock(held), \
+       UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
+       $7::text[], $8::text[], $9::text[], $10::int[], $11::text[]) \
+       WITH ORDINALITY AS v(e, k, f, t, r, p, d, l, ds, s, b, o) ORDER BY o RETURNING 1) \
+     SELECT (SELECT count(*) FROM ins), \
+       CASE WHEN $12::bool THEN pg_notify($13, currval('fleet_change_seq')::text) END";
 
 pub(super) const TOMBSTONES: &str = "INSERT INTO fleet_removals (rev, endpoint, destination) \
      SELECT currval('fleet_change_seq'), e, d FROM UNNEST($1::bigint[], $2::text[]) AS v(e, d)";
@@ -162,7 +170,6 @@ pub(super) struct Stmts {
     pub pair_update: Statement,
     pub pair_delete: Statement,
     pub remove: Statement,
-    pub events_lock: Statement,
     pub events: Statement,
     pub tombstones: Statement,
     pub source: Statement,
@@ -186,7 +193,6 @@ impl Stmts {
                 PAIR_UPDATE,
                 PAIR_DELETE,
                 REMOVE,
-                EVENTS_LOCK,
                 EVENTS,
                 TOMBSTONES,
                 SOURCE,
@@ -209,7 +215,6 @@ impl Stmts {
             pair_update: next()?,
             pair_delete: next()?,
             remove: next()?,
-            events_lock: next()?,
             events: next()?,
             tombstones: next()?,
             source: next()?,

@@ -179,13 +179,6 @@ impl Postgres {
             at += g.len();
             outs.push(out);
         }
-        let notify = async {
-            if changed(&total) {
-                c.execute(&st.notify, &[&CHANNEL]).await.map(|_| ())
-            } else {
-                Ok(())
-            }
-        };
         // The rows that changed under a write, read before COMMIT in the same round trip.
         let rows = join_all(outs.iter().map(|out| fresh(c, out)));
         // Sent after COMMIT (polled last): its own transaction.
@@ -195,9 +188,8 @@ impl Postgres {
                 false => Ok(()),
             }
         };
-        let (written, notified, rows, committed, flushed) = futures_util::join!(
-            finish(c, st, &all, &total),
-            notify,
+        let (written, rows, committed, flushed) = futures_util::join!(
+            finish(c, st, &all, &total, changed(&total)),
             rows,
             c.batch_execute("COMMIT"),
             flushed
@@ -205,9 +197,9 @@ impl Postgres {
         // A COMMIT after a failed statement is a rollback that reports no error: the
         // other results say whether anything was committed.
         let rows: Result<Vec<_>, _> = rows.into_iter().collect();
-        let rows = match (written, notified, rows) {
-            (Ok(()), Ok(()), Ok(rows)) => rows,
-            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+        let rows = match (written, rows) {
+            (Ok(()), Ok(rows)) => rows,
+            (Err(e), _) | (_, Err(e)) => {
                 rollback(c).await;
                 return Err(Failed::Before(e));
             }
@@ -259,7 +251,7 @@ impl Postgres {
                 results.push(Err(group_error(&writes, &founds, rows)));
                 continue;
             }
-            if let Err(e) = finish(c, st, &writes, &out).await {
+            if let Err(e) = finish(c, st, &writes, &out, false).await {
                 if super::is_connection_error(&e) {
                     return Err(e);
                 }

@@ -1,0 +1,311 @@
+//! One read of the fleet's changes (`Feed`), in a snapshot of its own: the changes of
+//! transactions with ids from the last read's `xmin` on that were not applied yet, the
+//! endpoint rows, pairs and removals they wrote, and where the feed stands after them
+//! (`feed`'s module documentation says why it goes by transaction ids).
+//!
+//! Under a stream of commits every daemon of a fleet reads every few milliseconds, so the
+//! usual read is two round trips of statements prepared once per connection: `BEGIN`
+//! (repeatable read, read only), where the feed stands and the changes listed since; then
+//! their rows, pairs and removals, and `COMMIT`. Sent one by one and planned each time,
+//! the same statements cost the server more than a group commit does. A reload (changes
+//! were pruned past the last read) and the rest of a change too large for one slice are
+//! read statement by statement (`read_in`); both are rare.
+
+use std::collections::HashMap;
+
+use deadpool_postgres::Object;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
+
+use super::read::{endpoint_row, pair_row, ENDPOINT_COLS, PAIR_COLS};
+use super::tx_error::TxError;
+use crate::endpoint::EndpointId;
+use crate::store::pairs::PairRow;
+use crate::store::EndpointRow;
+
+/// Endpoint rows read per call: an import of millions arrives in slices.
+const SLICE: i64 = 20_000;
+
+const BEGIN: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
+
+/// The rows of a read's changes are few and found by index whatever their number: planning
+/// them again on every read, as the server otherwise chooses to for some, costs more than
+/// reading them.
+const GENERIC: &str = "SET LOCAL plan_cache_mode = force_generic_plan";
+
+/// Where the feed stands: the snapshot's `xmin`, and how far removals were pruned.
+const HEAD: &str = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, \
+     removed_through FROM fleet_sequence WHERE id = 1";
+
+/// The changes of transactions with ids from `$1` on.
+const LISTED: &str = "SELECT seq, xid::text::bigint FROM fleet_changes \
+     WHERE xid >= $1::bigint::text::xid8";
+
+/// A pair deleted and written again since (by a change that took its number earlier and
+/// committed later) is there: its row says so, not the tombstone.
+const REMOVALS: &str = "SELECT r.rev, r.endpoint, r.destination FROM fleet_removals r \
+     WHERE r.rev = ANY($1::bigint[]) AND (r.destination IS NULL OR NOT EXISTS ( \
+       SELECT 1 FROM destination_pairs p \
+       WHERE p.endpoint = r.endpoint AND p.destination = r.destination)) \
+     ORDER BY r.rev";
+
+/// The pairs written by the changes `$1` (`pairs_sql`).
+const PAIRS_OF: &str = "WHERE p.rev = ANY($1::bigint[])";
+
+/// The endpoint rows written by the changes `$1`, after (rev, id) `($2, $3)`, a slice.
+fn endpoints_sql() -> String {
+    format!(
+        "SELECT {ENDPOINT_COLS} FROM endpoints WHERE rev = ANY($1::bigint[]) \
+         AND (rev, id) > ($2, $3) ORDER BY rev, id LIMIT $4"
+    )
+}
+
+/// The pairs `filter` keeps, each with its endpoint's pool.
+fn pairs_sql(filter: &str) -> String {
+    format!(
+        "SELECT {PAIR_COLS} FROM destination_pairs p JOIN endpoints e ON e.id = p.endpoint \
+         {filter} ORDER BY p.rev"
+    )
+}
+
+/// What changed since the last call.
+#[derive(Debug, Default)]
+pub struct Changes {
+    /// The changes whose rows this read applies (each change number once, ever).
+    pub seqs: Vec<i64>,
+    /// Removals and recoveries were pruned past the last read: `endpoints` and `pairs` are
+    /// everything, and whatever is not in them is gone.
+    pub reload: bool,
+    /// Endpoint rows written by those changes, with their current content.
+    pub endpoints: Vec<EndpointRow>,
+    /// Pair rows written by them.
+    pub pairs: Vec<PairRow>,
+    /// Endpoints removed (`None`) and pairs deleted and not written again since
+    /// (`Some(destination)`), with the change that did it.
+    pub removed: Vec<(i64, EndpointId, Option<String>)>,
+    /// More is waiting (a large change arrives in slices): call again at once.
+    pub more: bool,
+}
+
+/// A large change read in slices: the changes it reads, the last endpoint (rev, id) read,
+/// and where the feed stands once it is done.
+pub(super) struct Slicing {
+    seqs: Vec<i64>,
+    after: (i64, EndpointId),
+    done: Position,
+}
+
+/// Where the feed stands: the `xmin` of its last read, and the changes it applied whose
+/// transaction ids are at least that (they are listed again by the next read).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Position {
+    pub(super) xmin: i64,
+    pub(super) seen: HashMap<i64, i64>,
+}
+
+/// Where a read leaves the feed.
+pub(super) enum Next {
+    Slice(Slicing),
+    Done(Position),
+}
+
+/// Where the feed stands in the snapshot of `head` (its `xmin`, and how far removals were
+/// pruned) with the changes `listed` (seq, xid) since `at.xmin`: the changes to apply now
+/// (not applied yet), where the feed stands after them, and whether changes it never read
+/// were pruned.
+fn position(head: &Row, listed: &[Row], at: &Position) -> (Vec<i64>, Position, bool) {
+    let (xmin, pruned): (i64, i64) = (head.get(0), head.get(1));
+    let mut done = Position {
+        xmin,
+        seen: HashMap::new(),
+    };
+    let mut seqs = Vec::new();
+    for r in listed {
+        let (seq, xid): (i64, i64) = (r.get(0), r.get(1));
+        if !at.seen.contains_key(&seq) {
+            seqs.push(seq);
+        }
+        if xid >= xmin {
+            done.seen.insert(seq, xid);
+        }
+    }
+    seqs.sort_unstable();
+    (seqs, done, pruned >= at.xmin)
+}
+
+/// The changes to apply now, where the feed stands after them, and whether changes it
+/// never read were pruned (`position`), read statement by statement.
+async fn listed(
+    tx: &tokio_postgres::Transaction<'_>,
+    at: &Position,
+) -> Result<(Vec<i64>, Position, bool), tokio_postgres::Error> {
+    let head = tx.query_one(HEAD, &[]).await?;
+    let listed = tx.query(LISTED, &[&at.xmin]).await?;
+    Ok(position(&head, &listed, at))
+}
+
+/// The removals those changes made that still hold (`REMOVALS`).
+fn removed(rows: &[Row]) -> Vec<(i64, EndpointId, Option<String>)> {
+    rows.iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
+/// The removals those changes made that still hold (`REMOVALS`).
+async fn removals(
+    tx: &tokio_postgres::Transaction<'_>,
+    seqs: &[i64],
+) -> Result<Vec<(i64, EndpointId, Option<String>)>, tokio_postgres::Error> {
+    Ok(removed(&tx.query(REMOVALS, &[&seqs]).await?))
+}
+
+/// One read in the snapshot of `tx`, statement by statement: a reload, or the rest of a
+/// change read in slices.
+async fn read_in(
+    tx: &tokio_postgres::Transaction<'_>,
+    at: &Position,
+    slicing: Option<&Slicing>,
+) -> Result<(Changes, Next), TxError> {
+    let (seqs, after, done, reload) = match slicing {
+        Some(s) => (s.seqs.clone(), s.after, s.done.clone(), false),
+        None => {
+            let (seqs, done, reload) = listed(tx, at).await?;
+            (seqs, (i64::MIN, EndpointId::MIN), done, reload)
+        }
+    };
+    let mut out = Changes {
+        reload,
+        ..Changes::default()
+    };
+    if seqs.is_empty() && !reload {
+        return Ok((out, Next::Done(done)));
+    }
+    let rows = if reload {
+        let sql = format!("SELECT {ENDPOINT_COLS} FROM endpoints ORDER BY id");
+        tx.query(&sql, &[]).await?
+    } else {
+        tx.query(&endpoints_sql(), &[&seqs, &after.0, &after.1, &SLICE])
+            .await?
+    };
+    for r in &rows {
+        out.endpoints.push(endpoint_row(r)?);
+    }
+    if !reload && rows.len() as i64 == SLICE {
+        return Ok(sliced(out, seqs, after, done));
+    }
+    let pair_rows = if reload {
+        tx.query(&pairs_sql(""), &[]).await?
+    } else {
+        tx.query(&pairs_sql(PAIRS_OF), &[&seqs]).await?
+    };
+    for r in &pair_rows {
+        out.pairs.push(pair_row(r)?);
+    }
+    if !reload {
+        out.removed = removals(tx, &seqs).await?;
+    }
+    out.seqs = seqs;
+    Ok((out, Next::Done(done)))
+}
+
+/// One read; see the module documentation. After an error the connection holds no
+/// transaction.
+pub(super) async fn read(
+    c: &mut Object,
+    at: &Position,
+    slicing: Option<&Slicing>,
+) -> Result<(Changes, Next), TxError> {
+    if slicing.is_none() {
+        match pipelined(c, at).await {
+            Ok(Some(read)) => return Ok(read),
+            // Pruned past the last read: everything is read again below.
+            Ok(None) => {}
+            Err(e) => {
+                let _ = c.batch_execute("ROLLBACK").await;
+                return Err(e);
+            }
+        }
+    }
+    let tx = c
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await?;
+    let out = read_in(&tx, at, slicing).await?;
+    tx.commit().await?;
+    Ok(out)
+}
+
+/// The usual read in two round trips; `None` when it must be a reload (nothing read).
+async fn pipelined(c: &Object, at: &Position) -> Result<Option<(Changes, Next)>, TxError> {
+    let (endpoints, pairs) = (endpoints_sql(), pairs_sql(PAIRS_OF));
+    let (head, listed, endpoints, pairs, removals) = futures_util::join!(
+        c.prepare_cached(HEAD),
+        c.prepare_cached(LISTED),
+        c.prepare_cached(&endpoints),
+        c.prepare_cached(&pairs),
+        c.prepare_cached(REMOVALS),
+    );
+    let (head, listed, endpoints, pairs, removals) =
+        (head?, listed?, endpoints?, pairs?, removals?);
+    let from: [&(dyn ToSql + Sync); 1] = [&at.xmin];
+    let (begun, head, listed) = futures_util::join!(
+        c.batch_execute(BEGIN),
+        c.query_one(&head, &[]),
+        c.query(&listed, &from)
+    );
+    begun?;
+    let (seqs, done, reload) = position(&head?, &listed?, at);
+    if reload || seqs.is_empty() {
+        c.batch_execute("COMMIT").await?;
+        return Ok((!reload).then(|| (Changes::default(), Next::Done(done))));
+    }
+    let first = (i64::MIN, EndpointId::MIN);
+    let slice: [&(dyn ToSql + Sync); 4] = [&seqs, &first.0, &first.1, &SLICE];
+    let of: [&(dyn ToSql + Sync); 1] = [&seqs];
+    let (generic, rows, pair_rows, removed_rows, committed) = futures_util::join!(
+        c.batch_execute(GENERIC),
+        c.query(&endpoints, &slice),
+        c.query(&pairs, &of),
+        c.query(&removals, &of),
+        c.batch_execute("COMMIT")
+    );
+    // After a failed statement the COMMIT was a rollback: the statement's error says why.
+    generic?;
+    let (rows, pair_rows, removed_rows) = (rows?, pair_rows?, removed_rows?);
+    committed?;
+    let mut out = Changes::default();
+    for r in &rows {
+        out.endpoints.push(endpoint_row(r)?);
+    }
+    if rows.len() as i64 == SLICE {
+        return Ok(Some(sliced(out, seqs, first, done)));
+    }
+    for r in &pair_rows {
+        out.pairs.push(pair_row(r)?);
+    }
+    out.removed = removed(&removed_rows);
+    out.seqs = seqs;
+    Ok(Some((out, Next::Done(done))))
+}
+
+/// A slice of endpoint rows came back full: the rest, and then the pairs and removals, are
+/// read by the calls after this one.
+fn sliced(
+    mut out: Changes,
+    seqs: Vec<i64>,
+    after: (i64, EndpointId),
+    done: Position,
+) -> (Changes, Next) {
+    let last = out.endpoints.last().map_or(after, |r| (r.rev, r.id));
+    out.more = true;
+    (
+        out,
+        Next::Slice(Slicing {
+            seqs,
+            after: last,
+            done,
+        }),
+    )
+}
