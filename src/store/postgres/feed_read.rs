@@ -28,9 +28,10 @@ const SLICE: i64 = 20_000;
 
 const BEGIN: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 
-/// The rows of a read's changes are few and found by index whatever their number: planning
-/// them again on every read, as the server otherwise chooses to for some, costs more than
-/// reading them.
+/// A read's pairs and removals are few and found by index whatever their number: planning
+/// them again on every read, as the server otherwise chooses to, costs more than reading
+/// them. Sent after the endpoint rows' statement, whose plan the server keeps choosing
+/// (a slice's `LIMIT` makes its generic plan a guess).
 const GENERIC: &str = "SET LOCAL plan_cache_mode = force_generic_plan";
 
 /// Where the feed stands: the snapshot's `xmin`, and how far removals were pruned.
@@ -264,9 +265,9 @@ async fn pipelined(c: &Object, at: &Position) -> Result<Option<(Changes, Next)>,
     let first = (i64::MIN, EndpointId::MIN);
     let slice: [&(dyn ToSql + Sync); 4] = [&seqs, &first.0, &first.1, &SLICE];
     let of: [&(dyn ToSql + Sync); 1] = [&seqs];
-    let (generic, rows, pair_rows, removed_rows, committed) = futures_util::join!(
-        c.batch_execute(GENERIC),
+    let (rows, generic, pair_rows, removed_rows, committed) = futures_util::join!(
         c.query(&endpoints, &slice),
+        c.batch_execute(GENERIC),
         c.query(&pairs, &of),
         c.query(&removals, &of),
         c.batch_execute("COMMIT")
