@@ -120,6 +120,18 @@ impl Drop for OwnRuntime {
     }
 }
 
+/// A read-only transaction in one snapshot (repeatable read): the feed's and the event
+/// follower's reads, whose `xmin` says where they stand.
+async fn snapshot(
+    c: &mut deadpool_postgres::Object,
+) -> Result<deadpool_postgres::Transaction<'_>, tokio_postgres::Error> {
+    c.build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+}
+
 /// A PostgreSQL store. Cheap to clone: clones share the connections.
 #[derive(Clone)]
 pub struct Postgres {

@@ -227,12 +227,7 @@ pub(super) async fn read(
             }
         }
     }
-    let tx = c
-        .build_transaction()
-        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()
-        .await?;
+    let tx = super::snapshot(c).await?;
     let out = read_in(&tx, at, slicing).await?;
     tx.commit().await?;
     Ok(out)

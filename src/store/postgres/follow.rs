@@ -110,12 +110,7 @@ impl Postgres {
         self.block(async {
             let mut c = self.client().await?;
             let r: Result<(Vec<EventRow>, bool), tokio_postgres::Error> = async {
-                let tx = c
-                    .build_transaction()
-                    .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-                    .read_only(true)
-                    .start()
-                    .await?;
+                let tx = super::snapshot(&mut c).await?;
                 let xmin: i64 = tx
                     .query_one(
                         "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint",
