@@ -18,6 +18,9 @@
 //!
 //! The real binary (release) and a private PostgreSQL cluster (tests/common/postgres.rs).
 //! Run: `cargo bench --bench fleet` (needs Debian's `postgresql`; prints a note without it);
+//! `FLEET_THREE_ONLY=1` runs section 4 alone; `FLEET_PROFILE=1` runs none of them and
+//! shows where one cell of one daemon and one of three spend their time (`fleet/profile.rs`;
+//! `FLEET_PERF_ARGS` adds `perf record` arguments);
 //! `PROXYPOOL_BIN=path/to/proxypool` runs another build's daemon instead (a before/after
 //! comparison: `benches/ab.sh` shares one target directory, so both of its sides would run
 //! the last daemon built).
