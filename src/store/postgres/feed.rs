@@ -33,8 +33,8 @@ const GAP: Duration = Duration::from_millis(10);
 
 /// The gap after a read that found at least `STREAM` changes: the fleet is writing a
 /// stream, and each read costs the database and every daemon about as much as a group
-/// commit does, so reads that cover more leave more of both to the commits. A change
-/// arriving alone is still read within `GAP`.
+/// commit does, so reads that cover more leave more of both to the commits. After a quiet
+/// spell a change is read at once.
 const STREAM_GAP: Duration = Duration::from_millis(25);
 const STREAM: usize = 4;
 

@@ -28,12 +28,6 @@ const SLICE: i64 = 20_000;
 
 const BEGIN: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 
-/// A read's pairs and removals are few and found by index whatever their number: planning
-/// them again on every read, as the server otherwise chooses to, costs more than reading
-/// them. Sent after the endpoint rows' statement, whose plan the server keeps choosing
-/// (a slice's `LIMIT` makes its generic plan a guess).
-const GENERIC: &str = "SET LOCAL plan_cache_mode = force_generic_plan";
-
 /// Where the feed stands: the snapshot's `xmin`, and how far removals were pruned.
 const HEAD: &str = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, \
      removed_through FROM fleet_sequence WHERE id = 1";
@@ -260,15 +254,13 @@ async fn pipelined(c: &Object, at: &Position) -> Result<Option<(Changes, Next)>,
     let first = (i64::MIN, EndpointId::MIN);
     let slice: [&(dyn ToSql + Sync); 4] = [&seqs, &first.0, &first.1, &SLICE];
     let of: [&(dyn ToSql + Sync); 1] = [&seqs];
-    let (rows, generic, pair_rows, removed_rows, committed) = futures_util::join!(
+    let (rows, pair_rows, removed_rows, committed) = futures_util::join!(
         c.query(&endpoints, &slice),
-        c.batch_execute(GENERIC),
         c.query(&pairs, &of),
         c.query(&removals, &of),
         c.batch_execute("COMMIT")
     );
     // After a failed statement the COMMIT was a rollback: the statement's error says why.
-    generic?;
     let (rows, pair_rows, removed_rows) = (rows?, pair_rows?, removed_rows?);
     committed?;
     let mut out = Changes::default();
