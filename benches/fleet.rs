@@ -405,16 +405,15 @@ fn main() {
     let fleet: Vec<Home> = (0..3).map(|_| Home::new(Some(&pg_url))).collect();
     lite.import(ENDPOINTS, 1);
     fleet[0].import(ENDPOINTS, 2);
+    let db = pg_url.rsplit('/').next().unwrap().to_string();
     if profiling {
         let d: Vec<Daemon> = fleet.iter().map(Home::serve).collect();
-        let db = pg_url.rsplit('/').next().unwrap().to_string();
         profile::run(&pg, &db, [&d[0], &d[1], &d[2]]);
         return;
     }
     // Section 4 alone (a quicker look at three daemons against one).
     if std::env::var_os("FLEET_THREE_ONLY").is_some() {
         let d: Vec<Daemon> = fleet.iter().map(Home::serve).collect();
-        let db = pg_url.rsplit('/').next().unwrap().to_string();
         three::three_against_one(&pg, &db, [&d[0], &d[1], &d[2]]);
         return;
     }
@@ -446,7 +445,6 @@ fn main() {
     );
 
     // 2. Transitions, and pgbench's UPDATE + INSERT.
-    let db = pg_url.rsplit('/').next().unwrap().to_string();
     // Every writing transaction records its change number: their count is the number of
     // group commits.
     let commits = || -> f64 {

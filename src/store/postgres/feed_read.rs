@@ -12,6 +12,7 @@
 //! read statement by statement (`read_in`); both are rare.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use deadpool_postgres::Object;
 use tokio_postgres::types::ToSql;
@@ -44,16 +45,17 @@ const REMOVALS: &str = "SELECT r.rev, r.endpoint, r.destination FROM fleet_remov
        WHERE p.endpoint = r.endpoint AND p.destination = r.destination)) \
      ORDER BY r.rev";
 
-/// The pairs written by the changes `$1` (`pairs_sql`).
-const PAIRS_OF: &str = "WHERE p.rev = ANY($1::bigint[])";
-
 /// The endpoint rows written by the changes `$1`, after (rev, id) `($2, $3)`, a slice.
-fn endpoints_sql() -> String {
+/// Built once: every read under a stream of commits sends it.
+static ENDPOINTS_OF: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT {ENDPOINT_COLS} FROM endpoints WHERE rev = ANY($1::bigint[]) \
          AND (rev, id) > ($2, $3) ORDER BY rev, id LIMIT $4"
     )
-}
+});
+
+/// The pairs written by the changes `$1`.
+static PAIRS_OF: LazyLock<String> = LazyLock::new(|| pairs_sql("WHERE p.rev = ANY($1::bigint[])"));
 
 /// The pairs `filter` keeps, each with its endpoint's pool.
 fn pairs_sql(filter: &str) -> String {
@@ -179,7 +181,7 @@ async fn read_in(
         let sql = format!("SELECT {ENDPOINT_COLS} FROM endpoints ORDER BY id");
         tx.query(&sql, &[]).await?
     } else {
-        tx.query(&endpoints_sql(), &[&seqs, &after.0, &after.1, &SLICE])
+        tx.query(ENDPOINTS_OF.as_str(), &[&seqs, &after.0, &after.1, &SLICE])
             .await?
     };
     for r in &rows {
@@ -191,7 +193,7 @@ async fn read_in(
     let pair_rows = if reload {
         tx.query(&pairs_sql(""), &[]).await?
     } else {
-        tx.query(&pairs_sql(PAIRS_OF), &[&seqs]).await?
+        tx.query(PAIRS_OF.as_str(), &[&seqs]).await?
     };
     for r in &pair_rows {
         out.pairs.push(pair_row(r)?);
@@ -229,12 +231,11 @@ pub(super) async fn read(
 
 /// The usual read in two round trips; `None` when it must be a reload (nothing read).
 async fn pipelined(c: &Object, at: &Position) -> Result<Option<(Changes, Next)>, TxError> {
-    let (endpoints, pairs) = (endpoints_sql(), pairs_sql(PAIRS_OF));
     let (head, listed, endpoints, pairs, removals) = futures_util::join!(
         c.prepare_cached(HEAD),
         c.prepare_cached(LISTED),
-        c.prepare_cached(&endpoints),
-        c.prepare_cached(&pairs),
+        c.prepare_cached(&ENDPOINTS_OF),
+        c.prepare_cached(&PAIRS_OF),
         c.prepare_cached(REMOVALS),
     );
     let (head, listed, endpoints, pairs, removals) =
