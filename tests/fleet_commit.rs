@@ -1,11 +1,23 @@
-//! How a fleet's group commit is made durable (docs/fleet.md, "Propagation"): committed
-//! apart from its flush, a small transaction behind it waiting for the flush; and, for a
-//! role that may not write that transaction's WAL record, whole commits instead. Real
-//! binary, a private PostgreSQL cluster.
+//! A fleet's group commit: its writes judged one by one against what other daemons wrote
+//! (docs/fleet.md, "Ownership"), although they go to the database together; made durable as
+//! docs/fleet.md's "Propagation" says: committed apart from its flush, a small transaction
+//! behind it waiting for the flush; and, for a role that may not write that transaction's
+//! WAL record, whole commits instead. Real binary or store, a private PostgreSQL cluster.
 
 mod common;
 
+use std::time::Duration;
+
 use serde_json::json;
+
+use proxypool::endpoint::ProxyUrl;
+use proxypool::event_kind::EventKind;
+use proxypool::health::{Phase, Reason, State};
+use proxypool::store::pairs::{PairRecord, PairWrite};
+use proxypool::store::{
+    Claim, ClaimOn, ClaimResult, EventFilter, HealthRecord, Location, NewEndpoint, NewEvent,
+    OpenOptions, RowNow, Store, StoreError, StoredHealth, Write,
+};
 
 use common::fleet::{home, LONG_COOLDOWN};
 use common::postgres;
@@ -66,4 +78,185 @@ fn a_role_that_may_not_write_the_flush_record_gets_whole_commits() {
         ),
     );
     assert_eq!(cooling, "2");
+}
+
+fn store(url: &str) -> Store {
+    let at = Location::parse(std::path::Path::new(url)).unwrap();
+    Store::open_at(&at, OpenOptions::default()).unwrap()
+}
+
+/// A transition of `id` from `from` to `to` (cooling for a minute), deciding `trial`.
+fn moved(id: i64, from: State, to: State, trial: Option<i64>) -> Write {
+    let cooling = to == State::Cooling;
+    Write::Transition(
+        HealthRecord {
+            id,
+            from,
+            trial,
+            health: StoredHealth {
+                state: to,
+                reason: cooling.then_some(Reason::ConnectRefused),
+                phase: cooling.then_some(Phase::Connect),
+                detail: cooling.then(|| "refused".into()),
+                streak: u32::from(cooling),
+                reason_streak: u32::from(cooling),
+                cooldown_ms: cooling.then_some(60_000),
+                cooldown_left: cooling.then_some(Duration::from_secs(60)),
+            },
+        },
+        NewEvent {
+            endpoint: Some(id),
+            from: Some(from),
+            to: Some(to),
+            ..NewEvent::new(EventKind::StateChanged)
+        },
+    )
+}
+
+fn cooled(id: i64) -> Write {
+    moved(id, State::Available, State::Cooling, None)
+}
+
+/// The pair of `endpoint` and shop.test cooled for a minute (a row inserted when `from` is
+/// available, else updated from `from`).
+fn pair_cooled(endpoint: i64, from: State) -> Write {
+    let health = StoredHealth {
+        state: State::Cooling,
+        reason: Some(Reason::DestinationStatus),
+        phase: Some(Phase::ResponseHead),
+        detail: Some("HTTP 403".into()),
+        streak: 1,
+        reason_streak: 1,
+        cooldown_ms: Some(60_000),
+        cooldown_left: Some(Duration::from_secs(60)),
+    };
+    let event = NewEvent {
+        endpoint: Some(endpoint),
+        from: Some(from),
+        to: Some(State::Cooling),
+        ..NewEvent::new(EventKind::StateChanged)
+    };
+    let record = PairRecord {
+        endpoint,
+        destination: "shop.test".into(),
+        from,
+        trial: None,
+        health,
+        status: Some(403),
+    };
+    Write::Pair(PairWrite::Upsert(record, event))
+}
+
+/// The endpoints a `state_changed` event was written for, in id order.
+fn changed(s: &Store) -> Vec<i64> {
+    let filter = EventFilter {
+        kinds: vec!["state_changed".into()],
+        ..EventFilter::default()
+    };
+    let mut ids: Vec<i64> = s
+        .events_matching(&filter, 0, 1000)
+        .unwrap()
+        .iter()
+        .filter_map(|e| e.endpoint)
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// The batches of one commit go to the database together, and each write is still judged
+/// alone: a transition another daemon made first is not written (its row as it is comes
+/// back), a trial's result under a stale claim refuses its own batch and no other (the
+/// commit is redone batch by batch), and the same endpoint twice in a commit is written
+/// once.
+#[test]
+fn each_transition_of_a_commit_is_judged_alone() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let (mut one, mut two) = (store(&url), store(&url));
+    let new = |i: usize| NewEndpoint {
+        url: ProxyUrl::parse(&format!("http://10.81.0.{i}:3128")).unwrap(),
+        pool: "default".into(),
+        label: None,
+        source: None,
+        state: State::Available,
+        tags: Default::default(),
+    };
+    let ids = one
+        .add_endpoints(&(1..=7).map(new).collect::<Vec<_>>())
+        .unwrap();
+    let [a, b, c, d, e, f, g] = ids[..] else {
+        unreachable!()
+    };
+
+    // Another daemon cooled b first.
+    two.write(&[cooled(b)]).unwrap();
+    let r = one
+        .write_groups(&[vec![cooled(a)], vec![cooled(b)], vec![cooled(c)]])
+        .unwrap();
+    let fresh: Vec<_> = r
+        .iter()
+        .map(|r| r.as_ref().unwrap().fresh.clone())
+        .collect();
+    assert_eq!((fresh[0].len(), fresh[2].len()), (0, 0), "{fresh:?}");
+    match &fresh[1][..] {
+        [RowNow::Endpoint(id, Some(row))] => assert_eq!((*id, row.state), (b, State::Cooling)),
+        other => panic!("b's row as it is, not {other:?}"),
+    }
+    assert_eq!(
+        changed(&one),
+        [a, b, c],
+        "b's transition written once, by the first"
+    );
+
+    // A trial decided under a claim that is no longer the slot's.
+    one.write(&[moved(d, State::Available, State::ProbeAllowed, None)])
+        .unwrap();
+    let claim = Write::Claim(Claim {
+        on: ClaimOn::Endpoint(d),
+        hold: Duration::from_secs(60),
+        event: NewEvent::new(EventKind::TrialAdmitted),
+    });
+    let won = one.write_groups(&[vec![claim]]).unwrap();
+    let epoch = match &won[0].as_ref().unwrap().claims[..] {
+        [ClaimResult::Won { epoch, .. }] => *epoch,
+        other => panic!("the claim is won: {other:?}"),
+    };
+    let late = moved(d, State::ProbeAllowed, State::Cooling, Some(epoch - 1));
+    // With pairs, a row of them and a new one, in batches after the refused one.
+    one.write_groups(&[vec![pair_cooled(a, State::Available)]])
+        .unwrap();
+    let r = one
+        .write_groups(&[
+            vec![cooled(e)],
+            vec![late],
+            vec![cooled(f), pair_cooled(f, State::Available)],
+            vec![pair_cooled(a, State::Cooling)],
+        ])
+        .unwrap();
+    for i in [0, 2, 3] {
+        assert!(r[i].is_ok(), "batch {i}: {r:?}");
+    }
+    assert!(matches!(r[1], Err(StoreError::StaleClaim { .. })), "{r:?}");
+    assert!(
+        r[3].as_ref().unwrap().fresh.is_empty(),
+        "a's pair updated: {r:?}"
+    );
+    assert_eq!(one.get(d).unwrap().unwrap().state, State::ProbeAllowed);
+    assert_eq!(one.pairs().unwrap().len(), 2);
+    assert_eq!(
+        changed(&one),
+        [a, a, a, b, c, d, e, f, f],
+        "d only to probe_allowed"
+    );
+
+    // The same endpoint twice: the second finds it moved.
+    let r = one
+        .write_groups(&[vec![cooled(g)], vec![cooled(g)]])
+        .unwrap();
+    assert_eq!(r[0].as_ref().unwrap().fresh, []);
+    assert_eq!(r[1].as_ref().unwrap().fresh.len(), 1, "{r:?}");
+    assert_eq!(changed(&one), [a, a, a, b, c, d, e, f, f, g]);
+    for id in [a, b, c, e, f, g] {
+        assert_eq!(one.get(id).unwrap().unwrap().state, State::Cooling, "{id}");
+    }
 }

@@ -88,6 +88,32 @@ pub(super) async fn guard_all(
     Ok(found)
 }
 
+/// Lock every row `writes` may change, in lock order, before any of them is written
+/// (`write::one_by_one`, whose batches write one after another).
+pub(super) async fn lock_rows(
+    c: &Client,
+    st: &Stmts,
+    writes: &[&Write],
+) -> Result<(), tokio_postgres::Error> {
+    let (mut ids, mut pairs) = (Vec::new(), Vec::new());
+    for w in writes {
+        match (w, lock_order(w)) {
+            (Write::Remove(v), _) => ids.extend(v.iter().copied()),
+            (_, (0, id, _)) => ids.push(id),
+            (_, (1, id, d)) => pairs.push((id, d.to_string())),
+            _ => {}
+        }
+    }
+    if ids.is_empty() && pairs.is_empty() {
+        return Ok(());
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    let (pids, dests): (Vec<EndpointId>, Vec<String>) = pairs.into_iter().unzip();
+    c.query_one(&st.lock_rows, &[&ids, &pids, &dests]).await?;
+    Ok(())
+}
+
 fn hold_ms(c: &Claim, hold: Duration) -> i64 {
     c.hold.min(hold).as_millis().max(1).min(i64::MAX as u128) as i64
 }

@@ -65,6 +65,18 @@ pub(super) const TRANSITION: &str =
      RETURNING 1) \
      SELECT (SELECT count(*) FROM u), (SELECT claim_epoch FROM cur)";
 
+/// Every endpoint row (`$1`) and pair row (`$2`, `$3`) a batch-by-batch commit may write,
+/// locked up front in the order every daemon locks them: endpoints by id, then pairs by
+/// key (`write::one_by_one`). The pairs' sort takes every endpoint's lock first (`first`).
+pub(super) const LOCK_ROWS: &str = "WITH a AS MATERIALIZED (SELECT id FROM endpoints \
+       WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE), \
+     b AS MATERIALIZED (SELECT p.endpoint FROM (SELECT count(*) FROM a) AS first(n), \
+       destination_pairs p \
+       WHERE first.n >= 0 AND (p.endpoint, p.destination) IN \
+         (SELECT * FROM UNNEST($2::bigint[], $3::text[])) \
+       ORDER BY p.endpoint, p.destination FOR UPDATE OF p) \
+     SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM b)";
+
 pub(super) const CLAIM: &str = "WITH cur AS (SELECT claim_until FROM endpoints WHERE id = $1), \
      u AS (UPDATE endpoints SET claim_epoch = currval('fleet_change_seq'), \
        claim_until = now() + $2::bigint * interval '1 millisecond', \
@@ -162,6 +174,7 @@ pub(super) const SOURCE: &str = "INSERT INTO sources (pool, name, last_at, last_
 pub(super) struct Stmts {
     pub next: Statement,
     pub transition: Statement,
+    pub lock_rows: Statement,
     pub claim: Statement,
     pub unclaim: Statement,
     pub pair_claim: Statement,
@@ -185,6 +198,7 @@ impl Stmts {
             [
                 NEXT,
                 TRANSITION,
+                LOCK_ROWS,
                 CLAIM,
                 UNCLAIM,
                 PAIR_CLAIM,
@@ -207,6 +221,7 @@ impl Stmts {
         Ok(Stmts {
             next: next()?,
             transition: next()?,
+            lock_rows: next()?,
             claim: next()?,
             unclaim: next()?,
             pair_claim: next()?,

@@ -9,7 +9,9 @@
 //! statement of the batch at once (pipelined); then the events, tombstones and source rows,
 //! the notification, `COMMIT` and the flush (`Split`), again at once. A trial result under
 //! a stale claim, or an error, must leave nothing of its own batch behind: then the
-//! transaction is redone batch by batch, each in a savepoint.
+//! transaction is redone batch by batch, each in a savepoint, after locking every row the
+//! batches write (in the fast path's order, so that no batch's events lock is taken before
+//! the rows of the batches behind it).
 //!
 //! ## Split
 //!
@@ -30,7 +32,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio_postgres::Client;
 
-use super::guard::{bad_group, guard_all, Found};
+use super::guard::{bad_group, guard_all, lock_rows, Found};
 use super::outcome::{finish, fresh, group_error, Outcome};
 use super::statements::{Stmts, CHANNEL};
 use super::Postgres;
@@ -227,6 +229,11 @@ impl Postgres {
     ) -> Result<Vec<Result<Applied, StoreError>>, tokio_postgres::Error> {
         c.batch_execute("BEGIN").await?;
         let seq: i64 = c.query_one(&st.next, &[]).await?.get(0);
+        // Every row first, in lock order: a batch's events lock must come after the rows
+        // of the batches behind it (`statements::EVENTS_LOCK`), or a daemon whose rows
+        // this commit waits for, waiting itself for that lock, would deadlock with it.
+        let all: Vec<&Write> = groups.iter().flatten().collect();
+        lock_rows(c, st, &all).await?;
         let mut results = Vec::with_capacity(groups.len());
         let mut any = false;
         for g in groups {
