@@ -260,3 +260,54 @@ fn each_transition_of_a_commit_is_judged_alone() {
         assert_eq!(one.get(id).unwrap().unwrap().state, State::Cooling, "{id}");
     }
 }
+
+/// A batch whose events the server refuses (here a trigger refuses one detail) fails
+/// alone: the commit is redone batch by batch, and then without it, and the batches
+/// around it are written with their events.
+#[test]
+fn a_batch_whose_events_are_refused_fails_alone() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let mut s = store(&url);
+    let db = url.rsplit('/').next().unwrap().to_string();
+    pg.sql(
+        &db,
+        "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           IF NEW.detail = 'refuse me' THEN RAISE EXCEPTION 'refused by the test'; END IF; \
+           RETURN NEW; END $$; \
+         CREATE TRIGGER refuse BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION refuse()",
+    );
+    let new = |i: usize| NewEndpoint {
+        url: ProxyUrl::parse(&format!("http://10.82.0.{i}:3128")).unwrap(),
+        pool: "default".into(),
+        label: None,
+        source: None,
+        state: State::Available,
+        tags: Default::default(),
+    };
+    let ids = s.add_endpoints(&[new(1), new(2), new(3)]).unwrap();
+    let refused = NewEvent {
+        endpoint: Some(ids[1]),
+        detail: Some("refuse me".into()),
+        ..NewEvent::new(EventKind::StateChanged)
+    };
+    let r = s
+        .write_groups(&[
+            vec![cooled(ids[0])],
+            vec![
+                moved(ids[1], State::Available, State::Cooling, None),
+                Write::Event(refused),
+            ],
+            vec![cooled(ids[2])],
+        ])
+        .unwrap();
+    assert!(r[0].is_ok() && r[2].is_ok(), "{r:?}");
+    let e = r[1].as_ref().unwrap_err().to_string();
+    assert!(e.contains("refused by the test"), "{e}");
+    assert_eq!(changed(&s), [ids[0], ids[2]]);
+    let states: Vec<State> = ids
+        .iter()
+        .map(|&id| s.get(id).unwrap().unwrap().state)
+        .collect();
+    assert_eq!(states, [State::Cooling, State::Available, State::Cooling]);
+}

@@ -89,7 +89,8 @@ pub(super) async fn guard_all(
 }
 
 /// Lock every row `writes` may change, in lock order, before any of them is written
-/// (`write::one_by_one`, whose batches write one after another).
+/// (`write::one_by_one`, whose batches write one after another). A pair's endpoint is
+/// locked with the endpoints: a new pair's row checks that its endpoint exists.
 pub(super) async fn lock_rows(
     c: &Client,
     st: &Stmts,
@@ -100,7 +101,10 @@ pub(super) async fn lock_rows(
         match (w, lock_order(w)) {
             (Write::Remove(v), _) => ids.extend(v.iter().copied()),
             (_, (0, id, _)) => ids.push(id),
-            (_, (1, id, d)) => pairs.push((id, d.to_string())),
+            (_, (1, id, d)) => {
+                ids.push(id);
+                pairs.push((id, d.to_string()));
+            }
             _ => {}
         }
     }

@@ -68,13 +68,15 @@ pub(super) const TRANSITION: &str =
 /// Every endpoint row (`$1`) and pair row (`$2`, `$3`) a batch-by-batch commit may write,
 /// locked up front in the order every daemon locks them: endpoints by id, then pairs by
 /// key (`write::one_by_one`). The pairs' sort takes every endpoint's lock first (`first`).
+/// The lock an update takes, not a delete's: another daemon's insert of a pair checks
+/// its endpoint with a key-share lock, which this one lets through.
 pub(super) const LOCK_ROWS: &str = "WITH a AS MATERIALIZED (SELECT id FROM endpoints \
-       WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE), \
+       WHERE id = ANY($1::bigint[]) ORDER BY id FOR NO KEY UPDATE), \
      b AS MATERIALIZED (SELECT p.endpoint FROM (SELECT count(*) FROM a) AS first(n), \
        destination_pairs p \
        WHERE first.n >= 0 AND (p.endpoint, p.destination) IN \
          (SELECT * FROM UNNEST($2::bigint[], $3::text[])) \
-       ORDER BY p.endpoint, p.destination FOR UPDATE OF p) \
+       ORDER BY p.endpoint, p.destination FOR NO KEY UPDATE OF p) \
      SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM b)";
 
 pub(super) const CLAIM: &str = "WITH cur AS (SELECT claim_until FROM endpoints WHERE id = $1), \

@@ -9,9 +9,7 @@
 //! statement of the batch at once (pipelined); then the events, tombstones and source rows,
 //! the notification, `COMMIT` and the flush (`Split`), again at once. A trial result under
 //! a stale claim, or an error, must leave nothing of its own batch behind: then the
-//! transaction is redone batch by batch, each in a savepoint, after locking every row the
-//! batches write (in the fast path's order, so that no batch's events lock is taken before
-//! the rows of the batches behind it).
+//! transaction is redone batch by batch (`one_by_one`).
 //!
 //! ## Split
 //!
@@ -219,7 +217,12 @@ impl Postgres {
         Ok(Some(results))
     }
 
-    /// Batch by batch, each in a savepoint: one that must not apply leaves nothing.
+    /// Batch by batch: one that must not apply leaves nothing, and the others are written.
+    /// Every row is locked first (`lock_rows`), every batch's guarded statements run next,
+    /// each batch in a savepoint, and the events and source rows last: the events' lock
+    /// (`statements::EVENTS_LOCK`) is then never held while this commit waits for a row,
+    /// or for another daemon's insert of the same pair. A batch whose events or source rows
+    /// the server refuses gets that error, and the commit is redone without it.
     async fn one_by_one(
         &self,
         c: &Client,
@@ -227,57 +230,108 @@ impl Postgres {
         groups: &[Vec<Write>],
         hold: Duration,
     ) -> Result<Vec<Result<Applied, StoreError>>, tokio_postgres::Error> {
-        c.batch_execute("BEGIN").await?;
-        let seq: i64 = c.query_one(&st.next, &[]).await?.get(0);
-        // Every row first, in lock order: a batch's events lock must come after the rows
-        // of the batches behind it (`statements::EVENTS_LOCK`), or a daemon whose rows
-        // this commit waits for, waiting itself for that lock, would deadlock with it.
-        let all: Vec<&Write> = groups.iter().flatten().collect();
-        lock_rows(c, st, &all).await?;
-        let mut results = Vec::with_capacity(groups.len());
-        let mut any = false;
-        for g in groups {
-            let writes: Vec<&Write> = g.iter().collect();
-            c.batch_execute("SAVEPOINT batch").await?;
-            let founds = match guard_all(c, st, &writes, hold).await {
-                Ok(f) => f,
-                Err(e) if super::is_connection_error(&e) => return Err(e),
-                Err(e) => {
-                    c.batch_execute("ROLLBACK TO SAVEPOINT batch").await?;
-                    results.push(Err(StoreError::Postgres(e)));
-                    continue;
+        let mut refused: Vec<Option<StoreError>> = groups.iter().map(|_| None).collect();
+        loop {
+            if let Some(mut done) = batches(c, st, groups, hold, &mut refused).await? {
+                for (r, e) in done.iter_mut().zip(&mut refused) {
+                    if let Some(e) = e.take() {
+                        *r = Err(e);
+                    }
                 }
-            };
-            let mut out = Outcome::default();
-            for (w, f) in writes.iter().zip(&founds) {
-                out.add(w, f);
+                return Ok(done);
             }
-            if bad_group(&founds) {
-                c.batch_execute("ROLLBACK TO SAVEPOINT batch").await?;
-                let rows = fresh(c, &out).await?.unwrap_or_default();
-                results.push(Err(group_error(&writes, &founds, rows)));
-                continue;
-            }
-            if let Err(e) = finish(c, st, &writes, &out, false).await {
-                if super::is_connection_error(&e) {
-                    return Err(e);
-                }
-                c.batch_execute("ROLLBACK TO SAVEPOINT batch").await?;
-                results.push(Err(StoreError::Postgres(e)));
-                continue;
-            }
-            c.batch_execute("RELEASE SAVEPOINT batch").await?;
-            any |= changed(&out);
-            results.push(fresh(c, &out).await?.map(|fresh| Applied {
-                claims: out.claims,
-                fresh,
-                seq,
-            }));
+            rollback(c).await;
         }
-        if any {
-            c.execute(&st.notify, &[&CHANNEL]).await?;
-        }
-        c.batch_execute("COMMIT").await?;
-        Ok(results)
     }
+}
+
+/// A batch whose guarded statements were written (`batches`), its events not yet.
+struct Written<'a> {
+    at: usize,
+    writes: Vec<&'a Write>,
+    out: Outcome,
+}
+
+/// One attempt of `one_by_one` without the batches in `refused`; `None` when a batch's
+/// events were refused (it is added to `refused`; the transaction is aborted).
+async fn batches(
+    c: &Client,
+    st: &Stmts,
+    groups: &[Vec<Write>],
+    hold: Duration,
+    refused: &mut [Option<StoreError>],
+) -> Result<Option<Vec<Result<Applied, StoreError>>>, tokio_postgres::Error> {
+    c.batch_execute("BEGIN").await?;
+    let seq: i64 = c.query_one(&st.next, &[]).await?.get(0);
+    let live = |i: usize| refused[i].is_none();
+    let all: Vec<&Write> = (0..groups.len())
+        .filter(|&i| live(i))
+        .flat_map(|i| &groups[i])
+        .collect();
+    lock_rows(c, st, &all).await?;
+    let mut results: Vec<Result<Applied, StoreError>> = (0..groups.len())
+        .map(|_| Err(StoreError::Corrupt("a batch left out".into())))
+        .collect();
+    let mut kept = Vec::new();
+    for (at, g) in groups.iter().enumerate().filter(|(i, _)| live(*i)) {
+        match guard_batch(c, st, at, g, hold).await? {
+            Ok(done) => kept.push(done),
+            Err(e) => results[at] = Err(e),
+        }
+    }
+    let mut any = false;
+    for k in &kept {
+        if let Err(e) = finish(c, st, &k.writes, &k.out, false).await {
+            if super::is_connection_error(&e) {
+                return Err(e);
+            }
+            refused[k.at] = Some(StoreError::Postgres(e));
+            return Ok(None);
+        }
+        any |= changed(&k.out);
+    }
+    for k in kept {
+        results[k.at] = fresh(c, &k.out).await?.map(|fresh| Applied {
+            claims: k.out.claims,
+            fresh,
+            seq,
+        });
+    }
+    if any {
+        c.execute(&st.notify, &[&CHANNEL]).await?;
+    }
+    c.batch_execute("COMMIT").await?;
+    Ok(Some(results))
+}
+
+/// One batch's guarded statements in a savepoint: kept, or rolled back with the batch's
+/// error (a statement the server refused, a stale trial, a removal of a missing row).
+async fn guard_batch<'a>(
+    c: &Client,
+    st: &Stmts,
+    at: usize,
+    g: &'a [Write],
+    hold: Duration,
+) -> Result<Result<Written<'a>, StoreError>, tokio_postgres::Error> {
+    let writes: Vec<&Write> = g.iter().collect();
+    c.batch_execute("SAVEPOINT batch").await?;
+    let founds = match guard_all(c, st, &writes, hold).await {
+        Ok(f) => f,
+        Err(e) if super::is_connection_error(&e) => return Err(e),
+        Err(e) => {
+            c.batch_execute("ROLLBACK TO SAVEPOINT batch").await?;
+            return Ok(Err(StoreError::Postgres(e)));
+        }
+    };
+    let mut out = Outcome::default();
+    for (w, f) in writes.iter().zip(&founds) {
+        out.add(w, f);
+    }
+    if bad_group(&founds) {
+        c.batch_execute("ROLLBACK TO SAVEPOINT batch").await?;
+        let rows = fresh(c, &out).await?.unwrap_or_default();
+        return Ok(Err(group_error(&writes, &founds, rows)));
+    }
+    c.batch_execute("RELEASE SAVEPOINT batch").await?;
+    Ok(Ok(Written { at, writes, out }))
 }
