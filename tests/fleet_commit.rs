@@ -311,3 +311,44 @@ fn a_batch_whose_events_are_refused_fails_alone() {
         .collect();
     assert_eq!(states, [State::Cooling, State::Available, State::Cooling]);
 }
+
+/// A removal of several endpoints beside other writes of the same commit: every row it
+/// takes, its endpoints' pairs too, is locked in the order every daemon locks rows, ahead
+/// of the statements; the removal and the writes around it all apply.
+#[test]
+fn a_removal_of_several_endpoints_commits_with_the_writes_beside_it() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let mut s = store(&url);
+    let new = |i: usize| NewEndpoint {
+        url: ProxyUrl::parse(&format!("http://10.83.0.{i}:3128")).unwrap(),
+        pool: "default".into(),
+        label: None,
+        source: None,
+        state: State::Available,
+        tags: Default::default(),
+    };
+    let ids = s.add_endpoints(&[new(1), new(2), new(3)]).unwrap();
+    let [x, y, z] = ids[..] else { unreachable!() };
+    s.write_groups(&[
+        vec![pair_cooled(x, State::Available)],
+        vec![pair_cooled(y, State::Available)],
+    ])
+    .unwrap();
+    let r = s
+        .write_groups(&[
+            vec![Write::Remove(vec![z, x])],
+            vec![cooled(y), pair_cooled(y, State::Cooling)],
+        ])
+        .unwrap();
+    assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
+    assert!(s.get(x).unwrap().is_none() && s.get(z).unwrap().is_none());
+    assert_eq!(s.get(y).unwrap().unwrap().state, State::Cooling);
+    let pairs: Vec<i64> = s
+        .pairs()
+        .unwrap()
+        .iter()
+        .map(|p| p.record.endpoint)
+        .collect();
+    assert_eq!(pairs, [y], "x's pair went with it");
+}

@@ -70,7 +70,9 @@ fn on_order(on: &ClaimOn) -> (u8, EndpointId, &str) {
 }
 
 /// The guarded statements of `writes`, sent at once in lock order; one `Found` per write,
-/// in the order of `writes`.
+/// in the order of `writes`. A removal of several endpoints locks them all, and their
+/// pairs, where its first one stands in that order: then every row is locked first
+/// (`lock_rows`, sent ahead of the statements).
 pub(super) async fn guard_all(
     c: &Client,
     st: &Stmts,
@@ -79,13 +81,30 @@ pub(super) async fn guard_all(
 ) -> Result<Vec<Found>, tokio_postgres::Error> {
     let mut order: Vec<usize> = (0..writes.len()).collect();
     order.sort_by(|&a, &b| lock_order(writes[a]).cmp(&lock_order(writes[b])));
-    let futs = order.iter().map(|&i| guard(c, st, writes[i], hold));
-    let sent = join_all(futs).await;
+    let locked = async {
+        match out_of_order(writes) {
+            true => lock_rows(c, st, writes).await,
+            false => Ok(()),
+        }
+    };
+    let futs = join_all(order.iter().map(|&i| guard(c, st, writes[i], hold)));
+    let (locked, sent) = futures_util::join!(locked, futs);
+    locked?;
     let mut found = vec![Found::Plain; writes.len()];
     for (i, r) in order.into_iter().zip(sent) {
         found[i] = r?;
     }
     Ok(found)
+}
+
+/// Whether the guarded statements of `writes` in lock order would not lock their rows in
+/// that order: a removal takes several endpoints, and their pairs, at once.
+fn out_of_order(writes: &[&Write]) -> bool {
+    let guarded = writes.iter().filter(|w| lock_order(w).0 < 2).count();
+    guarded > 1
+        && writes
+            .iter()
+            .any(|w| matches!(w, Write::Remove(ids) if ids.iter().any(|&id| id != ids[0])))
 }
 
 /// Lock every row `writes` may change, in lock order, before any of them is written
@@ -96,10 +115,10 @@ pub(super) async fn lock_rows(
     st: &Stmts,
     writes: &[&Write],
 ) -> Result<(), tokio_postgres::Error> {
-    let (mut ids, mut pairs) = (Vec::new(), Vec::new());
+    let (mut ids, mut pairs, mut removed) = (Vec::new(), Vec::new(), Vec::new());
     for w in writes {
         match (w, lock_order(w)) {
-            (Write::Remove(v), _) => ids.extend(v.iter().copied()),
+            (Write::Remove(v), _) => removed.extend(v.iter().copied()),
             (_, (0, id, _)) => ids.push(id),
             (_, (1, id, d)) => {
                 ids.push(id);
@@ -108,13 +127,15 @@ pub(super) async fn lock_rows(
             _ => {}
         }
     }
-    if ids.is_empty() && pairs.is_empty() {
+    if ids.is_empty() && pairs.is_empty() && removed.is_empty() {
         return Ok(());
     }
+    ids.extend(&removed);
     ids.sort_unstable();
     ids.dedup();
     let (pids, dests): (Vec<EndpointId>, Vec<String>) = pairs.into_iter().unzip();
-    c.query_one(&st.lock_rows, &[&ids, &pids, &dests]).await?;
+    c.query_one(&st.lock_rows, &[&ids, &pids, &dests, &removed])
+        .await?;
     Ok(())
 }
 

@@ -65,9 +65,10 @@ pub(super) const TRANSITION: &str =
      RETURNING 1) \
      SELECT (SELECT count(*) FROM u), (SELECT claim_epoch FROM cur)";
 
-/// Every endpoint row (`$1`) and pair row (`$2`, `$3`) a batch-by-batch commit may write,
-/// locked up front in the order every daemon locks them: endpoints by id, then pairs by
-/// key (`write::one_by_one`). The pairs' sort takes every endpoint's lock first (`first`).
+/// Every endpoint row (`$1`) and pair row (`$2`, `$3`; and every pair of the endpoints
+/// removed, `$4`, which their removal deletes) a commit may write, locked up front in the
+/// order every daemon locks them: endpoints by id, then pairs by key (`guard::lock_rows`).
+/// The pairs' sort takes every endpoint's lock first (`first`).
 /// The lock an update takes, not a delete's: another daemon's insert of a pair checks
 /// its endpoint with a key-share lock, which this one lets through.
 pub(super) const LOCK_ROWS: &str = "WITH a AS MATERIALIZED (SELECT id FROM endpoints \
@@ -75,7 +76,9 @@ pub(super) const LOCK_ROWS: &str = "WITH a AS MATERIALIZED (SELECT id FROM endpo
      b AS MATERIALIZED (SELECT p.endpoint FROM (SELECT count(*) FROM a) AS first(n), \
        destination_pairs p \
        WHERE first.n >= 0 AND (p.endpoint, p.destination) IN \
-         (SELECT * FROM UNNEST($2::bigint[], $3::text[])) \
+         (SELECT * FROM UNNEST($2::bigint[], $3::text[]) UNION ALL \
+          SELECT r.endpoint, r.destination FROM destination_pairs r \
+          WHERE r.endpoint = ANY($4::bigint[])) \
        ORDER BY p.endpoint, p.destination FOR NO KEY UPDATE OF p) \
      SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM b)";
 
