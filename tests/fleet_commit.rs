@@ -352,3 +352,55 @@ fn a_removal_of_several_endpoints_commits_with_the_writes_beside_it() {
         .collect();
     assert_eq!(pairs, [y], "x's pair went with it");
 }
+
+/// Two daemons writing the same rows at once, one of them batch by batch (every commit has
+/// a batch that must not apply: a removal of an endpoint that is not there) with its
+/// batches in the reverse of the rows' order, the other in one go: neither ever waits
+/// for the other in a cycle, so PostgreSQL never has to break a deadlock.
+#[test]
+fn batch_by_batch_and_at_once_on_the_same_rows_never_deadlock() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let mut s = store(&url);
+    let new = |i: usize| NewEndpoint {
+        url: ProxyUrl::parse(&format!("http://10.84.0.{i}:3128")).unwrap(),
+        pool: "default".into(),
+        label: None,
+        source: None,
+        state: State::Available,
+        tags: Default::default(),
+    };
+    let ids = s
+        .add_endpoints(&(1..=4).map(new).collect::<Vec<_>>())
+        .unwrap();
+    // A write that always applies, so that it always locks its row.
+    let touch = |id: i64| moved(id, State::Available, State::Available, None);
+    let run = |slow: bool| {
+        let (url, ids) = (url.clone(), ids.clone());
+        std::thread::spawn(move || {
+            let mut s = store(&url);
+            let mut errors = Vec::new();
+            for round in 0..60 {
+                let mut groups: Vec<Vec<Write>> =
+                    ids.iter().rev().map(|&id| vec![touch(id)]).collect();
+                if slow {
+                    groups.insert(0, vec![Write::Remove(vec![9_000_000 + round])]);
+                }
+                match s.write_groups(&groups) {
+                    Ok(r) => errors.extend(
+                        r.into_iter()
+                            .skip(usize::from(slow))
+                            .filter_map(|r| r.err().map(|e| e.to_string())),
+                    ),
+                    Err(e) => errors.push(e.to_string()),
+                }
+            }
+            errors
+        })
+    };
+    let (a, b, c) = (run(true), run(false), run(true));
+    for t in [a, b, c] {
+        let errors = t.join().unwrap();
+        assert!(errors.is_empty(), "{errors:?}");
+    }
+}
