@@ -13,14 +13,13 @@ use serde_json::json;
 use proxypool::endpoint::ProxyUrl;
 use proxypool::event_kind::EventKind;
 use proxypool::health::{Phase, Reason, State};
-use proxypool::store::pairs::{PairRecord, PairWrite};
 use proxypool::store::{
     Claim, ClaimOn, ClaimResult, EventFilter, HealthRecord, Location, NewEndpoint, NewEvent,
     OpenOptions, RowNow, Store, StoreError, StoredHealth, Write,
 };
 
 use common::fleet::{home, LONG_COOLDOWN};
-use common::postgres;
+use common::{postgres, writes};
 
 /// A daemon whose role may not call `pg_logical_emit_message` still writes: every failure
 /// is answered, committed and followed by its events, and the log says once why commits
@@ -85,6 +84,20 @@ fn store(url: &str) -> Store {
     Store::open_at(&at, OpenOptions::default()).unwrap()
 }
 
+/// `n` new available endpoints on 10.`net`.0.x, their ids in order.
+fn add(s: &mut Store, net: u8, n: usize) -> Vec<i64> {
+    let new = |i: usize| NewEndpoint {
+        url: ProxyUrl::parse(&format!("http://10.{net}.0.{i}:3128")).unwrap(),
+        pool: "default".into(),
+        label: None,
+        source: None,
+        state: State::Available,
+        tags: Default::default(),
+    };
+    s.add_endpoints(&(1..=n).map(new).collect::<Vec<_>>())
+        .unwrap()
+}
+
 /// A transition of `id` from `from` to `to` (cooling for a minute), deciding `trial`.
 fn moved(id: i64, from: State, to: State, trial: Option<i64>) -> Write {
     let cooling = to == State::Cooling;
@@ -117,34 +130,9 @@ fn cooled(id: i64) -> Write {
     moved(id, State::Available, State::Cooling, None)
 }
 
-/// The pair of `endpoint` and shop.test cooled for a minute (a row inserted when `from` is
-/// available, else updated from `from`).
+/// The pair of `endpoint` and shop.test cooled (`writes::pair_cooled`).
 fn pair_cooled(endpoint: i64, from: State) -> Write {
-    let health = StoredHealth {
-        state: State::Cooling,
-        reason: Some(Reason::DestinationStatus),
-        phase: Some(Phase::ResponseHead),
-        detail: Some("HTTP 403".into()),
-        streak: 1,
-        reason_streak: 1,
-        cooldown_ms: Some(60_000),
-        cooldown_left: Some(Duration::from_secs(60)),
-    };
-    let event = NewEvent {
-        endpoint: Some(endpoint),
-        from: Some(from),
-        to: Some(State::Cooling),
-        ..NewEvent::new(EventKind::StateChanged)
-    };
-    let record = PairRecord {
-        endpoint,
-        destination: "shop.test".into(),
-        from,
-        trial: None,
-        health,
-        status: Some(403),
-    };
-    Write::Pair(PairWrite::Upsert(record, event))
+    Write::Pair(writes::pair_cooled(endpoint, "shop.test", from))
 }
 
 /// The endpoints a `state_changed` event was written for, in id order.
@@ -173,17 +161,7 @@ fn each_transition_of_a_commit_is_judged_alone() {
     let Some(pg) = postgres::shared() else { return };
     let url = pg.database();
     let (mut one, mut two) = (store(&url), store(&url));
-    let new = |i: usize| NewEndpoint {
-        url: ProxyUrl::parse(&format!("http://10.81.0.{i}:3128")).unwrap(),
-        pool: "default".into(),
-        label: None,
-        source: None,
-        state: State::Available,
-        tags: Default::default(),
-    };
-    let ids = one
-        .add_endpoints(&(1..=7).map(new).collect::<Vec<_>>())
-        .unwrap();
+    let ids = add(&mut one, 81, 7);
     let [a, b, c, d, e, f, g] = ids[..] else {
         unreachable!()
     };
@@ -277,15 +255,7 @@ fn a_batch_whose_events_are_refused_fails_alone() {
            RETURN NEW; END $$; \
          CREATE TRIGGER refuse BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION refuse()",
     );
-    let new = |i: usize| NewEndpoint {
-        url: ProxyUrl::parse(&format!("http://10.82.0.{i}:3128")).unwrap(),
-        pool: "default".into(),
-        label: None,
-        source: None,
-        state: State::Available,
-        tags: Default::default(),
-    };
-    let ids = s.add_endpoints(&[new(1), new(2), new(3)]).unwrap();
+    let ids = add(&mut s, 82, 3);
     let refused = NewEvent {
         endpoint: Some(ids[1]),
         detail: Some("refuse me".into()),
@@ -320,15 +290,7 @@ fn a_removal_of_several_endpoints_commits_with_the_writes_beside_it() {
     let Some(pg) = postgres::shared() else { return };
     let url = pg.database();
     let mut s = store(&url);
-    let new = |i: usize| NewEndpoint {
-        url: ProxyUrl::parse(&format!("http://10.83.0.{i}:3128")).unwrap(),
-        pool: "default".into(),
-        label: None,
-        source: None,
-        state: State::Available,
-        tags: Default::default(),
-    };
-    let ids = s.add_endpoints(&[new(1), new(2), new(3)]).unwrap();
+    let ids = add(&mut s, 83, 3);
     let [x, y, z] = ids[..] else { unreachable!() };
     s.write_groups(&[
         vec![pair_cooled(x, State::Available)],
@@ -362,17 +324,7 @@ fn batch_by_batch_and_at_once_on_the_same_rows_never_deadlock() {
     let Some(pg) = postgres::shared() else { return };
     let url = pg.database();
     let mut s = store(&url);
-    let new = |i: usize| NewEndpoint {
-        url: ProxyUrl::parse(&format!("http://10.84.0.{i}:3128")).unwrap(),
-        pool: "default".into(),
-        label: None,
-        source: None,
-        state: State::Available,
-        tags: Default::default(),
-    };
-    let ids = s
-        .add_endpoints(&(1..=4).map(new).collect::<Vec<_>>())
-        .unwrap();
+    let ids = add(&mut s, 84, 4);
     // A write that always applies, so that it always locks its row.
     let touch = |id: i64| moved(id, State::Available, State::Available, None);
     let run = |slow: bool| {

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use proxypool::endpoint::ProxyUrl;
 use proxypool::event_kind::EventKind;
 use proxypool::health::{Phase, Reason, State};
-use proxypool::store::pairs::{PairRecord, PairWrite};
+use proxypool::store::pairs::PairWrite;
 use proxypool::store::{
     EventFilter, HealthRecord, Location, NewEndpoint, NewEvent, OnExisting, OpenOptions, RowNow,
     Store, StoreError, StoredHealth, Write,
@@ -59,31 +59,7 @@ fn cooled(id: i64, left: Duration) -> Write {
 }
 
 fn pair(endpoint: i64, dest: &str) -> PairWrite {
-    PairWrite::Upsert(
-        PairRecord {
-            endpoint,
-            destination: dest.into(),
-            from: State::Available,
-            trial: None,
-            health: StoredHealth {
-                state: State::Cooling,
-                reason: Some(Reason::DestinationStatus),
-                phase: Some(Phase::ResponseHead),
-                detail: Some("HTTP 403".into()),
-                streak: 1,
-                reason_streak: 1,
-                cooldown_ms: Some(60_000),
-                cooldown_left: Some(Duration::from_secs(60)),
-            },
-            status: Some(403),
-        },
-        NewEvent {
-            endpoint: Some(endpoint),
-            from: Some(State::Available),
-            to: Some(State::Cooling),
-            ..NewEvent::new(EventKind::StateChanged)
-        },
-    )
+    common::writes::pair_cooled(endpoint, dest, State::Available)
 }
 
 /// Every operation the daemon and the CLI use, with what each must answer.

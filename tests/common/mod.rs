@@ -36,6 +36,7 @@
 //!   fresh database per test; `Cluster::start()` for a test that stops its server.
 //! - `common::fleet` — daemons of one PostgreSQL database, each with its gateway and HTTP
 //!   listener (`Member`); requests through a gateway, the HTTP listener's answers.
+//! - `common::writes` — store writes for tests that drive a `Store` directly.
 //!
 //! Each test binary compiles all of it and uses a part, hence the blanket allow.
 #![allow(dead_code)]
@@ -60,6 +61,7 @@ pub mod upstreams;
 pub mod vpool;
 pub mod wait;
 pub mod websocket;
+pub mod writes;
 
 // Each test binary uses some of them.
 #[allow(unused_imports)]
