@@ -70,9 +70,8 @@ fn on_order(on: &ClaimOn) -> (u8, EndpointId, &str) {
 }
 
 /// The guarded statements of `writes`, sent at once in lock order; one `Found` per write,
-/// in the order of `writes`. A removal of several endpoints locks them all, and their
-/// pairs, where its first one stands in that order: then every row is locked first
-/// (`lock_rows`, sent ahead of the statements).
+/// in the order of `writes`. Their rows are locked in that order unless `out_of_order`
+/// says otherwise: then the caller locks them first (`lock_rows`).
 pub(super) async fn guard_all(
     c: &Client,
     st: &Stmts,
@@ -81,15 +80,8 @@ pub(super) async fn guard_all(
 ) -> Result<Vec<Found>, tokio_postgres::Error> {
     let mut order: Vec<usize> = (0..writes.len()).collect();
     order.sort_by(|&a, &b| lock_order(writes[a]).cmp(&lock_order(writes[b])));
-    let locked = async {
-        match out_of_order(writes) {
-            true => lock_rows(c, st, writes).await,
-            false => Ok(()),
-        }
-    };
-    let futs = join_all(order.iter().map(|&i| guard(c, st, writes[i], hold)));
-    let (locked, sent) = futures_util::join!(locked, futs);
-    locked?;
+    let futs = order.iter().map(|&i| guard(c, st, writes[i], hold));
+    let sent = join_all(futs).await;
     let mut found = vec![Found::Plain; writes.len()];
     for (i, r) in order.into_iter().zip(sent) {
         found[i] = r?;
@@ -98,8 +90,9 @@ pub(super) async fn guard_all(
 }
 
 /// Whether the guarded statements of `writes` in lock order would not lock their rows in
-/// that order: a removal takes several endpoints, and their pairs, at once.
-fn out_of_order(writes: &[&Write]) -> bool {
+/// that order: a removal takes several endpoints, and their pairs, at once, where its
+/// first one stands.
+pub(super) fn out_of_order(writes: &[&Write]) -> bool {
     let guarded = writes.iter().filter(|w| lock_order(w).0 < 2).count();
     guarded > 1
         && writes
@@ -107,8 +100,9 @@ fn out_of_order(writes: &[&Write]) -> bool {
             .any(|w| matches!(w, Write::Remove(ids) if ids.iter().any(|&id| id != ids[0])))
 }
 
-/// Lock every row `writes` may change, in lock order, before any of them is written
-/// (`write::one_by_one`, whose batches write one after another). A pair's endpoint is
+/// Lock every row `writes` may change, in lock order, before any of them is written: for
+/// a group commit whose statements would not (`out_of_order`), and for one redone batch
+/// by batch (`write::one_by_one`, whose batches write one after another). A pair's endpoint is
 /// locked with the endpoints: a new pair's row checks that its endpoint exists.
 pub(super) async fn lock_rows(
     c: &Client,

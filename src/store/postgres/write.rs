@@ -30,7 +30,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio_postgres::Client;
 
-use super::guard::{bad_group, guard_all, lock_rows, Found};
+use super::guard::{bad_group, guard_all, lock_rows, out_of_order, Found};
 use super::outcome::{finish, fresh, group_error, Outcome};
 use super::statements::{Stmts, CHANNEL};
 use super::Postgres;
@@ -66,7 +66,8 @@ async fn rollback(c: &Client) {
     let _ = c.batch_execute("ROLLBACK").await;
 }
 
-/// `BEGIN`, the change number and the guards of `writes`, sent at once.
+/// `BEGIN`, the change number, every row locked first when the guards would not lock them
+/// in order (`guard::out_of_order`), and the guards of `writes`, sent at once.
 async fn begin_guarded(
     c: &Client,
     st: &Stmts,
@@ -78,13 +79,21 @@ async fn begin_guarded(
         true => "BEGIN; SET LOCAL synchronous_commit TO off",
         false => "BEGIN",
     };
-    let (begun, seq, founds) = futures_util::join!(
+    let locked = async {
+        match out_of_order(writes) {
+            true => lock_rows(c, st, writes).await,
+            false => Ok(()),
+        }
+    };
+    let (begun, seq, locked, founds) = futures_util::join!(
         c.batch_execute(begin),
         c.query_one(&st.next, &[]),
+        locked,
         guard_all(c, st, writes, hold)
     );
     begun?;
     let seq: i64 = seq?.get(0);
+    locked?;
     Ok((seq, founds?))
 }
 
@@ -279,7 +288,6 @@ async fn batches(
             Err(e) => results[at] = Err(e),
         }
     }
-    let mut any = false;
     for k in &kept {
         if let Err(e) = finish(c, st, &k.writes, &k.out, false).await {
             if super::is_connection_error(&e) {
@@ -288,8 +296,8 @@ async fn batches(
             refused[k.at] = Some(StoreError::Postgres(e));
             return Ok(None);
         }
-        any |= changed(&k.out);
     }
+    let any = kept.iter().any(|k| changed(&k.out));
     for k in kept {
         results[k.at] = fresh(c, &k.out).await?.map(|fresh| Applied {
             claims: k.out.claims,
