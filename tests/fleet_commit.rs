@@ -282,6 +282,87 @@ fn a_batch_whose_events_are_refused_fails_alone() {
     assert_eq!(states, [State::Cooling, State::Available, State::Cooling]);
 }
 
+/// A commit of transitions and events alone is one call of the database's function, and
+/// judges each write as the statements do: a transition another daemon made first comes
+/// back as its row, a trial's result under a stale claim refuses its own batch and no
+/// other, and the events are written in the commit's order, a transition's only when it
+/// applied.
+#[test]
+fn a_commit_of_transitions_and_events_is_judged_write_by_write() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let (mut one, mut two) = (store(&url), store(&url));
+    let ids = add(&mut one, 83, 5);
+    let [a, b, c, d, e] = ids[..] else {
+        unreachable!()
+    };
+    one.write(&[moved(d, State::Available, State::ProbeAllowed, None)])
+        .unwrap();
+    let claim = Write::Claim(Claim {
+        on: ClaimOn::Endpoint(d),
+        hold: Duration::from_secs(60),
+        event: NewEvent::new(EventKind::TrialAdmitted),
+    });
+    let won = one.write_groups(&[vec![claim]]).unwrap();
+    let epoch = match &won[0].as_ref().unwrap().claims[..] {
+        [ClaimResult::Won { epoch, .. }] => *epoch,
+        other => panic!("the claim is won: {other:?}"),
+    };
+    two.write(&[cooled(b)]).unwrap();
+    let report = |id: i64, detail: &str| {
+        Write::EventStatus(
+            NewEvent {
+                endpoint: Some(id),
+                detail: Some(detail.into()),
+                ..NewEvent::new(EventKind::Report)
+            },
+            Some(503),
+        )
+    };
+    let late = moved(d, State::ProbeAllowed, State::Cooling, Some(epoch - 1));
+    let r = one
+        .write_groups(&[
+            vec![cooled(e), report(e, "first"), cooled(a)],
+            vec![late, report(d, "refused")],
+            vec![cooled(b), report(b, "second")],
+            vec![cooled(c)],
+        ])
+        .unwrap();
+    assert!(matches!(r[1], Err(StoreError::StaleClaim { .. })), "{r:?}");
+    for i in [0, 2, 3] {
+        assert!(r[i].is_ok(), "batch {i}: {r:?}");
+    }
+    match &r[2].as_ref().unwrap().fresh[..] {
+        [RowNow::Endpoint(id, Some(row))] => assert_eq!((*id, row.state), (b, State::Cooling)),
+        other => panic!("b's row as it is, not {other:?}"),
+    }
+    assert_eq!(changed(&one), [a, b, c, d, e], "d only to probe_allowed");
+    assert_eq!(one.get(d).unwrap().unwrap().state, State::ProbeAllowed);
+    // This commit's events, in its order: e's transition and report, a's, b's report
+    // (its transition was another daemon's), c's.
+    let all = one
+        .events_matching(&EventFilter::default(), 0, 1000)
+        .unwrap();
+    let last: Vec<(Option<i64>, &str, Option<&str>)> = all
+        .iter()
+        .rev()
+        .take(5)
+        .rev()
+        .map(|ev| (ev.endpoint, ev.kind.as_str(), ev.detail.as_deref()))
+        .collect();
+    assert_eq!(
+        last,
+        [
+            (Some(e), "state_changed", None),
+            (Some(e), "report", Some("first")),
+            (Some(a), "state_changed", None),
+            (Some(b), "report", Some("second")),
+            (Some(c), "state_changed", None),
+        ]
+    );
+    assert_eq!(all.iter().filter(|ev| ev.status == Some(503)).count(), 2);
+}
+
 /// A removal of several endpoints beside other writes of the same commit: every row it
 /// takes, its endpoints' pairs too, is locked in the order every daemon locks rows, ahead
 /// of the statements; the removal and the writes around it all apply.

@@ -24,6 +24,7 @@ use super::{EndpointRow, EventFilter, EventRow, SourceRow, StoreError};
 use crate::endpoint::{EndpointId, ProxyUrl};
 use crate::health::State;
 
+mod commit_call;
 mod copy;
 mod daemons;
 mod endpoints;

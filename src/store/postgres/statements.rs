@@ -175,6 +175,12 @@ pub(super) const SOURCE: &str = "INSERT INTO sources (pool, name, last_at, last_
      last_at = excluded.last_at, last_ok = excluded.last_ok, \
      last_detail = excluded.last_detail, last_count = excluded.last_count";
 
+/// A group commit of transitions and events in one call (`commit_call`): whether to commit
+/// without waiting for the flush, the channel, the transitions' eleven columns in id order,
+/// then each event's transition (1-based; NULL: always written) and its eleven columns.
+pub(super) const COMMIT_CALL: &str = "SELECT proxypool_commit($1, $2, $3, $4, $5, $6, $7, $8, \
+     $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)";
+
 /// The statements of a batch, prepared once per connection (the pool's cache keeps them).
 pub(super) struct Stmts {
     pub next: Statement,
@@ -193,6 +199,7 @@ pub(super) struct Stmts {
     pub source: Statement,
     pub notify: Statement,
     pub flush: Statement,
+    pub commit: Statement,
 }
 
 impl Stmts {
@@ -217,6 +224,7 @@ impl Stmts {
                 SOURCE,
                 NOTIFY,
                 FLUSH,
+                COMMIT_CALL,
             ]
             .map(|sql| c.prepare_cached(sql)),
         )
@@ -240,6 +248,7 @@ impl Stmts {
             source: next()?,
             notify: next()?,
             flush: next()?,
+            commit: next()?,
         })
     }
 }

@@ -5,11 +5,13 @@
 //! `state_changed` event) not happen, and the row as it is goes back to the caller for
 //! memory to follow (docs/fleet.md, "Ownership").
 //!
-//! The fast path is two round trips: `BEGIN`, the change number and every guarded
-//! statement of the batch at once (pipelined); then the events, tombstones and source rows,
-//! the notification, `COMMIT` and the flush (`Split`), again at once. A trial result under
-//! a stale claim, or an error, must leave nothing of its own batch behind: then the
-//! transaction is redone batch by batch (`one_by_one`).
+//! A commit of endpoint transitions and events alone, the common one, is one round trip:
+//! one call of the database's function and the flush behind it (`commit_call`). Any other
+//! commit takes two: `BEGIN`, the change number and every guarded statement of the batch
+//! at once (pipelined); then the events, tombstones and source rows, the notification,
+//! `COMMIT` and the flush (`Split`), again at once. A trial result under a stale claim, or
+//! an error, must leave nothing of its own batch behind: then the transaction is redone
+//! batch by batch (`one_by_one`).
 //!
 //! ## Split
 //!
@@ -30,11 +32,12 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio_postgres::Client;
 
+use super::commit_call;
 use super::guard::{bad_group, guard_all, lock_rows, out_of_order, Found};
 use super::outcome::{finish, fresh, group_error, Outcome};
 use super::statements::{Stmts, CHANNEL};
 use super::Postgres;
-use crate::store::{Applied, StoreError, Write};
+use crate::store::{Applied, RowNow, StoreError, Write};
 
 /// Statement results of the first round trip of the fast path.
 type Guarded = (i64, Vec<Found>);
@@ -165,6 +168,9 @@ impl Postgres {
         split: bool,
     ) -> Result<Option<Vec<Result<Applied, StoreError>>>, Failed> {
         let all: Vec<&Write> = groups.iter().flatten().collect();
+        if commit_call::fits(&all) {
+            return one_call(c, st, groups, &all, split).await;
+        }
         let (seq, founds) = match begin_guarded(c, st, &all, hold, split).await {
             Ok(g) => g,
             Err(e) => {
@@ -176,18 +182,7 @@ impl Postgres {
             c.batch_execute("ROLLBACK").await.map_err(Failed::Before)?;
             return Ok(None);
         }
-        let mut outs = Vec::with_capacity(groups.len());
-        let mut total = Outcome::default();
-        let mut at = 0;
-        for g in groups {
-            let mut out = Outcome::default();
-            for (w, f) in g.iter().zip(&founds[at..at + g.len()]) {
-                out.add(w, f);
-                total.add(w, f);
-            }
-            at += g.len();
-            outs.push(out);
-        }
+        let (outs, total) = outcomes(groups, &founds);
         // The rows that changed under a write, read before COMMIT in the same round trip.
         let rows = join_all(outs.iter().map(|out| fresh(c, out)));
         // Sent after COMMIT (polled last): its own transaction.
@@ -215,15 +210,7 @@ impl Postgres {
         };
         committed.map_err(Failed::Before)?;
         flushed.map_err(Failed::After)?;
-        let mut results = Vec::with_capacity(outs.len());
-        for (out, fresh) in outs.into_iter().zip(rows) {
-            results.push(fresh.map(|fresh| Applied {
-                claims: out.claims,
-                fresh,
-                seq,
-            }));
-        }
-        Ok(Some(results))
+        Ok(Some(applied(outs, rows, seq)))
     }
 
     /// Batch by batch: one that must not apply leaves nothing, and the others are written.
@@ -342,4 +329,70 @@ async fn guard_batch<'a>(
     }
     c.batch_execute("RELEASE SAVEPOINT batch").await?;
     Ok(Ok(Written { at, writes, out }))
+}
+
+/// Each batch's outcome, and the commit's.
+fn outcomes(groups: &[Vec<Write>], founds: &[Found]) -> (Vec<Outcome>, Outcome) {
+    let mut outs = Vec::with_capacity(groups.len());
+    let mut total = Outcome::default();
+    let mut at = 0;
+    for g in groups {
+        let mut out = Outcome::default();
+        for (w, f) in g.iter().zip(&founds[at..at + g.len()]) {
+            out.add(w, f);
+            total.add(w, f);
+        }
+        at += g.len();
+        outs.push(out);
+    }
+    (outs, total)
+}
+
+/// What each batch's callers learn.
+fn applied(
+    outs: Vec<Outcome>,
+    rows: Vec<Result<Vec<RowNow>, StoreError>>,
+    seq: i64,
+) -> Vec<Result<Applied, StoreError>> {
+    outs.into_iter()
+        .zip(rows)
+        .map(|(out, fresh)| {
+            fresh.map(|fresh| Applied {
+                claims: out.claims,
+                fresh,
+                seq,
+            })
+        })
+        .collect()
+}
+
+/// The fast path of a commit of transitions and events (`commit_call`): the call, and the
+/// flush behind it, in one round trip; the rows that changed under a transition are read
+/// after it (another daemon's later change may be in them: memory follows the row as it
+/// is). `None` when a trial's outcome was under a stale claim (nothing was written).
+async fn one_call(
+    c: &Client,
+    st: &Stmts,
+    groups: &[Vec<Write>],
+    all: &[&Write],
+    split: bool,
+) -> Result<Option<Vec<Result<Applied, StoreError>>>, Failed> {
+    let flushed = async {
+        match split {
+            true => c.query_one(&st.flush, &[]).await.map(|_| ()),
+            false => Ok(()),
+        }
+    };
+    let (called, flushed) = futures_util::join!(commit_call::call(c, st, all, split), flushed);
+    let (seq, founds) = match called {
+        Ok(done) => done,
+        Err(e) if commit_call::is_stale(&e) => return Ok(None),
+        Err(e) => return Err(Failed::Before(e)),
+    };
+    flushed.map_err(Failed::After)?;
+    let (outs, _) = outcomes(groups, &founds);
+    let rows = join_all(outs.iter().map(|out| fresh(c, out))).await;
+    let rows: Result<Vec<_>, _> = rows.into_iter().collect();
+    let rows = rows.map_err(Failed::After)?;
+    Ok(Some(applied(outs, rows, seq)))
 }

@@ -1,0 +1,2 @@
+-- The group commit's function (postgres.sql) has no SQLite counterpart: SQLite's commits
+-- run inside the daemon.
