@@ -284,29 +284,22 @@ fn a_batch_whose_events_are_refused_fails_alone() {
 
 /// A commit of transitions and events alone is one call of the database's function, and
 /// judges each write as the statements do: a transition another daemon made first comes
-/// back as its row, a trial's result under a stale claim refuses its own batch and no
-/// other, and the events are written in the commit's order, a transition's only when it
-/// applied.
+/// back as its row, and the events are written in the commit's order, a transition's only
+/// when it applied. A trial's result under a stale claim refuses its own batch and no
+/// other (the commit is then redone batch by batch).
 #[test]
 fn a_commit_of_transitions_and_events_is_judged_write_by_write() {
     let Some(pg) = postgres::shared() else { return };
     let url = pg.database();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    pg.sql(
+        &db,
+        &format!("ALTER DATABASE {db} SET track_functions = 'pl'"),
+    );
     let (mut one, mut two) = (store(&url), store(&url));
-    let ids = add(&mut one, 83, 5);
-    let [a, b, c, d, e] = ids[..] else {
+    let ids = add(&mut one, 83, 6);
+    let [a, b, c, d, e, f] = ids[..] else {
         unreachable!()
-    };
-    one.write(&[moved(d, State::Available, State::ProbeAllowed, None)])
-        .unwrap();
-    let claim = Write::Claim(Claim {
-        on: ClaimOn::Endpoint(d),
-        hold: Duration::from_secs(60),
-        event: NewEvent::new(EventKind::TrialAdmitted),
-    });
-    let won = one.write_groups(&[vec![claim]]).unwrap();
-    let epoch = match &won[0].as_ref().unwrap().claims[..] {
-        [ClaimResult::Won { epoch, .. }] => *epoch,
-        other => panic!("the claim is won: {other:?}"),
     };
     two.write(&[cooled(b)]).unwrap();
     let report = |id: i64, detail: &str| {
@@ -319,48 +312,140 @@ fn a_commit_of_transitions_and_events_is_judged_write_by_write() {
             Some(503),
         )
     };
-    let late = moved(d, State::ProbeAllowed, State::Cooling, Some(epoch - 1));
     let r = one
         .write_groups(&[
             vec![cooled(e), report(e, "first"), cooled(a)],
-            vec![late, report(d, "refused")],
             vec![cooled(b), report(b, "second")],
             vec![cooled(c)],
         ])
         .unwrap();
-    assert!(matches!(r[1], Err(StoreError::StaleClaim { .. })), "{r:?}");
-    for i in [0, 2, 3] {
-        assert!(r[i].is_ok(), "batch {i}: {r:?}");
-    }
-    match &r[2].as_ref().unwrap().fresh[..] {
+    assert!(r.iter().all(Result::is_ok), "{r:?}");
+    assert_eq!(
+        (
+            r[0].as_ref().unwrap().fresh.len(),
+            r[2].as_ref().unwrap().fresh.len()
+        ),
+        (0, 0)
+    );
+    match &r[1].as_ref().unwrap().fresh[..] {
         [RowNow::Endpoint(id, Some(row))] => assert_eq!((*id, row.state), (b, State::Cooling)),
         other => panic!("b's row as it is, not {other:?}"),
     }
-    assert_eq!(changed(&one), [a, b, c, d, e], "d only to probe_allowed");
-    assert_eq!(one.get(d).unwrap().unwrap().state, State::ProbeAllowed);
+    assert_eq!(changed(&one), [a, b, c, e]);
     // This commit's events, in its order: e's transition and report, a's, b's report
     // (its transition was another daemon's), c's.
     let all = one
         .events_matching(&EventFilter::default(), 0, 1000)
         .unwrap();
-    let last: Vec<(Option<i64>, &str, Option<&str>)> = all
+    let last: Vec<_> = all
         .iter()
         .rev()
         .take(5)
         .rev()
-        .map(|ev| (ev.endpoint, ev.kind.as_str(), ev.detail.as_deref()))
+        .map(|ev| {
+            (
+                ev.endpoint,
+                ev.kind.as_str(),
+                ev.detail.as_deref(),
+                ev.status,
+            )
+        })
         .collect();
     assert_eq!(
         last,
         [
-            (Some(e), "state_changed", None),
-            (Some(e), "report", Some("first")),
-            (Some(a), "state_changed", None),
-            (Some(b), "report", Some("second")),
-            (Some(c), "state_changed", None),
+            (Some(e), "state_changed", None, None),
+            (Some(e), "report", Some("first"), Some(503)),
+            (Some(a), "state_changed", None, None),
+            (Some(b), "report", Some("second"), Some(503)),
+            (Some(c), "state_changed", None, None),
         ]
     );
-    assert_eq!(all.iter().filter(|ev| ev.status == Some(503)).count(), 2);
+    // It was the function's call (the server counts calls once the session reports them).
+    let calls = || {
+        pg.sql(
+            &db,
+            "SELECT COALESCE(sum(calls), 0) FROM pg_stat_user_functions \
+             WHERE funcname = 'proxypool_commit'",
+        )
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while calls() == "0" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "proxypool_commit never called"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // A trial decided under a claim that is no longer the slot's.
+    one.write(&[moved(d, State::Available, State::ProbeAllowed, None)])
+        .unwrap();
+    let claim = Write::Claim(Claim {
+        on: ClaimOn::Endpoint(d),
+        hold: Duration::from_secs(60),
+        event: NewEvent::new(EventKind::TrialAdmitted),
+    });
+    let won = one.write_groups(&[vec![claim]]).unwrap();
+    let epoch = match &won[0].as_ref().unwrap().claims[..] {
+        [ClaimResult::Won { epoch, .. }] => *epoch,
+        other => panic!("the claim is won: {other:?}"),
+    };
+    let late = moved(d, State::ProbeAllowed, State::Cooling, Some(epoch - 1));
+    let r = one
+        .write_groups(&[vec![late, report(d, "refused")], vec![cooled(f)]])
+        .unwrap();
+    assert!(matches!(r[0], Err(StoreError::StaleClaim { .. })), "{r:?}");
+    assert!(r[1].is_ok(), "{r:?}");
+    assert_eq!(one.get(d).unwrap().unwrap().state, State::ProbeAllowed);
+    assert_eq!(changed(&one), [a, b, c, d, e, f], "d only to probe_allowed");
+    let refused = one
+        .events_matching(&EventFilter::default(), 0, 1000)
+        .unwrap()
+        .iter()
+        .filter(|ev| ev.detail.as_deref() == Some("refused"))
+        .count();
+    assert_eq!(refused, 0, "the refused batch's report is not written");
+}
+
+/// A database whose `proxypool_commit` is gone (dropped, or a role that may not run it)
+/// still gets every commit, sent as statements, and the log says so once.
+#[test]
+fn a_database_without_the_commit_function_gets_its_commits_as_statements() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    let h = home(&url, LONG_COOLDOWN);
+    let ids = h.add(&["http://10.84.0.1:3128", "http://10.84.0.2:3128"]);
+    pg.sql(&db, "DROP FUNCTION proxypool_commit");
+    let d = h.serve();
+    for _ in 0..2 {
+        let g = d.req(json!({"op": "lease", "pool": "default", "ttl": "30s"}));
+        assert_eq!(g["ok"], json!(true), "{g}");
+        let r = d.req(
+            json!({"op": "report", "lease": g["lease"], "outcome": "failure",
+            "reason": "connect_refused", "phase": "connect"}),
+        );
+        assert_eq!(r["state"], "cooling", "{r}\n{}", d.log_tail(10));
+    }
+    let lines = d
+        .log_text()
+        .matches("will not run proxypool_commit")
+        .count();
+    assert_eq!(lines, 1, "{}", d.log_tail(10));
+    let cooling = pg.sql(
+        &db,
+        &format!(
+            "SELECT count(*) FROM endpoints WHERE state = 'cooling' AND id IN ({}, {})",
+            ids[0], ids[1]
+        ),
+    );
+    assert_eq!(cooling, "2");
+    let changed = pg.sql(
+        &db,
+        "SELECT count(*) FROM events WHERE kind = 'state_changed' AND to_state = 'cooling'",
+    );
+    assert_eq!(changed, "2");
 }
 
 /// A removal of several endpoints beside other writes of the same commit: every row it

@@ -12,7 +12,8 @@
 #                       with synchronous_commit on (it waits for its own WAL flush)
 #   update-async        the same without waiting for the flush
 # and prints PostgreSQL's CPU per transaction (every server process, the finished
-# connection's included, from /proc) and pgbench's rate.
+# connection's included, from /proc) and pgbench's rate. Statements are prepared, as the
+# daemon's are.
 set -euo pipefail
 BIN=${1:-target/release/proxypool}
 ROUNDS=${2:-3}
@@ -32,7 +33,9 @@ psql -h 127.0.0.1 -p "$PORT" -U pp -d postgres -qc "CREATE DATABASE floor"
 for i in $(seq 1 2000); do echo "http://10.$((i / 250)).$((i % 250)).1:3128"; done > "$DIR/list.txt"
 PROXYPOOL_DB="postgresql://pp:$PGPASSWORD@127.0.0.1:$PORT/floor" "$BIN" import "$DIR/list.txt" >/dev/null
 
-# The scripts: K random endpoints, each written available -> available (always applies).
+# The scripts: K consecutive endpoints from a random one (in id order, as a daemon sends
+# them), each written available -> available (it applies: the row is available and its
+# rev below the new change number).
 python3 - "$DIR" <<'PY'
 import sys
 d = sys.argv[1]
@@ -46,13 +49,13 @@ def call(k):
             arr("NULL", "bigint"), "ARRAY[" + ",".join(str(i + 1) for i in range(k)) + "]::int[]",
             f"ARRAY[{ids}]::bigint[]", arr(sc, "text"), arr(av, "text"), arr(av, "text")] + \
            [arr("NULL", "text")] * 5 + [arr("NULL", "int"), arr("NULL", "text")]
-    sets = "\n".join(f"\\set id{i} random(1, 2000)" for i in range(k))
+    sets = "\\set id0 random(1, 1992)\n" + "\n".join(f"\\set id{i} :id0 + {i}" for i in range(1, k))
     return (sets + "\nSELECT proxypool_commit(" + ", ".join(args) + ");\n"
             "SELECT pg_logical_emit_message(true, 'proxypool', '');\n")
 for k in (1, 8):
     open(f"{d}/commit-{k}.sql", "w").write(call(k))
 update = ("\\set id0 random(1, 2000)\nUPDATE endpoints SET state = 'available', streak = 0, "
-          "rev = rev + 1, state_changed_at = now() WHERE id = :id0;\n")
+          "rev = nextval('fleet_change_seq'), state_changed_at = now() WHERE id = :id0;\n")
 open(f"{d}/update-sync.sql", "w").write(update)
 open(f"{d}/update-async.sql", "w").write(update)
 PY
@@ -72,7 +75,7 @@ for r in $(seq "$ROUNDS"); do
         opts=""
         [ "$s" = update-async ] && opts="-c synchronous_commit=off"
         a=$(server_ticks)
-        out=$(PGOPTIONS="$opts" "$PGBIN/pgbench" -h 127.0.0.1 -p "$PORT" -U pp -n \
+        out=$(PGOPTIONS="$opts" "$PGBIN/pgbench" -h 127.0.0.1 -p "$PORT" -U pp -n -M prepared \
             -f "$DIR/$s.sql" -c 1 -t "$N" floor 2>&1)
         b=$(server_ticks)
         tps=$(echo "$out" | grep -oP 'tps = \K[0-9]+')

@@ -7,6 +7,11 @@
 -- notifies the fleet. A trial's outcome under a claim that moved on raises SQLSTATE PPST0:
 -- nothing is written, and the daemon redoes the commit batch by batch.
 --
+-- It is called alone, as a transaction of its own (never inside an open one: its commit
+-- must be the caller's flush point). It has no SET clause on purpose: one would undo
+-- set_config(..., true) when the function returns, and the commit would then wait for its
+-- flush holding the events' lock.
+--
 -- p_async: commit without waiting for the WAL flush (the daemon's next statement, a
 -- transaction of its own, waits for it). Transitions (p_t_*) come in the order of their
 -- ids; each event (p_e_*) names the transition it is written with (p_e_on, 1-based) or
@@ -56,7 +61,9 @@ BEGIN
         v_changed := v_changed OR v_n > 0;
         v_out := v_out || v_n;
     END LOOP;
-    IF coalesce(array_length(p_e_kind, 1), 0) > 0 THEN
+    -- The events' lock only when an event is written (none when every transition found
+    -- its row changed).
+    IF EXISTS (SELECT 1 FROM unnest(p_e_on) AS w WHERE w IS NULL OR v_out[w + 1] = 1) THEN
         -- The events' lock (the same key as every writer's): ids commit in id order.
         PERFORM pg_advisory_xact_lock(7378984100003398005);
         INSERT INTO events (endpoint, kind, from_state, to_state, reason, phase, detail,

@@ -94,6 +94,9 @@ struct Inner {
     /// Whether the server lets a group commit be made durable apart from it
     /// (`write::Split`), found out on the first group commit.
     split: write::SplitState,
+    /// Whether the server runs the group commit's function (`commit_call`): refused for
+    /// good after the first call the server would not run.
+    call_refused: std::sync::atomic::AtomicBool,
 }
 
 /// How long a claim holds without renewal unless `[store] claim_hold` says otherwise.
@@ -276,6 +279,7 @@ impl Postgres {
                 target: target.clone(),
                 claim_hold,
                 split: write::SplitState::default(),
+                call_refused: Default::default(),
             }),
         })
     }

@@ -10,11 +10,11 @@
 //! aborts the call (`STALE`): nothing was written, and the commit is redone batch by batch.
 
 use tokio_postgres::types::ToSql;
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Statement};
 
 use super::event_cols::EventCols;
 use super::guard::Found;
-use super::statements::{Stmts, CHANNEL};
+use super::statements::CHANNEL;
 use crate::health::{Phase, Reason};
 use crate::store::{HealthRecord, Write};
 
@@ -29,6 +29,12 @@ pub(super) fn fits(writes: &[&Write]) -> bool {
             Write::Transition(..) | Write::Event(_) | Write::EventStatus(..)
         )
     })
+}
+
+/// Whether `e` says the server will not run the function at all: it is missing, or this
+/// role may not execute it (SQLSTATE class 42), not that one commit was refused.
+pub(super) fn is_refused(e: &tokio_postgres::Error) -> bool {
+    e.code().is_some_and(|c| c.code().starts_with("42"))
 }
 
 /// Whether `e` is the function's refusal of a stale trial's outcome.
@@ -78,7 +84,7 @@ impl Transitions {
 /// caller's next statement waits for it).
 pub(super) async fn call(
     c: &Client,
-    st: &Stmts,
+    call: &Statement,
     writes: &[&Write],
     split: bool,
 ) -> Result<(i64, Vec<Found>), tokio_postgres::Error> {
@@ -129,7 +135,7 @@ pub(super) async fn call(
         &on,
     ];
     params.extend(events.params());
-    let out: Vec<i64> = c.query_one(&st.commit, &params).await?.get(0);
+    let out: Vec<i64> = c.query_one(call, &params).await?.get(0);
     // One number per transition after the change number (a missing one reads as a row
     // that changed: it is read back).
     let seq = out.first().copied().unwrap_or_default();

@@ -10,7 +10,7 @@ use tokio_postgres::Client;
 
 use super::event_cols::EventCols;
 use super::guard::Found;
-use super::read::{endpoint_row, pair_row, ENDPOINT_COLS, PAIR_COLS};
+use super::read::{endpoint_row, pair_row};
 use super::statements::{Stmts, CHANNEL};
 use crate::endpoint::EndpointId;
 use crate::store::pairs::PairWrite;
@@ -208,50 +208,54 @@ pub(super) async fn finish(
     Ok(())
 }
 
-/// The rows of `out`'s fresh keys, as they are now.
+/// The rows of `out`'s fresh keys, as they are now. Prepared statements (`Stmts`), both
+/// sent when first polled: in the fast path, before its `COMMIT`.
 pub(super) async fn fresh(
     c: &Client,
+    st: &Stmts,
     out: &Outcome,
 ) -> Result<Result<Vec<RowNow>, StoreError>, tokio_postgres::Error> {
-    let mut v = Vec::new();
-    if !out.fresh_endpoints.is_empty() {
-        let sql = format!("SELECT {ENDPOINT_COLS} FROM endpoints WHERE id = ANY($1::bigint[])");
-        let rows = c.query(&sql, &[&out.fresh_endpoints]).await?;
-        let mut found = Vec::new();
-        for r in &rows {
-            match endpoint_row(r) {
-                Ok(row) => found.push(row),
-                Err(e) => return Ok(Err(e)),
-            }
+    let (ids, dests): (Vec<i64>, Vec<String>) = out.fresh_pairs.iter().cloned().unzip();
+    let endpoints = async {
+        match out.fresh_endpoints.is_empty() {
+            true => Ok(Vec::new()),
+            false => c.query(&st.fresh_endpoints, &[&out.fresh_endpoints]).await,
         }
-        for &id in &out.fresh_endpoints {
-            let row = found.iter().find(|r| r.id == id).cloned().map(Box::new);
-            v.push(RowNow::Endpoint(id, row));
+    };
+    let pairs = async {
+        match ids.is_empty() {
+            true => Ok(Vec::new()),
+            false => c.query(&st.fresh_pairs, &[&ids, &dests]).await,
+        }
+    };
+    let (endpoints, pairs) = futures_util::join!(endpoints, pairs);
+    let (endpoints, pairs) = (endpoints?, pairs?);
+    let mut v = Vec::new();
+    let mut found = Vec::new();
+    for r in &endpoints {
+        match endpoint_row(r) {
+            Ok(row) => found.push(row),
+            Err(e) => return Ok(Err(e)),
         }
     }
-    if !out.fresh_pairs.is_empty() {
-        let (ids, dests): (Vec<i64>, Vec<String>) = out.fresh_pairs.iter().cloned().unzip();
-        let sql = format!(
-            "SELECT {PAIR_COLS} FROM destination_pairs p JOIN endpoints e ON e.id = p.endpoint \
-             WHERE (p.endpoint, p.destination) IN \
-               (SELECT * FROM UNNEST($1::bigint[], $2::text[]))"
-        );
-        let rows = c.query(&sql, &[&ids, &dests]).await?;
-        let mut found = Vec::new();
-        for r in &rows {
-            match pair_row(r) {
-                Ok(row) => found.push(row),
-                Err(e) => return Ok(Err(e)),
-            }
+    for &id in &out.fresh_endpoints {
+        let row = found.iter().find(|r| r.id == id).cloned().map(Box::new);
+        v.push(RowNow::Endpoint(id, row));
+    }
+    let mut found = Vec::new();
+    for r in &pairs {
+        match pair_row(r) {
+            Ok(row) => found.push(row),
+            Err(e) => return Ok(Err(e)),
         }
-        for (id, d) in &out.fresh_pairs {
-            let row = found
-                .iter()
-                .find(|p| p.record.endpoint == *id && &p.record.destination == d)
-                .cloned()
-                .map(Box::new);
-            v.push(RowNow::Pair(*id, d.clone(), row));
-        }
+    }
+    for (id, d) in &out.fresh_pairs {
+        let row = found
+            .iter()
+            .find(|p| p.record.endpoint == *id && &p.record.destination == d)
+            .cloned()
+            .map(Box::new);
+        v.push(RowNow::Pair(*id, d.clone(), row));
     }
     Ok(Ok(v))
 }

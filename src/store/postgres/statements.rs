@@ -8,8 +8,12 @@
 //! numbers of concurrent transactions commit in any order (a row that a transaction with a
 //! larger number already changed is a conflict, as a changed state is).
 
+use std::sync::LazyLock;
+
 use futures_util::future::join_all;
 use tokio_postgres::Statement;
+
+use super::read::{ENDPOINT_COLS, PAIR_COLS};
 
 /// The channel every daemon listens on; the payload is the change number.
 pub(crate) const CHANNEL: &str = "proxypool_changes";
@@ -181,6 +185,18 @@ pub(super) const SOURCE: &str = "INSERT INTO sources (pool, name, last_at, last_
 pub(super) const COMMIT_CALL: &str = "SELECT proxypool_commit($1, $2, $3, $4, $5, $6, $7, $8, \
      $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)";
 
+/// The rows that changed under a commit's writes, as they are now (`outcome::fresh`).
+static FRESH_ENDPOINTS: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT {ENDPOINT_COLS} FROM endpoints WHERE id = ANY($1::bigint[])"));
+
+static FRESH_PAIRS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {PAIR_COLS} FROM destination_pairs p JOIN endpoints e ON e.id = p.endpoint \
+         WHERE (p.endpoint, p.destination) IN \
+           (SELECT * FROM UNNEST($1::bigint[], $2::text[]))"
+    )
+});
+
 /// The statements of a batch, prepared once per connection (the pool's cache keeps them).
 pub(super) struct Stmts {
     pub next: Statement,
@@ -199,7 +215,8 @@ pub(super) struct Stmts {
     pub source: Statement,
     pub notify: Statement,
     pub flush: Statement,
-    pub commit: Statement,
+    pub fresh_endpoints: Statement,
+    pub fresh_pairs: Statement,
 }
 
 impl Stmts {
@@ -224,7 +241,8 @@ impl Stmts {
                 SOURCE,
                 NOTIFY,
                 FLUSH,
-                COMMIT_CALL,
+                &FRESH_ENDPOINTS,
+                &FRESH_PAIRS,
             ]
             .map(|sql| c.prepare_cached(sql)),
         )
@@ -248,7 +266,8 @@ impl Stmts {
             source: next()?,
             notify: next()?,
             flush: next()?,
-            commit: next()?,
+            fresh_endpoints: next()?,
+            fresh_pairs: next()?,
         })
     }
 }

@@ -30,12 +30,12 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Statement};
 
 use super::commit_call;
 use super::guard::{bad_group, guard_all, lock_rows, out_of_order, Found};
 use super::outcome::{finish, fresh, group_error, Outcome};
-use super::statements::{Stmts, CHANNEL};
+use super::statements::{Stmts, CHANNEL, COMMIT_CALL};
 use super::Postgres;
 use crate::store::{Applied, RowNow, StoreError, Write};
 
@@ -116,12 +116,16 @@ impl Postgres {
             let c = self.client().await?;
             let st = Stmts::prepare(&c).await.map_err(|e| self.err(e))?;
             let split = self.split(&c, &st).await?;
-            match self.fast(&c, &st, groups, hold, split).await {
+            let call = self.call_statement(&c, groups).await?;
+            match self.fast(&c, &st, groups, hold, split, call.as_ref()).await {
                 Ok(Some(done)) => return Ok(done),
                 Ok(None) => {}
                 // Committed: never redone. Unconfirmed counts as not written.
                 Err(Failed::After(e)) => return Err(self.err(e)),
                 Err(Failed::Before(e)) if super::is_connection_error(&e) => return Err(self.err(e)),
+                Err(Failed::Before(e)) if call.is_some() && commit_call::is_refused(&e) => {
+                    self.refuse_call(&e)
+                }
                 // A statement the server refused: find out whose, batch by batch.
                 Err(Failed::Before(_)) => {}
             }
@@ -158,7 +162,40 @@ impl Postgres {
         Ok(state.load(Ordering::Relaxed) == SPLIT)
     }
 
+    /// The group commit's function, prepared, when `groups` fit one call of it and the
+    /// server has not refused it.
+    async fn call_statement(
+        &self,
+        c: &deadpool_postgres::Object,
+        groups: &[Vec<Write>],
+    ) -> Result<Option<Statement>, StoreError> {
+        let all: Vec<&Write> = groups.iter().flatten().collect();
+        if self.inner.call_refused.load(Ordering::Relaxed) || !commit_call::fits(&all) {
+            return Ok(None);
+        }
+        match c.prepare_cached(COMMIT_CALL).await {
+            Ok(s) => Ok(Some(s)),
+            Err(e) if super::is_connection_error(&e) => Err(self.err(e)),
+            Err(e) => {
+                self.refuse_call(&e);
+                Ok(None)
+            }
+        }
+    }
+
+    /// The server will not run the group commit's function (dropped, or this role may
+    /// not execute it): every commit is sent as statements from now on, said once.
+    fn refuse_call(&self, e: &tokio_postgres::Error) {
+        if !self.inner.call_refused.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                error = %crate::store::pg_message(e),
+                "the database will not run proxypool_commit: group commits are sent as statements (one round trip more each)"
+            );
+        }
+    }
+
     /// Every batch at once; `None` when one of them must not apply (then nothing did).
+    /// `call`: the group commit's function, when the batches fit one call of it.
     async fn fast(
         &self,
         c: &Client,
@@ -166,10 +203,11 @@ impl Postgres {
         groups: &[Vec<Write>],
         hold: Duration,
         split: bool,
+        call: Option<&Statement>,
     ) -> Result<Option<Vec<Result<Applied, StoreError>>>, Failed> {
         let all: Vec<&Write> = groups.iter().flatten().collect();
-        if commit_call::fits(&all) {
-            return one_call(c, st, groups, &all, split).await;
+        if let Some(call) = call {
+            return one_call(c, st, call, groups, &all, split).await;
         }
         let (seq, founds) = match begin_guarded(c, st, &all, hold, split).await {
             Ok(g) => g,
@@ -184,7 +222,7 @@ impl Postgres {
         }
         let (outs, total) = outcomes(groups, &founds);
         // The rows that changed under a write, read before COMMIT in the same round trip.
-        let rows = join_all(outs.iter().map(|out| fresh(c, out)));
+        let rows = join_all(outs.iter().map(|out| fresh(c, st, out)));
         // Sent after COMMIT (polled last): its own transaction.
         let flushed = async {
             match split {
@@ -286,7 +324,7 @@ async fn batches(
     }
     let any = kept.iter().any(|k| changed(&k.out));
     for k in kept {
-        results[k.at] = fresh(c, &k.out).await?.map(|fresh| Applied {
+        results[k.at] = fresh(c, st, &k.out).await?.map(|fresh| Applied {
             claims: k.out.claims,
             fresh,
             seq,
@@ -324,7 +362,7 @@ async fn guard_batch<'a>(
     }
     if bad_group(&founds) {
         c.batch_execute("ROLLBACK TO SAVEPOINT batch").await?;
-        let rows = fresh(c, &out).await?.unwrap_or_default();
+        let rows = fresh(c, st, &out).await?.unwrap_or_default();
         return Ok(Err(group_error(&writes, &founds, rows)));
     }
     c.batch_execute("RELEASE SAVEPOINT batch").await?;
@@ -373,6 +411,7 @@ fn applied(
 async fn one_call(
     c: &Client,
     st: &Stmts,
+    call: &Statement,
     groups: &[Vec<Write>],
     all: &[&Write],
     split: bool,
@@ -383,7 +422,7 @@ async fn one_call(
             false => Ok(()),
         }
     };
-    let (called, flushed) = futures_util::join!(commit_call::call(c, st, all, split), flushed);
+    let (called, flushed) = futures_util::join!(commit_call::call(c, call, all, split), flushed);
     let (seq, founds) = match called {
         Ok(done) => done,
         Err(e) if commit_call::is_stale(&e) => return Ok(None),
@@ -391,8 +430,11 @@ async fn one_call(
     };
     flushed.map_err(Failed::After)?;
     let (outs, _) = outcomes(groups, &founds);
-    let rows = join_all(outs.iter().map(|out| fresh(c, out))).await;
-    let rows: Result<Vec<_>, _> = rows.into_iter().collect();
-    let rows = rows.map_err(Failed::After)?;
+    // Committed and durable: a batch whose rows cannot be read back fails alone.
+    let rows = join_all(outs.iter().map(|out| fresh(c, st, out))).await;
+    let rows = rows
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|e| Err(StoreError::Postgres(e))))
+        .collect();
     Ok(Some(applied(outs, rows, seq)))
 }
