@@ -18,6 +18,7 @@ use proxypool::store::{
     OpenOptions, RowNow, Store, StoreError, StoredHealth, Write,
 };
 
+use common::daemon::Daemon;
 use common::fleet::{home, LONG_COOLDOWN};
 use common::{postgres, writes};
 
@@ -49,28 +50,38 @@ fn a_role_that_may_not_write_the_flush_record_gets_whole_commits() {
     allowed.add(&["http://10.80.1.1:3128", "http://10.80.1.2:3128"]);
     for (h, warned) in [(&refused, true), (&allowed, false)] {
         let d = h.serve();
-        for _ in 0..2 {
-            let g = d.req(json!({"op": "lease", "pool": "default", "ttl": "30s"}));
-            assert_eq!(g["ok"], json!(true), "{g}");
-            let r = d.req(
-                json!({"op": "report", "lease": g["lease"], "outcome": "failure",
-                "reason": "connect_refused", "phase": "connect"}),
-            );
-            assert_eq!(r["state"], "cooling", "{r}\n{}", d.log_tail(10));
-        }
+        cool_two(&d);
         let log = d.log_text();
         let lines = log.matches("refuses pg_logical_emit_message").count();
         assert_eq!(lines, usize::from(warned), "{}", d.log_tail(10));
         assert!(!log.contains("Plain-pw-1"), "{log}");
     }
     // What the refused role's daemon answered is in the database.
+    assert_cooled_in(pg, &db, &ids);
+}
+
+/// Two leases of `d`, each reported failed and answered cooling.
+fn cool_two(d: &Daemon) {
+    for _ in 0..2 {
+        let g = d.req(json!({"op": "lease", "pool": "default", "ttl": "30s"}));
+        assert_eq!(g["ok"], json!(true), "{g}");
+        let r = d.req(
+            json!({"op": "report", "lease": g["lease"], "outcome": "failure",
+            "reason": "connect_refused", "phase": "connect"}),
+        );
+        assert_eq!(r["state"], "cooling", "{r}\n{}", d.log_tail(10));
+    }
+}
+
+/// `ids` (two) are cooling in database `db`, with a `state_changed` event each.
+fn assert_cooled_in(pg: &postgres::Cluster, db: &str, ids: &[i64]) {
     let changed = pg.sql(
-        &db,
+        db,
         "SELECT count(*) FROM events WHERE kind = 'state_changed' AND to_state = 'cooling'",
     );
     assert_eq!(changed, "2");
     let cooling = pg.sql(
-        &db,
+        db,
         &format!(
             "SELECT count(*) FROM endpoints WHERE state = 'cooling' AND id IN ({}, {})",
             ids[0], ids[1]
@@ -135,6 +146,24 @@ fn pair_cooled(endpoint: i64, from: State) -> Write {
     Write::Pair(writes::pair_cooled(endpoint, "shop.test", from))
 }
 
+/// `id` made `probe_allowed` and its trial claimed; the trial's outcome (cooling) decided
+/// under the claim before, which is no longer the slot's.
+fn stale_trial(s: &mut Store, id: i64) -> Write {
+    s.write(&[moved(id, State::Available, State::ProbeAllowed, None)])
+        .unwrap();
+    let claim = Write::Claim(Claim {
+        on: ClaimOn::Endpoint(id),
+        hold: Duration::from_secs(60),
+        event: NewEvent::new(EventKind::TrialAdmitted),
+    });
+    let won = s.write_groups(&[vec![claim]]).unwrap();
+    let epoch = match &won[0].as_ref().unwrap().claims[..] {
+        [ClaimResult::Won { epoch, .. }] => *epoch,
+        other => panic!("the claim is won: {other:?}"),
+    };
+    moved(id, State::ProbeAllowed, State::Cooling, Some(epoch - 1))
+}
+
 /// The endpoints a `state_changed` event was written for, in id order.
 fn changed(s: &Store) -> Vec<i64> {
     let filter = EventFilter {
@@ -187,19 +216,7 @@ fn each_transition_of_a_commit_is_judged_alone() {
     );
 
     // A trial decided under a claim that is no longer the slot's.
-    one.write(&[moved(d, State::Available, State::ProbeAllowed, None)])
-        .unwrap();
-    let claim = Write::Claim(Claim {
-        on: ClaimOn::Endpoint(d),
-        hold: Duration::from_secs(60),
-        event: NewEvent::new(EventKind::TrialAdmitted),
-    });
-    let won = one.write_groups(&[vec![claim]]).unwrap();
-    let epoch = match &won[0].as_ref().unwrap().claims[..] {
-        [ClaimResult::Won { epoch, .. }] => *epoch,
-        other => panic!("the claim is won: {other:?}"),
-    };
-    let late = moved(d, State::ProbeAllowed, State::Cooling, Some(epoch - 1));
+    let late = stale_trial(&mut one, d);
     // With pairs, a row of them and a new one, in batches after the refused one.
     one.write_groups(&[vec![pair_cooled(a, State::Available)]])
         .unwrap();
@@ -379,19 +396,7 @@ fn a_commit_of_transitions_and_events_is_judged_write_by_write() {
     }
 
     // A trial decided under a claim that is no longer the slot's.
-    one.write(&[moved(d, State::Available, State::ProbeAllowed, None)])
-        .unwrap();
-    let claim = Write::Claim(Claim {
-        on: ClaimOn::Endpoint(d),
-        hold: Duration::from_secs(60),
-        event: NewEvent::new(EventKind::TrialAdmitted),
-    });
-    let won = one.write_groups(&[vec![claim]]).unwrap();
-    let epoch = match &won[0].as_ref().unwrap().claims[..] {
-        [ClaimResult::Won { epoch, .. }] => *epoch,
-        other => panic!("the claim is won: {other:?}"),
-    };
-    let late = moved(d, State::ProbeAllowed, State::Cooling, Some(epoch - 1));
+    let late = stale_trial(&mut one, d);
     let r = one
         .write_groups(&[vec![late, report(d, "refused")], vec![cooled(f)]])
         .unwrap();
@@ -419,33 +424,13 @@ fn a_database_without_the_commit_function_gets_its_commits_as_statements() {
     let ids = h.add(&["http://10.84.0.1:3128", "http://10.84.0.2:3128"]);
     pg.sql(&db, "DROP FUNCTION proxypool_commit");
     let d = h.serve();
-    for _ in 0..2 {
-        let g = d.req(json!({"op": "lease", "pool": "default", "ttl": "30s"}));
-        assert_eq!(g["ok"], json!(true), "{g}");
-        let r = d.req(
-            json!({"op": "report", "lease": g["lease"], "outcome": "failure",
-            "reason": "connect_refused", "phase": "connect"}),
-        );
-        assert_eq!(r["state"], "cooling", "{r}\n{}", d.log_tail(10));
-    }
+    cool_two(&d);
     let lines = d
         .log_text()
         .matches("will not run proxypool_commit")
         .count();
     assert_eq!(lines, 1, "{}", d.log_tail(10));
-    let cooling = pg.sql(
-        &db,
-        &format!(
-            "SELECT count(*) FROM endpoints WHERE state = 'cooling' AND id IN ({}, {})",
-            ids[0], ids[1]
-        ),
-    );
-    assert_eq!(cooling, "2");
-    let changed = pg.sql(
-        &db,
-        "SELECT count(*) FROM events WHERE kind = 'state_changed' AND to_state = 'cooling'",
-    );
-    assert_eq!(changed, "2");
+    assert_cooled_in(pg, &db, &ids);
 }
 
 /// A removal of several endpoints beside other writes of the same commit: every row it
