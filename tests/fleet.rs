@@ -1007,3 +1007,54 @@ fn an_import_larger_than_a_read_arrives_in_slices() {
     sees(&db, "cooling", 1);
     assert_eq!(count(&db, "available"), n as u64);
 }
+
+/// While the fleet writes a stream, a follower stops listening (it reads every 25 ms
+/// whatever is notified) and follows all the same; after the stream it listens again,
+/// and a single change is followed as ever (docs/fleet.md, "Propagation").
+#[test]
+fn a_follower_stops_listening_in_a_stream_and_listens_again_after_it() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    let (a, b) = (long_home(&url), long_home(&url));
+    let urls: Vec<String> = (0..400)
+        .map(|i| format!("http://10.9.{}.{}:3128", i / 200, i % 200 + 1))
+        .collect();
+    a.add(&urls.iter().map(String::as_str).collect::<Vec<_>>());
+    let (da, db_) = (a.serve(), b.serve());
+    sees(&db_, "available", 400);
+    let sessions = |sql: &str| {
+        pg.sql(
+            "postgres",
+            &format!(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = '{db}' \
+                 AND query = '{sql} proxypool_changes'"
+            ),
+        )
+    };
+    // A stream of failures through one daemon, until a listening session has stopped.
+    let mut failed = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sessions("UNLISTEN") == "0" {
+        assert!(Instant::now() < deadline, "no follower stopped listening");
+        for _ in 0..20 {
+            let r = lease_and_fail(&da);
+            assert_eq!(r["state"], "cooling", "{r}");
+            failed += 1;
+        }
+        assert!(failed < 380, "the stream ran out of endpoints");
+    }
+    sees(&db_, "cooling", failed);
+    // Quiet again: both listen, and one failure more reaches the other daemon.
+    eventually(
+        Duration::from_secs(10),
+        "both daemons listen again",
+        || match (sessions("LISTEN").as_str(), sessions("UNLISTEN").as_str()) {
+            ("2", "0") => Ok(()),
+            other => Err(format!("LISTEN, UNLISTEN sessions: {other:?}")),
+        },
+    );
+    let r = lease_and_fail(&da);
+    assert_eq!(r["state"], "cooling", "{r}");
+    sees(&db_, "cooling", failed + 1);
+}
