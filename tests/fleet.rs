@@ -5,6 +5,7 @@
 mod common;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -1032,18 +1033,32 @@ fn a_follower_stops_listening_in_a_stream_and_listens_again_after_it() {
             ),
         )
     };
-    // A stream of failures through one daemon, until a listening session has stopped.
-    let mut failed = 0;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while sessions("UNLISTEN") == "0" {
-        assert!(Instant::now() < deadline, "no follower stopped listening");
-        for _ in 0..20 {
-            let r = lease_and_fail(&da);
-            assert_eq!(r["state"], "cooling", "{r}");
-            failed += 1;
+    // A stream of failures through one daemon, while a listening session is looked for
+    // that has stopped.
+    let stop = AtomicBool::new(false);
+    let failed = std::thread::scope(|s| {
+        let stream = s.spawn(|| {
+            let mut failed = 0;
+            while !stop.load(Ordering::Relaxed) && failed < 390 {
+                let r = lease_and_fail(&da);
+                assert_eq!(r["state"], "cooling", "{r}");
+                failed += 1;
+            }
+            failed
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut stopped = false;
+        while !stopped && !stream.is_finished() && Instant::now() < deadline {
+            stopped = sessions("UNLISTEN") != "0";
         }
-        assert!(failed < 380, "the stream ran out of endpoints");
-    }
+        stop.store(true, Ordering::Relaxed);
+        let failed = stream.join().unwrap();
+        assert!(
+            stopped,
+            "no follower stopped listening in {failed} failures"
+        );
+        failed
+    });
     sees(&db_, "cooling", failed);
     // Quiet again: both listen, and one failure more reaches the other daemon.
     eventually(

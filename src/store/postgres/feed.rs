@@ -78,7 +78,8 @@ pub struct Feed {
     slicing: Option<Slicing>,
     listener: Option<Listener>,
     last_read: std::time::Instant,
-    /// How far apart the next reads woken by notifications are (`GAP`, `STREAM_GAP`).
+    /// How far apart the next reads are: woken by notifications (`GAP`), or on a timer in
+    /// a stream (`STREAM_GAP`).
     gap: Duration,
 }
 
@@ -100,7 +101,8 @@ impl Feed {
     }
 
     /// Connect the listening session if it is not up: its own connection (not pooled),
-    /// driven by a task that turns each notification into a wake-up.
+    /// driven by a task that turns each notification into a wake-up and sends `LISTEN` or
+    /// `UNLISTEN` as the feed asks (`Listener::want`).
     fn listen(&mut self) -> Result<(), StoreError> {
         if self.listener.is_some() {
             return Ok(());
@@ -177,8 +179,8 @@ impl Feed {
     /// read), then read what changed. In a stream (`STREAM_GAP`) the session does not
     /// listen and the read comes `STREAM_GAP` after the last: every notification wakes
     /// each daemon's listening session on the server, and in a stream a read is due before
-    /// the next one would help (measured: about a seventh of a cell of three daemons' CPU).
-    /// After a read that found fewer, it listens again, and reads once more when it does.
+    /// the next one would help (BENCHMARKS.md, "PostgreSQL fleet"). After a read that found
+    /// fewer, it listens again, and reads once more when it does.
     pub fn next(&mut self, wait: Duration) -> Result<Changes, StoreError> {
         let listening = self.listen();
         if self.slicing.is_none() {
@@ -208,6 +210,13 @@ impl Feed {
                 if closed {
                     self.listener = None;
                 }
+            } else if self.gap == STREAM_GAP {
+                // No listening session, in a stream: the same pace as with one.
+                std::thread::sleep(
+                    STREAM_GAP
+                        .saturating_sub(self.last_read.elapsed())
+                        .min(wait),
+                );
             } else {
                 // Not listening (the database is away): poll at the same pace.
                 std::thread::sleep(wait);
