@@ -13,7 +13,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
 use super::event_cols::EventCols;
-use super::guard::Found;
+use super::guard::{self, Found};
 use super::statements::CHANNEL;
 use crate::health::{Phase, Reason};
 use crate::store::{HealthRecord, Write};
@@ -22,8 +22,8 @@ use crate::store::{HealthRecord, Write};
 const STALE: &str = "PPST0";
 
 /// Whether the commit of `writes` fits one call: transitions and events only.
-pub(super) fn fits(writes: &[&Write]) -> bool {
-    writes.iter().all(|w| {
+pub(super) fn fits<'a>(mut writes: impl Iterator<Item = &'a Write>) -> bool {
+    writes.all(|w| {
         matches!(
             w,
             Write::Transition(..) | Write::Event(_) | Write::EventStatus(..)
@@ -68,12 +68,8 @@ impl Transitions {
         self.detail.push(super::text(&s.detail));
         self.streak.push(s.streak as i32);
         self.reason_streak.push(s.reason_streak as i32);
-        self.cooldown_ms
-            .push(s.cooldown_ms.map(|v| v.min(i64::MAX as u64) as i64));
-        self.left.push(
-            s.cooldown_left
-                .map(|d| d.as_millis().min(i64::MAX as u128) as i64),
-        );
+        self.cooldown_ms.push(guard::cooldown_ms(s.cooldown_ms));
+        self.left.push(guard::ms(s.cooldown_left));
         self.from.push(h.from.as_str());
         self.trial.push(h.trial);
     }

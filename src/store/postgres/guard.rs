@@ -31,8 +31,13 @@ pub(super) enum Found {
     Lost(Duration),
 }
 
-fn ms(d: Option<Duration>) -> Option<i64> {
+pub(super) fn ms(d: Option<Duration>) -> Option<i64> {
     d.map(|d| d.as_millis().min(i64::MAX as u128) as i64)
+}
+
+/// A cooldown's length as the database stores it.
+pub(super) fn cooldown_ms(v: Option<u64>) -> Option<i64> {
+    v.map(|v| v.min(i64::MAX as u64) as i64)
 }
 
 pub(super) fn opt_i32(v: Option<u16>) -> Option<i32> {
@@ -216,7 +221,7 @@ async fn transition(
                 &super::text(&h.health.detail),
                 &(h.health.streak as i32),
                 &(h.health.reason_streak as i32),
-                &h.health.cooldown_ms.map(|v| v.min(i64::MAX as u64) as i64),
+                &cooldown_ms(h.health.cooldown_ms),
                 &ms(h.health.cooldown_left),
                 &h.from.as_str(),
                 &h.trial,
@@ -258,7 +263,7 @@ async fn pair_upsert(
     );
     let (status, detail) = (opt_i32(r.status), super::text(&r.health.detail));
     let (streak, reason_streak) = (r.health.streak as i32, r.health.reason_streak as i32);
-    let cooldown_ms = r.health.cooldown_ms.map(|v| v.min(i64::MAX as u64) as i64);
+    let cooldown_ms = cooldown_ms(r.health.cooldown_ms);
     let left = ms(r.health.cooldown_left);
     let from = r.from.as_str();
     let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![

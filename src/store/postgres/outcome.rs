@@ -37,9 +37,32 @@ pub(super) struct Outcome {
     /// Keys whose rows go back to the caller.
     pub(super) fresh_endpoints: Vec<EndpointId>,
     pub(super) fresh_pairs: Vec<(EndpointId, String)>,
+    /// Its events are written by another outcome, or by the database's function.
+    skip_events: bool,
 }
 
 impl Outcome {
+    /// What a batch's callers learn alone (claims, the rows to read back), without the
+    /// batch's events: those are the commit's outcome's, or the database function's.
+    pub(super) fn for_callers() -> Outcome {
+        Outcome {
+            skip_events: true,
+            ..Outcome::default()
+        }
+    }
+
+    fn event(
+        &mut self,
+        ev: &NewEvent,
+        endpoint: Option<EndpointId>,
+        destination: Option<&str>,
+        status: Option<u16>,
+    ) {
+        if !self.skip_events {
+            self.events.push_new(ev, endpoint, destination, status);
+        }
+    }
+
     pub(super) fn add(&mut self, w: &Write, f: &Found) {
         let applied = matches!(f, Found::Applied | Found::Plain | Found::Won(_));
         self.changed |=
@@ -47,13 +70,13 @@ impl Outcome {
         match w {
             Write::Transition(h, ev) => {
                 if applied {
-                    self.events.push_new(ev, ev.endpoint, None, None);
+                    self.event(ev, ev.endpoint, None, None);
                 } else {
                     self.fresh_endpoints.push(h.id);
                 }
             }
-            Write::Event(ev) => self.events.push_new(ev, ev.endpoint, None, None),
-            Write::EventStatus(ev, s) => self.events.push_new(ev, ev.endpoint, None, *s),
+            Write::Event(ev) => self.event(ev, ev.endpoint, None, None),
+            Write::EventStatus(ev, s) => self.event(ev, ev.endpoint, None, *s),
             Write::Remove(ids) => {
                 let mut seen = std::collections::HashSet::new();
                 for &id in ids.iter().filter(|id| seen.insert(**id)) {
@@ -61,7 +84,7 @@ impl Outcome {
                         endpoint: Some(id),
                         ..NewEvent::new(crate::event_kind::EventKind::Removed)
                     };
-                    self.events.push_new(&ev, Some(id), None, None);
+                    self.event(&ev, Some(id), None, None);
                     self.tombstones.push((id, None));
                 }
             }
@@ -85,8 +108,7 @@ impl Outcome {
             PairWrite::Unclaim(u) => self.unclaim(u, applied),
             PairWrite::Upsert(r, ev) => {
                 if applied {
-                    self.events
-                        .push_new(ev, Some(r.endpoint), Some(&r.destination), r.status);
+                    self.event(ev, Some(r.endpoint), Some(&r.destination), r.status);
                 } else {
                     self.fresh_pairs.push((r.endpoint, r.destination.clone()));
                 }
@@ -98,8 +120,7 @@ impl Outcome {
                 ..
             } => {
                 if applied {
-                    self.events
-                        .push_new(event, Some(*endpoint), Some(destination), None);
+                    self.event(event, Some(*endpoint), Some(destination), None);
                     self.tombstones.push((*endpoint, Some(destination.clone())));
                 } else {
                     self.fresh_pairs.push((*endpoint, destination.clone()));
@@ -109,9 +130,7 @@ impl Outcome {
                 destination,
                 status,
                 event,
-            } => self
-                .events
-                .push_new(event, event.endpoint, Some(destination), *status),
+            } => self.event(event, event.endpoint, Some(destination), *status),
         }
     }
 
@@ -119,8 +138,7 @@ impl Outcome {
     /// is now goes back to the caller).
     fn claim(&mut self, c: &Claim, f: &Found) {
         if let Found::Won(epoch) = f {
-            self.events
-                .push_new(&c.event, Some(c.on.endpoint()), pair_dest(&c.on), None);
+            self.event(&c.event, Some(c.on.endpoint()), pair_dest(&c.on), None);
             self.claims.push(ClaimResult::Won {
                 on: c.on.clone(),
                 epoch: *epoch,
@@ -141,8 +159,7 @@ impl Outcome {
     /// A trial handed back: its event, or the row as it is now when the claim had moved on.
     fn unclaim(&mut self, u: &Unclaim, applied: bool) {
         if applied {
-            self.events
-                .push_new(&u.event, Some(u.on.endpoint()), pair_dest(&u.on), None);
+            self.event(&u.event, Some(u.on.endpoint()), pair_dest(&u.on), None);
         } else {
             self.fresh_key(&u.on);
         }

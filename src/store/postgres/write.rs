@@ -169,8 +169,9 @@ impl Postgres {
         c: &deadpool_postgres::Object,
         groups: &[Vec<Write>],
     ) -> Result<Option<Statement>, StoreError> {
-        let all: Vec<&Write> = groups.iter().flatten().collect();
-        if self.inner.call_refused.load(Ordering::Relaxed) || !commit_call::fits(&all) {
+        if self.inner.call_refused.load(Ordering::Relaxed)
+            || !commit_call::fits(groups.iter().flatten())
+        {
             return Ok(None);
         }
         match c.prepare_cached(COMMIT_CALL).await {
@@ -220,7 +221,11 @@ impl Postgres {
             c.batch_execute("ROLLBACK").await.map_err(Failed::Before)?;
             return Ok(None);
         }
-        let (outs, total) = outcomes(groups, &founds);
+        let outs = outcomes(groups, &founds);
+        let mut total = Outcome::default();
+        for (w, f) in all.iter().zip(&founds) {
+            total.add(w, f);
+        }
         // The rows that changed under a write, read before COMMIT in the same round trip.
         let rows = join_all(outs.iter().map(|out| fresh(c, st, out)));
         // Sent after COMMIT (polled last): its own transaction.
@@ -369,21 +374,21 @@ async fn guard_batch<'a>(
     Ok(Ok(Written { at, writes, out }))
 }
 
-/// Each batch's outcome, and the commit's.
-fn outcomes(groups: &[Vec<Write>], founds: &[Found]) -> (Vec<Outcome>, Outcome) {
-    let mut outs = Vec::with_capacity(groups.len());
-    let mut total = Outcome::default();
+/// What each batch's callers learn (`Outcome::for_callers`: the events are the
+/// commit's).
+fn outcomes(groups: &[Vec<Write>], founds: &[Found]) -> Vec<Outcome> {
     let mut at = 0;
-    for g in groups {
-        let mut out = Outcome::default();
-        for (w, f) in g.iter().zip(&founds[at..at + g.len()]) {
-            out.add(w, f);
-            total.add(w, f);
-        }
-        at += g.len();
-        outs.push(out);
-    }
-    (outs, total)
+    groups
+        .iter()
+        .map(|g| {
+            let mut out = Outcome::for_callers();
+            for (w, f) in g.iter().zip(&founds[at..at + g.len()]) {
+                out.add(w, f);
+            }
+            at += g.len();
+            out
+        })
+        .collect()
 }
 
 /// What each batch's callers learn.
@@ -429,7 +434,7 @@ async fn one_call(
         Err(e) => return Err(Failed::Before(e)),
     };
     flushed.map_err(Failed::After)?;
-    let (outs, _) = outcomes(groups, &founds);
+    let outs = outcomes(groups, &founds);
     // Committed and durable: a batch whose rows cannot be read back fails alone.
     let rows = join_all(outs.iter().map(|out| fresh(c, st, out))).await;
     let rows = rows
