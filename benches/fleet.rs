@@ -18,7 +18,7 @@
 //!
 //! The real binary (release) and a private PostgreSQL cluster (tests/common/postgres.rs).
 //! Run: `cargo bench --bench fleet` (needs Debian's `postgresql`; prints a note without it);
-//! `FLEET_THREE_ONLY=1` runs section 4 alone; `FLEET_PROFILE=1` runs none of them and
+//! `FLEET_THREE_ONLY=1` runs section 4 alone, `FLEET_FLOOR_ONLY=1` the floor alone; `FLEET_PROFILE=1` runs none of them and
 //! shows where one cell of one daemon and one of three spend their time (`fleet/profile.rs`;
 //! `FLEET_PERF_ARGS` adds `perf record` arguments);
 //! `PROXYPOOL_BIN=path/to/proxypool` runs another build's daemon instead (a before/after
@@ -300,12 +300,21 @@ fn load() -> String {
 }
 
 /// pgbench at `clients` connections (two threads at most) running `script` for a cell on
-/// `db`: its rate and the transactions it processed.
-fn pgbench_run(pg: &postgres::Cluster, db: &str, script: &Path, clients: usize) -> (f64, f64) {
+/// `db` with the query protocol `mode` (`simple`, `prepared`): its rate and the
+/// transactions it processed.
+fn pgbench_run(
+    pg: &postgres::Cluster,
+    db: &str,
+    script: &Path,
+    clients: usize,
+    mode: &str,
+) -> (f64, f64) {
     let threads = clients.min(2);
     let out = Command::new("pgbench")
         .args([
             "-n",
+            "-M",
+            mode,
             "-c",
             &clients.to_string(),
             "-j",
@@ -343,47 +352,82 @@ fn pgbench_run(pg: &postgres::Cluster, db: &str, script: &Path, clients: usize) 
     (tps, done)
 }
 
+/// pgbench writes copies of the tables (same columns, indexes and constraints): the
+/// daemons' rows must not change behind their backs. A checkpoint after the imports, so
+/// none falls on the first cells.
+fn bench_tables(pg: &postgres::Cluster, db: &str) {
+    pg.sql(
+        db,
+        "CREATE TABLE bench_endpoints (LIKE endpoints INCLUDING ALL); \
+         INSERT INTO bench_endpoints SELECT * FROM endpoints; \
+         CREATE TABLE bench_events (LIKE events INCLUDING ALL)",
+    );
+    pg.sql(db, "CHECKPOINT");
+}
+
+/// A pgbench script committing `k` UPDATE + INSERT pairs in one transaction; `pipelined`:
+/// sent in one round trip (pipeline mode, prepared statements), as a daemon sends its
+/// commit, rather than one statement at a time.
+fn batch_script(dir: &Path, k: usize, pipelined: bool) -> PathBuf {
+    let mut text = String::new();
+    for i in 0..k {
+        text.push_str(&format!("\\set id{i} random(1, {ENDPOINTS})\n"));
+    }
+    if pipelined {
+        text.push_str("\\startpipeline\n");
+    }
+    text.push_str("BEGIN;\n");
+    for i in 0..k {
+        text.push_str(&format!(
+            "UPDATE bench_endpoints SET state = 'cooling', streak = streak + 1, \
+             cooldown_ms = 3600000, cooldown_until = now() + interval '1 hour', \
+             state_changed_at = now() WHERE id = :id{i};\n\
+             INSERT INTO bench_events (at, endpoint, kind, from_state, to_state, reason, phase) \
+             VALUES (now(), :id{i}, 'state_changed', 'available', 'cooling', 'connect_refused', 'connect');\n"
+        ));
+    }
+    text.push_str("END;\n");
+    if pipelined {
+        text.push_str("\\endpipeline\n");
+    }
+    let path = dir.join(format!("batch{k}-{pipelined}.sql"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
 /// The floor of three daemons against one (section 4) with no daemon at all: pgbench
 /// committing the same UPDATE + INSERT pairs in the shape the daemons' commits take, one
 /// writer committing 8 at a time (one daemon at 8 clients) against three writers
-/// committing 3 at a time (three daemons share the 8 clients: 2.6 a commit). If the shape
-/// alone loses what the fleet loses, only fewer, larger commits (one writer for the
-/// fleet) can win it back.
+/// committing 3 at a time (three daemons share the 8 clients: 2.6 a commit). Twice: a
+/// statement at a time (the simple protocol, a round trip each), and pipelined (a commit
+/// in one round trip, as a daemon sends it). If the shape alone loses what the fleet
+/// loses, only fewer, larger commits (one writer for the fleet) can win it back.
 fn batching_floor(pg: &postgres::Cluster, db: &str, dir: &Path) {
-    let script = |k: usize| {
-        let mut text = String::from("BEGIN;\n");
-        for i in 0..k {
-            text.push_str(&format!(
-                "\\set id{i} random(1, {ENDPOINTS})\n\
-                 UPDATE bench_endpoints SET state = 'cooling', streak = streak + 1, \
-                 cooldown_ms = 3600000, cooldown_until = now() + interval '1 hour', \
-                 state_changed_at = now() WHERE id = :id{i};\n\
-                 INSERT INTO bench_events (at, endpoint, kind, from_state, to_state, reason, phase) \
-                 VALUES (now(), :id{i}, 'state_changed', 'available', 'cooling', 'connect_refused', 'connect');\n"
-            ));
+    for (pipelined, mode, label) in [
+        (false, "simple", "a statement at a time"),
+        (true, "prepared", "pipelined"),
+    ] {
+        let (one, three) = (
+            batch_script(dir, 8, pipelined),
+            batch_script(dir, 3, pipelined),
+        );
+        let (mut r1, mut r3) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            r1.push(pgbench_run(pg, db, &one, 1, mode).0 * 8.0);
+            r3.push(pgbench_run(pg, db, &three, 3, mode).0 * 3.0);
         }
-        text.push_str("END;\n");
-        let path = dir.join(format!("batch{k}.sql"));
-        std::fs::write(&path, text).unwrap();
-        path
-    };
-    let (one, three) = (script(8), script(3));
-    let (mut r1, mut r3) = (Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
-        r1.push(pgbench_run(pg, db, &one, 1).0 * 8.0);
-        r3.push(pgbench_run(pg, db, &three, 3).0 * 3.0);
+        let rounds: Vec<String> = r1
+            .iter()
+            .zip(&r3)
+            .map(|(a, b)| format!("{:.2}", b / a))
+            .collect();
+        let (r1, r3) = (median(r1), median(r3));
+        println!("\n2b. the batching floor: pgbench, UPDATE + INSERT pairs per commit, no daemon, {label}");
+        println!("{:<28} {:>12}", "1 writer, 8 a commit", format!("{r1:.0}"));
+        println!("{:<28} {:>12}", "3 writers, 3 a commit", format!("{r3:.0}"));
+        println!("{:<28} {:>12}", "three / one", format!("{:.2}", r3 / r1));
+        println!("{:<28} {:>12}", "  each round", rounds.join(" "));
     }
-    let rounds: Vec<String> = r1
-        .iter()
-        .zip(&r3)
-        .map(|(a, b)| format!("{:.2}", b / a))
-        .collect();
-    let (r1, r3) = (median(r1), median(r3));
-    println!("\n2b. the batching floor: pgbench, UPDATE + INSERT pairs per commit, no daemon");
-    println!("{:<28} {:>12}", "1 writer, 8 a commit", format!("{r1:.0}"));
-    println!("{:<28} {:>12}", "3 writers, 3 a commit", format!("{r3:.0}"));
-    println!("{:<28} {:>12}", "three / one", format!("{:.2}", r3 / r1));
-    println!("{:<28} {:>12}", "  each round", rounds.join(" "));
 }
 
 fn main() {
@@ -409,6 +453,11 @@ fn main() {
     if profiling {
         let d: Vec<Daemon> = fleet.iter().map(Home::serve).collect();
         profile::run(&pg, &db, [&d[0], &d[1], &d[2]]);
+        return;
+    }
+    if std::env::var_os("FLEET_FLOOR_ONLY").is_some() {
+        bench_tables(&pg, &db);
+        batching_floor(&pg, &db, lite.dir.path());
         return;
     }
     // Section 4 alone (a quicker look at three daemons against one).
@@ -461,18 +510,9 @@ fn main() {
          VALUES (now(), :id, 'state_changed', 'available', 'cooling', 'connect_refused', 'connect');\nEND;\n"),
     )
     .unwrap();
-    // pgbench writes copies of the tables (same columns, indexes and constraints): the
-    // daemons' rows must not change behind their backs. A checkpoint after the imports, so
-    // none falls on the first cells.
-    pg.sql(
-        &db,
-        "CREATE TABLE bench_endpoints (LIKE endpoints INCLUDING ALL); \
-         INSERT INTO bench_endpoints SELECT * FROM endpoints; \
-         CREATE TABLE bench_events (LIKE events INCLUDING ALL)",
-    );
-    pg.sql(&db, "CHECKPOINT");
+    bench_tables(&pg, &db);
     // Its rate, and the transactions it processed (for the CPU per transaction).
-    let pgbench = || pgbench_run(&pg, &db, &script, CLIENTS);
+    let pgbench = || pgbench_run(&pg, &db, &script, CLIENTS, "simple");
     // Rounds interleaved: SQLite, the daemon on PostgreSQL, pgbench; CPU counted over the
     // daemon's cells, and the server's over pgbench's too.
     let (mut t_lite, mut t_pg, mut t_bench) = (Vec::new(), Vec::new(), Vec::new());

@@ -47,6 +47,11 @@ fn scale(r: u64, len: usize) -> usize {
     ((u128::from(r) * len as u128) >> 64) as usize
 }
 
+/// How many items of a queue stay together when it is shuffled (`Ready::shuffle`).
+/// Endpoints loaded one after another are neighbours in the store too (their rows share
+/// pages): failures reported in the order of the leases then dirty few pages a commit.
+const RUN: usize = 32;
+
 /// No draw (a level no pool has).
 const NO_DRAW: (usize, usize) = (usize::MAX, 0);
 
@@ -218,11 +223,15 @@ impl Ready {
         slots
     }
 
-    /// Start each level's round robin `r` (a uniform 64-bit number) of the way along it.
-    pub(super) fn rotate(&mut self, r: u64) {
+    /// Put each level's runs of `RUN` items in an order of `rng`'s (uniform), each run
+    /// keeping its own order: the round robin then walks a permutation of the pool of this
+    /// process's own.
+    pub(super) fn shuffle(&mut self, rng: &mut fastrand::Rng) {
         for q in &mut self.levels {
-            let k = scale(r, q.len());
-            q.rotate_left(k);
+            let items = q.make_contiguous();
+            let mut runs: Vec<&[(u32, u64)]> = items.chunks(RUN).collect();
+            rng.shuffle(&mut runs);
+            *q = runs.concat().into();
         }
         // Indexes of the last draws point elsewhere now.
         self.drawn = [NO_DRAW; 2];
@@ -277,14 +286,17 @@ pub(super) fn live_at(entries: &EntryMap, slot: u32, gen: u64, pool: usize, leve
 }
 
 impl Pools {
-    /// Start each pool's round robin at a random place of this process's own. Daemons of a
-    /// fleet load the same rows in the same order: without this they would lease the same
-    /// endpoints in the same order, so that a failing one is leased by every daemon before
-    /// any hears of another's failure, and every report after the first writes nothing
-    /// (docs/fleet.md, "Propagation").
+    /// Walk each pool's round robin in an order of this process's own (a random
+    /// permutation). Daemons of a fleet load the same rows in the same order: walking it,
+    /// they would lease the same endpoints in the same order, so that a failing one is
+    /// leased by every daemon before any hears of another's failure, and every report after
+    /// the first writes nothing (docs/fleet.md, "Propagation"). Starting the same order at
+    /// different places is not enough: a daemon that reaches the place where another one is
+    /// leasing (the others' cooled endpoints skipped, the one serving alone for a while
+    /// outrunning them) walks right behind it from then on, leasing what it has just leased.
     pub(super) fn stagger(&mut self) {
         for p in &mut self.pools {
-            p.index.ready().rotate(self.rng.u64(..));
+            p.index.ready().shuffle(&mut self.rng);
         }
     }
 
@@ -307,61 +319,86 @@ mod tests {
     }
 
     #[test]
-    fn a_rotation_starts_each_level_at_its_share_and_keeps_every_item() {
+    fn a_shuffle_moves_runs_and_keeps_every_item() {
         let mut r = Ready::default();
-        for slot in 0..8 {
+        let n = 10 * RUN as u32;
+        for slot in 0..n {
             r.push(0, slot, u64::from(slot));
         }
-        for slot in 8..12 {
+        for slot in n..n + 4 {
             r.push(1, slot, u64::from(slot));
         }
         r.drawn[0] = (0, 3);
-        // A quarter of the way along each level.
-        r.rotate(1 << 62);
-        assert_eq!(queue(&r, 0), [2, 3, 4, 5, 6, 7, 0, 1]);
-        assert_eq!(queue(&r, 1), [9, 10, 11, 8]);
-        assert_eq!(r.live, [8, 4]);
+        r.shuffle(&mut fastrand::Rng::with_seed(5));
+        let level0 = queue(&r, 0);
+        // Runs of RUN slots in order, the runs in another order than they were.
+        let starts: Vec<u32> = level0.chunks(RUN).map(|run| run[0]).collect();
+        for run in level0.chunks(RUN) {
+            assert_eq!(run[0] % RUN as u32, 0, "{level0:?}");
+            assert!(run.windows(2).all(|w| w[1] == w[0] + 1), "{level0:?}");
+        }
+        assert_ne!(starts, (0..10).map(|k| k * RUN as u32).collect::<Vec<_>>());
+        let mut sorted = level0.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..n).collect::<Vec<_>>());
+        let mut level1 = queue(&r, 1);
+        level1.sort_unstable();
+        assert_eq!(level1, [n, n + 1, n + 2, n + 3]);
+        assert_eq!(r.live, [n as usize, 4]);
         // The draw's index is forgotten: forgetting slot 3 now removes nothing.
         r.forget(0, 3, 3);
-        assert_eq!(queue(&r, 0).len(), 8);
-        // Zero: nothing moves.
-        r.rotate(0);
-        assert_eq!(queue(&r, 1), [9, 10, 11, 8]);
+        assert_eq!(queue(&r, 0).len(), n as usize);
     }
 
-    /// Two daemons of a fleet with the same rows: each leases from its own place, and
-    /// goes round from there.
+    /// Two daemons of a fleet with the same rows: each walks an order of its own, and
+    /// goes round it, every endpoint once a round.
     #[test]
-    fn staggered_pools_start_their_round_robin_apart() {
+    fn staggered_pools_walk_their_round_robin_in_orders_of_their_own() {
         use crate::config::PoolConfig;
         use crate::store::EndpointRow;
         let now = tokio::time::Instant::now();
-        let firsts: Vec<Vec<i64>> = [1, 2]
+        let n = 10 * RUN;
+        let rounds: Vec<Vec<i64>> = [1, 2]
             .into_iter()
             .map(|seed| {
                 let mut p = Pools::new([PoolConfig::builtin("default")]);
-                for id in 1..=100 {
-                    let url = format!("http://10.0.0.{id}:3128");
+                for id in 1..=n as i64 {
+                    let url = format!("http://10.0.{}.{}:3128", id / 200, id % 200);
                     p.insert_row(&EndpointRow::fixture(id, &url, "default"), now);
                 }
                 p.seed(seed);
                 p.stagger();
-                (0..3)
+                (0..2 * n)
                     .map(|_| {
-                        let g = p
-                            .lease("default", std::time::Duration::from_secs(60), None, now)
-                            .0;
-                        g.unwrap().endpoint
+                        let (g, _) =
+                            p.lease("default", std::time::Duration::from_secs(60), None, now);
+                        let g = g.unwrap();
+                        p.release(&g.lease, now).0.unwrap();
+                        g.endpoint
                     })
                     .collect()
             })
             .collect();
-        assert_ne!(firsts[0][0], firsts[1][0], "{firsts:?}");
-        for f in &firsts {
-            // Round robin from the start: ids in order (wrapping after 100).
-            assert_eq!(f[1], f[0] % 100 + 1, "{firsts:?}");
-            assert_eq!(f[2], f[1] % 100 + 1, "{firsts:?}");
+        for r in &rounds {
+            // Every endpoint once a round, and the second round as the first.
+            assert_eq!(r[..n], r[n..], "not a round robin");
+            let mut first: Vec<i64> = r[..n].to_vec();
+            first.sort_unstable();
+            assert_eq!(first, (1..=n as i64).collect::<Vec<_>>());
         }
+        // Not the same order from another place: the runs come in different orders (a
+        // rotation would keep every run's successor).
+        let run_after = |r: &[i64], k: usize| {
+            let at = r.iter().position(|&x| x == (k * RUN) as i64 + 1).unwrap();
+            r[(at + RUN) % n]
+        };
+        let agree = (0..10)
+            .filter(|&k| run_after(&rounds[0], k) == run_after(&rounds[1], k))
+            .count();
+        assert!(
+            agree < 5,
+            "{agree} of 10 runs are followed by the same: {rounds:?}"
+        );
     }
 
     #[test]
