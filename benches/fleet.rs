@@ -10,7 +10,7 @@
 //!    B's status shows it): p50 and p99;
 //!    and the floor of 4 with no daemon: pgbench committing those pairs 8 at a time from
 //!    one connection against 3 at a time from three (the shapes of one and three daemons'
-//!    commits);
+//!    commits), a statement at a time and pipelined (a commit in one round trip);
 //! 4. three daemons against one at the same client count, in alternating cells
 //!    (`fleet/three.rs`): the transitions the database kept a second, leases/s, the CPU
 //!    spent per transition by the daemons and by PostgreSQL; then, in one more cell of
