@@ -15,8 +15,8 @@ use crate::store::pairs::PairRow;
 use crate::store::{ClaimOn, EndpointRow, Epoch, StoredHealth};
 
 impl Pools {
-    /// This process is one daemon of a fleet: its round robins start apart from the
-    /// others', and sessions go where every daemon would send them (docs/leases.md,
+    /// This process is one daemon of a fleet: it walks its round robins in orders of its
+    /// own (not the others'), and sessions go where every daemon would send them (docs/leases.md,
     /// "Sticky sessions").
     pub fn join_fleet(&mut self) {
         self.stagger();

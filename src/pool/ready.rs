@@ -52,6 +52,9 @@ fn scale(r: u64, len: usize) -> usize {
 /// pages): failures reported in the order of the leases then dirty few pages a commit.
 const RUN: usize = 32;
 
+/// The fewest runs a shuffled queue is cut into (`Ready::shuffle`).
+const RUNS: usize = 16;
+
 /// No draw (a level no pool has).
 const NO_DRAW: (usize, usize) = (usize::MAX, 0);
 
@@ -223,13 +226,16 @@ impl Ready {
         slots
     }
 
-    /// Put each level's runs of `RUN` items in an order of `rng`'s (uniform), each run
-    /// keeping its own order: the round robin then walks a permutation of the pool of this
-    /// process's own.
+    /// Put each level's runs of items in an order of `rng`'s (uniform), each run keeping
+    /// its own order: the round robin then walks a permutation of the pool of this
+    /// process's own. Runs are `RUN` items long, shorter in a level of fewer than
+    /// `RUNS × RUN` (at least `RUNS` runs, single items below that many), so that two
+    /// processes' orders differ in a small pool too.
     pub(super) fn shuffle(&mut self, rng: &mut fastrand::Rng) {
         for q in &mut self.levels {
+            let run = (q.len() / RUNS).clamp(1, RUN);
             let items = q.make_contiguous();
-            let mut runs: Vec<&[(u32, u64)]> = items.chunks(RUN).collect();
+            let mut runs: Vec<&[(u32, u64)]> = items.chunks(run).collect();
             rng.shuffle(&mut runs);
             *q = runs.concat().into();
         }
@@ -321,7 +327,7 @@ mod tests {
     #[test]
     fn a_shuffle_moves_runs_and_keeps_every_item() {
         let mut r = Ready::default();
-        let n = 10 * RUN as u32;
+        let n = (RUNS * RUN) as u32;
         for slot in 0..n {
             r.push(0, slot, u64::from(slot));
         }
@@ -337,7 +343,10 @@ mod tests {
             assert_eq!(run[0] % RUN as u32, 0, "{level0:?}");
             assert!(run.windows(2).all(|w| w[1] == w[0] + 1), "{level0:?}");
         }
-        assert_ne!(starts, (0..10).map(|k| k * RUN as u32).collect::<Vec<_>>());
+        assert_ne!(
+            starts,
+            (0..RUNS as u32).map(|k| k * RUN as u32).collect::<Vec<_>>()
+        );
         let mut sorted = level0.clone();
         sorted.sort_unstable();
         assert_eq!(sorted, (0..n).collect::<Vec<_>>());
@@ -350,6 +359,42 @@ mod tests {
         assert_eq!(queue(&r, 0).len(), n as usize);
     }
 
+    /// A level of fewer than `RUNS × RUN` items is cut into `RUNS` shorter runs (single
+    /// items below `RUNS`), so that a small pool is shuffled too; a remainder is a run
+    /// of its own.
+    #[test]
+    fn a_small_level_is_shuffled_in_shorter_runs() {
+        for (n, run) in [(5u32, 1usize), (20, 1), (100, 6), (511, 31), (1000, 32)] {
+            let orders: Vec<Vec<u32>> = [3, 4]
+                .into_iter()
+                .map(|seed| {
+                    let mut r = Ready::default();
+                    for slot in 0..n {
+                        r.push(0, slot, u64::from(slot));
+                    }
+                    r.shuffle(&mut fastrand::Rng::with_seed(seed));
+                    queue(&r, 0)
+                })
+                .collect();
+            assert_ne!(orders[0], orders[1], "{n} items: the same order");
+            for o in &orders {
+                let mut sorted = o.clone();
+                sorted.sort_unstable();
+                assert_eq!(sorted, (0..n).collect::<Vec<_>>(), "{n} items");
+                // Each run in order: the item after a run's start is the next slot, up to
+                // the run's length.
+                let at = |slot: u32| o.iter().position(|&x| x == slot).unwrap();
+                for start in (0..n).step_by(run) {
+                    let len = run.min((n - start) as usize);
+                    let i = at(start);
+                    let got: Vec<u32> = o[i..i + len].to_vec();
+                    let want: Vec<u32> = (start..start + len as u32).collect();
+                    assert_eq!(got, want, "{n} items, the run from {start}");
+                }
+            }
+        }
+    }
+
     /// Two daemons of a fleet with the same rows: each walks an order of its own, and
     /// goes round it, every endpoint once a round.
     #[test]
@@ -357,7 +402,7 @@ mod tests {
         use crate::config::PoolConfig;
         use crate::store::EndpointRow;
         let now = tokio::time::Instant::now();
-        let n = 10 * RUN;
+        let n = RUNS * RUN;
         let rounds: Vec<Vec<i64>> = [1, 2]
             .into_iter()
             .map(|seed| {
@@ -392,7 +437,7 @@ mod tests {
             let at = r.iter().position(|&x| x == (k * RUN) as i64 + 1).unwrap();
             r[(at + RUN) % n]
         };
-        let agree = (0..10)
+        let agree = (0..RUNS)
             .filter(|&k| run_after(&rounds[0], k) == run_after(&rounds[1], k))
             .count();
         assert!(
