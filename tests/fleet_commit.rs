@@ -256,6 +256,50 @@ fn each_transition_of_a_commit_is_judged_alone() {
     }
 }
 
+/// Every row that changed under a commit comes back as it is, each read on its own:
+/// endpoints and pairs, several in one batch, in the order of the batch's writes, and one
+/// that is gone comes back as none.
+#[test]
+fn every_row_found_changed_comes_back_as_it_is() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let (mut one, mut two) = (store(&url), store(&url));
+    let ids = add(&mut one, 85, 4);
+    let [x, y, z, gone] = ids[..] else {
+        unreachable!()
+    };
+    // Another daemon cooled y, x and z's pair first, and removed `gone`.
+    two.write(&[cooled(y), cooled(x), pair_cooled(z, State::Available)])
+        .unwrap();
+    two.write(&[Write::Remove(vec![gone])]).unwrap();
+    let r = one
+        .write_groups(&[
+            vec![cooled(x), cooled(y), pair_cooled(z, State::Available)],
+            vec![cooled(gone)],
+        ])
+        .unwrap();
+    match &r[0].as_ref().unwrap().fresh[..] {
+        [RowNow::Endpoint(a, Some(ra)), RowNow::Endpoint(b, Some(rb)), RowNow::Pair(c, d, Some(rc))] =>
+        {
+            assert_eq!((*a, ra.state), (x, State::Cooling));
+            assert_eq!((*b, rb.state), (y, State::Cooling));
+            assert_eq!((*c, d.as_str()), (z, "shop.test"));
+            assert_eq!(
+                (rc.record.endpoint, rc.record.health.state),
+                (z, State::Cooling)
+            );
+        }
+        other => panic!("x's, y's and z's pair's rows as they are, not {other:?}"),
+    }
+    match &r[1] {
+        Ok(a) => assert!(
+            matches!(&a.fresh[..], [RowNow::Endpoint(id, None)] if *id == gone),
+            "{a:?}"
+        ),
+        Err(e) => assert!(matches!(e, StoreError::NotFound(_)), "{e:?}"),
+    }
+}
+
 /// A batch whose events the server refuses (here a trigger refuses one detail) fails
 /// alone: the commit is redone batch by batch, and then without it, and the batches
 /// around it are written with their events.

@@ -225,53 +225,37 @@ pub(super) async fn finish(
     Ok(())
 }
 
-/// The rows of `out`'s fresh keys, as they are now. Prepared statements (`Stmts`), both
-/// sent when first polled: in the fast path, before its `COMMIT`.
+/// The rows of `out`'s fresh keys, as they are now. Prepared statements (`Stmts`), one key
+/// each, all sent when first polled: in the fast path, before its `COMMIT`.
 pub(super) async fn fresh(
     c: &Client,
     st: &Stmts,
     out: &Outcome,
 ) -> Result<Result<Vec<RowNow>, StoreError>, tokio_postgres::Error> {
-    let (ids, dests): (Vec<i64>, Vec<String>) = out.fresh_pairs.iter().cloned().unzip();
-    let endpoints = async {
-        match out.fresh_endpoints.is_empty() {
-            true => Ok(Vec::new()),
-            false => c.query(&st.fresh_endpoints, &[&out.fresh_endpoints]).await,
-        }
-    };
-    let pairs = async {
-        match ids.is_empty() {
-            true => Ok(Vec::new()),
-            false => c.query(&st.fresh_pairs, &[&ids, &dests]).await,
-        }
-    };
+    let endpoints = join_all(
+        out.fresh_endpoints
+            .iter()
+            .map(|id| async move { c.query_opt(&st.fresh_endpoints, &[id]).await }),
+    );
+    let pairs = join_all(
+        out.fresh_pairs
+            .iter()
+            .map(|(id, d)| async move { c.query_opt(&st.fresh_pairs, &[id, d]).await }),
+    );
     let (endpoints, pairs) = futures_util::join!(endpoints, pairs);
-    let (endpoints, pairs) = (endpoints?, pairs?);
     let mut v = Vec::new();
-    let mut found = Vec::new();
-    for r in &endpoints {
-        match endpoint_row(r) {
-            Ok(row) => found.push(row),
+    for (&id, r) in out.fresh_endpoints.iter().zip(endpoints) {
+        let row = match r?.as_ref().map(endpoint_row).transpose() {
+            Ok(row) => row.map(Box::new),
             Err(e) => return Ok(Err(e)),
-        }
-    }
-    for &id in &out.fresh_endpoints {
-        let row = found.iter().find(|r| r.id == id).cloned().map(Box::new);
+        };
         v.push(RowNow::Endpoint(id, row));
     }
-    let mut found = Vec::new();
-    for r in &pairs {
-        match pair_row(r) {
-            Ok(row) => found.push(row),
+    for ((id, d), r) in out.fresh_pairs.iter().zip(pairs) {
+        let row = match r?.as_ref().map(pair_row).transpose() {
+            Ok(row) => row.map(Box::new),
             Err(e) => return Ok(Err(e)),
-        }
-    }
-    for (id, d) in &out.fresh_pairs {
-        let row = found
-            .iter()
-            .find(|p| p.record.endpoint == *id && &p.record.destination == d)
-            .cloned()
-            .map(Box::new);
+        };
         v.push(RowNow::Pair(*id, d.clone(), row));
     }
     Ok(Ok(v))
