@@ -137,6 +137,9 @@ pub struct Pools {
     /// The store cannot be written (docs/fleet.md, "Faults"): no transition comes due and
     /// no trial is admitted until it is back; ordinary leases go on.
     frozen: bool,
+    /// A daemon of a fleet: each round robin goes in an order of this process's own,
+    /// endpoints that join it later too (`stagger`, `mix_new`).
+    own_order: bool,
     /// Endpoint tags, interned.
     tags: TagIndex,
     /// Bumped whenever an endpoint may have become a candidate it was not before (it
@@ -189,6 +192,7 @@ impl Pools {
             rng: fastrand::Rng::new(),
             metrics: None,
             frozen: false,
+            own_order: false,
             tags: TagIndex::default(),
             generation: 0,
             origin: Instant::now(),

@@ -226,6 +226,34 @@ impl Ready {
         slots
     }
 
+    /// How many items the first level holds (live or stale).
+    pub(super) fn first_len(&self) -> usize {
+        self.levels.first().map_or(0, VecDeque::len)
+    }
+
+    /// Put the last `n` items of the first level (those pushed since it held
+    /// `len − n`) in an order of `rng`'s, in runs as `shuffle` cuts a level: a batch of
+    /// endpoints that joined in the order every daemon reads them in.
+    pub(super) fn shuffle_tail(&mut self, n: usize, rng: &mut fastrand::Rng) {
+        let Some(q) = self.levels.first_mut() else {
+            return;
+        };
+        let n = n.min(q.len());
+        if n < 2 {
+            return;
+        }
+        let run = (n / RUNS).clamp(1, RUN);
+        let items = q.make_contiguous();
+        let start = items.len() - n;
+        let mut runs: Vec<Vec<(u32, u64)>> =
+            items[start..].chunks(run).map(<[_]>::to_vec).collect();
+        rng.shuffle(&mut runs);
+        for (slot, item) in items[start..].iter_mut().zip(runs.into_iter().flatten()) {
+            *slot = item;
+        }
+        self.drawn = [NO_DRAW; 2];
+    }
+
     /// Put each level's runs of items in an order of `rng`'s (uniform), each run keeping
     /// its own order: the round robin then walks a permutation of the pool of this
     /// process's own. Runs are `RUN` items long, shorter in a level of fewer than
@@ -301,8 +329,36 @@ impl Pools {
     /// leasing (the others' cooled endpoints skipped, the one serving alone for a while
     /// outrunning them) walks right behind it from then on, leasing what it has just leased.
     pub(super) fn stagger(&mut self) {
+        self.own_order = true;
         for p in &mut self.pools {
             p.index.ready().shuffle(&mut self.rng);
+        }
+    }
+
+    /// Where each pool's round robin ends now: hand it to `mix_new` after a batch of rows
+    /// came in.
+    pub fn ready_marks(&mut self) -> Vec<usize> {
+        self.pools
+            .iter_mut()
+            .map(|p| p.index.ready().first_len())
+            .collect()
+    }
+
+    /// A daemon of a fleet (`stagger`): the endpoints that joined each pool's round robin
+    /// since `marks` (rows added, or changed by another daemon, in the order every daemon
+    /// reads them) go in an order of this daemon's own, so that daemons do not meet in a
+    /// block of new endpoints either. A queue that was compacted meanwhile has fewer items
+    /// past its mark than joined: fewer are mixed, none misplaced.
+    pub fn mix_new(&mut self, marks: &[usize]) {
+        if !self.own_order {
+            return;
+        }
+        for (i, p) in self.pools.iter_mut().enumerate() {
+            let r = p.index.ready();
+            let joined = r
+                .first_len()
+                .saturating_sub(marks.get(i).copied().unwrap_or(0));
+            r.shuffle_tail(joined, &mut self.rng);
         }
     }
 
@@ -444,6 +500,52 @@ mod tests {
             agree < 5,
             "{agree} of 10 runs are followed by the same: {rounds:?}"
         );
+    }
+
+    /// Endpoints that join a fleet daemon's pool later (added, or another daemon's) come
+    /// in an order of its own too; a daemon alone keeps the order they came in.
+    #[test]
+    fn rows_that_join_later_take_an_order_of_the_daemons_own() {
+        use crate::config::PoolConfig;
+        use crate::store::EndpointRow;
+        let now = tokio::time::Instant::now();
+        let (old, new) = (64i64, 320i64);
+        let walk = |seed: Option<u64>| -> Vec<i64> {
+            let mut p = Pools::new([PoolConfig::builtin("default")]);
+            let row = |id: i64| {
+                let url = format!("http://10.1.{}.{}:3128", id / 200, id % 200);
+                EndpointRow::fixture(id, &url, "default")
+            };
+            for id in 1..=old {
+                p.insert_row(&row(id), now);
+            }
+            if let Some(seed) = seed {
+                p.seed(seed);
+                p.stagger();
+            }
+            let marks = p.ready_marks();
+            for id in old + 1..=old + new {
+                p.insert_row(&row(id), now);
+            }
+            p.mix_new(&marks);
+            let round: Vec<i64> = (0..old + new)
+                .map(|_| {
+                    let (g, _) = p.lease("default", std::time::Duration::from_secs(60), None, now);
+                    let g = g.unwrap();
+                    p.release(&g.lease, now).0.unwrap();
+                    g.endpoint
+                })
+                .collect();
+            let mut all = round.clone();
+            all.sort_unstable();
+            assert_eq!(all, (1..=old + new).collect::<Vec<_>>(), "once a round");
+            round.into_iter().filter(|&id| id > old).collect()
+        };
+        let in_order: Vec<i64> = (old + 1..=old + new).collect();
+        assert_eq!(walk(None), in_order, "a daemon alone");
+        let (a, b) = (walk(Some(1)), walk(Some(2)));
+        assert_ne!(a, in_order);
+        assert_ne!(a, b, "two daemons, the same order of the new rows");
     }
 
     #[test]

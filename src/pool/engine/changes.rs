@@ -132,9 +132,11 @@ impl Engine {
             {
                 let mut p = self.lock();
                 let now = Instant::now();
+                let marks = p.ready_marks();
                 for r in &rows {
                     p.insert_row(r, now);
                 }
+                p.mix_new(&marks);
             }
             // Dropped outside the lock.
             drop(rows);
@@ -168,6 +170,7 @@ impl Engine {
         {
             let mut p = self.lock();
             let now = Instant::now();
+            let marks = p.ready_marks();
             for (r, (_, added)) in rows.iter().zip(&res) {
                 if *added || p.health(r.id).is_none() {
                     p.insert_row(r, now);
@@ -175,6 +178,7 @@ impl Engine {
                     p.update_url(r.id, r.url.clone());
                 }
             }
+            p.mix_new(&marks);
         }
         self.notify_waiters();
         Ok(res)
