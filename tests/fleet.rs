@@ -5,7 +5,7 @@
 mod common;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -1018,12 +1018,15 @@ fn a_follower_stops_listening_in_a_stream_and_listens_again_after_it() {
     let url = pg.database();
     let db = url.rsplit('/').next().unwrap().to_string();
     let (a, b) = (long_home(&url), long_home(&url));
-    let urls: Vec<String> = (0..400)
+    // Enough endpoints for a stream however slowly a loaded machine writes it (each
+    // failure cools one for the test's life).
+    let n = 2_000;
+    let urls: Vec<String> = (0..n)
         .map(|i| format!("http://10.9.{}.{}:3128", i / 200, i % 200 + 1))
         .collect();
     a.add(&urls.iter().map(String::as_str).collect::<Vec<_>>());
     let (da, db_) = (a.serve(), b.serve());
-    sees(&db_, "available", 400);
+    sees(&db_, "available", n);
     let sessions = |sql: &str| {
         pg.sql(
             "postgres",
@@ -1033,26 +1036,33 @@ fn a_follower_stops_listening_in_a_stream_and_listens_again_after_it() {
             ),
         )
     };
-    // A stream of failures through one daemon, while a listening session is looked for
-    // that has stopped.
+    // A stream of failures through one daemon from 4 clients at once, while a listening
+    // session is looked for that has stopped.
     let stop = AtomicBool::new(false);
+    let sent = AtomicU64::new(0);
     let failed = std::thread::scope(|s| {
-        let stream = s.spawn(|| {
-            let mut failed = 0;
-            while !stop.load(Ordering::Relaxed) && failed < 390 {
-                let r = lease_and_fail(&da);
-                assert_eq!(r["state"], "cooling", "{r}");
-                failed += 1;
-            }
-            failed
-        });
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let streams: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut failed = 0;
+                    while !stop.load(Ordering::Relaxed)
+                        && sent.fetch_add(1, Ordering::Relaxed) < n - 10
+                    {
+                        let r = lease_and_fail(&da);
+                        assert_eq!(r["state"], "cooling", "{r}");
+                        failed += 1;
+                    }
+                    failed
+                })
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(60);
         let mut stopped = false;
-        while !stopped && !stream.is_finished() && Instant::now() < deadline {
+        while !stopped && !streams.iter().all(|t| t.is_finished()) && Instant::now() < deadline {
             stopped = sessions("UNLISTEN") != "0";
         }
         stop.store(true, Ordering::Relaxed);
-        let failed = stream.join().unwrap();
+        let failed: u64 = streams.into_iter().map(|t| t.join().unwrap()).sum();
         assert!(
             stopped,
             "no follower stopped listening in {failed} failures"
