@@ -138,7 +138,7 @@ pub struct Pools {
     /// no trial is admitted until it is back; ordinary leases go on.
     frozen: bool,
     /// A daemon of a fleet: each round robin goes in an order of this process's own,
-    /// endpoints that join it later too (`stagger`, `mix_new`).
+    /// endpoints that join it later too (`stagger`, `rows_joining`).
     own_order: bool,
     /// Endpoint tags, interned.
     tags: TagIndex,

@@ -55,6 +55,24 @@ const RUN: usize = 32;
 /// The fewest runs a shuffled queue is cut into (`Ready::shuffle`).
 const RUNS: usize = 16;
 
+/// Put the runs of `items` in an order of `rng`'s (uniform), each run keeping its own
+/// order. Runs are `RUN` items long, shorter in fewer than `RUNS × RUN` items (at least
+/// `RUNS` runs, single items below that many), so that two processes' orders differ for a
+/// few items too.
+fn shuffle_runs(items: &mut [(u32, u64)], rng: &mut fastrand::Rng) {
+    if items.len() < 2 {
+        return;
+    }
+    let run = (items.len() / RUNS).clamp(1, RUN);
+    let mut starts: Vec<usize> = (0..items.len()).step_by(run).collect();
+    rng.shuffle(&mut starts);
+    let mut out = Vec::with_capacity(items.len());
+    for s in starts {
+        out.extend_from_slice(&items[s..(s + run).min(items.len())]);
+    }
+    items.copy_from_slice(&out);
+}
+
 /// No draw (a level no pool has).
 const NO_DRAW: (usize, usize) = (usize::MAX, 0);
 
@@ -232,40 +250,23 @@ impl Ready {
     }
 
     /// Put the last `n` items of the first level (those pushed since it held
-    /// `len − n`) in an order of `rng`'s, in runs as `shuffle` cuts a level: a batch of
-    /// endpoints that joined in the order every daemon reads them in.
+    /// `len − n`) in an order of `rng`'s, as `shuffle` puts a level: a batch of endpoints
+    /// that joined in the order every daemon reads them in.
     pub(super) fn shuffle_tail(&mut self, n: usize, rng: &mut fastrand::Rng) {
         let Some(q) = self.levels.first_mut() else {
             return;
         };
-        let n = n.min(q.len());
-        if n < 2 {
-            return;
-        }
-        let run = (n / RUNS).clamp(1, RUN);
         let items = q.make_contiguous();
-        let start = items.len() - n;
-        let mut runs: Vec<Vec<(u32, u64)>> =
-            items[start..].chunks(run).map(<[_]>::to_vec).collect();
-        rng.shuffle(&mut runs);
-        for (slot, item) in items[start..].iter_mut().zip(runs.into_iter().flatten()) {
-            *slot = item;
-        }
+        let start = items.len() - n.min(items.len());
+        shuffle_runs(&mut items[start..], rng);
         self.drawn = [NO_DRAW; 2];
     }
 
-    /// Put each level's runs of items in an order of `rng`'s (uniform), each run keeping
-    /// its own order: the round robin then walks a permutation of the pool of this
-    /// process's own. Runs are `RUN` items long, shorter in a level of fewer than
-    /// `RUNS × RUN` (at least `RUNS` runs, single items below that many), so that two
-    /// processes' orders differ in a small pool too.
+    /// Put each level in an order of `rng`'s (`shuffle_runs`): the round robin then walks
+    /// a permutation of the pool of this process's own.
     pub(super) fn shuffle(&mut self, rng: &mut fastrand::Rng) {
         for q in &mut self.levels {
-            let run = (q.len() / RUNS).clamp(1, RUN);
-            let items = q.make_contiguous();
-            let mut runs: Vec<&[(u32, u64)]> = items.chunks(run).collect();
-            rng.shuffle(&mut runs);
-            *q = runs.concat().into();
+            shuffle_runs(q.make_contiguous(), rng);
         }
         // Indexes of the last draws point elsewhere now.
         self.drawn = [NO_DRAW; 2];
@@ -320,8 +321,8 @@ pub(super) fn live_at(entries: &EntryMap, slot: u32, gen: u64, pool: usize, leve
 }
 
 impl Pools {
-    /// Walk each pool's round robin in an order of this process's own (a random
-    /// permutation). Daemons of a fleet load the same rows in the same order: walking it,
+    /// Walk each pool's round robin in an order of this process's own (runs of endpoints
+    /// in a random order: `shuffle_runs`). Daemons of a fleet load the same rows in the same order: walking it,
     /// they would lease the same endpoints in the same order, so that a failing one is
     /// leased by every daemon before any hears of another's failure, and every report after
     /// the first writes nothing (docs/fleet.md, "Propagation"). Starting the same order at
@@ -335,9 +336,17 @@ impl Pools {
         }
     }
 
-    /// Where each pool's round robin ends now: hand it to `mix_new` after a batch of rows
-    /// came in.
-    pub fn ready_marks(&mut self) -> Vec<usize> {
+    /// Let `f` bring rows in (`insert_row`, `refresh_row`); on a daemon of a fleet, those
+    /// that joined a round robin then go in an order of its own (`mix_new`).
+    pub fn rows_joining<T>(&mut self, f: impl FnOnce(&mut Pools) -> T) -> T {
+        let marks = self.ready_marks();
+        let out = f(self);
+        self.mix_new(&marks);
+        out
+    }
+
+    /// Where each pool's round robin ends now.
+    fn ready_marks(&mut self) -> Vec<usize> {
         self.pools
             .iter_mut()
             .map(|p| p.index.ready().first_len())
@@ -349,7 +358,7 @@ impl Pools {
     /// reads them) go in an order of this daemon's own, so that daemons do not meet in a
     /// block of new endpoints either. A queue that was compacted meanwhile has fewer items
     /// past its mark than joined: fewer are mixed, none misplaced.
-    pub fn mix_new(&mut self, marks: &[usize]) {
+    fn mix_new(&mut self, marks: &[usize]) {
         if !self.own_order {
             return;
         }
@@ -498,7 +507,7 @@ mod tests {
             .count();
         assert!(
             agree < 5,
-            "{agree} of 10 runs are followed by the same: {rounds:?}"
+            "{agree} of {RUNS} runs are followed by the same: {rounds:?}"
         );
     }
 
@@ -523,11 +532,11 @@ mod tests {
                 p.seed(seed);
                 p.stagger();
             }
-            let marks = p.ready_marks();
-            for id in old + 1..=old + new {
-                p.insert_row(&row(id), now);
-            }
-            p.mix_new(&marks);
+            p.rows_joining(|p| {
+                for id in old + 1..=old + new {
+                    p.insert_row(&row(id), now);
+                }
+            });
             let round: Vec<i64> = (0..old + new)
                 .map(|_| {
                     let (g, _) = p.lease("default", std::time::Duration::from_secs(60), None, now);

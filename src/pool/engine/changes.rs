@@ -132,11 +132,11 @@ impl Engine {
             {
                 let mut p = self.lock();
                 let now = Instant::now();
-                let marks = p.ready_marks();
-                for r in &rows {
-                    p.insert_row(r, now);
-                }
-                p.mix_new(&marks);
+                p.rows_joining(|p| {
+                    for r in &rows {
+                        p.insert_row(r, now);
+                    }
+                });
             }
             // Dropped outside the lock.
             drop(rows);
@@ -170,15 +170,15 @@ impl Engine {
         {
             let mut p = self.lock();
             let now = Instant::now();
-            let marks = p.ready_marks();
-            for (r, (_, added)) in rows.iter().zip(&res) {
-                if *added || p.health(r.id).is_none() {
-                    p.insert_row(r, now);
-                } else {
-                    p.update_url(r.id, r.url.clone());
+            p.rows_joining(|p| {
+                for (r, (_, added)) in rows.iter().zip(&res) {
+                    if *added || p.health(r.id).is_none() {
+                        p.insert_row(r, now);
+                    } else {
+                        p.update_url(r.id, r.url.clone());
+                    }
                 }
-            }
-            p.mix_new(&marks);
+            });
         }
         self.notify_waiters();
         Ok(res)

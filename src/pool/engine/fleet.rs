@@ -381,13 +381,13 @@ impl Engine {
                 }
             }
         }
-        let marks = p.ready_marks();
-        for r in &ch.endpoints {
-            if t.may_apply(&Key::Endpoint(r.id), Read::Feed(r.rev)) {
-                p.refresh_row(r, now);
+        p.rows_joining(|p| {
+            for r in &ch.endpoints {
+                if t.may_apply(&Key::Endpoint(r.id), Read::Feed(r.rev)) {
+                    p.refresh_row(r, now);
+                }
             }
-        }
-        p.mix_new(&marks);
+        });
         for r in &ch.pairs {
             let k = Key::Pair(r.record.endpoint, r.record.destination.clone());
             if t.may_apply(&k, Read::Feed(r.rev)) {
