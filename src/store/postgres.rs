@@ -34,6 +34,7 @@ mod feed_read;
 mod follow;
 mod guard;
 mod jobs;
+mod listener;
 mod outcome;
 mod read;
 mod schema;

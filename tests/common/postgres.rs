@@ -196,6 +196,8 @@ impl Cluster {
                 "-X",
                 "stream",
                 "--no-sync",
+                // Not a spread checkpoint first: that waits up to minutes on an idle server.
+                "--checkpoint=fast",
             ])
             .env("PGPASSWORD", PASSWORD)
             .output()

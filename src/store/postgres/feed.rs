@@ -15,16 +15,13 @@
 //! (`rev`). A daemon that was away longer than changes are kept reloads everything.
 
 use std::collections::HashMap;
-use std::task::Poll;
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
-use tokio::sync::mpsc;
-use tokio_postgres::AsyncMessage;
+use tracing::{info, warn};
 
 use super::feed_read::{read, Changes, Next, Position, Slicing};
+use super::listener::Listener;
 use super::read::{endpoint_row, pair_row, ENDPOINT_COLS, PAIR_COLS};
-use super::statements::CHANNEL;
 use super::Postgres;
 use crate::endpoint::EndpointId;
 use crate::store::{ClaimOn, Epoch, RowNow, StoreError};
@@ -40,35 +37,18 @@ const GAP: Duration = Duration::from_millis(10);
 const STREAM_GAP: Duration = Duration::from_millis(25);
 const STREAM: usize = 4;
 
-/// The listening session: wake-ups out, and whether to listen in.
-struct Listener {
-    rx: mpsc::UnboundedReceiver<()>,
-    ctl: mpsc::UnboundedSender<bool>,
-    /// What the session was last asked: to listen, or not (in a stream).
-    on: bool,
-}
+/// After the server refuses to listen, the feed asks again this long after, doubling up
+/// to `LISTEN_RETRY_MAX`, and reads on its poll meanwhile: a new session per read would be
+/// a connection a read.
+const LISTEN_RETRY_MIN: Duration = Duration::from_secs(1);
+const LISTEN_RETRY_MAX: Duration = Duration::from_secs(60);
 
-impl Listener {
-    fn want(&mut self, on: bool) {
-        if self.on != on {
-            // A closed session is seen at the next wait.
-            let _ = self.ctl.send(on);
-            self.on = on;
-        }
-    }
-}
-
-/// What woke the listening session's task.
-enum Woke {
-    /// Its `LISTEN` (true) or `UNLISTEN` (false) finished, and whether it worked.
-    Done(bool, bool),
-    /// The feed asks to listen or not; `None`: the feed is gone.
-    Ctl(Option<bool>),
-    Notified,
-    /// Another message from the server.
-    Other,
-    /// The connection ended.
-    Ended,
+/// When to ask the server to listen again after it refused.
+struct Refusals {
+    /// Not before this.
+    until: std::time::Instant,
+    /// The wait after the next refusal.
+    next: Duration,
 }
 
 /// A reader of the fleet's changes; see the module documentation.
@@ -77,6 +57,8 @@ pub struct Feed {
     at: Position,
     slicing: Option<Slicing>,
     listener: Option<Listener>,
+    /// The server refused to listen: when to ask again.
+    refusals: Option<Refusals>,
     last_read: std::time::Instant,
     /// How far apart the next reads are: woken by notifications (`GAP`), or on a timer in
     /// a stream (`STREAM_GAP`).
@@ -95,84 +77,58 @@ impl Feed {
             },
             slicing: None,
             listener: None,
+            refusals: None,
             last_read: std::time::Instant::now(),
             gap: GAP,
         }
     }
 
-    /// Connect the listening session if it is not up: its own connection (not pooled),
-    /// driven by a task that turns each notification into a wake-up and sends `LISTEN` or
-    /// `UNLISTEN` as the feed asks (`Listener::want`).
-    fn listen(&mut self) -> Result<(), StoreError> {
+    /// Connect the listening session if it is not up (`listener`), unless the server
+    /// refused the last one too recently; whether one is up.
+    fn listen(&mut self) -> bool {
         if self.listener.is_some() {
-            return Ok(());
+            return true;
         }
-        let pg = self.pg.clone();
-        let (rx, ctl) = self.pg.block(async {
-            let tls = pg.target().connector()?;
-            let (client, mut conn) = pg
-                .target()
-                .config()
-                .connect(tls)
-                .await
-                .map_err(|e| pg.err(e))?;
-            let (tx, rx) = mpsc::unbounded_channel();
-            let (ctl, mut ctl_rx) = mpsc::unbounded_channel::<bool>();
-            tokio::spawn(async move {
-                // The client lives in here (dropping it would close the connection);
-                // LISTEN and UNLISTEN go through it as the feed asks.
-                let (listen, unlisten) =
-                    (format!("LISTEN {CHANNEL}"), format!("UNLISTEN {CHANNEL}"));
-                let sql = |on: bool| {
-                    if on {
-                        listen.as_str()
-                    } else {
-                        unlisten.as_str()
-                    }
-                };
-                let mut cmd: Option<(bool, BoxFuture<'_, Result<(), tokio_postgres::Error>>)> =
-                    Some((true, Box::pin(client.batch_execute(sql(true)))));
-                loop {
-                    let woke = std::future::poll_fn(|cx| {
-                        if let Some((on, f)) = cmd.as_mut() {
-                            if let Poll::Ready(r) = f.as_mut().poll(cx) {
-                                let on = *on;
-                                cmd = None;
-                                return Poll::Ready(Woke::Done(on, r.is_ok()));
-                            }
-                        } else if let Poll::Ready(c) = ctl_rx.poll_recv(cx) {
-                            return Poll::Ready(Woke::Ctl(c));
-                        }
-                        conn.poll_message(cx).map(|m| match m {
-                            Some(Ok(AsyncMessage::Notification(_))) => Woke::Notified,
-                            Some(Ok(_)) => Woke::Other,
-                            Some(Err(_)) | None => Woke::Ended,
-                        })
-                    })
-                    .await;
-                    let wake = match woke {
-                        // Listening: whatever happened before it is read once.
-                        Woke::Done(true, true) => true,
-                        Woke::Done(false, true) => false,
-                        Woke::Ctl(Some(on)) => {
-                            cmd = Some((on, Box::pin(client.batch_execute(sql(on)))));
-                            false
-                        }
-                        Woke::Notified => true,
-                        Woke::Other => false,
-                        // Refused, the feed gone, or the connection ended: the receiver
-                        // sees the channel close.
-                        Woke::Done(_, false) | Woke::Ctl(None) | Woke::Ended => return,
-                    };
-                    if wake && tx.send(()).is_err() {
-                        return;
-                    }
-                }
-            });
-            Ok::<_, StoreError>((rx, ctl))
-        })?;
-        self.listener = Some(Listener { rx, ctl, on: true });
-        Ok(())
+        if self
+            .refusals
+            .as_ref()
+            .is_some_and(|r| std::time::Instant::now() < r.until)
+        {
+            return false;
+        }
+        // Not connected (the database is away): the poll covers it, and the next read
+        // tries again.
+        self.listener = Listener::connect(&self.pg).ok();
+        self.listener.is_some()
+    }
+
+    /// What the listening session's wake-ups said: it listens (after a refusal, say so
+    /// once), it ended, or the server refused it (back off, say so once).
+    fn settle_listener(&mut self) {
+        let Some(l) = self.listener.as_mut() else {
+            return;
+        };
+        if l.listened() && self.refusals.take().is_some() {
+            info!("the database listens again: the fleet's changes arrive as they commit");
+        }
+        let Some(ended) = l.ended() else {
+            return;
+        };
+        self.listener = None;
+        let Some(why) = ended else {
+            return;
+        };
+        let next = self.refusals.as_ref().map_or(LISTEN_RETRY_MIN, |r| r.next);
+        if self.refusals.is_none() {
+            warn!(
+                error = %why,
+                "the database refuses LISTEN: the fleet's changes are read on the follower's poll instead (later), and listening is tried again with back-off"
+            );
+        }
+        self.refusals = Some(Refusals {
+            until: std::time::Instant::now() + next,
+            next: (next * 2).min(LISTEN_RETRY_MAX),
+        });
     }
 
     /// Wait up to `wait` for a notification (not at all while a large change is being
@@ -180,36 +136,29 @@ impl Feed {
     /// listen and the read comes `STREAM_GAP` after the last: every notification wakes
     /// each daemon's listening session on the server, and in a stream a read is due before
     /// the next one would help (BENCHMARKS.md, "PostgreSQL fleet"). After a read that found
-    /// fewer, it listens again, and reads once more when it does.
+    /// fewer, it listens again, and reads once more when it does. Without a session (the
+    /// database away, or refusing to listen) it waits all of `wait`: the caller's poll.
     pub fn next(&mut self, wait: Duration) -> Result<Changes, StoreError> {
         let listening = self.listen();
         if self.slicing.is_none() {
-            if let (Ok(()), Some(l)) = (&listening, self.listener.as_mut()) {
+            if let (true, Some(l)) = (listening, self.listener.as_mut()) {
                 let (last, gap) = (self.last_read, self.gap);
                 let stream = gap == STREAM_GAP;
                 l.want(!stream);
-                let closed = self.pg.block(async {
+                self.pg.block(async {
                     if stream {
                         tokio::time::sleep(gap.saturating_sub(last.elapsed()).min(wait)).await;
-                        return drained(&mut l.rx);
-                    }
-                    match tokio::time::timeout(wait, l.rx.recv()).await {
-                        Ok(Some(())) => {
-                            // Under a stream of commits, one read for all that arrive
-                            // within `gap` of the last one.
-                            let since = last.elapsed();
-                            if since < gap {
-                                tokio::time::sleep(gap - since).await;
-                            }
-                            drained(&mut l.rx)
+                    } else if l.woken(wait).await && !l.is_ended() {
+                        // Under a stream of commits, one read for all that arrive within
+                        // `gap` of the last one.
+                        let since = last.elapsed();
+                        if since < gap {
+                            tokio::time::sleep(gap - since).await;
                         }
-                        Ok(None) => true,
-                        Err(_) => false,
                     }
+                    l.drain();
                 });
-                if closed {
-                    self.listener = None;
-                }
+                self.settle_listener();
             } else if self.gap == STREAM_GAP {
                 // No listening session, in a stream: the same pace as with one.
                 std::thread::sleep(
@@ -218,7 +167,7 @@ impl Feed {
                         .min(wait),
                 );
             } else {
-                // Not listening (the database is away): poll at the same pace.
+                // Not listening (the database is away, or refuses to): poll.
                 std::thread::sleep(wait);
             }
         }
@@ -228,8 +177,6 @@ impl Feed {
             true => STREAM_GAP,
             false => GAP,
         };
-        // Listening failed but reading worked: try again next time, the poll covers it.
-        drop(listening);
         Ok(changes)
     }
 
@@ -350,16 +297,5 @@ impl Feed {
                 RowNow::Pair(*id, d.clone(), row)
             })
             .collect())
-    }
-}
-
-/// Take every wake-up waiting; whether the session has ended.
-fn drained(rx: &mut mpsc::UnboundedReceiver<()>) -> bool {
-    loop {
-        match rx.try_recv() {
-            Ok(()) => {}
-            Err(mpsc::error::TryRecvError::Empty) => return false,
-            Err(mpsc::error::TryRecvError::Disconnected) => return true,
-        }
     }
 }

@@ -1,0 +1,199 @@
+//! The feed's listening session: a connection of its own (not pooled), driven by a task
+//! that turns each notification on the fleet's channel into a wake-up and sends `LISTEN` or
+//! `UNLISTEN` as the feed asks (`Listener::want`). What became of the session (it listens,
+//! it ended, the server refused to listen) is read from its wake-ups, so the feed can tell a
+//! session that worked and was cut from one the server will not give it.
+
+use std::task::Poll;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use tokio::sync::mpsc;
+use tokio_postgres::AsyncMessage;
+
+use super::statements::CHANNEL;
+use super::Postgres;
+use crate::store::StoreError;
+
+/// What the session's task tells the feed.
+enum Wake {
+    /// Its `LISTEN` took effect: whatever was committed before is read once.
+    Listening,
+    Notified,
+    /// The server refused `LISTEN` or `UNLISTEN` (a hot standby, a pooler that does not
+    /// pass notifications on); the session ends.
+    Refused(String),
+}
+
+/// What woke the session's task.
+enum Woke {
+    /// Its `LISTEN` (true) or `UNLISTEN` (false) finished: the server's refusal, if any
+    /// (`None`: no answer, the connection failed).
+    Done(bool, Result<(), Option<String>>),
+    /// The feed asks to listen or not; `None`: the feed is gone.
+    Ctl(Option<bool>),
+    Notified,
+    /// Another message from the server.
+    Other,
+    /// The connection ended.
+    Ended,
+}
+
+pub(super) struct Listener {
+    rx: mpsc::UnboundedReceiver<Wake>,
+    ctl: mpsc::UnboundedSender<bool>,
+    /// What the session was last asked: to listen, or not (in a stream).
+    on: bool,
+    /// A `LISTEN` of this session took effect since the feed last asked (`listened`).
+    listened: bool,
+    /// The session ended; with the server's refusal when that is why.
+    ended: Option<Option<String>>,
+}
+
+impl Listener {
+    /// Connect and listen.
+    pub(super) fn connect(pg: &Postgres) -> Result<Listener, StoreError> {
+        let pg2 = pg.clone();
+        let (rx, ctl) = pg.block(async {
+            let tls = pg2.target().connector()?;
+            let (client, conn) = pg2
+                .target()
+                .config()
+                .connect(tls)
+                .await
+                .map_err(|e| pg2.err(e))?;
+            let (tx, rx) = mpsc::unbounded_channel();
+            let (ctl, ctl_rx) = mpsc::unbounded_channel::<bool>();
+            tokio::spawn(session(client, conn, tx, ctl_rx));
+            Ok::<_, StoreError>((rx, ctl))
+        })?;
+        Ok(Listener {
+            rx,
+            ctl,
+            on: true,
+            listened: false,
+            ended: None,
+        })
+    }
+
+    pub(super) fn want(&mut self, on: bool) {
+        if self.on != on {
+            // A closed session is seen at the next wait.
+            let _ = self.ctl.send(on);
+            self.on = on;
+        }
+    }
+
+    /// Wait up to `wait` for a wake-up (or the session's end); whether one came.
+    pub(super) async fn woken(&mut self, wait: Duration) -> bool {
+        match tokio::time::timeout(wait, self.rx.recv()).await {
+            Ok(Some(w)) => {
+                self.note(w);
+                true
+            }
+            Ok(None) => {
+                self.ended.get_or_insert(None);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Take every wake-up waiting.
+    pub(super) fn drain(&mut self) {
+        loop {
+            match self.rx.try_recv() {
+                Ok(w) => self.note(w),
+                Err(mpsc::error::TryRecvError::Empty) => return,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    self.ended.get_or_insert(None);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn note(&mut self, w: Wake) {
+        match w {
+            Wake::Listening => self.listened = true,
+            Wake::Notified => {}
+            Wake::Refused(why) => self.ended = Some(Some(why)),
+        }
+    }
+
+    /// Whether a `LISTEN` took effect since the last ask.
+    pub(super) fn listened(&mut self) -> bool {
+        std::mem::take(&mut self.listened)
+    }
+
+    /// Whether the session ended: `Some(Some(why))` when the server refused to listen.
+    pub(super) fn ended(&mut self) -> Option<Option<String>> {
+        self.ended.take()
+    }
+
+    /// Whether the session has ended (`ended` not taken yet).
+    pub(super) fn is_ended(&self) -> bool {
+        self.ended.is_some()
+    }
+}
+
+/// The session's task: the client lives in here (dropping it would close the connection).
+async fn session<S, T>(
+    client: tokio_postgres::Client,
+    mut conn: tokio_postgres::Connection<S, T>,
+    tx: mpsc::UnboundedSender<Wake>,
+    mut ctl_rx: mpsc::UnboundedReceiver<bool>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let (listen, unlisten) = (format!("LISTEN {CHANNEL}"), format!("UNLISTEN {CHANNEL}"));
+    let sql = |on: bool| {
+        if on {
+            listen.as_str()
+        } else {
+            unlisten.as_str()
+        }
+    };
+    let mut cmd: Option<(bool, BoxFuture<'_, Result<(), tokio_postgres::Error>>)> =
+        Some((true, Box::pin(client.batch_execute(sql(true)))));
+    loop {
+        let woke = std::future::poll_fn(|cx| {
+            if let Some((on, f)) = cmd.as_mut() {
+                if let Poll::Ready(r) = f.as_mut().poll(cx) {
+                    let on = *on;
+                    cmd = None;
+                    let r = r.map_err(|e| e.as_db_error().map(|_| crate::store::pg_message(&e)));
+                    return Poll::Ready(Woke::Done(on, r));
+                }
+            } else if let Poll::Ready(c) = ctl_rx.poll_recv(cx) {
+                return Poll::Ready(Woke::Ctl(c));
+            }
+            conn.poll_message(cx).map(|m| match m {
+                Some(Ok(AsyncMessage::Notification(_))) => Woke::Notified,
+                Some(Ok(_)) => Woke::Other,
+                Some(Err(_)) | None => Woke::Ended,
+            })
+        })
+        .await;
+        let wake = match woke {
+            Woke::Done(true, Ok(())) => Wake::Listening,
+            Woke::Done(false, Ok(())) => continue,
+            Woke::Done(_, Err(Some(why))) => {
+                let _ = tx.send(Wake::Refused(why));
+                return;
+            }
+            Woke::Ctl(Some(on)) => {
+                cmd = Some((on, Box::pin(client.batch_execute(sql(on)))));
+                continue;
+            }
+            Woke::Notified => Wake::Notified,
+            Woke::Other => continue,
+            // The feed gone, or the connection ended: the receiver sees the channel close.
+            Woke::Done(_, Err(None)) | Woke::Ctl(None) | Woke::Ended => return,
+        };
+        if tx.send(wake).is_err() {
+            return;
+        }
+    }
+}
