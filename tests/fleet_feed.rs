@@ -63,3 +63,116 @@ fn a_feed_the_server_will_not_let_listen_reads_on_its_poll_and_backs_off() {
         }
     });
 }
+
+/// A role whose connection limit the feed's reads use up: the listening connection is
+/// refused, and the feed backs off as it does when `LISTEN` is refused (a connection a read
+/// otherwise, each one a login the server does and refuses).
+#[test]
+fn a_feed_whose_listening_connection_is_refused_backs_off() {
+    let Some(pg) = postgres::shared() else { return };
+    let n = std::process::id();
+    let (role, db) = (format!("capped{n}"), format!("capped{n}"));
+    pg.sql(
+        "postgres",
+        &format!("CREATE ROLE {role} LOGIN PASSWORD 'Capped-pw-1'"),
+    );
+    pg.sql("postgres", &format!("CREATE DATABASE {db} OWNER {role}"));
+    let url = format!(
+        "postgresql://{role}:Capped-pw-1@127.0.0.1:{}/{db}",
+        pg.port()
+    );
+    let h = home(&url, LONG_COOLDOWN);
+    h.add(&["http://10.91.0.1:3128"]);
+    // Two connections: the store's, then the feed's for reading; none left to listen on.
+    pg.sql("postgres", &format!("ALTER ROLE {role} CONNECTION LIMIT 2"));
+    let store = Postgres::connect(&target(&url), Duration::from_secs(15)).unwrap();
+    let mut feed = Feed::new(store.for_feed().unwrap(), store.feed_start().unwrap());
+    feed.endpoints(&[1]).unwrap();
+    let said = format!("too many connections for role \"{role}\"");
+    for _ in 0..40 {
+        feed.next(Duration::from_millis(25)).unwrap();
+    }
+    let refused = pg.log().matches(&said).count();
+    assert!(
+        (1..8).contains(&refused),
+        "{refused} refused logins in 40 reads"
+    );
+    // What is committed meanwhile still arrives, on the poll.
+    pg.sql("postgres", &format!("ALTER ROLE {role} CONNECTION LIMIT 8"));
+    h.add(&["http://10.91.0.2:3128"]);
+    eventually(Duration::from_secs(30), "the new endpoint read", || {
+        let ch = feed.next(Duration::from_millis(25)).unwrap();
+        match ch.endpoints.iter().any(|e| e.url.host == "10.91.0.2") {
+            true => Ok(()),
+            false => Err(format!("{} changes", ch.seqs.len())),
+        }
+    });
+}
+
+/// A transaction left open elsewhere on the server (an idle `psql` in a transaction)
+/// holds back every snapshot's horizon. Changes committed after it are read once each;
+/// their pruning an hour later waits for it, so no follower is sent into a reload on every
+/// read; once it ends they are pruned, at the cost of at most one reload. A sweep that
+/// deletes no event (`events_retention = "0s"`) still prunes them.
+#[test]
+fn a_transaction_left_open_elsewhere_sends_no_follower_into_reloads() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    let h = home(&url, LONG_COOLDOWN);
+    h.add(&["http://10.92.0.1:3128"]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (open, conn) = rt
+        .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
+        .unwrap();
+    rt.spawn(conn);
+    rt.block_on(open.batch_execute("BEGIN; SELECT txid_current()"))
+        .unwrap();
+
+    let mut store = Postgres::connect(&target(&url), Duration::from_secs(15)).unwrap();
+    let mut feed = Feed::new(store.for_feed().unwrap(), store.feed_start().unwrap());
+    let hosts: Vec<String> = (2..7).map(|i| format!("http://10.92.0.{i}:3128")).collect();
+    for u in &hosts {
+        h.add(&[u.as_str()]);
+    }
+    let mut read = 0;
+    eventually(Duration::from_secs(30), "the 5 endpoints read", || {
+        let ch = feed.next(Duration::from_millis(25)).unwrap();
+        read += ch
+            .endpoints
+            .iter()
+            .filter(|e| e.url.host != "10.92.0.1")
+            .count();
+        match read >= 5 {
+            true => Ok(()),
+            false => Err(format!("{read} read")),
+        }
+    });
+    let changes = || pg.sql(&db, "SELECT count(*) FROM fleet_changes");
+    // An hour and more later (the clock of their rows moved back), a sweep: the change
+    // from before the open transaction goes, the 5 after it stay, and no read reloads or
+    // reads them again.
+    pg.sql(
+        &db,
+        "UPDATE fleet_changes SET at = now() - interval '2 hours'",
+    );
+    assert_eq!(store.prune_events(std::time::UNIX_EPOCH, 1000).unwrap(), 0);
+    assert_eq!(changes(), "5");
+    for _ in 0..3 {
+        let ch = feed.next(Duration::from_millis(25)).unwrap();
+        assert!(!ch.reload && ch.seqs.is_empty(), "{ch:?}");
+    }
+    // It ends: the next sweep prunes them (and no event), and a read reloads once at most.
+    rt.block_on(open.batch_execute("ROLLBACK")).unwrap();
+    let events = pg.sql(&db, "SELECT count(*) FROM events");
+    assert_eq!(store.prune_events(std::time::UNIX_EPOCH, 1000).unwrap(), 0);
+    assert_eq!(changes(), "0");
+    assert_eq!(pg.sql(&db, "SELECT count(*) FROM events"), events);
+    let reloads = (0..3)
+        .filter(|_| feed.next(Duration::from_millis(25)).unwrap().reload)
+        .count();
+    assert!(reloads <= 1, "{reloads} reloads in 3 reads");
+}

@@ -58,16 +58,20 @@ pub async fn prune_before(
     }
 }
 
-/// Sweep at start and then every `r.every`, until `shutdown`.
+/// Sweep at start and then every `r.every`, until `shutdown`. With a retention of zero a
+/// sweep deletes no event, but still prunes what the store keeps beside them (a fleet's
+/// change log, kept an hour).
 pub async fn run(engine: Arc<Engine>, r: Retention, shutdown: CancellationToken) {
     if r.keep.is_zero() {
         debug!("events_retention is 0s: events are kept forever");
-        return;
     }
     loop {
-        let cutoff = (r.clock)()
-            .checked_sub(r.keep)
-            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let cutoff = match r.keep.is_zero() {
+            true => SystemTime::UNIX_EPOCH,
+            false => (r.clock)()
+                .checked_sub(r.keep)
+                .unwrap_or(SystemTime::UNIX_EPOCH),
+        };
         match prune_before(&engine, cutoff, &r, &shutdown).await {
             Ok(0) => {}
             Ok(n) => {
@@ -179,8 +183,12 @@ mod tests {
             clock: month_later,
             ..Retention::new(Duration::ZERO)
         };
-        // Returns at once: there is nothing to do, ever.
-        run(engine.clone(), r, CancellationToken::new()).await;
+        // Sweeps (for what the store keeps beside events), deleting none of them.
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(run(engine.clone(), r, stop.clone()));
+        tokio::time::sleep(3 * Retention::new(Duration::ZERO).every).await;
+        stop.cancel();
+        task.await.unwrap();
         assert_eq!(event_count(&engine).await, before);
     }
 }

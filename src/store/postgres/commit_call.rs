@@ -31,8 +31,8 @@ pub(super) fn fits<'a>(mut writes: impl Iterator<Item = &'a Write>) -> bool {
     })
 }
 
-/// Whether `e` says the server will not run the function at all: it is missing, or this
-/// role may not execute it (SQLSTATE class 42), not that one commit was refused.
+/// Whether `e` says the server will not run a statement at all: the function is missing,
+/// or this role may not execute it (SQLSTATE class 42), not that one commit was refused.
 pub(super) fn is_refused(e: &tokio_postgres::Error) -> bool {
     e.code().is_some_and(|c| c.code().starts_with("42"))
 }

@@ -456,13 +456,17 @@ impl Postgres {
                         &[&before, &(batch as i64)],
                     )
                     .await?;
-                // Changes and tombstones of one transaction share its `at`: they go together.
+                // A change goes with its tombstones, and not while a transaction older than
+                // it is still open anywhere: a follower's read may not have seen it (it waits
+                // on that transaction), and "pruned past what I have read" would then send
+                // every follower into a reload on every read for as long as it stays open.
                 let pruned = c
                     .query_one(
                         "WITH d AS (DELETE FROM fleet_changes \
-                           WHERE at < now() - $1::bigint * interval '1 second' RETURNING xid), \
-                         r AS (DELETE FROM fleet_removals \
-                           WHERE at < now() - $1::bigint * interval '1 second') \
+                           WHERE at < now() - $1::bigint * interval '1 second' \
+                             AND xid < pg_snapshot_xmin(pg_current_snapshot()) \
+                           RETURNING seq, xid), \
+                         r AS (DELETE FROM fleet_removals WHERE rev IN (SELECT seq FROM d)) \
                          SELECT MAX(xid::text::bigint) FROM d",
                         &[&TOMBSTONE_KEEP_SECS],
                     )

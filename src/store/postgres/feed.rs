@@ -7,14 +7,14 @@
 //!
 //! Change numbers are taken before commit, so they commit in any order: "every number past
 //! the last one seen" would miss a transaction that took its number first and committed
-//! last. The feed goes by transaction ids instead. A read's snapshot has an `xmin`: every
-//! transaction with a smaller id had ended when it was taken, so whatever commits later
-//! was made by a transaction with an id of at least that. Each read therefore takes the
-//! changes (`fleet_changes`) of transactions with ids from the previous read's `xmin` on,
-//! less those it already applied, and the rows, pairs and removals those changes wrote
-//! (`rev`). A daemon that was away longer than changes are kept reloads everything.
+//! last. The feed goes by transaction ids instead. A read's snapshot says which
+//! transactions it saw in progress (`xip`) and the first id it did not see at all
+//! (`xmax`): every other transaction had ended when it was taken, and its changes were read
+//! then. Each read therefore takes the changes (`fleet_changes`) of transactions in the
+//! previous read's `xip` or from its `xmax` on, and the rows, pairs and removals those
+//! changes wrote (by `rev`); a transaction left open for hours elsewhere makes a read no
+//! larger. A daemon that was away longer than changes are kept reloads everything.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use tracing::{info, warn};
@@ -37,17 +37,18 @@ const GAP: Duration = Duration::from_millis(10);
 const STREAM_GAP: Duration = Duration::from_millis(25);
 const STREAM: usize = 4;
 
-/// After the server refuses to listen, the feed asks again this long after, doubling up
+/// After the server refuses to listen, or the listening connection cannot be opened while
+/// reads work (a connection limit, say), the feed asks again this long after, doubling up
 /// to `LISTEN_RETRY_MAX`, and reads on its poll meanwhile: a new session per read would be
 /// a connection a read.
 const LISTEN_RETRY_MIN: Duration = Duration::from_secs(1);
 const LISTEN_RETRY_MAX: Duration = Duration::from_secs(60);
 
-/// When to ask the server to listen again after it refused.
-struct Refusals {
+/// When to try to listen again.
+struct Backoff {
     /// Not before this.
     until: std::time::Instant,
-    /// The wait after the next refusal.
+    /// The wait after the next failure.
     next: Duration,
 }
 
@@ -57,8 +58,8 @@ pub struct Feed {
     at: Position,
     slicing: Option<Slicing>,
     listener: Option<Listener>,
-    /// The server refused to listen: when to ask again.
-    refusals: Option<Refusals>,
+    /// Listening failed: when to try again.
+    backoff: Option<Backoff>,
     last_read: std::time::Instant,
     /// How far apart the next reads are: woken by notifications (`GAP`), or on a timer in
     /// a stream (`STREAM_GAP`).
@@ -71,64 +72,66 @@ impl Feed {
     pub fn new(pg: Postgres, xmin: i64) -> Feed {
         Feed {
             pg,
-            at: Position {
-                xmin,
-                seen: HashMap::new(),
-            },
+            at: Position::from(xmin),
             slicing: None,
             listener: None,
-            refusals: None,
+            backoff: None,
             last_read: std::time::Instant::now(),
             gap: GAP,
         }
     }
 
-    /// Connect the listening session if it is not up (`listener`), unless the server
-    /// refused the last one too recently; whether one is up.
+    /// Connect the listening session if it is not up (`listener`), unless listening failed
+    /// too recently; whether one is up.
     fn listen(&mut self) -> bool {
         if self.listener.is_some() {
             return true;
         }
         if self
-            .refusals
+            .backoff
             .as_ref()
-            .is_some_and(|r| std::time::Instant::now() < r.until)
+            .is_some_and(|b| std::time::Instant::now() < b.until)
         {
             return false;
         }
-        // Not connected (the database is away): the poll covers it, and the next read
-        // tries again.
-        self.listener = Listener::connect(&self.pg).ok();
+        match Listener::connect(&self.pg) {
+            Ok(l) => self.listener = Some(l),
+            Err(e) => self.listen_failed(e.to_string()),
+        }
         self.listener.is_some()
     }
 
-    /// What the listening session's wake-ups said: it listens (after a refusal, say so
-    /// once), it ended, or the server refused it (back off, say so once).
+    /// Listening failed: read on the poll, try again after the back-off (said once).
+    fn listen_failed(&mut self, why: String) {
+        let next = self.backoff.as_ref().map_or(LISTEN_RETRY_MIN, |b| b.next);
+        if self.backoff.is_none() {
+            warn!(
+                error = %why,
+                "cannot listen for the fleet's changes: they are read on the follower's poll instead (later), and listening is tried again with back-off"
+            );
+        }
+        self.backoff = Some(Backoff {
+            until: std::time::Instant::now() + next,
+            next: (next * 2).min(LISTEN_RETRY_MAX),
+        });
+    }
+
+    /// What the listening session's wake-ups said: it listens (after a failure, say so
+    /// once), it ended, or the server refused it (back off).
     fn settle_listener(&mut self) {
         let Some(l) = self.listener.as_mut() else {
             return;
         };
-        if l.listened() && self.refusals.take().is_some() {
-            info!("the database listens again: the fleet's changes arrive as they commit");
+        if l.listened() && self.backoff.take().is_some() {
+            info!("listening for the fleet's changes again: they arrive as they commit");
         }
         let Some(ended) = l.ended() else {
             return;
         };
         self.listener = None;
-        let Some(why) = ended else {
-            return;
-        };
-        let next = self.refusals.as_ref().map_or(LISTEN_RETRY_MIN, |r| r.next);
-        if self.refusals.is_none() {
-            warn!(
-                error = %why,
-                "the database refuses LISTEN: the fleet's changes are read on the follower's poll instead (later), and listening is tried again with back-off"
-            );
+        if let Some(why) = ended {
+            self.listen_failed(why);
         }
-        self.refusals = Some(Refusals {
-            until: std::time::Instant::now() + next,
-            next: (next * 2).min(LISTEN_RETRY_MAX),
-        });
     }
 
     /// Wait up to `wait` for a notification (not at all while a large change is being
@@ -172,7 +175,12 @@ impl Feed {
             }
         }
         self.last_read = std::time::Instant::now();
-        let changes = self.read()?;
+        let changes = self.read().inspect_err(|_| {
+            // The database itself is away: its listening session may be a dead connection
+            // that has not noticed yet; once it is back, listen again at once.
+            self.listener = None;
+            self.backoff = None;
+        })?;
         self.gap = match changes.seqs.len() >= STREAM {
             true => STREAM_GAP,
             false => GAP,

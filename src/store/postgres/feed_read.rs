@@ -1,6 +1,5 @@
 //! One read of the fleet's changes (`Feed`), in a snapshot of its own: the changes of
-//! transactions with ids from the last read's `xmin` on that were not applied yet, the
-//! endpoint rows, pairs and removals they wrote, and where the feed stands after them
+//! transactions the last read's snapshot did not see (`Position`), the endpoint rows, pairs and removals they wrote, and where the feed stands after them
 //! (`feed`'s module documentation says why it goes by transaction ids).
 //!
 //! Under a stream of commits every daemon of a fleet reads every few milliseconds, so the
@@ -11,7 +10,6 @@
 //! were pruned past the last read) and the rest of a change too large for one slice are
 //! read statement by statement (`read_in`); both are rare.
 
-use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use deadpool_postgres::Object;
@@ -29,13 +27,20 @@ const SLICE: i64 = 20_000;
 
 const BEGIN: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 
-/// Where the feed stands: the snapshot's `xmin`, and how far removals were pruned.
-const HEAD: &str = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, \
-     removed_through FROM fleet_sequence WHERE id = 1";
+/// Where the feed stands: the snapshot's `xmax` and the transactions it saw in progress
+/// (`xip`), and how far changes were pruned.
+const HEAD: &str = "SELECT pg_snapshot_xmax(snap.s)::text::bigint, \
+     ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(snap.s) AS x ORDER BY 1), \
+     removed_through FROM fleet_sequence, pg_current_snapshot() AS snap(s) WHERE id = 1";
 
-/// The changes of transactions with ids from `$1` on.
+/// The changes of transactions the last read's snapshot did not see: those from its
+/// `xmax` ($1) on, and those it saw in progress ($2). Two index scans, so that a
+/// transaction left open for hours (an idle `psql`) costs a read no more than its id.
 const LISTED: &str = "SELECT seq, xid::text::bigint FROM fleet_changes \
-     WHERE xid >= $1::bigint::text::xid8";
+     WHERE xid >= $1::bigint::text::xid8 \
+     UNION ALL SELECT seq, xid::text::bigint FROM fleet_changes \
+     WHERE xid = ANY (ARRAY(SELECT x::text::xid8 FROM unnest($2::bigint[]) AS x)) \
+       AND xid < $1::bigint::text::xid8";
 
 /// A pair deleted and written again since (by a change that took its number earlier and
 /// committed later) is there: its row says so, not the tombstone.
@@ -92,12 +97,31 @@ pub(super) struct Slicing {
     done: Position,
 }
 
-/// Where the feed stands: the `xmin` of its last read, and the changes it applied whose
-/// transaction ids are at least that (they are listed again by the next read).
+/// Where the feed stands: what the snapshot of its last read did not see. Every
+/// transaction with an id below `xmax` and not in `xip` had ended when it was taken, so
+/// its changes were read then (or it wrote none); whatever commits later is from a
+/// transaction in `xip` or with an id of at least `xmax`.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Position {
-    pub(super) xmin: i64,
-    pub(super) seen: HashMap<i64, i64>,
+    pub(super) xmax: i64,
+    pub(super) xip: Vec<i64>,
+}
+
+impl Position {
+    /// From `xmin` on: every transaction from there is read (once more, for those the
+    /// state loaded before already holds).
+    pub(super) fn from(xmin: i64) -> Position {
+        Position {
+            xmax: xmin,
+            xip: Vec::new(),
+        }
+    }
+
+    /// The oldest transaction whose changes the next read takes: a change pruned at or
+    /// past it may not have been read.
+    fn oldest(&self) -> i64 {
+        self.xip.first().map_or(self.xmax, |&x| x.min(self.xmax))
+    }
 }
 
 /// Where a read leaves the feed.
@@ -106,28 +130,16 @@ pub(super) enum Next {
     Done(Position),
 }
 
-/// Where the feed stands in the snapshot of `head` (its `xmin`, and how far removals were
-/// pruned) with the changes `listed` (seq, xid) since `at.xmin`: the changes to apply now
-/// (not applied yet), where the feed stands after them, and whether changes it never read
-/// were pruned.
+/// Where the feed stands in the snapshot of `head` (its `xmax` and `xip`, and how far
+/// changes were pruned) with the changes `listed` (seq, xid) that `at` had not seen: the
+/// changes to apply now (every one committed in this snapshot, none read before), where
+/// the feed stands after them, and whether changes it never read were pruned.
 fn position(head: &Row, listed: &[Row], at: &Position) -> (Vec<i64>, Position, bool) {
-    let (xmin, pruned): (i64, i64) = (head.get(0), head.get(1));
-    let mut done = Position {
-        xmin,
-        seen: HashMap::new(),
-    };
-    let mut seqs = Vec::new();
-    for r in listed {
-        let (seq, xid): (i64, i64) = (r.get(0), r.get(1));
-        if !at.seen.contains_key(&seq) {
-            seqs.push(seq);
-        }
-        if xid >= xmin {
-            done.seen.insert(seq, xid);
-        }
-    }
+    let (xmax, xip, pruned): (i64, Vec<i64>, i64) = (head.get(0), head.get(1), head.get(2));
+    let mut seqs: Vec<i64> = listed.iter().map(|r| r.get(0)).collect();
     seqs.sort_unstable();
-    (seqs, done, pruned >= at.xmin)
+    seqs.dedup();
+    (seqs, Position { xmax, xip }, pruned >= at.oldest())
 }
 
 /// The changes to apply now, where the feed stands after them, and whether changes it
@@ -137,7 +149,7 @@ async fn listed(
     at: &Position,
 ) -> Result<(Vec<i64>, Position, bool), tokio_postgres::Error> {
     let head = tx.query_one(HEAD, &[]).await?;
-    let listed = tx.query(LISTED, &[&at.xmin]).await?;
+    let listed = tx.query(LISTED, &[&at.xmax, &at.xip]).await?;
     Ok(position(&head, &listed, at))
 }
 
@@ -240,7 +252,7 @@ async fn pipelined(c: &Object, at: &Position) -> Result<Option<(Changes, Next)>,
     );
     let (head, listed, endpoints, pairs, removals) =
         (head?, listed?, endpoints?, pairs?, removals?);
-    let from: [&(dyn ToSql + Sync); 1] = [&at.xmin];
+    let from: [&(dyn ToSql + Sync); 2] = [&at.xmax, &at.xip];
     let (begun, head, listed) = futures_util::join!(
         c.batch_execute(BEGIN),
         c.query_one(&head, &[]),

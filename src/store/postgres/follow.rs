@@ -2,7 +2,9 @@
 //! several daemons commit them in any order and "every id past the last one printed" would
 //! miss an event whose transaction committed after a later id's. Events are followed by
 //! transaction id instead, as the change feed follows rows (`feed`): each read takes the
-//! events of transactions with ids from the previous read's `xmin` on, less those printed.
+//! events of transactions its previous read's snapshot did not see (those it saw in
+//! progress, and those from its `xmax` on), so a transaction left open for hours elsewhere
+//! makes no read larger.
 
 use std::collections::HashMap;
 
@@ -10,26 +12,41 @@ use super::read::{event_row, EVENT_COLS};
 use super::Postgres;
 use crate::store::{EventFilter, EventRow, StoreError};
 
+/// What a read's snapshot did not see: the transactions in progress, and every id from
+/// `xmax` on.
+#[derive(Debug, Clone, Default)]
+struct Unseen {
+    xmax: i64,
+    xip: Vec<i64>,
+}
+
+impl Unseen {
+    fn holds(&self, xid: i64) -> bool {
+        xid >= self.xmax || self.xip.binary_search(&xid).is_ok()
+    }
+}
+
 /// Where a follow stands.
 #[derive(Debug, Clone, Default)]
 pub struct FollowAt {
     /// Events past this id are new whatever their transaction (the start: what was
     /// printed before following went up to here).
     after: i64,
-    /// The `xmin` of the last completed read.
-    xmin: i64,
-    /// Events printed whose transaction ids are at least `xmin`: the next read lists them
-    /// again.
+    /// What the last completed read did not see; `None` before the first.
+    unseen: Option<Unseen>,
+    /// Events printed whose transactions the position held (`Unseen::holds`): a paged
+    /// read's later pages, in snapshots of their own, print events its first page did not
+    /// see, and the next read lists them again.
     seen: HashMap<i64, i64>,
-    /// A read that hit its limit goes on past this id, still from `xmin`.
+    /// A read that hit its limit goes on past this id.
     pass: Option<Pass>,
 }
 
 #[derive(Debug, Clone)]
 struct Pass {
     last_id: i64,
-    /// The `xmin` of the pass's first read: where the feed stands once it is done.
-    xmin: i64,
+    /// What the pass's first read did not see: where the follow stands once it is done.
+    unseen: Unseen,
 }
 
 impl FollowAt {
@@ -37,38 +54,16 @@ impl FollowAt {
     pub fn after(after: i64) -> FollowAt {
         FollowAt {
             after,
-            xmin: -1,
             ..FollowAt::default()
         }
     }
-}
 
-/// The start: events up to `at.after` are history, printed or not.
-async fn start(
-    tx: &tokio_postgres::Transaction<'_>,
-    at: &mut FollowAt,
-    xmin: i64,
-) -> Result<(), tokio_postgres::Error> {
-    at.xmin = xmin;
-    for r in &tx
-        .query(
-            "SELECT id, xid::text::bigint FROM events \
-             WHERE xid >= $1::bigint::text::xid8 AND id <= $2",
-            &[&xmin, &at.after],
-        )
-        .await?
-    {
-        at.seen.insert(r.get(0), r.get(1));
-    }
-    Ok(())
-}
-
-impl FollowAt {
-    /// The events of `rows` (read in a snapshot with `xmin`) not printed yet; where the
-    /// follow stands after them (`more`: the read hit its limit, go on past its last id).
-    fn take(&mut self, rows: &[tokio_postgres::Row], xmin: i64, more: bool) -> Vec<EventRow> {
+    /// The events of `rows` (read in a snapshot that did not see `now`) not printed yet;
+    /// where the follow stands after them (`more`: the read hit its limit, go on past its
+    /// last id).
+    fn take(&mut self, rows: &[tokio_postgres::Row], now: Unseen, more: bool) -> Vec<EventRow> {
         let from_id = self.pass.as_ref().map_or(i64::MIN, |p| p.last_id);
-        let pass_xmin = self.pass.as_ref().map_or(xmin, |p| p.xmin);
+        let next = self.pass.take().map_or(now, |p| p.unseen);
         let mut out = Vec::new();
         for r in rows {
             let id: i64 = r.get(0);
@@ -77,7 +72,7 @@ impl FollowAt {
                 continue;
             }
             out.push(event_row(r));
-            if let Some(xid) = xid {
+            if let Some(xid) = xid.filter(|&x| next.holds(x)) {
                 self.seen.insert(id, xid);
             }
         }
@@ -85,17 +80,21 @@ impl FollowAt {
             let last_id = rows.last().map_or(from_id, |r| r.get(0));
             self.pass = Some(Pass {
                 last_id,
-                xmin: pass_xmin,
+                unseen: next,
             });
         } else {
-            self.pass = None;
-            self.xmin = pass_xmin;
             self.after = self.after.max(rows.last().map_or(self.after, |r| r.get(0)));
-            self.seen.retain(|_, xid| *xid >= pass_xmin);
+            self.seen.retain(|_, xid| next.holds(*xid));
+            self.unseen = Some(next);
         }
         out
     }
 }
+
+/// Where a snapshot stands (`Unseen`), read in it.
+const HEAD: &str = "SELECT pg_snapshot_xmax(s)::text::bigint, \
+     ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(s) AS x ORDER BY 1) \
+     FROM pg_current_snapshot() AS snap(s)";
 
 impl Postgres {
     /// The events matching `f` committed since the last call, oldest id first; `true` when
@@ -111,20 +110,24 @@ impl Postgres {
             let mut c = self.client().await?;
             let r: Result<(Vec<EventRow>, bool), tokio_postgres::Error> = async {
                 let tx = super::snapshot(&mut c).await?;
-                let xmin: i64 = tx
-                    .query_one(
-                        "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint",
-                        &[],
-                    )
-                    .await?
-                    .get(0);
-                if at.xmin < 0 {
-                    start(&tx, at, xmin).await?;
-                }
+                let head = tx.query_one(HEAD, &[]).await?;
+                let now = Unseen {
+                    xmax: head.get(0),
+                    xip: head.get(1),
+                };
                 let from_id = at.pass.as_ref().map_or(i64::MIN, |p| p.last_id);
+                // Every event past `after`, and those of transactions the last read did not
+                // see (`Unseen`; none before the first read completes). The array is a
+                // literal of the statement, planned with it: index scans of both keys.
+                let (xmax, xip) = match &at.unseen {
+                    Some(u) => (u.xmax, u.xip.clone()),
+                    None => (i64::MAX, Vec::new()),
+                };
                 let sql = format!(
                     "SELECT {EVENT_COLS}, xid::text::bigint FROM events \
-                     WHERE (xid >= $1::bigint::text::xid8 OR id > $2) AND id > $3 \
+                     WHERE (xid >= $1::bigint::text::xid8 OR xid = ANY ($8::bigint[]::text[]::xid8[]) \
+                            OR id > $2) \
+                     AND id > $3 \
                      AND ($4::bigint IS NULL OR endpoint = $4) \
                      AND (cardinality($5::text[]) = 0 OR kind = ANY($5)) \
                      AND ($6::timestamptz IS NULL OR at >= $6) ORDER BY id LIMIT $7"
@@ -133,19 +136,20 @@ impl Postgres {
                     .query(
                         &sql,
                         &[
-                            &at.xmin,
+                            &xmax,
                             &at.after,
                             &from_id,
                             &f.endpoint,
                             &f.kinds,
                             &f.since,
                             &limit,
+                            &xip,
                         ],
                     )
                     .await?;
                 tx.commit().await?;
                 let more = rows.len() as i64 == limit;
-                let out = at.take(&rows, xmin, more);
+                let out = at.take(&rows, now, more);
                 Ok((out, more))
             }
             .await;

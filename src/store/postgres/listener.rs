@@ -51,17 +51,25 @@ pub(super) struct Listener {
 }
 
 impl Listener {
-    /// Connect and listen.
+    /// Connect and listen. The whole of it is bounded (`super::WAIT`): a server that takes
+    /// the connection and then never answers must not hold the follower.
     pub(super) fn connect(pg: &Postgres) -> Result<Listener, StoreError> {
         let pg2 = pg.clone();
         let (rx, ctl) = pg.block(async {
             let tls = pg2.target().connector()?;
-            let (client, conn) = pg2
-                .target()
-                .config()
-                .connect(tls)
-                .await
-                .map_err(|e| pg2.err(e))?;
+            let connecting = pg2.target().config().connect(tls);
+            let (client, conn) = match tokio::time::timeout(super::WAIT, connecting).await {
+                Ok(c) => c.map_err(|e| pg2.err(e))?,
+                Err(_) => {
+                    return Err(StoreError::Unavailable {
+                        target: pg2.target().describe(),
+                        why: format!(
+                            "no answer within {}",
+                            humantime::format_duration(super::WAIT)
+                        ),
+                    })
+                }
+            };
             let (tx, rx) = mpsc::unbounded_channel();
             let (ctl, ctl_rx) = mpsc::unbounded_channel::<bool>();
             tokio::spawn(session(client, conn, tx, ctl_rx));
@@ -137,6 +145,18 @@ impl Listener {
     }
 }
 
+/// The server's refusal in `e`, if it is one: an error the server answered that is not
+/// the end of the session (a shutdown, a terminated backend: class 57P, or a protocol
+/// failure: class 08), which the next session gets past.
+fn refusal(e: &tokio_postgres::Error) -> Option<String> {
+    let db = e.as_db_error()?;
+    let code = db.code().code();
+    match code.starts_with("57P") || code.starts_with("08") {
+        true => None,
+        false => Some(crate::store::pg_message(e)),
+    }
+}
+
 /// The session's task: the client lives in here (dropping it would close the connection).
 async fn session<S, T>(
     client: tokio_postgres::Client,
@@ -163,7 +183,7 @@ async fn session<S, T>(
                 if let Poll::Ready(r) = f.as_mut().poll(cx) {
                     let on = *on;
                     cmd = None;
-                    let r = r.map_err(|e| e.as_db_error().map(|_| crate::store::pg_message(&e)));
+                    let r = r.map_err(|e| refusal(&e));
                     return Poll::Ready(Woke::Done(on, r));
                 }
             } else if let Poll::Ready(c) = ctl_rx.poll_recv(cx) {

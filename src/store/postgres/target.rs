@@ -63,6 +63,9 @@ struct Options<'a> {
     tls: Tls,
     root_cert: Option<PathBuf>,
     passfile: Option<PathBuf>,
+    /// `tcp_user_timeout` in libpq's unit, milliseconds (tokio-postgres reads seconds);
+    /// 0 leaves the system's default.
+    tcp_user_timeout: Option<u64>,
     kept: Vec<&'a str>,
 }
 
@@ -72,6 +75,7 @@ impl<'a> Options<'a> {
             tls: Tls::Prefer,
             root_cert: None,
             passfile: None,
+            tcp_user_timeout: None,
             kept: Vec::new(),
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -84,6 +88,12 @@ impl<'a> Options<'a> {
                 "sslmode" => o.tls = Tls::parse(&value).map_err(|e| bad(e.to_string()))?,
                 "sslrootcert" => o.root_cert = Some(PathBuf::from(value)),
                 "passfile" => o.passfile = Some(PathBuf::from(value)),
+                "tcp_user_timeout" => {
+                    let ms = value.parse().map_err(|_| {
+                        bad(format!("tcp_user_timeout must be milliseconds, not {value:?}"))
+                    })?;
+                    o.tcp_user_timeout = Some(ms);
+                }
                 "sslcert" | "sslkey" | "sslpassword" => {
                     return Err(bad(format!(
                         "{k}: client certificates are not supported; authenticate with a password (scram-sha-256)"
@@ -113,6 +123,14 @@ impl fmt::Debug for PgTarget {
 /// How long one attempt to reach a host may take before the next host is tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long data sent may go unacknowledged before the connection counts as dead, unless
+/// the URL says (`tcp_user_timeout`); it also ends the keepalive probes of an idle one.
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a connection is idle before the first keepalive probe, unless the URL says
+/// (`keepalives_idle`).
+const KEEPALIVES_IDLE: Duration = Duration::from_secs(30);
+
 impl PgTarget {
     /// Parse a `postgres://` or `postgresql://` URL; the password comes from the URL, else
     /// `PGPASSWORD`, else the password file.
@@ -132,6 +150,7 @@ impl PgTarget {
             mut tls,
             root_cert,
             passfile,
+            tcp_user_timeout,
             mut kept,
         } = Options::read(query, &bad)?;
         // The TLS decision is ours (rustls); tokio-postgres only needs to know whether to ask.
@@ -160,6 +179,17 @@ impl PgTarget {
         }
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        // A server that stops answering (a frozen host, packets dropped in a failover) is
+        // given up on within a minute, where the kernel's defaults wait about 15 minutes
+        // for a request and over two hours on an idle connection (the feed's listener).
+        match tcp_user_timeout {
+            None => config.tcp_user_timeout(TCP_USER_TIMEOUT),
+            Some(0) => &mut config,
+            Some(ms) => config.tcp_user_timeout(Duration::from_millis(ms)),
+        };
+        if !kept.iter().any(|p| p.starts_with("keepalives_idle=")) {
+            config.keepalives_idle(KEEPALIVES_IDLE);
         }
         if config.get_application_name().is_none() {
             config.application_name("proxypool");
@@ -556,6 +586,40 @@ mod tests {
         });
         let e = got.expect("refused").to_string();
         assert!(e.contains("sslrootcert"), "{e}");
+    }
+
+    /// A dead server is found out within half a minute unless the URL says otherwise;
+    /// `tcp_user_timeout` is libpq's milliseconds, 0 the system's default.
+    #[test]
+    fn connections_give_up_on_a_silent_server_as_the_url_says() {
+        let cases: [(&str, Option<Duration>, Duration); 4] = [
+            ("", Some(TCP_USER_TIMEOUT), KEEPALIVES_IDLE),
+            (
+                "?tcp_user_timeout=1500",
+                Some(Duration::from_millis(1500)),
+                KEEPALIVES_IDLE,
+            ),
+            ("?tcp_user_timeout=0", None, KEEPALIVES_IDLE),
+            (
+                "?keepalives_idle=600",
+                Some(TCP_USER_TIMEOUT),
+                Duration::from_secs(600),
+            ),
+        ];
+        for (query, user_timeout, idle) in cases {
+            let t = PgTarget::parse(&format!("postgresql://u:pw@db1/pool{query}")).unwrap();
+            assert_eq!(
+                t.config.get_tcp_user_timeout().copied(),
+                user_timeout,
+                "{query}"
+            );
+            assert_eq!(t.config.get_keepalives_idle(), idle, "{query}");
+        }
+        let e = PgTarget::parse("postgresql://u:pw@db1/pool?tcp_user_timeout=30s")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tcp_user_timeout must be milliseconds"), "{e}");
+        assert!(!e.contains(":pw@"), "{e}");
     }
 
     #[test]

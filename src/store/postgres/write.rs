@@ -151,6 +151,9 @@ impl Postgres {
         match c.query_one(&st.flush, &[]).await {
             Ok(_) => state.store(SPLIT, Ordering::Relaxed),
             Err(e) if super::is_connection_error(&e) => return Err(self.err(e)),
+            // Not a refusal (a statement timeout, the server short of memory): a whole
+            // commit this time, and the question again at the next.
+            Err(e) if !commit_call::is_refused(&e) => return Ok(false),
             Err(e) => {
                 tracing::warn!(
                     error = %crate::store::pg_message(&e),
@@ -178,7 +181,11 @@ impl Postgres {
             Ok(s) => Ok(Some(s)),
             Err(e) if super::is_connection_error(&e) => Err(self.err(e)),
             Err(e) => {
-                self.refuse_call(&e);
+                // Refused for good only when the server will not run it (missing, or not
+                // this role's to execute); another error sends this commit as statements.
+                if commit_call::is_refused(&e) {
+                    self.refuse_call(&e);
+                }
                 Ok(None)
             }
         }
