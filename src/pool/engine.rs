@@ -27,6 +27,7 @@ mod probing;
 mod reads;
 mod registry;
 mod reporting;
+mod track;
 pub use declared::{initial_state, sync_config_endpoints};
 pub use reads::EngineOptions;
 mod writer;
@@ -254,7 +255,7 @@ impl Engine {
                 self.rescheduled.notify_one();
             }
             if let Some(fl) = &self.fleet {
-                keys = fleet::keys(&writes);
+                keys = track::keys(&writes);
                 fl.begin(&keys);
             }
             out = o;
@@ -330,7 +331,7 @@ impl Engine {
                 }
             }
         }
-        self.follow_fresh(&mut p, &applied.fresh, fleet::Read::InOurCommit, now);
+        self.follow_fresh(&mut p, &applied.fresh, track::Read::InOurCommit, now);
         done.changed_elsewhere = applied
             .fresh
             .iter()
@@ -354,7 +355,7 @@ impl Engine {
     ) -> EngineError {
         if let StoreError::StaleClaim { what, fresh } = &*e {
             let mut p = held.unwrap_or_else(|| self.lock());
-            self.follow_fresh(&mut p, fresh, fleet::Read::InOurCommit, Instant::now());
+            self.follow_fresh(&mut p, fresh, track::Read::InOurCommit, Instant::now());
             drop(p);
             self.resync();
             return PoolError::StaleClaim(what.clone()).into();
