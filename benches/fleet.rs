@@ -13,8 +13,9 @@
 //!    commits), a statement at a time and pipelined (a commit in one round trip);
 //! 4. three daemons against one at the same client count, in alternating cells
 //!    (`fleet/three.rs`): the transitions the database kept a second, leases/s, the CPU
-//!    spent per transition by the daemons and by PostgreSQL; then, in one more cell of
-//!    each, where the daemons' PostgreSQL sessions wait (`fleet/waits.rs`).
+//!    spent per transition by the daemons and by PostgreSQL, and one daemon serving while
+//!    the two others follow it; then, in one more cell of each, where the daemons'
+//!    PostgreSQL sessions wait (`fleet/waits.rs`).
 //!
 //! The real binary (release) and a private PostgreSQL cluster (tests/common/postgres.rs).
 //! Run: `cargo bench --bench fleet` (needs Debian's `postgresql`; prints a note without it);

@@ -4,6 +4,10 @@
 //! (SIGSTOP), so that it is one daemon as it would serve alone; they are woken (SIGCONT)
 //! and have caught up before the next cell of three.
 //!
+//! Each round also has a cell of one daemon serving while the two others run and follow
+//! it: what following alone costs the fleet, the ceiling of any design in which one
+//! daemon commits for all (every daemon must still learn every change).
+//!
 //! What counts is what the database kept: transitions that wrote a `state_changed` event.
 //! A report whose endpoint another daemon had cooled first is answered `cooling` too, but
 //! writes nothing (docs/fleet.md, "Ownership"); counting answers would count those.
@@ -119,11 +123,14 @@ pub fn three_against_one(pg: &postgres::Cluster, db: &str, d: [&Daemon; 3]) {
     let socks: Vec<PathBuf> = d.iter().map(|d| d.sock.clone()).collect();
     let pids: Vec<u32> = d.iter().map(|d| d.child.id()).collect();
     let (mut ones, mut threes, mut leases) = (Vec::new(), Vec::new(), (Vec::new(), Vec::new()));
+    let mut follows = Vec::new();
     for _ in 0..ROUNDS {
         signal(&d[1..], libc::SIGSTOP);
         ones.push(cell(&c, &socks[..1], CLIENTS, &pids[..1]));
         leases.0.push(drive(&socks[..1], lease_release));
         signal(&d[1..], libc::SIGCONT);
+        caught_up(&socks);
+        follows.push(cell(&c, &socks[..1], CLIENTS, &pids));
         caught_up(&socks);
         threes.push(cell(&c, &socks, CLIENTS, &pids));
         leases.1.push(drive(&socks, lease_release));
@@ -151,6 +158,27 @@ pub fn three_against_one(pg: &postgres::Cluster, db: &str, d: [&Daemon; 3]) {
         "  three / one (median)",
         String::new(),
         format!("{:.2}", median(ratios.clone())),
+    );
+    let following: Vec<f64> = ones
+        .iter()
+        .zip(&follows)
+        .map(|(o, f)| f.kept / o.kept)
+        .collect();
+    row(
+        "one serving, two following",
+        String::new(),
+        f0(med(&follows, |c| c.kept)),
+    );
+    let each: Vec<String> = following.iter().map(|r| format!("{r:.2}")).collect();
+    row(
+        "  following / one, each round",
+        String::new(),
+        each.join(" "),
+    );
+    row(
+        "  following / one (median)",
+        String::new(),
+        format!("{:.2}", median(following)),
     );
     row(
         "reports answered/s",
