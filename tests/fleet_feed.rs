@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use proxypool::store::postgres::Postgres;
-use proxypool::store::{Feed, Location};
+use proxypool::store::{EndpointRow, EventCursor, EventFilter, Feed, Location, OpenOptions, Store};
 
 use common::eventually;
 use common::fleet::{home, LONG_COOLDOWN};
@@ -23,16 +23,17 @@ fn target(url: &str) -> proxypool::store::PgTarget {
 /// A hot standby refuses `LISTEN`. The feed then reads on its poll: the first refusal costs
 /// one session, and it asks again only after a back-off (1 s, doubling), not with a new
 /// connection for every read, which a refusal used to cost. Changes committed on the
-/// primary still arrive through its reads.
+/// primary still arrive through its reads, also one whose transaction stayed open while a
+/// later one committed (a standby's snapshots do not list the transactions in progress).
 #[test]
-fn a_feed_the_server_will_not_let_listen_reads_on_its_poll_and_backs_off() {
+fn a_feed_on_a_standby_reads_on_its_poll_backs_off_listening_and_misses_nothing() {
     let Some(primary) = postgres::Cluster::start() else {
         return;
     };
     let url = primary.database();
     let db = url.rsplit('/').next().unwrap().to_string();
     let h = home(&url, LONG_COOLDOWN);
-    h.add(&["http://10.90.0.1:3128"]);
+    h.add(&["http://10.90.0.1:3128", "http://10.90.0.2:3128"]);
     let standby = primary.start_standby();
     let pg = Postgres::connect(&target(&standby.url(&db)), Duration::from_secs(15)).unwrap();
     let mut feed = Feed::new(pg.for_feed().unwrap(), pg.feed_start().unwrap());
@@ -53,15 +54,48 @@ fn a_feed_the_server_will_not_let_listen_reads_on_its_poll_and_backs_off() {
         (1..8).contains(&refused),
         "{refused} refused sessions in {reads} reads"
     );
-    // A change on the primary reaches the feed on its poll.
-    h.add(&["http://10.90.0.2:3128"]);
-    eventually(Duration::from_secs(30), "the new endpoint read", || {
+    // On the primary a writer takes its change number and writes endpoint 1, then stays
+    // open while a later change commits: the standby's feed reads the later one on its
+    // poll, and the held one once it commits, though a standby's snapshots do not list the
+    // transactions in progress.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (held, conn) = rt
+        .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
+        .unwrap();
+    rt.spawn(conn);
+    rt.block_on(held.batch_execute(
+        "BEGIN; INSERT INTO fleet_changes (seq) VALUES (nextval('fleet_change_seq')); \
+         UPDATE endpoints SET detail = 'held', rev = currval('fleet_change_seq') WHERE id = 1",
+    ))
+    .unwrap();
+    // (Not through the CLI: an operator's command locks the endpoints table, and waits.)
+    primary.sql(
+        &db,
+        "BEGIN; INSERT INTO fleet_changes (seq) VALUES (nextval('fleet_change_seq')); \
+         UPDATE endpoints SET detail = 'later', rev = currval('fleet_change_seq') WHERE id = 2; \
+         COMMIT",
+    );
+    read_until(&mut feed, "the later change read", &|e| {
+        e.detail.as_deref() == Some("later")
+    });
+    rt.block_on(held.batch_execute("COMMIT")).unwrap();
+    read_until(&mut feed, "the held change read once it commits", &|e| {
+        e.detail.as_deref() == Some("held")
+    });
+}
+
+/// Read until a row `found` is among what the feed applies.
+fn read_until(feed: &mut Feed, what: &str, found: &dyn Fn(&EndpointRow) -> bool) {
+    eventually(Duration::from_secs(30), what, || {
         let ch = feed.next(Duration::from_millis(25)).unwrap();
-        match ch.endpoints.iter().any(|e| e.url.host == "10.90.0.2") {
+        match ch.endpoints.iter().any(found) {
             true => Ok(()),
             false => Err(format!("{} changes", ch.seqs.len())),
         }
-    });
+    })
 }
 
 /// A role whose connection limit the feed's reads use up: the listening connection is
@@ -116,7 +150,11 @@ fn a_feed_whose_listening_connection_is_refused_backs_off() {
 /// deletes no event (`events_retention = "0s"`) still prunes them.
 #[test]
 fn a_transaction_left_open_elsewhere_sends_no_follower_into_reloads() {
-    let Some(pg) = postgres::shared() else { return };
+    // A cluster of its own: the horizon is the whole server's, and another test's open
+    // transaction would hold it too.
+    let Some(pg) = postgres::Cluster::start() else {
+        return;
+    };
     let url = pg.database();
     let db = url.rsplit('/').next().unwrap().to_string();
     let h = home(&url, LONG_COOLDOWN);
@@ -151,6 +189,15 @@ fn a_transaction_left_open_elsewhere_sends_no_follower_into_reloads() {
             false => Err(format!("{read} read")),
         }
     });
+    // Each once: reads after them list nothing again.
+    for _ in 0..3 {
+        read += feed
+            .next(Duration::from_millis(25))
+            .unwrap()
+            .endpoints
+            .len();
+    }
+    assert_eq!(read, 5);
     let changes = || pg.sql(&db, "SELECT count(*) FROM fleet_changes");
     // An hour and more later (the clock of their rows moved back), a sweep: the change
     // from before the open transaction goes, the 5 after it stay, and no read reloads or
@@ -175,4 +222,37 @@ fn a_transaction_left_open_elsewhere_sends_no_follower_into_reloads() {
         .filter(|_| feed.next(Duration::from_millis(25)).unwrap().reload)
         .count();
     assert!(reloads <= 1, "{reloads} reloads in 3 reads");
+}
+
+/// `events --follow` on PostgreSQL pages through what it has not printed: a read that
+/// fills its limit goes on past its last id, and once the pages are done nothing printed
+/// is printed again (a last page that came back empty used to leave the follow where it
+/// started, and every read after it printed the first page once more).
+#[test]
+fn a_paged_follow_prints_each_event_once() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let h = home(&url, LONG_COOLDOWN);
+    h.add(&[
+        "http://10.93.0.1:3128",
+        "http://10.93.0.2:3128",
+        "http://10.93.0.3:3128",
+    ]);
+    let at = Location::parse(std::path::Path::new(&url)).unwrap();
+    let store = Store::open_at(&at, OpenOptions::default()).unwrap();
+    let mut cursor = EventCursor::after(0);
+    let filter = EventFilter::default();
+    let mut printed = Vec::new();
+    for _ in 0..6 {
+        let (batch, _) = store.follow_events(&filter, &mut cursor, 3).unwrap();
+        printed.extend(batch.iter().map(|e| e.id));
+    }
+    let all: Vec<i64> = store
+        .events_matching(&filter, 0, 100)
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(all.len(), 3, "{all:?}");
+    assert_eq!(printed, all);
 }

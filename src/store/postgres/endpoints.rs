@@ -460,25 +460,25 @@ impl Postgres {
                 // it is still open anywhere: a follower's read may not have seen it (it waits
                 // on that transaction), and "pruned past what I have read" would then send
                 // every follower into a reload on every read for as long as it stays open.
-                let pruned = c
-                    .query_one(
-                        "WITH d AS (DELETE FROM fleet_changes \
-                           WHERE at < now() - $1::bigint * interval '1 second' \
-                             AND xid < pg_snapshot_xmin(pg_current_snapshot()) \
-                           RETURNING seq, xid), \
-                         r AS (DELETE FROM fleet_removals WHERE rev IN (SELECT seq FROM d)) \
-                         SELECT MAX(xid::text::bigint) FROM d",
-                        &[&TOMBSTONE_KEEP_SECS],
-                    )
-                    .await?;
-                if let Some(through) = pruned.get::<_, Option<i64>>(0) {
-                    c.execute(
-                        "UPDATE fleet_sequence SET removed_through = GREATEST(removed_through, $1) \
-                         WHERE id = 1",
-                        &[&through],
-                    )
-                    .await?;
-                }
+                // One statement, so that no read sees a change gone before the mark that
+                // says so. Tombstones with no change of their own (written before changes
+                // were recorded) go after the hour too: no read can list them.
+                c.execute(
+                    "WITH d AS (DELETE FROM fleet_changes \
+                       WHERE at < now() - $1::bigint * interval '1 second' \
+                         AND xid < pg_snapshot_xmin(pg_current_snapshot()) \
+                       RETURNING seq, xid), \
+                     r AS (DELETE FROM fleet_removals WHERE rev IN (SELECT seq FROM d)), \
+                     o AS (DELETE FROM fleet_removals t \
+                       WHERE t.at < now() - $1::bigint * interval '1 second' \
+                         AND NOT EXISTS (SELECT 1 FROM fleet_changes c WHERE c.seq = t.rev)) \
+                     UPDATE fleet_sequence \
+                     SET removed_through = GREATEST(removed_through, \
+                       (SELECT MAX(xid::text::bigint) FROM d)) \
+                     WHERE id = 1 AND EXISTS (SELECT 1 FROM d)",
+                    &[&TOMBSTONE_KEEP_SECS],
+                )
+                .await?;
                 Ok(n as usize)
             }
             .await;

@@ -60,6 +60,10 @@ pub struct Feed {
     listener: Option<Listener>,
     /// Listening failed: when to try again.
     backoff: Option<Backoff>,
+    /// The listening session could not be opened, or ended before it listened: a failure
+    /// to listen if the read after it works, else the database is away (and the follower
+    /// says so).
+    unopened: Option<String>,
     last_read: std::time::Instant,
     /// How far apart the next reads are: woken by notifications (`GAP`), or on a timer in
     /// a stream (`STREAM_GAP`).
@@ -76,6 +80,7 @@ impl Feed {
             slicing: None,
             listener: None,
             backoff: None,
+            unopened: None,
             last_read: std::time::Instant::now(),
             gap: GAP,
         }
@@ -96,7 +101,7 @@ impl Feed {
         }
         match Listener::connect(&self.pg) {
             Ok(l) => self.listener = Some(l),
-            Err(e) => self.listen_failed(e.to_string()),
+            Err(e) => self.unopened = Some(e.to_string()),
         }
         self.listener.is_some()
     }
@@ -129,8 +134,9 @@ impl Feed {
             return;
         };
         self.listener = None;
+        // A failure to listen once the read after it works (`unopened`).
         if let Some(why) = ended {
-            self.listen_failed(why);
+            self.unopened = Some(why);
         }
     }
 
@@ -180,7 +186,11 @@ impl Feed {
             // that has not noticed yet; once it is back, listen again at once.
             self.listener = None;
             self.backoff = None;
+            self.unopened = None;
         })?;
+        if let Some(why) = self.unopened.take() {
+            self.listen_failed(why);
+        }
         self.gap = match changes.seqs.len() >= STREAM {
             true => STREAM_GAP,
             false => GAP,

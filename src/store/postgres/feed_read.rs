@@ -10,6 +10,7 @@
 //! were pruned past the last read) and the rest of a change too large for one slice are
 //! read statement by statement (`read_in`); both are rare.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use deadpool_postgres::Object;
@@ -27,11 +28,14 @@ const SLICE: i64 = 20_000;
 
 const BEGIN: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 
-/// Where the feed stands: the snapshot's `xmax` and the transactions it saw in progress
-/// (`xip`), and how far changes were pruned.
-const HEAD: &str = "SELECT pg_snapshot_xmax(snap.s)::text::bigint, \
+/// Where the feed stands: the snapshot's `xmin`, `xmax` and the transactions it saw in
+/// progress (`xip`), how far changes were pruned, and whether the server is a standby
+/// (whose snapshots list no transactions in progress: `Position::after`).
+const HEAD: &str = "SELECT pg_snapshot_xmin(snap.s)::text::bigint, \
+     pg_snapshot_xmax(snap.s)::text::bigint, \
      ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(snap.s) AS x ORDER BY 1), \
-     removed_through FROM fleet_sequence, pg_current_snapshot() AS snap(s) WHERE id = 1";
+     removed_through, pg_is_in_recovery() \
+     FROM fleet_sequence, pg_current_snapshot() AS snap(s) WHERE id = 1";
 
 /// The changes of transactions the last read's snapshot did not see: those from its
 /// `xmax` ($1) on, and those it saw in progress ($2). Two index scans, so that a
@@ -101,10 +105,15 @@ pub(super) struct Slicing {
 /// transaction with an id below `xmax` and not in `xip` had ended when it was taken, so
 /// its changes were read then (or it wrote none); whatever commits later is from a
 /// transaction in `xip` or with an id of at least `xmax`.
+///
+/// A standby's snapshots do not say which transactions were in progress (PostgreSQL keeps
+/// them apart there), so on a standby the position is the snapshot's `xmin` instead, and
+/// the changes read that are at least that (`seen`) are listed again and skipped.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Position {
     pub(super) xmax: i64,
     pub(super) xip: Vec<i64>,
+    pub(super) seen: HashMap<i64, i64>,
 }
 
 impl Position {
@@ -113,8 +122,28 @@ impl Position {
     pub(super) fn from(xmin: i64) -> Position {
         Position {
             xmax: xmin,
-            xip: Vec::new(),
+            ..Position::default()
         }
+    }
+
+    /// Where a read in the snapshot of `head` leaves the feed, before the changes it
+    /// listed are noted (`seen`).
+    fn after(head: &Row) -> Position {
+        let (xmin, xmax, xip, standby): (i64, i64, Vec<i64>, bool) =
+            (head.get(0), head.get(1), head.get(2), head.get(4));
+        match standby {
+            true => Position::from(xmin),
+            false => Position {
+                xmax,
+                xip,
+                seen: HashMap::new(),
+            },
+        }
+    }
+
+    /// Whether a transaction is one the next read takes (`xip` is sorted).
+    fn holds(&self, xid: i64) -> bool {
+        xid >= self.xmax || self.xip.binary_search(&xid).is_ok()
     }
 
     /// The oldest transaction whose changes the next read takes: a change pruned at or
@@ -130,16 +159,27 @@ pub(super) enum Next {
     Done(Position),
 }
 
-/// Where the feed stands in the snapshot of `head` (its `xmax` and `xip`, and how far
+/// Where the feed stands in the snapshot of `head` (`Position::after`, and how far
 /// changes were pruned) with the changes `listed` (seq, xid) that `at` had not seen: the
-/// changes to apply now (every one committed in this snapshot, none read before), where
-/// the feed stands after them, and whether changes it never read were pruned.
+/// changes to apply now (each committed in this snapshot and not applied before), where the
+/// feed stands after them, and whether changes it never read were pruned.
 fn position(head: &Row, listed: &[Row], at: &Position) -> (Vec<i64>, Position, bool) {
-    let (xmax, xip, pruned): (i64, Vec<i64>, i64) = (head.get(0), head.get(1), head.get(2));
-    let mut seqs: Vec<i64> = listed.iter().map(|r| r.get(0)).collect();
+    let pruned: i64 = head.get(3);
+    let mut done = Position::after(head);
+    let mut seqs = Vec::new();
+    for r in listed {
+        let (seq, xid): (i64, i64) = (r.get(0), r.get(1));
+        if !at.seen.contains_key(&seq) {
+            seqs.push(seq);
+        }
+        // On a primary never: what this snapshot lists, it saw committed.
+        if done.holds(xid) {
+            done.seen.insert(seq, xid);
+        }
+    }
     seqs.sort_unstable();
     seqs.dedup();
-    (seqs, Position { xmax, xip }, pruned >= at.oldest())
+    (seqs, done, pruned >= at.oldest())
 }
 
 /// The changes to apply now, where the feed stands after them, and whether changes it

@@ -83,7 +83,8 @@ impl FollowAt {
                 unseen: next,
             });
         } else {
-            self.after = self.after.max(rows.last().map_or(self.after, |r| r.get(0)));
+            // The last id of the whole pass (its last page may be empty).
+            self.after = self.after.max(rows.last().map_or(from_id, |r| r.get(0)));
             self.seen.retain(|_, xid| next.holds(*xid));
             self.unseen = Some(next);
         }
@@ -91,9 +92,12 @@ impl FollowAt {
     }
 }
 
-/// Where a snapshot stands (`Unseen`), read in it.
-const HEAD: &str = "SELECT pg_snapshot_xmax(s)::text::bigint, \
-     ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(s) AS x ORDER BY 1) \
+/// Where a snapshot stands (`Unseen`), read in it: its `xmin`, `xmax`, the transactions
+/// in progress, and whether the server is a standby, whose snapshots do not list those
+/// (PostgreSQL keeps them apart there): then everything from `xmin` on counts as unseen,
+/// and what was printed of it is skipped (`seen`).
+const HEAD: &str = "SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint, \
+     ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(s) AS x ORDER BY 1), pg_is_in_recovery() \
      FROM pg_current_snapshot() AS snap(s)";
 
 impl Postgres {
@@ -111,9 +115,15 @@ impl Postgres {
             let r: Result<(Vec<EventRow>, bool), tokio_postgres::Error> = async {
                 let tx = super::snapshot(&mut c).await?;
                 let head = tx.query_one(HEAD, &[]).await?;
-                let now = Unseen {
-                    xmax: head.get(0),
-                    xip: head.get(1),
+                let now = match head.get::<_, bool>(3) {
+                    true => Unseen {
+                        xmax: head.get(0),
+                        xip: Vec::new(),
+                    },
+                    false => Unseen {
+                        xmax: head.get(1),
+                        xip: head.get(2),
+                    },
                 };
                 let from_id = at.pass.as_ref().map_or(i64::MIN, |p| p.last_id);
                 // Every event past `after`, and those of transactions the last read did not

@@ -46,6 +46,8 @@ pub(super) struct Listener {
     on: bool,
     /// A `LISTEN` of this session took effect since the feed last asked (`listened`).
     listened: bool,
+    /// One ever took effect on this session.
+    confirmed: bool,
     /// The session ended; with the server's refusal when that is why.
     ended: Option<Option<String>>,
 }
@@ -80,6 +82,7 @@ impl Listener {
             ctl,
             on: true,
             listened: false,
+            confirmed: false,
             ended: None,
         })
     }
@@ -123,7 +126,10 @@ impl Listener {
 
     fn note(&mut self, w: Wake) {
         match w {
-            Wake::Listening => self.listened = true,
+            Wake::Listening => {
+                self.listened = true;
+                self.confirmed = true;
+            }
             Wake::Notified => {}
             Wake::Refused(why) => self.ended = Some(Some(why)),
         }
@@ -134,9 +140,14 @@ impl Listener {
         std::mem::take(&mut self.listened)
     }
 
-    /// Whether the session ended: `Some(Some(why))` when the server refused to listen.
+    /// Whether the session ended: `Some(Some(why))` when the server refused to listen, or
+    /// the session ended before it ever listened (a pooler that drops a connection on
+    /// `LISTEN`): a new session at once would end the same way.
     pub(super) fn ended(&mut self) -> Option<Option<String>> {
-        self.ended.take()
+        let ended = self.ended.take()?;
+        Some(ended.or_else(|| {
+            (!self.confirmed).then(|| "the connection ended before LISTEN took effect".into())
+        }))
     }
 
     /// Whether the session has ended (`ended` not taken yet).

@@ -89,9 +89,17 @@ impl<'a> Options<'a> {
                 "sslrootcert" => o.root_cert = Some(PathBuf::from(value)),
                 "passfile" => o.passfile = Some(PathBuf::from(value)),
                 "tcp_user_timeout" => {
-                    let ms = value.parse().map_err(|_| {
+                    let ms: u64 = value.parse().map_err(|_| {
                         bad(format!("tcp_user_timeout must be milliseconds, not {value:?}"))
                     })?;
+                    // Below a second it is surely meant as seconds (which some drivers
+                    // read), and would drop connections under load.
+                    if (1..1000).contains(&ms) {
+                        return Err(bad(format!(
+                            "tcp_user_timeout is in milliseconds (libpq's unit): {ms} would be {ms} ms; write {}000 for {ms} s",
+                            ms
+                        )));
+                    }
                     o.tcp_user_timeout = Some(ms);
                 }
                 "sslcert" | "sslkey" | "sslpassword" => {
@@ -615,11 +623,18 @@ mod tests {
             );
             assert_eq!(t.config.get_keepalives_idle(), idle, "{query}");
         }
-        let e = PgTarget::parse("postgresql://u:pw@db1/pool?tcp_user_timeout=30s")
+        for (bad, says) in [
+            ("30s", "tcp_user_timeout must be milliseconds"),
+            ("60", "would be 60 ms; write 60000 for 60 s"),
+        ] {
+            let e = PgTarget::parse(&format!(
+                "postgresql://u:pw@db1/pool?tcp_user_timeout={bad}"
+            ))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("tcp_user_timeout must be milliseconds"), "{e}");
-        assert!(!e.contains(":pw@"), "{e}");
+            assert!(e.contains(says), "{e}");
+            assert!(!e.contains(":pw@"), "{e}");
+        }
     }
 
     #[test]
