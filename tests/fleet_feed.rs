@@ -13,6 +13,33 @@ use common::eventually;
 use common::fleet::{home, LONG_COOLDOWN};
 use common::postgres;
 
+/// A session of its own on the database, as another program's (a `psql` left open).
+struct Session {
+    rt: tokio::runtime::Runtime,
+    client: tokio_postgres::Client,
+}
+
+impl Session {
+    /// Connect and run `sql`, leaving what it opened open.
+    fn begin(url: &str, sql: &str) -> Session {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (client, conn) = rt
+            .block_on(tokio_postgres::connect(url, tokio_postgres::NoTls))
+            .unwrap();
+        rt.spawn(conn);
+        let s = Session { rt, client };
+        s.run(sql);
+        s
+    }
+
+    fn run(&self, sql: &str) {
+        self.rt.block_on(self.client.batch_execute(sql)).unwrap();
+    }
+}
+
 fn target(url: &str) -> proxypool::store::PgTarget {
     match Location::parse(std::path::Path::new(url)).unwrap() {
         Location::Postgres(t) => *t,
@@ -58,19 +85,11 @@ fn a_feed_on_a_standby_reads_on_its_poll_backs_off_listening_and_misses_nothing(
     // open while a later change commits: the standby's feed reads the later one on its
     // poll, and the held one once it commits, though a standby's snapshots do not list the
     // transactions in progress.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let (held, conn) = rt
-        .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
-        .unwrap();
-    rt.spawn(conn);
-    rt.block_on(held.batch_execute(
+    let held = Session::begin(
+        &url,
         "BEGIN; INSERT INTO fleet_changes (seq) VALUES (nextval('fleet_change_seq')); \
          UPDATE endpoints SET detail = 'held', rev = currval('fleet_change_seq') WHERE id = 1",
-    ))
-    .unwrap();
+    );
     // (Not through the CLI: an operator's command locks the endpoints table, and waits.)
     primary.sql(
         &db,
@@ -81,7 +100,7 @@ fn a_feed_on_a_standby_reads_on_its_poll_backs_off_listening_and_misses_nothing(
     read_until(&mut feed, "the later change read", &|e| {
         e.detail.as_deref() == Some("later")
     });
-    rt.block_on(held.batch_execute("COMMIT")).unwrap();
+    held.run("COMMIT");
     read_until(&mut feed, "the held change read once it commits", &|e| {
         e.detail.as_deref() == Some("held")
     });
@@ -159,16 +178,7 @@ fn a_transaction_left_open_elsewhere_sends_no_follower_into_reloads() {
     let db = url.rsplit('/').next().unwrap().to_string();
     let h = home(&url, LONG_COOLDOWN);
     h.add(&["http://10.92.0.1:3128"]);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let (open, conn) = rt
-        .block_on(tokio_postgres::connect(&url, tokio_postgres::NoTls))
-        .unwrap();
-    rt.spawn(conn);
-    rt.block_on(open.batch_execute("BEGIN; SELECT txid_current()"))
-        .unwrap();
+    let open = Session::begin(&url, "BEGIN; SELECT txid_current()");
 
     let mut store = Postgres::connect(&target(&url), Duration::from_secs(15)).unwrap();
     let mut feed = Feed::new(store.for_feed().unwrap(), store.feed_start().unwrap());
@@ -213,7 +223,7 @@ fn a_transaction_left_open_elsewhere_sends_no_follower_into_reloads() {
         assert!(!ch.reload && ch.seqs.is_empty(), "{ch:?}");
     }
     // It ends: the next sweep prunes them (and no event), and a read reloads once at most.
-    rt.block_on(open.batch_execute("ROLLBACK")).unwrap();
+    open.run("ROLLBACK");
     let events = pg.sql(&db, "SELECT count(*) FROM events");
     assert_eq!(store.prune_events(std::time::UNIX_EPOCH, 1000).unwrap(), 0);
     assert_eq!(changes(), "0");
