@@ -28,21 +28,10 @@ use common::{postgres, writes};
 #[test]
 fn a_role_that_may_not_write_the_flush_record_gets_whole_commits() {
     let Some(pg) = postgres::shared() else { return };
-    // A login of its own that owns its database, as a fleet's role would.
-    let n = std::process::id();
-    let (role, db) = (format!("plain{n}"), format!("plain{n}"));
-    pg.sql(
-        "postgres",
-        &format!("CREATE ROLE {role} LOGIN PASSWORD 'Plain-pw-1'"),
-    );
-    pg.sql("postgres", &format!("CREATE DATABASE {db} OWNER {role}"));
+    let (db, url) = pg.role_database("plain", "Plain-pw-1");
     pg.sql(
         &db,
         "REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) FROM PUBLIC",
-    );
-    let url = format!(
-        "postgresql://{role}:Plain-pw-1@127.0.0.1:{}/{db}",
-        pg.port()
     );
     let refused = home(&url, LONG_COOLDOWN);
     let ids = refused.add(&["http://10.80.0.1:3128", "http://10.80.0.2:3128"]);

@@ -123,24 +123,14 @@ fn read_until(feed: &mut Feed, what: &str, found: &dyn Fn(&EndpointRow) -> bool)
 #[test]
 fn a_feed_whose_listening_connection_is_refused_backs_off() {
     let Some(pg) = postgres::shared() else { return };
-    let n = std::process::id();
-    let (role, db) = (format!("capped{n}"), format!("capped{n}"));
-    pg.sql(
-        "postgres",
-        &format!("CREATE ROLE {role} LOGIN PASSWORD 'Capped-pw-1'"),
-    );
-    pg.sql("postgres", &format!("CREATE DATABASE {db} OWNER {role}"));
-    let url = format!(
-        "postgresql://{role}:Capped-pw-1@127.0.0.1:{}/{db}",
-        pg.port()
-    );
+    let (role, url) = pg.role_database("capped", "Capped-pw-1");
     let h = home(&url, LONG_COOLDOWN);
     h.add(&["http://10.91.0.1:3128"]);
     // Two connections: the store's, then the feed's for reading; none left to listen on.
     pg.sql("postgres", &format!("ALTER ROLE {role} CONNECTION LIMIT 2"));
     let store = Postgres::connect(&target(&url), Duration::from_secs(15)).unwrap();
     let mut feed = Feed::new(store.for_feed().unwrap(), store.feed_start().unwrap());
-    feed.endpoints(&[1]).unwrap();
+    feed.rows_now(&[1], &[]).unwrap();
     let said = format!("too many connections for role \"{role}\"");
     for _ in 0..40 {
         feed.next(Duration::from_millis(25)).unwrap();

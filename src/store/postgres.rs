@@ -41,6 +41,7 @@ mod schema;
 mod statements;
 mod target;
 mod tx_error;
+mod unseen;
 pub mod url;
 mod write;
 

@@ -276,6 +276,22 @@ impl Cluster {
         self.url(&name)
     }
 
+    /// A login role `name` of its own (password `password`) owning a new database of the
+    /// same name, as a fleet's role would: (the database, its URL as that role).
+    pub fn role_database(&self, name: &str, password: &str) -> (String, String) {
+        let name = format!("{name}{}", std::process::id());
+        self.sql(
+            "postgres",
+            &format!("CREATE ROLE {name} LOGIN PASSWORD '{password}'"),
+        );
+        self.sql("postgres", &format!("CREATE DATABASE {name} OWNER {name}"));
+        let url = format!(
+            "postgresql://{name}:{password}@127.0.0.1:{}/{name}",
+            self.port
+        );
+        (name, url)
+    }
+
     /// Run SQL through psql on `db`; returns its unaligned output (panics on failure).
     pub fn sql(&self, db: &str, sql: &str) -> String {
         let out = self.psql(db, sql);

@@ -290,8 +290,7 @@ impl Engine {
                 Key::Endpoint(_) => None,
             })
             .collect();
-        let mut fresh = feed.endpoints(&ids)?;
-        fresh.extend(feed.pairs(&pairs)?);
+        let fresh = feed.rows_now(&ids, &pairs)?;
         let mut p = self.lock();
         self.follow_fresh(&mut p, &fresh, Read::Again, Instant::now());
         f.track().reread();

@@ -17,11 +17,10 @@
 
 use std::time::Duration;
 
-use tracing::{info, warn};
-
 use super::feed_read::{read, Changes, Next, Position, Slicing};
-use super::listener::Listener;
-use super::read::{endpoint_row, pair_row, ENDPOINT_COLS, PAIR_COLS};
+use super::listener::Listening;
+use super::read::rows_now;
+use super::statements::{FRESH_ENDPOINTS, FRESH_PAIRS};
 use super::Postgres;
 use crate::endpoint::EndpointId;
 use crate::store::{ClaimOn, Epoch, RowNow, StoreError};
@@ -37,33 +36,12 @@ const GAP: Duration = Duration::from_millis(10);
 const STREAM_GAP: Duration = Duration::from_millis(25);
 const STREAM: usize = 4;
 
-/// After the server refuses to listen, or the listening connection cannot be opened while
-/// reads work (a connection limit, say), the feed asks again this long after, doubling up
-/// to `LISTEN_RETRY_MAX`, and reads on its poll meanwhile: a new session per read would be
-/// a connection a read.
-const LISTEN_RETRY_MIN: Duration = Duration::from_secs(1);
-const LISTEN_RETRY_MAX: Duration = Duration::from_secs(60);
-
-/// When to try to listen again.
-struct Backoff {
-    /// Not before this.
-    until: std::time::Instant,
-    /// The wait after the next failure.
-    next: Duration,
-}
-
 /// A reader of the fleet's changes; see the module documentation.
 pub struct Feed {
     pg: Postgres,
     at: Position,
     slicing: Option<Slicing>,
-    listener: Option<Listener>,
-    /// Listening failed: when to try again.
-    backoff: Option<Backoff>,
-    /// The listening session could not be opened, or ended before it listened: a failure
-    /// to listen if the read after it works, else the database is away (and the follower
-    /// says so).
-    unopened: Option<String>,
+    listening: Listening,
     last_read: std::time::Instant,
     /// How far apart the next reads are: woken by notifications (`GAP`), or on a timer in
     /// a stream (`STREAM_GAP`).
@@ -78,65 +56,9 @@ impl Feed {
             pg,
             at: Position::from(xmin),
             slicing: None,
-            listener: None,
-            backoff: None,
-            unopened: None,
+            listening: Listening::default(),
             last_read: std::time::Instant::now(),
             gap: GAP,
-        }
-    }
-
-    /// Connect the listening session if it is not up (`listener`), unless listening failed
-    /// too recently; whether one is up.
-    fn listen(&mut self) -> bool {
-        if self.listener.is_some() {
-            return true;
-        }
-        if self
-            .backoff
-            .as_ref()
-            .is_some_and(|b| std::time::Instant::now() < b.until)
-        {
-            return false;
-        }
-        match Listener::connect(&self.pg) {
-            Ok(l) => self.listener = Some(l),
-            Err(e) => self.unopened = Some(e.to_string()),
-        }
-        self.listener.is_some()
-    }
-
-    /// Listening failed: read on the poll, try again after the back-off (said once).
-    fn listen_failed(&mut self, why: String) {
-        let next = self.backoff.as_ref().map_or(LISTEN_RETRY_MIN, |b| b.next);
-        if self.backoff.is_none() {
-            warn!(
-                error = %why,
-                "cannot listen for the fleet's changes: they are read on the follower's poll instead (later), and listening is tried again with back-off"
-            );
-        }
-        self.backoff = Some(Backoff {
-            until: std::time::Instant::now() + next,
-            next: (next * 2).min(LISTEN_RETRY_MAX),
-        });
-    }
-
-    /// What the listening session's wake-ups said: it listens (after a failure, say so
-    /// once), it ended, or the server refused it (back off).
-    fn settle_listener(&mut self) {
-        let Some(l) = self.listener.as_mut() else {
-            return;
-        };
-        if l.listened() && self.backoff.take().is_some() {
-            info!("listening for the fleet's changes again: they arrive as they commit");
-        }
-        let Some(ended) = l.ended() else {
-            return;
-        };
-        self.listener = None;
-        // A failure to listen once the read after it works (`unopened`).
-        if let Some(why) = ended {
-            self.unopened = Some(why);
         }
     }
 
@@ -148,11 +70,11 @@ impl Feed {
     /// fewer, it listens again, and reads once more when it does. Without a session (the
     /// database away, or refusing to listen) it waits all of `wait`: the caller's poll.
     pub fn next(&mut self, wait: Duration) -> Result<Changes, StoreError> {
-        let listening = self.listen();
+        let session = self.listening.session(&self.pg);
         if self.slicing.is_none() {
-            if let (true, Some(l)) = (listening, self.listener.as_mut()) {
-                let (last, gap) = (self.last_read, self.gap);
-                let stream = gap == STREAM_GAP;
+            let (last, gap) = (self.last_read, self.gap);
+            let stream = gap == STREAM_GAP;
+            if let Some(l) = session {
                 l.want(!stream);
                 self.pg.block(async {
                     if stream {
@@ -167,30 +89,19 @@ impl Feed {
                     }
                     l.drain();
                 });
-                self.settle_listener();
-            } else if self.gap == STREAM_GAP {
+                self.listening.settle();
+            } else if stream {
                 // No listening session, in a stream: the same pace as with one.
-                std::thread::sleep(
-                    STREAM_GAP
-                        .saturating_sub(self.last_read.elapsed())
-                        .min(wait),
-                );
+                std::thread::sleep(gap.saturating_sub(last.elapsed()).min(wait));
             } else {
                 // Not listening (the database is away, or refuses to): poll.
                 std::thread::sleep(wait);
             }
         }
         self.last_read = std::time::Instant::now();
-        let changes = self.read().inspect_err(|_| {
-            // The database itself is away: its listening session may be a dead connection
-            // that has not noticed yet; once it is back, listen again at once.
-            self.listener = None;
-            self.backoff = None;
-            self.unopened = None;
-        })?;
-        if let Some(why) = self.unopened.take() {
-            self.listen_failed(why);
-        }
+        let changes = self.read();
+        self.listening.read_done(changes.is_ok());
+        let changes = changes?;
         self.gap = match changes.seqs.len() >= STREAM {
             true => STREAM_GAP,
             false => GAP,
@@ -270,50 +181,25 @@ impl Feed {
         })
     }
 
-    /// The rows of these endpoints as they are now (None: removed), for memory to follow
-    /// after writes it could not commit.
-    pub fn endpoints(&self, ids: &[EndpointId]) -> Result<Vec<RowNow>, StoreError> {
+    /// The rows of these endpoints and pairs as they are now (`read::rows_now`), for
+    /// memory to follow after writes it could not commit.
+    pub fn rows_now(
+        &self,
+        endpoints: &[EndpointId],
+        pairs: &[(EndpointId, String)],
+    ) -> Result<Vec<RowNow>, StoreError> {
         let pg = &self.pg;
-        let sql = format!("SELECT {ENDPOINT_COLS} FROM endpoints WHERE id = ANY($1::bigint[])");
-        let rows = pg.rows(&sql, &[&ids])?;
-        let mut found = Vec::with_capacity(rows.len());
-        for r in &rows {
-            found.push(endpoint_row(r)?);
-        }
-        Ok(ids
-            .iter()
-            .map(|&id| {
-                let row = found.iter().find(|r| r.id == id).cloned().map(Box::new);
-                RowNow::Endpoint(id, row)
-            })
-            .collect())
-    }
-
-    /// The rows of these pairs as they are now (None: no row, the pair is available).
-    pub fn pairs(&self, keys: &[(EndpointId, String)]) -> Result<Vec<RowNow>, StoreError> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (ids, dests): (Vec<i64>, Vec<String>) = keys.iter().cloned().unzip();
-        let sql = format!(
-            "SELECT {PAIR_COLS} FROM destination_pairs p JOIN endpoints e ON e.id = p.endpoint \
-             WHERE (p.endpoint, p.destination) IN (SELECT * FROM UNNEST($1::bigint[], $2::text[]))"
-        );
-        let rows = self.pg.rows(&sql, &[&ids, &dests])?;
-        let mut found = Vec::with_capacity(rows.len());
-        for r in &rows {
-            found.push(pair_row(r)?);
-        }
-        Ok(keys
-            .iter()
-            .map(|(id, d)| {
-                let row = found
-                    .iter()
-                    .find(|p| p.record.endpoint == *id && &p.record.destination == d)
-                    .cloned()
-                    .map(Box::new);
-                RowNow::Pair(*id, d.clone(), row)
-            })
-            .collect())
+        pg.block(async {
+            let c = pg.client().await?;
+            let r = async {
+                let (e, p) = futures_util::join!(
+                    c.prepare_cached(&FRESH_ENDPOINTS),
+                    c.prepare_cached(&FRESH_PAIRS)
+                );
+                rows_now(&c, (&e?, endpoints), (&p?, pairs)).await
+            }
+            .await;
+            r.map_err(|e| pg.err(e))?
+        })
     }
 }

@@ -1,6 +1,7 @@
 //! One read of the fleet's changes (`Feed`), in a snapshot of its own: the changes of
-//! transactions the last read's snapshot did not see (`Position`), the endpoint rows, pairs and removals they wrote, and where the feed stands after them
-//! (`feed`'s module documentation says why it goes by transaction ids).
+//! transactions the last read's snapshot did not see (`Position`), the endpoint rows,
+//! pairs and removals they wrote, and where the feed stands after them (`feed`'s module
+//! documentation says why it goes by transaction ids).
 //!
 //! Under a stream of commits every daemon of a fleet reads every few milliseconds, so the
 //! usual read is two round trips of statements prepared once per connection: `BEGIN`
@@ -19,6 +20,7 @@ use tokio_postgres::Row;
 
 use super::read::{endpoint_row, pair_row, ENDPOINT_COLS, PAIR_COLS};
 use super::tx_error::TxError;
+use super::unseen::{Unseen, SNAPSHOT, UNSEEN_COLS};
 use crate::endpoint::EndpointId;
 use crate::store::pairs::PairRow;
 use crate::store::EndpointRow;
@@ -28,14 +30,11 @@ const SLICE: i64 = 20_000;
 
 const BEGIN: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 
-/// Where the feed stands: the snapshot's `xmin`, `xmax` and the transactions it saw in
-/// progress (`xip`), how far changes were pruned, and whether the server is a standby
-/// (whose snapshots list no transactions in progress: `Position::after`).
-const HEAD: &str = "SELECT pg_snapshot_xmin(snap.s)::text::bigint, \
-     pg_snapshot_xmax(snap.s)::text::bigint, \
-     ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(snap.s) AS x ORDER BY 1), \
-     removed_through, pg_is_in_recovery() \
-     FROM fleet_sequence, pg_current_snapshot() AS snap(s) WHERE id = 1";
+/// Where the feed stands: what the snapshot did not see (`Unseen`), and how far changes
+/// were pruned.
+static HEAD: LazyLock<String> = LazyLock::new(|| {
+    format!("SELECT {UNSEEN_COLS}, removed_through FROM fleet_sequence, {SNAPSHOT} WHERE id = 1")
+});
 
 /// The changes of transactions the last read's snapshot did not see: those from its
 /// `xmax` ($1) on, and those it saw in progress ($2). Two index scans, so that a
@@ -101,18 +100,12 @@ pub(super) struct Slicing {
     done: Position,
 }
 
-/// Where the feed stands: what the snapshot of its last read did not see. Every
-/// transaction with an id below `xmax` and not in `xip` had ended when it was taken, so
-/// its changes were read then (or it wrote none); whatever commits later is from a
-/// transaction in `xip` or with an id of at least `xmax`.
-///
-/// A standby's snapshots do not say which transactions were in progress (PostgreSQL keeps
-/// them apart there), so on a standby the position is the snapshot's `xmin` instead, and
-/// the changes read that are at least that (`seen`) are listed again and skipped.
+/// Where the feed stands: what the snapshot of its last read did not see, and on a
+/// standby (where that is everything from the snapshot's `xmin` on) the changes read that
+/// the next read lists again (`seen`, skipped).
 #[derive(Debug, Clone, Default)]
 pub(super) struct Position {
-    pub(super) xmax: i64,
-    pub(super) xip: Vec<i64>,
+    pub(super) unseen: Unseen,
     pub(super) seen: HashMap<i64, i64>,
 }
 
@@ -121,35 +114,9 @@ impl Position {
     /// state loaded before already holds).
     pub(super) fn from(xmin: i64) -> Position {
         Position {
-            xmax: xmin,
-            ..Position::default()
+            unseen: Unseen::from(xmin),
+            seen: HashMap::new(),
         }
-    }
-
-    /// Where a read in the snapshot of `head` leaves the feed, before the changes it
-    /// listed are noted (`seen`).
-    fn after(head: &Row) -> Position {
-        let (xmin, xmax, xip, standby): (i64, i64, Vec<i64>, bool) =
-            (head.get(0), head.get(1), head.get(2), head.get(4));
-        match standby {
-            true => Position::from(xmin),
-            false => Position {
-                xmax,
-                xip,
-                seen: HashMap::new(),
-            },
-        }
-    }
-
-    /// Whether a transaction is one the next read takes (`xip` is sorted).
-    fn holds(&self, xid: i64) -> bool {
-        xid >= self.xmax || self.xip.binary_search(&xid).is_ok()
-    }
-
-    /// The oldest transaction whose changes the next read takes: a change pruned at or
-    /// past it may not have been read.
-    fn oldest(&self) -> i64 {
-        self.xip.first().map_or(self.xmax, |&x| x.min(self.xmax))
     }
 }
 
@@ -159,13 +126,16 @@ pub(super) enum Next {
     Done(Position),
 }
 
-/// Where the feed stands in the snapshot of `head` (`Position::after`, and how far
+/// Where the feed stands in the snapshot of `head` (what it did not see, and how far
 /// changes were pruned) with the changes `listed` (seq, xid) that `at` had not seen: the
 /// changes to apply now (each committed in this snapshot and not applied before), where the
 /// feed stands after them, and whether changes it never read were pruned.
 fn position(head: &Row, listed: &[Row], at: &Position) -> (Vec<i64>, Position, bool) {
-    let pruned: i64 = head.get(3);
-    let mut done = Position::after(head);
+    let pruned: i64 = head.get(4);
+    let mut done = Position {
+        unseen: Unseen::read(head, 0),
+        seen: HashMap::new(),
+    };
     let mut seqs = Vec::new();
     for r in listed {
         let (seq, xid): (i64, i64) = (r.get(0), r.get(1));
@@ -173,13 +143,13 @@ fn position(head: &Row, listed: &[Row], at: &Position) -> (Vec<i64>, Position, b
             seqs.push(seq);
         }
         // On a primary never: what this snapshot lists, it saw committed.
-        if done.holds(xid) {
+        if done.unseen.holds(xid) {
             done.seen.insert(seq, xid);
         }
     }
     seqs.sort_unstable();
     seqs.dedup();
-    (seqs, done, pruned >= at.oldest())
+    (seqs, done, pruned >= at.unseen.oldest())
 }
 
 /// The changes to apply now, where the feed stands after them, and whether changes it
@@ -188,8 +158,8 @@ async fn listed(
     tx: &tokio_postgres::Transaction<'_>,
     at: &Position,
 ) -> Result<(Vec<i64>, Position, bool), tokio_postgres::Error> {
-    let head = tx.query_one(HEAD, &[]).await?;
-    let listed = tx.query(LISTED, &[&at.xmax, &at.xip]).await?;
+    let head = tx.query_one(HEAD.as_str(), &[]).await?;
+    let listed = tx.query(LISTED, &[&at.unseen.xmax, &at.unseen.xip]).await?;
     Ok(position(&head, &listed, at))
 }
 
@@ -284,7 +254,7 @@ pub(super) async fn read(
 /// The usual read in two round trips; `None` when it must be a reload (nothing read).
 async fn pipelined(c: &Object, at: &Position) -> Result<Option<(Changes, Next)>, TxError> {
     let (head, listed, endpoints, pairs, removals) = futures_util::join!(
-        c.prepare_cached(HEAD),
+        c.prepare_cached(&HEAD),
         c.prepare_cached(LISTED),
         c.prepare_cached(&ENDPOINTS_OF),
         c.prepare_cached(&PAIRS_OF),
@@ -292,7 +262,7 @@ async fn pipelined(c: &Object, at: &Position) -> Result<Option<(Changes, Next)>,
     );
     let (head, listed, endpoints, pairs, removals) =
         (head?, listed?, endpoints?, pairs?, removals?);
-    let from: [&(dyn ToSql + Sync); 2] = [&at.xmax, &at.xip];
+    let from: [&(dyn ToSql + Sync); 2] = [&at.unseen.xmax, &at.unseen.xip];
     let (begun, head, listed) = futures_util::join!(
         c.batch_execute(BEGIN),
         c.query_one(&head, &[]),

@@ -3,28 +3,16 @@
 //! miss an event whose transaction committed after a later id's. Events are followed by
 //! transaction id instead, as the change feed follows rows (`feed`): each read takes the
 //! events of transactions its previous read's snapshot did not see (those it saw in
-//! progress, and those from its `xmax` on), so a transaction left open for hours elsewhere
+//! progress, and those from its `xmax` on: `unseen`), so a transaction left open for hours elsewhere
 //! makes no read larger.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use super::read::{event_row, EVENT_COLS};
+use super::unseen::{Unseen, SNAPSHOT, UNSEEN_COLS};
 use super::Postgres;
 use crate::store::{EventFilter, EventRow, StoreError};
-
-/// What a read's snapshot did not see: the transactions in progress, and every id from
-/// `xmax` on.
-#[derive(Debug, Clone, Default)]
-struct Unseen {
-    xmax: i64,
-    xip: Vec<i64>,
-}
-
-impl Unseen {
-    fn holds(&self, xid: i64) -> bool {
-        xid >= self.xmax || self.xip.binary_search(&xid).is_ok()
-    }
-}
 
 /// Where a follow stands.
 #[derive(Debug, Clone, Default)]
@@ -92,13 +80,8 @@ impl FollowAt {
     }
 }
 
-/// Where a snapshot stands (`Unseen`), read in it: its `xmin`, `xmax`, the transactions
-/// in progress, and whether the server is a standby, whose snapshots do not list those
-/// (PostgreSQL keeps them apart there): then everything from `xmin` on counts as unseen,
-/// and what was printed of it is skipped (`seen`).
-const HEAD: &str = "SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint, \
-     ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(s) AS x ORDER BY 1), pg_is_in_recovery() \
-     FROM pg_current_snapshot() AS snap(s)";
+/// What the snapshot did not see (`Unseen`).
+static HEAD: LazyLock<String> = LazyLock::new(|| format!("SELECT {UNSEEN_COLS} FROM {SNAPSHOT}"));
 
 impl Postgres {
     /// The events matching `f` committed since the last call, oldest id first; `true` when
@@ -114,25 +97,12 @@ impl Postgres {
             let mut c = self.client().await?;
             let r: Result<(Vec<EventRow>, bool), tokio_postgres::Error> = async {
                 let tx = super::snapshot(&mut c).await?;
-                let head = tx.query_one(HEAD, &[]).await?;
-                let now = match head.get::<_, bool>(3) {
-                    true => Unseen {
-                        xmax: head.get(0),
-                        xip: Vec::new(),
-                    },
-                    false => Unseen {
-                        xmax: head.get(1),
-                        xip: head.get(2),
-                    },
-                };
+                let now = Unseen::read(&tx.query_one(HEAD.as_str(), &[]).await?, 0);
                 let from_id = at.pass.as_ref().map_or(i64::MIN, |p| p.last_id);
                 // Every event past `after`, and those of transactions the last read did not
                 // see (`Unseen`; none before the first read completes). The array is a
                 // literal of the statement, planned with it: index scans of both keys.
-                let (xmax, xip) = match &at.unseen {
-                    Some(u) => (u.xmax, u.xip.clone()),
-                    None => (i64::MAX, Vec::new()),
-                };
+                let Unseen { xmax, xip } = at.unseen.clone().unwrap_or_else(Unseen::none);
                 let sql = format!(
                     "SELECT {EVENT_COLS}, xid::text::bigint FROM events \
                      WHERE (xid >= $1::bigint::text::xid8 OR xid = ANY ($8::bigint[]::text[]::xid8[]) \

@@ -2,7 +2,8 @@
 //! that turns each notification on the fleet's channel into a wake-up and sends `LISTEN` or
 //! `UNLISTEN` as the feed asks (`Listener::want`). What became of the session (it listens,
 //! it ended, the server refused to listen) is read from its wake-ups, so the feed can tell a
-//! session that worked and was cut from one the server will not give it.
+//! session that worked and was cut from one the server will not give it. Across sessions
+//! (`Listening`), the feed backs off when the server will not let it listen.
 
 use std::task::Poll;
 use std::time::Duration;
@@ -10,10 +11,98 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
+use tracing::{info, warn};
 
 use super::statements::CHANNEL;
 use super::Postgres;
 use crate::store::StoreError;
+
+/// After the server refuses to listen, or the listening connection cannot be opened while
+/// reads work (a connection limit, say), the feed asks again this long after, doubling up
+/// to `LISTEN_RETRY_MAX`, and reads on its poll meanwhile: a new session per read would be
+/// a connection a read.
+const LISTEN_RETRY_MIN: Duration = Duration::from_secs(1);
+const LISTEN_RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// When to try to listen again.
+struct Backoff {
+    /// Not before this.
+    until: std::time::Instant,
+    /// The wait after the next failure.
+    next: Duration,
+}
+
+/// The feed's listening across sessions: the session up, and when to try again after the
+/// server would not let it listen.
+#[derive(Default)]
+pub(super) struct Listening {
+    session: Option<Listener>,
+    /// Listening failed: when to try again.
+    backoff: Option<Backoff>,
+    /// The session could not be opened, or ended before it listened: a failure to listen
+    /// if the read after it works, else the database is away (and the follower says so).
+    unopened: Option<String>,
+}
+
+impl Listening {
+    /// The session, connected if it is not up, unless listening failed too recently.
+    pub(super) fn session(&mut self, pg: &Postgres) -> Option<&mut Listener> {
+        let waiting = self
+            .backoff
+            .as_ref()
+            .is_some_and(|b| std::time::Instant::now() < b.until);
+        if self.session.is_none() && !waiting {
+            match Listener::connect(pg) {
+                Ok(l) => self.session = Some(l),
+                Err(e) => self.unopened = Some(e.to_string()),
+            }
+        }
+        self.session.as_mut()
+    }
+
+    /// What the session's wake-ups said: it listens (after a failure, say so once), or it
+    /// ended (a refusal counts once the read after it works: `read_done`).
+    pub(super) fn settle(&mut self) {
+        let Some(l) = self.session.as_mut() else {
+            return;
+        };
+        if l.listened() && self.backoff.take().is_some() {
+            info!("listening for the fleet's changes again: they arrive as they commit");
+        }
+        let Some(ended) = l.ended() else {
+            return;
+        };
+        self.session = None;
+        if let Some(why) = ended {
+            self.unopened = Some(why);
+        }
+    }
+
+    /// The read after a wait `worked`, or failed: the database itself is away, its session
+    /// may be a dead connection that has not noticed yet, and once it is back the feed
+    /// listens again at once.
+    pub(super) fn read_done(&mut self, worked: bool) {
+        if !worked {
+            *self = Listening::default();
+            return;
+        }
+        let Some(why) = self.unopened.take() else {
+            return;
+        };
+        // Listening failed: read on the poll, try again after the back-off (said once).
+        let next = self.backoff.as_ref().map_or(LISTEN_RETRY_MIN, |b| b.next);
+        if self.backoff.is_none() {
+            warn!(
+                error = %why,
+                "cannot listen for the fleet's changes: they are read on the follower's poll instead (later), and listening is tried again with back-off"
+            );
+        }
+        self.backoff = Some(Backoff {
+            until: std::time::Instant::now() + next,
+            next: (next * 2).min(LISTEN_RETRY_MAX),
+        });
+    }
+}
 
 /// What the session's task tells the feed.
 enum Wake {

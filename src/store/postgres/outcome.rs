@@ -10,7 +10,7 @@ use tokio_postgres::Client;
 
 use super::event_cols::EventCols;
 use super::guard::Found;
-use super::read::{endpoint_row, pair_row};
+use super::read::rows_now;
 use super::statements::{Stmts, CHANNEL};
 use crate::endpoint::EndpointId;
 use crate::store::pairs::PairWrite;
@@ -225,40 +225,19 @@ pub(super) async fn finish(
     Ok(())
 }
 
-/// The rows of `out`'s fresh keys, as they are now. Prepared statements (`Stmts`), one key
-/// each, all sent when first polled: in the fast path, before its `COMMIT`.
+/// The rows of `out`'s fresh keys, as they are now (`read::rows_now`), all sent when
+/// first polled: in the fast path, before its `COMMIT`.
 pub(super) async fn fresh(
     c: &Client,
     st: &Stmts,
     out: &Outcome,
 ) -> Result<Result<Vec<RowNow>, StoreError>, tokio_postgres::Error> {
-    let endpoints = join_all(
-        out.fresh_endpoints
-            .iter()
-            .map(|id| async move { c.query_opt(&st.fresh_endpoints, &[id]).await }),
-    );
-    let pairs = join_all(
-        out.fresh_pairs
-            .iter()
-            .map(|(id, d)| async move { c.query_opt(&st.fresh_pairs, &[id, d]).await }),
-    );
-    let (endpoints, pairs) = futures_util::join!(endpoints, pairs);
-    let mut v = Vec::new();
-    for (&id, r) in out.fresh_endpoints.iter().zip(endpoints) {
-        let row = match r?.as_ref().map(endpoint_row).transpose() {
-            Ok(row) => row.map(Box::new),
-            Err(e) => return Ok(Err(e)),
-        };
-        v.push(RowNow::Endpoint(id, row));
-    }
-    for ((id, d), r) in out.fresh_pairs.iter().zip(pairs) {
-        let row = match r?.as_ref().map(pair_row).transpose() {
-            Ok(row) => row.map(Box::new),
-            Err(e) => return Ok(Err(e)),
-        };
-        v.push(RowNow::Pair(*id, d.clone(), row));
-    }
-    Ok(Ok(v))
+    rows_now(
+        c,
+        (&st.fresh_endpoints, &out.fresh_endpoints),
+        (&st.fresh_pairs, &out.fresh_pairs),
+    )
+    .await
 }
 
 /// The error a batch that must not apply answers with.

@@ -4,13 +4,14 @@
 
 use std::time::{Duration, SystemTime};
 
-use tokio_postgres::Row;
+use futures_util::future::join_all;
+use tokio_postgres::{Client, Row, Statement};
 
-use crate::endpoint::{ProxyUrl, Scheme};
+use crate::endpoint::{EndpointId, ProxyUrl, Scheme};
 use crate::health::State;
 use crate::store::pairs::{PairRecord, PairRow};
 use crate::store::{
-    fmt_time, parse_col, EndpointRow, EventRow, RowClaim, StoreError, StoredHealth,
+    fmt_time, parse_col, EndpointRow, EventRow, RowClaim, RowNow, StoreError, StoredHealth,
 };
 
 /// Milliseconds left until the timestamp column `col`, by the database's clock, at least 0.
@@ -170,4 +171,42 @@ pub(crate) fn event_row(r: &Row) -> EventRow {
         status: status.and_then(|s| u16::try_from(s).ok()),
         blame: r.get(12),
     }
+}
+
+/// The rows of these endpoints and pairs as they are now (none: an endpoint removed, a
+/// pair with no row), in their order: one key a statement (`statements::FRESH_ENDPOINTS`
+/// and `FRESH_PAIRS`, prepared on `c`), all sent when first polled. The outer error is the
+/// connection's; the inner, a row that does not read.
+pub(super) async fn rows_now(
+    c: &Client,
+    (endpoints_st, endpoints): (&Statement, &[EndpointId]),
+    (pairs_st, pairs): (&Statement, &[(EndpointId, String)]),
+) -> Result<Result<Vec<RowNow>, StoreError>, tokio_postgres::Error> {
+    let found_endpoints = join_all(
+        endpoints
+            .iter()
+            .map(|id| async move { c.query_opt(endpoints_st, &[id]).await }),
+    );
+    let found_pairs = join_all(
+        pairs
+            .iter()
+            .map(|(id, d)| async move { c.query_opt(pairs_st, &[id, d]).await }),
+    );
+    let (found_endpoints, found_pairs) = futures_util::join!(found_endpoints, found_pairs);
+    let mut v = Vec::new();
+    for (&id, r) in endpoints.iter().zip(found_endpoints) {
+        let row = match r?.as_ref().map(endpoint_row).transpose() {
+            Ok(row) => row.map(Box::new),
+            Err(e) => return Ok(Err(e)),
+        };
+        v.push(RowNow::Endpoint(id, row));
+    }
+    for ((id, d), r) in pairs.iter().zip(found_pairs) {
+        let row = match r?.as_ref().map(pair_row).transpose() {
+            Ok(row) => row.map(Box::new),
+            Err(e) => return Ok(Err(e)),
+        };
+        v.push(RowNow::Pair(*id, d.clone(), row));
+    }
+    Ok(Ok(v))
 }

@@ -190,10 +190,10 @@ pub(super) const COMMIT_CALL: &str = "SELECT proxypool_commit($1, $2, $3, $4, $5
 /// (PostgreSQL's custom plan for one element always looks cheaper than its generic plan
 /// for an array of unknown length): about 80 µs of planning a read-back, where one key a
 /// statement runs on the generic plan after its first few.
-static FRESH_ENDPOINTS: LazyLock<String> =
+pub(super) static FRESH_ENDPOINTS: LazyLock<String> =
     LazyLock::new(|| format!("SELECT {ENDPOINT_COLS} FROM endpoints WHERE id = $1"));
 
-static FRESH_PAIRS: LazyLock<String> = LazyLock::new(|| {
+pub(super) static FRESH_PAIRS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT {PAIR_COLS} FROM destination_pairs p JOIN endpoints e ON e.id = p.endpoint \
          WHERE p.endpoint = $1 AND p.destination = $2"
