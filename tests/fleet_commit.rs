@@ -540,3 +540,49 @@ fn batch_by_batch_and_at_once_on_the_same_rows_never_deadlock() {
         assert!(errors.is_empty(), "{errors:?}");
     }
 }
+
+/// A daemon's feed lists the changes its own group commits made, but does not read their
+/// rows back: its memory holds them already. Another store's commits and operator commands
+/// (their writer unknown) are read, also when they share a read with its own.
+#[test]
+fn a_feed_lists_its_own_commits_without_reading_their_rows_back() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let (mut mine, mut theirs) = (store(&url), store(&url));
+    let ids = add(&mut mine, 87, 4);
+    let link = mine.fleet().expect("a fleet's store");
+    let mut feed = link.feed(link.feed_start().unwrap()).unwrap();
+    let seq = |r: Vec<Result<proxypool::store::Applied, StoreError>>| r[0].as_ref().unwrap().seq;
+    // Mine: through the commit function, and through statements (a claim).
+    let called = seq(mine.write_groups(&[vec![cooled(ids[0])]]).unwrap());
+    let claim = Write::Claim(Claim {
+        on: ClaimOn::Endpoint(ids[2]),
+        hold: Duration::from_secs(60),
+        event: NewEvent::new(EventKind::TrialAdmitted),
+    });
+    mine.write(&[moved(ids[2], State::Available, State::ProbeAllowed, None)])
+        .unwrap();
+    let stated = seq(mine.write_groups(&[vec![claim]]).unwrap());
+    // Theirs, and an operator's command through my store.
+    let other = seq(theirs.write_groups(&[vec![cooled(ids[1])]]).unwrap());
+    let added = add(&mut mine, 88, 1)[0];
+    let (mut listed, mut read) = (Vec::new(), Vec::new());
+    common::eventually(Duration::from_secs(10), "every change listed", || {
+        let ch = feed.next(Duration::from_millis(25)).unwrap();
+        listed.extend(ch.seqs);
+        read.extend(ch.endpoints.iter().map(|e| (e.id, e.rev)));
+        match [called, stated, other].iter().all(|s| listed.contains(s)) && read.len() >= 2 {
+            true => Ok(()),
+            false => Err(format!("listed {listed:?}, read {read:?}")),
+        }
+    });
+    let read_ids: Vec<i64> = read.iter().map(|&(id, _)| id).collect();
+    assert!(read.contains(&(ids[1], other)), "{read:?}");
+    assert!(read_ids.contains(&added), "{read:?}");
+    // Mine: ids[0], and ids[2] (its transition, a write of its own, and its claim).
+    assert_eq!(read.len(), 2, "{read:?}");
+    assert!(
+        !read_ids.contains(&ids[0]) && !read_ids.contains(&ids[2]),
+        "{read:?}"
+    );
+}

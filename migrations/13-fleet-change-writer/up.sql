@@ -1,0 +1,2 @@
+-- Which daemon wrote a change (postgres.sql) has no SQLite counterpart: a SQLite database
+-- has one daemon and no change feed.
