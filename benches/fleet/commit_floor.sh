@@ -14,6 +14,16 @@
 # and prints PostgreSQL's CPU per transaction (every server process, the finished
 # connection's included, from /proc) and pgbench's rate. Statements are prepared, as the
 # daemon's are.
+#
+# Then the database's side of three daemons against one, for 3 s a cell: transitions kept
+# a second and PostgreSQL's CPU per transition, one client committing 8 transitions a
+# commit (one daemon with 8 clients) against three clients committing 3 each (three
+# daemons sharing 8 clients), each commit sent in one round trip (pipelined, as a daemon
+# sends it):
+#   bare   the 8 or 3 UPDATEs and their events' INSERT in one transaction of their own
+#   call   proxypool_commit with the flush transaction behind it, as a daemon commits
+#   whole  proxypool_commit waiting for its own flush (no flush transaction), holding
+#          the events' lock through the flush
 set -euo pipefail
 BIN=${1:-target/release/proxypool}
 ROUNDS=${2:-3}
@@ -43,7 +53,7 @@ def call(k):
     ids = ",".join(f":id{i}" for i in range(k))
     arr = lambda v, t: "ARRAY[" + ",".join([v] * k) + f"]::{t}[]"
     av, sc = "'available'", "'state_changed'"
-    args = ["true", "'proxypool_changes'", f"ARRAY[{ids}]::bigint[]", arr(av, "text"),
+    args = ["true", "'proxypool_changes'", "1::bigint", f"ARRAY[{ids}]::bigint[]", arr(av, "text"),
             arr("NULL", "text"), arr("NULL", "text"), arr("NULL", "text"), arr("0", "int"),
             arr("0", "int"), arr("NULL", "bigint"), arr("NULL", "bigint"), arr(av, "text"),
             arr("NULL", "bigint"), "ARRAY[" + ",".join(str(i + 1) for i in range(k)) + "]::int[]",
@@ -54,6 +64,22 @@ def call(k):
             "SELECT pg_logical_emit_message(true, 'proxypool', '');\n")
 for k in (1, 8):
     open(f"{d}/commit-{k}.sql", "w").write(call(k))
+# The same call for the concurrency cells, sent in one round trip; `whole` without the
+# flush transaction (the call then commits waiting for its flush).
+for k in (3, 8):
+    sets, body = call(k).split("\nSELECT proxypool_commit(", 1)
+    called = "SELECT proxypool_commit(" + body.split(";\n", 1)[0] + ";\n"
+    flush = "SELECT pg_logical_emit_message(true, 'proxypool', '');\n"
+    open(f"{d}/call-{k}.sql", "w").write(
+        sets + "\n\\startpipeline\n" + called + flush + "\\endpipeline\n")
+    whole = called.replace("SELECT proxypool_commit(true,", "SELECT proxypool_commit(false,")
+    open(f"{d}/whole-{k}.sql", "w").write(sets + "\n\\startpipeline\n" + whole + "\\endpipeline\n")
+    ups = "".join(f"UPDATE endpoints SET state = 'available', streak = 0, state_changed_at = now() "
+                  f"WHERE id = :id{i};\n" for i in range(k))
+    ev = (f"INSERT INTO events (endpoint, kind) SELECT g, 'state_changed' "
+          f"FROM generate_series(:id0, :id0 + {k - 1}) g;\n")
+    open(f"{d}/bare-{k}.sql", "w").write(
+        sets + "\n\\startpipeline\nBEGIN;\n" + ups + ev + "COMMIT;\n\\endpipeline\n")
 update = ("\\set id0 random(1, 2000)\nUPDATE endpoints SET state = 'available', streak = 0, "
           "rev = nextval('fleet_change_seq'), state_changed_at = now() WHERE id = :id0;\n")
 open(f"{d}/update-sync.sql", "w").write(update)
@@ -81,5 +107,20 @@ for r in $(seq "$ROUNDS"); do
         tps=$(echo "$out" | grep -oP 'tps = \K[0-9]+')
         printf 'round %s  %-13s %5d µs PostgreSQL CPU a transaction  %6s a second\n' \
             "$r" "$s" $(((b - a) * 1000000 / TCK / N)) "$tps"
+    done
+done
+for r in $(seq "$ROUNDS"); do
+    for s in bare call whole; do
+        for kc in "8 1" "3 3"; do
+            read -r k c <<< "$kc"
+            a=$(server_ticks)
+            out=$("$PGBIN/pgbench" -h 127.0.0.1 -p "$PORT" -U pp -n -M prepared \
+                -f "$DIR/$s-$k.sql" -c "$c" -j "$c" -T 3 floor 2>&1)
+            b=$(server_ticks)
+            tps=$(echo "$out" | grep -oP 'tps = \K[0-9]+')
+            n=$(echo "$out" | grep -oP 'processed: \K[0-9]+')
+            printf 'round %s  %-5s %d writer(s) x %d a commit  %6d transitions/s  %4d µs PostgreSQL CPU a transition\n' \
+                "$r" "$s" "$c" "$k" $((tps * k)) $(((b - a) * 1000000 / TCK / (n * k)))
+        done
     done
 done

@@ -3,7 +3,8 @@
 //! Every writing transaction notifies `proxypool_changes` after commit; the feed listens on
 //! a connection of its own and, woken by a notification or by its poll interval (so a lost
 //! notification only delays), reads what changed (docs/fleet.md, "Propagation"); while the
-//! fleet writes a stream it does not listen and reads every `STREAM_GAP` (`Feed::next`).
+//! fleet writes a stream (`pace`) it does not listen and reads every `STREAM_GAP`
+//! (`Feed::next`).
 //!
 //! Change numbers are taken before commit, so they commit in any order: "every number past
 //! the last one seen" would miss a transaction that took its number first and committed
@@ -29,12 +30,36 @@ use crate::store::{ClaimOn, Epoch, RowNow, StoreError};
 /// few statements, and under a stream of commits one read covers many of them.
 const GAP: Duration = Duration::from_millis(10);
 
-/// The gap after a read that found at least `STREAM` changes: the fleet is writing a
-/// stream, and each read costs the database and every daemon about as much as a group
-/// commit does, so reads that cover more leave more of both to the commits. After a quiet
-/// spell a change is read at once.
+/// The gap between reads while the fleet writes a stream (`pace`): each read costs the
+/// database and every daemon about as much as a group commit does, so reads that cover
+/// more leave more of both to the commits. After a quiet spell a change is read at once.
 const STREAM_GAP: Duration = Duration::from_millis(25);
-const STREAM: usize = 4;
+
+/// Changes a second from which the fleet writes a stream: a change every 10 ms (`GAP`),
+/// or more. A rate, not a count of changes a read found: at 100 to 400 changes a second
+/// (two or three daemons under a moderate load) reads `GAP` apart find 1 to 4 each, and
+/// under a count of 4 the follower stayed listening, woken by every notification, and
+/// read up to 100 times a second where a stream reads 40 times; and a burst of a few
+/// changes after a quiet spell is not a stream.
+const STREAM_FROM: f64 = 100.0;
+
+/// Changes a second below which the stream has ended: less than one each `STREAM_GAP`.
+const STREAM_UNTIL: f64 = 40.0;
+
+/// The gap before the next read, after a read that listed `listed` changes `since` the
+/// read before it, in a stream (`stream`) or not. A stream needs two changes in a read,
+/// so that a lone change read just after another is not taken for one.
+fn pace(stream: bool, listed: usize, since: Duration) -> Duration {
+    let rate = listed as f64 / since.as_secs_f64().max(0.001);
+    let streaming = match stream {
+        false => listed >= 2 && rate >= STREAM_FROM,
+        true => listed > 0 && rate >= STREAM_UNTIL,
+    };
+    match streaming {
+        true => STREAM_GAP,
+        false => GAP,
+    }
+}
 
 /// A reader of the fleet's changes; see the module documentation.
 pub struct Feed {
@@ -98,14 +123,12 @@ impl Feed {
                 std::thread::sleep(wait);
             }
         }
-        self.last_read = std::time::Instant::now();
+        let before = std::mem::replace(&mut self.last_read, std::time::Instant::now());
         let changes = self.read();
         self.listening.read_done(changes.is_ok());
         let changes = changes?;
-        self.gap = match changes.seqs.len() >= STREAM {
-            true => STREAM_GAP,
-            false => GAP,
-        };
+        let since = self.last_read.duration_since(before);
+        self.gap = pace(self.gap == STREAM_GAP, changes.seqs.len(), since);
         Ok(changes)
     }
 
@@ -201,5 +224,46 @@ impl Feed {
             .await;
             r.map_err(|e| pg.err(e))?
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// In a stream or not, `listed` changes found by a read `since` ms after the one
+    /// before: the gap before the next.
+    #[test]
+    fn reads_go_on_a_timer_while_the_fleet_writes_a_stream() {
+        let cases = [
+            // (what, stream, listed, since ms, gap)
+            ("quiet: nothing", false, 0, 250, GAP),
+            ("one change after a quiet spell", false, 1, 800, GAP),
+            ("one change right after another", false, 1, 10, GAP),
+            (
+                "two changes in 10 ms: 200 a second",
+                false,
+                2,
+                10,
+                STREAM_GAP,
+            ),
+            (
+                "three daemons' commits: 3 in 11 ms",
+                false,
+                3,
+                11,
+                STREAM_GAP,
+            ),
+            ("a burst of 4 after a quiet second", false, 4, 1000, GAP),
+            ("two in 30 ms: under 100 a second", false, 2, 30, GAP),
+            ("in a stream, one change in 25 ms", true, 1, 25, STREAM_GAP),
+            ("in a stream, many", true, 9, 25, STREAM_GAP),
+            ("in a stream, nothing: it ended", true, 0, 25, GAP),
+            ("in a stream, one in 40 ms: 25 a second", true, 1, 40, GAP),
+        ];
+        for (what, stream, listed, since, gap) in cases {
+            let got = pace(stream, listed, Duration::from_millis(since));
+            assert_eq!(got, gap, "{what}");
+        }
     }
 }
