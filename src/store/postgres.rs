@@ -99,10 +99,6 @@ struct Inner {
     /// Whether the server runs the group commit's function (`commit_call`): refused for
     /// good after the first call the server would not run.
     call_refused: std::sync::atomic::AtomicBool,
-    /// Random, one per store opened and shared by the stores made from it (the store
-    /// thread's, the feed's): recorded with each change its group commits make, so that
-    /// its own feed lists those changes without reading their rows back.
-    writer: i64,
 }
 
 /// How long a claim holds without renewal unless `[store] claim_hold` says otherwise.
@@ -211,7 +207,7 @@ impl Postgres {
 
     /// Connect without touching the schema.
     pub fn connect(target: &PgTarget, claim_hold: Duration) -> Result<Postgres, StoreError> {
-        Postgres::connect_on(target, claim_hold, Driver::OwnThread, rand::random())
+        Postgres::connect_on(target, claim_hold, Driver::OwnThread)
     }
 
     /// The same database on connections of their own, driven by the one thread that
@@ -226,7 +222,6 @@ impl Postgres {
             &self.inner.target,
             self.inner.claim_hold,
             Driver::Caller(CALLER_POOL_SIZE),
-            self.inner.writer,
         )
     }
 
@@ -237,7 +232,6 @@ impl Postgres {
             &self.inner.target,
             self.inner.claim_hold,
             Driver::Caller(FEED_POOL_SIZE),
-            self.inner.writer,
         )
     }
 
@@ -245,7 +239,6 @@ impl Postgres {
         target: &PgTarget,
         claim_hold: Duration,
         driver: Driver,
-        writer: i64,
     ) -> Result<Postgres, StoreError> {
         let tls = target.connector()?;
         let rt = match driver {
@@ -289,14 +282,8 @@ impl Postgres {
                 claim_hold,
                 split: write::SplitState::default(),
                 call_refused: Default::default(),
-                writer,
             }),
         })
-    }
-
-    /// Who this store's group commits say wrote their changes (`Inner::writer`).
-    pub(super) fn writer(&self) -> i64 {
-        self.inner.writer
     }
 
     /// How long a claim holds without renewal.

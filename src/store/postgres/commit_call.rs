@@ -1,5 +1,5 @@
 //! A group commit of endpoint transitions and events as one call of the database's
-//! `proxypool_commit` function (migrations 12 and 13): one statement of the protocol and one round
+//! `proxypool_commit` function (migration 12): one statement of the protocol and one round
 //! trip, where the statements of a group commit are one each per transition, the change
 //! number, the events, `BEGIN` and `COMMIT`. It is the common commit (reports that cool or
 //! free endpoints); every other write goes through the statements (`write`).
@@ -83,7 +83,6 @@ pub(super) async fn call(
     call: &Statement,
     writes: &[&Write],
     split: bool,
-    writer: i64,
 ) -> Result<(i64, Vec<Found>), tokio_postgres::Error> {
     // Transitions by id (a stable sort: one endpoint's transitions keep their order); the
     // position of each write's transition among them.
@@ -118,7 +117,6 @@ pub(super) async fn call(
     let mut params: Vec<&(dyn ToSql + Sync)> = vec![
         &split,
         &CHANNEL,
-        &writer,
         &t.id,
         &t.state,
         &t.reason,

@@ -137,7 +137,7 @@ impl Feed {
         let (at, slicing) = (&self.at, &self.slicing);
         let (out, next) = pg.block(async {
             let mut c = pg.client().await?;
-            read(&mut c, at, slicing.as_ref(), pg.writer())
+            read(&mut c, at, slicing.as_ref())
                 .await
                 .map_err(|e| e.into_store(&pg))
         })?;

@@ -37,12 +37,11 @@ static HEAD: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// The changes of transactions the last read's snapshot did not see: those from its
-/// `xmax` ($1) on, and those it saw in progress ($2), with who wrote them. Two index
-/// scans, so that a transaction left open for hours (an idle `psql`) costs a read no more
-/// than its id.
-const LISTED: &str = "SELECT seq, xid::text::bigint, writer FROM fleet_changes \
+/// `xmax` ($1) on, and those it saw in progress ($2). Two index scans, so that a
+/// transaction left open for hours (an idle `psql`) costs a read no more than its id.
+const LISTED: &str = "SELECT seq, xid::text::bigint FROM fleet_changes \
      WHERE xid >= $1::bigint::text::xid8 \
-     UNION ALL SELECT seq, xid::text::bigint, writer FROM fleet_changes \
+     UNION ALL SELECT seq, xid::text::bigint FROM fleet_changes \
      WHERE xid = ANY (ARRAY(SELECT x::text::xid8 FROM unnest($2::bigint[]) AS x)) \
        AND xid < $1::bigint::text::xid8";
 
@@ -83,8 +82,7 @@ fn pairs_sql(filter: &str) -> String {
 /// What changed since the last call.
 #[derive(Debug, Default)]
 pub struct Changes {
-    /// The changes this read lists (each change number once, ever), this daemon's own
-    /// among them, whose rows are not read (`Listed`).
+    /// The changes whose rows this read applies (each change number once, ever).
     pub seqs: Vec<i64>,
     /// Removals and recoveries were pruned past the last read: `endpoints` and `pairs` are
     /// everything, and whatever is not in them is gone.
@@ -103,7 +101,7 @@ pub struct Changes {
 /// A large change read in slices: the changes it reads, the last endpoint (rev, id) read,
 /// and where the feed stands once it is done.
 pub(super) struct Slicing {
-    seqs: Listed,
+    seqs: Vec<i64>,
     after: (i64, EndpointId),
     done: Position,
 }
@@ -134,43 +132,29 @@ pub(super) enum Next {
     Done(Position),
 }
 
-/// The changes a read lists: all of them (`Changes::seqs`), and those whose rows it reads,
-/// every one but the reader's own (`me`: its memory holds what its own commits wrote).
-#[derive(Debug, Clone, Default)]
-pub(super) struct Listed {
-    all: Vec<i64>,
-    theirs: Vec<i64>,
-}
-
 /// Where the feed stands in the snapshot of `head` (what it did not see, and how far
-/// changes were pruned) with the changes `listed` (seq, xid, writer) that `at` had not
-/// seen: the changes to apply now (each committed in this snapshot and not applied
-/// before), where the feed stands after them, and whether changes it never read were
-/// pruned.
-fn position(head: &Row, listed: &[Row], at: &Position, me: i64) -> (Listed, Position, bool) {
+/// changes were pruned) with the changes `listed` (seq, xid) that `at` had not seen: the
+/// changes to apply now (each committed in this snapshot and not applied before), where the
+/// feed stands after them, and whether changes it never read were pruned.
+fn position(head: &Row, listed: &[Row], at: &Position) -> (Vec<i64>, Position, bool) {
     let pruned: i64 = head.get(4);
     let mut done = Position {
         unseen: Unseen::read(head, 0),
         seen: HashMap::new(),
     };
-    let mut seqs = Listed::default();
+    let mut seqs = Vec::new();
     for r in listed {
-        let (seq, xid, writer): (i64, i64, Option<i64>) = (r.get(0), r.get(1), r.get(2));
+        let (seq, xid): (i64, i64) = (r.get(0), r.get(1));
         if !at.seen.contains_key(&seq) {
-            seqs.all.push(seq);
-            if writer != Some(me) {
-                seqs.theirs.push(seq);
-            }
+            seqs.push(seq);
         }
         // On a primary never: what this snapshot lists, it saw committed.
         if done.unseen.holds(xid) {
             done.seen.insert(seq, xid);
         }
     }
-    for s in [&mut seqs.all, &mut seqs.theirs] {
-        s.sort_unstable();
-        s.dedup();
-    }
+    seqs.sort_unstable();
+    seqs.dedup();
     (seqs, done, pruned >= at.unseen.oldest())
 }
 
@@ -179,11 +163,10 @@ fn position(head: &Row, listed: &[Row], at: &Position, me: i64) -> (Listed, Posi
 async fn listed(
     tx: &tokio_postgres::Transaction<'_>,
     at: &Position,
-    me: i64,
-) -> Result<(Listed, Position, bool), tokio_postgres::Error> {
+) -> Result<(Vec<i64>, Position, bool), tokio_postgres::Error> {
     let head = tx.query_one(HEAD.as_str(), &[]).await?;
     let listed = tx.query(LISTED, &[&at.unseen.xmax, &at.unseen.xip]).await?;
-    Ok(position(&head, &listed, at, me))
+    Ok(position(&head, &listed, at))
 }
 
 /// The removals those changes made that still hold (`REMOVALS`).
@@ -207,12 +190,11 @@ async fn read_in(
     tx: &tokio_postgres::Transaction<'_>,
     at: &Position,
     slicing: Option<&Slicing>,
-    me: i64,
 ) -> Result<(Changes, Next), TxError> {
-    let (listed, after, done, reload) = match slicing {
+    let (seqs, after, done, reload) = match slicing {
         Some(s) => (s.seqs.clone(), s.after, s.done.clone(), false),
         None => {
-            let (seqs, done, reload) = listed(tx, at, me).await?;
+            let (seqs, done, reload) = listed(tx, at).await?;
             (seqs, (i64::MIN, EndpointId::MIN), done, reload)
         }
     };
@@ -220,36 +202,34 @@ async fn read_in(
         reload,
         ..Changes::default()
     };
-    let seqs = &listed.theirs;
     if seqs.is_empty() && !reload {
-        out.seqs = listed.all;
         return Ok((out, Next::Done(done)));
     }
     let rows = if reload {
         let sql = format!("SELECT {ENDPOINT_COLS} FROM endpoints ORDER BY id");
         tx.query(&sql, &[]).await?
     } else {
-        tx.query(ENDPOINTS_OF.as_str(), &[seqs, &after.0, &after.1, &SLICE])
+        tx.query(ENDPOINTS_OF.as_str(), &[&seqs, &after.0, &after.1, &SLICE])
             .await?
     };
     for r in &rows {
         out.endpoints.push(endpoint_row(r)?);
     }
     if !reload && rows.len() as i64 == SLICE {
-        return Ok(sliced(out, listed, after, done));
+        return Ok(sliced(out, seqs, after, done));
     }
     let pair_rows = if reload {
         tx.query(&pairs_sql(""), &[]).await?
     } else {
-        tx.query(PAIRS_OF.as_str(), &[seqs]).await?
+        tx.query(PAIRS_OF.as_str(), &[&seqs]).await?
     };
     for r in &pair_rows {
         out.pairs.push(pair_row(r)?);
     }
     if !reload {
-        out.removed = removals(tx, seqs).await?;
+        out.removed = removals(tx, &seqs).await?;
     }
-    out.seqs = listed.all;
+    out.seqs = seqs;
     Ok((out, Next::Done(done)))
 }
 
@@ -259,10 +239,9 @@ pub(super) async fn read(
     c: &mut Object,
     at: &Position,
     slicing: Option<&Slicing>,
-    me: i64,
 ) -> Result<(Changes, Next), TxError> {
     if slicing.is_none() {
-        match pipelined(c, at, me).await {
+        match pipelined(c, at).await {
             Ok(Some(read)) => return Ok(read),
             // Pruned past the last read: everything is read again below.
             Ok(None) => {}
@@ -273,13 +252,13 @@ pub(super) async fn read(
         }
     }
     let tx = super::snapshot(c).await?;
-    let out = read_in(&tx, at, slicing, me).await?;
+    let out = read_in(&tx, at, slicing).await?;
     tx.commit().await?;
     Ok(out)
 }
 
 /// The usual read in two round trips; `None` when it must be a reload (nothing read).
-async fn pipelined(c: &Object, at: &Position, me: i64) -> Result<Option<(Changes, Next)>, TxError> {
+async fn pipelined(c: &Object, at: &Position) -> Result<Option<(Changes, Next)>, TxError> {
     let (head, listed, endpoints, pairs, removals) = futures_util::join!(
         c.prepare_cached(&HEAD),
         c.prepare_cached(LISTED),
@@ -296,19 +275,14 @@ async fn pipelined(c: &Object, at: &Position, me: i64) -> Result<Option<(Changes
         c.query(&listed, &from)
     );
     begun?;
-    let (listed, done, reload) = position(&head?, &listed?, at, me);
-    if reload || listed.theirs.is_empty() {
+    let (seqs, done, reload) = position(&head?, &listed?, at);
+    if reload || seqs.is_empty() {
         c.batch_execute("COMMIT").await?;
-        let mine = Changes {
-            seqs: listed.all,
-            ..Changes::default()
-        };
-        return Ok((!reload).then_some((mine, Next::Done(done))));
+        return Ok((!reload).then(|| (Changes::default(), Next::Done(done))));
     }
     let first = (i64::MIN, EndpointId::MIN);
-    let seqs = &listed.theirs;
-    let slice: [&(dyn ToSql + Sync); 4] = [seqs, &first.0, &first.1, &SLICE];
-    let of: [&(dyn ToSql + Sync); 1] = [seqs];
+    let slice: [&(dyn ToSql + Sync); 4] = [&seqs, &first.0, &first.1, &SLICE];
+    let of: [&(dyn ToSql + Sync); 1] = [&seqs];
     let (rows, pair_rows, removed_rows, committed) = futures_util::join!(
         c.query(&endpoints, &slice),
         c.query(&pairs, &of),
@@ -323,13 +297,13 @@ async fn pipelined(c: &Object, at: &Position, me: i64) -> Result<Option<(Changes
         out.endpoints.push(endpoint_row(r)?);
     }
     if rows.len() as i64 == SLICE {
-        return Ok(Some(sliced(out, listed, first, done)));
+        return Ok(Some(sliced(out, seqs, first, done)));
     }
     for r in &pair_rows {
         out.pairs.push(pair_row(r)?);
     }
     out.removed = removed(&removed_rows);
-    out.seqs = listed.all;
+    out.seqs = seqs;
     Ok(Some((out, Next::Done(done))))
 }
 
@@ -337,7 +311,7 @@ async fn pipelined(c: &Object, at: &Position, me: i64) -> Result<Option<(Changes
 /// read by the calls after this one.
 fn sliced(
     mut out: Changes,
-    seqs: Listed,
+    seqs: Vec<i64>,
     after: (i64, EndpointId),
     done: Position,
 ) -> (Changes, Next) {

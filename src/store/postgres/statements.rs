@@ -18,15 +18,9 @@ use super::read::{ENDPOINT_COLS, PAIR_COLS};
 /// The channel every daemon listens on; the payload is the change number.
 pub(crate) const CHANNEL: &str = "proxypool_changes";
 
-/// Take this transaction's change number and record it with the transaction's id: an
-/// operator's command, which every daemon reads (its writer unknown).
+/// Take this transaction's change number and record it with the transaction's id.
 pub(super) const NEXT: &str =
     "INSERT INTO fleet_changes (seq) VALUES (nextval('fleet_change_seq')) RETURNING seq";
-
-/// `NEXT` for a group commit, with the daemon that writes it (`$1`): that daemon's feed
-/// does not read its rows back.
-const NEXT_WRITTEN: &str = "INSERT INTO fleet_changes (seq, writer) \
-     VALUES (nextval('fleet_change_seq'), $1::bigint) RETURNING seq";
 
 /// Operator commands (adding, syncing, editing, removing endpoints; the move from SQLite)
 /// lock the tables they change first, so the number they take next is larger than any
@@ -189,7 +183,7 @@ pub(super) const SOURCE: &str = "INSERT INTO sources (pool, name, last_at, last_
 /// without waiting for the flush, the channel, the transitions' eleven columns in id order,
 /// then each event's transition (1-based; NULL: always written) and its eleven columns.
 pub(super) const COMMIT_CALL: &str = "SELECT proxypool_commit($1, $2, $3, $4, $5, $6, $7, $8, \
-     $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)";
+     $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)";
 
 /// The rows that changed under a commit's writes, as they are now (`outcome::fresh`): one
 /// key a statement. An array of keys (`= ANY($1)`) was planned again on every call
@@ -208,10 +202,7 @@ pub(super) static FRESH_PAIRS: LazyLock<String> = LazyLock::new(|| {
 
 /// The statements of a batch, prepared once per connection (the pool's cache keeps them).
 pub(super) struct Stmts {
-    /// The change number of a group commit (`NEXT_WRITTEN`, with `writer`).
     pub next: Statement,
-    /// This store's writer id (`Postgres::writer`).
-    pub writer: i64,
     pub transition: Statement,
     pub lock_rows: Statement,
     pub claim: Statement,
@@ -234,11 +225,10 @@ pub(super) struct Stmts {
 impl Stmts {
     pub(super) async fn prepare(
         c: &deadpool_postgres::Object,
-        writer: i64,
     ) -> Result<Stmts, tokio_postgres::Error> {
         let all = join_all(
             [
-                NEXT_WRITTEN,
+                NEXT,
                 TRANSITION,
                 LOCK_ROWS,
                 CLAIM,
@@ -264,7 +254,6 @@ impl Stmts {
         let mut next = || it.next().expect("one per statement");
         Ok(Stmts {
             next: next()?,
-            writer,
             transition: next()?,
             lock_rows: next()?,
             claim: next()?,

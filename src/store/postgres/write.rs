@@ -88,10 +88,9 @@ async fn begin_guarded(
             false => Ok(()),
         }
     };
-    let writer: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&st.writer];
     let (begun, seq, locked, founds) = futures_util::join!(
         c.batch_execute(begin),
-        c.query_one(&st.next, &writer),
+        c.query_one(&st.next, &[]),
         locked,
         guard_all(c, st, writes, hold)
     );
@@ -115,9 +114,7 @@ impl Postgres {
         let hold = self.claim_hold();
         self.block(async {
             let c = self.client().await?;
-            let st = Stmts::prepare(&c, self.writer())
-                .await
-                .map_err(|e| self.err(e))?;
+            let st = Stmts::prepare(&c).await.map_err(|e| self.err(e))?;
             let split = self.split(&c, &st).await?;
             let call = self.call_statement(&c, groups).await?;
             match self.fast(&c, &st, groups, hold, split, call.as_ref()).await {
@@ -311,7 +308,7 @@ async fn batches(
     refused: &mut [Option<StoreError>],
 ) -> Result<Option<Vec<Result<Applied, StoreError>>>, tokio_postgres::Error> {
     c.batch_execute("BEGIN").await?;
-    let seq: i64 = c.query_one(&st.next, &[&st.writer]).await?.get(0);
+    let seq: i64 = c.query_one(&st.next, &[]).await?.get(0);
     let live = |i: usize| refused[i].is_none();
     let all: Vec<&Write> = (0..groups.len())
         .filter(|&i| live(i))
@@ -437,8 +434,7 @@ async fn one_call(
             false => Ok(()),
         }
     };
-    let (called, flushed) =
-        futures_util::join!(commit_call::call(c, call, all, split, st.writer), flushed);
+    let (called, flushed) = futures_util::join!(commit_call::call(c, call, all, split), flushed);
     let (seq, founds) = match called {
         Ok(done) => done,
         Err(e) if commit_call::is_stale(&e) => return Ok(None),

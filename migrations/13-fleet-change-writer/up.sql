@@ -1,2 +1,0 @@
--- Which daemon wrote a change (postgres.sql) has no SQLite counterpart: a SQLite database
--- has one daemon and no change feed.
