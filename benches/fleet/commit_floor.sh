@@ -53,7 +53,7 @@ def call(k):
     ids = ",".join(f":id{i}" for i in range(k))
     arr = lambda v, t: "ARRAY[" + ",".join([v] * k) + f"]::{t}[]"
     av, sc = "'available'", "'state_changed'"
-    args = ["true", "'proxypool_changes'", "1::bigint", f"ARRAY[{ids}]::bigint[]", arr(av, "text"),
+    args = ["true", "'proxypool_changes'", f"ARRAY[{ids}]::bigint[]", arr(av, "text"),
             arr("NULL", "text"), arr("NULL", "text"), arr("NULL", "text"), arr("0", "int"),
             arr("0", "int"), arr("NULL", "bigint"), arr("NULL", "bigint"), arr(av, "text"),
             arr("NULL", "bigint"), "ARRAY[" + ",".join(str(i + 1) for i in range(k)) + "]::int[]",

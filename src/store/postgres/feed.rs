@@ -38,13 +38,15 @@ const STREAM_GAP: Duration = Duration::from_millis(25);
 /// Changes a second from which the fleet writes a stream: a change every 10 ms (`GAP`),
 /// or more. A rate, not a count of changes a read found: at 100 to 400 changes a second
 /// (two or three daemons under a moderate load) reads `GAP` apart find 1 to 4 each, and
-/// under a count of 4 the follower stayed listening, woken by every notification, and
+/// under a count of 4 a follower could stay listening, woken by every notification, and
 /// read up to 100 times a second where a stream reads 40 times; and a burst of a few
 /// changes after a quiet spell is not a stream.
 const STREAM_FROM: f64 = 100.0;
 
-/// Changes a second below which the stream has ended: less than one each `STREAM_GAP`.
-const STREAM_UNTIL: f64 = 40.0;
+/// Changes a second below which the stream has ended: a read in a stream comes a little
+/// more than `STREAM_GAP` after the one before, so one change in it (under 40 a second)
+/// still is one, and none, or one in more than 33 ms, is not.
+const STREAM_UNTIL: f64 = 30.0;
 
 /// The gap before the next read, after a read that listed `listed` changes `since` the
 /// read before it, in a stream (`stream`) or not. A stream needs two changes in a read,
@@ -257,8 +259,15 @@ mod tests {
             ("a burst of 4 after a quiet second", false, 4, 1000, GAP),
             ("two in 30 ms: under 100 a second", false, 2, 30, GAP),
             ("in a stream, one change in 25 ms", true, 1, 25, STREAM_GAP),
-            ("in a stream, many", true, 9, 25, STREAM_GAP),
-            ("in a stream, nothing: it ended", true, 0, 25, GAP),
+            (
+                "in a stream, one change in 27 ms (the read took 2)",
+                true,
+                1,
+                27,
+                STREAM_GAP,
+            ),
+            ("in a stream, many", true, 9, 26, STREAM_GAP),
+            ("in a stream, nothing: it ended", true, 0, 26, GAP),
             ("in a stream, one in 40 ms: 25 a second", true, 1, 40, GAP),
         ];
         for (what, stream, listed, since, gap) in cases {
