@@ -723,6 +723,110 @@ fn a_change_numbered_first_and_committed_last_reaches_every_daemon() {
     let _ = follow.wait();
 }
 
+/// An operator's edit on another host (no daemon on its socket) reaches a serving daemon
+/// whole: its new URL and its new tags are what the daemon leases by.
+#[test]
+fn an_edit_of_url_and_tags_elsewhere_is_followed_whole() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let (a, cli) = (home(&url), home(&url));
+    let id = a.add(&["http://10.7.2.1:3128"])[0];
+    let d = a.serve();
+    sees(&d, "available", 1);
+    cli.ok(&[
+        "edit",
+        &id.to_string(),
+        "--url",
+        "http://10.7.2.1:3129",
+        "--tag",
+        "tier=dc",
+    ]);
+    eventually(PROPAGATION, "the edit followed", || {
+        let g = d.req(json!({"op": "lease", "pool": "default", "tags": {"tier": "dc"}}));
+        match g["proxy"].as_str() {
+            Some("http://10.7.2.1:3129") => Ok(()),
+            _ => Err(format!("{g}")),
+        }
+    });
+}
+
+/// A write of a daemon that waited for another writer's change of the same row (here an
+/// edit of its URL and tags, numbered first and committed while the daemon's commit of a
+/// trial's success waits for the row) lands on top of it, and the row then carries the
+/// daemon's change number alone. Memory still takes the other writer's columns: the next
+/// lease hands out the new URL, by the new tags.
+#[test]
+fn a_write_that_waited_for_another_change_of_its_row_keeps_that_change() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let db = url.rsplit('/').next().unwrap().to_string();
+    let a = home_cooling(&url, "1s");
+    let id = a.add(&["http://10.7.3.1:3128"])[0];
+    let d = a.serve();
+    sees(&d, "available", 1);
+    let g = lease(&d);
+    assert_eq!(fail(&d, g["lease"].as_str().unwrap())["state"], "cooling");
+    // The trial's lease once the cooldown is over.
+    let trial = eventually(PROPAGATION, "the trial's lease", || {
+        let g = lease(&d);
+        match g["trial"].as_bool() {
+            Some(true) => Ok(g),
+            _ => Err(format!("{g}")),
+        }
+    });
+    assert_eq!(trial["proxy"], "http://10.7.3.1:3128", "{trial}");
+    // The other writer takes its number, changes the row, and holds it.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        client
+            .batch_execute(&format!(
+                "BEGIN; \
+                 INSERT INTO fleet_changes (seq) VALUES (nextval('fleet_change_seq')); \
+                 UPDATE endpoints SET port = 3129, tags = '{{\"tier\":\"dc\"}}', \
+                   rev = currval('fleet_change_seq') WHERE id = {id}"
+            ))
+            .await
+            .unwrap();
+        client
+    });
+    // The trial's success: the daemon's commit takes a later number and waits for the row.
+    std::thread::scope(|s| {
+        let succeeded = s.spawn(|| {
+            d.req(json!({"op": "report", "lease": trial["lease"], "outcome": "success"}))
+        });
+        eventually(PROPAGATION, "the daemon's commit waits for the row", || {
+            let waiting = pg.sql(
+                &db,
+                &format!(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = '{db}' \
+                     AND wait_event_type = 'Lock'"
+                ),
+            );
+            if waiting == "1" {
+                Ok(())
+            } else {
+                Err(format!("{waiting} waiting"))
+            }
+        });
+        rt.block_on(client.batch_execute("COMMIT")).unwrap();
+        let r = succeeded.join().unwrap();
+        assert_eq!(r["state"], "available", "{r}");
+    });
+    let stored = pg.sql(&db, &format!("SELECT port FROM endpoints WHERE id = {id}"));
+    assert_eq!(stored, "3129");
+    eventually(PROPAGATION, "the edited URL leased", || {
+        let g = d.req(json!({"op": "lease", "pool": "default", "tags": {"tier": "dc"}}));
+        match g["proxy"].as_str() {
+            Some("http://10.7.3.1:3129") => Ok(()),
+            _ => Err(format!("{g}\nits log's last lines:\n{}", d.log_tail(20))),
+        }
+    });
+}
+
 /// A home whose cooldowns last an hour: what cooled stays cooling for the whole test.
 fn long_home(url: &str) -> Home {
     common::fleet::home(url, common::fleet::LONG_COOLDOWN)

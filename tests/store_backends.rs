@@ -509,7 +509,7 @@ fn the_schema_is_the_same_in_both_dialects() {
         "fleet_jobs",
         "proxypool_schema",
     ];
-    let fleet_cols = ["rev", "claim_epoch", "claim_until", "xid"];
+    let fleet_cols = ["rev", "prev_rev", "claim_epoch", "claim_until", "xid"];
     let db = url.rsplit('/').next().unwrap();
     let out = pg.sql(
         db,

@@ -269,7 +269,7 @@ impl Engine {
                 // until the store is back, when these endpoints are read again.
                 self.writer.lost(&writes, Arc::new(e));
                 if let Some(fl) = &self.fleet {
-                    fl.end(&keys, None, &[]);
+                    fl.end(&keys, None, &[], &[]);
                 }
                 return match commit {
                     Commit::Durable => Err(self.unavailable().into()),

@@ -34,6 +34,9 @@ pub(super) struct Entry {
     /// Its exit address's number in its pool (`Exits`) + 1, 0 while unknown: a lease's
     /// candidate asks its address's ban with no lookup of its own (docs/exit.md).
     pub(super) exit: u32,
+    /// The change of its row memory holds (PostgreSQL's `rev`; 0 in SQLite): a write of
+    /// ours that lands on another one reads the row again (docs/fleet.md, "Ownership").
+    pub(super) rev: i64,
 }
 
 /// Endpoints stored densely in load order, found by id through a small index.

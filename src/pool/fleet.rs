@@ -198,6 +198,13 @@ impl Pools {
         if self.entries.get(&row.id).is_some_and(|e| e.url != row.url) {
             self.update_url(row.id, row.url.clone());
         }
+        if self
+            .entries
+            .get(&row.id)
+            .is_some_and(|e| !self.tags.same(&e.tags, &row.tags))
+        {
+            self.update_tags(row.id, &row.tags);
+        }
         if let Some(p) = self.entries.get(&row.id).map(|e| e.pool) {
             // Another daemon learned it (docs/exit.md, "Stored").
             self.pools[p].exits.learned(row.id, row.exit_ip);
@@ -244,6 +251,7 @@ impl Pools {
             }
         }
         e.health = h;
+        e.rev = row.rev;
         let p = e.pool;
         self.index(row.id);
         if let Some(until) = remote_until {
@@ -253,6 +261,23 @@ impl Pools {
             for l in self.leases.of_endpoint_mut(row.id) {
                 l.trial = false;
             }
+        }
+    }
+
+    /// A write of ours of endpoint `id`'s row was committed as change `seq` over the row's
+    /// change `before`: whether memory held that one (then it holds `seq` now). If not, the
+    /// write landed on a change memory has not read (another writer's edit of the URL or
+    /// tags, or its claim or exit address, committed while the write waited for the row),
+    /// and the row as it is now carries that change under `seq`: it must be read again.
+    pub fn wrote_over(&mut self, id: EndpointId, before: i64, seq: i64) -> bool {
+        match self.entries.get_mut(&id) {
+            Some(e) if e.rev == before => {
+                e.rev = e.rev.max(seq);
+                true
+            }
+            Some(_) => false,
+            // Gone from memory: nothing to read.
+            None => true,
         }
     }
 
@@ -359,5 +384,64 @@ impl Pools {
             .collect();
         out.sort_by_key(|r| r.id);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PoolConfig;
+
+    const ID: EndpointId = 7;
+
+    /// A pool holding endpoint `ID` as read at change `rev`.
+    fn holding(rev: i64) -> Pools {
+        let mut p = Pools::new([PoolConfig::builtin("default")]);
+        let mut row = EndpointRow::fixture(ID, "http://10.0.0.7:3128", "default");
+        row.rev = rev;
+        p.insert_row(&row, Instant::now());
+        p
+    }
+
+    /// A write of ours committed as change 9 over the row's change `before`, with memory
+    /// holding the row at `held` (None: not held): whether memory holds the change it
+    /// wrote over, and the change memory holds after.
+    #[test]
+    fn a_write_over_a_change_memory_has_not_read_reads_the_row_again() {
+        let cases = [
+            ("over the change memory holds", Some(5), 5, true, Some(9)),
+            (
+                "over another writer's change memory missed",
+                Some(5),
+                6,
+                false,
+                Some(5),
+            ),
+            ("over the first load's change", Some(0), 0, true, Some(9)),
+            ("an endpoint gone from memory", None, 6, true, None),
+        ];
+        for (what, held, before, seen, after) in cases {
+            let mut p = match held {
+                Some(rev) => holding(rev),
+                None => Pools::new([PoolConfig::builtin("default")]),
+            };
+            assert_eq!(p.wrote_over(ID, before, 9), seen, "{what}");
+            assert_eq!(p.entries.get(&ID).map(|e| e.rev), after, "{what}");
+        }
+    }
+
+    /// A row read from the store replaces what memory holds of the URL and tags, and its
+    /// change is the one memory holds now.
+    #[test]
+    fn a_row_read_again_brings_its_url_tags_and_change() {
+        let mut p = holding(5);
+        let mut row = EndpointRow::fixture(ID, "http://10.0.0.7:3129", "default");
+        row.rev = 8;
+        row.tags = crate::tags::Tags::from_column(Some(r#"{"tier":"dc"}"#)).unwrap();
+        p.refresh_row(&row, Instant::now());
+        let e = p.entries.get(&ID).unwrap();
+        assert_eq!((e.url.port, e.rev), (3129, 8));
+        assert!(p.tags.same(&e.tags, &row.tags));
+        assert!(!p.tags.same(&e.tags, &crate::tags::Tags::default()));
     }
 }

@@ -56,6 +56,7 @@ impl Pools {
                 tags,
                 up_since,
                 exit: 0,
+                rev: row.rev,
             },
         );
         self.generation += 1;

@@ -55,6 +55,16 @@ impl TagIndex {
         out.into_boxed_slice()
     }
 
+    /// Whether an endpoint's interned `ids` are `tags`.
+    pub(super) fn same(&self, ids: &[u32], tags: &Tags) -> bool {
+        ids.len() == tags.len()
+            && tags.iter().all(|(k, v)| {
+                self.ids
+                    .get(&(Box::from(k), Box::from(v)))
+                    .is_some_and(|id| ids.binary_search(id).is_ok())
+            })
+    }
+
     /// An endpoint carrying `ids` is gone (or changes its tags).
     pub(super) fn release(&mut self, ids: &[u32]) {
         let mut changed = false;

@@ -363,6 +363,11 @@ pub struct Applied {
     /// Rows a guarded write found changed by someone else: the write did not happen, and
     /// here is what the row holds instead.
     pub fresh: Vec<RowNow>,
+    /// The endpoint rows it wrote, each with the change the row carried before this write
+    /// (PostgreSQL): a daemon whose memory has not seen that change reads the row again,
+    /// since this write may have waited for another writer's change of columns it does not
+    /// write, and the row now carries that change under this write's number.
+    pub before: Vec<(EndpointId, i64)>,
     /// The change number the commit gave the rows it wrote (PostgreSQL; 0 in SQLite).
     pub seq: i64,
 }
@@ -387,6 +392,7 @@ impl Applied {
         Applied {
             claims,
             fresh: Vec::new(),
+            before: Vec::new(),
             seq: 0,
         }
     }

@@ -58,9 +58,12 @@ impl Fleet {
         self.track().begin(keys);
     }
 
-    /// They were answered; committed as change `seq` when it is given.
-    pub(super) fn end(&self, keys: &[Key], seq: Option<i64>, not_written: &[Key]) {
-        self.track().end(keys, seq, not_written);
+    /// They were answered; committed as change `seq` when it is given. The rows in
+    /// `unseen` carry a change memory has not read: read them again.
+    pub(super) fn end(&self, keys: &[Key], seq: Option<i64>, not_written: &[Key], unseen: &[Key]) {
+        let mut t = self.track();
+        t.end(keys, seq, not_written);
+        t.read_again(unseen);
     }
 }
 
@@ -140,9 +143,10 @@ impl Engine {
     }
 
     /// A write of `keys` was answered (`committed`): the follower may apply them again.
-    /// If the commit found rows changed elsewhere, the pool lock is taken first and handed
-    /// back, so that they are applied under the same hold as the write's end and the
-    /// follower cannot apply another row of them in between.
+    /// If the commit found rows changed elsewhere, or wrote rows over changes memory may
+    /// not have read, the pool lock is taken first and handed back, so that they are
+    /// applied (or marked to be read again) under the same hold as the write's end and
+    /// the follower cannot apply another row of them in between.
     pub(super) fn ended_in_fleet(
         &self,
         keys: &[Key],
@@ -151,7 +155,7 @@ impl Engine {
         let f = self.fleet.as_ref().filter(|_| !keys.is_empty())?;
         let (seq, not_written, news) = match committed {
             Ok(Ok(a)) => {
-                let news = !a.claims.is_empty() || !a.fresh.is_empty();
+                let news = !a.claims.is_empty() || !a.fresh.is_empty() || !a.before.is_empty();
                 (Some(a.seq), not_written(a), news)
             }
             Ok(Err(e)) => (
@@ -161,8 +165,17 @@ impl Engine {
             ),
             Err(_) => (None, Vec::new(), false),
         };
-        let held = news.then(|| self.lock());
-        f.end(keys, seq, &not_written);
+        let mut held = news.then(|| self.lock());
+        let unseen: Vec<Key> = match (committed, held.as_mut()) {
+            (Ok(Ok(a)), Some(p)) => a
+                .before
+                .iter()
+                .filter(|&&(id, before)| !p.wrote_over(id, before, a.seq))
+                .map(|&(id, _)| Key::Endpoint(id))
+                .collect(),
+            _ => Vec::new(),
+        };
+        f.end(keys, seq, &not_written, &unseen);
         held
     }
 

@@ -120,6 +120,12 @@ impl Track {
         }
     }
 
+    /// Rows whose stored version carries a change memory has not read: read them again
+    /// (as rows that waited for a write of ours are).
+    pub(super) fn read_again(&mut self, keys: &[Key]) {
+        self.deferred.extend(keys.iter().cloned());
+    }
+
     /// The rows to read again, from now until [`Track::reread`] (with those of a reading
     /// that failed).
     pub(super) fn take_deferred(&mut self) -> Vec<Key> {
@@ -364,6 +370,21 @@ mod tests {
                 c.what
             );
         }
+    }
+
+    /// A row whose stored version carries a change memory missed is read again, and what
+    /// is read is applied, though the feed's read of it as of our write's change is not.
+    #[test]
+    fn a_row_that_carries_a_change_memory_missed_is_read_again() {
+        let mut t = Track::default();
+        t.begin(&[K]);
+        t.end(&[K], Some(5), &[]);
+        t.read_again(&[K]);
+        assert!(!t.may_apply(&K, Read::Feed(5)), "the feed's read: our echo");
+        assert_eq!(t.take_deferred(), vec![K]);
+        assert!(t.may_apply(&K, Read::Again));
+        t.reread();
+        assert_eq!(t.take_deferred(), Vec::<Key>::new());
     }
 
     /// A change of ours the feed listed before the write was answered (the row waited and

@@ -1,13 +1,15 @@
 //! A group commit of endpoint transitions and events as one call of the database's
-//! `proxypool_commit` function (migration 12): one statement of the protocol and one round
+//! `proxypool_commit` function (migrations 12 and 13): one statement of the protocol and one round
 //! trip, where the statements of a group commit are one each per transition, the change
 //! number, the events, `BEGIN` and `COMMIT`. It is the common commit (reports that cool or
 //! free endpoints); every other write goes through the statements (`write`).
 //!
 //! The function applies the transitions as `statements::TRANSITION` does, in id order,
 //! then writes the events of those that applied under the events' lock, and notifies the
-//! fleet: the same rows, locks and order. A trial's outcome under a claim that moved on
-//! aborts the call (`STALE`): nothing was written, and the commit is redone batch by batch.
+//! fleet: the same rows, locks and order; for each transition it returns the change its
+//! row carried before, or -1 where the row had changed. A trial's outcome under a claim
+//! that moved on aborts the call (`STALE`): nothing was written, and the commit is redone
+//! batch by batch.
 
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
@@ -132,15 +134,16 @@ pub(super) async fn call(
     ];
     params.extend(events.params());
     let out: Vec<i64> = c.query_one(call, &params).await?.get(0);
-    // One number per transition after the change number (a missing one reads as a row
-    // that changed: it is read back).
+    // One number per transition after the change number: the change its row carried
+    // before, or -1 where it found the row changed (and so does a missing one: it is
+    // read back).
     let seq = out.first().copied().unwrap_or_default();
     let found = at
         .iter()
-        .map(|k| match k {
-            None => Found::Plain,
-            Some(k) if out.get(k + 1).is_some_and(|&n| n > 0) => Found::Applied,
-            Some(_) => Found::Conflict,
+        .map(|k| match k.and_then(|k| out.get(k + 1)) {
+            None if k.is_none() => Found::Plain,
+            Some(&before) if before >= 0 => Found::Applied(Some(before)),
+            _ => Found::Conflict,
         })
         .collect();
     Ok((seq, found))

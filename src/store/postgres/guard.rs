@@ -20,14 +20,20 @@ use crate::store::{Claim, ClaimOn, HealthRecord, Unclaim, Write};
 pub(super) enum Found {
     /// Nothing to guard (events, sources).
     Plain,
-    Applied,
+    /// It happened; for an endpoint's row, the change the row carried before it
+    /// (`prev_rev`): memory that has not seen that one reads the row again.
+    Applied(Option<i64>),
     /// The row was no longer in the state the write starts from.
     Conflict,
     /// A trial's result under a claim that is not the current one.
     Stale,
     /// A remove named an endpoint that is gone.
     Missing(EndpointId),
-    Won(i64),
+    /// The claim's epoch, and the change the endpoint's row carried before it.
+    Won {
+        epoch: i64,
+        before: Option<i64>,
+    },
     Lost(Duration),
 }
 
@@ -142,22 +148,35 @@ fn hold_ms(c: &Claim, hold: Duration) -> i64 {
     c.hold.min(hold).as_millis().max(1).min(i64::MAX as u128) as i64
 }
 
-/// A guarded result: (rows applied, the slot's claim epoch before).
+/// A pair's guarded result: (rows applied, the slot's claim epoch before).
 fn judged(row: &Row, trial: Option<i64>) -> Found {
     let n: i64 = row.get(0);
-    let epoch: Option<i64> = row.get(1);
-    match (n, trial) {
-        (1.., _) => Found::Applied,
-        (_, Some(t)) if epoch.is_some_and(|e| e != t) => Found::Stale,
+    verdict((n > 0).then_some(None), row.get(1), trial)
+}
+
+/// An endpoint's guarded result: (the change the row carried before, when the write
+/// applied; the slot's claim epoch before).
+fn judged_endpoint(row: &Row, trial: Option<i64>) -> Found {
+    let before: Option<i64> = row.get(0);
+    verdict(before.map(Some), row.get(1), trial)
+}
+
+fn verdict(applied: Option<Option<i64>>, epoch: Option<i64>, trial: Option<i64>) -> Found {
+    match (applied, trial) {
+        (Some(before), _) => Found::Applied(before),
+        (None, Some(t)) if epoch.is_some_and(|e| e != t) => Found::Stale,
         _ => Found::Conflict,
     }
 }
 
+/// A claim's result: (the epoch won, the time left of the claim that holds it, and for an
+/// endpoint the change its row carried before).
 fn claimed(row: &Row) -> Found {
     let won: Option<i64> = row.get(0);
     let left: Option<i64> = row.get(1);
+    let before: Option<i64> = if row.len() > 2 { row.get(2) } else { None };
     match won {
-        Some(e) => Found::Won(e),
+        Some(epoch) => Found::Won { epoch, before },
         None => Found::Lost(Duration::from_millis(left.unwrap_or(0).max(0) as u64)),
     }
 }
@@ -172,9 +191,9 @@ async fn guard(
         Write::Transition(h, _) => transition(c, st, h).await?,
         Write::Exit { id, ip } => {
             let ip = ip.map(|ip| ip.to_string());
-            match c.execute(super::statements::EXIT, &[id, &ip]).await? {
-                0 => Found::Conflict,
-                _ => Found::Applied,
+            match c.query_opt(super::statements::EXIT, &[id, &ip]).await? {
+                None => Found::Conflict,
+                Some(row) => Found::Applied(row.get(0)),
             }
         }
         Write::Claim(cl) | Write::Pair(PairWrite::Claim(cl)) => claim(c, st, cl, hold).await?,
@@ -228,7 +247,7 @@ async fn transition(
             ],
         )
         .await?;
-    Ok(judged(&row, h.trial))
+    Ok(judged_endpoint(&row, h.trial))
 }
 
 /// Endpoints removed: every one of them, or the first that was not there.
@@ -244,7 +263,7 @@ async fn remove(
     let gone: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
     Ok(match distinct.iter().find(|id| !gone.contains(id)) {
         Some(&missing) => Found::Missing(missing),
-        None => Found::Applied,
+        None => Found::Applied(None),
     })
 }
 
@@ -282,7 +301,7 @@ async fn pair_upsert(
     if r.from == State::Available {
         let n = c.execute(&st.pair_insert, &params).await?;
         return Ok(if n > 0 {
-            Found::Applied
+            Found::Applied(None)
         } else {
             Found::Conflict
         });
@@ -310,15 +329,19 @@ async fn claim(
 }
 
 async fn unclaim(c: &Client, st: &Stmts, u: &Unclaim) -> Result<Found, tokio_postgres::Error> {
-    let n = match &u.on {
-        ClaimOn::Endpoint(id) => c.execute(&st.unclaim, &[id, &u.epoch]).await?,
-        ClaimOn::Pair(id, d) => c.execute(&st.pair_unclaim, &[id, d, &u.epoch]).await?,
+    let applied = match &u.on {
+        ClaimOn::Endpoint(id) => c
+            .query_opt(&st.unclaim, &[id, &u.epoch])
+            .await?
+            .map(|row| row.get(0)),
+        ClaimOn::Pair(id, d) => {
+            (c.execute(&st.pair_unclaim, &[id, d, &u.epoch]).await? > 0).then_some(None)
+        }
     };
     // A claim given back after the slot was claimed again: nothing to give back.
-    Ok(if n > 0 {
-        Found::Applied
-    } else {
-        Found::Conflict
+    Ok(match applied {
+        Some(before) => Found::Applied(before),
+        None => Found::Conflict,
     })
 }
 

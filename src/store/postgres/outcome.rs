@@ -37,6 +37,8 @@ pub(super) struct Outcome {
     /// Keys whose rows go back to the caller.
     pub(super) fresh_endpoints: Vec<EndpointId>,
     pub(super) fresh_pairs: Vec<(EndpointId, String)>,
+    /// The endpoint rows it wrote, each with the change it carried before.
+    pub(super) before: Vec<(EndpointId, i64)>,
     /// Its events are written by another outcome, or by the database's function.
     skip_events: bool,
 }
@@ -64,9 +66,19 @@ impl Outcome {
     }
 
     pub(super) fn add(&mut self, w: &Write, f: &Found) {
-        let applied = matches!(f, Found::Applied | Found::Plain | Found::Won(_));
+        let applied = matches!(f, Found::Applied(_) | Found::Plain | Found::Won { .. });
         self.changed |=
-            matches!(f, Found::Applied | Found::Won(_)) && !matches!(w, Write::Event(_));
+            matches!(f, Found::Applied(_) | Found::Won { .. }) && !matches!(w, Write::Event(_));
+        if let Found::Applied(Some(before))
+        | Found::Won {
+            before: Some(before),
+            ..
+        } = f
+        {
+            if let Some(id) = endpoint_row(w) {
+                self.before.push((id, *before));
+            }
+        }
         match w {
             Write::Transition(h, ev) => {
                 if applied {
@@ -137,7 +149,7 @@ impl Outcome {
     /// A trial's claim: won (its event written), or lost to another daemon (the row as it
     /// is now goes back to the caller).
     fn claim(&mut self, c: &Claim, f: &Found) {
-        if let Found::Won(epoch) = f {
+        if let Found::Won { epoch, .. } = f {
             self.event(&c.event, Some(c.on.endpoint()), pair_dest(&c.on), None);
             self.claims.push(ClaimResult::Won {
                 on: c.on.clone(),
@@ -170,6 +182,23 @@ impl Outcome {
             ClaimOn::Endpoint(id) => self.fresh_endpoints.push(*id),
             ClaimOn::Pair(id, d) => self.fresh_pairs.push((*id, d.clone())),
         }
+    }
+}
+
+/// The endpoint row a write changes (not a removal's: gone, it has nothing to read).
+fn endpoint_row(w: &Write) -> Option<EndpointId> {
+    match w {
+        Write::Transition(h, _) => Some(h.id),
+        Write::Exit { id, .. } => Some(*id),
+        Write::Claim(Claim {
+            on: ClaimOn::Endpoint(id),
+            ..
+        })
+        | Write::Unclaim(Unclaim {
+            on: ClaimOn::Endpoint(id),
+            ..
+        }) => Some(*id),
+        _ => None,
     }
 }
 

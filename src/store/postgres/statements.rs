@@ -6,7 +6,10 @@
 //! at once without waiting for the number. Every guarded write sets `rev` to it only where
 //! the row's `rev` is smaller: a row's `rev` then grows in commit order even though the
 //! numbers of concurrent transactions commit in any order (a row that a transaction with a
-//! larger number already changed is a conflict, as a changed state is).
+//! larger number already changed is a conflict, as a changed state is). A guarded write of
+//! an endpoint also keeps the `rev` it found as `prev_rev`, and returns it: a daemon whose
+//! memory has not seen that change reads the row again (its write may have waited for
+//! another writer's change of columns it does not write, and carries that change now).
 
 use std::sync::LazyLock;
 
@@ -61,13 +64,14 @@ pub(super) const TRANSITION: &str =
      u AS (UPDATE endpoints SET state = $2, reason = $3, phase = $4, detail = $5, streak = $6, \
        reason_streak = $7, cooldown_ms = $8, \
        cooldown_until = now() + $9::bigint * interval '1 millisecond', \
-       state_changed_at = now(), rev = currval('fleet_change_seq'), claim_until = NULL \
+       state_changed_at = now(), prev_rev = rev, rev = currval('fleet_change_seq'), \
+       claim_until = NULL \
      WHERE id = $1 AND state = $10::text AND ($11::bigint IS NULL OR claim_epoch = $11) \
        AND rev < currval('fleet_change_seq') \
        AND NOT ($10::text = 'cooling' AND $2::text = 'probe_allowed' \
                 AND COALESCE(cooldown_until > now(), false)) \
-     RETURNING 1) \
-     SELECT (SELECT count(*) FROM u), (SELECT claim_epoch FROM cur)";
+     RETURNING prev_rev) \
+     SELECT (SELECT prev_rev FROM u), (SELECT claim_epoch FROM cur)";
 
 /// Every endpoint row (`$1`) and pair row (`$2`, `$3`; and every pair of the endpoints
 /// removed, `$4`, which their removal deletes) a commit may write, locked up front in the
@@ -89,17 +93,17 @@ pub(super) const LOCK_ROWS: &str = "WITH a AS MATERIALIZED (SELECT id FROM endpo
 pub(super) const CLAIM: &str = "WITH cur AS (SELECT claim_until FROM endpoints WHERE id = $1), \
      u AS (UPDATE endpoints SET claim_epoch = currval('fleet_change_seq'), \
        claim_until = now() + $2::bigint * interval '1 millisecond', \
-       rev = currval('fleet_change_seq') \
+       prev_rev = rev, rev = currval('fleet_change_seq') \
      WHERE id = $1 AND state = 'probe_allowed' AND (claim_until IS NULL OR claim_until <= now()) \
        AND rev < currval('fleet_change_seq') \
-     RETURNING claim_epoch) \
+     RETURNING claim_epoch, prev_rev) \
      SELECT (SELECT claim_epoch FROM u), (SELECT GREATEST(0, CEIL(COALESCE(EXTRACT(EPOCH FROM \
-       (claim_until - now())), 0) * 1000))::bigint FROM cur)";
+       (claim_until - now())), 0) * 1000))::bigint FROM cur), (SELECT prev_rev FROM u)";
 
 pub(super) const UNCLAIM: &str = "UPDATE endpoints SET claim_until = NULL, \
-       rev = currval('fleet_change_seq') \
+       prev_rev = rev, rev = currval('fleet_change_seq') \
      WHERE id = $1 AND claim_epoch = $2 AND claim_until IS NOT NULL \
-       AND rev < currval('fleet_change_seq') RETURNING 1";
+       AND rev < currval('fleet_change_seq') RETURNING prev_rev";
 
 pub(super) const PAIR_CLAIM: &str = "WITH cur AS (SELECT claim_until FROM destination_pairs \
        WHERE endpoint = $1 AND destination = $2), \
@@ -150,8 +154,8 @@ pub(super) const PAIR_DELETE: &str = "WITH cur AS (SELECT claim_epoch FROM desti
 /// prepared where it is sent rather than with every connection's statements.
 pub(super) const EXIT: &str = "UPDATE endpoints SET exit_ip = $2::text, \
        exit_seen_at = CASE WHEN $2::text IS NULL THEN NULL ELSE now() END, \
-       rev = currval('fleet_change_seq') \
-     WHERE id = $1 AND rev < currval('fleet_change_seq')";
+       prev_rev = rev, rev = currval('fleet_change_seq') \
+     WHERE id = $1 AND rev < currval('fleet_change_seq') RETURNING prev_rev";
 
 pub(super) const REMOVE: &str = "DELETE FROM endpoints WHERE id = ANY($1::bigint[]) RETURNING id";
 

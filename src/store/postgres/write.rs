@@ -339,6 +339,7 @@ async fn batches(
         results[k.at] = fresh(c, st, &k.out).await?.map(|fresh| Applied {
             claims: k.out.claims,
             fresh,
+            before: k.out.before,
             seq,
         });
     }
@@ -410,6 +411,7 @@ fn applied(
             fresh.map(|fresh| Applied {
                 claims: out.claims,
                 fresh,
+                before: out.before,
                 seq,
             })
         })

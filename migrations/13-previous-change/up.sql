@@ -1,0 +1,2 @@
+-- The previous change of a row (postgres.sql) matters only to a fleet: SQLite's rows are
+-- written by one daemon.
