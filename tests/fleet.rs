@@ -750,11 +750,60 @@ fn an_edit_of_url_and_tags_elsewhere_is_followed_whole() {
     });
 }
 
-/// A write of a daemon that waited for another writer's change of the same row (here an
-/// edit of its URL and tags, numbered first and committed while the daemon's commit of a
-/// trial's success waits for the row) lands on top of it, and the row then carries the
-/// daemon's change number alone. Memory still takes the other writer's columns: the next
-/// lease hands out the new URL, by the new tags.
+/// Another writer's change of endpoint `id` (its port and its `tier` tag), numbered and
+/// written but not committed: the row stays locked until `COMMIT` on the client returned.
+fn held_change(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    id: i64,
+    port: u16,
+    tier: &str,
+) -> tokio_postgres::Client {
+    rt.block_on(async {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        client
+            .batch_execute(&format!(
+                "BEGIN; \
+                 INSERT INTO fleet_changes (seq) VALUES (nextval('fleet_change_seq')); \
+                 UPDATE endpoints SET port = {port}, tags = '{{\"tier\":\"{tier}\"}}', \
+                   rev = currval('fleet_change_seq') WHERE id = {id}"
+            ))
+            .await
+            .unwrap();
+        client
+    })
+}
+
+/// Wait until one session of database `db` waits for a lock in a statement like `like`.
+fn waits_for_lock(pg: &postgres::Cluster, db: &str, like: &str) {
+    eventually(
+        PROPAGATION,
+        &format!("a statement like {like} waits"),
+        || {
+            let n = pg.sql(
+                db,
+                &format!(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = '{db}' \
+                 AND wait_event_type = 'Lock' AND query LIKE '{like}'"
+                ),
+            );
+            if n == "1" {
+                Ok(())
+            } else {
+                Err(format!("{n} waiting"))
+            }
+        },
+    );
+}
+
+/// A write of a daemon that waited for another writer's change of the same row (an edit
+/// of its URL and tags, numbered first and committed while the daemon's write waits for
+/// the row) lands on top of it, and the row then carries the daemon's change number alone.
+/// Memory still takes the other writer's columns: after a trial's claim (a statement of
+/// its own) and after the trial's success (the group commit's function).
 #[test]
 fn a_write_that_waited_for_another_change_of_its_row_keeps_that_change() {
     let Some(pg) = postgres::shared() else { return };
@@ -766,62 +815,53 @@ fn a_write_that_waited_for_another_change_of_its_row_keeps_that_change() {
     sees(&d, "available", 1);
     let g = lease(&d);
     assert_eq!(fail(&d, g["lease"].as_str().unwrap())["state"], "cooling");
-    // The trial's lease once the cooldown is over.
-    let trial = eventually(PROPAGATION, "the trial's lease", || {
-        let g = lease(&d);
-        match g["trial"].as_bool() {
-            Some(true) => Ok(g),
-            _ => Err(format!("{g}")),
+    // The cooldown's end, written: memory moved first.
+    let stored = |col: &str| pg.sql(&db, &format!("SELECT {col} FROM endpoints WHERE id = {id}"));
+    eventually(PROPAGATION, "probe_allowed stored", || {
+        match stored("state") {
+            s if s == "probe_allowed" => Ok(()),
+            s => Err(s),
         }
     });
-    assert_eq!(trial["proxy"], "http://10.7.3.1:3128", "{trial}");
-    // The other writer takes its number, changes the row, and holds it.
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = rt.block_on(async {
-        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        client
-            .batch_execute(&format!(
-                "BEGIN; \
-                 INSERT INTO fleet_changes (seq) VALUES (nextval('fleet_change_seq')); \
-                 UPDATE endpoints SET port = 3129, tags = '{{\"tier\":\"dc\"}}', \
-                   rev = currval('fleet_change_seq') WHERE id = {id}"
-            ))
-            .await
-            .unwrap();
-        client
+    let tier_known = |tier: &str| {
+        let g = d.req(json!({"op": "lease", "pool": "default", "tags": {"tier": tier}}));
+        let unknown = g["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("unknown tag key"));
+        (!unknown).then_some(g.clone()).ok_or(format!("{g}"))
+    };
+
+    // The trial's claim waits for the row.
+    let client = held_change(&rt, &url, id, 3129, "dc");
+    let trial = std::thread::scope(|s| {
+        let leased = s.spawn(|| lease(&d));
+        waits_for_lock(pg, &db, "%SET claim_epoch = currval(%");
+        rt.block_on(client.batch_execute("COMMIT")).unwrap();
+        leased.join().unwrap()
     });
-    // The trial's success: the daemon's commit takes a later number and waits for the row.
+    assert_eq!(trial["trial"], true, "{trial}");
+    assert_eq!(stored("port"), "3129");
+    eventually(PROPAGATION, "the tag known after the claim", || {
+        tier_known("dc")
+    });
+
+    // The trial's success waits for the row.
+    let client = held_change(&rt, &url, id, 3130, "edge");
     std::thread::scope(|s| {
         let succeeded = s.spawn(|| {
             d.req(json!({"op": "report", "lease": trial["lease"], "outcome": "success"}))
         });
-        eventually(PROPAGATION, "the daemon's commit waits for the row", || {
-            let waiting = pg.sql(
-                &db,
-                &format!(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = '{db}' \
-                     AND wait_event_type = 'Lock'"
-                ),
-            );
-            if waiting == "1" {
-                Ok(())
-            } else {
-                Err(format!("{waiting} waiting"))
-            }
-        });
+        waits_for_lock(pg, &db, "%proxypool_commit(%");
         rt.block_on(client.batch_execute("COMMIT")).unwrap();
         let r = succeeded.join().unwrap();
         assert_eq!(r["state"], "available", "{r}");
     });
-    let stored = pg.sql(&db, &format!("SELECT port FROM endpoints WHERE id = {id}"));
-    assert_eq!(stored, "3129");
+    assert_eq!(stored("port"), "3130");
     eventually(PROPAGATION, "the edited URL leased", || {
-        let g = d.req(json!({"op": "lease", "pool": "default", "tags": {"tier": "dc"}}));
+        let g = tier_known("edge")?;
         match g["proxy"].as_str() {
-            Some("http://10.7.3.1:3129") => Ok(()),
+            Some("http://10.7.3.1:3130") => Ok(()),
             _ => Err(format!("{g}\nits log's last lines:\n{}", d.log_tail(20))),
         }
     });

@@ -1,14 +1,15 @@
 -- The change each row carried before its last write (`prev_rev`), so that a daemon whose
 -- guarded write landed on a change it has not read yet (another writer's edit of the URL,
 -- tags or exit address, committed while this write waited for the row) reads the row
--- again instead of taking it for its own echo (docs/fleet.md, "Ownership"). Every guarded
+-- again instead of taking it for its own echo (docs/fleet.md, "Propagation"). Every guarded
 -- write of an endpoint sets it to the row's `rev` before it and returns it: its SET sees
 -- the row as it is when the write takes it, after any wait.
 ALTER TABLE endpoints ADD COLUMN prev_rev BIGINT;
 
 -- The group commit's function as migration 12 made it (and explains), except what it
--- returns for each transition: the change the row carried before (`prev_rev`) when it
--- applied, -1 when it found its row changed. Its signature and grants stay.
+-- returns for each transition: one more than the change the row carried before
+-- (`prev_rev`) when it applied, 0 when it found its row changed. A daemon of the version
+-- before reads any number above 0 as "applied", as it did. Its signature and grants stay.
 CREATE OR REPLACE FUNCTION proxypool_commit(
     p_async boolean, p_channel text,
     p_t_id bigint[], p_t_state text[], p_t_reason text[], p_t_phase text[],
@@ -54,11 +55,11 @@ BEGIN
             END IF;
         END IF;
         v_changed := v_changed OR v_prev >= 0;
-        v_out := v_out || v_prev;
+        v_out := v_out || (v_prev + 1);
     END LOOP;
     -- The events' lock only when an event is written (none when every transition found
     -- its row changed).
-    IF EXISTS (SELECT 1 FROM unnest(p_e_on) AS w WHERE w IS NULL OR v_out[w + 1] >= 0) THEN
+    IF EXISTS (SELECT 1 FROM unnest(p_e_on) AS w WHERE w IS NULL OR v_out[w + 1] > 0) THEN
         -- The events' lock (the same key as every writer's): ids commit in id order.
         PERFORM pg_advisory_xact_lock(7378984100003398005);
         INSERT INTO events (endpoint, kind, from_state, to_state, reason, phase, detail,
@@ -67,7 +68,7 @@ BEGIN
         FROM UNNEST(p_e_on, p_e_endpoint, p_e_kind, p_e_from, p_e_to, p_e_reason, p_e_phase,
                     p_e_detail, p_e_lease, p_e_destination, p_e_status, p_e_blame)
             WITH ORDINALITY AS v(w, e, k, f, t, r, p, d, l, ds, s, b, o)
-        WHERE w IS NULL OR v_out[w + 1] >= 0
+        WHERE w IS NULL OR v_out[w + 1] > 0
         ORDER BY o;
     END IF;
     IF v_changed THEN

@@ -35,7 +35,7 @@ pub(super) struct Entry {
     /// candidate asks its address's ban with no lookup of its own (docs/exit.md).
     pub(super) exit: u32,
     /// The change of its row memory holds (PostgreSQL's `rev`; 0 in SQLite): a write of
-    /// ours that lands on another one reads the row again (docs/fleet.md, "Ownership").
+    /// ours that lands on another one reads the row again (docs/fleet.md, "Propagation").
     pub(super) rev: i64,
 }
 

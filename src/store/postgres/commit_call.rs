@@ -6,8 +6,8 @@
 //!
 //! The function applies the transitions as `statements::TRANSITION` does, in id order,
 //! then writes the events of those that applied under the events' lock, and notifies the
-//! fleet: the same rows, locks and order; for each transition it returns the change its
-//! row carried before, or -1 where the row had changed. A trial's outcome under a claim
+//! fleet: the same rows, locks and order; for each transition it returns one more than the
+//! change its row carried before, or 0 where the row had changed. A trial's outcome under a claim
 //! that moved on aborts the call (`STALE`): nothing was written, and the commit is redone
 //! batch by batch.
 
@@ -134,15 +134,15 @@ pub(super) async fn call(
     ];
     params.extend(events.params());
     let out: Vec<i64> = c.query_one(call, &params).await?.get(0);
-    // One number per transition after the change number: the change its row carried
-    // before, or -1 where it found the row changed (and so does a missing one: it is
-    // read back).
+    // One number per transition after the change number: one more than the change its row
+    // carried before, or 0 where it found the row changed (and so does a missing one: it
+    // is read back).
     let seq = out.first().copied().unwrap_or_default();
     let found = at
         .iter()
         .map(|k| match k.and_then(|k| out.get(k + 1)) {
             None if k.is_none() => Found::Plain,
-            Some(&before) if before >= 0 => Found::Applied(Some(before)),
+            Some(&n) if n > 0 => Found::Applied(Some(n - 1)),
             _ => Found::Conflict,
         })
         .collect();
