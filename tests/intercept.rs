@@ -167,7 +167,11 @@ async fn an_origin_that_ends_its_http2_connections_blames_nobody() {
         keepalive_requests: 2,
         ..origin::OriginCfg::default()
     };
-    let Some((o, _up, s)) = one_upstream(NginxOrigin::with(cfg).await, ip("127.0.1.4"), "").await
+    // A response head that never comes is a recorded failure well before curl gives up
+    // (20 s), so that a hang names its side.
+    let extra = r#"response_timeout = "5s""#;
+    let Some((o, _up, s)) =
+        one_upstream(NginxOrigin::with(cfg).await, ip("127.0.1.4"), extra).await
     else {
         return;
     };
@@ -192,7 +196,12 @@ async fn an_origin_that_ends_its_http2_connections_blames_nobody() {
         .filter(|e| e["reason"].is_string())
         .collect();
     for out in outs.iter().flatten() {
-        assert!(out.is(200), "{out}\nfailures: {failures:?}");
+        assert!(
+            out.is(200),
+            "{out}\nfailures: {failures:?}\nthe daemon's last lines:\n{}\nthe origin's requests: {}",
+            s.daemon.log_tail(40),
+            o.requests().len()
+        );
         assert_eq!(endpoint_of(out), Some(1), "{out}");
     }
     assert!(failures.is_empty(), "{failures:?}");
