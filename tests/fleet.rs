@@ -659,24 +659,16 @@ fn a_change_numbered_first_and_committed_last_reaches_every_daemon() {
     // slow transaction of another daemon would), and sends no notification: only polling
     // can find its change.
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = rt.block_on(async {
-        let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        client
-            .batch_execute(&format!(
-                "BEGIN; \
-                 INSERT INTO fleet_changes (seq) VALUES (nextval('fleet_change_seq')); \
-                 UPDATE endpoints SET state = 'disabled', detail = 'held', \
-                   state_changed_at = now(), rev = currval('fleet_change_seq') WHERE id = {x}; \
-                 INSERT INTO events (endpoint, kind, from_state, to_state, detail) \
-                   VALUES ({x}, 'state_changed', 'available', 'disabled', 'held')"
-            ))
-            .await
-            .unwrap();
-        client
-    });
+    let client = held_change(
+        &rt,
+        &url,
+        &format!(
+            "UPDATE endpoints SET state = 'disabled', detail = 'held', \
+               state_changed_at = now(), rev = currval('fleet_change_seq') WHERE id = {x}; \
+             INSERT INTO events (endpoint, kind, from_state, to_state, detail) \
+               VALUES ({x}, 'state_changed', 'available', 'disabled', 'held')"
+        ),
+    );
     let held: i64 = rt
         .block_on(client.query_one("SELECT currval('fleet_change_seq')", &[]))
         .unwrap()
@@ -750,15 +742,10 @@ fn an_edit_of_url_and_tags_elsewhere_is_followed_whole() {
     });
 }
 
-/// Another writer's change of endpoint `id` (its port and its `tier` tag), numbered and
-/// written but not committed: the row stays locked until `COMMIT` on the client returned.
-fn held_change(
-    rt: &tokio::runtime::Runtime,
-    url: &str,
-    id: i64,
-    port: u16,
-    tier: &str,
-) -> tokio_postgres::Client {
+/// A writer's transaction, as a daemon's or a CLI command's: its change number taken, then
+/// `sql` (which may use the number as `currval('fleet_change_seq')`), left open: what it
+/// wrote stays locked, and unseen, until `COMMIT` on the client returned.
+fn held_change(rt: &tokio::runtime::Runtime, url: &str, sql: &str) -> tokio_postgres::Client {
     rt.block_on(async {
         let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
             .await
@@ -766,15 +753,27 @@ fn held_change(
         tokio::spawn(conn);
         client
             .batch_execute(&format!(
-                "BEGIN; \
-                 INSERT INTO fleet_changes (seq) VALUES (nextval('fleet_change_seq')); \
-                 UPDATE endpoints SET port = {port}, tags = '{{\"tier\":\"{tier}\"}}', \
-                   rev = currval('fleet_change_seq') WHERE id = {id}"
+                "BEGIN; INSERT INTO fleet_changes (seq) VALUES (nextval('fleet_change_seq')); {sql}"
             ))
             .await
             .unwrap();
         client
     })
+}
+
+/// Another writer's change of endpoint `id`'s port and `tier` tag, held (`held_change`).
+fn edit_held(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    id: i64,
+    port: u16,
+    tier: &str,
+) -> tokio_postgres::Client {
+    let sql = format!(
+        "UPDATE endpoints SET port = {port}, tags = '{{\"tier\":\"{tier}\"}}', \
+           rev = currval('fleet_change_seq') WHERE id = {id}"
+    );
+    held_change(rt, url, &sql)
 }
 
 /// Wait until one session of database `db` waits for a lock in a statement like `like`.
@@ -833,7 +832,7 @@ fn a_write_that_waited_for_another_change_of_its_row_keeps_that_change() {
     };
 
     // The trial's claim waits for the row.
-    let client = held_change(&rt, &url, id, 3129, "dc");
+    let client = edit_held(&rt, &url, id, 3129, "dc");
     let trial = std::thread::scope(|s| {
         let leased = s.spawn(|| lease(&d));
         waits_for_lock(pg, &db, "%SET claim_epoch = currval(%");
@@ -847,7 +846,7 @@ fn a_write_that_waited_for_another_change_of_its_row_keeps_that_change() {
     });
 
     // The trial's success waits for the row.
-    let client = held_change(&rt, &url, id, 3130, "edge");
+    let client = edit_held(&rt, &url, id, 3130, "edge");
     std::thread::scope(|s| {
         let succeeded = s.spawn(|| {
             d.req(json!({"op": "report", "lease": trial["lease"], "outcome": "success"}))

@@ -245,6 +245,83 @@ fn each_transition_of_a_commit_is_judged_alone() {
     }
 }
 
+/// Every guarded write of an endpoint row tells the change the row carried before it, in
+/// the group commit's function and in each statement (a transition beside a pair's write,
+/// an exit address, a claim, a claim given back), so that a daemon that had not read that
+/// change reads the row again (docs/fleet.md, "Propagation"). A write that found its row
+/// changed tells none.
+#[test]
+fn every_write_of_an_endpoint_tells_the_change_its_row_carried_before() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let (mut one, mut two) = (store(&url), store(&url));
+    let ids = add(&mut one, 89, 3);
+    let [a, b, c] = ids[..] else { unreachable!() };
+    let rev = |s: &Store, id: i64| s.get(id).unwrap().unwrap().rev;
+    let before = |r: &[Result<proxypool::store::Applied, StoreError>]| {
+        r.iter()
+            .flat_map(|r| r.as_ref().unwrap().before.clone())
+            .collect::<Vec<_>>()
+    };
+
+    // The function (transitions and events alone), over another writer's later change.
+    two.write(&[Write::Exit {
+        id: a,
+        ip: Some("192.0.2.1".parse().unwrap()),
+    }])
+    .unwrap();
+    let was = rev(&one, a);
+    let r = one.write_groups(&[vec![cooled(a)]]).unwrap();
+    assert_eq!(before(&r), [(a, was)]);
+    assert_eq!(rev(&one, a), r[0].as_ref().unwrap().seq);
+
+    // The statements: a transition beside a pair's write.
+    let was = rev(&one, b);
+    let r = one
+        .write_groups(&[vec![cooled(b), pair_cooled(b, State::Available)]])
+        .unwrap();
+    assert_eq!(before(&r), [(b, was)]);
+
+    // An exit address.
+    let was = rev(&one, c);
+    let r = one
+        .write_groups(&[vec![Write::Exit {
+            id: c,
+            ip: Some("192.0.2.3".parse().unwrap()),
+        }]])
+        .unwrap();
+    assert_eq!(before(&r), [(c, was)]);
+
+    // A claim, and the claim given back.
+    one.write(&[moved(c, State::Available, State::ProbeAllowed, None)])
+        .unwrap();
+    let was = rev(&one, c);
+    let claim = Write::Claim(Claim {
+        on: ClaimOn::Endpoint(c),
+        hold: Duration::from_secs(60),
+        event: NewEvent::new(EventKind::TrialAdmitted),
+    });
+    let r = one.write_groups(&[vec![claim]]).unwrap();
+    assert_eq!(before(&r), [(c, was)]);
+    let epoch = match &r[0].as_ref().unwrap().claims[..] {
+        [ClaimResult::Won { epoch, .. }] => *epoch,
+        other => panic!("the claim is won: {other:?}"),
+    };
+    let was = rev(&one, c);
+    let unclaim = Write::Unclaim(proxypool::store::Unclaim {
+        on: ClaimOn::Endpoint(c),
+        epoch,
+        event: NewEvent::new(EventKind::TrialAbandoned),
+    });
+    let r = one.write_groups(&[vec![unclaim]]).unwrap();
+    assert_eq!(before(&r), [(c, was)]);
+
+    // Found changed (cooled already): nothing written, nothing told.
+    let r = one.write_groups(&[vec![cooled(a)]]).unwrap();
+    assert_eq!(before(&r), []);
+    assert_eq!(r[0].as_ref().unwrap().fresh.len(), 1);
+}
+
 /// Every row that changed under a commit comes back as it is, each read on its own:
 /// endpoints and pairs, several in one batch, in the order of the batch's writes, and one
 /// that is gone comes back as none.

@@ -195,21 +195,7 @@ impl Pools {
             }
             Some(true) => {}
         }
-        if self.entries.get(&row.id).is_some_and(|e| e.url != row.url) {
-            self.update_url(row.id, row.url.clone());
-        }
-        if self
-            .entries
-            .get(&row.id)
-            .is_some_and(|e| !self.tags.same(&e.tags, &row.tags))
-        {
-            self.update_tags(row.id, &row.tags);
-        }
-        if let Some(p) = self.entries.get(&row.id).map(|e| e.pool) {
-            // Another daemon learned it (docs/exit.md, "Stored").
-            self.pools[p].exits.learned(row.id, row.exit_ip);
-            self.sync_exit(p, row.id);
-        }
+        self.follow_columns(row);
         let was_remote = self.claimed_remotely(row.id);
         self.unindex(row.id);
         let e = self.entries.get_mut(&row.id).expect("held");
@@ -261,6 +247,26 @@ impl Pools {
             for l in self.leases.of_endpoint_mut(row.id) {
                 l.trial = false;
             }
+        }
+    }
+
+    /// What an operator or another daemon changed of a held endpoint's row besides its
+    /// health: its URL (a rotated password), its tags, its exit address.
+    fn follow_columns(&mut self, row: &EndpointRow) {
+        let Some(e) = self.entries.get(&row.id) else {
+            return;
+        };
+        let (url_moved, retagged) = (e.url != row.url, !self.tags.same(&e.tags, &row.tags));
+        if url_moved {
+            self.update_url(row.id, row.url.clone());
+        }
+        if retagged {
+            self.update_tags(row.id, &row.tags);
+        }
+        if let Some(p) = self.entries.get(&row.id).map(|e| e.pool) {
+            // Another daemon learned it (docs/exit.md, "Stored").
+            self.pools[p].exits.learned(row.id, row.exit_ip);
+            self.sync_exit(p, row.id);
         }
     }
 
