@@ -273,8 +273,8 @@ impl Pools {
     /// A write of ours of endpoint `id`'s row was committed as change `seq` over the row's
     /// change `before`: whether memory held that one (then it holds `seq` now). If not, the
     /// write landed on a change memory has not read (another writer's edit of the URL or
-    /// tags, or its claim or exit address, committed while the write waited for the row),
-    /// and the row as it is now carries that change under `seq`: it must be read again.
+    /// tags, or its claim or exit address, committed just before the write or while it
+    /// waited), and the row as it is now carries that change under `seq`: read it again.
     pub fn wrote_over(&mut self, id: EndpointId, before: i64, seq: i64) -> bool {
         match self.entries.get_mut(&id) {
             Some(e) if e.rev == before => {
