@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use common::daemon::{err_code, Daemon, Home};
-use common::postgres::{self, PASSWORD};
+use common::postgres::{self, Session, PASSWORD};
 use common::{eventually, holds_for};
 
 /// Static, no probes, a 3 s cooldown (no jitter, no growth): long enough to see it
@@ -658,9 +658,7 @@ fn a_change_numbered_first_and_committed_last_reaches_every_daemon() {
     // A writer takes its change number, writes X and its event, then stays open (as a
     // slow transaction of another daemon would), and sends no notification: only polling
     // can find its change.
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let client = held_change(
-        &rt,
+    let held_tx = held_change(
         &url,
         &format!(
             "UPDATE endpoints SET state = 'disabled', detail = 'held', \
@@ -669,10 +667,7 @@ fn a_change_numbered_first_and_committed_last_reaches_every_daemon() {
                VALUES ({x}, 'state_changed', 'available', 'disabled', 'held')"
         ),
     );
-    let held: i64 = rt
-        .block_on(client.query_one("SELECT currval('fleet_change_seq')", &[]))
-        .unwrap()
-        .get(0);
+    let held = held_tx.number("SELECT currval('fleet_change_seq')");
     // Meanwhile a CLI act (no daemon on its socket) takes a later number and commits.
     homes[3].ok(&["disable", &y.to_string()]);
     let db = url.rsplit('/').next().unwrap();
@@ -700,7 +695,7 @@ fn a_change_numbered_first_and_committed_last_reaches_every_daemon() {
     saw(y, &mut followed);
     // Now the first-numbered change commits: every daemon still finds it, and so does
     // the follow, though its event id is below one it printed.
-    rt.block_on(client.batch_execute("COMMIT")).unwrap();
+    held_tx.run("COMMIT");
     for d in &ds {
         sees(d, "disabled", 2);
     }
@@ -744,36 +739,23 @@ fn an_edit_of_url_and_tags_elsewhere_is_followed_whole() {
 
 /// A writer's transaction, as a daemon's or a CLI command's: its change number taken, then
 /// `sql` (which may use the number as `currval('fleet_change_seq')`), left open: what it
-/// wrote stays locked, and unseen, until `COMMIT` on the client returned.
-fn held_change(rt: &tokio::runtime::Runtime, url: &str, sql: &str) -> tokio_postgres::Client {
-    rt.block_on(async {
-        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        client
-            .batch_execute(&format!(
-                "BEGIN; INSERT INTO fleet_changes (seq) VALUES (nextval('fleet_change_seq')); {sql}"
-            ))
-            .await
-            .unwrap();
-        client
-    })
+/// wrote stays locked, and unseen, until the session runs `COMMIT`.
+fn held_change(url: &str, sql: &str) -> Session {
+    Session::begin(
+        url,
+        &format!(
+            "BEGIN; INSERT INTO fleet_changes (seq) VALUES (nextval('fleet_change_seq')); {sql}"
+        ),
+    )
 }
 
 /// Another writer's change of endpoint `id`'s port and `tier` tag, held (`held_change`).
-fn edit_held(
-    rt: &tokio::runtime::Runtime,
-    url: &str,
-    id: i64,
-    port: u16,
-    tier: &str,
-) -> tokio_postgres::Client {
+fn edit_held(url: &str, id: i64, port: u16, tier: &str) -> Session {
     let sql = format!(
         "UPDATE endpoints SET port = {port}, tags = '{{\"tier\":\"{tier}\"}}', \
            rev = currval('fleet_change_seq') WHERE id = {id}"
     );
-    held_change(rt, url, &sql)
+    held_change(url, &sql)
 }
 
 /// Wait until one session of database `db` waits for a lock in a statement like `like`.
@@ -822,7 +804,6 @@ fn a_write_that_waited_for_another_change_of_its_row_keeps_that_change() {
             s => Err(s),
         }
     });
-    let rt = tokio::runtime::Runtime::new().unwrap();
     let tier_known = |tier: &str| {
         let g = d.req(json!({"op": "lease", "pool": "default", "tags": {"tier": tier}}));
         let unknown = g["error"]["message"]
@@ -832,11 +813,11 @@ fn a_write_that_waited_for_another_change_of_its_row_keeps_that_change() {
     };
 
     // The trial's claim waits for the row.
-    let client = edit_held(&rt, &url, id, 3129, "dc");
+    let edit = edit_held(&url, id, 3129, "dc");
     let trial = std::thread::scope(|s| {
         let leased = s.spawn(|| lease(&d));
         waits_for_lock(pg, &db, "%SET claim_epoch = currval(%");
-        rt.block_on(client.batch_execute("COMMIT")).unwrap();
+        edit.run("COMMIT");
         leased.join().unwrap()
     });
     assert_eq!(trial["trial"], true, "{trial}");
@@ -846,13 +827,13 @@ fn a_write_that_waited_for_another_change_of_its_row_keeps_that_change() {
     });
 
     // The trial's success waits for the row.
-    let client = edit_held(&rt, &url, id, 3130, "edge");
+    let edit = edit_held(&url, id, 3130, "edge");
     std::thread::scope(|s| {
         let succeeded = s.spawn(|| {
             d.req(json!({"op": "report", "lease": trial["lease"], "outcome": "success"}))
         });
         waits_for_lock(pg, &db, "%proxypool_commit(%");
-        rt.block_on(client.batch_execute("COMMIT")).unwrap();
+        edit.run("COMMIT");
         let r = succeeded.join().unwrap();
         assert_eq!(r["state"], "available", "{r}");
     });

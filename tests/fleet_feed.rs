@@ -11,34 +11,7 @@ use proxypool::store::{EndpointRow, EventCursor, EventFilter, Feed, Location, Op
 
 use common::eventually;
 use common::fleet::{home, LONG_COOLDOWN};
-use common::postgres;
-
-/// A session of its own on the database, as another program's (a `psql` left open).
-struct Session {
-    rt: tokio::runtime::Runtime,
-    client: tokio_postgres::Client,
-}
-
-impl Session {
-    /// Connect and run `sql`, leaving what it opened open.
-    fn begin(url: &str, sql: &str) -> Session {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let (client, conn) = rt
-            .block_on(tokio_postgres::connect(url, tokio_postgres::NoTls))
-            .unwrap();
-        rt.spawn(conn);
-        let s = Session { rt, client };
-        s.run(sql);
-        s
-    }
-
-    fn run(&self, sql: &str) {
-        self.rt.block_on(self.client.batch_execute(sql)).unwrap();
-    }
-}
+use common::postgres::{self, Session};
 
 fn target(url: &str) -> proxypool::store::PgTarget {
     match Location::parse(std::path::Path::new(url)).unwrap() {

@@ -468,3 +468,39 @@ pub fn shared() -> Option<&'static Cluster> {
         })
         .as_ref()
 }
+
+/// A session of its own on a database, as another program's (a `psql` left open, another
+/// writer's transaction held): what it opened stays open between calls.
+pub struct Session {
+    rt: tokio::runtime::Runtime,
+    client: tokio_postgres::Client,
+}
+
+impl Session {
+    /// Connect to `url` and run `sql`, leaving what it opened open.
+    pub fn begin(url: &str, sql: &str) -> Session {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (client, conn) = rt
+            .block_on(tokio_postgres::connect(url, tokio_postgres::NoTls))
+            .unwrap();
+        rt.spawn(conn);
+        let s = Session { rt, client };
+        s.run(sql);
+        s
+    }
+
+    pub fn run(&self, sql: &str) {
+        self.rt.block_on(self.client.batch_execute(sql)).unwrap();
+    }
+
+    /// The one number `sql` selects.
+    pub fn number(&self, sql: &str) -> i64 {
+        self.rt
+            .block_on(self.client.query_one(sql, &[]))
+            .unwrap()
+            .get(0)
+    }
+}
