@@ -229,3 +229,33 @@ fn a_paged_follow_prints_each_event_once() {
     assert_eq!(all.len(), 3, "{all:?}");
     assert_eq!(printed, all);
 }
+
+/// A poke ends the follower's wait for the next read at once, with nothing notified, and
+/// a poke while it is not waiting ends the next wait. Without one, a minute's wait would
+/// be waited out.
+#[test]
+fn a_poke_ends_the_feeds_wait_at_once() {
+    let Some(pg) = postgres::shared() else { return };
+    let url = pg.database();
+    let store = Postgres::open(&target(&url), Duration::from_secs(15)).unwrap();
+    let mut feed = Feed::new(store.for_feed().unwrap(), store.feed_start().unwrap());
+    // The first read, then quiet: the next waits for a notification.
+    feed.next(Duration::ZERO).unwrap();
+    let poke = feed.poke();
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let waiting = std::thread::spawn(move || {
+        for _ in 0..2 {
+            feed.next(Duration::from_secs(60)).unwrap();
+            done_tx.send(()).unwrap();
+        }
+    });
+    // Poked while it waits (or before: the wait then ends as it begins).
+    poke.notify_one();
+    done.recv_timeout(Duration::from_secs(30))
+        .expect("the poked wait ended");
+    // Poked before the next wait.
+    poke.notify_one();
+    done.recv_timeout(Duration::from_secs(30))
+        .expect("the next wait ended");
+    waiting.join().unwrap();
+}

@@ -175,7 +175,8 @@ impl Engine {
             (Some(l), Some(from)) if opts.follow => Some(l.feed(from)?),
             _ => None,
         };
-        let fleet = link.map(fleet::Fleet::new);
+        let poke = feed.as_ref().map(|f| f.poke());
+        let fleet = link.map(|l| fleet::Fleet::new(l, poke));
         let store_name = store.describe();
         let engine = Arc::new(Engine {
             pools: Mutex::new(p),

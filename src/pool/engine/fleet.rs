@@ -37,15 +37,18 @@ pub(super) struct Fleet {
     up: AtomicBool,
     /// This daemon in the fleet's registry.
     pub(super) registry: super::registry::Registry,
+    /// Wakes the follower (`Feed::poke`; none when this engine does not follow).
+    poke: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl Fleet {
-    pub(super) fn new(link: FleetLink) -> Fleet {
+    pub(super) fn new(link: FleetLink, poke: Option<Arc<tokio::sync::Notify>>) -> Fleet {
         Fleet {
             link,
             track: Mutex::new(Track::default()),
             up: AtomicBool::new(true),
             registry: super::registry::Registry::new(),
+            poke,
         }
     }
 
@@ -64,6 +67,10 @@ impl Fleet {
         let mut t = self.track();
         t.end(keys, seq, not_written);
         t.read_again(unseen);
+        if let (false, Some(p)) = (unseen.is_empty(), &self.poke) {
+            // Read them now, not at the next notification or poll.
+            p.notify_one();
+        }
     }
 }
 

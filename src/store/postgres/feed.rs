@@ -16,7 +16,10 @@
 //! changes wrote (by `rev`); a transaction left open for hours elsewhere makes a read no
 //! larger. A daemon that was away longer than changes are kept reloads everything.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::Notify;
 
 use super::feed_read::{read, Changes, Next, Position, Slicing};
 use super::listener::Listening;
@@ -73,6 +76,8 @@ pub struct Feed {
     /// How far apart the next reads are: woken by notifications (`GAP`), or on a timer in
     /// a stream (`STREAM_GAP`).
     gap: Duration,
+    /// Ends the next wait at once (`Feed::poke`).
+    poke: Arc<Notify>,
 }
 
 impl Feed {
@@ -86,7 +91,15 @@ impl Feed {
             listening: Listening::default(),
             last_read: std::time::Instant::now(),
             gap: GAP,
+            poke: Arc::new(Notify::new()),
         }
+    }
+
+    /// What ends the follower's wait for the next read at once, or the next one if it is
+    /// not waiting: rows to read again after a write of this daemon's (`rows_now`) need not
+    /// wait for a notification or the poll.
+    pub fn poke(&self) -> Arc<Notify> {
+        self.poke.clone()
     }
 
     /// Wait up to `wait` for a notification (not at all while a large change is being
@@ -101,28 +114,46 @@ impl Feed {
         if self.slicing.is_none() {
             let (last, gap) = (self.last_read, self.gap);
             let stream = gap == STREAM_GAP;
+            let poke = self.poke.clone();
+            let poked = poke.notified();
+            // In a stream, and without a session, the wait is a sleep: the same pace as
+            // with one, or the poll (the database is away, or refuses to listen).
+            let nap = match stream {
+                true => gap.saturating_sub(last.elapsed()).min(wait),
+                false => wait,
+            };
             if let Some(l) = session {
                 l.want(!stream);
                 self.pg.block(async {
                     if stream {
-                        tokio::time::sleep(gap.saturating_sub(last.elapsed()).min(wait)).await;
-                    } else if l.woken(wait).await && !l.is_ended() {
-                        // Under a stream of commits, one read for all that arrive within
-                        // `gap` of the last one.
-                        let since = last.elapsed();
-                        if since < gap {
-                            tokio::time::sleep(gap - since).await;
+                        tokio::select! {
+                            _ = tokio::time::sleep(nap) => {}
+                            _ = poked => {}
+                        }
+                    } else {
+                        let woken = tokio::select! {
+                            w = l.woken(wait) => w,
+                            _ = poked => false,
+                        };
+                        if woken && !l.is_ended() {
+                            // Under a stream of commits, one read for all that arrive
+                            // within `gap` of the last one.
+                            let since = last.elapsed();
+                            if since < gap {
+                                tokio::time::sleep(gap - since).await;
+                            }
                         }
                     }
                     l.drain();
                 });
                 self.listening.settle();
-            } else if stream {
-                // No listening session, in a stream: the same pace as with one.
-                std::thread::sleep(gap.saturating_sub(last.elapsed()).min(wait));
             } else {
-                // Not listening (the database is away, or refuses to): poll.
-                std::thread::sleep(wait);
+                self.pg.block(async {
+                    tokio::select! {
+                        _ = tokio::time::sleep(nap) => {}
+                        _ = poked => {}
+                    }
+                });
             }
         }
         let before = std::mem::replace(&mut self.last_read, std::time::Instant::now());
