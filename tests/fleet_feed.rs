@@ -230,17 +230,25 @@ fn a_paged_follow_prints_each_event_once() {
     assert_eq!(printed, all);
 }
 
-/// A poke ends the follower's wait for the next read at once, with nothing notified, and
-/// a poke while it is not waiting ends the next wait. Without one, a minute's wait would
-/// be waited out.
+/// A poke ends the follower's wait for the next read, with nothing notified (each test
+/// has a database of its own, and notifications stay in theirs); a poke while it is not
+/// waiting ends the next wait. Without one, a minute's wait would be waited out.
 #[test]
-fn a_poke_ends_the_feeds_wait_at_once() {
+fn a_poke_ends_the_feeds_wait() {
     let Some(pg) = postgres::shared() else { return };
     let url = pg.database();
     let store = Postgres::open(&target(&url), Duration::from_secs(15)).unwrap();
     let mut feed = Feed::new(store.for_feed().unwrap(), store.feed_start().unwrap());
-    // The first read, then quiet: the next waits for a notification.
-    feed.next(Duration::ZERO).unwrap();
+    // Until a wait runs its whole length: the session listens, and no wake-up is left
+    // (its `LISTEN` taking effect ends a wait).
+    eventually(Duration::from_secs(30), "a quiet wait", || {
+        let t = std::time::Instant::now();
+        feed.next(Duration::from_millis(100)).unwrap();
+        match t.elapsed() >= Duration::from_millis(100) {
+            true => Ok(()),
+            false => Err(format!("ended after {:?}", t.elapsed())),
+        }
+    });
     let poke = feed.poke();
     let (done_tx, done) = std::sync::mpsc::channel();
     let waiting = std::thread::spawn(move || {
@@ -249,10 +257,14 @@ fn a_poke_ends_the_feeds_wait_at_once() {
             done_tx.send(()).unwrap();
         }
     });
-    // Poked while it waits (or before: the wait then ends as it begins).
+    // Poked while it waits, or just before (the wait then ends as it begins).
     poke.notify_one();
-    done.recv_timeout(Duration::from_secs(30))
-        .expect("the poked wait ended");
+    let ended = done.recv_timeout(Duration::from_secs(30));
+    assert!(
+        !waiting.is_finished() || ended.is_ok(),
+        "the follower failed"
+    );
+    ended.expect("the poked wait ended");
     // Poked before the next wait.
     poke.notify_one();
     done.recv_timeout(Duration::from_secs(30))

@@ -95,9 +95,10 @@ impl Feed {
         }
     }
 
-    /// What ends the follower's wait for the next read at once, or the next one if it is
-    /// not waiting: rows to read again after a write of this daemon's (`rows_now`) need not
-    /// wait for a notification or the poll.
+    /// What ends the follower's wait for the next read (or the next wait, if it is not
+    /// waiting), `GAP` after the last read at the soonest: rows to read again after a write
+    /// of this daemon's (`rows_now`) need not wait for a notification or the poll, and a
+    /// poke after each commit under load still leaves reads `GAP` apart.
     pub fn poke(&self) -> Arc<Notify> {
         self.poke.clone()
     }
@@ -108,14 +109,18 @@ impl Feed {
     /// each daemon's listening session on the server, and in a stream a read is due before
     /// the next one would help (BENCHMARKS.md, "PostgreSQL fleet"). After a read that found
     /// fewer, it listens again, and reads once more when it does. Without a session (the
-    /// database away, or refusing to listen) it waits all of `wait`: the caller's poll.
+    /// database away, or refusing to listen) it waits all of `wait`: the caller's poll. A
+    /// poke (`Feed::poke`) ends any of these waits.
     pub fn next(&mut self, wait: Duration) -> Result<Changes, StoreError> {
         let session = self.listening.session(&self.pg);
         if self.slicing.is_none() {
             let (last, gap) = (self.last_read, self.gap);
             let stream = gap == STREAM_GAP;
             let poke = self.poke.clone();
-            let poked = poke.notified();
+            let poked = async {
+                poke.notified().await;
+                tokio::time::sleep(GAP.saturating_sub(last.elapsed())).await;
+            };
             // In a stream, and without a session, the wait is a sleep: the same pace as
             // with one, or the poll (the database is away, or refuses to listen).
             let nap = match stream {
