@@ -1,7 +1,7 @@
 -- The change each row carried before its last write (`prev_rev`), so that a daemon whose
--- guarded write landed on a change it has not read yet (another writer's edit of the URL,
--- tags or exit address, committed while this write waited for the row) reads the row
--- again instead of taking it for its own echo (docs/fleet.md, "Propagation"). Every guarded
+-- guarded write landed on a change it has not read yet (another writer's edit of the URL
+-- or tags, its exit address or claim, committed just before this write or while it waited
+-- for the row) reads the row again instead of taking it for its own echo (docs/fleet.md, "Propagation"). Every guarded
 -- write of an endpoint sets it to the row's `rev` before it and returns it: its SET sees
 -- the row as it is when the write takes it, after any wait.
 ALTER TABLE endpoints ADD COLUMN prev_rev BIGINT;

@@ -7,9 +7,9 @@
 //! The function applies the transitions as `statements::TRANSITION` does, in id order,
 //! then writes the events of those that applied under the events' lock, and notifies the
 //! fleet: the same rows, locks and order; for each transition it returns one more than the
-//! change its row carried before, or 0 where the row had changed. A trial's outcome under a claim
-//! that moved on aborts the call (`STALE`): nothing was written, and the commit is redone
-//! batch by batch.
+//! change its row carried before, or 0 where the row had changed. A trial's outcome under
+//! a claim that moved on aborts the call (`STALE`): nothing was written, and the commit is
+//! redone batch by batch.
 
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};

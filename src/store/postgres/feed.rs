@@ -116,7 +116,7 @@ impl Feed {
         if self.slicing.is_none() {
             let (last, gap) = (self.last_read, self.gap);
             let stream = gap == STREAM_GAP;
-            let poke = self.poke.clone();
+            let poke = &self.poke;
             let poked = async {
                 poke.notified().await;
                 tokio::time::sleep(GAP.saturating_sub(last.elapsed())).await;

@@ -151,30 +151,31 @@ fn hold_ms(c: &Claim, hold: Duration) -> i64 {
 /// A pair's guarded result: (rows applied, the slot's claim epoch before).
 fn judged(row: &Row, trial: Option<i64>) -> Found {
     let n: i64 = row.get(0);
-    verdict((n > 0).then_some(None), row.get(1), trial)
+    verdict(n > 0, None, row.get(1), trial)
 }
 
 /// An endpoint's guarded result: (the change the row carried before, when the write
 /// applied; the slot's claim epoch before).
 fn judged_endpoint(row: &Row, trial: Option<i64>) -> Found {
     let before: Option<i64> = row.get(0);
-    verdict(before.map(Some), row.get(1), trial)
+    verdict(before.is_some(), before, row.get(1), trial)
 }
 
-fn verdict(applied: Option<Option<i64>>, epoch: Option<i64>, trial: Option<i64>) -> Found {
+/// Applied (with the endpoint row's change before, `before`), a trial's result under a
+/// claim that is not the slot's `epoch`, or a row found changed.
+fn verdict(applied: bool, before: Option<i64>, epoch: Option<i64>, trial: Option<i64>) -> Found {
     match (applied, trial) {
-        (Some(before), _) => Found::Applied(before),
-        (None, Some(t)) if epoch.is_some_and(|e| e != t) => Found::Stale,
+        (true, _) => Found::Applied(before),
+        (false, Some(t)) if epoch.is_some_and(|e| e != t) => Found::Stale,
         _ => Found::Conflict,
     }
 }
 
-/// A claim's result: (the epoch won, the time left of the claim that holds it, and for an
-/// endpoint the change its row carried before).
-fn claimed(row: &Row) -> Found {
+/// A claim's result: (the epoch won, the time left of the claim that holds it), and
+/// `before`, the change an endpoint's row carried before (a pair's claim tells none).
+fn claimed(row: &Row, before: Option<i64>) -> Found {
     let won: Option<i64> = row.get(0);
     let left: Option<i64> = row.get(1);
-    let before: Option<i64> = if row.len() > 2 { row.get(2) } else { None };
     match won {
         Some(epoch) => Found::Won { epoch, before },
         None => Found::Lost(Duration::from_millis(left.unwrap_or(0).max(0) as u64)),
@@ -321,11 +322,13 @@ async fn claim(
     hold: Duration,
 ) -> Result<Found, tokio_postgres::Error> {
     let ms = hold_ms(cl, hold);
-    let row = match &cl.on {
-        ClaimOn::Endpoint(id) => c.query_one(&st.claim, &[id, &ms]).await?,
-        ClaimOn::Pair(id, d) => c.query_one(&st.pair_claim, &[id, d, &ms]).await?,
-    };
-    Ok(claimed(&row))
+    Ok(match &cl.on {
+        ClaimOn::Endpoint(id) => {
+            let row = c.query_one(&st.claim, &[id, &ms]).await?;
+            claimed(&row, row.get(2))
+        }
+        ClaimOn::Pair(id, d) => claimed(&c.query_one(&st.pair_claim, &[id, d, &ms]).await?, None),
+    })
 }
 
 async fn unclaim(c: &Client, st: &Stmts, u: &Unclaim) -> Result<Found, tokio_postgres::Error> {
