@@ -13,8 +13,9 @@
 //!    commits), a statement at a time and pipelined (a commit in one round trip);
 //! 4. three daemons against one at the same client count, in alternating cells
 //!    (`fleet/three.rs`): the transitions the database kept a second, leases/s, the CPU
-//!    spent per transition by the daemons and by PostgreSQL, and one daemon serving while
-//!    the two others follow it; then, in one more cell of each, where the daemons'
+//!    spent per transition by the daemons and by PostgreSQL, one daemon serving while
+//!    the two others follow it, and the same with the two others' clients relayed to it
+//!    by HAProxy (`fleet/relay.rs`, the floor of a write leader); then, in one more cell of each, where the daemons'
 //!    PostgreSQL sessions wait (`fleet/waits.rs`).
 //!
 //! The real binary (release) and a private PostgreSQL cluster (tests/common/postgres.rs).
@@ -22,6 +23,7 @@
 //! `FLEET_THREE_ONLY=1` runs section 4 alone, `FLEET_FLOOR_ONLY=1` the floor alone; `FLEET_PROFILE=1` runs none of them and
 //! shows where one cell of one daemon and one of three spend their time (`fleet/profile.rs`;
 //! `FLEET_PERF_ARGS` adds `perf record` arguments);
+//! `FLEET_PG_SETTINGS=name=value,...` starts the server with more settings;
 //! `PROXYPOOL_BIN=path/to/proxypool` runs another build's daemon instead (a before/after
 //! comparison: `benches/ab.sh` shares one target directory, so both of its sides would run
 //! the last daemon built).
@@ -52,6 +54,9 @@ mod waits;
 
 #[path = "fleet/three.rs"]
 mod three;
+
+#[path = "fleet/relay.rs"]
+mod relay;
 
 #[path = "fleet/profile.rs"]
 mod profile;
@@ -448,10 +453,18 @@ fn main() {
         return;
     }
     let profiling = std::env::var_os("FLEET_PROFILE").is_some();
-    let settings = match profiling {
+    let mut settings = match profiling {
         true => profile::settings(),
         false => Vec::new(),
     };
+    // Server settings to try (`FLEET_PG_SETTINGS=commit_delay=100,commit_siblings=1`).
+    if let Ok(more) = std::env::var("FLEET_PG_SETTINGS") {
+        settings.extend(
+            more.split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::to_string),
+        );
+    }
     let Some(pg) = postgres::Cluster::start_durable_with(true, settings) else {
         return;
     };

@@ -6,7 +6,9 @@
 //!
 //! Each round also has a cell of one daemon serving while the two others run and follow
 //! it: what following alone costs the fleet, the ceiling of any design in which one
-//! daemon commits for all (every daemon must still learn every change).
+//! daemon commits for all (every daemon must still learn every change). And a cell of that
+//! daemon serving with the clients of the two others relayed to it (`fleet/relay.rs`): the
+//! floor of such a design, its followers' forwarding made as cheap as a relay.
 //!
 //! What counts is what the database kept: transitions that wrote a `state_changed` event.
 //! A report whose endpoint another daemon had cooled first is answered `cooling` too, but
@@ -16,7 +18,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::support::median;
-use super::{cpu, drive, drive_n, lease_release, postgres, transition, waits, Conn, Daemon};
+use super::{cpu, drive, drive_n, lease_release, postgres, relay, transition, waits, Conn, Daemon};
 use super::{CELL, CLIENTS, ROUNDS};
 
 /// What one cell of transitions did.
@@ -124,6 +126,13 @@ pub fn three_against_one(pg: &postgres::Cluster, db: &str, d: [&Daemon; 3]) {
     let pids: Vec<u32> = d.iter().map(|d| d.child.id()).collect();
     let (mut ones, mut threes, mut leases) = (Vec::new(), Vec::new(), (Vec::new(), Vec::new()));
     let mut follows = Vec::new();
+    let dir = tempfile::tempdir().unwrap();
+    let relay = relay::Relay::start(dir.path(), &socks[0], 2);
+    // The clients of the three-daemon cell, those of the two others through the relay.
+    let relayed_socks: Option<Vec<PathBuf>> = relay
+        .as_ref()
+        .map(|r| [socks[0].clone(), r.socks[0].clone(), r.socks[1].clone()].to_vec());
+    let mut relayed = Vec::new();
     for _ in 0..ROUNDS {
         signal(&d[1..], libc::SIGSTOP);
         ones.push(cell(&c, &socks[..1], CLIENTS, &pids[..1]));
@@ -132,6 +141,10 @@ pub fn three_against_one(pg: &postgres::Cluster, db: &str, d: [&Daemon; 3]) {
         caught_up(&socks);
         follows.push(cell(&c, &socks[..1], CLIENTS, &pids));
         caught_up(&socks);
+        if let Some(r) = &relayed_socks {
+            relayed.push(cell(&c, r, CLIENTS, &pids));
+            caught_up(&socks);
+        }
         threes.push(cell(&c, &socks, CLIENTS, &pids));
         leases.1.push(drive(&socks, lease_release));
     }
@@ -180,6 +193,31 @@ pub fn three_against_one(pg: &postgres::Cluster, db: &str, d: [&Daemon; 3]) {
         String::new(),
         format!("{:.2}", median(following)),
     );
+    if let Some(r) = &relay {
+        let over: Vec<f64> = ones
+            .iter()
+            .zip(&relayed)
+            .map(|(o, f)| f.kept / o.kept)
+            .collect();
+        row(
+            "one serving, others' clients relayed",
+            String::new(),
+            f0(med(&relayed, |c| c.kept)),
+        );
+        let each: Vec<String> = over.iter().map(|r| format!("{r:.2}")).collect();
+        row("  relayed / one, each round", String::new(), each.join(" "));
+        row(
+            "  relayed / one (median)",
+            String::new(),
+            format!("{:.2}", median(over)),
+        );
+        let relay_cpu = cpu(r.pid(), false);
+        row(
+            "  the relay's CPU µs / kept",
+            String::new(),
+            per_kept(relay_cpu, &relayed),
+        );
+    }
     row(
         "reports answered/s",
         f0(med(&ones, |c| c.answered)),
