@@ -65,10 +65,17 @@ impl Fleet {
     /// `unseen` carry a change memory has not read: read them again.
     pub(super) fn end(&self, keys: &[Key], seq: Option<i64>, not_written: &[Key], unseen: &[Key]) {
         let mut t = self.track();
-        t.end(keys, seq, not_written);
+        let waited = t.end(keys, seq, not_written);
         t.read_again(unseen);
-        if let (false, Some(p)) = (unseen.is_empty(), &self.poke) {
-            // Read them now, not at the next notification or poll.
+        drop(t);
+        if waited || !unseen.is_empty() {
+            self.wake();
+        }
+    }
+
+    /// Rows are to be read again: read them now, not at the next notification or poll.
+    fn wake(&self) {
+        if let Some(p) = &self.poke {
             p.notify_one();
         }
     }
@@ -313,8 +320,11 @@ impl Engine {
         let fresh = feed.rows_now(&ids, &pairs)?;
         let mut p = self.lock();
         self.follow_fresh(&mut p, &fresh, Read::Again, Instant::now());
-        f.track().reread();
+        let again = f.track().reread();
         drop(p);
+        if again {
+            f.wake();
+        }
         self.rescheduled.notify_one();
         self.notify_waiters();
         Ok(())

@@ -97,7 +97,8 @@ impl Track {
 
     /// A write of `keys` was answered: committed as change `seq` when given, except the
     /// rows in `not_written` (the commit found them changed elsewhere and wrote nothing).
-    pub(super) fn end(&mut self, keys: &[Key], seq: Option<i64>, not_written: &[Key]) {
+    /// Whether a row the follower put off for this write may be read again now.
+    pub(super) fn end(&mut self, keys: &[Key], seq: Option<i64>, not_written: &[Key]) -> bool {
         for k in keys {
             if let Some(n) = self.inflight.get_mut(k) {
                 *n -= 1;
@@ -118,6 +119,12 @@ impl Track {
                 *own = (*own).max(seq);
             }
         }
+        keys.iter().any(|k| self.ready(k))
+    }
+
+    /// Put off (or overtaken while read) with no write of ours on its way any more.
+    fn ready(&self, k: &Key) -> bool {
+        self.deferred.contains(k) && !self.inflight.contains_key(k)
     }
 
     /// Rows whose stored version carries a change memory has not read: read them again
@@ -135,10 +142,12 @@ impl Track {
         self.rereading.iter().cloned().collect()
     }
 
-    /// The rows read again have been applied (or not).
-    pub(super) fn reread(&mut self) {
+    /// The rows read again have been applied (or not). Whether some must be read once
+    /// more at once: a write of ours ended while they were read, and none is on its way.
+    pub(super) fn reread(&mut self) -> bool {
         self.rereading.clear();
         self.overtaken.clear();
+        self.deferred.iter().any(|k| self.ready(k))
     }
 
     /// Whether the row `k` as `read` (`rev`: the change the feed read it as of) may be
@@ -385,6 +394,40 @@ mod tests {
         assert!(t.may_apply(&K, Read::Again));
         t.reread();
         assert_eq!(t.take_deferred(), Vec::<Key>::new());
+    }
+
+    /// A row put off for a write of ours is ready to be read again when the last write of
+    /// it on its way is answered, and when a reading it was overtaken by is done: the
+    /// follower is woken for it then, not at its next poll.
+    #[test]
+    fn a_row_put_off_for_our_write_is_ready_when_that_write_ends() {
+        let mut t = Track::default();
+        t.begin(&[K, K]);
+        assert!(!t.may_apply(&K, Read::Feed(4)));
+        assert!(
+            !t.end(&[K], Some(5), &[]),
+            "another write of it is on its way"
+        );
+        assert!(t.end(&[K], Some(6), &[]));
+        let other = Key::Endpoint(8);
+        t.begin(std::slice::from_ref(&other));
+        assert!(!t.end(&[other], Some(7), &[]), "a row nobody put off");
+        // Read again; a write of ours ends meanwhile: the reading may be older than it.
+        assert_eq!(t.take_deferred(), vec![K]);
+        wrote(&mut t, 8);
+        assert!(!t.may_apply(&K, Read::Again));
+        assert!(t.reread(), "overtaken: read once more at once");
+        assert_eq!(t.take_deferred(), vec![K]);
+        assert!(t.may_apply(&K, Read::Again));
+        assert!(!t.reread(), "nothing left");
+        // Overtaken, but another write of it is on its way: its end wakes the follower.
+        assert_eq!(t.take_deferred(), Vec::<Key>::new());
+        t.read_again(&[K]);
+        assert_eq!(t.take_deferred(), vec![K]);
+        t.begin(&[K]);
+        assert!(!t.may_apply(&K, Read::Again));
+        assert!(!t.reread());
+        assert!(t.end(&[K], Some(9), &[]));
     }
 
     /// A change of ours the feed listed before the write was answered (the row waited and
