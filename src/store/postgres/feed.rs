@@ -96,9 +96,10 @@ impl Feed {
     }
 
     /// What ends the follower's wait for the next read (or the next wait, if it is not
-    /// waiting), `GAP` after the last read at the soonest: rows to read again after a write
-    /// of this daemon's (`rows_now`) need not wait for a notification or the poll, and a
-    /// poke after each commit under load still leaves reads `GAP` apart.
+    /// waiting), at the pace's gap after the last read at the soonest (`GAP`, or
+    /// `STREAM_GAP` in a stream): rows to read again after a write of this daemon's
+    /// (`rows_now`) need not wait for a notification or the poll, and pokes after each
+    /// commit under load leave the stream's pace as it is.
     pub fn poke(&self) -> Arc<Notify> {
         self.poke.clone()
     }
@@ -119,7 +120,7 @@ impl Feed {
             let poke = &self.poke;
             let poked = async {
                 poke.notified().await;
-                tokio::time::sleep(GAP.saturating_sub(last.elapsed())).await;
+                tokio::time::sleep(gap.saturating_sub(last.elapsed())).await;
             };
             // In a stream, and without a session, the wait is a sleep: the same pace as
             // with one, or the poll (the database is away, or refuses to listen).
