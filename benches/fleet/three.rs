@@ -116,6 +116,26 @@ fn per_kept(cpu: f64, cells: &[Cell]) -> String {
     format!("{:.0}", cpu / kept * 1e6)
 }
 
+/// A cell of one daemon serving beside the cells of one daemon alone: its transitions
+/// kept a second, and the ratio each round and its median.
+fn beside_one(name: &str, short: &str, ones: &[Cell], cells: &[Cell]) {
+    let ratios: Vec<f64> = ones
+        .iter()
+        .zip(cells)
+        .map(|(o, c)| c.kept / o.kept)
+        .collect();
+    let kept = median(cells.iter().map(|c| c.kept).collect());
+    row(name, String::new(), format!("{kept:.0}"));
+    let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+    row(
+        &format!("  {short} / one, each round"),
+        String::new(),
+        each.join(" "),
+    );
+    let med = format!("{:.2}", median(ratios));
+    row(&format!("  {short} / one (median)"), String::new(), med);
+}
+
 /// Section 4; `d` are the three daemons, the first the one that serves alone.
 pub fn three_against_one(pg: &postgres::Cluster, db: &str, d: [&Daemon; 3]) {
     let c = Counters {
@@ -172,44 +192,13 @@ pub fn three_against_one(pg: &postgres::Cluster, db: &str, d: [&Daemon; 3]) {
         String::new(),
         format!("{:.2}", median(ratios.clone())),
     );
-    let following: Vec<f64> = ones
-        .iter()
-        .zip(&follows)
-        .map(|(o, f)| f.kept / o.kept)
-        .collect();
-    row(
-        "one serving, two following",
-        String::new(),
-        f0(med(&follows, |c| c.kept)),
-    );
-    let each: Vec<String> = following.iter().map(|r| format!("{r:.2}")).collect();
-    row(
-        "  following / one, each round",
-        String::new(),
-        each.join(" "),
-    );
-    row(
-        "  following / one (median)",
-        String::new(),
-        format!("{:.2}", median(following)),
-    );
+    beside_one("one serving, two following", "following", &ones, &follows);
     if let Some(r) = &relay {
-        let over: Vec<f64> = ones
-            .iter()
-            .zip(&relayed)
-            .map(|(o, f)| f.kept / o.kept)
-            .collect();
-        row(
+        beside_one(
             "one serving, others' clients relayed",
-            String::new(),
-            f0(med(&relayed, |c| c.kept)),
-        );
-        let each: Vec<String> = over.iter().map(|r| format!("{r:.2}")).collect();
-        row("  relayed / one, each round", String::new(), each.join(" "));
-        row(
-            "  relayed / one (median)",
-            String::new(),
-            format!("{:.2}", median(over)),
+            "relayed",
+            &ones,
+            &relayed,
         );
         let relay_cpu = cpu(r.pid(), false);
         row(
