@@ -15,15 +15,17 @@
 //!    (`fleet/three.rs`): the transitions the database kept a second, leases/s, the CPU
 //!    spent per transition by the daemons and by PostgreSQL, one daemon serving while
 //!    the two others follow it, and the same with the two others' clients relayed to it
-//!    by HAProxy (`fleet/relay.rs`, the floor of a write leader); then, in one more cell of each, where the daemons'
-//!    PostgreSQL sessions wait (`fleet/waits.rs`).
+//!    by HAProxy (`fleet/relay.rs`: the most a write leader could reach here); then, in
+//!    one more cell of each, where the daemons' PostgreSQL sessions wait
+//!    (`fleet/waits.rs`).
 //!
 //! The real binary (release) and a private PostgreSQL cluster (tests/common/postgres.rs).
-//! Run: `cargo bench --bench fleet` (needs Debian's `postgresql`; prints a note without it);
+//! Run: `cargo bench --bench fleet` (needs Debian's `postgresql`, prints a note without
+//! it; the relayed cell needs `haproxy`, and is left out with a note without it);
 //! `FLEET_THREE_ONLY=1` runs section 4 alone, `FLEET_FLOOR_ONLY=1` the floor alone; `FLEET_PROFILE=1` runs none of them and
 //! shows where one cell of one daemon and one of three spend their time (`fleet/profile.rs`;
 //! `FLEET_PERF_ARGS` adds `perf record` arguments);
-//! `FLEET_PG_SETTINGS=name=value,...` starts the server with more settings;
+//! `FLEET_PG_SETTINGS='name=value;...'` starts the server with more settings;
 //! `PROXYPOOL_BIN=path/to/proxypool` runs another build's daemon instead (a before/after
 //! comparison: `benches/ab.sh` shares one target directory, so both of its sides would run
 //! the last daemon built).
@@ -457,10 +459,11 @@ fn main() {
         true => profile::settings(),
         false => Vec::new(),
     };
-    // Server settings to try (`FLEET_PG_SETTINGS=commit_delay=100,commit_siblings=1`).
+    // Settings a run tries against the defaults, side by side (`;` apart: a value may
+    // hold commas).
     if let Ok(more) = std::env::var("FLEET_PG_SETTINGS") {
         settings.extend(
-            more.split(',')
+            more.split(';')
                 .filter(|s| !s.is_empty())
                 .map(str::to_string),
         );

@@ -1,10 +1,12 @@
-//! The floor of a fleet in which one daemon commits for all (a write leader): HAProxy in
-//! TCP mode relaying unix sockets to the one daemon that serves, so that the clients of
-//! the two other daemons reach it through one more hop each way, as a leader's followers
-//! would forward their reports to it. A relay that parses nothing is the cheapest
-//! forwarding there is: a leader's followers would also read each request and answer
-//! leases themselves. The two other daemons run and follow, as they would.
+//! The most a fleet in which one daemon commits for all (a write leader) could reach:
+//! HAProxy in TCP mode relaying unix sockets to the one daemon that serves, so that the
+//! clients of the two other daemons reach it through one more hop each way, as a
+//! leader's followers would forward their reports to it. A relay that parses nothing is
+//! the cheapest forwarding there is (a leader's followers would also read each request
+//! and answer leases themselves): its cost is a floor of that design's. The two other
+//! daemons run and follow, as they would.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -35,24 +37,37 @@ impl Relay {
         }
         let file = dir.join("relay.cfg");
         std::fs::write(&file, cfg).unwrap();
-        let child = match Command::new("haproxy")
-            .arg("-db")
+        let log = dir.join("relay.log");
+        let mut cmd = Command::new("haproxy");
+        cmd.arg("-db")
             .arg("-f")
             .arg(&file)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-        {
+            .stderr(std::fs::File::create(&log).unwrap());
+        // SAFETY: prctl(2) only, in the child before exec. A bench killed by a signal
+        // leaves no relay behind.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                println!("(no write-leader floor: cannot run haproxy: {e})");
+                println!("(no relayed cell: cannot run haproxy: {e})");
                 return None;
             }
         };
-        let relay = Relay { child, socks };
+        let mut relay = Relay { child, socks };
         let until = Instant::now() + Duration::from_secs(10);
         while !relay.socks.iter().all(|s| s.exists()) {
-            assert!(Instant::now() < until, "haproxy did not bind its sockets");
+            let exited = relay.child.try_wait().ok().flatten();
+            if exited.is_some() || Instant::now() > until {
+                let why = std::fs::read_to_string(&log).unwrap_or_default();
+                println!("(no relayed cell: haproxy did not bind its sockets: {why})");
+                return None;
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
         Some(relay)

@@ -73,7 +73,9 @@ impl Fleet {
         }
     }
 
-    /// Rows are to be read again: read them now, not at the next notification or poll.
+    /// Rows are to be read again: read them at the follower's next read (10 ms after its
+    /// last at the soonest, at its pace in a stream), not at the next notification or
+    /// poll.
     fn wake(&self) {
         if let Some(p) = &self.poke {
             p.notify_one();

@@ -397,8 +397,8 @@ mod tests {
     }
 
     /// A row put off for a write of ours is ready to be read again when the last write of
-    /// it on its way is answered, and when a reading it was overtaken by is done: the
-    /// follower is woken for it then, not at its next poll.
+    /// it on its way is answered, and when a reading that a write of ours overtook is
+    /// done: the follower is woken for it then, not at its next poll.
     #[test]
     fn a_row_put_off_for_our_write_is_ready_when_that_write_ends() {
         let mut t = Track::default();
@@ -414,20 +414,31 @@ mod tests {
         assert!(!t.end(&[other], Some(7), &[]), "a row nobody put off");
         // Read again; a write of ours ends meanwhile: the reading may be older than it.
         assert_eq!(t.take_deferred(), vec![K]);
-        wrote(&mut t, 8);
+        t.begin(&[K]);
+        assert!(
+            !t.end(&[K], Some(8), &[]),
+            "nothing put off yet: the reading wakes"
+        );
         assert!(!t.may_apply(&K, Read::Again));
         assert!(t.reread(), "overtaken: read once more at once");
         assert_eq!(t.take_deferred(), vec![K]);
         assert!(t.may_apply(&K, Read::Again));
         assert!(!t.reread(), "nothing left");
-        // Overtaken, but another write of it is on its way: its end wakes the follower.
-        assert_eq!(t.take_deferred(), Vec::<Key>::new());
+        // A write begun during the reading: its end wakes the follower, not the reading's.
         t.read_again(&[K]);
         assert_eq!(t.take_deferred(), vec![K]);
         t.begin(&[K]);
         assert!(!t.may_apply(&K, Read::Again));
         assert!(!t.reread());
         assert!(t.end(&[K], Some(9), &[]));
+        // One write ended during the reading, another still on its way: the last one's
+        // end wakes the follower.
+        assert_eq!(t.take_deferred(), vec![K]);
+        t.begin(&[K, K]);
+        assert!(!t.end(&[K], Some(10), &[]));
+        assert!(!t.may_apply(&K, Read::Again));
+        assert!(!t.reread());
+        assert!(t.end(&[K], Some(11), &[]));
     }
 
     /// A change of ours the feed listed before the write was answered (the row waited and

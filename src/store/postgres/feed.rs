@@ -76,7 +76,7 @@ pub struct Feed {
     /// How far apart the next reads are: woken by notifications (`GAP`), or on a timer in
     /// a stream (`STREAM_GAP`).
     gap: Duration,
-    /// Ends the next wait at once (`Feed::poke`).
+    /// Ends the next wait for a notification or the poll (`Feed::poke`).
     poke: Arc<Notify>,
 }
 
@@ -111,7 +111,8 @@ impl Feed {
     /// the next one would help (BENCHMARKS.md, "PostgreSQL fleet"). After a read that found
     /// fewer, it listens again, and reads once more when it does. Without a session (the
     /// database away, or refusing to listen) it waits all of `wait`: the caller's poll. A
-    /// poke (`Feed::poke`) ends any of these waits.
+    /// poke (`Feed::poke`) ends a wait for a notification or the poll `GAP` after the
+    /// last read at the soonest; in a stream the read comes at its pace anyway.
     pub fn next(&mut self, wait: Duration) -> Result<Changes, StoreError> {
         let session = self.listening.session(&self.pg);
         if self.slicing.is_none() {
