@@ -148,11 +148,6 @@ pub fn three_against_one(pg: &postgres::Cluster, db: &str, d: [&Daemon; 3]) {
     let mut follows = Vec::new();
     let dir = tempfile::tempdir().unwrap();
     let relay = relay::Relay::start(dir.path(), &socks[0], 2);
-    // Spread as in a cell of three (3, 3, 2), so that the clients relayed are those the
-    // two others would serve.
-    let relayed_socks: Option<Vec<PathBuf>> = relay
-        .as_ref()
-        .map(|r| [socks[0].clone(), r.socks[0].clone(), r.socks[1].clone()].to_vec());
     let (mut relayed, mut relay_cpu) = (Vec::new(), 0.0);
     for _ in 0..ROUNDS {
         signal(&d[1..], libc::SIGSTOP);
@@ -162,9 +157,12 @@ pub fn three_against_one(pg: &postgres::Cluster, db: &str, d: [&Daemon; 3]) {
         caught_up(&socks);
         follows.push(cell(&c, &socks[..1], CLIENTS, &pids));
         caught_up(&socks);
-        if let (Some(r), Some(socks_r)) = (&relay, &relayed_socks) {
+        if let Some(r) = &relay {
+            // Spread as in a cell of three (3, 3, 2), so that the clients relayed are
+            // those the two others would serve.
+            let spread = [socks[0].clone(), r.socks[0].clone(), r.socks[1].clone()];
             let before = cpu(r.pid(), false);
-            relayed.push(cell(&c, socks_r, CLIENTS, &pids));
+            relayed.push(cell(&c, &spread, CLIENTS, &pids));
             relay_cpu += cpu(r.pid(), false) - before;
             caught_up(&socks);
         }

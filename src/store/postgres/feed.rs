@@ -119,7 +119,7 @@ impl Feed {
             let (last, gap) = (self.last_read, self.gap);
             let stream = gap == STREAM_GAP;
             let poke = &self.poke;
-            let poked = async {
+            let poked = || async {
                 poke.notified().await;
                 tokio::time::sleep(gap.saturating_sub(last.elapsed())).await;
             };
@@ -129,18 +129,21 @@ impl Feed {
                 true => gap.saturating_sub(last.elapsed()).min(wait),
                 false => wait,
             };
+            let nap_or_poked = || async {
+                tokio::select! {
+                    _ = tokio::time::sleep(nap) => {}
+                    _ = poked() => {}
+                }
+            };
             if let Some(l) = session {
                 l.want(!stream);
                 self.pg.block(async {
                     if stream {
-                        tokio::select! {
-                            _ = tokio::time::sleep(nap) => {}
-                            _ = poked => {}
-                        }
+                        nap_or_poked().await;
                     } else {
                         let woken = tokio::select! {
                             w = l.woken(wait) => w,
-                            _ = poked => false,
+                            _ = poked() => false,
                         };
                         if woken && !l.is_ended() {
                             // Under a stream of commits, one read for all that arrive
@@ -155,12 +158,7 @@ impl Feed {
                 });
                 self.listening.settle();
             } else {
-                self.pg.block(async {
-                    tokio::select! {
-                        _ = tokio::time::sleep(nap) => {}
-                        _ = poked => {}
-                    }
-                });
+                self.pg.block(nap_or_poked());
             }
         }
         let before = std::mem::replace(&mut self.last_read, std::time::Instant::now());
